@@ -1,0 +1,104 @@
+"""Checkpoints: weights + config + tokenizer reference (+ whatever training adds), atomically.
+
+A write goes to a temporary file in the same directory, is fsynced, then renamed over the target,
+so a reader (or a restart after kill -9) sees either the old file or the new one, never half.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from .config import ModelConfig
+
+FORMAT = "ftbench-checkpoint-v1"
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that is missing, corrupt, or does not match what the caller expects."""
+
+
+@dataclass
+class LoadedCheckpoint:
+    model: nn.Module
+    config: ModelConfig
+    tokenizer: Any
+    extra: dict[str, Any]
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any = None,
+                    extra: dict[str, Any] | None = None) -> Path:
+    """Write model weights, its config and a tokenizer reference (a path or a dict)."""
+    m = getattr(model, "module", model)  # unwrap DDP
+    payload = {"format": FORMAT, "config": m.cfg.to_dict(), "model": m.state_dict(),
+               "tokenizer": tokenizer, "extra": extra or {}}
+    return atomic_torch_save(payload, path)
+
+
+def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
+    return payload
+
+
+def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
+                    map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
+    """Load a checkpoint; build the model from its config unless `model` is given.
+
+    With `model`, its config must equal the stored one (else CheckpointError naming the fields).
+    """
+    from . import build_model
+
+    payload = read_checkpoint(path, map_location)
+    try:
+        cfg = ModelConfig.from_dict(payload["config"])
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
+    if model is None:
+        model = build_model(cfg).to(map_location)
+    else:
+        m = getattr(model, "module", model)
+        if m.cfg != cfg:
+            diff = {k: (v, getattr(m.cfg, k)) for k, v in cfg.to_dict().items()
+                    if getattr(m.cfg, k) != v}
+            raise CheckpointError(f"checkpoint {path} does not match the model: "
+                                  + ", ".join(f"{k}: file={a!r} model={b!r}"
+                                              for k, (a, b) in diff.items()))
+    m = getattr(model, "module", model)
+    try:
+        m.load_state_dict(payload["model"])
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint {path}: weights do not fit the model: "
+                              f"{str(e).splitlines()[0][:300]}") from e
+    return LoadedCheckpoint(model=model, config=cfg, tokenizer=payload.get("tokenizer"),
+                            extra=payload.get("extra") or {})

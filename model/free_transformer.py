@@ -1,0 +1,243 @@
+"""The Free Transformer (Fleuret 2025, arXiv 2510.17558, Algorithm 2).
+
+Design choices:
+- subclass of the baseline `Transformer`: the same L blocks, the same trunk loop. It adds exactly
+  one non-causal encoder block, the learned query zeta, an RMSNorm + linear readout to H bit
+  logits, the binary mapper and a linear post-sampler 2^H -> D. Nothing else differs;
+- Z enters only the key/value input of block L/2+1 (0-based index L/2): `block(x, kv_in=x + r)`;
+- training (or z="posterior"): the encoder reads block L/2's output non-causally and samples H
+  independent bits per token; at inference (z="prior") every token gets its own uniform code,
+  never "no Z" and never one Z shared by all positions unless the caller pins codes;
+- `prefix_len` gives the honest scoring protocol: the encoder sees only tokens before
+  prefix_len (the context); every later position gets a prior code, so Z never sees the tokens
+  being scored;
+- the binary mapper is a custom autograd function: the forward gathers one column of the
+  post-sampler per token (the value of Y @ W^T), the backward applies the exact gradient of
+  (Y + G - G.detach()) @ W^T with G dense over all 2^H codes, over chunks of tokens, so no
+  (tokens x 2^H) tensor exists for the whole batch;
+- KL to the uniform prior per token in nats, sum_h (ln 2 - H_b(sigmoid(o_h))), and the free-bits
+  penalty mean_t max(0, KL_t - kappa_bits * ln 2) with no weight, as in the paper.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .layers import Block, RMSNorm
+from .transformer import Transformer, _Ctx
+
+LN2 = math.log(2.0)
+
+
+def kl_to_uniform(bit_logits: torch.Tensor) -> torch.Tensor:
+    """(..., H) bit logits -> (...) KL(q || uniform over 2^H codes) in nats."""
+    o = bit_logits.float()
+    p = torch.sigmoid(o)
+    # -H_b(p) = p log p + (1-p) log(1-p), with stable log-sigmoids
+    neg_entropy = p * F.logsigmoid(o) + (1.0 - p) * F.logsigmoid(-o)
+    return (LN2 + neg_entropy).sum(-1)
+
+
+def free_bits_penalty(kl: torch.Tensor, kappa_bits: float) -> torch.Tensor:
+    """(B, T) KL in nats -> mean over tokens of max(0, KL_t - kappa), kappa = kappa_bits ln 2."""
+    return (kl - kappa_bits * LN2).clamp(min=0.0).mean()
+
+
+def _rand(shape: tuple[int, ...], generator: torch.Generator | None,
+          device: torch.device) -> torch.Tensor:
+    gdev = generator.device if generator is not None else device
+    return torch.rand(shape, generator=generator, device=gdev).to(device)
+
+
+def sample_codes(bit_logits: torch.Tensor,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+    """Sample H independent bits with P(B_h = 1) = sigmoid(o_h); code = sum_h 2^h bit_h."""
+    H = bit_logits.shape[-1]
+    u = _rand(tuple(bit_logits.shape), generator, bit_logits.device)
+    bits = (u < torch.sigmoid(bit_logits.detach().float())).long()
+    weights = 1 << torch.arange(H, device=bit_logits.device)
+    return (bits * weights).sum(-1)
+
+
+def uniform_codes(shape: tuple[int, ...], n_bits: int, generator: torch.Generator | None,
+                  device: torch.device) -> torch.Tensor:
+    """Codes from the uniform prior, one per position."""
+    gdev = generator.device if generator is not None else device
+    return torch.randint(0, 1 << n_bits, shape, generator=generator, device=gdev).to(device)
+
+
+def code_bits(n_bits: int, device: torch.device | None = None) -> torch.Tensor:
+    """(2^H, H) float matrix: row d holds the bits of d, bit h = (d >> h) & 1."""
+    d = torch.arange(1 << n_bits, device=device)
+    return ((d[:, None] >> torch.arange(n_bits, device=device)) & 1).float()
+
+
+class _LatentEmbedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
+                chunk_elems: int) -> torch.Tensor:
+        # bit_logits (N, H), weight (D, C), codes (N,) -> (N, D) = weight[:, codes].T
+        ctx.save_for_backward(bit_logits, weight, codes)
+        ctx.chunk_elems = chunk_elems
+        return weight.index_select(1, codes).t()
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        bit_logits, weight, codes = ctx.saved_tensors
+        grad_logits = grad_w = None
+        if ctx.needs_input_grad[1]:
+            # d/dW of M @ W^T with M's value Y (one-hot): scatter the rows into their columns.
+            grad_w = torch.zeros_like(weight)
+            grad_w.index_add_(1, codes, grad_out.t().to(weight.dtype))
+        if ctx.needs_input_grad[0]:
+            o = bit_logits.float()
+            N, H = o.shape
+            C = 1 << H
+            bits = code_bits(H, o.device)  # (C, H)
+            p = torch.sigmoid(o)
+            log1mp_sum = F.logsigmoid(-o).sum(-1, keepdim=True)  # (N, 1)
+            w = weight.float()
+            g = grad_out.float()
+            grad_logits = torch.empty_like(o)
+            step = max(1, ctx.chunk_elems // C)
+            for s in range(0, N, step):
+                e = min(N, s + step)
+                gG = g[s:e] @ w  # (c, C): dL/dG
+                # log G[t, d] = sum_h b_h(d) o_th + log(1 - p_th) (since log p - log(1-p) = o)
+                G = torch.exp(o[s:e] @ bits.t() + log1mp_sum[s:e])  # (c, C)
+                A = gG * G
+                # dG[t,d]/do_th = G[t,d] (b_h(d) - p_th)
+                grad_logits[s:e] = A @ bits - p[s:e] * A.sum(-1, keepdim=True)
+            grad_logits = grad_logits.to(bit_logits.dtype)
+        return grad_logits, grad_w, None, None
+
+
+def latent_embedding(bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
+                     chunk_elems: int = 1 << 21) -> torch.Tensor:
+    """The binary mapper followed by the post-sampler, without the (tokens x 2^H) one-hot.
+
+    bit_logits (..., H), weight (D, 2^H) (the post-sampler's Linear weight), codes (...) long.
+    Value: weight[:, codes].T, shape (..., D). Gradient: that of
+    (one_hot(codes) + G - G.detach()) @ weight.T with G[d] = prod_h P(B_h = bit_h(d)).
+    """
+    lead = codes.shape
+    H = bit_logits.shape[-1]
+    if weight.shape[1] != 1 << H:
+        raise ValueError(f"weight has {weight.shape[1]} columns, expected 2^{H}")
+    out = _LatentEmbedding.apply(bit_logits.reshape(-1, H), weight, codes.reshape(-1),
+                                 chunk_elems)
+    return out.reshape(*lead, weight.shape[0])
+
+
+class FreeTransformer(Transformer):
+    def __init__(self, cfg: ModelConfig) -> None:
+        if not cfg.is_free:
+            raise ValueError("FreeTransformer needs latent_bits >= 1")
+        # The shared part is built and initialised first, exactly as the baseline's, so with the
+        # same seed both arms start from the same block weights.
+        super().__init__(cfg)
+        self.zeta = nn.Parameter(torch.zeros(cfg.dim))  # the encoder's learned query
+        self.encoder = Block(cfg, causal=False)
+        self.enc_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.enc_readout = nn.Linear(cfg.dim, cfg.latent_bits, bias=False)
+        self.post_sampler = nn.Linear(cfg.n_codes, cfg.dim, bias=False)  # weight (D, 2^H)
+        self._init_latent_modules()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if hasattr(self, "zeta"):
+            self._init_latent_modules()
+
+    def _init_latent_modules(self) -> None:
+        std = self.cfg.init_std
+        nn.init.normal_(self.zeta, mean=0.0, std=std)
+        for m in (self.encoder, self.enc_readout, self.post_sampler):
+            for p in m.parameters():
+                if p.dim() >= 2:
+                    nn.init.normal_(p, mean=0.0, std=std)
+                else:
+                    nn.init.ones_(p)  # RMSNorm gains
+
+    @property
+    def inject_at(self) -> int:
+        """0-based index of the block whose keys/values receive Z (block L/2+1 of the paper)."""
+        return self.cfg.n_layers // 2
+
+    def encode(self, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
+        """Block-L/2 output (B, T, D) -> bit logits (B, T, H); non-causal over ctx.enc_mask."""
+        B, T, D = x.shape
+        q = self.zeta.to(x.dtype).expand(B, T, D)
+        y = self.encoder(q, ctx.rope, kv_in=x, mask=ctx.enc_mask)
+        return self.enc_readout(self.enc_norm(y))
+
+    def _kv_input(self, i: int, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor | None:
+        if i != self.inject_at:
+            return None
+        B, T, _ = x.shape
+        H = self.cfg.latent_bits
+        z = ctx.z
+        if z is None:
+            z = "posterior" if self.training else "prior"
+        w = self.post_sampler.weight
+        if isinstance(z, torch.Tensor):
+            if z.shape != (B, T):
+                raise ValueError(f"pinned codes must have shape {(B, T)}, got {tuple(z.shape)}")
+            if z.dtype != torch.long or bool(((z < 0) | (z >= 1 << H)).any()):
+                raise ValueError(f"pinned codes must be int64 in [0, 2^{H})")
+            codes = z.to(x.device)
+            r = F.embedding(codes, w.t())
+        elif z == "prior" and ctx.prefix_len is None:
+            codes = uniform_codes((B, T), H, ctx.generator, x.device)
+            r = F.embedding(codes, w.t())
+        elif z in ("posterior", "prior"):
+            enc_ctx = ctx
+            if ctx.prefix_len is not None:
+                if z != "prior":
+                    raise ValueError("prefix_len goes with z='prior' (the scoring protocol)")
+                enc_ctx = _Ctx(rope=ctx.rope, generator=ctx.generator,
+                               enc_mask=_prefix_mask(ctx.prefix_len.to(x.device), T))
+            bit_logits = self.encode(x, enc_ctx)
+            codes = sample_codes(bit_logits, ctx.generator)
+            if ctx.prefix_len is not None:
+                # positions from prefix_len on are scored: their Z comes from the prior
+                after = torch.arange(T, device=x.device)[None, :] >= ctx.prefix_len.to(x.device)[:, None]
+                codes = torch.where(after, uniform_codes((B, T), H, ctx.generator, x.device),
+                                    codes)
+                r = F.embedding(codes, w.t())
+            else:
+                ctx.kl_tokens = kl_to_uniform(bit_logits)
+                r = latent_embedding(bit_logits, w, codes, self.cfg.mapper_chunk_elems)
+        else:
+            raise ValueError(f"z must be None, 'prior', 'posterior' or a LongTensor, got {z!r}")
+        ctx.codes = codes
+        return x + r.to(x.dtype)
+
+    def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:
+        if ctx.kl_tokens is None:
+            return torch.zeros((), device=self.device)
+        return free_bits_penalty(ctx.kl_tokens, self.cfg.kappa_bits)
+
+    def _gen_codes(self, z: object, B: int, P: int, max_new: int) -> tuple[object, object]:
+        if isinstance(z, torch.Tensor):
+            if z.shape == (B, max_new):
+                return None, z
+            if z.shape == (B, P + max_new):
+                return z[:, :P], z[:, P:]
+            raise ValueError(f"z codes must be (B, max_new_tokens)={(B, max_new)} or "
+                             f"(B, P + max_new_tokens)={(B, P + max_new)}, got {tuple(z.shape)}")
+        if z != "prior":
+            raise ValueError(f"generation takes z='prior' or pinned codes, got {z!r}")
+        return None, None
+
+
+def _prefix_mask(prefix_len: torch.Tensor, T: int) -> torch.Tensor:
+    """(B, 1, T, T): every query sees keys < prefix_len (and itself, to stay finite)."""
+    k = torch.arange(T, device=prefix_len.device)
+    m = k[None, None, :] < prefix_len[:, None, None]  # (B, 1, T)
+    return (m | torch.eye(T, dtype=torch.bool, device=prefix_len.device)[None])[:, None]
+

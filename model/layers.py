@@ -1,0 +1,129 @@
+"""Building blocks of the Llama-style decoder, shared by both arms.
+
+Design choices:
+- pre-norm RMSNorm, RoPE in the rotate-half convention (the one HF `LlamaForCausalLM` uses, so a
+  baseline exports to it by copying weights), SwiGLU MLP, grouped-query attention, no biases;
+- attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels on
+  CUDA); the causal, no-padding training path passes `is_causal=True` and no mask;
+- a block takes separate query and key/value inputs, `block(x, kv_in)`, because the Free
+  Transformer feeds `x + r` to the keys/values of block L/2+1 only, and its encoder block takes a
+  learned query vector. For ordinary blocks `kv_in is x` and the norm is computed once;
+- the KV cache is preallocated per layer and holds keys after RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # float32 statistics, as HF Llama does, so bf16 autocast does not change the norm.
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_table(head_dim: int, max_len: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (max_len, head_dim), rotate-half layout [f_0..f_{d/2-1}, f_0..]."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    ang = torch.outer(torch.arange(max_len, dtype=torch.float64), inv)  # (T, hd/2)
+    ang = torch.cat([ang, ang], dim=-1)  # (T, hd)
+    return ang.cos().float(), ang.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (B, T, nh, hd); cos/sin broadcastable to (B, T, 1, hd)."""
+    half = x.shape[-1] // 2
+    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return (x * cos + rot * sin).to(x.dtype)
+
+
+class KVCache:
+    """Preallocated keys/values for one attention layer: (B, n_kv, S, hd)."""
+
+    def __init__(self, batch: int, n_kv: int, max_len: int, head_dim: int,
+                 device: torch.device, dtype: torch.dtype) -> None:
+        self.k = torch.zeros(batch, n_kv, max_len, head_dim, device=device, dtype=dtype)
+        self.v = torch.zeros_like(self.k)
+        self.len = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        t = k.shape[2]
+        if self.len + t > self.k.shape[2]:
+            raise ValueError(f"KV cache overflow: {self.len}+{t} > {self.k.shape[2]}")
+        self.k[:, :, self.len:self.len + t] = k
+        self.v[:, :, self.len:self.len + t] = v
+        self.len += t
+        return self.k[:, :, :self.len], self.v[:, :, :self.len]
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, causal: bool = True) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv, self.hd = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.causal = causal
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * self.hd, bias=False)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * self.hd, bias=False)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.hd, bias=False)
+        self.wo = nn.Linear(cfg.n_heads * self.hd, cfg.dim, bias=False)
+
+    def forward(self, xq: torch.Tensor, xkv: torch.Tensor, rope_q: tuple, rope_k: tuple,
+                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
+        B, Tq, _ = xq.shape
+        Tk = xkv.shape[1]
+        q = self.wq(xq).view(B, Tq, self.n_heads, self.hd)
+        k = self.wk(xkv).view(B, Tk, self.n_kv, self.hd)
+        v = self.wv(xkv).view(B, Tk, self.n_kv, self.hd)
+        q = apply_rope(q, *rope_q).transpose(1, 2)  # (B, nh, Tq, hd)
+        k = apply_rope(k, *rope_k).transpose(1, 2)  # (B, nkv, Tk, hd)
+        v = v.transpose(1, 2)
+        if cache is not None:
+            k, v = cache.append(k, v)
+        if self.n_kv != self.n_heads:
+            rep = self.n_heads // self.n_kv
+            k = k.repeat_interleave(rep, dim=1)
+            v = v.repeat_interleave(rep, dim=1)
+        is_causal = self.causal and mask is None and cache is None
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        return self.wo(y.transpose(1, 2).reshape(B, Tq, self.n_heads * self.hd))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)  # gate
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False)  # up
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False)  # down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    """Pre-norm block: x + attn(norm(x), norm(kv_in)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, causal: bool = True) -> None:
+        super().__init__()
+        self.attn_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.attn = Attention(cfg, causal=causal)
+        self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x: torch.Tensor, rope_q: tuple, rope_k: tuple | None = None,
+                kv_in: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                cache: KVCache | None = None) -> torch.Tensor:
+        hq = self.attn_norm(x)
+        hkv = hq if kv_in is None else self.attn_norm(kv_in)
+        a = self.attn(hq, hkv, rope_q, rope_q if rope_k is None else rope_k, mask, cache)
+        x = x + a
+        return x + self.mlp(self.mlp_norm(x))

@@ -1,0 +1,280 @@
+"""The baseline decoder (paper §4.2): a Llama-style decoder-only transformer.
+
+Design choices:
+- token embedding -> L pre-norm blocks -> RMSNorm -> linear readout (optionally tied);
+- one trunk loop, `_trunk`, with a hook `_kv_input(i, x, ctx)` that returns the key/value input of
+  block i (None = the block's own input). The Free Transformer subclass overrides only that hook
+  to add Z after block L/2; every other line is shared by both arms;
+- `_run` is the single entry for a full forward, a prefill and a cached decode step, so the KV
+  cache path is the training path (tested equal to within 1e-5);
+- batched generation left-pads internally with per-row RoPE positions and a key mask, so a row's
+  output does not depend on the other rows or on which side the caller padded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .layers import Block, KVCache, RMSNorm, rope_table
+
+
+@dataclass
+class ModelOutput:
+    logits: torch.Tensor  # (B, T, V)
+    loss: torch.Tensor | None = None  # ce + free-bits penalty
+    ce: torch.Tensor | None = None  # mean cross-entropy in nats
+    kl: torch.Tensor | None = None  # mean KL per token in nats (0 for the baseline)
+    codes: torch.Tensor | None = None  # (B, T) latent codes used, Free Transformer only
+    kl_tokens: torch.Tensor | None = None  # (B, T) KL per token when the encoder ran
+
+
+@dataclass
+class Generation:
+    tokens: list[list[int]]  # new tokens per row, the stop sequence removed
+    codes: list[list[int]] | None  # FT: codes of prompt + new tokens that were run, per row
+    stopped: list[bool]  # True where a stop sequence or eos ended the row
+
+
+@dataclass
+class _Ctx:
+    """Everything one pass of `_run` needs besides the tokens; the FT hook reads and writes it."""
+
+    rope: tuple[torch.Tensor, torch.Tensor]
+    mask: torch.Tensor | None = None  # (B, 1, Tq, S) bool, None = plain causal
+    cache: list[KVCache] | None = None
+    z: object = None  # "posterior" | "prior" | LongTensor (B, Tq)
+    enc_mask: torch.Tensor | None = None  # (B, 1, Tq, Tq) bool for the encoder, None = all
+    prefix_len: torch.Tensor | None = None  # (B,) encoder sees only tokens before this
+    generator: torch.Generator | None = None
+    codes: torch.Tensor | None = None
+    kl_tokens: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tok_emb.weight
+        cos, sin = rope_table(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    # ------------------------------------------------------------------ init
+    def reset_parameters(self) -> None:
+        std = self.cfg.init_std
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, mean=0.0, std=std)
+            elif isinstance(m, RMSNorm):
+                nn.init.ones_(m.weight)
+
+    @property
+    def device(self) -> torch.device:
+        return self.tok_emb.weight.device
+
+    # ------------------------------------------------------------------ trunk
+    def _rope(self, pos: torch.Tensor | None, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if pos is None:  # positions 0..T-1 for every row
+            return self.rope_cos[:T, None, :], self.rope_sin[:T, None, :]  # (T, 1, hd)
+        return self.rope_cos[pos][:, :, None, :], self.rope_sin[pos][:, :, None, :]
+
+    def _kv_input(self, i: int, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor | None:
+        """Key/value input of block i; the baseline attends to its own input."""
+        return None
+
+    def _trunk(self, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
+        for i, blk in enumerate(self.blocks):
+            kv = self._kv_input(i, x, ctx)
+            cache = ctx.cache[i] if ctx.cache is not None else None
+            x = blk(x, ctx.rope, kv_in=kv, mask=ctx.mask, cache=cache)
+        return x
+
+    def _run(self, tokens: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
+        x = self.tok_emb(tokens)  # (B, T, D)
+        x = self._trunk(x, ctx)
+        return self.output(self.norm(x))  # (B, T, V)
+
+    def _check_len(self, T: int) -> None:
+        if T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, z: object = None,
+                prefix_len: torch.Tensor | None = None,
+                generator: torch.Generator | None = None) -> ModelOutput:
+        """Full teacher-forced pass. `z` and `prefix_len` matter only to the Free Transformer.
+
+        targets: (B, T) with -100 for positions not scored.
+        """
+        B, T = tokens.shape
+        self._check_len(T)
+        ctx = _Ctx(rope=self._rope(None, T), z=z, prefix_len=prefix_len, generator=generator)
+        logits = self._run(tokens, ctx)
+        out = ModelOutput(logits=logits, codes=ctx.codes, kl_tokens=ctx.kl_tokens,
+                          kl=ctx.kl_tokens.mean() if ctx.kl_tokens is not None
+                          else logits.new_zeros(()))
+        if targets is not None:
+            out.ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                     ignore_index=-100)
+            out.loss = out.ce + self._latent_penalty(ctx)
+        return out
+
+    def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:
+        return torch.zeros((), device=self.device)
+
+    # ------------------------------------------------------------------ generation
+    def new_cache(self, batch: int, max_len: int) -> list[KVCache]:
+        p = self.tok_emb.weight
+        return [KVCache(batch, self.cfg.n_kv_heads, max_len, self.cfg.head_dim, p.device, p.dtype)
+                for _ in self.blocks]
+
+    @staticmethod
+    def _rows(prompt: torch.Tensor | Sequence[Sequence[int]],
+              attention_mask: torch.Tensor | None) -> list[list[int]]:
+        if isinstance(prompt, torch.Tensor):
+            if prompt.dim() != 2:
+                raise ValueError(f"prompt must be (B, P), got shape {tuple(prompt.shape)}")
+            if attention_mask is None:
+                return prompt.tolist()
+            keep = attention_mask.bool().tolist()
+            return [[t for t, k in zip(row, km, strict=True) if k]
+                    for row, km in zip(prompt.tolist(), keep, strict=True)]
+        return [list(map(int, r)) for r in prompt]
+
+    def _sample(self, logits: torch.Tensor, temperature: float, top_p: float,
+                generator: torch.Generator | None) -> torch.Tensor:
+        """logits (B, V) -> (B,) next tokens."""
+        if temperature <= 0:
+            return logits.argmax(-1)
+        probs = torch.softmax(logits.float() / temperature, dim=-1)
+        if top_p < 1.0:
+            sp, si = probs.sort(dim=-1, descending=True)
+            # keep the smallest prefix whose mass reaches top_p (always the top token)
+            drop = (sp.cumsum(-1) - sp) >= top_p
+            sp = sp.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter_(-1, si, sp)
+        gdev = generator.device if generator is not None else probs.device
+        nxt = torch.multinomial(probs.to(gdev), 1, generator=generator).squeeze(-1)
+        return nxt.to(logits.device)
+
+    def _gen_codes(self, z: object, B: int, P: int, max_new: int) -> tuple[object, object]:
+        """Split a `z` argument into (prompt spec, generated-token spec); FT overrides."""
+        return None, None
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor | Sequence[Sequence[int]], max_new_tokens: int,
+                 temperature: float = 0.0, top_p: float = 1.0, z: object = "prior",
+                 stop: Sequence[Sequence[int]] | None = None,
+                 generator: torch.Generator | None = None,
+                 attention_mask: torch.Tensor | None = None,
+                 eos_id: int | None = None) -> Generation:
+        """KV-cache generation, batched.
+
+        prompt: (B, P) LongTensor (pads on either side marked by `attention_mask`, 1 = real) or a
+        list of token lists. stop: token sequences that end a row (removed from the output).
+        z (Free Transformer): "prior" = the encoder prefills the prompt, a uniform code per new
+        token; a LongTensor (B, max_new_tokens) pins the new tokens' codes; a LongTensor
+        (B, P + max_new_tokens) pins every code (unpadded prompts only).
+        """
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if not 0.0 < top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        rows = self._rows(prompt, attention_mask)
+        B = len(rows)
+        if B == 0 or any(len(r) == 0 for r in rows):
+            raise ValueError("every prompt row needs at least one token")
+        lens = torch.tensor([len(r) for r in rows])
+        P = int(lens.max())
+        total = P + max_new_tokens
+        self._check_len(total)
+        dev = self.device
+        pad = (P - lens).to(dev)  # left padding per row
+        toks = torch.zeros(B, P, dtype=torch.long, device=dev)
+        for b, r in enumerate(rows):
+            toks[b, P - len(r):] = torch.tensor(r, dtype=torch.long)
+        t_idx = torch.arange(total, device=dev)
+        pos = (t_idx[None, :] - pad[:, None]).clamp(min=0)  # (B, total)
+        valid = t_idx[None, :] >= pad[:, None]  # (B, total)
+        padded = bool((pad > 0).any())
+        z_prompt, z_new = self._gen_codes(z, B, P, max_new_tokens)
+        if padded and isinstance(z_prompt, torch.Tensor):
+            raise ValueError("pinning prompt codes needs prompts of equal length")
+
+        def mask_for(s0: int, tq: int) -> torch.Tensor | None:
+            if not padded:
+                return None if s0 == 0 or tq == 1 else _causal_mask(s0, tq, dev)[None, None]
+            q = t_idx[s0:s0 + tq, None]
+            k = t_idx[None, :s0 + tq]
+            m = valid[:, None, :s0 + tq] & (k <= q)[None]
+            return (m | (k == q)[None])[:, None]  # the diagonal keeps pad rows finite
+
+        cache = self.new_cache(B, total)
+        enc_mask = None
+        if padded:
+            km = valid[:, None, :P]
+            enc_mask = (km | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
+        ctx = _Ctx(rope=self._rope(pos[:, :P], P), mask=mask_for(0, P), cache=cache,
+                   z="posterior" if z_prompt is None else z_prompt, enc_mask=enc_mask,
+                   generator=generator)
+        logits = self._run(toks, ctx)[:, -1]
+        codes = [ctx.codes] if ctx.codes is not None else None
+        stops = [list(s) for s in (stop or []) if len(s) > 0]
+        out: list[list[int]] = [[] for _ in range(B)]
+        done = [False] * B
+        stopped = [False] * B
+        for i in range(max_new_tokens):
+            nxt = self._sample(logits, temperature, top_p, generator)
+            for b, t in enumerate(nxt.tolist()):
+                if done[b]:
+                    continue
+                out[b].append(t)
+                if eos_id is not None and t == eos_id:
+                    out[b].pop()
+                    done[b] = stopped[b] = True
+                for s in stops:
+                    if len(out[b]) >= len(s) and out[b][-len(s):] == s:
+                        del out[b][-len(s):]
+                        done[b] = stopped[b] = True
+                        break
+            if all(done) or i == max_new_tokens - 1:
+                break
+            s0 = P + i
+            zi = z_new[:, i:i + 1] if isinstance(z_new, torch.Tensor) else "prior"
+            ctx = _Ctx(rope=self._rope(pos[:, s0:s0 + 1], 1), mask=mask_for(s0, 1), cache=cache,
+                       z=zi, generator=generator)
+            logits = self._run(nxt[:, None], ctx)[:, -1]
+            if codes is not None:
+                codes.append(ctx.codes)
+        code_rows = None
+        if codes is not None:
+            allc = torch.cat(codes, dim=1).tolist()
+            # codes of every position that went through the model (the last new token did not)
+            code_rows = [c[P - len(r):P + len(o)] for c, r, o in zip(allc, rows, out, strict=True)]
+        return Generation(tokens=out, codes=code_rows, stopped=stopped)
+
+
+def _causal_mask(s0: int, tq: int, device: torch.device) -> torch.Tensor:
+    """(tq, s0+tq) bool: query i (absolute s0+i) sees keys 0..s0+i."""
+    k = torch.arange(s0 + tq, device=device)
+    q = torch.arange(s0, s0 + tq, device=device)
+    return k[None, :] <= q[:, None]
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Unique parameters (a tied embedding counts once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
