@@ -34,9 +34,14 @@ from .transformer import Transformer, _Ctx
 LN2 = math.log(2.0)
 
 
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    """At least float32 (bf16 under autocast is too coarse for the KL and G)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def kl_to_uniform(bit_logits: torch.Tensor) -> torch.Tensor:
     """(..., H) bit logits -> (...) KL(q || uniform over 2^H codes) in nats."""
-    o = bit_logits.float()
+    o = _f32(bit_logits)
     p = torch.sigmoid(o)
     # -H_b(p) = p log p + (1-p) log(1-p), with stable log-sigmoids
     neg_entropy = p * F.logsigmoid(o) + (1.0 - p) * F.logsigmoid(-o)
@@ -95,14 +100,14 @@ class _LatentEmbedding(torch.autograd.Function):
             grad_w = torch.zeros_like(weight)
             grad_w.index_add_(1, codes, grad_out.t().to(weight.dtype))
         if ctx.needs_input_grad[0]:
-            o = bit_logits.float()
+            o = _f32(bit_logits)
             N, H = o.shape
             C = 1 << H
-            bits = code_bits(H, o.device)  # (C, H)
+            bits = code_bits(H, o.device).to(o.dtype)  # (C, H)
             p = torch.sigmoid(o)
             log1mp_sum = F.logsigmoid(-o).sum(-1, keepdim=True)  # (N, 1)
-            w = weight.float()
-            g = grad_out.float()
+            w = weight.to(o.dtype)
+            g = grad_out.to(o.dtype)
             grad_logits = torch.empty_like(o)
             step = max(1, ctx.chunk_elems // C)
             for s in range(0, N, step):
@@ -205,7 +210,8 @@ class FreeTransformer(Transformer):
             codes = sample_codes(bit_logits, ctx.generator)
             if ctx.prefix_len is not None:
                 # positions from prefix_len on are scored: their Z comes from the prior
-                after = torch.arange(T, device=x.device)[None, :] >= ctx.prefix_len.to(x.device)[:, None]
+                plen = ctx.prefix_len.to(x.device)
+                after = torch.arange(T, device=x.device)[None, :] >= plen[:, None]
                 codes = torch.where(after, uniform_codes((B, T), H, ctx.generator, x.device),
                                     codes)
                 r = F.embedding(codes, w.t())

@@ -87,13 +87,18 @@ class Attention(nn.Module):
         q = apply_rope(q, *rope_q).transpose(1, 2)  # (B, nh, Tq, hd)
         k = apply_rope(k, *rope_k).transpose(1, 2)  # (B, nkv, Tk, hd)
         v = v.transpose(1, 2)
+        s0 = 0
         if cache is not None:
+            s0 = cache.len
             k, v = cache.append(k, v)
         if self.n_kv != self.n_heads:
             rep = self.n_heads // self.n_kv
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
-        is_causal = self.causal and mask is None and cache is None
+        # With no mask: plain causal from an empty cache; one query after s0 keys sees them all.
+        if self.causal and mask is None and s0 > 0 and Tq > 1:
+            raise ValueError("a multi-token step on a filled KV cache needs an explicit mask")
+        is_causal = self.causal and mask is None and s0 == 0 and Tq > 1
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
         return self.wo(y.transpose(1, 2).reshape(B, Tq, self.n_heads * self.hd))
 
