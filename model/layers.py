@@ -91,15 +91,13 @@ class Attention(nn.Module):
         if cache is not None:
             s0 = cache.len
             k, v = cache.append(k, v)
-        if self.n_kv != self.n_heads:
-            rep = self.n_heads // self.n_kv
-            k = k.repeat_interleave(rep, dim=1)
-            v = v.repeat_interleave(rep, dim=1)
         # With no mask: plain causal from an empty cache; one query after s0 keys sees them all.
         if self.causal and mask is None and s0 > 0 and Tq > 1:
             raise ValueError("a multi-token step on a filled KV cache needs an explicit mask")
         is_causal = self.causal and mask is None and s0 == 0 and Tq > 1
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        # enable_gqa: KV heads are shared by groups of query heads without copying them
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                           enable_gqa=self.n_kv != self.n_heads)
         return self.wo(y.transpose(1, 2).reshape(B, Tq, self.n_heads * self.hd))
 
 
