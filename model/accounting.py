@@ -88,5 +88,5 @@ def train_flops_per_token(cfg: ModelConfig, seq_len: int) -> FlopsBreakdown:
     if not cfg.is_free:
         return FlopsBreakdown(cfg.n_layers * blk, readout, 0.0, 0.0, 0.0)
     H, C, D = cfg.latent_bits, cfg.n_codes, cfg.dim
-    mapper = 2 * D * C + 2 * H * C + 2 * C * H
+    mapper = 2 * D * C + 2 * C * (H + 1)
     return FlopsBreakdown(cfg.n_layers * blk, readout, blk, 3 * 2 * D * H, float(mapper))

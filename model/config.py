@@ -42,8 +42,9 @@ class ModelConfig:
     """Free-bits threshold kappa in bits per token (the KL below it is not penalised)."""
     init_std: float = 0.02
     """Std of the normal initialisation of every weight matrix."""
-    mapper_chunk_elems: int = 1 << 21
-    """Binary-mapper backward works on chunks of at most this many (token, code) pairs."""
+    mapper_chunk_elems: int = 1 << 23
+    """Binary-mapper backward works on chunks of at most this many (token, code) pairs
+    (32 MiB of float32 per temporary; 128 tokens at H=16, where larger chunks gain little)."""
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> None:

@@ -103,27 +103,36 @@ class _LatentEmbedding(torch.autograd.Function):
             o = _f32(bit_logits)
             N, H = o.shape
             C = 1 << H
-            bits = code_bits(H, o.device).to(o.dtype)  # (C, H)
+            # [bits | 1]: one matmul gives sum_d A[t,d] b_h(d) and sum_d A[t,d]
+            bits1 = torch.cat([code_bits(H, o.device), torch.ones(C, 1, device=o.device)], 1)
+            bits1 = bits1.to(o.dtype)
             p = torch.sigmoid(o)
-            log1mp_sum = F.logsigmoid(-o).sum(-1, keepdim=True)  # (N, 1)
             w = weight.to(o.dtype)
             g = grad_out.to(o.dtype)
             grad_logits = torch.empty_like(o)
             step = max(1, ctx.chunk_elems // C)
+            buf = torch.empty(min(step, N), C, dtype=o.dtype, device=o.device)
             for s in range(0, N, step):
                 e = min(N, s + step)
-                gG = g[s:e] @ w  # (c, C): dL/dG
-                # log G[t, d] = sum_h b_h(d) o_th + log(1 - p_th) (since log p - log(1-p) = o)
-                G = torch.exp(o[s:e] @ bits.t() + log1mp_sum[s:e])  # (c, C)
-                A = gG * G
+                G = buf[: e - s]
+                # G[t, d] = prod_h P(B_th = b_h(d)), built bit by bit as a Kronecker product
+                # (code d = sum_h 2^h b_h: bit h doubles the filled prefix); no exp needed
+                G[:, :1] = 1.0
+                n = 1
+                for h in range(H):
+                    torch.mul(G[:, :n], p[s:e, h:h + 1], out=G[:, n:2 * n])
+                    G[:, :n].mul_(1.0 - p[s:e, h:h + 1])
+                    n *= 2
+                G.mul_(g[s:e] @ w)  # A = dL/dG * G, with dL/dG = grad_r @ W
                 # dG[t,d]/do_th = G[t,d] (b_h(d) - p_th)
-                grad_logits[s:e] = A @ bits - p[s:e] * A.sum(-1, keepdim=True)
+                r = G @ bits1
+                grad_logits[s:e] = r[:, :H] - p[s:e] * r[:, H:]
             grad_logits = grad_logits.to(bit_logits.dtype)
         return grad_logits, grad_w, None, None
 
 
 def latent_embedding(bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
-                     chunk_elems: int = 1 << 21) -> torch.Tensor:
+                     chunk_elems: int = 1 << 23) -> torch.Tensor:
     """The binary mapper followed by the post-sampler, without the (tokens x 2^H) one-hot.
 
     bit_logits (..., H), weight (D, 2^H) (the post-sampler's Linear weight), codes (...) long.
