@@ -9,8 +9,8 @@ linear layer costs twice its forward and the backward of attention twice its for
 Free Transformer extras: the encoder block (a full block; its queries come from zeta repeated T
 times), the readout to H bit logits, the post-sampler (a gather in the forward, a scatter-add in
 the backward: no matmul), and the binary mapper's backward, which is dense over the 2^H codes:
-dL/dG = grad_r @ W (2·D·2^H), log G = o @ bits^T (2·H·2^H) and dL/do = (dL/dG * G) @ bits
-(2·2^H·H) per token.
+dL/dG = grad_r @ W (2·D·2^H) and dL/do from (dL/dG * G) @ [bits | 1] (2·2^H·(H+1)) per token;
+G itself is built as a Kronecker product (elementwise, not counted).
 """
 
 from __future__ import annotations
