@@ -1,0 +1,249 @@
+"""The typed config tree of `experiments/train.py` (hydra structured configs).
+
+Sections (hydra groups): model, data, optim, train, logging (+ paths). Precedence: dataclass
+defaults < `experiments/conf/train.yaml` and its group files < command-line overrides. Every
+section is a dataclass, so a misspelled key or a wrongly typed value fails at compose time;
+`__post_init__` checks values and raises `ValueError` naming the allowed values.
+
+The model group's options are the presets of `model.PRESETS` (`model=1M`, `model=16M`, ...),
+registered from that dict so the two never drift apart. The run-id hashes model, data, optim and
+train, minus the `train` keys in `NON_SEMANTIC_TRAIN_KEYS` (they do not change what is trained).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+
+from model import PRESETS, ModelConfig
+
+DATA_SOURCES = ("stdlib", "files", "hf", "synthetic")
+PRECISIONS = ("auto", "fp32", "bf16")
+DEVICES = ("auto", "cpu", "cuda")
+COMPUTE_MATCH = ("none", "flops")
+NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile")
+
+
+def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
+    v = getattr(obj, name)
+    if v not in allowed:
+        raise ValueError(f"{_section(obj)}.{name}={v!r}: allowed values {list(allowed)}")
+
+
+def _section(obj: Any) -> str:
+    return {"DataConfig": "data", "OptimConfig": "optim", "LoopConfig": "train",
+            "LoggingConfig": "logging", "HFSource": "data.hf_sources[]",
+            "PathsConfig": "paths"}.get(type(obj).__name__, type(obj).__name__)
+
+
+def _positive(obj: Any, *names: str, allow_zero: bool = False,
+              allow_none: bool = False) -> None:
+    for name in names:
+        v = getattr(obj, name)
+        if v is None and allow_none:
+            continue
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (
+            v >= 0 if allow_zero else v > 0)
+        if not ok:
+            raise ValueError(f"{_section(obj)}.{name}={v!r}: must be a finite number "
+                             f"{'>= 0' if allow_zero else '> 0'}")
+
+
+# ---------------------------------------------------------------- model
+def _model_section() -> type:
+    """ModelConfig's fields (same names, types, defaults) plus `preset`, as a mutable dataclass."""
+    hints = typing.get_type_hints(ModelConfig)
+    specs: list[tuple[str, Any, Any]] = [("preset", str, field(default="1M"))]
+    for f in dataclasses.fields(ModelConfig):
+        specs.append((f.name, hints[f.name], field(default=f.default)))
+    ns = {"__doc__": "model.ModelConfig's fields + `preset` (the name it started from)."}
+    return dataclasses.make_dataclass("ModelSection", specs, namespace=ns)
+
+
+ModelSection = _model_section()
+
+
+def model_config(section: Any) -> ModelConfig:
+    """The frozen model.ModelConfig of a model section (ValueError on a bad value)."""
+    d = {f.name: getattr(section, f.name) for f in dataclasses.fields(ModelConfig)}
+    return ModelConfig(**d)
+
+
+# ---------------------------------------------------------------- data
+@dataclass
+class HFSource:
+    path: str = ""
+    """`datasets.load_dataset` path: a hub name ("HuggingFaceFW/fineweb-edu") or a builder
+    ("json", "text", "parquet") with `data_files`."""
+    name: str | None = None
+    """Dataset config name (e.g. "sample-10BT")."""
+    split: str = "train"
+    field: str = "text"
+    """Column holding the document text."""
+    weight: float = 1.0
+    """Relative sampling weight in the mixture."""
+    data_files: list[str] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ValueError("data.hf_sources[].path is required (a hub name or a builder)")
+        _positive(self, "weight")
+
+
+@dataclass
+class DataConfig:
+    source: str = "stdlib"
+    """stdlib (offline default: this interpreter's standard-library .py files) | files | hf |
+    synthetic (the paper's §4.1 sequences, character-level)."""
+    paths: list[str] = field(default_factory=list)
+    """files: glob patterns of .txt / .jsonl / .json files (jsonl: one JSON object per line)."""
+    text_field: str = "text"
+    """files: the JSONL field holding a document."""
+    hf_sources: list[HFSource] = field(default_factory=list)
+    """hf: the mixture, each entry streamed with `datasets.load_dataset(..., streaming=True)`."""
+    hf_max_bytes: int = 200_000_000
+    """hf: stop streaming after this many bytes of text (the corpus is materialised)."""
+    max_bytes: int | None = None
+    """Cap on the corpus (documents in a fixed order until the cap); None = everything."""
+    val_fraction: float = 0.05
+    """Share of documents held out for validation, chosen by a hash of each document's key."""
+    val_tokens: int = 65_536
+    """Size of the fixed validation set in tokens (first chunks of the held-out stream)."""
+
+    def __post_init__(self) -> None:
+        _choice(self, "source", DATA_SOURCES)
+        _positive(self, "hf_max_bytes", "val_tokens")
+        _positive(self, "max_bytes", allow_none=True)
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"data.val_fraction={self.val_fraction!r}: must be in (0, 1)")
+        if self.source == "files" and not self.paths:
+            raise ValueError("data=files needs data.paths=[glob,...] (text, jsonl or json files)")
+        if self.source == "hf" and not self.hf_sources:
+            raise ValueError("data=hf needs data.hf_sources=[{path:...,field:text,weight:1},...]")
+
+
+# ---------------------------------------------------------------- optim
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    """Peak learning rate (AdamW)."""
+    min_lr_ratio: float = 0.1
+    """Cosine decays to lr * min_lr_ratio at the last step."""
+    warmup_steps: int | None = None
+    """Linear warmup; None = 5% of the steps (at least 1)."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay on matrices and embeddings (not on norms or zeta)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    """Clip the global grad norm to this; 0 = no clipping."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "lr", "eps")
+        _positive(self, "weight_decay", "grad_clip", "min_lr_ratio", allow_zero=True)
+        _positive(self, "warmup_steps", allow_zero=True, allow_none=True)
+        for b in ("beta1", "beta2"):
+            if not 0.0 <= getattr(self, b) < 1.0:
+                raise ValueError(f"optim.{b}={getattr(self, b)!r}: must be in [0, 1)")
+        if self.min_lr_ratio > 1:
+            raise ValueError(f"optim.min_lr_ratio={self.min_lr_ratio!r}: must be in [0, 1]")
+
+
+# ---------------------------------------------------------------- train
+@dataclass
+class LoopConfig:
+    seed: int = 0
+    """Seeds the initialisation, the data order and every latent sample."""
+    seq_len: int = 256
+    """Tokens per training sequence (synthetic: forced to the task's length - 1)."""
+    batch_size: int = 16
+    """GLOBAL batch in sequences per optimizer step, whatever the number of processes."""
+    micro_batch_size: int | None = None
+    """Sequences per forward pass per process; grad accumulation = batch / (micro * world).
+    None = batch_size / world (no accumulation)."""
+    tokens: float | None = 2_000_000
+    """Budget in training tokens (ignored when `flops` is set); a float so `5e6` works."""
+    flops: float | None = None
+    """Budget in training FLOPs (analytic, model.train_flops_per_token); wins over tokens."""
+    compute_match: str = "none"
+    """none | flops: a baseline trains for the FLOPs the matching Free Transformer (same config,
+    latent_bits = match_latent_bits) spends on the budget."""
+    match_latent_bits: int = 16
+    """H of the Free Transformer a compute-matched baseline is matched to."""
+    device: str = "auto"
+    """auto | cpu | cuda."""
+    precision: str = "auto"
+    """auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (CUDA only)."""
+    compile: bool = False
+    """torch.compile the model (CUDA only; ignored with a note on CPU)."""
+    force: bool = False
+    """Retrain a finished run from scratch."""
+    dry_run: bool = False
+    """Print the plan (params, FLOPs, tokens, steps, batch) and exit before any compute."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "seq_len", "batch_size")
+        _positive(self, "micro_batch_size", "tokens", "flops", allow_none=True)
+        _positive(self, "match_latent_bits")
+        _choice(self, "compute_match", COMPUTE_MATCH)
+        _choice(self, "device", DEVICES)
+        _choice(self, "precision", PRECISIONS)
+        if self.tokens is None and self.flops is None:
+            raise ValueError("train.tokens and train.flops are both null: set one budget")
+        if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
+            raise ValueError(f"train.micro_batch_size={self.micro_batch_size} must divide "
+                             f"train.batch_size={self.batch_size}")
+
+
+@dataclass
+class LoggingConfig:
+    log_every: int = 10
+    """Write a train line to metrics.jsonl every this many steps (and at the last)."""
+    val_every: int = 200
+    """Validate every this many steps (and at the end); 0 = only at the end."""
+    val_batch_size: int = 16
+    ckpt_every: int = 200
+    """Checkpoint every this many steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """step_<N>.pt files kept (the newest ones)."""
+    progress: bool = True
+    """tqdm progress bar with tokens/s and ETA."""
+
+    def __post_init__(self) -> None:
+        _positive(self, "log_every", "ckpt_every", "val_batch_size", "keep_checkpoints")
+        _positive(self, "val_every", allow_zero=True)
+
+
+@dataclass
+class PathsConfig:
+    results: str = "${oc.env:FTBENCH_RESULTS,results}"
+    """Results root; runs go to <results>/runs/<run-id>/."""
+    cache: str = "${oc.env:FTBENCH_CACHE,${paths.results}/cache}"
+    """Tokenizers and tokenized corpora, keyed by content."""
+
+
+@dataclass
+class TrainConfig:
+    model: ModelSection = field(default_factory=lambda: ModelSection())  # type: ignore[valid-type]
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: LoopConfig = field(default_factory=LoopConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    paths: PathsConfig = field(default_factory=PathsConfig)
+
+GROUPS: dict[str, type] = {"model": ModelSection, "data": DataConfig, "optim": OptimConfig,
+                           "train": LoopConfig, "logging": LoggingConfig, "paths": PathsConfig}
+
+
+def register() -> None:
+    """Register the schema and the model presets with hydra's ConfigStore (idempotent)."""
+    cs = ConfigStore.instance()
+    cs.store(name="train_schema", node=TrainConfig)
+    for name, preset in PRESETS.items():
+        cs.store(group="model", name=name, node=ModelSection(preset=name, **preset.to_dict()))

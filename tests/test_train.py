@@ -1,0 +1,350 @@
+"""experiments/train.py end to end on tiny runs: learning, resume after kill -9 and SIGTERM,
+NaN handling, DDP == single process, dry-run FLOPs, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import experiments.train as T
+from experiments.tokenizer import tokenizer_from_ref
+from model import build_model, load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+# 1M preset with a small vocabulary and short sequences: a step takes tens of milliseconds.
+TINY = ["model=1M", "model.vocab_size=512", "train.seq_len=32", "train.batch_size=8",
+        "data.max_bytes=150000", "data.val_tokens=512", "logging.progress=false",
+        "logging.log_every=1", "optim.lr=3e-3", "optim.warmup_steps=2"]
+TRAIN_KEYS = {"kind", "step", "tokens", "flops", "ce", "kl_nats", "kl_bits", "loss", "lr",
+              "grad_norm", "tokens_per_s", "time"}
+FT_VAL_KEYS = {"val_ce", "val_bpb", "val_ce_prior", "val_ce_posterior", "val_kl_nats",
+               "val_kl_bits", "val_elbo", "frac_kl_above_kappa"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("ftbench-cache")  # tokenizer + corpus, shared by the runs
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    # The machine is shared; one thread also makes in-process and subprocess runs bitwise equal.
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def ov(results: Path, cache: Path, *extra: str) -> list[str]:
+    return [*TINY, f"paths.results={results}", f"paths.cache={cache}", *extra]
+
+
+def metrics(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def env1() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+# ---------------------------------------------------------------- learning + run directory
+@pytest.mark.parametrize("arm", ["baseline", "free"])
+def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
+    extra = ["model.latent_bits=8", "model.kappa_bits=0.5"] if arm == "free" else []
+    cfg = T.compose(ov(tmp_path, cache, "train.tokens=7680", "logging.val_every=15",
+                       "logging.ckpt_every=10", *extra))
+    run = T.train(cfg, argv=["train.py", "test"])
+    assert run == tmp_path / "runs" / T.run_id(cfg)
+    rows = metrics(run)
+    tr = [r for r in rows if r["kind"] == "train"]
+    val = [r for r in rows if r["kind"] == "val"]
+    assert [r["step"] for r in tr] == list(range(1, 31))
+    assert [r["step"] for r in val] == [0, 15, 30] and rows[-1]["kind"] == "final"
+    assert val[-1]["val_ce"] < val[0]["val_ce"] - 0.7  # from ~ln(512) = 6.24 nats
+    assert all(set(r) == TRAIN_KEYS for r in tr)
+    assert tr[-1]["tokens"] == 30 * 8 * 32
+    p = T.plan(cfg)
+    assert tr[-1]["flops"] == pytest.approx(30 * 256 * p["flops_per_token"])
+    assert 0 < val[-1]["val_bpb"] < val[-1]["val_ce"]  # a token is more than one byte
+    if arm == "free":
+        v = val[-1]
+        assert FT_VAL_KEYS <= set(v) and v["val_ce"] == v["val_ce_prior"]
+        assert v["val_elbo"] == pytest.approx(v["val_ce_posterior"] + v["val_kl_nats"])
+        assert 0 <= v["frac_kl_above_kappa"] <= 1 and v["val_kl_nats"] > 0
+        assert any(r["kl_nats"] > 0 for r in tr)
+    else:
+        assert all(r["kl_nats"] == 0 for r in tr) and "val_ce_prior" not in val[-1]
+    conf = yaml.safe_load((run / "config.yaml").read_text())
+    assert conf["run_id"] == run.name and conf["arm"] == arm
+    assert conf["model"]["vocab_size"] == 512 and conf["train"]["seq_len"] == 32
+    assert conf["accounting"]["flops_per_token"] == p["flops_per_token"]
+    prov = conf["provenance"]
+    assert len(prov["git_commit"]) == 40 and prov["versions"]["torch"] == torch.__version__
+    assert len(prov["tokenizer_sha256"]) == 64 and list(prov["data_checksums"])[0].startswith(
+        "stdlib:")
+    assert (run / "train.log").read_text().splitlines()[0].endswith("argv: train.py test")
+    ck = load_checkpoint(run / "checkpoints" / "final.pt")
+    assert ck.config.latent_bits == (8 if arm == "free" else 0)
+    tok = tokenizer_from_ref(ck.tokenizer)
+    assert tok.vocab_size == 512 and tok.decode(tok.encode("import os\n")) == "import os\n"
+    assert ck.extra["step"] == 30 and "optimizer" in ck.extra and "rng" in ck.extra
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "final.pt", "step_20.pt", "step_30.pt"]  # keep_checkpoints=2
+
+    # a finished run is not retrained ...
+    mtime = (run / "checkpoints" / "final.pt").stat().st_mtime_ns
+    t0 = time.time()
+    assert T.train(cfg) == run and time.time() - t0 < 2
+    assert (run / "checkpoints" / "final.pt").stat().st_mtime_ns == mtime
+    assert len(metrics(run)) == len(rows)
+    if arm == "baseline":  # ... unless asked; the retrained run is bitwise the same
+        cfg.train.force = True
+        assert T.run_id(cfg) == run.name
+        T.train(cfg)
+        assert (run / "checkpoints" / "final.pt").stat().st_mtime_ns != mtime
+        assert [r["ce"] for r in metrics(run) if r["kind"] == "train"] == [r["ce"] for r in tr]
+
+
+# ---------------------------------------------------------------- faults
+def _wait(pred, proc, timeout=120.0):
+    t0 = time.time()
+    while not pred():
+        if proc.poll() is not None:
+            raise AssertionError(f"run exited early with {proc.returncode}: "
+                                 f"{proc.stderr.read()[-2000:]}")
+        if time.time() - t0 > timeout:
+            proc.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+def _train_lines(run: Path) -> list[dict]:
+    if not (run / "metrics.jsonl").exists():
+        return []
+    out = []
+    for x in (run / "metrics.jsonl").read_text().splitlines():
+        try:
+            r = json.loads(x)
+        except json.JSONDecodeError:
+            continue
+        if r["kind"] == "train":
+            out.append(r)
+    return out
+
+
+def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cache):
+    extra = ["model.dim=64", "model.ffn_dim=128", "model.latent_bits=4", "model.kappa_bits=0.25",
+             "train.tokens=6144",
+             "logging.ckpt_every=4", "logging.val_every=10", "logging.keep_checkpoints=50"]
+    ref_cfg = T.compose(ov(tmp_path / "ref", cache, *extra))
+    ref = T.train(ref_cfg)  # 24 steps, never interrupted
+    args = ov(tmp_path / "cut", cache, *extra)
+    run = T.run_dir(T.compose(args))
+    cmd = [sys.executable, "-m", "experiments.train", *args]
+    ck = run / "checkpoints"
+
+    # 1. kill -9 as soon as the first checkpoint is there (mid-run, maybe mid-write of the next)
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env1(), stderr=subprocess.PIPE, text=True)
+    _wait(lambda: (ck / "step_4.pt").exists(), p)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGKILL and not (ck / "final.pt").exists()
+
+    # 2. restart; SIGTERM once it has gone past its resume point: checkpoint + exit code 75
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env1(), stderr=subprocess.PIPE, text=True)
+    n0 = max(int(x.stem.split("_")[1]) for x in ck.glob("step_*.pt"))
+    _wait(lambda: len(_train_lines(run)) > n0 + 1, p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == T.EXIT_PREEMPTED == 75, err[-2000:]
+    assert "SIGTERM" in err and not (ck / "final.pt").exists()
+    stepped = max(int(x.stem.split("_")[1]) for x in ck.glob("step_*.pt"))
+    assert n0 < stepped < 24  # a checkpoint at the step the signal arrived, off the schedule
+    assert torch.load(ck / f"step_{stepped}.pt", weights_only=True)["extra"]["step"] == stepped
+
+    # 3. resume to the end (in process): same weights and same metrics as the reference
+    T.train(T.compose(args))
+    a, b = weights(ref / "checkpoints" / "final.pt"), weights(ck / "final.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s",
+                                                                    "wall_s")} for r in rows]
+    assert strip(metrics(run)) == strip(metrics(ref))
+    log = (run / "train.log").read_text()
+    assert log.count("argv:") == 3 and "resumed from step_" in log
+
+
+def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
+        tmp_path, cache, monkeypatch, capsys):
+    real_build = T.build_model
+
+    def poisoned(mc):
+        m = real_build(mc)
+        fwd, calls = m.forward, {"n": 0}
+
+        def forward(*a, **k):
+            out = fwd(*a, **k)
+            if m.training:
+                calls["n"] += 1
+                if calls["n"] == 5:  # the 5th training step
+                    out.loss = out.loss * float("nan")
+            return out
+
+        m.forward = forward
+        return m
+
+    monkeypatch.setattr(T, "build_model", poisoned)
+    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=2")
+    assert T.main(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: non-finite loss (nan) at step 5;")
+    assert err[-1].endswith("step_4.pt")
+    run = T.run_dir(T.compose(args))
+    assert sorted(x.name for x in (run / "checkpoints").iterdir()) == ["step_2.pt", "step_4.pt"]
+    assert max(r["step"] for r in _train_lines(run)) == 4
+
+
+# ---------------------------------------------------------------- DDP
+def test_ddp_two_gloo_processes_equal_one_process(tmp_path):
+    """Same config (global batch 8, micro-batch 2): 1 process x 4 accumulation steps vs
+    2 processes (gloo) x 2 accumulation steps (no_sync on the first). The Free Transformer's
+    Z draws are per micro-batch, so they match too."""
+    args = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128",
+            "model.n_layers=2", "model.latent_bits=4", "train.batch_size=8",
+            "train.micro_batch_size=2", f"train.tokens={3 * 8 * 65}", "data.val_tokens=260",
+            "logging.progress=false", "logging.log_every=1", "optim.warmup_steps=1"]
+    one = T.compose([*args, f"paths.results={tmp_path / 'one'}"])
+    assert T.plan(one, world_size=1)["grad_accum"] == 4
+    assert T.plan(one, world_size=2)["grad_accum"] == 2
+    r1 = T.train(one)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+           "2", "-m", "experiments.train", *args, f"paths.results={tmp_path / 'two'}"]
+    res = subprocess.run(cmd, cwd=ROOT, env=env1(), capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r2 = tmp_path / "two" / "runs" / r1.name  # same config -> same run-id
+    a, b = weights(r1 / "checkpoints" / "final.pt"), weights(r2 / "checkpoints" / "final.pt")
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    l1 = [r["loss"] for r in metrics(r1) if r["kind"] == "train"]
+    l2 = [r["loss"] for r in metrics(r2) if r["kind"] == "train"]
+    assert len(l1) == 3 and l1 == pytest.approx(l2, abs=1e-5)
+    conf = yaml.safe_load((r2 / "config.yaml").read_text())
+    assert conf["accounting"]["world_size"] == 2 and conf["accounting"]["grad_accum"] == 2
+
+
+# ---------------------------------------------------------------- dry run and budgets
+@pytest.mark.parametrize("latent_bits", [0, 8])
+def test_dry_run_flops_match_flop_counter(tmp_path, latent_bits, capsys):
+    cfg = T.compose(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
+                     f"paths.results={tmp_path}"])
+    p = T.plan(cfg)
+    m = build_model(p["model"]).train()
+    B, S = 2, 64
+    x = torch.randint(0, p["model"].vocab_size, (B, S))
+    # the math backend, so attention shows up as matmuls the counter sees
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
+        m(x, targets=x).loss.backward()
+    assert p["flops_per_token"] * B * S == fc.get_total_flops()
+    assert T.main(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
+                   f"paths.results={tmp_path}", "train.dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    assert f"FLOPs/token this run {p['flops_per_token']:.4g}" in out
+    assert "FT overhead" in out and "paper's 1/L = 25.00%" in out
+    assert f"{p['steps']:,} steps" in out and "accum 1" in out
+    assert not (tmp_path / "runs").exists()  # nothing computed, nothing written
+
+
+def test_compute_match_flops_gives_the_baseline_the_free_transformers_flops(tmp_path):
+    base = ["model=1M", "train.seq_len=64", "train.tokens=1000000", f"paths.results={tmp_path}"]
+    ft = T.plan(T.compose([*base, "model.latent_bits=16"]))
+    bl = T.plan(T.compose(base))
+    bm = T.plan(T.compose([*base, "train.compute_match=flops", "train.match_latent_bits=16"]))
+    assert bm["arm"] == "baseline" and bm["steps"] > bl["steps"] == ft["steps"]
+    assert bm["budget_flops"] == ft["flops"]  # what the FT really trains for
+    assert 0 <= bm["flops"] - ft["flops"] < bm["tokens_per_step"] * bm["flops_per_token"]
+    assert T.plan(T.compose([*base, "train.flops=1e12"]))["flops"] >= 1e12
+
+
+# ---------------------------------------------------------------- config and bad input
+def test_every_config_composes_and_run_id_is_content_addressed(tmp_path):
+    import model as M
+
+    for preset in M.PRESETS:
+        cfg = T.compose([f"model={preset}", "train.seq_len=128"])
+        assert cfg.model.dim == M.PRESETS[preset].dim and cfg.model.preset == preset
+    for data in ("stdlib", "synthetic"):
+        assert T.compose([f"data={data}"]).data.source == data
+    assert T.compose(["data=files", "data.paths=[a.txt]"]).data.paths == ["a.txt"]
+    hf = T.compose(["data=hf", "data.hf_sources=[{path:json,weight:2}]"]).data.hf_sources
+    assert hf[0].path == "json" and hf[0].weight == 2 and hf[0].field == "text"
+    syn = T.compose(["data=synthetic"])
+    assert syn.model.vocab_size == 29 and syn.train.seq_len == 65
+    a = T.compose([f"paths.results={tmp_path}"])
+    assert T.run_id(a) == T.run_id(T.compose(["logging.val_every=7", "train.force=true"]))
+    assert len(T.run_id(a)) == 12 and int(T.run_id(a), 16) >= 0
+    assert T.run_id(a) != T.run_id(T.compose(["train.seed=1"]))
+    assert T.run_id(a) != T.run_id(T.compose(["model.kappa_bits=0.25"]))
+    assert T.run_dir(a) == tmp_path / "runs" / T.run_id(a)
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    with initialize_config_dir(config_dir=str(T.CONF_DIR), version_base=None):  # a caller's app
+        assert T.compose(["model=16M"]).model.dim == 384
+        assert GlobalHydra.instance().is_initialized()  # restored after compose
+    os.environ["FTBENCH_RESULTS"], old = str(tmp_path / "env"), os.environ.get("FTBENCH_RESULTS")
+    try:
+        assert T.compose([]).paths.results == str(tmp_path / "env")
+    finally:
+        if old is None:
+            del os.environ["FTBENCH_RESULTS"]
+        else:
+            os.environ["FTBENCH_RESULTS"] = old
+
+
+BAD = [
+    (["model=17M"], "unknown model preset '17M'; allowed: ['1M', '16M', '1.5B', '8B']"),
+    (["data=web"], "unknown data source 'web'; allowed: ['stdlib', 'files', 'hf', 'synthetic']"),
+    (["train.sed=1"], "unknown key 'train.sed'; allowed keys in train: ["),
+    (["optim.lr=-1"], "optim.lr=-1.0: must be a finite number > 0"),
+    (["train.seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    (["train.compute_match=tokens"], "allowed values ['none', 'flops']"),
+    (["model.latent_bits=4", "model.n_layers=3"], "must be even for a Free Transformer"),
+    (["train.seq_len=512"], "exceeds model.max_seq_len=256"),
+    (["data=files"], "data=files needs data.paths"),
+    (["data=files", "data.paths=[/nonexistent/*.txt]"], "no file matches '/nonexistent/*.txt'"),
+    (["model.vocab_size=100000", "data.max_bytes=20000"], "but the tokenizer has"),
+]
+
+
+@pytest.mark.parametrize("args,msg", BAD)
+def test_bad_input_one_line_nonzero_exit_no_run_dir(tmp_path, cache, capsys, args, msg):
+    rc = T.main([*args, f"paths.results={tmp_path}", f"paths.cache={cache}",
+                 "logging.progress=false"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("error: ")
+    assert msg in err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_second_trainer_on_the_same_run_is_refused(tmp_path, cache, capsys):
+    args = ov(tmp_path, cache, "train.tokens=512")
+    held = T._lock(T.run_dir(T.compose(args)))  # as a live job would hold it
+    try:
+        assert T.main(args) == 2
+        assert "is being trained by another process" in capsys.readouterr().err
+    finally:
+        held.close()
+    assert T.main(args) == 0  # released: the run goes ahead
