@@ -1,0 +1,87 @@
+"""Open a report in headless Chromium (Debian's `chromium` package) and check it renders.
+
+The report carries a small script that, on `load`, marks broken images and missing sections on
+<body> (data-check="ok" | "fail"). This module runs `chromium --dump-dom` to read those marks and
+`--screenshot` to keep a picture of the page as an artifact. Network is disabled in the browser
+profile flags; the report needs none.
+
+    python -m analysis.browser results/sweeps/<name>/report.html --screenshot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .report import REQUIRED_SECTIONS
+
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--disable-dev-shm-usage", "--hide-scrollbars", "--mute-audio"]
+
+
+def find_chromium() -> str | None:
+    """$CHROMIUM, else chromium / chromium-browser / google-chrome on PATH."""
+    env = os.environ.get("CHROMIUM")
+    if env:
+        return env
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def check_report(html_path: str | os.PathLike, screenshot: str | os.PathLike | None = None,
+                 width: int = 1400, height: int = 4000, timeout: float = 90) -> dict:
+    """Render the report; return {"ok", "images", "broken_images", "missing_sections",
+    "screenshot"}. Raises FileNotFoundError when no Chromium is installed."""
+    exe = find_chromium()
+    if exe is None:
+        raise FileNotFoundError("no chromium on PATH (apt-get install -y chromium)")
+    url = Path(html_path).resolve().as_uri()
+    with tempfile.TemporaryDirectory(prefix="ftbench-chromium-") as prof:
+        base = [exe, *FLAGS, f"--user-data-dir={prof}", f"--window-size={width},{height}"]
+        dom = _run([*base, "--virtual-time-budget=10000", "--dump-dom", url], timeout)
+        shot = None
+        if screenshot is not None:
+            shot = Path(screenshot).resolve()
+            shot.parent.mkdir(parents=True, exist_ok=True)
+            _run([*base, "--virtual-time-budget=5000", f"--screenshot={shot}", url], timeout)
+    m = re.search(r"<body([^>]*)>", dom.stdout)
+    attrs = dict(re.findall(r'(data-[\w-]+)="([^"]*)"', m.group(1))) if m else {}
+    ids = set(re.findall(r'\sid="([^"]+)"', dom.stdout))
+    missing = [s for s in REQUIRED_SECTIONS if s not in ids]
+    res = {"ok": attrs.get("data-check") == "ok" and not missing,
+           "check": attrs.get("data-check"), "images": int(attrs.get("data-images", 0) or 0),
+           "broken_images": int(attrs.get("data-broken-images", -1) or 0),
+           "missing_sections": missing or [s for s in attrs.get("data-missing-sections",
+                                                                  "").split(",") if s],
+           "screenshot": str(shot) if shot and shot.is_file() else None,
+           "dom_chars": len(dom.stdout)}
+    if not m:
+        res["stderr"] = dom.stderr[-2000:]
+    return res
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("html")
+    ap.add_argument("--screenshot", default=os.environ.get("FTBENCH_SCREENSHOT"))
+    a = ap.parse_args(argv)
+    res = check_report(a.html, a.screenshot)
+    print(res)
+    raise SystemExit(0 if res["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

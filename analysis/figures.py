@@ -1,0 +1,190 @@
+"""Matplotlib figures (Agg, PNG). Each function returns a Figure, or None when the sweep has no
+data for it yet (the report then says so instead of showing an empty plot).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .claims import collapse_table  # noqa: E402
+from .frame import SweepData  # noqa: E402
+from .tables import GROUPS, paper_table  # noqa: E402
+
+LN2 = math.log(2)
+
+
+def arm_label(arm: str, kappa: float, h: float) -> str:
+    if arm == "free":
+        return f"FT k={kappa:g} H={int(h)}"
+    return arm
+
+
+def _arm_key(df: pd.DataFrame) -> pd.Series:
+    return pd.Series([arm_label(a, k, h) for a, k, h in
+                      zip(df["arm"], df["kappa_bits"], df["latent_bits"], strict=True)],
+                     index=df.index)
+
+
+def kappa_x(k: np.ndarray | pd.Series) -> np.ndarray:
+    """x position of kappa on a log2 axis; kappa = 0 sits one octave left of the smallest."""
+    k = np.asarray(k, dtype=float)
+    pos = k[k > 0]
+    floor = np.log2(pos.min()) - 1 if pos.size else 0.0
+    with np.errstate(divide="ignore"):
+        return np.where(k > 0, np.log2(np.where(k > 0, k, 1.0)), floor)
+
+
+def png_bytes(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def training_curves(data: SweepData) -> plt.Figure | None:
+    """Train CE (bits/token) and KL (bits/token) against training FLOPs, per arm and seed."""
+    c = data.curves
+    if c.empty or "kind" not in c or not (c["kind"] == "train").any():
+        return None
+    c = c[c["kind"] == "train"].copy()
+    c["label"] = _arm_key(c)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {lab: f"C{i}" for i, lab in enumerate(sorted(c["label"].unique()))}
+    for (lab, seed), g in c.groupby(["label", "seed"], sort=True):
+        g = g.sort_values("flops")
+        first = seed == c[c["label"] == lab]["seed"].min()
+        kw = {"color": colors[lab], "lw": 1.2, "alpha": 0.85, "label": lab if first else None,
+              "marker": "." if len(g) < 20 else None}
+        axes[0].plot(g["flops"], g["ce"] / LN2, **kw)
+        kl = g["kl_bits"] if "kl_bits" in g else g.get("kl_nats", 0) / LN2
+        axes[1].plot(g["flops"], kl, **kw)
+    for k in sorted(c[c["arm"] == "free"]["kappa_bits"].dropna().unique()):
+        axes[1].axhline(k, color="grey", ls=":", lw=0.8)
+    axes[0].set(xlabel="training FLOPs", ylabel="train CE (bits/token)", xscale="log",
+                title="Training cross-entropy (FT: Z from the encoder)")
+    axes[1].set(xlabel="training FLOPs", ylabel="KL (bits/token)", xscale="log",
+                title="KL to the uniform prior (dotted: kappa)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
+    """Validation CE with Z from the prior (the honest number) against kappa, posterior CE
+    (leaks) beside it, the baseline as a band; collapsed kappas circled in red."""
+    ct = collapse_table(data)
+    if ct.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ks = ct["kappa_bits"].to_numpy()
+    x = kappa_x(ks)
+    ax.errorbar(x - 0.05, ct["ce_prior"], yerr=ct["ce_prior_sd"].fillna(0), fmt="o-",
+                label="val CE, Z from prior (honest)", color="C0", capsize=3)
+    if ct["ce_posterior"].notna().any():
+        ax.errorbar(x + 0.05, ct["ce_posterior"], yerr=ct["ce_posterior_sd"].fillna(0),
+                    fmt="s--", label="val CE, Z from encoder (leaks)", color="C1", capsize=3)
+    base = ct["baseline_ce"].iloc[0]
+    if math.isfinite(base):
+        ax.axhline(base, color="k", lw=1, label="baseline val CE")
+        sd = ct["baseline_ce_sd"].iloc[0]
+        if math.isfinite(sd):
+            ax.axhspan(base - sd, base + sd, color="k", alpha=0.1)
+    col = ct[ct["collapsed"]]
+    if len(col):
+        ax.scatter(x[ct["collapsed"].to_numpy()], col["ce_prior"], s=250, facecolors="none",
+                   edgecolors="red", lw=2, label="collapse (see checklist)", zorder=5)
+    ax.set_xticks(x, [f"{k:g}" for k in ks])
+    ax.set(xlabel="kappa (bits, log scale)", ylabel="validation CE (nats/token)",
+           title="Validation CE against the free-bits threshold")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> plt.Figure | None:
+    """Each benchmark's primary score against kappa with its 95% CI; baseline as a band."""
+    t = table if table is not None else paper_table(data, "tokens", n_boot=200)
+    t = t[(t["column"] != "") & t["n_seeds"].fillna(0).gt(0)] if len(t) else t
+    if t.empty:
+        return None
+    order = [task for _, tasks in GROUPS for task in tasks]
+    keys = sorted({(r.task, r.metric) for r in t.itertuples()},
+                  key=lambda k: (order.index(k[0]) if k[0] in order else 99, k[1]))
+    n = len(keys)
+    ncol = min(4, n)
+    nrow = math.ceil(n / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.8 * nrow), squeeze=False)
+    for ax, (task, metric) in zip(axes.flat, keys, strict=False):
+        g = t[(t["task"] == task) & (t["metric"] == metric)]
+        ft = g[g["arm"] == "free"].sort_values("kappa_bits")
+        for h, gh in ft.groupby("latent_bits"):
+            x = kappa_x(gh["kappa_bits"])
+            lo = (gh["mean"] - gh["lo"]).fillna(0).clip(lower=0)
+            hi = (gh["hi"] - gh["mean"]).fillna(0).clip(lower=0)
+            ax.errorbar(x, gh["mean"], yerr=[lo, hi], fmt="o-", capsize=3,
+                        label=f"FT H={int(h)}")
+            ax.set_xticks(x, [f"{k:g}" for k in gh["kappa_bits"]])
+        b = g[g["arm"] == "baseline"]
+        if len(b) and math.isfinite(b["mean"].iloc[0]):
+            ax.axhline(b["mean"].iloc[0], color="k", lw=1, label="baseline")
+            if math.isfinite(b["lo"].iloc[0]):
+                ax.axhspan(b["lo"].iloc[0], b["hi"].iloc[0], color="k", alpha=0.1)
+        ax.set_title(f"{task}\n{metric}", fontsize=8)
+        ax.set_xlabel("kappa (bits)", fontsize=7)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("Benchmarks against kappa (equal tokens; 95% CIs; band = baseline CI)",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def overhead_table(data: SweepData) -> pd.DataFrame:
+    """Per Free Transformer column: analytic FLOPs overhead (config accounting), measured
+    wall-clock overhead (baseline tokens/s over FT tokens/s - 1, median of logged steps), and the
+    paper's 1/L for the run's L."""
+    c = data.cells
+    if c.empty or "flops_overhead" not in c:
+        return pd.DataFrame()
+    base = c[c["arm"] == "baseline"]
+    base_tps = base["tokens_per_s"].median() if "tokens_per_s" in base else math.nan
+    rows = []
+    free = c[c["arm"] == "free"]
+    for (h, k), g in free.groupby(["latent_bits", "kappa_bits"]):
+        tps = g["tokens_per_s"].median() if "tokens_per_s" in g else math.nan
+        n_layers = g["n_layers"].median() if "n_layers" in g else math.nan
+        rows.append({"latent_bits": h, "kappa_bits": k, "n_layers": n_layers,
+                     "paper_1_over_L": 1 / n_layers if n_layers else math.nan,
+                     "flops_overhead": g["flops_overhead"].median(),
+                     "wallclock_overhead": base_tps / tps - 1 if tps and base_tps else math.nan,
+                     "run_ids": " ".join(g["run_id"].astype(str))})
+    return pd.DataFrame(rows)
+
+
+def overhead(data: SweepData) -> plt.Figure | None:
+    ot = overhead_table(data)
+    if ot.empty or not (ot["flops_overhead"].notna().any()
+                        or ot["wallclock_overhead"].notna().any()):
+        return None
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    x = np.arange(len(ot))
+    ax.bar(x - 0.2, 100 * ot["flops_overhead"], 0.4, label="FLOPs (analytic accounting)")
+    ax.bar(x + 0.2, 100 * ot["wallclock_overhead"], 0.4, label="wall-clock (tokens/s)")
+    ax.scatter(x, 100 * ot["paper_1_over_L"], marker="_", s=900, color="red", zorder=5,
+               label="paper: 1/L")
+    ax.set_xticks(x, [f"k={k:g} H={int(h)}" for h, k in
+                      zip(ot["latent_bits"], ot["kappa_bits"], strict=True)], fontsize=8)
+    ax.set(ylabel="extra cost of the FT (%)", title="Free Transformer overhead against 1/L")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

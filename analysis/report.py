@@ -1,0 +1,327 @@
+"""One self-contained HTML report per sweep: results/sweeps/<name>/report.html.
+
+    python -m analysis.report --name <sweep> [--synthetic <name>] [--n-boot 2000]
+
+Also writes the tables (CSV, Markdown, LaTeX), the figures (PNG) and the checklist (CSV) under
+results/sweeps/<name>/report/. Images are base64-embedded, there is no external script, style
+sheet or font, so the file opens offline. Works on partial sweeps: a cell with no number says
+why ("missing: 1 running", "trained, not evaluated"), never 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import datetime as dt
+import html
+import json
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from . import figures
+from .claims import checklist, collapse_table
+from .frame import SweepData, load_sweep, results_root
+from .tables import VIEWS, cell_text, row_label, write_tables
+
+REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "figures",
+                     "synthetic", "runs", "provenance"]
+"""Section ids every report has (the Chromium check looks for each)."""
+
+CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "commonsense_qa": 0.2,
+          "gsm8k": 0.0, "humaneval_plus": 0.0, "mbpp_plus": 0.0}
+"""Accuracy of a random guesser (4-way, 4-way, 4-way, 5-way; 0 for generation)."""
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
+ max-width:1400px;color:#222;line-height:1.4}
+h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ccc;padding-top:8px}
+table{border-collapse:collapse;font-size:12px;margin:8px 0}
+td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
+th{background:#f3f3f3} td.grp{background:#fafafa;font-weight:600}
+.better{background:#dff5df} .worse{background:#f8dddd} .missing{color:#888;font-style:italic}
+.supported{background:#dff5df} .contradicted{background:#f8dddd} .inconclusive{background:#f4f0d8}
+.note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px;font-size:13px}
+img{max-width:100%;border:1px solid #ddd;margin:6px 0}
+code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px}
+footer{font-size:11px;color:#444} .wide{overflow-x:auto;max-width:100%}
+"""
+
+CHECK_JS = """
+window.addEventListener('load', function () {
+  var required = %s;
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !i.complete || i.naturalWidth === 0; });
+  broken.forEach(function (i) { i.setAttribute('data-broken', '1'); });
+  var missing = required.filter(function (id) { return !document.getElementById(id); });
+  document.body.setAttribute('data-images', imgs.length);
+  document.body.setAttribute('data-broken-images', broken.length);
+  document.body.setAttribute('data-missing-sections', missing.join(','));
+  document.body.setAttribute('data-check', broken.length || missing.length ? 'fail' : 'ok');
+});
+"""
+
+
+def esc(x: object) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _short(x: object, n: int) -> str | None:
+    """First n chars of a string field; None for NaN / missing."""
+    return x[:n] if isinstance(x, str) and x else None
+
+
+def _num(x: object, fmt: str = "{:.3g}") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return '<span class="missing">—</span>'
+    if isinstance(x, float):
+        return fmt.format(x)
+    return esc(x)
+
+
+def frame_html(df: pd.DataFrame, cols: list[str] | None = None) -> str:
+    """A plain HTML table; NaN shows as a grey dash, never 0."""
+    if df is None or df.empty:
+        return '<p class="missing">no rows</p>'
+    cols = cols or list(df.columns)
+    out = ['<div class="wide"><table><tr>' + "".join(f"<th>{esc(c)}</th>" for c in cols)
+           + "</tr>"]
+    for _, r in df.iterrows():
+        out.append("<tr>" + "".join(f"<td>{_num(r[c])}</td>" for c in cols) + "</tr>")
+    return "\n".join(out + ["</table></div>"])
+
+
+def table_html(long: pd.DataFrame) -> str:
+    """The paper-style table from its long form; hover a cell for its run-ids and CI method."""
+    cols = [c for c in dict.fromkeys(long["column"]) if c]
+    out = ["<table><tr><th>group</th><th>benchmark</th>"
+           + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr>"]
+    seen: dict[tuple[str, str], list[str]] = {}
+    for _, r in long.iterrows():
+        key = (r["group"], row_label(r))
+        cells = seen.setdefault(key, [])
+        if not r["column"]:
+            cells.extend(f'<td class="missing">{esc(r["status"])}</td>' for _ in cols)
+            continue
+        cls = "missing" if not r.get("n_seeds") else (
+            "better" if r["better"] is True else "worse" if r["better"] is False else "")
+        title = (f"runs: {r['run_ids'] or 'none'}; CI: {r['ci_method'] or 'n/a'}; "
+                 f"delta: {r['delta_method'] or 'n/a'}; items: {r['n_items']}")
+        cells.append(f'<td class="{cls}" title="{esc(title)}">{esc(cell_text(r))}</td>')
+    prev = None
+    for (group, label), cells in seen.items():
+        g = esc(group) if group != prev else ""
+        prev = group
+        out.append(f'<tr><td class="grp">{g}</td><td>{esc(label)}</td>{"".join(cells)}</tr>')
+    return "\n".join(out + ["</table>"])
+
+
+def img_html(png: bytes | None, alt: str, missing: str) -> str:
+    if not png:
+        return f'<p class="missing">{esc(alt)}: {esc(missing)}</p>'
+    b64 = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+
+
+def find_synthetic(root: Path, sweep: str, name: str | None) -> Path | None:
+    """results/synthetic/<name>: the one asked for, else one named like the sweep, else
+    'demo', else 'default', else the only one there is."""
+    base = root / "synthetic"
+    if name:
+        return base / name
+    for cand in (sweep, "demo", "default"):
+        if (base / cand).is_dir():
+            return base / cand
+    dirs = sorted(p for p in base.glob("*") if p.is_dir()) if base.is_dir() else []
+    return dirs[0] if len(dirs) == 1 else None
+
+
+def _status_html(data: SweepData) -> str:
+    c = data.cells
+    if c.empty:
+        return '<p class="missing">the manifest lists no cells</p>'
+    cols = [k for k in ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id", "state",
+                        "eval_state", "reason", "final_tokens", "final_flops", "wall_s",
+                        "tokens_per_s", "eval_files"] if k in c]
+    counts = c["state"].fillna("unknown").value_counts()
+    head = "<p>cells: " + ", ".join(f"{n} {esc(s)}" for s, n in counts.items()) + "</p>"
+    return head + frame_html(c.assign(eval_files=c.get("eval_files", "").map(
+        lambda x: " ".join(x) if isinstance(x, list) else x)), cols)
+
+
+def _provenance_html(data: SweepData, synth: Path | None) -> str:
+    m = data.manifest
+    out = ["<p>Every number above comes from the runs of its column: hover a table cell for its "
+           "run-ids; the CSV tables carry a <code>run_ids</code> column. The run-id is the hash "
+           "of the resolved training config (docs/RESULTS.md).</p>",
+           f"<p>sweep <b>{esc(m.get('name'))}</b>, created {esc(m.get('created'))}, launcher "
+           f"{esc(m.get('launcher'))}, git commit <code>{esc(m.get('git_commit'))}</code>; "
+           f"manifest <code>{esc(data.root / 'sweeps' / data.name / 'manifest.json')}</code></p>",
+           f"<p>grid: <code>{esc(json.dumps(m.get('grid'), sort_keys=True))}</code></p>"]
+    c = data.cells
+    if not c.empty:
+        rows = []
+        for _, r in c.iterrows():
+            versions = r.get("versions") if isinstance(r.get("versions"), dict) else {}
+            rows.append({"run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
+                         "config_sha256": _short(r.get("config_sha256"), 16),
+                         "git_commit": _short(r.get("git_commit"), 12),
+                         "git_dirty": r.get("git_dirty"),
+                         "versions": " ".join(f"{k}={v}" for k, v in sorted(versions.items()))
+                         or None,
+                         "tokenizer_sha256": _short(r.get("tokenizer_sha256"), 16)})
+        out.append("<h3>Runs</h3>" + frame_html(pd.DataFrame(rows)))
+    if data.evals:
+        ev = pd.DataFrame([{
+            "file": e.get("file"), "suite": e.get("suite"), "z_mode": e.get("z_mode"),
+            "k": e.get("k"), "leaks": e.get("leaks"), "seed": e.get("seed"),
+            "limit": e.get("limit"),
+            "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
+            "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}
+            for e in data.evals])
+        out.append("<h3>Evaluations (harness versions)</h3>" + frame_html(ev))
+    sums: dict[str, str] = dict(m.get("data_checksums") or {})
+    for d in c.get("data_checksums", pd.Series(dtype=object)).dropna():
+        sums.update(d if isinstance(d, dict) else {})
+    for e in data.evals:
+        sums.update(e.get("data_checksums") or {})
+    out.append("<h3>Data checksums (sha256)</h3>" + (frame_html(pd.DataFrame(
+        [{"data": k, "sha256": v} for k, v in sorted(sums.items())])) if sums else
+        '<p class="missing">none recorded</p>'))
+    if synth is not None:
+        out.append(f"<p>synthetic experiment: <code>{esc(synth)}</code></p>")
+    if data.warnings:
+        out.append("<h3>Warnings</h3><ul>" + "".join(f"<li>{esc(w)}</li>"
+                                                     for w in data.warnings) + "</ul>")
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    out.append(f"<p>report generated {now} by analysis.report (python "
+               f"{sys.version.split()[0]}, pandas {pd.__version__}).</p>")
+    return "\n".join(out)
+
+
+def _synthetic_html(synth: Path | None) -> str:
+    if synth is None or not synth.is_dir():
+        return ('<p class="missing">synthetic experiment: no results (run '
+                '<code>make synthetic</code>)</p>')
+    parts = [f"<p>from <code>{esc(synth)}</code></p>"]
+    fig = synth / "figure.png"
+    parts.append(img_html(fig.read_bytes() if fig.is_file() else None, "synthetic figure",
+                          "figure.png missing"))
+    csv = synth / "table.csv"
+    if csv.is_file():
+        parts.append(frame_html(pd.read_csv(csv)))
+    elif (synth / "table.md").is_file():
+        parts.append(f"<pre>{esc((synth / 'table.md').read_text(encoding='utf-8'))}</pre>")
+    else:
+        parts.append('<p class="missing">table missing</p>')
+    return "\n".join(parts)
+
+
+def _summary_html(data: SweepData) -> str:
+    c = data.cells
+    n_done = int((c["state"] == "done").sum()) if len(c) else 0
+    seeds = sorted(set(c["seed"].dropna())) if len(c) else []
+    chance = ", ".join(f"{k} {v:g}" for k, v in CHANCE.items())
+    return (f"<p>{len(c)} cells, {n_done} done; seeds {esc(seeds)}. Cells: mean over seeds "
+            "[95% CI]; Δ = Free Transformer minus the reference arm with a paired bootstrap 95% "
+            "CI over (seed, item) pairs; * = the CI excludes 0; green/red = significantly "
+            "better/worse. pass@1 uses Clopper-Pearson intervals (honest at 0).</p>"
+            '<p class="note">Read small-scale numbers with care: models this small score near '
+            f"chance on these benchmarks (chance: {chance}), so accuracy differences are mostly "
+            "noise and the smooth metrics (bits per byte of gold answers, validation CE) carry "
+            "the signal. A verdict of 'inconclusive' is the expected outcome of a demo.</p>")
+
+
+def build_report(name: str, root: str | Path | None = None, synthetic: str | None = None,
+                 n_boot: int = 2000) -> Path:
+    """Write report.html (and report/ with tables, figures, checklist); return its path."""
+    root = results_root(root)
+    data = load_sweep(name, root)
+    out_dir = root / "sweeps" / name / "report"
+    tables = write_tables(data, out_dir, n_boot=n_boot)
+    synth = find_synthetic(root, name, synthetic)
+    claims = checklist(data, tables, synth)
+    claims.to_csv(out_dir / "claims.csv", index=False)
+    ct = collapse_table(data)
+    ot = figures.overhead_table(data)
+    figs = {}
+    for key, fn in (("training_curves", figures.training_curves),
+                    ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
+                    ("benchmarks_vs_kappa",
+                     lambda d: figures.benchmarks_vs_kappa(d, tables["tokens"])),
+                    ("overhead", figures.overhead)):
+        fig = fn(data)
+        figs[key] = figures.png_bytes(fig) if fig is not None else None
+        if figs[key]:
+            (out_dir / f"{key}.png").write_bytes(figs[key])
+    claims_rows = "\n".join(
+        f'<tr><td>{esc(r.claim)}</td><td class="{esc(r.verdict)}"><b>{esc(r.verdict)}</b></td>'
+        f'<td>{esc(r.evidence)}</td><td>{esc(r.source)}</td>'
+        f'<td class="mono">{esc(r.run_ids)}</td></tr>' for r in claims.itertuples())
+    view_txt = {"tokens": "Equal tokens (the paper's protocol): reference = baseline",
+                "flops": ("Equal FLOPs: reference = baseline_flops (the baseline trained on more "
+                          "tokens to match the Free Transformer's FLOPs); baseline_plus1 (one "
+                          "more layer) shown when present")}
+    sections = [
+        f'<section id="summary"><h2>Summary</h2>{_summary_html(data)}</section>',
+        '<section id="claims"><h2>Paper claims checklist</h2><table><tr><th>claim</th>'
+        '<th>verdict</th><th>our evidence</th><th>source</th><th>run-ids</th></tr>'
+        f"{claims_rows}</table></section>"]
+    for view in VIEWS:
+        sections.append(f'<section id="table-{view}"><h2>{esc(view_txt[view])}</h2>'
+                        f"{table_html(tables[view])}<p>Files: report/table_{view}.csv, .md, "
+                        ".tex</p></section>")
+    sections.append(
+        '<section id="figures"><h2>Figures</h2>'
+        + img_html(figs["training_curves"], "training curves", "no training metrics yet")
+        + img_html(figs["val_ce_vs_kappa"], "validation CE vs kappa",
+                   "no Free Transformer validation CE yet")
+        + "<h3>Collapse check</h3>" + frame_html(ct)
+        + img_html(figs["benchmarks_vs_kappa"], "benchmarks vs kappa", "no benchmark scores yet")
+        + img_html(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
+        + "<h3>Overhead</h3>" + frame_html(ot) + "</section>")
+    sections.append(f'<section id="synthetic"><h2>Synthetic task (paper §4.1)</h2>'
+                    f"{_synthetic_html(synth)}</section>")
+    sections.append(f'<section id="runs"><h2>Cells and their state</h2>{_status_html(data)}'
+                    "</section>")
+    sections.append(f'<footer id="provenance"><h2>Provenance</h2>'
+                    f"{_provenance_html(data, synth)}</footer>")
+    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+           f"<title>Free Transformer benchmark: {esc(name)}</title><style>{CSS}</style>"
+           f"<script>{CHECK_JS % json.dumps(REQUIRED_SECTIONS)}</script></head><body>"
+           f"<h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
+           + "\n".join(sections) + "</body></html>\n")
+    path = root / "sweeps" / name / "report.html"
+    tmp = path.with_suffix(".html.tmp")
+    tmp.write_text(doc, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description="Write results/sweeps/<name>/report.html")
+    ap.add_argument("--name", required=True, help="sweep name (results/sweeps/<name>)")
+    ap.add_argument("--root", default=None, help="results root (default $FTBENCH_RESULTS or "
+                                                 "results/)")
+    ap.add_argument("--synthetic", default=None, help="results/synthetic/<name> to embed")
+    ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
+    ap.add_argument("--check", action="store_true",
+                    help="also open it in headless Chromium and keep a screenshot")
+    ap.add_argument("--screenshot", default=None, help="screenshot path for --check")
+    a = ap.parse_args(argv)
+    path = build_report(a.name, a.root, a.synthetic, a.n_boot)
+    print(f"report: {path.resolve()}")
+    if a.check:
+        from .browser import check_report
+
+        shot = Path(a.screenshot) if a.screenshot else path.parent / "report" / "report.png"
+        res = check_report(path, shot)
+        print(f"chromium check: {res}")
+        if not res["ok"]:
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""The HTML report: built on a fabricated partial sweep, self-contained, and rendered in headless
+Chromium (Debian's `chromium`) with no broken image or missing section. The screenshot is kept
+as a test artifact at $FTBENCH_ARTIFACTS/report.png (default results/test-artifacts/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.browser import check_report, find_chromium
+from analysis.fake import write_fake_sweep
+from analysis.figures import png_bytes
+from analysis.report import REQUIRED_SECTIONS, build_report
+
+ARTIFACTS = Path(os.environ.get("FTBENCH_ARTIFACTS", "results/test-artifacts"))
+
+
+def _fake_synthetic(root: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    d = root / "synthetic" / "default"
+    d.mkdir(parents=True)
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1])
+    (d / "figure.png").write_bytes(png_bytes(fig))
+    (d / "table.csv").write_text("model,kappa_bits,validity\nbaseline,,0.9\nFT,0.125,0.8\n")
+    (d / "acceptance.json").write_text(json.dumps([
+        {"check": "1/8 or 1 bit: position agreement higher within groups", "measured": 0.4,
+         "result": "pass"},
+        {"check": "8 bits: validity well below the baseline's", "measured": None,
+         "result": "n/a"}]))
+    return d
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("results")
+    write_fake_sweep(root, "fake", kappas=(0.5, 4.0),
+                     pending=("free-k0.5-H16-s1", "baseline_flops-s1"))
+    _fake_synthetic(root)
+    return build_report("fake", root, n_boot=100)
+
+
+def test_report_is_self_contained_and_complete(report):
+    html = report.read_text(encoding="utf-8")
+    for sec in REQUIRED_SECTIONS:
+        assert f'id="{sec}"' in html
+    srcs = re.findall(r'<img[^>]*src="([^"]*)"', html)
+    assert len(srcs) == 5 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from a network
+    # partial sweep: missing cells say so; the provenance footer has run-ids and checksums
+    assert "missing: 1 pending" in html
+    assert "not evaluated in this sweep" in html
+    foot = html[html.index('id="provenance"'):]
+    assert "lm_eval=0.4.13" in foot and "c" * 16 in foot and "f" * 12 in foot
+    run_ids = json.loads((report.parent / "manifest.json").read_text())["cells"]
+    assert all(c["run_id"] in foot for c in run_ids)
+    # the synthetic check was turned into claims rows
+    claims = (report.parent / "report" / "claims.csv").read_text()
+    assert "Synthetic task: 1/8 or 1 bit" in claims
+    for view in ("tokens", "flops"):
+        for ext in ("csv", "md", "tex"):
+            assert (report.parent / "report" / f"table_{view}.{ext}").stat().st_size > 500
+
+
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    assert find_chromium(), "install Debian's chromium: apt-get install -y chromium"
+    shot = tmp_path / "report.png"
+    res = check_report(report, shot)
+    assert res["check"] == "ok", res
+    assert res["ok"] and res["broken_images"] == 0 and res["missing_sections"] == []
+    assert res["images"] == 5
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / "report.png")
+
+
+def test_chromium_check_catches_a_broken_image(report, tmp_path):
+    bad = tmp_path / "bad.html"
+    html = report.read_text(encoding="utf-8")
+    html = html.replace('src="data:image/png;base64,', 'src="data:image/png;base64,AAAA', 1)
+    bad.write_text(html.replace('id="synthetic"', 'id="synthetic-gone"'), encoding="utf-8")
+    res = check_report(bad)
+    assert not res["ok"] and res["broken_images"] == 1
+    assert res["missing_sections"] == ["synthetic"]
+
+
+def test_report_on_a_sweep_with_nothing_done(tmp_path):
+    write_fake_sweep(tmp_path, "empty", kappas=(0.5,), seeds=(0,), controls=(),
+                     pending=("baseline-s0", "free-k0.5-H16-s0"))
+    html = build_report("empty", tmp_path, n_boot=50).read_text(encoding="utf-8")
+    for sec in REQUIRED_SECTIONS:
+        assert f'id="{sec}"' in html
+    assert "no training metrics yet" in html and "2 pending" in html
+    assert "<img" not in html  # no empty plots; each missing figure is a sentence
