@@ -1,0 +1,139 @@
+"""Offline benchmark data: where it is, and whether it is the bytes the README pins.
+
+A data directory is laid out like `../shared/benchmarks/` (DESIGN.md §5). It is given by the
+`DATA=` make variable / `--data` flag, else the `FTBENCH_DATA` environment variable; without
+either, the stock (online) datasets load as usual.
+
+Checksums come from the directory's own README.md table (one sha256 per file) and
+`mmlu/SHA256SUMS` (one per MMLU csv). `verify()` names every missing or altered file in one
+line, so a user sees at once which file to fetch again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_VAR = "FTBENCH_DATA"
+
+# Files each benchmark needs (relative to the data dir). MMLU csvs are added from SHA256SUMS.
+NEEDED: dict[str, list[str]] = {
+    "gsm8k": ["gsm8k/test.jsonl", "gsm8k/train.jsonl"],
+    "arc_easy": ["arc/arc_easy_test.llmfoundry.jsonl"],
+    "arc_challenge": ["arc/arc_challenge_test.llmfoundry.jsonl"],
+    "commonsense_qa": ["commonsenseqa/train_rand_split.jsonl",
+                       "commonsenseqa/dev_rand_split.jsonl"],
+    "mmlu": [],  # every line of mmlu/SHA256SUMS
+    "humaneval_plus": ["humanevalplus/HumanEvalPlus-v0.1.10.jsonl"],
+    "mbpp_plus": ["mbppplus/MbppPlus-v0.2.0.jsonl"],
+}
+
+_ROW = re.compile(r"^\|\s*([^|]+?)\s*\|.*?`([0-9a-f]{64})`")
+
+
+class DataError(RuntimeError):
+    """The offline data directory is missing files or holds altered ones."""
+
+
+@dataclass
+class DataCheck:
+    root: Path
+    checksums: dict[str, str] = field(default_factory=dict)  # rel path -> sha256 (verified)
+    missing: list[str] = field(default_factory=list)
+    altered: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and not self.altered
+
+    def line(self) -> str:
+        """One line naming what is wrong (or that all is well)."""
+        if self.ok:
+            return f"benchmark data {self.root}: {len(self.checksums)} files verified"
+        parts = []
+        if self.missing:
+            parts.append("missing: " + ", ".join(self.missing))
+        if self.altered:
+            parts.append("altered (sha256 differs): " + ", ".join(self.altered))
+        return f"benchmark data {self.root}: " + "; ".join(parts)
+
+
+def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
+    """The offline data directory: the argument, else $FTBENCH_DATA, else None (online)."""
+    d = explicit or os.environ.get(ENV_VAR) or None
+    return Path(d).resolve() if d else None
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def pinned_checksums(root: Path) -> dict[str, str]:
+    """rel path -> sha256 from README.md's table and mmlu/SHA256SUMS."""
+    pins: dict[str, str] = {}
+    readme = root / "README.md"
+    if readme.is_file():
+        for line in readme.read_text(encoding="utf-8").splitlines():
+            m = _ROW.match(line)
+            if m and " " not in m.group(1) and not m.group(1).endswith("/"):
+                pins[m.group(1)] = m.group(2)
+    sums = root / "mmlu" / "SHA256SUMS"
+    if sums.is_file():
+        for line in sums.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                digest, rel = line.split(maxsplit=1)
+                pins["mmlu/" + rel.strip().lstrip("*")] = digest
+    return pins
+
+
+def needed_files(root: Path, tasks: list[str]) -> list[str]:
+    out: list[str] = []
+    for t in tasks:
+        if t.endswith("_gold_bpb"):
+            t = t[: -len("_gold_bpb")]
+        if t == "mmlu":
+            pins = pinned_checksums(root)
+            out += sorted(p for p in pins if p.startswith("mmlu/"))
+            if not any(p.startswith("mmlu/") for p in pins):
+                out.append("mmlu/SHA256SUMS")
+        else:
+            out += NEEDED.get(t, [])
+    return list(dict.fromkeys(out))
+
+
+def verify(root: str | os.PathLike, tasks: list[str]) -> DataCheck:
+    """Check that every file the tasks need exists and matches its pinned sha256."""
+    root = Path(root).resolve()
+    pins = pinned_checksums(root)
+    chk = DataCheck(root=root)
+    if not root.is_dir():
+        chk.missing.append(str(root))
+        return chk
+    for rel in needed_files(root, tasks):
+        p = root / rel
+        if not p.is_file():
+            chk.missing.append(rel)
+            continue
+        digest = sha256_file(p)
+        if rel not in pins:
+            chk.altered.append(f"{rel} (no pinned checksum)")
+        elif digest != pins[rel]:
+            chk.altered.append(rel)
+        else:
+            chk.checksums[rel] = digest
+    return chk
+
+
+def require(root: str | os.PathLike, tasks: list[str]) -> DataCheck:
+    """verify() or raise DataError with the one-line summary."""
+    chk = verify(root, tasks)
+    if not chk.ok:
+        raise DataError(chk.line())
+    return chk

@@ -1,0 +1,149 @@
+"""HumanEval+ and MBPP+ through evalplus: greedy completions, pass@1 (base, plus), gold bpb.
+
+Design choices:
+- problems are read from the evalplus dataset jsonl: the offline file in the data dir, else the
+  file evalplus itself downloads (its `_ready_*_path`). With LIMIT, the first n problems are
+  written to a subset file, because evalplus requires samples to cover every task of its
+  dataset file; that file is what `HUMANEVAL_OVERRIDE_PATH` / `MBPP_OVERRIDE_PATH` point at;
+- completion is direct (a base model continues the prompt); generation stops at evalplus's
+  base-model stop strings plus the Codex-paper ones for a new top-level statement;
+  solution = prompt + completion, written in evalplus's samples.jsonl format;
+- evalplus's own `evaluate()` scores the samples inside `experiments.sandbox` (no network,
+  dropped privileges, audit hook, limits): pass@1 on base tests and on base + plus tests;
+- gold bpb: bits per UTF-8 byte of the canonical solution given the prompt, a smooth metric that
+  still separates small models whose pass@1 is 0 (STYLE.md item 8).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+from experiments.sandbox import run_evalplus
+
+DATASETS = {"humaneval_plus": ("humaneval", "humanevalplus/HumanEvalPlus-v0.1.10.jsonl"),
+            "mbpp_plus": ("mbpp", "mbppplus/MbppPlus-v0.2.0.jsonl")}
+# evalplus's stop strings for base models, and the Codex paper's for a new top-level statement
+STOP = ["<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint(",
+        "\nclass ", "\ndef ", "\n#", "\nassert ", '\n"""', "\n```"]
+
+
+def problems_file(task: str, data_dir: Path | None) -> Path:
+    """The full evalplus dataset file for a task (offline copy, else evalplus's download)."""
+    name, rel = DATASETS[task]
+    if data_dir is not None:
+        return data_dir / rel
+    from evalplus.data import humaneval, mbpp  # downloads into evalplus's cache when online
+
+    return Path(humaneval._ready_human_eval_plus_path() if name == "humaneval"
+                else mbpp._ready_mbpp_plus_path())
+
+
+def load_problems(path: Path, limit: int | None) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                rows.append(json.loads(line))
+            if limit is not None and len(rows) >= limit:
+                break
+    return rows
+
+
+def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workdir: Path,
+             max_gen_toks: int = 384, timeout_s: float | None = None,
+             parallel: int = 2) -> dict[str, dict]:
+    """Score one evalplus task; returns {task: task_entry, task_gold_bpb: task_entry}."""
+    name, _ = DATASETS[task]
+    workdir.mkdir(parents=True, exist_ok=True)
+    src = problems_file(task, data_dir)
+    probs = load_problems(src, limit)
+    subset = workdir / f"{task}_problems.jsonl"
+    subset.write_text("".join(json.dumps(p) + "\n" for p in probs), encoding="utf-8")
+
+    class _Req:
+        def __init__(self, a: tuple) -> None:
+            self.args = a
+
+    gen_kw = {"until": STOP, "max_gen_toks": max_gen_toks, "do_sample": False}
+    reqs = [_Req((p["prompt"], gen_kw)) for p in probs]
+    completions = lm.generate_until(reqs)
+    samples = workdir / f"{task}_samples.jsonl"
+    samples.write_text("".join(
+        json.dumps({"task_id": p["task_id"], "solution": p["prompt"] + c}) + "\n"
+        for p, c in zip(probs, completions, strict=True)), encoding="utf-8")
+    timeout = timeout_s or 120 + 20 * len(probs)
+    result, rec = run_evalplus(name, samples, subset, timeout_s=timeout, parallel=parallel)
+    ev = result.get("eval", {})
+    items = []
+    for i, p in enumerate(probs):
+        r = (ev.get(p["task_id"]) or [{}])[0]
+        base = float(r.get("base_status") == "pass")
+        plus = float(base == 1.0 and r.get("plus_status") == "pass")
+        items.append({"doc_id": i, "task_id": p["task_id"], "base": base, "plus": plus,
+                      "completion": completions[i]})
+    n = len(items)
+    metrics = {m: _mean_metric([it[k] for it in items])
+               for m, k in (("pass@1_base", "base"), ("pass@1_plus", "plus"))}
+    entry = {"primary": "pass@1_plus", "higher_is_better": True, "n": n, "fewshot": 0,
+             "metrics": metrics, "items": items,
+             "sandbox": {"timed_out": rec.timed_out, "returncode": rec.returncode,
+                         "elapsed_s": round(rec.elapsed_s, 2),
+                         "scored": len(ev), "stderr_tail": rec.stderr[-500:] if not ev else ""}}
+    gold = gold_bpb(lm, [(p["prompt"], p["canonical_solution"]) for p in probs])
+    return {task: entry, f"{task}_gold_bpb": gold}
+
+
+def _mean_metric(xs: list[float]) -> dict[str, Any]:
+    n = len(xs)
+    if n == 0:
+        return {"value": None, "stderr": None, "n": 0}
+    se = statistics.stdev(xs) / math.sqrt(n) if n > 1 else None
+    return {"value": sum(xs) / n, "stderr": se, "n": n}
+
+
+def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[str, Any]:
+    """Bits per UTF-8 byte of each gold continuation given its context (one task entry).
+
+    The task value is total bits / total bytes over items (as nanochat's evaluate_bpb);
+    stderr is that of the per-item mean. For prior-k, `spread` is the std over the k draws.
+    """
+    scores = lm.loglikelihood_pairs(pairs)
+    items, bits, nbytes = [], 0.0, 0
+    per_draw: list[float] | None = None
+    for i, ((ctx, cont), (ll, _)) in enumerate(zip(pairs, scores, strict=True)):
+        # lm-eval moves the context's trailing whitespace into the scored continuation
+        nb = len((ctx[len(ctx.rstrip()):] + cont).encode("utf-8"))
+        b = -ll / math.log(2)
+        items.append({"doc_id": i, "bpb": b / nb, "bits": b, "bytes": nb})
+        bits += b
+        nbytes += nb
+        draws = lm.draw_logliks.get(_key(lm, ctx, cont))
+        if draws is not None and len(draws) > 1:
+            per_draw = [0.0] * len(draws) if per_draw is None else per_draw
+            for j, d in enumerate(draws):
+                per_draw[j] += -d / math.log(2)
+    m = _mean_metric([it["bpb"] for it in items])
+    m["value"] = bits / nbytes if nbytes else None
+    if per_draw is not None and nbytes:
+        m["spread"] = statistics.pstdev([x / nbytes for x in per_draw])
+    return {"primary": "bpb", "higher_is_better": False, "n": len(items), "fewshot": fewshot,
+            "metrics": {"bpb": m}, "items": items}
+
+
+def _key(lm: Any, ctx: str, cont: str) -> tuple[str, str]:
+    """The request key the adapter stores draws under (as lm-eval passes it)."""
+    return (ctx, cont)
+
+
+def set_override_env(data_dir: Path | None) -> None:
+    """Point evalplus at the offline files; must run before evalplus is imported."""
+    if data_dir is None:
+        return
+    for task, var in (("humaneval_plus", "HUMANEVAL_OVERRIDE_PATH"),
+                      ("mbpp_plus", "MBPP_OVERRIDE_PATH")):
+        os.environ.setdefault(var, str(data_dir / DATASETS[task][1]))

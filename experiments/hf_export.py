@@ -1,0 +1,106 @@
+"""Export a baseline checkpoint to Hugging Face `transformers` `LlamaForCausalLM`.
+
+The baseline is a Llama: pre-norm RMSNorm, rotate-half RoPE (HF's convention, so q/k weights copy
+as they are, no permutation), SwiGLU (w1 = gate, w3 = up, w2 = down), GQA, no biases. The export
+is the cross-check of both the architecture and the lm-eval adapter: HF logits must match ours
+to 1e-4, and lm-eval's own `hf` backend on the export must pick the same multiple-choice answers
+as `FTBenchLM`. A Free Transformer has no HF counterpart and is refused.
+
+Usage: `python -m experiments.hf_export <run dir or ckpt> <out dir>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+
+from experiments.lm_adapter import resolve_checkpoint
+from experiments.tokenizer import EOS
+from model import load_checkpoint
+
+
+def llama_config(cfg: object, eos_id: int | None):  # -> transformers.LlamaConfig
+    from transformers import LlamaConfig
+
+    kw = dict(vocab_size=cfg.vocab_size, hidden_size=cfg.dim, intermediate_size=cfg.ffn_dim,
+              num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads,
+              num_key_value_heads=cfg.n_kv_heads, head_dim=cfg.head_dim,
+              max_position_embeddings=cfg.max_seq_len, rms_norm_eps=cfg.norm_eps,
+              tie_word_embeddings=cfg.tie_embeddings, attention_bias=False, mlp_bias=False,
+              hidden_act="silu", bos_token_id=eos_id, eos_token_id=eos_id,
+              pad_token_id=eos_id, torch_dtype="float32")
+    hf = LlamaConfig(**kw, rope_theta=cfg.rope_theta)
+    # transformers >= 5 keeps RoPE settings in rope_parameters; older ones in rope_theta
+    rp = getattr(hf, "rope_parameters", None)
+    if isinstance(rp, dict):
+        rp["rope_theta"] = cfg.rope_theta
+        rp.setdefault("rope_type", "default")
+    return hf
+
+
+def state_dict_to_hf(sd: dict[str, torch.Tensor], n_layers: int,
+                     tied: bool) -> dict[str, torch.Tensor]:
+    out = {"model.embed_tokens.weight": sd["tok_emb.weight"],
+           "model.norm.weight": sd["norm.weight"]}
+    if not tied:
+        out["lm_head.weight"] = sd["output.weight"]
+    names = {"attn_norm.weight": "input_layernorm.weight",
+             "mlp_norm.weight": "post_attention_layernorm.weight",
+             "attn.wq.weight": "self_attn.q_proj.weight",
+             "attn.wk.weight": "self_attn.k_proj.weight",
+             "attn.wv.weight": "self_attn.v_proj.weight",
+             "attn.wo.weight": "self_attn.o_proj.weight",
+             "mlp.w1.weight": "mlp.gate_proj.weight", "mlp.w3.weight": "mlp.up_proj.weight",
+             "mlp.w2.weight": "mlp.down_proj.weight"}
+    for i in range(n_layers):
+        for ours, theirs in names.items():
+            out[f"model.layers.{i}.{theirs}"] = sd[f"blocks.{i}.{ours}"]
+    return out
+
+
+def export(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write a LlamaForCausalLM (safetensors) and a fast tokenizer to out_dir."""
+    from tokenizers import Tokenizer
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+    ck = load_checkpoint(resolve_checkpoint(ckpt))
+    cfg = ck.config
+    if cfg.is_free:
+        raise ValueError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
+                         "export a baseline (latent_bits=0)")
+    ref = ck.tokenizer
+    if not (isinstance(ref, dict) and ref.get("type") == "tokenizers"):
+        raise ValueError("hf_export: needs a checkpoint with a `tokenizers` BPE tokenizer")
+    eos_id = ref.get("eos_id")
+    hf = LlamaForCausalLM(llama_config(cfg, eos_id)).eval()
+    sd = {k: v.detach().clone() for k, v in ck.model.state_dict().items()}
+    missing, unexpected = hf.load_state_dict(
+        state_dict_to_hf(sd, cfg.n_layers, cfg.tie_embeddings), strict=False)
+    missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(f"hf_export: missing {missing}, unexpected {unexpected}")
+    if cfg.tie_embeddings:
+        hf.tie_weights()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    hf.save_pretrained(out)
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(ref["json"]),
+                                  eos_token=EOS if eos_id is not None else None,
+                                  model_max_length=cfg.max_seq_len)
+    tok.save_pretrained(out)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("ckpt")
+    ap.add_argument("out_dir")
+    a = ap.parse_args(argv)
+    print(export(a.ckpt, a.out_dir))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,44 @@
+"""Offline data files are checked against the pinned sha256 sums; problems fit in one line."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_eval_fixtures import BENCH
+
+from experiments.benchdata import DataError, pinned_checksums, require, verify
+
+SIX = ["gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
+       "mbpp_plus"]
+
+
+def test_shared_benchmarks_verify() -> None:
+    chk = verify(BENCH, SIX)
+    assert chk.ok, chk.line()
+    assert len(chk.checksums) == 8 + 114  # 8 json(l) files + 57 test + 57 dev MMLU csvs
+    assert chk.checksums["gsm8k/test.jsonl"] == \
+        "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
+    assert "mmlu/test/anatomy_test.csv" in pinned_checksums(BENCH)
+
+
+def test_missing_and_altered_files_named_in_one_line(tmp_path: Path) -> None:
+    d = tmp_path / "bench"
+    for rel in ("README.md", "gsm8k/test.jsonl", "gsm8k/train.jsonl",
+                "arc/arc_easy_test.llmfoundry.jsonl"):
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(BENCH / rel, d / rel)
+    with open(d / "gsm8k/test.jsonl", "a") as f:
+        f.write("\n")  # one extra byte
+    chk = verify(d, ["gsm8k", "arc_easy", "commonsense_qa"])
+    line = chk.line()
+    assert not chk.ok and "\n" not in line
+    assert "missing: commonsenseqa/train_rand_split.jsonl, commonsenseqa/dev_rand_split.jsonl" \
+        in line
+    assert "altered (sha256 differs): gsm8k/test.jsonl" in line
+    assert "gsm8k/train.jsonl" not in line and "arc_easy" not in line
+    with pytest.raises(DataError, match="gsm8k/test.jsonl"):
+        require(d, ["gsm8k"])
+    assert verify(tmp_path / "nowhere", ["gsm8k"]).line().endswith("missing: "
+                                                                    + str(tmp_path / "nowhere"))

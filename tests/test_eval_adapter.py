@@ -1,0 +1,191 @@
+"""The lm-eval adapter scores what it should: teacher-forced sums, honest Free Transformer Z."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_eval_fixtures import one_torch_thread, toy_checkpoint  # noqa: F401
+
+from experiments.lm_adapter import FTBenchLM
+from model import load_checkpoint
+
+PAIRS = [
+    ("Question: What is 2 + 3?\nAnswer:", " 5"),
+    ("Answer: ", "42"),  # trailing space moves into the continuation
+    ("    ret", "urn x"),  # joint tokenization merges across the boundary
+    ("y = sel", "f.x"),
+    ("x = Non", "e"),
+    ("The following are multiple choice questions.\nA. red\nB. blue\nAnswer:", " B"),
+    ("x", " = [i for i in range(10)]"),
+]
+
+
+@pytest.fixture(scope="module")
+def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return toy_checkpoint(tmp_path_factory.mktemp("b") / "run" / "checkpoints" / "final.pt")
+
+
+@pytest.fixture(scope="module")
+def free_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return toy_checkpoint(tmp_path_factory.mktemp("f") / "run" / "checkpoints" / "final.pt",
+                          free=True)
+
+
+def _split(tok, ctx: str, cont: str) -> tuple[list[int], int]:
+    """Encode ctx+cont once; the context is the longest token prefix whose text is inside ctx."""
+    n_sp = len(ctx) - len(ctx.rstrip())
+    if n_sp:
+        ctx, cont = ctx[:-n_sp], ctx[-n_sp:] + cont
+    whole = tok.encode(ctx + cont)
+    n_ctx = max(k for k in range(len(whole)) if ctx.startswith(tok.decode(whole[:k])))
+    assert n_ctx >= 1
+    return whole, n_ctx
+
+
+def _direct(model: torch.nn.Module, tok, ctx: str, cont: str) -> tuple[float, bool, list[int]]:
+    """Teacher-forced sum written out by hand over the joint encoding."""
+    whole, n_ctx = _split(tok, ctx, cont)
+    cont_ids = whole[n_ctx:]
+    x = torch.tensor([whole[:-1]])
+    with torch.no_grad():
+        logp = F.log_softmax(model(x).logits[0].float(), -1)
+    total, greedy = 0.0, True
+    for j, t in enumerate(cont_ids):
+        pos = n_ctx - 1 + j  # the position whose output predicts cont token j
+        total += float(logp[pos, t])
+        greedy &= int(logp[pos].argmax()) == t
+    return total, greedy, cont_ids
+
+
+def test_loglikelihood_equals_teacher_forced_sum(base_ckpt: Path) -> None:
+    lm = FTBenchLM(checkpoint=str(base_ckpt), batch_size=4, progress=False)
+    got = lm.loglikelihood_pairs(PAIRS)
+    boundary_cases = 0
+    for (ctx, cont), (ll, greedy) in zip(PAIRS, got, strict=True):
+        want, want_greedy, cont_ids = _direct(lm.model, lm.tok, ctx, cont)
+        assert ll == pytest.approx(want, abs=1e-4), (ctx, cont)
+        assert greedy == want_greedy
+        assert ll < 0
+        c = ctx.rstrip()
+        boundary_cases += lm.tok.encode(ctx.rstrip())[: len(lm.tok.encode(c))] != \
+            lm.tok.encode(c + ctx[len(c):] + cont)[: len(lm.tok.encode(c))]
+    # the toy strings include real boundary merges (where lm-eval's default slicing differs)
+    assert boundary_cases >= 2
+    # batching and length-sorting do not change a request's score
+    single = [lm.loglikelihood_pairs([p])[0][0] for p in PAIRS]
+    assert single == pytest.approx([g[0] for g in got], abs=1e-5)
+
+
+def test_loglikelihood_rolling_and_generation(base_ckpt: Path) -> None:
+    lm = FTBenchLM(checkpoint=str(base_ckpt), progress=False)
+
+    class R:
+        def __init__(self, *a: object) -> None:
+            self.args = a
+
+    text = "def add(a, b):\n    return a + b\n"
+    (roll,) = lm.loglikelihood_rolling([R(text)])
+    ids = lm.tok.encode(text)
+    x = torch.tensor([[lm.eot_token_id] + ids[:-1]])
+    with torch.no_grad():
+        logp = F.log_softmax(lm.model(x).logits[0], -1)
+    assert roll == pytest.approx(float(logp[torch.arange(len(ids)), ids].sum()), abs=1e-4)
+
+    # greedy KV-cache generation equals an argmax loop over full forward passes
+    prompt = "Question: What is 2 + 3?\nAnswer:"
+    (out,) = lm.generate_until([R(prompt, {"until": ["\n\n"], "max_gen_toks": 12})])
+    seq = lm.tok.encode(prompt)
+    for _ in range(12):
+        with torch.no_grad():
+            seq.append(int(lm.model(torch.tensor([seq])).logits[0, -1].argmax()))
+    want = lm.tok.decode(seq[len(lm.tok.encode(prompt)):]).split("\n\n")[0]
+    assert out == want
+
+
+def test_free_transformer_scores_are_honest(free_ckpt: Path) -> None:
+    ck = load_checkpoint(free_ckpt)
+    m, V = ck.model.eval(), ck.config.vocab_size
+    g = torch.Generator().manual_seed(0)
+    ctx = torch.randint(0, V, (1, 12), generator=g)
+    cont_a = torch.randint(0, V, (1, 6), generator=g)
+    cont_b = torch.randint(0, V, (1, 6), generator=g)
+    tail_a = torch.randint(0, V, (1, 5), generator=g)
+    tail_b = torch.randint(0, V, (1, 5), generator=g)
+    P = torch.tensor([ctx.shape[1]])
+
+    def run(*parts: torch.Tensor, z: str = "prior") -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(123)
+        x = torch.cat(parts, 1)
+        with torch.no_grad():
+            out = m(x, z=z, prefix_len=P if z == "prior" else None, generator=gen)
+        return out.logits, out.codes
+
+    # 1. tokens after the scored span change -> the scored positions' logits do not
+    la, _ = run(ctx, cont_a, tail_a)
+    lb, _ = run(ctx, cont_a, tail_b)
+    scored = slice(P.item() - 1, P.item() - 1 + cont_a.shape[1])
+    assert torch.equal(la[:, scored], lb[:, scored])
+    # 2. the continuation does not reach Z through the encoder: with another continuation the
+    #    codes (context codes from the encoder, prior codes after) are identical
+    _, ca = run(ctx, cont_a, tail_a)
+    _, cb = run(ctx, cont_b, tail_a)
+    assert torch.equal(ca, cb)
+    # ... while the leaking posterior does see it (so this test can fail)
+    _, pa = run(ctx, cont_a, tail_a, z="posterior")
+    _, pb = run(ctx, cont_b, tail_a, z="posterior")
+    assert not torch.equal(pa[:, :P.item()], pb[:, :P.item()])
+
+    # 3. the adapter calls the model with prefix_len = the context's tokens in the window
+    lm = FTBenchLM(model=m, tokenizer=ck.tokenizer, z="prior", seed=0, progress=False)
+    seen: list[tuple[list[list[int]], list[int]]] = []
+    orig = m.forward
+
+    def spy(tokens: torch.Tensor, *a: object, prefix_len: torch.Tensor | None = None,
+            **kw: object):
+        seen.append((tokens.tolist(), prefix_len.tolist()))
+        return orig(tokens, *a, prefix_len=prefix_len, **kw)
+
+    m.forward = spy
+    try:
+        lm.loglikelihood_pairs(PAIRS[:3])
+    finally:
+        del m.forward
+    rows = {tuple(r[:p]) for toks, pl in seen for r, p in zip(toks, pl, strict=True)}
+    assert len(rows) == 3
+    for ctx_s, cont_s in PAIRS[:3]:
+        whole, n_ctx = _split(lm.tok, ctx_s, cont_s)
+        assert tuple(whole[:n_ctx]) in rows
+
+
+def test_z_modes(free_ckpt: Path) -> None:
+    kw = dict(checkpoint=str(free_ckpt), progress=False, seed=7)
+    prior = FTBenchLM(z="prior", **kw)
+    again = FTBenchLM(z="prior", **kw)
+    a = prior.loglikelihood_pairs(PAIRS)
+    assert a == again.loglikelihood_pairs(PAIRS)  # seeded: reproducible
+    pk = FTBenchLM(z="prior-k", k=3, **kw)
+    b = pk.loglikelihood_pairs(PAIRS)
+    for (ctx, cont), (ll, _) in zip(PAIRS, b, strict=True):
+        draws = pk.draw_logliks[(ctx, cont)]
+        assert len(draws) == 3
+        mx = max(draws)
+        assert ll == pytest.approx(mx + math.log(sum(math.exp(d - mx) for d in draws) / 3))
+    assert any(len(set(pk.draw_logliks[p])) > 1 for p in PAIRS)  # Z matters: draws differ
+    post = FTBenchLM(z="posterior", **kw)
+    assert post.leaks and not prior.leaks and not pk.leaks
+    assert len(post.loglikelihood_pairs(PAIRS)) == len(PAIRS)
+    with pytest.raises(ValueError):
+        FTBenchLM(z="encoder", **kw)
+
+
+def test_registered_with_lm_eval(free_ckpt: Path) -> None:
+    from lm_eval.api.registry import get_model
+
+    cls = get_model("ftbench")
+    assert cls is FTBenchLM
+    lm = cls.create_from_arg_string(f"checkpoint={free_ckpt},z=prior-k,k=2,seed=5,batch_size=4")
+    assert (lm.z, lm.k, lm.seed, lm.batch_size, lm.is_free) == ("prior-k", 2, 5, 4, True)

@@ -1,0 +1,71 @@
+"""A baseline exports to HF LlamaForCausalLM: same logits (1e-4), and lm-eval's own `hf` backend
+picks the same multiple-choice answers as our adapter."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from test_eval_fixtures import BENCH, one_torch_thread, toy_checkpoint  # noqa: F401
+
+from experiments.hf_export import export
+from experiments.lm_adapter import FTBenchLM
+from experiments.tasks import offline_task_manager
+from model import load_checkpoint
+
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("hf")
+    # untied readout and a non-default RoPE base, so both paths of the mapping are exercised
+    ck = toy_checkpoint(d / "run" / "checkpoints" / "final.pt", seed=3, tie_embeddings=False,
+                        rope_theta=500000.0)
+    return ck, export(ck, d / "hf")
+
+
+def test_logits_match_transformers(exported: tuple[Path, Path]) -> None:
+    from transformers import LlamaForCausalLM
+
+    ck, out = exported
+    ours = load_checkpoint(ck).model.eval()
+    hf = LlamaForCausalLM.from_pretrained(out).eval()
+    x = torch.randint(0, ours.cfg.vocab_size, (3, 200), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a, b = ours(x).logits, hf(x).logits
+    assert a.shape == b.shape
+    assert (a - b).abs().max().item() < 1e-4
+
+
+def test_free_transformer_is_refused(tmp_path: Path) -> None:
+    ck = toy_checkpoint(tmp_path / "run" / "checkpoints" / "final.pt", free=True)
+    with pytest.raises(ValueError, match="Free Transformer"):
+        export(ck, tmp_path / "hf")
+
+
+def test_hf_backend_same_choices(exported: tuple[Path, Path], tmp_path: Path) -> None:
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+
+    ck, out = exported
+    tm = offline_task_manager(BENCH, tmp_path / "tasks")
+    tasks = ["arc_easy", "commonsense_qa"]
+    kw = dict(tasks=tasks, limit=12, task_manager=tm, log_samples=True, bootstrap_iters=0)
+    ours = lm_eval.simple_evaluate(model=FTBenchLM(checkpoint=str(ck), progress=False), **kw)
+    hf = lm_eval.simple_evaluate(model=HFLM(pretrained=str(out), batch_size=8, device="cpu"),
+                                 **kw)
+    n = 0
+    for t in tasks:
+        for a, b in zip(ours["samples"][t], hf["samples"][t], strict=True):
+            assert a["doc_id"] == b["doc_id"]
+            la = [r[0][0] for r in a["resps"]]
+            lb = [r[0][0] for r in b["resps"]]
+            assert la == pytest.approx(lb, abs=2e-3)
+            assert max(range(len(la)), key=la.__getitem__) == \
+                max(range(len(lb)), key=lb.__getitem__)
+            n += 1
+    assert n == 24
