@@ -1,0 +1,100 @@
+"""`python -m sweeps run ...` (make sweep) and `python -m sweeps status NAME` (make sweep-status).
+
+Every input problem ends the command before anything is submitted, with one line on stderr:
+`sweep: error: <what is wrong>` and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .grid import SweepError, SweepSpec
+
+DEFAULT_H = "8"
+"""CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
+token, about 4x the FLOPs of the whole 1M baseline (110 tokens/s on this machine)."""
+DEFAULT_TOKENS = "131072"
+"""32 optimizer steps of train.py's default batch (16 x 256): a CPU-sized default."""
+
+
+def _flag(v: str | None) -> bool:
+    return str(v or "").strip().lower() in ("1", "true", "yes", "y", "on")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m sweeps", description=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="plan, then submit the missing cells (DRY: plan only)")
+    r.add_argument("--kappa", default="0.5 2 4", help="free-bits thresholds in bits, e.g. '0.5 2'")
+    r.add_argument("--h", default=DEFAULT_H,
+                   help=f"latent bits H (1..20), e.g. '8 16' (default {DEFAULT_H}; the paper's "
+                        f"16 costs 4x the 1M baseline per token: slow on a CPU)")
+    r.add_argument("--seeds", default="0", help="seeds, e.g. '0 1 2'")
+    r.add_argument("--preset", default="1M", help="model preset (model.PRESETS)")
+    r.add_argument("--data", default="stdlib", help="data config (stdlib, files, hf, ...)")
+    r.add_argument("--tokens", default=DEFAULT_TOKENS,
+                   help=f"training tokens per cell (e.g. 2e6, 500k; default {DEFAULT_TOKENS}, "
+                        f"minutes on a CPU; '' = train.py's own default)")
+    r.add_argument("--flops", default="", help="training FLOPs per cell instead of tokens")
+    r.add_argument("--controls", default="", help="'flops' and/or 'plus1' (equal-compute arms)")
+    r.add_argument("--overrides", default="", help="extra hydra overrides for every cell")
+    r.add_argument("--name", default="", help="sweep name (default: from the grid's content)")
+    r.add_argument("--launcher", default="local", help="local | slurm")
+    r.add_argument("--jobs", default="", help="local parallel jobs (default: one per core)")
+    r.add_argument("--eval", default="", help="1: evaluate final checkpoints as further jobs")
+    r.add_argument("--eval-args", default="", help="extra arguments for experiments.eval")
+    r.add_argument("--dry", default="", help="1: print grid and compute, submit nothing")
+    r.add_argument("--retry-failed", default="", help="1: also rerun failed cells")
+    r.add_argument("--cluster", default="", help="cluster config (default sweeps/cluster.yaml)")
+    s = sub.add_parser("status", help="table of pending, running, done and failed cells")
+    s.add_argument("name")
+    s.add_argument("--results", default="", help="results root (default FTBENCH_RESULTS)")
+    a = ap.parse_args(argv)
+
+    from . import launcher as L
+
+    try:
+        if a.cmd == "status":
+            if not a.name.strip():
+                raise SweepError("NAME is required: make sweep-status NAME=<sweep>")
+            print(L.status(a.name.strip(), Path(a.results) if a.results else None))
+            return 0
+        if a.flops.strip() and a.tokens == DEFAULT_TOKENS:
+            a.tokens = ""  # FLOPS given: it is the budget
+        spec = SweepSpec.from_text(kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset,
+                                   data=a.data, tokens=a.tokens, flops=a.flops,
+                                   controls=a.controls, overrides=a.overrides)
+        launcher = a.launcher.strip() or "local"
+        if launcher not in ("local", "slurm"):
+            raise SweepError(f"LAUNCHER: {launcher!r} is not local or slurm")
+        jobs = a.jobs.strip()
+        if jobs and (not jobs.isdigit() or int(jobs) < 1):
+            raise SweepError(f"JOBS: {jobs!r} must be a positive integer")
+        cluster = L.load_cluster(Path(a.cluster) if a.cluster else None) \
+            if launcher == "slurm" else None
+        p = L.plan(spec, a.name.strip() or None)
+        if _flag(a.dry):
+            print(L.dry_run_text(p))
+            return 0
+        m = L.run(p, launcher=launcher, jobs=int(jobs) if jobs else None,
+                  evaluate=_flag(a.eval), eval_args=a.eval_args.split(),
+                  retry_failed=_flag(a.retry_failed), cluster=cluster)
+        print(L.manifest.table(m))
+        if launcher == "local":
+            bad = [c for c in m["cells"] if c["state"] != "done"]
+            return 1 if bad else 0
+        return 0
+    except SweepError as e:
+        print(f"sweep: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("sweep: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HYDRA_FULL_ERROR", "0")
+    sys.exit(main())

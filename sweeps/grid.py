@@ -1,0 +1,275 @@
+"""The grid: parse and validate what the user typed, expand it into cells, guard shared settings.
+
+Arms (DESIGN §7, issue 4):
+
+    baseline        one per seed (it depends on neither kappa nor H)
+    free            one Free Transformer per (kappa, H, seed)
+    baseline_flops  control: a baseline trained to the FLOPs of the H-bit Free Transformer
+                    (`train.compute_match=flops`), one per (H, seed)
+    baseline_plus1  control: a baseline with one more layer, one per seed
+
+Every cell is a list of hydra overrides for `experiments/train.py`. All validation here runs
+before anything is submitted and fails with one `SweepError` line naming the input at fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from model import PRESETS
+from model.config import MAX_LATENT_BITS
+
+ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1")
+CONTROLS = {"flops": "baseline_flops", "plus1": "baseline_plus1"}
+"""User-facing control names (CONTROLS="flops plus1") -> arm names."""
+
+ARCH_KNOBS = ("model.latent_bits", "model.kappa_bits", "model.n_layers")
+"""The only settings arms may differ in (besides the seed, a grid axis)."""
+GRID_AXES = ("train.seed",)
+COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.tokens", "train.flops")
+"""What the equal-FLOPs control changes on purpose: its training horizon, nothing else."""
+
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12, "p": 10**15}
+
+
+class SweepError(ValueError):
+    """Bad sweep input; the message is one line meant for the user."""
+
+
+def parse_kappas(text: str | Iterable[Any]) -> list[float]:
+    """'0.5 2 4' or '1/64 1/8' -> [0.5, 2.0, 4.0]; rejects non-numbers, negatives, nan/inf."""
+    out: list[float] = []
+    for tok in _tokens(text):
+        try:
+            v = float(Fraction(tok)) if "/" in tok else float(tok)
+        except (ValueError, ZeroDivisionError):
+            msg = f"KAPPA: {tok!r} is not a number (bits per token, e.g. 0.5 or 1/64)"
+            raise SweepError(msg) from None
+        if not math.isfinite(v) or v < 0:
+            raise SweepError(f"KAPPA: {tok!r} must be a finite number >= 0 (bits per token)")
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def parse_ints(text: str | Iterable[Any], var: str, lo: int, hi: int | None = None) -> list[int]:
+    out: list[int] = []
+    rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+    for tok in _tokens(text):
+        if not re.fullmatch(r"[+-]?\d+", tok):
+            raise SweepError(f"{var}: {tok!r} is not an integer (allowed: {rng})")
+        v = int(tok)
+        if v < lo or (hi is not None and v > hi):
+            raise SweepError(f"{var}: {v} is outside {rng}")
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def parse_amount(text: str | float | int | None, var: str) -> float | None:
+    """'2e6', '500k', '3M', '1.5G' -> a positive number; '' or None -> None."""
+    if text is None or (isinstance(text, str) and not text.strip()):
+        return None
+    s = str(text).strip().lower().replace("_", "")
+    m = re.fullmatch(r"([0-9.]+(?:e[+-]?\d+)?)([kmgbtp]?)", s)
+    if not m:
+        raise SweepError(f"{var}: {text!r} is not a positive number (e.g. 2e6, 500k, 3M)")
+    v = float(m.group(1)) * _SUFFIX[m.group(2)]
+    if not math.isfinite(v) or v <= 0:
+        raise SweepError(f"{var}: {text!r} must be > 0")
+    return v
+
+
+def _tokens(text: str | Iterable[Any]) -> list[str]:
+    if isinstance(text, str):
+        return [t for t in re.split(r"[\s,]+", text.strip()) if t]
+    return [str(t) for t in text]
+
+
+def _int_if_whole(v: float | None) -> float | int | None:
+    return int(v) if v is not None and float(v).is_integer() else v
+
+
+def fmt_num(v: float) -> str:
+    """Shortest exact text for a number: 2.0 -> '2', 0.5 -> '0.5', 1/64 -> '0.015625'."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What the user asked for (make variables), validated."""
+
+    kappa_bits: tuple[float, ...]
+    latent_bits: tuple[int, ...]
+    seeds: tuple[int, ...]
+    preset: str = "1M"
+    data: str = "stdlib"
+    tokens: float | None = None
+    flops: float | None = None
+    controls: tuple[str, ...] = ()
+    overrides: tuple[str, ...] = ()
+    """Extra hydra overrides applied to every cell (OVERRIDES="optim.lr=1e-3 ...")."""
+    arm_overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per-arm extra overrides; the shared-settings guard rejects any that changes a shared key."""
+
+    def __post_init__(self) -> None:
+        for var, vals in (("KAPPA", self.kappa_bits), ("H", self.latent_bits),
+                          ("SEEDS", self.seeds)):
+            if not vals:
+                raise SweepError(f"empty grid: {var} has no values")
+        if self.preset not in PRESETS:
+            raise SweepError(f"PRESET: unknown preset {self.preset!r}; allowed: "
+                             f"{' '.join(PRESETS)}")
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.data):
+            raise SweepError(f"DATA: {self.data!r} is not a data config name")
+        if self.tokens is not None and self.flops is not None:
+            raise SweepError("give TOKENS or FLOPS, not both")
+        for c in self.controls:
+            if c not in CONTROLS.values():
+                raise SweepError(f"CONTROLS: unknown control {c!r}")
+        for arm in self.arm_overrides:
+            if arm not in ARMS:
+                raise SweepError(f"arm override for unknown arm {arm!r}; arms: {' '.join(ARMS)}")
+        for o in (*self.overrides, *(o for v in self.arm_overrides.values() for o in v)):
+            if "=" not in o or o.startswith("="):
+                raise SweepError(f"OVERRIDES: {o!r} is not a hydra override key=value")
+
+    @classmethod
+    def from_text(cls, *, kappa: str | Iterable[Any], h: str | Iterable[Any],
+                  seeds: str | Iterable[Any], preset: str = "1M", data: str = "stdlib",
+                  tokens: str | float | None = None, flops: str | float | None = None,
+                  controls: str | Iterable[str] = "", overrides: str | Iterable[str] = "",
+                  arm_overrides: Mapping[str, Iterable[str]] | None = None) -> SweepSpec:
+        ctl: list[str] = []
+        for c in _tokens(controls):
+            if c.lower() in ("none", "0", "no"):
+                continue
+            if c not in CONTROLS and c not in CONTROLS.values():
+                raise SweepError(f"CONTROLS: unknown control {c!r}; allowed: "
+                                 f"{' '.join(CONTROLS)} (or none)")
+            arm = CONTROLS.get(c, c)
+            if arm not in ctl:
+                ctl.append(arm)
+        return cls(
+            kappa_bits=tuple(parse_kappas(kappa)),
+            latent_bits=tuple(parse_ints(h, "H", 1, MAX_LATENT_BITS)),
+            seeds=tuple(parse_ints(seeds, "SEEDS", 0)),
+            preset=preset.strip(), data=data.strip(),
+            tokens=parse_amount(tokens, "TOKENS"), flops=parse_amount(flops, "FLOPS"),
+            controls=tuple(ctl), overrides=tuple(_tokens(overrides)),
+            arm_overrides={k: tuple(v) for k, v in (arm_overrides or {}).items()},
+        )
+
+    def to_manifest(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {"kappa_bits": list(self.kappa_bits), "latent_bits": list(self.latent_bits),
+                "seeds": list(self.seeds), "preset": self.preset, "data": self.data,
+                "tokens": _int_if_whole(self.tokens), "flops": self.flops,
+                "controls": list(self.controls),
+                "overrides": list(self.overrides),
+                "arm_overrides": {k: list(v) for k, v in d["arm_overrides"].items()}}
+
+    def default_name(self) -> str:
+        """Named by content (dora-style), never by time: the same command -> the same sweep."""
+        h = hashlib.sha256(json.dumps(self.to_manifest(), sort_keys=True).encode()).hexdigest()
+        return f"{self.preset}-{self.data}-{h[:8]}"
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    arm: str
+    seed: int
+    overrides: tuple[str, ...]
+    kappa_bits: float | None = None
+    latent_bits: int | None = None
+
+
+def expand(spec: SweepSpec) -> list[Cell]:
+    """The grid's cells, baselines first, in a stable order."""
+    base = [f"model={spec.preset}", f"data={spec.data}"]
+    if spec.tokens is not None:
+        base.append(f"train.tokens={int(spec.tokens)}")
+    if spec.flops is not None:
+        base.append(f"train.flops={spec.flops:.6g}")
+    base += list(spec.overrides)
+
+    def mk(name: str, arm: str, seed: int, arch: list[str], **kw: Any) -> Cell:
+        ov = [*base, *arch, f"train.seed={seed}", *spec.arm_overrides.get(arm, ())]
+        return Cell(name=name, arm=arm, seed=seed, overrides=tuple(ov), **kw)
+
+    cells: list[Cell] = []
+    for s in spec.seeds:
+        cells.append(mk(f"baseline-s{s}", "baseline", s, ["model.latent_bits=0"]))
+    for h in spec.latent_bits:
+        for k in spec.kappa_bits:
+            for s in spec.seeds:
+                cells.append(mk(f"free-k{fmt_num(k)}-H{h}-s{s}", "free", s,
+                                [f"model.latent_bits={h}", f"model.kappa_bits={fmt_num(k)}"],
+                                kappa_bits=k, latent_bits=h))
+    if "baseline_flops" in spec.controls:
+        for h in spec.latent_bits:
+            for s in spec.seeds:
+                cells.append(mk(f"baseline_flops-H{h}-s{s}", "baseline_flops", s,
+                                ["model.latent_bits=0", "train.compute_match=flops",
+                                 f"train.match_latent_bits={h}"], latent_bits=h))
+    if "baseline_plus1" in spec.controls:
+        n = PRESETS[spec.preset].n_layers + 1
+        for s in spec.seeds:
+            cells.append(mk(f"baseline_plus1-s{s}", "baseline_plus1", s,
+                            ["model.latent_bits=0", f"model.n_layers={n}"]))
+    return cells
+
+
+def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _may_differ(arm: str, key: str) -> bool:
+    if key in ARCH_KNOBS or key in GRID_AXES:
+        return True
+    return arm == "baseline_flops" and key in COMPUTE_KNOBS
+
+
+def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
+                    ignore: Iterable[str] = ()) -> dict[str, Any]:
+    """The settings every arm shares (flat dotted keys). Raises SweepError if arms differ in
+    anything but the architecture knobs (and, for the equal-FLOPs control, its horizon).
+
+    `configs` are the resolved training configs (nested dicts), one per cell; keys under the
+    `ignore` prefixes (bookkeeping such as paths or logging) are left out of the comparison.
+    """
+    ign = tuple(ignore)
+    flat = [{k: v for k, v in flatten(c).items() if not k.startswith(ign)} for c in configs]
+    keys = sorted(set().union(*flat)) if flat else []
+    shared: dict[str, Any] = {}
+    for key in keys:
+        if key in ARCH_KNOBS or key in GRID_AXES:
+            continue
+        vals = [(c, f.get(key, "<missing>")) for c, f in zip(cells, flat, strict=True)]
+        strict = [(c, v) for c, v in vals if not _may_differ(c.arm, key)]
+        if not strict:
+            continue
+        c0, v0 = strict[0]
+        for c, v in strict[1:]:
+            if v != v0:
+                raise SweepError(
+                    f"arms must share every setting but {', '.join(ARCH_KNOBS)}: {key} is "
+                    f"{v0!r} in {c0.name} but {v!r} in {c.name}")
+        if len(strict) == len(vals) or key not in COMPUTE_KNOBS:
+            shared[key] = v0
+    return shared

@@ -1,0 +1,170 @@
+"""The callable a submitit job runs (dino's `run_with_submitit.Trainer`, made thin).
+
+`CellJob` runs one command (`python -m experiments.train <overrides>` or the eval CLI) as a child
+process and knows nothing about the model. Training code knows nothing about submitit:
+
+- threads: the child gets OMP/MKL threads = the job's share of the cores (local sweeps);
+- multi-GPU: with several tasks per job, submitit's JobEnvironment is mapped to the torchrun
+  variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which
+  train.py reads for DDP/FSDP;
+- preemption/timeout: submitit calls `checkpoint()` on its signal (USR2). It sends SIGTERM to the
+  trainer, which writes a checkpoint and exits, then returns a `DelayedSubmission` of a fresh
+  copy of this job: submitit requeues it and the trainer resumes from that checkpoint. The child
+  ignores USR2 itself (SLURM signals every process of the step; only this wrapper may act on it).
+
+Outcome: `{"state": "done"}`; `{"state": "interrupted", "reason": ...}` when the child was
+killed (it resumes on the next run); an exception (the job fails) when the child exits with an
+error code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from submitit.helpers import DelayedSubmission
+
+GRACE_S = 120.0
+"""How long `checkpoint()` waits for the trainer to save and exit before killing it."""
+EXIT_PREEMPTED = 75
+"""train.py's exit code after SIGTERM/SIGUSR1 once its checkpoint is written (EX_TEMPFAIL)."""
+INTERRUPT_CODES = {130, 137, 143, 138, 140}
+"""Exit codes of a child stopped by SIGINT/SIGKILL/SIGTERM/SIGUSR1/SIGUSR2 through a shell."""
+
+
+class CellFailed(RuntimeError):
+    """The child exited with an error code; the message's last line is the manifest reason."""
+
+
+class CellJob:
+    def __init__(self, cell: str, argv: list[str], *, run_dir: str | None = None,
+                 done_file: str | None = None, threads: int | None = None,
+                 cwd: str | None = None, env: dict[str, str] | None = None,
+                 kind: str = "train") -> None:
+        self.cell = cell
+        self.argv = list(argv)
+        self.run_dir = run_dir
+        self.done_file = done_file
+        """Relative to run_dir: the file whose presence means the cell is finished."""
+        self.threads = threads
+        self.cwd = cwd
+        self.env = dict(env or {})
+        self.kind = kind
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # ---- submitit entry points -------------------------------------------------------------
+    def __call__(self) -> dict[str, Any]:
+        if self.is_done():
+            return {"state": "done", "cell": self.cell, "skipped": True}
+        env = {**os.environ, **self.env, **self._thread_env(), **self._dist_env()}
+        print(f"[sweeps] {self.kind} {self.cell}: {' '.join(self.argv)}", flush=True)
+        sys.stdout.flush()
+        usr = _submitit_signal()
+        self._proc = subprocess.Popen(
+            self.argv, cwd=self.cwd, env=env,
+            preexec_fn=(lambda: signal.signal(usr, signal.SIG_IGN)) if usr else None)
+        # poll, never a blocking wait(): checkpoint() may run in a signal handler meanwhile
+        while (rc := self._proc.poll()) is None:
+            time.sleep(0.2)
+        return self._outcome(rc)
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        p = self._proc
+        if p is not None and p.poll() is None:
+            print(f"[sweeps] {self.cell}: preempted/timed out; asking the trainer to checkpoint",
+                  flush=True)
+            p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_S
+            while p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            print(f"[sweeps] {self.cell}: trainer exited with {p.returncode}; requeueing",
+                  flush=True)
+        return DelayedSubmission(self.fresh())
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def fresh(self) -> CellJob:
+        return CellJob(self.cell, self.argv, run_dir=self.run_dir, done_file=self.done_file,
+                       threads=self.threads, cwd=self.cwd, env=self.env, kind=self.kind)
+
+    def __getstate__(self) -> dict[str, Any]:
+        d = dict(self.__dict__)
+        d["_proc"] = None
+        return d
+
+    def is_done(self) -> bool:
+        return bool(self.run_dir and self.done_file
+                    and (Path(self.run_dir) / self.done_file).exists())
+
+    def _outcome(self, rc: int) -> dict[str, Any]:
+        if rc == 0 and (self.done_file is None or self.is_done()):
+            return {"state": "done", "cell": self.cell}
+        if rc == 0:  # the trainer says finished, but not where the sweep planned it
+            return {"state": "interrupted", "cell": self.cell,
+                    "reason": f"interrupted: the {self.kind} command exited 0 but "
+                              f"{Path(self.run_dir or '.') / (self.done_file or '')} is missing "
+                              f"(did the code change the run-id since the sweep was planned? "
+                              f"re-run the command to re-plan)"}
+        if rc == EXIT_PREEMPTED:
+            return {"state": "interrupted", "cell": self.cell,
+                    "reason": "interrupted: the trainer was stopped and wrote a checkpoint"}
+        if rc < 0 or rc in INTERRUPT_CODES:
+            sig = -rc if rc < 0 else rc - 128
+            try:
+                name = signal.Signals(sig).name
+            except ValueError:
+                name = f"signal {sig}"
+            return {"state": "interrupted", "cell": self.cell,
+                    "reason": f"interrupted: {self.kind} process killed by {name}"}
+        raise CellFailed(f"{self.kind} {self.cell} exited with code {rc}: {self._stderr_tail()}")
+
+    def _stderr_tail(self) -> str:
+        try:
+            import submitit
+
+            path = submitit.JobEnvironment().paths.stderr
+            lines = [ln for ln in path.read_text(errors="replace").splitlines()
+                     if ln.strip() and not ln.startswith("submitit ")]
+            return lines[-1].strip()[:300] if lines else "no error output"
+        except Exception:  # not inside a submitit job (debug executor) or no log file
+            return "see the job's log"
+
+    def _thread_env(self) -> dict[str, str]:
+        if not self.threads:
+            return {}
+        t = str(self.threads)
+        return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "FTBENCH_THREADS": t}
+
+    def _dist_env(self) -> dict[str, str]:
+        """torchrun's variables from submitit's job environment (only for multi-task jobs)."""
+        try:
+            import submitit
+
+            je = submitit.JobEnvironment()
+        except RuntimeError:  # not inside a submitit job
+            return {}
+        if je.num_tasks <= 1:
+            return {}
+        port = 20000 + zlib.crc32(str(je.raw_job_id).encode()) % 20000
+        return {"RANK": str(je.global_rank), "LOCAL_RANK": str(je.local_rank),
+                "WORLD_SIZE": str(je.num_tasks),
+                "LOCAL_WORLD_SIZE": str(je.num_tasks // je.num_nodes),
+                "GROUP_RANK": str(je.node), "NODE_RANK": str(je.node),
+                "MASTER_ADDR": je.hostnames[0], "MASTER_PORT": str(port)}
+
+
+def _submitit_signal() -> signal.Signals | None:
+    try:
+        from submitit.core.job_environment import JobEnvironment
+
+        return JobEnvironment._usr_sig()
+    except Exception:  # unknown SUBMITIT_PREEMPT_SIGNAL: leave the default
+        return None

@@ -1,0 +1,493 @@
+"""Plan a sweep, write its manifest, and run its cells through submitit (local or SLURM).
+
+    plan(spec, name)          compose every cell with train.py's config, run the shared-settings
+                              guard, compute per-cell tokens/FLOPs (nothing is submitted)
+    run(plan, ...)            submit what is missing: local = a driver that keeps at most JOBS
+                              jobs alive (the local executor would start all at once), each with
+                              cores/JOBS threads, longest cells first; slurm = one job array
+                              with parameters from sweeps/cluster.yaml, returns at once
+    refresh(manifest)         re-derive every cell's state from facts (see manifest.py)
+
+Re-running the same command skips done cells (their run directory holds final.pt), resumes
+interrupted ones (the trainer restarts from its newest checkpoint) and retries failed ones only
+with retry_failed. Cells are named by content (run-id = hash of the resolved config), so two
+sweeps that share a cell share its run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import backend, manifest
+from .grid import Cell, SweepError, SweepSpec, expand, fmt_num, shared_settings
+from .job import CellJob
+
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60
+"""Local jobs: no practical time limit (submitit's default is 2 minutes)."""
+POLL_S = 1.0
+CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
+CLUSTER_KEYS = {"partition", "account", "qos", "gpus_per_node", "nodes", "cpus_per_task",
+                "mem_gb", "timeout_min", "constraint", "exclude", "array_parallelism",
+                "signal_delay_s", "max_num_timeout", "setup", "additional", "eval"}
+
+
+@dataclass
+class PlannedCell:
+    cell: Cell
+    config: dict[str, Any]
+    run_id: str
+    run_dir: Path
+    tokens: float
+    flops: float
+    flops_per_token: float
+
+
+@dataclass
+class Plan:
+    name: str
+    spec: SweepSpec
+    folder: Path
+    results: Path
+    cells: list[PlannedCell]
+    shared: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.folder / "manifest.json"
+
+
+def plan(spec: SweepSpec, name: str | None = None) -> Plan:
+    """Compose and check every cell; raises SweepError (one line) on any problem."""
+    cells = expand(spec)
+    planned: list[PlannedCell] = []
+    for c in cells:
+        cfg = backend.compose(c)
+        try:
+            tokens, flops = backend.planned(cfg)
+        except SweepError as e:
+            raise SweepError(f"{c.name}: {e}") from e
+        planned.append(PlannedCell(c, backend.to_dict(cfg), backend.run_id(cfg),
+                                   backend.run_dir(cfg), tokens, flops,
+                                   backend.flops_per_token(cfg)))
+    ids = [p.run_id for p in planned]
+    if len(set(ids)) != len(ids):
+        dup = next(p.cell.name for p in planned if ids.count(p.run_id) > 1)
+        raise SweepError(f"two cells resolve to the same config (run-id of {dup}); "
+                         f"is an override masking an axis?")
+    shared = shared_settings(cells, [p.config for p in planned], backend.IGNORED_PREFIXES)
+    results = Path(planned[0].config["paths"]["results"])
+    name = name or spec.default_name()
+    if not all(ch.isalnum() or ch in "._-" for ch in name):
+        raise SweepError(f"NAME: {name!r} may use letters, digits, '.', '_' and '-' only")
+    return Plan(name, spec, manifest.sweep_dir(results, name), results, planned, shared)
+
+
+# ------------------------------------------------------------------------------- dry run
+def human(x: float) -> str:
+    for unit, v in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= v:
+            return f"{x / v:.3g}{unit}"
+    return f"{x:.3g}"
+
+
+def dry_run_text(p: Plan) -> str:
+    rows = [("cell", "arm", "kappa", "H", "seed", "run-id", "FLOPs/tok", "tokens", "FLOPs",
+             "status")]
+    for c in p.cells:
+        done = backend.is_done(c.run_dir)
+        rows.append((c.cell.name, c.cell.arm,
+                     fmt_num(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
+                     str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
+                     human(c.flops_per_token), human(c.tokens), human(c.flops),
+                     "done" if done else "to run"))
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(v.ljust(n) for v, n in zip(r, w, strict=True)).rstrip() for r in rows]
+    todo = [c for c in p.cells if not backend.is_done(c.run_dir)]
+    s = p.spec
+    head = (f"sweep {p.name}: preset {s.preset}, data {s.data}, kappa "
+            f"{' '.join(map(fmt_num, s.kappa_bits))}, H {' '.join(map(str, s.latent_bits))}, "
+            f"seeds {' '.join(map(str, s.seeds))}, controls {' '.join(s.controls) or 'none'}")
+    total = sum(c.flops for c in p.cells)
+    left = sum(c.flops for c in todo)
+    tail = (f"total: {len(p.cells)} cells, {human(sum(c.tokens for c in p.cells))} tokens, "
+            f"{human(total)} FLOPs; to run: {len(todo)} cells, {human(left)} FLOPs\n"
+            f"manifest: {p.manifest_path}  (DRY=1: nothing submitted)")
+    return "\n".join([head, *lines, tail])
+
+
+# ------------------------------------------------------------------------------- manifest
+def git_commit() -> tuple[str | None, bool | None]:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                             text=True, timeout=10, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                                    cwd=root, capture_output=True, text=True, timeout=10,
+                                    check=True).stdout.strip())
+        return sha, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[str, Any]:
+    """A fresh manifest for the plan, keeping job ids, states and history from `old`."""
+    if old is not None and old.get("grid") != p.spec.to_manifest():
+        raise SweepError(f"sweep {p.name} already exists with a different grid "
+                         f"({p.manifest_path}); pick another NAME")
+    prev = {c["cell"]: c for c in (old or {}).get("cells", [])}
+    sha, dirty = git_commit()
+    cells = []
+    for c in p.cells:
+        o = prev.get(c.cell.name, {})
+        if o.get("run_id") not in (None, c.run_id):
+            o = {}  # the code's config changed under the same name: a new run
+        cells.append({
+            "cell": c.cell.name, "arm": c.cell.arm, "kappa_bits": c.cell.kappa_bits,
+            "latent_bits": c.cell.latent_bits, "seed": c.cell.seed, "run_id": c.run_id,
+            "run_dir": str(c.run_dir), "overrides": list(c.cell.overrides),
+            "tokens": c.tokens, "flops": c.flops, "flops_per_token": c.flops_per_token,
+            "job_id": o.get("job_id"), "state": o.get("state", "pending"),
+            "reason": o.get("reason"), "step": o.get("step"), "attempts": o.get("attempts", 0),
+            "slot": o.get("slot"), "started": o.get("started"), "finished": o.get("finished"),
+            "wall_s": o.get("wall_s"), "eval": o.get("eval"), "config": c.config,
+        })
+    return {
+        "name": p.name, "created": (old or {}).get("created", now()), "updated": now(),
+        "git_commit": sha, "git_dirty": dirty, "launcher": launcher,
+        "command": sys.argv, "grid": p.spec.to_manifest(), "shared": p.shared,
+        "data_checksums": (old or {}).get("data_checksums", {}),
+        "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
+        "totals": {"cells": len(p.cells), "tokens": sum(c.tokens for c in p.cells),
+                   "flops": sum(c.flops for c in p.cells)},
+        "cells": cells,
+    }
+
+
+def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset()) -> dict[str, Any]:
+    """Re-derive each cell's state from its run directory and its job (see manifest.py).
+
+    `live`: cells the calling driver is itself watching (left as they are).
+    """
+    jobs = folder / "jobs"
+    for c in m["cells"]:
+        run = Path(c["run_dir"])
+        c["step"] = backend.latest_step(run) or c.get("step")
+        if backend.is_done(run):
+            if c["state"] != "done":
+                c["state"], c["reason"] = "done", None
+            prov = backend.provenance(run)
+            m["data_checksums"].update(prov.get("data_checksums") or {})
+            if prov.get("tokenizer_sha256"):
+                m["tokenizer_sha256"] = prov["tokenizer_sha256"]
+        elif c["cell"] in live:
+            pass
+        elif c["state"] == "done":  # its run directory was removed since: train it again
+            c["state"] = "pending"
+            c["reason"] = f"{run / backend.DONE_FILE} is gone; the cell runs again"
+        elif c["state"] == "running" and not manifest.job_alive(m["launcher"], jobs,
+                                                                c["job_id"]):
+            why = manifest.job_failure(jobs, c["job_id"]) if c["job_id"] else None
+            if why and "interrupted" not in why:
+                c["state"], c["reason"] = "failed", why
+            else:
+                c["state"] = "pending"
+                c["reason"] = (f"interrupted: job {c['job_id']} ended before the run finished; "
+                               f"resumes from step {c['step'] or 0} on re-run")
+        ev = c.get("eval")
+        if ev and ev.get("state") == "running" and not manifest.job_alive(
+                m["launcher"], jobs, ev.get("job_id")) and c["cell"] not in live:
+            why = manifest.job_failure(jobs, ev["job_id"])
+            ok = manifest.job_succeeded(jobs, ev["job_id"])
+            ev["state"] = "done" if ok else "failed" if why else "pending"
+            ev["reason"] = why or (None if ok else "interrupted: evaluation job ended without "
+                                   "a result; EVAL=1 runs it again")
+    m["updated"] = now()
+    return m
+
+
+# ------------------------------------------------------------------------------- cluster config
+def load_cluster(path: Path | None = None) -> dict[str, Any]:
+    path = Path(path or os.environ.get("FTBENCH_CLUSTER") or CLUSTER_FILE)
+    if not path.is_file():
+        raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
+                         f"and set partition/account/GPUs/time")
+    try:
+        cfg = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from e
+    if not isinstance(cfg, dict):
+        raise SweepError(f"{path}: expected a mapping of settings")
+    unknown = sorted(set(cfg) - CLUSTER_KEYS)
+    if unknown:
+        raise SweepError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(CLUSTER_KEYS)}")
+    if not cfg.get("partition"):
+        raise SweepError(f"{path}: 'partition' is required")
+    for k in ("gpus_per_node", "nodes", "cpus_per_task", "timeout_min", "array_parallelism",
+              "signal_delay_s", "max_num_timeout"):
+        if k in cfg and cfg[k] is not None and (not isinstance(cfg[k], int) or cfg[k] < 0):
+            raise SweepError(f"{path}: {k} must be a non-negative integer, got {cfg[k]!r}")
+    return cfg
+
+
+def slurm_parameters(cluster: dict[str, Any], *, for_eval: bool = False) -> dict[str, Any]:
+    """AutoExecutor.update_parameters kwargs: one task per GPU (DDP/FSDP via JobEnvironment)."""
+    c = {**cluster, **(cluster.get("eval") or {})} if for_eval else dict(cluster)
+    gpus = int(c.get("gpus_per_node") or 0)
+    params: dict[str, Any] = {
+        "slurm_partition": c["partition"],
+        "timeout_min": int(c.get("timeout_min") or 24 * 60),
+        "nodes": int(c.get("nodes") or 1),
+        "gpus_per_node": gpus,
+        "tasks_per_node": max(1, gpus),
+        "cpus_per_task": int(c.get("cpus_per_task") or 8),
+        "slurm_signal_delay_s": int(c.get("signal_delay_s") or 120),
+        "slurm_array_parallelism": int(c.get("array_parallelism") or 64),
+    }
+    if c.get("mem_gb"):
+        params["mem_gb"] = float(c["mem_gb"])
+    for k in ("account", "qos", "constraint", "exclude"):
+        if c.get(k):
+            params[f"slurm_{k}"] = c[k]
+    if c.get("setup"):
+        params["slurm_setup"] = list(c["setup"])
+    if c.get("additional"):
+        params["slurm_additional_parameters"] = dict(c["additional"])
+    return params
+
+
+# ------------------------------------------------------------------------------- running
+def local_jobs(jobs: int | None) -> tuple[int, int]:
+    """(parallel jobs, threads per job) for this machine."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = max(1, cores or 1)
+    n = max(1, int(jobs) if jobs else cores)
+    return n, max(1, cores // n)
+
+
+def _select(m: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
+    out = []
+    for c in m["cells"]:
+        if c["state"] == "done" or c["state"] == "running":
+            continue
+        if c["state"] == "failed" and not retry_failed:
+            continue
+        out.append(c)
+    return out
+
+
+def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: bool = False,
+        eval_args: Sequence[str] = (), retry_failed: bool = False,
+        cluster: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+        executor_factory: Callable[[Path], Any] | None = None) -> dict[str, Any]:
+    """Submit the missing cells; local blocks until they end, slurm returns once submitted."""
+    if launcher not in ("local", "slurm"):
+        raise SweepError(f"LAUNCHER: {launcher!r} is not local or slurm")
+    if launcher == "slurm" and cluster is None:
+        cluster = load_cluster()
+    p.folder.mkdir(parents=True, exist_ok=True)
+    with manifest.locked(p.folder, wait=False):
+        (p.folder / ".lock").write_text(f"pid {os.getpid()}\n")
+        old = manifest.load(p.manifest_path) if p.manifest_path.exists() else None
+        m = build_manifest(p, launcher, old)
+        if old is not None and old.get("launcher") != launcher:
+            m["launcher"] = old["launcher"]  # states of jobs already submitted need the old one
+        m = refresh(m, p.folder)
+        m["launcher"] = launcher
+        todo = _select(m, retry_failed)
+        manifest.save(p.manifest_path, m)
+        skipped = sum(c["state"] == "done" for c in m["cells"])
+        failed = [c["cell"] for c in m["cells"] if c["state"] == "failed" and not retry_failed]
+        log(f"sweep {p.name}: {len(m['cells'])} cells, {skipped} done, {len(todo)} to run"
+            + (f", {len(failed)} failed left alone (RETRY_FAILED=1 retries them)"
+               if failed else ""))
+        if launcher == "local":
+            _run_local(p, m, todo, jobs, evaluate, eval_args, log, executor_factory)
+        else:
+            _submit_slurm(p, m, todo, cluster or {}, evaluate, eval_args, log,
+                          executor_factory)
+        return m
+
+
+def _train_job(c: dict[str, Any], threads: int | None) -> CellJob:
+    cell = Cell(c["cell"], c["arm"], c["seed"], tuple(c["overrides"]))
+    return CellJob(c["cell"], backend.train_argv(cell), run_dir=c["run_dir"],
+                   done_file=backend.DONE_FILE, threads=threads, cwd=os.getcwd())
+
+
+def _eval_job(c: dict[str, Any], eval_args: Sequence[str], threads: int | None) -> CellJob:
+    return CellJob(c["cell"], backend.eval_argv(Path(c["run_dir"]), eval_args), threads=threads,
+                   cwd=os.getcwd(), kind="eval")
+
+
+def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int | None,
+               evaluate: bool, eval_args: Sequence[str], log: Callable[[str], None],
+               executor_factory: Callable[[Path], Any] | None) -> None:
+    import submitit
+
+    n, threads = local_jobs(jobs)
+    if executor_factory is not None:
+        ex = executor_factory(p.folder / "jobs")
+    else:
+        ex = submitit.AutoExecutor(folder=p.folder / "jobs", cluster="local")
+        ex.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN, name=f"sweep-{p.name}")
+    m["local"] = {"jobs": n, "threads_per_job": threads}
+    queue: list[tuple[str, dict[str, Any]]] = [
+        ("train", c) for c in sorted(todo, key=lambda c: -c["flops"])]  # longest first
+    if evaluate:  # finished cells whose evaluation never ran (or failed) are evaluated too
+        queue += [("eval", c) for c in m["cells"] if c["state"] == "done"
+                  and (c.get("eval") or {}).get("state") != "done"]
+    active: dict[int, tuple[str, dict[str, Any], Any, float]] = {}  # slot -> job
+    log(f"local: {n} parallel job(s), {threads} thread(s) each; jobs in {p.folder / 'jobs'}")
+    t0 = time.time()
+    # With a cold data cache, the first cell runs alone until its corpus and tokenizer are
+    # built and cached (its config.yaml appears): every cell shares them, and parallel cells
+    # would each build them from scratch.
+    first: dict[str, Any] | None = None
+    if todo and _cold_cache(todo[0]):
+        first = next((c for k, c in queue if k == "train"), None)
+    try:
+        while queue or active:
+            if first is not None and all(c is not first for _, c in queue) and (
+                    first["state"] != "running"
+                    or (Path(first["run_dir"]) / "config.yaml").exists()):
+                first = None
+            for slot in range(n):
+                if slot in active or not queue or (first is not None and active):
+                    continue
+                kind, c = queue.pop(0)
+                job = ex.submit(_train_job(c, threads) if kind == "train"
+                                else _eval_job(c, eval_args, threads))
+                started = time.time()
+                if kind == "train":
+                    c.update(state="running", job_id=str(job.job_id), reason=None, slot=slot,
+                             started=now(), attempts=c.get("attempts", 0) + 1)
+                else:
+                    c["eval"] = {"state": "running", "job_id": str(job.job_id), "slot": slot}
+                active[slot] = (kind, c, job, started)
+                log(f"[{time.time() - t0:6.0f}s] slot {slot}: start {kind} {c['cell']} "
+                    f"(job {job.job_id})")
+                manifest.save(p.manifest_path, m)
+            time.sleep(POLL_S)
+            for slot, (kind, c, job, started) in list(active.items()):
+                if not job.done():
+                    continue
+                del active[slot]
+                state, reason = _outcome(job, p.folder / "jobs")
+                wall = time.time() - started
+                if kind == "train":
+                    c.update(state=state, reason=reason, finished=now(), wall_s=round(wall, 1),
+                             step=backend.latest_step(Path(c["run_dir"])) or c.get("step"))
+                    if state == "done" and evaluate:
+                        queue.append(("eval", c))
+                else:
+                    c["eval"].update(state="failed" if state != "done" else "done",
+                                     reason=reason, wall_s=round(wall, 1))
+                log(f"[{time.time() - t0:6.0f}s] slot {slot}: {kind} {c['cell']} -> {state}"
+                    + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
+                refresh(m, p.folder, live={a[1]["cell"] for a in active.values()})
+                manifest.save(p.manifest_path, m)
+    finally:
+        m["local"]["wall_s"] = round(time.time() - t0, 1)
+        refresh(m, p.folder, live=set())
+        manifest.save(p.manifest_path, m)
+
+
+def _cold_cache(c: dict[str, Any]) -> bool:
+    cache = (c.get("config") or {}).get("paths", {}).get("cache")
+    return bool(cache) and not any(Path(cache).glob("corpora/*"))
+
+
+def _outcome(job: Any, folder: Path) -> tuple[str, str | None]:
+    """(state, reason) of a finished local job: done; failed (the command exited with an
+    error: its last error line); pending (killed or stopped: resumes on the next run)."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    job._results_timeout_s = 2  # local files: no need to wait 15 s for a pickle that never comes
+    try:
+        r = job.result()
+    except FailedJobError as e:
+        return "failed", manifest.job_failure(folder, str(job.job_id)) or \
+            manifest.last_line(str(e))
+    except UncompletedJobError:
+        return "pending", (f"interrupted: job {job.job_id} ended without a result (killed?); "
+                           f"resumes from its newest checkpoint on re-run")
+    if isinstance(r, dict) and r.get("state") == "interrupted":
+        return "pending", str(r.get("reason"))
+    return "done", None
+
+
+def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
+                  cluster: dict[str, Any], evaluate: bool, eval_args: Sequence[str],
+                  log: Callable[[str], None],
+                  executor_factory: Callable[[Path], Any] | None) -> None:
+    import submitit
+
+    def executor(for_eval: bool) -> Any:
+        if executor_factory is not None:
+            return executor_factory(p.folder / "jobs")
+        ex = submitit.AutoExecutor(folder=p.folder / "jobs", cluster="slurm",
+                                   slurm_max_num_timeout=int(cluster.get("max_num_timeout")
+                                                             or 20))
+        ex.update_parameters(name=f"sweep-{p.name}{'-eval' if for_eval else ''}",
+                             **slurm_parameters(cluster, for_eval=for_eval))
+        return ex
+
+    if todo:
+        ex = executor(False)
+        jobs = ex.submit_array([_train_job(c, None) for c in todo])  # one job array
+        for c, j in zip(todo, jobs, strict=True):
+            c.update(state="running", job_id=str(j.job_id), reason=None, started=now(),
+                     attempts=c.get("attempts", 0) + 1)
+        manifest.save(p.manifest_path, m)
+        log(f"slurm: submitted array {jobs[0].job_id.split('_')[0]} with {len(jobs)} cells")
+    if evaluate:
+        for c in m["cells"]:
+            if (c.get("eval") or {}).get("state") in ("done", "running"):
+                continue
+            if c["state"] not in ("done", "running"):
+                continue
+            ex = executor(True)
+            if c["state"] == "running":  # evaluate once training succeeds
+                ex.update_parameters(slurm_additional_parameters={
+                    **(cluster.get("additional") or {}), "dependency": f"afterok:{c['job_id']}"})
+            j = ex.submit(_eval_job(c, eval_args, None))
+            c["eval"] = {"state": "running", "job_id": str(j.job_id)}
+        manifest.save(p.manifest_path, m)
+    log(f"watch it with: make sweep-status NAME={p.name}")
+
+
+def status(name: str, results: Path | None = None) -> str:
+    """Refresh (when no driver holds the sweep) and render the status table."""
+    root = Path(results or os.environ.get("FTBENCH_RESULTS") or "results")
+    folder = manifest.sweep_dir(root, name)
+    path = folder / "manifest.json"
+    if not path.exists():
+        known = sorted(q.name for q in (root / "sweeps").glob("*") if (q / "manifest.json")
+                       .exists()) if (root / "sweeps").exists() else []
+        raise SweepError(f"no sweep {name!r} under {root / 'sweeps'}"
+                         + (f"; known: {' '.join(known)}" if known else ""))
+    try:
+        with manifest.locked(folder, wait=False):
+            m = refresh(manifest.load(path), folder)
+            manifest.save(path, m)
+    except manifest.SweepBusy:  # a driver is running: show its view plus runs finished since
+        m = manifest.load(path)
+        for c in m["cells"]:
+            if backend.is_done(Path(c["run_dir"])):
+                c["state"], c["reason"] = "done", None
+            c["step"] = backend.latest_step(Path(c["run_dir"])) or c.get("step")
+    return manifest.table(m)

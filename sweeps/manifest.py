@@ -1,0 +1,166 @@
+"""`results/sweeps/<name>/manifest.json` (schema in docs/RESULTS.md) and the status table.
+
+Only the sweep driver and `sweep-status` write the manifest, under an exclusive lock, with an
+atomic rename; jobs never touch it. A cell's state is re-derived from facts on every refresh:
+
+    done     the run directory holds its final checkpoint (shared by every sweep naming the run)
+    running  its job is alive (a local pid, or SLURM says PENDING/RUNNING/REQUEUED...)
+    failed   its job raised (the trainer exited with an error); retried only on request
+    pending  not started yet, or interrupted (killed, node lost, driver stopped): the reason says
+             which, and a re-run resumes it from its newest checkpoint
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pickle
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .grid import SweepError
+
+STATES = ("pending", "running", "done", "failed")
+SLURM_ALIVE = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING",
+               "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "UNKNOWN"}
+
+
+class SweepBusy(SweepError):
+    """Another driver holds this sweep."""
+
+
+def sweep_dir(results: Path, name: str) -> Path:
+    return results / "sweeps" / name
+
+
+def load(path: Path) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def save(path: Path, manifest: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(manifest, f, indent=1, sort_keys=False, default=str)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
+    """An exclusive lock on the sweep folder (one driver per sweep; status waits its turn)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            f.seek(0)
+            who = f.read().strip() or "another process"
+            raise SweepBusy(f"sweep {folder.name} is being driven by {who}; wait for it or "
+                               f"use `make sweep-status NAME={folder.name}`") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie (finished, not yet reaped) counts as dead
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def job_failure(folder: Path, job_id: str) -> str | None:
+    """The one-line reason a submitit job failed, from its result pickle, or None."""
+    from submitit.core.utils import JobPaths
+
+    p = JobPaths(folder, job_id).result_pickle
+    if not p.exists():
+        return None
+    try:
+        with open(p, "rb") as f:
+            status, payload = pickle.load(f)
+    except Exception as e:  # a torn or foreign pickle: say so rather than crash the status
+        return f"unreadable result {p.name}: {type(e).__name__}"
+    if status != "error":
+        return None
+    return last_line(str(payload)).removeprefix("sweeps.job.CellFailed: ")
+
+
+def job_succeeded(folder: Path, job_id: str | None) -> bool:
+    """True iff the submitit job left a success result whose outcome is not 'interrupted'."""
+    from submitit.core.utils import JobPaths
+
+    if not job_id:
+        return False
+    p = JobPaths(folder, job_id).result_pickle
+    try:
+        with open(p, "rb") as f:
+            status, payload = pickle.load(f)
+    except Exception:  # missing, torn or foreign: not a success we can vouch for
+        return False
+    return status == "success" and not (isinstance(payload, dict)
+                                        and payload.get("state") == "interrupted")
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:300] if lines else "unknown error"
+
+
+def job_alive(launcher: str, folder: Path, job_id: str | None) -> bool:
+    if not job_id:
+        return False
+    if launcher == "local":
+        return job_id.isdigit() and pid_alive(int(job_id))
+    import submitit
+
+    try:
+        state = submitit.SlurmJob(folder=folder, job_id=job_id).state
+    except Exception:  # sacct unavailable: trust the manifest rather than resubmit twice
+        return True
+    return state.split()[0].rstrip("+") in SLURM_ALIVE
+
+
+def counts(manifest: dict[str, Any]) -> dict[str, int]:
+    c = dict.fromkeys(STATES, 0)
+    for cell in manifest["cells"]:
+        c[cell["state"]] = c.get(cell["state"], 0) + 1
+    return c
+
+
+def table(manifest: dict[str, Any]) -> str:
+    """The status table `make sweep-status` prints."""
+    rows = [("cell", "arm", "run-id", "state", "step", "job", "eval", "reason")]
+    for c in manifest["cells"]:
+        ev = c.get("eval") or {}
+        rows.append((c["cell"], c["arm"], c["run_id"], c["state"], str(c.get("step") or "-"),
+                     str(c.get("job_id") or "-"), ev.get("state", "-"), c.get("reason") or ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
+             for r in rows]
+    n = counts(manifest)
+    summary = ", ".join(f"{n[s]} {s}" for s in STATES)
+    head = (f"sweep {manifest['name']} ({manifest['launcher']}): {len(manifest['cells'])} cells: "
+            f"{summary}")
+    return "\n".join([head, *[ln.rstrip() for ln in lines]])

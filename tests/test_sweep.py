@@ -1,0 +1,314 @@
+"""Sweeps (issue 4), fast part: grid, bad input, shared-settings guard, cluster config, status,
+and a requeue through submitit's own checkpoint path with a stand-in trainer.
+
+The end-to-end sweeps with the real trainer are in tests/test_sweep_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeps import launcher as L
+from sweeps.grid import (
+    ARCH_KNOBS,
+    Cell,
+    SweepError,
+    SweepSpec,
+    expand,
+    parse_amount,
+    shared_settings,
+)
+from sweeps.job import CellJob
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def spec(**kw: object) -> SweepSpec:
+    args = dict(kappa="0.5 2 4", h="16", seeds="0 1")
+    args.update(kw)
+    return SweepSpec.from_text(**args)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ grid
+def test_grid_arms_and_overrides() -> None:
+    cells = expand(spec(h="8 16", controls="flops plus1", tokens="50k"))
+    names = [c.name for c in cells]
+    # one baseline per seed, one FT per (kappa, H, seed), controls per (H, seed) / per seed
+    assert names[:2] == ["baseline-s0", "baseline-s1"]
+    assert sum(c.arm == "free" for c in cells) == 3 * 2 * 2
+    assert sum(c.arm == "baseline_flops" for c in cells) == 2 * 2
+    assert sum(c.arm == "baseline_plus1" for c in cells) == 2
+    assert len(set(names)) == len(names)
+    ft = next(c for c in cells if c.name == "free-k0.5-H16-s1")
+    assert ft.overrides == ("model=1M", "data=stdlib", "train.tokens=50000",
+                            "model.latent_bits=16", "model.kappa_bits=0.5", "train.seed=1")
+    flops = next(c for c in cells if c.name == "baseline_flops-H8-s0")
+    assert "train.compute_match=flops" in flops.overrides
+    assert "train.match_latent_bits=8" in flops.overrides
+    plus1 = next(c for c in cells if c.arm == "baseline_plus1")
+    assert "model.n_layers=5" in plus1.overrides  # the 1M preset has 4 layers
+    # fractions and duplicates
+    assert spec(kappa="1/64 1/8 0.125 2").kappa_bits == (1 / 64, 0.125, 2.0)
+    assert parse_amount("3M", "TOKENS") == 3e6 and parse_amount("2e6", "TOKENS") == 2e6
+    # the default name is a content hash: same grid -> same name, another grid -> another
+    assert spec().default_name() == spec().default_name() != spec(seeds="0").default_name()
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(kappa="abc"), "KAPPA: 'abc' is not a number"),
+    (dict(kappa="0.5 -1"), "KAPPA: '-1' must be a finite number >= 0"),
+    (dict(kappa="nan"), "KAPPA: 'nan' must be a finite number"),
+    (dict(h="0"), "H: 0 is outside 1..20"),
+    (dict(h="21"), "H: 21 is outside 1..20"),
+    (dict(h="16.5"), "H: '16.5' is not an integer"),
+    (dict(kappa=""), "empty grid: KAPPA has no values"),
+    (dict(seeds=" "), "empty grid: SEEDS has no values"),
+    (dict(seeds="-1"), "SEEDS: -1 is outside >= 0"),
+    (dict(preset="3M"), "PRESET: unknown preset '3M'"),
+    (dict(tokens="1M", flops="1e12"), "give TOKENS or FLOPS, not both"),
+    (dict(tokens="lots"), "TOKENS: 'lots' is not a positive number"),
+    (dict(controls="bigger"), "CONTROLS: unknown control 'bigger'"),
+])
+def test_bad_input_one_line(kw: dict, msg: str) -> None:
+    with pytest.raises(SweepError) as e:
+        spec(**kw)
+    assert msg in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_input_cli_rejects_before_submitting(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the CLI: one line on stderr, exit 2, nothing written under results/."""
+    from sweeps.__main__ import main
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    cases = [
+        (["--kappa", "0.5 x"], "sweep: error: KAPPA: 'x' is not a number"),
+        (["--h", "32"], "sweep: error: H: 32 is outside 1..20"),
+        (["--seeds", ""], "sweep: error: empty grid: SEEDS has no values"),
+        (["--preset", "nope"], "sweep: error: PRESET: unknown preset 'nope'"),
+        (["--launcher", "slurm", "--cluster", str(tmp_path / "none.yaml")],
+         "sweep: error: LAUNCHER=slurm needs"),
+        (["--launcher", "pbs"], "sweep: error: LAUNCHER: 'pbs' is not local or slurm"),
+        (["--jobs", "0"], "sweep: error: JOBS: '0' must be a positive integer"),
+    ]
+    for args, msg in cases:
+        assert main(["run", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert err.startswith(msg) and len(err.strip().splitlines()) == 1, (args, err)
+    assert main(["status", "nosuch"]) == 2
+    assert "no sweep 'nosuch'" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+    # and the real entry point, once: exit code and a single stderr line
+    r = subprocess.run([sys.executable, "-m", "sweeps", "run", "--kappa", "-1"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "sweep: error: KAPPA: '-1' must be a finite number >= 0 (bits per token)"]
+
+
+# ------------------------------------------------------------------ shared-settings guard
+def _cfg(lr: float = 1e-3, latent: int = 0, kappa: float = 0.5, seed: int = 0,
+         layers: int = 4, tokens: int = 1000, match: str = "none") -> dict:
+    return {"model": {"dim": 128, "n_layers": layers, "latent_bits": latent,
+                      "kappa_bits": kappa},
+            "optim": {"lr": lr, "weight_decay": 0.1},
+            "train": {"seed": seed, "tokens": tokens, "compute_match": match,
+                      "batch_size": 8},
+            "paths": {"results": f"/tmp/r{seed}"}}
+
+
+def test_guard_accepts_architecture_knobs_only() -> None:
+    cells = [Cell("baseline-s0", "baseline", 0, ()), Cell("free-s0", "free", 0, ()),
+             Cell("free-s1", "free", 1, ()), Cell("plus1-s0", "baseline_plus1", 0, ()),
+             Cell("flops-s0", "baseline_flops", 0, ())]
+    cfgs = [_cfg(), _cfg(latent=16, kappa=2), _cfg(latent=16, seed=1), _cfg(layers=5),
+            _cfg(match="flops", tokens=3000)]
+    shared = shared_settings(cells, cfgs, ignore=("paths.",))
+    assert shared["optim.lr"] == 1e-3 and shared["model.dim"] == 128
+    assert not set(shared) & {*ARCH_KNOBS, "train.seed", "train.tokens", "paths.results"}
+
+    # the optimizer tuned for one arm and not the other: refused, naming key and cells
+    bad = [_cfg(), _cfg(latent=16, lr=3e-4)]
+    with pytest.raises(SweepError, match=r"optim.lr is 0.001 in baseline-s0 but 0.0003 in "
+                                         r"free-s0"):
+        shared_settings(cells[:2], bad)
+    # only the equal-FLOPs control may change its horizon; a plain arm may not
+    with pytest.raises(SweepError, match="train.tokens"):
+        shared_settings(cells[:2], [_cfg(), _cfg(latent=16, tokens=5)])
+
+
+def test_guard_through_plan_with_arm_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A per-arm override that touches a shared setting is refused before anything runs."""
+    fake = _FakeTrain()
+    monkeypatch.setattr(L.backend, "_train", lambda: fake)
+    s = SweepSpec.from_text(kappa="1", h="4", seeds="0", tokens="1k",
+                            arm_overrides={"free": ["optim.lr=0.01"]})
+    with pytest.raises(SweepError, match="optim.lr is 0.001 in baseline-s0 but 0.01 in free-"):
+        L.plan(s)
+    ok = L.plan(SweepSpec.from_text(kappa="1 2", h="4", seeds="0", tokens="1k"))
+    assert [c.cell.name for c in ok.cells] == ["baseline-s0", "free-k1-H4-s0", "free-k2-H4-s0"]
+    assert len({c.run_id for c in ok.cells}) == 3
+    assert ok.cells[1].flops > ok.cells[0].flops  # the FT pays for its encoder
+    text = L.dry_run_text(ok)
+    assert "total: 3 cells" in text and "nothing submitted" in text
+    assert "free-k2-H4-s0" in text
+
+
+class _FakeTrain:
+    """compose/run_id/run_dir with train.py's contract, over plain dicts (no hydra, no torch)."""
+
+    def compose(self, overrides: list[str]) -> object:
+        from types import SimpleNamespace as NS
+
+        d = {"model": {"preset": "1M", "latent_bits": 0, "kappa_bits": 0.5, "n_layers": 4},
+             "optim": {"lr": 0.001}, "train": {"seed": 0, "tokens": 1000, "flops": None,
+                                               "seq_len": 64, "compute_match": "none",
+                                               "match_latent_bits": 16},
+             "data": {"source": "stdlib"}, "paths": {"results": "/tmp/ftbench-fake"}}
+        for o in overrides:
+            k, v = o.split("=", 1)
+            if "." not in k:
+                continue
+            a, b = k.split(".")
+            d[a][b] = type(d[a][b])(v) if d[a][b] is not None else float(v)
+        self.last = d
+        ns = NS(**{k: NS(**v) for k, v in d.items()})
+        ns._dict = d
+        return ns
+
+    def run_id(self, cfg: object) -> str:
+        import hashlib
+
+        return hashlib.sha256(json.dumps(cfg._dict, sort_keys=True).encode()).hexdigest()[:12]
+
+    def run_dir(self, cfg: object) -> Path:
+        return Path("/tmp/ftbench-fake/runs") / self.run_id(cfg)
+
+
+@pytest.fixture(autouse=True)
+def _fake_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
+    orig = L.backend.to_dict
+    monkeypatch.setattr(L.backend, "to_dict",
+                        lambda cfg: cfg._dict if hasattr(cfg, "_dict") else orig(cfg))
+    orig_fpt = L.backend.flops_per_token
+
+    def fpt(cfg: object) -> float:
+        if not hasattr(cfg, "_dict"):
+            return orig_fpt(cfg)
+        from model import get_preset, train_flops_per_token
+
+        m = cfg._dict["model"]
+        mc = get_preset("1M", latent_bits=int(m["latent_bits"]), n_layers=int(m["n_layers"]))
+        return train_flops_per_token(mc, 64).total
+
+    monkeypatch.setattr(L.backend, "flops_per_token", fpt)
+
+
+# ------------------------------------------------------------------ cluster config
+def test_cluster_config(tmp_path: Path) -> None:
+    with pytest.raises(SweepError, match="LAUNCHER=slurm needs"):
+        L.load_cluster(tmp_path / "cluster.yaml")
+    p = tmp_path / "cluster.yaml"
+    p.write_text("account: me\n")
+    with pytest.raises(SweepError, match="'partition' is required"):
+        L.load_cluster(p)
+    p.write_text("partition: gpu\ngpus: 8\n")
+    with pytest.raises(SweepError, match=r"unknown key\(s\) \['gpus'\]"):
+        L.load_cluster(p)
+    # the documented example parses, and maps to one task per GPU
+    ex = L.load_cluster(ROOT / "sweeps" / "cluster.example.yaml")
+    params = L.slurm_parameters(ex)
+    assert params["tasks_per_node"] == params["gpus_per_node"] == ex["gpus_per_node"]
+    assert params["slurm_partition"] == ex["partition"]
+    assert isinstance(params["timeout_min"], int)
+    assert L.slurm_parameters(ex, for_eval=True)["gpus_per_node"] == ex["eval"]["gpus_per_node"]
+
+
+
+def test_slurm_parameters_make_an_sbatch_script(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parameters are ones submitit's SLURM executor accepts (no srun here: pretend)."""
+    import submitit
+    from submitit.slurm.slurm import SlurmExecutor
+
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+    ex = submitit.AutoExecutor(folder=tmp_path / "jobs", cluster="slurm")
+    cfg = L.load_cluster(ROOT / "sweeps" / "cluster.example.yaml")
+    ex.update_parameters(**L.slurm_parameters(cfg))
+    text = ex._executor._make_submission_file_text("python -m x", "uid")
+    for line in ("--partition=gpu", "--account=my-project", "--gpus-per-node=8",
+                 "--ntasks-per-node=8", "--signal=USR2@120", "--time=1440"):
+        assert f"#SBATCH {line}" in text, line
+
+
+def test_local_sizing() -> None:
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert L.local_jobs(None) == (cores, 1)
+    assert L.local_jobs(1) == (1, cores)
+
+
+# ------------------------------------------------------------------ requeue (submitit's path)
+STANDIN = textwrap.dedent("""
+    import json, pathlib, signal, sys, time
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    run = pathlib.Path(sys.argv[1])
+    ck = run / "checkpoints"; ck.mkdir(parents=True, exist_ok=True)
+    state = ck / "state.json"
+    step = json.loads(state.read_text())["step"] if state.exists() else 0
+    with open(run / "starts.txt", "a") as f: f.write(f"{step}\\n")
+    total = step + 5 if step else 10**6  # a fresh start runs until the signal comes
+    while step < total:
+        if stop:  # like train.py: write a checkpoint and exit
+            state.write_text(json.dumps({"step": step})); sys.exit(75)
+        time.sleep(0.05); step += 1
+    (ck / "final.pt").write_text("done")
+""")
+
+
+def test_requeue_through_submitit_checkpoint(tmp_path: Path) -> None:
+    """USR2 from submitit's local controller (timeout - signal_delay) -> CellJob.checkpoint():
+    the trainer checkpoints on SIGTERM, submitit requeues, the trainer resumes and finishes."""
+    import submitit
+
+    script = tmp_path / "standin.py"
+    script.write_text(STANDIN)
+    run = tmp_path / "run"
+    # submitit's controller sends USR2 ~4 s into each attempt (timeout_min must be an integer)
+    ex = submitit.LocalExecutor(folder=tmp_path / "jobs", max_num_timeout=5)
+    ex.update_parameters(timeout_min=1, signal_delay_s=56)
+    job = ex.submit(CellJob("standin", [sys.executable, str(script), str(run)],
+                            run_dir=str(run), done_file="checkpoints/final.pt", threads=1))
+    t0 = time.time()
+    while not job.done() and time.time() - t0 < 60:
+        time.sleep(0.3)
+    assert job.result()["state"] == "done"
+    starts = [int(s) for s in (run / "starts.txt").read_text().split()]
+    # the last attempt resumed where the checkpoint written on the signal left it (an attempt
+    # signalled before the stand-in set its handler would restart from the same step)
+    assert starts[0] == 0 and len(starts) >= 2 and starts == sorted(starts), starts
+    assert starts[-1] > 0, starts
+    assert (run / "checkpoints" / "final.pt").exists()
+    log = Path(job.paths.stdout).read_text() + Path(job.paths.stderr).read_text()
+    assert "asking the trainer to checkpoint" in log and "Requeued job" in log
+
+
+def test_killed_child_is_interrupted_not_failed(tmp_path: Path) -> None:
+    """A trainer killed by a signal leaves the cell resumable; an error exit fails it."""
+    run = tmp_path / "run"
+    j = CellJob("c", [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"],
+                run_dir=str(run), done_file="final.pt")
+    r = j()
+    assert r["state"] == "interrupted" and "SIGKILL" in r["reason"]
+    bad = CellJob("c", [sys.executable, "-c", "raise SystemExit(3)"], run_dir=str(run),
+                  done_file="final.pt")
+    with pytest.raises(RuntimeError, match="exited with code 3"):
+        bad()
