@@ -146,7 +146,8 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
             # for the protocol check: what must not differ between arms
             "optim_json": json.dumps(cfg.get("optim") or {}, sort_keys=True),
             "train_json": json.dumps({k: v for k, v in train.items() if k not in
-                                      ("seed", "tokens", "flops", "compute_match")},
+                                      ("seed", "tokens", "flops", "compute_match",
+                                       "match_latent_bits")},
                                      sort_keys=True),
         })
         if row["arm"] is None:

@@ -8,13 +8,13 @@ Public API (used by sweeps/ and experiments/synthetic.py):
     plan(cfg: TrainConfig) -> dict                   # params, FLOPs/token, steps, batch; no compute
     train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
     ConfigError(ValueError)                          # bad input, one line naming allowed values
-    Preempted(SystemExit)                            # SIGTERM/SIGUSR1: checkpoint written, code 75
+    Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
     TrainingDiverged(RuntimeError)                   # NaN/Inf loss; the last good checkpoint stays
 
 CLI: `python -m experiments.train key=value ...` or `make train ARGS="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
 Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged (NaN/Inf),
-75 preempted by SIGTERM/SIGUSR1 after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
+75 preempted by SIGTERM/SIGUSR1/SIGINT after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
 
 Run directory <paths.results>/runs/<run-id>/ (paths.results = $FTBENCH_RESULTS or results/):
 config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt.
@@ -179,6 +179,7 @@ def _semantic(cfg: TrainConfig) -> dict[str, Any]:
     for k in NON_SEMANTIC_TRAIN_KEYS:
         d["train"].pop(k, None)
     d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run
+    d["model"].pop("mapper_chunk_elems", None)  # a memory knob: same maths, same run
     return d
 
 
@@ -476,12 +477,13 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     device = _device(cfg)
     if cfg.train.precision == "bf16" and device.type != "cuda":
         raise ConfigError("train.precision=bf16 needs CUDA; allowed on CPU: auto, fp32")
-    # Preemption: the handler only sets a flag; the loop checks it after each optimizer step
-    # (and once before the first), writes a checkpoint there and raises Preempted (exit 75).
+    # Preemption (and Ctrl-C): the handler only sets a flag; the loop checks it after each
+    # optimizer step (and once before the first), writes a checkpoint there and raises
+    # Preempted (exit 75).
     stop: dict[str, Any] = {"sig": None}
     old = {}
     if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGTERM, signal.SIGUSR1):
+        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # Ctrl-C checkpoints too
             old[s] = signal.signal(s, lambda sig, _f: stop.__setitem__("sig", sig))
     try:
         return _train_or_skip(cfg, p, device, rank, world, argv, stop)
