@@ -1,0 +1,339 @@
+"""`make synthetic`: the paper's synthetic experiment (§4.1, Figure 4), measured.
+
+Trains Free Transformers at several free-bits thresholds kappa (default 1/64, 1/8, 1 and 8 bits)
+plus a baseline on the synthetic task (`experiments/synthetic_data.py`) with the same training
+loop as the LM runs (`experiments.train`, `data=synthetic`), then, for every trained model:
+
+- scores held-out sequences teacher-forced: CE with Z from the uniform prior (honest), CE with Z
+  from the encoder (leaks: the encoder has seen the targets), KL per token in bits;
+- generates, for each of `n_prompts` random prompts "<letter>>", one group of `group_size`
+  sequences where every row draws its own uniform Z ("Z per sequence") and `n_shared_groups`
+  groups where every row of a group gets the same pinned uniform code sequence ("shared Z").
+  All codes are pinned, the prompt's included, so within a shared group the rows differ only by
+  the sampling of tokens (temperature 1), and every Z comes from the prior;
+
+and writes `<results>/synthetic/<name>/samples.jsonl`. `analysis/synthetic.py` turns that file
+into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
+
+Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
+- `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 800 steps of batch 32, lr 3e-3;
+  five runs in about 20 minutes on 2 CPU cores (see SETTINGS);
+- `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
+- `smoke`: a few steps, for tests.
+Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from experiments.synthetic_data import (
+    BODY_LEN,
+    LETTERS,
+    SEQ_LEN,
+    decode,
+    encode,
+    eval_batch,
+    prompt_for,
+)
+from model import Transformer
+
+DEFAULT_KAPPAS = (1 / 64, 1 / 8, 1.0, 8.0)
+
+# Hydra overrides per setting; `data=synthetic` and the arm's latent bits / kappa are added.
+# Budgets are in tokens (steps x batch x 65 targets); the optimizer is the same for every arm.
+TOKENS_PER_SEQ = SEQ_LEN - 1
+SETTINGS: dict[str, list[str]] = {
+    # 4 layers, dim 64, about 0.2M parameters; 800 steps of 32 sequences per arm.
+    "cpu": ["model=1M", "model.dim=64", "model.n_layers=4", "model.n_heads=4",
+            "model.n_kv_heads=2", "model.ffn_dim=192", "train.batch_size=32",
+            f"train.tokens={800 * 32 * TOKENS_PER_SEQ}", "optim.lr=3e-3",
+            "logging.val_every=250", "logging.ckpt_every=500", "logging.progress=false"],
+    # 8 layers, dim 256; 20000 steps of 128 sequences per arm.
+    "gpu": ["model=1M", "model.dim=256", "model.n_layers=8", "model.n_heads=8",
+            "model.n_kv_heads=4", "model.ffn_dim=768", "train.batch_size=128",
+            f"train.tokens={20000 * 128 * TOKENS_PER_SEQ}", "optim.lr=1e-3",
+            "logging.val_every=2000", "logging.ckpt_every=2000", "logging.progress=false"],
+    # a few steps of a tiny model, for tests.
+    "smoke": ["model=1M", "model.dim=32", "model.n_layers=2", "model.n_heads=2",
+              "model.n_kv_heads=1", "model.ffn_dim=64", "train.batch_size=8",
+              f"train.tokens={3 * 8 * TOKENS_PER_SEQ}", "data.val_tokens=650",
+              "logging.val_every=0", "logging.ckpt_every=1000", "logging.progress=false"],
+}
+
+
+@dataclass
+class SyntheticSettings:
+    name: str = "default"
+    setting: str = "cpu"
+    kappas: tuple[float, ...] = DEFAULT_KAPPAS
+    baseline: bool = True
+    latent_bits: int = 8
+    overrides: list[str] = field(default_factory=list)
+    n_prompts: int = 4
+    n_shared_groups: int = 4
+    group_size: int = 8
+    figure_rows: int = 8
+    temperature: float = 1.0
+    n_eval: int = 512
+    seed: int = 0
+    threads: int = 1
+    reuse: dict[str, str] = field(default_factory=dict)  # model label -> finished run dir
+
+
+@dataclass
+class Trained:
+    model: Transformer
+    info: dict[str, Any]  # run_id, run_dir, steps, train_wall_s, ...
+
+
+TrainFn = Callable[[str, int, float, SyntheticSettings], Trained]
+
+
+def parse_kappa(s: str) -> float:
+    """'1/64' -> 0.015625; '8' -> 8.0."""
+    v = float(Fraction(s.strip()))
+    if v < 0:
+        raise ValueError(f"kappa must be >= 0 bits, got {s!r}")
+    return v
+
+
+def kappa_label(k: float) -> str:
+    fr = Fraction(k).limit_denominator(1024)
+    return str(fr.numerator) if fr.denominator == 1 else f"{fr.numerator}/{fr.denominator}"
+
+
+def model_label(latent_bits: int, kappa_bits: float | None) -> str:
+    if latent_bits == 0 or kappa_bits is None:
+        return "baseline"
+    return f"kappa={kappa_label(kappa_bits)}"
+
+
+def results_root() -> Path:
+    return Path(os.environ.get("FTBENCH_RESULTS", "results"))
+
+
+# --------------------------------------------------------------------------- training
+def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float,
+                                 st: SyntheticSettings) -> Trained:
+    """One arm through the LM runs' training loop (`experiments.train`)."""
+    from experiments import train as tr  # imported here: the module is heavy (hydra)
+    from model import load_checkpoint
+
+    ov = ["data=synthetic", *SETTINGS[st.setting], f"model.latent_bits={latent_bits}",
+          f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
+    cfg = tr.compose(ov)
+    t0 = time.time()
+    run_dir = Path(tr.train(cfg))
+    wall = time.time() - t0
+    ck = load_checkpoint(run_dir / "checkpoints" / "final.pt")
+    steps = None
+    final = _final_record(run_dir / "metrics.jsonl")
+    if final is not None:
+        steps = final.get("step")
+    return Trained(ck.model, {"run_id": run_dir.name, "run_dir": str(run_dir), "overrides": ov,
+                              "steps": steps, "train_wall_s": final.get("wall_s", wall)
+                              if final else wall})
+
+
+def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
+                      kappa_bits: float) -> Trained:
+    """A run experiments.train already finished (`--reuse label=run_dir`), checked against the
+    arm it stands for; for when the run-id of the same settings has since changed."""
+    import yaml
+
+    from model import load_checkpoint
+
+    rd = Path(run_dir)
+    ck = load_checkpoint(rd / "checkpoints" / "final.pt")
+    cfg = ck.config
+    if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
+        raise ValueError(f"{rd}: latent_bits={cfg.latent_bits}, kappa_bits={cfg.kappa_bits}; "
+                         f"expected {latent_bits}, {kappa_bits}")
+    conf = yaml.safe_load((rd / "config.yaml").read_text(encoding="utf-8"))
+    final = _final_record(rd / "metrics.jsonl") or {}
+    return Trained(ck.model, {"run_id": rd.name, "run_dir": str(rd), "reused": True,
+                              "data": conf.get("data", {}).get("source"),
+                              "steps": final.get("step"), "train_wall_s": final.get("wall_s")})
+
+
+def _final_record(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    last = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if '"final"' in line:
+            last = json.loads(line)
+    return last
+
+
+# --------------------------------------------------------------------------- measurement
+@torch.no_grad()
+def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) -> dict[str, Any]:
+    """Teacher-forced CE over the 64 body characters (nats/char) and KL per token (bits)."""
+    model.eval()
+    x = eval_batch(seed, n_eval).to(model.device)
+    inp, tgt = x[:, :-1], x[:, 1:].clone()
+    tgt[:, 0] = -100  # '>' follows the prompt letter deterministically; score the body only
+    free = model.cfg.is_free
+    g = torch.Generator(device="cpu").manual_seed(seed + 17)
+    ce_p = ce_e = kl = 0.0
+    n = 0
+    for s in range(0, n_eval, batch_size):
+        xi, ti = inp[s:s + batch_size], tgt[s:s + batch_size]
+        w = xi.shape[0]
+        if free:
+            op = model(xi, targets=ti, z="prior", generator=g)
+            oe = model(xi, targets=ti, z="posterior", generator=g)
+            ce_p += float(op.ce) * w
+            ce_e += float(oe.ce) * w
+            kl += float(oe.kl_tokens.mean()) * w
+        else:
+            ce_p += float(model(xi, targets=ti).ce) * w
+        n += w
+    ln2 = float(torch.log(torch.tensor(2.0)))
+    return {"ce_prior": ce_p / n, "ce_encoder": ce_e / n if free else None,
+            "kl_bits": kl / n / ln2 if free else None, "ce_scope": "body, nats/char",
+            "n_eval": n_eval}
+
+
+@torch.no_grad()
+def generate_groups(model: Transformer, letters: Sequence[str], n_shared_groups: int,
+                    group_size: int, temperature: float,
+                    generator: torch.Generator) -> list[dict[str, Any]]:
+    """Per prompt letter: group 0 draws Z per sequence; groups 1..K each pin one uniform Z.
+
+    Every prompt's groups run in one batched generation (rows are independent).
+    """
+    model.eval()
+    prompts = [encode(prompt_for(c)) for c in letters]
+    P = len(prompts[0])
+    n_groups = 1 + n_shared_groups
+    rows_per_prompt = n_groups * group_size
+    z: object = "prior"
+    if model.cfg.is_free:
+        C, T = model.cfg.n_codes, P + BODY_LEN
+        parts = []
+        for _ in letters:
+            parts.append(torch.randint(0, C, (group_size, T), generator=generator))
+            shared = torch.randint(0, C, (n_shared_groups, 1, T), generator=generator)
+            parts.append(shared.expand(n_shared_groups, group_size, T).reshape(-1, T))
+        z = torch.cat(parts).to(model.device)
+    batch = [p for p in prompts for _ in range(rows_per_prompt)]
+    gen = model.generate(batch, max_new_tokens=BODY_LEN, temperature=temperature, z=z,
+                         generator=generator)
+    out = []
+    for b, toks in enumerate(gen.tokens):
+        p, r = divmod(b, rows_per_prompt)
+        g, row = divmod(r, group_size)
+        out.append({"prompt_idx": p, "letter": letters[p], "group": g,
+                    "group_kind": "per_sequence" if g == 0 else "shared", "row": row,
+                    "text": decode(toks)})
+    return out
+
+
+def measure(label: str, trained: Trained, latent_bits: int, kappa_bits: float | None,
+            st: SyntheticSettings) -> list[dict[str, Any]]:
+    """The model record and its sample records for samples.jsonl."""
+    m = trained.model
+    ev = evaluate(m, st.n_eval, st.seed)
+    rec: dict[str, Any] = {"kind": "model", "model": label,
+                           "arm": "free" if latent_bits else "baseline",
+                           "kappa_bits": kappa_bits if latent_bits else None,
+                           "latent_bits": latent_bits, **trained.info, **ev}
+    rng = random.Random(st.seed + 101)  # the same prompts for every model
+    letters = [rng.choice(LETTERS) for _ in range(st.n_prompts)]
+    g = torch.Generator(device="cpu").manual_seed(st.seed + 202)
+    z_mode = "pinned uniform codes (prompt included)" if latent_bits else "none (no Z)"
+    recs = [rec]
+    for s in generate_groups(m, letters, st.n_shared_groups, st.group_size, st.temperature, g):
+        recs.append({"kind": "sample", "model": label, "arm": rec["arm"],
+                     "kappa_bits": rec["kappa_bits"], "z_mode": z_mode, **s})
+    return recs
+
+
+# --------------------------------------------------------------------------- driver
+def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
+    """Train every arm, measure it, write samples.jsonl; returns the output directory."""
+    train_fn = train_fn or train_with_experiments_train
+    torch.set_num_threads(st.threads)  # one thread is faster for this size on a shared CPU
+    out_dir = results_root() / "synthetic" / st.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
+    arms += [(st.latent_bits, k) for k in st.kappas]
+    records: list[dict[str, Any]] = []
+    for H, k in arms:
+        label = model_label(H, k)
+        print(f"[synthetic] {label}: training", flush=True)
+        if label in st.reuse:
+            trained = load_finished_run(st.reuse[label], H, 0.0 if k is None else k)
+        else:
+            trained = train_fn(label, H, 0.0 if k is None else k, st)
+        recs = measure(label, trained, H, k, st)
+        r = recs[0]
+        print(f"[synthetic] {label}: ce_prior={r['ce_prior']:.4f} ce_encoder="
+              f"{r['ce_encoder']} kl_bits={r['kl_bits']} "
+              f"train_wall_s={r.get('train_wall_s')}", flush=True)
+        records += recs
+    meta = {"kind": "meta", "name": st.name, "created": datetime.now(timezone.utc).isoformat(),
+            "settings": {**asdict(st), "kappas": list(st.kappas),
+                         "train_overrides": SETTINGS.get(st.setting, []), "seq_len": SEQ_LEN},
+            "wall_s": time.time() - t0, "torch": torch.__version__,
+            "threads": torch.get_num_threads()}
+    tmp = out_dir / "samples.jsonl.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for r in [meta, *records]:
+            f.write(json.dumps(r) + "\n")
+    os.replace(tmp, out_dir / "samples.jsonl")
+    print(f"[synthetic] wrote {out_dir / 'samples.jsonl'} in {meta['wall_s']:.0f} s", flush=True)
+    return out_dir
+
+
+def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--name", default="default", help="output: <results>/synthetic/<name>/")
+    p.add_argument("--setting", default="cpu", choices=sorted(SETTINGS))
+    p.add_argument("--kappa", default="1/64 1/8 1 8",
+                   help="free-bits thresholds in bits, space separated (fractions allowed)")
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--latent-bits", type=int, default=8, help="H")
+    p.add_argument("--n-prompts", type=int, default=4)
+    p.add_argument("--n-shared-groups", type=int, default=4)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--n-eval", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch default)")
+    p.add_argument("--reuse", action="append", default=[], metavar="LABEL=RUN_DIR",
+                   help="measure a finished run instead of training, e.g. kappa=1=results/runs/x")
+    p.add_argument("overrides", nargs="*", help="extra hydra overrides for experiments.train")
+    a = p.parse_args(argv)
+    kappas = tuple(parse_kappa(s) for s in a.kappa.replace(",", " ").split())
+    return SyntheticSettings(name=a.name, setting=a.setting, kappas=kappas,
+                             baseline=not a.no_baseline, latent_bits=a.latent_bits,
+                             overrides=list(a.overrides), n_prompts=a.n_prompts,
+                             n_shared_groups=a.n_shared_groups, group_size=a.group_size,
+                             temperature=a.temperature, n_eval=a.n_eval, seed=a.seed,
+                             threads=a.threads or torch.get_num_threads(),
+                             reuse=dict(r.rsplit("=", 1) for r in a.reuse))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
