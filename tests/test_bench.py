@@ -1,0 +1,189 @@
+"""`make bench` end to end at the tiny size: every section runs and the output has its schema.
+
+Speed targets are measured by the bench, never asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from experiments import bench
+
+
+def _is_summary(d: Any, min_n: int = 5) -> bool:
+    return (isinstance(d, dict) and {"median", "min", "max", "n", "values"} <= set(d)
+            and d["n"] >= min_n and len(d["values"]) == d["n"]
+            and d["min"] <= d["median"] <= d["max"] and d["min"] > 0)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, int]:
+    root = tmp_path_factory.mktemp("bench_results")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FTBENCH_RESULTS", str(root))
+    try:
+        rc = bench.main(["--size", "tiny", "--threads", "1"])
+    finally:
+        mp.undo()
+    files = sorted((root / "bench").glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text()), files[0], rc
+
+
+def test_runs_without_errors(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    res, path, rc = tiny_run
+    assert res["errors"] == {}, res["errors"]
+    assert rc == 0
+    assert re.fullmatch(r"\d{8}T\d{6}Z\.json", path.name)
+    assert res["schema"] == bench.SCHEMA
+    assert set(res["sections"]) == set(bench.ALL_SECTIONS)
+    assert res["settings"]["size"] == "tiny" and res["settings"]["reps"] >= 5
+
+
+def test_machine_info(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    m = tiny_run[0]["machine"]
+    assert m["threads"] == 1
+    assert m["torch"].startswith("2.")
+    for k in ("cpu", "cpu_count", "device", "transformers", "x_transformers", "lm_eval"):
+        assert k in m
+
+
+def test_train_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    tr = tiny_run[0]["sections"]["train"]
+    b = tr["baseline_vs_hf"]
+    # HF got our weights: identical config means identical logits
+    assert b["hf_logits_max_abs_diff_same_weights"] < 1e-4
+    assert b["ours"]["params"] == b["hf"]["params"]
+    for k in ("ours", "hf"):
+        e = b[k]
+        assert _is_summary(e["step_s"])
+        assert e["tokens_per_s"] == pytest.approx(e["tokens_per_step"] / e["step_s"]["median"])
+        assert e["frac_of_matmul"] == pytest.approx(e["model_flops_s"] / b["matmul"]["flops_s"])
+    assert _is_summary(b["speedup_ours_over_hf"])
+    assert b["hf_attn_implementation"] == "sdpa"
+
+
+def test_free_section_vs_xtransformers(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    xt = tiny_run[0]["sections"]["free"]["ft_vs_xtransformers"]
+    assert xt["mismatches"]
+    hs = [k for k in xt if k.startswith("H")]
+    assert hs == [f"H{h}" for h in bench.SIZES["tiny"].xt_bits]
+    for k in hs:
+        assert _is_summary(xt[k]["ours"]["step_s"]) and _is_summary(xt[k]["xt"]["step_s"])
+        assert _is_summary(xt[k]["speedup_ours_over_xt"])
+        assert xt[k]["xt"]["params"] > 0
+
+
+def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    ov = tiny_run[0]["sections"]["free"]["overhead"]
+    assert _is_summary(ov["baseline"]["step_s"])
+    assert ov["analytic_at_paper_presets"]["1.5B"]["1/L"] == pytest.approx(1 / 28)
+    assert ov["paper_overhead"] == pytest.approx(1 / ov["n_layers"])
+    assert [r["H"] for r in ov["bits"].values()] == list(bench.SIZES["tiny"].overhead_bits)
+    prev = 1.0
+    for r in ov["bits"].values():
+        assert _is_summary(r["step_ratio"])
+        # the analytic ratio grows with H (the mapper's backward is dense over 2^H codes)
+        assert r["analytic_flops_ratio"] > prev
+        prev = r["analytic_flops_ratio"]
+
+
+def test_mapper_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    mp = tiny_run[0]["sections"]["mapper"]
+    s = bench.SIZES["tiny"]
+    assert len(mp["rows"]) == len(s.mapper_bits) * len(s.mapper_tokens)
+    for r in mp["rows"]:
+        # ours equals the dense formula in value and gradient
+        assert r["max_abs_err"]["value"] < 1e-6  # 1 + g - g is 1 up to rounding
+        assert r["max_abs_err"]["grad_logits_rel"] < 1e-4
+        assert r["max_abs_err"]["grad_weight"] < 1e-5
+        assert r["ours_peak_bytes"] > 0 and r["dense_peak_bytes"] > 0
+        # both at least hold the weight gradient they create
+        assert r["dense_peak_bytes"] >= r["weight_grad_bytes"]
+        assert _is_summary(r["ours_s"]) and _is_summary(r["dense_s"])
+    big = max(mp["rows"], key=lambda r: (r["H"], r["tokens"]))
+    # the dense formula holds (tokens x 2^H) tensors; ours must not
+    assert big["dense_peak_bytes"] >= 2 * 4 * big["tokens"] * (1 << big["H"])
+    assert big["ours_peak_bytes"] < big["dense_peak_bytes"]
+
+
+def test_generate_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    g = tiny_run[0]["sections"]["generate"]
+    assert g["kv_equals_recompute"] is True
+    for k in ("kv_cache", "recompute"):
+        assert _is_summary(g[k]["s"])
+        assert g[k]["tokens_per_s"] == pytest.approx(g["new_tokens"] / g[k]["s"]["median"])
+    assert _is_summary(g["kv_speedup_over_recompute"])
+    if "hf_generate" in g:  # the exported baseline decodes the same greedy tokens
+        assert g["hf_token_agreement"] > 0.5
+
+
+def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    ev = tiny_run[0]["sections"]["eval"]
+    if "skipped" in ev:
+        pytest.skip(ev["skipped"])
+    assert ev["max_abs_loglik_diff"] < 1e-3  # both backends score the same model
+    assert _is_summary(ev["speedup_ours_over_hf"])
+    assert ev["ours"]["requests_per_s"] > 0 and ev["hf"]["requests_per_s"] > 0
+
+
+def test_targets_and_markdown(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    res, path, _ = tiny_run
+    names = [t["target"] for t in res["targets"]]
+    assert len(names) == 5
+    for t in res["targets"]:
+        assert t["met"] in (True, False, None)
+        assert (t["measured"] is None) == (t["met"] is None)
+    md = Path(res["markdown_path"])
+    assert md == path.with_suffix(".md")  # the tiny run never overwrites docs/BENCH.md
+    text = md.read_text()
+    for heading in ("## Targets", "## Training step", "## Free Transformer overhead",
+                    "## Our Free Transformer vs x-transformers",
+                    "## Binary mapper", "## Generation", "## Evaluation"):
+        assert heading in text
+    assert "| ours baseline |" in text
+
+
+def test_peak_alloc_bytes_counts_temporaries() -> None:
+    import torch
+
+    def f() -> None:
+        a = torch.ones(1000, 1000)  # 4 MB, freed before b exists
+        del a
+        b = torch.ones(500, 1000)  # 2 MB
+        del b
+
+    peak = bench.peak_alloc_bytes(f, torch.device("cpu"))
+    assert 4_000_000 <= peak < 6_000_000
+
+
+def test_bad_section_is_rejected() -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--size", "tiny", "--sections", "nope"])
+
+
+def test_combine_keeps_sections_and_provenance(tiny_run: tuple[dict[str, Any], Path, int],
+                                               tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    res, path, _ = tiny_run
+    part = dict(res, sections={"mapper": res["sections"]["mapper"]}, errors={})
+    p2 = tmp_path / "part.json"
+    p2.write_text(json.dumps(part))
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    md = tmp_path / "BENCH.md"
+    assert bench.main(["--combine", str(path), str(p2), "--md", str(md)]) == 0
+    out = json.loads(next((tmp_path / "bench").glob("*.json")).read_text())
+    assert list(out["sections"]) == list(bench.ALL_SECTIONS)
+    assert out["section_sources"]["mapper"]["json"] == str(p2)
+    assert out["section_sources"]["train"]["json"] == str(path)
+    assert "## Provenance" in md.read_text()
+    other = dict(res, settings=dict(res["settings"], size="full"))
+    p3 = tmp_path / "other.json"
+    p3.write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="different sizes"):
+        bench.combine([str(path), str(p3)], str(md))
