@@ -572,7 +572,8 @@ def _train(cfg: TrainConfig, p: dict[str, Any], corpus: Any, rd: Path, device: t
     model = build_model(mc).to(device)
     opt = torch.optim.AdamW(_param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr,
                             betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
-                            fused=device.type == "cuda")
+                            # fused kernels exist for CUDA and CPU (5x faster step on CPU)
+                            fused=device.type in ("cuda", "cpu"))
     steps, warmup = p["steps"], p["warmup_steps"]
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: lr_factor(s, steps, warmup, cfg.optim.min_lr_ratio))
