@@ -168,13 +168,15 @@ class FTBenchLM(TemplateLM):
         inp = (ctx + cont)[-(self.max_length + 1):][:-1]
         return inp, len(inp) - len(cont) + 1, len(cont)
 
-    def _logits(self, toks: torch.Tensor, prefix: torch.Tensor) -> torch.Tensor:
-        """One draw of the model's logits (B, T, V) under the configured z-mode."""
+    def _logits(self, toks: torch.Tensor, prefix: torch.Tensor, lf: int = 0) -> torch.Tensor:
+        """One draw of the model's logits (B, T - lf, V) under the configured z-mode."""
         if not self.is_free:
-            return self.model(toks).logits
+            return self.model(toks, logits_from=lf).logits
         if self.z == "posterior":
-            return self.model(toks, z="posterior", generator=self.generator).logits
-        return self.model(toks, z="prior", prefix_len=prefix, generator=self.generator).logits
+            return self.model(toks, z="posterior", generator=self.generator,
+                              logits_from=lf).logits
+        return self.model(toks, z="prior", prefix_len=prefix, generator=self.generator,
+                          logits_from=lf).logits
 
     @torch.no_grad()
     def _cont_logprobs(self, rows: list[tuple[list[int], int, int]]) -> list[torch.Tensor]:
@@ -196,11 +198,14 @@ class FTBenchLM(TemplateLM):
                 for b, i in enumerate(idx):
                     toks[b, :len(rows[i][0])] = torch.tensor(rows[i][0], dtype=torch.long)
                 prefix = torch.tensor([rows[i][1] for i in idx], device=self.device)
-                logits = self._logits(toks.to(self.device), prefix)  # (B, T, V)
+                # logits only from the first position that predicts a continuation token
+                lf = min(len(rows[i][0]) - rows[i][2] for i in idx)
+                logits = self._logits(toks.to(self.device), prefix, lf)  # (B, T - lf, V)
                 self.n_forward_tokens += len(idx) * T
                 for b, i in enumerate(idx):
                     inp, _, n = rows[i]
-                    out[i].append(F.log_softmax(logits[b, len(inp) - n:len(inp)].float(), -1))
+                    sl = logits[b, len(inp) - n - lf:len(inp) - lf]
+                    out[i].append(F.log_softmax(sl.float(), -1))
         return [torch.stack(o) for o in out]
 
     def _loglikelihood_tokens(self, requests: list[tuple[tuple[str, str], list[int], list[int]]],

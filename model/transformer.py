@@ -102,10 +102,11 @@ class Transformer(nn.Module):
             x = blk(x, ctx.rope, kv_in=kv, mask=ctx.mask, cache=cache)
         return x
 
-    def _run(self, tokens: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
+    def _run(self, tokens: torch.Tensor, ctx: _Ctx, logits_from: int = 0) -> torch.Tensor:
         x = self.tok_emb(tokens)  # (B, T, D)
         x = self._trunk(x, ctx)
-        return self.output(self.norm(x))  # (B, T, V)
+        # the readout (D x V per position) only where logits are wanted
+        return self.output(self.norm(x[:, logits_from:]))  # (B, T - logits_from, V)
 
     def _check_len(self, T: int) -> None:
         if T > self.cfg.max_seq_len:
@@ -114,15 +115,20 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, z: object = None,
                 prefix_len: torch.Tensor | None = None,
-                generator: torch.Generator | None = None) -> ModelOutput:
+                generator: torch.Generator | None = None, logits_from: int = 0) -> ModelOutput:
         """Full teacher-forced pass. `z` and `prefix_len` matter only to the Free Transformer.
 
-        targets: (B, T) with -100 for positions not scored.
+        targets: (B, T) with -100 for positions not scored. logits_from: return logits (and
+        score targets) for positions >= logits_from only, sparing the readout elsewhere.
         """
         B, T = tokens.shape
         self._check_len(T)
+        if not 0 <= logits_from < T:
+            raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
         ctx = _Ctx(rope=self._rope(None, T), z=z, prefix_len=prefix_len, generator=generator)
-        logits = self._run(tokens, ctx)
+        logits = self._run(tokens, ctx, logits_from)
+        if targets is not None:
+            targets = targets[:, logits_from:]
         out = ModelOutput(logits=logits, codes=ctx.codes, kl_tokens=ctx.kl_tokens,
                           kl=ctx.kl_tokens.mean() if ctx.kl_tokens is not None
                           else logits.new_zeros(()))
@@ -230,7 +236,7 @@ class Transformer(nn.Module):
         ctx = _Ctx(rope=self._rope(pos[:, :P], P), mask=mask_for(0, P), cache=cache,
                    z="posterior" if z_prompt is None else z_prompt, enc_mask=enc_mask,
                    generator=generator)
-        logits = self._run(toks, ctx)[:, -1]
+        logits = self._run(toks, ctx, P - 1)[:, -1]
         codes = [ctx.codes] if ctx.codes is not None else None
         stops = [list(s) for s in (stop or []) if len(s) > 0]
         out: list[list[int]] = [[] for _ in range(B)]

@@ -422,3 +422,17 @@ def test_checkpoint_roundtrip_atomic_and_errors(tmp_path):
         save_checkpoint(p, m, extra={"x": Boom()})
     assert load_checkpoint(p).extra["step"] == 5
     assert sorted(f.name for f in tmp_path.iterdir()) == ["bad.pt", "c.pt"]
+
+
+@pytest.mark.parametrize("H", [0, 4])
+def test_logits_from_equals_the_slice_of_full_logits(H):
+    m = seeded(tiny(latent_bits=H))
+    x = torch.randint(0, 97, (2, 16))
+    z = torch.randint(0, 1 << max(H, 1), (2, 16)) if H else None
+    full = m(x, targets=x, z=z)
+    part = m(x, targets=x, z=z, logits_from=10)
+    torch.testing.assert_close(part.logits, full.logits[:, 10:])
+    ref = F.cross_entropy(full.logits[:, 10:].flatten(0, 1), x[:, 10:].flatten())
+    torch.testing.assert_close(part.ce, ref)
+    with pytest.raises(ValueError, match="logits_from=16"):
+        m(x, logits_from=16)
