@@ -212,11 +212,43 @@ class FTBenchLM(TemplateLM):
                               disable_tqdm: bool = False,
                               **kw: Any) -> list[tuple[float, bool]]:
         self.n_requests += len(requests)
+        # A continuation longer than the window (a gold answer, say) is scored in pieces of half
+        # a window, each conditioned on as much preceding text as fits, as a sliding window
+        # would; the encoder still sees only what precedes the scored piece.
+        step = max(1, self.max_length // 2)
+        pieces: list[tuple[Any, list[int], list[int]]] = []
+        owner: list[int] = []
+        for i, (_, ctx, cont) in enumerate(requests):
+            if len(cont) <= self.max_length:
+                pieces.append((None, ctx, cont))
+                owner.append(i)
+                continue
+            for j in range(0, len(cont), step):
+                pieces.append((None, ctx + cont[:j], cont[j:j + step]))
+                owner.append(i)
+        scored = self._score_tokens(pieces, disable_tqdm)
+        draws: list[list[float]] = [[] for _ in requests]
+        greedy = [True] * len(requests)
+        for i, (d, g) in zip(owner, scored, strict=True):
+            draws[i] = d if not draws[i] else [a + b for a, b in zip(draws[i], d, strict=True)]
+            greedy[i] = greedy[i] and g
+        res = []
+        for (key, _, _), d, g in zip(requests, draws, greedy, strict=True):
+            ans = (_logmeanexp(d), g)
+            res.append(ans)
+            if key is not None:
+                self.draw_logliks[key] = d
+                self.cache_hook.add_partial("loglikelihood", key, ans)
+        return res
+
+    def _score_tokens(self, requests: list[tuple[Any, list[int], list[int]]],
+                      disable_tqdm: bool) -> list[tuple[list[float], bool]]:
+        """Per request: the continuation's log-likelihood per draw of Z, and whether greedy."""
         # group_by="contexts": requests with the same input (context + continuation[:-1], e.g.
         # the answer letters of one MMLU question) share one forward pass, hence one draw of Z
         coll = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])),
                         group_fn=lambda r: r[-2] + r[-1][:-1], group_by="contexts")
-        res: list[tuple[float, bool]] = []
+        res: list[tuple[list[float], bool]] = []
         bar = tqdm(total=len(requests), desc="loglikelihood",
                    disable=disable_tqdm or not self.progress)
         for chunk in coll.get_batched(n=self.batch_size):
@@ -224,18 +256,13 @@ class FTBenchLM(TemplateLM):
             for (key, ctx, cont), lp in zip(chunk, lps, strict=True):
                 k, n, V = lp.shape
                 flat = lp.reshape(1, k, n * V)  # get_cache expands dim 0 per sharing request
-                for key2, cont2, lp2 in coll.get_cache(req_str=key, cxt_toks=ctx,
-                                                       cont_toks=cont, logits=flat):
+                for _, cont2, lp2 in coll.get_cache(req_str=key, cxt_toks=ctx,
+                                                    cont_toks=cont, logits=flat):
                     lp2 = lp2.reshape(k, n, V)
                     tgt = torch.tensor(cont2, device=lp2.device)
                     per_draw = lp2.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
-                    draws = [float(x) for x in per_draw]
                     greedy = bool((lp2.exp().mean(0).argmax(-1) == tgt).all())
-                    ans = (_logmeanexp(draws), greedy)
-                    res.append(ans)
-                    if key2 is not None:
-                        self.draw_logliks[key2] = draws
-                        self.cache_hook.add_partial("loglikelihood", key2, ans)
+                    res.append(([float(x) for x in per_draw], greedy))
                     bar.update(1)
         bar.close()
         return coll.get_original(res)

@@ -189,3 +189,26 @@ def test_registered_with_lm_eval(free_ckpt: Path) -> None:
     assert cls is FTBenchLM
     lm = cls.create_from_arg_string(f"checkpoint={free_ckpt},z=prior-k,k=2,seed=5,batch_size=4")
     assert (lm.z, lm.k, lm.seed, lm.batch_size, lm.is_free) == ("prior-k", 2, 5, 4, True)
+
+
+def test_continuation_longer_than_the_window_is_scored_in_sliding_pieces(base_ckpt: Path) -> None:
+    # gold answers can exceed a small model's window: each half-window piece is scored with as
+    # much preceding text as fits, instead of failing the whole evaluation
+    lm = FTBenchLM(checkpoint=str(base_ckpt), batch_size=4, progress=False, max_length=16)
+    g = torch.Generator().manual_seed(0)
+    V = lm.model.cfg.vocab_size
+    ctx = torch.randint(1, V, (5,), generator=g).tolist()
+    cont = torch.randint(1, V, (40,), generator=g).tolist()
+    (ll, _), = lm._loglikelihood_tokens([(None, ctx, cont)])
+    want = 0.0
+    for j in range(0, len(cont), 8):
+        piece = cont[j:j + 8]
+        seen = (ctx + cont[:j] + piece)[-17:-1]  # at most 16 tokens of input
+        with torch.no_grad():
+            logp = F.log_softmax(lm.model(torch.tensor([seen])).logits[0].float(), -1)
+        first = len(seen) - len(piece)  # the position predicting the piece's first token
+        want += sum(float(logp[first + i, t]) for i, t in enumerate(piece))
+    assert ll == pytest.approx(want, abs=1e-3)
+    # a continuation that fits is one piece, as before
+    (short, _), = lm._loglikelihood_tokens([(None, ctx, cont[:10])])
+    assert math.isfinite(short) and short < 0
