@@ -64,6 +64,14 @@ CLEARLY_HIGHER_MARGIN = 0.10  # 1/8 or 1 bit: within - across >= this ("clearly 
 VALIDITY_DROP = 0.20  # 8 bits: validity <= baseline's - this ("well below")
 
 
+def _either_passes(have: list[float], n_arms: int) -> str:
+    """"1/8 or 1 bit": one measured arm passing is a pass; a fail needs every arm measured
+    (a reduced run without the 1-bit arm cannot contradict the claim)."""
+    if any(g >= CLEARLY_HIGHER_MARGIN for g in have):
+        return "pass"
+    return "fail" if len(have) == n_arms else "n/a"
+
+
 # --------------------------------------------------------------------------- parsing
 @dataclass(frozen=True)
 class Parsed:
@@ -217,8 +225,7 @@ def acceptance(df: pd.DataFrame) -> list[dict[str, Any]]:
     have = [v for v in gaps.values() if v is not None]
     out.append({"check": "1/8 or 1 bit: position agreement within shared-Z groups clearly "
                          f"higher than across (within - across >= {CLEARLY_HIGHER_MARGIN})",
-                "measured": gaps, "result": "n/a" if not have else
-                ("pass" if max(have) >= CLEARLY_HIGHER_MARGIN else "fail")})
+                "measured": gaps, "result": _either_passes(have, len(gaps))})
     r8 = row_at(8.0)
     base = df[df["arm"] == "baseline"]
     if r8 is None or base.empty:

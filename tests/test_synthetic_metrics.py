@@ -86,3 +86,25 @@ def test_group_metrics_empty_pairs_are_none() -> None:
     m = group_metrics([rec(0, 0, "per_sequence", body(3))])
     assert m["pos_agree_within"] is None and m["pos_agree_across"] is None
     assert m["validity"] == 1.0
+
+
+def test_acceptance_needs_every_arm_to_call_a_fail():
+    import pandas as pd
+
+    from analysis.synthetic import acceptance
+
+    def table(kappas_gaps: dict[float, float]) -> pd.DataFrame:
+        rows = [{"arm": "baseline", "kappa_bits": float("nan"), "validity": 0.9,
+                 "pos_agree_within": 0.02, "pos_agree_across": 0.02}]
+        rows += [{"arm": "free", "kappa_bits": k, "validity": 0.9,
+                  "pos_agree_within": 0.02 + g, "pos_agree_across": 0.02}
+                 for k, g in kappas_gaps.items()]
+        return pd.DataFrame(rows)
+
+    def middle(df: pd.DataFrame) -> str:
+        return next(c for c in acceptance(df) if c["check"].startswith("1/8 or 1"))["result"]
+
+    assert middle(table({1 / 8: 0.0})) == "n/a"  # the 1-bit arm was not run: cannot fail
+    assert middle(table({1 / 8: 0.0, 1.0: 0.0})) == "fail"
+    assert middle(table({1 / 8: 0.0, 1.0: 0.2})) == "pass"
+    assert middle(table({1 / 8: 0.15})) == "pass"
