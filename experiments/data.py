@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from model.checkpoint import atomic_write
+
 from .config import DataConfig
 from .tokenizer import BPETokenizer, CharTokenizer, TextTokenizer, corpus_checksum, train_bpe
 
@@ -302,10 +304,7 @@ def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
         tr, va = z["train"], z["val"]
     else:
         tr, va = _stream(tok, train_docs), _stream(tok, val_docs)
-        cpath.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cpath.with_name(f".{cpath.stem}.{os.getpid()}.tmp.npz")
-        np.savez(tmp, train=tr, val=va)
-        os.replace(tmp, cpath)
+        atomic_write(cpath, lambda f: np.savez(f, train=tr, val=va))
     n_val = min(dcfg.val_tokens, len(va) - 1) // seq_len
     if n_val < 1:
         raise DataError(f"validation split has {len(va)} tokens; need more than "

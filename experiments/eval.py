@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments import benchdata
+from model.checkpoint import atomic_write_text
 
 LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
 EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
@@ -83,10 +84,7 @@ def versions() -> dict[str, str | None]:
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_json_default), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(obj, indent=1, default=_json_default))
 
 
 def _json_default(o: Any) -> Any:

@@ -49,6 +49,7 @@ from experiments.synthetic_data import (
     prompt_for,
 )
 from model import Transformer
+from model.checkpoint import atomic_write_text
 
 DEFAULT_KAPPAS = (1 / 64, 1 / 8, 1.0, 8.0)
 
@@ -293,11 +294,8 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
                          "train_overrides": SETTINGS.get(st.setting, []), "seq_len": SEQ_LEN},
             "wall_s": time.time() - t0, "torch": torch.__version__,
             "threads": torch.get_num_threads()}
-    tmp = out_dir / "samples.jsonl.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for r in [meta, *records]:
-            f.write(json.dumps(r) + "\n")
-    os.replace(tmp, out_dir / "samples.jsonl")
+    atomic_write_text(out_dir / "samples.jsonl",
+                      "".join(json.dumps(r) + "\n" for r in [meta, *records]))
     print(f"[synthetic] wrote {out_dir / 'samples.jsonl'} in {meta['wall_s']:.0f} s", flush=True)
     return out_dir
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from model.checkpoint import atomic_write_text
+
 EOS = "<|endoftext|>"
 _CACHE_VERSION = "bpe-v1"  # bump when the training recipe changes, so old caches are not reused
 
@@ -64,10 +66,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(docs, trainer=trainer, length=len(docs))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(tok.to_str(), encoding="utf-8")
-    os.replace(tmp, path)  # atomic: concurrent runs never read half a file
+    atomic_write_text(path, tok.to_str())  # concurrent runs never read half a file
     return tok
 
 

@@ -53,6 +53,7 @@ import yaml
 
 import model as M
 from model import ModelConfig, build_model, save_checkpoint, train_flops_per_token
+from model.checkpoint import atomic_write_text
 
 from .config import (
     DATA_SOURCES,
@@ -399,9 +400,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
         if (r.get("kind") == "train" and r["step"] <= step) or (
                 r.get("kind") == "val" and r["step"] < step):
             keep.append(line)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(x + "\n" for x in keep))
-    os.replace(tmp, path)
+    atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
 def _param_groups(model: torch.nn.Module, wd: float) -> list[dict[str, Any]]:
@@ -791,9 +790,7 @@ def _write_config(cfg: TrainConfig, p: dict[str, Any], corpus: Any, rd: Path,
                        "versions": _versions(), "data_checksums": corpus.checksums,
                        "tokenizer_sha256": tokenizer_sha256(corpus.tokenizer)},
     }
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(yaml.safe_dump(doc, sort_keys=False))
-    os.replace(tmp, path)
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
 
 
 # ====================================================================== CLI

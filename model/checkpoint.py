@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from torch import nn
@@ -32,13 +33,16 @@ class LoadedCheckpoint:
     extra: dict[str, Any]
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file atomically: `write(f)` fills a temporary file in the same directory, which
+    is fsynced and renamed over `path`. Readers see the old file or the new one, never half;
+    a failure leaves no temporary behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -46,6 +50,14 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
+    return atomic_write(path, lambda f: torch.save(obj, f))
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any = None,

@@ -17,10 +17,11 @@ import fcntl
 import json
 import os
 import pickle
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from model.checkpoint import atomic_write_text
 
 from .grid import SweepError
 
@@ -43,18 +44,7 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def save(path: Path, manifest: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".manifest.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=False, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, json.dumps(manifest, indent=1, sort_keys=False, default=str) + "\n")
 
 
 @contextlib.contextmanager

@@ -18,6 +18,8 @@ from pathlib import Path
 import lm_eval
 import yaml
 
+from model.checkpoint import atomic_write_text
+
 STOCK = Path(lm_eval.__file__).parent / "tasks"
 OFFLINE_TASKS = ("gsm8k", "arc_easy", "arc_challenge", "commonsense_qa", "mmlu")
 _U = "experiments.tasks.offline_utils"
@@ -84,12 +86,9 @@ def build_offline_tasks(data_dir: str | os.PathLike, out_dir: str | os.PathLike)
     out = Path(out_dir)
     for rel, cfg in task_configs(data_dir).items():
         p = out / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
         text = yaml.safe_dump(cfg, sort_keys=False, width=1000)
         if not p.is_file() or p.read_text() != text:
-            tmp = p.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, p)
+            atomic_write_text(p, text)
     return out
 
 
