@@ -14,7 +14,7 @@ Design choices:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +54,6 @@ class _Ctx:
     generator: torch.Generator | None = None
     codes: torch.Tensor | None = None
     kl_tokens: torch.Tensor | None = None
-    extra: dict = field(default_factory=dict)
 
 
 class Transformer(nn.Module):
