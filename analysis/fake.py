@@ -14,6 +14,8 @@ import argparse
 import hashlib
 import json
 import math
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -28,43 +30,82 @@ TASKS = {  # task -> (primary, item keys, higher_is_better, n items)
 }
 
 
-def _p(arm: str, kappa: float | None) -> float:
+def _p(arm: str, kappa: float | None, h: int = 16, seed: int = 0) -> float:
     """Success probability of a fabricated arm (Free Transformers a little better)."""
     if arm == "free":
         return 0.45 if kappa and kappa < 4 else 0.2
     return 0.3
 
 
+def overhead(h: int) -> float:
+    """Fabricated FLOPs overhead of a Free Transformer with H latent bits (0.3 at H = 16)."""
+    return 0.3 * h / 16
+
+
 def _run_id(cell: str, name: str) -> str:
     return hashlib.sha256(f"{name}/{cell}".encode()).hexdigest()[:12]
 
 
+def _cells(kappas: tuple, seeds: tuple, controls: tuple, hs: tuple) -> list[tuple]:
+    """(cell name, arm, kappa, manifest latent_bits, matched H) in the grid's order. A single-H
+    sweep writes its controls the old way (no H in the name, latent_bits 0), so the analysis's
+    fallback to config.yaml is exercised; a multi-H sweep writes them like the launcher does."""
+    multi = len(hs) > 1
+    out = [(f"baseline-s{s}", "baseline", None, 0, None, s) for s in seeds]
+    out += [(f"free-k{k:g}-H{h}-s{s}", "free", k, h, None, s)
+            for h in hs for k in kappas for s in seeds]
+    for c in controls:
+        if c in ("baseline_flops", "baseline_plus1_flops"):
+            for h in hs:
+                for s in seeds:
+                    name = f"{c}-H{h}-s{s}" if multi else f"{c}-s{s}"
+                    out.append((name, c, None, h if multi else 0, h, s))
+        else:
+            out += [(f"{c}-s{s}", c, None, 0, None, s) for s in seeds]
+    return out
+
+
 def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5, 2.0, 4.0),
                      seeds: tuple = (0, 1), controls: tuple = ("baseline_flops",),
-                     pending: tuple = (), with_items: bool = True) -> Path:
-    """Write a fabricated sweep; return its manifest path."""
+                     pending: tuple = (), with_items: bool = True, latent_bits: tuple = (16,),
+                     flops_budget: float | None = None, n_layers: int = N_LAYERS,
+                     provenance: dict | None = None, prob: Callable | None = None,
+                     spec: bool = False, eval_spec_id: str | None = None,
+                     tokens: float = 100000) -> Path:
+    """Write a fabricated sweep; return its manifest path.
+
+    latent_bits: the FT widths (one `baseline_flops` per H and seed); flops_budget: train every
+    arm to this many FLOPs (the grid then has no equal-tokens arm); n_layers: the arms' layer
+    count (the +1 controls get one more); provenance: extra config provenance (host, threads,
+    launcher) per arm name, or for all under key "*"; prob(arm, kappa, h, seed) -> success
+    probability; spec: write eval files with the new `spec`/`spec_id` fields."""
     root = Path(root)
-    cells = [("baseline", None, s) for s in seeds]
-    cells += [("free", k, s) for k in kappas for s in seeds]
-    cells += [(c, None, s) for c in controls for s in seeds]
     out = []
-    for arm, kappa, seed in cells:
-        cell = f"{arm}-s{seed}" if kappa is None else f"free-k{kappa:g}-H16-s{seed}"
+    for cell, arm, kappa, lb, mh, seed in _cells(kappas, seeds, controls, latent_bits):
         rid = _run_id(cell, name)
         state = "pending" if cell in pending else "done"
         out.append({"cell": cell, "arm": arm, "kappa_bits": kappa,
-                    "latent_bits": 16 if arm == "free" else 0, "seed": seed, "run_id": rid,
+                    "latent_bits": lb, "seed": seed, "run_id": rid,
                     "overrides": [], "job_id": f"local-{rid[:4]}", "state": state,
                     "reason": None, "eval": {"state": state, "job_id": None}})
         if state != "done":
             continue
-        _write_run(root / "runs" / rid, rid, arm, kappa, seed, with_items)
+        prov = dict((provenance or {}).get("*", {}))
+        prov.update((provenance or {}).get(arm, {}))
+        h = lb if arm == "free" else (mh or 0)
+        p = (prob or _p)(arm, kappa, h, seed)
+        _write_run(root / "runs" / rid, rid, arm, kappa, seed, with_items, h=h, p=p,
+                   flops_budget=flops_budget, n_layers=n_layers, prov=prov, spec=spec,
+                   tokens=tokens)
     man = {"name": name, "created": "2026-01-01T00:00:00Z", "git_commit": "f" * 40,
            "launcher": "local",
-           "grid": {"kappa_bits": list(kappas), "latent_bits": [16], "seeds": list(seeds),
-                    "preset": "tiny", "data": "stdlib", "tokens": 100000, "flops": None,
+           "grid": {"kappa_bits": list(kappas), "latent_bits": list(latent_bits),
+                    "seeds": list(seeds), "preset": "tiny", "data": "stdlib",
+                    "tokens": None if flops_budget else tokens, "flops": flops_budget,
                     "controls": list(controls)},
            "shared": {"lr": 1e-3}, "data_checksums": {"stdlib": "a" * 64}, "cells": out}
+    if eval_spec_id is not None:
+        man["eval_spec_id"] = eval_spec_id
     path = root / "sweeps" / name / "manifest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(man, indent=1), encoding="utf-8")
@@ -72,29 +113,39 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
 
 
 def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
-               with_items: bool) -> None:
+               with_items: bool, h: int = 16, p: float = 0.3, flops_budget: float | None = None,
+               n_layers: int = N_LAYERS, prov: dict | None = None, spec: bool = False,
+               tokens: float = 100000) -> None:
     d.mkdir(parents=True, exist_ok=True)
     free = arm == "free"
-    n_layers = N_LAYERS + (1 if arm == "baseline_plus1" else 0)
-    base_fpt = 1.0e6 * n_layers / N_LAYERS
-    overhead = 0.3 if free else 0.0
-    tokens = 100000 * (1.3 if arm == "baseline_flops" else 1.0)
+    layers = n_layers + (1 if arm.startswith("baseline_plus1") else 0)
+    base_fpt = 1.0e6 * layers / N_LAYERS
+    ovh = overhead(h) if free else 0.0
+    fpt = base_fpt * (1 + ovh)
+    ft_fpt = 1.0e6 * n_layers / N_LAYERS * (1 + overhead(h))  # the FT this arm is matched to
+    if flops_budget:
+        tokens = flops_budget / fpt
+    elif arm in ("baseline_flops", "baseline_plus1_flops"):
+        tokens = tokens * ft_fpt / fpt
     cfg = {"run_id": rid, "arm": "free" if free else "baseline",
-           "model": {"vocab_size": 512, "dim": 64, "n_layers": n_layers,
-                     "latent_bits": 16 if free else 0, "kappa_bits": kappa or 0.5},
+           "model": {"vocab_size": 512, "dim": 64, "n_layers": layers,
+                     "latent_bits": h if free else 0, "kappa_bits": kappa or 0.5},
            "data": {"name": "stdlib"}, "optim": {"lr": 1e-3},
            "train": {"seed": seed, "seq_len": 128, "batch_size": 8, "grad_accum": 1,
-                     "tokens": tokens, "flops": None, "compute_match": None},
+                     "tokens": tokens, "flops": flops_budget,
+                     "compute_match": "flops" if arm.endswith("_flops") else None,
+                     "match_latent_bits": h or 16},
            "accounting": {"params": {"total": 1000000},
-                          "flops_per_token": base_fpt * (1 + overhead),
+                          "flops_per_token": fpt,
                           "flops_per_token_baseline_part": base_fpt,
-                          "flops_overhead": overhead},
+                          "flops_overhead": ovh, "tokens": tokens, "flops": tokens * fpt,
+                          "tokens_per_step": 1024},
            "provenance": {"git_commit": "f" * 40, "git_dirty": False, "argv": ["fake"],
                           "created": "2026-01-01T00:00:00Z",
                           "versions": {"python": "3.11", "torch": "2.13.0"},
-                          "data_checksums": {"stdlib": "a" * 64}, "tokenizer_sha256": "b" * 64}}
+                          "data_checksums": {"stdlib": "a" * 64}, "tokenizer_sha256": "b" * 64,
+                          **(prov or {})}}
     (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    fpt = cfg["accounting"]["flops_per_token"]
     lines = []
     k_bits = kappa or 0.0
     for step in range(1, 11):
@@ -103,7 +154,7 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
         kl = min(k_bits, 0.5 * step) if free else 0.0
         lines.append({"kind": "train", "step": step, "tokens": tok, "flops": tok * fpt, "ce": ce,
                       "kl_nats": kl * math.log(2), "kl_bits": kl, "loss": ce, "lr": 1e-3,
-                      "grad_norm": 1.0, "tokens_per_s": 1000.0 / (1 + 1.5 * overhead),
+                      "grad_norm": 1.0, "tokens_per_s": 1000.0 / (1 + 1.5 * ovh),
                       "time": step})
         if step % 5 == 0:
             v = {"kind": "val", "step": step, "tokens": tok, "flops": tok * fpt,
@@ -121,14 +172,15 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
                   "wall_s": 10.0})
     (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines),
                                      encoding="utf-8")
-    rng = np.random.default_rng([seed, int(10 * (kappa or 0)), len(arm)])
+    rng = np.random.default_rng([seed, int(10 * (kappa or 0)), len(arm), h,
+                                 zlib.crc32(arm.encode())])
     tasks = {}
     for task, (primary, keys, hib, n) in TASKS.items():
         items = []
         for i in range(n):
             it = {"doc_id": i}
             for key in keys:
-                it[key] = (float(rng.random() < _p(arm, kappa)) if hib
+                it[key] = (float(rng.random() < p) if hib
                            else float(1.5 + 0.2 * rng.standard_normal()))
             items.append(it)
         metrics = {}
@@ -145,8 +197,25 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
           "versions": {"lm_eval": "0.4.13", "evalplus": "0.3.1", "torch": "2.13.0"},
           "data_checksums": {"gsm8k/test.jsonl": "c" * 64}, "git_commit": "f" * 40,
           "elapsed_s": 1.0, "requests_per_s": 10.0, "tasks": tasks}
+    if spec:
+        ev["spec"] = fake_spec()
+        ev["spec_id"] = spec_id(ev["spec"])
+        ev["checkpoint_step"] = 10
     (d / "eval").mkdir(exist_ok=True)
     (d / "eval" / "lm-eval.json").write_text(json.dumps(ev), encoding="utf-8")
+
+
+def spec_id(spec: dict) -> str:
+    """First 12 hex of sha256 of the canonical JSON of a spec (as docs/RESULTS.md defines it)."""
+    canon = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def fake_spec(limit: int | None = None) -> dict:
+    """The eval spec the fabricated files carry (docs/RESULTS.md)."""
+    return {"suite": "lm-eval", "tasks": sorted(TASKS), "limit": limit, "z_mode": "prior",
+            "k": 1, "fewshot": None, "gen_tokens": 256,
+            "data_checksums": {"gsm8k/test.jsonl": "c" * 64}}
 
 
 def main() -> None:

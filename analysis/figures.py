@@ -50,7 +50,8 @@ def png_bytes(fig: plt.Figure) -> bytes:
 
 
 def training_curves(data: SweepData) -> plt.Figure | None:
-    """Train CE (bits/token) and KL (bits/token) against training FLOPs, per arm and seed."""
+    """Train CE (nats/token, the unit of every CE in the report) and KL (bits/token, the unit of
+    kappa) against training FLOPs, per arm and seed."""
     c = data.curves
     if c.empty or "kind" not in c or not (c["kind"] == "train").any():
         return None
@@ -63,12 +64,12 @@ def training_curves(data: SweepData) -> plt.Figure | None:
         first = seed == c[c["label"] == lab]["seed"].min()
         kw = {"color": colors[lab], "lw": 1.2, "alpha": 0.85, "label": lab if first else None,
               "marker": "." if len(g) < 20 else None}
-        axes[0].plot(g["flops"], g["ce"] / LN2, **kw)
+        axes[0].plot(g["flops"], g["ce"], **kw)
         kl = g["kl_bits"] if "kl_bits" in g else g.get("kl_nats", 0) / LN2
         axes[1].plot(g["flops"], kl, **kw)
     for k in sorted(c[c["arm"] == "free"]["kappa_bits"].dropna().unique()):
         axes[1].axhline(k, color="grey", ls=":", lw=0.8)
-    axes[0].set(xlabel="training FLOPs", ylabel="train CE (bits/token)", xscale="log",
+    axes[0].set(xlabel="training FLOPs", ylabel="train CE (nats/token)", xscale="log",
                 title="Training cross-entropy (FT: Z from the encoder)")
     axes[1].set(xlabel="training FLOPs", ylabel="KL (bits/token)", xscale="log",
                 title="KL to the uniform prior (dotted: kappa)")
@@ -112,6 +113,8 @@ def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
 def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> plt.Figure | None:
     """Each benchmark's primary score against kappa with its 95% CI; baseline as a band."""
     t = table if table is not None else paper_table(data, "tokens", n_boot=200)
+    if len(t) and "comparison" in t:  # the view's first comparison (its reference arm)
+        t = t[t["comparison"] == t["comparison"].dropna().iloc[0]]
     t = t[(t["column"] != "") & t["n_seeds"].fillna(0).gt(0)] if len(t) else t
     if t.empty:
         return None
@@ -132,9 +135,9 @@ def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> p
             ax.errorbar(x, gh["mean"], yerr=[lo, hi], fmt="o-", capsize=3,
                         label=f"FT H={int(h)}")
             ax.set_xticks(x, [f"{k:g}" for k in gh["kappa_bits"]])
-        b = g[g["arm"] == "baseline"]
+        b = g[g["arm"] == g["reference"]]
         if len(b) and math.isfinite(b["mean"].iloc[0]):
-            ax.axhline(b["mean"].iloc[0], color="k", lw=1, label="baseline")
+            ax.axhline(b["mean"].iloc[0], color="k", lw=1, label=str(b["reference"].iloc[0]))
             if math.isfinite(b["lo"].iloc[0]):
                 ax.axhspan(b["lo"].iloc[0], b["hi"].iloc[0], color="k", alpha=0.1)
         ax.set_title(f"{task}\n{metric}", fontsize=8)
@@ -143,30 +146,78 @@ def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> p
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
-    fig.suptitle("Benchmarks against kappa (equal tokens; 95% CIs; band = baseline CI)",
+    view = "equal tokens" if len(t) and t["view"].iloc[0] == "tokens" else "equal FLOPs"
+    fig.suptitle(f"Benchmarks against kappa ({view}; 95% CIs; band = reference CI)",
                  fontsize=9)
     fig.tight_layout()
     return fig
 
 
+PROVENANCE_KEYS = ("launcher", "threads", "host")
+"""A wall-clock comparison needs both runs measured under the same launcher, threads, host."""
+
+
+def _prov(r: pd.Series) -> tuple | None:
+    vals = tuple(r.get(k) for k in PROVENANCE_KEYS)
+    if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in vals):
+        return None
+    return vals
+
+
+def wallclock_pairs(ft: pd.DataFrame, base: pd.DataFrame) -> tuple[list[float], str, str]:
+    """Per seed, baseline tokens/s over FT tokens/s - 1 for the (FT, baseline) pairs measured
+    under the same launcher, thread count and host; with the reason when none is comparable,
+    and what the comparable pairs share."""
+    out, reasons, basis = [], set(), set()
+    for _, f in ft.iterrows():
+        b = base[base["seed"] == f["seed"]]
+        if b.empty:
+            reasons.add(f"no baseline run of seed {f['seed']}")
+            continue
+        b = b.iloc[0]
+        tf, tb = f.get("tokens_per_s", math.nan), b.get("tokens_per_s", math.nan)
+        if not (isinstance(tf, float) and math.isfinite(tf) and isinstance(tb, float)
+                and math.isfinite(tb) and tf > 0):
+            reasons.add("no throughput logged")
+            continue
+        pf, pb = _prov(f), _prov(b)
+        if pf is None or pb is None:
+            reasons.add("config.yaml lacks launcher/threads/host provenance (an older run), so "
+                        "the runs cannot be shown to share a machine and thread count")
+            continue
+        if pf != pb:
+            diff = [f"{k} {x} vs {y}" for k, x, y in zip(PROVENANCE_KEYS, pf, pb, strict=True)
+                    if x != y]
+            reasons.add("measured under different conditions: " + ", ".join(diff))
+            continue
+        out.append(tb / tf - 1)
+        basis.add(f"launcher {pf[0]}, {int(pf[1])} threads, host {pf[2]}")
+    return out, "; ".join(sorted(reasons)), "; ".join(sorted(basis))
+
+
 def overhead_table(data: SweepData) -> pd.DataFrame:
     """Per Free Transformer column: analytic FLOPs overhead (config accounting), measured
-    wall-clock overhead (baseline tokens/s over FT tokens/s - 1, median of logged steps), and the
-    paper's 1/L for the run's L."""
+    wall-clock overhead (baseline tokens/s over FT tokens/s - 1, median of logged steps, median
+    over the seed pairs measured under the same launcher/threads/host; NaN with the reason in
+    `wallclock_note` when no pair is comparable), and the paper's 1/L for the run's L."""
     c = data.cells
     if c.empty or "flops_overhead" not in c:
         return pd.DataFrame()
     base = c[c["arm"] == "baseline"]
-    base_tps = base["tokens_per_s"].median() if "tokens_per_s" in base else math.nan
     rows = []
     free = c[c["arm"] == "free"]
     for (h, k), g in free.groupby(["latent_bits", "kappa_bits"]):
-        tps = g["tokens_per_s"].median() if "tokens_per_s" in g else math.nan
         n_layers = g["n_layers"].median() if "n_layers" in g else math.nan
+        if "tokens_per_s" in g:
+            ratios, note, basis = wallclock_pairs(g, base)
+        else:
+            ratios, note, basis = [], "no throughput logged", ""
         rows.append({"latent_bits": h, "kappa_bits": k, "n_layers": n_layers,
                      "paper_1_over_L": 1 / n_layers if n_layers else math.nan,
                      "flops_overhead": g["flops_overhead"].median(),
-                     "wallclock_overhead": base_tps / tps - 1 if tps and base_tps else math.nan,
+                     "wallclock_overhead": float(np.median(ratios)) if ratios else math.nan,
+                     "wallclock_pairs": len(ratios), "wallclock_basis": basis,
+                     "wallclock_note": "" if ratios else note,
                      "run_ids": " ".join(g["run_id"].astype(str))})
     return pd.DataFrame(rows)
 
@@ -179,7 +230,8 @@ def overhead(data: SweepData) -> plt.Figure | None:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     x = np.arange(len(ot))
     ax.bar(x - 0.2, 100 * ot["flops_overhead"], 0.4, label="FLOPs (analytic accounting)")
-    ax.bar(x + 0.2, 100 * ot["wallclock_overhead"], 0.4, label="wall-clock (tokens/s)")
+    ax.bar(x + 0.2, 100 * ot["wallclock_overhead"], 0.4,
+           label="wall-clock (tokens/s; comparable runs only)")
     ax.scatter(x, 100 * ot["paper_1_over_L"], marker="_", s=900, color="red", zorder=5,
                label="paper: 1/L")
     ax.set_xticks(x, [f"k={k:g} H={int(h)}" for h, k in

@@ -8,6 +8,16 @@ root (`$FTBENCH_RESULTS`, default `results/`).
 training curves are long frames beside it. A cell whose run has not written a file simply has
 no rows there; `cells` keeps one row per manifest cell with its state, so tables can say
 "missing" instead of inventing a number.
+
+Controls trained to a Free Transformer's FLOPs (`baseline_flops`, `baseline_plus1_flops`) carry
+`match_h`, the H of the FT they match (manifest `latent_bits`, else config
+`train.match_latent_bits`), so every comparison pairs an FT with the control of its own H.
+
+Eval specs: every eval file has a spec (top-level `spec`/`spec_id`; old files get a legacy spec
+derived from their fields). Within a sweep, one spec is used per (suite, z_mode): the manifest's
+`eval_spec_id` when it has one, else the spec covering the most cells (full runs before LIMIT
+runs); files under any other spec are listed in `evals` with `used: False` and the reason, and
+their numbers never reach a table, so no table mixes specs.
 """
 
 from __future__ import annotations
@@ -24,8 +34,13 @@ from typing import Any
 import pandas as pd
 import yaml
 
-ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1")
-CELL_COLS = ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id"]
+ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
+CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
+FLOPS_MATCHED_ARMS = ("baseline_flops", "baseline_plus1_flops")
+"""Controls trained to the FLOPs of the FT with H = match_h (one per H and seed)."""
+CELL_COLS = ["cell", "arm", "kappa_bits", "latent_bits", "match_h", "seed", "run_id"]
+SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
+"""What makes two evaluations comparable (the spec minus its task list and data checksums)."""
 
 
 def results_root(root: str | os.PathLike | None = None) -> Path:
@@ -85,10 +100,93 @@ class SweepData:
     warnings: list[str] = field(default_factory=list)
 
 
-def _file_rank(ev: dict) -> tuple:
-    """Sort key of an eval file: full runs first, then larger LIMITs; stock few-shot first."""
-    limit = ev.get("limit")
-    return (ev.get("fewshot_override") is not None, limit is not None, -(limit or 0))
+def spec_id(spec: dict) -> str:
+    """First 12 hex of sha256 of the canonical JSON of a spec (docs/RESULTS.md)."""
+    canon = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+
+
+def _argv_int(argv: Any, flag: str) -> int | None:
+    if not isinstance(argv, list):
+        return None
+    for i, a in enumerate(argv):
+        a = str(a)
+        if a == flag and i + 1 < len(argv):
+            try:
+                return int(argv[i + 1])
+            except ValueError:
+                return None
+        if a.startswith(flag + "="):
+            try:
+                return int(a.split("=", 1)[1])
+            except ValueError:
+                return None
+    return None
+
+
+def eval_spec(ev: dict, fname: str) -> tuple[dict, str, bool]:
+    """(spec, spec_id, legacy) of an eval file; an old file without `spec` gets one derived from
+    its fields and name (legacy = True)."""
+    spec = ev.get("spec")
+    if isinstance(spec, dict):
+        return spec, str(ev.get("spec_id") or spec_id(spec)), False
+    legacy = {"suite": ev.get("suite") or fname.split(".")[0],
+              "tasks": sorted(ev.get("tasks") or {}), "limit": ev.get("limit"),
+              "z_mode": ev.get("z_mode") or "prior", "k": ev.get("k", 1),
+              "fewshot": ev.get("fewshot_override"),
+              "gen_tokens": _argv_int(ev.get("argv"), "--max-gen-toks"),
+              "data_checksums": ev.get("data_checksums") or {}}
+    return legacy, spec_id(legacy), True
+
+
+def spec_key(spec: dict) -> str:
+    """The comparability key of a spec: SPEC_KEYS only (task lists may differ between files)."""
+    return json.dumps({k: spec.get(k) for k in SPEC_KEYS}, sort_keys=True, default=str)
+
+
+def spec_text(spec: dict) -> str:
+    """One line a reader can check: suite, tasks, limit, z-mode, k, few-shot, generation length."""
+    fs = spec.get("fewshot")
+    gen = spec.get("gen_tokens")
+    return (f"{spec.get('suite')}: tasks {','.join(spec.get('tasks') or []) or '?'}; "
+            f"limit {spec.get('limit') if spec.get('limit') is not None else 'none (full)'}; "
+            f"z {spec.get('z_mode')}, k {spec.get('k')}; few-shot "
+            f"{'stock' if fs is None else fs}; gen tokens {gen if gen is not None else '?'}")
+
+
+def _file_rank(spec: dict) -> tuple:
+    """Sort key of a spec: stock few-shot first, then full runs, then larger LIMITs."""
+    limit = spec.get("limit")
+    return (spec.get("fewshot") is not None, limit is not None, -(limit or 0))
+
+
+def _matches_manifest(spec: dict, sid: str, man_spec: dict | None, man_id: str) -> bool:
+    """A file is in the sweep's eval spec when its spec_id is the manifest's `eval_spec_id`,
+    or, for a sweep evaluated on several suites (the manifest then records their union, suite
+    "lm-eval+evalplus"), when it is one of those suites' specs: its suite is listed, limit,
+    z-mode, k and few-shot agree, its tasks are among the union's, its generation length is
+    the union's (or none: a log-likelihood-only suite) and its data checksums agree."""
+    if sid == man_id:
+        return True
+    if not isinstance(man_spec, dict):
+        return False
+    inner = man_spec.get("suites")
+    if isinstance(inner, dict) and any(isinstance(v, dict) and spec_id(v) == sid
+                                       for v in inner.values()):
+        return True
+    suites = str(man_spec.get("suite") or "").split("+")
+    if spec.get("suite") not in suites:
+        return False
+    if any(spec.get(k) != man_spec.get(k) for k in ("limit", "z_mode", "k", "fewshot")
+           if k in man_spec):
+        return False
+    if spec.get("gen_tokens") not in (None, man_spec.get("gen_tokens")):
+        return False
+    tasks = man_spec.get("tasks")
+    if tasks and not set(spec.get("tasks") or []) <= set(tasks):
+        return False
+    ms, fs = man_spec.get("data_checksums") or {}, spec.get("data_checksums") or {}
+    return all(ms[k] == v for k, v in fs.items() if k in ms)
 
 
 def _doc_id(item: dict, i: int) -> Any:
@@ -113,7 +211,10 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
         "reason": cell.get("reason"), "job_id": cell.get("job_id"),
         "eval_state": (cell.get("eval") or {}).get("state"),
     }
-    if row["arm"] in ("baseline", "baseline_flops", "baseline_plus1"):
+    row["match_h"] = math.nan
+    if row["arm"] in ("baseline", *CONTROL_ARMS):
+        if row["arm"] in FLOPS_MATCHED_ARMS and row["latent_bits"] > 0:
+            row["match_h"] = row["latent_bits"]  # the launcher records the matched H here
         row["kappa_bits"], row["latent_bits"] = math.nan, 0.0
     cfg = None
     run_dir = root / "runs" / str(run_id) if run_id else None
@@ -139,6 +240,13 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
             "flops_overhead": _num(acc.get("flops_overhead")),
             "params_total": _num((acc.get("params") or {}).get("total")),
             "train_tokens": _num(train.get("tokens")),
+            "budget_flops_cfg": _num(train.get("flops")),
+            "compute_match": train.get("compute_match"),
+            "planned_tokens": _num(acc.get("tokens")), "planned_flops": _num(acc.get("flops")),
+            "tokens_per_step": _num(acc.get("tokens_per_step") or (
+                _num(train.get("batch_size")) * _num(train.get("seq_len")))),
+            "host": prov.get("host"), "threads": _num(prov.get("threads")),
+            "launcher": prov.get("launcher"),
             "git_commit": prov.get("git_commit"), "git_dirty": prov.get("git_dirty"),
             "versions": prov.get("versions") or {},
             "data_checksums": prov.get("data_checksums") or {},
@@ -152,7 +260,63 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
         })
         if row["arm"] is None:
             row["arm"] = cfg.get("arm")
+        if (row["arm"] in FLOPS_MATCHED_ARMS and not math.isfinite(row["match_h"])
+                and train.get("compute_match") == "flops"):
+            row["match_h"] = _num(train.get("match_latent_bits"))
     return row, cfg
+
+
+def _read_evals(root: Path, run_dir: Path, warnings: list[str]) -> list[dict]:
+    """Every eval/*.json of a run with its spec (no selection yet)."""
+    eval_dir = run_dir / "eval"
+    out = []
+    for epath in sorted(eval_dir.glob("*.json")) if eval_dir.is_dir() else []:
+        try:
+            ev = json.loads(epath.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            warnings.append(f"{epath}: unreadable ({e})")
+            continue
+        if not isinstance(ev, dict):
+            warnings.append(f"{epath}: not an eval file (top level is not an object)")
+            continue
+        spec, sid, legacy = eval_spec(ev, epath.name)
+        out.append({"path": epath, "ev": ev, "spec": spec, "spec_id": sid, "legacy": legacy,
+                    "key": spec_key(spec), "group": (spec.get("suite"),
+                                                     spec.get("z_mode") or "prior")})
+    return out
+
+
+def _choose_specs(per_cell: list[list[dict]], manifest: dict) -> tuple[dict, dict]:
+    """The spec used per (suite, z_mode): (chosen key per group, reason per excluded spec_id)."""
+    man_id = manifest.get("eval_spec_id")
+    man_spec = manifest.get("eval_spec")
+    excluded: dict[str, str] = {}
+    cover: dict[tuple, dict[str, set]] = {}
+    rank: dict[str, tuple] = {}
+    for i, files in enumerate(per_cell):
+        for f in files:
+            if man_id and not _matches_manifest(f["spec"], f["spec_id"], man_spec, man_id):
+                excluded[f["spec_id"]] = (f"spec {f['spec_id']} is not the sweep's eval spec "
+                                          f"{man_id} (manifest eval_spec_id)")
+                continue
+            cover.setdefault(f["group"], {}).setdefault(f["key"], set()).add(i)
+            rank[f["key"]] = _file_rank(f["spec"])
+    chosen = {}
+    for group, keys in cover.items():
+        best = sorted(keys, key=lambda k: (-len(keys[k]), rank[k]))[0]
+        chosen[group] = best
+    for files in per_cell:
+        for f in files:
+            if f["spec_id"] in excluded:
+                continue
+            if chosen.get(f["group"]) != f["key"]:
+                good = json.loads(chosen[f["group"]])
+                excluded[f["spec_id"]] = (
+                    f"spec {f['spec_id']} differs from the spec the sweep's other "
+                    f"{f['group'][0]} cells use (limit {good.get('limit')}, few-shot "
+                    f"{good.get('fewshot')}, gen tokens {good.get('gen_tokens')}, k "
+                    f"{good.get('k')}); specs are never mixed in a table")
+    return chosen, excluded
 
 
 def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
@@ -171,6 +335,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             time.sleep(0.5)
     warnings: list[str] = []
     cell_rows, score_rows, item_frames, curve_frames, evals = [], [], [], [], []
+    per_cell_evals: list[list[dict]] = []
     for cell in manifest.get("cells", []):
         row, _ = _cell_row(root, cell, warnings)
         ident = {k: row[k] for k in CELL_COLS}
@@ -209,31 +374,35 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                                        "value": _num(v), "stderr": math.nan, "n": math.nan,
                                        "primary": k == "val_ce", "higher_is_better": False,
                                        "spread": math.nan, "eval_seed": math.nan,
-                                       "step": last.get("step"), "tokens": last.get("tokens")})
-        # eval/<suite>.json
-        eval_dir = run_dir / "eval"
-        row["eval_files"] = sorted(p.name for p in eval_dir.glob("*.json")) \
-            if eval_dir.is_dir() else []
-        loaded = []
-        for epath in sorted(eval_dir.glob("*.json")) if eval_dir.is_dir() else []:
-            try:
-                loaded.append((epath, json.loads(epath.read_text(encoding="utf-8"))))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                warnings.append(f"{epath}: unreadable ({e})")
-        # several files may score the same task (lm-eval.json, lm-eval.limit20.json, ...): the
-        # full run wins, else the largest LIMIT; a few-shot override never beats the stock one
-        loaded.sort(key=lambda x: _file_rank(x[1]))
+                                       "step": last.get("step"), "tokens": last.get("tokens"),
+                                       "spec_id": "", "spec_key": "",
+                                       "file": "metrics.jsonl"})
+        row["eval_files"] = sorted(p.name for p in (run_dir / "eval").glob("*.json")) \
+            if (run_dir / "eval").is_dir() else []
+        per_cell_evals.append(_read_evals(root, run_dir, warnings))
+        cell_rows.append((row, ident))
+    chosen, excluded = _choose_specs(per_cell_evals, manifest)
+    for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
         taken: set[tuple[str, str]] = set()
-        for epath, ev in loaded:
+        row["eval_excluded"] = ""
+        notes = []
+        # same spec twice (re-evaluated checkpoints): the latest checkpoint step wins
+        for f in sorted(files, key=lambda f: (_file_rank(f["spec"]),
+                                              -_num(f["ev"].get("checkpoint_step") or -1))):
+            epath, ev = f["path"], f["ev"]
             head = {k: v for k, v in ev.items() if k != "tasks"}
-            head["file"] = str(epath.relative_to(root))
-            head["file_sha256"] = _sha256(epath)
-            head["cell"] = row["cell"]
+            head.update(file=str(epath.relative_to(root)), file_sha256=_sha256(epath),
+                        cell=row["cell"], spec=f["spec"], spec_id=f["spec_id"],
+                        spec_legacy=f["legacy"], used=f["spec_id"] not in excluded,
+                        excluded_reason=excluded.get(f["spec_id"], ""))
             evals.append(head)
+            if f["spec_id"] in excluded:
+                notes.append(f"{epath.name}: {excluded[f['spec_id']]}")
+                continue
             z_mode = ev.get("z_mode") or "prior"
             leaks = bool(ev.get("leaks", z_mode == "posterior"))
             for task, t in (ev.get("tasks") or {}).items():
-                if (task, z_mode) in taken:
+                if (task, z_mode) in taken or not isinstance(t, dict):
                     continue
                 taken.add((task, z_mode))
                 primary = t.get("primary")
@@ -246,30 +415,38 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                         "value": _num(m.get("value")), "stderr": _num(m.get("stderr")),
                         "n": _num(m.get("n", t.get("n"))), "primary": metric == primary,
                         "higher_is_better": bool(hib), "spread": _num(m.get("spread")),
+                        "n_missing": _num(m.get("n_missing")), "error": t.get("error"),
                         "eval_seed": _num(ev.get("seed")), "limit": _num(ev.get("limit")),
-                        "file": epath.name, "step": math.nan, "tokens": math.nan})
+                        "file": epath.name, "spec_id": f["spec_id"],
+                        "spec_key": spec_id(json.loads(f["key"])),
+                        "step": math.nan, "tokens": math.nan})
                 items = t.get("items") or []
                 if items:
                     for metric in t.get("metrics") or {}:
-                        key = _item_key(metric, items[0])
+                        key = next((k for k in (_item_key(metric, it) for it in items) if k),
+                                   None)
                         if key is None:
                             continue
                         item_frames.append(pd.DataFrame({
                             **{k: [v] * len(items) for k, v in ident.items()},
                             "task": task, "metric": metric, "z_mode": z_mode, "leaks": leaks,
                             "doc_id": [_doc_id(it, i) for i, it in enumerate(items)],
-                            "value": [_num(it.get(key)) for it in items]}))
-        cell_rows.append(row)
-    cells = pd.DataFrame(cell_rows)
+                            "value": [_num(it.get(key)) for it in items],
+                            "spec_id": f["spec_id"]}))
+        if notes:
+            row["eval_excluded"] = "; ".join(notes)
+            warnings.append(f"{row['cell']}: eval file(s) not used: " + "; ".join(notes))
+    cells = pd.DataFrame([r for r, _ in cell_rows])
     if cells.empty:
         cells = pd.DataFrame(columns=CELL_COLS + ["state"])
     scores = pd.DataFrame(score_rows)
     if scores.empty:
         scores = pd.DataFrame(columns=CELL_COLS + ["source", "suite", "task", "metric", "z_mode",
                                                    "leaks", "value", "stderr", "n", "primary",
-                                                   "higher_is_better", "spread"])
+                                                   "higher_is_better", "spread", "spec_id",
+                                                   "spec_key", "file"])
     items = pd.concat(item_frames, ignore_index=True) if item_frames else pd.DataFrame(
-        columns=CELL_COLS + ["task", "metric", "z_mode", "leaks", "doc_id", "value"])
+        columns=CELL_COLS + ["task", "metric", "z_mode", "leaks", "doc_id", "value", "spec_id"])
     curves = pd.concat(curve_frames, ignore_index=True) if curve_frames else pd.DataFrame(
         columns=CELL_COLS + ["kind", "step", "tokens", "flops"])
     return SweepData(name=name, root=root, manifest=manifest, cells=cells, scores=scores,

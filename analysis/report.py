@@ -24,7 +24,17 @@ import pandas as pd
 from . import figures
 from .claims import checklist, collapse_table
 from .frame import SweepData, load_sweep, results_root
-from .tables import VIEWS, cell_text, row_label, write_tables
+from .stats import NO_VARIATION
+from .tables import (
+    LEGEND,
+    VIEWS,
+    cell_text,
+    comparisons,
+    row_label,
+    specs_used,
+    view_notes,
+    write_tables,
+)
 
 REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "figures",
                      "synthetic", "runs", "provenance"]
@@ -94,7 +104,8 @@ def frame_html(df: pd.DataFrame, cols: list[str] | None = None) -> str:
 
 
 def table_html(long: pd.DataFrame) -> str:
-    """The paper-style table from its long form; hover a cell for its run-ids and CI method."""
+    """The paper-style table of ONE comparison from its long form; hover a cell for its
+    run-ids, eval files and spec, and its interval methods."""
     cols = [c for c in dict.fromkeys(long["column"]) if c]
     out = ["<table><tr><th>group</th><th>benchmark</th>"
            + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr>"]
@@ -107,7 +118,8 @@ def table_html(long: pd.DataFrame) -> str:
             continue
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
-        title = (f"runs: {r['run_ids'] or 'none'}; CI: {r['ci_method'] or 'n/a'}; "
+        title = (f"runs: {r['run_ids'] or 'none'}; eval files: {r.get('files') or 'n/a'}; "
+                 f"spec: {r.get('spec_ids') or 'n/a'}; CI: {r['ci_method'] or 'n/a'}; "
                  f"delta: {r['delta_method'] or 'n/a'}; items: {r['n_items']}")
         cells.append(f'<td class="{cls}" title="{esc(title)}">{esc(cell_text(r))}</td>')
     prev = None
@@ -116,6 +128,28 @@ def table_html(long: pd.DataFrame) -> str:
         prev = group
         out.append(f'<tr><td class="grp">{g}</td><td>{esc(label)}</td>{"".join(cells)}</tr>')
     return "\n".join(out + ["</table>"])
+
+
+def mde_html(table: pd.DataFrame) -> str:
+    """Per comparison and benchmark row: the minimum detectable effect at 80% power (median over
+    the Free Transformer columns) next to the largest observed |Δ|."""
+    t = table[(table["arm"] == "free") & table["mde"].notna()] if len(table) else table
+    if t.empty:
+        return ('<p class="missing">minimum detectable effect: no comparison has an interval '
+                f"yet (one seed without items, or {esc(NO_VARIATION)})</p>")
+    rows = []
+    for (comp, task, metric), g in t.groupby(["comparison", "task", "metric"], sort=False):
+        rows.append({"comparison": comp, "benchmark": f"{task} ({metric})",
+                     "MDE at 80% power": float(g["mde"].median()),
+                     "largest |Δ| observed": float(g["delta"].abs().max()),
+                     "n (items x seeds)": f"{int(g['delta_n_items'].max())}x"
+                                          f"{int(g['delta_n_seeds'].max())}",
+                     "unit": "seed" if (g["delta_unit"] == "seed").all() else
+                             "item (one seed)"})
+    return ("<p>Minimum detectable effect (two-sided 5%, 80% power, from the observed variance; "
+            "uncorrected, Holm across m kappas needs more): a true Δ smaller than this would "
+            "usually be missed, so an 'inconclusive' here cannot rule out the paper's gains.</p>"
+            + frame_html(pd.DataFrame(rows)))
 
 
 def img_html(png: bytes | None, alt: str, missing: str) -> str:
@@ -171,13 +205,17 @@ def _provenance_html(data: SweepData, synth: Path | None) -> str:
                          "git_dirty": r.get("git_dirty"),
                          "versions": " ".join(f"{k}={v}" for k, v in sorted(versions.items()))
                          or None,
-                         "tokenizer_sha256": _short(r.get("tokenizer_sha256"), 16)})
+                         "tokenizer_sha256": _short(r.get("tokenizer_sha256"), 16),
+                         "launcher": r.get("launcher"), "threads": r.get("threads"),
+                         "host": r.get("host")})
         out.append("<h3>Runs</h3>" + frame_html(pd.DataFrame(rows)))
     if data.evals:
         ev = pd.DataFrame([{
             "file": e.get("file"), "suite": e.get("suite"), "z_mode": e.get("z_mode"),
             "k": e.get("k"), "leaks": e.get("leaks"), "seed": e.get("seed"),
-            "limit": e.get("limit"),
+            "limit": e.get("limit"), "spec_id": e.get("spec_id"),
+            "spec": "legacy (derived)" if e.get("spec_legacy") else "recorded",
+            "used": "yes" if e.get("used", True) else f"no: {e.get('excluded_reason')}",
             "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
             "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}
             for e in data.evals])
@@ -224,14 +262,16 @@ def _summary_html(data: SweepData) -> str:
     n_done = int((c["state"] == "done").sum()) if len(c) else 0
     seeds = sorted(set(c["seed"].dropna())) if len(c) else []
     chance = ", ".join(f"{k} {v:g}" for k, v in CHANCE.items())
-    return (f"<p>{len(c)} cells, {n_done} done; seeds {esc(seeds)}. Cells: mean over seeds "
-            "[95% CI]; Δ = Free Transformer minus the reference arm with a paired bootstrap 95% "
-            "CI over (seed, item) pairs; * = the CI excludes 0; green/red = significantly "
-            "better/worse. pass@1 uses Clopper-Pearson intervals (honest at 0).</p>"
+    one = ('<p class="note">One seed: every Δ is an item-level bootstrap (marked †) that does '
+           "not include seed-to-seed variance, so no claim below is supported or contradicted "
+           "on it. Run SEEDS=\"0 1 2\" for verdicts.</p>") if len(seeds) < 2 else ""
+    return (f"<p>{len(c)} cells, {n_done} done; seeds {esc(seeds)}. {esc(LEGEND)}</p>{one}"
             '<p class="note">Read small-scale numbers with care: models this small score near '
             f"chance on these benchmarks (chance: {chance}), so accuracy differences are mostly "
-            "noise and the smooth metrics (bits per byte of gold answers, validation CE) carry "
-            "the signal. A verdict of 'inconclusive' is the expected outcome of a demo.</p>")
+            "noise and the smooth metrics (bits per byte of gold answers, validation CE in nats) "
+            "carry the signal. A verdict of 'inconclusive' is the expected outcome of a demo; "
+            "the minimum detectable effect under each table says what the sweep could have "
+            "seen.</p>")
 
 
 def build_report(name: str, root: str | Path | None = None, synthetic: str | None = None,
@@ -242,7 +282,9 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     out_dir = root / "sweeps" / name / "report"
     tables = write_tables(data, out_dir, n_boot=n_boot)
     synth = find_synthetic(root, name, synthetic)
-    claims = checklist(data, tables, synth)
+    notes = view_notes(data)
+    comps, _ = comparisons(data)
+    claims = checklist(data, tables, synth, notes)
     claims.to_csv(out_dir / "claims.csv", index=False)
     ct = collapse_table(data)
     ot = figures.overhead_table(data)
@@ -250,7 +292,8 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     for key, fn in (("training_curves", figures.training_curves),
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
                     ("benchmarks_vs_kappa",
-                     lambda d: figures.benchmarks_vs_kappa(d, tables["tokens"])),
+                     lambda d: figures.benchmarks_vs_kappa(
+                         d, tables["tokens"] if len(tables["tokens"]) else tables["flops"])),
                     ("overhead", figures.overhead)):
         fig = fn(data)
         figs[key] = figures.png_bytes(fig) if fig is not None else None
@@ -260,19 +303,32 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
         f'<tr><td>{esc(r.claim)}</td><td class="{esc(r.verdict)}"><b>{esc(r.verdict)}</b></td>'
         f'<td>{esc(r.evidence)}</td><td>{esc(r.source)}</td>'
         f'<td class="mono">{esc(r.run_ids)}</td></tr>' for r in claims.itertuples())
-    view_txt = {"tokens": "Equal tokens (the paper's protocol): reference = baseline",
-                "flops": ("Equal FLOPs: reference = baseline_flops (the baseline trained on more "
-                          "tokens to match the Free Transformer's FLOPs); baseline_plus1 (one "
-                          "more layer) shown when present")}
+    view_head = {"tokens": "Equal tokens (the paper's protocol)", "flops": "Equal FLOPs"}
     sections = [
         f'<section id="summary"><h2>Summary</h2>{_summary_html(data)}</section>',
         '<section id="claims"><h2>Paper claims checklist</h2><table><tr><th>claim</th>'
         '<th>verdict</th><th>our evidence</th><th>source</th><th>run-ids</th></tr>'
         f"{claims_rows}</table></section>"]
     for view in VIEWS:
-        sections.append(f'<section id="table-{view}"><h2>{esc(view_txt[view])}</h2>'
-                        f"{table_html(tables[view])}<p>Files: report/table_{view}.csv, .md, "
-                        ".tex</p></section>")
+        t = tables[view]
+        body = [f'<p class="note">{esc(notes.get(view, ""))}</p>']
+        if t.empty:
+            body.append('<p class="missing">no table for this view (see the note above)</p>')
+        for comp in [c for c in comps if c.view == view] or [None]:
+            part = t[t["comparison"] == comp.key] if comp is not None and len(t) else t
+            if part.empty:
+                continue
+            title = comp.title if comp is not None else "reference missing"
+            body.append(f"<h3>{esc(title)}</h3>{table_html(part)}")
+        specs = specs_used(data, t) if len(t) else []
+        if specs:
+            body.append("<p>Eval specs of these cells (one per suite; never mixed): "
+                        + "; ".join(f"<code>{esc(x)}</code>" for x in specs) + "</p>")
+        if len(t):
+            body.append(mde_html(t))
+        sections.append(f'<section id="table-{view}"><h2>{esc(view_head[view])}</h2>'
+                        + "".join(body) + f"<p>Files: report/table_{view}.csv, .md, .tex</p>"
+                        "</section>")
     sections.append(
         '<section id="figures"><h2>Figures</h2>'
         + img_html(figs["training_curves"], "training curves", "no training metrics yet")

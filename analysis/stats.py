@@ -1,22 +1,69 @@
-"""Interval estimates used by the tables and the claims checklist.
+"""Interval estimates used by the tables, the claims checklist and the calibration harness.
 
-- `mean_ci`: mean over seeds with a Student-t 95% interval (undefined with one seed).
-- `wilson`, `clopper_pearson`: binomial intervals that stay inside [0, 1] and stay honest when a
-  tiny model's pass@1 sits at 0 (a normal interval would collapse to [0, 0]).
-- `paired_bootstrap`: the delta of a Free Transformer against its reference arm, paired by
-  (seed, doc_id), with a two-level bootstrap that resamples seeds and items independently.
+The report's statistics, in one place (docs/CALIBRATION.md measures them):
+
+- `cell_interval`: a table cell (one arm, one benchmark row). With >= 2 seeds the seed is the
+  unit: mean of the per-seed scores with a Student-t interval (S - 1 degrees of freedom),
+  intersected with the metric's range. With one seed: Clopper-Pearson over the items for a 0/1
+  metric, labelled "one seed: items only" (seed-to-seed variance is not in it), else the item
+  standard error. No variation at all -> no interval ("no variation: n too small").
+- `paired_delta`: the Δ of a Free Transformer against the arm that matches it, paired by
+  (seed, doc_id). With >= 2 seeds: a paired t over the per-seed mean differences (the seed is the
+  unit, for every metric including pass@1). With one seed: a paired bootstrap over items, marked
+  item-level. A degenerate Δ (every difference equal) has no interval and is never significant.
+  Each Δ carries its minimum detectable effect at 80% power (`mde`).
+- `holm`: Holm's step-down adjustment across the kappas (and H) of one comparison.
+- `mean_ci`, `wilson`, `clopper_pearson`, `paired_bootstrap`, `bootstrap_stats`: the building
+  blocks (the two-level bootstrap is kept for reference: the calibration shows why it is not the
+  seed-level interval, see docs/CALIBRATION.md).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import optimize, stats
 
 LEVEL = 0.95
+POWER = 0.80
+NO_VARIATION = "no variation: n too small"
+UNIT = (0.0, 1.0)
+"""Range of a 0/1 metric (accuracy, exact match, pass@1)."""
+POSITIVE = (0.0, math.inf)
+"""Range of a cross-entropy or bits-per-byte metric."""
+
+
+def metric_range(metric: str, values: np.ndarray | None = None) -> tuple[float, float]:
+    """The range a metric's values live in: [0, 1] for rates, [0, inf) for CE / bpb / KL."""
+    m = metric.lower()
+    if any(s in m for s in ("bpb", "ce", "kl", "elbo", "ppl", "perplexity", "bits")):
+        return POSITIVE
+    if m.startswith("pass@") or m in ("acc", "acc_norm", "exact_match", "f1", "mc1", "mc2") \
+            or m.startswith(("acc", "exact_match")):
+        return UNIT
+    if values is not None:
+        v = np.asarray(values, dtype=float)
+        v = v[np.isfinite(v)]
+        if v.size and v.min() >= 0 and v.max() <= 1:
+            return UNIT
+    return (-math.inf, math.inf)
+
+
+def delta_range(rng: tuple[float, float]) -> tuple[float, float]:
+    """Range of a difference of two values of a metric with range `rng`."""
+    lo, hi = rng
+    return lo - hi, hi - lo
+
+
+def _clip(lo: float, hi: float, rng: tuple[float, float]) -> tuple[float, float]:
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return lo, hi
+    return max(lo, rng[0]), min(hi, rng[1])
 
 
 def mean_ci(values: np.ndarray | list[float], level: float = LEVEL) -> tuple[float, float, float]:
@@ -54,7 +101,8 @@ def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]
 
 @dataclass(frozen=True)
 class PairedDelta:
-    """Delta (test - reference) over paired (seed, item) scores with its bootstrap interval."""
+    """Delta (test - reference) over paired (seed, item) scores with its two-level bootstrap
+    interval (kept as a reference method; the report uses `paired_delta`)."""
 
     delta: float
     lo: float
@@ -126,9 +174,210 @@ def paired_bootstrap(test: pd.DataFrame, ref: pd.DataFrame, n_boot: int = 2000, 
     if d.size == 0:
         return PairedDelta(math.nan, math.nan, math.nan, math.nan, len(seeds), len(docs))
     delta = float(d.mean())
-    if np.all(d == d.flat[0]):
-        return PairedDelta(delta, delta, delta, 1.0 if delta == 0 else 0.0, *d.shape)
+    if np.all(d == d.flat[0]):  # no variation: no interval, no p, never significant
+        return PairedDelta(delta, math.nan, math.nan, math.nan, *d.shape)
     reps = bootstrap_stats(d, n_boot=n_boot, seed=seed)
     lo, hi = np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2])
     p = min(1.0, 2 * min(float(np.mean(reps <= 0)), float(np.mean(reps >= 0))))
     return PairedDelta(delta, float(lo), float(hi), p, *d.shape)
+
+
+# ---- the report's statistics -----------------------------------------------------------------
+
+@lru_cache(maxsize=256)
+def _mde_factor(df: float, level: float, power: float) -> float:
+    """lambda such that a two-sided level-`level` t test (df) rejects with probability `power`
+    when the true effect is lambda standard errors (noncentral t; df = inf: normal)."""
+    if not math.isfinite(df):
+        return float(stats.norm.ppf(0.5 + level / 2) + stats.norm.ppf(power))
+    c = float(stats.t.ppf(0.5 + level / 2, df))
+
+    def gap(lam: float) -> float:
+        lower = float(stats.nct.cdf(-c, df, lam))  # negligible for lam > 0; scipy may say NaN
+        return float(stats.nct.sf(c, df, lam)) + (lower if math.isfinite(lower) else 0.0) - power
+
+    hi = c + 5.0
+    while gap(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(gap, 0.0, hi, xtol=1e-6))
+
+
+def mde(se: float, df: float, level: float = LEVEL, power: float = POWER) -> float:
+    """Minimum detectable effect: the true |Δ| a test with this standard error and df detects
+    with probability `power` (two-sided, uncorrected level). NaN when se is unknown or 0."""
+    if not (math.isfinite(se) and se > 0) or not df or df <= 0:
+        return math.nan
+    return _mde_factor(float(df), level, power) * se
+
+
+@dataclass(frozen=True)
+class CellInterval:
+    """Mean of one arm on one benchmark row with its 95% interval."""
+
+    mean: float
+    lo: float
+    hi: float
+    method: str
+    n_seeds: int
+    n_items: int
+    degenerate: bool = False
+
+
+def cell_interval(per_seed: np.ndarray | Sequence[float], items: np.ndarray | None = None,
+                  metric: str = "", stderr: float = math.nan,
+                  level: float = LEVEL) -> CellInterval:
+    """A table cell: `per_seed` holds the arm's score on each seed, `items` the per-item scores
+    of every seed pooled (for the one-seed interval and for n). See the module docstring."""
+    x = np.asarray(per_seed, dtype=float)
+    x = x[np.isfinite(x)]
+    iv = np.asarray(items if items is not None else [], dtype=float)
+    iv = iv[np.isfinite(iv)]
+    n_s, n_i = int(x.size), int(iv.size)
+    rng = metric_range(metric, iv if iv.size else x)
+    if n_s == 0:
+        return CellInterval(math.nan, math.nan, math.nan, "", 0, n_i)
+    m = float(x.mean())
+    if n_s >= 2:
+        sd = float(x.std(ddof=1))
+        if not sd > 0:
+            return CellInterval(m, math.nan, math.nan, NO_VARIATION, n_s, n_i, True)
+        half = float(stats.t.ppf(0.5 + level / 2, n_s - 1)) * sd / math.sqrt(n_s)
+        lo, hi = _clip(m - half, m + half, rng)
+        return CellInterval(m, lo, hi, f"t over {n_s} seeds", n_s, n_i)
+    # one seed: the items are all there is; the label says seed variance is not in it
+    if iv.size and np.all((iv == 0) | (iv == 1)):
+        lo, hi = clopper_pearson(int(iv.sum()), n_i, level)
+        return CellInterval(m, lo, hi, "clopper-pearson (one seed: items only)", 1, n_i)
+    se = float(iv.std(ddof=1) / math.sqrt(n_i)) if n_i > 1 else float(stderr)
+    if not (math.isfinite(se) and se > 0):
+        why = NO_VARIATION if n_i > 1 or math.isfinite(stderr) else ""
+        return CellInterval(m, math.nan, math.nan, why, 1, n_i, bool(why))
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    lo, hi = _clip(m - z * se, m + z * se, rng)
+    return CellInterval(m, lo, hi, "item stderr (one seed: items only)", 1, n_i)
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Δ = test - reference (paired), with its interval, p-value and minimum detectable effect.
+
+    unit: "seed" (>= 2 seeds: the interval includes seed-to-seed variance) or "item" (one seed:
+    an item bootstrap, seed variance is NOT in it; never the basis of a verdict)."""
+
+    delta: float
+    lo: float
+    hi: float
+    p: float
+    n_seeds: int
+    n_items: int
+    method: str
+    unit: str
+    se: float = math.nan
+    df: float = math.nan
+    mde: float = math.nan
+    degenerate: bool = False
+
+    @property
+    def significant(self) -> bool:
+        return bool(not self.degenerate and math.isfinite(self.lo) and math.isfinite(self.hi)
+                    and (self.lo > 0 or self.hi < 0))
+
+
+def _empty_delta(n_seeds: int = 0, n_items: int = 0) -> Delta:
+    return Delta(math.nan, math.nan, math.nan, math.nan, n_seeds, n_items, "", "")
+
+
+def seed_t(diffs: np.ndarray | Sequence[float], rng: tuple[float, float] = (-math.inf, math.inf),
+           n_items: int = 0, level: float = LEVEL) -> Delta:
+    """Paired t over per-seed differences (>= 2 seeds): the seed is the unit.
+
+    `diffs[s]` = test - reference on seed s (a per-seed mean over the paired items, or a
+    per-seed value such as validation CE); `rng` is the range of a difference (the interval is
+    intersected with it). Exactly the paired t-test over seed means (scipy.stats.ttest_1samp)."""
+    x = np.asarray(diffs, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n < 2:
+        return _empty_delta(n, n_items)
+    m, sd = float(x.mean()), float(x.std(ddof=1))
+    what = f"paired t over {n} seeds" + (f" x {n_items} items" if n_items else "")
+    if not sd > 0:
+        return Delta(m, math.nan, math.nan, math.nan, n, n_items, f"{what}: {NO_VARIATION}",
+                     "seed", 0.0, n - 1, math.nan, True)
+    se = sd / math.sqrt(n)
+    df = n - 1
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(m) / se, df))
+    lo, hi = _clip(m - half, m + half, rng)
+    return Delta(m, lo, hi, p, n, n_items, what, "seed", se, df, mde(se, df, level))
+
+
+def item_bootstrap(d: np.ndarray, rng: tuple[float, float] = (-math.inf, math.inf),
+                   n_boot: int = 2000, seed: int = 0, level: float = LEVEL) -> Delta:
+    """One seed: percentile bootstrap over paired item differences `d` (1-D). Item-level only."""
+    d = np.asarray(d, dtype=float)
+    d = d[np.isfinite(d)]
+    n = int(d.size)
+    if n == 0:
+        return _empty_delta(1, 0)
+    m = float(d.mean())
+    what = f"item bootstrap, 1 seed x {n} items (seed variance not included)"
+    if n < 2 or np.all(d == d[0]):
+        return Delta(m, math.nan, math.nan, math.nan, 1, n, f"{what}: {NO_VARIATION}", "item",
+                     0.0, math.inf, math.nan, True)
+    rng_ = np.random.default_rng(seed)
+    reps = np.concatenate([d[rng_.integers(0, n, (min(256, n_boot - i), n))].mean(axis=1)
+                           for i in range(0, n_boot, 256)])
+    lo, hi = (float(v) for v in np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2]))
+    p = min(1.0, 2 * min(float(np.mean(reps <= 0)), float(np.mean(reps >= 0))))
+    se = float(d.std(ddof=1) / math.sqrt(n))
+    lo, hi = _clip(lo, hi, rng)
+    return Delta(m, lo, hi, p, 1, n, what, "item", se, math.inf, mde(se, math.inf, level))
+
+
+def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot: int = 2000,
+                 seed: int = 0, level: float = LEVEL) -> Delta:
+    """Δ of `test` against `ref` from per-item rows (columns seed, doc_id, value), paired by
+    (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one."""
+    d, seeds, docs = paired_matrix(test, ref)
+    if d.size == 0:
+        return _empty_delta(len(seeds), len(docs))
+    rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
+                                                           ref["value"].to_numpy(float)])))
+    if d.shape[0] >= 2:
+        return seed_t(d.mean(axis=1), rng, n_items=d.shape[1], level=level)
+    return item_bootstrap(d[0], rng, n_boot=n_boot, seed=seed, level=level)
+
+
+def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
+               level: float = LEVEL) -> Delta:
+    """Δ from per-seed values only (columns seed, value; e.g. validation CE), paired by seed."""
+    t = test.groupby("seed")["value"].mean()
+    r = ref.groupby("seed")["value"].mean()
+    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    if not common:
+        return _empty_delta()
+    diffs = (t[common] - r[common]).to_numpy(dtype=float)
+    rng = delta_range(metric_range(metric, np.concatenate([t.to_numpy(float),
+                                                           r.to_numpy(float)])))
+    if len(common) == 1:
+        return Delta(float(diffs[0]), math.nan, math.nan, math.nan, 1, 0,
+                     "one seed, no items: no interval (seed variance not included)", "item")
+    return seed_t(diffs, rng, level=level)
+
+
+def holm(p: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values (family-wise error control under any dependence).
+    NaNs (no test) stay NaN and do not count in the family size."""
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, math.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = ok.size
+    if m == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * p[i]))
+        out[i] = running
+    return out

@@ -1,41 +1,48 @@
-"""The paper-style benchmark table, at equal tokens and at equal FLOPs, as CSV, Markdown, LaTeX.
+"""The paper-style benchmark tables, one per comparison, as CSV, Markdown, LaTeX.
 
 Rows follow the paper's grouping of benchmarks (generative code/math; multi-choice general
 knowledge / common sense; multi-choice text understanding; culture); the suite only carries the
 first two groups' benchmarks, so the other two rows say so. Smooth metrics (bits per byte of the
-gold answers, validation CE/bpb) get their own group, because a tiny model's accuracies sit at
-chance and separate nothing.
+gold answers, validation CE/bpb, in nats where CE) get their own group, because a tiny model's
+accuracies sit at chance and separate nothing.
 
-Columns are the reference arm and each Free Transformer (H, kappa). A cell holds the mean over
-seeds with its 95% interval and, for the non-reference columns, the delta against the reference
-with a paired bootstrap 95% interval over (seed, item) pairs, marked `*` when it excludes 0.
+Comparisons (`comparisons`) are named from the data, never from a flag. For every candidate
+reference arm the analysis pairs each Free Transformer run with the reference run that matches
+it (same seed; for a FLOPs-matched control also the same H) and reads both runs' actual tokens
+and FLOPs (metrics.jsonl final line, else the planned numbers in config.yaml). A reference is
+"equal tokens" only when every pair's tokens agree within `EQUAL_TOL` (1%; at most one optimizer
+step more for a run under 100 steps, which cannot match closer), "equal FLOPs" likewise.
+- view `tokens` (the paper's protocol): reference `baseline` at equal tokens; also
+  `baseline_plus1` (one more layer than the arms, the bryanvine parameter control) when it is at
+  equal tokens, with its own Δ columns. A sweep trained to a FLOPs budget has no such view; the
+  notes (`view_notes`) say why.
+- view `flops`: reference `baseline_flops` (or, in a FLOPs-budget sweep, `baseline` itself), and
+  the +1-layer control at the FT's FLOPs (`baseline_plus1_flops`, or `baseline_plus1` in a
+  FLOPs-budget sweep).
 
-Interval methods (column `ci_method`):
-- `clopper-pearson`: pass@1 metrics, pooled over the seeds' items (exact; honest at 0);
-- `wilson`: other 0/1 metrics with fewer than 3 seeds, pooled over the seeds' items;
-- `t`: Student-t over seed means otherwise (>= 2 seeds; >= 3 for 0/1 metrics);
-- `stderr`: one seed of a continuous metric, value +- 1.96 x the reported stderr.
+A cell holds the arm's mean over seeds with its 95% interval and n (items x seeds); a Free
+Transformer cell also holds Δ against the reference with its interval, the p-value and the
+Holm-adjusted p-value across that comparison's Free Transformers (every kappa and H), and the
+minimum detectable effect at 80% power. `*` = significant after Holm; `†` = item-level (one
+seed: seed variance not in the interval; never the basis of a verdict). Statistics: see
+analysis/stats.py and docs/CALIBRATION.md.
 
 Bits-per-byte rows: a cell shows the task's value (total bits / total bytes, as the eval file
 reports it), while the Δ and its interval are over per-item bpb (the mean of paired per-item
 differences), so a Δ need not equal the difference of the two cells exactly.
-
-Views: `tokens` compares with `baseline` (same tokens, the paper's protocol); `flops` compares
-with the `baseline_flops` control (the baseline trained on more tokens to match the Free
-Transformer's FLOPs) and also shows `baseline_plus1` (one more layer) when the sweep has it.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .frame import SweepData
-from .stats import clopper_pearson, mean_ci, paired_bootstrap, wilson
+from .frame import FLOPS_MATCHED_ARMS, SweepData, spec_text
+from .stats import NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
 
 GROUPS: list[tuple[str, list[str]]] = [
     ("Generative code/math", ["humaneval_plus", "mbpp_plus", "gsm8k"]),
@@ -49,11 +56,18 @@ GROUPS: list[tuple[str, list[str]]] = [
 """The paper's row groups; the two empty ones hold benchmarks this suite does not run."""
 VAL_METRICS = ["val_bpb", "val_ce"]
 NOT_IN_SUITE = "not in this suite (none of the six benchmarks belongs to this group)"
-VIEWS = {"tokens": "baseline", "flops": "baseline_flops"}
-TABLE_COLS = ["view", "reference", "group", "task", "metric", "higher_is_better", "column", "arm",
-              "kappa_bits", "latent_bits", "n_seeds_expected", "n_seeds", "n_items", "mean", "lo",
-              "hi", "ci_method", "delta", "delta_lo", "delta_hi", "p", "significant", "better",
-              "delta_method", "status", "run_ids"]
+VIEWS = ("tokens", "flops")
+EQUAL_TOL = 0.01
+MAX_STEP_TOL = 0.05
+"""A whole-step run cannot match closer than one step: below 100 steps the tolerance is one
+step of the reference run, never more than 5%."""
+ALPHA = 0.05
+TABLE_COLS = ["view", "comparison", "reference", "group", "task", "metric", "higher_is_better",
+              "column", "arm", "kappa_bits", "latent_bits", "match_h", "n_seeds_expected",
+              "n_seeds", "n_items", "mean", "lo", "hi", "ci_method", "delta", "delta_lo",
+              "delta_hi", "p", "p_holm", "holm_m", "significant", "significant_holm", "better",
+              "delta_unit", "delta_method", "delta_n_seeds", "delta_n_items", "mde",
+              "degenerate", "status", "spec_ids", "files", "run_ids"]
 """Columns of the long table (the CSV)."""
 
 
@@ -63,33 +77,227 @@ class Column:
     arm: str
     kappa_bits: float
     latent_bits: float
+    match_h: float = math.nan
+    """Reference columns of a FLOPs-matched control: the H of the FT it matches."""
+    ref: Column | None = None
+    """Free Transformer columns: the reference column their Δ is taken against."""
+
+
+@dataclass(frozen=True)
+class Basis:
+    """What the data says about a reference arm against the Free Transformers it pairs with."""
+
+    arm: str
+    n_pairs: int
+    tokens_diff: float
+    """max |tokens_ref / tokens_FT - 1| over the pairs (NaN: no numbers)."""
+    flops_diff: float
+    tol: float
+    planned: bool
+    """True when some run has not finished: the planned numbers in config.yaml were used."""
+
+    @property
+    def equal(self) -> str | None:
+        """'tokens', 'flops' or None (neither, or not known)."""
+        t = math.isfinite(self.tokens_diff) and self.tokens_diff <= self.tol
+        f = math.isfinite(self.flops_diff) and self.flops_diff <= self.tol
+        if t and f:
+            return "tokens" if self.tokens_diff <= self.flops_diff else "flops"
+        return "tokens" if t else "flops" if f else None
+
+    def text(self) -> str:
+        if not self.n_pairs:
+            return f"{self.arm}: no run with tokens/FLOPs to compare yet"
+        src = "planned (config.yaml; some runs unfinished)" if self.planned else "actual"
+        return (f"{self.arm} vs the Free Transformers it pairs with ({self.n_pairs} pairs, "
+                f"{src}): tokens differ by up to {100 * self.tokens_diff:.2f}%, FLOPs by up to "
+                f"{100 * self.flops_diff:.2f}% (equal means within {100 * self.tol:.2f}%)")
+
+
+@dataclass
+class Comparison:
+    view: str
+    reference: str
+    """The reference arm."""
+    role: str
+    title: str
+    basis: Basis | None
+    columns: list[Column] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.view}:{self.reference}"
 
 
 def _fmt_kappa(k: float) -> str:
     return f"{k:g}"
 
 
-def columns(data: SweepData, view: str) -> list[Column]:
-    """The table's columns for a view: the reference first, then the Free Transformers."""
+def _compute(row: pd.Series) -> tuple[float, float, bool]:
+    """(tokens, FLOPs, planned) of a run: the metrics.jsonl final line, else config.yaml."""
+    t, f = row.get("final_tokens", math.nan), row.get("final_flops", math.nan)
+    if isinstance(t, float) and math.isfinite(t) and isinstance(f, float) and math.isfinite(f):
+        return t, f, False
+    return row.get("planned_tokens", math.nan), row.get("planned_flops", math.nan), True
+
+
+def _free_hs(data: SweepData) -> list[float]:
+    c = data.cells
+    if c.empty:
+        return []
+    return sorted(set(c[c["arm"] == "free"]["latent_bits"].dropna().astype(float)))
+
+
+def _ref_mask(df: pd.DataFrame, arm: str, h: float, hs: list[float]) -> pd.Series:
+    """Rows of the reference arm that match a Free Transformer of latent width h."""
+    m = df["arm"] == arm
+    if arm in FLOPS_MATCHED_ARMS and "match_h" in df:
+        mh = df["match_h"].astype(float)
+        # an old control without a recorded H matches only in a single-H sweep
+        m &= np.isclose(mh, h) | (mh.isna() & (len(hs) == 1))
+    return m
+
+
+def basis(data: SweepData, arm: str) -> Basis | None:
+    """Compare the arm's runs with the Free Transformers they pair with (same seed, same H)."""
+    c = data.cells
+    if c.empty or not (c["arm"] == arm).any():
+        return None
+    hs = _free_hs(data)
+    free = c[c["arm"] == "free"]
+    dt, df_, tols, planned, n = [], [], [], False, 0
+    for _, ft in free.iterrows():
+        refs = c[_ref_mask(c, arm, float(ft["latent_bits"]), hs) & (c["seed"] == ft["seed"])]
+        for _, r in refs.iterrows():
+            tf, ff, pf = _compute(ft)
+            tr, fr, pr = _compute(r)
+            vals = [tf, ff, tr, fr]
+            if not all(isinstance(v, float) and math.isfinite(v) and v > 0 for v in vals):
+                continue
+            n += 1
+            planned |= pf or pr
+            dt.append(abs(tr / tf - 1))
+            df_.append(abs(fr / ff - 1))
+            tps = r.get("tokens_per_step", math.nan)
+            steps = tr / tps if isinstance(tps, float) and math.isfinite(tps) and tps else math.inf
+            tols.append(min(MAX_STEP_TOL, max(EQUAL_TOL, 1.0 / steps)))
+    if not n:
+        return Basis(arm, 0, math.nan, math.nan, EQUAL_TOL, True)
+    return Basis(arm, n, max(dt), max(df_), min(tols), planned)
+
+
+def _designed(data: SweepData, arm: str) -> str | None:
+    """What the grid meant an arm to be (used only until runs have numbers)."""
+    grid = data.manifest.get("grid") or {}
+    if arm in FLOPS_MATCHED_ARMS or grid.get("flops"):
+        return "flops"
+    return "tokens"
+
+
+def _role_of(data: SweepData, arm: str) -> tuple[str | None, Basis | None]:
+    b = basis(data, arm)
+    if b is None:
+        return None, None
+    if b.n_pairs:
+        return b.equal, b
+    return _designed(data, arm), b
+
+
+def _columns(data: SweepData, ref_arm: str) -> list[Column]:
+    """Reference column(s) first (one per H for a FLOPs-matched control in a multi-H sweep),
+    then one column per Free Transformer (H, kappa), each pointing at its reference column."""
     cells = data.cells
-    ref = VIEWS[view]
-    cols = [Column(ref, ref, math.nan, 0.0)]
-    if view == "flops" and (cells["arm"] == "baseline_plus1").any():
-        cols.append(Column("baseline_plus1", "baseline_plus1", math.nan, 0.0))
-    free = cells[cells["arm"] == "free"][["latent_bits", "kappa_bits"]].drop_duplicates()
-    hs = free["latent_bits"].nunique()
-    for h, k in sorted(map(tuple, free.to_numpy())):
-        label = f"FT k={_fmt_kappa(k)}" + (f" H={int(h)}" if hs > 1 else "")
-        cols.append(Column(label, "free", float(k), float(h)))
+    free = cells[cells["arm"] == "free"][["latent_bits", "kappa_bits"]].drop_duplicates() \
+        if len(cells) else pd.DataFrame(columns=["latent_bits", "kappa_bits"])
+    hs = _free_hs(data)
+    per_h = ref_arm in FLOPS_MATCHED_ARMS and len(hs) > 1
+    refs: dict[float, Column] = {}
+    if per_h:
+        for h in hs:
+            refs[h] = Column(f"{ref_arm} (H={int(h)})", ref_arm, math.nan, 0.0, match_h=h)
+    else:
+        col = Column(ref_arm, ref_arm, math.nan, 0.0, match_h=hs[0] if len(hs) == 1 else math.nan)
+        refs = {h: col for h in hs} or {math.nan: col}
+    cols = list(dict.fromkeys(refs.values()))
+    for h, k in sorted(map(tuple, free.to_numpy(dtype=float))):
+        label = f"FT k={_fmt_kappa(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
+        cols.append(Column(label, "free", float(k), float(h), ref=refs[h]))
     return cols
 
 
-def _select(df: pd.DataFrame, col: Column) -> pd.DataFrame:
-    m = df["arm"] == col.arm
+def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
+    """The sweep's comparisons, named by what its runs' tokens and FLOPs say, and a note per
+    view explaining what is there and what is not (and why)."""
+    out: list[Comparison] = []
+    notes: dict[str, str] = {}
+    roles = {a: _role_of(data, a) for a in ("baseline", "baseline_plus1", "baseline_flops",
+                                            "baseline_plus1_flops")}
+    n_layers = ""
+    c = data.cells
+    if len(c) and "n_layers" in c:
+        p1 = c[c["arm"].isin(["baseline_plus1", "baseline_plus1_flops"])]["n_layers"].dropna()
+        ft = c[c["arm"] == "free"]["n_layers"].dropna()
+        if len(p1):
+            n_layers = f" ({int(p1.iloc[0])} layers" + (
+                f" vs the arms' {int(ft.iloc[0])})" if len(ft) else ")")
+
+    def add(view: str, arm: str, role: str, title: str) -> None:
+        b = roles[arm][1]
+        out.append(Comparison(view, arm, role, title, b, _columns(data, arm)))
+
+    def why(arm: str) -> str:
+        b = roles[arm][1]
+        return b.text() if b is not None else f"{arm}: not in this sweep"
+
+    # equal tokens
+    if roles["baseline"][0] == "tokens":
+        add("tokens", "baseline", "reference",
+            "Equal tokens (the paper's protocol): reference = baseline")
+        notes["tokens"] = why("baseline")
+    else:
+        grid_flops = (data.manifest.get("grid") or {}).get("flops")
+        if roles["baseline"][0] == "flops" or grid_flops:
+            notes["tokens"] = (
+                "No equal-tokens table: this sweep trained every arm to a FLOPs budget"
+                + (f" (FLOPS={grid_flops:g})" if isinstance(grid_flops, (int, float)) else "")
+                + ", so the baseline has the Free Transformers' FLOPs, not their tokens; the "
+                "paper's equal-tokens protocol was not run and its claims are not judged here. "
+                "The equal-FLOPs table is this sweep's comparison. " + why("baseline"))
+        else:
+            notes["tokens"] = "No equal-tokens table: no arm matches the Free Transformers' " \
+                              "tokens. " + why("baseline")
+    if roles["baseline_plus1"][0] == "tokens":
+        add("tokens", "baseline_plus1", "parameter control",
+            f"Equal tokens, parameter control: reference = baseline_plus1{n_layers}")
+    # equal FLOPs
+    ref = next((a for a in ("baseline_flops", "baseline") if roles[a][0] == "flops"), None)
+    if ref is not None:
+        add("flops", ref, "reference",
+            f"Equal FLOPs: reference = {ref}" + (
+                " (the baseline trained on more tokens to match the Free Transformer's FLOPs)"
+                if ref == "baseline_flops" else " (the sweep's FLOPs budget)"))
+        notes["flops"] = why(ref)
+    else:
+        notes["flops"] = ("No arm was trained to the Free Transformers' FLOPs (CONTROLS=flops "
+                          "adds one). " + why("baseline_flops"))
+    p1 = next((a for a in ("baseline_plus1_flops", "baseline_plus1") if roles[a][0] == "flops"),
+              None)
+    if p1 is not None:
+        add("flops", p1, "parameter control",
+            f"Equal FLOPs, parameter control: reference = {p1}{n_layers}")
+    return out, notes
+
+
+def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
+    if df.empty:
+        return df
     if col.arm == "free":
-        m &= np.isclose(df["kappa_bits"].astype(float), col.kappa_bits)
+        m = (df["arm"] == "free") & np.isclose(df["kappa_bits"].astype(float), col.kappa_bits)
         m &= np.isclose(df["latent_bits"].astype(float), col.latent_bits)
-    return df[m]
+        return df[m]
+    if col.arm in FLOPS_MATCHED_ARMS and math.isfinite(col.match_h):
+        return df[_ref_mask(df, col.arm, col.match_h, hs)]
+    return df[df["arm"] == col.arm]
 
 
 def _row_keys(data: SweepData) -> list[tuple[str, str, str, bool]]:
@@ -131,60 +339,6 @@ def _honest(df: pd.DataFrame, key: list[str]) -> pd.DataFrame:
         columns="_r")
 
 
-def _is_binary(v: np.ndarray) -> bool:
-    v = v[np.isfinite(v)]
-    return v.size > 0 and bool(np.all((v == 0) | (v == 1)))
-
-
-def _cell_stats(scores: pd.DataFrame, items: pd.DataFrame, metric: str) -> dict:
-    """Mean over seeds and its interval for one (task, metric, column)."""
-    per_seed = scores.groupby("seed")["value"].mean()
-    per_seed = per_seed[np.isfinite(per_seed)]
-    n_seeds = int(per_seed.size)
-    out = {"n_seeds": n_seeds, "mean": math.nan, "lo": math.nan, "hi": math.nan,
-           "ci_method": "", "n_items": int(items["value"].notna().sum()) if len(items) else 0}
-    if n_seeds == 0:
-        return out
-    mean, lo, hi = mean_ci(per_seed.to_numpy())
-    method = "t"
-    iv = items["value"].to_numpy(dtype=float) if len(items) else np.array([])
-    iv = iv[np.isfinite(iv)]
-    binary = _is_binary(iv) if iv.size else False
-    if metric.startswith("pass@1") and (binary or not iv.size):
-        if iv.size:
-            k, n = float(iv.sum()), int(iv.size)
-        else:  # no items: rebuild k from value * n
-            n = int(np.nansum(scores["n"].to_numpy(dtype=float)))
-            k = float(np.nansum(scores["value"] * scores["n"]))
-        if n > 0:
-            lo, hi = clopper_pearson(round(k), n)
-            method = "clopper-pearson"
-    elif n_seeds < 3 and binary:
-        # with 2 seeds the t interval has 1 degree of freedom (t = 12.7) and says nothing;
-        # pool the items instead (this ignores seed-to-seed variance; the table says so)
-        lo, hi = wilson(float(iv.sum()), int(iv.size))
-        method = "wilson"
-    elif n_seeds < 2:
-        se = float(scores["stderr"].iloc[0]) if len(scores) else math.nan
-        if not math.isfinite(se) and iv.size > 1:
-            se = float(iv.std(ddof=1) / math.sqrt(iv.size))
-        lo, hi = (mean - 1.96 * se, mean + 1.96 * se) if math.isfinite(se) else (math.nan,) * 2
-        method = "stderr" if math.isfinite(se) else ""
-    out.update(mean=mean, lo=lo, hi=hi, ci_method=method)
-    return out
-
-
-def _seed_delta(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[float, float, float, int]:
-    """Delta paired by seed (no items, e.g. validation CE): mean and t-interval."""
-    t = test.groupby("seed")["value"].mean()
-    r = ref.groupby("seed")["value"].mean()
-    common = sorted(set(t.dropna().index) & set(r.dropna().index))
-    if not common:
-        return math.nan, math.nan, math.nan, 0
-    m, lo, hi = mean_ci((t[common] - r[common]).to_numpy())
-    return m, lo, hi, len(common)
-
-
 def _missing(cells: pd.DataFrame, have_seeds: set) -> str:
     """Why some seeds of a column have no number: run states, or 'not evaluated'."""
     if cells.empty:
@@ -196,79 +350,182 @@ def _missing(cells: pd.DataFrame, have_seeds: set) -> str:
     return "missing: " + ", ".join(f"{n} {s}" for s, n in states.value_counts().items())
 
 
-def paper_table(data: SweepData, view: str = "tokens", n_boot: int = 2000) -> pd.DataFrame:
-    """The long (tidy) table for one view: one row per (benchmark row, column)."""
-    if view not in VIEWS:
-        raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
-    cols = columns(data, view)
-    ref_col = cols[0]
+def _ids(df: pd.DataFrame, col: str) -> str:
+    if df.empty or col not in df:
+        return ""
+    return " ".join(sorted({str(x) for x in df[col].dropna() if str(x)}))
+
+
+def _placeholder(data: SweepData) -> Comparison:
+    """The equal-FLOPs view of a sweep without any FLOPs-matched arm: a reference column that
+    says so, and no Δ (the notes say why)."""
+    return Comparison("flops", "baseline_flops", "reference", "Equal FLOPs: no reference arm",
+                      None, _columns(data, "baseline_flops"))
+
+
+def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> pd.DataFrame:
+    """The long (tidy) table of one comparison: one row per (benchmark row, column)."""
+    cols = comp.columns
+    hs = _free_hs(data)
     sc = _honest(data.scores, ["run_id", "task", "metric"])
     it = _honest(data.items, ["run_id", "task", "metric", "doc_id"])
     rows = []
     for group, task, metric, hib in _row_keys(data):
-        base = {"view": view, "reference": ref_col.label, "group": group, "task": task,
-                "metric": metric, "higher_is_better": hib}
+        base = {"view": comp.view, "comparison": comp.key, "reference": comp.reference,
+                "group": group, "task": task, "metric": metric, "higher_is_better": hib}
         if not task:
             rows.append({**base, "column": "", "status": NOT_IN_SUITE})
             continue
         if not metric:
             rows.append({**base, "column": "", "status": "not evaluated in this sweep"})
             continue
-        s_row = sc[(sc["task"] == task) & (sc["metric"] == metric)] if metric else sc.iloc[:0]
-        i_row = it[(it["task"] == task) & (it["metric"] == metric)] if metric else it.iloc[:0]
-        ref_s, ref_i = _select(s_row, ref_col), _select(i_row, ref_col)
+        s_row = sc[(sc["task"] == task) & (sc["metric"] == metric)]
+        i_row = it[(it["task"] == task) & (it["metric"] == metric)] if len(it) else it
+        keys = {x for x in s_row.get("spec_key", pd.Series(dtype=str)).dropna() if x}
+        if len(keys) > 1:  # the frame never lets this happen; refuse rather than mix
+            ids = sorted({x for x in s_row["spec_id"].dropna() if x})
+            rows.append({**base, "column": "", "status": "refused: cells come from different "
+                         f"eval specs ({', '.join(ids)})"})
+            continue
+        fam: list[int] = []
         for col in cols:
-            c_cells = _select(data.cells, col)
-            c_s, c_i = _select(s_row, col), _select(i_row, col)
-            st = _cell_stats(c_s, c_i, metric)
-            have = set(c_s.dropna(subset=["value"])["seed"])
+            c_cells = _select(data.cells, col, hs)
+            c_s, c_i = _select(s_row, col, hs), _select(i_row, col, hs)
+            per_seed = c_s.groupby("seed")["value"].mean() if len(c_s) else pd.Series(
+                dtype=float)
+            iv = c_i["value"].to_numpy(dtype=float) if len(c_i) else None
+            se = float(c_s["stderr"].iloc[0]) if len(c_s) else math.nan
+            ci = cell_interval(per_seed.to_numpy(dtype=float), iv, metric, se)
+            have = set(per_seed[np.isfinite(per_seed)].index)
             status = _missing(c_cells, have)
-            if st["n_seeds"] == 0 and c_cells.empty and col is ref_col and view == "flops":
-                status = "missing: no baseline_flops control arm in this sweep"
+            if ci.n_seeds == 0 and c_cells.empty and col.arm != "free":
+                status = f"missing: no {col.arm} control arm in this sweep"
             r = {**base, "column": col.label, "arm": col.arm, "kappa_bits": col.kappa_bits,
-                 "latent_bits": col.latent_bits, "n_seeds_expected": int(len(c_cells)), **st,
-                 "delta": math.nan, "delta_lo": math.nan, "delta_hi": math.nan, "p": math.nan,
-                 "significant": False, "better": None, "delta_method": "", "status": status,
+                 "latent_bits": col.latent_bits, "match_h": col.match_h,
+                 "n_seeds_expected": int(len(c_cells)), "n_seeds": ci.n_seeds,
+                 "n_items": ci.n_items, "mean": ci.mean, "lo": ci.lo, "hi": ci.hi,
+                 "ci_method": ci.method, "delta": math.nan, "delta_lo": math.nan,
+                 "delta_hi": math.nan, "p": math.nan, "p_holm": math.nan, "holm_m": 0,
+                 "significant": False, "significant_holm": False, "better": None,
+                 "delta_unit": "", "delta_method": "", "delta_n_seeds": 0, "delta_n_items": 0,
+                 "mde": math.nan, "degenerate": ci.degenerate, "status": status,
+                 "spec_ids": _ids(c_s, "spec_id"), "files": _ids(c_s, "file"),
                  "run_ids": " ".join(sorted(map(str, c_s["run_id"].unique())))}
-            if col is not ref_col and st["n_seeds"] and len(ref_s):
-                if len(c_i) and len(ref_i):
-                    pdlt = paired_bootstrap(c_i[["seed", "doc_id", "value"]],
-                                            ref_i[["seed", "doc_id", "value"]], n_boot=n_boot)
-                    r.update(delta=pdlt.delta, delta_lo=pdlt.lo, delta_hi=pdlt.hi, p=pdlt.p,
-                             significant=pdlt.significant, delta_method=(
-                                 f"paired bootstrap over {pdlt.n_seeds} seed(s) x "
-                                 f"{pdlt.n_items} items"))
-                else:
-                    d, lo, hi, n = _seed_delta(c_s, ref_s)
-                    sig = bool(math.isfinite(lo) and (lo > 0 or hi < 0))
-                    r.update(delta=d, delta_lo=lo, delta_hi=hi, significant=sig,
-                             delta_method=f"paired by seed (t, {n} seed(s))")
-                if r["significant"]:
-                    r["better"] = bool((r["delta"] > 0) == hib)
+            if col.ref is not None and ci.n_seeds:
+                ref_s, ref_i = _select(s_row, col.ref, hs), _select(i_row, col.ref, hs)
+                if len(ref_s):
+                    if len(c_i) and len(ref_i):
+                        d = paired_delta(c_i[["seed", "doc_id", "value"]],
+                                         ref_i[["seed", "doc_id", "value"]], metric,
+                                         n_boot=n_boot)
+                    else:
+                        d = seed_delta(c_s[["seed", "value"]], ref_s[["seed", "value"]], metric)
+                    r.update(delta=d.delta, delta_lo=d.lo, delta_hi=d.hi, p=d.p,
+                             significant=d.significant, delta_unit=d.unit,
+                             delta_method=d.method, delta_n_seeds=d.n_seeds,
+                             delta_n_items=d.n_items, mde=d.mde,
+                             degenerate=bool(ci.degenerate or d.degenerate))
+                    fam.append(len(rows))
             rows.append(r)
+        # Holm across this comparison's Free Transformers (every kappa and H) on this row
+        adj = holm([rows[i]["p"] for i in fam])
+        m = int(np.isfinite([rows[i]["p"] for i in fam]).sum()) if fam else 0
+        for i, pa in zip(fam, adj, strict=True):
+            r = rows[i]
+            r["p_holm"], r["holm_m"] = pa, m
+            r["significant_holm"] = bool(r["significant"] and math.isfinite(pa) and pa < ALPHA)
+            if r["significant_holm"]:
+                r["better"] = bool((r["delta"] > 0) == hib)
     return pd.DataFrame(rows, columns=TABLE_COLS)
+
+
+def paper_table(data: SweepData, view: str = "tokens", n_boot: int = 2000) -> pd.DataFrame:
+    """The long table of one view: every comparison of that view, stacked (column
+    `comparison`). A view the sweep does not have (see `view_notes`) gives an empty table,
+    except `flops` without any FLOPs-matched arm, whose reference column says it is missing."""
+    if view not in VIEWS:
+        raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
+    comps = [c for c in comparisons(data)[0] if c.view == view]
+    if not comps and view == "flops":
+        comps = [_placeholder(data)]
+    parts = [comparison_table(data, c, n_boot=n_boot) for c in comps]
+    if not parts:
+        return pd.DataFrame(columns=TABLE_COLS)
+    return pd.concat(parts, ignore_index=True)
+
+
+def view_notes(data: SweepData) -> dict[str, str]:
+    return comparisons(data)[1]
+
+
+def specs_used(data: SweepData, table: pd.DataFrame) -> list[str]:
+    """'spec_id: what it is' for every eval spec a table's cells come from."""
+    ids = {x for v in table["spec_ids"] if isinstance(v, str) for x in v.split()} \
+        if len(table) else set()
+    out = {}
+    for e in data.evals:
+        if e.get("spec_id") in ids and e.get("used", True):
+            out[e["spec_id"]] = f"{e['spec_id']}: " + spec_text(e.get("spec") or {}) + (
+                " (legacy spec, derived from an old eval file)" if e.get("spec_legacy") else "")
+    return [out[k] for k in sorted(out)]
 
 
 # ---- rendering -------------------------------------------------------------------------------
 
 def _f(x: float, signed: bool = False) -> str:
-    if x is None or not math.isfinite(x):
+    if x is None or not isinstance(x, (int, float)) or not math.isfinite(x):
         return "?"
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
+def _p(x: float) -> str:
+    if x is None or not math.isfinite(x):
+        return "?"
+    return f"{x:.3f}" if x >= 0.001 else "<0.001"
+
+
+def n_text(r: pd.Series) -> str:
+    """n of a cell: items x seeds (items pooled over the seeds), or seeds alone."""
+    s, i = int(r.get("n_seeds") or 0), int(r.get("n_items") or 0)
+    if i:
+        return f"n={i // s if s and i % s == 0 else i}{'' if i % max(s, 1) == 0 else ' total'}" \
+               f"x{s}"
+    return f"n={s} seed{'s' if s != 1 else ''}"
+
+
+def delta_text(r: pd.Series) -> str:
+    """'Δ +0.050 [-0.010, +0.110] p=0.080 Holm=0.160 MDE 0.090' with its markers."""
+    if not math.isfinite(r.get("delta", math.nan)):
+        return ""
+    s = f"Δ {_f(r['delta'], True)}"
+    if r.get("degenerate") and not math.isfinite(r.get("delta_lo", math.nan)):
+        return s + f" ({NO_VARIATION})"
+    if math.isfinite(r["delta_lo"]):
+        s += f" [{_f(r['delta_lo'], True)}, {_f(r['delta_hi'], True)}]"
+    s += "*" if r.get("significant_holm") else ""
+    s += "†" if r.get("delta_unit") == "item" else ""
+    if math.isfinite(r.get("p", math.nan)):
+        s += f" p={_p(r['p'])}"
+        if int(r.get("holm_m") or 0) > 1:
+            s += f" Holm={_p(r['p_holm'])}"
+    if math.isfinite(r.get("mde", math.nan)):
+        s += f" MDE {_f(r['mde'])}"
+    return s
+
+
 def cell_text(r: pd.Series) -> str:
-    """One table cell: 'mean [lo, hi]' and, off the reference, 'Δ delta [lo, hi]*'."""
+    """One table cell: 'mean [lo, hi] n=IxS' and, on a Free Transformer, its Δ."""
     if not r.get("n_seeds"):
         return r.get("status") or "missing"
     s = _f(r["mean"])
     if math.isfinite(r["lo"]):
         s += f" [{_f(r['lo'])}, {_f(r['hi'])}]"
-    if r["column"] != r["reference"] and math.isfinite(r["delta"]):
-        s += f"; Δ {_f(r['delta'], True)}"
-        if math.isfinite(r["delta_lo"]):
-            s += f" [{_f(r['delta_lo'], True)}, {_f(r['delta_hi'], True)}]"
-        s += "*" if r["significant"] else ""
+    elif r.get("ci_method") == NO_VARIATION:
+        s += f" ({NO_VARIATION})"
+    s += f" {n_text(r)}"
+    d = delta_text(r)
+    if d:
+        s += f"; {d}"
     if r["n_seeds"] < r["n_seeds_expected"]:
         s += f" ({int(r['n_seeds'])}/{int(r['n_seeds_expected'])} seeds; {r['status']})"
     return s
@@ -279,12 +536,25 @@ def row_label(r: pd.Series) -> str:
         return "—"
     if not r["metric"]:
         return r["task"]
-    return f"{r['task']} ({r['metric']}{'' if r['higher_is_better'] else ', lower better'})"
+    unit = ", nats" if r["metric"] in ("val_ce", "val_ce_prior", "val_ce_posterior") else ""
+    return f"{r['task']} ({r['metric']}{unit}{'' if r['higher_is_better'] else ', lower better'})"
+
+
+def _by_comparison(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    if table.empty:
+        return []
+    key = table["comparison"].fillna("") if "comparison" in table else pd.Series(
+        [""] * len(table), index=table.index)
+    return [(k, table[key == k]) for k in dict.fromkeys(key)]
 
 
 def wide(table: pd.DataFrame) -> pd.DataFrame:
-    """Formatted wide table: group, benchmark, then one column per arm, in the table's order."""
-    cols = [c for c in dict.fromkeys(table["column"]) if c]
+    """Formatted wide table of ONE comparison: group, benchmark, then one column per arm.
+    (Given a stacked view, the first comparison; see `to_markdown` for all of them.)"""
+    parts = _by_comparison(table)
+    if parts:
+        table = parts[0][1]
+    cols = [c for c in dict.fromkeys(table["column"]) if c] if len(table) else []
     rows: dict[tuple[str, str], dict[str, str]] = {}
     for _, r in table.iterrows():
         key = (r["group"], row_label(r))
@@ -297,8 +567,17 @@ def wide(table: pd.DataFrame) -> pd.DataFrame:
         "missing")
 
 
-def to_markdown(table: pd.DataFrame) -> str:
-    w = wide(table)
+LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = Free Transformer minus the "
+          "reference [95% CI]: with >= 2 seeds a paired t over per-seed differences (the seed "
+          "is the unit); † = one seed, item bootstrap, seed-to-seed variance NOT included (never "
+          "used for a verdict). * = significant after Holm across this comparison's Free "
+          "Transformers (all kappas and H); p = uncorrected, Holm = adjusted. MDE = the "
+          "smallest true |Δ| this comparison detects with 80% power (two-sided, 5%). "
+          f"'{NO_VARIATION}' = every value identical: no interval, never significant.")
+
+
+def _md_one(t: pd.DataFrame) -> str:
+    w = wide(t)
     head = list(w.columns)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for _, r in w.iterrows():
@@ -306,45 +585,69 @@ def to_markdown(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def to_markdown(table: pd.DataFrame, notes: str = "", specs: list[str] | None = None) -> str:
+    """Every comparison of a (stacked) table as its own Markdown table, with the legend."""
+    out = []
+    if notes:
+        out.append(notes + "\n")
+    for key, t in _by_comparison(table):
+        if len(_by_comparison(table)) > 1:
+            out.append(f"**{key}**\n")
+        out.append(_md_one(t))
+    if specs:
+        out.append("Eval specs: " + "; ".join(specs) + "\n")
+    if len(table):
+        out.append(LEGEND + "\n")
+    return "\n".join(out)
+
+
 def _tex(s: str) -> str:
     rep = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
            "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-           "Δ": r"$\Delta$", "—": "---"}
+           "Δ": r"$\Delta$", "—": "---", "†": r"\dag{}"}
     return "".join(rep.get(c, c) for c in str(s))
 
 
 def to_latex(table: pd.DataFrame, caption: str = "") -> str:
-    w = wide(table)
-    cols = list(w.columns)
-    out = [r"\begin{table}[t]", r"\centering", r"\scriptsize",
-           r"\begin{tabular}{ll" + "l" * (len(cols) - 2) + "}", r"\toprule",
-           " & ".join(_tex(c) for c in cols) + r" \\", r"\midrule"]
-    prev = None
-    for _, r in w.iterrows():
-        vals = [_tex(v) for v in r]
-        if r["group"] == prev:
-            vals[0] = ""
-        elif prev is not None:
-            out.append(r"\midrule")
-        prev = r["group"]
-        out.append(" & ".join(vals) + r" \\")
-    out += [r"\bottomrule", r"\end{tabular}"]
-    if caption:
-        out.append(r"\caption{" + _tex(caption) + "}")
-    out.append(r"\end{table}")
+    out = []
+    for key, t in _by_comparison(table) or [("", table)]:
+        w = wide(t)
+        cols = list(w.columns)
+        out += [r"\begin{table}[t]", r"\centering", r"\scriptsize",
+                r"\begin{tabular}{ll" + "l" * (len(cols) - 2) + "}", r"\toprule",
+                " & ".join(_tex(c) for c in cols) + r" \\", r"\midrule"]
+        prev = None
+        for _, r in w.iterrows():
+            vals = [_tex(v) for v in r]
+            if r["group"] == prev:
+                vals[0] = ""
+            elif prev is not None:
+                out.append(r"\midrule")
+            prev = r["group"]
+            out.append(" & ".join(vals) + r" \\")
+        out += [r"\bottomrule", r"\end{tabular}"]
+        if caption:
+            out.append(r"\caption{" + _tex(f"{caption} ({key})" if key else caption) + "}")
+        out.append(r"\end{table}")
     return "\n".join(out) + "\n"
 
 
 def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str, pd.DataFrame]:
-    """Write table_<view>.{csv,md,tex} for both views; return the long tables."""
+    """Write table_<view>.{csv,md,tex} for both views; return the long tables. A view the sweep
+    does not have still gets its files, saying why."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    notes = view_notes(data)
     tables = {}
     for view in VIEWS:
         t = paper_table(data, view, n_boot=n_boot)
         tables[view] = t
         t.to_csv(out_dir / f"table_{view}.csv", index=False)
-        (out_dir / f"table_{view}.md").write_text(to_markdown(t), encoding="utf-8")
+        note = notes.get(view, "")
+        (out_dir / f"table_{view}.md").write_text(
+            to_markdown(t, note, specs_used(data, t)), encoding="utf-8")
         cap = (f"{data.name}: equal {'tokens' if view == 'tokens' else 'FLOPs'}; mean over "
-               "seeds [95% CI]; Δ vs reference [paired bootstrap 95% CI]; * CI excludes 0.")
-        (out_dir / f"table_{view}.tex").write_text(to_latex(t, cap), encoding="utf-8")
+               "seeds [95% CI] n=items x seeds; Δ vs reference [95% CI; paired t over seeds, "
+               "† one-seed item bootstrap]; * significant after Holm across kappas.")
+        tex = to_latex(t, cap) if len(t) else "% " + _tex(note) + "\n"
+        (out_dir / f"table_{view}.tex").write_text(tex, encoding="utf-8")
     return tables

@@ -176,6 +176,10 @@ class LoopConfig:
     latent_bits = match_latent_bits) spends on the budget."""
     match_latent_bits: int = 16
     """H of the Free Transformer a compute-matched baseline is matched to."""
+    match_n_layers: int | None = None
+    """Layers of the Free Transformer a compute-matched baseline is matched to (None: this
+    model's own; the +1-layer control at the FT's FLOPs sets the arms' count). Left out of the
+    run-id while None, so runs made before it existed keep their ids."""
     device: str = "auto"
     """auto | cpu | cuda."""
     precision: str = "auto"
@@ -191,6 +195,7 @@ class LoopConfig:
         _positive(self, "seq_len", "batch_size")
         _positive(self, "micro_batch_size", "tokens", "flops", allow_none=True)
         _positive(self, "match_latent_bits")
+        _positive(self, "match_n_layers", allow_none=True)
         _choice(self, "compute_match", COMPUTE_MATCH)
         _choice(self, "device", DEVICES)
         _choice(self, "precision", PRECISIONS)

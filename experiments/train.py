@@ -37,6 +37,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -179,6 +180,8 @@ def _semantic(cfg: TrainConfig) -> dict[str, Any]:
     d = {k: asdict(getattr(cfg, k)) for k in ("model", "data", "optim", "train")}
     for k in NON_SEMANTIC_TRAIN_KEYS:
         d["train"].pop(k, None)
+    if d["train"].get("match_n_layers") is None:  # added later: old run-ids stay valid
+        d["train"].pop("match_n_layers", None)
     d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run
     d["model"].pop("mapper_chunk_elems", None)  # a memory knob: same maths, same run
     return d
@@ -210,7 +213,10 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> dict[str, Any]:
     base = mc.replace(latent_bits=0)
     free: ModelConfig | None = mc
     if not mc.is_free:  # the matching FT; none for an odd layer count (e.g. the L+1 control)
-        free = None if mc.n_layers % 2 else mc.replace(latent_bits=t.match_latent_bits)
+        # unless train.match_n_layers names the FT's layers (the L+1 control at the FT's FLOPs)
+        ft_layers = t.match_n_layers or mc.n_layers
+        free = None if ft_layers % 2 else mc.replace(latent_bits=t.match_latent_bits,
+                                                     n_layers=ft_layers)
     fpt = train_flops_per_token(mc, T)
     fb = train_flops_per_token(base, T)
     ff = train_flops_per_token(free, T) if free is not None else None
@@ -224,7 +230,8 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> dict[str, Any]:
         budget_flops = float(t.flops)
     elif t.compute_match == "flops" and not mc.is_free:
         if ff is None:
-            raise ConfigError("train.compute_match=flops needs an even model.n_layers")
+            raise ConfigError("train.compute_match=flops needs an even layer count for the "
+                              "matching FT (model.n_layers, or train.match_n_layers)")
         # the FLOPs the matching FT really trains for: its whole steps on the token budget
         ft_steps = max(1, math.ceil(t.tokens / tokens_per_step - 1e-9))
         budget_flops = ft_steps * tokens_per_step * ff.total
@@ -788,7 +795,10 @@ def _write_config(cfg: TrainConfig, p: dict[str, Any], corpus: Any, rd: Path,
         "provenance": {"git_commit": commit, "git_dirty": dirty,
                        "argv": list(argv if argv is not None else sys.argv), "created": created,
                        "versions": _versions(), "data_checksums": corpus.checksums,
-                       "tokenizer_sha256": tokenizer_sha256(corpus.tokenizer)},
+                       "tokenizer_sha256": tokenizer_sha256(corpus.tokenizer),
+                       # wall-clock is comparable only between runs with the same three
+                       "host": socket.gethostname(), "threads": torch.get_num_threads(),
+                       "launcher": os.environ.get("FTBENCH_LAUNCHER", "direct")},
     }
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
 

@@ -1,12 +1,19 @@
 """The grid: parse and validate what the user typed, expand it into cells, guard shared settings.
 
-Arms (DESIGN §7, issue 4):
+Arms:
 
-    baseline        one per seed (it depends on neither kappa nor H)
-    free            one Free Transformer per (kappa, H, seed)
-    baseline_flops  control: a baseline trained to the FLOPs of the H-bit Free Transformer
-                    (`train.compute_match=flops`), one per (H, seed)
-    baseline_plus1  control: a baseline with one more layer, one per seed
+    baseline              one per seed (it depends on neither kappa nor H)
+    free                  one Free Transformer per (kappa, H, seed)
+    baseline_flops        control: a baseline trained to the FLOPs of the H-bit Free Transformer
+                          (`train.compute_match=flops`), one per (H, seed)
+    baseline_plus1        control: a baseline with one more layer than the arms' RESOLVED layer
+                          count (overrides applied), at equal tokens; one per seed
+    baseline_plus1_flops  the same +1-layer baseline trained to the FLOPs of the H-bit Free
+                          Transformer (`train.match_n_layers` = the arms' layers); per (H, seed)
+
+With a FLOPs budget (FLOPS=...) every arm already trains to the same FLOPs, so the FLOPs-matched
+controls would duplicate `baseline` / `baseline_plus1` under another run-id: they are not made
+(`skipped_controls` says why).
 
 Every cell is a list of hydra overrides for `experiments/train.py`. All validation here runs
 before anything is submitted and fails with one `SweepError` line naming the input at fault.
@@ -26,14 +33,17 @@ from typing import Any
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
 
-ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1")
-CONTROLS = {"flops": "baseline_flops", "plus1": "baseline_plus1"}
-"""User-facing control names (CONTROLS="flops plus1") -> arm names."""
+ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
+CONTROLS = {"flops": "baseline_flops", "plus1": "baseline_plus1",
+            "plus1_flops": "baseline_plus1_flops"}
+"""User-facing control names (CONTROLS="flops plus1 plus1_flops") -> arm names."""
+FLOPS_MATCHED = ("baseline_flops", "baseline_plus1_flops")
 
 ARCH_KNOBS = ("model.latent_bits", "model.kappa_bits", "model.n_layers")
 """The only settings arms may differ in (besides the seed, a grid axis)."""
 GRID_AXES = ("train.seed",)
-COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.tokens", "train.flops")
+COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.match_n_layers",
+                 "train.tokens", "train.flops")
 """What the equal-FLOPs control changes on purpose: its training horizon, nothing else."""
 
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12, "p": 10**15}
@@ -192,6 +202,34 @@ class Cell:
     latent_bits: int | None = None
 
 
+def resolved_layers(spec: SweepSpec, arm: str = "free") -> int:
+    """The layer count an arm really trains with: the preset's, then every `model=<preset>` and
+    `model.n_layers=N` among the shared and the arm's overrides, in order (the last wins, as in
+    hydra)."""
+    n = PRESETS[spec.preset].n_layers
+    for o in (*spec.overrides, *spec.arm_overrides.get(arm, ())):
+        key, _, val = o.partition("=")
+        key = key.lstrip("+~")
+        if key == "model" and val in PRESETS:
+            n = PRESETS[val].n_layers
+        elif key == "model.n_layers":
+            try:
+                n = int(val)
+            except ValueError:
+                raise SweepError(f"OVERRIDES: {o!r}: model.n_layers must be an integer") from None
+    return n
+
+
+def skipped_controls(spec: SweepSpec) -> dict[str, str]:
+    """Controls asked for but not made, with the reason (one line each)."""
+    if spec.flops is None:
+        return {}
+    return {arm: (f"{arm}: not trained: with FLOPS={spec.flops:g} every arm already trains to "
+                  f"the same FLOPs, so it would duplicate "
+                  f"{'baseline' if arm == 'baseline_flops' else 'baseline_plus1'}")
+            for arm in spec.controls if arm in FLOPS_MATCHED}
+
+
 def expand(spec: SweepSpec) -> list[Cell]:
     """The grid's cells, baselines first, in a stable order."""
     base = [f"model={spec.preset}", f"data={spec.data}"]
@@ -205,6 +243,7 @@ def expand(spec: SweepSpec) -> list[Cell]:
         ov = [*base, *arch, f"train.seed={seed}", *spec.arm_overrides.get(arm, ())]
         return Cell(name=name, arm=arm, seed=seed, overrides=tuple(ov), **kw)
 
+    skip = skipped_controls(spec)
     cells: list[Cell] = []
     for s in spec.seeds:
         cells.append(mk(f"baseline-s{s}", "baseline", s, ["model.latent_bits=0"]))
@@ -214,17 +253,24 @@ def expand(spec: SweepSpec) -> list[Cell]:
                 cells.append(mk(f"free-k{fmt_num(k)}-H{h}-s{s}", "free", s,
                                 [f"model.latent_bits={h}", f"model.kappa_bits={fmt_num(k)}"],
                                 kappa_bits=k, latent_bits=h))
-    if "baseline_flops" in spec.controls:
+    if "baseline_flops" in spec.controls and "baseline_flops" not in skip:
         for h in spec.latent_bits:
             for s in spec.seeds:
                 cells.append(mk(f"baseline_flops-H{h}-s{s}", "baseline_flops", s,
                                 ["model.latent_bits=0", "train.compute_match=flops",
                                  f"train.match_latent_bits={h}"], latent_bits=h))
+    layers = resolved_layers(spec, "free")  # the arms' layers, overrides applied
     if "baseline_plus1" in spec.controls:
-        n = PRESETS[spec.preset].n_layers + 1
         for s in spec.seeds:
             cells.append(mk(f"baseline_plus1-s{s}", "baseline_plus1", s,
-                            ["model.latent_bits=0", f"model.n_layers={n}"]))
+                            ["model.latent_bits=0", f"model.n_layers={layers + 1}"]))
+    if "baseline_plus1_flops" in spec.controls and "baseline_plus1_flops" not in skip:
+        for h in spec.latent_bits:
+            for s in spec.seeds:
+                cells.append(mk(f"baseline_plus1_flops-H{h}-s{s}", "baseline_plus1_flops", s,
+                                ["model.latent_bits=0", f"model.n_layers={layers + 1}",
+                                 "train.compute_match=flops", f"train.match_latent_bits={h}",
+                                 f"train.match_n_layers={layers}"], latent_bits=h))
     return cells
 
 
@@ -242,7 +288,7 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def _may_differ(arm: str, key: str) -> bool:
     if key in ARCH_KNOBS or key in GRID_AXES:
         return True
-    return arm == "baseline_flops" and key in COMPUTE_KNOBS
+    return arm in FLOPS_MATCHED and key in COMPUTE_KNOBS
 
 
 def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
@@ -272,4 +318,20 @@ def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
                     f"{v0!r} in {c0.name} but {v!r} in {c.name}")
         if len(strict) == len(vals) or key not in COMPUTE_KNOBS:
             shared[key] = v0
+    _check_plus1(cells, flat)
     return shared
+
+
+def _check_plus1(cells: Sequence[Cell], flat: Sequence[Mapping[str, Any]]) -> None:
+    """The +1-layer controls must have exactly one layer more than the arms, as resolved."""
+    arms = {f.get("model.n_layers") for c, f in zip(cells, flat, strict=True)
+            if c.arm in ("baseline", "free")}
+    arms.discard(None)
+    if len(arms) != 1:
+        return
+    want = next(iter(arms)) + 1
+    for c, f in zip(cells, flat, strict=True):
+        got = f.get("model.n_layers")
+        if c.arm.startswith("baseline_plus1") and got is not None and got != want:
+            raise SweepError(f"{c.name}: model.n_layers is {got} but the arms have {want - 1} "
+                             f"layers; the +1-layer control must have {want}")

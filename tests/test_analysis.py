@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from analysis.claims import checklist, collapse_table
 from analysis.fake import write_fake_sweep
@@ -153,6 +154,10 @@ def test_null_is_nan_never_zero(tmp_path):
 # ---- tables ----------------------------------------------------------------------------------
 
 def test_table_cells_match_direct_computation(sweep, tables):
+    """Updated for issue 11: with >= 2 seeds every cell and every Δ uses the seed as the unit
+    (t over seed means; paired t over per-seed differences), pass@1 included; Clopper-Pearson
+    only for a single seed, labelled so. (The old test pinned pooled Wilson / Clopper-Pearson
+    over 2 seeds and the two-level bootstrap, which ignore or mis-weigh seed variance.)"""
     root, data = sweep
     t = tables["tokens"]
     c = data.cells.set_index("cell")
@@ -160,27 +165,39 @@ def test_table_cells_match_direct_computation(sweep, tables):
     def items(cell, task, key):
         return np.array(_items_from_files(root, c.loc[cell, "run_id"], task, key))
 
-    # baseline gsm8k: mean over seeds of the per-seed accuracy; 2 seeds of 0/1 -> pooled Wilson
-    b = [items(f"baseline-s{s}", "gsm8k", "exact_match") for s in (0, 1)]
-    row = t[(t["task"] == "gsm8k") & (t["column"] == "baseline")].iloc[0]
-    assert row["mean"] == pytest.approx(np.mean([x.mean() for x in b]))
-    pooled = np.concatenate(b)
-    assert (row["lo"], row["hi"]) == pytest.approx(wilson(pooled.sum(), pooled.size))
-    assert row["ci_method"] == "wilson" and row["n_seeds"] == 2
-    # FT k=0.5 delta: paired over both seeds and all items, bootstrap equal to the direct one
+    # FT k=0.5 gsm8k: mean over seeds of the per-seed accuracy, t interval over the 2 seeds
     f = [items(f"free-k0.5-H16-s{s}", "gsm8k", "exact_match") for s in (0, 1)]
-    d = np.stack(f) - np.stack(b)
     row = t[(t["task"] == "gsm8k") & (t["column"] == "FT k=0.5")].iloc[0]
+    means = [x.mean() for x in f]
+    assert row["mean"] == pytest.approx(np.mean(means))
+    m, lo, hi = mean_ci(means)
+    assert (row["lo"], row["hi"]) == pytest.approx((max(lo, 0.0), min(hi, 1.0)))
+    assert row["ci_method"] == "t over 2 seeds" and row["n_seeds"] == 2
+    assert row["n_items"] == 100
+    # its Δ: the paired t over the per-seed mean differences, exactly scipy's one-sample t-test
+    b = [items(f"baseline-s{s}", "gsm8k", "exact_match") for s in (0, 1)]
+    d = (np.stack(f) - np.stack(b)).mean(axis=1)
     assert row["delta"] == pytest.approx(d.mean())
-    reps = _direct_bootstrap(d, N_BOOT, 0)
-    assert row["delta_lo"] == pytest.approx(np.quantile(reps, 0.025))
-    assert row["delta_hi"] == pytest.approx(np.quantile(reps, 0.975))
-    assert row["significant"] == (row["delta_lo"] > 0 or row["delta_hi"] < 0)
-    # pass@1 uses Clopper-Pearson on the pooled items
-    h = np.concatenate([items(f"baseline-s{s}", "humaneval_plus", "plus") for s in (0, 1)])
-    row = t[(t["task"] == "humaneval_plus") & (t["column"] == "baseline")].iloc[0]
-    assert row["ci_method"] == "clopper-pearson"
+    assert row["p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue)
+    half = stats.t.ppf(0.975, 1) * d.std(ddof=1) / math.sqrt(2)
+    assert row["delta_lo"] == pytest.approx(max(d.mean() - half, -1.0))
+    assert row["delta_hi"] == pytest.approx(min(d.mean() + half, 1.0))
+    assert row["delta_unit"] == "seed" and row["significant"] == (
+        row["delta_lo"] > 0 or row["delta_hi"] < 0)
+    # pass@1 with 2 seeds: the seed is the unit too (no pooled Clopper-Pearson)
+    for col in ("baseline", "FT k=0.5", "FT k=4"):
+        row = t[(t["task"] == "humaneval_plus") & (t["column"] == col)].iloc[0]
+        assert row["ci_method"] in ("t over 2 seeds", "no variation: n too small")
+    # a column with one seed (FT k=2: seed 1 pending): Clopper-Pearson over its items, labelled
+    h = items("free-k2-H16-s0", "humaneval_plus", "plus")
+    row = t[(t["task"] == "humaneval_plus") & (t["column"] == "FT k=2")].iloc[0]
+    assert row["ci_method"] == "clopper-pearson (one seed: items only)"
     assert (row["lo"], row["hi"]) == pytest.approx(clopper_pearson(int(h.sum()), h.size))
+    # every interval lies inside the metric's range
+    rates = t[t["metric"].isin(["exact_match", "acc", "pass@1_plus"]) & t["lo"].notna()]
+    assert ((rates["lo"] >= 0) & (rates["hi"] <= 1)).all()
+    dl = t[t["delta_lo"].notna() & t["metric"].isin(["exact_match", "acc", "pass@1_plus"])]
+    assert ((dl["delta_lo"] >= -1) & (dl["delta_hi"] <= 1)).all()
     # the lower-is-better gold bpb row keeps its direction
     row = t[(t["task"] == "gsm8k_gold_bpb") & (t["column"] == "FT k=4")].iloc[0]
     assert not row["higher_is_better"]
@@ -276,4 +293,188 @@ def test_eval_file_choice_posterior_and_subtasks(tmp_path):
     it = data.items[(data.items["task"] == "mmlu") & (data.items["z_mode"] == "prior")]
     assert sorted(it["doc_id"]) == ["mmlu_a/0", "mmlu_a/1", "mmlu_b/0", "mmlu_b/1"]
     m = t[(t["task"] == "mmlu") & (t["arm"] == "free")].iloc[0]
-    assert m["mean"] == 0.5 and m["n_items"] == 4 and m["ci_method"] == "wilson"
+    assert m["mean"] == 0.5 and m["n_items"] == 4
+    assert m["ci_method"] == "clopper-pearson (one seed: items only)"  # was a pooled Wilson
+
+
+# ---- issue 11: statistics that hold under the null ------------------------------------------
+
+def test_degenerate_delta_is_no_variation_never_significant():
+    """2 seeds x 1 item with equal differences: the old bootstrap gave [d, d] and p = 0."""
+    t = pd.DataFrame({"seed": [0, 1], "doc_id": [0, 0], "value": [1.0, 1.0]})
+    r = pd.DataFrame({"seed": [0, 1], "doc_id": [0, 0], "value": [0.0, 0.0]})
+    res = paired_bootstrap(t, r, n_boot=N_BOOT)
+    assert res.delta == 1.0 and not res.significant
+    assert math.isnan(res.lo) and math.isnan(res.p)
+    from analysis.stats import NO_VARIATION, paired_delta
+
+    d = paired_delta(t, r, "exact_match")
+    assert d.degenerate and not d.significant and NO_VARIATION in d.method
+    one = paired_delta(t[t.seed == 0], r[r.seed == 0], "exact_match")
+    assert one.degenerate and not one.significant
+
+
+def _claim_table(p: list[float], deltas: list[float], n_seeds: int = 3) -> pd.DataFrame:
+    """A long table as tables.paper_table writes it: baseline + one FT per kappa on gsm8k."""
+    rows = [{"view": "tokens", "comparison": "tokens:baseline", "reference": "baseline",
+             "group": "g", "task": "gsm8k", "metric": "exact_match", "higher_is_better": True,
+             "column": "baseline", "arm": "baseline", "kappa_bits": math.nan, "n_seeds": n_seeds,
+             "n_items": 100, "mean": 0.3, "status": "", "run_ids": "r0", "delta": math.nan,
+             "significant": False, "better": None}]
+    for k, (pv, d) in enumerate(zip(p, deltas, strict=True)):
+        half = 0.5 * abs(d)  # a CI that excludes 0 exactly when p < 0.05
+        lo, hi = (d - half, d + half) if pv < 0.05 else (d - 2 * abs(d), d + 2 * abs(d))
+        rows.append({**rows[0], "column": f"FT k={2.0 ** (k - 3):g}", "arm": "free",
+                     "kappa_bits": 2.0 ** (k - 3), "mean": 0.3 + d, "delta": d,
+                     "delta_lo": lo, "delta_hi": hi, "p": pv, "significant": pv < 0.05,
+                     "better": (d > 0) if pv < 0.05 else None, "delta_unit": "seed",
+                     "delta_n_seeds": n_seeds, "degenerate": False, "mde": 0.1,
+                     "run_ids": f"r{k + 1}"})
+    return pd.DataFrame(rows)
+
+
+def test_verdict_is_holm_corrected_across_kappas():
+    """Four kappas <= 2, one with p = 0.03: the old rule called it 'supported' (any kappa
+    significant, no correction); Holm makes it 0.12 -> inconclusive. p = 0.004 survives."""
+    from analysis.claims import _benchmark_claim
+
+    weak = _benchmark_claim(_claim_table([0.03, 0.2, 0.5, 0.7], [0.05, 0.01, 0.0, -0.01]),
+                            "gsm8k", "GSM8K", "tokens")
+    assert weak["verdict"] == "inconclusive"
+    from analysis.stats import holm
+
+    np.testing.assert_allclose(holm([0.03, 0.2, 0.5, 0.7]), [0.12, 0.6, 1.0, 1.0])
+    np.testing.assert_allclose(holm([0.01, 0.04, math.nan, 0.03]), [0.03, 0.06, math.nan, 0.06])
+    assert "p=0.030 Holm=0.120" in weak["evidence"] and "MDE 0.100" in weak["evidence"]
+    strong = _benchmark_claim(_claim_table([0.004, 0.2, 0.5, 0.7], [0.05, 0.01, 0.0, -0.01]),
+                              "gsm8k", "GSM8K", "tokens")
+    assert strong["verdict"] == "supported" and "Holm" in strong["evidence"]
+    one = _benchmark_claim(_claim_table([0.001] * 4, [0.05] * 4, n_seeds=1), "gsm8k", "GSM8K",
+                           "tokens")
+    assert one["verdict"] == "inconclusive"
+
+
+def test_seed_level_intervals_stay_in_range_and_use_the_seed():
+    """Old: 3 seeds of a 0/1 metric gave a t interval outside [0, 1] (0.333 [-0.384, 1.050]);
+    2 seeds pooled the items (Wilson) and ignored seed-to-seed variance."""
+    from analysis.stats import cell_interval
+
+    ci = cell_interval([0.0, 0.333, 0.667], np.r_[np.zeros(10), np.ones(20)], "exact_match")
+    assert ci.lo == 0.0 and ci.hi <= 1.0 and ci.method == "t over 3 seeds"
+    # 2 seeds far apart: the seed-level interval is wide, a pooled Wilson would be narrow
+    items = np.r_[np.ones(90), np.zeros(110)]
+    ci2 = cell_interval([0.2, 0.7], items, "acc")
+    lo_w, hi_w = wilson(90, 200)
+    assert ci2.hi - ci2.lo > 3 * (hi_w - lo_w) and ci2.method == "t over 2 seeds"
+    tie = cell_interval([0.0, 0.0, 0.0], np.zeros(30), "pass@1_plus")
+    assert tie.degenerate and math.isnan(tie.lo) and "no variation" in tie.method
+    assert cell_interval([0.0], np.zeros(30), "pass@1_plus").method.startswith("clopper-pearson")
+
+
+def test_seed_is_the_unit_for_the_delta(tmp_path):
+    """A seed effect common to every item of a run: pooling items makes it look certain; the
+    seed-level Δ does not (old: two-level bootstrap with 3 seeds, far too narrow here)."""
+    rng = np.random.default_rng(0)
+    rows_t, rows_r = [], []
+    for s in range(3):
+        shift = [0.3, -0.25, 0.0][s]  # seed-to-seed swing of the FT, mean ~0
+        for i in range(400):
+            rows_t.append({"seed": s, "doc_id": i, "value": float(rng.random() < 0.4 + shift)})
+            rows_r.append({"seed": s, "doc_id": i, "value": float(rng.random() < 0.38)})
+    from analysis.stats import paired_delta
+
+    d = paired_delta(pd.DataFrame(rows_t), pd.DataFrame(rows_r), "acc")
+    per_seed = (pd.DataFrame(rows_t).groupby("seed")["value"].mean()
+                - pd.DataFrame(rows_r).groupby("seed")["value"].mean()).to_numpy()
+    assert d.unit == "seed" and d.p == pytest.approx(stats.ttest_1samp(per_seed, 0).pvalue)
+    assert not d.significant and d.hi - d.lo > 0.5
+    assert d.lo >= -1 and d.hi <= 1
+
+
+def test_mde_matches_a_noncentral_t_power_calculation():
+    from analysis.stats import mde
+
+    se, df = 0.02, 4
+    m = mde(se, df)
+    c = stats.t.ppf(0.975, df)
+    power = stats.nct.sf(c, df, m / se) + stats.nct.cdf(-c, df, m / se)
+    assert power == pytest.approx(0.8, abs=1e-4)
+    assert mde(0.02, math.inf) == pytest.approx(0.02 * (1.959964 + 0.841621), rel=1e-5)
+    assert math.isnan(mde(0.0, 4))
+
+
+# ---- eval specs -------------------------------------------------------------------------------
+
+def test_sweep_eval_spec_filters_and_never_mixes(tmp_path):
+    from analysis.fake import fake_spec, spec_id
+
+    sid = spec_id(fake_spec())
+    write_fake_sweep(tmp_path, "s", kappas=(0.5,), seeds=(0, 1), controls=(), spec=True,
+                     eval_spec_id=sid)
+    data = load_sweep("s", tmp_path)
+    c = data.cells.set_index("cell")
+    # an evaluation outside the sweep's spec (a LIMIT re-run of one cell, replacing its file)
+    rid = c.loc["free-k0.5-H16-s1", "run_id"]
+    p = tmp_path / "runs" / rid / "eval" / "lm-eval.json"
+    ev = json.loads(p.read_text())
+    ev["spec"] = fake_spec(limit=5)
+    ev["spec_id"] = spec_id(ev["spec"])
+    ev["tasks"]["gsm8k"]["metrics"]["exact_match"]["value"] = 0.99
+    p.rename(p.with_name("lm-eval.limit5.json"))
+    p.with_name("lm-eval.limit5.json").write_text(json.dumps(ev))
+    data = load_sweep("s", tmp_path)
+    s = data.scores[(data.scores["run_id"] == rid) & (data.scores["source"] == "eval")]
+    assert s.empty  # not the sweep's spec: no number from it
+    used = {e["spec_id"]: e["used"] for e in data.evals}
+    assert used == {sid: True, ev["spec_id"]: False}
+    assert any("not the sweep's eval spec" in w for w in data.warnings)
+    t = paper_table(data, "tokens", n_boot=50)
+    row = t[(t["task"] == "gsm8k") & (t["column"] == "FT k=0.5")].iloc[0]
+    assert row["n_seeds"] == 1 and row["spec_ids"] == sid and "trained, not evaluated" in \
+        row["status"]
+    assert 0.99 not in set(t["mean"])
+    # without the manifest's spec id the majority spec wins, and still nothing is mixed
+    man = tmp_path / "sweeps" / "s" / "manifest.json"
+    m = json.loads(man.read_text())
+    del m["eval_spec_id"]
+    man.write_text(json.dumps(m))
+    t2 = paper_table(load_sweep("s", tmp_path), "tokens", n_boot=50)
+    assert set(" ".join(t2["spec_ids"].dropna()).split()) == {sid}
+
+
+def test_old_eval_files_get_a_legacy_spec(sweep):
+    _, data = sweep
+    assert data.evals and all(e["spec_legacy"] and e["used"] for e in data.evals)
+    assert {e["spec"]["limit"] for e in data.evals} == {None}
+
+
+def test_train_ce_is_plotted_in_nats(sweep):
+    from analysis.figures import training_curves
+
+    _, data = sweep
+    fig = training_curves(data)
+    ax = fig.axes[0]
+    assert "nats" in ax.get_ylabel()
+    ys = np.concatenate([ln.get_ydata() for ln in ax.get_lines()])
+    ce = data.curves[data.curves["kind"] == "train"]["ce"]
+    assert ys.max() == pytest.approx(ce.max())  # not divided by ln 2
+
+
+def test_multi_suite_manifest_spec_admits_each_suites_files():
+    """The launcher records one spec for a sweep evaluated on two suites (their union,
+    suite 'lm-eval+evalplus'); each suite's own file must still count as the sweep's."""
+    from analysis.frame import _matches_manifest, spec_id
+
+    lm = {"suite": "lm-eval", "tasks": ["arc_easy"], "limit": 30, "z_mode": "prior", "k": 1,
+          "fewshot": None, "gen_tokens": None, "data_checksums": {"arc/x": "a"}}
+    ep = {"suite": "evalplus", "tasks": ["humaneval_plus"], "limit": 30, "z_mode": "prior",
+          "k": 1, "fewshot": None, "gen_tokens": 96, "data_checksums": {"he/x": "b"}}
+    union = {"suite": "lm-eval+evalplus", "tasks": ["arc_easy", "humaneval_plus"], "limit": 30,
+             "z_mode": "prior", "k": 1, "fewshot": None, "gen_tokens": 96,
+             "data_checksums": {"arc/x": "a", "he/x": "b"}}
+    uid = spec_id(union)
+    assert _matches_manifest(lm, spec_id(lm), union, uid)
+    assert _matches_manifest(ep, spec_id(ep), union, uid)
+    for bad in (lm | {"limit": 10}, ep | {"gen_tokens": 256}, lm | {"suite": "other"},
+                lm | {"data_checksums": {"arc/x": "z"}}, lm | {"tasks": ["mmlu"]}):
+        assert not _matches_manifest(bad, spec_id(bad), union, uid), bad

@@ -1,0 +1,668 @@
+"""Calibration harness: synthetic sweeps with planted truth, through the report's own statistics.
+
+    python -m analysis.calibrate [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
+    make calibrate            (the full run; tests/test_calibration.py runs a fast one)
+
+What it does (docs/CALIBRATION.md has the figures of the last full run):
+1. Full path. It writes synthetic sweeps AS RESULT FILES (results/sweeps/<name>/manifest.json,
+   results/runs/<id>/config.yaml, metrics.jsonl, eval/*.json) in a temporary directory, with
+   planted effects, and runs the real analysis on them: `frame.load_sweep`,
+   `tables.comparisons` / `tables.paper_table`, `claims._benchmark_claim`. Those sweeps include
+   multi-H sweeps (one equal-FLOPs control per H, each H's control of a different strength),
+   FLOPs-budget sweeps (no equal-tokens table must appear), missing cells (a pending FT, a failed
+   baseline seed), crashed code evaluations (pass@1 items with null scores and a reason) and LIMIT
+   runs (spec limit 30, plus a stray LIMIT-10 file that must be excluded). For every Free
+   Transformer column it checks that the table's Δ and p equal the same statistic computed
+   directly from the simulated outcomes with the reference of the SAME H and seed, and it counts
+   significant Δs and verdicts.
+2. Bulk Monte-Carlo. Writing thousands of sweeps to disk is too slow on a small machine, so the
+   bulk runs call the very functions the tables and claims call on the same kind of data:
+   `stats.seed_t` (what `stats.paired_delta` returns with >= 2 seeds; step 1 shows they agree on
+   files), `stats.item_bootstrap` (one seed), `stats.cell_interval`, `stats.holm` and
+   `claims.benchmark_verdict`. Beside each it computes scipy's paired t-test over seed means on
+   the same simulated data (the power benchmark), and, for reference, the old two-level bootstrap.
+
+Simulation model (one benchmark of 0/1 items): item difficulties q_i ~ U(0.25, 0.75), shared by
+all arms and seeds; each (arm, seed) run gets a seed offset u ~ N(0, sd) in probability points;
+y ~ Bernoulli(clip(q_i + effect_arm + u, 0, 1)). The truth of a Δ is the expected difference
+over the sweep's items (computed exactly with Gauss-Hermite quadrature, so clipping is
+accounted for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from . import stats as S
+from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
+
+SEED_SDS = (0.01, 0.03, 0.05, 0.08)
+"""Seed-to-seed SD of an arm's score, in probability (1, 3, 5, 8 points)."""
+EFFECT = 0.02
+"""The planted effect for the power figures: +2 points."""
+COVERAGE_EFFECTS = (0.02, 0.05, -0.02, 0.0)
+"""Effects planted (per kappa, cycling) for the coverage figures."""
+ALPHA = 0.05
+TARGETS = {"fpr_max": 0.05, "coverage": (0.93, 0.98)}
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str
+    n_items: int
+    n_seeds: int
+    kappas: tuple[float, ...]
+    what: str
+
+
+DESIGNS = {
+    "demo": Design("demo", 30, 3, (0.5, 2.0, 4.0),
+                   "the demo's shape (LIMIT 30 items, kappa 0.5/2/4) with 3 seeds"),
+    "demo-1seed": Design("demo-1seed", 30, 1, (0.5, 2.0, 4.0),
+                         "the demo as run (1 seed): item-level Δs only"),
+    "paper": Design("paper", 1319, 3, (0.25, 0.5, 1.0, 2.0),
+                    "paper scale: GSM8K-sized benchmark (1319 items), kappa 1/4..2, 3 seeds"),
+}
+
+_GH_X, _GH_W = np.polynomial.hermite_e.hermegauss(40)
+_GH_W = _GH_W / _GH_W.sum()
+
+
+def expected_score(q: np.ndarray, effect: float, sd: float) -> float:
+    """E over seeds of the mean over items of clip(q + effect + u, 0, 1), u ~ N(0, sd)."""
+    p = np.clip(q[:, None] + effect + sd * _GH_X[None, :], 0.0, 1.0)
+    return float((p @ _GH_W).mean())
+
+
+def draw(rng: np.random.Generator, q: np.ndarray, effect: float, sd: float,
+         n_seeds: int) -> np.ndarray:
+    """Outcomes (seeds x items) of one arm."""
+    u = rng.normal(0.0, sd, n_seeds)
+    p = np.clip(q[None, :] + effect + u[:, None], 0.0, 1.0)
+    return (rng.random(p.shape) < p).astype(float)
+
+
+def _ci(k: int, n: int) -> tuple[float, float]:
+    """Monte-Carlo 95% interval of a proportion (Clopper-Pearson)."""
+    if n == 0:
+        return math.nan, math.nan
+    return S.clopper_pearson(k, n)
+
+
+@dataclass
+class Tally:
+    """k events out of n trials, with the Monte-Carlo interval."""
+
+    k: int = 0
+    n: int = 0
+
+    def add(self, hit: bool | np.bool_) -> None:
+        self.k += int(bool(hit))
+        self.n += 1
+
+    @property
+    def rate(self) -> float:
+        return self.k / self.n if self.n else math.nan
+
+    def text(self) -> str:
+        lo, hi = _ci(self.k, self.n)
+        return f"{100 * self.rate:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] ({self.k}/{self.n})"
+
+
+@dataclass
+class Cell:
+    """Figures of one (design, seed SD) setting."""
+
+    fpr: Tally = field(default_factory=Tally)
+    fpr_holm: Tally = field(default_factory=Tally)
+    supported_null: Tally = field(default_factory=Tally)
+    decided_null: Tally = field(default_factory=Tally)
+    coverage: Tally = field(default_factory=Tally)
+    power: Tally = field(default_factory=Tally)
+    power_t: Tally = field(default_factory=Tally)
+    power_lt_t: int = 0
+    old_fpr: Tally = field(default_factory=Tally)
+    old_coverage: Tally = field(default_factory=Tally)
+    out_of_range: int = 0
+    intervals: int = 0
+    mde: list[float] = field(default_factory=list)
+
+
+def _in_range(lo: float, hi: float, rng: tuple[float, float]) -> bool:
+    return not (math.isfinite(lo) and (lo < rng[0] - 1e-12 or hi > rng[1] + 1e-12))
+
+
+def _delta(d: np.ndarray, n_boot: int) -> S.Delta:
+    """What stats.paired_delta returns for a complete seeds x items difference matrix."""
+    if d.shape[0] >= 2:
+        return S.seed_t(d.mean(axis=1), (-1.0, 1.0), n_items=d.shape[1])
+    return S.item_bootstrap(d[0], (-1.0, 1.0), n_boot=n_boot)
+
+
+def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
+         n_boot: int = 500) -> Cell:
+    """Null, coverage and power runs of one setting through the report's statistics.
+    `old`: how many of the sweeps also run the old two-level bootstrap (slow)."""
+    rng = np.random.default_rng([seed, design.n_items, design.n_seeds, int(sd * 1000)])
+    c = Cell()
+    paper = [k <= 2.0 for k in design.kappas]
+    for sweep in range(n_sweeps):
+        q = rng.uniform(0.25, 0.75, design.n_items)
+        for mode in ("null", "coverage", "power"):
+            base = draw(rng, q, 0.0, sd, design.n_seeds)
+            for cell_y in (base,):
+                ci = S.cell_interval(cell_y.mean(axis=1), cell_y.ravel(), "acc")
+                c.intervals += 1
+                c.out_of_range += not _in_range(ci.lo, ci.hi, S.UNIT)
+            ds, ps, units = [], [], []
+            for j, _k in enumerate(design.kappas):
+                eff = {"null": 0.0, "power": EFFECT,
+                       "coverage": COVERAGE_EFFECTS[j % len(COVERAGE_EFFECTS)]}[mode]
+                y = draw(rng, q, eff, sd, design.n_seeds)
+                ci = S.cell_interval(y.mean(axis=1), y.ravel(), "acc")
+                d = _delta(y - base, n_boot)
+                c.intervals += 2
+                c.out_of_range += (not _in_range(ci.lo, ci.hi, S.UNIT)) + (
+                    not _in_range(d.lo, d.hi, (-1.0, 1.0)))
+                ds.append(d.delta)
+                ps.append(d.p)
+                units.append(d.unit)
+                if mode == "null":
+                    c.fpr.add(d.significant)
+                    if math.isfinite(d.mde):
+                        c.mde.append(d.mde)
+                elif mode == "coverage":
+                    truth = expected_score(q, eff, sd) - expected_score(q, 0.0, sd)
+                    c.coverage.add(math.isfinite(d.lo) and d.lo <= truth <= d.hi)
+                else:
+                    c.power.add(d.significant and d.delta > 0)
+                    if design.n_seeds >= 2:
+                        per_seed = (y - base).mean(axis=1)
+                        # scipy's paired t over seed means; identical seed differences give
+                        # t = +-inf: no test there (no interval exists), as in the report
+                        with warnings.catch_warnings(), np.errstate(all="ignore"):
+                            warnings.simplefilter("ignore", RuntimeWarning)
+                            tt = stats.ttest_1samp(per_seed, 0.0)
+                        t_sig = bool(np.isfinite(tt.statistic) and tt.pvalue < ALPHA
+                                     and per_seed.mean() > 0)
+                        c.power_t.add(t_sig)
+                        c.power_lt_t += t_sig and not (d.significant and d.delta > 0)
+                if sweep < old and design.n_seeds >= 2 and mode != "power":
+                    pb = S.paired_bootstrap(*_long(y, base), n_boot=n_boot, seed=sweep)
+                    if mode == "null":
+                        c.old_fpr.add(pb.significant)
+                    else:
+                        truth = expected_score(q, eff, sd) - expected_score(q, 0.0, sd)
+                        c.old_coverage.add(math.isfinite(pb.lo) and pb.lo <= truth <= pb.hi)
+            if mode == "null":
+                for a in S.holm(ps):
+                    c.fpr_holm.add(math.isfinite(a) and a < ALPHA)
+                sel = np.array(paper)
+                verdict, _, _ = benchmark_verdict(
+                    np.array(ds)[sel], np.array(ps)[sel], [u for u, s in zip(units, paper,
+                                                                            strict=True) if s],
+                    np.full(sel.sum(), design.n_seeds))
+                c.supported_null.add(verdict == SUPPORTED)
+                c.decided_null.add(verdict != "inconclusive")
+    return c
+
+
+def _long(y: np.ndarray, base: np.ndarray):
+    import pandas as pd
+
+    s, i = np.meshgrid(np.arange(y.shape[0]), np.arange(y.shape[1]), indexing="ij")
+    mk = (lambda v: pd.DataFrame({"seed": s.ravel(), "doc_id": i.ravel(), "value": v.ravel()}))
+    return mk(y), mk(base)
+
+
+# ---- full path: result files -> load_sweep -> tables -> claims ----------------------------------
+
+@dataclass
+class Scenario:
+    name: str
+    design: Design
+    sd: float
+    hs: tuple[int, ...] = (8,)
+    flops_budget: float | None = None
+    effects: dict[float, float] = field(default_factory=dict)
+    """Planted FT effect per kappa (default 0: the null)."""
+    control_effect: dict[int, float] = field(default_factory=dict)
+    """Planted effect of each H's equal-FLOPs control (a bigger FT buys its control more)."""
+    missing: bool = False
+    crash: float = 0.0
+    stray_limit: bool = False
+
+
+def _write_json(path: Path, obj: object) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj), encoding="utf-8")
+
+
+def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
+    """Write one synthetic sweep as result files; return the simulated outcomes per cell."""
+    d = sc.design
+    q = rng.uniform(0.25, 0.75, d.n_items)
+    tokens, fpt0 = 200_000, 1.0e6
+    arms: list[tuple[str, str, float | None, int, float]] = [
+        (f"baseline-s{s}", "baseline", None, 0, 0.0) for s in range(d.n_seeds)]
+    for h in sc.hs:
+        for k in d.kappas:
+            arms += [(f"free-k{k:g}-H{h}-s{s}", "free", k, h, sc.effects.get(k, 0.0))
+                     for s in range(d.n_seeds)]
+    if sc.flops_budget is None:
+        for h in sc.hs:
+            arms += [(f"baseline_flops-H{h}-s{s}", "baseline_flops", None, h,
+                      sc.control_effect.get(h, 0.0)) for s in range(d.n_seeds)]
+    spec = {"suite": "lm-eval", "tasks": ["gsm8k", "humaneval_plus"], "limit": d.n_items,
+            "z_mode": "prior", "k": 1, "fewshot": None, "gen_tokens": 256,
+            "data_checksums": {"gsm8k/test.jsonl": "0" * 64}}
+    sid = S_spec_id(spec)
+    cells, outcomes = [], {}
+    for cell, arm, kappa, h, eff in arms:
+        seed = int(cell.rsplit("-s", 1)[1])
+        rid = f"{sc.name}-{cell}"
+        state = "done"
+        if sc.missing and cell in (f"free-k{d.kappas[0]:g}-H{sc.hs[0]}-s0", "baseline-s1"):
+            state = "pending" if arm == "free" else "failed"
+        cells.append({"cell": cell, "arm": arm, "kappa_bits": kappa, "latent_bits": h,
+                      "seed": seed, "run_id": rid, "state": state,
+                      "eval": {"state": state, "file": "eval/lm-eval.limit.json"}})
+        if state != "done":
+            continue
+        ovh = 0.3 * h / 16 if arm == "free" else 0.0
+        fpt = fpt0 * (1 + ovh)
+        if sc.flops_budget is not None:
+            tok = sc.flops_budget / fpt
+        elif arm == "baseline_flops":
+            tok = tokens * (1 + 0.3 * h / 16)
+        else:
+            tok = tokens
+        rd = root / "runs" / rid
+        cfg = {"run_id": rid, "arm": "free" if arm == "free" else "baseline",
+               "model": {"n_layers": 4, "latent_bits": h if arm == "free" else 0},
+               "optim": {"lr": 1e-3},
+               "train": {"seed": seed, "tokens": tok, "flops": sc.flops_budget,
+                         "compute_match": "flops" if arm == "baseline_flops" else "none",
+                         "match_latent_bits": h or 16, "batch_size": 16, "seq_len": 256},
+               "accounting": {"flops_per_token": fpt, "flops_per_token_baseline_part": fpt0,
+                              "flops_overhead": ovh, "tokens": tok, "flops": tok * fpt,
+                              "tokens_per_step": 4096},
+               "provenance": {"host": "sim", "threads": 1, "launcher": "direct"}}
+        _write_json(rd / "config.yaml", cfg)  # JSON is YAML
+        u = rng.normal(0.0, sc.sd, 2)
+        y = (rng.random(d.n_items) < np.clip(q + eff + u[0], 0, 1)).astype(float)
+        yc = (rng.random(d.n_items) < np.clip(q + eff + u[1], 0, 1)).astype(float)
+        crashed = rng.random(d.n_items) < sc.crash
+        yc[crashed] = np.nan
+        outcomes[cell] = {"gsm8k": y, "humaneval_plus": yc}
+        val = 3.0 - eff + rng.normal(0, 0.01)
+        lines = [{"kind": "train", "step": 1, "tokens": tok, "flops": tok * fpt, "ce": val,
+                  "tokens_per_s": 1000.0},
+                 {"kind": "val", "step": 1, "tokens": tok, "flops": tok * fpt, "val_ce": val},
+                 {"kind": "final", "step": 1, "tokens": tok, "flops": tok * fpt, "wall_s": 1.0}]
+        (rd / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines),
+                                          encoding="utf-8")
+        he_items = [{"doc_id": i, "plus": None if np.isnan(v) else float(v),
+                     "base": None if np.isnan(v) else float(v)}
+                    | ({"reason": "sandbox timeout"} if np.isnan(v) else {})
+                    for i, v in enumerate(yc)]
+        scored = yc[np.isfinite(yc)]
+        tasks = {
+            "gsm8k": {"primary": "exact_match", "higher_is_better": True, "n": d.n_items,
+                      "metrics": {"exact_match": {"value": float(y.mean()), "n": d.n_items}},
+                      "items": [{"doc_id": i, "exact_match": float(v)} for i, v in
+                                enumerate(y)]},
+            "humaneval_plus": {
+                "primary": "pass@1_plus", "higher_is_better": True, "n": int(scored.size),
+                "metrics": {"pass@1_plus": {
+                    "value": float(scored.mean()) if scored.size else None,
+                    "n": int(scored.size), "n_missing": int(d.n_items - scored.size)}},
+                "items": he_items}}
+        ev = {"run_id": rid, "suite": "lm-eval", "z_mode": "prior", "k": 1, "leaks": False,
+              "limit": d.n_items, "spec": spec, "spec_id": sid, "checkpoint_step": 1,
+              "tasks": tasks}
+        _write_json(rd / "eval" / "lm-eval.limit.json", ev)
+        if sc.stray_limit and cell == "baseline-s0":  # a LIMIT-10 re-run: must be excluded
+            s2 = dict(spec, limit=10)
+            stray = dict(ev, limit=10, spec=s2, spec_id=S_spec_id(s2))
+            stray["tasks"] = {"gsm8k": dict(tasks["gsm8k"], metrics={
+                "exact_match": {"value": 1.0, "n": 10}}, items=[
+                {"doc_id": i, "exact_match": 1.0} for i in range(10)])}
+            _write_json(rd / "eval" / "lm-eval.limit10.json", stray)
+    man = {"name": sc.name, "grid": {"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
+                                     "seeds": list(range(d.n_seeds)),
+                                     "tokens": None if sc.flops_budget else tokens,
+                                     "flops": sc.flops_budget},
+           "eval_spec": {k: v for k, v in spec.items() if k != "data_checksums"},
+           "eval_spec_id": sid, "cells": cells}
+    _write_json(root / "sweeps" / sc.name / "manifest.json", man)
+    return {"q": q, "outcomes": outcomes}
+
+
+def S_spec_id(spec: dict) -> str:  # noqa: N802
+    from .frame import spec_id
+
+    return spec_id(spec)
+
+
+def _expected(sim: dict, sc: Scenario, h: int, k: float, task: str, ref: str) -> S.Delta:
+    """The Δ computed straight from the simulated outcomes, with the reference of the same H
+    and seed: what the table must show."""
+    d = sc.design
+    rows_t, rows_r = [], []
+    for s in range(d.n_seeds):
+        t = sim["outcomes"].get(f"free-k{k:g}-H{h}-s{s}")
+        rname = f"baseline_flops-H{h}-s{s}" if ref == "baseline_flops" else f"baseline-s{s}"
+        r = sim["outcomes"].get(rname)
+        if t is not None and r is not None:
+            rows_t.append(t[task])
+            rows_r.append(r[task])
+    if not rows_t:
+        return S._empty_delta()
+    t, r = np.stack(rows_t), np.stack(rows_r)
+    keep = np.isfinite(t).all(axis=0) & np.isfinite(r).all(axis=0)
+    return _delta((t - r)[:, keep], 2000)
+
+
+@dataclass
+class FullPath:
+    sweeps: int = 0
+    comparisons: int = 0
+    mismatches: list[str] = field(default_factory=list)
+    fpr: Tally = field(default_factory=Tally)
+    coverage: Tally = field(default_factory=Tally)
+    supported_null: Tally = field(default_factory=Tally)
+    out_of_range: int = 0
+    intervals: int = 0
+    seconds: float = 0.0
+
+
+def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = None,
+              n_boot: int = 2000) -> FullPath:
+    """Write each scenario as result files and run the real analysis on it."""
+    from .frame import load_sweep
+    from .tables import comparisons, paper_table
+
+    rng = np.random.default_rng(seed)
+    fp = FullPath()
+    t0 = time.time()
+    tmp = Path(tempfile.mkdtemp(prefix="ftbench-calib-", dir=workdir))
+    try:
+        for sc in scenarios:
+            sim = write_scenario(tmp, sc, rng)
+            data = load_sweep(sc.name, tmp)
+            comps, notes = comparisons(data)
+            views = {c.view: c.reference for c in comps}
+            fp.sweeps += 1
+            if sc.flops_budget is not None:
+                if "tokens" in views or views.get("flops") != "baseline":
+                    fp.mismatches.append(f"{sc.name}: FLOPs-budget views {views}")
+                if "FLOPs budget" not in notes.get("tokens", ""):
+                    fp.mismatches.append(f"{sc.name}: no FLOPs-budget note")
+            elif views != {"tokens": "baseline", "flops": "baseline_flops"}:
+                fp.mismatches.append(f"{sc.name}: views {views}")
+            if sc.stray_limit and not any(not e["used"] for e in data.evals):
+                fp.mismatches.append(f"{sc.name}: the stray LIMIT-10 file was used")
+            for view, ref in views.items():
+                t = paper_table(data, view, n_boot=n_boot)
+                t = t[t["comparison"] == f"{view}:{ref}"]
+                for task in ("gsm8k", "humaneval_plus"):
+                    rows = t[(t["task"] == task) & (t["column"] != "")]
+                    for r in rows.itertuples():
+                        fp.intervals += 2
+                        fp.out_of_range += (not _in_range(r.lo, r.hi, S.UNIT)) + (
+                            not _in_range(r.delta_lo, r.delta_hi, (-1.0, 1.0)))
+                        if r.arm != "free":
+                            continue
+                        exp = _expected(sim, sc, int(r.latent_bits), float(r.kappa_bits), task,
+                                        ref)
+                        fp.comparisons += 1
+                        same = (np.isclose(r.delta, exp.delta, equal_nan=True, atol=1e-12)
+                                and np.isclose(r.p, exp.p, equal_nan=True, atol=1e-9))
+                        if not same:
+                            fp.mismatches.append(
+                                f"{sc.name} {view} {task} {r.column}: table Δ {r.delta} p {r.p}"
+                                f" vs direct Δ {exp.delta} p {exp.p}")
+                        eff = sc.effects.get(float(r.kappa_bits), 0.0)
+                        ref_eff = sc.control_effect.get(int(r.latent_bits), 0.0) \
+                            if ref == "baseline_flops" else 0.0
+                        truth = (expected_score(sim["q"], eff, sc.sd)
+                                 - expected_score(sim["q"], ref_eff, sc.sd))
+                        if r.delta_unit == "seed":
+                            if eff == ref_eff:
+                                fp.fpr.add(bool(r.significant))
+                            fp.coverage.add(math.isfinite(r.delta_lo)
+                                            and r.delta_lo <= truth <= r.delta_hi)
+                if view == "tokens" and not sc.effects:
+                    cl = _benchmark_claim(t, "gsm8k", "GSM8K", "tokens")
+                    fp.supported_null.add(cl["verdict"] == SUPPORTED)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    fp.seconds = time.time() - t0
+    return fp
+
+
+def scenarios(n: int, design: Design, sds: tuple[float, ...] = SEED_SDS) -> list[Scenario]:
+    """n full-path sweeps per seed SD, cycling through the special shapes."""
+    out = []
+    for sd in sds:
+        for i in range(n):
+            kind = i % 5
+            effects = {} if i % 2 == 0 else {k: COVERAGE_EFFECTS[j % 4]
+                                              for j, k in enumerate(design.kappas)}
+            sc = Scenario(f"sim-{int(sd * 100)}-{i}", design, sd, effects=effects)
+            if kind == 1:  # multi-H, each H's control of a different strength
+                sc.hs, sc.control_effect = (4, 16), {4: 0.0, 16: 0.04}
+            elif kind == 2:
+                sc.flops_budget = 5e11
+            elif kind == 3:
+                sc.missing, sc.crash = True, 0.05
+            elif kind == 4:
+                sc.stray_limit, sc.crash = True, 0.02
+            out.append(sc)
+    return out
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
+        settings: list[tuple[str, float]] | None = None, n_boot: int = 500) -> dict:
+    """All figures: {"bulk": {(design, sd): Cell}, "full": FullPath, "seconds": ...}.
+    settings: (design, seed SD) pairs; default every design at every SD in SEED_SDS."""
+    t0 = time.time()
+    res: dict = {"bulk": {}, "n_sweeps": n_sweeps, "n_full": n_full, "seed": seed}
+    settings = settings or [(n, sd) for n in DESIGNS for sd in SEED_SDS]
+    for name, sd in settings:
+        d = DESIGNS[name]
+        n = n_sweeps if d.n_seeds >= 2 else max(1, n_sweeps // 4)
+        res["bulk"][(name, sd)] = bulk(d, sd, n, seed=seed, old=old if name == "demo" else 0,
+                                       n_boot=n_boot)
+    res["full"] = full_path(scenarios(n_full, DESIGNS["demo"], SEED_SDS), seed=seed)
+    res["seconds"] = time.time() - t0
+    return res
+
+
+def failures(res: dict) -> list[str]:
+    """One line per target the figures miss (docs/CALIBRATION.md lists the targets)."""
+    out = []
+    for (name, sd), c in res["bulk"].items():
+        tag = f"{name}, seed SD {100 * sd:g} pts"
+        if DESIGNS[name].n_seeds >= 2:
+            lo, _ = _ci(c.fpr.k, c.fpr.n)
+            if lo > TARGETS["fpr_max"]:
+                out.append(f"{tag}: false-positive rate {c.fpr.text()} > 5%")
+            lo, _ = _ci(c.supported_null.k, c.supported_null.n)
+            if lo > TARGETS["fpr_max"]:
+                out.append(f"{tag}: false 'supported' {c.supported_null.text()} > 5%")
+            lo, hi = _ci(c.coverage.k, c.coverage.n)
+            if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
+                out.append(f"{tag}: coverage {c.coverage.text()} outside 93-98%")
+            if c.power.k < c.power_t.k or c.power_lt_t:
+                out.append(f"{tag}: power {c.power.text()} below the paired t's "
+                           f"{c.power_t.text()}")
+        elif c.decided_null.k:
+            out.append(f"{tag}: {c.decided_null.k} verdicts drawn from a single seed")
+        if c.out_of_range:
+            out.append(f"{tag}: {c.out_of_range} intervals outside the metric's range")
+    fp = res["full"]
+    out += [f"full path: {m}" for m in fp.mismatches[:10]]
+    if fp.out_of_range:
+        out.append(f"full path: {fp.out_of_range} intervals outside the metric's range")
+    if fp.fpr.n and _ci(fp.fpr.k, fp.fpr.n)[0] > TARGETS["fpr_max"]:
+        out.append(f"full path: false-positive rate {fp.fpr.text()} > 5%")
+    if fp.coverage.n:
+        lo, hi = _ci(fp.coverage.k, fp.coverage.n)
+        if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
+            out.append(f"full path: coverage {fp.coverage.text()} outside 93-98%")
+    return out
+
+
+def markdown(res: dict, command: str) -> str:
+    fp = res["full"]
+    lines = [
+        "# Calibration of the report's statistics",
+        "",
+        "Written by `" + command + "` (`make calibrate`); the test suite runs a fast version "
+        "(`tests/test_calibration.py`) that fails when a target is missed. Every figure is a "
+        "Monte-Carlo estimate with its 95% Clopper-Pearson interval and k/n.",
+        "",
+        "## What is simulated",
+        "",
+        "One benchmark of 0/1 items. Item difficulties q_i ~ U(0.25, 0.75) are shared by all "
+        "arms and seeds; every (arm, seed) run gets a seed offset u ~ N(0, SD) (SD = 1, 3, 5, "
+        "8 points); an item scores 1 with probability clip(q_i + effect + u, 0, 1). The truth "
+        "of a Δ is the expected difference over the sweep's items (exact, by quadrature). "
+        "Under the null every Free Transformer has effect 0; for coverage the kappas get "
+        "+2, +5, -2, 0 points in turn; for power every kappa gets +2 points.",
+        "",
+        "Designs: " + "; ".join(f"**{d.name}**: {d.what}" for d in DESIGNS.values()) + ".",
+        "",
+        "## How it runs the real analysis",
+        "",
+        f"- **Full path**: {fp.sweeps} synthetic sweeps written as result files (manifest, "
+        "config.yaml, metrics.jsonl, eval JSON with `spec`/`spec_id`) and read by "
+        "`analysis.frame.load_sweep`, `analysis.tables.comparisons`/`paper_table` and "
+        "`analysis.claims._benchmark_claim`: multi-H sweeps (H = 4 and 16, each H's "
+        "equal-FLOPs control of a different strength), FLOPs-budget sweeps, missing cells (a "
+        "pending FT, a failed baseline seed), crashed code evaluations (null pass@1 items with a "
+        "reason) and LIMIT runs (spec limit 30; a stray LIMIT-10 file that must be excluded). "
+        f"{fp.comparisons} FT comparisons; each table Δ and p was checked against the same "
+        "statistic computed directly from the simulated outcomes with the reference of the same "
+        f"H and seed: {len(fp.mismatches)} mismatches. {fp.seconds:.0f} s.",
+        "- **Bulk Monte-Carlo**: the same functions the tables and claims call "
+        "(`analysis.stats.seed_t` — what `paired_delta` returns with >= 2 seeds, "
+        "`stats.item_bootstrap` for one seed, `stats.cell_interval`, `stats.holm`, "
+        f"`claims.benchmark_verdict`) on {res['n_sweeps']} sweeps per setting (a quarter of that "
+        "for one seed). Beside it, scipy's paired t-test over seed means on the same data.",
+        "",
+        "## Figures",
+        "",
+        "FPR = share of null comparisons called significant (uncorrected 95% interval "
+        "excludes 0); Holm = significant after Holm across the sweep's kappas; false "
+        "'supported' = share of null sweeps whose benchmark claim reads 'supported' (Holm across "
+        "kappa <= 2); coverage = share of 95% Δ intervals containing the truth; power = share "
+        "of +2-point comparisons found significantly positive, next to the paired t over seed "
+        "means on the same data; MDE = median minimum detectable effect (80% power) the report "
+        "prints under the null.",
+        "",
+        "| design | seed SD | FPR | FPR (Holm) | false 'supported' | coverage | power +2 pts |"
+        " paired t power | MDE (pts) | out of range |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (name, sd), c in res["bulk"].items():
+        mde = f"{100 * float(np.median(c.mde)):.1f}" if c.mde else "n/a"
+        tpow = c.power_t.text() if c.power_t.n else "n/a (1 seed)"
+        lines.append(f"| {name} | {100 * sd:g} | {c.fpr.text()} | {c.fpr_holm.text()} | "
+                     f"{c.supported_null.text()} | {c.coverage.text()} | {c.power.text()} | "
+                     f"{tpow} | {mde} | {c.out_of_range}/{c.intervals} |")
+    lines += ["", f"Full path ({fp.sweeps} sweeps, all seed SDs pooled): FPR "
+              f"{fp.fpr.text()}; coverage {fp.coverage.text()}; false 'supported' "
+              f"{fp.supported_null.text()}; intervals out of range {fp.out_of_range}/"
+              f"{fp.intervals}.", ""]
+    old = [(k, c) for k, c in res["bulk"].items() if c.old_fpr.n]
+    if old:
+        lines += ["### For reference: the old two-level bootstrap on the same data", "",
+                  "| design | seed SD | FPR | coverage |", "|---|---|---|---|"]
+        lines += [f"| {n} | {100 * sd:g} | {c.old_fpr.text()} | {c.old_coverage.text()} |"
+                  for (n, sd), c in old]
+        lines += ["", "On this design it is far too wide (FPR about 1%, coverage 97-100%): it "
+                  "resamples items within seeds on top of resampling the seeds, so item noise "
+                  "that is already in the seed means counts twice and power is thrown away. "
+                  "With three seeds its percentile interval is also built from only ten "
+                  "distinct seed resamples; the independent review found it too narrow at 200 "
+                  "items with 5-8 point seed noise (not re-measured here). The report no longer "
+                  "uses it for >= 2 seeds.", ""]
+    lines += [
+        "## Targets",
+        "",
+        "- FPR <= 5% within Monte-Carlo error (the interval's lower end <= 5%) at every seed SD;",
+        "- coverage of the 95% intervals between 93% and 98% (the MC interval overlaps it);",
+        "- power at least that of a paired t-test over seed means on the same simulated data "
+        "(comparison by comparison);",
+        "- every interval inside the metric's range (cells in [0, 1], Δ in [-1, 1]);",
+        "- one seed: no verdict is ever drawn (the demo-1seed rows: its item-level FPR shows "
+        "why: seed-to-seed variance is not in an item bootstrap).",
+        "",
+        "Result: " + ("all targets met." if not failures(res) else
+                      "TARGETS MISSED: " + "; ".join(failures(res))),
+        "",
+        "## Reading it",
+        "",
+        "With >= 2 seeds the report's Δ is the paired t over per-seed differences, so its power "
+        "equals the paired t's by construction; the harness checks that the files-to-table path "
+        "really computes it (full path) and that it holds its level at every seed SD. The MDE "
+        "column is the point of the exercise: at the demo's size (30 items, 3 seeds) only "
+        "effects of many points are detectable, far above the paper's few-percent gains, so an "
+        "'inconclusive' there says nothing about the paper.",
+        "",
+        f"Run time: {res['seconds']:.0f} s (Monte-Carlo seed {res['seed']}).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Calibrate the report's statistics (see "
+                                             "docs/CALIBRATION.md)")
+    ap.add_argument("--sweeps", type=int, default=1000, help="bulk sweeps per setting")
+    ap.add_argument("--full-path", type=int, default=50,
+                    help="result-file sweeps per seed SD through load_sweep/tables/claims")
+    ap.add_argument("--old", type=int, default=100,
+                    help="sweeps per SD that also run the old two-level bootstrap (demo)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="write the Markdown here (docs/CALIBRATION.md)")
+    a = ap.parse_args(argv)
+    if a.sweeps < 1 or a.full_path < 0 or a.old < 0:
+        print("calibrate: --sweeps must be >= 1, --full-path and --old >= 0", file=sys.stderr)
+        return 2
+    cmd = "python -m analysis.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
+    res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed)
+    md = markdown(res, cmd.strip())
+    if a.out:
+        out = Path(a.out)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(md, encoding="utf-8")
+        tmp.replace(out)
+        print(f"wrote {out}")
+    else:
+        print(md)
+    bad = failures(res)
+    for b in bad:
+        print(f"calibrate: target missed: {b}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
