@@ -9,17 +9,25 @@ Design choices:
 - Free Transformer modes (DESIGN.md §6): `prior` (default; one draw of Z, seed recorded),
   `prior-k` (likelihood averaged over k draws, spread reported), `posterior` (leaks; the result
   file says `"leaks": true`);
-- results go to `<run dir>/eval/<suite>.json` (docs/RESULTS.md), suites `lm-eval` and
-  `evalplus`. A run that is not the default full one gets a suffix, so a quick LIMIT or
-  diagnostic run never overwrites it: `lm-eval.json`, `lm-eval.posterior.json`,
-  `lm-eval.limit20.json`;
+- one file per evaluation spec (docs/RESULTS.md): a suite's `spec` (tasks, limit, z-mode, k,
+  few-shot, generation length, data checksums) hashes to `spec_id`, and the file is
+  `<run dir>/eval/<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json`, so two specs or
+  two checkpoints never share a file; suites `lm-eval` and `evalplus`;
+- every file carries the adapter's `protocol` (what Z saw per request type), and every
+  generation task its prompt `truncation` record; a task whose run died is kept as
+  `"error"` with null metrics (never 0), and the command then exits 1;
+- arguments and task names are checked before anything loads (`validate_args`, also used by
+  `make sweep EVAL=1` at plan time);
 - resumable: every finished request is written to a sqlite cache (lm-eval's CachingLM) keyed by
-  checkpoint identity, z-mode, k and seed, so a re-run after an interruption skips what is done.
+  checkpoint identity, z-mode, k, seed and generation length, so a re-run of the same spec
+  after an interruption skips what is done.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import functools
 import hashlib
 import json
 import logging
@@ -31,11 +39,12 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from experiments import benchdata
-from model.checkpoint import atomic_write_text
+from model.checkpoint import CheckpointError, atomic_write_text
 
 LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
 EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
@@ -44,7 +53,14 @@ DEFAULT_TASKS = LM_EVAL_TASKS + EVALPLUS_TASKS
 # not in ../shared/benchmarks), so they are not in the default set.
 ONLINE_EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "race", "boolq",
                 "nq_open", "triviaqa")
+# stock tasks scored by log-likelihood only: no generation length in their spec
+LOGLIK_TASKS = ("mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "hellaswag",
+                "winogrande", "openbookqa", "piqa", "race", "boolq")
 SCHEMA = "ftbench-eval-v1"
+
+
+class EvalArgsError(ValueError):
+    """Bad evaluation arguments or task names (one line)."""
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -104,6 +120,7 @@ def _num(v: Any) -> float | None:
 
 
 def suite_file(suite: str, z: str, limit: int | None, fewshot: int | None, k: int) -> str:
+    """The readable part of an eval file's name (all of it in files written before specs)."""
     parts = [suite]
     if z != "prior":
         parts.append(z if z != "prior-k" else f"prior-k{k}")
@@ -112,6 +129,48 @@ def suite_file(suite: str, z: str, limit: int | None, fewshot: int | None, k: in
     if limit is not None:
         parts.append(f"limit{limit}")
     return ".".join(parts) + ".json"
+
+
+def suites_of(tasks: list[str]) -> dict[str, list[str]]:
+    """{suite: its tasks} for the suites the task list touches, in run order."""
+    out = {"lm-eval": [t for t in tasks if t not in EVALPLUS_TASKS],
+           "evalplus": [t for t in tasks if t in EVALPLUS_TASKS]}
+    return {k: v for k, v in out.items() if v}
+
+
+def eval_spec(suite: str, tasks: list[str], limit: int | None, z: str, k: int,
+              fewshot: int | None, gen_tokens: int | None,
+              data_checksums: dict[str, str]) -> dict[str, Any]:
+    """What one suite's evaluation does, comparable across runs (the requested z-mode and k:
+    the same for every arm of a sweep, though a baseline has no Z)."""
+    gen = suite == "evalplus" or any(t not in LOGLIK_TASKS for t in tasks)
+    return {"suite": suite, "tasks": sorted(tasks), "limit": limit, "z_mode": z,
+            "k": k if z == "prior-k" else 1, "fewshot": fewshot,
+            "gen_tokens": int(gen_tokens) if gen and gen_tokens is not None else None,
+            "data_checksums": dict(sorted(data_checksums.items()))}
+
+
+def spec_id(spec: dict[str, Any]) -> str:
+    """First 12 hex of sha256 of the spec's canonical JSON."""
+    canon = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canon.encode("utf-8")).hexdigest()[:12]
+
+
+def eval_file_name(spec: dict[str, Any], step: int | None) -> str:
+    """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: step unknown)."""
+    head = suite_file(spec["suite"], spec["z_mode"], spec["limit"], spec["fewshot"],
+                      spec["k"])[:-len(".json")]
+    return f"{head}.{spec_id(spec)}.step{step if step is not None else 'NA'}.json"
+
+
+def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
+    """Verified sha256 of the offline files a suite reads ({} online); DataError if bad."""
+    if ddir is None:
+        return {}
+    chk = benchdata.verify(ddir, tasks)
+    if not chk.ok:
+        raise benchdata.DataError(chk.line())
+    return chk.checksums
 
 
 # ---------------------------------------------------------------------------- lm-eval suite
@@ -189,8 +248,44 @@ class _DropCustomDatasetNotice(logging.Filter):
         return "Custom kwargs can be passed" not in record.getMessage()
 
 
+def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> dict:
+    """A task whose run died: its metrics are missing (null), never 0."""
+    if name.endswith("_gold_bpb"):
+        primary, hib = "bpb", False
+    elif name in EVALPLUS_TASKS:
+        primary, hib = "pass@1_plus", True
+    else:
+        primary, hib = _PRIMARY.get(name, ("acc,none", True))[0].replace(",none", ""), True
+    msg = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
+    line = " ".join(str(msg).split())[:300] or "unknown error"
+    return {"primary": primary, "higher_is_better": hib, "n": None, "fewshot": fewshot,
+            "metrics": {primary: {"value": None, "stderr": None, "n": None}}, "items": [],
+            "error": line}
+
+
+def _gen_args(samples: list[dict]) -> list[tuple[str, dict]]:
+    """(context, gen_kwargs) of the generate_until requests logged in lm-eval samples."""
+    out, seen = [], set()
+    for s in samples:  # one sample per document and filter: count each document once
+        doc = (s.get("_subtask"), s.get("doc_id"))
+        if doc in seen:
+            continue
+        seen.add(doc)
+        args = s.get("arguments")
+        if isinstance(args, dict):
+            args = [(a.get("arg_0"), a.get("arg_1")) for a in args.values()
+                    if isinstance(a, dict)]
+        for a in args or []:
+            if isinstance(a, (list, tuple)) and len(a) == 2 and isinstance(a[0], str) \
+                    and isinstance(a[1], dict):
+                out.append((a[0], a[1]))
+    return out
+
+
 def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | None,
                 data: Path | None, eval_dir: Path, cache: Path, seed: int) -> dict[str, dict]:
+    """Each task runs on its own, so one that dies is recorded as an error and the others
+    still count."""
     import lm_eval
     from lm_eval.tasks import TaskManager, get_task_dict
 
@@ -201,34 +296,45 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
         tm = offline_task_manager(data, eval_dir / ".tasks")
     else:
         tm = TaskManager()
-    out = lm_eval.simple_evaluate(
-        model=lm, tasks=tasks, num_fewshot=fewshot, limit=limit, use_cache=str(cache),
-        log_samples=True, task_manager=tm, bootstrap_iters=1000, random_seed=seed,
-        numpy_random_seed=seed, torch_random_seed=seed)
-    res, samples = out["results"], out["samples"]
-    nsam = out.get("n-samples", {})
-    shots = out.get("n-shot", {})
-    groups = out.get("group_subtasks", {})
     entries: dict[str, dict] = {}
     for t in tasks:
-        subs = _leaves(t, groups)
-        if subs != [t]:
-            smp = [s | {"_subtask": st} for st in subs for s in samples.get(st, [])]
-            n = sum(nsam.get(st, {}).get("effective", 0) for st in subs)
-            fs = shots.get(subs[0], 0) if subs else 0
-        else:
-            smp = samples.get(t, [])
-            n = nsam.get(t, {}).get("effective", len(smp))
-            fs = shots.get(t, 0)
-        entries[t] = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
+        try:
+            out = lm_eval.simple_evaluate(
+                model=lm, tasks=[t], num_fewshot=fewshot, limit=limit, use_cache=str(cache),
+                log_samples=True, task_manager=tm, bootstrap_iters=1000, random_seed=seed,
+                numpy_random_seed=seed, torch_random_seed=seed)
+            res, samples = out["results"], out["samples"]
+            nsam = out.get("n-samples", {})
+            shots = out.get("n-shot", {})
+            groups = out.get("group_subtasks", {})
+            subs = _leaves(t, groups)
+            if subs != [t]:
+                smp = [s | {"_subtask": st} for st in subs for s in samples.get(st, [])]
+                n = sum(nsam.get(st, {}).get("effective", 0) for st in subs)
+                fs = shots.get(subs[0], 0) if subs else 0
+            else:
+                smp = samples.get(t, [])
+                n = nsam.get(t, {}).get("effective", len(smp))
+                fs = shots.get(t, 0)
+            entries[t] = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
+            gen = _gen_args(smp)
+            if gen:
+                entries[t]["truncation"] = lm.truncation_record(gen)
+        except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
+            logging.getLogger(__name__).exception("task %s failed", t)
+            entries[t] = _error_entry(t, e, fewshot)
     if "gsm8k" in tasks:
-        task = get_task_dict(["gsm8k"], tm)["gsm8k"]
-        docs = list(task.eval_docs)[: limit or None]
-        delim = task.config.target_delimiter
-        pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
-        from experiments.evalplus_run import gold_bpb
+        try:
+            task = get_task_dict(["gsm8k"], tm)["gsm8k"]
+            docs = list(task.eval_docs)[: limit or None]
+            delim = task.config.target_delimiter
+            pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
+            from experiments.evalplus_run import gold_bpb
 
-        entries["gsm8k_gold_bpb"] = gold_bpb(lm, pairs)
+            entries["gsm8k_gold_bpb"] = gold_bpb(lm, pairs)
+        except Exception as e:  # noqa: BLE001
+            logging.getLogger(__name__).exception("gsm8k_gold_bpb failed")
+            entries["gsm8k_gold_bpb"] = _error_entry("gsm8k_gold_bpb", e, 0)
     return entries
 
 
@@ -245,12 +351,14 @@ def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
 def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int | None = None,
              z: str = "prior", k: int = 1, fewshot: int | None = None,
              data: str | os.PathLike | None = None, seed: int = 0, batch_size: int = 16,
-             device: str = "cpu", max_gen_toks: int = 256, progress: bool = True,
+             device: str = "cpu", max_gen_toks: int | None = None, progress: bool = True,
              out_dir: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Evaluate a checkpoint; returns {suite: path of the result JSON}."""
+    """Evaluate a checkpoint; returns {suite: path of the result JSON}.
+
+    max_gen_toks None: the adapter's default (256, at most half the model's window)."""
     from experiments.lm_adapter import Z_MODES, FTBenchLM, resolve_checkpoint
 
-    tasks = list(tasks or DEFAULT_TASKS)
+    tasks = list(dict.fromkeys(tasks or DEFAULT_TASKS))
     if z not in Z_MODES:
         raise ValueError(f"z={z!r}: allowed {Z_MODES}")
     k = int(k) if z == "prior-k" else 1
@@ -259,40 +367,38 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
     if out_dir is not None:
         eval_dir = Path(out_dir)
     ddir = benchdata.data_dir(data)
-    checks: dict[str, str] = {}
+    check_tasks(tasks, ddir)
+    suites = suites_of(tasks)
+    checks: dict[str, dict[str, str]] = {}
     if ddir is not None:
-        from experiments.tasks import OFFLINE_TASKS
-
-        no_data = [t for t in tasks if t not in OFFLINE_TASKS + EVALPLUS_TASKS]
-        if no_data:
-            raise benchdata.DataError(f"no offline data for {', '.join(no_data)}: run them "
-                                      "online (without DATA / $FTBENCH_DATA)")
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         chk = benchdata.verify(ddir, tasks)
         print(chk.line(), flush=True)
         if not chk.ok:
             raise benchdata.DataError(chk.line())
-        checks = chk.checksums
+        for suite, names in suites.items():
+            need = set(benchdata.needed_files(ddir, names))
+            checks[suite] = {r: h for r, h in chk.checksums.items() if r in need}
         from experiments.evalplus_run import set_override_env
 
         set_override_env(ddir)  # before anything imports evalplus
     lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=batch_size,
                    device=device, max_gen_toks=max_gen_toks, progress=progress)
+    gen_toks = lm.max_gen_toks
     cache_dir = eval_dir / ".cache"
-    cache_key = f"{ckpt_identity(ck)[:16]}-{z}-k{k}-s{seed}-g{max_gen_toks}"
+    cache_key = f"{ckpt_identity(ck)[:16]}-{z}-k{k}-s{seed}-g{gen_toks}"
     head = {"schema": SCHEMA, "run_id": run_id, "checkpoint": str(ck),
+            "checkpoint_step": lm.checkpoint_step,
             "arm": "free" if lm.is_free else "baseline", "z_mode": z if lm.is_free else "prior",
             "k": k, "leaks": lm.leaks, "seed": seed, "limit": limit, "fewshot_override": fewshot,
-            "data_dir": str(ddir) if ddir else None, "versions": versions(),
-            "data_checksums": checks, "git_commit": git_commit(),
-            "max_seq_len": lm.max_length, "argv": sys.argv}
+            "max_gen_toks": gen_toks, "data_dir": str(ddir) if ddir else None,
+            "versions": versions(), "git_commit": git_commit(),
+            "max_seq_len": lm.max_length, "protocol": lm.protocol(), "argv": sys.argv}
     written: dict[str, Path] = {}
-    suites = [("lm-eval", [t for t in tasks if t not in EVALPLUS_TASKS]),
-              ("evalplus", [t for t in tasks if t in EVALPLUS_TASKS])]
-    for suite, names in suites:
-        if not names:
-            continue
+    for suite, names in suites.items():
+        spec = eval_spec(suite, names, limit, z, k, fewshot, gen_toks, checks.get(suite, {}))
+        path = eval_dir / eval_file_name(spec, lm.checkpoint_step)
         t0 = time.time()
         n0 = _request_count(lm)
         if suite == "lm-eval":
@@ -301,24 +407,45 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
         else:
             from lm_eval.api.model import CachingLM
 
-            from experiments.evalplus_run import run_task
+            from experiments import evalplus_run
 
             cached = CachingLM(lm, str(cache_dir / f"evalplus-{cache_key}.db"))
             entries = {}
             for t in names:
-                entries |= run_task(_GenVia(cached, lm), t, ddir, limit,
-                                    eval_dir / ".evalplus" / cache_key, max_gen_toks)
+                try:
+                    got = evalplus_run.run_task(_GenVia(cached, lm), t, ddir, limit,
+                                                eval_dir / ".evalplus" / path.stem, gen_toks)
+                except Exception as e:  # noqa: BLE001 - the task's error, never a 0
+                    logging.getLogger(__name__).exception("task %s failed", t)
+                    got = {t: _error_entry(t, e, 0),
+                           f"{t}_gold_bpb": _error_entry(f"{t}_gold_bpb", e, 0)}
+                if "error" not in got.get(t, {}) and "truncation" not in got.get(t, {}):
+                    probs = evalplus_run.load_problems(evalplus_run.problems_file(t, ddir),
+                                                       limit)
+                    got[t]["truncation"] = lm.truncation_record(
+                        [(p["prompt"], {"max_gen_toks": gen_toks}) for p in probs])
+                entries |= got
         elapsed = time.time() - t0
         nreq = _request_count(lm) - n0
-        doc = head | {"suite": suite, "elapsed_s": round(elapsed, 2),
-                      "requests": nreq, "requests_per_s": nreq / elapsed if elapsed else None,
-                      "tasks": entries}
-        path = eval_dir / suite_file(suite, doc["z_mode"], limit, fewshot, k)
+        doc = head | {"suite": suite, "spec": spec, "spec_id": spec_id(spec),
+                      "data_checksums": spec["data_checksums"],
+                      "elapsed_s": round(elapsed, 2), "requests": nreq,
+                      "requests_per_s": nreq / elapsed if elapsed else None, "tasks": entries}
         _atomic_write_json(path, doc)
         print(f"wrote {path}: " + ", ".join(
             f"{t}={_fmt(e)}" for t, e in entries.items()), flush=True)
         written[suite] = path
     return written
+
+
+def failed_tasks(paths: dict[str, Path]) -> list[str]:
+    """'task: reason' for every task entry that records an error in the written files."""
+    out = []
+    for p in paths.values():
+        for t, e in json.loads(p.read_text(encoding="utf-8")).get("tasks", {}).items():
+            if e.get("error"):
+                out.append(f"{t}: {e['error']}")
+    return out
 
 
 class _GenVia:
@@ -339,12 +466,22 @@ def _request_count(lm: Any) -> int:
 
 
 def _fmt(e: dict) -> str:
+    if e.get("error"):
+        return "error"
     v = e["metrics"].get(e["primary"], {}).get("value")
     return "null" if v is None else f"{v:.4f}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description="Evaluate a checkpoint (docs/RESULTS.md schema).")
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises one line instead of printing usage and exiting."""
+
+    def error(self, message: str) -> Any:
+        raise EvalArgsError(message)
+
+
+def build_parser(raising: bool = False) -> argparse.ArgumentParser:
+    cls = _Parser if raising else argparse.ArgumentParser
+    ap = cls(description="Evaluate a checkpoint (docs/RESULTS.md schema).")
     ap.add_argument("ckpt", help="run dir or checkpoint .pt")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
                     help=f"comma-separated; default {','.join(DEFAULT_TASKS)}; online also "
@@ -357,22 +494,117 @@ def main(argv: list[str] | None = None) -> None:
                     help=f"offline benchmark dir (else ${benchdata.ENV_VAR}, else online)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-gen-toks", type=int, default=256)
+    ap.add_argument("--max-gen-toks", type=int, default=None,
+                    help="generation budget in tokens (default 256, at most half the model's "
+                         "window; a prompt never loses tokens to it unless it alone fills the "
+                         "window)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads (0 = torch's default; 1 is faster on a busy CPU)")
     ap.add_argument("--out-dir", default=None, help="default <run dir>/eval")
-    a = ap.parse_args(argv)
-    tasks = [t.strip() for t in a.tasks.split(",") if t.strip()]
+    return ap
+
+
+def check_tasks(tasks: list[str], ddir: Path | None) -> None:
+    """EvalArgsError naming unknown tasks (offline: those without offline data)."""
+    if not tasks:
+        raise EvalArgsError("--tasks: no task given")
+    if ddir is not None:
+        from experiments.tasks import OFFLINE_TASKS
+
+        known = tuple(OFFLINE_TASKS) + EVALPLUS_TASKS
+        bad = [t for t in tasks if t not in known]
+        if bad:
+            raise EvalArgsError(f"--tasks: no offline data for {', '.join(bad)}"
+                                f"{_did_you_mean(bad, known)}; offline tasks: "
+                                f"{', '.join(known)} (others run online, without DATA / "
+                                f"${benchdata.ENV_VAR})")
+        return
+    bad = [t for t in tasks if t not in DEFAULT_TASKS + ONLINE_EXTRA]
+    if bad:  # maybe a stock lm-eval task: ask lm-eval's index (slow, so only now)
+        every = _all_lm_eval_tasks()
+        bad = [t for t in bad if t not in every]
+        if bad:
+            raise EvalArgsError(f"--tasks: unknown task(s) {', '.join(bad)}"
+                                f"{_did_you_mean(bad, DEFAULT_TASKS + ONLINE_EXTRA)}")
+
+
+@functools.lru_cache(maxsize=1)
+def _all_lm_eval_tasks() -> frozenset[str]:
+    """Every task and group name lm-eval knows (indexing its YAMLs takes seconds)."""
+    from lm_eval.tasks import TaskManager
+
+    return frozenset(TaskManager().all_tasks)
+
+
+def _did_you_mean(bad: list[str], known: Sequence[str]) -> str:
+    sug = [m[0] for b in bad if (m := difflib.get_close_matches(b, known, n=1))]
+    return f" (did you mean {', '.join(sug)}?)" if sug else ""
+
+
+def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
+                  check_data: bool = True) -> argparse.Namespace:
+    """Parse and check evaluation arguments before any compute: EvalArgsError (one line) on a
+    bad flag, value or task name, DataError on bad offline data. `ckpt`: the checkpoint to
+    add (the sweep's EVAL_ARGS have none), or None when argv holds it.
+    Used by `make sweep EVAL=1 EVAL_ARGS=...` at plan time."""
+    argv = list(argv)
+    if ckpt is not None and any(a.startswith("--out-dir") for a in argv):
+        raise EvalArgsError("--out-dir: not allowed here (each run's eval goes to its run dir)")
+    a = build_parser(raising=True).parse_args(argv if ckpt is None else [ckpt, *argv])
+    for name in ("limit", "k", "batch_size", "max_gen_toks"):
+        v = getattr(a, name)
+        if v is not None and v < 1:
+            raise EvalArgsError(f"--{name.replace('_', '-')}: {v} must be >= 1")
+    if a.fewshot is not None and a.fewshot < 0:
+        raise EvalArgsError(f"--fewshot: {a.fewshot} must be >= 0")
+    a.task_list = list(dict.fromkeys(t.strip() for t in a.tasks.split(",") if t.strip()))
+    ddir = benchdata.data_dir(a.data)
+    check_tasks(a.task_list, ddir)
+    if ddir is not None and check_data:
+        benchdata.require(ddir, a.task_list)
+    return a
+
+
+def _die(e: Exception) -> None:
+    """Bad input: one line on stderr, exit 2, nothing written."""
+    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    sys.exit(2)
+
+
+def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
+    """{suite: spec} that `validate_args`'s arguments will produce on a model with this window
+    (its default generation length depends on it); offline checksums are computed here."""
+    from experiments.lm_adapter import default_gen_toks
+
+    ddir = benchdata.data_dir(a.data)
+    gen = a.max_gen_toks if a.max_gen_toks is not None else (
+        default_gen_toks(max_seq_len) if max_seq_len else None)
+    k = a.k if a.z == "prior-k" else 1
+    return {suite: eval_spec(suite, names, a.limit, a.z, k, a.fewshot, gen,
+                             suite_checksums(ddir, names))
+            for suite, names in suites_of(a.task_list).items()}
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        a = validate_args(sys.argv[1:] if argv is None else argv, ckpt=None, check_data=False)
+    except EvalArgsError as e:
+        _die(e)
     if a.threads > 0:
         import torch
 
         torch.set_num_threads(a.threads)
     try:
-        run_eval(a.ckpt, tasks, a.limit, a.z, a.k, a.fewshot, a.data, a.seed, a.batch_size,
-                 a.device, a.max_gen_toks, out_dir=a.out_dir)
-    except benchdata.DataError as e:
-        sys.exit(f"error: {e}")
+        written = run_eval(a.ckpt, a.task_list, a.limit, a.z, a.k, a.fewshot, a.data, a.seed,
+                           a.batch_size, a.device, a.max_gen_toks, out_dir=a.out_dir)
+    except (benchdata.DataError, EvalArgsError, FileNotFoundError, CheckpointError) as e:
+        _die(e)
+    bad = failed_tasks(written)
+    if bad:  # the file is written; the command still fails, so a sweep counts it as failed
+        print(f"error: {len(bad)} task(s) failed (recorded with null metrics): "
+              + "; ".join(bad), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

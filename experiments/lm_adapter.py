@@ -4,20 +4,37 @@ Design choices:
 - subclass of lm-eval's `TemplateLM`; context and continuation are tokenized *together* and the
   score is the sum over the joint encoding's last n tokens, n = the continuation's token count
   (the shortest suffix covering its characters; see `_encode_pair`; STYLE.md item 7);
-- requests are length-sorted and batched with lm-eval's own `Collator`, grouped by input so the
-  choices of one question share one forward pass (and, for the Free Transformer, one draw of Z);
-  batches are right-padded (the trunk is causal: padding never reaches a scored position);
+- requests are length-sorted and batched; requests with the same context *and* the same
+  continuation[:-1] (the answer letters of one MMLU question) share one forward pass, hence one
+  draw of Z, and each gathers its own continuation from it. lm-eval's
+  `Collator(group_by="contexts")` is not used: it groups by context + continuation[:-1] alone,
+  so ([5,6],[7,8]) and ([5,6,7],[9]) would share a pass whose scored span and encoder prefix
+  belong to only one of them; batches are right-padded (the trunk is causal: padding never
+  reaches a scored position);
 - a context longer than the model's window is cut on the left, as lm-eval's hf backend does;
-- Free Transformer: `z="prior"` (default) calls the model with `prefix_len` = the context's length
-  in the window, so the encoder reads the context only and every continuation position gets a
-  uniform code. `prior-k` scores each request under k draws of Z and returns the log of the mean
-  likelihood (the Monte-Carlo estimate of the marginal); the k per-draw values are kept in
-  `draw_logliks` for the spread. `posterior` lets the encoder read the scored tokens: it leaks
-  and is only a diagnostic; its rows are batched by equal length so padding never enters the
-  non-causal encoder;
+- Free Transformer protocol (`protocol()`, written into every eval file): `z="prior"` (default)
+  calls the model with `prefix_len` = the number of *original context* tokens in the window,
+  so the encoder reads the context only and every continuation position gets a uniform code.
+  `prior-k` scores each request under k draws of Z and returns the log of the mean likelihood
+  (the Monte-Carlo estimate of the marginal); the k per-draw values are kept in `draw_logliks`
+  for the spread. `posterior` lets the encoder read the scored tokens: it leaks and is only a
+  diagnostic; its rows are batched by equal length so padding never enters the non-causal
+  encoder;
+- a continuation longer than the window (a long gold answer) is scored in windows of
+  max_length tokens sliding by half a window, the same windows for both arms; the encoder sees
+  the original context's tokens still inside a window and never a continuation token, even one
+  scored by an earlier window (those get prior codes like the tokens being scored);
+- rolling log-likelihood (perplexity): every token is scored, so the encoder reads only the
+  first window's EOT prefix; later windows are all prior codes;
 - generation uses the model's KV-cache `generate` (encoder prefills the prompt, a prior code per
-  new token), greedy unless the task asks to sample; string stop sequences are applied to the
-  decoded text, and their single-encoding token ids stop the loop early;
+  new token), greedy unless the task asks to sample. Prompt and budget follow one rule
+  (`plan_generation`): the generation budget shrinks first, down to 1 token, so a prompt that
+  fits the window keeps every token; only a prompt that alone fills the window is cut, from
+  the left (few-shot examples go first, the question at its end stays), to leave a budget of
+  min(requested, half the window). Every cut is counted (`truncation_record`,
+  `take_truncation`) and logged. The default budget (`max_gen_toks=None`) is min(256, half
+  the window). String stop sequences are
+  applied to the decoded text, and their single-encoding token ids stop the loop early;
 - every finished request goes to lm-eval's cache hook at once, so with `use_cache` (sqlite) an
   interrupted evaluation resumes from the requests it finished.
 Registered as `ftbench` (alias `freetransformer`) in lm-eval's model registry, so
@@ -28,11 +45,13 @@ the stock `lm_eval` CLI with this module imported (lm-eval offers no plugin hook
 
 from __future__ import annotations
 
+import logging
 import math
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +65,60 @@ from experiments.tokenizer import TextTokenizer, tokenizer_from_ref
 from model import load_checkpoint
 
 Z_MODES = ("prior", "prior-k", "posterior")
+DEFAULT_GEN_TOKS = 256
+"""The generation budget asked for when neither the task nor the caller sets one; capped at
+half the model's window (`default_gen_toks`)."""
+REQUEST_TYPES = ("loglikelihood", "loglikelihood_rolling", "generate_until", "long_continuation")
+log = logging.getLogger(__name__)
+
+
+def default_gen_toks(max_length: int) -> int:
+    """The default generation budget for a model window: 256 tokens, at most half the window
+    (so a prompt of half a window still gets its full budget)."""
+    return max(1, min(DEFAULT_GEN_TOKS, max_length // 2))
+
+
+class GenPlan(NamedTuple):
+    """How one generation request is run: prompt tokens given, kept, and the token budget."""
+
+    prompt_tokens: int
+    kept: int
+    budget: int
+    requested: int
+
+    @property
+    def cut(self) -> int:
+        return self.prompt_tokens - self.kept
+
+
+def plan_generation(prompt_tokens: int, requested: int, max_length: int) -> GenPlan:
+    """The one rule for prompt vs budget in a window of max_length tokens.
+
+    The budget shrinks first: a prompt that fits the window with room for at least one new
+    token is kept whole, and the budget is what is left (at most `requested`). Only a prompt
+    that alone fills the window is cut, from the left (few-shot examples go first; the
+    question, which comes last, is kept whenever it fits), to max_length - budget tokens with
+    budget = min(requested, max_length // 2): a cut is unavoidable then, and a 1-token budget
+    would make the generation meaningless."""
+    if max_length < 2:
+        raise ValueError(f"max_length={max_length}: generation needs a window of >= 2 tokens")
+    requested = max(1, int(requested))
+    n = max(1, prompt_tokens)  # an empty prompt runs as the EOT token
+    if n < max_length:
+        return GenPlan(prompt_tokens, prompt_tokens, min(requested, max_length - n), requested)
+    budget = min(requested, max_length // 2)
+    return GenPlan(prompt_tokens, max_length - budget, budget, requested)
+
+
+def truncation_summary(plans: Sequence[GenPlan]) -> dict[str, Any]:
+    """The per-task "truncation" record of the eval files (docs/RESULTS.md)."""
+    cut = [p for p in plans if p.cut > 0]
+    return {"n_requests": len(plans), "n_truncated": len(cut),
+            "max_tokens_cut": max((p.cut for p in plans), default=None),
+            "min_prompt_tokens_kept": min((p.kept for p in plans), default=None),
+            "gen_budget_min": min((p.budget for p in plans), default=None),
+            "n_budget_shrunk": sum(p.budget < p.requested for p in plans),
+            "gen_budget_requested": max((p.requested for p in plans), default=None)}
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
@@ -66,21 +139,33 @@ def _bool(v: Any) -> bool:
     return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
 
 
+def checkpoint_step(path: str | os.PathLike, extra: dict[str, Any] | None) -> int | None:
+    """The training step a checkpoint holds: its recorded `extra["step"]`, else step_N.pt."""
+    step = (extra or {}).get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        return step
+    m = re.fullmatch(r"step_(\d+)\.pt", Path(path).name)
+    return int(m.group(1)) if m else None
+
+
 @register_model("ftbench", "freetransformer")
 class FTBenchLM(TemplateLM):
     """Scores our baseline / Free Transformer checkpoints under lm-eval."""
 
     def __init__(self, checkpoint: str | None = None, model: torch.nn.Module | None = None,
                  tokenizer: TextTokenizer | dict | None = None, z: str = "prior", k: int = 1,
-                 seed: int = 0, batch_size: int | str = 16, max_gen_toks: int = 256,
+                 seed: int = 0, batch_size: int | str = 16, max_gen_toks: int | None = None,
                  device: str = "cpu", max_length: int | None = None,
                  progress: bool | str = True, **_: Any) -> None:
         super().__init__()
         if z not in Z_MODES:
             raise ValueError(f"z={z!r}: allowed {Z_MODES}")
+        self.checkpoint_step: int | None = None
         if checkpoint is not None:
-            ck = load_checkpoint(resolve_checkpoint(checkpoint), map_location=device)
+            path = resolve_checkpoint(checkpoint)
+            ck = load_checkpoint(path, map_location=device)
             model, tokenizer = ck.model, ck.tokenizer
+            self.checkpoint_step = checkpoint_step(path, ck.extra)
         if model is None or tokenizer is None:
             raise ValueError("FTBenchLM needs checkpoint=... or both model= and tokenizer=")
         self.model = model.eval()
@@ -93,8 +178,11 @@ class FTBenchLM(TemplateLM):
             raise ValueError(f"k={k}: need k >= 1")
         self.seed = int(seed)
         self.batch_size = int(batch_size) if str(batch_size) != "auto" else 16
-        self.max_gen_toks = int(max_gen_toks)
         self.max_length = int(max_length or self.model.cfg.max_seq_len)
+        self.max_gen_toks = int(max_gen_toks) if max_gen_toks not in (None, "", "None") \
+            else default_gen_toks(self.max_length)
+        if self.max_gen_toks < 1:
+            raise ValueError(f"max_gen_toks={max_gen_toks}: need >= 1")
         self.progress = _bool(progress)
         self._device = torch.device(device)
         self.generator = torch.Generator(device="cpu").manual_seed(self.seed)
@@ -102,6 +190,8 @@ class FTBenchLM(TemplateLM):
         self.draw_logliks: dict[tuple[str, str], list[float]] = {}
         self.n_forward_tokens = 0
         self.n_requests = 0  # requests the model actually ran (cache hits excluded)
+        # (task name or None, plan) of every generation request run since take_truncation()
+        self._gen_plans: list[tuple[str | None, GenPlan]] = []
 
     # ------------------------------------------------------------------ lm-eval plumbing
     @property
@@ -157,16 +247,47 @@ class FTBenchLM(TemplateLM):
     def leaks(self) -> bool:
         return self.is_free and self.z == "posterior"
 
+    def protocol(self) -> dict[str, str]:
+        """What Z saw, per request type (written into every eval file as `protocol`)."""
+        if not self.is_free:
+            return dict.fromkeys(REQUEST_TYPES, "no latent Z (baseline model)")
+        draws = f"; {self.k} draws of Z per request, likelihoods averaged" if self.k > 1 else ""
+        gen = ("encoder: the prompt only (cut from the left only if it alone fills the window); "
+               "a prior code for every generated token")
+        if self.z == "posterior":
+            leak = "(posterior: leaks the scored tokens; a diagnostic, not a score)"
+            return {"loglikelihood": f"encoder: context and continuation {leak}",
+                    "loglikelihood_rolling": f"encoder: every token of the window {leak}",
+                    "generate_until": gen,
+                    "long_continuation": "windows of max_length sliding by half a window; "
+                                         f"encoder: every token of the window {leak}"}
+        return {"loglikelihood": "encoder: context only (the last tokens that fit the window); "
+                                 "a prior code for every continuation token" + draws,
+                "loglikelihood_rolling": "encoder: the first window's EOT prefix only; a prior "
+                                         "code for every scored token in every window" + draws,
+                "generate_until": gen,
+                "long_continuation": "windows of max_length sliding by half a window, the same "
+                                     "for both arms; encoder: the original context's tokens "
+                                     "still in the window (none once it has slid past), never "
+                                     "a continuation token; a prior code for every "
+                                     "continuation token in every window, scored or already "
+                                     "scored" + draws}
+
     # ------------------------------------------------------------------ scoring core
-    def _window(self, ctx: list[int], cont: list[int]) -> tuple[list[int], int, int]:
-        """(input tokens, prefix_len, n_cont): the last max_length tokens of ctx + cont[:-1]."""
+    def _window(self, ctx: list[int], cont: list[int],
+                n_enc: int | None = None) -> tuple[list[int], int, int]:
+        """(input tokens, prefix_len, n_cont): the last max_length tokens of ctx + cont[:-1];
+        prefix_len = how many of the first n_enc tokens of ctx (default: all of ctx, the
+        tokens the encoder may read) are still in the window."""
         if not cont:
             raise ValueError("empty continuation")
         if len(cont) > self.max_length:
             raise ValueError(f"continuation of {len(cont)} tokens exceeds the window "
                              f"{self.max_length}")
-        inp = (ctx + cont)[-(self.max_length + 1):][:-1]
-        return inp, len(inp) - len(cont) + 1, len(cont)
+        full = ctx + cont
+        start = max(0, len(full) - (self.max_length + 1))  # where the window begins in full
+        n_enc = len(ctx) if n_enc is None else min(n_enc, len(ctx))
+        return full[start:-1], max(0, n_enc - start), len(cont)
 
     def _logits(self, toks: torch.Tensor, prefix: torch.Tensor, lf: int = 0) -> torch.Tensor:
         """One draw of the model's logits (B, T - lf, V) under the configured z-mode."""
@@ -209,22 +330,26 @@ class FTBenchLM(TemplateLM):
         return [torch.stack(o) for o in out]
 
     def _loglikelihood_tokens(self, requests: list[tuple[tuple[str, str], list[int], list[int]]],
-                              disable_tqdm: bool = False,
+                              disable_tqdm: bool = False, n_enc: Sequence[int] | None = None,
                               **kw: Any) -> list[tuple[float, bool]]:
+        """Score (key, context tokens, continuation tokens) requests. n_enc[i]: how many leading
+        context tokens of request i the encoder may read (default: the whole context)."""
         self.n_requests += len(requests)
+        enc = [len(c) for _, c, _ in requests] if n_enc is None else list(n_enc)
         # A continuation longer than the window (a gold answer, say) is scored in pieces of half
-        # a window, each conditioned on as much preceding text as fits, as a sliding window
-        # would; the encoder still sees only what precedes the scored piece.
+        # a window, each conditioned on as much preceding text as fits (a sliding window). The
+        # encoder still reads only the original context: scored tokens before a piece are
+        # conditioning for the trunk, with prior codes, never encoder input.
         step = max(1, self.max_length // 2)
-        pieces: list[tuple[Any, list[int], list[int]]] = []
+        pieces: list[tuple[list[int], list[int], int]] = []
         owner: list[int] = []
         for i, (_, ctx, cont) in enumerate(requests):
             if len(cont) <= self.max_length:
-                pieces.append((None, ctx, cont))
+                pieces.append((ctx, cont, enc[i]))
                 owner.append(i)
                 continue
             for j in range(0, len(cont), step):
-                pieces.append((None, ctx + cont[:j], cont[j:j + step]))
+                pieces.append((ctx + cont[:j], cont[j:j + step], enc[i]))
                 owner.append(i)
         scored = self._score_tokens(pieces, disable_tqdm)
         draws: list[list[float]] = [[] for _ in requests]
@@ -241,31 +366,36 @@ class FTBenchLM(TemplateLM):
                 self.cache_hook.add_partial("loglikelihood", key, ans)
         return res
 
-    def _score_tokens(self, requests: list[tuple[Any, list[int], list[int]]],
+    def _score_tokens(self, pieces: list[tuple[list[int], list[int], int]],
                       disable_tqdm: bool) -> list[tuple[list[float], bool]]:
-        """Per request: the continuation's log-likelihood per draw of Z, and whether greedy."""
-        # group_by="contexts": requests with the same input (context + continuation[:-1], e.g.
-        # the answer letters of one MMLU question) share one forward pass, hence one draw of Z
-        coll = Collator(requests, sort_fn=lambda r: (-len(r[1] + r[2]), tuple(r[1] + r[2])),
-                        group_fn=lambda r: r[-2] + r[-1][:-1], group_by="contexts")
-        res: list[tuple[list[float], bool]] = []
-        bar = tqdm(total=len(requests), desc="loglikelihood",
+        """Per (ctx, cont, n_enc): the continuation's log-likelihood per draw of Z, and whether
+        it is the greedy continuation.
+
+        Pieces with the same context, continuation[:-1] and encoder span read the same input
+        with the same prefix: they share one forward pass (one draw of Z), and each gathers its
+        own last token from it. Any other pair is scored apart, exactly as if alone."""
+        groups: dict[tuple, list[int]] = {}
+        for i, (ctx, cont, ne) in enumerate(pieces):
+            groups.setdefault((tuple(ctx), tuple(cont[:-1]), ne), []).append(i)
+        reps = sorted(groups.values(), key=lambda g: (
+            -len(pieces[g[0]][0]) - len(pieces[g[0]][1]),
+            tuple(pieces[g[0]][0] + pieces[g[0]][1])))
+        res: list[tuple[list[float], bool] | None] = [None] * len(pieces)
+        bar = tqdm(total=len(pieces), desc="loglikelihood",
                    disable=disable_tqdm or not self.progress)
-        for chunk in coll.get_batched(n=self.batch_size):
-            lps = self._cont_logprobs([self._window(c, x) for _, c, x in chunk])
-            for (key, ctx, cont), lp in zip(chunk, lps, strict=True):
-                k, n, V = lp.shape
-                flat = lp.reshape(1, k, n * V)  # get_cache expands dim 0 per sharing request
-                for _, cont2, lp2 in coll.get_cache(req_str=key, cxt_toks=ctx,
-                                                    cont_toks=cont, logits=flat):
-                    lp2 = lp2.reshape(k, n, V)
-                    tgt = torch.tensor(cont2, device=lp2.device)
-                    per_draw = lp2.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
-                    greedy = bool((lp2.exp().mean(0).argmax(-1) == tgt).all())
-                    res.append(([float(x) for x in per_draw], greedy))
-                    bar.update(1)
+        for s in range(0, len(reps), self.batch_size):
+            chunk = reps[s:s + self.batch_size]
+            lps = self._cont_logprobs([self._window(*pieces[g[0]]) for g in chunk])
+            for members, lp in zip(chunk, lps, strict=True):
+                k, n, _ = lp.shape
+                for i in members:
+                    tgt = torch.tensor(pieces[i][1], device=lp.device)
+                    per_draw = lp.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
+                    greedy = bool((lp.exp().mean(0).argmax(-1) == tgt).all())
+                    res[i] = ([float(x) for x in per_draw], greedy)
+                bar.update(len(members))
         bar.close()
-        return coll.get_original(res)
+        return res  # type: ignore[return-value]
 
     def loglikelihood_pairs(self, pairs: Sequence[tuple[str, str]],
                             disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -284,18 +414,41 @@ class FTBenchLM(TemplateLM):
             (string,) = req.args
             wins = [make_disjoint_window(w) for w in get_rolling_token_windows(
                 self.tok_encode(string), self.eot_token_id, self.max_length, 1)]
-            scores = self._loglikelihood_tokens([(None, c, x) for c, x in wins],
-                                                disable_tqdm=True)
+            # every token is scored: the encoder may read the first window's EOT prefix only
+            # (later windows' contexts are tokens scored by earlier windows)
+            scores = self._loglikelihood_tokens(
+                [(None, c, x) for c, x in wins], disable_tqdm=True,
+                n_enc=[len(c) if j == 0 else 0 for j, (c, _) in enumerate(wins)])
             total = sum(s for s, _ in scores)
             out.append(total)
             self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
         return out
 
     # ------------------------------------------------------------------ generation
+    def plan_generation(self, context: str, gen_kwargs: dict | None = None) -> GenPlan:
+        """How a generate_until request (context, gen_kwargs) runs in this model's window."""
+        req = (gen_kwargs or {}).get("max_gen_toks", self.max_gen_toks)
+        return plan_generation(len(self.tok_encode(context)), int(req), self.max_length)
+
+    def truncation_record(self, args: Iterable[tuple[str, dict]]) -> dict[str, Any]:
+        """The "truncation" record for generate_until requests given by their args
+        (context, gen_kwargs), computed from the rule alone: it covers cached requests too."""
+        return truncation_summary([self.plan_generation(c, g) for c, g in args])
+
+    def take_truncation(self, task: str | None = None) -> dict[str, Any]:
+        """The "truncation" record of the generation requests this adapter ran since the last
+        call (all tasks, or one task by its lm-eval name), and forget them. Requests answered
+        from a cache never reach the adapter: use `truncation_record` to cover them."""
+        take = [p for t, p in self._gen_plans if task is None or t == task]
+        self._gen_plans = [(t, p) for t, p in self._gen_plans
+                           if not (task is None or t == task)]
+        return truncation_summary(take)
+
     @torch.no_grad()
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         eos = self.tok.decode([self.tok.eos_id]) if self.tok.eos_id is not None else None
         reqs = [r.args for r in requests]
+        names = [getattr(r, "task_name", None) for r in requests]
         enc = [self.tok_encode(c) for c, _ in reqs]
         self.n_requests += len(reqs)
 
@@ -304,31 +457,47 @@ class FTBenchLM(TemplateLM):
         res: list[str] = []
         bar = tqdm(total=len(reqs), desc="generate_until",
                    disable=disable_tqdm or not self.progress)
+        n_cut = 0
         for chunk in coll.get_batched(n=self.batch_size):
             idx = [i for i, _ in chunk]
             kw = dict(chunk[0][1][1])
             until = handle_stop_sequences(kw.pop("until", None), eos)
-            max_new = int(kw.pop("max_gen_toks", self.max_gen_toks))
-            max_new = max(1, min(max_new, self.max_length - 1))
+            requested = int(kw.pop("max_gen_toks", self.max_gen_toks))
             do_sample = _bool(kw.pop("do_sample", False))
             temperature = float(kw.pop("temperature", 0.0)) if do_sample else 0.0
             top_p = float(kw.pop("top_p", 1.0) or 1.0)
-            keep = self.max_length - max_new
-            prompts = [enc[i][-keep:] or [self.eot_token_id] for i in idx]
             stops = [ids for s in until if (ids := self.tok_encode(s))]
-            gen = self.model.generate(prompts, max_new_tokens=max_new, temperature=temperature,
-                                      top_p=top_p, z="prior", stop=stops,
-                                      generator=self.generator, eos_id=self.tok.eos_id)
-            self.n_forward_tokens += sum(len(p) for p in prompts) + sum(map(len, gen.tokens))
-            for j, i in enumerate(idx):
-                text = self.tok_decode(gen.tokens[j])
-                for s in until:
-                    if s:
-                        text = text.split(s)[0]
-                res.append(text)
-                self.cache_hook.add_partial("generate_until", reqs[i], text)
+            plans = {i: plan_generation(len(enc[i]), requested, self.max_length) for i in idx}
+            for i in idx:
+                self._gen_plans.append((names[i], plans[i]))
+                n_cut += plans[i].cut > 0
+            texts: dict[int, str] = {}
+            # rows of one generate call share its budget: run each budget apart, so a row's
+            # budget never depends on its batch mates
+            for budget in sorted({p.budget for p in plans.values()}, reverse=True):
+                rows = [i for i in idx if plans[i].budget == budget]
+                prompts = [(enc[i][len(enc[i]) - plans[i].kept:] if plans[i].kept else [])
+                           or [self.eot_token_id] for i in rows]
+                gen = self.model.generate(prompts, max_new_tokens=budget,
+                                          temperature=temperature, top_p=top_p, z="prior",
+                                          stop=stops, generator=self.generator,
+                                          eos_id=self.tok.eos_id)
+                self.n_forward_tokens += sum(map(len, prompts)) + sum(map(len, gen.tokens))
+                for j, i in enumerate(rows):
+                    text = self.tok_decode(gen.tokens[j])
+                    for s in until:
+                        if s:
+                            text = text.split(s)[0]
+                    texts[i] = text
+            for i in idx:
+                res.append(texts[i])
+                self.cache_hook.add_partial("generate_until", reqs[i], texts[i])
             bar.update(len(idx))
         bar.close()
+        if n_cut:
+            log.warning("generate_until: %d of %d prompts were cut from the left to fit the "
+                        "%d-token window (recorded as the task's truncation)", n_cut, len(reqs),
+                        self.max_length)
         return coll.get_original(res)
 
 

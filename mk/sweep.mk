@@ -3,6 +3,8 @@
 #   make sweep KAPPA="0.5 2 4" DRY=1                           grid, per-cell and total FLOPs only
 #   make sweep ... LAUNCHER=slurm                              job array; needs sweeps/cluster.yaml
 #   make sweep ... CONTROLS="flops plus1" EVAL=1 NAME=main     equal-compute arms, chained eval jobs
+#     (EVAL_ARGS and task names are checked when the sweep is planned, DRY=1 too; a failed
+#      evaluation is a failure in the summary and the exit code)
 #   make sweep-status NAME=main                                pending/running/done/failed table
 # Re-running the same command skips done cells, resumes interrupted ones, and reruns failed ones
 # only with RETRY_FAILED=1. Variables left unset take the defaults of `python -m sweeps run -h`;

@@ -33,14 +33,37 @@ class LoadedCheckpoint:
     extra: dict[str, Any]
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where Linux allows (os.umask can only be
+    read by setting it, which races with other threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
     """Write a file atomically: `write(f)` fills a temporary file in the same directory, which
     is fsynced and renamed over `path`. Readers see the old file or the new one, never half;
-    a failure leaves no temporary behind."""
+    a failure leaves no temporary behind.
+
+    The file gets the mode `open()` would give it: an existing file's mode is kept, a new file
+    gets 0666 minus the umask (mkstemp alone makes 0600, unreadable to a shared group)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()

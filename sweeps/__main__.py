@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -75,17 +76,28 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"JOBS: {jobs!r} must be a positive integer")
         cluster = L.load_cluster(Path(a.cluster) if a.cluster else None) \
             if launcher == "slurm" else None
+        evaluate = _flag(a.eval)
+        try:
+            eval_args = shlex.split(a.eval_args)
+        except ValueError as e:
+            raise SweepError(f"EVAL_ARGS: {e}") from e
+        # the evaluation's arguments and task names are checked now, before any training
+        parsed = L.validate_eval_args(eval_args) if evaluate or eval_args else None
         p = L.plan(spec, a.name.strip() or None)
+        if evaluate and parsed is not None:
+            p.eval_specs = L.eval_specs(parsed, p)
         if _flag(a.dry):
             print(L.dry_run_text(p))
             return 0
         m = L.run(p, launcher=launcher, jobs=int(jobs) if jobs else None,
-                  evaluate=_flag(a.eval), eval_args=a.eval_args.split(),
+                  evaluate=evaluate, eval_args=eval_args,
                   retry_failed=_flag(a.retry_failed), cluster=cluster)
         print(L.manifest.table(m))
         if launcher == "local":
             bad = [c for c in m["cells"] if c["state"] != "done"]
-            return 1 if bad else 0
+            bad_eval = [c for c in m["cells"] if evaluate
+                        and (c.get("eval") or {}).get("state") != "done"]
+            return 1 if bad or bad_eval else 0
         return 0
     except SweepError as e:
         print(f"sweep: error: {e}", file=sys.stderr)

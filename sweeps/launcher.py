@@ -16,6 +16,7 @@ sweeps that share a cell share its run.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import os
 import subprocess
@@ -60,6 +61,8 @@ class Plan:
     results: Path
     cells: list[PlannedCell]
     shared: dict[str, Any] = field(default_factory=dict)
+    eval_specs: dict[str, dict[str, Any]] | None = None
+    """{suite: spec} of the chained evaluation (EVAL=1), as its files will record it."""
 
     @property
     def manifest_path(self) -> Path:
@@ -92,6 +95,83 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
     return Plan(name, spec, manifest.sweep_dir(results, name), results, planned, shared)
 
 
+# ------------------------------------------------------------------------------- eval spec
+def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
+    """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
+    offline data): SweepError (one line) before anything trains."""
+    from experiments import benchdata
+    from experiments.eval import EvalArgsError, validate_args
+
+    try:
+        return validate_args(list(argv))
+    except (EvalArgsError, benchdata.DataError) as e:
+        raise SweepError(f"EVAL_ARGS: {' '.join(str(e).split())}") from e
+
+
+def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
+    """{suite: spec} the chained evaluation of this plan's cells will write."""
+    from experiments import benchdata
+    from experiments.eval import planned_specs
+
+    lens = {(c.config.get("model") or {}).get("max_seq_len") for c in p.cells}
+    max_len = lens.pop() if len(lens) == 1 else None
+    try:
+        return planned_specs(args, max_len)
+    except benchdata.DataError as e:
+        raise SweepError(f"EVAL_ARGS: {' '.join(str(e).split())}") from e
+
+
+def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
+    """The manifest's `eval_spec`: the suite's spec itself when there is one suite (so its
+    spec_id is the eval files'), else their union with the per-suite specs inside."""
+    if not specs:
+        return None
+    if len(specs) == 1:
+        return next(iter(specs.values()))
+    first = next(iter(specs.values()))
+    sums: dict[str, str] = {}
+    for s in specs.values():
+        sums.update(s.get("data_checksums") or {})
+    return {"suite": "+".join(specs), "tasks": sorted(t for s in specs.values()
+                                                      for t in s["tasks"]),
+            **{k: first[k] for k in ("limit", "z_mode", "k", "fewshot")},
+            "gen_tokens": next((s["gen_tokens"] for s in specs.values()
+                                if s["gen_tokens"] is not None), None),
+            "data_checksums": dict(sorted(sums.items()))}
+
+
+def eval_files(run_dir: Path, specs: dict[str, dict[str, Any]]) -> dict[str, str | None]:
+    """{suite: path of its eval file relative to the run dir (the newest for that spec_id),
+    or None when there is none}."""
+    from experiments.eval import spec_id
+
+    out: dict[str, str | None] = {}
+    for suite, sp in specs.items():
+        hits = sorted((run_dir / "eval").glob(f"*.{spec_id(sp)}.step*.json"),
+                      key=lambda q: q.stat().st_mtime_ns)
+        out[suite] = str(hits[-1].relative_to(run_dir)) if hits else None
+    return out
+
+
+def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
+    """A finished eval job counts as done only if it wrote a file for every suite of the
+    sweep's eval spec; else it failed, with the reason."""
+    ev = c.get("eval") or {}
+    specs = {s: v["spec"] for s, v in (m.get("eval_specs") or {}).items()}
+    if ev.get("state") != "done" or not specs:
+        return
+    files = eval_files(Path(c["run_dir"]), specs)
+    ev["files"] = files
+    if len(files) == 1:
+        ev["file"] = next(iter(files.values()))
+    missing = [s for s, f in files.items() if f is None]
+    if missing:
+        from experiments.eval import spec_id
+
+        ev.update(state="failed", reason="the evaluation exited 0 but wrote no file for "
+                  + ", ".join(f"{s} (spec_id {spec_id(specs[s])})" for s in missing))
+
+
 # ------------------------------------------------------------------------------- dry run
 def human(x: float) -> str:
     for unit, v in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -122,7 +202,14 @@ def dry_run_text(p: Plan) -> str:
     tail = (f"total: {len(p.cells)} cells, {human(sum(c.tokens for c in p.cells))} tokens, "
             f"{human(total)} FLOPs; to run: {len(todo)} cells, {human(left)} FLOPs\n"
             f"manifest: {p.manifest_path}  (DRY=1: nothing submitted)")
-    return "\n".join([head, *lines, tail])
+    evl = []
+    if p.eval_specs:
+        from experiments.eval import spec_id
+
+        evl = [f"eval (checked): {s} tasks {','.join(sp['tasks'])}, limit {sp['limit']}, "
+               f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
+               for s, sp in p.eval_specs.items()]
+    return "\n".join([head, *lines, *evl, tail])
 
 
 # ------------------------------------------------------------------------------- manifest
@@ -150,6 +237,16 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
                          f"({p.manifest_path}); pick another NAME")
     prev = {c["cell"]: c for c in (old or {}).get("cells", [])}
     sha, dirty = git_commit()
+    if p.eval_specs:
+        from experiments.eval import spec_id
+
+        espec = combined_spec(p.eval_specs)
+        especs = {s: {"spec": sp, "spec_id": spec_id(sp)} for s, sp in p.eval_specs.items()}
+        espec_id = spec_id(espec) if len(p.eval_specs) > 1 else \
+            next(iter(especs.values()))["spec_id"]
+    else:  # not evaluating this time: the evaluation planned before (if any) still applies
+        espec, especs, espec_id = ((old or {}).get(k) for k in ("eval_spec", "eval_specs",
+                                                                 "eval_spec_id"))
     cells = []
     for c in p.cells:
         o = prev.get(c.cell.name, {})
@@ -169,6 +266,7 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
         "name": p.name, "created": (old or {}).get("created", now()), "updated": now(),
         "git_commit": sha, "git_dirty": dirty, "launcher": launcher,
         "command": sys.argv, "grid": p.spec.to_manifest(), "shared": p.shared,
+        "eval_spec": espec, "eval_spec_id": espec_id, "eval_specs": especs,
         "data_checksums": (old or {}).get("data_checksums", {}),
         "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
         "totals": {"cells": len(p.cells), "tokens": sum(c.tokens for c in p.cells),
@@ -215,6 +313,7 @@ def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset()) ->
             ev["state"] = "done" if ok else "failed" if why else "pending"
             ev["reason"] = why or (None if ok else "interrupted: evaluation job ended without "
                                    "a result; EVAL=1 runs it again")
+            settle_eval(c, m)
     m["updated"] = now()
     return m
 
@@ -322,15 +421,24 @@ def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: 
         return m
 
 
-def _train_job(c: dict[str, Any], threads: int | None) -> CellJob:
+def _train_job(c: dict[str, Any], threads: int | None, launcher: str = "local") -> CellJob:
     cell = Cell(c["cell"], c["arm"], c["seed"], tuple(c["overrides"]))
+    # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
     return CellJob(c["cell"], backend.train_argv(cell), run_dir=c["run_dir"],
-                   done_file=backend.DONE_FILE, threads=threads, cwd=os.getcwd())
+                   done_file=backend.DONE_FILE, threads=threads, cwd=os.getcwd(),
+                   env={"FTBENCH_LAUNCHER": launcher})
 
 
-def _eval_job(c: dict[str, Any], eval_args: Sequence[str], threads: int | None) -> CellJob:
+def _eval_job(c: dict[str, Any], eval_args: Sequence[str], threads: int | None,
+              launcher: str = "local") -> CellJob:
     return CellJob(c["cell"], backend.eval_argv(Path(c["run_dir"]), eval_args), threads=threads,
-                   cwd=os.getcwd(), kind="eval")
+                   cwd=os.getcwd(), kind="eval", env={"FTBENCH_LAUNCHER": launcher})
+
+
+def _needs_eval(c: dict[str, Any], m: dict[str, Any]) -> bool:
+    """Not evaluated yet, failed, or evaluated under another spec than the sweep's now."""
+    ev = c.get("eval") or {}
+    return ev.get("state") != "done" or ev.get("spec_id") != m.get("eval_spec_id")
 
 
 def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int | None,
@@ -347,9 +455,9 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
     m["local"] = {"jobs": n, "threads_per_job": threads}
     queue: list[tuple[str, dict[str, Any]]] = [
         ("train", c) for c in sorted(todo, key=lambda c: -c["flops"])]  # longest first
-    if evaluate:  # finished cells whose evaluation never ran (or failed) are evaluated too
-        queue += [("eval", c) for c in m["cells"] if c["state"] == "done"
-                  and (c.get("eval") or {}).get("state") != "done"]
+    if evaluate:  # finished cells whose evaluation never ran (or failed, or ran another
+        # spec) are evaluated too
+        queue += [("eval", c) for c in m["cells"] if c["state"] == "done" and _needs_eval(c, m)]
     active: dict[int, tuple[str, dict[str, Any], Any, float]] = {}  # slot -> job
     log(f"local: {n} parallel job(s), {threads} thread(s) each; jobs in {p.folder / 'jobs'}")
     t0 = time.time()
@@ -376,7 +484,8 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
                     c.update(state="running", job_id=str(job.job_id), reason=None, slot=slot,
                              started=now(), attempts=c.get("attempts", 0) + 1)
                 else:
-                    c["eval"] = {"state": "running", "job_id": str(job.job_id), "slot": slot}
+                    c["eval"] = {"state": "running", "job_id": str(job.job_id), "slot": slot,
+                                 "spec_id": m.get("eval_spec_id")}
                 active[slot] = (kind, c, job, started)
                 log(f"[{time.time() - t0:6.0f}s] slot {slot}: start {kind} {c['cell']} "
                     f"(job {job.job_id})")
@@ -396,6 +505,8 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
                 else:
                     c["eval"].update(state="failed" if state != "done" else "done",
                                      reason=reason, wall_s=round(wall, 1))
+                    settle_eval(c, m)
+                    state, reason = c["eval"]["state"], c["eval"].get("reason")
                 log(f"[{time.time() - t0:6.0f}s] slot {slot}: {kind} {c['cell']} -> {state}"
                     + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
                 refresh(m, p.folder, live={a[1]["cell"] for a in active.values()})
@@ -448,7 +559,7 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
 
     if todo:
         ex = executor(False)
-        jobs = ex.submit_array([_train_job(c, None) for c in todo])  # one job array
+        jobs = ex.submit_array([_train_job(c, None, "slurm") for c in todo])  # one job array
         for c, j in zip(todo, jobs, strict=True):
             c.update(state="running", job_id=str(j.job_id), reason=None, started=now(),
                      attempts=c.get("attempts", 0) + 1)
@@ -456,7 +567,9 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
         log(f"slurm: submitted array {jobs[0].job_id.split('_')[0]} with {len(jobs)} cells")
     if evaluate:
         for c in m["cells"]:
-            if (c.get("eval") or {}).get("state") in ("done", "running"):
+            ev = c.get("eval") or {}
+            if ev.get("state") == "running" or (ev.get("state") == "done"
+                                                and not _needs_eval(c, m)):
                 continue
             if c["state"] not in ("done", "running"):
                 continue
@@ -464,8 +577,9 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
             if c["state"] == "running":  # evaluate once training succeeds
                 ex.update_parameters(slurm_additional_parameters={
                     **(cluster.get("additional") or {}), "dependency": f"afterok:{c['job_id']}"})
-            j = ex.submit(_eval_job(c, eval_args, None))
-            c["eval"] = {"state": "running", "job_id": str(j.job_id)}
+            j = ex.submit(_eval_job(c, eval_args, None, "slurm"))
+            c["eval"] = {"state": "running", "job_id": str(j.job_id),
+                         "spec_id": m.get("eval_spec_id")}
         manifest.save(p.manifest_path, m)
     log(f"watch it with: make sweep-status NAME={p.name}")
 

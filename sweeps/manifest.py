@@ -8,6 +8,9 @@ atomic rename; jobs never touch it. A cell's state is re-derived from facts on e
     failed   its job raised (the trainer exited with an error); retried only on request
     pending  not started yet, or interrupted (killed, node lost, driver stopped): the reason says
              which, and a re-run resumes it from its newest checkpoint
+
+A cell's chained evaluation (EVAL=1) has its own state in `eval`; a failed evaluation is a
+failure in the summary line (and in `make sweep`'s exit code), not hidden behind a done cell.
 """
 
 from __future__ import annotations
@@ -139,13 +142,25 @@ def counts(manifest: dict[str, Any]) -> dict[str, int]:
     return c
 
 
+def eval_counts(manifest: dict[str, Any]) -> dict[str, int]:
+    """States of the cells' chained evaluations ({} when none was ever started)."""
+    c: dict[str, int] = {}
+    for cell in manifest["cells"]:
+        st = (cell.get("eval") or {}).get("state")
+        if st:
+            c[st] = c.get(st, 0) + 1
+    return {s: c.get(s, 0) for s in STATES} if c else {}
+
+
 def table(manifest: dict[str, Any]) -> str:
     """The status table `make sweep-status` prints."""
     rows = [("cell", "arm", "run-id", "state", "step", "job", "eval", "reason")]
     for c in manifest["cells"]:
         ev = c.get("eval") or {}
+        reason = c.get("reason") or (f"eval: {ev['reason']}" if ev.get("state") == "failed"
+                                     and ev.get("reason") else "")
         rows.append((c["cell"], c["arm"], c["run_id"], c["state"], str(c.get("step") or "-"),
-                     str(c.get("job_id") or "-"), ev.get("state", "-"), c.get("reason") or ""))
+                     str(c.get("job_id") or "-"), ev.get("state", "-"), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
              for r in rows]
@@ -153,4 +168,9 @@ def table(manifest: dict[str, Any]) -> str:
     summary = ", ".join(f"{n[s]} {s}" for s in STATES)
     head = (f"sweep {manifest['name']} ({manifest['launcher']}): {len(manifest['cells'])} cells: "
             f"{summary}")
+    ev = eval_counts(manifest)
+    if ev:
+        head += "; eval: " + ", ".join(f"{ev[s]} {s}" for s in STATES)
+        if ev["failed"]:
+            head += " (failed evaluations count as failures)"
     return "\n".join([head, *[ln.rstrip() for ln in lines]])

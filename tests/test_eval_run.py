@@ -1,5 +1,6 @@
-"""End to end: a small-LIMIT run of the six benchmarks from ../shared/benchmarks writes the
-result schema of docs/RESULTS.md; a re-run resumes from the request cache."""
+"""End to end: a small-LIMIT run of the six benchmarks from the offline benchmark files writes
+the result schema of docs/RESULTS.md; a re-run resumes from the request cache; one file per
+evaluation spec; a task whose run died is null with its reason, never 0."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from test_eval_fixtures import BENCH, one_torch_thread, toy_checkpoint  # noqa: F401
 
-from experiments.eval import DEFAULT_TASKS, run_eval
+from experiments.eval import DEFAULT_TASKS, run_eval, spec_id
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -30,8 +32,17 @@ def test_six_benchmarks_write_the_schema(tmp_path: Path) -> None:
     assert set(out) == {"lm-eval", "evalplus"}
     lm = json.loads(out["lm-eval"].read_text())
     ep = json.loads(out["evalplus"].read_text())
-    assert out["lm-eval"] == tmp_path / "runs" / "toyrun" / "eval" / "lm-eval.limit2.json"
     for doc, suite in ((lm, "lm-eval"), (ep, "evalplus")):
+        # one file per spec: its identity is in the name
+        assert out[suite] == tmp_path / "runs" / "toyrun" / "eval" / (
+            f"{suite}.limit2.{doc['spec_id']}.stepNA.json")
+        assert doc["spec_id"] == spec_id(doc["spec"]) and doc["checkpoint_step"] is None
+        sp = doc["spec"]
+        assert (sp["suite"], sp["limit"], sp["z_mode"], sp["k"], sp["fewshot"]) == (
+            suite, 2, "prior", 1, None)
+        assert sp["gen_tokens"] == 24 and sp["data_checksums"] == doc["data_checksums"]
+        assert set(doc["protocol"]) == {"loglikelihood", "loglikelihood_rolling",
+                                        "generate_until", "long_continuation"}
         assert doc["schema"] == "ftbench-eval-v1" and doc["suite"] == suite
         assert doc["run_id"] == "toyrun" and doc["arm"] == "baseline"
         assert doc["z_mode"] == "prior" and doc["k"] == 1 and doc["leaks"] is False
@@ -39,6 +50,10 @@ def test_six_benchmarks_write_the_schema(tmp_path: Path) -> None:
         assert doc["versions"]["lm_eval"] == "0.4.13" and doc["versions"]["torch"]
         assert doc["versions"]["evalplus"] == "0.3.1"
         assert doc["elapsed_s"] > 0 and doc["requests_per_s"] > 0
+    assert lm["spec"]["tasks"] == sorted(["gsm8k", "mmlu", "arc_easy", "arc_challenge",
+                                          "commonsense_qa"])
+    assert ep["spec"]["tasks"] == ["humaneval_plus", "mbpp_plus"]
+    assert not any(k.startswith("mbpp") for k in lm["data_checksums"])  # per suite
     assert lm["data_checksums"]["gsm8k/test.jsonl"].startswith("3730d312")
     assert len([k for k in lm["data_checksums"] if k.startswith("mmlu/")]) == 114
     assert ep["data_checksums"]["mbppplus/MbppPlus-v0.2.0.jsonl"].startswith("b54e7627")
@@ -52,6 +67,11 @@ def test_six_benchmarks_write_the_schema(tmp_path: Path) -> None:
     assert t["gsm8k"]["fewshot"] == 5 and t["arc_easy"]["fewshot"] == 0
     assert t["gsm8k"]["primary"] == "exact_match,strict-match"
     assert "exact_match,flexible-extract" in t["gsm8k"]["metrics"]
+    # 5-shot GSM8K prompts fill the toy model's 256-token window: cut, and the cut recorded
+    tr = t["gsm8k"]["truncation"]
+    assert tr["n_requests"] == 2 and tr["n_truncated"] == 2 and tr["max_tokens_cut"] > 1000
+    assert tr["min_prompt_tokens_kept"] == 256 - 24 and tr["gen_budget_min"] == 24
+    assert "truncation" not in t["arc_easy"]
     assert set(t["arc_easy"]["metrics"]) == {"acc", "acc_norm"}
     assert all(it["acc"] in (0.0, 1.0) for it in t["mmlu"]["items"])
     assert {it["subtask"] for it in t["mmlu"]["items"]} >= {"mmlu_anatomy", "mmlu_virology"}
@@ -69,6 +89,9 @@ def test_six_benchmarks_write_the_schema(tmp_path: Path) -> None:
         assert e[name]["sandbox"]["scored"] == 2 and not e[name]["sandbox"]["timed_out"]
         assert all(it["base"] == 0.0 and it["plus"] == 0.0 for it in e[name]["items"])
     assert e["humaneval_plus"]["items"][0]["task_id"] == "HumanEval/0"
+    for name in ("humaneval_plus", "mbpp_plus"):  # prompts fit: kept whole
+        tr = e[name]["truncation"]
+        assert tr["n_requests"] == 2 and tr["n_truncated"] == 0 and tr["max_tokens_cut"] == 0
 
 
 def test_free_transformer_modes_and_resume(tmp_path: Path) -> None:
@@ -81,10 +104,99 @@ def test_free_transformer_modes_and_resume(tmp_path: Path) -> None:
     assert acc["spread"] is not None and acc["spread"] >= 0.0
     # posterior is labelled as leaking, in a file of its own
     post = run_eval(ck, z="posterior", **kw)["lm-eval"]
-    assert post.name == "lm-eval.posterior.limit6.json"
+    assert post.name.startswith("lm-eval.posterior.limit6.") and post.name.endswith(".stepNA.json")
     p1 = json.loads(post.read_text())
     assert p1["leaks"] is True and p1["requests"] > 0
     # the same command again: every request comes from the cache, same numbers
     p2 = json.loads(run_eval(ck, z="posterior", **kw)["lm-eval"].read_text())
     assert p2["requests"] == 0
     assert p2["tasks"]["arc_easy"]["items"] == p1["tasks"]["arc_easy"]["items"]
+
+
+@pytest.mark.slow
+def test_one_file_per_spec_and_resume(tmp_path: Path) -> None:
+    """Another task set, generation length or checkpoint step never overwrites a file; the same
+    spec again resumes (every request from the cache) into the same file."""
+    import torch
+
+    from model import load_checkpoint, save_checkpoint
+
+    ck = toy_checkpoint(tmp_path / "runs" / "r" / "checkpoints" / "final.pt")
+    m = load_checkpoint(ck)
+    save_checkpoint(ck, m.model, tokenizer=m.tokenizer, extra={"step": 7})
+    kw = dict(limit=1, data=BENCH, progress=False)
+    a = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
+    b = run_eval(ck, ["arc_easy", "commonsense_qa"], **kw)["lm-eval"]
+    c = run_eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=8, **kw)["lm-eval"]
+    d = run_eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=16, **kw)["lm-eval"]
+    assert len({a, b, c, d}) == 4 and all(p.is_file() for p in (a, b, c, d))
+    assert a.name.endswith(".step7.json")
+    da = json.loads(a.read_text())
+    assert da["checkpoint_step"] == 7 and da["spec"]["gen_tokens"] is None  # no generation
+    assert json.loads(c.read_text())["spec"]["gen_tokens"] == 8
+    # what a sweep plans (EVAL_ARGS, the model's window) is exactly what the file records
+    from experiments.eval import planned_specs, validate_args
+
+    for path, args in ((c, ["--max-gen-toks", "8"]), (a, [])):
+        doc = json.loads(path.read_text())
+        got = planned_specs(validate_args(["--tasks", ",".join(doc["spec"]["tasks"]), "--limit",
+                                           "1", "--data", str(BENCH), *args]), 256)
+        assert got["lm-eval"] == doc["spec"] and spec_id(got["lm-eval"]) == doc["spec_id"]
+    assert set(json.loads(b.read_text())["tasks"]) == {"arc_easy", "commonsense_qa"}
+    assert set(json.loads(a.read_text())["tasks"]) == {"arc_easy"}  # not overwritten
+    again = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
+    assert again == a
+    d2 = json.loads(again.read_text())
+    assert d2["requests"] == 0 and d2["tasks"]["arc_easy"]["items"] == da["tasks"]["arc_easy"][
+        "items"]
+    # a later checkpoint of the same run: a file of its own
+    save_checkpoint(ck, m.model, tokenizer=m.tokenizer, extra={"step": 9})
+    e = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
+    assert e.name == a.name.replace(".step7.", ".step9.") and a.is_file()
+    assert torch.get_num_threads() >= 1
+
+
+def test_a_dead_task_is_null_not_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture) -> None:
+    import lm_eval
+
+    from experiments.eval import main
+
+    ck = toy_checkpoint(tmp_path / "runs" / "r" / "checkpoints" / "final.pt")
+    real = lm_eval.simple_evaluate
+
+    def flaky(*a: object, tasks: list[str], **kw: object) -> dict:
+        if tasks == ["arc_challenge"]:
+            raise RuntimeError("dataset went away\nsecond line")
+        return real(*a, tasks=tasks, **kw)
+
+    monkeypatch.setattr(lm_eval, "simple_evaluate", flaky)
+    with pytest.raises(SystemExit) as ex:
+        main([str(ck), "--tasks", "arc_easy,arc_challenge", "--limit", "2", "--data",
+              str(BENCH)])
+    assert ex.value.code == 1
+    assert "1 task(s) failed" in capsys.readouterr().err
+    (path,) = (tmp_path / "runs" / "r" / "eval").glob("lm-eval*.json")
+    t = json.loads(path.read_text())["tasks"]
+    assert t["arc_easy"]["metrics"]["acc"]["value"] is not None  # the others still count
+    dead = t["arc_challenge"]
+    assert dead["error"] == "RuntimeError: dataset went away second line"
+    assert dead["metrics"] == {"acc": {"value": None, "stderr": None, "n": None}}
+
+
+def test_bad_arguments_exit_2_before_loading(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
+    from experiments.eval import main
+
+    for argv, msg in ((["--tasks", "arc_eazy", "--data", str(BENCH)], "arc_eazy"),
+                      (["--limt", "2"], "unrecognized arguments: --limt 2"),
+                      (["--max-gen-toks", "0"], "--max-gen-toks: 0 must be >= 1")):
+        with pytest.raises(SystemExit) as ex:
+            main([str(tmp_path / "nowhere"), *argv])
+        assert ex.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and msg in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(SystemExit) as ex:  # the checkpoint is missing: one line too
+        main([str(tmp_path / "nowhere"), "--tasks", "arc_easy"])
+    assert ex.value.code == 2 and "no checkpoint" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

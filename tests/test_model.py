@@ -424,6 +424,32 @@ def test_checkpoint_roundtrip_atomic_and_errors(tmp_path):
     assert sorted(f.name for f in tmp_path.iterdir()) == ["bad.pt", "c.pt"]
 
 
+def test_atomic_write_honours_the_umask(tmp_path):
+    """Files are written with the mode open() would give them (mkstemp alone makes 0600, which
+    a group sharing a cluster's results cannot read)."""
+    import os
+
+    from model.checkpoint import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        p = atomic_write_text(tmp_path / "a.json", "{}")
+        assert p.stat().st_mode & 0o777 == 0o644
+        ck = save_checkpoint(tmp_path / "c.pt", seeded(tiny()))
+        assert ck.stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        assert atomic_write_text(tmp_path / "b.json", "{}").stat().st_mode & 0o777 == 0o600
+        os.umask(0o002)
+        assert atomic_write_text(tmp_path / "g.json", "{}").stat().st_mode & 0o777 == 0o664
+        # an existing file keeps its mode on overwrite, as open(path, "w") would
+        os.chmod(p, 0o640)
+        assert atomic_write_text(p, "[]").stat().st_mode & 0o777 == 0o640
+        assert p.read_text() == "[]"
+    finally:
+        os.umask(old)
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["a.json", "b.json", "c.pt", "g.json"]
+
+
 @pytest.mark.parametrize("H", [0, 4])
 def test_logits_from_equals_the_slice_of_full_logits(H):
     m = seeded(tiny(latent_bits=H))

@@ -312,3 +312,159 @@ def test_killed_child_is_interrupted_not_failed(tmp_path: Path) -> None:
                   done_file="final.pt")
     with pytest.raises(RuntimeError, match="exited with code 3"):
         bad()
+
+
+# ------------------------------------------------------------------ chained evaluation (issue 12)
+BENCH = ROOT.parent / "shared" / "benchmarks"
+
+
+@pytest.mark.parametrize("args, msg", [
+    (f"--tasks arc_eazy --limit 2 --data {BENCH}",
+     "--tasks: no offline data for arc_eazy (did you mean arc_easy?)"),
+    ("--limt 2", "unrecognized arguments: --limt 2"),
+    ("--z prior-q", "argument --z: invalid choice: 'prior-q'"),
+    ("--limit two", "argument --limit: invalid int value: 'two'"),
+    ("--limit 0", "--limit: 0 must be >= 1"),
+    (f"--tasks arc_easy,hellaswag --data {BENCH}", "--tasks: no offline data for hellaswag"),
+    ("--tasks arc_easy --data /nonexistent/bench", "benchmark data /nonexistent/bench: missing"),
+    ("--tasks 'arc_easy", "EVAL_ARGS: No closing quotation"),
+])
+def test_eval_args_refused_at_plan_time_even_dry(args: str, msg: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in EVAL_ARGS: one line, exit 2, nothing written, before anything trains (DRY=1
+    too), instead of failing every cell's evaluation after all the training."""
+    from sweeps.__main__ import main
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    monkeypatch.delenv("FTBENCH_DATA", raising=False)
+    for dry in ("1", ""):
+        rc = main(["run", "--kappa", "1", "--h", "4", "--eval", "1", "--eval-args", args,
+                   "--dry", dry])
+        err = capsys.readouterr().err
+        assert rc == 2, (args, err)
+        assert err.startswith("sweep: error: EVAL_ARGS: ") and msg in err, err
+        assert len(err.strip().splitlines()) == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+class _Ex:
+    """An in-process stand-in for submitit's local executor: train jobs write final.pt, eval
+    jobs do what `eval_do` says. Records every job's environment."""
+
+    envs: list[tuple[str, dict]] = []
+    eval_do = "fail"
+    n = 0
+
+    def __init__(self, folder: Path, cluster: str = "local", **_: object) -> None:
+        self.folder = folder
+
+    def update_parameters(self, **_: object) -> None:
+        pass
+
+    def submit(self, job: CellJob) -> object:
+        from types import SimpleNamespace as NS
+
+        from submitit.core.utils import FailedJobError
+
+        _Ex.n += 1
+        _Ex.envs.append((job.kind, dict(job.env)))
+        err = res = None
+        if job.kind == "train":
+            ck = Path(job.run_dir) / "checkpoints"
+            ck.mkdir(parents=True, exist_ok=True)
+            (ck / "final.pt").write_text("x")
+            res = {"state": "done"}
+        elif _Ex.eval_do == "fail":
+            err = FailedJobError("eval c exited with code 2: error: boom")
+        else:
+            run = Path(job.argv[3])
+            if _Ex.eval_do == "write":
+                from experiments.eval import eval_file_name, planned_specs, validate_args
+
+                specs = planned_specs(validate_args(job.argv[4:]), None)
+                for sp in specs.values():
+                    (run / "eval").mkdir(parents=True, exist_ok=True)
+                    (run / "eval" / eval_file_name(sp, 6)).write_text("{}")
+            res = {"state": "done"}
+
+        def result() -> object:
+            if err:
+                raise err
+            return res
+
+        return NS(job_id=str(100000 + _Ex.n), done=lambda: True, result=result)
+
+
+def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import submitit
+
+    from sweeps.__main__ import main
+
+    class Train(_FakeTrain):
+        def compose(self, overrides: list[str]) -> object:
+            ns = super().compose(overrides)
+            ns._dict["paths"]["results"] = ns.paths.results = str(tmp_path)
+            return ns
+
+        def run_dir(self, cfg: object) -> Path:
+            return tmp_path / "runs" / self.run_id(cfg)
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    monkeypatch.delenv("FTBENCH_DATA", raising=False)
+    monkeypatch.setattr(L.backend, "_train", lambda: Train())
+    monkeypatch.setattr(L, "POLL_S", 0.0)
+    monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
+    monkeypatch.setattr(L, "_cold_cache", lambda c: False)
+    base = ["run", "--kappa", "1", "--h", "4", "--tokens", "1k", "--name", "ev", "--eval", "1",
+            "--eval-args", f"--tasks arc_easy,humaneval_plus --limit 2 --data {BENCH}"]
+    assert main([*base, "--dry", "1"]) == 0  # DRY=1: checked and shown, nothing written
+    out = capsys.readouterr().out
+    assert "eval (checked): lm-eval tasks arc_easy, limit 2, z prior, gen_tokens None" in out
+    assert "eval (checked): evalplus tasks humaneval_plus" in out
+    assert not (tmp_path / "sweeps").exists()
+    _Ex.eval_do = "fail"
+    assert main(base) == 1  # every cell trained, every evaluation failed: not a success
+    out = capsys.readouterr().out
+    assert "2 cells: 0 pending, 0 running, 2 done, 0 failed; eval: 0 pending, 0 running, " \
+           "0 done, 2 failed" in out
+    assert "eval: eval c exited with code 2: error: boom" in out
+    assert ("train", {"FTBENCH_LAUNCHER": "local"}) in _Ex.envs
+    assert "eval: 0 pending, 0 running, 0 done, 2 failed" in L.status("ev", tmp_path)
+    m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
+    from experiments.eval import spec_id
+
+    assert m["eval_spec"]["suite"] == "lm-eval+evalplus" and m["eval_spec_id"]
+    assert set(m["eval_specs"]) == {"lm-eval", "evalplus"}
+    lm_spec = m["eval_specs"]["lm-eval"]["spec"]
+    assert lm_spec == {"suite": "lm-eval", "tasks": ["arc_easy"], "limit": 2, "z_mode": "prior",
+                       "k": 1, "fewshot": None, "gen_tokens": None,
+                       "data_checksums": lm_spec["data_checksums"]}
+    assert list(lm_spec["data_checksums"]) == ["arc/arc_easy_test.llmfoundry.jsonl"]
+    assert m["eval_specs"]["lm-eval"]["spec_id"] == spec_id(lm_spec)
+    for c in m["cells"]:
+        assert c["eval"]["state"] == "failed" and "boom" in c["eval"]["reason"]
+
+    # exit 0 but no eval file for the sweep's spec: failed too, with the reason
+    _Ex.eval_do = "nothing"
+    assert main(base) == 1
+    m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
+    assert all("wrote no file for lm-eval (spec_id" in c["eval"]["reason"] for c in m["cells"])
+    capsys.readouterr()
+
+    _Ex.eval_do = "write"
+    assert main(base) == 0, capsys.readouterr()
+    m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
+    for c in m["cells"]:
+        ev = c["eval"]
+        assert ev["state"] == "done" and ev["spec_id"] == m["eval_spec_id"]
+        assert ev["files"]["lm-eval"] == f"eval/lm-eval.limit2.{spec_id(lm_spec)}.step6.json"
+        assert ev["files"]["evalplus"].startswith("eval/evalplus.limit2.")
+    # the same spec again: nothing to evaluate; another spec: evaluated again
+    n = _Ex.n
+    assert main(base) == 0 and _Ex.n == n
+    assert main([*base[:-1], f"--tasks arc_easy --limit 3 --data {BENCH}"]) == 0
+    assert _Ex.n == n + 2
+    m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
+    assert all(c["eval"]["file"].startswith("eval/lm-eval.limit3.") for c in m["cells"])

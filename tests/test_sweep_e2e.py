@@ -61,6 +61,7 @@ def _kill_tree(pid: int) -> None:
 def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("FTBENCH_DATA", raising=False)
     result: dict[str, object] = {}
     driver = threading.Thread(target=lambda: result.update(
         zip(("rc", "out"), _run(["run", *ARGS]), strict=True)))
@@ -106,9 +107,13 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
     # the same command again: only the killed cell runs, and it resumes from its checkpoint.
     # With EVAL=1, each final checkpoint gets an evaluation job (a stand-in for experiments.eval,
     # which is tested on its own) once its training is done, including the cells done before.
+    # The stand-in writes the files the real one would name (the sweep checks they exist).
     monkeypatch.setattr(backend, "eval_argv", lambda run, extra=(): [
         sys.executable, "-c", "import pathlib, sys; p = pathlib.Path(sys.argv[1]) / 'eval'; "
-        "p.mkdir(exist_ok=True); (p / 'standin.json').write_text(' '.join(sys.argv[2:]))",
+        "p.mkdir(exist_ok=True); (p / 'standin.json').write_text(' '.join(sys.argv[2:])); "
+        "from experiments.eval import eval_file_name, planned_specs, validate_args; "
+        "[(p / eval_file_name(s, 6)).write_text('{}') for s in "
+        "planned_specs(validate_args(sys.argv[2:]), 256).values()]",
         str(run), *extra])
     rc, out = _run(["run", *ARGS, "--eval", "1", "--eval-args=--limit 2"])
     print(out)
@@ -122,6 +127,8 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
     for c in m["cells"]:
         assert c["eval"]["state"] == "done" and c["eval"]["job_id"], c["eval"]
         assert (Path(c["run_dir"]) / "eval" / "standin.json").read_text() == "--limit 2"
+        assert c["eval"]["spec_id"] == m["eval_spec_id"]
+        assert c["eval"]["files"]["lm-eval"].startswith("eval/lm-eval.limit2.")
     assert out.count("start eval") == 3
     for c in m["cells"]:
         if c["cell"] in finals:  # untouched
