@@ -191,6 +191,8 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
                              "stderr": float(vals.std(ddof=1) / math.sqrt(n)), "n": n}
         tasks[task] = {"primary": primary, "higher_is_better": hib, "n": n, "fewshot": 0,
                        "metrics": metrics, "items": items if with_items else []}
+        if task in GEN_TASKS:  # generation: the prompt/budget record eval.py writes
+            tasks[task]["truncation"] = fake_truncation(n, seed)
     ev = {"schema": "ftbench-eval-v1", "run_id": rid, "checkpoint": f"runs/{rid}/final.pt",
           "suite": "lm-eval", "arm": cfg["arm"], "z_mode": "prior", "k": 1, "leaks": False,
           "seed": 0, "limit": None,
@@ -203,6 +205,17 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
         ev["checkpoint_step"] = 10
     (d / "eval").mkdir(exist_ok=True)
     (d / "eval" / "lm-eval.json").write_text(json.dumps(ev), encoding="utf-8")
+
+
+GEN_TASKS = ("humaneval_plus", "gsm8k")
+
+
+def fake_truncation(n: int, seed: int) -> dict:
+    """A truncation record (docs/RESULTS.md) with `seed + 1` prompts cut by up to 40 tokens."""
+    cut = min(n, seed + 1)
+    return {"n_requests": n, "n_truncated": cut, "max_tokens_cut": 40 + seed,
+            "min_prompt_tokens_kept": 128, "gen_budget_min": 128, "n_budget_shrunk": cut + 2,
+            "gen_budget_requested": 256}
 
 
 def spec_id(spec: dict) -> str:

@@ -18,6 +18,13 @@ derived from their fields). Within a sweep, one spec is used per (suite, z_mode)
 `eval_spec_id` when it has one, else the spec covering the most cells (full runs before LIMIT
 runs); files under any other spec are listed in `evals` with `used: False` and the reason, and
 their numbers never reach a table, so no table mixes specs.
+
+Missing is never zero: a task whose run died (`"error"`, metric values null) and any null value
+or `"n": null` read as NaN with the reason kept (`error`, `n_missing`), never as 0. `tasks` keeps
+one row per (cell, used eval file, task) with the task's `error`, its unscored items
+(`n_missing`, with their reasons) and its generation `truncation` record (TRUNCATION_KEYS; NaN
+where the task generated nothing or an old file recorded nothing), so the report can show how
+many prompts were cut, by how much, and with what generation budget.
 """
 
 from __future__ import annotations
@@ -39,6 +46,11 @@ CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 FLOPS_MATCHED_ARMS = ("baseline_flops", "baseline_plus1_flops")
 """Controls trained to the FLOPs of the FT with H = match_h (one per H and seed)."""
 CELL_COLS = ["cell", "arm", "kappa_bits", "latent_bits", "match_h", "seed", "run_id"]
+TRUNCATION_KEYS = ("n_requests", "n_truncated", "max_tokens_cut", "min_prompt_tokens_kept",
+                   "gen_budget_min", "n_budget_shrunk", "gen_budget_requested")
+"""A generation task's `truncation` record in an eval file (docs/RESULTS.md)."""
+TASK_COLS = CELL_COLS + ["suite", "task", "file", "spec_id", "n", "error", "n_missing",
+                         "missing_reasons", "has_truncation", *TRUNCATION_KEYS]
 SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
 """What makes two evaluations comparable (the spec minus its task list and data checksums)."""
 
@@ -98,6 +110,8 @@ class SweepData:
     evals: list[dict] = field(default_factory=list)
     """Eval-file headers (no tasks) for the provenance footer."""
     warnings: list[str] = field(default_factory=list)
+    tasks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TASK_COLS))
+    """One row per (cell, used eval file, task): error, unscored items, truncation record."""
 
 
 def spec_id(spec: dict) -> str:
@@ -200,6 +214,31 @@ def _item_key(metric: str, item: dict) -> str | None:
         return metric
     short = metric.removeprefix("pass@1_")
     return short if short in item else None
+
+
+def _task_row(ident: dict, suite: str, task: str, t: dict, fname: str, sid: str) -> dict:
+    """The completeness record of one task of one eval file: its error, how many items were not
+    scored (and why), and its generation truncation record."""
+    metrics = [m for m in (t.get("metrics") or {}).values() if isinstance(m, dict)]
+    miss = [_num(m.get("n_missing")) for m in metrics]
+    miss = [x for x in miss if math.isfinite(x)]
+    sandbox = t.get("sandbox") if isinstance(t.get("sandbox"), dict) else {}
+    if not miss and math.isfinite(_num(sandbox.get("n_missing"))):
+        miss = [_num(sandbox.get("n_missing"))]
+    reasons: dict[str, int] = {}
+    for it in t.get("items") or []:
+        if isinstance(it, dict) and it.get("reason"):
+            r = " ".join(str(it["reason"]).split())[:80]
+            reasons[r] = reasons.get(r, 0) + 1
+    trunc = t.get("truncation") if isinstance(t.get("truncation"), dict) else None
+    err = t.get("error")
+    return {**ident, "suite": suite, "task": task, "file": fname, "spec_id": sid,
+            "n": _num(t.get("n")), "error": str(err) if err else None,
+            "n_missing": max(miss) if miss else math.nan,
+            "missing_reasons": "; ".join(f"{n}x {r}" for r, n in
+                                         sorted(reasons.items(), key=lambda x: -x[1])) or None,
+            "has_truncation": trunc is not None,
+            **{k: _num((trunc or {}).get(k)) for k in TRUNCATION_KEYS}}
 
 
 def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict | None]:
@@ -335,6 +374,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             time.sleep(0.5)
     warnings: list[str] = []
     cell_rows, score_rows, item_frames, curve_frames, evals = [], [], [], [], []
+    task_rows: list[dict] = []
     per_cell_evals: list[list[dict]] = []
     for cell in manifest.get("cells", []):
         row, _ = _cell_row(root, cell, warnings)
@@ -407,6 +447,9 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                 taken.add((task, z_mode))
                 primary = t.get("primary")
                 hib = t.get("higher_is_better", True)
+                info = _task_row(ident, ev.get("suite", epath.stem), task, t, epath.name,
+                                 f["spec_id"])
+                task_rows.append(info)
                 for metric, m in (t.get("metrics") or {}).items():
                     m = m if isinstance(m, dict) else {"value": m}
                     score_rows.append({
@@ -415,7 +458,8 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                         "value": _num(m.get("value")), "stderr": _num(m.get("stderr")),
                         "n": _num(m.get("n", t.get("n"))), "primary": metric == primary,
                         "higher_is_better": bool(hib), "spread": _num(m.get("spread")),
-                        "n_missing": _num(m.get("n_missing")), "error": t.get("error"),
+                        "n_missing": _num(m.get("n_missing")), "error": info["error"],
+                        "n_truncated": info["n_truncated"], "n_requests": info["n_requests"],
                         "eval_seed": _num(ev.get("seed")), "limit": _num(ev.get("limit")),
                         "file": epath.name, "spec_id": f["spec_id"],
                         "spec_key": spec_id(json.loads(f["key"])),
@@ -444,13 +488,15 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         scores = pd.DataFrame(columns=CELL_COLS + ["source", "suite", "task", "metric", "z_mode",
                                                    "leaks", "value", "stderr", "n", "primary",
                                                    "higher_is_better", "spread", "spec_id",
-                                                   "spec_key", "file"])
+                                                   "spec_key", "file", "n_missing", "error",
+                                                   "n_truncated", "n_requests"])
     items = pd.concat(item_frames, ignore_index=True) if item_frames else pd.DataFrame(
         columns=CELL_COLS + ["task", "metric", "z_mode", "leaks", "doc_id", "value", "spec_id"])
     curves = pd.concat(curve_frames, ignore_index=True) if curve_frames else pd.DataFrame(
         columns=CELL_COLS + ["kind", "step", "tokens", "flops"])
+    tasks = pd.DataFrame(task_rows, columns=TASK_COLS)
     return SweepData(name=name, root=root, manifest=manifest, cells=cells, scores=scores,
-                     items=items, curves=curves, evals=evals, warnings=warnings)
+                     items=items, curves=curves, evals=evals, warnings=warnings, tasks=tasks)
 
 
 def tidy_frame(name: str, root: str | os.PathLike | None = None) -> pd.DataFrame:

@@ -30,14 +30,16 @@ from .tables import (
     VIEWS,
     cell_text,
     comparisons,
+    missing_table,
     row_label,
     specs_used,
+    truncation_table,
     view_notes,
     write_tables,
 )
 
-REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "figures",
-                     "synthetic", "runs", "provenance"]
+REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "eval-completeness",
+                     "figures", "synthetic", "runs", "provenance"]
 """Section ids every report has (the Chromium check looks for each)."""
 
 CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "commonsense_qa": 0.2,
@@ -121,6 +123,9 @@ def table_html(long: pd.DataFrame) -> str:
         title = (f"runs: {r['run_ids'] or 'none'}; eval files: {r.get('files') or 'n/a'}; "
                  f"spec: {r.get('spec_ids') or 'n/a'}; CI: {r['ci_method'] or 'n/a'}; "
                  f"delta: {r['delta_method'] or 'n/a'}; items: {r['n_items']}")
+        nt, nr = r.get("n_truncated", math.nan), r.get("n_requests", math.nan)
+        if isinstance(nr, float) and math.isfinite(nr):
+            title += f"; generation prompts cut: {nt:g}/{nr:g} (see Evaluation completeness)"
         cells.append(f'<td class="{cls}" title="{esc(title)}">{esc(cell_text(r))}</td>')
     prev = None
     for (group, label), cells in seen.items():
@@ -150,6 +155,40 @@ def mde_html(table: pd.DataFrame) -> str:
             "uncorrected, Holm across m kappas needs more): a true Δ smaller than this would "
             "usually be missed, so an 'inconclusive' here cannot rule out the paper's gains.</p>"
             + frame_html(pd.DataFrame(rows)))
+
+
+def completeness_html(data: SweepData) -> str:
+    """What the evaluations lost: generation prompts cut to fit the window (per task: how many,
+    by how much, the generation budget) and scores that are missing (never 0)."""
+    tr = truncation_table(data)
+    out = ["<h3>Generation prompts and budget</h3>"]
+    if tr.empty:
+        out.append('<p class="missing">no generation task with a truncation record in the '
+                   "eval files these tables use (log-likelihood tasks cut nothing; eval files "
+                   "written before the record existed do not say)</p>")
+    else:
+        out.append("<p>Rule (experiments/lm_adapter.py <code>plan_generation</code>): the "
+                   "generation budget shrinks first, down to 1 token, so a prompt that fits the "
+                   "window is kept whole; only a prompt that alone fills the window is cut from "
+                   "the left (few-shot examples first, the question kept), leaving a budget of "
+                   "min(requested, half the window). Counts are summed, extremes taken, over "
+                   "the cells whose eval files recorded it (cells_recorded).</p>"
+                   + frame_html(tr.rename(columns={
+                       "prompts_truncated": "prompts cut", "max_tokens_cut": "max tokens cut",
+                       "min_prompt_tokens_kept": "min prompt tokens kept",
+                       "gen_budget_requested": "gen budget requested",
+                       "gen_budget_min": "gen budget min", "budgets_shrunk": "budgets shrunk",
+                       "cells_with_cuts": "cells with cuts"})))
+    mt = missing_table(data)
+    out.append("<h3>Missing scores (never counted as 0)</h3>")
+    if mt.empty:
+        out.append("<p>none: every task of every used eval file was scored in full</p>")
+    else:
+        out.append("<p>A task whose run died has null metrics; an item whose code check "
+                   "crashed or timed out is unscored. Tables average over scored items and "
+                   "seeds only, and each such cell says so.</p>" + frame_html(mt))
+    out.append("<p>Files: report/truncation.csv, report/missing.csv</p>")
+    return "".join(out)
 
 
 def img_html(png: bytes | None, alt: str, missing: str) -> str:
@@ -329,6 +368,8 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
         sections.append(f'<section id="table-{view}"><h2>{esc(view_head[view])}</h2>'
                         + "".join(body) + f"<p>Files: report/table_{view}.csv, .md, .tex</p>"
                         "</section>")
+    sections.append('<section id="eval-completeness"><h2>Evaluation completeness: truncation '
+                    f"and missing scores</h2>{completeness_html(data)}</section>")
     sections.append(
         '<section id="figures"><h2>Figures</h2>'
         + img_html(figs["training_curves"], "training curves", "no training metrics yet")

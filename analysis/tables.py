@@ -67,7 +67,8 @@ TABLE_COLS = ["view", "comparison", "reference", "group", "task", "metric", "hig
               "n_seeds", "n_items", "mean", "lo", "hi", "ci_method", "delta", "delta_lo",
               "delta_hi", "p", "p_holm", "holm_m", "significant", "significant_holm", "better",
               "delta_unit", "delta_method", "delta_n_seeds", "delta_n_items", "mde",
-              "degenerate", "status", "spec_ids", "files", "run_ids"]
+              "degenerate", "status", "n_missing", "n_truncated", "n_requests", "spec_ids",
+              "files", "run_ids"]
 """Columns of the long table (the CSV)."""
 
 
@@ -339,15 +340,36 @@ def _honest(df: pd.DataFrame, key: list[str]) -> pd.DataFrame:
         columns="_r")
 
 
-def _missing(cells: pd.DataFrame, have_seeds: set) -> str:
-    """Why some seeds of a column have no number: run states, or 'not evaluated'."""
+def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None = None) -> str:
+    """Why some seeds of a column have no number: run states, 'not evaluated', or the eval
+    file's own reason when it holds the task with a null value (the task's run died: its
+    error; every item unscored: how many)."""
     if cells.empty:
         return "missing: arm not in sweep"
     miss = cells[~cells["seed"].isin(have_seeds)]
     if miss.empty:
         return ""
-    states = miss["state"].fillna("unknown").replace({"done": "trained, not evaluated"})
-    return "missing: " + ", ".join(f"{n} {s}" for s, n in states.value_counts().items())
+    why = miss["state"].fillna("unknown").replace({"done": "trained, not evaluated"})
+    if scored is not None and len(scored):
+        for idx, rid in miss["run_id"].items():
+            got = scored[scored["run_id"] == rid]
+            if got.empty:
+                continue
+            err = next((e for e in got.get("error", pd.Series(dtype=object))
+                        if isinstance(e, str) and e), None)
+            nm = got.get("n_missing", pd.Series(dtype=float)).astype(float).max()
+            why[idx] = (f"eval error ({err})" if err else
+                        f"null: all {int(nm)} items unscored" if math.isfinite(nm) and nm > 0
+                        else "null value in the eval file")
+    return "missing: " + ", ".join(f"{n} {s}" for s, n in why.value_counts().items())
+
+
+def _sum(df: pd.DataFrame, col: str) -> float:
+    """Sum of a count column over a cell's seeds; NaN when no seed recorded it."""
+    if df.empty or col not in df:
+        return math.nan
+    v = df.drop_duplicates("run_id")[col].astype(float)
+    return float(v.sum()) if v.notna().any() else math.nan
 
 
 def _ids(df: pd.DataFrame, col: str) -> str:
@@ -397,7 +419,7 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             se = float(c_s["stderr"].iloc[0]) if len(c_s) else math.nan
             ci = cell_interval(per_seed.to_numpy(dtype=float), iv, metric, se)
             have = set(per_seed[np.isfinite(per_seed)].index)
-            status = _missing(c_cells, have)
+            status = _missing(c_cells, have, c_s)
             if ci.n_seeds == 0 and c_cells.empty and col.arm != "free":
                 status = f"missing: no {col.arm} control arm in this sweep"
             r = {**base, "column": col.label, "arm": col.arm, "kappa_bits": col.kappa_bits,
@@ -409,6 +431,8 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
                  "significant": False, "significant_holm": False, "better": None,
                  "delta_unit": "", "delta_method": "", "delta_n_seeds": 0, "delta_n_items": 0,
                  "mde": math.nan, "degenerate": ci.degenerate, "status": status,
+                 "n_missing": _sum(c_s, "n_missing"), "n_truncated": _sum(c_s, "n_truncated"),
+                 "n_requests": _sum(c_s, "n_requests"),
                  "spec_ids": _ids(c_s, "spec_id"), "files": _ids(c_s, "file"),
                  "run_ids": " ".join(sorted(map(str, c_s["run_id"].unique())))}
             if col.ref is not None and ci.n_seeds:
@@ -470,6 +494,64 @@ def specs_used(data: SweepData, table: pd.DataFrame) -> list[str]:
     return [out[k] for k in sorted(out)]
 
 
+def truncation_table(data: SweepData) -> pd.DataFrame:
+    """Per (suite, task) of the eval files the tables use: how many generation prompts were cut
+    to fit the model's window and by how much, and the generation budget (requested; smallest
+    given; how many requests had it shrunk), from each task's `truncation` record. A generation
+    task whose files recorded nothing says so; a task that generates nothing has no row."""
+    t = data.tasks
+    if t.empty:
+        return pd.DataFrame(columns=TRUNCATION_COLS)
+    rows = []
+    for (suite, task), g in t.groupby(["suite", "task"], sort=True):
+        rec = g[g["has_truncation"].astype(bool)]
+        if rec.empty:
+            continue
+        n_cut = rec["n_truncated"].astype(float)
+        rows.append({
+            "suite": suite, "task": task,
+            "cells_recorded": f"{len(rec)}/{len(g)}",
+            "prompts": rec["n_requests"].sum(min_count=1),
+            "prompts_truncated": n_cut.sum(min_count=1),
+            "cells_with_cuts": int((n_cut > 0).sum()),
+            "max_tokens_cut": rec["max_tokens_cut"].max(),
+            "min_prompt_tokens_kept": rec["min_prompt_tokens_kept"].min(),
+            "gen_budget_requested": rec["gen_budget_requested"].max(),
+            "gen_budget_min": rec["gen_budget_min"].min(),
+            "budgets_shrunk": rec["n_budget_shrunk"].sum(min_count=1)})
+    return pd.DataFrame(rows, columns=TRUNCATION_COLS)
+
+
+TRUNCATION_COLS = ["suite", "task", "cells_recorded", "prompts", "prompts_truncated",
+                   "cells_with_cuts", "max_tokens_cut", "min_prompt_tokens_kept",
+                   "gen_budget_requested", "gen_budget_min", "budgets_shrunk"]
+MISSING_COLS = ["cell", "arm", "seed", "run_id", "task", "file", "missing", "reason"]
+
+
+def missing_table(data: SweepData) -> pd.DataFrame:
+    """Every task of a used eval file that lost scores: the whole task (its run died: the
+    error) or some items (a code check that crashed or timed out: how many and why). These are
+    missing, never 0: the tables average over scored items and seeds only."""
+    t = data.tasks
+    if t.empty:
+        return pd.DataFrame(columns=MISSING_COLS)
+    rows = []
+    for _, r in t.iterrows():
+        nm = float(r["n_missing"]) if pd.notna(r["n_missing"]) else math.nan
+        if isinstance(r["error"], str) and r["error"]:
+            what, why = "task (all scores null)", r["error"]
+        elif math.isfinite(nm) and nm > 0:
+            n = r["n"]
+            what = f"{int(nm)}" + (f"/{int(n)}" if pd.notna(n) else "") + " items"
+            why = r["missing_reasons"] or "no reason recorded"
+        else:
+            continue
+        rows.append({"cell": r["cell"], "arm": r["arm"], "seed": r["seed"],
+                     "run_id": r["run_id"], "task": r["task"], "file": r["file"],
+                     "missing": what, "reason": why})
+    return pd.DataFrame(rows, columns=MISSING_COLS)
+
+
 # ---- rendering -------------------------------------------------------------------------------
 
 def _f(x: float, signed: bool = False) -> str:
@@ -523,6 +605,9 @@ def cell_text(r: pd.Series) -> str:
     elif r.get("ci_method") == NO_VARIATION:
         s += f" ({NO_VARIATION})"
     s += f" {n_text(r)}"
+    nm = r.get("n_missing", math.nan)
+    if isinstance(nm, (int, float)) and math.isfinite(nm) and nm > 0:
+        s += f" ({int(nm)} items unscored: missing, not 0)"
     d = delta_text(r)
     if d:
         s += f"; {d}"
@@ -641,8 +726,10 @@ def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str
     for view in VIEWS:
         t = paper_table(data, view, n_boot=n_boot)
         tables[view] = t
-        t.to_csv(out_dir / f"table_{view}.csv", index=False)
         note = notes.get(view, "")
+        # a view the sweep lacks: one row whose status is the note saying why, not a bare header
+        (t if len(t) else pd.DataFrame([{"view": view, "status": note}], columns=TABLE_COLS)
+         ).to_csv(out_dir / f"table_{view}.csv", index=False)
         (out_dir / f"table_{view}.md").write_text(
             to_markdown(t, note, specs_used(data, t)), encoding="utf-8")
         cap = (f"{data.name}: equal {'tokens' if view == 'tokens' else 'FLOPs'}; mean over "
@@ -650,4 +737,6 @@ def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str
                "† one-seed item bootstrap]; * significant after Holm across kappas.")
         tex = to_latex(t, cap) if len(t) else "% " + _tex(note) + "\n"
         (out_dir / f"table_{view}.tex").write_text(tex, encoding="utf-8")
+    truncation_table(data).to_csv(out_dir / "truncation.csv", index=False)
+    missing_table(data).to_csv(out_dir / "missing.csv", index=False)
     return tables

@@ -30,7 +30,7 @@ from typing import Any
 import yaml
 
 from . import backend, manifest
-from .grid import Cell, SweepError, SweepSpec, expand, fmt_num, shared_settings
+from .grid import Cell, SweepError, SweepSpec, expand, fmt_num, shared_settings, skipped_controls
 from .job import CellJob
 
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
@@ -123,7 +123,8 @@ def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
 
 def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
     """The manifest's `eval_spec`: the suite's spec itself when there is one suite (so its
-    spec_id is the eval files'), else their union with the per-suite specs inside."""
+    spec_id is the eval files'), else their union with the per-suite specs inside (`suites`:
+    {suite: spec}, so each suite's file is matched by its own spec_id)."""
     if not specs:
         return None
     if len(specs) == 1:
@@ -137,7 +138,8 @@ def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | N
             **{k: first[k] for k in ("limit", "z_mode", "k", "fewshot")},
             "gen_tokens": next((s["gen_tokens"] for s in specs.values()
                                 if s["gen_tokens"] is not None), None),
-            "data_checksums": dict(sorted(sums.items()))}
+            "data_checksums": dict(sorted(sums.items())),
+            "suites": {suite: dict(sp) for suite, sp in specs.items()}}
 
 
 def eval_files(run_dir: Path, specs: dict[str, dict[str, Any]]) -> dict[str, str | None]:
@@ -209,7 +211,8 @@ def dry_run_text(p: Plan) -> str:
         evl = [f"eval (checked): {s} tasks {','.join(sp['tasks'])}, limit {sp['limit']}, "
                f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
                for s, sp in p.eval_specs.items()]
-    return "\n".join([head, *lines, *evl, tail])
+    skip = [f"skipped control: {why}" for why in skipped_controls(s).values()]
+    return "\n".join([head, *lines, *skip, *evl, tail])
 
 
 # ------------------------------------------------------------------------------- manifest
@@ -266,6 +269,7 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
         "name": p.name, "created": (old or {}).get("created", now()), "updated": now(),
         "git_commit": sha, "git_dirty": dirty, "launcher": launcher,
         "command": sys.argv, "grid": p.spec.to_manifest(), "shared": p.shared,
+        "skipped_controls": skipped_controls(p.spec),
         "eval_spec": espec, "eval_spec_id": espec_id, "eval_specs": especs,
         "data_checksums": (old or {}).get("data_checksums", {}),
         "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
@@ -413,6 +417,8 @@ def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: 
         log(f"sweep {p.name}: {len(m['cells'])} cells, {skipped} done, {len(todo)} to run"
             + (f", {len(failed)} failed left alone (RETRY_FAILED=1 retries them)"
                if failed else ""))
+        for why in m["skipped_controls"].values():
+            log(f"skipped control: {why}")
         if launcher == "local":
             _run_local(p, m, todo, jobs, evaluate, eval_args, log, executor_factory)
         else:

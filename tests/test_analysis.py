@@ -15,7 +15,7 @@ from analysis.claims import checklist, collapse_table
 from analysis.fake import write_fake_sweep
 from analysis.frame import load_sweep
 from analysis.stats import clopper_pearson, mean_ci, paired_bootstrap, paired_matrix, wilson
-from analysis.tables import paper_table, to_latex, to_markdown, wide
+from analysis.tables import cell_text, paper_table, to_latex, to_markdown, wide
 
 N_BOOT = 300
 
@@ -148,7 +148,9 @@ def test_null_is_nan_never_zero(tmp_path):
     assert len(v) == 1 and math.isnan(v.iloc[0])
     t = paper_table(load_sweep("n", tmp_path), "tokens", n_boot=50)
     cell = t[(t["task"] == "gsm8k") & (t["arm"] == "free")].iloc[0]
-    assert cell["n_seeds"] == 0 and "not evaluated" in cell["status"]
+    # the file holds the task with a null value: the cell says so (was "not evaluated", which
+    # hid that the file exists and recorded nothing)
+    assert cell["n_seeds"] == 0 and "null value in the eval file" in cell["status"]
 
 
 # ---- tables ----------------------------------------------------------------------------------
@@ -478,3 +480,108 @@ def test_multi_suite_manifest_spec_admits_each_suites_files():
     for bad in (lm | {"limit": 10}, ep | {"gen_tokens": 256}, lm | {"suite": "other"},
                 lm | {"data_checksums": {"arc/x": "z"}}, lm | {"tasks": ["mmlu"]}):
         assert not _matches_manifest(bad, spec_id(bad), union, uid), bad
+
+
+# ---- missing scores and generation truncation (eval files of issue 12) -------------------------
+
+def _edit_eval(root, rid: str, fn) -> None:
+    p = root / "runs" / rid / "eval" / "lm-eval.json"
+    ev = json.loads(p.read_text())
+    fn(ev)
+    p.write_text(json.dumps(ev))
+
+
+def test_error_tasks_and_unscored_items_are_missing_with_their_reason(tmp_path):
+    from analysis.tables import missing_table
+
+    write_fake_sweep(tmp_path, "e", kappas=(0.5,), seeds=(0, 1), controls=())
+    c = load_sweep("e", tmp_path).cells.set_index("cell")
+    dead, code = c.loc["free-k0.5-H16-s1", "run_id"], c.loc["free-k0.5-H16-s0", "run_id"]
+
+    def died(ev):  # what experiments/eval.py writes for a task whose run died
+        ev["tasks"]["gsm8k"] = {"primary": "exact_match", "higher_is_better": True, "n": None,
+                                "fewshot": None, "items": [], "error": "RuntimeError: OOM",
+                                "metrics": {"exact_match": {"value": None, "stderr": None,
+                                                            "n": None}}}
+
+    def crashed(ev):  # evalplus: 3 items whose check timed out; pass@1 over the rest
+        t = ev["tasks"]["humaneval_plus"]
+        for it in t["items"][:3]:
+            it.update(base=None, plus=None, reason="sandbox timed out")
+        for name, key in (("pass@1_base", "base"), ("pass@1_plus", "plus")):
+            xs = [it[key] for it in t["items"] if it[key] is not None]
+            t["metrics"][name] = {"value": float(np.mean(xs)), "stderr": 0.05, "n": len(xs),
+                                  "n_missing": 3}
+
+    _edit_eval(tmp_path, dead, died)
+    _edit_eval(tmp_path, code, crashed)
+    data = load_sweep("e", tmp_path)
+    s = data.scores
+    row = s[(s["run_id"] == dead) & (s["metric"] == "exact_match")].iloc[0]
+    assert math.isnan(row["value"]) and math.isnan(row["n"]) and row["error"] == \
+        "RuntimeError: OOM"
+    it = data.items[(data.items["run_id"] == code) & (data.items["metric"] == "pass@1_plus")]
+    assert it["value"].isna().sum() == 3  # null items stay NaN, never 0
+    t = paper_table(data, "tokens", n_boot=50)
+    gsm = t[(t["task"] == "gsm8k") & (t["column"] == "FT k=0.5")].iloc[0]
+    assert gsm["n_seeds"] == 1 and "eval error (RuntimeError: OOM)" in gsm["status"]
+    ref = _items_from_files(tmp_path, code, "gsm8k", "exact_match")
+    assert gsm["mean"] == pytest.approx(np.mean(ref))  # the dead seed is not averaged as 0
+    he = t[(t["task"] == "humaneval_plus") & (t["column"] == "FT k=0.5")].iloc[0]
+    assert he["n_missing"] == 3 and "3 items unscored" in cell_text(he)
+    assert he["n_items"] == 2 * 40 - 3
+    mt = missing_table(data).set_index("task")
+    assert mt.loc["gsm8k", "reason"] == "RuntimeError: OOM"
+    assert mt.loc["humaneval_plus", "missing"] == "3/40 items"
+    assert mt.loc["humaneval_plus", "reason"] == "3x sandbox timed out"
+    # every evalplus item missing: value null, n 0 -> missing, the count says why
+    _edit_eval(tmp_path, code, lambda ev: ev["tasks"]["humaneval_plus"]["metrics"].update(
+        {"pass@1_plus": {"value": None, "stderr": None, "n": 0, "n_missing": 40}}))
+    t = paper_table(load_sweep("e", tmp_path), "tokens", n_boot=50)
+    he = t[(t["task"] == "humaneval_plus") & (t["column"] == "FT k=0.5")].iloc[0]
+    assert he["n_seeds"] == 1 and "null: all 40 items unscored" in he["status"]
+
+
+def test_truncation_is_shown_per_task_with_the_generation_budget(tmp_path):
+    from analysis.report import build_report
+    from analysis.tables import truncation_table
+
+    write_fake_sweep(tmp_path, "t", kappas=(0.5,), seeds=(0, 1), controls=())
+    data = load_sweep("t", tmp_path)
+    recs = []
+    for rid in data.cells["run_id"]:
+        ev = json.loads((tmp_path / "runs" / rid / "eval" / "lm-eval.json").read_text())
+        recs.append(ev["tasks"]["gsm8k"]["truncation"])
+    tr = truncation_table(data).set_index("task")
+    assert set(tr.index) == {"gsm8k", "humaneval_plus"}  # log-likelihood tasks generate nothing
+    g = tr.loc["gsm8k"]
+    assert g["prompts"] == sum(r["n_requests"] for r in recs)
+    assert g["prompts_truncated"] == sum(r["n_truncated"] for r in recs)
+    assert g["max_tokens_cut"] == max(r["max_tokens_cut"] for r in recs)
+    assert g["min_prompt_tokens_kept"] == min(r["min_prompt_tokens_kept"] for r in recs)
+    assert g["gen_budget_min"] == 128 and g["gen_budget_requested"] == 256
+    assert g["budgets_shrunk"] == sum(r["n_budget_shrunk"] for r in recs)
+    assert g["cells_recorded"] == "4/4"
+    # per cell in the long table: prompts cut over the cell's seeds
+    t = paper_table(data, "tokens", n_boot=50)
+    cell = t[(t["task"] == "gsm8k") & (t["column"] == "FT k=0.5")].iloc[0]
+    assert cell["n_truncated"] == 1 + 2 and cell["n_requests"] == 2 * 50
+    arc = t[(t["task"] == "arc_easy") & (t["column"] == "FT k=0.5")].iloc[0]
+    assert math.isnan(arc["n_truncated"])  # nothing generated: no record, not 0 cuts
+    html = build_report("t", tmp_path, n_boot=50).read_text(encoding="utf-8")
+    sec = html[html.index('id="eval-completeness"'):html.index('id="figures"')]
+    assert "max tokens cut" in sec and "gen budget requested" in sec and ">gsm8k<" in sec
+    out = tmp_path / "sweeps" / "t" / "report"
+    assert pd.read_csv(out / "truncation.csv").set_index("task").loc[
+        "gsm8k", "prompts_truncated"] == g["prompts_truncated"]
+
+
+def test_a_view_the_sweep_lacks_writes_its_note(tmp_path):
+    from analysis.tables import write_tables
+
+    write_fake_sweep(tmp_path, "f", kappas=(0.5,), seeds=(0,), controls=(), flops_budget=1e11)
+    out = tmp_path / "out"
+    write_tables(load_sweep("f", tmp_path), out, n_boot=50)
+    csv = pd.read_csv(out / "table_tokens.csv")
+    assert len(csv) == 1 and "No equal-tokens table" in csv["status"].iloc[0]
+    assert "No equal-tokens table" in (out / "table_tokens.md").read_text()

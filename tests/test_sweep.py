@@ -437,6 +437,15 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
 
     assert m["eval_spec"]["suite"] == "lm-eval+evalplus" and m["eval_spec_id"]
     assert set(m["eval_specs"]) == {"lm-eval", "evalplus"}
+    # the union keeps each suite's own spec inside (combined_spec's docstring), and the
+    # analysis matches each suite's file through it
+    from analysis.frame import _matches_manifest
+
+    assert m["eval_spec"]["suites"] == {s: v["spec"] for s, v in m["eval_specs"].items()}
+    assert m["eval_spec_id"] == spec_id(m["eval_spec"])
+    for v in m["eval_specs"].values():
+        assert _matches_manifest(v["spec"], v["spec_id"], m["eval_spec"], m["eval_spec_id"])
+    assert m["skipped_controls"] == {}
     lm_spec = m["eval_specs"]["lm-eval"]["spec"]
     assert lm_spec == {"suite": "lm-eval", "tasks": ["arc_easy"], "limit": 2, "z_mode": "prior",
                        "k": 1, "fewshot": None, "gen_tokens": None,
@@ -468,3 +477,77 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     assert _Ex.n == n + 2
     m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
     assert all(c["eval"]["file"].startswith("eval/lm-eval.limit3.") for c in m["cells"])
+
+
+def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CONTROLS=flops under a FLOPs budget would duplicate the baseline: not trained, and the
+    DRY=1 text, the run's plan lines and the manifest (`skipped_controls`) all say why."""
+    import submitit
+
+    from sweeps.__main__ import main
+    from sweeps.grid import skipped_controls
+
+    class Train(_FakeTrain):
+        def compose(self, overrides: list[str]) -> object:
+            ns = super().compose(overrides)
+            ns._dict["paths"]["results"] = ns.paths.results = str(tmp_path)
+            return ns
+
+        def run_dir(self, cfg: object) -> Path:
+            return tmp_path / "runs" / self.run_id(cfg)
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setattr(L.backend, "_train", lambda: Train())
+    monkeypatch.setattr(L, "POLL_S", 0.0)
+    monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
+    monkeypatch.setattr(L, "_cold_cache", lambda c: False)
+    args = ["run", "--kappa", "1", "--h", "4", "--flops", "1e9", "--controls", "flops plus1",
+            "--name", "sk"]
+    why = skipped_controls(spec(kappa="1", h="4", seeds="0", flops="1e9",
+                                controls="flops plus1"))
+    assert set(why) == {"baseline_flops"}
+    assert main([*args, "--dry", "1"]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped control: {why['baseline_flops']}" in out
+    assert not any(ln.startswith("baseline_flops") for ln in out.splitlines())  # no cell
+    _Ex.envs.clear()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert f"skipped control: {why['baseline_flops']}" in out
+    m = json.loads((tmp_path / "sweeps" / "sk" / "manifest.json").read_text())
+    assert m["skipped_controls"] == why
+    # every train job tells the trainer how it was launched
+    assert [e for k, e in _Ex.envs if k == "train"] == [{"FTBENCH_LAUNCHER": "local"}] * 3
+    assert L._train_job(m["cells"][0], None, "slurm").env == {"FTBENCH_LAUNCHER": "slurm"}
+
+
+def test_trainer_records_the_launcher_in_config_provenance(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """experiments/train.py writes FTBENCH_LAUNCHER (else "direct"), host and threads into
+    config.yaml provenance: the analysis compares wall-clock only when all three agree."""
+    import socket
+    from types import SimpleNamespace as NS
+
+    import torch
+    import yaml
+
+    import experiments.train as T
+
+    cfg = T.compose(["model=1M", "model.vocab_size=512", "train.seq_len=32",
+                     "train.tokens=1000"])
+    p = T.plan(cfg)
+    monkeypatch.setattr(T, "tokenizer_sha256", lambda tok: "t" * 64)
+    corpus = NS(info={}, checksums={}, tokenizer=None)
+    for env, want in (("slurm", "slurm"), (None, "direct")):
+        if env is None:
+            monkeypatch.delenv("FTBENCH_LAUNCHER", raising=False)
+        else:
+            monkeypatch.setenv("FTBENCH_LAUNCHER", env)
+        d = tmp_path / want
+        d.mkdir()
+        T._write_config(cfg, p, corpus, d, ["train.py"])
+        prov = yaml.safe_load((d / "config.yaml").read_text())["provenance"]
+        assert prov["launcher"] == want
+        assert prov["host"] == socket.gethostname()
+        assert prov["threads"] == torch.get_num_threads()
