@@ -18,7 +18,25 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .report import REQUIRED_SECTIONS
+REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "eval-completeness",
+                     "figures", "synthetic", "runs", "provenance"]
+"""Section ids every report has; the report's CHECK_JS and `check_report` look for each."""
+
+CHECK_JS = """
+window.addEventListener('load', function () {
+  var required = %s;
+  var imgs = Array.prototype.slice.call(document.images);
+  var broken = imgs.filter(function (i) { return !i.complete || i.naturalWidth === 0; });
+  broken.forEach(function (i) { i.setAttribute('data-broken', '1'); });
+  var missing = required.filter(function (id) { return !document.getElementById(id); });
+  document.body.setAttribute('data-images', imgs.length);
+  document.body.setAttribute('data-broken-images', broken.length);
+  document.body.setAttribute('data-missing-sections', missing.join(','));
+  document.body.setAttribute('data-check', broken.length || missing.length ? 'fail' : 'ok');
+});
+"""
+"""The script the report embeds (formatted with REQUIRED_SECTIONS as a JSON list): on `load` it
+marks <body> with what `check_report` reads."""
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",

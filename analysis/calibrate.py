@@ -43,10 +43,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from scipy import stats
+
+from common.io import atomic_write_text
 
 from . import stats as S
 from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
+from .frame import load_sweep, spec_id
+from .tables import comparisons, paper_table
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
 """Seed-to-seed SD of an arm's score, in probability (1, 3, 5, 8 points)."""
@@ -219,9 +224,7 @@ def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
     return c
 
 
-def _long(y: np.ndarray, base: np.ndarray):
-    import pandas as pd
-
+def _long(y: np.ndarray, base: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
     s, i = np.meshgrid(np.arange(y.shape[0]), np.arange(y.shape[1]), indexing="ij")
     mk = (lambda v: pd.DataFrame({"seed": s.ravel(), "doc_id": i.ravel(), "value": v.ravel()}))
     return mk(y), mk(base)
@@ -268,7 +271,7 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
     spec = {"suite": "lm-eval", "tasks": ["gsm8k", "humaneval_plus"], "limit": d.n_items,
             "z_mode": "prior", "k": 1, "fewshot": None, "gen_tokens": 256,
             "data_checksums": {"gsm8k/test.jsonl": "0" * 64}}
-    sid = S_spec_id(spec)
+    sid = spec_id(spec)
     cells, outcomes = [], {}
     for cell, arm, kappa, h, eff in arms:
         seed = int(cell.rsplit("-s", 1)[1])
@@ -336,7 +339,7 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         _write_json(rd / "eval" / "lm-eval.limit.json", ev)
         if sc.stray_limit and cell == "baseline-s0":  # a LIMIT-10 re-run: must be excluded
             s2 = dict(spec, limit=10)
-            stray = dict(ev, limit=10, spec=s2, spec_id=S_spec_id(s2))
+            stray = dict(ev, limit=10, spec=s2, spec_id=spec_id(s2))
             stray["tasks"] = {"gsm8k": dict(tasks["gsm8k"], metrics={
                 "exact_match": {"value": 1.0, "n": 10}}, items=[
                 {"doc_id": i, "exact_match": 1.0} for i in range(10)])}
@@ -349,12 +352,6 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
            "eval_spec_id": sid, "cells": cells}
     _write_json(root / "sweeps" / sc.name / "manifest.json", man)
     return {"q": q, "outcomes": outcomes}
-
-
-def S_spec_id(spec: dict) -> str:  # noqa: N802
-    from .frame import spec_id
-
-    return spec_id(spec)
 
 
 def _expected(sim: dict, sc: Scenario, h: int, k: float, task: str, ref: str) -> S.Delta:
@@ -392,9 +389,6 @@ class FullPath:
 def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = None,
               n_boot: int = 2000) -> FullPath:
     """Write each scenario as result files and run the real analysis on it."""
-    from .frame import load_sweep
-    from .tables import comparisons, paper_table
-
     rng = np.random.default_rng(seed)
     fp = FullPath()
     t0 = time.time()
@@ -529,6 +523,11 @@ def failures(res: dict) -> list[str]:
     return out
 
 
+def _md(rows: list[dict[str, str]]) -> str:
+    """A Markdown table of text cells, kept as written."""
+    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+
+
 def markdown(res: dict, command: str) -> str:
     fp = res["full"]
     lines = [
@@ -577,16 +576,14 @@ def markdown(res: dict, command: str) -> str:
         "means on the same data; MDE = median minimum detectable effect (80% power) the report "
         "prints under the null.",
         "",
-        "| design | seed SD | FPR | FPR (Holm) | false 'supported' | coverage | power +2 pts |"
-        " paired t power | MDE (pts) | out of range |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        _md([{"design": name, "seed SD": f"{100 * sd:g}", "FPR": c.fpr.text(),
+              "FPR (Holm)": c.fpr_holm.text(), "false 'supported'": c.supported_null.text(),
+              "coverage": c.coverage.text(), "power +2 pts": c.power.text(),
+              "paired t power": c.power_t.text() if c.power_t.n else "n/a (1 seed)",
+              "MDE (pts)": f"{100 * float(np.median(c.mde)):.1f}" if c.mde else "n/a",
+              "out of range": f"{c.out_of_range}/{c.intervals}"}
+             for (name, sd), c in res["bulk"].items()]),
     ]
-    for (name, sd), c in res["bulk"].items():
-        mde = f"{100 * float(np.median(c.mde)):.1f}" if c.mde else "n/a"
-        tpow = c.power_t.text() if c.power_t.n else "n/a (1 seed)"
-        lines.append(f"| {name} | {100 * sd:g} | {c.fpr.text()} | {c.fpr_holm.text()} | "
-                     f"{c.supported_null.text()} | {c.coverage.text()} | {c.power.text()} | "
-                     f"{tpow} | {mde} | {c.out_of_range}/{c.intervals} |")
     lines += ["", f"Full path ({fp.sweeps} sweeps, all seed SDs pooled): FPR "
               f"{fp.fpr.text()}; coverage {fp.coverage.text()}; false 'supported' "
               f"{fp.supported_null.text()}; intervals out of range {fp.out_of_range}/"
@@ -594,9 +591,8 @@ def markdown(res: dict, command: str) -> str:
     old = [(k, c) for k, c in res["bulk"].items() if c.old_fpr.n]
     if old:
         lines += ["### For reference: the old two-level bootstrap on the same data", "",
-                  "| design | seed SD | FPR | coverage |", "|---|---|---|---|"]
-        lines += [f"| {n} | {100 * sd:g} | {c.old_fpr.text()} | {c.old_coverage.text()} |"
-                  for (n, sd), c in old]
+                  _md([{"design": n, "seed SD": f"{100 * sd:g}", "FPR": c.old_fpr.text(),
+                        "coverage": c.old_coverage.text()} for (n, sd), c in old])]
         lines += ["", "On this design it is far too wide (FPR about 1%, coverage 97-100%): it "
                   "resamples items within seeds on top of resampling the seeds, so item noise "
                   "that is already in the seed means counts twice and power is thrown away. "
@@ -651,10 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed)
     md = markdown(res, cmd.strip())
     if a.out:
-        out = Path(a.out)
-        tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(md, encoding="utf-8")
-        tmp.replace(out)
+        out = atomic_write_text(a.out, md)
         print(f"wrote {out}")
     else:
         print(md)

@@ -32,65 +32,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .derived import collapse_table, overhead_table
 from .frame import SweepData
 from .stats import holm
+from .tables import view_notes
 
 PAPER_KAPPAS_MAX = 2.0
 ALPHA = 0.05
 MIN_SEEDS = 2
 COLLAPSE_KAPPA = 4.0
-CE_TOL = 0.02
 OVERHEAD_FACTOR = 1.5
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
-
-
-def _val(data: SweepData, metric: str) -> pd.DataFrame:
-    s = data.scores
-    if s.empty:
-        return s
-    return s[(s["source"] == "val") & (s["metric"] == metric)]
-
-
-def _at(df: pd.DataFrame, h: float, k: float) -> pd.Series:
-    """Values of the Free Transformer (H=h, kappa=k) rows of a scores slice."""
-    if df.empty:
-        return pd.Series(dtype=float)
-    m = (df["arm"] == "free") & np.isclose(df["kappa_bits"], k) & np.isclose(df["latent_bits"], h)
-    return df[m]["value"]
-
-
-def collapse_table(data: SweepData) -> pd.DataFrame:
-    """Per Free Transformer (H, kappa): prior / posterior validation CE (mean, sd over seeds),
-    KL bits, the baseline's CE, and whether the run collapsed (see module docstring)."""
-    prior = _val(data, "val_ce_prior")
-    if prior.empty:
-        prior = _val(data, "val_ce")
-    post = _val(data, "val_ce_posterior")
-    kl = _val(data, "val_kl_bits")
-    base = _val(data, "val_ce")
-    base = base[base["arm"] == "baseline"] if len(base) else base
-    b_mean = float(base["value"].mean()) if len(base) else math.nan
-    b_sd = float(base["value"].std(ddof=1)) if len(base) > 1 else math.nan
-    if prior.empty or not (prior["arm"] == "free").any():
-        return pd.DataFrame()
-    rows = []
-    for (h, k), g in prior[prior["arm"] == "free"].groupby(["latent_bits", "kappa_bits"]):
-        pv, qv, kv = g["value"], _at(post, h, k), _at(kl, h, k)
-        sds = [x for x in (b_sd, pv.std(ddof=1) if len(pv) > 1 else math.nan) if
-               math.isfinite(x)]
-        tol = max([CE_TOL] + [2 * x for x in sds])
-        ce_p, ce_q = float(pv.mean()), float(qv.mean()) if len(qv) else math.nan
-        collapsed = bool(math.isfinite(b_mean) and math.isfinite(ce_q)
-                         and ce_q < b_mean - tol and ce_p > b_mean + tol)
-        rows.append({"latent_bits": h, "kappa_bits": k, "n_seeds": int(pv.size),
-                     "ce_prior": ce_p, "ce_prior_sd": pv.std(ddof=1) if pv.size > 1 else math.nan,
-                     "ce_posterior": ce_q,
-                     "ce_posterior_sd": qv.std(ddof=1) if len(qv) > 1 else math.nan,
-                     "kl_bits": float(kv.mean()) if len(kv) else math.nan,
-                     "baseline_ce": b_mean, "baseline_ce_sd": b_sd, "tol": tol,
-                     "collapsed": collapsed,
-                     "run_ids": " ".join(sorted(g["run_id"].astype(str).unique()))})
-    return pd.DataFrame(rows).sort_values(["latent_bits", "kappa_bits"]).reset_index(drop=True)
 
 
 def _claim(claim: str, source: str, evidence: str, verdict: str, run_ids: str = "") -> dict:
@@ -134,7 +86,8 @@ def benchmark_verdict(delta: np.ndarray, p: np.ndarray, unit: list[str], n_seeds
 
 def _benchmark_claim(table: pd.DataFrame, task: str, label: str, view: str,
                      note: str = "") -> dict:
-    claim = f"The Free Transformer beats the {'baseline at equal tokens' if view == 'tokens' else 'baseline at equal FLOPs'} on {label}"  # noqa: E501
+    equal = "tokens" if view == "tokens" else "FLOPs"
+    claim = f"The Free Transformer beats the baseline at equal {equal} on {label}"
     source = ("paper §4 benchmark tables (kappa 1/4..2 bits)" if view == "tokens"
               else "our equal-compute question (not tested in the paper)")
     table = primary(table)
@@ -215,8 +168,6 @@ def _collapse_claim(ct: pd.DataFrame, table: pd.DataFrame) -> dict:
 
 
 def _overhead_claims(data: SweepData) -> list[dict]:
-    from .figures import overhead_table
-
     ot = overhead_table(data)
     out = []
     for col, what in (("flops_overhead", "FLOPs (analytic accounting in config.yaml)"),
@@ -350,8 +301,6 @@ def checklist(data: SweepData, tables: dict[str, pd.DataFrame],
     """Every claim with its evidence and verdict. `notes` (tables.view_notes) say why a view
     is absent (e.g. no equal-tokens table in a FLOPs-budget sweep)."""
     if notes is None:
-        from .tables import view_notes
-
         notes = view_notes(data)
     ct = collapse_table(data)
     benches = (("humaneval_plus", "HumanEval+"), ("mbpp_plus", "MBPP+"), ("gsm8k", "GSM8K"))

@@ -8,15 +8,15 @@ import io
 import math
 
 import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from .derived import collapse_table, overhead_table
+from .frame import SweepData
+from .tables import GROUPS, paper_table
 
-from .claims import collapse_table  # noqa: E402
-from .frame import SweepData  # noqa: E402
-from .tables import GROUPS, paper_table  # noqa: E402
+matplotlib.use("Agg")  # PNGs only, never a display
 
 LN2 = math.log(2)
 
@@ -151,75 +151,6 @@ def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> p
                  fontsize=9)
     fig.tight_layout()
     return fig
-
-
-PROVENANCE_KEYS = ("launcher", "threads", "host")
-"""A wall-clock comparison needs both runs measured under the same launcher, threads, host."""
-
-
-def _prov(r: pd.Series) -> tuple | None:
-    vals = tuple(r.get(k) for k in PROVENANCE_KEYS)
-    if any(v is None or (isinstance(v, float) and not math.isfinite(v)) for v in vals):
-        return None
-    return vals
-
-
-def wallclock_pairs(ft: pd.DataFrame, base: pd.DataFrame) -> tuple[list[float], str, str]:
-    """Per seed, baseline tokens/s over FT tokens/s - 1 for the (FT, baseline) pairs measured
-    under the same launcher, thread count and host; with the reason when none is comparable,
-    and what the comparable pairs share."""
-    out, reasons, basis = [], set(), set()
-    for _, f in ft.iterrows():
-        b = base[base["seed"] == f["seed"]]
-        if b.empty:
-            reasons.add(f"no baseline run of seed {f['seed']}")
-            continue
-        b = b.iloc[0]
-        tf, tb = f.get("tokens_per_s", math.nan), b.get("tokens_per_s", math.nan)
-        if not (isinstance(tf, float) and math.isfinite(tf) and isinstance(tb, float)
-                and math.isfinite(tb) and tf > 0):
-            reasons.add("no throughput logged")
-            continue
-        pf, pb = _prov(f), _prov(b)
-        if pf is None or pb is None:
-            reasons.add("config.yaml lacks launcher/threads/host provenance (an older run), so "
-                        "the runs cannot be shown to share a machine and thread count")
-            continue
-        if pf != pb:
-            diff = [f"{k} {x} vs {y}" for k, x, y in zip(PROVENANCE_KEYS, pf, pb, strict=True)
-                    if x != y]
-            reasons.add("measured under different conditions: " + ", ".join(diff))
-            continue
-        out.append(tb / tf - 1)
-        basis.add(f"launcher {pf[0]}, {int(pf[1])} threads, host {pf[2]}")
-    return out, "; ".join(sorted(reasons)), "; ".join(sorted(basis))
-
-
-def overhead_table(data: SweepData) -> pd.DataFrame:
-    """Per Free Transformer column: analytic FLOPs overhead (config accounting), measured
-    wall-clock overhead (baseline tokens/s over FT tokens/s - 1, median of logged steps, median
-    over the seed pairs measured under the same launcher/threads/host; NaN with the reason in
-    `wallclock_note` when no pair is comparable), and the paper's 1/L for the run's L."""
-    c = data.cells
-    if c.empty or "flops_overhead" not in c:
-        return pd.DataFrame()
-    base = c[c["arm"] == "baseline"]
-    rows = []
-    free = c[c["arm"] == "free"]
-    for (h, k), g in free.groupby(["latent_bits", "kappa_bits"]):
-        n_layers = g["n_layers"].median() if "n_layers" in g else math.nan
-        if "tokens_per_s" in g:
-            ratios, note, basis = wallclock_pairs(g, base)
-        else:
-            ratios, note, basis = [], "no throughput logged", ""
-        rows.append({"latent_bits": h, "kappa_bits": k, "n_layers": n_layers,
-                     "paper_1_over_L": 1 / n_layers if n_layers else math.nan,
-                     "flops_overhead": g["flops_overhead"].median(),
-                     "wallclock_overhead": float(np.median(ratios)) if ratios else math.nan,
-                     "wallclock_pairs": len(ratios), "wallclock_basis": basis,
-                     "wallclock_note": "" if ratios else note,
-                     "run_ids": " ".join(g["run_id"].astype(str))})
-    return pd.DataFrame(rows)
 
 
 def overhead(data: SweepData) -> plt.Figure | None:

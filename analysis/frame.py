@@ -33,13 +33,15 @@ import hashlib
 import json
 import math
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
+
+from common.io import sha256_file
+from common.paths import results_root, sweeps_dir
 
 ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
@@ -55,18 +57,8 @@ SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
 """What makes two evaluations comparable (the spec minus its task list and data checksums)."""
 
 
-def results_root(root: str | os.PathLike | None = None) -> Path:
-    """The results root: the argument, else $FTBENCH_RESULTS, else ./results."""
-    return Path(root if root is not None else os.environ.get("FTBENCH_RESULTS", "results"))
-
-
 def list_sweeps(root: str | os.PathLike | None = None) -> list[str]:
-    base = results_root(root) / "sweeps"
-    return sorted(p.parent.name for p in base.glob("*/manifest.json"))
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sorted(p.parent.name for p in sweeps_dir(root).glob("*/manifest.json"))
 
 
 def _num(x: Any) -> float:
@@ -271,7 +263,7 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
         prov = cfg.get("provenance") or {}
         train = cfg.get("train") or {}
         row.update({
-            "config_sha256": _sha256(cfg_path),
+            "config_sha256": sha256_file(cfg_path),
             "n_layers": _num(model.get("n_layers")), "dim": _num(model.get("dim")),
             "vocab_size": _num(model.get("vocab_size")),
             "flops_per_token": _num(acc.get("flops_per_token")),
@@ -361,17 +353,11 @@ def _choose_specs(per_cell: list[list[dict]], manifest: dict) -> tuple[dict, dic
 def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     """Read results/sweeps/<name>/manifest.json and every file its cells point to."""
     root = results_root(root)
-    man_path = root / "sweeps" / name / "manifest.json"
+    man_path = sweeps_dir(root) / name / "manifest.json"
     if not man_path.is_file():
         raise FileNotFoundError(f"no manifest at {man_path} (sweeps here: {list_sweeps(root)})")
-    for attempt in range(3):  # a running sweep rewrites its manifest; read a complete one
-        try:
-            manifest = json.loads(man_path.read_text(encoding="utf-8"))
-            break
-        except json.JSONDecodeError:
-            if attempt == 2:
-                raise
-            time.sleep(0.5)
+    # the launcher replaces the manifest atomically, so a running sweep's is always whole
+    manifest = json.loads(man_path.read_text(encoding="utf-8"))
     warnings: list[str] = []
     cell_rows, score_rows, item_frames, curve_frames, evals = [], [], [], [], []
     task_rows: list[dict] = []
@@ -431,7 +417,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                                               -_num(f["ev"].get("checkpoint_step") or -1))):
             epath, ev = f["path"], f["ev"]
             head = {k: v for k, v in ev.items() if k != "tasks"}
-            head.update(file=str(epath.relative_to(root)), file_sha256=_sha256(epath),
+            head.update(file=str(epath.relative_to(root)), file_sha256=sha256_file(epath),
                         cell=row["cell"], spec=f["spec"], spec_id=f["spec_id"],
                         spec_legacy=f["legacy"], used=f["spec_id"] not in excluded,
                         excluded_reason=excluded.get(f["spec_id"], ""))

@@ -21,9 +21,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from common.io import atomic_write_text
+from common.paths import results_root, sweeps_dir
+
 from . import figures
-from .claims import checklist, collapse_table
-from .frame import SweepData, load_sweep, results_root
+from .browser import CHECK_JS, REQUIRED_SECTIONS, check_report
+from .claims import checklist
+from .derived import collapse_table, overhead_table
+from .frame import SweepData, load_sweep
 from .stats import NO_VARIATION
 from .tables import (
     LEGEND,
@@ -37,10 +42,6 @@ from .tables import (
     view_notes,
     write_tables,
 )
-
-REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "eval-completeness",
-                     "figures", "synthetic", "runs", "provenance"]
-"""Section ids every report has (the Chromium check looks for each)."""
 
 CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "commonsense_qa": 0.2,
           "gsm8k": 0.0, "humaneval_plus": 0.0, "mbpp_plus": 0.0}
@@ -60,21 +61,6 @@ img{max-width:100%;border:1px solid #ddd;margin:6px 0}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px}
 footer{font-size:11px;color:#444} .wide{overflow-x:auto;max-width:100%}
 """
-
-CHECK_JS = """
-window.addEventListener('load', function () {
-  var required = %s;
-  var imgs = Array.prototype.slice.call(document.images);
-  var broken = imgs.filter(function (i) { return !i.complete || i.naturalWidth === 0; });
-  broken.forEach(function (i) { i.setAttribute('data-broken', '1'); });
-  var missing = required.filter(function (id) { return !document.getElementById(id); });
-  document.body.setAttribute('data-images', imgs.length);
-  document.body.setAttribute('data-broken-images', broken.length);
-  document.body.setAttribute('data-missing-sections', missing.join(','));
-  document.body.setAttribute('data-check', broken.length || missing.length ? 'fail' : 'ok');
-});
-"""
-
 
 def esc(x: object) -> str:
     return html.escape("" if x is None else str(x))
@@ -167,7 +153,7 @@ def completeness_html(data: SweepData) -> str:
                    "eval files these tables use (log-likelihood tasks cut nothing; eval files "
                    "written before the record existed do not say)</p>")
     else:
-        out.append("<p>Rule (experiments/lm_adapter.py <code>plan_generation</code>): the "
+        out.append("<p>Rule (experiments/eval/lm_adapter.py <code>plan_generation</code>): the "
                    "generation budget shrinks first, down to 1 token, so a prompt that fits the "
                    "window is kept whole; only a prompt that alone fills the window is cut from "
                    "the left (few-shot examples first, the question kept), leaving a budget of "
@@ -318,7 +304,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     """Write report.html (and report/ with tables, figures, checklist); return its path."""
     root = results_root(root)
     data = load_sweep(name, root)
-    out_dir = root / "sweeps" / name / "report"
+    out_dir = sweeps_dir(root) / name / "report"
     tables = write_tables(data, out_dir, n_boot=n_boot)
     synth = find_synthetic(root, name, synthetic)
     notes = view_notes(data)
@@ -326,7 +312,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     claims = checklist(data, tables, synth, notes)
     claims.to_csv(out_dir / "claims.csv", index=False)
     ct = collapse_table(data)
-    ot = figures.overhead_table(data)
+    ot = overhead_table(data)
     figs = {}
     for key, fn in (("training_curves", figures.training_curves),
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
@@ -390,11 +376,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
            f"<script>{CHECK_JS % json.dumps(REQUIRED_SECTIONS)}</script></head><body>"
            f"<h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
            + "\n".join(sections) + "</body></html>\n")
-    path = root / "sweeps" / name / "report.html"
-    tmp = path.with_suffix(".html.tmp")
-    tmp.write_text(doc, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomic_write_text(sweeps_dir(root) / name / "report.html", doc)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -411,8 +393,6 @@ def main(argv: list[str] | None = None) -> None:
     path = build_report(a.name, a.root, a.synthetic, a.n_boot)
     print(f"report: {path.resolve()}")
     if a.check:
-        from .browser import check_report
-
         shot = Path(a.screenshot) if a.screenshot else path.parent / "report" / "report.png"
         res = check_report(path, shot)
         print(f"chromium check: {res}")

@@ -79,16 +79,12 @@ def mean_ci(values: np.ndarray | list[float], level: float = LEVEL) -> tuple[flo
     return m, m - half, m + half
 
 
-def wilson(k: float, n: float, level: float = LEVEL) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials."""
+def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (NaN for n = 0)."""
     if n <= 0:
         return math.nan, math.nan
-    z = stats.norm.ppf(0.5 + level / 2)
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return float(ci.low), float(ci.high)
 
 
 def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:

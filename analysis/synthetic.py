@@ -41,11 +41,13 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.patches import Rectangle
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from common.paths import results_root
+
+matplotlib.use("Agg")  # PNGs only, never a display
 
 BODY_LEN = 64
 RUN_LEN = 8
@@ -262,11 +264,8 @@ def _fmt(v: Any, col: str) -> str:
 
 
 def table_markdown(df: pd.DataFrame, meta: dict, checks: list[dict]) -> str:
-    cols = list(TABLE_COLUMNS)
-    lines = ["| " + " | ".join(TABLE_COLUMNS[c] for c in cols) + " |",
-             "|" + "|".join("---" for _ in cols) + "|"]
-    for _, r in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(r[c], c) for c in cols) + " |")
+    shown = pd.DataFrame({TABLE_COLUMNS[c]: [_fmt(v, c) for v in df[c]] for c in TABLE_COLUMNS})
+    lines = [shown.to_markdown(index=False, disable_numparse=True)]
     s = meta.get("settings", {})
     notes = [
         "",
@@ -385,10 +384,6 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     render_figure(models, samples, out["figure.png"],
                   rows_per_group=int(meta.get("settings", {}).get("figure_rows", 8)))
     return out
-
-
-def results_root() -> Path:
-    return Path(os.environ.get("FTBENCH_RESULTS", "results"))
 
 
 def main(argv: list[str] | None = None) -> None:

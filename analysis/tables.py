@@ -662,12 +662,9 @@ LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = Free Transforme
 
 
 def _md_one(t: pd.DataFrame) -> str:
-    w = wide(t)
-    head = list(w.columns)
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for _, r in w.iterrows():
-        lines.append("| " + " | ".join(str(v).replace("|", "\\|") for v in r) + " |")
-    return "\n".join(lines) + "\n"
+    # cells are text already: keep them as written (no number parsing), pipes escaped
+    w = wide(t).astype(str).apply(lambda c: c.str.replace("|", "\\|", regex=False))
+    return w.to_markdown(index=False, disable_numparse=True) + "\n"
 
 
 def to_markdown(table: pd.DataFrame, notes: str = "", specs: list[str] | None = None) -> str:

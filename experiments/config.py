@@ -1,9 +1,11 @@
-"""The typed config tree of `experiments/train.py` (hydra structured configs).
+"""The typed config tree of `experiments/train.py` (hydra structured configs) and `compose()`.
 
-Sections (hydra groups): model, data, optim, train, logging (+ paths). Precedence: dataclass
-defaults < `experiments/conf/train.yaml` and its group files < command-line overrides. Every
+Sections (hydra groups): model, data, optim, train, logging (+ paths). Every default lives here,
+in the dataclasses; `experiments/conf/train.yaml` only picks the model preset and the data
+source (whose option files set what that source implies). Command-line overrides win. Every
 section is a dataclass, so a misspelled key or a wrongly typed value fails at compose time;
-`__post_init__` checks values and raises `ValueError` naming the allowed values.
+`__post_init__` checks values and raises `ValueError` naming the allowed values; choices are
+`StrEnum`s, so OmegaConf lists the allowed values too.
 
 The model group's options are the presets of `model.PRESETS` (`model=1M`, `model=16M`, ...),
 registered from that dict so the two never drift apart. The run-id hashes model, data, optim and
@@ -14,25 +16,67 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
 from model import PRESETS, ModelConfig
 
-DATA_SOURCES = ("stdlib", "files", "hf", "synthetic")
-PRECISIONS = ("auto", "fp32", "bf16")
-DEVICES = ("auto", "cpu", "cuda")
-COMPUTE_MATCH = ("none", "flops")
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+
+
+class Choice(str, Enum):
+    """A config choice: compares, prints and serialises as its plain string value (OmegaConf
+    lists the members as the allowed values)."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class DataSource(Choice):
+    stdlib = "stdlib"
+    files = "files"
+    hf = "hf"
+    synthetic = "synthetic"
+
+
+class Precision(Choice):
+    auto = "auto"
+    fp32 = "fp32"
+    bf16 = "bf16"
+
+
+class Device(Choice):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class ComputeMatch(Choice):
+    none = "none"
+    flops = "flops"
+
+
+DATA_SOURCES = tuple(DataSource)
+PRECISIONS = tuple(Precision)
+DEVICES = tuple(Device)
+COMPUTE_MATCH = tuple(ComputeMatch)
 NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile")
 
 
 def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
     v = getattr(obj, name)
     if v not in allowed:
-        raise ValueError(f"{_section(obj)}.{name}={v!r}: allowed values {list(allowed)}")
+        raise ValueError(f"{_section(obj)}.{name}={v!r}: allowed values "
+                         f"{[str(a) for a in allowed]}")
 
 
 def _section(obj: Any) -> str:
@@ -97,7 +141,7 @@ class HFSource:
 
 @dataclass
 class DataConfig:
-    source: str = "stdlib"
+    source: DataSource = DataSource.stdlib
     """stdlib (offline default: this interpreter's standard-library .py files) | files | hf |
     synthetic (the paper's §4.1 sequences, character-level)."""
     paths: list[str] = field(default_factory=list)
@@ -171,7 +215,7 @@ class LoopConfig:
     """Budget in training tokens (ignored when `flops` is set); a float so `5e6` works."""
     flops: float | None = None
     """Budget in training FLOPs (analytic, model.train_flops_per_token); wins over tokens."""
-    compute_match: str = "none"
+    compute_match: ComputeMatch = ComputeMatch.none
     """none | flops: a baseline trains for the FLOPs the matching Free Transformer (same config,
     latent_bits = match_latent_bits) spends on the budget."""
     match_latent_bits: int = 16
@@ -180,9 +224,9 @@ class LoopConfig:
     """Layers of the Free Transformer a compute-matched baseline is matched to (None: this
     model's own; the +1-layer control at the FT's FLOPs sets the arms' count). Left out of the
     run-id while None, so runs made before it existed keep their ids."""
-    device: str = "auto"
+    device: Device = Device.auto
     """auto | cpu | cuda."""
-    precision: str = "auto"
+    precision: Precision = Precision.auto
     """auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (CUDA only)."""
     compile: bool = False
     """torch.compile the model (CUDA only; ignored with a note on CPU)."""
@@ -252,3 +296,98 @@ def register() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     for name, preset in PRESETS.items():
         cs.store(group="model", name=name, node=ModelSection(preset=name, **preset.to_dict()))
+
+
+# ---------------------------------------------------------------- compose
+class ConfigError(ValueError):
+    """Bad input: one line naming the problem and the allowed values."""
+
+
+def one_line(msg: str) -> str:
+    return re.sub(r"\s+", " ", str(msg)).strip()
+
+
+def _check_override(ov: str) -> None:
+    """Reject unknown groups, options and keys with the allowed values (hydra's own messages
+    span several lines and do not always list them)."""
+    if "=" not in ov:
+        raise ConfigError(f"override {ov!r} is not key=value")
+    key, value = ov.split("=", 1)
+    key = key.lstrip("+~")
+    if ov.startswith(("+", "~")):
+        raise ConfigError(f"override {ov!r}: adding or deleting keys is not allowed; "
+                          f"allowed sections: {sorted(GROUPS)}")
+    parts = key.split(".")
+    if parts[0] not in GROUPS:
+        raise ConfigError(f"unknown config section {parts[0]!r} in {ov!r}; allowed: "
+                          f"{sorted(GROUPS)}")
+    if len(parts) == 1:
+        if parts[0] == "model" and value not in PRESETS:
+            raise ConfigError(f"unknown model preset {value!r}; allowed: {list(PRESETS)}")
+        if parts[0] == "data" and value not in DATA_SOURCES:
+            raise ConfigError(f"unknown data source {value!r}; allowed: "
+                              f"{[str(s) for s in DATA_SOURCES]}")
+        if parts[0] not in ("model", "data"):
+            raise ConfigError(f"{parts[0]!r} is a section; set its keys, e.g. "
+                              f"{parts[0]}.<key>=...; allowed keys: "
+                              f"{sorted(GROUPS[parts[0]].__dataclass_fields__)}")
+        return
+    fields = GROUPS[parts[0]].__dataclass_fields__
+    if parts[1] not in fields or len(parts) > 2:
+        raise ConfigError(f"unknown key {key!r}; allowed keys in {parts[0]}: {sorted(fields)}")
+    kind = typing.get_type_hints(GROUPS[parts[0]]).get(parts[1])
+    if isinstance(kind, type) and issubclass(kind, Choice) and value not in set(kind):
+        raise ConfigError(f"{key}={value!r}: allowed values {[str(v) for v in kind]}")
+
+
+def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """Compose the typed config from experiments/conf + overrides; ConfigError on bad input.
+
+    Also applies what the data source implies (synthetic: vocab_size = len(ALPHABET),
+    seq_len = task length - 1), so the returned config is the resolved one the run-id hashes.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [str(o) for o in overrides]
+    for ov in overrides:
+        _check_override(ov)
+    register()
+    # Callers may live inside their own hydra app: compose in a clean GlobalHydra, then restore.
+    backup = get_gh_backup()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            node = hydra_compose(config_name="train", overrides=overrides)
+        cfg = OmegaConf.to_object(node)
+    except (HydraException, OmegaConfBaseException) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        cause = e.__cause__  # hydra wraps the omegaconf error that names the type
+        if cause is not None and str(cause):
+            msg += ": " + str(cause).splitlines()[0]
+        m = re.search(r"full_key: (\S+)", str(e))
+        raise ConfigError(one_line(msg + (f" (key {m.group(1)})" if m and m.group(1) not in msg
+                                           else ""))) from None
+    except ValueError as e:  # __post_init__ of a section
+        raise ConfigError(one_line(str(e))) from None
+    finally:
+        restore_gh_from_backup(backup)
+    assert isinstance(cfg, TrainConfig)
+    if cfg.data.source == "synthetic":
+        from . import synthetic_data as sd
+
+        cfg.model.vocab_size = len(sd.ALPHABET)
+        cfg.train.seq_len = sd.SEQ_LEN - 1
+    try:
+        mc = model_config(cfg.model)
+    except ValueError as e:
+        raise ConfigError(one_line(str(e))) from None
+    if cfg.train.seq_len > mc.max_seq_len:
+        raise ConfigError(f"train.seq_len={cfg.train.seq_len} exceeds model.max_seq_len="
+                          f"{mc.max_seq_len}; lower train.seq_len or raise model.max_seq_len")
+    return cfg

@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from model.checkpoint import atomic_write
+from common.io import atomic_write, sha256_file
 
 from .config import DataConfig
 from .tokenizer import BPETokenizer, CharTokenizer, TextTokenizer, corpus_checksum, train_bpe
@@ -44,14 +44,6 @@ Doc = tuple[str, str]  # (key, text)
 
 def _key_hash(key: str) -> float:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0**64
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for blk in iter(lambda: f.read(1 << 20), b""):
-            h.update(blk)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------- sources
@@ -174,7 +166,7 @@ def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, st
     elif dcfg.source == "files":
         paths = expand_globs(dcfg.paths)
         docs = file_docs(paths, dcfg.text_field)
-        checksums = {str(p): _sha256_file(p) for p in paths}
+        checksums = {str(p): sha256_file(p) for p in paths}
     elif dcfg.source == "hf":
         docs, checksums = hf_docs(dcfg)
     else:

@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from common.io import atomic_write_text
+from common.paths import results_root
 from experiments.synthetic_data import (
     BODY_LEN,
     LETTERS,
@@ -49,7 +51,6 @@ from experiments.synthetic_data import (
     prompt_for,
 )
 from model import Transformer
-from model.checkpoint import atomic_write_text
 
 DEFAULT_KAPPAS = (1 / 64, 1 / 8, 1.0, 8.0)
 
@@ -122,22 +123,19 @@ def model_label(latent_bits: int, kappa_bits: float | None) -> str:
     return f"kappa={kappa_label(kappa_bits)}"
 
 
-def results_root() -> Path:
-    return Path(os.environ.get("FTBENCH_RESULTS", "results"))
-
-
 # --------------------------------------------------------------------------- training
 def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float,
                                  st: SyntheticSettings) -> Trained:
     """One arm through the LM runs' training loop (`experiments.train`)."""
-    from experiments import train as tr  # imported here: the module is heavy (hydra)
+    from experiments.config import compose  # imported here: hydra and the trainer are heavy
+    from experiments.train import train
     from model import load_checkpoint
 
     ov = ["data=synthetic", *SETTINGS[st.setting], f"model.latent_bits={latent_bits}",
           f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
-    cfg = tr.compose(ov)
+    cfg = compose(ov)
     t0 = time.time()
-    run_dir = Path(tr.train(cfg))
+    run_dir = Path(train(cfg))
     wall = time.time() - t0
     ck = load_checkpoint(run_dir / "checkpoints" / "final.pt")
     steps = None

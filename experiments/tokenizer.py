@@ -22,7 +22,8 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from model.checkpoint import atomic_write_text
+from common.io import atomic_write_text
+from common.paths import cache_dir
 
 EOS = "<|endoftext|>"
 _CACHE_VERSION = "bpe-v1"  # bump when the training recipe changes, so old caches are not reused
@@ -30,9 +31,7 @@ _CACHE_VERSION = "bpe-v1"  # bump when the training recipe changes, so old cache
 
 def default_cache_dir() -> Path:
     """FTBENCH_CACHE, else <FTBENCH_RESULTS or results>/cache."""
-    if os.environ.get("FTBENCH_CACHE"):
-        return Path(os.environ["FTBENCH_CACHE"])
-    return Path(os.environ.get("FTBENCH_RESULTS", "results")) / "cache"
+    return cache_dir()
 
 
 def corpus_checksum(texts: Iterable[str]) -> str:

@@ -1,13 +1,9 @@
 """Training entry point for both arms (one loop; `model.build_model` picks the architecture).
 
-Public API (used by sweeps/ and experiments/synthetic.py):
+The config (`experiments.config.compose`, `ConfigError`) and the plan (`experiments.plan`:
+`RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs without importing this module.
 
-    compose(overrides: list[str]) -> TrainConfig    # hydra compose over experiments/config.py
-    run_id(cfg: TrainConfig) -> str                  # 12 hex chars (docs/RESULTS.md)
-    run_dir(cfg: TrainConfig) -> Path                # <paths.results>/runs/<run-id>
-    plan(cfg: TrainConfig) -> dict                   # params, FLOPs/token, steps, batch; no compute
     train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
-    ConfigError(ValueError)                          # bad input, one line naming allowed values
     Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
     TrainingDiverged(RuntimeError)                   # NaN/Inf loss; the last good checkpoint stays
 
@@ -32,16 +28,15 @@ import contextlib
 import json
 import math
 import os
-import platform
 import random
-import re
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -52,27 +47,21 @@ import torch
 import torch.distributed as dist
 import yaml
 
-import model as M
-from model import ModelConfig, build_model, save_checkpoint, train_flops_per_token
-from model.checkpoint import atomic_write_text
+from common.io import LockHeld, atomic_write_text, flocked
+from common.paths import checkpoint_name, step_checkpoints
+from common.provenance import git_state, versions
+from model import build_model, save_checkpoint
+from model.checkpoint import CheckpointError, read_checkpoint
 
-from .config import (
-    DATA_SOURCES,
-    GROUPS,
-    NON_SEMANTIC_TRAIN_KEYS,
-    TrainConfig,
-    model_config,
-    register,
-)
+from .config import ConfigError, TrainConfig, compose, one_line
+from .plan import RunPlan, format_plan, plain, plan, run_dir, semantic, world
 from .tokenizer import tokenizer_ref, tokenizer_sha256
 
 EXIT_PREEMPTED = 75
 LN2 = math.log(2.0)
-CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-class ConfigError(ValueError):
-    """Bad input: one line naming the problem and the allowed values."""
+VERSIONED = ("torch", "numpy", "tokenizers", "datasets", "hydra-core", "omegaconf",
+             "freetransformer-bench")
+"""Packages whose versions config.yaml records."""
 
 
 class TrainingDiverged(RuntimeError):
@@ -88,232 +77,33 @@ class Preempted(SystemExit):
         self.checkpoint = checkpoint
 
 
-# ====================================================================== config
-def _one_line(msg: str) -> str:
-    return re.sub(r"\s+", " ", str(msg)).strip()
+# ====================================================================== state
+class TrainState:
+    """What a checkpoint restores beyond the weights: the step, the optimizer, the LR schedule,
+    the data position and every RNG. Stored under a checkpoint's `extra` (docs/RESULTS.md)."""
 
+    def __init__(self, cfg: TrainConfig, p: RunPlan, run_id: str,
+                 opt: torch.optim.Optimizer, sched: Any) -> None:
+        self.cfg, self.plan, self.run_id = cfg, p, run_id
+        self.opt, self.sched = opt, sched
+        self.step = 0
 
-def _check_override(ov: str) -> None:
-    """Reject unknown groups, options and keys with the allowed values (hydra's own messages
-    span several lines and do not always list them)."""
-    if "=" not in ov:
-        raise ConfigError(f"override {ov!r} is not key=value")
-    key, value = ov.split("=", 1)
-    key = key.lstrip("+~")
-    if ov.startswith(("+", "~")):
-        raise ConfigError(f"override {ov!r}: adding or deleting keys is not allowed; "
-                          f"allowed sections: {sorted(GROUPS)}")
-    parts = key.split(".")
-    if parts[0] not in GROUPS:
-        raise ConfigError(f"unknown config section {parts[0]!r} in {ov!r}; allowed: "
-                          f"{sorted(GROUPS)}")
-    if len(parts) == 1:
-        if parts[0] == "model" and value not in M.PRESETS:
-            raise ConfigError(f"unknown model preset {value!r}; allowed: {list(M.PRESETS)}")
-        if parts[0] == "data" and value not in DATA_SOURCES:
-            raise ConfigError(f"unknown data source {value!r}; allowed: "
-                              f"{list(DATA_SOURCES)}")
-        if parts[0] not in ("model", "data"):
-            raise ConfigError(f"{parts[0]!r} is a section; set its keys, e.g. "
-                              f"{parts[0]}.<key>=...; allowed keys: "
-                              f"{sorted(GROUPS[parts[0]].__dataclass_fields__)}")
-        return
-    fields = GROUPS[parts[0]].__dataclass_fields__
-    if parts[1] not in fields or len(parts) > 2:
-        raise ConfigError(f"unknown key {key!r}; allowed keys in {parts[0]}: {sorted(fields)}")
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(),
+                "data": {"samples": self.step * self.cfg.train.batch_size,
+                         "seed": self.cfg.train.seed},
+                "rng": _rng_state(), "run_id": self.run_id,
+                "tokens": self.plan.tokens_at(self.step), "flops": self.plan.flops_at(self.step)}
 
-
-def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Compose the typed config from experiments/conf + overrides; ConfigError on bad input.
-
-    Also applies what the data source implies (synthetic: vocab_size = len(ALPHABET),
-    seq_len = task length - 1), so the returned config is the resolved one the run-id hashes.
-    """
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from hydra.initialize import get_gh_backup, restore_gh_from_backup
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    overrides = [str(o) for o in overrides]
-    for ov in overrides:
-        _check_override(ov)
-    register()
-    # Callers may live inside their own hydra app: compose in a clean GlobalHydra, then restore.
-    backup = get_gh_backup()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            node = hydra_compose(config_name="train", overrides=overrides)
-        cfg = OmegaConf.to_object(node)
-    except (HydraException, OmegaConfBaseException) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        cause = e.__cause__  # hydra wraps the omegaconf error that names the type
-        if cause is not None and str(cause):
-            msg += ": " + str(cause).splitlines()[0]
-        m = re.search(r"full_key: (\S+)", str(e))
-        raise ConfigError(_one_line(msg + (f" (key {m.group(1)})" if m and m.group(1) not in msg
-                                           else ""))) from None
-    except ValueError as e:  # __post_init__ of a section
-        raise ConfigError(_one_line(str(e))) from None
-    finally:
-        restore_gh_from_backup(backup)
-    assert isinstance(cfg, TrainConfig)
-    if cfg.data.source == "synthetic":
-        from . import synthetic_data as sd
-
-        cfg.model.vocab_size = len(sd.ALPHABET)
-        cfg.train.seq_len = sd.SEQ_LEN - 1
-    try:
-        mc = model_config(cfg.model)
-    except ValueError as e:
-        raise ConfigError(_one_line(str(e))) from None
-    if cfg.train.seq_len > mc.max_seq_len:
-        raise ConfigError(f"train.seq_len={cfg.train.seq_len} exceeds model.max_seq_len="
-                          f"{mc.max_seq_len}; lower train.seq_len or raise model.max_seq_len")
-    return cfg
-
-
-def _semantic(cfg: TrainConfig) -> dict[str, Any]:
-    d = {k: asdict(getattr(cfg, k)) for k in ("model", "data", "optim", "train")}
-    for k in NON_SEMANTIC_TRAIN_KEYS:
-        d["train"].pop(k, None)
-    if d["train"].get("match_n_layers") is None:  # added later: old run-ids stay valid
-        d["train"].pop("match_n_layers", None)
-    d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run
-    d["model"].pop("mapper_chunk_elems", None)  # a memory knob: same maths, same run
-    return d
-
-
-def run_id(cfg: TrainConfig) -> str:
-    """First 12 hex chars of sha256 of the canonical JSON of model, data, optim, train."""
-    import hashlib
-
-    canon = json.dumps(_semantic(cfg), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canon.encode()).hexdigest()[:12]
-
-
-def run_dir(cfg: TrainConfig) -> Path:
-    return Path(cfg.paths.results) / "runs" / run_id(cfg)
-
-
-# ====================================================================== plan
-def _world() -> tuple[int, int]:
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-
-
-def plan(cfg: TrainConfig, world_size: int | None = None) -> dict[str, Any]:
-    """Everything decided before compute: arms, params, FLOPs/token, budget, steps, batch."""
-    world = _world()[1] if world_size is None else world_size
-    mc = model_config(cfg.model)
-    t = cfg.train
-    T = t.seq_len
-    base = mc.replace(latent_bits=0)
-    free: ModelConfig | None = mc
-    if not mc.is_free:  # the matching FT; none for an odd layer count (e.g. the L+1 control)
-        # unless train.match_n_layers names the FT's layers (the L+1 control at the FT's FLOPs)
-        ft_layers = t.match_n_layers or mc.n_layers
-        free = None if ft_layers % 2 else mc.replace(latent_bits=t.match_latent_bits,
-                                                     n_layers=ft_layers)
-    fpt = train_flops_per_token(mc, T)
-    fb = train_flops_per_token(base, T)
-    ff = train_flops_per_token(free, T) if free is not None else None
-    micro = t.micro_batch_size or t.batch_size // world
-    if t.batch_size % (micro * world):
-        raise ConfigError(f"train.batch_size={t.batch_size} must be a multiple of "
-                          f"micro_batch_size x world_size = {micro} x {world}")
-    accum = t.batch_size // (micro * world)
-    tokens_per_step = t.batch_size * T
-    if t.flops is not None:
-        budget_flops = float(t.flops)
-    elif t.compute_match == "flops" and not mc.is_free:
-        if ff is None:
-            raise ConfigError("train.compute_match=flops needs an even layer count for the "
-                              "matching FT (model.n_layers, or train.match_n_layers)")
-        # the FLOPs the matching FT really trains for: its whole steps on the token budget
-        ft_steps = max(1, math.ceil(t.tokens / tokens_per_step - 1e-9))
-        budget_flops = ft_steps * tokens_per_step * ff.total
-    else:
-        budget_flops = float(t.tokens) * fpt.total
-    steps = max(1, math.ceil(budget_flops / (fpt.total * tokens_per_step) - 1e-9))
-    warm = cfg.optim.warmup_steps
-    warmup = max(1, round(0.05 * steps)) if warm is None else min(warm, steps)
-    return {
-        "arm": "free" if mc.is_free else "baseline",
-        "model": mc, "seq_len": T,
-        "params": M.param_count(mc),
-        "params_baseline": M.param_count(base)["total"],
-        "params_free": M.param_count(free)["total"] if free is not None else None,
-        "free_latent_bits": free.latent_bits if free is not None else None,
-        "flops_per_token": fpt.total,
-        "flops_per_token_baseline_part": fpt.baseline_part,
-        "flops_per_token_baseline": fb.total,
-        "flops_per_token_free": ff.total if ff is not None else None,
-        "flops_overhead": (ff.total / fb.total - 1.0) if ff is not None else None,
-        "paper_overhead": 1.0 / mc.n_layers,
-        # the paper's 1/L counts the extra block only; readout, mapper and attention are extra
-        "encoder_block_overhead": (ff.encoder_block / fb.total) if ff is not None else None,
-        "budget_flops": budget_flops,
-        "steps": steps, "warmup_steps": warmup,
-        "tokens_per_step": tokens_per_step, "tokens": steps * tokens_per_step,
-        "flops": steps * tokens_per_step * fpt.total,
-        "batch_size": t.batch_size, "micro_batch_size": micro, "grad_accum": accum,
-        "world_size": world,
-    }
-
-
-def format_plan(cfg: TrainConfig, p: dict[str, Any]) -> str:
-    mc: ModelConfig = p["model"]
-    lines = [
-        f"run-id      {run_id(cfg)}  ({p['arm']}, preset {cfg.model.preset}, "
-        f"H={mc.latent_bits}, kappa={mc.kappa_bits} bits)",
-        f"data        {cfg.data.source}, seq_len {p['seq_len']}, vocab {mc.vocab_size}",
-        f"params      {p['params']['total']:,} (non-embedding {p['params']['non_embedding']:,}); "
-        f"baseline {p['params_baseline']:,}"
-        + (f", free(H={p['free_latent_bits']}) {p['params_free']:,}" if p["params_free"] else ""),
-        f"FLOPs/token this run {p['flops_per_token']:.4g}; "
-        f"baseline {p['flops_per_token_baseline']:.4g}"
-        + (f", free(H={p['free_latent_bits']}) {p['flops_per_token_free']:.4g}"
-           if p["flops_per_token_free"] else ""),
-    ]
-    if p["flops_overhead"] is not None:
-        lines.append(f"FT overhead {100 * p['flops_overhead']:.2f}% of the baseline's FLOPs; "
-                     f"encoder block alone {100 * p['encoder_block_overhead']:.2f}% "
-                     f"(paper's 1/L = {100 * p['paper_overhead']:.2f}%)")
-    lines += [
-        f"budget      {p['budget_flops']:.4g} FLOPs (compute_match={cfg.train.compute_match})",
-        f"tokens      {p['tokens']:,} = {p['steps']:,} steps x {p['tokens_per_step']:,} tokens",
-        f"FLOPs       {p['flops']:.4g}",
-        f"batch       {p['batch_size']} sequences = micro {p['micro_batch_size']} x accum "
-        f"{p['grad_accum']} x world {p['world_size']}; warmup {p['warmup_steps']} steps",
-    ]
-    return "\n".join(lines)
-
-
-# ====================================================================== helpers
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for pkg in ("torch", "numpy", "tokenizers", "datasets", "hydra-core", "omegaconf",
-                "freetransformer-bench"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[pkg] = metadata.version(pkg)
-    return out
-
-
-def _git() -> tuple[str | None, bool | None]:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                                text=True, timeout=10).stdout.strip() or None
-        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=root,
-                                    capture_output=True, text=True, timeout=10).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-    return commit, dirty
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        step = int(sd["step"])
+        if sd["data"]["samples"] != step * self.cfg.train.batch_size:
+            raise ValueError("data position does not match its step")
+        self.opt.load_state_dict(sd["optimizer"])
+        self.sched.load_state_dict(sd["scheduler"])
+        _set_rng_state(sd["rng"])
+        self.step = step
 
 
 def _rng_state() -> dict[str, Any]:
@@ -370,19 +160,8 @@ class _Log:
             self.f.close()
 
 
-def _checkpoints(ckdir: Path) -> list[tuple[int, Path]]:
-    out = []
-    for p in ckdir.glob("step_*.pt"):
-        m = re.fullmatch(r"step_(\d+)\.pt", p.name)
-        if m:
-            out.append((int(m.group(1)), p))
-    return sorted(out)
-
-
 def _newest_checkpoint(ckdir: Path, log: _Log) -> tuple[dict, Path] | None:
-    from model.checkpoint import CheckpointError, read_checkpoint
-
-    for step, p in reversed(_checkpoints(ckdir)):
+    for step, p in reversed(step_checkpoints(ckdir)):
         try:
             payload = read_checkpoint(p)
         except CheckpointError as e:
@@ -461,7 +240,7 @@ def evaluate(model: torch.nn.Module, corpus: Any, batch_size: int, kappa_bits: f
     return r
 
 
-# ====================================================================== train
+# ====================================================================== setup
 def _device(cfg: TrainConfig) -> torch.device:
     d = cfg.train.device
     if d == "cuda" or (d == "auto" and torch.cuda.is_available()):
@@ -471,330 +250,354 @@ def _device(cfg: TrainConfig) -> torch.device:
     return torch.device("cpu")
 
 
-def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
-    """Train `cfg` to its budget, resuming from the newest complete checkpoint; return the run
-    dir. A finished run (final.pt present) returns at once unless train.force=true."""
-    rank, world = _world()
-    p = plan(cfg, world)
-    if cfg.train.dry_run:
-        if rank == 0:
-            print(format_plan(cfg, p), flush=True)
-        return run_dir(cfg)
-    device = _device(cfg)
-    if cfg.train.precision == "bf16" and device.type != "cuda":
-        raise ConfigError("train.precision=bf16 needs CUDA; allowed on CPU: auto, fp32")
-    # Preemption (and Ctrl-C): the handler only sets a flag; the loop checks it after each
-    # optimizer step (and once before the first), writes a checkpoint there and raises
-    # Preempted (exit 75).
-    stop: dict[str, Any] = {"sig": None}
-    old = {}
-    if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # Ctrl-C checkpoints too
-            old[s] = signal.signal(s, lambda sig, _f: stop.__setitem__("sig", sig))
-    try:
-        return _train_or_skip(cfg, p, device, rank, world, argv, stop)
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def _train_or_skip(cfg: TrainConfig, p: dict[str, Any], device: torch.device, rank: int,
-                   world: int, argv: list[str] | None, stop: dict[str, Any]) -> Path:
-    rd = run_dir(cfg)
-    ckdir = rd / "checkpoints"
-    if (ckdir / "final.pt").exists() and not cfg.train.force:
-        if rank == 0:
-            print(f"run {rd.name} is finished ({ckdir / 'final.pt'}); train.force=true retrains",
-                  file=sys.stderr)
-        return rd
-
-    # Everything that can fail on bad input happens before the run directory exists.
+def _corpus(cfg: TrainConfig) -> Any:
     from .data import DataError, build_corpus
 
     try:
         corpus = build_corpus(cfg.data, vocab_size=cfg.model.vocab_size, seq_len=cfg.train.seq_len,
                               seed=cfg.train.seed, cache_dir=cfg.paths.cache)
     except DataError as e:
-        raise ConfigError(_one_line(str(e))) from None
+        raise ConfigError(one_line(str(e))) from None
     if corpus.tokenizer.vocab_size != cfg.model.vocab_size:
         raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
                           f"{corpus.tokenizer.vocab_size} tokens (corpus too small for this "
                           f"vocabulary?); set model.vocab_size={corpus.tokenizer.vocab_size}")
+    return corpus
 
-    lock = _lock(rd) if rank == 0 else None
-    ddp = world > 1
-    if ddp and not dist.is_initialized():
+
+@contextlib.contextmanager
+def _signals_to_flag() -> Iterator[dict[str, Any]]:
+    """Preemption (and Ctrl-C): the handler only sets a flag; the loop checks it after each
+    optimizer step (and once before the first), writes a checkpoint there and raises Preempted."""
+    stop: dict[str, Any] = {"sig": None}
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):  # Ctrl-C checkpoints too
+            old[s] = signal.signal(s, lambda sig, _f: stop.__setitem__("sig", sig))
+    try:
+        yield stop
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _run_lock(rd: Path) -> Iterator[None]:
+    """One trainer per run directory (a sweep relaunch must not race a live job); the kernel
+    drops the flock when the holder dies, so kill -9 leaves no stale lock."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(flocked(rd / ".lock", wait=False))
+        except LockHeld:
+            raise ConfigError(f"run {rd.name} is being trained by another process "
+                              f"({rd / '.lock'} is held)") from None
+        yield
+
+
+@contextlib.contextmanager
+def _process_group(device: torch.device, n_world: int) -> Iterator[None]:
+    if n_world > 1 and not dist.is_initialized():
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
-        return _train(cfg, p, corpus, rd, device, rank, world, argv, stop)
+        yield
     finally:
-        if ddp and dist.is_initialized():
+        if n_world > 1 and dist.is_initialized():
             dist.destroy_process_group()
-        if lock is not None:
-            lock.close()  # releases the flock
 
 
-def _lock(rd: Path) -> Any:
-    """One trainer per run directory (a sweep relaunch must not race a live job). flock is
-    dropped by the kernel when the holder dies, so kill -9 leaves no stale lock."""
-    import fcntl
+# ====================================================================== train
+class _Loop:
+    """The pieces of one training run the loop in `train()` calls: a step, a validation, a
+    checkpoint, a metrics line. Rank 0 writes; every rank computes."""
 
-    rd.mkdir(parents=True, exist_ok=True)
-    f = open(rd / ".lock", "w")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise ConfigError(f"run {rd.name} is being trained by another process "
-                          f"({rd / '.lock'} is held)") from None
-    return f
+    def __init__(self, cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
+                 device: torch.device, rank: int, n_world: int, stop: dict[str, Any],
+                 log: _Log) -> None:
+        self.cfg, self.p, self.corpus, self.rd = cfg, p, corpus, rd
+        self.device, self.rank, self.world, self.stop, self.log = device, rank, n_world, stop, log
+        self.main = rank == 0
+        self.ckdir = rd / "checkpoints"
+        self.tok_ref = tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name)
+        torch.manual_seed(cfg.train.seed)
+        self.model = build_model(p.model).to(device)
+        self.opt = torch.optim.AdamW(
+            _param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
+            betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
+            fused=device.type in ("cuda", "cpu"))  # fused kernels exist for CUDA and CPU
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: lr_factor(s, p.steps, p.warmup_steps, cfg.optim.min_lr_ratio))
+        self.state = TrainState(cfg, p, rd.name, self.opt, sched)
+        self.use_bf16 = device.type == "cuda" and cfg.train.precision in ("auto", "bf16")
+        self.metrics: Any = None
+        self.last_good: Path | None = None
+        self.t_window, self.tok_window = time.time(), 0  # tokens/s; val and checkpoints excluded
 
-
-def _train(cfg: TrainConfig, p: dict[str, Any], corpus: Any, rd: Path, device: torch.device,
-           rank: int, world: int, argv: list[str] | None, stop: dict[str, Any]) -> Path:
-    main = rank == 0
-    ckdir = rd / "checkpoints"
-    metrics_path = rd / "metrics.jsonl"
-    if main:
-        if cfg.train.force and rd.exists():
-            shutil.rmtree(ckdir, ignore_errors=True)
-            metrics_path.unlink(missing_ok=True)
-            (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
-        ckdir.mkdir(parents=True, exist_ok=True)
-    if world > 1:
-        dist.barrier()
-    log = _Log(rd / "train.log" if main else None)
-    log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
-    log(format_plan(cfg, p), echo=main)
-
-    mc: ModelConfig = p["model"]
-    tok_ref = tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name)
-    if main:
-        _write_config(cfg, p, corpus, rd, argv)
-
-    torch.manual_seed(cfg.train.seed)
-    model = build_model(mc).to(device)
-    opt = torch.optim.AdamW(_param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr,
-                            betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
-                            # fused kernels exist for CUDA and CPU (5x faster step on CPU)
-                            fused=device.type in ("cuda", "cpu"))
-    steps, warmup = p["steps"], p["warmup_steps"]
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_factor(s, steps, warmup, cfg.optim.min_lr_ratio))
-
-    start = 0
-    found = _newest_checkpoint(ckdir, log)
-    if found is not None:
-        payload, path = found
-        model.load_state_dict(payload["model"])
-        ex = payload["extra"]
-        opt.load_state_dict(ex["optimizer"])
-        sched.load_state_dict(ex["scheduler"])
-        _set_rng_state(ex["rng"])
-        start = int(ex["step"])
-        if ex["data"]["samples"] != start * cfg.train.batch_size:
-            raise ConfigError(f"{path}: data position does not match its step")
-        log(f"resumed from {path.name} (step {start}/{steps})", echo=main)
-        if main:
-            _truncate_metrics(metrics_path, start)
-    elif main:
-        metrics_path.unlink(missing_ok=True)
-
-    use_bf16 = device.type == "cuda" and cfg.train.precision in ("auto", "bf16")
-
-    def autocast():
-        if use_bf16:
+    def autocast(self) -> Any:
+        if self.use_bf16:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
-    fwd = model
-    if cfg.train.compile:
-        if device.type == "cuda":
-            fwd = torch.compile(model)
-        else:
-            log("train.compile=true ignored on CPU", echo=main)
-    if world > 1:
-        fwd = torch.nn.parallel.DistributedDataParallel(
-            fwd, device_ids=[device.index] if device.type == "cuda" else None)
+    def resume(self) -> None:
+        metrics_path = self.rd / "metrics.jsonl"
+        found = _newest_checkpoint(self.ckdir, self.log)
+        if found is not None:
+            payload, path = found
+            self.model.load_state_dict(payload["model"])
+            try:
+                self.state.load_state_dict(payload["extra"])
+            except ValueError as e:
+                raise ConfigError(f"{path}: {e}") from None
+            self.log(f"resumed from {path.name} (step {self.state.step}/{self.p.steps})",
+                     echo=self.main)
+            if self.main:
+                _truncate_metrics(metrics_path, self.state.step)
+        elif self.main:
+            metrics_path.unlink(missing_ok=True)
+        found_steps = step_checkpoints(self.ckdir)
+        self.last_good = found_steps[-1][1] if found_steps else None
 
-    metrics = open(metrics_path, "a", encoding="utf-8") if main else None
+    def wrap(self) -> torch.nn.Module:
+        fwd: torch.nn.Module = self.model
+        if self.cfg.train.compile:
+            if self.device.type == "cuda":
+                fwd = torch.compile(self.model)  # type: ignore[assignment]
+            else:
+                self.log("train.compile=true ignored on CPU", echo=self.main)
+        if self.world > 1:
+            fwd = torch.nn.parallel.DistributedDataParallel(
+                fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return fwd
 
-    def emit(rec: dict[str, Any]) -> None:
-        if metrics is not None:
-            metrics.write(json.dumps(rec) + "\n")
-            metrics.flush()
+    def emit(self, rec: dict[str, Any]) -> None:
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(rec) + "\n")
+            self.metrics.flush()
 
-    clock = {"t": time.time(), "tok": 0}  # the tokens/s window; val and checkpoints excluded
-
-    def save(step: int, name: str | None = None) -> Path:
-        t_in = time.time()
-        path = ckdir / (name or f"step_{step}.pt")
-        if main:
-            extra = {"step": step, "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                     "data": {"samples": step * cfg.train.batch_size, "seed": cfg.train.seed},
-                     "rng": _rng_state(), "run_id": rd.name,
-                     "tokens": step * p["tokens_per_step"],
-                     "flops": step * p["tokens_per_step"] * p["flops_per_token"]}
-            save_checkpoint(path, model, tokenizer=tok_ref, extra=extra)
-            if name is None:
-                for _, old in _checkpoints(ckdir)[:-cfg.logging.keep_checkpoints]:
-                    old.unlink(missing_ok=True)
-        if world > 1:
+    def barrier(self) -> None:
+        if self.world > 1:
             dist.barrier()
-        clock["t"] += time.time() - t_in
+
+    def save(self, step: int, name: str | None = None) -> Path:
+        t_in = time.time()
+        path = self.ckdir / (name or checkpoint_name(step))
+        if self.main:
+            self.state.step = step
+            save_checkpoint(path, self.model, tokenizer=self.tok_ref,
+                            extra=self.state.state_dict())
+            if name is None:
+                for _, old in step_checkpoints(self.ckdir)[:-self.cfg.logging.keep_checkpoints]:
+                    old.unlink(missing_ok=True)
+        self.barrier()
+        self.t_window += time.time() - t_in
         return path
 
-    def validate(step: int) -> None:
+    def validate(self, step: int) -> None:
         t_in = time.time()
-        if main:
-            r = evaluate(model, corpus, cfg.logging.val_batch_size, mc.kappa_bits, autocast)
-            emit({"kind": "val", "step": step, "tokens": step * p["tokens_per_step"],
-                  "flops": step * p["tokens_per_step"] * p["flops_per_token"], **r})
-            log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
-                + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl {r['val_kl_bits']:.3f} "
-                   f"bits)" if mc.is_free else ""), echo=False)
-        if world > 1:
-            dist.barrier()
-        clock["t"] += time.time() - t_in
+        if self.main:
+            r = evaluate(self.model, self.corpus, self.cfg.logging.val_batch_size,
+                         self.p.model.kappa_bits, self.autocast)
+            self.emit({"kind": "val", "step": step, "tokens": self.p.tokens_at(step),
+                       "flops": self.p.flops_at(step), **r})
+            self.log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
+                     + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
+                        f"{r['val_kl_bits']:.3f} bits)" if self.p.model.is_free else ""),
+                     echo=False)
+        self.barrier()
+        self.t_window += time.time() - t_in
 
-    def val_due(step: int) -> bool:
-        ve = cfg.logging.val_every
-        return step == steps or step == 0 or (ve > 0 and step % ve == 0)
+    def val_due(self, step: int) -> bool:
+        ve = self.cfg.logging.val_every
+        return step == self.p.steps or step == 0 or (ve > 0 and step % ve == 0)
 
-    def pending_signal() -> int | None:
-        sig = stop["sig"]
-        if world > 1:  # every rank stops at the same step
+    def pending_signal(self) -> int | None:
+        sig = self.stop["sig"]
+        if self.world > 1:  # every rank stops at the same step
             flag = torch.tensor([0 if sig is None else int(sig)])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             sig = int(flag) or None
         return sig
 
-    def preempt(sig: int, step: int) -> None:
-        log(f"signal {signal.Signals(sig).name} at step {step}: wrote {last_good.name}; "
-            f"exiting with code {EXIT_PREEMPTED} (rerun to resume)", echo=main)
-        raise Preempted(step, last_good)
+    def preempt(self, sig: int, step: int) -> None:
+        assert self.last_good is not None
+        self.log(f"signal {signal.Signals(sig).name} at step {step}: wrote "
+                 f"{self.last_good.name}; exiting with code {EXIT_PREEMPTED} (rerun to resume)",
+                 echo=self.main)
+        raise Preempted(step, self.last_good)
 
-    mb, accum = p["micro_batch_size"], p["grad_accum"]
-    n_micro = accum * world
-    t0 = time.time()
-    bar = None
-    if main and cfg.logging.progress:
-        from tqdm import tqdm
+    def train_step(self, fwd: torch.nn.Module, step: int) -> dict[str, float]:
+        """One optimizer step (grad accumulation over micro-batches); the step's means."""
+        cfg, p = self.cfg, self.p
+        mb, accum = p.micro_batch_size, p.grad_accum
+        ce_sum = kl_sum = loss_sum = 0.0
+        for a in range(accum):
+            j = a * self.world + self.rank  # this micro-batch's index within the global batch
+            x, y = self.corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
+            x, y = x.to(self.device), y.to(self.device)
+            # DDP: all-reduce gradients only on the last micro-batch of the step
+            last = a == accum - 1
+            sync = fwd.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
+            with sync:
+                with self.autocast():
+                    out = fwd(x, targets=y, generator=_z_generator(cfg.train.seed, step, j))
+                    loss = out.loss / accum
+                loss.backward()
+            ce_sum += out.ce.detach().item()
+            kl_sum += out.kl.detach().item()
+            loss_sum += out.loss.detach().item()
+        vals = torch.tensor([ce_sum, kl_sum, loss_sum], dtype=torch.float64)
+        if self.world > 1:
+            dist.all_reduce(vals)
+        ce, kl, lossv = (vals / (accum * self.world)).tolist()
+        gn = torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(),
+            cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
+        gnv = float(gn)
+        if not (math.isfinite(lossv) and math.isfinite(gnv)):
+            what = "loss" if not math.isfinite(lossv) else "gradient norm"
+            raise TrainingDiverged(
+                f"non-finite {what} ({lossv if what == 'loss' else gnv}) at step {step + 1}; "
+                f"stopped without updating; last good checkpoint: "
+                f"{self.last_good if self.last_good else 'none'}")
+        lr = self.opt.param_groups[0]["lr"]
+        self.opt.step()
+        self.state.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.tok_window += p.tokens_per_step
+        return {"ce": ce, "kl_nats": kl, "kl_bits": kl / LN2, "loss": lossv, "lr": lr,
+                "grad_norm": gnv}
 
-        bar = tqdm(total=steps, initial=start, unit="step", dynamic_ncols=True,
-                   desc=f"{p['arm']} {rd.name}", file=sys.stderr)
-    last_good = _checkpoints(ckdir)[-1][1] if _checkpoints(ckdir) else None
-    try:
-        if start == 0 and val_due(0):
-            validate(0)
-        elif start > 0 and start < steps and val_due(start):
-            validate(start)  # the val that followed this checkpoint in the first attempt
-        if (sig := pending_signal()) is not None:  # arrived during setup
-            last_good = save(start)
-            preempt(sig, start)
-        model.train()
-        clock["t"], clock["tok"] = time.time(), 0
-        step = start
-        while step < steps:
-            ce_sum = kl_sum = loss_sum = 0.0
-            for a in range(accum):
-                j = a * world + rank  # this micro-batch's index within the global batch
-                x, y = corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
-                x, y = x.to(device), y.to(device)
-                # DDP: all-reduce gradients only on the last micro-batch of the step
-                last = a == accum - 1
-                sync = fwd.no_sync() if world > 1 and not last else contextlib.nullcontext()
-                with sync:
-                    with autocast():
-                        out = fwd(x, targets=y, generator=_z_generator(cfg.train.seed, step, j))
-                        loss = out.loss / accum
-                    loss.backward()
-                ce_sum += out.ce.detach().item()
-                kl_sum += out.kl.detach().item()
-                loss_sum += out.loss.detach().item()
-            vals = torch.tensor([ce_sum, kl_sum, loss_sum], dtype=torch.float64)
-            if world > 1:
-                dist.all_reduce(vals)
-            ce, kl, lossv = (vals / n_micro).tolist()
-            gn = torch.nn.utils.clip_grad_norm_(
-                model.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
-            gnv = float(gn)
-            if not (math.isfinite(lossv) and math.isfinite(gnv)):
-                what = "loss" if not math.isfinite(lossv) else "gradient norm"
-                raise TrainingDiverged(
-                    f"non-finite {what} ({lossv if what == 'loss' else gnv}) at step {step + 1}; "
-                    f"stopped without updating; last good checkpoint: "
-                    f"{last_good if last_good else 'none'}")
-            lr = opt.param_groups[0]["lr"]
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
-            step += 1
-            clock["tok"] += p["tokens_per_step"]
-            if step % cfg.logging.log_every == 0 or step == steps:
-                now = time.time()
-                tps = clock["tok"] / max(now - clock["t"], 1e-9)
-                clock["t"], clock["tok"] = now, 0
-                emit({"kind": "train", "step": step, "tokens": step * p["tokens_per_step"],
-                      "flops": step * p["tokens_per_step"] * p["flops_per_token"],
-                      "ce": ce, "kl_nats": kl, "kl_bits": kl / LN2, "loss": lossv, "lr": lr,
-                      "grad_norm": gnv, "tokens_per_s": tps, "time": now - t0})
+    def window_tokens_per_s(self) -> float:
+        now = time.time()
+        tps = self.tok_window / max(now - self.t_window, 1e-9)
+        self.t_window, self.tok_window = now, 0
+        return tps
+
+
+def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
+    """Train `cfg` to its budget, resuming from the newest complete checkpoint; return the run
+    dir. A finished run (final.pt present) returns at once unless train.force=true."""
+    rank, n_world = world()
+    main = rank == 0
+    p = plan(cfg, n_world)
+    rd = run_dir(cfg)
+    if cfg.train.dry_run:
+        if main:
+            print(format_plan(cfg, p), flush=True)
+        return rd
+    device = _device(cfg)
+    if cfg.train.precision == "bf16" and device.type != "cuda":
+        raise ConfigError("train.precision=bf16 needs CUDA; allowed on CPU: auto, fp32")
+    ckdir = rd / "checkpoints"
+    with ExitStack() as stack:
+        stop = stack.enter_context(_signals_to_flag())
+        if (ckdir / "final.pt").exists() and not cfg.train.force:
+            if main:
+                print(f"run {rd.name} is finished ({ckdir / 'final.pt'}); train.force=true "
+                      f"retrains", file=sys.stderr)
+            return rd
+        corpus = _corpus(cfg)  # everything that can fail on bad input: before the run dir exists
+        if main:
+            stack.enter_context(_run_lock(rd))
+        stack.enter_context(_process_group(device, n_world))
+
+        # ---- setup
+        metrics_path = rd / "metrics.jsonl"
+        if main:
+            if cfg.train.force and rd.exists():
+                shutil.rmtree(ckdir, ignore_errors=True)
+                metrics_path.unlink(missing_ok=True)
+                (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
+            ckdir.mkdir(parents=True, exist_ok=True)
+        if n_world > 1:
+            dist.barrier()
+        log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
+        log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
+        log(format_plan(cfg, p), echo=main)
+        if main:
+            _write_config(cfg, p, corpus, rd, argv)
+        loop = _Loop(cfg, p, corpus, rd, device, rank, n_world, stop, log)
+
+        # ---- resume
+        loop.resume()
+        fwd = loop.wrap()
+        if main:
+            loop.metrics = stack.enter_context(open(metrics_path, "a", encoding="utf-8"))
+        bar = None
+        if main and cfg.logging.progress:
+            from tqdm import tqdm
+
+            bar = stack.enter_context(tqdm(total=p.steps, initial=loop.state.step, unit="step",
+                                           dynamic_ncols=True, desc=f"{p.arm} {rd.name}",
+                                           file=sys.stderr))
+
+        # ---- loop
+        t0 = time.time()
+        step = loop.state.step
+        try:
+            if step < p.steps and loop.val_due(step):  # step 0, or the val after a checkpoint
+                loop.validate(step)
+            if (sig := loop.pending_signal()) is not None:  # arrived during setup
+                loop.last_good = loop.save(step)
+                loop.preempt(sig, step)
+            loop.model.train()
+            loop.t_window, loop.tok_window = time.time(), 0
+            while step < p.steps:
+                rec = loop.train_step(fwd, step)
+                step += 1
+                if step % cfg.logging.log_every == 0 or step == p.steps:
+                    tps = loop.window_tokens_per_s()
+                    loop.emit({"kind": "train", "step": step, "tokens": p.tokens_at(step),
+                               "flops": p.flops_at(step), **rec, "tokens_per_s": tps,
+                               "time": loop.t_window - t0})
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{tps:,.0f}")
                 if bar is not None:
-                    bar.set_postfix(loss=f"{lossv:.3f}", tok_s=f"{tps:,.0f}")
-            if bar is not None:
-                bar.update(1)
-            sig = pending_signal()
-            if step % cfg.logging.ckpt_every == 0 or step == steps or sig is not None:
-                last_good = save(step)
-            if sig is not None:
-                preempt(sig, step)
-            if step < steps and val_due(step):
-                validate(step)
-        validate(steps)  # truncation on resume removed any earlier val line at this step
-        wall = time.time() - t0
-        emit({"kind": "final", "step": steps, "tokens": steps * p["tokens_per_step"],
-              "flops": steps * p["tokens_per_step"] * p["flops_per_token"], "wall_s": wall})
-        save(steps, "final.pt")
-        log(f"finished {steps} steps in {wall:.1f}s -> {ckdir / 'final.pt'}", echo=main)
-    except TrainingDiverged as e:
-        log(str(e), echo=main)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-        if metrics is not None:
-            metrics.close()
-        log.close()
+                    bar.update(1)
+                sig = loop.pending_signal()
+                if step % cfg.logging.ckpt_every == 0 or step == p.steps or sig is not None:
+                    loop.last_good = loop.save(step)
+                if sig is not None:
+                    loop.preempt(sig, step)
+                if step < p.steps and loop.val_due(step):
+                    loop.validate(step)
+            loop.validate(p.steps)  # truncation on resume removed any earlier val at this step
+            wall = time.time() - t0
+            loop.emit({"kind": "final", "step": p.steps, "tokens": p.tokens_at(p.steps),
+                       "flops": p.flops_at(p.steps), "wall_s": wall})
+            loop.save(p.steps, "final.pt")
+            log(f"finished {p.steps} steps in {wall:.1f}s -> {ckdir / 'final.pt'}", echo=main)
+        except TrainingDiverged as e:
+            log(str(e), echo=main)
+            raise
     return rd
 
 
-def _write_config(cfg: TrainConfig, p: dict[str, Any], corpus: Any, rd: Path,
+def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
                   argv: list[str] | None) -> None:
     path = rd / "config.yaml"
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if path.exists():  # a resume keeps the first provenance; record the restart in the log only
         return
-    commit, dirty = _git()
-    sem = _semantic(cfg)
+    commit, dirty = git_state()
+    sem = semantic(cfg)
     doc = {
-        "run_id": rd.name, "arm": p["arm"],
-        "model": {**asdict(p["model"]), "preset": cfg.model.preset},
-        "data": sem["data"], "optim": sem["optim"], "train": asdict(cfg.train),
+        "run_id": rd.name, "arm": p.arm,
+        "model": {**asdict(p.model), "preset": cfg.model.preset},
+        "data": sem["data"], "optim": sem["optim"], "train": plain(asdict(cfg.train)),
         "logging": asdict(cfg.logging),
-        "accounting": {"params": p["params"], "flops_per_token": p["flops_per_token"],
-                       "flops_per_token_baseline_part": p["flops_per_token_baseline_part"],
-                       "flops_overhead": (p["flops_per_token"] / p["flops_per_token_baseline_part"]
-                                          - 1.0),
-                       "steps": p["steps"], "tokens": p["tokens"], "flops": p["flops"],
-                       "budget_flops": p["budget_flops"], "tokens_per_step": p["tokens_per_step"],
-                       "micro_batch_size": p["micro_batch_size"], "grad_accum": p["grad_accum"],
-                       "world_size": p["world_size"], "warmup_steps": p["warmup_steps"]},
+        "accounting": {"params": p.params, "flops_per_token": p.flops_per_token,
+                       "flops_per_token_baseline_part": p.flops_per_token_baseline_part,
+                       "flops_overhead": p.flops_per_token / p.flops_per_token_baseline_part - 1.0,
+                       "steps": p.steps, "tokens": p.tokens, "flops": p.flops,
+                       "budget_flops": p.budget_flops, "tokens_per_step": p.tokens_per_step,
+                       "micro_batch_size": p.micro_batch_size, "grad_accum": p.grad_accum,
+                       "world_size": p.world_size, "warmup_steps": p.warmup_steps},
         "corpus": corpus.info,
         "provenance": {"git_commit": commit, "git_dirty": dirty,
                        "argv": list(argv if argv is not None else sys.argv), "created": created,
-                       "versions": _versions(), "data_checksums": corpus.checksums,
+                       "versions": versions(*VERSIONED), "data_checksums": corpus.checksums,
                        "tokenizer_sha256": tokenizer_sha256(corpus.tokenizer),
                        # wall-clock is comparable only between runs with the same three
                        "host": socket.gethostname(), "threads": torch.get_num_threads(),

@@ -1,16 +1,11 @@
 """Architectures only: the baseline decoder and the Free Transformer (no training or eval code)."""
 
 from .accounting import FlopsBreakdown, param_count, train_flops_per_token
+from .build import build_model
 from .checkpoint import CheckpointError, LoadedCheckpoint, load_checkpoint, save_checkpoint
 from .config import PRESETS, ModelConfig, get_preset
 from .free_transformer import FreeTransformer
 from .transformer import Generation, ModelOutput, Transformer, count_parameters
-
-
-def build_model(cfg: ModelConfig) -> Transformer:
-    """The baseline for latent_bits == 0, else the Free Transformer with H = latent_bits."""
-    return FreeTransformer(cfg) if cfg.is_free else Transformer(cfg)
-
 
 __all__ = [
     "PRESETS", "CheckpointError", "FlopsBreakdown", "FreeTransformer", "Generation",

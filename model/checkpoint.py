@@ -1,21 +1,20 @@
-"""Checkpoints: weights + config + tokenizer reference (+ whatever training adds), atomically.
-
-A write goes to a temporary file in the same directory, is fsynced, then renamed over the target,
-so a reader (or a restart after kill -9) sees either the old file or the new one, never half.
-"""
+"""Checkpoints: weights + config + tokenizer reference (+ whatever training adds), written
+atomically (common.io.atomic_write: a reader or a restart after kill -9 sees the old file or the
+new one, never half)."""
 
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 from torch import nn
 
+from common.io import atomic_write
+
+from .build import build_model
 from .config import ModelConfig
 
 FORMAT = "ftbench-checkpoint-v1"
@@ -31,52 +30,6 @@ class LoadedCheckpoint:
     config: ModelConfig
     tokenizer: Any
     extra: dict[str, Any]
-
-
-def _umask() -> int:
-    """The process umask, read without changing it where Linux allows (os.umask can only be
-    read by setting it, which races with other threads creating files)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    old = os.umask(0o022)
-    os.umask(old)
-    return old
-
-
-def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """Write a file atomically: `write(f)` fills a temporary file in the same directory, which
-    is fsynced and renamed over `path`. Readers see the old file or the new one, never half;
-    a failure leaves no temporary behind.
-
-    The file gets the mode `open()` would give it: an existing file's mode is kept, a new file
-    gets 0666 minus the umask (mkstemp alone makes 0600, unreadable to a shared group)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
@@ -112,8 +65,6 @@ def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
 
     With `model`, its config must equal the stored one (else CheckpointError naming the fields).
     """
-    from . import build_model
-
     payload = read_checkpoint(path, map_location)
     try:
         cfg = ModelConfig.from_dict(payload["config"])

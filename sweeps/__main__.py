@@ -16,7 +16,7 @@ from .grid import SweepError, SweepSpec
 
 DEFAULT_H = "8"
 """CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
-token, about 4x the FLOPs of the whole 1M baseline (110 tokens/s on this machine)."""
+token, about 4x the FLOPs of the whole 1M baseline."""
 DEFAULT_TOKENS = "131072"
 """32 optimizer steps of train.py's default batch (16 x 256): a CPU-sized default."""
 

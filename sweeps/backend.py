@@ -1,22 +1,26 @@
-"""What sweeps/ needs from experiments/train.py, in one place (sweeps -> experiments only).
+"""What sweeps/ needs from experiments/, in one place (sweeps -> experiments.config/plan only).
 
-The contract used: `compose(overrides) -> TrainConfig` (raises ConfigError(ValueError)),
-`run_id(cfg)`, `run_dir(cfg)`, and the CLI `python -m experiments.train <overrides>` (SIGTERM or
-SIGUSR1: write a checkpoint and exit; re-running resumes from the newest complete checkpoint,
-or returns at once when the run is finished). The results root is `paths.results` or
-FTBENCH_RESULTS (default results/).
+The contract used: `experiments.config.compose(overrides) -> TrainConfig` (raises
+ConfigError(ValueError)), `experiments.plan.run_id/run_dir/plan`, and the CLI
+`python -m experiments.train <overrides>` (SIGTERM or SIGUSR1: write a checkpoint and exit;
+re-running resumes from the newest complete checkpoint, or returns at once when the run is
+finished). The results root is `paths.results` or FTBENCH_RESULTS (default results/).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from common import paths
+from experiments import plan as P
+from experiments.config import TrainConfig, model_config
+from experiments.config import compose as compose_config
 
 from .grid import Cell, SweepError
 
@@ -28,18 +32,9 @@ IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
 
-def _train() -> Any:
-    import importlib
-
+def compose(cell: Cell) -> TrainConfig:
     try:
-        return importlib.import_module(TRAIN_MODULE)
-    except ImportError as e:
-        raise SweepError(f"cannot import {TRAIN_MODULE} ({e})") from e
-
-
-def compose(cell: Cell) -> Any:
-    try:
-        return _train().compose(list(cell.overrides))
+        return compose_config(list(cell.overrides))
     except ValueError as e:  # ConfigError is a ValueError
         msg = " ".join(str(e).split())
         raise SweepError(f"{cell.name}: {msg}") from e
@@ -47,46 +42,35 @@ def compose(cell: Cell) -> Any:
 
 def to_dict(cfg: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return dataclasses.asdict(cfg)
+        return P.plain(dataclasses.asdict(cfg))
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
 
 
-def run_id(cfg: Any) -> str:
-    return str(_train().run_id(cfg))
+def run_id(cfg: TrainConfig) -> str:
+    return P.run_id(cfg)
 
 
-def run_dir(cfg: Any) -> Path:
-    return Path(_train().run_dir(cfg))
+def run_dir(cfg: TrainConfig) -> Path:
+    return P.run_dir(cfg)
 
 
-def flops_per_token(cfg: Any) -> float:
-    from experiments.config import model_config
+def flops_per_token(cfg: TrainConfig) -> float:
     from model import train_flops_per_token
 
     return train_flops_per_token(model_config(cfg.model), cfg.train.seq_len).total
 
 
-def planned(cfg: Any) -> tuple[float, float]:
+def planned(cfg: TrainConfig) -> tuple[float, float]:
     """(training tokens, training FLOPs) of a run, with FLOPs budgets and compute matching
-    resolved by train.py's own `plan()` (the numbers the run will log)."""
-    t = _train()
-    if hasattr(t, "plan"):
-        try:
-            p = t.plan(cfg)
-        except ValueError as e:  # the trainer would fail the same way: refuse before submitting
-            raise SweepError(f"{TRAIN_MODULE}.plan() rejects this config: "
-                             f"{' '.join(str(e).split())}") from e
-        return float(_get(p, "tokens")), float(_get(p, "flops"))
-    tokens = float(cfg.train.tokens)  # a trainer without plan(): a plain token budget
-    return tokens, tokens * flops_per_token(cfg)
-
-
-def _get(obj: Any, key: str, *default: Any) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(key, *default) if default else obj[key]
-    return getattr(obj, key, *default)
+    resolved by the trainer's own plan (the numbers the run will log)."""
+    try:
+        p = P.plan(cfg)
+    except ValueError as e:  # the trainer would fail the same way: refuse before submitting
+        raise SweepError(f"experiments.plan.plan() rejects this config: "
+                         f"{' '.join(str(e).split())}") from e
+    return float(p.tokens), float(p.flops)
 
 
 JOB_ONLY_OVERRIDES = ("logging.progress=false",)
@@ -106,9 +90,7 @@ def is_done(run: Path) -> bool:
 
 
 def latest_step(run: Path) -> int | None:
-    steps = [int(m.group(1)) for p in (run / "checkpoints").glob("step_*.pt")
-             if (m := re.fullmatch(r"step_(\d+)\.pt", p.name))]
-    return max(steps) if steps else None
+    return paths.latest_step(run / "checkpoints")
 
 
 def provenance(run: Path) -> dict[str, Any]:

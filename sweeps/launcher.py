@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from common.paths import results_root
+from common.provenance import git_state
 
 from . import backend, manifest
 from .grid import Cell, SweepError, SweepSpec, expand, fmt_num, shared_settings, skipped_controls
@@ -99,8 +101,8 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
 def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
     offline data): SweepError (one line) before anything trains."""
-    from experiments import benchdata
-    from experiments.eval import EvalArgsError, validate_args
+    from experiments.eval import benchdata
+    from experiments.eval.run import EvalArgsError, validate_args
 
     try:
         return validate_args(list(argv))
@@ -110,8 +112,8 @@ def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     """{suite: spec} the chained evaluation of this plan's cells will write."""
-    from experiments import benchdata
-    from experiments.eval import planned_specs
+    from experiments.eval import benchdata
+    from experiments.eval.run import planned_specs
 
     lens = {(c.config.get("model") or {}).get("max_seq_len") for c in p.cells}
     max_len = lens.pop() if len(lens) == 1 else None
@@ -145,7 +147,7 @@ def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | N
 def eval_files(run_dir: Path, specs: dict[str, dict[str, Any]]) -> dict[str, str | None]:
     """{suite: path of its eval file relative to the run dir (the newest for that spec_id),
     or None when there is none}."""
-    from experiments.eval import spec_id
+    from experiments.eval.run import spec_id
 
     out: dict[str, str | None] = {}
     for suite, sp in specs.items():
@@ -168,7 +170,7 @@ def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
         ev["file"] = next(iter(files.values()))
     missing = [s for s, f in files.items() if f is None]
     if missing:
-        from experiments.eval import spec_id
+        from experiments.eval.run import spec_id
 
         ev.update(state="failed", reason="the evaluation exited 0 but wrote no file for "
                   + ", ".join(f"{s} (spec_id {spec_id(specs[s])})" for s in missing))
@@ -206,7 +208,7 @@ def dry_run_text(p: Plan) -> str:
             f"manifest: {p.manifest_path}  (DRY=1: nothing submitted)")
     evl = []
     if p.eval_specs:
-        from experiments.eval import spec_id
+        from experiments.eval.run import spec_id
 
         evl = [f"eval (checked): {s} tasks {','.join(sp['tasks'])}, limit {sp['limit']}, "
                f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
@@ -216,19 +218,6 @@ def dry_run_text(p: Plan) -> str:
 
 
 # ------------------------------------------------------------------------------- manifest
-def git_commit() -> tuple[str | None, bool | None]:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
-                             text=True, timeout=10, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                                    cwd=root, capture_output=True, text=True, timeout=10,
-                                    check=True).stdout.strip())
-        return sha, dirty
-    except (OSError, subprocess.SubprocessError):
-        return None, None
-
-
 def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -239,9 +228,9 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
         raise SweepError(f"sweep {p.name} already exists with a different grid "
                          f"({p.manifest_path}); pick another NAME")
     prev = {c["cell"]: c for c in (old or {}).get("cells", [])}
-    sha, dirty = git_commit()
+    sha, dirty = git_state(untracked=False)
     if p.eval_specs:
-        from experiments.eval import spec_id
+        from experiments.eval.run import spec_id
 
         espec = combined_spec(p.eval_specs)
         especs = {s: {"spec": sp, "spec_id": spec_id(sp)} for s, sp in p.eval_specs.items()}
@@ -592,7 +581,7 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
 
 def status(name: str, results: Path | None = None) -> str:
     """Refresh (when no driver holds the sweep) and render the status table."""
-    root = Path(results or os.environ.get("FTBENCH_RESULTS") or "results")
+    root = results_root(results)
     folder = manifest.sweep_dir(root, name)
     path = folder / "manifest.json"
     if not path.exists():

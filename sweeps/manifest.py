@@ -16,15 +16,15 @@ failure in the summary line (and in `make sweep`'s exit code), not hidden behind
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from model.checkpoint import atomic_write_text
+import psutil
+
+from common.io import LockHeld, atomic_write_text, flocked
 
 from .grid import SweepError
 
@@ -53,33 +53,24 @@ def save(path: Path, manifest: dict[str, Any]) -> None:
 @contextlib.contextmanager
 def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
     """An exclusive lock on the sweep folder (one driver per sweep; status waits its turn)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "a+") as f:
+    lock = folder / ".lock"
+    with contextlib.ExitStack() as stack:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            f.seek(0)
-            who = f.read().strip() or "another process"
+            stack.enter_context(flocked(lock, wait=wait))
+        except LockHeld:
+            who = lock.read_text().strip() or "another process"
             raise SweepBusy(f"sweep {folder.name} is being driven by {who}; wait for it or "
-                               f"use `make sweep-status NAME={folder.name}`") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+                            f"use `make sweep-status NAME={folder.name}`") from None
+        yield
 
 
 def pid_alive(pid: int) -> bool:
+    """A zombie (finished, not yet reaped) counts as dead; one we may not inspect as alive."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
-        return True
-    # a zombie (finished, not yet reaped) counts as dead
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
+    except psutil.AccessDenied:
         return True
 
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from fake import write_fake_sweep
 from scipy import stats
 
 from analysis.claims import checklist, collapse_table
-from analysis.fake import write_fake_sweep
 from analysis.frame import load_sweep
 from analysis.stats import clopper_pearson, mean_ci, paired_bootstrap, paired_matrix, wilson
 from analysis.tables import cell_text, paper_table, to_latex, to_markdown, wide
@@ -408,7 +408,7 @@ def test_mde_matches_a_noncentral_t_power_calculation():
 # ---- eval specs -------------------------------------------------------------------------------
 
 def test_sweep_eval_spec_filters_and_never_mixes(tmp_path):
-    from analysis.fake import fake_spec, spec_id
+    from fake import fake_spec, spec_id
 
     sid = spec_id(fake_spec())
     write_fake_sweep(tmp_path, "s", kappas=(0.5,), seeds=(0, 1), controls=(), spec=True,
@@ -498,7 +498,7 @@ def test_error_tasks_and_unscored_items_are_missing_with_their_reason(tmp_path):
     c = load_sweep("e", tmp_path).cells.set_index("cell")
     dead, code = c.loc["free-k0.5-H16-s1", "run_id"], c.loc["free-k0.5-H16-s0", "run_id"]
 
-    def died(ev):  # what experiments/eval.py writes for a task whose run died
+    def died(ev):  # what experiments/eval/run.py writes for a task whose run died
         ev["tasks"]["gsm8k"] = {"primary": "exact_match", "higher_is_better": True, "n": None,
                                 "fewshot": None, "items": [], "error": "RuntimeError: OOM",
                                 "metrics": {"exact_match": {"value": None, "stderr": None,

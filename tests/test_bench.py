@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from experiments import bench
+from experiments.bench import __main__ as bench
+from experiments.bench.harness import ALL_SECTIONS, SCHEMA, SIZES, peak_alloc_bytes
 
 
 def _is_summary(d: Any, min_n: int = 5) -> bool:
@@ -40,8 +41,8 @@ def test_runs_without_errors(tiny_run: tuple[dict[str, Any], Path, int]) -> None
     assert res["errors"] == {}, res["errors"]
     assert rc == 0
     assert re.fullmatch(r"\d{8}T\d{6}Z\.json", path.name)
-    assert res["schema"] == bench.SCHEMA
-    assert set(res["sections"]) == set(bench.ALL_SECTIONS)
+    assert res["schema"] == SCHEMA
+    assert set(res["sections"]) == set(ALL_SECTIONS)
     assert res["settings"]["size"] == "tiny" and res["settings"]["reps"] >= 5
 
 
@@ -72,7 +73,7 @@ def test_free_section_vs_xtransformers(tiny_run: tuple[dict[str, Any], Path, int
     xt = tiny_run[0]["sections"]["free"]["ft_vs_xtransformers"]
     assert xt["mismatches"]
     hs = [k for k in xt if k.startswith("H")]
-    assert hs == [f"H{h}" for h in bench.SIZES["tiny"].xt_bits]
+    assert hs == [f"H{h}" for h in SIZES["tiny"].xt_bits]
     for k in hs:
         assert _is_summary(xt[k]["ours"]["step_s"]) and _is_summary(xt[k]["xt"]["step_s"])
         assert _is_summary(xt[k]["speedup_ours_over_xt"])
@@ -84,7 +85,7 @@ def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert _is_summary(ov["baseline"]["step_s"])
     assert ov["analytic_at_paper_presets"]["1.5B"]["1/L"] == pytest.approx(1 / 28)
     assert ov["paper_overhead"] == pytest.approx(1 / ov["n_layers"])
-    assert [r["H"] for r in ov["bits"].values()] == list(bench.SIZES["tiny"].overhead_bits)
+    assert [r["H"] for r in ov["bits"].values()] == list(SIZES["tiny"].overhead_bits)
     prev = 1.0
     for r in ov["bits"].values():
         assert _is_summary(r["step_ratio"])
@@ -95,7 +96,7 @@ def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
 
 def test_mapper_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     mp = tiny_run[0]["sections"]["mapper"]
-    s = bench.SIZES["tiny"]
+    s = SIZES["tiny"]
     assert len(mp["rows"]) == len(s.mapper_bits) * len(s.mapper_tokens)
     for r in mp["rows"]:
         # ours equals the dense formula in value and gradient
@@ -158,7 +159,7 @@ def test_peak_alloc_bytes_counts_temporaries() -> None:
         b = torch.ones(500, 1000)  # 2 MB
         del b
 
-    peak = bench.peak_alloc_bytes(f, torch.device("cpu"))
+    peak = peak_alloc_bytes(f, torch.device("cpu"))
     assert 4_000_000 <= peak < 6_000_000
 
 
@@ -178,7 +179,7 @@ def test_combine_keeps_sections_and_provenance(tiny_run: tuple[dict[str, Any], P
     md = tmp_path / "BENCH.md"
     assert bench.main(["--combine", str(path), str(p2), "--md", str(md)]) == 0
     out = json.loads(next((tmp_path / "bench").glob("*.json")).read_text())
-    assert list(out["sections"]) == list(bench.ALL_SECTIONS)
+    assert list(out["sections"]) == list(ALL_SECTIONS)
     assert out["section_sources"]["mapper"]["json"] == str(p2)
     assert out["section_sources"]["train"]["json"] == str(path)
     assert "## Provenance" in md.read_text()

@@ -6,29 +6,28 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_eval_fixtures import BENCH
 
-from experiments.benchdata import DataError, pinned_checksums, require, verify
+from experiments.eval.benchdata import DataError, pinned_checksums, require, verify
 
 SIX = ["gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
        "mbpp_plus"]
 
 
-def test_shared_benchmarks_verify() -> None:
-    chk = verify(BENCH, SIX)
+def test_shared_benchmarks_verify(bench_dir) -> None:
+    chk = verify(bench_dir, SIX)
     assert chk.ok, chk.line()
     assert len(chk.checksums) == 8 + 114  # 8 json(l) files + 57 test + 57 dev MMLU csvs
     assert chk.checksums["gsm8k/test.jsonl"] == \
         "3730d312f6e3440559ace48831e51066acaca737f6eabec99bccb9e4b3c39d14"
-    assert "mmlu/test/anatomy_test.csv" in pinned_checksums(BENCH)
+    assert "mmlu/test/anatomy_test.csv" in pinned_checksums(bench_dir)
 
 
-def test_missing_and_altered_files_named_in_one_line(tmp_path: Path) -> None:
+def test_missing_and_altered_files_named_in_one_line(bench_dir, tmp_path: Path) -> None:
     d = tmp_path / "bench"
     for rel in ("README.md", "gsm8k/test.jsonl", "gsm8k/train.jsonl",
                 "arc/arc_easy_test.llmfoundry.jsonl"):
         (d / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(BENCH / rel, d / rel)
+        shutil.copy(bench_dir / rel, d / rel)
     with open(d / "gsm8k/test.jsonl", "a") as f:
         f.write("\n")  # one extra byte
     chk = verify(d, ["gsm8k", "arc_easy", "commonsense_qa"])

@@ -13,7 +13,7 @@ from analysis import calibrate as C
 SETTINGS = [("demo", sd) for sd in C.SEED_SDS] + [("paper", 0.03), ("demo-1seed", 0.08)]
 
 
-pytestmark = pytest.mark.slow  # ~20-30 s on a shared 2-core machine
+pytestmark = pytest.mark.slow  # the module fixture runs hundreds of simulated sweeps
 
 
 @pytest.fixture(scope="module")

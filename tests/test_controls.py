@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 import pytest
+from fake import write_fake_sweep
 
 from analysis.claims import checklist
-from analysis.fake import write_fake_sweep
 from analysis.frame import load_sweep
 from analysis.tables import paper_table, write_tables
 from sweeps.grid import Cell, SweepError, SweepSpec, expand, shared_settings
@@ -177,16 +177,17 @@ def test_guard_refuses_a_plus1_control_without_exactly_one_more_layer():
 
 
 def test_plus1_at_the_fts_flops_trains_to_the_fts_flops(tmp_path):
-    from experiments import train as T
+    from experiments.config import compose
+    from experiments.plan import plan, semantic
 
     base = ["model=1M", "train.seq_len=64", "train.tokens=200000", f"paths.results={tmp_path}"]
-    ft = T.plan(T.compose([*base, "model.latent_bits=8"]))
-    p1 = T.plan(T.compose([*base, "model.n_layers=5", "train.compute_match=flops",
-                           "train.match_latent_bits=8", "train.match_n_layers=4"]))
-    assert p1["budget_flops"] == ft["flops"]
-    assert 0 <= p1["flops"] - ft["flops"] < p1["tokens_per_step"] * p1["flops_per_token"]
+    ft = plan(compose([*base, "model.latent_bits=8"]))
+    p1 = plan(compose([*base, "model.n_layers=5", "train.compute_match=flops",
+                       "train.match_latent_bits=8", "train.match_n_layers=4"]))
+    assert p1.budget_flops == ft.flops
+    assert 0 <= p1.flops - ft.flops < p1.tokens_per_step * p1.flops_per_token
     # match_n_layers unset keeps every old run-id
-    assert "match_n_layers" not in T._semantic(T.compose(base))["train"]
+    assert "match_n_layers" not in semantic(compose(base))["train"]
 
 
 def test_plus1_control_is_compared_in_both_forms(tmp_path):

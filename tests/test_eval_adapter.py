@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from test_eval_fixtures import one_torch_thread, toy_checkpoint  # noqa: F401
 
-from experiments.lm_adapter import FTBenchLM
+from experiments.eval.lm_adapter import FTBenchLM
 from model import load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 PAIRS = [
     ("Question: What is 2 + 3?\nAnswer:", " 5"),
@@ -25,12 +26,12 @@ PAIRS = [
 
 
 @pytest.fixture(scope="module")
-def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return toy_checkpoint(tmp_path_factory.mktemp("b") / "run" / "checkpoints" / "final.pt")
 
 
 @pytest.fixture(scope="module")
-def free_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def free_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return toy_checkpoint(tmp_path_factory.mktemp("f") / "run" / "checkpoints" / "final.pt",
                           free=True)
 

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from test_eval_fixtures import one_torch_thread, toy_checkpoint  # noqa: F401
 
 import model.free_transformer as ftm
-from experiments.lm_adapter import FTBenchLM
+from experiments.eval.lm_adapter import FTBenchLM
 from model import load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ENC = 255  # the code every encoder-derived position gets below (all 8 bits on)
 PRIOR = 0  # the code every prior position gets below
@@ -30,12 +31,12 @@ class _R:
 
 
 @pytest.fixture(scope="module")
-def base_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def base_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return toy_checkpoint(tmp_path_factory.mktemp("b") / "run" / "checkpoints" / "final.pt")
 
 
 @pytest.fixture(scope="module")
-def free_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def free_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return toy_checkpoint(tmp_path_factory.mktemp("f") / "run" / "checkpoints" / "final.pt",
                           free=True)
 
@@ -242,7 +243,7 @@ def test_shared_inputs_free_transformer_prefix(free_ckpt: Path,
 
 # ------------------------------------------------------------------ generation budget
 def test_generation_rule() -> None:
-    from experiments.lm_adapter import GenPlan, default_gen_toks, plan_generation
+    from experiments.eval.lm_adapter import GenPlan, default_gen_toks, plan_generation
 
     assert plan_generation(10, 100, 32) == GenPlan(10, 10, 22, 100)  # budget shrinks
     assert plan_generation(31, 100, 32) == GenPlan(31, 31, 1, 100)  # down to 1 token

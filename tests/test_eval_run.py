@@ -9,9 +9,10 @@ import os
 from pathlib import Path
 
 import pytest
-from test_eval_fixtures import BENCH, one_torch_thread, toy_checkpoint  # noqa: F401
 
-from experiments.eval import DEFAULT_TASKS, run_eval, spec_id
+from experiments.eval.run import DEFAULT_TASKS, run_eval, spec_id
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -25,9 +26,9 @@ def _check_entry(name: str, e: dict, n: int) -> None:
     assert isinstance(e["higher_is_better"], bool) and isinstance(e["fewshot"], int)
 
 
-def test_six_benchmarks_write_the_schema(tmp_path: Path) -> None:
+def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "toyrun" / "checkpoints" / "final.pt")
-    out = run_eval(ck, list(DEFAULT_TASKS), limit=2, data=BENCH, max_gen_toks=24,
+    out = run_eval(ck, list(DEFAULT_TASKS), limit=2, data=bench_dir, max_gen_toks=24,
                    progress=False)
     assert set(out) == {"lm-eval", "evalplus"}
     lm = json.loads(out["lm-eval"].read_text())
@@ -94,9 +95,9 @@ def test_six_benchmarks_write_the_schema(tmp_path: Path) -> None:
         assert tr["n_requests"] == 2 and tr["n_truncated"] == 0 and tr["max_tokens_cut"] == 0
 
 
-def test_free_transformer_modes_and_resume(tmp_path: Path) -> None:
+def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "ft" / "checkpoints" / "final.pt", free=True)
-    kw = dict(tasks=["arc_easy"], limit=6, data=BENCH, progress=False)
+    kw = dict(tasks=["arc_easy"], limit=6, data=bench_dir, progress=False)
     first = json.loads(run_eval(ck, z="prior-k", k=3, **kw)["lm-eval"].read_text())
     assert first["arm"] == "free" and first["z_mode"] == "prior-k" and first["k"] == 3
     assert first["leaks"] is False and first["requests"] > 0
@@ -114,7 +115,7 @@ def test_free_transformer_modes_and_resume(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_one_file_per_spec_and_resume(tmp_path: Path) -> None:
+def test_one_file_per_spec_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     """Another task set, generation length or checkpoint step never overwrites a file; the same
     spec again resumes (every request from the cache) into the same file."""
     import torch
@@ -124,7 +125,7 @@ def test_one_file_per_spec_and_resume(tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "r" / "checkpoints" / "final.pt")
     m = load_checkpoint(ck)
     save_checkpoint(ck, m.model, tokenizer=m.tokenizer, extra={"step": 7})
-    kw = dict(limit=1, data=BENCH, progress=False)
+    kw = dict(limit=1, data=bench_dir, progress=False)
     a = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
     b = run_eval(ck, ["arc_easy", "commonsense_qa"], **kw)["lm-eval"]
     c = run_eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=8, **kw)["lm-eval"]
@@ -135,12 +136,12 @@ def test_one_file_per_spec_and_resume(tmp_path: Path) -> None:
     assert da["checkpoint_step"] == 7 and da["spec"]["gen_tokens"] is None  # no generation
     assert json.loads(c.read_text())["spec"]["gen_tokens"] == 8
     # what a sweep plans (EVAL_ARGS, the model's window) is exactly what the file records
-    from experiments.eval import planned_specs, validate_args
+    from experiments.eval.run import planned_specs, validate_args
 
     for path, args in ((c, ["--max-gen-toks", "8"]), (a, [])):
         doc = json.loads(path.read_text())
         got = planned_specs(validate_args(["--tasks", ",".join(doc["spec"]["tasks"]), "--limit",
-                                           "1", "--data", str(BENCH), *args]), 256)
+                                           "1", "--data", str(bench_dir), *args]), 256)
         assert got["lm-eval"] == doc["spec"] and spec_id(got["lm-eval"]) == doc["spec_id"]
     assert set(json.loads(b.read_text())["tasks"]) == {"arc_easy", "commonsense_qa"}
     assert set(json.loads(a.read_text())["tasks"]) == {"arc_easy"}  # not overwritten
@@ -156,11 +157,12 @@ def test_one_file_per_spec_and_resume(tmp_path: Path) -> None:
     assert torch.get_num_threads() >= 1
 
 
-def test_a_dead_task_is_null_not_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_dead_task_is_null_not_zero(bench_dir, toy_checkpoint, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch,
                                       capsys: pytest.CaptureFixture) -> None:
     import lm_eval
 
-    from experiments.eval import main
+    from experiments.eval.run import main
 
     ck = toy_checkpoint(tmp_path / "runs" / "r" / "checkpoints" / "final.pt")
     real = lm_eval.simple_evaluate
@@ -173,7 +175,7 @@ def test_a_dead_task_is_null_not_zero(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(lm_eval, "simple_evaluate", flaky)
     with pytest.raises(SystemExit) as ex:
         main([str(ck), "--tasks", "arc_easy,arc_challenge", "--limit", "2", "--data",
-              str(BENCH)])
+              str(bench_dir)])
     assert ex.value.code == 1
     assert "1 task(s) failed" in capsys.readouterr().err
     (path,) = (tmp_path / "runs" / "r" / "eval").glob("lm-eval*.json")
@@ -184,11 +186,11 @@ def test_a_dead_task_is_null_not_zero(tmp_path: Path, monkeypatch: pytest.Monkey
     assert dead["metrics"] == {"acc": {"value": None, "stderr": None, "n": None}}
 
 
-def test_bad_arguments_exit_2_before_loading(tmp_path: Path,
+def test_bad_arguments_exit_2_before_loading(bench_dir, tmp_path: Path,
                                              capsys: pytest.CaptureFixture) -> None:
-    from experiments.eval import main
+    from experiments.eval.run import main
 
-    for argv, msg in ((["--tasks", "arc_eazy", "--data", str(BENCH)], "arc_eazy"),
+    for argv, msg in ((["--tasks", "arc_eazy", "--data", str(bench_dir)], "arc_eazy"),
                       (["--limt", "2"], "unrecognized arguments: --limt 2"),
                       (["--max-gen-toks", "0"], "--max-gen-toks: 0 must be >= 1")):
         with pytest.raises(SystemExit) as ex:

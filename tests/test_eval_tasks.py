@@ -2,8 +2,8 @@
 
 The stock tasks are built from lm-eval's own registry, with `datasets.load_dataset` answering
 from the local files in the Hugging Face schema (the network is not needed); our offline tasks
-are built from the YAMLs `experiments.tasks` writes. Every request (few-shot context, description,
-target delimiter, choices, generation arguments) must be identical.
+are built from the YAMLs `experiments.eval.tasks` writes. Every request (few-shot context,
+description, target delimiter, choices, generation arguments) must be identical.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import datasets
 import pytest
-from test_eval_fixtures import BENCH, one_torch_thread  # noqa: F401
 
-from experiments.tasks import STOCK, offline_task_manager
+from experiments.eval.tasks import STOCK, offline_task_manager
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,16 +30,16 @@ def _jsonl(p: Path) -> list[dict]:
     return [json.loads(x) for x in p.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
-def _hf_schema(path: str, name: str | None) -> datasets.DatasetDict:
+def _hf_schema(bench_dir, path: str, name: str | None) -> datasets.DatasetDict:
     """What the Hub would return for the stock dataset, from the offline copies."""
     D = datasets.Dataset.from_list
     if path == "openai/gsm8k":
-        return datasets.DatasetDict({s: D(_jsonl(BENCH / "gsm8k" / f"{s}.jsonl"))
+        return datasets.DatasetDict({s: D(_jsonl(bench_dir / "gsm8k" / f"{s}.jsonl"))
                                      for s in ("train", "test")})
     if path == "allenai/ai2_arc":
         f = {"ARC-Easy": "arc_easy", "ARC-Challenge": "arc_challenge"}[name]
         rows = []
-        for i, r in enumerate(_jsonl(BENCH / "arc" / f"{f}_test.llmfoundry.jsonl")):
+        for i, r in enumerate(_jsonl(bench_dir / "arc" / f"{f}_test.llmfoundry.jsonl")):
             labels = "ABCDE"[: len(r["choices"])]
             rows.append({"id": str(i), "question": r["query"].removeprefix("Question: "),
                          "choices": {"text": r["choices"], "label": list(labels)},
@@ -52,12 +53,12 @@ def _hf_schema(path: str, name: str | None) -> datasets.DatasetDict:
                                 "text": [c["text"] for c in q["choices"]]},
                     "answerKey": r["answerKey"]}
         return datasets.DatasetDict({
-            s: D([conv(r) for r in _jsonl(BENCH / "commonsenseqa" / f"{f}_rand_split.jsonl")])
+            s: D([conv(r) for r in _jsonl(bench_dir / "commonsenseqa" / f"{f}_rand_split.jsonl")])
             for s, f in (("train", "train"), ("validation", "dev"))})
     if path == "cais/mmlu":
         out = {}
         for split in ("test", "dev"):
-            with open(BENCH / "mmlu" / split / f"{name}_{split}.csv", newline="") as f:
+            with open(bench_dir / "mmlu" / split / f"{name}_{split}.csv", newline="") as f:
                 out[split] = D([{"question": r["question"], "subject": name,
                                  "choices": [r[f"choice{i}"] for i in range(4)],
                                  "answer": int(r["answer"])} for r in csv.DictReader(f)])
@@ -71,16 +72,17 @@ def _requests(task: object, limit: int) -> list[tuple]:
     return [(i.doc_id, i.request_type, json.dumps(i.args, default=str)) for i in task.instances]
 
 
-def test_offline_prompts_match_stock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_offline_prompts_match_stock(bench_dir, tmp_path: Path,
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    ours = get_task_dict(TASKS, offline_task_manager(BENCH, tmp_path / "tasks"))
+    ours = get_task_dict(TASKS, offline_task_manager(bench_dir, tmp_path / "tasks"))
     real_load = datasets.load_dataset
 
     def fake_load(path: str, name: str | None = None, **kw: object) -> datasets.DatasetDict:
         if path in ("json", "csv"):
             return real_load(path, name, **kw)
-        return _hf_schema(path, name)
+        return _hf_schema(bench_dir, path, name)
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     # lm-eval's own stock YAML files (indexing only their folders, not all ~10k stock tasks)

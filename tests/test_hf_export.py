@@ -8,19 +8,20 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_eval_fixtures import BENCH, one_torch_thread, toy_checkpoint  # noqa: F401
 
-from experiments.hf_export import export
-from experiments.lm_adapter import FTBenchLM
-from experiments.tasks import offline_task_manager
+from experiments.eval.hf_export import export
+from experiments.eval.lm_adapter import FTBenchLM
+from experiments.eval.tasks import offline_task_manager
 from model import load_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def exported(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("hf")
     # untied readout and a non-default RoPE base, so both paths of the mapping are exercised
     ck = toy_checkpoint(d / "run" / "checkpoints" / "final.pt", seed=3, tie_embeddings=False,
@@ -41,18 +42,18 @@ def test_logits_match_transformers(exported: tuple[Path, Path]) -> None:
     assert (a - b).abs().max().item() < 1e-4
 
 
-def test_free_transformer_is_refused(tmp_path: Path) -> None:
+def test_free_transformer_is_refused(toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "run" / "checkpoints" / "final.pt", free=True)
     with pytest.raises(ValueError, match="Free Transformer"):
         export(ck, tmp_path / "hf")
 
 
-def test_hf_backend_same_choices(exported: tuple[Path, Path], tmp_path: Path) -> None:
+def test_hf_backend_same_choices(bench_dir, exported: tuple[Path, Path], tmp_path: Path) -> None:
     import lm_eval
     from lm_eval.models.huggingface import HFLM
 
     ck, out = exported
-    tm = offline_task_manager(BENCH, tmp_path / "tasks")
+    tm = offline_task_manager(bench_dir, tmp_path / "tasks")
     tasks = ["arc_easy", "commonsense_qa"]
     kw = dict(tasks=tasks, limit=12, task_manager=tm, log_samples=True, bootstrap_iters=0)
     ours = lm_eval.simple_evaluate(model=FTBenchLM(checkpoint=str(ck), progress=False), **kw)

@@ -429,7 +429,7 @@ def test_atomic_write_honours_the_umask(tmp_path):
     a group sharing a cluster's results cannot read)."""
     import os
 
-    from model.checkpoint import atomic_write_text
+    from common.io import atomic_write_text
 
     old = os.umask(0o022)
     try:

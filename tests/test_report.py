@@ -11,11 +11,11 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fake import write_fake_sweep
 
-from analysis.browser import check_report, find_chromium
-from analysis.fake import write_fake_sweep
+from analysis.browser import REQUIRED_SECTIONS, check_report, find_chromium
 from analysis.figures import png_bytes
-from analysis.report import REQUIRED_SECTIONS, build_report
+from analysis.report import build_report
 
 ARTIFACTS = Path(os.environ.get("FTBENCH_ARTIFACTS", "results/test-artifacts"))
 

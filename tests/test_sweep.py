@@ -145,8 +145,7 @@ def test_guard_accepts_architecture_knobs_only() -> None:
 
 def test_guard_through_plan_with_arm_override(monkeypatch: pytest.MonkeyPatch) -> None:
     """A per-arm override that touches a shared setting is refused before anything runs."""
-    fake = _FakeTrain()
-    monkeypatch.setattr(L.backend, "_train", lambda: fake)
+    _use_fake(monkeypatch, _FakeTrain())
     s = SweepSpec.from_text(kappa="1", h="4", seeds="0", tokens="1k",
                             arm_overrides={"free": ["optim.lr=0.01"]})
     with pytest.raises(SweepError, match="optim.lr is 0.001 in baseline-s0 but 0.01 in free-"):
@@ -189,6 +188,19 @@ class _FakeTrain:
 
     def run_dir(self, cfg: object) -> Path:
         return Path("/tmp/ftbench-fake/runs") / self.run_id(cfg)
+
+
+def _use_fake(monkeypatch: pytest.MonkeyPatch, fake: _FakeTrain) -> None:
+    """sweeps.backend over the fake trainer: a plain token budget (no FLOPs matching)."""
+    monkeypatch.setattr(L.backend, "compose", lambda cell: fake.compose(list(cell.overrides)))
+    monkeypatch.setattr(L.backend, "run_id", fake.run_id)
+    monkeypatch.setattr(L.backend, "run_dir", fake.run_dir)
+
+    def planned(cfg: object) -> tuple[float, float]:
+        tokens = float(cfg.train.tokens)
+        return tokens, tokens * L.backend.flops_per_token(cfg)
+
+    monkeypatch.setattr(L.backend, "planned", planned)
 
 
 @pytest.fixture(autouse=True)
@@ -380,7 +392,7 @@ class _Ex:
         else:
             run = Path(job.argv[3])
             if _Ex.eval_do == "write":
-                from experiments.eval import eval_file_name, planned_specs, validate_args
+                from experiments.eval.run import eval_file_name, planned_specs, validate_args
 
                 specs = planned_specs(validate_args(job.argv[4:]), None)
                 for sp in specs.values():
@@ -413,7 +425,7 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
 
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
-    monkeypatch.setattr(L.backend, "_train", lambda: Train())
+    _use_fake(monkeypatch, Train())
     monkeypatch.setattr(L, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(L, "_cold_cache", lambda c: False)
@@ -433,7 +445,7 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     assert ("train", {"FTBENCH_LAUNCHER": "local"}) in _Ex.envs
     assert "eval: 0 pending, 0 running, 0 done, 2 failed" in L.status("ev", tmp_path)
     m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
-    from experiments.eval import spec_id
+    from experiments.eval.run import spec_id
 
     assert m["eval_spec"]["suite"] == "lm-eval+evalplus" and m["eval_spec_id"]
     assert set(m["eval_specs"]) == {"lm-eval", "evalplus"}
@@ -498,7 +510,7 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
             return tmp_path / "runs" / self.run_id(cfg)
 
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    monkeypatch.setattr(L.backend, "_train", lambda: Train())
+    _use_fake(monkeypatch, Train())
     monkeypatch.setattr(L, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(L, "_cold_cache", lambda c: False)
@@ -533,10 +545,12 @@ def test_trainer_records_the_launcher_in_config_provenance(
     import yaml
 
     import experiments.train as T
+    from experiments.config import compose
+    from experiments.plan import plan
 
-    cfg = T.compose(["model=1M", "model.vocab_size=512", "train.seq_len=32",
-                     "train.tokens=1000"])
-    p = T.plan(cfg)
+    cfg = compose(["model=1M", "model.vocab_size=512", "train.seq_len=32",
+                   "train.tokens=1000"])
+    p = plan(cfg)
     monkeypatch.setattr(T, "tokenizer_sha256", lambda tok: "t" * 64)
     corpus = NS(info={}, checksums={}, tokenizer=None)
     for env, want in (("slurm", "slurm"), (None, "direct")):

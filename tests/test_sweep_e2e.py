@@ -111,7 +111,7 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(backend, "eval_argv", lambda run, extra=(): [
         sys.executable, "-c", "import pathlib, sys; p = pathlib.Path(sys.argv[1]) / 'eval'; "
         "p.mkdir(exist_ok=True); (p / 'standin.json').write_text(' '.join(sys.argv[2:])); "
-        "from experiments.eval import eval_file_name, planned_specs, validate_args; "
+        "from experiments.eval.run import eval_file_name, planned_specs, validate_args; "
         "[(p / eval_file_name(s, 6)).write_text('{}') for s in "
         "planned_specs(validate_args(sys.argv[2:]), 256).values()]",
         str(run), *extra])

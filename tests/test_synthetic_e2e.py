@@ -67,7 +67,7 @@ def test_end_to_end_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert df.loc[0, "kl_bits"] != df.loc[0, "kl_bits"]  # NaN: the baseline has no Z
     assert (df.loc[1:, "kl_bits"] >= 0).all() and (df["ce_prior"] > 0).all()
     md = out["table.md"].read_text()
-    assert md.startswith("| model |") and "Acceptance check" in md
+    assert md.startswith("| model ") and "Acceptance check" in md
     checks = json.loads(out["acceptance.json"].read_text())
     assert [c["result"] for c in checks][1] == "n/a"  # no 1/8 or 1 bit run here
     lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]

@@ -18,6 +18,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import experiments.train as T
+from common.io import flocked
+from experiments.config import CONF_DIR, compose
+from experiments.plan import plan, run_dir, run_id
 from experiments.tokenizer import tokenizer_from_ref
 from model import build_model, load_checkpoint
 
@@ -66,10 +69,10 @@ def weights(path: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("arm", ["baseline", "free"])
 def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
     extra = ["model.latent_bits=8", "model.kappa_bits=0.5"] if arm == "free" else []
-    cfg = T.compose(ov(tmp_path, cache, "train.tokens=7680", "logging.val_every=15",
+    cfg = compose(ov(tmp_path, cache, "train.tokens=7680", "logging.val_every=15",
                        "logging.ckpt_every=10", *extra))
     run = T.train(cfg, argv=["train.py", "test"])
-    assert run == tmp_path / "runs" / T.run_id(cfg)
+    assert run == tmp_path / "runs" / run_id(cfg)
     rows = metrics(run)
     tr = [r for r in rows if r["kind"] == "train"]
     val = [r for r in rows if r["kind"] == "val"]
@@ -78,8 +81,8 @@ def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
     assert val[-1]["val_ce"] < val[0]["val_ce"] - 0.7  # from ~ln(512) = 6.24 nats
     assert all(set(r) == TRAIN_KEYS for r in tr)
     assert tr[-1]["tokens"] == 30 * 8 * 32
-    p = T.plan(cfg)
-    assert tr[-1]["flops"] == pytest.approx(30 * 256 * p["flops_per_token"])
+    p = plan(cfg)
+    assert tr[-1]["flops"] == pytest.approx(30 * 256 * p.flops_per_token)
     assert 0 < val[-1]["val_bpb"] < val[-1]["val_ce"]  # a token is more than one byte
     if arm == "free":
         v = val[-1]
@@ -92,7 +95,7 @@ def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
     conf = yaml.safe_load((run / "config.yaml").read_text())
     assert conf["run_id"] == run.name and conf["arm"] == arm
     assert conf["model"]["vocab_size"] == 512 and conf["train"]["seq_len"] == 32
-    assert conf["accounting"]["flops_per_token"] == p["flops_per_token"]
+    assert conf["accounting"]["flops_per_token"] == p.flops_per_token
     prov = conf["provenance"]
     assert len(prov["git_commit"]) == 40 and prov["versions"]["torch"] == torch.__version__
     assert len(prov["tokenizer_sha256"]) == 64 and list(prov["data_checksums"])[0].startswith(
@@ -114,7 +117,7 @@ def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
     assert len(metrics(run)) == len(rows)
     if arm == "baseline":  # ... unless asked; the retrained run is bitwise the same
         cfg.train.force = True
-        assert T.run_id(cfg) == run.name
+        assert run_id(cfg) == run.name
         T.train(cfg)
         assert (run / "checkpoints" / "final.pt").stat().st_mtime_ns != mtime
         assert [r["ce"] for r in metrics(run) if r["kind"] == "train"] == [r["ce"] for r in tr]
@@ -151,10 +154,10 @@ def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cach
     extra = ["model.dim=64", "model.ffn_dim=128", "model.latent_bits=4", "model.kappa_bits=0.25",
              "train.tokens=6144",
              "logging.ckpt_every=4", "logging.val_every=10", "logging.keep_checkpoints=50"]
-    ref_cfg = T.compose(ov(tmp_path / "ref", cache, *extra))
+    ref_cfg = compose(ov(tmp_path / "ref", cache, *extra))
     ref = T.train(ref_cfg)  # 24 steps, never interrupted
     args = ov(tmp_path / "cut", cache, *extra)
-    run = T.run_dir(T.compose(args))
+    run = run_dir(compose(args))
     cmd = [sys.executable, "-m", "experiments.train", *args]
     ck = run / "checkpoints"
 
@@ -178,7 +181,7 @@ def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cach
     assert torch.load(ck / f"step_{stepped}.pt", weights_only=True)["extra"]["step"] == stepped
 
     # 3. resume to the end (in process): same weights and same metrics as the reference
-    T.train(T.compose(args))
+    T.train(compose(args))
     a, b = weights(ref / "checkpoints" / "final.pt"), weights(ck / "final.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s",
@@ -213,7 +216,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: non-finite loss (nan) at step 5;")
     assert err[-1].endswith("step_4.pt")
-    run = T.run_dir(T.compose(args))
+    run = run_dir(compose(args))
     assert sorted(x.name for x in (run / "checkpoints").iterdir()) == ["step_2.pt", "step_4.pt"]
     assert max(r["step"] for r in _train_lines(run)) == 4
 
@@ -227,9 +230,9 @@ def test_ddp_two_gloo_processes_equal_one_process(tmp_path):
             "model.n_layers=2", "model.latent_bits=4", "train.batch_size=8",
             "train.micro_batch_size=2", f"train.tokens={3 * 8 * 65}", "data.val_tokens=260",
             "logging.progress=false", "logging.log_every=1", "optim.warmup_steps=1"]
-    one = T.compose([*args, f"paths.results={tmp_path / 'one'}"])
-    assert T.plan(one, world_size=1)["grad_accum"] == 4
-    assert T.plan(one, world_size=2)["grad_accum"] == 2
+    one = compose([*args, f"paths.results={tmp_path / 'one'}"])
+    assert plan(one, world_size=1).grad_accum == 4
+    assert plan(one, world_size=2).grad_accum == 2
     r1 = T.train(one)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
            "2", "-m", "experiments.train", *args, f"paths.results={tmp_path / 'two'}"]
@@ -248,34 +251,34 @@ def test_ddp_two_gloo_processes_equal_one_process(tmp_path):
 # ---------------------------------------------------------------- dry run and budgets
 @pytest.mark.parametrize("latent_bits", [0, 8])
 def test_dry_run_flops_match_flop_counter(tmp_path, latent_bits, capsys):
-    cfg = T.compose(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
+    cfg = compose(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
                      f"paths.results={tmp_path}"])
-    p = T.plan(cfg)
-    m = build_model(p["model"]).train()
+    p = plan(cfg)
+    m = build_model(p.model).train()
     B, S = 2, 64
-    x = torch.randint(0, p["model"].vocab_size, (B, S))
+    x = torch.randint(0, p.model.vocab_size, (B, S))
     # the math backend, so attention shows up as matmuls the counter sees
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
         m(x, targets=x).loss.backward()
-    assert p["flops_per_token"] * B * S == fc.get_total_flops()
+    assert p.flops_per_token * B * S == fc.get_total_flops()
     assert T.main(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
                    f"paths.results={tmp_path}", "train.dry_run=true"]) == 0
     out = capsys.readouterr().out
-    assert f"FLOPs/token this run {p['flops_per_token']:.4g}" in out
+    assert f"FLOPs/token this run {p.flops_per_token:.4g}" in out
     assert "FT overhead" in out and "paper's 1/L = 25.00%" in out
-    assert f"{p['steps']:,} steps" in out and "accum 1" in out
+    assert f"{p.steps:,} steps" in out and "accum 1" in out
     assert not (tmp_path / "runs").exists()  # nothing computed, nothing written
 
 
 def test_compute_match_flops_gives_the_baseline_the_free_transformers_flops(tmp_path):
     base = ["model=1M", "train.seq_len=64", "train.tokens=1000000", f"paths.results={tmp_path}"]
-    ft = T.plan(T.compose([*base, "model.latent_bits=16"]))
-    bl = T.plan(T.compose(base))
-    bm = T.plan(T.compose([*base, "train.compute_match=flops", "train.match_latent_bits=16"]))
-    assert bm["arm"] == "baseline" and bm["steps"] > bl["steps"] == ft["steps"]
-    assert bm["budget_flops"] == ft["flops"]  # what the FT really trains for
-    assert 0 <= bm["flops"] - ft["flops"] < bm["tokens_per_step"] * bm["flops_per_token"]
-    assert T.plan(T.compose([*base, "train.flops=1e12"]))["flops"] >= 1e12
+    ft = plan(compose([*base, "model.latent_bits=16"]))
+    bl = plan(compose(base))
+    bm = plan(compose([*base, "train.compute_match=flops", "train.match_latent_bits=16"]))
+    assert bm.arm == "baseline" and bm.steps > bl.steps == ft.steps
+    assert bm.budget_flops == ft.flops  # what the FT really trains for
+    assert 0 <= bm.flops - ft.flops < bm.tokens_per_step * bm.flops_per_token
+    assert plan(compose([*base, "train.flops=1e12"])).flops >= 1e12
 
 
 # ---------------------------------------------------------------- config and bad input
@@ -283,30 +286,30 @@ def test_every_config_composes_and_run_id_is_content_addressed(tmp_path):
     import model as M
 
     for preset in M.PRESETS:
-        cfg = T.compose([f"model={preset}", "train.seq_len=128"])
+        cfg = compose([f"model={preset}", "train.seq_len=128"])
         assert cfg.model.dim == M.PRESETS[preset].dim and cfg.model.preset == preset
     for data in ("stdlib", "synthetic"):
-        assert T.compose([f"data={data}"]).data.source == data
-    assert T.compose(["data=files", "data.paths=[a.txt]"]).data.paths == ["a.txt"]
-    hf = T.compose(["data=hf", "data.hf_sources=[{path:json,weight:2}]"]).data.hf_sources
+        assert compose([f"data={data}"]).data.source == data
+    assert compose(["data=files", "data.paths=[a.txt]"]).data.paths == ["a.txt"]
+    hf = compose(["data=hf", "data.hf_sources=[{path:json,weight:2}]"]).data.hf_sources
     assert hf[0].path == "json" and hf[0].weight == 2 and hf[0].field == "text"
-    syn = T.compose(["data=synthetic"])
+    syn = compose(["data=synthetic"])
     assert syn.model.vocab_size == 29 and syn.train.seq_len == 65
-    a = T.compose([f"paths.results={tmp_path}"])
-    assert T.run_id(a) == T.run_id(T.compose(["logging.val_every=7", "train.force=true"]))
-    assert len(T.run_id(a)) == 12 and int(T.run_id(a), 16) >= 0
-    assert T.run_id(a) != T.run_id(T.compose(["train.seed=1"]))
-    assert T.run_id(a) != T.run_id(T.compose(["model.kappa_bits=0.25"]))
-    assert T.run_dir(a) == tmp_path / "runs" / T.run_id(a)
+    a = compose([f"paths.results={tmp_path}"])
+    assert run_id(a) == run_id(compose(["logging.val_every=7", "train.force=true"]))
+    assert len(run_id(a)) == 12 and int(run_id(a), 16) >= 0
+    assert run_id(a) != run_id(compose(["train.seed=1"]))
+    assert run_id(a) != run_id(compose(["model.kappa_bits=0.25"]))
+    assert run_dir(a) == tmp_path / "runs" / run_id(a)
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    with initialize_config_dir(config_dir=str(T.CONF_DIR), version_base=None):  # a caller's app
-        assert T.compose(["model=16M"]).model.dim == 384
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):  # a caller's app
+        assert compose(["model=16M"]).model.dim == 384
         assert GlobalHydra.instance().is_initialized()  # restored after compose
     os.environ["FTBENCH_RESULTS"], old = str(tmp_path / "env"), os.environ.get("FTBENCH_RESULTS")
     try:
-        assert T.compose([]).paths.results == str(tmp_path / "env")
+        assert compose([]).paths.results == str(tmp_path / "env")
     finally:
         if old is None:
             del os.environ["FTBENCH_RESULTS"]
@@ -341,10 +344,7 @@ def test_bad_input_one_line_nonzero_exit_no_run_dir(tmp_path, cache, capsys, arg
 
 def test_a_second_trainer_on_the_same_run_is_refused(tmp_path, cache, capsys):
     args = ov(tmp_path, cache, "train.tokens=512")
-    held = T._lock(T.run_dir(T.compose(args)))  # as a live job would hold it
-    try:
+    with flocked(run_dir(compose(args)) / ".lock"):  # as a live job would hold it
         assert T.main(args) == 2
         assert "is being trained by another process" in capsys.readouterr().err
-    finally:
-        held.close()
     assert T.main(args) == 0  # released: the run goes ahead

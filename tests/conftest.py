@@ -1,33 +1,37 @@
-"""Tiny checkpoints for the evaluation tests (no tests here; imported by tests/test_eval*.py)."""
+"""Fixtures shared by the test files (pytest finds them here; nothing imports this file)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
-from experiments.tokenizer import tokenizer_ref, train_bpe
-from model import build_model, get_preset, save_checkpoint
-
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+"""The offline benchmark files (pinned by their README's sha256 table)."""
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
+@pytest.fixture(scope="session")
+def bench_dir() -> Path:
+    return BENCH
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
     """One intra-op thread while a module runs: on a shared, oversubscribed CPU this is several
-    times faster than torch's default (measured 0.6 s vs 2.3 s per 16x256 forward of the 1M
-    model at load 9 on 2 cores). Restored afterwards, so other test files are unaffected."""
+    times faster than torch's default. Restored afterwards, so other test files are unaffected.
+    A module opts in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
 
 
-def corpus() -> list[str]:
+def _corpus() -> list[str]:
     """A few stdlib sources plus benchmark-like text, so the BPE has real merges."""
     files = sorted(glob.glob(os.path.join(os.path.dirname(os.__file__), "[a-c]*.py")))[:12]
     texts = [Path(f).read_text(encoding="utf-8", errors="replace") for f in files]
@@ -35,10 +39,13 @@ def corpus() -> list[str]:
     return texts
 
 
-def toy_checkpoint(path: Path, free: bool = False, seed: int = 0, vocab: int = 600,
-                   preset: str = "1M", **over: object) -> Path:
+def _toy_checkpoint(path: Path, free: bool = False, seed: int = 0, vocab: int = 600,
+                    preset: str = "1M", **over: object) -> Path:
+    from experiments.tokenizer import tokenizer_ref, train_bpe
+    from model import build_model, get_preset, save_checkpoint
+
     # train_bpe caches by corpus checksum, so every test shares one trained tokenizer
-    tok = train_bpe(corpus(), vocab, cache_dir=Path(tempfile.gettempdir()) / "ftbench-test-tok")
+    tok = train_bpe(_corpus(), vocab, cache_dir=Path(tempfile.gettempdir()) / "ftbench-test-tok")
     torch.manual_seed(seed)
     cfg = get_preset(preset, vocab_size=tok.get_vocab_size(), latent_bits=8 if free else 0,
                      **over)
@@ -50,3 +57,10 @@ def toy_checkpoint(path: Path, free: bool = False, seed: int = 0, vocab: int = 6
     path.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(path, m, tokenizer=tokenizer_ref(tok, "toy-bpe"))
     return path
+
+
+@pytest.fixture(scope="session")
+def toy_checkpoint() -> Callable[..., Path]:
+    """`toy_checkpoint(path, free=False, seed=0, vocab=600, preset="1M", **config)`: a tiny
+    untrained checkpoint with a real BPE tokenizer, for the evaluation tests."""
+    return _toy_checkpoint

@@ -39,8 +39,9 @@ Design choices:
   interrupted evaluation resumes from the requests it finished.
 Registered as `ftbench` (alias `freetransformer`) in lm-eval's model registry, so
 `lm_eval.simple_evaluate(model="ftbench", model_args="checkpoint=...,z=prior-k,k=4")` works, and
-`python -m experiments.lm_adapter run --model ftbench --model_args checkpoint=... --tasks ...` is
-the stock `lm_eval` CLI with this module imported (lm-eval offers no plugin hook for models).
+`python -m experiments.eval.lm_adapter run --model ftbench --model_args checkpoint=... --tasks
+...` is the stock `lm_eval` CLI with this module imported (lm-eval offers no plugin hook for
+models).
 """
 
 from __future__ import annotations
@@ -508,8 +509,9 @@ def _logmeanexp(xs: Sequence[float]) -> float:
 
 def main() -> None:
     """The stock lm-eval CLI with `ftbench` registered (lm-eval has no model plugin hook):
-    `python -m experiments.lm_adapter run --model ftbench --model_args checkpoint=<ckpt>,z=prior
-    --tasks arc_easy [--include_path <offline task dir>] ...` takes exactly `lm_eval`'s arguments.
+    `python -m experiments.eval.lm_adapter run --model ftbench
+    --model_args checkpoint=<ckpt>,z=prior --tasks arc_easy [--include_path <offline task dir>]
+    ...` takes exactly `lm_eval`'s arguments.
     """
     from lm_eval.__main__ import cli_evaluate
 

@@ -11,11 +11,12 @@ line, so a user sees at once which file to fetch again.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from common.io import sha256_file
 
 ENV_VAR = "FTBENCH_DATA"
 
@@ -65,14 +66,6 @@ def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     """The offline data directory: the argument, else $FTBENCH_DATA, else None (online)."""
     d = explicit or os.environ.get(ENV_VAR) or None
     return Path(d).resolve() if d else None
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def pinned_checksums(root: Path) -> dict[str, str]:

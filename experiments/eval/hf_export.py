@@ -6,7 +6,7 @@ is the cross-check of both the architecture and the lm-eval adapter: HF logits m
 to 1e-4, and lm-eval's own `hf` backend on the export must pick the same multiple-choice answers
 as `FTBenchLM`. A Free Transformer has no HF counterpart and is refused.
 
-Usage: `python -m experiments.hf_export <run dir or ckpt> <out dir>`.
+Usage: `python -m experiments.eval.hf_export <run dir or ckpt> <out dir>`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from experiments.lm_adapter import resolve_checkpoint
+from experiments.eval.lm_adapter import resolve_checkpoint
 from experiments.tokenizer import EOS
 from model import load_checkpoint
 
@@ -61,10 +61,33 @@ def state_dict_to_hf(sd: dict[str, torch.Tensor], n_layers: int,
     return out
 
 
+def to_llama(model: torch.nn.Module, eos_id: int | None = None,
+             attn_implementation: str | None = None):  # -> transformers.LlamaForCausalLM
+    """Our baseline as an in-memory LlamaForCausalLM holding a copy of its weights."""
+    from transformers import LlamaForCausalLM
+
+    cfg = model.cfg
+    if cfg.is_free:
+        raise ValueError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
+                         "export a baseline (latent_bits=0)")
+    hc = llama_config(cfg, eos_id)
+    hf = (LlamaForCausalLM(hc) if attn_implementation is None else
+          LlamaForCausalLM._from_config(hc, attn_implementation=attn_implementation)).eval()
+    sd = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    missing, unexpected = hf.load_state_dict(
+        state_dict_to_hf(sd, cfg.n_layers, cfg.tie_embeddings), strict=False)
+    missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(f"hf_export: missing {missing}, unexpected {unexpected}")
+    if cfg.tie_embeddings:
+        hf.tie_weights()
+    return hf
+
+
 def export(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write a LlamaForCausalLM (safetensors) and a fast tokenizer to out_dir."""
     from tokenizers import Tokenizer
-    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     ck = load_checkpoint(resolve_checkpoint(ckpt))
     cfg = ck.config
@@ -75,15 +98,7 @@ def export(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     if not (isinstance(ref, dict) and ref.get("type") == "tokenizers"):
         raise ValueError("hf_export: needs a checkpoint with a `tokenizers` BPE tokenizer")
     eos_id = ref.get("eos_id")
-    hf = LlamaForCausalLM(llama_config(cfg, eos_id)).eval()
-    sd = {k: v.detach().clone() for k, v in ck.model.state_dict().items()}
-    missing, unexpected = hf.load_state_dict(
-        state_dict_to_hf(sd, cfg.n_layers, cfg.tie_embeddings), strict=False)
-    missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise RuntimeError(f"hf_export: missing {missing}, unexpected {unexpected}")
-    if cfg.tie_embeddings:
-        hf.tie_weights()
+    hf = to_llama(ck.model, eos_id)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)

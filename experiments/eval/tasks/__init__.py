@@ -18,11 +18,11 @@ from pathlib import Path
 import lm_eval
 import yaml
 
-from model.checkpoint import atomic_write_text
+from common.io import atomic_write_text
 
 STOCK = Path(lm_eval.__file__).parent / "tasks"
 OFFLINE_TASKS = ("gsm8k", "arc_easy", "arc_challenge", "commonsense_qa", "mmlu")
-_U = "experiments.tasks.offline_utils"
+_U = "experiments.eval.tasks.offline_utils"
 
 
 class _Fn(str):

@@ -2,10 +2,10 @@
 HumanEval+, MBPP+ (evalplus), plus gold-answer bits per byte, offline or online.
 
 Design choices:
-- the model is wrapped natively for lm-eval (`experiments.lm_adapter.FTBenchLM`); the stock task
-  names and their prompts, few-shot defaults and metrics are used as they are. Offline, the same
-  stock YAMLs are pointed at local files (`experiments.tasks`), after the files are checked
-  against the pinned sha256 sums (`experiments.benchdata`);
+- the model is wrapped natively for lm-eval (`experiments.eval.lm_adapter.FTBenchLM`); the
+  stock task names and their prompts, few-shot defaults and metrics are used as they are.
+  Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
+  the files are checked against the pinned sha256 sums (`experiments.eval.benchdata`);
 - Free Transformer modes (DESIGN.md §6): `prior` (default; one draw of Z, seed recorded),
   `prior-k` (likelihood averaged over k draws, spread reported), `posterior` (leaks; the result
   file says `"leaks": true`);
@@ -33,9 +33,7 @@ import json
 import logging
 import math
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -43,8 +41,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from experiments import benchdata
-from model.checkpoint import CheckpointError, atomic_write_text
+from common.io import atomic_write_text
+from common.provenance import git_commit, versions
+from experiments.eval import benchdata
+from model.checkpoint import CheckpointError
 
 LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
 EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
@@ -57,6 +57,8 @@ ONLINE_EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "race", "boolq"
 LOGLIK_TASKS = ("mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "hellaswag",
                 "winogrande", "openbookqa", "piqa", "race", "boolq")
 SCHEMA = "ftbench-eval-v1"
+VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
+"""Packages whose versions an eval file records."""
 
 
 class EvalArgsError(ValueError):
@@ -64,10 +66,6 @@ class EvalArgsError(ValueError):
 
 
 # ---------------------------------------------------------------------------- helpers
-def results_root() -> Path:
-    return Path(os.environ.get("FTBENCH_RESULTS", "results"))
-
-
 def run_paths(ckpt: Path) -> tuple[str, Path]:
     """(run_id, eval dir) for a checkpoint at <run dir>/checkpoints/<name>.pt."""
     run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
@@ -77,26 +75,6 @@ def run_paths(ckpt: Path) -> tuple[str, Path]:
 def ckpt_identity(ckpt: Path) -> str:
     st = ckpt.stat()
     return hashlib.sha256(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
-
-
-def git_commit() -> str | None:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, cwd=Path(__file__).parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for pkg in ("lm_eval", "evalplus", "torch", "transformers", "datasets"):
-        try:
-            out[pkg] = version(pkg.replace("_", "-"))
-        except PackageNotFoundError:
-            out[pkg] = None
-    return out
 
 
 def _atomic_write_json(path: Path, obj: Any) -> None:
@@ -290,7 +268,7 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
     from lm_eval.tasks import TaskManager, get_task_dict
 
     if data is not None:
-        from experiments.tasks import offline_task_manager
+        from experiments.eval.tasks import offline_task_manager
 
         logging.getLogger("lm_eval.api.task").addFilter(_DropCustomDatasetNotice())
         tm = offline_task_manager(data, eval_dir / ".tasks")
@@ -356,7 +334,7 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
     """Evaluate a checkpoint; returns {suite: path of the result JSON}.
 
     max_gen_toks None: the adapter's default (256, at most half the model's window)."""
-    from experiments.lm_adapter import Z_MODES, FTBenchLM, resolve_checkpoint
+    from experiments.eval.lm_adapter import Z_MODES, FTBenchLM, resolve_checkpoint
 
     tasks = list(dict.fromkeys(tasks or DEFAULT_TASKS))
     if z not in Z_MODES:
@@ -393,7 +371,7 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
             "arm": "free" if lm.is_free else "baseline", "z_mode": z if lm.is_free else "prior",
             "k": k, "leaks": lm.leaks, "seed": seed, "limit": limit, "fewshot_override": fewshot,
             "max_gen_toks": gen_toks, "data_dir": str(ddir) if ddir else None,
-            "versions": versions(), "git_commit": git_commit(),
+            "versions": versions(*VERSIONED), "git_commit": git_commit(),
             "max_seq_len": lm.max_length, "protocol": lm.protocol(), "argv": sys.argv}
     written: dict[str, Path] = {}
     for suite, names in suites.items():
@@ -481,7 +459,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(raising: bool = False) -> argparse.ArgumentParser:
     cls = _Parser if raising else argparse.ArgumentParser
-    ap = cls(description="Evaluate a checkpoint (docs/RESULTS.md schema).")
+    ap = cls(prog="python -m experiments.eval",
+             description="Evaluate a checkpoint (docs/RESULTS.md schema).")
     ap.add_argument("ckpt", help="run dir or checkpoint .pt")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
                     help=f"comma-separated; default {','.join(DEFAULT_TASKS)}; online also "
@@ -510,7 +489,7 @@ def check_tasks(tasks: list[str], ddir: Path | None) -> None:
     if not tasks:
         raise EvalArgsError("--tasks: no task given")
     if ddir is not None:
-        from experiments.tasks import OFFLINE_TASKS
+        from experiments.eval.tasks import OFFLINE_TASKS
 
         known = tuple(OFFLINE_TASKS) + EVALPLUS_TASKS
         bad = [t for t in tasks if t not in known]
@@ -575,7 +554,7 @@ def _die(e: Exception) -> None:
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
     """{suite: spec} that `validate_args`'s arguments will produce on a model with this window
     (its default generation length depends on it); offline checksums are computed here."""
-    from experiments.lm_adapter import default_gen_toks
+    from experiments.eval.lm_adapter import default_gen_toks
 
     ddir = benchdata.data_dir(a.data)
     gen = a.max_gen_toks if a.max_gen_toks is not None else (

@@ -1,11 +1,12 @@
-"""Fabricated result files laid out per docs/RESULTS.md, for tests and for trying the report.
+"""Test data: fabricated result files laid out per docs/RESULTS.md (tests import it as
+`from fake import ...`; pytest puts tests/ on the path), also handy for trying the report.
 
 `write_fake_sweep(root, name)` writes a manifest, config.yaml, metrics.jsonl and eval JSON for a
 small grid (baseline, Free Transformers, optional equal-FLOPs control), with per-item scores drawn
 from fixed probabilities so tests know the answers. Cells listed in `pending` get a manifest entry
 and nothing else, as a sweep still running would.
 
-    python -m analysis.fake --root /tmp/r --name fake   # then: python -m analysis.report ...
+    python tests/fake.py --root /tmp/r --name fake   # then: python -m analysis.report ...
 """
 
 from __future__ import annotations

@@ -1,0 +1,196 @@
+"""The bench's measuring kit: sizes, interleaved paired timing, peak memory, machine facts."""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from common.provenance import git_commit
+
+SCHEMA = "ftbench-bench-v1"
+ALL_SECTIONS = ("train", "free", "mapper", "generate", "eval")
+REPO = Path(__file__).resolve().parents[2]
+
+# Dense fp32 peak TFLOP/s (no tensor cores) for MFU on CUDA; override with --gpu-peak-tflops.
+GPU_FP32_PEAK_TFLOPS = {"H100": 67.0, "A100": 19.5, "L40S": 91.6, "A10": 31.2, "V100": 15.7,
+                        "T4": 8.1, "RTX 4090": 82.6, "RTX 3090": 35.6}
+
+
+@dataclass(frozen=True)
+class Size:
+    """Everything the size knob changes."""
+
+    preset: str
+    overrides: dict[str, Any]
+    batch: int
+    seq_len: int
+    reps: int
+    warmup: int
+    overhead_bits: tuple[int, ...]
+    xt_bits: tuple[int, ...]
+    mapper_bits: tuple[int, ...]
+    mapper_tokens: tuple[int, ...]
+    mapper_dim: int
+    matmul_n: int
+    gen_prompt: int
+    gen_new: int
+    eval_requests: int
+
+
+SIZES: dict[str, Size] = {
+    "full": Size(preset="16M", overrides={}, batch=8, seq_len=256, reps=5, warmup=2,
+                 overhead_bits=(8, 12, 16), xt_bits=(8, 16), mapper_bits=(8, 12, 16),
+                 mapper_tokens=(256, 1024, 4096), mapper_dim=256, matmul_n=2048,
+                 gen_prompt=32, gen_new=256, eval_requests=200),
+    "tiny": Size(preset="1M", overrides={"vocab_size": 512, "dim": 64, "ffn_dim": 128},
+                 batch=2, seq_len=32, reps=5, warmup=1, overhead_bits=(4, 8),
+                 xt_bits=(4,), mapper_bits=(4, 6), mapper_tokens=(32, 128), mapper_dim=16,
+                 matmul_n=128, gen_prompt=4, gen_new=8, eval_requests=8),
+}
+
+
+# ---------------------------------------------------------------------------- timing helpers
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def summary(xs: list[float]) -> dict[str, Any]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs),
+            "values": list(xs)}
+
+
+def paired_ratio(num: list[float], den: list[float]) -> dict[str, Any]:
+    """Per-rep ratios num[i] / den[i] (measured in the same rep), summarised."""
+    return summary([a / b for a, b in zip(num, den, strict=True)])
+
+
+def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int,
+                device: torch.device) -> dict[str, list[float]]:
+    """Seconds per call of each fn, run in turn each rep (the order rotates every rep)."""
+    names = list(fns)
+    for _ in range(warmup):
+        for n in names:
+            fns[n]()
+            sync(device)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        k = r % len(names)
+        gc.collect()  # once per round, not per call: a full collection is slow with torch loaded
+        for n in names[k:] + names[:k]:
+            sync(device)
+            t0 = time.perf_counter()
+            fns[n]()
+            sync(device)
+            times[n].append(time.perf_counter() - t0)
+    return times
+
+
+def peak_alloc_bytes(fn: Callable[[], object], device: torch.device) -> int:
+    """Peak bytes held by torch's allocator during fn(), above what was held before it.
+
+    CUDA: torch.cuda.max_memory_allocated. CPU (tracemalloc does not see torch): every
+    allocation and free torch makes is a ``[memory]`` event of torch.profiler with
+    ``profile_memory=True``; the peak of their running sum, in event order, is the peak.
+    Tensors that existed before the call (inputs, weights) are not counted; outputs and
+    gradients created by the call are.
+    """
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        base = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        fn()
+        torch.cuda.synchronize(device)
+        return int(torch.cuda.max_memory_allocated(device) - base)
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    mem = [e for e in events if e.get("name") == "[memory]"
+           and e.get("args", {}).get("Device Type", 0) == 0]
+    mem.sort(key=lambda e: (e["ts"], e["args"].get("Ev Idx", 0)))
+    cur = peak = 0
+    for e in mem:
+        cur += int(e["args"]["Bytes"])
+        peak = max(peak, cur)
+    return peak
+
+
+# ---------------------------------------------------------------------------- machine
+def matmul_fn(n: int, device: torch.device) -> tuple[Callable[[], object], float]:
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    return (lambda: torch.mm(a, b)), 2.0 * n ** 3
+
+
+def machine_info(device: torch.device) -> dict[str, Any]:
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "torch": torch.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+        "device": str(device), "mkldnn": torch.backends.mkldnn.is_available(),
+        "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+    for mod in ("transformers", "x_transformers", "lm_eval"):
+        try:
+            m = importlib.import_module(mod)
+            info[mod] = getattr(m, "__version__", None)
+        except Exception:  # noqa: BLE001 - optional packages
+            info[mod] = None
+    if info["x_transformers"] is None:
+        try:
+            from importlib.metadata import version
+
+            info["x_transformers"] = version("x-transformers")
+        except Exception:  # noqa: BLE001
+            pass
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    info["git_commit"] = git_commit()
+    return info
+
+
+def gpu_peak_flops(device: torch.device, override_tflops: float | None) -> float | None:
+    if device.type != "cuda":
+        return None
+    if override_tflops:
+        return override_tflops * 1e12
+    name = torch.cuda.get_device_name(device)
+    for key, tf in GPU_FP32_PEAK_TFLOPS.items():
+        if key in name:
+            return tf * 1e12
+    return None
+
+
+@dataclass
+class Ctx:
+    size: Size
+    device: torch.device
+    gpu_peak: float | None
+    notes: list[str] = field(default_factory=list)

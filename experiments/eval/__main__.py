@@ -1,0 +1,6 @@
+"""`python -m experiments.eval <run dir or checkpoint> [options]` (see experiments/eval/run.py)."""
+
+from experiments.eval.run import main
+
+if __name__ == "__main__":
+    main()
