@@ -1,12 +1,12 @@
-# Calibration of the report's statistics (issue 11): synthetic sweeps with planted truth, written
-# as result files and run through the real analysis, plus a bulk Monte-Carlo through the same
-# statistic functions. Writes docs/CALIBRATION.md (command, figures, Monte-Carlo CIs) and exits 1
-# when a target is missed. The test suite runs a fast version (tests/test_calibration.py).
-#   make calibrate                                   the full run (~5-10 min on 2 CPU cores)
+# Calibration of the report's statistics: synthetic sweeps with planted truth, written as result
+# files and run through the real analysis, plus a bulk Monte-Carlo through the same statistic
+# functions. Writes docs/CALIBRATION.md (command, figures, Monte-Carlo CIs) and exits 1 when a
+# target is missed. The test suite runs a fast version (tests/test_calibration.py).
+#   make calibrate                                   the full run (~10 min on 2 CPU cores)
 #   make calibrate CALIB_ARGS="--sweeps 200 --full-path 5"   a quicker look
-CALIB_ARGS ?=
-CALIB_OUT ?= docs/CALIBRATION.md
+CALIB_ARGS :=
+CALIB_OUT := docs/CALIBRATION.md
 .PHONY: calibrate
 
-calibrate: setup ## calibrate the report's intervals and verdicts; writes docs/CALIBRATION.md
-	$(PY) -m analysis.calibrate --out $(CALIB_OUT) $(CALIB_ARGS)
+calibrate: setup ## calibrate the report's intervals and verdicts on planted truth -> docs/CALIBRATION.md
+	$(PY) -m analysis.calibrate --out $(call shq,$(CALIB_OUT)) $(CALIB_ARGS)
