@@ -2,16 +2,18 @@
 
 Design choices:
 - problems are read from the evalplus dataset jsonl: the offline file in the data dir, else the
-  file evalplus itself downloads (its `_ready_*_path`). With LIMIT, the first n problems are
-  written to a subset file, because evalplus requires samples to cover every task of its
-  dataset file; that file is what `HUMANEVAL_OVERRIDE_PATH` / `MBPP_OVERRIDE_PATH` point at;
+  file evalplus itself downloads (its `_ready_*_path`); with LIMIT, the first n problems;
 - completion is direct (a base model continues the prompt); generation stops at evalplus's
   base-model stop strings plus the Codex-paper ones for a new top-level statement;
   solution = prompt + completion, written in evalplus's samples.jsonl format;
-- evalplus's own `evaluate()` scores the samples inside `experiments.sandbox` (no network,
-  dropped privileges, audit hook, limits): pass@1 on base tests and on base + plus tests;
+- each sample runs in its own bubblewrap sandbox (`experiments.sandbox`) and only prints its
+  outputs; evalplus's own comparison decides pass/fail in a process that never ran model code
+  (`experiments.codecheck`): pass@1 on base tests and on base + plus tests;
+- a check that could not be made (no sandbox, the sandbox broke, the canonical solution failed,
+  the wall-clock budget ran out) is missing: null with a reason, never 0; pass@1 is over the
+  scored items and carries `n_missing`. Sandbox output is never stored;
 - gold bpb: bits per UTF-8 byte of the canonical solution given the prompt, a smooth metric that
-  still separates small models whose pass@1 is 0 (STYLE.md item 8).
+  still separates small models whose pass@1 is 0.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from experiments.sandbox import run_evalplus
+from experiments import codecheck
 
 DATASETS = {"humaneval_plus": ("humaneval", "humanevalplus/HumanEvalPlus-v0.1.10.jsonl"),
             "mbpp_plus": ("mbpp", "mbppplus/MbppPlus-v0.2.0.jsonl")}
@@ -62,8 +64,6 @@ def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workd
     workdir.mkdir(parents=True, exist_ok=True)
     src = problems_file(task, data_dir)
     probs = load_problems(src, limit)
-    subset = workdir / f"{task}_problems.jsonl"
-    subset.write_text("".join(json.dumps(p) + "\n" for p in probs), encoding="utf-8")
 
     class _Req:
         def __init__(self, a: tuple) -> None:
@@ -76,26 +76,51 @@ def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workd
     samples.write_text("".join(
         json.dumps({"task_id": p["task_id"], "solution": p["prompt"] + c}) + "\n"
         for p, c in zip(probs, completions, strict=True)), encoding="utf-8")
-    timeout = timeout_s or 120 + 20 * len(probs)
-    result, rec = run_evalplus(name, samples, subset, timeout_s=timeout, parallel=parallel)
-    ev = result.get("eval", {})
+    budget = timeout_s or 120 + 20 * len(probs)
+    rep = codecheck.evaluate(name, probs, {p["task_id"]: p["prompt"] + c
+                                           for p, c in zip(probs, completions, strict=True)},
+                             parallel=parallel, budget_s=budget, cache_dir=gt_cache_dir())
     items = []
     for i, p in enumerate(probs):
-        r = (ev.get(p["task_id"]) or [{}])[0]
-        base = float(r.get("base_status") == "pass")
-        plus = float(base == 1.0 and r.get("plus_status") == "pass")
-        items.append({"doc_id": i, "task_id": p["task_id"], "base": base, "plus": plus,
-                      "completion": completions[i]})
+        o = rep.outcomes[p["task_id"]]
+        base = None if o.base.status is None else float(o.base.status == "pass")
+        # plus counts only on top of base, as evalplus's pass@1 (base+extra) does
+        plus = 0.0 if base == 0.0 else (None if o.plus.status is None
+                                        else float(o.plus.status == "pass"))
+        it = {"doc_id": i, "task_id": p["task_id"], "base": base, "plus": plus,
+              "base_status": o.base.status, "plus_status": o.plus.status,
+              "completion": completions[i]}
+        reason = o.base.reason or (o.plus.reason if plus is None else None)
+        if reason:
+            it["reason"] = reason
+        items.append(it)
     n = len(items)
-    metrics = {m: _mean_metric([it[k] for it in items])
+    metrics = {m: pass_metric([it[k] for it in items])
                for m, k in (("pass@1_base", "base"), ("pass@1_plus", "plus"))}
+    scored = sum(it["base"] is not None for it in items)
     entry = {"primary": "pass@1_plus", "higher_is_better": True, "n": n, "fewshot": 0,
              "metrics": metrics, "items": items,
-             "sandbox": {"timed_out": rec.timed_out, "returncode": rec.returncode,
-                         "elapsed_s": round(rec.elapsed_s, 2),
-                         "scored": len(ev), "stderr_tail": rec.stderr[-500:] if not ev else ""}}
+             "sandbox": {"isolation": rep.isolation, "scored": scored, "n_missing": n - scored,
+                         "timed_out": rep.budget_exhausted, "budget_s": round(budget, 1),
+                         "elapsed_s": round(rep.elapsed_s, 2), "sandboxes": rep.sandboxes,
+                         "leftovers_killed": rep.leftovers_killed}}
     gold = gold_bpb(lm, [(p["prompt"], p["canonical_solution"]) for p in probs])
     return {task: entry, f"{task}_gold_bpb": gold}
+
+
+def gt_cache_dir() -> Path:
+    """Where expected outputs (canonical solutions run in the sandbox) are cached, as evalplus
+    caches its ground truth; model code never sees this directory."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ftbench" / "evalplus-gt"
+
+
+def pass_metric(xs: list[float | None]) -> dict[str, Any]:
+    """Mean over scored items only; missing items (None) are counted, never read as 0."""
+    scored = [x for x in xs if x is not None]
+    m = _mean_metric(scored)
+    m["n_missing"] = len(xs) - len(scored)
+    return m
 
 
 def _mean_metric(xs: list[float]) -> dict[str, Any]:

@@ -1,156 +1,511 @@
-"""Run model-written code contained: evalplus's checker inside a locked-down subprocess.
+"""Run model-written code contained by kernel namespaces (bubblewrap), one sandbox per check.
 
-evalplus is not a security sandbox (its own docstring says so): each check runs in a forked
-process with a 4 GiB cap, a per-input time limit and some stdlib functions set to None. We add,
-in layers, so one bypass does not free the code:
+What holds the code (outermost first), and why:
 
-1. an outer subprocess in its own session (the whole process group is killed at the wall-clock
-   deadline), with a throwaway working directory, TMPDIR and HOME, and a minimal environment;
-2. no network: the process starts inside a fresh network namespace (`unshare -n`, or
-   `unshare -rn` for a non-root user), which holds only a downed loopback;
-3. when started as root, it drops to an unprivileged uid (nobody) that keeps only
-   CAP_DAC_READ_SEARCH (to reach the interpreter), so the file system's own permissions protect
-   everything outside the throwaway directory from writes, and RLIMIT_NPROC applies;
-4. resource limits: address space, CPU seconds, file size, no core files, max processes;
-5. inside every evalplus check process, just before the model's code is exec'd, a Python audit
-   hook (which cannot be removed once added) refuses: fork/exec/spawn/subprocess, kill, sockets,
-   ctypes (a way around the hook), setrlimit, and any file deletion, rename, chmod or write
-   outside the throwaway directory. A refused call raises PermissionError: the sample fails.
+1. bubblewrap (`bwrap`): new PID, network, IPC, UTS (and cgroup) namespaces; `--die-with-parent`
+   and `--new-session`. When the sandbox's main process ends or the parent kills it at the
+   wall-clock deadline, its PID namespace goes with it: no process outlives the check. No network
+   (and abstract unix sockets are per network namespace).
+2. A file system built from nothing: read-only binds of /usr, the Python install and its venv,
+   and the one runner file; a fresh /proc and /dev; a size-limited tmpfs at /tmp as the only
+   writable place. Benchmark files, results, caches and other runs' files are not in the view.
+3. As root: every sandbox runs under its own unused uid (from a locked pool) with no
+   capabilities (`setpriv --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs`), so
+   root-only files stay unreadable, RLIMIT_NPROC counts this sandbox alone, and nothing in it can
+   signal the evaluator or another sandbox. A cgroup with `pids.max` is added where the pids
+   controller is writable (v2 or v1). Unprivileged: bwrap's user namespace with `--cap-drop ALL`.
+4. rlimits set outside with `prlimit` as hard limits (the code cannot raise them): address space,
+   CPU seconds, file size, open files, processes, no core files.
+5. Inside, evalplus's `reliability_guard` and our audit hook (`codecheck_child.install_guard`),
+   kept as inner layers only.
 
-`python -m experiments.sandbox evalplus --dataset humaneval --samples s.jsonl --problems p.jsonl`
-is the entry the outer process runs; `run_evalplus(...)` starts it from the evaluation.
+The sandboxed runner never sees expected outputs or verdicts: it prints the function's outputs as
+plain data and the caller compares (experiments.codecheck). Where namespaces are unavailable the
+suite refuses (one line saying why) unless `FTBENCH_SANDBOX=weak` opts into a weaker sandbox
+(own session, dropped uid, rlimits, audit hook); the isolation in force is recorded in every
+result file (`isolation().record()`).
 """
 
 from __future__ import annotations
 
-import argparse
+import fcntl
+import functools
 import json
 import os
+import random
+import selectors
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-NOBODY = 65534
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_DENY = {
-    "os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-    "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "pty.spawn",
-    "socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo",
-    "socket.gethostbyname", "ctypes.dlopen", "ctypes.dlsym", "ctypes.call_function",
-    "resource.setrlimit", "resource.prlimit", "os.setuid", "os.setgid", "os.chroot",
-    "webbrowser.open",
-}
-_PATH_EVENTS = {"os.remove", "os.rmdir", "os.rename", "os.link", "os.symlink", "os.truncate",
-                "os.chmod", "os.chown", "os.chflags", "os.lchown", "os.utime", "shutil.rmtree",
-                "shutil.move", "os.mkdir", "os.mknod", "os.mkfifo", "os.removexattr",
-                "os.setxattr"}
+from experiments.codecheck_child import READY_LINE, install_guard  # noqa: F401 (re-export)
 
-
-def install_guard(allowed_root: str) -> None:
-    """Add the audit hook that contains untrusted code (irreversible for this process)."""
-    root = os.path.realpath(allowed_root)
-
-    def inside(p: object) -> bool:
-        if isinstance(p, int) or p is None:
-            return True  # file descriptors: opened under the same checks
-        try:
-            rp = os.path.realpath(os.fsdecode(p))
-        except (TypeError, ValueError):
-            return False
-        return rp == root or rp.startswith(root + os.sep)
-
-    def hook(event: str, args: tuple) -> None:
-        if event in _DENY:
-            raise PermissionError(f"sandbox: {event} is not allowed")
-        if event == "open":
-            path, mode, flags = (list(args) + [None, None, 0])[:3]
-            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                (isinstance(flags, int) and flags & _WRITE_FLAGS)
-            if writes and not inside(path):
-                raise PermissionError(f"sandbox: writing {path!r} is not allowed")
-        elif event in _PATH_EVENTS:
-            paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
-            if not all(inside(p) for p in paths):
-                raise PermissionError(f"sandbox: {event} outside the sandbox dir")
-
-    sys.addaudithook(hook)
+CHILD = Path(__file__).resolve().with_name("codecheck_child.py")
+UID_BASE, UID_SPAN = 1_900_000_000, 100_000_000  # far above any account or subuid range
+UID_LOCK_DIR = Path("/run/ftbench-sandbox-uids")
+TMPFS_BYTES = 64 << 20
+MEM_BYTES = 4 << 30  # evalplus's default EVALPLUS_MAX_MEMORY_BYTES
+NPROC = 32  # processes + threads of one sandbox (its own uid, so shared with nothing)
+NOFILE = 256
+MAX_OUTPUT = 256 << 20  # bytes of outputs a check may print back
+# host paths bound read-only at the same place (tests use it to put canaries in the code's view)
+EXTRA_RO_BINDS: list[str] = []
+# what this process handed out, for checks that nothing outlived its sandbox
+ISSUED_UIDS: set[int] = set()
+LIVE_CGROUPS: set[Path] = set()
 
 
 @dataclass
-class SandboxResult:
-    returncode: int | None
+class ChildRun:
+    """What one sandboxed run left: parsed result (None if it left none) and how it ended."""
+    ready: bool  # the runner reached the program code (else the sandbox itself failed)
+    result: dict | None
     timed_out: bool
+    overflow: bool
+    returncode: int | None
     elapsed_s: float
-    stdout: str
-    stderr: str
+    leftovers: int  # processes still alive after the run that the cleanup had to kill
+    stderr_tail: str = field(repr=False, default="")  # for debugging only; never stored
 
 
-def _net_prefix() -> list[str]:
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        return []  # layer 5 (socket events refused) still applies
-    flag = "-n" if os.geteuid() == 0 else "-rn"
+@dataclass(frozen=True)
+class Isolation:
+    mode: str  # "bwrap-root" | "bwrap-userns" | "weak" | "unavailable"
+    reason: str | None  # why namespaces are not in force (None when they are)
+    detail: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def usable(self) -> bool:
+        return self.mode != "unavailable"
+
+    def record(self) -> dict[str, Any]:
+        """The description stored in result files."""
+        return {"mode": self.mode, "reason": self.reason, **dict(self.detail)}
+
+
+def _bwrap_version(bwrap: str) -> str:
     try:
-        ok = subprocess.run([unshare, flag, "true"], capture_output=True, timeout=10).returncode
+        return subprocess.run([bwrap, "--version"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        ok = 1
-    return [unshare, flag, "--"] if ok == 0 else []
+        return "unknown"
 
 
-def run_sandboxed(argv: list[str], workdir: str | os.PathLike, timeout_s: float,
-                  mem_bytes: int = 6 << 30, cpu_s: int | None = None, nproc: int = 512,
-                  env: dict[str, str] | None = None) -> SandboxResult:
-    """Run argv (a python -m ... command) contained; see the module docstring for the layers."""
-    wd = Path(workdir)
-    wd.mkdir(parents=True, exist_ok=True)
-    drop = os.geteuid() == 0
-    if drop:
-        for p in [wd, *wd.rglob("*")]:
-            os.chown(p, NOBODY, NOBODY)
-    base_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(wd),
-                "TMPDIR": str(wd), "XDG_CACHE_HOME": str(wd / ".cache"), "LANG": "C.UTF-8",
-                "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-                "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1",
-                "SANDBOX_ROOT": str(wd)}
-    base_env.update(env or {})
-    cpu = cpu_s if cpu_s is not None else int(timeout_s * 4) + 60
+# ---- cgroup: a pids.max per sandbox where the controller is writable ----
 
-    def preexec() -> None:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 30, 1 << 30))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    cmd = _net_prefix()
-    if drop:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            raise RuntimeError("sandbox: running as root needs `setpriv` to drop privileges")
-        # read-and-search everywhere (the interpreter may live under a 0700 /root), write nowhere
-        cmd += [setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
-    cmd += ["prlimit", f"--nproc={nproc}", "--"] if shutil.which("prlimit") else []
-    cmd += argv
-    t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=wd, env=base_env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=preexec)
-    timed_out = False
+def _cgroup_base() -> tuple[str, Path] | None:
+    """(version, directory under which we may create cgroups with pids.max), or None."""
+    own = {}
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            own[ctrls] = path
+    except OSError:
+        return None
+    v2 = Path("/sys/fs/cgroup")
+    if (v2 / "cgroup.controllers").is_file():  # a unified (v2-only) mount
+        base = v2 / own.get("", "/").lstrip("/")
+        try:
+            if "pids" in (base / "cgroup.subtree_control").read_text().split():
+                return "v2", base
+        except OSError:
+            pass
+    for ctrls, path in own.items():
+        if "pids" in ctrls.split(","):
+            base = Path("/sys/fs/cgroup/pids") / path.lstrip("/")
+            if (base / "cgroup.procs").is_file():
+                return "v1", base
+    return None
+
+
+class _Cgroup:
+    def __init__(self, base: Path, version: str, pids_max: int) -> None:
+        self.version = version
+        self.path = base / f"ftbench-{uuid.uuid4().hex[:12]}"
+        self.path.mkdir()
+        LIVE_CGROUPS.add(self.path)
+        (self.path / "pids.max").write_text(str(pids_max))
+
+    def kill_all(self) -> int:
+        """SIGKILL what is left; returns how many processes were still alive after a grace."""
+        for _ in range(25):  # bwrap's init may still be exiting: not a leftover
+            try:
+                if not (self.path / "cgroup.procs").read_text().split():
+                    return 0
+            except OSError:
+                return 0
+            time.sleep(0.01)
+        n = 0
+        for _ in range(50):
+            try:
+                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+            except OSError:
+                return n
+            if not pids:
+                return n
+            if self.version == "v2" and (self.path / "cgroup.kill").exists():
+                (self.path / "cgroup.kill").write_text("1")
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                    n += 1
+                except ProcessLookupError:
+                    pass
+            time.sleep(0.02)
+        return n
+
+    def remove(self) -> None:
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                LIVE_CGROUPS.discard(self.path)
+                return
+            except FileNotFoundError:
+                LIVE_CGROUPS.discard(self.path)
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
+# ---- a unique uid per sandbox (root only) ----
+
+class _Uid:
+    """An unused uid, locked for the lifetime of one sandbox (across processes, via flock)."""
+
+    def __init__(self) -> None:
+        UID_LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        rng = random.SystemRandom()
+        for _ in range(1000):
+            uid = UID_BASE + rng.randrange(UID_SPAN)
+            fd = os.open(UID_LOCK_DIR / str(uid), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            if _uid_processes(uid):  # a leftover from a crashed evaluator: not this one
+                os.close(fd)
+                continue
+            self.uid, self._fd = uid, fd
+            ISSUED_UIDS.add(uid)
+            return
+        raise RuntimeError("sandbox: no free uid")
+
+    def release(self) -> None:
+        try:
+            os.unlink(UID_LOCK_DIR / str(self.uid))
+        except OSError:
+            pass
+        os.close(self._fd)
+
+
+def _uid_processes(uid: int) -> list[int]:
+    """Pids whose real, effective or saved uid is uid (the host's /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        if str(uid).encode() in line.split()[1:4]:
+                            out.append(int(d))
+                        break
+        except OSError:
+            continue
+    return out
+
+
+def _kill_uid(uid: int) -> int:
+    n = 0
+    for _ in range(50):
+        pids = _uid_processes(uid)
+        if not pids:
+            break
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+                n += 1
+            except ProcessLookupError:
+                pass
+        time.sleep(0.02)
+    return n
+
+
+# ---- the bwrap command line ----
+
+def _python_roots() -> list[str]:
+    roots = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, sys.exec_prefix)}
+    roots.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
+    if sys.prefix != sys.base_prefix:  # a venv: bind it where its own paths point
+        roots.add(os.path.abspath(sys.prefix))
+    keep = sorted(r for r in roots if r != "/" and not r.startswith("/usr/"))
+    # drop roots inside other roots
+    return [r for r in keep if not any(r != o and r.startswith(o + "/") for o in keep)]
+
+
+def _bwrap_args(bwrap: str, as_root: bool, tmpfs_bytes: int, ep_utils: str) -> list[str]:
+    a = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+         "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    if as_root:  # root: no user namespace; setpriv (inside) drops to the sandbox's own uid
+        a += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+              "--cap-add", "CAP_SETPCAP"]
+    else:
+        a += ["--unshare-user", "--disable-userns", "--cap-drop", "ALL"]
+    a += ["--ro-bind", "/usr", "/usr"]
+    for d in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        p = Path("/") / d
+        if p.is_symlink():
+            a += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            a += ["--ro-bind", str(p), str(p)]
+    a += ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/opt"]
+    for f in ("/etc/ld.so.cache", "/etc/localtime"):
+        a += ["--ro-bind-try", f, f]
+    made: set[str] = {"/", "/usr", "/tmp", "/proc", "/dev", "/etc", "/opt"}
+    for root in _python_roots():
+        for anc in reversed(Path(root).parents):  # bwrap would make these 0700
+            if str(anc) not in made:
+                made.add(str(anc))
+                a += ["--perms", "0755", "--dir", str(anc)]
+        a += ["--ro-bind", root, root]
+    a += ["--ro-bind", str(CHILD), "/opt/child.py", "--ro-bind", ep_utils, "/opt/evalplus_utils.py",
+          "--proc", "/proc", "--dev", "/dev",
+          "--perms", "01777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
+    for extra in EXTRA_RO_BINDS:
+        for anc in reversed(Path(extra).parents):
+            if str(anc) not in made:
+                made.add(str(anc))
+                a += ["--perms", "0755", "--dir", str(anc)]
+        a += ["--ro-bind", extra, extra]
+    a += ["--chdir", "/tmp", "--clearenv"]
+    for k, v in _child_env("/tmp").items():
+        a += ["--setenv", k, v]
+    return a + ["--"]
+
+
+def _child_env(home: str) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": home, "TMPDIR": home, "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1"}
+
+
+def _prlimit(timeout_s: float, mem_bytes: int, tmpfs_bytes: int, nproc: int | None) -> list[str]:
+    cpu = int(timeout_s) + 5
+    a = ["prlimit", f"--as={mem_bytes}", f"--cpu={cpu}", f"--fsize={tmpfs_bytes}",
+         f"--nofile={NOFILE}", "--core=0"]
+    if nproc is not None:
+        a.append(f"--nproc={nproc}")
+    return a + ["--"]
+
+
+def _setpriv(uid: int) -> list[str]:
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs"]
+
+
+def _evalplus_utils() -> str:
+    import evalplus.eval.utils as u
+
+    return u.__file__
+
+
+# ---- probing what is available ----
+
+@functools.lru_cache(maxsize=1)
+def isolation() -> Isolation:
+    """The strongest isolation this machine gives, probed once per process by a real run."""
+    want = os.environ.get("FTBENCH_SANDBOX", "").strip().lower()
+    bwrap = shutil.which("bwrap")
+    as_root = os.geteuid() == 0
+    missing = [t for t in ("prlimit", *(("setpriv",) if as_root else ())) if not shutil.which(t)]
+    reason = None
+    if bwrap is None:
+        reason = "bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)"
+    elif missing:
+        reason = f"{', '.join(missing)} not found (util-linux)"
+    else:
+        mode = "bwrap-root" if as_root else "bwrap-userns"
+        cg = _cgroup_base() if as_root else None
+        if cg is not None:  # is creating a cgroup actually allowed here?
+            try:
+                _Cgroup(cg[1], cg[0], 8).remove()
+            except OSError:
+                cg = None
+        iso = Isolation(mode, None, (
+            ("tool", _bwrap_version(bwrap)),
+            ("namespaces", ["pid", "net", "ipc", "uts", "mount"] + ([] if as_root else ["user"])),
+            ("uid", "own unused uid per sandbox, no capabilities" if as_root
+             else "invoking user's uid in a user namespace, no capabilities"),
+            ("cgroup_pids_max", f"{cg[0]} pids.max={NPROC + 8}" if cg else None),
+            ("nproc_rlimit", NPROC if as_root else None),
+            ("tmpfs_bytes", TMPFS_BYTES), ("mem_bytes", MEM_BYTES),
+            ("audit_hook", True)))
+        probe = _probe(iso)
+        if probe is None:
+            return iso
+        reason = f"bubblewrap cannot create namespaces here ({probe})"
+    if want == "weak":
+        net = as_root and shutil.which("unshare") is not None
+        own_uid = as_root and shutil.which("setpriv") is not None
+        weak = Isolation("weak", reason, (
+            ("namespaces", ["net"] if net else []),
+            ("uid", "own unused uid per sandbox" if own_uid else "invoking user's uid"),
+            ("audit_hook", True), ("mem_bytes", MEM_BYTES)))
+        print(f"sandbox: WEAK isolation (FTBENCH_SANDBOX=weak): {reason}", file=sys.stderr)
+        return weak
+    print(f"sandbox: refusing to run model code: {reason}; install bubblewrap, or set "
+          "FTBENCH_SANDBOX=weak to accept a weaker sandbox (recorded in the results)",
+          file=sys.stderr)
+    return Isolation("unavailable", reason)
+
+
+def _probe(iso: Isolation) -> str | None:
+    """None if a trivial job runs to completion under iso, else a one-line reason."""
+    job = {"mode": "gt", "code": "def f():\n    return 1\n", "entry_point": "f",
+           "inputs": '["l",[["l",[]]]]'}
+    try:
+        r = run_child(job, timeout_s=60, iso=iso)
+    except Exception as e:  # e.g. no free uid, cgroup refused: report, never raise
+        return f"{type(e).__name__}: {str(e)[:160]}"
+    if r.result is not None and r.result.get("status") == "ok" and r.result.get("outputs") == [1]:
+        return None
+    tail = r.stderr_tail.strip().splitlines()
+    return (tail[-1][:200] if tail else f"exit {r.returncode}")
+
+
+# ---- one sandboxed run ----
+
+def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
+              mem_bytes: int = MEM_BYTES, tmpfs_bytes: int = TMPFS_BYTES,
+              max_output: int = MAX_OUTPUT) -> ChildRun:
+    """Run the runner on one job inside a fresh sandbox; kill everything at timeout_s."""
+    iso = iso or isolation()
+    if not iso.usable:
+        raise RuntimeError(f"sandbox unavailable: {iso.reason}")
+    as_root = os.geteuid() == 0
+    job = dict(job, evalplus_utils="/opt/evalplus_utils.py", max_memory=mem_bytes)
+    uid = _Uid() if as_root and shutil.which("setpriv") else None
+    cg = None
+    hostdir = None
+    t0 = time.monotonic()
+    try:
+        if iso.mode.startswith("bwrap"):
+            job["workdir"] = "/tmp/work"
+            cmd = _prlimit(timeout_s, mem_bytes, tmpfs_bytes, NPROC if uid else None)
+            cmd += _bwrap_args(shutil.which("bwrap") or "bwrap", as_root, tmpfs_bytes,
+                               _evalplus_utils())
+            cmd += (_setpriv(uid.uid) if uid else []) + [sys.executable, "-I", "/opt/child.py"]
+            env = _child_env("/tmp")
+        else:  # weak: a throwaway host directory, own session, dropped uid where root
+            hostdir = Path(tempfile.mkdtemp(prefix="ftbench-sandbox-"))
+            job["workdir"] = str(hostdir)
+            job["evalplus_utils"] = _evalplus_utils()
+            if uid:
+                os.chown(hostdir, uid.uid, uid.uid)
+            cmd = _prlimit(timeout_s, mem_bytes, tmpfs_bytes, NPROC if uid else None)
+            cmd += ([shutil.which("unshare") or "unshare", "-n", "--"] if as_root else [])
+            cmd += (_setpriv(uid.uid) if uid else []) + [sys.executable, "-I", str(CHILD)]
+            env = _child_env(str(hostdir))
+        if as_root and iso.record().get("cgroup_pids_max"):
+            base = _cgroup_base()
+            if base is not None:
+                cg = _Cgroup(base[1], base[0], NPROC + 8)
+                # join before anything forks: a shell moves itself, then execs the rest
+                cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"',
+                       str(cg.path / "cgroup.procs"), *cmd]
+        with tempfile.TemporaryFile() as jf:
+            jf.write(json.dumps(job).encode())
+            jf.seek(0)
+            proc = subprocess.Popen(cmd, stdin=jf, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                    cwd=str(hostdir) if hostdir else "/")
+        out, err, timed_out, overflow = _collect(proc, t0 + timeout_s, max_output)
+        if proc.poll() is None:
+            _kill(proc)
+        proc.wait()
+        # the namespace died with bwrap; these sweeps are the second and third line
+        leftovers = 0
+        if cg is not None:
+            leftovers += cg.kill_all()
+        if uid is not None:
+            leftovers += _kill_uid(uid.uid)
+        elif iso.mode == "weak":
+            _kill_group(proc.pid)
+    finally:
+        if cg is not None:
+            cg.remove()
+        if uid is not None:
+            uid.release()
+        if hostdir is not None:
+            shutil.rmtree(hostdir, ignore_errors=True)
+    ready = out.startswith(READY_LINE)
+    result = None
+    if ready and not overflow:
+        body = out[len(READY_LINE):]
+        if body.endswith(b"\n") and body.count(b"\n") == 1:
+            try:
+                result = json.loads(body)
+            except (ValueError, RecursionError):
+                result = None
+            if not isinstance(result, dict):
+                result = None
+    return ChildRun(ready, result, timed_out, overflow, proc.returncode,
+                    time.monotonic() - t0, leftovers, err.decode(errors="replace"))
+
+
+def _collect(proc: subprocess.Popen, deadline: float,
+             max_output: int) -> tuple[bytes, bytes, bool, bool]:
+    """Read stdout (capped) and stderr (tail) until both close or the deadline passes."""
+    out, err = bytearray(), bytearray()
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, "out")
+    sel.register(proc.stderr, selectors.EVENT_READ, "err")
+    timed_out = overflow = False
+    open_ = 2
+    while open_:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        for key, _ in sel.select(timeout=min(left, 1.0)):
+            chunk = os.read(key.fd, 1 << 16)
+            if not chunk:
+                sel.unregister(key.fileobj)
+                open_ -= 1
+            elif key.data == "out":
+                out += chunk
+                if len(out) > max_output:
+                    overflow = True
+            else:
+                err = (err + chunk)[-4096:]
+        if overflow:
+            break
+    sel.close()
+    if timed_out or overflow:
+        _kill(proc)
+    proc.stdout.close()
+    proc.stderr.close()
+    return bytes(out), bytes(err), timed_out, overflow
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """SIGKILL bwrap; its PID namespace (and so every process in it) dies with it."""
+    try:
+        proc.kill()
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc.pid)
-        out, err = proc.communicate()
-    _kill_group(proc.pid)  # leftovers (e.g. a child that outlived its parent)
-    return SandboxResult(proc.returncode, timed_out, time.monotonic() - t0, out, err)
+        pass
 
 
 def _kill_group(pgid: int) -> None:
@@ -158,64 +513,3 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def run_evalplus(dataset: str, samples: str | os.PathLike, problems: str | os.PathLike,
-                 timeout_s: float, parallel: int = 2) -> tuple[dict, SandboxResult]:
-    """Evaluate samples.jsonl with evalplus's own evaluator inside the sandbox.
-
-    dataset: "humaneval" | "mbpp"; problems: the evalplus dataset jsonl (a subset for LIMIT).
-    Returns evalplus's result dict ({"eval": {task_id: [{base_status, plus_status, ...}]}})
-    or {} if the run died, and the sandbox record.
-    """
-    wd = Path(tempfile.mkdtemp(prefix=f"ftbench-evalplus-{dataset}-"))
-    try:
-        shutil.copy(samples, wd / "samples.jsonl")
-        shutil.copy(problems, wd / "problems.jsonl")
-        res = run_sandboxed([sys.executable, "-m", "experiments.sandbox", "evalplus",
-                             "--dataset", dataset, "--samples", str(wd / "samples.jsonl"),
-                             "--problems", str(wd / "problems.jsonl"),
-                             "--parallel", str(parallel)], wd, timeout_s)
-        out = wd / "samples_eval_results.json"
-        result = json.loads(out.read_text()) if out.is_file() else {}
-        return result, res
-    finally:
-        shutil.rmtree(wd, ignore_errors=True)
-
-
-def _evalplus_main(args: argparse.Namespace) -> None:
-    """Inside the sandbox: evalplus's evaluate(), with the guard added to every check."""
-    os.environ["HUMANEVAL_OVERRIDE_PATH" if args.dataset == "humaneval"
-               else "MBPP_OVERRIDE_PATH"] = args.problems  # read at import time
-    import evalplus.eval as ev
-    from evalplus.evaluate import evaluate
-
-    root = os.environ.get("SANDBOX_ROOT", os.getcwd())
-    orig = ev.reliability_guard
-
-    def guarded(maximum_memory_bytes: int | None = None) -> None:
-        orig(maximum_memory_bytes)
-        install_guard(root)
-
-    ev.reliability_guard = guarded
-    evaluate(args.dataset, samples=args.samples, parallel=args.parallel, i_just_wanna_run=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # evalplus leaves a watchdog thread that would hold the process ~20 s
-
-
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    e = sub.add_parser("evalplus")
-    e.add_argument("--dataset", choices=["humaneval", "mbpp"], required=True)
-    e.add_argument("--samples", required=True)
-    e.add_argument("--problems", required=True)
-    e.add_argument("--parallel", type=int, default=2)
-    args = ap.parse_args(argv)
-    if args.cmd == "evalplus":
-        _evalplus_main(args)
-
-
-if __name__ == "__main__":
-    main()
