@@ -183,7 +183,8 @@ def test_a_dead_task_is_null_not_zero(bench_dir, toy_checkpoint, tmp_path: Path,
     assert t["arc_easy"]["metrics"]["acc"]["value"] is not None  # the others still count
     dead = t["arc_challenge"]
     assert dead["error"] == "RuntimeError: dataset went away second line"
-    assert dead["metrics"] == {"acc": {"value": None, "stderr": None, "n": None}}
+    # arc_challenge's row shows acc_norm (analysis/paper_groups.py)
+    assert dead["metrics"] == {"acc_norm": {"value": None, "stderr": None, "n": None}}
 
 
 def test_bad_arguments_exit_2_before_loading(bench_dir, tmp_path: Path,
@@ -202,3 +203,40 @@ def test_bad_arguments_exit_2_before_loading(bench_dir, tmp_path: Path,
         main([str(tmp_path / "nowhere"), "--tasks", "arc_easy"])
     assert ex.value.code == 2 and "no checkpoint" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_native_lm_eval_files_beside_ours(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
+    """lm-eval's own results JSON and per-sample JSONL sit beside our file (the layout of
+    `lm_eval --output_path <dir> --log_samples`); triviaqa offline is labelled partial; each
+    paper row's metric is the primary."""
+    from lm_eval.utils import (
+        get_latest_filename,
+        get_results_filenames,
+        get_sample_results_filenames,
+    )
+
+    from experiments.eval.run import native_dir
+
+    ck = toy_checkpoint(tmp_path / "runs" / "nat" / "checkpoints" / "final.pt")
+    path = run_eval(ck, ["arc_easy", "triviaqa"], limit=2, data=bench_dir, max_gen_toks=4,
+                    progress=False)["lm-eval"]
+    doc = json.loads(path.read_text())
+    t = doc["tasks"]
+    assert t["triviaqa"]["partial"] == "partial (7,993 of 17,944)"
+    assert "partial" not in t["arc_easy"]
+    assert t["arc_easy"]["primary"] == "acc_norm"
+    assert t["triviaqa"]["primary"] == "exact_match,remove_whitespace"
+    nd = native_dir(path)
+    assert nd == path.parent / (path.stem + ".lm_eval") and (nd / "nat").is_dir()
+    files = [str(f) for f in (nd / "nat").iterdir()]
+    res = json.loads(Path(get_latest_filename(get_results_filenames(files))).read_text())
+    assert set(res["results"]) == {"arc_easy", "triviaqa"}
+    assert res["results"]["arc_easy"]["acc_norm,none"] == \
+        t["arc_easy"]["metrics"]["acc_norm"]["value"]
+    assert res["n-samples"]["triviaqa"]["effective"] == 2 and "configs" in res
+    assert set(res["task_hashes"]) == {"arc_easy", "triviaqa"}
+    sam = get_sample_results_filenames(files)
+    assert len(sam) == 2
+    for f in sam:
+        rows = [json.loads(x) for x in Path(f).read_text().splitlines()]
+        assert [r["doc_id"] for r in rows] == [0, 1] and "arguments" in rows[0]

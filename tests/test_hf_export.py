@@ -70,3 +70,55 @@ def test_hf_backend_same_choices(bench_dir, exported: tuple[Path, Path], tmp_pat
                 max(range(len(lb)), key=lb.__getitem__)
             n += 1
     assert n == 24
+
+
+def test_config_top_level_keys_and_umask(toy_checkpoint, tmp_path: Path) -> None:
+    import json
+
+    ck = toy_checkpoint(tmp_path / "run" / "checkpoints" / "final.pt", rope_theta=500000.0)
+    old = os.umask(0o002)
+    try:
+        out = export(ck, tmp_path / "hf")
+    finally:
+        os.umask(old)
+    conf = json.loads((out / "config.json").read_text())
+    # transformers < 5 reads only these top-level keys (else RoPE base 10000, a slow tokenizer)
+    assert conf["rope_theta"] == 500000.0 and conf["tokenizer_class"] == "PreTrainedTokenizerFast"
+    for f in out.iterdir():
+        assert f.stat().st_mode & 0o777 == 0o664, f
+
+
+OLD_TF = Path("/tmp/tf446")  # pip install --target /tmp/tf446 --no-deps transformers==4.46.3
+# tokenizers==0.20.3 huggingface_hub==0.26.5
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (OLD_TF / "transformers").is_dir(),
+                    reason=f"no second transformers in {OLD_TF} (pip install --target "
+                           f"{OLD_TF} --no-deps transformers==4.46.3 tokenizers==0.20.3 "
+                           "huggingface_hub==0.26.5)")
+def test_loads_on_old_transformers(exported: tuple[Path, Path], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ck, out = exported
+    ours = load_checkpoint(ck).model.eval()
+    x = torch.randint(0, ours.cfg.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.save({"x": x, "logits": ours(x).logits}, tmp_path / "ref.pt")
+    code = (
+        "import sys, torch, transformers\n"
+        "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        "m = AutoModelForCausalLM.from_pretrained(sys.argv[1]).eval()\n"
+        "t = AutoTokenizer.from_pretrained(sys.argv[1])\n"
+        "ref = torch.load(sys.argv[2])\n"
+        "with torch.no_grad():\n"
+        "    d = (m(ref['x']).logits - ref['logits']).abs().max().item()\n"
+        "print(transformers.__version__, m.config.rope_theta, type(t).__name__, d)\n")
+    env = os.environ | {"PYTHONPATH": str(OLD_TF)}
+    r = subprocess.run([sys.executable, "-c", code, str(out), str(tmp_path / "ref.pt")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    ver, theta, tok, diff = r.stdout.split()[-4:]
+    assert ver == "4.46.3" and float(theta) == 500000.0 and tok == "PreTrainedTokenizerFast"
+    assert float(diff) < 1e-4

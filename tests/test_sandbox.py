@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments import codecheck, sandbox
-from experiments.codecheck_child import CodecError, decode, digest, dumps, encode, loads
+from experiments.eval import codecheck, sandbox
+from experiments.eval.codecheck_child import CodecError, decode, digest, dumps, encode, loads
 
 BUDGET_S = 150.0  # the batch's wall-clock budget (it takes ~20-40 s on 2 busy cores)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import codecheck
+from experiments.eval import codecheck
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 FILES = {"humaneval": BENCH / "humanevalplus" / "HumanEvalPlus-v0.1.10.jsonl",

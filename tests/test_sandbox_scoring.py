@@ -1,6 +1,6 @@
 """A code check that could not be made scores as missing (null + reason), never as 0.
 
-Through `evalplus_run.run_task` (the path `make eval` takes) with a stand-in model: a sandbox
+Through `evalplus_suite.run_task` (the path `make eval` takes) with a stand-in model: a sandbox
 that crashed, did not start, or is unavailable on the machine, and an evaluation budget that ran
 out, each leave the item null with a one-line reason; pass@1 is over the scored items and
 carries n_missing; a task whose every item is missing has value null; the run never raises.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from experiments import evalplus_run, sandbox
+from experiments.eval import evalplus_suite, sandbox
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 HEP = BENCH / "humanevalplus" / "HumanEvalPlus-v0.1.10.jsonl"
@@ -50,7 +50,7 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _run(tmp_path: Path, completions: list[str], **kw: Any) -> dict:
-    out = evalplus_run.run_task(_LM(completions), "humaneval_plus", BENCH, len(completions),
+    out = evalplus_suite.run_task(_LM(completions), "humaneval_plus", BENCH, len(completions),
                                 tmp_path / "work", **kw)
     return out["humaneval_plus"]
 

@@ -1,12 +1,18 @@
 """Offline benchmark data: where it is, and whether it is the bytes the README pins.
 
-A data directory is laid out like `../shared/benchmarks/` (DESIGN.md §5). It is given by the
-`DATA=` make variable / `--data` flag, else the `FTBENCH_DATA` environment variable; without
-either, the stock (online) datasets load as usual.
+A data directory holds one folder per benchmark (gsm8k/, arc/, mmlu/, hellaswag/, ...; the
+file names are in NEEDED; experiments/eval/smoke_data/ is a tiny example). It is given by the
+`BENCH_DATA=` make variable / `--data` flag, else the `FTBENCH_DATA` environment variable;
+without either, the stock (online) datasets load as usual.
 
-Checksums come from the directory's own README.md table (one sha256 per file) and
-`mmlu/SHA256SUMS` (one per MMLU csv). `verify()` names every missing or altered file in one
-line, so a user sees at once which file to fetch again.
+Checksums come from the directory's own README.md table (one sha256 per file) and `sha256sum`
+files: `SHA256SUMS` (any file, paths relative to the data directory), `mmlu/SHA256SUMS` (one
+per MMLU test/dev csv, paths relative to mmlu/) and `mmlu/validation/SHA256SUMS` (MMLU's
+validation split, `save_to_disk` copies, paths relative to the data directory). The `mmlu` task
+needs only its test/dev files (the stock tasks read no other split), so its verified checksums,
+and the spec ids built from them, do not depend on the validation copies; those are pinned
+under their own key, `mmlu_validation`, for a task that reads that split. `verify()` names every
+missing or altered file in one line, so a user sees at once which file to fetch again.
 """
 
 from __future__ import annotations
@@ -20,18 +26,31 @@ from common.io import sha256_file
 
 ENV_VAR = "FTBENCH_DATA"
 
-# Files each benchmark needs (relative to the data dir). MMLU csvs are added from SHA256SUMS.
+_ARROW = ("data-00000-of-00001.arrow", "dataset_info.json", "state.json")  # save_to_disk dir
+# Files each benchmark needs (relative to the data dir). MMLU's are added from SHA256SUMS.
 NEEDED: dict[str, list[str]] = {
     "gsm8k": ["gsm8k/test.jsonl", "gsm8k/train.jsonl"],
     "arc_easy": ["arc/arc_easy_test.llmfoundry.jsonl"],
     "arc_challenge": ["arc/arc_challenge_test.llmfoundry.jsonl"],
     "commonsense_qa": ["commonsenseqa/train_rand_split.jsonl",
                        "commonsenseqa/dev_rand_split.jsonl"],
-    "mmlu": [],  # every line of mmlu/SHA256SUMS
+    "mmlu": [],  # every line of mmlu/SHA256SUMS (TASK_SUMS)
+    "mmlu_validation": [],  # every line of mmlu/validation/SHA256SUMS
+    "hellaswag": [f"hellaswag/validation/{f}" for f in _ARROW],
+    "winogrande": [f"winogrande/validation/{f}" for f in _ARROW],
+    "openbookqa": ["openbookqa/test.tsv"],
+    "piqa": ["piqa/valid.jsonl", "piqa/valid-labels.lst"],
+    "boolq": ["boolq/val.jsonl"],
+    "nq_open": ["nq_open/NQ-open.dev.jsonl"],
+    "triviaqa": [f"triviaqa/rc.wikipedia.nocontext_validation/{f}" for f in _ARROW],
     "humaneval_plus": ["humanevalplus/HumanEvalPlus-v0.1.10.jsonl"],
     "mbpp_plus": ["mbppplus/MbppPlus-v0.2.0.jsonl"],
 }
 
+# sha256sum files -> the prefix that makes their paths relative to the data dir
+SUMS = {"SHA256SUMS": "", "mmlu/SHA256SUMS": "mmlu/", "mmlu/validation/SHA256SUMS": ""}
+# tasks whose needed files are every line of one sums file
+TASK_SUMS = {"mmlu": "mmlu/SHA256SUMS", "mmlu_validation": "mmlu/validation/SHA256SUMS"}
 _ROW = re.compile(r"^\|\s*([^|]+?)\s*\|.*?`([0-9a-f]{64})`")
 
 
@@ -68,8 +87,20 @@ def data_dir(explicit: str | os.PathLike | None = None) -> Path | None:
     return Path(d).resolve() if d else None
 
 
+def _sums_file(root: Path, sums_rel: str) -> dict[str, str]:
+    """rel path (to root) -> sha256 from one `sha256sum` file ({} if it is absent)."""
+    sums = root / sums_rel
+    pins: dict[str, str] = {}
+    if sums.is_file():
+        for line in sums.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                digest, rel = line.split(maxsplit=1)
+                pins[SUMS[sums_rel] + rel.strip().lstrip("*")] = digest
+    return pins
+
+
 def pinned_checksums(root: Path) -> dict[str, str]:
-    """rel path -> sha256 from README.md's table and mmlu/SHA256SUMS."""
+    """rel path -> sha256 from README.md's table and the SHA256SUMS files."""
     pins: dict[str, str] = {}
     readme = root / "README.md"
     if readme.is_file():
@@ -77,12 +108,8 @@ def pinned_checksums(root: Path) -> dict[str, str]:
             m = _ROW.match(line)
             if m and " " not in m.group(1) and not m.group(1).endswith("/"):
                 pins[m.group(1)] = m.group(2)
-    sums = root / "mmlu" / "SHA256SUMS"
-    if sums.is_file():
-        for line in sums.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                digest, rel = line.split(maxsplit=1)
-                pins["mmlu/" + rel.strip().lstrip("*")] = digest
+    for sums_rel in SUMS:
+        pins.update(_sums_file(root, sums_rel))
     return pins
 
 
@@ -91,11 +118,10 @@ def needed_files(root: Path, tasks: list[str]) -> list[str]:
     for t in tasks:
         if t.endswith("_gold_bpb"):
             t = t[: -len("_gold_bpb")]
-        if t == "mmlu":
-            pins = pinned_checksums(root)
-            out += sorted(p for p in pins if p.startswith("mmlu/"))
-            if not any(p.startswith("mmlu/") for p in pins):
-                out.append("mmlu/SHA256SUMS")
+        if t in TASK_SUMS:
+            pins = _sums_file(root, TASK_SUMS[t])
+            # an absent checksum file is itself the missing file
+            out += sorted(pins) if pins else [TASK_SUMS[t]]
         else:
             out += NEEDED.get(t, [])
     return list(dict.fromkeys(out))

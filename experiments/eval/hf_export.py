@@ -6,13 +6,20 @@ is the cross-check of both the architecture and the lm-eval adapter: HF logits m
 to 1e-4, and lm-eval's own `hf` backend on the export must pick the same multiple-choice answers
 as `FTBenchLM`. A Free Transformer has no HF counterpart and is refused.
 
-Usage: `python -m experiments.eval.hf_export <run dir or ckpt> <out dir>`.
+Usage: `python -m experiments.eval.hf_export <run dir or ckpt> <out dir>`. The config carries a
+top-level `rope_theta` (transformers < 5 reads only that; >= 5 reads `rope_parameters`, also
+written) and `tokenizer_class`, so every transformers version pyproject admits loads it with
+the right RoPE base; files follow the umask. Bad input (a missing or corrupt checkpoint, a Free
+Transformer, an OUT that is a file or not writable): one line, exit 2, nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -20,6 +27,11 @@ import torch
 from experiments.eval.lm_adapter import resolve_checkpoint
 from experiments.tokenizer import EOS
 from model import load_checkpoint
+from model.checkpoint import CheckpointError
+
+
+class ExportError(ValueError):
+    """Bad export input (one line)."""
 
 
 def llama_config(cfg: object, eos_id: int | None):  # -> transformers.LlamaConfig
@@ -84,28 +96,64 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
     return hf
 
 
+def _check_out(out: Path) -> None:
+    """ExportError unless out is (or can be made) a writable directory: before any work."""
+    probe = out.absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ExportError(f"OUT={out}: {probe} is a file; give a directory")
+    try:  # a real probe: os.access says yes to root even on a read-only mount
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise ExportError(f"OUT={out}: {probe} is not writable ({e.strerror})") from None
+
+
+def _umask_files(out: Path) -> None:
+    """Give the written files the mode the umask allows (some writers use 0600 temp files)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for f in out.iterdir():
+        if f.is_file():
+            f.chmod(0o666 & ~mask)
+
+
 def export(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write a LlamaForCausalLM (safetensors) and a fast tokenizer to out_dir."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
+    out = Path(out_dir)
+    _check_out(out)
     ck = load_checkpoint(resolve_checkpoint(ckpt))
     cfg = ck.config
     if cfg.is_free:
-        raise ValueError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
-                         "export a baseline (latent_bits=0)")
+        raise ExportError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
+                          "export a baseline (latent_bits=0)")
     ref = ck.tokenizer
     if not (isinstance(ref, dict) and ref.get("type") == "tokenizers"):
-        raise ValueError("hf_export: needs a checkpoint with a `tokenizers` BPE tokenizer")
+        raise ExportError("hf_export: needs a checkpoint with a `tokenizers` BPE tokenizer")
     eos_id = ref.get("eos_id")
     hf = to_llama(ck.model, eos_id)
-    out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(ref["json"]),
                                   eos_token=EOS if eos_id is not None else None,
                                   model_max_length=cfg.max_seq_len)
     tok.save_pretrained(out)
+    # older transformers read only the top-level keys: rope_theta (else the default 10000) and
+    # tokenizer_class (else they guess from model_type and ask for a sentencepiece file)
+    cpath = out / "config.json"
+    conf = json.loads(cpath.read_text(encoding="utf-8"))
+    conf["rope_theta"] = float(cfg.rope_theta)
+    conf["tokenizer_class"] = "PreTrainedTokenizerFast"
+    cpath.write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tpath = out / "tokenizer_config.json"
+    tc = json.loads(tpath.read_text(encoding="utf-8"))
+    tc["tokenizer_class"] = "PreTrainedTokenizerFast"
+    tpath.write_text(json.dumps(tc, indent=2) + "\n", encoding="utf-8")
+    _umask_files(out)
     return out
 
 
@@ -114,7 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("ckpt")
     ap.add_argument("out_dir")
     a = ap.parse_args(argv)
-    print(export(a.ckpt, a.out_dir))
+    try:
+        print(export(a.ckpt, a.out_dir))
+    except (ExportError, CheckpointError, FileNotFoundError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,9 @@ Design choices:
   stock task names and their prompts, few-shot defaults and metrics are used as they are.
   Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
   the files are checked against the pinned sha256 sums (`experiments.eval.benchdata`);
-- Free Transformer modes (DESIGN.md §6): `prior` (default; one draw of Z, seed recorded),
-  `prior-k` (likelihood averaged over k draws, spread reported), `posterior` (leaks; the result
-  file says `"leaks": true`);
+- Free Transformer modes (docs/DESIGN.md, "Honest evaluation"): `prior` (default; one draw of
+  Z, seed recorded), `prior-k` (likelihood averaged over k draws, spread reported),
+  `posterior` (leaks; the result file says `"leaks": true`);
 - one file per evaluation spec (docs/RESULTS.md): a suite's `spec` (tasks, limit, z-mode, k,
   few-shot, generation length, data checksums) hashes to `spec_id`, and the file is
   `<run dir>/eval/<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json`, so two specs or
@@ -20,7 +20,12 @@ Design choices:
   `make sweep EVAL=1` at plan time);
 - resumable: every finished request is written to a sqlite cache (lm-eval's CachingLM) keyed by
   checkpoint identity, z-mode, k, seed and generation length, so a re-run of the same spec
-  after an interruption skips what is done.
+  after an interruption skips what is done;
+- lm-eval's own files too: beside each lm-eval suite file, `<file stem>.lm_eval/<run id>/`
+  holds the `results_<date>.json` and `samples_<task>_<date>.jsonl` that
+  `lm_eval --output_path ... --log_samples` writes (its EvaluationTracker), for lm-eval's tools;
+- bad input (a flag, a value, a task name, the checkpoint, the data, an unwritable output
+  directory) is one line and exit 2 before any work, and nothing is written.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
@@ -49,8 +55,8 @@ from model.checkpoint import CheckpointError
 LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
 EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
 DEFAULT_TASKS = LM_EVAL_TASKS + EVALPLUS_TASKS
-# The rest of the paper's table, through stock task names; they need the network (their data is
-# not in ../shared/benchmarks), so they are not in the default set.
+# The rest of the paper's table, through stock task names; not in the default set. All but race
+# also run offline (experiments.eval.tasks.OFFLINE_TASKS); race has no offline copy.
 ONLINE_EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "race", "boolq",
                 "nq_open", "triviaqa")
 # stock tasks scored by log-likelihood only: no generation length in their spec
@@ -152,7 +158,13 @@ def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- lm-eval suite
-_PRIMARY = {"gsm8k": ("exact_match,strict-match", True), "mmlu": ("acc,none", True)}
+# the metric each task's table row shows (analysis/paper_groups.py: the paper's metric, or the
+# closest stock one); any other task: acc
+_PRIMARY = {"gsm8k": ("exact_match,strict-match", True), "mmlu": ("acc,none", True),
+            "nq_open": ("exact_match,remove_whitespace", True),
+            "triviaqa": ("exact_match,remove_whitespace", True),
+            **{t: ("acc_norm,none", True) for t in ("hellaswag", "piqa", "openbookqa",
+                                                     "arc_easy", "arc_challenge")}}
 
 
 def _task_entry(name: str, res: dict, samples: list[dict], n: int, fewshot: int,
@@ -261,12 +273,16 @@ def _gen_args(samples: list[dict]) -> list[tuple[str, dict]]:
 
 
 def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | None,
-                data: Path | None, eval_dir: Path, cache: Path, seed: int) -> dict[str, dict]:
+                data: Path | None, eval_dir: Path, cache: Path, seed: int,
+                native_dir: Path | None = None, run_id: str = "model") -> dict[str, dict]:
     """Each task runs on its own, so one that dies is recorded as an error and the others
-    still count."""
+    still count. native_dir: where lm-eval's own results/samples files go (None: nowhere)."""
     import lm_eval
     from lm_eval.tasks import TaskManager, get_task_dict
 
+    from experiments.eval.tasks import PARTIAL
+
+    native: list[dict] = []
     if data is not None:
         from experiments.eval.tasks import offline_task_manager
 
@@ -281,6 +297,7 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
                 model=lm, tasks=[t], num_fewshot=fewshot, limit=limit, use_cache=str(cache),
                 log_samples=True, task_manager=tm, bootstrap_iters=1000, random_seed=seed,
                 numpy_random_seed=seed, torch_random_seed=seed)
+            native.append(out)
             res, samples = out["results"], out["samples"]
             nsam = out.get("n-samples", {})
             shots = out.get("n-shot", {})
@@ -295,6 +312,8 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
                 n = nsam.get(t, {}).get("effective", len(smp))
                 fs = shots.get(t, 0)
             entries[t] = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
+            if data is not None and t in PARTIAL:  # offline copy is not the whole eval set
+                entries[t]["partial"] = PARTIAL[t]
             gen = _gen_args(smp)
             if gen:
                 entries[t]["truncation"] = lm.truncation_record(gen)
@@ -307,13 +326,44 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
             docs = list(task.eval_docs)[: limit or None]
             delim = task.config.target_delimiter
             pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
-            from experiments.evalplus_run import gold_bpb
+            from experiments.eval.evalplus_suite import gold_bpb
 
             entries["gsm8k_gold_bpb"] = gold_bpb(lm, pairs)
         except Exception as e:  # noqa: BLE001
             logging.getLogger(__name__).exception("gsm8k_gold_bpb failed")
             entries["gsm8k_gold_bpb"] = _error_entry("gsm8k_gold_bpb", e, 0)
+    if native_dir is not None and native:
+        write_native(native, native_dir, run_id)
     return entries
+
+
+def write_native(outs: list[dict], native_dir: Path, run_id: str) -> None:
+    """lm-eval's own results JSON and per-sample JSONL for the per-task `simple_evaluate`
+    outputs, merged into one run, written by lm-eval's EvaluationTracker in the layout of
+    `lm_eval --output_path <native_dir> --log_samples` (<native_dir>/<model name>/results_<date>
+    .json, samples_<task>_<date>.jsonl); the model name is the run id."""
+    from lm_eval.loggers import EvaluationTracker
+
+    merged: dict[str, Any] = {}
+    samples: dict[str, list[dict]] = {}
+    for out in outs:
+        for key, val in out.items():
+            if key == "samples":
+                # the tracker rewrites each sample's fields: give it copies
+                samples |= {t: [dict(x) for x in v] for t, v in val.items()}
+            elif isinstance(val, dict) and isinstance(merged.get(key), dict):
+                merged[key] = merged[key] | val
+            else:
+                merged[key] = val
+    tracker = EvaluationTracker(output_path=str(native_dir))
+    gc = tracker.general_config_tracker
+    gc.log_experiment_args(model_source="ftbench", model_args=merged.get("config", {}).get(
+        "model_args") or "", system_instruction=None, chat_template=None,
+        fewshot_as_multiturn=False)
+    gc.model_name, gc.model_name_sanitized = run_id, run_id
+    tracker.save_results_aggregated(results=merged, samples=samples)
+    for task, smp in samples.items():
+        tracker.save_results_samples(task_name=task, samples=smp)
 
 
 def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
@@ -329,23 +379,29 @@ def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
 def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int | None = None,
              z: str = "prior", k: int = 1, fewshot: int | None = None,
              data: str | os.PathLike | None = None, seed: int = 0, batch_size: int = 16,
-             device: str = "cpu", max_gen_toks: int | None = None, progress: bool = True,
+             device: str | None = None, max_gen_toks: int | None = None, progress: bool = True,
              out_dir: str | os.PathLike | None = None) -> dict[str, Path]:
     """Evaluate a checkpoint; returns {suite: path of the result JSON}.
 
-    max_gen_toks None: the adapter's default (256, at most half the model's window)."""
+    max_gen_toks None: the adapter's default (256, at most half the model's window); device
+    None: cuda if available, else cpu."""
     from experiments.eval.lm_adapter import Z_MODES, FTBenchLM, resolve_checkpoint
 
     tasks = list(dict.fromkeys(tasks or DEFAULT_TASKS))
     if z not in Z_MODES:
         raise ValueError(f"z={z!r}: allowed {Z_MODES}")
     k = int(k) if z == "prior-k" else 1
+    ddir = benchdata.data_dir(data)
+    check_tasks(tasks, ddir, fewshot)
+    device = resolve_device(device)
     ck = resolve_checkpoint(ckpt)
     run_id, eval_dir = run_paths(ck)
     if out_dir is not None:
         eval_dir = Path(out_dir)
-    ddir = benchdata.data_dir(data)
-    check_tasks(tasks, ddir)
+    check_writable(eval_dir)
+    # the checkpoint loads before the data are hashed: a bad one costs no time
+    lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=batch_size,
+                   device=device, max_gen_toks=max_gen_toks, progress=progress)
     suites = suites_of(tasks)
     checks: dict[str, dict[str, str]] = {}
     if ddir is not None:
@@ -358,11 +414,9 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
         for suite, names in suites.items():
             need = set(benchdata.needed_files(ddir, names))
             checks[suite] = {r: h for r, h in chk.checksums.items() if r in need}
-        from experiments.evalplus_run import set_override_env
+        from experiments.eval.evalplus_suite import set_override_env
 
         set_override_env(ddir)  # before anything imports evalplus
-    lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=batch_size,
-                   device=device, max_gen_toks=max_gen_toks, progress=progress)
     gen_toks = lm.max_gen_toks
     cache_dir = eval_dir / ".cache"
     cache_key = f"{ckpt_identity(ck)[:16]}-{z}-k{k}-s{seed}-g{gen_toks}"
@@ -381,24 +435,25 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
         n0 = _request_count(lm)
         if suite == "lm-eval":
             entries = run_lm_eval(lm, names, limit, fewshot, ddir, eval_dir,
-                                  cache_dir / f"lm-eval-{cache_key}", seed)
+                                  cache_dir / f"lm-eval-{cache_key}", seed,
+                                  native_dir=native_dir(path), run_id=run_id)
         else:
             from lm_eval.api.model import CachingLM
 
-            from experiments import evalplus_run
+            from experiments.eval import evalplus_suite
 
             cached = CachingLM(lm, str(cache_dir / f"evalplus-{cache_key}.db"))
             entries = {}
             for t in names:
                 try:
-                    got = evalplus_run.run_task(_GenVia(cached, lm), t, ddir, limit,
+                    got = evalplus_suite.run_task(_GenVia(cached, lm), t, ddir, limit,
                                                 eval_dir / ".evalplus" / path.stem, gen_toks)
                 except Exception as e:  # noqa: BLE001 - the task's error, never a 0
                     logging.getLogger(__name__).exception("task %s failed", t)
                     got = {t: _error_entry(t, e, 0),
                            f"{t}_gold_bpb": _error_entry(f"{t}_gold_bpb", e, 0)}
                 if "error" not in got.get(t, {}) and "truncation" not in got.get(t, {}):
-                    probs = evalplus_run.load_problems(evalplus_run.problems_file(t, ddir),
+                    probs = evalplus_suite.load_problems(evalplus_suite.problems_file(t, ddir),
                                                        limit)
                     got[t]["truncation"] = lm.truncation_record(
                         [(p["prompt"], {"max_gen_toks": gen_toks}) for p in probs])
@@ -414,6 +469,54 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
             f"{t}={_fmt(e)}" for t, e in entries.items()), flush=True)
         written[suite] = path
     return written
+
+
+def native_dir(eval_file: Path) -> Path:
+    """Where lm-eval's own files for an eval file go: `<eval dir>/<its stem>.lm_eval/`."""
+    return eval_file.with_name(eval_file.stem + ".lm_eval")
+
+
+def check_writable(d: Path) -> None:
+    """EvalArgsError unless d is (or can be made) a writable directory; run before any work,
+    so a bad output directory costs nothing and leaves nothing behind."""
+    p = Path(d).absolute()
+    probe = p
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "is a file" if probe == p else f"cannot be created: {probe} is a file"
+        raise EvalArgsError(f"output directory {p} {what}; give --out-dir a directory")
+    try:  # a real probe: os.access says yes to root even on a read-only mount
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise EvalArgsError(f"output directory {p}: {probe} is not writable ({e.strerror}); "
+                            "give --out-dir a writable directory") from None
+
+
+def resolve_device(device: str | None) -> str:
+    """`None`/"auto": cuda if torch sees a GPU, else cpu. A device this machine lacks is an
+    EvalArgsError naming it (not a checkpoint error from loading onto it)."""
+    import torch
+
+    if device in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise EvalArgsError(f"--device {device}: not a torch device (cpu, cuda, cuda:N, mps; "
+                            "omit it to pick one automatically)") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count()
+        if n == 0 or (dev.index or 0) >= n:
+            raise EvalArgsError(f"--device {device}: this machine has {n} CUDA device(s); "
+                                "omit --device to pick one automatically (cpu here)")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise EvalArgsError(f"--device {device}: MPS is not available on this machine; omit "
+                            "--device to pick one automatically")
+    return device
 
 
 def failed_tasks(paths: dict[str, Path]) -> list[str]:
@@ -477,35 +580,46 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
                     help="generation budget in tokens (default 256, at most half the model's "
                          "window; a prompt never loses tokens to it unless it alone fills the "
                          "window)")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default=None,
+                    help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
     ap.add_argument("--threads", type=int, default=0,
                     help="torch intra-op threads (0 = torch's default; 1 is faster on a busy CPU)")
     ap.add_argument("--out-dir", default=None, help="default <run dir>/eval")
     return ap
 
 
-def check_tasks(tasks: list[str], ddir: Path | None) -> None:
-    """EvalArgsError naming unknown tasks (offline: those without offline data)."""
+def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None) -> None:
+    """EvalArgsError naming unknown tasks (with the close name for a typo), offline the known
+    tasks that have no offline data, and offline a few-shot count the offline data cannot
+    reproduce (`fewshot_error`)."""
     if not tasks:
         raise EvalArgsError("--tasks: no task given")
-    if ddir is not None:
+    known = DEFAULT_TASKS + ONLINE_EXTRA
+    unknown = [t for t in tasks if t not in known]
+    if unknown and ddir is not None:
         from experiments.eval.tasks import OFFLINE_TASKS
 
-        known = tuple(OFFLINE_TASKS) + EVALPLUS_TASKS
-        bad = [t for t in tasks if t not in known]
-        if bad:
-            raise EvalArgsError(f"--tasks: no offline data for {', '.join(bad)}"
-                                f"{_did_you_mean(bad, known)}; offline tasks: "
-                                f"{', '.join(known)} (others run online, without DATA / "
-                                f"${benchdata.ENV_VAR})")
-        return
-    bad = [t for t in tasks if t not in DEFAULT_TASKS + ONLINE_EXTRA]
-    if bad:  # maybe a stock lm-eval task: ask lm-eval's index (slow, so only now)
+        unknown = [t for t in unknown if t not in OFFLINE_TASKS]
+    if unknown:  # maybe a stock lm-eval task: ask lm-eval's index (slow, so only now)
         every = _all_lm_eval_tasks()
-        bad = [t for t in bad if t not in every]
-        if bad:
-            raise EvalArgsError(f"--tasks: unknown task(s) {', '.join(bad)}"
-                                f"{_did_you_mean(bad, DEFAULT_TASKS + ONLINE_EXTRA)}")
+        typos = [t for t in unknown if t not in every]
+        if typos:
+            raise EvalArgsError(f"--tasks: unknown task(s) {', '.join(typos)}"
+                                f"{_did_you_mean(typos, known)}; suite tasks: "
+                                f"{', '.join(known)} (or any stock lm-eval task name)")
+    if ddir is None:
+        return
+    from experiments.eval.tasks import OFFLINE_TASKS, fewshot_error
+
+    offline = tuple(OFFLINE_TASKS) + EVALPLUS_TASKS
+    online_only = [t for t in tasks if t not in offline]
+    if online_only:
+        raise EvalArgsError(f"--tasks: no offline data for {', '.join(online_only)}: "
+                            f"it runs online only (without --data / BENCH_DATA / "
+                            f"${benchdata.ENV_VAR}); offline tasks: {', '.join(offline)}")
+    line = fewshot_error(tasks, fewshot)
+    if line:
+        raise EvalArgsError(f"--fewshot: {line}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -539,7 +653,7 @@ def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
         raise EvalArgsError(f"--fewshot: {a.fewshot} must be >= 0")
     a.task_list = list(dict.fromkeys(t.strip() for t in a.tasks.split(",") if t.strip()))
     ddir = benchdata.data_dir(a.data)
-    check_tasks(a.task_list, ddir)
+    check_tasks(a.task_list, ddir, a.fewshot)
     if ddir is not None and check_data:
         benchdata.require(ddir, a.task_list)
     return a
@@ -578,7 +692,7 @@ def main(argv: list[str] | None = None) -> None:
         written = run_eval(a.ckpt, a.task_list, a.limit, a.z, a.k, a.fewshot, a.data, a.seed,
                            a.batch_size, a.device, a.max_gen_toks, out_dir=a.out_dir)
     except (benchdata.DataError, EvalArgsError, FileNotFoundError, CheckpointError) as e:
-        _die(e)
+        _die(e)  # all raised before the first file is written
     bad = failed_tasks(written)
     if bad:  # the file is written; the command still fails, so a sweep counts it as failed
         print(f"error: {len(bad)} task(s) failed (recorded with null metrics): "

@@ -4,10 +4,18 @@
 `include:`s the stock lm-eval YAML by absolute path (so the prompt template, few-shot settings,
 filters and metrics are the stock ones) and overrides only where the data comes from:
 `dataset_path: json` + absolute `data_files` (and a `process_docs` mapping to the stock schema
-for ARC and CommonsenseQA), or a `custom_dataset` for MMLU's csvs (see offline_utils). The task
-names stay the stock names (gsm8k, arc_easy, ..., mmlu_<subject>, groups mmlu, mmlu_stem, ...),
-so a TaskManager built with `include_defaults=False` on out_dir resolves them offline, and the
-results are comparable with any stock run.
+for ARC and CommonsenseQA), or a `custom_dataset` (see offline_utils) for MMLU's csvs, the
+Hugging Face `save_to_disk` copies (HellaSwag, WinoGrande, TriviaQA, MMLU validation) and the
+files that need converting (OpenBookQA's TSV, PIQA's separate labels, BoolQ's string labels).
+The task names stay the stock names (gsm8k, arc_easy, ..., hellaswag, ..., triviaqa,
+mmlu_<subject>, groups mmlu, mmlu_stem, ...), so a TaskManager built with
+`include_defaults=False` on out_dir resolves them offline, and the results are comparable with
+any stock run, except where PARTIAL says otherwise.
+
+Few-shot: the offline copies hold only the split each stock task evaluates (no train split), so
+a task in NO_FEWSHOT_SOURCE is exact only at its stock 0 shots; `fewshot_error` names them for a
+few-shot request instead of letting lm-eval draw examples from the evaluation split.
+RACE has no offline copy: it runs online only.
 """
 
 from __future__ import annotations
@@ -21,7 +29,15 @@ import yaml
 from common.io import atomic_write_text
 
 STOCK = Path(lm_eval.__file__).parent / "tasks"
-OFFLINE_TASKS = ("gsm8k", "arc_easy", "arc_challenge", "commonsense_qa", "mmlu")
+OFFLINE_TASKS = ("gsm8k", "arc_easy", "arc_challenge", "commonsense_qa", "mmlu", "hellaswag",
+                 "winogrande", "openbookqa", "piqa", "boolq", "nq_open", "triviaqa")
+# Offline data that is not the whole stock evaluation set: task -> the label every table and
+# file must carry (the scores are not comparable with stock numbers).
+PARTIAL = {"triviaqa": "partial (7,993 of 17,944)"}
+# Stock few-shot examples come from a train split the offline copies do not have (ARC's train
+# split is missing too); MMLU (dev), GSM8K and CommonsenseQA (train) have theirs.
+NO_FEWSHOT_SOURCE = ("arc_easy", "arc_challenge", "hellaswag", "winogrande", "openbookqa",
+                     "piqa", "boolq", "nq_open", "triviaqa")
 _U = "experiments.eval.tasks.offline_utils"
 
 
@@ -36,7 +52,24 @@ def stock_yaml(task: str) -> Path:
     return {"gsm8k": STOCK / "gsm8k" / "gsm8k.yaml",
             "arc_easy": STOCK / "arc" / "arc_easy.yaml",
             "arc_challenge": STOCK / "arc" / "arc_challenge.yaml",
-            "commonsense_qa": STOCK / "commonsense_qa" / "default.yaml"}[task]
+            "commonsense_qa": STOCK / "commonsense_qa" / "default.yaml",
+            "hellaswag": STOCK / "hellaswag" / "hellaswag.yaml",
+            "winogrande": STOCK / "winogrande" / "default.yaml",
+            "openbookqa": STOCK / "openbookqa" / "openbookqa.yaml",
+            "piqa": STOCK / "piqa" / "piqa.yaml",
+            "boolq": STOCK / "super_glue" / "boolq" / "default.yaml",
+            "nq_open": STOCK / "nq_open" / "nq_open.yaml",
+            "triviaqa": STOCK / "triviaqa" / "default.yaml"}[task]
+
+
+def fewshot_error(tasks: list[str], fewshot: int | None) -> str | None:
+    """One line naming the offline tasks a few-shot request cannot reproduce (None if fine)."""
+    bad = [t for t in tasks if t in NO_FEWSHOT_SOURCE]
+    if not fewshot or not bad:
+        return None
+    return (f"offline data has no few-shot source (train split) for {', '.join(bad)}: "
+            f"fewshot={fewshot} would draw examples from the evaluation split; run them at "
+            "their stock 0 shots, or online")
 
 
 def mmlu_subjects() -> list[str]:
@@ -68,6 +101,27 @@ def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
             "dataset_kwargs": {"data_files": {"test": jf(f"arc/{name}_test.llmfoundry.jsonl")}},
             "training_split": None, "validation_split": None, "test_split": "test",
             "process_docs": _Fn(f"{_U}.arc_docs")}
+    # the rest of the paper's table: only the split the stock task evaluates exists offline
+    def custom(task: str, fn: str, **kw: object) -> dict:
+        return {"include": str(stock_yaml(task)), "dataset_path": None, "dataset_name": None,
+                "custom_dataset": _Fn(f"{_U}.{fn}"), "dataset_kwargs": {"data_dir": str(d), **kw},
+                "training_split": None}
+
+    out["hellaswag.yaml"] = custom("hellaswag", "arrow_dataset",
+                                   splits={"validation": "hellaswag/validation"})
+    out["winogrande.yaml"] = custom("winogrande", "arrow_dataset",
+                                    splits={"validation": "winogrande/validation"})
+    out["openbookqa.yaml"] = custom("openbookqa", "openbookqa_dataset") | {
+        "validation_split": None}
+    out["piqa.yaml"] = custom("piqa", "piqa_dataset")
+    out["boolq.yaml"] = custom("boolq", "boolq_dataset")
+    out["triviaqa.yaml"] = custom("triviaqa", "arrow_dataset", splits={
+        "validation": "triviaqa/rc.wikipedia.nocontext_validation"}) | {
+        "task_alias": f"triviaqa, {PARTIAL['triviaqa']}"}
+    out["nq_open.yaml"] = {
+        "include": str(stock_yaml("nq_open")), "dataset_path": "json", "dataset_name": None,
+        "dataset_kwargs": {"data_files": {"validation": jf("nq_open/NQ-open.dev.jsonl")}},
+        "training_split": None}
     for subj in mmlu_subjects():
         out[f"mmlu/mmlu_{subj}.yaml"] = {
             "include": str(STOCK / "mmlu" / "default" / f"mmlu_{subj}.yaml"),
@@ -81,15 +135,52 @@ def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
     return out
 
 
-def build_offline_tasks(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
-    """Write the offline task YAMLs for data_dir into out_dir; returns out_dir."""
+def build_offline_tasks(data_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                        tasks: list[str] | None = None) -> Path:
+    """Write the offline task YAMLs for data_dir into out_dir (only `tasks`' when given);
+    returns out_dir."""
     out = Path(out_dir)
     for rel, cfg in task_configs(data_dir).items():
+        if tasks is not None and rel.split("/")[0].removesuffix(".yaml") not in tasks:
+            continue
         p = out / rel
         text = yaml.safe_dump(cfg, sort_keys=False, width=1000)
         if not p.is_file() or p.read_text() != text:
             atomic_write_text(p, text)
     return out
+
+
+def default_tasks_dir() -> Path:
+    """Where `make tasks` writes the offline task YAMLs: <results root>/lm_eval_tasks."""
+    from common.paths import results_root
+
+    return results_root() / "lm_eval_tasks"
+
+
+def write_task_dir(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+    """Write to out_dir the YAMLs of every offline task whose files data_dir holds, each
+    verified against its sha256 pin (a directory may hold only some benchmarks, as the smoke
+    data does). DataError on an altered file or when no task's files are there,
+    NotADirectoryError when out_dir is a file; both before anything is written."""
+    from experiments.eval import benchdata
+
+    out = Path(out_dir)
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise NotADirectoryError(f"tasks dir {out}: {probe} is a file; give a directory")
+    present = []
+    for t in OFFLINE_TASKS:
+        chk = benchdata.verify(data_dir, [t])
+        if chk.altered:
+            raise benchdata.DataError(chk.line())
+        if chk.ok:
+            present.append(t)
+    if not present:
+        raise benchdata.DataError(f"benchmark data {Path(data_dir).resolve()}: no offline "
+                                  f"task's files are there ({', '.join(OFFLINE_TASKS)})")
+    return build_offline_tasks(data_dir, out, present).resolve()
 
 
 def offline_task_manager(data_dir: str | os.PathLike, out_dir: str | os.PathLike):

@@ -7,6 +7,8 @@ so the stock `doc_to_text` / `doc_to_choice` / `doc_to_target` apply unchanged.
 from __future__ import annotations
 
 import csv
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -63,10 +65,85 @@ def read_mmlu_csv(path: str | Path, subject: str) -> list[dict[str, Any]]:
             for r in rows]
 
 
-def mmlu_dataset(data_dir: str, subject: str, **_: Any) -> datasets.DatasetDict:
-    """`custom_dataset` for one MMLU subject: test and dev splits from the offline csvs."""
+def mmlu_dataset(data_dir: str, subject: str, validation: bool = False,
+                 **_: Any) -> datasets.DatasetDict:
+    """`custom_dataset` for one MMLU subject: cais/mmlu's test and dev splits from the offline
+    csvs, and with `validation=True` its validation split from the `save_to_disk` copy (pinned
+    under the benchdata key `mmlu_validation`). The stock mmlu tasks read test (and dev for
+    few-shot) only, so they do not open, or depend on, the validation copies."""
     root = Path(data_dir) / "mmlu"
-    return datasets.DatasetDict({
-        split: datasets.Dataset.from_list(
-            read_mmlu_csv(root / split / f"{subject}_{split}.csv", subject))
-        for split in ("test", "dev")})
+    out = {split: datasets.Dataset.from_list(
+        read_mmlu_csv(root / split / f"{subject}_{split}.csv", subject))
+        for split in ("test", "dev")}
+    if validation:
+        out["validation"] = datasets.load_from_disk(str(root / "validation" / subject))
+    return datasets.DatasetDict(out)
+
+
+# ---------------------------------------------------------------- the rest of the paper's table
+def arrow_dataset(data_dir: str, splits: dict[str, str], **_: Any) -> datasets.DatasetDict:
+    """`custom_dataset` for Hugging Face `save_to_disk` directories (HellaSwag, WinoGrande,
+    TriviaQA): split name -> directory relative to data_dir. They are copies of the very HF
+    datasets the stock tasks load, so no conversion."""
+    root = Path(data_dir)
+    return datasets.DatasetDict({s: datasets.load_from_disk(str(root / rel))
+                                 for s, rel in splits.items()})
+
+
+_OBQA_LABELS = ["A", "B", "C", "D"]
+_OBQA_CHOICE = re.compile(r"\(([A-D])\) ")
+
+
+def openbookqa_row(r: dict[str, str]) -> dict[str, Any]:
+    """One OBQA-V1 Main TSV row -> allenai/openbookqa "main" {id, question_stem,
+    choices {text, label}, answerKey}. Choices come as "(A) .. (B) .. (C) .. (D) .."."""
+    parts = _OBQA_CHOICE.split(r["Choices"])
+    labels, texts = parts[1::2], [t.strip() for t in parts[2::2]]
+    if parts[0].strip() or labels != _OBQA_LABELS or r["Answer Key"] not in _OBQA_LABELS:
+        raise ValueError(f"OpenBookQA row {r.get('ID')!r}: choices are not '(A) .. (D) ..' "
+                         f"or the answer key is not A-D")
+    return {"id": r["ID"], "question_stem": r["Question Stem"],
+            "choices": {"text": texts, "label": labels}, "answerKey": r["Answer Key"]}
+
+
+def openbookqa_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
+    """`custom_dataset` for OpenBookQA: the test split (the stock eval split) from the TSV."""
+    with open(Path(data_dir) / "openbookqa" / "test.tsv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return datasets.DatasetDict(
+        {"test": datasets.Dataset.from_list([openbookqa_row(r) for r in rows])})
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def piqa_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
+    """`custom_dataset` for PIQA: valid.jsonl {goal, sol1, sol2} + valid-labels.lst (one 0/1 per
+    line, aligned by line) -> baber/piqa validation {goal, sol1, sol2, label}."""
+    root = Path(data_dir) / "piqa"
+    docs = _jsonl(root / "valid.jsonl")
+    labels = [x.strip() for x in (root / "valid-labels.lst").read_text().splitlines()
+              if x.strip()]
+    if len(labels) != len(docs) or set(labels) - {"0", "1"}:
+        raise ValueError(f"PIQA: {len(docs)} questions but {len(labels)} labels, or a label "
+                         "other than 0/1")
+    return datasets.DatasetDict({"validation": datasets.Dataset.from_list(
+        [{"goal": d["goal"], "sol1": d["sol1"], "sol2": d["sol2"], "label": int(y)}
+         for d, y in zip(docs, labels, strict=True)])})
+
+
+_BOOL = {"false": 0, "true": 1, False: 0, True: 1}
+
+
+def boolq_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
+    """`custom_dataset` for BoolQ: SuperGLUE val.jsonl (label the string "true"/"false") ->
+    aps/super_glue boolq validation {question, passage, idx, label 0/1}."""
+    rows = []
+    for d in _jsonl(Path(data_dir) / "boolq" / "val.jsonl"):
+        if d["label"] not in _BOOL:
+            raise ValueError(f"BoolQ row {d.get('idx')}: label {d['label']!r} is not true/false")
+        rows.append({"question": d["question"], "passage": d["passage"], "idx": int(d["idx"]),
+                     "label": _BOOL[d["label"]]})
+    return datasets.DatasetDict({"validation": datasets.Dataset.from_list(rows)})

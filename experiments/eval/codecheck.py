@@ -3,8 +3,8 @@
 For each problem:
 1. expected outputs: the dataset's canonical solution runs on the base and plus inputs in a
    sandbox (as evalplus's `get_groundtruth`/`trusted_exec` runs it, with its per-input times);
-2. each sample runs on the same inputs in a fresh sandbox (`experiments.sandbox`) and prints its
-   outputs as builtin data (`codecheck_child`); it never sees the expected outputs;
+2. each sample runs on the same inputs in a fresh sandbox (`experiments.eval.sandbox`) and
+   prints its outputs as builtin data (`codecheck_child`); it never sees the expected outputs;
 3. the comparison runs in a separate worker process that never ran model code: evalplus's own
    `untrusted_check`/`unsafe_execute` (tolerances, float handling, MBPP/HumanEval special oracles,
    fast check) applied to a stand-in function that replays the decoded outputs. An output of
@@ -31,8 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments import sandbox
-from experiments.codecheck_child import CodecError, Undigestible, decode, digest, dumps, is_digest
+from experiments.eval import sandbox
+from experiments.eval.codecheck_child import (
+    CodecError,
+    Undigestible,
+    decode,
+    digest,
+    dumps,
+    is_digest,
+)
 
 GT_TIMEOUT_S = 300.0  # the canonical solution on all inputs of one problem
 STARTUP_SLACK_S = 5.0  # bwrap + interpreter start on a busy machine, on top of evalplus's limit
@@ -153,7 +160,7 @@ def _compare(dataset: str, entry_point: str, inputs: list, expected: list, outpu
     _replay_it = iter(outs)  # the forked unsafe_execute inherits it
     if multiprocessing.get_start_method(allow_none=True) != "fork":
         multiprocessing.set_start_method("fork", force=True)  # this worker is single-threaded
-    code = f"from experiments.codecheck import _replay as {entry_point}\n"
+    code = f"from experiments.eval.codecheck import _replay as {entry_point}\n"
     status, _ = untrusted_check(dataset, code, inputs, entry_point, expected=expected,
                                 atol=atol, ref_time=ref_time, fast_check=True)
     return status

@@ -6,9 +6,9 @@ Design choices:
 - completion is direct (a base model continues the prompt); generation stops at evalplus's
   base-model stop strings plus the Codex-paper ones for a new top-level statement;
   solution = prompt + completion, written in evalplus's samples.jsonl format;
-- each sample runs in its own bubblewrap sandbox (`experiments.sandbox`) and only prints its
+- each sample runs in its own bubblewrap sandbox (`experiments.eval.sandbox`) and only prints its
   outputs; evalplus's own comparison decides pass/fail in a process that never ran model code
-  (`experiments.codecheck`): pass@1 on base tests and on base + plus tests;
+  (`experiments.eval.codecheck`): pass@1 on base tests and on base + plus tests;
 - a check that could not be made (no sandbox, the sandbox broke, the canonical solution failed,
   the wall-clock budget ran out) is missing: null with a reason, never 0; pass@1 is over the
   scored items and carries `n_missing`. Sandbox output is never stored;
@@ -25,7 +25,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from experiments import codecheck
+from experiments.eval import codecheck
 
 DATASETS = {"humaneval_plus": ("humaneval", "humanevalplus/HumanEvalPlus-v0.1.10.jsonl"),
             "mbpp_plus": ("mbpp", "mbppplus/MbppPlus-v0.2.0.jsonl")}

@@ -20,8 +20,8 @@ What holds the code (outermost first), and why:
    kept as inner layers only.
 
 The sandboxed runner never sees expected outputs or verdicts: it prints the function's outputs as
-plain data and the caller compares (experiments.codecheck). Where namespaces are unavailable the
-suite refuses (one line saying why) unless `FTBENCH_SANDBOX=weak` opts into a weaker sandbox
+plain data and the caller compares (experiments.eval.codecheck). Where namespaces are unavailable
+the suite refuses (one line saying why) unless `FTBENCH_SANDBOX=weak` opts into a weaker sandbox
 (own session, dropped uid, rlimits, audit hook); the isolation in force is recorded in every
 result file (`isolation().record()`).
 """
@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.codecheck_child import READY_LINE, install_guard  # noqa: F401 (re-export)
+from experiments.eval.codecheck_child import READY_LINE, install_guard  # noqa: F401 (re-export)
 
 CHILD = Path(__file__).resolve().with_name("codecheck_child.py")
 UID_BASE, UID_SPAN = 1_900_000_000, 100_000_000  # far above any account or subuid range
