@@ -209,6 +209,9 @@ class FreeTransformer(Transformer):
             codes = uniform_codes((B, T), H, ctx.generator, x.device)
             r = F.embedding(codes, w.t())
         elif z in ("posterior", "prior"):
+            if ctx.cache is not None and ctx.cache[i].len > 0:
+                # the non-causal encoder would miss the cached positions' keys
+                raise ValueError("the encoder runs only from an empty KV cache")
             enc_ctx = ctx
             if ctx.prefix_len is not None:
                 if z != "prior":

@@ -140,6 +140,42 @@ class Transformer(nn.Module):
     def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:
         return torch.zeros((), device=self.device)
 
+    # ------------------------------------------------------------------ shared-context scoring
+    def fork_cache(self, cache: list[KVCache], rows: int, max_len: int) -> list[KVCache]:
+        """A new cache of `rows` rows and capacity max_len holding a copy of `cache`'s filled
+        positions (one source row is broadcast to every row): a context run once, then extended
+        by several continuations."""
+        n = cache[0].len
+        if max_len < n:
+            raise ValueError(f"max_len={max_len} is shorter than the cached {n} positions")
+        out = self.new_cache(rows, max_len)
+        for dst, src in zip(out, cache, strict=True):
+            dst.k[:, :, :n] = src.k[:, :, :n]
+            dst.v[:, :, :n] = src.v[:, :, :n]
+            dst.len = n
+        return out
+
+    @torch.no_grad()
+    def extend(self, tokens: torch.Tensor, cache: list[KVCache], z: object = None,
+               prefix_len: torch.Tensor | None = None, generator: torch.Generator | None = None,
+               logits_from: int = 0) -> ModelOutput:
+        """Run tokens (B, T) at positions cache.len .. cache.len + T - 1 on top of a KV cache
+        (empty = a prefill), appending their keys/values: the scoring path of `forward`, split
+        at any point (tested equal to the full forward). Rows may be right-padded: the trunk is
+        causal, so padding never reaches an earlier position. z/prefix_len as in `forward`; the
+        Free Transformer's encoder runs only from an empty cache."""
+        B, T = tokens.shape
+        s0 = cache[0].len
+        self._check_len(s0 + T)
+        if not 0 <= logits_from < T:
+            raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
+        rope = self.rope_cos[s0:s0 + T, None, :], self.rope_sin[s0:s0 + T, None, :]
+        mask = None if s0 == 0 or T == 1 else _causal_mask(s0, T, self.device)[None, None]
+        ctx = _Ctx(rope=rope, mask=mask, cache=cache, z=z, prefix_len=prefix_len,
+                   generator=generator)
+        logits = self._run(tokens, ctx, logits_from)
+        return ModelOutput(logits=logits, codes=ctx.codes)
+
     # ------------------------------------------------------------------ generation
     def new_cache(self, batch: int, max_len: int) -> list[KVCache]:
         p = self.tok_emb.weight

@@ -128,9 +128,14 @@ def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     ev = tiny_run[0]["sections"]["eval"]
     if "skipped" in ev:
         pytest.skip(ev["skipped"])
-    assert ev["max_abs_loglik_diff"] < 1e-3  # both backends score the same model
-    assert _is_summary(ev["speedup_ours_over_hf"])
-    assert ev["ours"]["requests_per_s"] > 0 and ev["hf"]["requests_per_s"] > 0
+    # per task type: multi-token continuations, and 5-shot MMLU-like (shared headers)
+    assert set(ev["tasks"]) == {"mc_continuations", "mmlu_5shot"}
+    for t in ev["tasks"].values():
+        assert t["max_abs_loglik_diff"] < 1e-3  # both backends score the same model
+        assert _is_summary(t["speedup_ours_over_hf"])
+        assert t["ours"]["requests_per_s"] > 0 and t["hf"]["requests_per_s"] > 0
+    mmlu = ev["tasks"]["mmlu_5shot"]
+    assert mmlu["contexts"] * 4 == mmlu["requests"]  # four letters per question
 
 
 def test_targets_and_markdown(tiny_run: tuple[dict[str, Any], Path, int]) -> None:

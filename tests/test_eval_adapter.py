@@ -143,18 +143,19 @@ def test_free_transformer_scores_are_honest(free_ckpt: Path) -> None:
     # 3. the adapter calls the model with prefix_len = the context's tokens in the window
     lm = FTBenchLM(model=m, tokenizer=ck.tokenizer, z="prior", seed=0, progress=False)
     seen: list[tuple[list[list[int]], list[int]]] = []
-    orig = m.forward
+    orig = m.extend  # the scoring path: each context runs once into a KV cache
 
     def spy(tokens: torch.Tensor, *a: object, prefix_len: torch.Tensor | None = None,
             **kw: object):
-        seen.append((tokens.tolist(), prefix_len.tolist()))
+        if prefix_len is not None:  # the context pass; continuations carry pinned codes
+            seen.append((tokens.tolist(), prefix_len.tolist()))
         return orig(tokens, *a, prefix_len=prefix_len, **kw)
 
-    m.forward = spy
+    m.extend = spy
     try:
         lm.loglikelihood_pairs(PAIRS[:3])
     finally:
-        del m.forward
+        del m.extend
     rows = {tuple(r[:p]) for toks, pl in seen for r, p in zip(toks, pl, strict=True)}
     assert len(rows) == 3
     for ctx_s, cont_s in PAIRS[:3]:

@@ -52,7 +52,7 @@ class Probe:
         self.lm = FTBenchLM(model=self.m, tokenizer=ck.tokenizer, progress=False, **kw)
         H = self.m.cfg.latent_bits
         assert (1 << H) - 1 == ENC
-        self.rows: list[tuple[list[int], list[int], torch.Tensor | None]] = []
+        self._fwd: list[tuple[list[int], list[int], torch.Tensor | None]] = []
         self.gens: list[tuple[list[list[int]], list[list[int]], list[list[int]]]] = []
         self._mask: list[torch.Tensor | None] = []
 
@@ -70,7 +70,7 @@ class Probe:
             out = fwd(tokens, *a, **k)
             mask = self._mask[0] if self._mask else None
             for b in range(tokens.shape[0]):
-                self.rows.append((tokens[b].tolist(), out.codes[b].tolist(),
+                self._fwd.append((tokens[b].tolist(), out.codes[b].tolist(),
                                   None if mask is None else mask[b, 0]))
             return out
 
@@ -79,8 +79,46 @@ class Probe:
             self.gens.append(([list(p) for p in prompts], out.tokens, out.codes))
             return out
 
+        # the scoring path runs a context into a KV cache once (`extend` from an empty cache)
+        # and extends copies of it (`fork_cache`) with each continuation: rebuild every row's
+        # whole input and codes from those calls, and keep the rows nothing extended further
+        self._all: list[tuple[list[int], list[int], torch.Tensor | None]] = []
+        self._extended: set[int] = set()
+        self._hist: dict[int, tuple[object, list[int]]] = {}
+        ext, fork = self.m.extend, self.m.fork_cache
+
+        def extend(tokens: torch.Tensor, cache: list, *a: object, **k: object):
+            self._mask.clear()
+            out = ext(tokens, cache, *a, **k)
+            mask = self._mask[0] if self._mask else None
+            parents = self._hist[id(cache)][1] if id(cache) in self._hist else None
+            idx = []
+            for b in range(tokens.shape[0]):
+                t0, c0, m0 = self._all[parents[b]] if parents else ([], [], None)
+                if parents:
+                    self._extended.add(parents[b])
+                codes = out.codes[b].tolist() if out.codes is not None else []
+                self._all.append((t0 + tokens[b].tolist(), c0 + codes,
+                                  m0 if mask is None else mask[b, 0]))
+                idx.append(len(self._all) - 1)
+            self._hist[id(cache)] = (cache, idx)
+            return out
+
+        def fork_cache(cache: list, rows: int, max_len: int):
+            new = fork(cache, rows, max_len)
+            (src,) = self._hist[id(cache)][1]
+            self._hist[id(new)] = (new, [src] * rows)
+            return new
+
         monkeypatch.setattr(self.m, "forward", forward)
         monkeypatch.setattr(self.m, "generate", generate)
+        monkeypatch.setattr(self.m, "extend", extend)
+        monkeypatch.setattr(self.m, "fork_cache", fork_cache)
+
+    @property
+    def rows(self) -> list[tuple[list[int], list[int], torch.Tensor | None]]:
+        """Every whole model input scored: forward rows, and KV-cache rows nothing extended."""
+        return self._fwd + [r for i, r in enumerate(self._all) if i not in self._extended]
 
 
 def _check_rows(rows: list, is_ctx) -> int:
@@ -96,7 +134,7 @@ def _check_rows(rows: list, is_ctx) -> int:
             assert c == (ENC if t in ctx_pos else PRIOR), (toks, codes, t)
         if mask is not None:
             for q in ctx_pos:  # an encoder output that is used saw context keys only
-                seen = {k for k in range(len(toks)) if mask[q, k]}
+                seen = {k for k in range(mask.shape[-1]) if mask[q, k]}
                 assert seen <= set(ctx_pos), (q, seen, ctx_pos)
     return n
 

@@ -169,3 +169,39 @@ def mc_requests(texts: list[str], n_requests: int, seed: int = 0) -> list[Any]:
     return reqs
 
 
+
+
+def mmlu_requests(texts: list[str], n_requests: int, shots: int = 5, subjects: int = 4,
+                  chars: int = 120, seed: int = 0) -> list[Any]:
+    """MMLU-like 5-shot requests (lm-eval Instances): per subject one fixed few-shot header
+    (lm-eval's MMLU takes its shots from the dev split, the same for every question of a
+    subject), then a question with four options and "Answer:"; the continuations are the four
+    one-token letters. Question and option text are cut from real text."""
+    from lm_eval.api.instance import Instance
+
+    rng = random.Random(seed)
+    body = [t for t in texts if len(t) > 2000]
+
+    def item(t: str, answer: str | None) -> str:
+        a = rng.randrange(0, len(t) - chars)
+        q = " ".join(t[a:a + chars].split())
+        opts = []
+        for letter in "ABCD":
+            b = rng.randrange(0, len(t) - 40)
+            opts.append(f"{letter}. {' '.join(t[b:b + rng.randrange(8, 30)].split())}")
+        return f"{q}\n" + "\n".join(opts) + "\nAnswer:" + (f" {answer}\n\n" if answer else "")
+
+    headers = []
+    for s in range(subjects):
+        t = rng.choice(body)
+        headers.append((t, f"The following are multiple choice questions (with answers) about "
+                           f"subject {s}.\n\n" + "".join(item(t, rng.choice("ABCD"))
+                                                          for _ in range(shots))))
+    reqs = []
+    for i in range(max(1, n_requests // 4)):
+        t, head = headers[i % subjects]
+        ctx = head + item(t, None)
+        for j, letter in enumerate("ABCD"):
+            reqs.append(Instance(request_type="loglikelihood", doc={"i": i}, idx=j,
+                                 arguments=(ctx, f" {letter}")))
+    return reqs

@@ -32,12 +32,12 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     if "kv_speedup_over_recompute" in gen:
         v = gen["kv_speedup_over_recompute"]["median"]
         add(f"KV cache vs recompute at {gen['new_tokens']} new tokens", ">= 5x", v, v >= 5)
-    ev = sec.get("eval", {})
-    if "speedup_ours_over_hf" in ev:
-        v = ev["speedup_ours_over_hf"]["median"]
-        add("MC eval requests/s ours vs lm-eval hf", ">= 1x", v, v >= 1.0)
+    mmlu = sec.get("eval", {}).get("tasks", {}).get("mmlu_5shot", {})
+    if "speedup_ours_over_hf" in mmlu:
+        v = mmlu["speedup_ours_over_hf"]["median"]
+        add("5-shot MMLU-like MC eval ours vs lm-eval hf", ">= 2x", v, v >= 2.0)
     else:
-        add("MC eval requests/s ours vs lm-eval hf", ">= 1x", None, None)
+        add("5-shot MMLU-like MC eval ours vs lm-eval hf", ">= 2x", None, None)
     return t
 
 
@@ -182,14 +182,23 @@ def render_markdown(res: dict[str, Any]) -> str:
         if "skipped" in ev:
             L.append(f"Not measured: {ev['skipped']}.")
         else:
-            L += ["| contender | s | requests/s |", "|---|---|---|"]
-            for k in ("ours", "hf"):
-                L.append(f"| {k} | {_med(ev[k]['s'])} | {ev[k]['requests_per_s']:.1f} |")
-            L += ["", f"Ours over lm-eval `hf`: {_x(ev['speedup_ours_over_hf'])}. "
-                  f"{ev['requests']} requests (4-choice items cut from stdlib text, "
-                  f"{ev['tokens_per_request_mean']:.0f} tokens each on average), batch size "
-                  f"{ev['batch_size']} for both, HF model from {ev['hf_export']}; max "
-                  f"|loglikelihood difference| {ev['max_abs_loglik_diff']:.1e}."]
+            L += ["Each context runs once into a KV cache and every continuation extends a "
+                  "copy of it; baseline contexts sharing a few-shot header run the header once "
+                  "(`experiments.eval.lm_adapter`). lm-eval `hf` runs one forward per context "
+                  "+ continuation[:-1] group.", "",
+                  "| task type | requests | contexts | tokens/request | ours s | hf s | "
+                  "ours req/s | hf req/s | ours over hf | max abs loglik diff |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+            for name, t in ev.get("tasks", {}).items():
+                L.append(f"| {name} | {t['requests']} | {t['contexts']} | "
+                         f"{t['tokens_per_request_mean']:.0f} | {_med(t['ours']['s'])} | "
+                         f"{_med(t['hf']['s'])} | {t['ours']['requests_per_s']:.1f} | "
+                         f"{t['hf']['requests_per_s']:.1f} | "
+                         f"{_x(t['speedup_ours_over_hf'])} | {t['max_abs_loglik_diff']:.1e} |")
+            L += ["", "mc_continuations: 4-choice items cut from stdlib text, multi-token "
+                  "continuations; mmlu_5shot: 4 subjects, each with a fixed 5-shot header, "
+                  "one-token answer letters (`contenders.mmlu_requests`). Batch size "
+                  f"{ev['batch_size']} for both, HF model from {ev['hf_export']}."]
         L.append("")
     if res.get("section_sources"):
         L += ["## Provenance", "", "Combined from separate runs (same machine, same settings); "

@@ -21,6 +21,7 @@ from .contenders import (
     dense_mapper,
     exported_baseline,
     mc_requests,
+    mmlu_requests,
     n_params,
     our_config,
     recompute_generate,
@@ -289,26 +290,32 @@ def section_eval(ctx: Ctx) -> dict[str, Any]:
     # lm-eval's hf backend loads the export as a user would
     theirs = HFLM(pretrained=str(exp.hf_dir), batch_size=bs, device=str(dev), dtype="float32",
                   max_length=cfg.max_seq_len)
-    reqs = mc_requests(texts, s.eval_requests)
-    a = [x[0] for x in ours.loglikelihood(reqs, disable_tqdm=True)]
-    b = [x[0] for x in theirs.loglikelihood(reqs, disable_tqdm=True)]
-    times = interleaved({"ours": lambda: ours.loglikelihood(reqs, disable_tqdm=True),
-                         "hf": lambda: theirs.loglikelihood(reqs, disable_tqdm=True)},
-                        s.reps, 1, dev)
-    n = len(reqs)
-    work.cleanup()
-    return {
+    tasks = {"mc_continuations": mc_requests(texts, s.eval_requests),
+             "mmlu_5shot": mmlu_requests(texts, s.eval_requests)}
+    out: dict[str, Any] = {
         "hf_attn_implementation": getattr(theirs.model.config, "_attn_implementation", None),
-        "requests": n, "batch_size": bs, "hf_export": how,
-        "tokens_per_request_mean": statistics.mean(
-            len(tok.encode(r.args[0] + r.args[1]).ids) for r in reqs),
-        "max_abs_loglik_diff": max(abs(x - y) for x, y in zip(a, b, strict=True)),
-        "ours": {"s": summary(times["ours"]), "requests_per_s": n / statistics.median(
-            times["ours"])},
-        "hf": {"s": summary(times["hf"]), "requests_per_s": n / statistics.median(
-            times["hf"])},
-        "speedup_ours_over_hf": paired_ratio(times["hf"], times["ours"]),
-    }
+        "batch_size": bs, "hf_export": how, "tasks": {}}
+    for name, reqs in tasks.items():
+        a = [x[0] for x in ours.loglikelihood(reqs, disable_tqdm=True)]
+        b = [x[0] for x in theirs.loglikelihood(reqs, disable_tqdm=True)]
+        times = interleaved({"ours": lambda r=reqs: ours.loglikelihood(r, disable_tqdm=True),
+                             "hf": lambda r=reqs: theirs.loglikelihood(r, disable_tqdm=True)},
+                            s.reps, 1, dev)
+        n = len(reqs)
+        out["tasks"][name] = {
+            "requests": n,
+            "contexts": len({r.args[0] for r in reqs}),
+            "tokens_per_request_mean": statistics.mean(
+                len(tok.encode(r.args[0] + r.args[1]).ids) for r in reqs),
+            "max_abs_loglik_diff": max(abs(x - y) for x, y in zip(a, b, strict=True)),
+            "ours": {"s": summary(times["ours"]),
+                     "requests_per_s": n / statistics.median(times["ours"])},
+            "hf": {"s": summary(times["hf"]),
+                   "requests_per_s": n / statistics.median(times["hf"])},
+            "speedup_ours_over_hf": paired_ratio(times["hf"], times["ours"]),
+        }
+    work.cleanup()
+    return out
 
 
 SECTIONS: dict[str, Callable[[Ctx], dict[str, Any]]] = {

@@ -4,13 +4,15 @@ Design choices:
 - subclass of lm-eval's `TemplateLM`; context and continuation are tokenized *together* and the
   score is the sum over the joint encoding's last n tokens, n = the continuation's token count
   (the shortest suffix covering its characters; see `_encode_pair`; STYLE.md item 7);
-- requests are length-sorted and batched; requests with the same context *and* the same
-  continuation[:-1] (the answer letters of one MMLU question) share one forward pass, hence one
-  draw of Z, and each gathers its own continuation from it. lm-eval's
-  `Collator(group_by="contexts")` is not used: it groups by context + continuation[:-1] alone,
-  so ([5,6],[7,8]) and ([5,6,7],[9]) would share a pass whose scored span and encoder prefix
-  belong to only one of them; batches are right-padded (the trunk is causal: padding never
-  reaches a scored position);
+- each distinct context window runs once into a KV cache (`model.extend`) and every
+  continuation scored against it extends a copy (`model.fork_cache`), batched; requests with the
+  same context *and* continuation[:-1] (the answer letters of one MMLU question) share one row,
+  hence one draw of Z. Baseline contexts sharing >= 32 leading tokens (a few-shot header) run
+  them once. A draw's codes come from generators keyed by (seed, draw, context) and (seed,
+  draw, context, continuation row), so every score equals the request's score alone
+  (tests/test_shared_context.py). lm-eval's `Collator(group_by="contexts")` is not used: it
+  groups by context + continuation[:-1] alone, so ([5,6],[7,8]) and ([5,6,7],[9]) would share a
+  pass whose encoder prefix belongs to only one of them;
 - a context longer than the model's window is cut on the left, as lm-eval's hf backend does;
 - Free Transformer protocol (`protocol()`, written into every eval file): `z="prior"` (default)
   calls the model with `prefix_len` = the number of *original context* tokens in the window,
@@ -46,6 +48,7 @@ models).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import os
@@ -62,6 +65,7 @@ from lm_eval.models.utils import Collator, handle_stop_sequences
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
+import model.free_transformer as ftm
 from experiments.tokenizer import TextTokenizer, tokenizer_from_ref
 from model import load_checkpoint
 
@@ -290,46 +294,6 @@ class FTBenchLM(TemplateLM):
         n_enc = len(ctx) if n_enc is None else min(n_enc, len(ctx))
         return full[start:-1], max(0, n_enc - start), len(cont)
 
-    def _logits(self, toks: torch.Tensor, prefix: torch.Tensor, lf: int = 0) -> torch.Tensor:
-        """One draw of the model's logits (B, T - lf, V) under the configured z-mode."""
-        if not self.is_free:
-            return self.model(toks, logits_from=lf).logits
-        if self.z == "posterior":
-            return self.model(toks, z="posterior", generator=self.generator,
-                              logits_from=lf).logits
-        return self.model(toks, z="prior", prefix_len=prefix, generator=self.generator,
-                          logits_from=lf).logits
-
-    @torch.no_grad()
-    def _cont_logprobs(self, rows: list[tuple[list[int], int, int]]) -> list[torch.Tensor]:
-        """Per row, the log-probs (k, n_cont, V) at the positions that predict the continuation."""
-        draws = self.k if self.is_free else 1  # the baseline is deterministic
-        out: list[list[torch.Tensor]] = [[] for _ in rows]
-        if self.is_free and self.z == "posterior":
-            # the non-causal encoder would read right padding: run equal lengths together
-            groups: dict[int, list[int]] = {}
-            for i, r in enumerate(rows):
-                groups.setdefault(len(r[0]), []).append(i)
-            parts = list(groups.values())
-        else:
-            parts = [list(range(len(rows)))]
-        for _ in range(draws):
-            for idx in parts:
-                T = max(len(rows[i][0]) for i in idx)
-                toks = torch.zeros(len(idx), T, dtype=torch.long)
-                for b, i in enumerate(idx):
-                    toks[b, :len(rows[i][0])] = torch.tensor(rows[i][0], dtype=torch.long)
-                prefix = torch.tensor([rows[i][1] for i in idx], device=self.device)
-                # logits only from the first position that predicts a continuation token
-                lf = min(len(rows[i][0]) - rows[i][2] for i in idx)
-                logits = self._logits(toks.to(self.device), prefix, lf)  # (B, T - lf, V)
-                self.n_forward_tokens += len(idx) * T
-                for b, i in enumerate(idx):
-                    inp, _, n = rows[i]
-                    sl = logits[b, len(inp) - n - lf:len(inp) - lf]
-                    out[i].append(F.log_softmax(sl.float(), -1))
-        return [torch.stack(o) for o in out]
-
     def _loglikelihood_tokens(self, requests: list[tuple[tuple[str, str], list[int], list[int]]],
                               disable_tqdm: bool = False, n_enc: Sequence[int] | None = None,
                               **kw: Any) -> list[tuple[float, bool]]:
@@ -367,36 +331,152 @@ class FTBenchLM(TemplateLM):
                 self.cache_hook.add_partial("loglikelihood", key, ans)
         return res
 
+    def _gen_for(self, draw: int, *parts: object) -> torch.Generator:
+        """A generator seeded by (seed, draw, what is being drawn for): a request's Z no longer
+        depends on which requests it is batched or shared with, or in what order."""
+        h = hashlib.blake2b(repr((self.seed, draw, parts)).encode(), digest_size=8).digest()
+        return torch.Generator(device="cpu").manual_seed(int.from_bytes(h, "little") >> 1)
+
+    @torch.no_grad()
     def _score_tokens(self, pieces: list[tuple[list[int], list[int], int]],
                       disable_tqdm: bool) -> list[tuple[list[float], bool]]:
         """Per (ctx, cont, n_enc): the continuation's log-likelihood per draw of Z, and whether
         it is the greedy continuation.
 
-        Pieces with the same context, continuation[:-1] and encoder span read the same input
-        with the same prefix: they share one forward pass (one draw of Z), and each gathers its
-        own last token from it. Any other pair is scored apart, exactly as if alone."""
-        groups: dict[tuple, list[int]] = {}
-        for i, (ctx, cont, ne) in enumerate(pieces):
-            groups.setdefault((tuple(ctx), tuple(cont[:-1]), ne), []).append(i)
-        reps = sorted(groups.values(), key=lambda g: (
-            -len(pieces[g[0]][0]) - len(pieces[g[0]][1]),
-            tuple(pieces[g[0]][0] + pieces[g[0]][1])))
-        res: list[tuple[list[float], bool] | None] = [None] * len(pieces)
-        bar = tqdm(total=len(pieces), desc="loglikelihood",
+        Each distinct context window (with its encoder span) runs once into a KV cache; the
+        continuations scored against it extend a copy of that cache, batched. Pieces with the
+        same context and continuation[:-1] read the same input: they share one row (one draw
+        of Z) and each gathers its own last token. Baseline contexts that share a long prefix
+        (a few-shot header) run the prefix once too. The context's codes are drawn from a
+        generator keyed by the context, a continuation row's prior codes from one keyed by the
+        context and the row, so every score equals the score of the request alone."""
+        wins = [self._window(*p) for p in pieces]
+        draws = self.k if self.is_free else 1  # the baseline is deterministic
+        lps: list[list[torch.Tensor]] = [[] for _ in pieces]
+        bar = tqdm(total=len(pieces) * draws, desc="loglikelihood",
                    disable=disable_tqdm or not self.progress)
-        for s in range(0, len(reps), self.batch_size):
-            chunk = reps[s:s + self.batch_size]
-            lps = self._cont_logprobs([self._window(*pieces[g[0]]) for g in chunk])
-            for members, lp in zip(chunk, lps, strict=True):
-                k, n, _ = lp.shape
-                for i in members:
-                    tgt = torch.tensor(pieces[i][1], device=lp.device)
-                    per_draw = lp.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
-                    greedy = bool((lp.exp().mean(0).argmax(-1) == tgt).all())
-                    res[i] = ([float(x) for x in per_draw], greedy)
-                bar.update(len(members))
+        if self.is_free and self.z == "posterior":
+            # the leaking diagnostic: the encoder reads the scored tokens, so nothing is shared
+            # but identical inputs; one row per input, each with its own generator
+            rows: dict[tuple[int, ...], list[int]] = {}
+            for i, (inp, _, _) in enumerate(wins):
+                rows.setdefault(tuple(inp), []).append(i)
+            for d in range(draws):
+                for inp, members in rows.items():
+                    lf = min(len(inp) - wins[i][2] for i in members)
+                    logits = self.model(torch.tensor([inp], device=self.device), z="posterior",
+                                        generator=self._gen_for(d, "posterior", inp),
+                                        logits_from=lf).logits[0]
+                    self.n_forward_tokens += len(inp)
+                    for i in members:
+                        n = wins[i][2]
+                        lps[i].append(F.log_softmax(logits[len(inp) - n - lf:].float()
+                                                    [:n], -1))
+                    bar.update(len(members))
+        else:
+            ctxs: dict[tuple[tuple[int, ...], int], list[int]] = {}
+            for i, (inp, pre, n) in enumerate(wins):
+                ctxs.setdefault((tuple(inp[:len(inp) - n + 1]), pre), []).append(i)
+            for d in range(draws):
+                for run, h in self._header_runs(sorted(ctxs)):
+                    head = None
+                    if h:
+                        head = self.model.new_cache(1, h)
+                        self.model.extend(torch.tensor([run[0][0][:h]], device=self.device),
+                                          head, logits_from=h - 1)
+                        self.n_forward_tokens += h
+                    for key in run:
+                        self._score_context(key, ctxs[key], pieces, d, head, h, lps)
+                        bar.update(len(ctxs[key]))
         bar.close()
-        return res  # type: ignore[return-value]
+        res: list[tuple[list[float], bool]] = []
+        for (_, cont, _), lp in zip(pieces, lps, strict=True):
+            lp_k = torch.stack(lp)  # (k, n, V)
+            k, n, _ = lp_k.shape
+            tgt = torch.tensor(cont, device=lp_k.device)
+            per_draw = lp_k.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
+            greedy = bool((lp_k.exp().mean(0).argmax(-1) == tgt).all())
+            res.append(([float(x) for x in per_draw], greedy))
+        return res
+
+    MIN_SHARED_PREFIX = 32
+    """Contexts share a cached prefix only from this many common tokens on (below, the copy
+    and the extra call cost more than they save)."""
+
+    def _header_runs(self, keys: list[tuple[tuple[int, ...], int]]
+                     ) -> list[tuple[list[tuple[tuple[int, ...], int]], int]]:
+        """Sorted context keys -> runs of consecutive contexts with the length of the prefix
+        they all share (0 = none). Baseline only: the Free Transformer's encoder reads the
+        whole context, so its codes (hence every block from L/2 on) differ per context."""
+        if self.is_free:
+            return [([k], 0) for k in keys]
+        runs: list[tuple[list[tuple[tuple[int, ...], int]], int]] = []
+        for k in keys:
+            if runs:
+                run, h = runs[-1]
+                prev = run[-1][0]
+                lcp = next((j for j, (a, b) in enumerate(zip(prev, k[0], strict=False))
+                            if a != b),
+                           min(len(prev), len(k[0])))
+                h2 = min(h if len(run) > 1 else len(prev) - 1, lcp, len(k[0]) - 1)
+                if h2 >= self.MIN_SHARED_PREFIX and (len(run) == 1 or h2 >= h // 2):
+                    runs[-1] = (run + [k], h2)
+                    continue
+            runs.append(([k], 0))
+        return runs
+
+    def _score_context(self, key: tuple[tuple[int, ...], int], members: list[int],
+                       pieces: list[tuple[list[int], list[int], int]], draw: int,
+                       head: list | None, h: int, lps: list[list[torch.Tensor]]) -> None:
+        """Run one context window (from a cached shared prefix of h tokens when given), then
+        its continuation rows in batches; append each member's (n_cont, V) log-probs."""
+        c_in, pre = key
+        m, dev = self.model, self.device
+        tails: dict[tuple[int, ...], list[int]] = {}
+        for i in members:
+            tails.setdefault(tuple(pieces[i][1][:-1]), []).append(i)
+        longest = max(map(len, tails))
+        cap = len(c_in) + longest
+        if head is not None:
+            cache = m.fork_cache(head, 1, cap)
+            out = m.extend(torch.tensor([c_in[h:]], device=dev), cache,
+                           logits_from=len(c_in) - h - 1)
+            self.n_forward_tokens += len(c_in) - h
+        else:
+            cache = m.new_cache(1, cap)
+            kw: dict[str, Any] = {}
+            if self.is_free:
+                kw = {"z": "prior", "prefix_len": torch.tensor([pre], device=dev),
+                      "generator": self._gen_for(draw, "context", c_in, pre)}
+            out = m.extend(torch.tensor([c_in], device=dev), cache,
+                           logits_from=len(c_in) - 1, **kw)
+            self.n_forward_tokens += len(c_in)
+        last = out.logits[0, -1:]  # (1, V): predicts the continuation's first token
+        rows = [t for t in tails if t]
+        for s in range(0, len(rows), self.batch_size):
+            chunk = rows[s:s + self.batch_size]
+            T = max(map(len, chunk))
+            toks = torch.zeros(len(chunk), T, dtype=torch.long)
+            for b, t in enumerate(chunk):
+                toks[b, :len(t)] = torch.tensor(t, dtype=torch.long)
+            kw = {}
+            if self.is_free:
+                # every continuation position gets its own prior code (pinned here so the draw
+                # is the row's, whatever it is batched with); padding's code is never read
+                H = m.cfg.latent_bits
+                codes = torch.zeros(len(chunk), T, dtype=torch.long)
+                for b, t in enumerate(chunk):
+                    codes[b, :len(t)] = ftm.uniform_codes(
+                        (1, len(t)), H, self._gen_for(draw, "tail", c_in, pre, t), dev)[0]
+                kw = {"z": codes.to(dev)}
+            ext = m.extend(toks.to(dev), m.fork_cache(cache, len(chunk), cap), **kw).logits
+            self.n_forward_tokens += len(chunk) * T
+            for b, t in enumerate(chunk):
+                lp = F.log_softmax(torch.cat([last, ext[b, :len(t)]]).float(), -1)
+                for i in tails[t]:
+                    lps[i].append(lp)
+        for i in tails.get((), []):
+            lps[i].append(F.log_softmax(last.float(), -1))
 
     def loglikelihood_pairs(self, pairs: Sequence[tuple[str, str]],
                             disable_tqdm: bool = False) -> list[tuple[float, bool]]:
