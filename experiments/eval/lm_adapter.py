@@ -40,10 +40,9 @@ Design choices:
 - every finished request goes to lm-eval's cache hook at once, so with `use_cache` (sqlite) an
   interrupted evaluation resumes from the requests it finished.
 Registered as `ftbench` (alias `freetransformer`) in lm-eval's model registry, so
-`lm_eval.simple_evaluate(model="ftbench", model_args="checkpoint=...,z=prior-k,k=4")` works, and
-`python -m experiments.eval.lm_adapter run --model ftbench --model_args checkpoint=... --tasks
-...` is the stock `lm_eval` CLI with this module imported (lm-eval offers no plugin hook for
-models).
+`lm_eval.simple_evaluate(model="ftbench", model_args="checkpoint=...,z=prior-k,k=4")` works;
+`make lm-eval` (experiments/eval/lm_eval_cli.py) is the stock `lm_eval` CLI with this module
+imported, since lm-eval offers no plugin hook for models.
 """
 
 from __future__ import annotations
@@ -586,17 +585,3 @@ def _logmeanexp(xs: Sequence[float]) -> float:
     m = max(xs)
     return m + math.log(sum(math.exp(x - m) for x in xs) / len(xs))
 
-
-def main() -> None:
-    """The stock lm-eval CLI with `ftbench` registered (lm-eval has no model plugin hook):
-    `python -m experiments.eval.lm_adapter run --model ftbench
-    --model_args checkpoint=<ckpt>,z=prior --tasks arc_easy [--include_path <offline task dir>]
-    ...` takes exactly `lm_eval`'s arguments.
-    """
-    from lm_eval.__main__ import cli_evaluate
-
-    cli_evaluate()
-
-
-if __name__ == "__main__":
-    main()
