@@ -65,11 +65,40 @@ class ComputeMatch(Choice):
     flops = "flops"
 
 
+class Parallel(Choice):
+    auto = "auto"
+    ddp = "ddp"
+    fsdp = "fsdp"
+
+
 DATA_SOURCES = tuple(DataSource)
 PRECISIONS = tuple(Precision)
 DEVICES = tuple(Device)
 COMPUTE_MATCH = tuple(ComputeMatch)
-NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile")
+PARALLEL = tuple(Parallel)
+# how the same maths is laid out over processes and memory, and what the dry run assumes:
+# not part of the run-id
+NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
+                           "activation_checkpointing", "gpu_memory_gb", "gpu_peak_tflops", "mfu",
+                           "cpu_tokens_per_s", "plan_world_size")
+AMOUNT_KEYS = ("train.tokens", "train.flops")
+"""Keys that take a count with a suffix: 20k, 2M, 1.5G/1.5B, 1e6 (as sweeps' TOKENS does)."""
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12, "p": 10**15}
+
+
+def parse_amount(text: str | float | int | None, var: str) -> float | None:
+    """'2e6', '500k', '3M', '1.5G' -> a positive number; '', 'null' or None -> None.
+    ValueError naming `var` otherwise."""
+    if text is None or (isinstance(text, str) and text.strip().lower() in ("", "null", "none")):
+        return None
+    s = str(text).strip().lower().replace("_", "")
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)([kmgbtp]?)", s)
+    if not m:
+        raise ValueError(f"{var}={text!r} is not a positive number (e.g. 2e6, 500k, 3M)")
+    v = float(m.group(1)) * _SUFFIX[m.group(2)]
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{var}={text!r} must be > 0")
+    return v
 
 
 def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
@@ -227,9 +256,28 @@ class LoopConfig:
     device: Device = Device.auto
     """auto | cpu | cuda."""
     precision: Precision = Precision.auto
-    """auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (CUDA only)."""
+    """auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (autocast to bfloat16 on
+    whatever device trains: CUDA, or the CPU's own bf16 autocast)."""
     compile: bool = False
-    """torch.compile the model (CUDA only; ignored with a note on CPU)."""
+    """torch.compile the model (inductor; on CPU it needs a C++ compiler and about a minute
+    cold)."""
+    parallel: Parallel = Parallel.auto
+    """With several processes (torchrun): ddp | fsdp (FSDP2, one shard unit per block and for
+    the encoder block) | auto (fsdp when DDP's 16 bytes per parameter exceed 80% of a GPU's
+    memory, else ddp)."""
+    activation_checkpointing: bool = False
+    """Recompute each block's activations in the backward (less memory, ~1/3 more compute)."""
+    gpu_memory_gb: float = 80.0
+    """Dry run: the memory of one GPU the per-GPU estimate is checked against (H100: 80)."""
+    gpu_peak_tflops: float = 989.0
+    """Dry run: one GPU's dense bf16 peak in TFLOP/s (H100 SXM: 989) for the wall-time estimate."""
+    mfu: float = 0.35
+    """Dry run: the model-FLOPs utilisation assumed for the GPU wall-time estimate."""
+    plan_world_size: int | None = None
+    """Dry run: plan for this many GPUs/processes (e.g. 32) instead of this launch's world."""
+    cpu_tokens_per_s: float | None = None
+    """Dry run on CPU: a stated training throughput for this machine; None = measure a few
+    steps of this model (models up to 100M parameters)."""
     force: bool = False
     """Retrain a finished run from scratch."""
     dry_run: bool = False
@@ -243,6 +291,11 @@ class LoopConfig:
         _choice(self, "compute_match", COMPUTE_MATCH)
         _choice(self, "device", DEVICES)
         _choice(self, "precision", PRECISIONS)
+        _choice(self, "parallel", PARALLEL)
+        _positive(self, "gpu_memory_gb", "gpu_peak_tflops")
+        _positive(self, "cpu_tokens_per_s", "plan_world_size", allow_none=True)
+        if not 0.0 < self.mfu <= 1.0:
+            raise ValueError(f"train.mfu={self.mfu!r}: must be in (0, 1]")
         if self.tokens is None and self.flops is None:
             raise ValueError("train.tokens and train.flops are both null: set one budget")
         if self.micro_batch_size is not None and self.batch_size % self.micro_batch_size:
@@ -261,12 +314,16 @@ class LoggingConfig:
     """Checkpoint every this many steps (and at the end)."""
     keep_checkpoints: int = 2
     """step_<N>.pt files kept (the newest ones)."""
+    keep_eval_checkpoints: int = 0
+    """Also keep n checkpoints evenly spaced by tokens, as eval_step_<N>.pt (N = ceil(k x steps
+    / n), k = 1..n; the last is the final weights), outside the rotation, so a sweep can
+    evaluate each; 0 = none."""
     progress: bool = True
     """tqdm progress bar with tokens/s and ETA."""
 
     def __post_init__(self) -> None:
         _positive(self, "log_every", "ckpt_every", "val_batch_size", "keep_checkpoints")
-        _positive(self, "val_every", allow_zero=True)
+        _positive(self, "val_every", "keep_eval_checkpoints", allow_zero=True)
 
 
 @dataclass
@@ -340,6 +397,18 @@ def _check_override(ov: str) -> None:
         raise ConfigError(f"{key}={value!r}: allowed values {[str(v) for v in kind]}")
 
 
+def _amount(ov: str) -> str:
+    """`train.tokens=20k` -> `train.tokens=20000.0`: the same suffixes as sweeps' TOKENS."""
+    key, eq, value = ov.partition("=")
+    if not eq or key not in AMOUNT_KEYS:
+        return ov
+    try:
+        v = parse_amount(value, key)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return f"{key}={'null' if v is None else repr(v)}"
+
+
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     """Compose the typed config from experiments/conf + overrides; ConfigError on bad input.
 
@@ -354,7 +423,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    overrides = [str(o) for o in overrides]
+    overrides = [_amount(str(o)) for o in overrides]
     for ov in overrides:
         _check_override(ov)
     register()
@@ -391,3 +460,55 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
         raise ConfigError(f"train.seq_len={cfg.train.seq_len} exceeds model.max_seq_len="
                           f"{mc.max_seq_len}; lower train.seq_len or raise model.max_seq_len")
     return cfg
+
+
+# ---------------------------------------------------------------- help
+def _attribute_docs(cls: type) -> dict[str, str]:
+    """The docstrings under a dataclass's fields (the string literal after `name: type = ...`),
+    read from its source with ast; fields without one are absent."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for a, b in zip(body, body[1:], strict=False):
+        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str)):
+            docs[a.target.id] = one_line(b.value.value)
+    return docs
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return "(required)"
+
+
+def config_help() -> str:
+    """Every config key with its default and docstring, generated from the dataclasses (the
+    model section's docs are model.ModelConfig's)."""
+    lines = ["Config keys (python -m experiments.train key=value ...; defaults in brackets).",
+             f"Model presets: model={'|'.join(PRESETS)}; data sources: data="
+             f"{'|'.join(str(s) for s in DATA_SOURCES)}. train.tokens and train.flops take "
+             "suffixes: 20k, 2M, 1.5G, 1e6.", ""]
+    for section, cls in GROUPS.items():
+        docs = _attribute_docs(ModelConfig if cls is ModelSection else cls)
+        if cls is ModelSection:
+            docs["preset"] = "The preset the section started from (model=<preset>)."
+        lines.append(f"[{section}]")
+        for f in dataclasses.fields(cls):
+            d = _default(f)
+            d = str(d) if isinstance(d, Enum) else d
+            lines.append(f"  {section}.{f.name} [{d!r}]")
+            if docs.get(f.name):
+                lines.append(f"      {docs[f.name]}")
+        lines.append("")
+    return "\n".join(lines)

@@ -178,3 +178,144 @@ def format_plan(cfg: TrainConfig, p: RunPlan) -> str:
         f"{p.grad_accum} x world {p.world_size}; warmup {p.warmup_steps} steps",
     ]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the dry run's estimates
+PAPER_1P5B = {"preset": "1.5B", "tokens": 47e9, "gpus": 32, "hours": 12.0,
+              "gpu": "H100", "peak_tflops": 989.0}
+"""The paper's 1.5B runs: 47B tokens on 32 H100s in about 12 h (dense bf16 peak 989 TFLOP/s)."""
+ADAMW_STATES = 2
+"""exp_avg and exp_avg_sq, each the shape and dtype (fp32) of its parameter."""
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, float]:
+    """Bytes a training forward keeps for the backward, per token, by part. Counted from what
+    the layers save: per block the two RMSNorm inputs (fp32), the normed inputs, q, k, v and
+    the attention output (a flash kernel keeps no T x T scores), and the SwiGLU's w1, w3,
+    silu(w1) and their product; the readout keeps the logits, their fp32 copy for the
+    cross-entropy and its gradient."""
+    D, F, kv = mc.dim, mc.ffn_dim, mc.n_kv_heads * mc.head_dim
+    block = 2 * 4 * D + act_bytes * (4 * D + 2 * kv + 4 * F)
+    readout = (act_bytes + 8) * mc.vocab_size
+    return {"block": float(block), "readout": float(readout),
+            "blocks": float(block * (mc.n_layers + (1 if mc.is_free else 0))),
+            "block_input": float(4 * D)}
+
+
+def memory_estimate(p: RunPlan, parallel: str, *, cuda: bool = True) -> dict[str, Any]:
+    """Per-GPU bytes of one process of this plan: fp32 weights, gradients and AdamW state
+    (sharded over the world under FSDP, with its transient all-gathered units), and the
+    activations of one micro-batch with and without activation checkpointing.
+
+    `parallel`: none | ddp | fsdp. `cuda`: bf16 autocast and FSDP's bf16 all-gathers (else
+    fp32 throughout). DDP is built with gradient_as_bucket_view, so its buckets are the
+    gradients. Not counted: the CUDA context and allocator fragmentation (a few GB)."""
+    mc = p.model
+    n = p.world_size if parallel == "fsdp" else 1
+    counts = M.param_count(mc)
+    total = counts["total"]
+    # FSDP2 shards every parameter on dim 0 and pads it to a multiple of the world size
+    local = total if n == 1 else _ceil_div(total, n)
+    act_b = 2 if cuda else 4
+    weights, grads, optim = 4 * local, 4 * local, ADAMW_STATES * 4 * local
+    gathered = 0
+    if parallel == "fsdp":
+        # the root unit (embeddings, readout, the FT's zeta, readout and post-sampler) stays
+        # gathered through forward and backward, and two blocks (the current one and the
+        # prefetched one) at a time; each with its unsharded gradient before the reduce-scatter
+        from model.accounting import block_params
+
+        root = total - mc.n_layers * block_params(mc) - (block_params(mc) if mc.is_free else 0)
+        gathered = (root + 2 * block_params(mc)) * (act_b + 4)
+    tokens = p.micro_batch_size * p.seq_len
+    per_tok = _activation_bytes_per_token(mc, act_b)
+    mapper = 3 * 4 * mc.mapper_chunk_elems if mc.is_free else 0
+    act = tokens * (per_tok["blocks"] + per_tok["readout"]) + mapper
+    n_blocks = mc.n_layers + (1 if mc.is_free else 0)
+    # checkpointing keeps each block's input; the backward recomputes one block at a time
+    act_ckpt = tokens * (n_blocks * per_tok["block_input"] + per_tok["block"]
+                         + per_tok["readout"]) + mapper
+    state = weights + grads + optim + gathered
+    return {"parallel": parallel, "world_size": p.world_size, "params": total,
+            "params_local": local, "weights": weights, "grads": grads, "optimizer": optim,
+            "fsdp_gathered": gathered, "activations": act,
+            "activations_checkpointed": act_ckpt, "total": state + act,
+            "total_checkpointed": state + act_ckpt}
+
+
+def gpu_time_estimate(p: RunPlan, n_gpus: int, peak_tflops: float, mfu: float) -> dict[str, Any]:
+    """Wall time and GPU-hours of this plan's FLOPs on `n_gpus` at `mfu` of `peak_tflops`."""
+    secs = p.flops / (n_gpus * peak_tflops * 1e12 * mfu)
+    return {"seconds": secs, "gpu_hours": secs * n_gpus / 3600.0}
+
+
+def paper_implied_mfu(seq_len: int | None = None) -> dict[str, Any]:
+    """The MFU the paper's 1.5B baseline run implies: its training FLOPs (this module's count
+    at the preset's context length) over 32 H100s x 12 h x the dense bf16 peak."""
+    mc = M.PRESETS[PAPER_1P5B["preset"]]
+    T = seq_len or mc.max_seq_len
+    fpt = train_flops_per_token(mc, T).total
+    flops = PAPER_1P5B["tokens"] * fpt
+    avail = PAPER_1P5B["gpus"] * PAPER_1P5B["hours"] * 3600 * PAPER_1P5B["peak_tflops"] * 1e12
+    six_n = 6 * M.param_count(mc)["total"]  # the usual 6N rule, attention not counted
+    return {**PAPER_1P5B, "seq_len": T, "flops_per_token": fpt, "flops": flops,
+            "mfu": flops / avail, "mfu_6n": PAPER_1P5B["tokens"] * six_n / avail}
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.1f} GB"  # decimal, as GPU memory is quoted (H100: 80 GB)
+
+
+def _duration(s: float) -> str:
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    if s < 3 * 86400:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
+
+
+def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
+                    cpu_rate: tuple[float, str] | None = None) -> str:
+    """The dry run's memory, fit, wall-time and GPU-hour lines (GPU: at train.mfu of
+    train.gpu_peak_tflops; CPU: `cpu_rate` = (tokens/s, where that figure comes from))."""
+    t = cfg.train
+    m = memory_estimate(p, parallel)
+    cap = t.gpu_memory_gb * 1e9
+    fits = "fits" if m["total"] <= cap else "does NOT fit"
+    fits_ck = "fits" if m["total_checkpointed"] <= cap else "does NOT fit"
+    lines = [
+        f"memory/GPU  {parallel} over {p.world_size} GPU(s), micro-batch {p.micro_batch_size} x "
+        f"{p.seq_len} tokens, bf16 autocast: weights {_gb(m['weights'])}, grads "
+        f"{_gb(m['grads'])}, AdamW {_gb(m['optimizer'])}"
+        + (f", FSDP gathered {_gb(m['fsdp_gathered'])}" if m["fsdp_gathered"] else "")
+        + f", activations {_gb(m['activations'])} "
+        f"({_gb(m['activations_checkpointed'])} with activation checkpointing)",
+        f"fit         {_gb(m['total'])} {fits} in train.gpu_memory_gb={t.gpu_memory_gb:g} GB; "
+        f"{_gb(m['total_checkpointed'])} with activation checkpointing {fits_ck}",
+    ]
+    if parallel != "fsdp" and m["total"] > cap and p.world_size > 1:
+        fs = memory_estimate(p, "fsdp")
+        lines.append(f"            under FSDP: {_gb(fs['total'])} "
+                     f"({_gb(fs['total_checkpointed'])} checkpointed)")
+    g = gpu_time_estimate(p, p.world_size, t.gpu_peak_tflops, t.mfu)
+    paper = paper_implied_mfu()
+    lines.append(
+        f"GPU time    {_duration(g['seconds'])} on {p.world_size} GPU(s), "
+        f"{g['gpu_hours']:.3g} GPU-hours, at MFU {t.mfu:.0%} of {t.gpu_peak_tflops:g} TFLOP/s "
+        f"(train.mfu, train.gpu_peak_tflops)")
+    lines.append(
+        f"            beside it, the paper's 1.5B run (47B tokens, 32 H100 x 12 h) implies MFU "
+        f"{paper['mfu_6n']:.0%} at 6N FLOPs/token, {paper['mfu']:.0%} with attention over "
+        f"the full {paper['seq_len']}-token context ({paper['flops_per_token']:.3g} "
+        f"FLOPs/token, this suite's count)")
+    if cpu_rate is not None:
+        tps, src = cpu_rate
+        lines.append(f"CPU time    {_duration(p.tokens / tps)} on this machine at "
+                     f"{tps:,.0f} tokens/s ({src})")
+    return "\n".join(lines)

@@ -18,8 +18,13 @@ A run with final.pt is finished: train() returns at once unless train.force=true
 
 Determinism: the initialisation, the data order and the latent samples are functions of
 train.seed (each micro-batch draws its Z from a generator seeded by (seed, step, micro-batch)),
-so a resumed run, and a DDP run with the same global batch, reproduce an uninterrupted
-single-process run. DDP: `torchrun --nproc_per_node N -m experiments.train ...` (gloo on CPU).
+so a resumed run, and a DDP or FSDP run with the same global batch, reproduce an uninterrupted
+single-process run. Several processes: `torchrun --nproc_per_node N -m experiments.train ...`
+(gloo on CPU, nccl on GPUs) with train.parallel=ddp|fsdp|auto (experiments/parallel.py).
+
+Resume never repeats finished work: a validation due at a checkpoint's step runs before that
+checkpoint is written, and the checkpoint records it (`val_done`), so a job preempted again and
+again in a short slot still advances.
 """
 
 from __future__ import annotations
@@ -53,8 +58,9 @@ from common.provenance import git_state, versions
 from model import build_model, save_checkpoint
 from model.checkpoint import CheckpointError, read_checkpoint
 
-from .config import ConfigError, TrainConfig, compose, one_line
-from .plan import RunPlan, format_plan, plain, plan, run_dir, semantic, world
+from . import parallel as par
+from .config import ConfigError, TrainConfig, compose, config_help, one_line
+from .plan import RunPlan, format_estimate, format_plan, plain, plan, run_dir, semantic, world
 from .tokenizer import tokenizer_ref, tokenizer_sha256
 
 EXIT_PREEMPTED = 75
@@ -87,23 +93,35 @@ class TrainState:
         self.cfg, self.plan, self.run_id = cfg, p, run_id
         self.opt, self.sched = opt, sched
         self.step = 0
+        self.val_done = False
+        """The validation due at `step` finished before this state's checkpoint was written."""
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "optimizer": self.opt.state_dict(),
+    def state_dict(self, optimizer: dict[str, Any] | None = None,
+                   optimizer_format: str = "ids") -> dict[str, Any]:
+        """`optimizer`: a state gathered elsewhere (FSDP: keyed by parameter name, "fqn")."""
+        return {"step": self.step, "val_done": self.val_done,
+                "optimizer": self.opt.state_dict() if optimizer is None else optimizer,
+                "optimizer_format": optimizer_format,
                 "scheduler": self.sched.state_dict(),
                 "data": {"samples": self.step * self.cfg.train.batch_size,
                          "seed": self.cfg.train.seed},
                 "rng": _rng_state(), "run_id": self.run_id,
                 "tokens": self.plan.tokens_at(self.step), "flops": self.plan.flops_at(self.step)}
 
-    def load_state_dict(self, sd: dict[str, Any]) -> None:
+    def load_state_dict(self, sd: dict[str, Any], model: torch.nn.Module | None = None,
+                        mode: str = "none") -> None:
         step = int(sd["step"])
         if sd["data"]["samples"] != step * self.cfg.train.batch_size:
             raise ValueError("data position does not match its step")
-        self.opt.load_state_dict(sd["optimizer"])
+        if model is None:
+            self.opt.load_state_dict(sd["optimizer"])
+        else:  # whatever mode and world size wrote it
+            par.load_optimizer(model, self.opt, sd["optimizer"],
+                               sd.get("optimizer_format", "ids"), mode)
         self.sched.load_state_dict(sd["scheduler"])
         _set_rng_state(sd["rng"])
         self.step = step
+        self.val_done = bool(sd.get("val_done", False))
 
 
 def _rng_state() -> dict[str, Any]:
@@ -172,9 +190,10 @@ def _newest_checkpoint(ckdir: Path, log: _Log) -> tuple[dict, Path] | None:
     return None
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
+def _truncate_metrics(path: Path, step: int, val_done: bool = False) -> None:
     """Keep what an uninterrupted run had written when its checkpoint at `step` was taken:
-    train lines up to `step`, val lines before it (val at `step` runs after the checkpoint)."""
+    train lines up to `step`, val lines before it, and the val line at `step` when the
+    checkpoint says that validation had finished before it was written (`val_done`)."""
     if not path.exists():
         return
     keep = []
@@ -184,7 +203,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
         except json.JSONDecodeError:
             continue  # a line cut by kill -9
         if (r.get("kind") == "train" and r["step"] <= step) or (
-                r.get("kind") == "val" and r["step"] < step):
+                r.get("kind") == "val" and (r["step"] < step or (val_done and r["step"] == step))):
             keep.append(line)
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
@@ -320,8 +339,20 @@ class _Loop:
         self.main = rank == 0
         self.ckdir = rd / "checkpoints"
         self.tok_ref = tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name)
+        self.mode = par.resolve(str(cfg.train.parallel), n_world, device, p.params["total"])
         torch.manual_seed(cfg.train.seed)
         self.model = build_model(p.model).to(device)
+        # full weights load before any sharding; the rest of the state after the optimizer
+        self.found = _newest_checkpoint(self.ckdir, log)
+        if self.found is not None:
+            self.model.load_state_dict(self.found[0]["model"])
+        if cfg.train.activation_checkpointing:
+            par.checkpoint_blocks(self.model)
+        if self.mode == "fsdp":
+            par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
+        log(f"parallel: {self.mode} over {n_world} process(es)"
+            + (", activation checkpointing" if cfg.train.activation_checkpointing else ""),
+            echo=False)
         self.opt = torch.optim.AdamW(
             _param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
             betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
@@ -329,30 +360,34 @@ class _Loop:
         sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: lr_factor(s, p.steps, p.warmup_steps, cfg.optim.min_lr_ratio))
         self.state = TrainState(cfg, p, rd.name, self.opt, sched)
-        self.use_bf16 = device.type == "cuda" and cfg.train.precision in ("auto", "bf16")
+        # bf16 autocast wherever torch has it (CUDA, and the CPU's own); auto = CUDA only
+        self.use_bf16 = cfg.train.precision == "bf16" or (
+            cfg.train.precision == "auto" and device.type == "cuda")
         self.metrics: Any = None
         self.last_good: Path | None = None
         self.t_window, self.tok_window = time.time(), 0  # tokens/s; val and checkpoints excluded
 
     def autocast(self) -> Any:
         if self.use_bf16:
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
     def resume(self) -> None:
         metrics_path = self.rd / "metrics.jsonl"
-        found = _newest_checkpoint(self.ckdir, self.log)
+        found, self.found = self.found, None  # the weights are in the model already
         if found is not None:
             payload, path = found
-            self.model.load_state_dict(payload["model"])
             try:
-                self.state.load_state_dict(payload["extra"])
+                self.state.load_state_dict(payload["extra"], self.model, self.mode)
             except ValueError as e:
                 raise ConfigError(f"{path}: {e}") from None
-            self.log(f"resumed from {path.name} (step {self.state.step}/{self.p.steps})",
+            self.log(f"resumed from {path.name} (step {self.state.step}/{self.p.steps}"
+                     + (", its validation done" if self.state.val_done else "") + ")",
                      echo=self.main)
             if self.main:
-                _truncate_metrics(metrics_path, self.state.step)
+                _truncate_metrics(metrics_path, self.state.step, self.state.val_done)
+                if not (self.ckdir / f"eval_step_{self.state.step}.pt").exists():
+                    self.keep_for_eval(self.state.step, path)  # killed before its link
         elif self.main:
             metrics_path.unlink(missing_ok=True)
         found_steps = step_checkpoints(self.ckdir)
@@ -360,14 +395,10 @@ class _Loop:
 
     def wrap(self) -> torch.nn.Module:
         fwd: torch.nn.Module = self.model
-        if self.cfg.train.compile:
-            if self.device.type == "cuda":
-                fwd = torch.compile(self.model)  # type: ignore[assignment]
-            else:
-                self.log("train.compile=true ignored on CPU", echo=self.main)
-        if self.world > 1:
-            fwd = torch.nn.parallel.DistributedDataParallel(
-                fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if self.cfg.train.compile:  # inductor: CUDA, or C++ on the CPU
+            fwd = torch.compile(self.model)  # type: ignore[assignment]
+        if self.mode == "ddp":
+            fwd = par.ddp(fwd, self.device)
         return fwd
 
     def emit(self, rec: dict[str, Any]) -> None:
@@ -379,13 +410,36 @@ class _Loop:
         if self.world > 1:
             dist.barrier()
 
-    def save(self, step: int, name: str | None = None) -> Path:
+    def eval_steps(self) -> set[int]:
+        """Steps of logging.keep_eval_checkpoints=n: n evenly spaced by tokens, the last one
+        the final step (every step has the same tokens, so even in steps is even in tokens)."""
+        n = self.cfg.logging.keep_eval_checkpoints
+        return {math.ceil(k * self.p.steps / n) for k in range(1, n + 1)} if n else set()
+
+    def keep_for_eval(self, step: int, path: Path) -> None:
+        """eval_step_<N>.pt: a hard link (a copy where links fail) outside the rotation."""
+        if not self.main or step not in self.eval_steps():
+            return
+        dst = self.ckdir / f"eval_step_{step}.pt"
+        tmp = dst.with_name(f".{dst.name}.tmp")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, dst)
+
+    def save(self, step: int, name: str | None = None, val_done: bool = False) -> Path:
         t_in = time.time()
         path = self.ckdir / (name or checkpoint_name(step))
+        # FSDP: gathering the full state is a collective, so every rank takes part
+        weights, optim, optim_format = par.gather_state(self.model, self.opt, self.mode)
         if self.main:
-            self.state.step = step
+            self.state.step, self.state.val_done = step, val_done
             save_checkpoint(path, self.model, tokenizer=self.tok_ref,
-                            extra=self.state.state_dict())
+                            extra=self.state.state_dict(optim, optim_format), state_dict=weights)
+            if name is not None or step != self.p.steps:  # the last step's is final.pt's
+                self.keep_for_eval(step, path)
             if name is None:
                 for _, old in step_checkpoints(self.ckdir)[:-self.cfg.logging.keep_checkpoints]:
                     old.unlink(missing_ok=True)
@@ -395,9 +449,10 @@ class _Loop:
 
     def validate(self, step: int) -> None:
         t_in = time.time()
-        if self.main:
+        if self.main or self.mode == "fsdp":  # under FSDP every rank takes part in all-gathers
             r = evaluate(self.model, self.corpus, self.cfg.logging.val_batch_size,
                          self.p.model.kappa_bits, self.autocast)
+        if self.main:
             self.emit({"kind": "val", "step": step, "tokens": self.p.tokens_at(step),
                        "flops": self.p.flops_at(step), **r})
             self.log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
@@ -435,10 +490,8 @@ class _Loop:
             j = a * self.world + self.rank  # this micro-batch's index within the global batch
             x, y = self.corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
             x, y = x.to(self.device), y.to(self.device)
-            # DDP: all-reduce gradients only on the last micro-batch of the step
-            last = a == accum - 1
-            sync = fwd.no_sync() if self.world > 1 and not last else contextlib.nullcontext()
-            with sync:
+            # DDP/FSDP: reduce gradients only on the last micro-batch of the step
+            with par.accumulate(fwd, self.mode, last=a == accum - 1):
                 with self.autocast():
                     out = fwd(x, targets=y, generator=_z_generator(cfg.train.seed, step, j))
                     loss = out.loss / accum
@@ -453,7 +506,7 @@ class _Loop:
         gn = torch.nn.utils.clip_grad_norm_(
             self.model.parameters(),
             cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
-        gnv = float(gn)
+        gnv = par.as_float(gn)  # a DTensor under FSDP
         if not (math.isfinite(lossv) and math.isfinite(gnv)):
             what = "loss" if not math.isfinite(lossv) else "gradient norm"
             raise TrainingDiverged(
@@ -480,15 +533,16 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     dir. A finished run (final.pt present) returns at once unless train.force=true."""
     rank, n_world = world()
     main = rank == 0
+    if cfg.train.dry_run and cfg.train.plan_world_size:
+        n_world = cfg.train.plan_world_size
     p = plan(cfg, n_world)
     rd = run_dir(cfg)
     if cfg.train.dry_run:
         if main:
             print(format_plan(cfg, p), flush=True)
+            print(_dry_estimate(cfg, p), flush=True)
         return rd
     device = _device(cfg)
-    if cfg.train.precision == "bf16" and device.type != "cuda":
-        raise ConfigError("train.precision=bf16 needs CUDA; allowed on CPU: auto, fp32")
     ckdir = rd / "checkpoints"
     with ExitStack() as stack:
         stop = stack.enter_context(_signals_to_flag())
@@ -515,9 +569,9 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
         log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
         log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
         log(format_plan(cfg, p), echo=main)
-        if main:
-            _write_config(cfg, p, corpus, rd, argv)
         loop = _Loop(cfg, p, corpus, rd, device, rank, n_world, stop, log)
+        if main:
+            _write_config(cfg, p, corpus, rd, argv, loop.mode)
 
         # ---- resume
         loop.resume()
@@ -536,10 +590,13 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
         t0 = time.time()
         step = loop.state.step
         try:
-            if step < p.steps and loop.val_due(step):  # step 0, or the val after a checkpoint
-                loop.validate(step)
-            if (sig := loop.pending_signal()) is not None:  # arrived during setup
-                loop.last_good = loop.save(step)
+            ran_val = loop.state.val_done
+            if step < p.steps and loop.val_due(step) and not ran_val:
+                loop.validate(step)  # step 0's, or one a preemption cut before its checkpoint
+                ran_val = True
+            if (sig := loop.pending_signal()) is not None:  # during setup or that validation
+                # the checkpoint records the finished validation: the next attempt trains
+                loop.last_good = loop.save(step, val_done=ran_val)
                 loop.preempt(sig, step)
             loop.model.train()
             loop.t_window, loop.tok_window = time.time(), 0
@@ -556,17 +613,22 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
                 if bar is not None:
                     bar.update(1)
                 sig = loop.pending_signal()
-                if step % cfg.logging.ckpt_every == 0 or step == p.steps or sig is not None:
-                    loop.last_good = loop.save(step)
+                # validate before a checkpoint at the same step, so the checkpoint can say it
+                # ran; a signal already pending skips it (the next attempt validates first)
+                ran_val = sig is None and step < p.steps and loop.val_due(step)
+                if ran_val:
+                    loop.validate(step)
+                    sig = loop.pending_signal()  # one that arrived during the validation
+                if (step % cfg.logging.ckpt_every == 0 or step == p.steps or sig is not None
+                        or step in loop.eval_steps()):
+                    loop.last_good = loop.save(step, val_done=ran_val)
                 if sig is not None:
                     loop.preempt(sig, step)
-                if step < p.steps and loop.val_due(step):
-                    loop.validate(step)
             loop.validate(p.steps)  # truncation on resume removed any earlier val at this step
             wall = time.time() - t0
             loop.emit({"kind": "final", "step": p.steps, "tokens": p.tokens_at(p.steps),
                        "flops": p.flops_at(p.steps), "wall_s": wall})
-            loop.save(p.steps, "final.pt")
+            loop.save(p.steps, "final.pt", val_done=True)
             log(f"finished {p.steps} steps in {wall:.1f}s -> {ckdir / 'final.pt'}", echo=main)
         except TrainingDiverged as e:
             log(str(e), echo=main)
@@ -574,8 +636,69 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     return rd
 
 
+def _dry_parallel(cfg: TrainConfig, p: RunPlan) -> str:
+    """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb."""
+    if p.world_size <= 1:
+        return "none"
+    if cfg.train.parallel != "auto":
+        return str(cfg.train.parallel)
+    ddp = par.DDP_BYTES_PER_PARAM * p.params["total"]
+    return "fsdp" if ddp > par.FIT_FRACTION * cfg.train.gpu_memory_gb * 1e9 else "ddp"
+
+
+MEASURE_MAX_PARAMS = 100_000_000
+"""The dry run times training steps on this CPU only for models up to this size."""
+
+
+def _cpu_rate(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | None:
+    """This machine's training tokens/s: the stated train.cpu_tokens_per_s, else measured
+    over `n` optimizer steps (after one warm-up) of this model on random tokens at the
+    configured micro-batch and accumulation, with this process's threads."""
+    if cfg.train.cpu_tokens_per_s:
+        return cfg.train.cpu_tokens_per_s, "stated, train.cpu_tokens_per_s"
+    if p.params["total"] > MEASURE_MAX_PARAMS:
+        return None
+    torch.manual_seed(0)
+    model = build_model(p.model).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, p.model.vocab_size, (p.micro_batch_size, p.seq_len), generator=g)
+    bf16 = cfg.train.precision == "bf16"
+
+    def step() -> None:
+        for _ in range(p.grad_accum):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(x, targets=x, generator=g).loss
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    dt = time.perf_counter() - t0
+    # one process's share of a step: a world of CPU processes shares these cores
+    tokens = n * p.grad_accum * p.micro_batch_size * p.seq_len
+    return tokens / (dt * p.world_size), (f"measured: {n} steps of this model after a warm-up, "
+                                          f"{torch.get_num_threads()} threads, "
+                                          f"{'bf16' if bf16 else 'fp32'}")
+
+
+def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
+    mode = _dry_parallel(cfg, p)
+    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
+        cpu = _cpu_rate(cfg, p)
+        if cpu is None:
+            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
+                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
+                    "train.cpu_tokens_per_s")
+        return format_estimate(cfg, p, mode, cpu)
+    return format_estimate(cfg, p, mode)
+
+
 def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
-                  argv: list[str] | None) -> None:
+                  argv: list[str] | None, parallel: str = "none") -> None:
     path = rd / "config.yaml"
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if path.exists():  # a resume keeps the first provenance; record the restart in the log only
@@ -593,7 +716,8 @@ def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
                        "steps": p.steps, "tokens": p.tokens, "flops": p.flops,
                        "budget_flops": p.budget_flops, "tokens_per_step": p.tokens_per_step,
                        "micro_batch_size": p.micro_batch_size, "grad_accum": p.grad_accum,
-                       "world_size": p.world_size, "warmup_steps": p.warmup_steps},
+                       "world_size": p.world_size, "warmup_steps": p.warmup_steps,
+                       "parallel": parallel},
         "corpus": corpus.info,
         "provenance": {"git_commit": commit, "git_dirty": dirty,
                        "argv": list(argv if argv is not None else sys.argv), "created": created,
@@ -612,6 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args and args[0] in ("-h", "--help"):
             print(__doc__)
+            print(config_help())
             return 0
         cfg = compose(args)
         train(cfg, argv=[sys.argv[0], *args])

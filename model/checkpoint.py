@@ -37,10 +37,13 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> Path:
 
 
 def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any = None,
-                    extra: dict[str, Any] | None = None) -> Path:
-    """Write model weights, its config and a tokenizer reference (a path or a dict)."""
+                    extra: dict[str, Any] | None = None,
+                    state_dict: dict[str, Any] | None = None) -> Path:
+    """Write model weights, its config and a tokenizer reference (a path or a dict).
+    `state_dict`: weights gathered elsewhere (FSDP's full state) instead of model.state_dict()."""
     m = getattr(model, "module", model)  # unwrap DDP
-    payload = {"format": FORMAT, "config": m.cfg.to_dict(), "model": m.state_dict(),
+    payload = {"format": FORMAT, "config": m.cfg.to_dict(),
+               "model": m.state_dict() if state_dict is None else state_dict,
                "tokenizer": tokenizer, "extra": extra or {}}
     return atomic_torch_save(payload, path)
 

@@ -12,6 +12,11 @@ process and knows nothing about the model. Training code knows nothing about sub
   copy of this job: submitit requeues it and the trainer resumes from that checkpoint. The child
   ignores USR2 itself (SLURM signals every process of the step; only this wrapper may act on it).
 
+A requeue that makes no progress is not repeated forever: when two attempts in a row end with
+the run's newest checkpoint at the step they started from, `checkpoint()` raises CellFailed
+naming the slot length and where the trainer was (submitit would otherwise requeue a preempted
+job without limit, and a timed-out one until max_num_timeout).
+
 Outcome: `{"state": "done"}`; `{"state": "interrupted", "reason": ...}` when the child was
 killed (it resumes on the next run); an exception (the job fails) when the child exits with an
 error code.
@@ -30,12 +35,16 @@ from typing import Any
 
 from submitit.helpers import DelayedSubmission
 
+from common.paths import latest_step
+
 GRACE_S = 120.0
 """How long `checkpoint()` waits for the trainer to save and exit before killing it."""
 EXIT_PREEMPTED = 75
 """train.py's exit code after SIGTERM/SIGUSR1 once its checkpoint is written (EX_TEMPFAIL)."""
 INTERRUPT_CODES = {130, 137, 143, 138, 140}
 """Exit codes of a child stopped by SIGINT/SIGKILL/SIGTERM/SIGUSR1/SIGUSR2 through a shell."""
+MAX_STALLS = 2
+"""Attempts in a row without a newer checkpoint before the cell fails instead of requeueing."""
 
 
 class CellFailed(RuntimeError):
@@ -46,7 +55,7 @@ class CellJob:
     def __init__(self, cell: str, argv: list[str], *, run_dir: str | None = None,
                  done_file: str | None = None, threads: int | None = None,
                  cwd: str | None = None, env: dict[str, str] | None = None,
-                 kind: str = "train") -> None:
+                 kind: str = "train", stalls: int = 0) -> None:
         self.cell = cell
         self.argv = list(argv)
         self.run_dir = run_dir
@@ -56,7 +65,11 @@ class CellJob:
         self.cwd = cwd
         self.env = dict(env or {})
         self.kind = kind
+        self.stalls = stalls
+        """Attempts in a row, before this one, that ended without a newer checkpoint."""
         self._proc: subprocess.Popen[bytes] | None = None
+        self._started: float | None = None
+        self._step0: int | None = None
 
     # ---- submitit entry points -------------------------------------------------------------
     def __call__(self) -> dict[str, Any]:
@@ -66,6 +79,7 @@ class CellJob:
         print(f"[sweeps] {self.kind} {self.cell}: {' '.join(self.argv)}", flush=True)
         sys.stdout.flush()
         usr = _submitit_signal()
+        self._started, self._step0 = time.monotonic(), self.latest_step()
         self._proc = subprocess.Popen(
             self.argv, cwd=self.cwd, env=env,
             preexec_fn=(lambda: signal.signal(usr, signal.SIG_IGN)) if usr else None)
@@ -75,6 +89,7 @@ class CellJob:
         return self._outcome(rc)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> DelayedSubmission:
+        slot = time.monotonic() - self._started if self._started is not None else None
         p = self._proc
         if p is not None and p.poll() is None:
             print(f"[sweeps] {self.cell}: preempted/timed out; asking the trainer to checkpoint",
@@ -86,14 +101,37 @@ class CellJob:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-            print(f"[sweeps] {self.cell}: trainer exited with {p.returncode}; requeueing",
-                  flush=True)
-        return DelayedSubmission(self.fresh())
+            print(f"[sweeps] {self.cell}: trainer exited with {p.returncode}", flush=True)
+        nxt = self.fresh()
+        if self.kind == "train" and self.run_dir and not self.is_done():
+            now = self.latest_step()
+            moved = now is not None and (self._step0 is None or now > self._step0)
+            nxt.stalls = 0 if moved else self.stalls + 1
+            if nxt.stalls >= MAX_STALLS:
+                raise CellFailed(self._stall_reason(nxt.stalls, slot))
+        print(f"[sweeps] {self.cell}: requeueing", flush=True)
+        return DelayedSubmission(nxt)
 
     # ---- helpers ---------------------------------------------------------------------------
     def fresh(self) -> CellJob:
         return CellJob(self.cell, self.argv, run_dir=self.run_dir, done_file=self.done_file,
-                       threads=self.threads, cwd=self.cwd, env=self.env, kind=self.kind)
+                       threads=self.threads, cwd=self.cwd, env=self.env, kind=self.kind,
+                       stalls=self.stalls)
+
+    def latest_step(self) -> int | None:
+        """Step of the run's newest checkpoint (None before the first)."""
+        return latest_step(Path(self.run_dir or ".") / "checkpoints")
+
+    def _stall_reason(self, stalls: int, slot: float | None) -> str:
+        """`slot`: seconds from this attempt's start to the preemption signal."""
+        step = "no checkpoint yet" if self._step0 is None else f"step {self._step0}"
+        last = _last_log_line(Path(self.run_dir or ".") / "train.log")
+        return (f"no progress in {stalls} attempts in a row: the slot of "
+                f"{f'{slot:.0f} s' if slot is not None else 'unknown length'} ends before "
+                f"startup + one training step (still at {step}"
+                + (f"; the trainer's last log line: {last!r}" if last else "")
+                + "); give each attempt more time (cluster.yaml timeout_min, or a partition "
+                  "with longer slots)")
 
     def __getstate__(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -159,6 +197,14 @@ class CellJob:
                 "LOCAL_WORLD_SIZE": str(je.num_tasks // je.num_nodes),
                 "GROUP_RANK": str(je.node), "NODE_RANK": str(je.node),
                 "MASTER_ADDR": je.hostnames[0], "MASTER_PORT": str(port)}
+
+
+def _last_log_line(path: Path) -> str | None:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return None
+    return lines[-1].strip()[:200] if lines else None
 
 
 def _submitit_signal() -> signal.Signals | None:

@@ -1,0 +1,175 @@
+# experiments/parallel.py
+"""Data parallelism for experiments/train.py: none (one process), DDP, or FSDP2.
+
+    resolve(mode, world, device, n_params) -> "none" | "ddp" | "fsdp"
+    checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
+    shard(model, device, world)     FSDP2 in place (before the optimizer is built)
+    ddp(fwd, device)                DistributedDataParallel
+    accumulate(fwd, mode, last)     context: gradient sync only on a step's last micro-batch
+    gather_state(model, opt, mode)  -> (model state or None, optimizer state, format); collective
+                                    under FSDP: every rank calls it, rank 0 writes the result
+    load_optimizer(model, opt, state, fmt, mode)
+    as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
+
+FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
+Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
+encoder readout and the post-sampler). The post-sampler stays in the root unit on purpose: the
+Free Transformer reads `post_sampler.weight` directly (the binary mapper's custom autograd
+function gathers its columns) instead of calling the Linear, so a unit of its own would never be
+unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
+a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
+
+Checkpoints are gathered on rank 0 (`get_model_state_dict(full_state_dict=True)`): the weights
+file is the same as a one-process run's, so eval, export and a resume on any world size read it.
+The optimizer state is stored keyed by parameter name ("fqn" format) under FSDP, by index
+("ids", `Optimizer.state_dict()`) otherwise; either loads under either mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+MODES = ("auto", "ddp", "fsdp")
+DDP_BYTES_PER_PARAM = 16
+"""fp32 weights + gradients + AdamW's two moments: what DDP keeps on every GPU."""
+FIT_FRACTION = 0.8
+"""auto picks FSDP when DDP's weights and optimizer state alone exceed this share of a GPU."""
+
+
+def resolve(mode: str, world: int, device: torch.device, n_params: int) -> str:
+    """The parallelism actually used. One process: none. auto: DDP unless its per-GPU state
+    (16 bytes per parameter) exceeds 80% of the GPU's memory; on CPU auto is DDP."""
+    if mode not in MODES:
+        raise ValueError(f"train.parallel={mode!r}: allowed values {list(MODES)}")
+    if world <= 1:
+        return "none"
+    if mode != "auto":
+        return mode
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        if DDP_BYTES_PER_PARAM * n_params > FIT_FRACTION * total:
+            return "fsdp"
+    return "ddp"
+
+
+def _units(model: nn.Module) -> list[nn.Module]:
+    """The modules sharded as units of their own: each block, and the FT's encoder block."""
+    units = list(getattr(model, "blocks", []))
+    enc = getattr(model, "encoder", None)
+    if isinstance(enc, nn.Module):
+        units.append(enc)
+    return units
+
+
+def checkpoint_blocks(model: nn.Module) -> None:
+    """Activation checkpointing per block (the encoder block too): recompute in backward.
+    The composable form keeps parameter names, so checkpoints do not change."""
+    from torch.distributed._composable import checkpoint
+
+    for m in _units(model):
+        checkpoint(m)
+
+
+def shard(model: nn.Module, device: torch.device, world: int) -> None:
+    """FSDP2 in place: a unit per block and for the encoder block, the root for the rest.
+    The parameters become sharded DTensors: build the optimizer after this call."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(device.type, (world,))
+    # bf16 compute and all-gathers on GPUs, gradients reduced in fp32; CPU stays fp32
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+          if device.type == "cuda" else MixedPrecisionPolicy())
+    for m in _units(model):
+        fully_shard(m, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+
+
+def ddp(fwd: nn.Module, device: torch.device) -> nn.Module:
+    """DDP whose reduction buckets are the gradients themselves (no second copy: the dry
+    run's memory estimate counts 4 bytes of gradient per parameter)."""
+    return nn.parallel.DistributedDataParallel(
+        fwd, device_ids=[device.index] if device.type == "cuda" else None,
+        gradient_as_bucket_view=True)
+
+
+@contextlib.contextmanager
+def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
+    """Reduce gradients across processes only on the last micro-batch of a step."""
+    if mode == "ddp" and not last:
+        with fwd.no_sync():  # type: ignore[operator]
+            yield
+    elif mode == "fsdp":
+        fwd.set_requires_gradient_sync(last)  # type: ignore[operator]
+        yield
+    else:
+        yield
+
+
+def as_float(x: torch.Tensor) -> float:
+    full = getattr(x, "full_tensor", None)  # a DTensor (FSDP's clip_grad_norm_)
+    return float(full() if callable(full) else x)
+
+
+# ---------------------------------------------------------------- checkpoints
+def _named_ids(model: nn.Module, opt: torch.optim.Optimizer) -> list[list[str]]:
+    """Per parameter group, the names of its parameters in the optimizer's order."""
+    name = {id(p): n for n, p in model.named_parameters()}
+    return [[name[id(p)] for p in g["params"]] for g in opt.param_groups]
+
+
+def _ids_to_fqn(state: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
+    by_id = {i: n for g, ns in zip(state["param_groups"], names, strict=True)
+             for i, n in zip(g["params"], ns, strict=True)}
+    return {"state": {by_id[i]: v for i, v in state["state"].items()},
+            "param_groups": [{**g, "params": [by_id[i] for i in g["params"]]}
+                             for g in state["param_groups"]]}
+
+
+def _fqn_to_ids(state: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
+    ids: dict[str, int] = {}
+    for ns in names:
+        for n in ns:
+            ids[n] = len(ids)
+    return {"state": {ids[n]: v for n, v in state["state"].items()},
+            "param_groups": [{**g, "params": [ids[n] for n in g["params"]]}
+                             for g in state["param_groups"]]}
+
+
+def gather_state(model: nn.Module, opt: torch.optim.Optimizer, mode: str
+                 ) -> tuple[dict[str, Any] | None, dict[str, Any], str]:
+    """(model state dict, or None to take model.state_dict(); optimizer state; its format).
+    Under FSDP this all-gathers: call it on every rank."""
+    if mode != "fsdp":
+        return None, opt.state_dict(), "ids"
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    msd = get_model_state_dict(model, options=full)
+    osd = get_optimizer_state_dict(model, opt, options=full)
+    return msd, osd, "fqn"
+
+
+def load_optimizer(model: nn.Module, opt: torch.optim.Optimizer, state: dict[str, Any],
+                   fmt: str, mode: str) -> None:
+    """Load a checkpoint's optimizer state whatever mode and world size wrote it."""
+    names = _named_ids(model, opt)
+    if mode != "fsdp":
+        opt.load_state_dict(_fqn_to_ids(state, names) if fmt == "fqn" else state)
+        return
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_optimizer_state_dict,
+    )
+
+    fqn = state if fmt == "fqn" else _ids_to_fqn(state, names)
+    set_optimizer_state_dict(model, opt, fqn, options=StateDictOptions(full_state_dict=True))

@@ -1,0 +1,118 @@
+"""The dry run's plan before a GPU-hour is spent: the per-GPU memory estimate against counted
+bytes of a meta-device build of the 8B preset, the fit and wall-time lines, the paper's implied
+MFU, token counts with suffixes, and `--help` generated from the dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import experiments.train as T
+from experiments.config import GROUPS, ConfigError, compose, config_help
+from experiments.plan import memory_estimate, paper_implied_mfu, plan
+from model import build_model
+
+
+@pytest.fixture(scope="module")
+def meta_8b():
+    """The 8B Free Transformer (H=16) on the meta device, with AdamW's state materialised
+    (no memory is allocated: shapes and dtypes only)."""
+    cfg = compose(["model=8B", "model.latent_bits=16", "train.seq_len=4096",
+                   "train.batch_size=256", "train.micro_batch_size=1"])
+    with torch.device("meta"):
+        m = build_model(plan(cfg).model)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, foreach=False)
+    for p in m.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    return cfg, m, opt
+
+
+def test_counted_parameter_and_optimizer_bytes_of_the_8b_preset_equal_the_estimate(meta_8b):
+    cfg, m, opt = meta_8b
+    p = plan(cfg, world_size=1)
+    est = memory_estimate(p, "none")
+    params = list(m.parameters())
+    weight_bytes = sum(x.numel() * x.element_size() for x in params)
+    grad_bytes = sum(x.grad.numel() * x.grad.element_size() for x in params)
+    opt_bytes = sum(v.numel() * v.element_size() for s in opt.state_dict()["state"].values()
+                    for k, v in s.items() if k != "step")  # the step counter is a scalar
+    assert est["params"] == sum(x.numel() for x in params) > 8e9
+    assert est["weights"] == weight_bytes and est["grads"] == grad_bytes
+    assert est["optimizer"] == opt_bytes
+    # DDP keeps all of it on every GPU: 16 bytes per parameter, 136 GB, more than an H100
+    ddp = memory_estimate(plan(cfg, world_size=8), "ddp")
+    assert ddp["weights"] + ddp["grads"] + ddp["optimizer"] == 16 * est["params"] > 80e9
+
+
+def test_the_fsdp_shard_estimate_matches_fsdp2s_dim0_shards_of_the_8b_preset(meta_8b):
+    cfg, m, _ = meta_8b
+    n = 256
+    est = memory_estimate(plan(cfg, world_size=n), "fsdp")
+    # FSDP2 shards each parameter on dim 0, padded to a multiple of the world size
+    local = sum(-(-x.shape[0] // n) * (x.numel() // x.shape[0]) for x in m.parameters())
+    assert est["params_local"] <= local < est["params_local"] * 1.001
+    assert est["optimizer"] == 8 * est["params_local"]
+    assert est["activations_checkpointed"] < est["activations"]
+    assert est["total"] < 80e9  # the 8B preset fits an H100 under FSDP over 256 GPUs
+
+
+def test_dry_run_prints_memory_fit_gpu_hours_and_the_papers_implied_mfu(tmp_path, capsys):
+    rc = T.main(["model=8B", "train.seq_len=4096", "train.batch_size=256",
+                 "train.micro_batch_size=1", "train.tokens=47e9", "train.plan_world_size=32",
+                 "train.parallel=ddp", f"paths.results={tmp_path}", "train.dry_run=true"])
+    out = capsys.readouterr().out
+    assert rc == 0 and not (tmp_path / "runs").exists()
+    assert "memory/GPU  ddp over 32 GPU(s)" in out and "does NOT fit" in out
+    assert "under FSDP:" in out and "with activation checkpointing" in out
+    assert "GPU-hours, at MFU 35% of 989 TFLOP/s" in out
+    assert "implies MFU 31% at 6N FLOPs/token" in out
+    assert "CPU time    null:" in out  # too large to time here, and nothing stated
+    # auto picks FSDP where DDP does not fit
+    T.main(["model=8B", "train.plan_world_size=32", "train.batch_size=64",
+            f"paths.results={tmp_path}", "train.dry_run=true", "train.cpu_tokens_per_s=10"])
+    out = capsys.readouterr().out
+    assert "memory/GPU  fsdp over 32 GPU(s)" in out
+    assert "at 10 tokens/s (stated, train.cpu_tokens_per_s)" in out
+
+
+def test_the_papers_15b_run_implies_about_31_percent_mfu():
+    r = paper_implied_mfu()
+    assert r["mfu_6n"] == pytest.approx(0.31, abs=0.015)
+    assert r["mfu"] > r["mfu_6n"]  # attention over a 4096-token context adds FLOPs
+
+
+def test_dry_run_on_cpu_measures_this_machines_throughput(tmp_path, capsys):
+    assert T.main(["model=1M", "train.seq_len=32", "train.batch_size=4", "train.tokens=20k",
+                   f"paths.results={tmp_path}", "train.dry_run=true"]) == 0
+    out = capsys.readouterr().out
+    assert "tokens      20,096 = 157 steps x 128 tokens" in out
+    assert "tokens/s (measured: 3 steps of this model" in out
+
+
+@pytest.mark.parametrize("text,value", [("20k", 20_000), ("2M", 2_000_000), ("1e6", 1e6),
+                                        ("1.5G", 1.5e9), ("2_000", 2000), ("5e6", 5e6)])
+def test_token_counts_take_the_same_suffixes_as_sweeps(text, value):
+    assert compose([f"train.tokens={text}"]).train.tokens == value
+    assert compose([f"train.flops={text}"]).train.flops == value
+
+
+@pytest.mark.parametrize("text", ["20x", "-5k", "0", "k", "nan"])
+def test_a_bad_token_count_is_one_line(text):
+    with pytest.raises(ConfigError, match=r"train\.tokens=.* (is not a positive number|> 0)"):
+        compose([f"train.tokens={text}"])
+
+
+def test_help_lists_every_key_with_its_default_and_docstring(capsys):
+    assert T.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    text = config_help()
+    for section, cls in GROUPS.items():
+        for f in dataclasses.fields(cls):
+            assert f"  {section}.{f.name} [" in text, f"{section}.{f.name}"
+    assert "train.tokens [2000000]" in text
+    assert "Budget in training tokens" in text.split("train.tokens [2000000]")[1][:200]
+    assert "model.latent_bits [0]\n      H: 0 is the baseline decoder" in text
+    assert "logging.keep_eval_checkpoints [0]" in out and "train.parallel ['auto']" in out

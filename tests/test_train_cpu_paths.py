@@ -1,0 +1,95 @@
+"""The GPU-only paths run on this CPU: bf16 autocast (`train.precision=bf16`) trains with a
+finite loss close to fp32; `train.compile=true` (inductor, slow tier) trains the same run as
+eager; `logging.keep_eval_checkpoints=n` leaves n evenly spaced checkpoints outside the rotation.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+import experiments.train as T
+from experiments.config import compose
+from experiments.plan import plan
+
+TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
+        "train.batch_size=4", "data.val_tokens=260", "logging.progress=false",
+        "logging.log_every=1", "optim.warmup_steps=1", "logging.val_every=0"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def losses(run: Path) -> list[float]:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in rows if r["kind"] == "train"]
+
+
+@pytest.mark.parametrize("latent_bits", [0, 4], ids=["baseline", "free"])
+def test_bf16_autocast_on_cpu_trains_close_to_fp32(tmp_path, latent_bits):
+    """Was refused with "train.precision=bf16 needs CUDA"."""
+    args = [*TINY, f"model.latent_bits={latent_bits}", f"train.tokens={6 * 4 * 65}"]
+    fp32 = T.train(compose([*args, "train.precision=fp32", f"paths.results={tmp_path}"]))
+    bf16 = T.train(compose([*args, "train.precision=bf16", f"paths.results={tmp_path}"]))
+    a, b = losses(fp32), losses(bf16)
+    assert len(a) == len(b) == 6 and all(math.isfinite(x) for x in b)
+    assert a != b  # bf16 really ran: the matmuls round differently
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 0.05 * max(a)
+
+
+@pytest.mark.slow
+def test_compile_on_cpu_trains_the_same_run_as_eager(tmp_path, tmp_path_factory, monkeypatch):
+    """Was "train.compile=true ignored on CPU". Inductor's cache lives in a directory shared
+    by this test session (a cold compile takes about a minute)."""
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
+        tmp_path_factory.getbasetemp() / "inductor-cache")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
+    args = [*TINY, "model.latent_bits=4", f"train.tokens={3 * 4 * 65}"]
+    eager = T.train(compose([*args, f"paths.results={tmp_path / 'eager'}"]))
+    comp = T.train(compose([*args, "train.compile=true", f"paths.results={tmp_path / 'c'}"]))
+    assert "ignored" not in (comp / "train.log").read_text()
+    assert losses(comp) == pytest.approx(losses(eager), rel=1e-4, abs=1e-4)
+
+
+def test_keep_eval_checkpoints_leaves_n_evenly_spaced_checkpoints(tmp_path):
+    args = [*TINY, f"train.tokens={12 * 4 * 65}", "logging.ckpt_every=5",
+            "logging.keep_checkpoints=1", "logging.keep_eval_checkpoints=3",
+            f"paths.results={tmp_path}"]
+    cfg = compose(args)
+    assert plan(cfg).steps == 12
+    run = T.train(cfg)
+    ck = run / "checkpoints"
+    evals = sorted(p.name for p in ck.glob("eval_step_*.pt"))
+    assert evals == ["eval_step_12.pt", "eval_step_4.pt", "eval_step_8.pt"]
+    steps = {p.name: torch.load(p, weights_only=True)["extra"]["step"]
+             for p in ck.glob("eval_step_*.pt")}
+    assert steps == {"eval_step_4.pt": 4, "eval_step_8.pt": 8, "eval_step_12.pt": 12}
+    # the rotation (keep_checkpoints=1) did not take them, and a resume does not read them
+    assert sorted(p.name for p in ck.glob("step_*.pt")) == ["step_12.pt"]
+    final = torch.load(ck / "final.pt", weights_only=True)["model"]
+    last = torch.load(ck / "eval_step_12.pt", weights_only=True)["model"]
+    assert all(torch.equal(final[k], last[k]) for k in final)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: make gpu-check runs")
+def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "experiments.gpu_check", "--results",
+                        str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "no CUDA device visible" in r.stderr
+    assert not (tmp_path / "gpu_check").exists()  # nothing written
