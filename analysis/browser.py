@@ -18,7 +18,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "eval-completeness",
+REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "table3", "likelihood",
+                     "eval-completeness",
                      "figures", "synthetic", "runs", "provenance"]
 """Section ids every report has; the report's CHECK_JS and `check_report` look for each."""
 

@@ -53,6 +53,8 @@ TRUNCATION_KEYS = ("n_requests", "n_truncated", "max_tokens_cut", "min_prompt_to
 """A generation task's `truncation` record in an eval file (docs/RESULTS.md)."""
 TASK_COLS = CELL_COLS + ["suite", "task", "file", "spec_id", "n", "error", "n_missing",
                          "missing_reasons", "has_truncation", *TRUNCATION_KEYS]
+POINT_COLS = CELL_COLS + ["task", "metric", "z_mode", "leaks", "higher_is_better", "step",
+                          "tokens", "value", "spec_id", "file"]
 SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
 """What makes two evaluations comparable (the spec minus its task list and data checksums)."""
 
@@ -104,6 +106,11 @@ class SweepData:
     warnings: list[str] = field(default_factory=list)
     tasks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=TASK_COLS))
     """One row per (cell, used eval file, task): error, unscored items, truncation record."""
+    points: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=POINT_COLS))
+    """Every evaluated checkpoint (EVAL_POINTS): cell identity + task, metric, z_mode, step,
+    tokens (step x the run's tokens_per_step), value, from every used eval file (all steps)."""
+    likelihood: list[dict] = field(default_factory=list)
+    """<run>/eval/likelihood.*.json records (experiments/likelihood.py) with the cell identity."""
 
 
 def spec_id(spec: dict) -> str:
@@ -310,6 +317,8 @@ def _read_evals(root: Path, run_dir: Path, warnings: list[str]) -> list[dict]:
         if not isinstance(ev, dict):
             warnings.append(f"{epath}: not an eval file (top level is not an object)")
             continue
+        if ev.get("suite") == "likelihood":  # experiments/likelihood.py: read separately
+            continue
         spec, sid, legacy = eval_spec(ev, epath.name)
         out.append({"path": epath, "ev": ev, "spec": spec, "spec_id": sid, "legacy": legacy,
                     "key": spec_key(spec), "group": (spec.get("suite"),
@@ -363,7 +372,9 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     task_rows: list[dict] = []
     per_cell_evals: list[list[dict]] = []
     for cell in manifest.get("cells", []):
-        row, _ = _cell_row(root, cell, warnings)
+        row, cfg = _cell_row(root, cell, warnings)
+        row["tokens_per_step"] = _num(((cfg or {}).get("accounting") or {}).get(
+            "tokens_per_step"))
         ident = {k: row[k] for k in CELL_COLS}
         run_dir = root / "runs" / str(row["run_id"])
         # metrics.jsonl: curves, the last val line, the final line
@@ -408,6 +419,38 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         per_cell_evals.append(_read_evals(root, run_dir, warnings))
         cell_rows.append((row, ident))
     chosen, excluded = _choose_specs(per_cell_evals, manifest)
+    point_rows: list[dict] = []
+    likelihood: list[dict] = []
+    for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
+        run_dir = root / "runs" / str(row["run_id"])
+        for lp in sorted((run_dir / "eval").glob("likelihood.*.json")) \
+                if (run_dir / "eval").is_dir() else []:
+            try:
+                rec = json.loads(lp.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                warnings.append(f"{lp}: unreadable ({e})")
+                continue
+            if isinstance(rec, dict):
+                likelihood.append({**rec, **ident, "model_arm": rec.get("arm"),
+                                   "file": str(lp.relative_to(root))})
+        for f in files:  # every checkpoint step of the used spec (curves, Table 3)
+            if f["spec_id"] in excluded or f["ev"].get("checkpoint_step") is None:
+                continue
+            ev = f["ev"]
+            step = _num(ev.get("checkpoint_step"))
+            z_mode = ev.get("z_mode") or "prior"
+            for task, t in (ev.get("tasks") or {}).items():
+                if not isinstance(t, dict):
+                    continue
+                for metric, m in (t.get("metrics") or {}).items():
+                    m = m if isinstance(m, dict) else {"value": m}
+                    point_rows.append({
+                        **ident, "task": task, "metric": metric, "z_mode": z_mode,
+                        "leaks": bool(ev.get("leaks", z_mode == "posterior")),
+                        "higher_is_better": bool(t.get("higher_is_better", True)),
+                        "step": step, "tokens": step * row["tokens_per_step"],
+                        "value": _num(m.get("value")), "spec_id": f["spec_id"],
+                        "file": f["path"].name})
     for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
         taken: set[tuple[str, str]] = set()
         row["eval_excluded"] = ""
@@ -481,8 +524,11 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     curves = pd.concat(curve_frames, ignore_index=True) if curve_frames else pd.DataFrame(
         columns=CELL_COLS + ["kind", "step", "tokens", "flops"])
     tasks = pd.DataFrame(task_rows, columns=TASK_COLS)
+    points = pd.DataFrame(point_rows, columns=POINT_COLS).drop_duplicates(
+        ["run_id", "task", "metric", "z_mode", "step"])
     return SweepData(name=name, root=root, manifest=manifest, cells=cells, scores=scores,
-                     items=items, curves=curves, evals=evals, warnings=warnings, tasks=tasks)
+                     items=items, curves=curves, evals=evals, warnings=warnings, tasks=tasks,
+                     points=points, likelihood=likelihood)
 
 
 def tidy_frame(name: str, root: str | os.PathLike | None = None) -> pd.DataFrame:

@@ -16,6 +16,7 @@ import datetime as dt
 import html
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ import pandas as pd
 from common.io import atomic_write_text
 from common.paths import results_root, sweeps_dir
 
+from . import checkpoints as ckpts
 from . import figures
 from .browser import CHECK_JS, REQUIRED_SECTIONS, check_report
 from .claims import checklist
@@ -299,6 +301,110 @@ def _summary_html(data: SweepData) -> str:
             "seen.</p>")
 
 
+class ReportError(ValueError):
+    """A bad input to the report (one line, exit 2, nothing written)."""
+
+
+def _writable(d: Path) -> Path | None:
+    """The first existing ancestor of d (d included) that this process cannot write into."""
+    p = d
+    while not p.exists():
+        p = p.parent
+    return None if os.access(p, os.W_OK | os.X_OK) and p.is_dir() else p
+
+
+def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
+    """Every check that needs no work: the sweep exists, its manifest parses, the report's
+    places are writable. Raises ReportError naming the file and what to do."""
+    if n_boot < 1:
+        raise ReportError(f"--n-boot: {n_boot} must be >= 1")
+    if not name.strip() or "/" in name or name in (".", ".."):
+        raise ReportError(f"NAME {name!r} is not a sweep name (a folder under results/sweeps)")
+    root = results_root(root)
+    sdir = sweeps_dir(root) / name
+    man = sdir / "manifest.json"
+    if not man.is_file():
+        known = sorted(p.name for p in sweeps_dir(root).glob("*")
+                       if (p / "manifest.json").is_file()) if sweeps_dir(root).is_dir() else []
+        raise ReportError(f"no sweep {name!r}: {man} does not exist; sweeps under "
+                          f"{sweeps_dir(root)}: {' '.join(known) or 'none'}")
+    try:
+        m = json.loads(man.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ReportError(f"{man} is corrupt ({type(e).__name__}: {e}); re-run the sweep "
+                          "command to rewrite it") from None
+    except OSError as e:
+        raise ReportError(f"{man} cannot be read ({e.strerror})") from None
+    if not isinstance(m, dict) or not isinstance(m.get("cells", []), list):
+        raise ReportError(f"{man} is not a sweep manifest (no list of cells)")
+    for d in (sdir, sdir / "report"):
+        bad = _writable(d)
+        if bad is not None:
+            raise ReportError(f"cannot write the report: {bad} is not a writable directory "
+                              "(fix its permissions or set FTBENCH_RESULTS)")
+    f = sdir / "report.html"
+    if f.exists() and (f.is_dir() or not os.access(f, os.W_OK)):
+        raise ReportError(f"cannot write the report: {f} is not a writable file")
+
+
+def _fmt_ci(m: float, lo: float, hi: float) -> str:
+    if not isinstance(m, float) or not math.isfinite(m):
+        return "—"
+    s = f"{m:.3f}"
+    return s + (f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and math.isfinite(lo) else "")
+
+
+def _table3_html(data: SweepData, out_dir: Path) -> str:
+    """The paper's Table-3 pair and Figures 5-7 from the evaluated checkpoints."""
+    t3 = ckpts.table3(data)
+    t3.to_csv(out_dir / "table3.csv", index=False)
+    fig = ckpts.curves_figure(data)
+    png = figures.png_bytes(fig) if fig is not None else None
+    if png:
+        (out_dir / "benchmark_curves.png").write_bytes(png)
+    head = ('<section id="table3"><h2>Training curves and Table 3 (final value, mean over the '
+            "last third)</h2>")
+    if t3.empty:
+        return head + ('<p class="missing">no evaluated checkpoints besides the final one: run '
+                       "the sweep with EVAL=1 EVAL_POINTS=n (n evenly spaced checkpoints) for "
+                       "the paper's curves and its last-third average</p></section>")
+    view = t3.assign(
+        benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"] + ")",
+        **{"final [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
+            t3["final"], t3["final_lo"], t3["final_hi"], strict=True)],
+           "last third [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
+               t3["last_third"], t3["last_third_lo"], t3["last_third_hi"], strict=True)]})
+    cols = ["group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
+            "last third [95% CI over seeds]", "steps", "ci_method"]
+    return (head + "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
+            "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
+            "n_points of them, steps listed); then the mean over seeds with a t interval over "
+            "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
+            + frame_html(view, cols)
+            + img_html(png, "benchmark curves vs training tokens", "fewer than two steps")
+            + "<p>Files: report/table3.csv, report/benchmark_curves.png</p></section>")
+
+
+def _likelihood_html(data: SweepData, out_dir: Path) -> str:
+    lt = ckpts.likelihood_table(data)
+    lt.to_csv(out_dir / "likelihood.csv", index=False)
+    head = '<section id="likelihood"><h2>Likelihood: both arms on one honest basis</h2>'
+    if lt.empty:
+        return head + ('<p class="missing">no likelihood files (the chained evaluation writes '
+                       "them with EVAL=1; or run <code>python -m experiments.likelihood "
+                       "&lt;run dir&gt;</code>)</p></section>")
+    return (head + "<p>Validation bits per byte from experiments/likelihood.py on the same "
+            "rows for both arms: the baseline's is exact, the Free Transformer's an "
+            "importance-weighted (IWAE) upper bound on its NLL at k = 1, 8, 64 (spread = how "
+            "far the bound moved from the smallest to the largest k). gap = FT minus baseline "
+            "NLL in nats per token at the largest k (an upper bound on the true gap). "
+            "KL spend recovered = (CE_baseline - CE_posterior) / KL (bryanvine's figure); the "
+            "_iwae variant replaces the ELBO by the IWAE bound. The posterior-Z CE is "
+            "<b>leaking</b> (Z from an encoder that reads the scored tokens): it is not a "
+            "likelihood and is never compared with the baseline's CE.</p>"
+            + frame_html(lt) + "<p>File: report/likelihood.csv</p></section>")
+
+
 def build_report(name: str, root: str | Path | None = None, synthetic: str | None = None,
                  n_boot: int = 2000) -> Path:
     """Write report.html (and report/ with tables, figures, checklist); return its path."""
@@ -354,6 +460,8 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
         sections.append(f'<section id="table-{view}"><h2>{esc(view_head[view])}</h2>'
                         + "".join(body) + f"<p>Files: report/table_{view}.csv, .md, .tex</p>"
                         "</section>")
+    sections.append(_table3_html(data, out_dir))
+    sections.append(_likelihood_html(data, out_dir))
     sections.append('<section id="eval-completeness"><h2>Evaluation completeness: truncation '
                     f"and missing scores</h2>{completeness_html(data)}</section>")
     sections.append(
@@ -390,7 +498,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="also open it in headless Chromium and keep a screenshot")
     ap.add_argument("--screenshot", default=None, help="screenshot path for --check")
     a = ap.parse_args(argv)
-    path = build_report(a.name, a.root, a.synthetic, a.n_boot)
+    try:
+        preflight(a.name, a.root, a.n_boot)
+        path = build_report(a.name, a.root, a.synthetic, a.n_boot)
+    except ReportError as e:
+        print(f"report: error: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(2)
     print(f"report: {path.resolve()}")
     if a.check:
         shot = Path(a.screenshot) if a.screenshot else path.parent / "report" / "report.png"

@@ -1,10 +1,11 @@
 """The paper-style benchmark tables, one per comparison, as CSV, Markdown, LaTeX.
 
-Rows follow the paper's grouping of benchmarks (generative code/math; multi-choice general
-knowledge / common sense; multi-choice text understanding; culture); the suite only carries the
-first two groups' benchmarks, so the other two rows say so. Smooth metrics (bits per byte of the
-gold answers, validation CE/bpb, in nats where CE) get their own group, because a tiny model's
-accuracies sit at chance and separate nothing.
+Rows are the paper's 16 benchmarks in its four groups (analysis/paper_groups.py: generative
+code/math; multi-choice general knowledge / common sense; multi-choice text understanding;
+culture), each labelled with the paper's metric and ours (the stock metric that is the paper's,
+or the closest stand-in, marked); a row the suite cannot run says why. Smooth metrics (bits per
+byte of the gold answers, validation CE/bpb, in nats where CE) get their own group, because a
+tiny model's accuracies sit at chance and separate nothing.
 
 Comparisons (`comparisons`) are named from the data, never from a flag. For every candidate
 reference arm the analysis pairs each Free Transformer run with the reference run that matches
@@ -42,27 +43,25 @@ import numpy as np
 import pandas as pd
 
 from .frame import FLOPS_MATCHED_ARMS, SweepData, spec_text
+from .paper_groups import PAPER_GROUPS
 from .stats import NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
 
+SMOOTH_GROUP = ("Smooth metrics (lower is better)",
+                ["humaneval_plus_gold_bpb", "mbpp_plus_gold_bpb", "gsm8k_gold_bpb", "val"])
 GROUPS: list[tuple[str, list[str]]] = [
-    ("Generative code/math", ["humaneval_plus", "mbpp_plus", "gsm8k"]),
-    ("Multi-choice general knowledge / common sense",
-     ["mmlu", "arc_easy", "arc_challenge", "commonsense_qa"]),
-    ("Multi-choice text understanding", []),
-    ("Culture", []),
-    ("Smooth metrics (lower is better)",
-     ["humaneval_plus_gold_bpb", "mbpp_plus_gold_bpb", "gsm8k_gold_bpb", "val"]),
-]
-"""The paper's row groups; the two empty ones hold benchmarks this suite does not run."""
+    *[(g, [r["task"] for r in rows if r["task"]]) for g, rows in PAPER_GROUPS.items()],
+    SMOOTH_GROUP]
+"""The paper's four row groups (analysis/paper_groups.py), then the smooth metrics."""
 VAL_METRICS = ["val_bpb", "val_ce"]
-NOT_IN_SUITE = "not in this suite (none of the six benchmarks belongs to this group)"
+NOT_IN_SUITE = "not in this suite"
 VIEWS = ("tokens", "flops")
 EQUAL_TOL = 0.01
 MAX_STEP_TOL = 0.05
 """A whole-step run cannot match closer than one step: below 100 steps the tolerance is one
 step of the reference run, never more than 5%."""
 ALPHA = 0.05
-TABLE_COLS = ["view", "comparison", "reference", "group", "task", "metric", "higher_is_better",
+TABLE_COLS = ["view", "comparison", "reference", "group", "benchmark", "paper_metric",
+              "matches_paper", "task", "metric", "higher_is_better",
               "column", "arm", "kappa_bits", "latent_bits", "match_h", "n_seeds_expected",
               "n_seeds", "n_items", "mean", "lo", "hi", "ci_method", "delta", "delta_lo",
               "delta_hi", "p", "p_holm", "holm_m", "significant", "significant_holm", "better",
@@ -301,31 +300,59 @@ def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
     return df[df["arm"] == col.arm]
 
 
-def _row_keys(data: SweepData) -> list[tuple[str, str, str, bool]]:
-    """(group, task, metric, higher_is_better) for every row, in the paper's order."""
+def _row_keys(data: SweepData) -> list[dict]:
+    """One dict per table row, in the paper's order: group, benchmark (the paper's row name),
+    paper_metric, matches_paper, task, metric (the paper row's stock metric when the eval files
+    hold it, else the task's primary metric, then marked as a stand-in), higher_is_better."""
     sc = data.scores
     sc = sc[~sc["leaks"].astype(bool)] if len(sc) else sc
     prim = sc[sc["primary"].astype(bool)] if len(sc) else sc
-    keys = []
+    keys: list[dict] = []
     known = set()
-    for group, tasks in GROUPS:
-        for task in tasks:
-            known.add(task)
-            if task == "val":
-                for m in VAL_METRICS:
-                    if ((sc["task"] == "val") & (sc["metric"] == m)).any():
-                        keys.append((group, "val", m, False))
+    for group, rows in PAPER_GROUPS.items():
+        for r in rows:
+            base = {"group": group, "benchmark": r["benchmark"], "paper_metric":
+                    r["paper_metric"], "matches_paper": bool(r["matches_paper"]),
+                    "task": r["task"] or "", "metric": "", "higher_is_better": True,
+                    "note": r["note"]}
+            if not r["task"]:
+                keys.append(base)
                 continue
-            rows = prim[prim["task"] == task]
-            metric = rows["metric"].iloc[0] if len(rows) else None
-            hib = bool(rows["higher_is_better"].iloc[0]) if len(rows) else True
-            keys.append((group, task, metric or "", hib))
-        if not tasks:
-            keys.append((group, "", "", True))
+            known.add(r["task"])
+            have = sc[sc["task"] == r["task"]] if len(sc) else sc
+            if len(have) and (have["metric"] == r["metric"]).any():
+                hib = bool(have.loc[have["metric"] == r["metric"], "higher_is_better"].iloc[0])
+                keys.append({**base, "metric": r["metric"], "higher_is_better": hib})
+                continue
+            p = prim[prim["task"] == r["task"]] if len(prim) else prim
+            if len(p):  # the row's metric is absent from the files: the primary stands in
+                keys.append({**base, "metric": p["metric"].iloc[0], "matches_paper": False,
+                             "higher_is_better": bool(p["higher_is_better"].iloc[0]),
+                             "note": f"the eval files lack {r['metric']}; their primary "
+                                     f"metric stands in"})
+            else:
+                keys.append(base)
+    group, tasks = SMOOTH_GROUP
+    for task in tasks:
+        known.add(task)
+        base = {"group": group, "benchmark": task, "paper_metric": "", "matches_paper": False,
+                "note": "not in the paper"}
+        if task == "val":
+            for m in VAL_METRICS:
+                if len(sc) and ((sc["task"] == "val") & (sc["metric"] == m)).any():
+                    keys.append({**base, "benchmark": "validation", "task": "val",
+                                 "metric": m, "higher_is_better": False})
+            continue
+        p = prim[prim["task"] == task] if len(prim) else prim
+        keys.append({**base, "task": task, "metric": p["metric"].iloc[0] if len(p) else "",
+                     "higher_is_better": bool(p["higher_is_better"].iloc[0]) if len(p)
+                     else True})
     for task in sorted(set(prim["task"]) - known) if len(prim) else []:
-        rows = prim[prim["task"] == task]
-        keys.append(("Other", task, rows["metric"].iloc[0],
-                     bool(rows["higher_is_better"].iloc[0])))
+        p = prim[prim["task"] == task]
+        keys.append({"group": "Other", "benchmark": task, "paper_metric": "",
+                     "matches_paper": False, "task": task, "metric": p["metric"].iloc[0],
+                     "higher_is_better": bool(p["higher_is_better"].iloc[0]),
+                     "note": "not in the paper"})
     return keys
 
 
@@ -392,11 +419,12 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
     sc = _honest(data.scores, ["run_id", "task", "metric"])
     it = _honest(data.items, ["run_id", "task", "metric", "doc_id"])
     rows = []
-    for group, task, metric, hib in _row_keys(data):
+    for key in _row_keys(data):
+        task, metric, hib = key["task"], key["metric"], key["higher_is_better"]
         base = {"view": comp.view, "comparison": comp.key, "reference": comp.reference,
-                "group": group, "task": task, "metric": metric, "higher_is_better": hib}
+                **{k: v for k, v in key.items() if k != "note"}}
         if not task:
-            rows.append({**base, "column": "", "status": NOT_IN_SUITE})
+            rows.append({**base, "column": "", "status": f"{NOT_IN_SUITE}: {key['note']}"})
             continue
         if not metric:
             rows.append({**base, "column": "", "status": "not evaluated in this sweep"})
@@ -617,12 +645,19 @@ def cell_text(r: pd.Series) -> str:
 
 
 def row_label(r: pd.Series) -> str:
+    """'HellaSwag: hellaswag (acc_norm) [paper: acc_char]'; a stand-in metric says so."""
+    bench = r.get("benchmark") if isinstance(r.get("benchmark"), str) else ""
+    paper = r.get("paper_metric") if isinstance(r.get("paper_metric"), str) else ""
+    head = f"{bench}: " if bench and bench != r["task"] else ""
+    tail = (f" [paper: {paper}{'' if r.get('matches_paper') else '; ours is a stand-in'}]"
+            if paper else "")
     if not r["task"]:
-        return "—"
+        return f"{bench or '—'}{tail}"
     if not r["metric"]:
-        return r["task"]
+        return f"{head}{r['task']}{tail}"
     unit = ", nats" if r["metric"] in ("val_ce", "val_ce_prior", "val_ce_posterior") else ""
-    return f"{r['task']} ({r['metric']}{unit}{'' if r['higher_is_better'] else ', lower better'})"
+    return (f"{head}{r['task']} ({r['metric']}{unit}"
+            f"{'' if r['higher_is_better'] else ', lower better'}){tail}")
 
 
 def _by_comparison(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:

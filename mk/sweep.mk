@@ -6,7 +6,12 @@
 #                                                              equal-compute arms, chained eval jobs
 #     (EVAL_ARGS and task names are checked when the sweep is planned, DRY=1 too; a failed
 #      evaluation is a failure in the summary and the exit code)
-#   make sweep-status NAME=main                                pending/running/done/failed table
+#   make sweep ... EVAL=1 EVAL_POINTS=6                          keep 6 evenly spaced checkpoints
+#     (train.keep_eval_checkpoints) and evaluate each: the report's curves and Table-3 pair
+#     (final value, mean over the last third); the chained eval also writes the validation
+#     likelihood on LIKELIHOOD_ROWS rows (default 8; 0 = skip)
+#   make sweep-status NAME=main                                pending/running (live step from
+#                                                              metrics.jsonl, tokens/s, ETA)/done/failed
 # Re-running the same command skips done cells, resumes interrupted ones, and reruns failed ones
 # only with RETRY_FAILED=1. Variables not given take the defaults of `python -m sweeps run -h`;
 # given but empty (KAPPA="") they are passed on, and rejected as an empty grid.
@@ -16,10 +21,11 @@
 
 SWEEP_VARS := KAPPA:kappa H:h SEEDS:seeds PRESET:preset DATA:data TOKENS:tokens FLOPS:flops \
   CONTROLS:controls OVERRIDES:overrides NAME:name LAUNCHER:launcher JOBS:jobs EVAL:eval \
-  EVAL_ARGS:eval-args DRY:dry RETRY_FAILED:retry-failed CLUSTER:cluster
+  EVAL_ARGS:eval-args EVAL_POINTS:eval-points LIKELIHOOD_ROWS:likelihood-rows DRY:dry \
+  RETRY_FAILED:retry-failed CLUSTER:cluster
 SWEEP_OPTS = $(foreach v,$(SWEEP_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v))))
 
-sweep: setup ## grid of baseline + Free Transformers: KAPPA="0.5 2 4" H=16 SEEDS="0 1 2" [PRESET DATA TOKENS|FLOPS CONTROLS NAME LAUNCHER=local|slurm JOBS EVAL=1 DRY=1 RETRY_FAILED=1]
+sweep: setup ## grid of baseline + Free Transformers: KAPPA="0.5 2 4" H=16 SEEDS="0 1 2" [PRESET DATA TOKENS|FLOPS CONTROLS NAME LAUNCHER=local|slurm JOBS EVAL=1 EVAL_POINTS=n DRY=1 RETRY_FAILED=1]
 	$(PY) -m sweeps run $(SWEEP_OPTS)
 
 sweep-status: setup ## a sweep's pending, running (live step, tokens/s, ETA), done and failed cells: NAME=<sweep>

@@ -21,6 +21,37 @@ DEFAULT_TOKENS = "131072"
 """32 optimizer steps of train.py's default batch (16 x 256): a CPU-sized default."""
 
 
+DEFAULT_LIKELIHOOD_ROWS = 8
+"""Validation rows the chained likelihood uses by default (measured: 8 rows of 256 tokens took
+62 s for a 1M Free Transformer, k = 1, 8, 64, on 2 shared CPU cores; the baseline 10 s). The
+rows are recorded in the file's spec."""
+KEEP_EVAL_KEY = "keep_eval_checkpoints"
+"""The trainer's key (<section>.<key>=n) that keeps n checkpoints evenly spaced by tokens."""
+
+
+def keep_eval_key() -> str | None:
+    """The full config key of keep_eval_checkpoints in this checkout ('logging.' or 'train.'),
+    None when the trainer does not have it."""
+    import dataclasses
+
+    from experiments.config import GROUPS
+
+    for section in ("logging", "train"):
+        if KEEP_EVAL_KEY in {f.name for f in dataclasses.fields(GROUPS[section])}:
+            return f"{section}.{KEEP_EVAL_KEY}"
+    return None
+
+
+def _count(name: str, text: str, minimum: int) -> int | None:
+    """'' -> None; an integer >= minimum; else SweepError naming the variable."""
+    t = str(text or "").strip()
+    if not t:
+        return None
+    if not t.isdigit() or int(t) < minimum:
+        raise SweepError(f"{name}: {t!r} must be an integer >= {minimum}")
+    return int(t)
+
+
 def _flag(v: str | None) -> bool:
     return str(v or "").strip().lower() in ("1", "true", "yes", "y", "on")
 
@@ -47,16 +78,35 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", default="", help="local parallel jobs (default: one per core)")
     r.add_argument("--eval", default="", help="1: evaluate final checkpoints as further jobs")
     r.add_argument("--eval-args", default="", help="extra arguments for experiments.eval")
+    r.add_argument("--eval-points", default="",
+                   help="n: keep n evenly spaced checkpoints (train.keep_eval_checkpoints) and "
+                        "evaluate each (needs EVAL=1; the paper's Table 3 and curves)")
+    r.add_argument("--likelihood-rows", default=str(DEFAULT_LIKELIHOOD_ROWS),
+                   help="validation rows for the chained likelihood (experiments.likelihood) "
+                        f"when EVAL=1 (default {DEFAULT_LIKELIHOOD_ROWS}; 0 = skip it)")
     r.add_argument("--dry", default="", help="1: print grid and compute, submit nothing")
     r.add_argument("--retry-failed", default="", help="1: also rerun failed cells")
     r.add_argument("--cluster", default="", help="cluster config (default sweeps/cluster.yaml)")
     s = sub.add_parser("status", help="table of pending, running, done and failed cells")
     s.add_argument("name")
     s.add_argument("--results", default="", help="results root (default FTBENCH_RESULTS)")
+    e = sub.add_parser("eval-run", help=argparse.SUPPRESS)  # a chained eval job's own command
+    e.add_argument("run")
+    e.add_argument("--spec-ids", default="")
+    e.add_argument("--points", action="store_true")
+    e.add_argument("--likelihood-rows", type=int, default=None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    final_argv: list[str] = []
+    if argv[:1] == ["eval-run"] and "--" in argv:  # the final checkpoint's eval command
+        i = argv.index("--")
+        argv, final_argv = argv[:i], argv[i + 1:]
     a = ap.parse_args(argv)
 
     from . import launcher as L
 
+    if a.cmd == "eval-run":
+        return L.eval_chain(Path(a.run), [x for x in a.spec_ids.split(",") if x], a.points,
+                            a.likelihood_rows, final_argv)
     try:
         if a.cmd == "status":
             if not a.name.strip():
@@ -65,6 +115,21 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.flops.strip() and a.tokens == DEFAULT_TOKENS:
             a.tokens = ""  # FLOPS given: it is the budget
+        points = _count("EVAL_POINTS", a.eval_points, minimum=1)
+        rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
+        if points:
+            if not _flag(a.eval):
+                raise SweepError(f"EVAL_POINTS={points} evaluates kept checkpoints: it needs "
+                                 "EVAL=1")
+            if points < 2:
+                raise SweepError(f"EVAL_POINTS: {points} must be >= 2 (a curve needs two "
+                                 "points; the final checkpoint is always evaluated)")
+            key = keep_eval_key()
+            if key is None:
+                raise SweepError("EVAL_POINTS: this checkout's experiments/config.py has no "
+                                 f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
+                                 "spaced checkpoints to evaluate")
+            a.overrides = f"{a.overrides} {key}={points}".strip()
         spec = SweepSpec.from_text(kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset,
                                    data=a.data, tokens=a.tokens, flops=a.flops,
                                    controls=a.controls, overrides=a.overrides)
@@ -86,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         p = L.plan(spec, a.name.strip() or None)
         if evaluate and parsed is not None:
             p.eval_specs = L.eval_specs(parsed, p)
+            p.eval_points, p.likelihood_rows = points, rows or None
         if _flag(a.dry):
             print(L.dry_run_text(p))
             return 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from common import paths
 from common.paths import results_root
 from common.provenance import git_state
 
@@ -65,6 +67,11 @@ class Plan:
     shared: dict[str, Any] = field(default_factory=dict)
     eval_specs: dict[str, dict[str, Any]] | None = None
     """{suite: spec} of the chained evaluation (EVAL=1), as its files will record it."""
+    eval_points: int | None = None
+    """EVAL_POINTS: the trainer keeps this many evenly spaced checkpoints and the chained
+    evaluation scores each of them (the paper's Table 3 / Figures 5-7)."""
+    likelihood_rows: int | None = None
+    """Validation rows for the chained `experiments.likelihood` (None: not run)."""
 
     @property
     def manifest_path(self) -> Path:
@@ -151,10 +158,23 @@ def eval_files(run_dir: Path, specs: dict[str, dict[str, Any]]) -> dict[str, str
 
     out: dict[str, str | None] = {}
     for suite, sp in specs.items():
+        # the final checkpoint's file: the highest step (EVAL_POINTS writes earlier steps too,
+        # possibly later in time); stepNA (unknown) last, then the newest
         hits = sorted((run_dir / "eval").glob(f"*.{spec_id(sp)}.step*.json"),
-                      key=lambda q: q.stat().st_mtime_ns)
+                      key=lambda q: (_step_of(q), q.stat().st_mtime_ns))
         out[suite] = str(hits[-1].relative_to(run_dir)) if hits else None
     return out
+
+
+def spec_id_of(spec: dict[str, Any]) -> str:
+    from experiments.eval.run import spec_id
+
+    return spec_id(spec)
+
+
+def _step_of(path: Path) -> int:
+    tail = path.name.rsplit(".step", 1)[-1].removesuffix(".json")
+    return int(tail) if tail.isdigit() else -1
 
 
 def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
@@ -168,6 +188,12 @@ def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
     ev["files"] = files
     if len(files) == 1:
         ev["file"] = next(iter(files.values()))
+    if m.get("eval_points"):  # steps with a file for every suite (the Table-3 points)
+        ids = [spec_id_of(sp) for sp in specs.values()]
+        ev["points"] = sorted(
+            step for step, _ in kept_checkpoints(Path(c["run_dir"]))
+            if all(list((Path(c["run_dir"]) / "eval").glob(f"*.{i}.step{step}.json"))
+                   for i in ids))
     missing = [s for s, f in files.items() if f is None]
     if missing:
         from experiments.eval.run import spec_id
@@ -260,6 +286,9 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
         "command": sys.argv, "grid": p.spec.to_manifest(), "shared": p.shared,
         "skipped_controls": skipped_controls(p.spec),
         "eval_spec": espec, "eval_spec_id": espec_id, "eval_specs": especs,
+        "eval_points": p.eval_points if p.eval_specs else (old or {}).get("eval_points"),
+        "likelihood_rows": p.likelihood_rows if p.eval_specs else (old or {}).get(
+            "likelihood_rows"),
         "data_checksums": (old or {}).get("data_checksums", {}),
         "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
         "totals": {"cells": len(p.cells), "tokens": sum(c.tokens for c in p.cells),
@@ -425,9 +454,77 @@ def _train_job(c: dict[str, Any], threads: int | None, launcher: str = "local") 
 
 
 def _eval_job(c: dict[str, Any], eval_args: Sequence[str], threads: int | None,
-              launcher: str = "local") -> CellJob:
-    return CellJob(c["cell"], backend.eval_argv(Path(c["run_dir"]), eval_args), threads=threads,
+              launcher: str = "local", m: dict[str, Any] | None = None) -> CellJob:
+    """The chained evaluation: experiments.eval on the final checkpoint; with the sweep's
+    EVAL_POINTS also on every kept step checkpoint, and with LIKELIHOOD_ROWS the validation
+    likelihood (`chain_argv`)."""
+    argv = backend.eval_argv(Path(c["run_dir"]), eval_args)
+    if m is not None and (m.get("eval_points") or m.get("likelihood_rows")):
+        argv = chain_argv(Path(c["run_dir"]), m, argv)
+    return CellJob(c["cell"], argv, threads=threads,
                    cwd=os.getcwd(), kind="eval", env={"FTBENCH_LAUNCHER": launcher})
+
+
+def chain_argv(run: Path, m: dict[str, Any], final_argv: Sequence[str]) -> list[str]:
+    """`python -m sweeps eval-run RUN ... -- <the final checkpoint's eval argv>`."""
+    ids = ",".join(v["spec_id"] for v in (m.get("eval_specs") or {}).values())
+    out = [sys.executable, "-m", "sweeps", "eval-run", str(run), "--spec-ids", ids]
+    if m.get("eval_points"):
+        out.append("--points")
+    if m.get("likelihood_rows"):
+        out += ["--likelihood-rows", str(m["likelihood_rows"])]
+    return [*out, "--", *final_argv]
+
+
+def kept_checkpoints(run: Path) -> list[tuple[int, Path]]:
+    """The checkpoints EVAL_POINTS evaluates, oldest first: the trainer's
+    `eval_step_<N>.pt` (logging.keep_eval_checkpoints: evenly spaced by tokens, outside the
+    rotation); a run without any (trained before the key existed) offers its `step_<N>.pt`."""
+    ckdir = run / "checkpoints"
+    found = sorted((int(m.group(1)), p) for p in ckdir.glob("eval_step_*.pt")
+                   if (m := re.fullmatch(r"eval_step_(\d+)\.pt", p.name))) \
+        if ckdir.is_dir() else []
+    return found or paths.step_checkpoints(ckdir)
+
+
+def checkpoint_evals_missing(run: Path, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
+    """Kept checkpoints (`kept_checkpoints`) lacking an eval file for some spec_id
+    (`*.<spec_id>.step<N>.json`): what a resumed chain still has to evaluate."""
+    out = []
+    for step, ck in kept_checkpoints(run):
+        if any(not list((run / "eval").glob(f"*.{sid}.step{step}.json")) for sid in spec_ids):
+            out.append((step, ck))
+    return out
+
+
+def eval_chain(run: Path, spec_ids: Sequence[str], points: bool, likelihood_rows: int | None,
+               final_argv: Sequence[str]) -> int:
+    """Run the chained evaluation of one cell, resumably: the final checkpoint (the eval itself
+    skips a spec whose file exists), then every kept checkpoint without its files (EVAL_POINTS;
+    the same argv with the checkpoint in place of the run dir), then the likelihood file unless
+    present. Returns the first failing exit code (0 when all succeeded)."""
+    import subprocess
+
+    def call(argv: Sequence[str], what: str) -> int:
+        rc = subprocess.call(list(argv))
+        if rc:
+            print(f"sweep: error: {what} exited with code {rc}", file=sys.stderr)
+        return rc
+
+    final_argv = list(final_argv)
+    if rc := call(final_argv, f"evaluation of {run}"):
+        return rc
+    if points:
+        i = final_argv.index(str(run))
+        for step, ck in checkpoint_evals_missing(run, spec_ids):
+            argv = [*final_argv[:i], str(ck), *final_argv[i + 1:]]
+            if rc := call(argv, f"evaluation of {ck} (step {step})"):
+                return rc
+    if likelihood_rows:
+        if not list((run / "eval").glob("likelihood.*.json")):
+            return call([sys.executable, "-m", "experiments.likelihood", str(run),
+                         "--max-rows", str(likelihood_rows)], f"likelihood of {run}")
+    return 0
 
 
 def _needs_eval(c: dict[str, Any], m: dict[str, Any]) -> bool:
@@ -473,7 +570,7 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
                     continue
                 kind, c = queue.pop(0)
                 job = ex.submit(_train_job(c, threads) if kind == "train"
-                                else _eval_job(c, eval_args, threads))
+                                else _eval_job(c, eval_args, threads, m=m))
                 started = time.time()
                 if kind == "train":
                     c.update(state="running", job_id=str(job.job_id), reason=None, slot=slot,
@@ -572,7 +669,7 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
             if c["state"] == "running":  # evaluate once training succeeds
                 ex.update_parameters(slurm_additional_parameters={
                     **(cluster.get("additional") or {}), "dependency": f"afterok:{c['job_id']}"})
-            j = ex.submit(_eval_job(c, eval_args, None, "slurm"))
+            j = ex.submit(_eval_job(c, eval_args, None, "slurm", m))
             c["eval"] = {"state": "running", "job_id": str(j.job_id),
                          "spec_id": m.get("eval_spec_id")}
         manifest.save(p.manifest_path, m)

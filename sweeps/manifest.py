@@ -143,14 +143,65 @@ def eval_counts(manifest: dict[str, Any]) -> dict[str, int]:
     return {s: c.get(s, 0) for s in STATES} if c else {}
 
 
+TAIL_BYTES = 65536
+"""How much of metrics.jsonl's end `live_progress` reads (the last train line is near it)."""
+
+
+def live_progress(run_dir: str | Path, planned_tokens: float | None) -> dict[str, Any] | None:
+    """A running cell's live position from the last `kind: train` line of its metrics.jsonl
+    (not its last checkpoint, which lags by up to ckpt_every steps): {"step", "tokens",
+    "tokens_per_s", "eta_s"}; eta_s = remaining planned tokens / the line's tokens/s (None when
+    either is unknown). None when the run has logged no train line yet."""
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a partial first line of the tail, or a line being written
+        if not isinstance(rec, dict) or rec.get("kind") != "train":
+            continue
+        tok, tps = rec.get("tokens"), rec.get("tokens_per_s")
+        eta = None
+        if planned_tokens and isinstance(tok, (int, float)) and isinstance(tps, (int, float)) \
+                and tps > 0:
+            eta = max(0.0, (float(planned_tokens) - tok) / tps)
+        return {"step": rec.get("step"), "tokens": tok, "tokens_per_s": tps, "eta_s": eta}
+    return None
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    s = int(round(s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
+        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+
+
 def table(manifest: dict[str, Any]) -> str:
-    """The status table `make sweep-status` prints."""
-    rows = [("cell", "arm", "run-id", "state", "step", "job", "eval", "reason")]
+    """The status table `make sweep-status` prints. A running cell shows its live step (from
+    metrics.jsonl), tokens/s and ETA; others the step of their newest checkpoint."""
+    rows = [("cell", "arm", "run-id", "state", "step", "tok/s", "ETA", "job", "eval", "reason")]
     for c in manifest["cells"]:
         ev = c.get("eval") or {}
         reason = c.get("reason") or (f"eval: {ev['reason']}" if ev.get("state") == "failed"
                                      and ev.get("reason") else "")
-        rows.append((c["cell"], c["arm"], c["run_id"], c["state"], str(c.get("step") or "-"),
+        step, tps, eta = str(c.get("step") or "-"), "-", "-"
+        if c["state"] == "running" and c.get("run_dir"):
+            live = live_progress(c["run_dir"], c.get("tokens"))
+            if live is not None:
+                step = str(live["step"])
+                tps = f"{live['tokens_per_s']:.0f}" if isinstance(
+                    live["tokens_per_s"], (int, float)) else "-"
+                eta = _dur(live["eta_s"])
+        rows.append((c["cell"], c["arm"], c["run_id"], c["state"], step, tps, eta,
                      str(c.get("job_id") or "-"), ev.get("state", "-"), reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]

@@ -332,12 +332,12 @@ BENCH = ROOT.parent / "shared" / "benchmarks"
 
 @pytest.mark.parametrize("args, msg", [
     (f"--tasks arc_eazy --limit 2 --data {BENCH}",
-     "--tasks: no offline data for arc_eazy (did you mean arc_easy?)"),
+     "--tasks: unknown task(s) arc_eazy (did you mean arc_easy?)"),
     ("--limt 2", "unrecognized arguments: --limt 2"),
     ("--z prior-q", "argument --z: invalid choice: 'prior-q'"),
     ("--limit two", "argument --limit: invalid int value: 'two'"),
     ("--limit 0", "--limit: 0 must be >= 1"),
-    (f"--tasks arc_easy,hellaswag --data {BENCH}", "--tasks: no offline data for hellaswag"),
+    (f"--tasks arc_easy,race --data {BENCH}", "--tasks: no offline data for race"),
     ("--tasks arc_easy --data /nonexistent/bench", "benchmark data /nonexistent/bench: missing"),
     ("--tasks 'arc_easy", "EVAL_ARGS: No closing quotation"),
 ])
@@ -429,7 +429,10 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     monkeypatch.setattr(L, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(L, "_cold_cache", lambda c: False)
+    # --likelihood-rows 0: the fake trainer writes no checkpoint to measure (the chained
+    # likelihood is covered by tests/test_eval_points.py and test_sweep_e2e.py)
     base = ["run", "--kappa", "1", "--h", "4", "--tokens", "1k", "--name", "ev", "--eval", "1",
+            "--likelihood-rows", "0",
             "--eval-args", f"--tasks arc_easy,humaneval_plus --limit 2 --data {BENCH}"]
     assert main([*base, "--dry", "1"]) == 0  # DRY=1: checked and shown, nothing written
     out = capsys.readouterr().out
@@ -565,3 +568,29 @@ def test_trainer_records_the_launcher_in_config_provenance(
         assert prov["launcher"] == want
         assert prov["host"] == socket.gethostname()
         assert prov["threads"] == torch.get_num_threads()
+
+
+# ------------------------------------------------------------------ live progress (issue 15)
+def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
+    """A running cell shows the step of its last metrics.jsonl train line (not its last
+    checkpoint, '-' before the first one), its tokens/s and the ETA to its planned tokens."""
+    from sweeps import manifest as M
+
+    run = tmp_path / "r"
+    run.mkdir()
+    lines = [{"kind": "train", "step": s, "tokens": 1000 * s, "tokens_per_s": 500.0}
+             for s in (10, 20, 30)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines)
+                                       + '{"kind": "train", "st')  # a line being written
+    live = M.live_progress(run, 90_000)
+    assert live == {"step": 30, "tokens": 30_000, "tokens_per_s": 500.0, "eta_s": 120.0}
+    m = {"name": "s", "launcher": "local", "cells": [
+        {"cell": "a", "arm": "free", "run_id": "x", "state": "running", "step": None,
+         "job_id": "1", "run_dir": str(run), "tokens": 90_000},
+        {"cell": "b", "arm": "baseline", "run_id": "y", "state": "pending", "step": None,
+         "job_id": None, "run_dir": str(tmp_path / "none"), "tokens": 90_000}]}
+    rows = M.table(m).splitlines()
+    assert rows[1].split()[:7] == ["cell", "arm", "run-id", "state", "step", "tok/s", "ETA"]
+    assert rows[2].split()[3:7] == ["running", "30", "500", "2m00s"]
+    assert rows[3].split()[3:7] == ["pending", "-", "-", "-"]
+    assert M.live_progress(tmp_path / "none", 1) is None

@@ -115,7 +115,9 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
         "[(p / eval_file_name(s, 6)).write_text('{}') for s in "
         "planned_specs(validate_args(sys.argv[2:]), 256).values()]",
         str(run), *extra])
-    rc, out = _run(["run", *ARGS, "--eval", "1", "--eval-args=--limit 2"])
+    # the chained likelihood runs for real on 2 validation rows
+    rc, out = _run(["run", *ARGS, "--eval", "1", "--likelihood-rows", "2",
+                    "--eval-args=--limit 2"])
     print(out)
     assert rc == 0, out
     assert "3 cells, 2 done, 1 to run" in out
@@ -129,6 +131,11 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert (Path(c["run_dir"]) / "eval" / "standin.json").read_text() == "--limit 2"
         assert c["eval"]["spec_id"] == m["eval_spec_id"]
         assert c["eval"]["files"]["lm-eval"].startswith("eval/lm-eval.limit2.")
+        lik = list((Path(c["run_dir"]) / "eval").glob("likelihood.*.step*.json"))
+        assert len(lik) == 1, c["cell"]
+        rec = json.loads(lik[0].read_text())
+        assert rec["spec"]["max_rows"] == 2 and rec["n_sequences"] == 2
+        assert ("iwae" in rec) == (c["arm"] == "free")
     assert out.count("start eval") == 3
     for c in m["cells"]:
         if c["cell"] in finals:  # untouched

@@ -1,0 +1,229 @@
+"""EVAL_POINTS (issue 16): the sweep evaluates every kept checkpoint, resumably, and the report
+shows the paper's curves (Figs 5-7) and Table-3 pair (final, mean over the last third) with
+intervals over seeds."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from fake import fake_spec, spec_id, write_fake_sweep
+
+from analysis.checkpoints import table3
+from analysis.frame import load_sweep
+from analysis.report import build_report
+
+BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+STEPS = (33, 66, 98)
+VALUE = {33: 0.2, 66: 0.4, 98: 0.6}
+
+
+def _points_sweep(root: Path) -> None:
+    """A fake sweep (2 seeds) whose every run has eval files at three checkpoint steps."""
+    write_fake_sweep(root, "pts", kappas=(2.0,), seeds=(0, 1), controls=(), spec=True)
+    for ev_path in root.glob("runs/*/eval/lm-eval.json"):
+        ev = json.loads(ev_path.read_text())
+        ev_path.unlink()
+        for step in STEPS:
+            ev["checkpoint_step"] = step
+            t = ev["tasks"]["arc_easy"]
+            t["items"] = []  # per-step numbers only
+            t["metrics"]["acc"]["value"] = VALUE[step]
+            t["metrics"]["acc_norm"]["value"] = VALUE[step] + (0.1 if ev["arm"] == "free" else 0)
+            name = f"lm-eval.{ev['spec_id']}.step{step}.json"
+            (ev_path.parent / name).write_text(json.dumps(ev))
+
+
+def test_table3_final_and_last_third_with_seed_intervals(tmp_path: Path) -> None:
+    _points_sweep(tmp_path)
+    data = load_sweep("pts", tmp_path)
+    assert sorted(data.points["step"].unique()) == list(STEPS)
+    t = table3(data)
+    row = t[(t["task"] == "arc_easy") & (t["column"] == "baseline")].iloc[0]
+    # the paper's row and metric: ARC-E in acc_norm (the stock stand-in for acc_completion)
+    assert row["benchmark"] == "ARC-E" and row["metric"] == "acc_norm"
+    # final = step 98; the last third of training (tokens >= 2/3 of the final's) = 66 and 98
+    assert row["final"] == pytest.approx(0.6) and row["last_third"] == pytest.approx(0.5)
+    assert row["n_seeds"] == 2 and row["n_points"] == 2 and row["steps"] == "66,98"
+    ft = t[(t["task"] == "arc_easy") & (t["column"].str.startswith("FT"))].iloc[0]
+    assert ft["final"] == pytest.approx(0.7) and ft["last_third"] == pytest.approx(0.6)
+    # identical seeds: no interval (said so), never a fake zero-width one
+    assert row["ci_method"].startswith("no variation") and math.isnan(row["final_lo"])
+
+
+def test_table3_interval_over_seeds(tmp_path: Path) -> None:
+    _points_sweep(tmp_path)
+    # make the two seeds differ at the final step: the interval is a t over 2 seeds
+    for p in tmp_path.glob("runs/*/eval/*.step98.json"):
+        ev = json.loads(p.read_text())
+        cfg = (p.parent.parent / "config.yaml").read_text()
+        seed = 1 if "seed: 1" in cfg else 0
+        ev["tasks"]["arc_easy"]["metrics"]["acc_norm"]["value"] += 0.05 * seed
+        p.write_text(json.dumps(ev))
+    t = table3(load_sweep("pts", tmp_path))
+    row = t[(t["task"] == "arc_easy") & (t["column"] == "baseline")].iloc[0]
+    assert row["final"] == pytest.approx(0.625)
+    assert row["final_lo"] < 0.625 < row["final_hi"] and "t over 2 seeds" in row["ci_method"]
+    assert row["last_third_lo"] < row["last_third"] < row["last_third_hi"]
+
+
+def test_report_has_curves_and_last_third_column(tmp_path: Path) -> None:
+    _points_sweep(tmp_path)
+    html = build_report("pts", tmp_path, n_boot=50).read_text()
+    sec = html[html.index('<section id="table3">'):]
+    sec = sec[:sec.index("</section>")]
+    assert "last third [95% CI over seeds]" in sec
+    assert "ARC-E (acc_norm; paper acc_completion)" in sec
+    assert '<img alt="benchmark curves vs training tokens" src="data:image/png;base64,' in sec
+    assert (tmp_path / "sweeps/pts/report/benchmark_curves.png").stat().st_size > 1000
+    # the main tables use the final checkpoint only
+    assert "0.600" in html
+
+
+def test_report_without_points_says_how_to_get_them(tmp_path: Path) -> None:
+    write_fake_sweep(tmp_path, "one", kappas=(2.0,), seeds=(0,), controls=())
+    html = build_report("one", tmp_path, n_boot=50).read_text()
+    assert "EVAL=1 EVAL_POINTS=n" in html
+
+
+# ------------------------------------------------------------------ the sweep side
+FAKE_EVAL = ("import json, pathlib, sys; a = sys.argv[1:]; p = pathlib.Path(a[0]); "
+             "run = p.parent.parent if p.suffix == '.pt' else p; "
+             "step = int(p.stem.split('_')[-1]) if p.suffix == '.pt' else 99; "
+             "open(run / 'calls.log', 'a').write(f'{step}\\n'); "
+             "(run / 'eval').mkdir(exist_ok=True); "
+             "[(run / 'eval' / f'lm-eval.{sid}.step{step}.json').write_text('{}') "
+             "for sid in a[1].split(',')]")
+
+
+def _run_dir(tmp_path: Path, eval_steps: tuple = (4, 8, 12)) -> Path:
+    """A run with the trainer's kept eval_step_<N>.pt files (and rotating step_<N>.pt ones)."""
+    run = tmp_path / "runs" / "r1"
+    (run / "checkpoints").mkdir(parents=True)
+    for s in eval_steps:
+        (run / "checkpoints" / f"eval_step_{s}.pt").write_bytes(b"x")
+    (run / "checkpoints" / "step_11.pt").write_bytes(b"x")
+    (run / "checkpoints" / "step_12.pt").write_bytes(b"x")
+    (run / "checkpoints" / "final.pt").write_bytes(b"x")
+    return run
+
+
+def test_kept_checkpoints_prefers_the_trainers_eval_steps(tmp_path: Path) -> None:
+    from sweeps.launcher import kept_checkpoints
+
+    assert [s for s, _ in kept_checkpoints(_run_dir(tmp_path))] == [4, 8, 12]
+    old = _run_dir(tmp_path / "old", eval_steps=())  # trained before the key existed
+    assert [s for s, _ in kept_checkpoints(old)] == [11, 12]
+
+
+def test_eval_chain_scores_each_kept_checkpoint_resumably(tmp_path: Path) -> None:
+    from sweeps.launcher import checkpoint_evals_missing, eval_chain
+
+    run = _run_dir(tmp_path)
+    ids = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    final = [sys.executable, "-c", FAKE_EVAL, str(run), ",".join(ids)]
+    assert [s for s, _ in checkpoint_evals_missing(run, ids)] == [4, 8, 12]
+    assert eval_chain(run, ids, True, None, final) == 0
+    assert (run / "calls.log").read_text().split() == ["99", "4", "8", "12"]
+    assert checkpoint_evals_missing(run, ids) == []
+    # resumed: one spec's file of step 8 lost -> only step 8 is evaluated again
+    (run / "eval" / f"lm-eval.{ids[1]}.step8.json").unlink()
+    (run / "calls.log").unlink()
+    assert eval_chain(run, ids, True, None, final) == 0
+    assert (run / "calls.log").read_text().split() == ["99", "8"]
+
+
+def test_eval_chain_failure_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from sweeps.launcher import eval_chain
+
+    run = _run_dir(tmp_path)
+    assert eval_chain(run, ["a" * 12], True, None,
+                      [sys.executable, "-c", "raise SystemExit(3)", str(run)]) == 3
+    assert "exited with code 3" in capsys.readouterr().err
+
+
+def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
+    from sweeps.launcher import _eval_job
+
+    c = {"cell": "x", "run_dir": str(tmp_path)}
+    m = {"eval_points": 3, "likelihood_rows": 16,
+         "eval_specs": {"lm-eval": {"spec": fake_spec(), "spec_id": spec_id(fake_spec())}}}
+    argv = _eval_job(c, ["--limit", "2"], None, m=m).argv
+    i = argv.index("--")
+    assert argv[1:4] == ["-m", "sweeps", "eval-run"] and "--points" in argv[:i]
+    assert argv[argv.index("--likelihood-rows") + 1] == "16"
+    assert argv[i + 1:][-3:] == [str(tmp_path), "--limit", "2"]
+    # without points or likelihood: the plain eval command, as before
+    assert _eval_job(c, [], None, m={}).argv[1:3] == ["-m", "experiments.eval"]
+
+
+@pytest.mark.parametrize("args, msg", [
+    ("--eval-points 3", "EVAL_POINTS=3 evaluates kept checkpoints: it needs EVAL=1"),
+    ("--eval 1 --eval-points 1", "EVAL_POINTS: 1 must be >= 2"),
+    ("--eval 1 --eval-points x", "EVAL_POINTS: 'x' must be an integer >= 1"),
+    ("--eval 1 --likelihood-rows -3", "LIKELIHOOD_ROWS: '-3' must be an integer >= 0"),
+])
+def test_eval_points_refused_one_line(args: str, msg: str, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.__main__ import main
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    rc = main(["run", "--dry", "1", "--kappa", "2", "--h", "4", *shlex.split(args)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip().startswith(f"sweep: error: {msg}") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())
+
+
+def test_eval_points_needs_the_trainer_key(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without train.keep_eval_checkpoints the trainer keeps no evenly spaced checkpoints: the
+    sweep says so instead of evaluating whatever two checkpoints happen to be left."""
+    import sweeps.__main__ as M
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    monkeypatch.setattr(M, "keep_eval_key", lambda: None)
+    rc = M.main(["run", "--dry", "1", "--kappa", "2", "--h", "4", "--eval", "1",
+                 "--eval-points", "3"])
+    assert rc == 2 and "has no keep_eval_checkpoints key" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_eval_points_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real tiny sweep with EVAL=1 EVAL_POINTS=3 (real training, real evaluation of each kept
+    checkpoint on 2 offline arc_easy items, real likelihood on 2 rows) whose report has the
+    curves and the last-third column."""
+    from sweeps.__main__ import keep_eval_key, main
+
+    if not keep_eval_key():
+        pytest.skip("experiments/config.py has no keep_eval_checkpoints key yet")
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    tiny = ("train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
+            "logging.val_every=0 logging.log_every=4")
+    rc = main(["run", "--kappa", "2", "--h", "4", "--seeds", "0", "--preset", "1M",
+               "--tokens", "3072", "--overrides", tiny, "--name", "pts", "--jobs", "2",
+               "--eval", "1", "--eval-points", "3", "--likelihood-rows", "2",
+               "--eval-args", f"--tasks arc_easy --limit 2 --data {BENCH}"])
+    assert rc == 0
+    m = json.loads((tmp_path / "sweeps/pts/manifest.json").read_text())
+    assert all(c["eval"]["state"] == "done" for c in m["cells"]), m["cells"]
+    assert all(len(c["eval"]["points"]) == 3 for c in m["cells"]), m["cells"]
+    assert m["eval_points"] == 3 and m["likelihood_rows"] == 2
+    html = build_report("pts", tmp_path, n_boot=20).read_text()
+    assert "last third [95% CI over seeds]" in html and "benchmark curves vs training" in html
+
+
+def test_eval_run_command_line(tmp_path: Path) -> None:
+    """`python -m sweeps eval-run RUN --spec-ids .. --points -- <eval argv>` as the job runs it."""
+    from sweeps.__main__ import main
+
+    run = _run_dir(tmp_path)
+    ids = "aaaaaaaaaaaa"
+    assert main(["eval-run", str(run), "--spec-ids", ids, "--points", "--",
+                 sys.executable, "-c", FAKE_EVAL, str(run), ids]) == 0
+    assert (run / "calls.log").read_text().split() == ["99", "4", "8", "12"]
