@@ -280,6 +280,19 @@ def _duration(s: float) -> str:
     return f"{s / 86400:.1f} days"
 
 
+def dry_parallel(cfg: TrainConfig, p: RunPlan) -> str:
+    """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb (the rule
+    of experiments.parallel.resolve, without building anything)."""
+    from .parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
+
+    if p.world_size <= 1:
+        return "none"
+    if cfg.train.parallel != "auto":
+        return str(cfg.train.parallel)
+    ddp = DDP_BYTES_PER_PARAM * p.params["total"]
+    return "fsdp" if ddp > FIT_FRACTION * cfg.train.gpu_memory_gb * 1e9 else "ddp"
+
+
 def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
                     cpu_rate: tuple[float, str] | None = None) -> str:
     """The dry run's memory, fit, wall-time and GPU-hour lines (GPU: at train.mfu of

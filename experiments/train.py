@@ -60,7 +60,17 @@ from model.checkpoint import CheckpointError, read_checkpoint
 
 from . import parallel as par
 from .config import ConfigError, TrainConfig, compose, config_help, one_line
-from .plan import RunPlan, format_estimate, format_plan, plain, plan, run_dir, semantic, world
+from .plan import (
+    RunPlan,
+    dry_parallel,
+    format_estimate,
+    format_plan,
+    plain,
+    plan,
+    run_dir,
+    semantic,
+    world,
+)
 from .tokenizer import tokenizer_ref, tokenizer_sha256
 
 EXIT_PREEMPTED = 75
@@ -636,16 +646,6 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     return rd
 
 
-def _dry_parallel(cfg: TrainConfig, p: RunPlan) -> str:
-    """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb."""
-    if p.world_size <= 1:
-        return "none"
-    if cfg.train.parallel != "auto":
-        return str(cfg.train.parallel)
-    ddp = par.DDP_BYTES_PER_PARAM * p.params["total"]
-    return "fsdp" if ddp > par.FIT_FRACTION * cfg.train.gpu_memory_gb * 1e9 else "ddp"
-
-
 MEASURE_MAX_PARAMS = 100_000_000
 """The dry run times training steps on this CPU only for models up to this size."""
 
@@ -686,7 +686,7 @@ def _cpu_rate(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | N
 
 
 def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
-    mode = _dry_parallel(cfg, p)
+    mode = dry_parallel(cfg, p)
     if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
         cpu = _cpu_rate(cfg, p)
         if cpu is None:

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from experiments.config import parse_amount as config_parse_amount
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
 
@@ -46,7 +47,6 @@ COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.match_
                  "train.tokens", "train.flops")
 """What the equal-FLOPs control changes on purpose: its training horizon, nothing else."""
 
-_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12, "p": 10**15}
 
 
 class SweepError(ValueError):
@@ -84,17 +84,12 @@ def parse_ints(text: str | Iterable[Any], var: str, lo: int, hi: int | None = No
 
 
 def parse_amount(text: str | float | int | None, var: str) -> float | None:
-    """'2e6', '500k', '3M', '1.5G' -> a positive number; '' or None -> None."""
-    if text is None or (isinstance(text, str) and not text.strip()):
-        return None
-    s = str(text).strip().lower().replace("_", "")
-    m = re.fullmatch(r"([0-9.]+(?:e[+-]?\d+)?)([kmgbtp]?)", s)
-    if not m:
-        raise SweepError(f"{var}: {text!r} is not a positive number (e.g. 2e6, 500k, 3M)")
-    v = float(m.group(1)) * _SUFFIX[m.group(2)]
-    if not math.isfinite(v) or v <= 0:
-        raise SweepError(f"{var}: {text!r} must be > 0")
-    return v
+    """'2e6', '500k', '3M', '1.5G' -> a positive number; '' or None -> None (the trainer's own
+    parser, so TOKENS= and train.tokens= accept the same text)."""
+    try:
+        return config_parse_amount(text, var)
+    except ValueError as e:
+        raise SweepError(str(e)) from None
 
 
 def _tokens(text: str | Iterable[Any]) -> list[str]:

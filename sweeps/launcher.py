@@ -240,7 +240,22 @@ def dry_run_text(p: Plan) -> str:
                f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
                for s, sp in p.eval_specs.items()]
     skip = [f"skipped control: {why}" for why in skipped_controls(s).values()]
-    return "\n".join([head, *lines, *skip, *evl, tail])
+    return "\n".join([head, *lines, *skip, *evl, *cost_text(p), tail])
+
+
+def cost_text(p: Plan) -> list[str]:
+    """Memory per GPU, fit and GPU time of the sweep's costliest cell (the trainer's own dry-run
+    estimate), so a GPU-hour is never spent on a cell that cannot fit."""
+    from experiments.plan import dry_parallel, format_estimate, plan
+
+    if not p.cells:
+        return []
+    big = max(p.cells, key=lambda c: c.flops)
+    cfg = backend.compose(big.cell)
+    rp = plan(cfg)
+    est = format_estimate(cfg, rp, dry_parallel(cfg, rp))
+    return [f"costliest cell {big.cell.name} (its own `make train DRY=1` gives more):",
+            *("  " + ln for ln in est.splitlines())]
 
 
 # ------------------------------------------------------------------------------- manifest

@@ -73,7 +73,7 @@ def test_grid_arms_and_overrides() -> None:
     (dict(seeds="-1"), "SEEDS: -1 is outside >= 0"),
     (dict(preset="3M"), "PRESET: unknown preset '3M'"),
     (dict(tokens="1M", flops="1e12"), "give TOKENS or FLOPS, not both"),
-    (dict(tokens="lots"), "TOKENS: 'lots' is not a positive number"),
+    (dict(tokens="lots"), "TOKENS='lots' is not a positive number"),
     (dict(controls="bigger"), "CONTROLS: unknown control 'bigger'"),
 ])
 def test_bad_input_one_line(kw: dict, msg: str) -> None:
