@@ -1,9 +1,10 @@
-"""A native lm-evaluation-harness `LM` for our checkpoints, Free-Transformer aware (DESIGN.md §6).
+"""A native lm-evaluation-harness `LM` for our checkpoints, Free-Transformer aware
+(docs/DESIGN.md, "Honest evaluation").
 
 Design choices:
 - subclass of lm-eval's `TemplateLM`; context and continuation are tokenized *together* and the
   score is the sum over the joint encoding's last n tokens, n = the continuation's token count
-  (the shortest suffix covering its characters; see `_encode_pair`; STYLE.md item 7);
+  (the shortest suffix covering its characters; see `_encode_pair`);
 - each distinct context window runs once into a KV cache (`model.extend`) and every
   continuation scored against it extends a copy (`model.fork_cache`), batched; requests with the
   same context *and* continuation[:-1] (the answer letters of one MMLU question) share one row,
