@@ -24,7 +24,7 @@ opt = $(if $(call given,$1),$2=$(call shq,$($1)))
 # and drops it silently; any command-line variable whose name has a dot is such a stray key.
 STRAY_KEYS := $(strip $(foreach v,$(.VARIABLES),$(if $(and $(call given,$v),$(findstring .,$v)),$v)))
 ifneq ($(STRAY_KEYS),)
-$(error $(STRAY_KEYS): looks like a config key outside ARGS; quote them all, as in make train ARGS="model=1M train.tokens=20k")
+$(error $(STRAY_KEYS): looks like a config key outside ARGS (or SYN_ARGS, OVERRIDES); quote them all, as in make train ARGS="model=1M train.tokens=20k")
 endif
 
 .DEFAULT_GOAL := help

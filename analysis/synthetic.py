@@ -32,6 +32,7 @@ import argparse
 import json
 import math
 import os
+import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -386,13 +387,28 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     return out
 
 
+def _fail(msg: str) -> None:
+    print(f"error: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="results/synthetic/<name>")
     p.add_argument("--dir", default=None, help="explicit directory (overrides --name)")
     a = p.parse_args(argv)
+    if a.dir is None and (not a.name.strip() or a.name in (".", "..")
+                          or any(c in a.name for c in "/\\\0")):
+        _fail(f"--name {a.name!r}: a plain folder name under results/synthetic/ (or give --dir)")
     d = Path(a.dir) if a.dir else results_root() / "synthetic" / a.name
-    out = render(d)
+    f = d / "samples.jsonl"
+    if not f.is_file():
+        _fail(f"no synthetic run at {f}; run `make synthetic SYN_NAME={a.name}` first "
+              "(or give --dir)")
+    try:
+        out = render(d)
+    except ValueError as e:  # JSONDecodeError is a ValueError; so is "holds no model records"
+        _fail(f"{f}: {' '.join(str(e).split())}")
     print((d / "table.md").read_text(encoding="utf-8"))
     for k, v in out.items():
         print(f"wrote {k}: {v}")

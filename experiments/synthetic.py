@@ -21,6 +21,11 @@ Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
+
+Bad input (an unknown setting, a kappa that is not a number of bits >= 0, an unknown or
+malformed override, a --name that is not a plain directory name, an unwritable results
+directory, a --reuse that names no arm or no finished run) is one line on stderr and exit 2,
+found before any training and before any file is written.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import argparse
 import json
 import os
 import random
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -95,6 +102,10 @@ class SyntheticSettings:
     reuse: dict[str, str] = field(default_factory=dict)  # model label -> finished run dir
 
 
+class SyntheticArgsError(ValueError):
+    """Bad input: one line naming the value and what to do; raised before any work."""
+
+
 @dataclass
 class Trained:
     model: Transformer
@@ -105,11 +116,29 @@ TrainFn = Callable[[str, int, float, SyntheticSettings], Trained]
 
 
 def parse_kappa(s: str) -> float:
-    """'1/64' -> 0.015625; '8' -> 8.0."""
-    v = float(Fraction(s.strip()))
-    if v < 0:
-        raise ValueError(f"kappa must be >= 0 bits, got {s!r}")
+    """'1/64' -> 0.015625; '8' -> 8.0; SyntheticArgsError (a ValueError) on anything else."""
+    try:
+        v = float(Fraction(s.strip()))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        v = None
+    if v is None or v < 0:
+        raise SyntheticArgsError(f"--kappa: {s!r} is not a number of bits >= 0; give values "
+                                 "like '1/64 1/8 1 8'")
     return v
+
+
+def parse_kappas(text: str) -> tuple[float, ...]:
+    """The --kappa list: space or comma separated, at least one, no two with the same label."""
+    kappas = tuple(parse_kappa(s) for s in text.replace(",", " ").split())
+    if not kappas:
+        raise SyntheticArgsError(f"--kappa: {text!r} holds no value; give free-bits thresholds "
+                                 "like '1/64 1/8 1 8'")
+    labels = [kappa_label(k) for k in kappas]
+    dup = sorted({x for x in labels if labels.count(x) > 1})
+    if dup:
+        raise SyntheticArgsError(f"--kappa: {' '.join(dup)} given twice in {text!r}; "
+                                 "give each threshold once")
+    return kappas
 
 
 def kappa_label(k: float) -> str:
@@ -131,8 +160,7 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     from experiments.train import train
     from model import load_checkpoint
 
-    ov = ["data=synthetic", *SETTINGS[st.setting], f"model.latent_bits={latent_bits}",
-          f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
+    ov = arm_overrides(st, latent_bits, kappa_bits)
     cfg = compose(ov)
     t0 = time.time()
     run_dir = Path(train(cfg))
@@ -266,13 +294,11 @@ def measure(label: str, trained: Trained, latent_bits: int, kappa_bits: float | 
 # --------------------------------------------------------------------------- driver
 def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     """Train every arm, measure it, write samples.jsonl; returns the output directory."""
+    arms = check(st, compose_arms=train_fn is None)
     train_fn = train_fn or train_with_experiments_train
     torch.set_num_threads(st.threads)  # one thread is faster for this size on a shared CPU
     out_dir = results_root() / "synthetic" / st.name
-    out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
-    arms += [(st.latent_bits, k) for k in st.kappas]
     records: list[dict[str, Any]] = []
     for H, k in arms:
         label = model_label(H, k)
@@ -298,8 +324,93 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     return out_dir
 
 
+# --------------------------------------------------------------------------- input checks
+# Keys the driver sets per arm; an override of them would silently train other arms.
+OWN_KEYS = {"data": "the synthetic task is the data", "model.latent_bits": "use --latent-bits",
+            "model.kappa_bits": "use --kappa"}
+
+
+def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) -> list[str]:
+    return ["data=synthetic", *SETTINGS[st.setting], f"model.latent_bits={latent_bits}",
+            f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
+
+
+def check_name(name: str) -> None:
+    """--name is one directory under <results>/synthetic/, never a path."""
+    if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise SyntheticArgsError(f"--name {name!r}: must be a plain directory name (no path "
+                                 "separator, not empty, not . or ..), e.g. --name mid")
+
+
+def check_writable(d: Path, what: str) -> None:
+    """SyntheticArgsError unless d is, or can be made, a writable directory; creates nothing."""
+    p = Path(d).absolute()
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SyntheticArgsError(f"{what} {p}: {probe} is a file; set FTBENCH_RESULTS to a "
+                                 "writable directory")
+    try:  # a real probe: os.access says yes to root even on a read-only mount
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        raise SyntheticArgsError(f"{what} {p}: {probe} is not writable ({e.strerror}); set "
+                                 "FTBENCH_RESULTS to a writable directory") from None
+
+
+def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, float | None]]:
+    """Every input problem, before any training or file: SyntheticArgsError or ConfigError.
+    Returns the arms, (latent bits, kappa or None), baseline first."""
+    check_name(st.name)
+    if st.setting not in SETTINGS:
+        raise SyntheticArgsError(f"--setting {st.setting!r}: allowed {sorted(SETTINGS)}")
+    for flag, v, low in (("--latent-bits", st.latent_bits, 1), ("--n-prompts", st.n_prompts, 1),
+                         ("--n-shared-groups", st.n_shared_groups, 1),
+                         ("--group-size", st.group_size, 1), ("--n-eval", st.n_eval, 1),
+                         ("--threads", st.threads, 0)):
+        if v < low:
+            raise SyntheticArgsError(f"{flag}: {v} must be >= {low}")
+    if not st.temperature > 0:
+        raise SyntheticArgsError(f"--temperature: {st.temperature} must be > 0")
+    for ov in st.overrides:
+        key = ov.split("=", 1)[0].lstrip("+~")
+        if key in OWN_KEYS:
+            raise SyntheticArgsError(f"override {ov!r}: {key} is set per arm here "
+                                     f"({OWN_KEYS[key]})")
+    arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
+    arms += [(st.latent_bits, k) for k in st.kappas]
+    if not arms:
+        raise SyntheticArgsError("nothing to train: --no-baseline with no --kappa")
+    labels = [model_label(h, k) for h, k in arms]
+    for label, rd in st.reuse.items():
+        if label not in labels:
+            raise SyntheticArgsError(f"--reuse {label}={rd}: {label!r} is no arm here; "
+                                     f"arms: {labels}")
+        if not (Path(rd) / "checkpoints" / "final.pt").is_file():
+            raise SyntheticArgsError(f"--reuse {label}={rd}: no finished run there "
+                                     "(checkpoints/final.pt missing)")
+    check_writable(results_root() / "synthetic" / st.name, "results directory")
+    if compose_arms:  # hydra's own checks (types, ranges) and where each run will go
+        from experiments.config import compose
+
+        for (h, k), label in zip(arms, labels, strict=True):
+            if label in st.reuse:
+                continue
+            cfg = compose(arm_overrides(st, h, 0.0 if k is None else k))
+            check_writable(Path(cfg.paths.results) / "runs", "runs directory")
+    return arms
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises SyntheticArgsError (one line) instead of printing usage."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise SyntheticArgsError(message)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m experiments.synthetic", description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="output: <results>/synthetic/<name>/")
     p.add_argument("--setting", default="cpu", choices=sorted(SETTINGS))
     p.add_argument("--kappa", default="1/64 1/8 1 8",
@@ -317,18 +428,29 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
                    help="measure a finished run instead of training, e.g. kappa=1=results/runs/x")
     p.add_argument("overrides", nargs="*", help="extra hydra overrides for experiments.train")
     a = p.parse_args(argv)
-    kappas = tuple(parse_kappa(s) for s in a.kappa.replace(",", " ").split())
+    kappas = parse_kappas(a.kappa)
+    bad = [r for r in a.reuse if "=" not in r.strip("=")]
+    if bad:
+        raise SyntheticArgsError(f"--reuse {bad[0]!r}: give LABEL=RUN_DIR, e.g. "
+                                 "--reuse kappa=1=results/runs/<run-id>")
     return SyntheticSettings(name=a.name, setting=a.setting, kappas=kappas,
                              baseline=not a.no_baseline, latent_bits=a.latent_bits,
                              overrides=list(a.overrides), n_prompts=a.n_prompts,
                              n_shared_groups=a.n_shared_groups, group_size=a.group_size,
                              temperature=a.temperature, n_eval=a.n_eval, seed=a.seed,
-                             threads=a.threads or torch.get_num_threads(),
+                             threads=a.threads if a.threads < 0 else
+                             a.threads or torch.get_num_threads(),
                              reuse=dict(r.rsplit("=", 1) for r in a.reuse))
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    run(parse_args(argv))
+    from experiments.config import ConfigError, one_line
+
+    try:
+        run(parse_args(sys.argv[1:] if argv is None else argv))
+    except (SyntheticArgsError, ConfigError) as e:
+        print(f"error: {one_line(str(e))}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
