@@ -181,7 +181,10 @@ class _Log:
             self.f.write(f"[{stamp}] {msg}\n")
             self.f.flush()
         if echo:
-            print(msg, file=sys.stderr, flush=True)
+            # through tqdm, so a line never lands in the middle of a live progress bar
+            from tqdm import tqdm
+
+            tqdm.write(msg, file=sys.stderr)
 
     def close(self) -> None:
         if self.f is not None:
