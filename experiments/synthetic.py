@@ -17,7 +17,7 @@ into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
 
 Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 800 steps of batch 32, lr 3e-3;
-  five runs in about 20 minutes on 2 CPU cores (see SETTINGS);
+  five runs in about 20 minutes on 2 CPU cores (see PRESETS);
 - `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
@@ -61,25 +61,81 @@ from model import Transformer
 
 DEFAULT_KAPPAS = (1 / 64, 1 / 8, 1.0, 8.0)
 
-# Hydra overrides per setting; `data=synthetic` and the arm's latent bits / kappa are added.
-# Budgets are in tokens (steps x batch x 65 targets); the optimizer is the same for every arm.
+# The training run per setting, as hydra overrides of experiments.train; `data=synthetic` and the
+# arm's latent bits / kappa are added. Budgets are in tokens (steps x batch x 65 targets); the
+# optimizer is the same for every arm.
 TOKENS_PER_SEQ = SEQ_LEN - 1
-SETTINGS: dict[str, list[str]] = {
+
+
+def _lr_text(lr: float) -> str:
+    """3e-3, not 0.003: the override reads as the paper-style value it was written as."""
+    mantissa, exponent = f"{lr:e}".split("e")
+    return f"{float(mantissa):g}e{int(exponent)}"
+
+
+@dataclass(frozen=True)
+class SyntheticPreset:
+    """One `--setting`: the model shape and training budget of every arm."""
+
+    dim: int
+    """model.dim (the 1M preset with these sizes)."""
+    n_layers: int
+    """model.n_layers."""
+    n_heads: int
+    """model.n_heads."""
+    n_kv_heads: int
+    """model.n_kv_heads."""
+    ffn_dim: int
+    """model.ffn_dim."""
+    batch_size: int
+    """train.batch_size, sequences per step."""
+    steps: int
+    """Optimizer steps per arm; train.tokens = steps x batch_size x TOKENS_PER_SEQ."""
+    val_every: int
+    """logging.val_every (0: no periodic validation)."""
+    ckpt_every: int
+    """logging.ckpt_every."""
+    lr: float | None = None
+    """optim.lr; None keeps experiments.train's default."""
+    val_tokens: int | None = None
+    """data.val_tokens; None keeps the synthetic data config's default."""
+
+    def __post_init__(self) -> None:
+        for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "batch_size", "steps"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{k}: {getattr(self, k)} must be >= 1")
+        if self.lr is not None and not self.lr > 0:
+            raise ValueError(f"lr: {self.lr} must be > 0")
+
+    @property
+    def tokens(self) -> int:
+        return self.steps * self.batch_size * TOKENS_PER_SEQ
+
+    def overrides(self) -> list[str]:
+        """The hydra overrides for experiments.train, in a fixed order."""
+        return ["model=1M", f"model.dim={self.dim}", f"model.n_layers={self.n_layers}",
+                f"model.n_heads={self.n_heads}", f"model.n_kv_heads={self.n_kv_heads}",
+                f"model.ffn_dim={self.ffn_dim}", f"train.batch_size={self.batch_size}",
+                f"train.tokens={self.tokens}",
+                *([f"optim.lr={_lr_text(self.lr)}"] if self.lr is not None else []),
+                *([f"data.val_tokens={self.val_tokens}"] if self.val_tokens is not None
+                  else []),
+                f"logging.val_every={self.val_every}", f"logging.ckpt_every={self.ckpt_every}",
+                "logging.progress=false"]
+
+
+PRESETS: dict[str, SyntheticPreset] = {
     # 4 layers, dim 64, about 0.2M parameters; 800 steps of 32 sequences per arm.
-    "cpu": ["model=1M", "model.dim=64", "model.n_layers=4", "model.n_heads=4",
-            "model.n_kv_heads=2", "model.ffn_dim=192", "train.batch_size=32",
-            f"train.tokens={800 * 32 * TOKENS_PER_SEQ}", "optim.lr=3e-3",
-            "logging.val_every=250", "logging.ckpt_every=500", "logging.progress=false"],
+    "cpu": SyntheticPreset(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=192,
+                           batch_size=32, steps=800, lr=3e-3, val_every=250, ckpt_every=500),
     # 8 layers, dim 256; 20000 steps of 128 sequences per arm.
-    "gpu": ["model=1M", "model.dim=256", "model.n_layers=8", "model.n_heads=8",
-            "model.n_kv_heads=4", "model.ffn_dim=768", "train.batch_size=128",
-            f"train.tokens={20000 * 128 * TOKENS_PER_SEQ}", "optim.lr=1e-3",
-            "logging.val_every=2000", "logging.ckpt_every=2000", "logging.progress=false"],
+    "gpu": SyntheticPreset(dim=256, n_layers=8, n_heads=8, n_kv_heads=4, ffn_dim=768,
+                           batch_size=128, steps=20000, lr=1e-3, val_every=2000,
+                           ckpt_every=2000),
     # a few steps of a tiny model, for tests.
-    "smoke": ["model=1M", "model.dim=32", "model.n_layers=2", "model.n_heads=2",
-              "model.n_kv_heads=1", "model.ffn_dim=64", "train.batch_size=8",
-              f"train.tokens={3 * 8 * TOKENS_PER_SEQ}", "data.val_tokens=650",
-              "logging.val_every=0", "logging.ckpt_every=1000", "logging.progress=false"],
+    "smoke": SyntheticPreset(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64,
+                             batch_size=8, steps=3, val_tokens=650, val_every=0,
+                             ckpt_every=1000),
 }
 
 
@@ -315,7 +371,8 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
         records += recs
     meta = {"kind": "meta", "name": st.name, "created": datetime.now(timezone.utc).isoformat(),
             "settings": {**asdict(st), "kappas": list(st.kappas),
-                         "train_overrides": SETTINGS.get(st.setting, []), "seq_len": SEQ_LEN},
+                         "train_overrides": PRESETS[st.setting].overrides(),
+                         "seq_len": SEQ_LEN},
             "wall_s": time.time() - t0, "torch": torch.__version__,
             "threads": torch.get_num_threads()}
     atomic_write_text(out_dir / "samples.jsonl",
@@ -331,7 +388,8 @@ OWN_KEYS = {"data": "the synthetic task is the data", "model.latent_bits": "use 
 
 
 def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) -> list[str]:
-    return ["data=synthetic", *SETTINGS[st.setting], f"model.latent_bits={latent_bits}",
+    return ["data=synthetic", *PRESETS[st.setting].overrides(),
+            f"model.latent_bits={latent_bits}",
             f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
 
 
@@ -363,8 +421,8 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
     """Every input problem, before any training or file: SyntheticArgsError or ConfigError.
     Returns the arms, (latent bits, kappa or None), baseline first."""
     check_name(st.name)
-    if st.setting not in SETTINGS:
-        raise SyntheticArgsError(f"--setting {st.setting!r}: allowed {sorted(SETTINGS)}")
+    if st.setting not in PRESETS:
+        raise SyntheticArgsError(f"--setting {st.setting!r}: allowed {sorted(PRESETS)}")
     for flag, v, low in (("--latent-bits", st.latent_bits, 1), ("--n-prompts", st.n_prompts, 1),
                          ("--n-shared-groups", st.n_shared_groups, 1),
                          ("--group-size", st.group_size, 1), ("--n-eval", st.n_eval, 1),
@@ -412,7 +470,7 @@ class _Parser(argparse.ArgumentParser):
 def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     p = _Parser(prog="python -m experiments.synthetic", description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="output: <results>/synthetic/<name>/")
-    p.add_argument("--setting", default="cpu", choices=sorted(SETTINGS))
+    p.add_argument("--setting", default="cpu", choices=sorted(PRESETS))
     p.add_argument("--kappa", default="1/64 1/8 1 8",
                    help="free-bits thresholds in bits, space separated (fractions allowed)")
     p.add_argument("--no-baseline", action="store_true")

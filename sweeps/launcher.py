@@ -27,23 +27,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from common import paths
 from common.paths import results_root
 from common.provenance import git_state
 
 from . import backend, manifest
+from .cluster import ClusterConfig, load_cluster
 from .grid import Cell, SweepError, SweepSpec, expand, fmt_num, shared_settings, skipped_controls
 from .job import CellJob
 
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 """Local jobs: no practical time limit (submitit's default is 2 minutes)."""
 POLL_S = 1.0
-CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
-CLUSTER_KEYS = {"partition", "account", "qos", "gpus_per_node", "nodes", "cpus_per_task",
-                "mem_gb", "timeout_min", "constraint", "exclude", "array_parallelism",
-                "signal_delay_s", "max_num_timeout", "setup", "additional", "eval"}
 
 
 @dataclass
@@ -359,52 +354,29 @@ def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset()) ->
 
 
 # ------------------------------------------------------------------------------- cluster config
-def load_cluster(path: Path | None = None) -> dict[str, Any]:
-    path = Path(path or os.environ.get("FTBENCH_CLUSTER") or CLUSTER_FILE)
-    if not path.is_file():
-        raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
-                         f"and set partition/account/GPUs/time")
-    try:
-        cfg = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from e
-    if not isinstance(cfg, dict):
-        raise SweepError(f"{path}: expected a mapping of settings")
-    unknown = sorted(set(cfg) - CLUSTER_KEYS)
-    if unknown:
-        raise SweepError(f"{path}: unknown key(s) {unknown}; allowed: {sorted(CLUSTER_KEYS)}")
-    if not cfg.get("partition"):
-        raise SweepError(f"{path}: 'partition' is required")
-    for k in ("gpus_per_node", "nodes", "cpus_per_task", "timeout_min", "array_parallelism",
-              "signal_delay_s", "max_num_timeout"):
-        if k in cfg and cfg[k] is not None and (not isinstance(cfg[k], int) or cfg[k] < 0):
-            raise SweepError(f"{path}: {k} must be a non-negative integer, got {cfg[k]!r}")
-    return cfg
-
-
-def slurm_parameters(cluster: dict[str, Any], *, for_eval: bool = False) -> dict[str, Any]:
+def slurm_parameters(cluster: ClusterConfig, *, for_eval: bool = False) -> dict[str, Any]:
     """AutoExecutor.update_parameters kwargs: one task per GPU (DDP/FSDP via JobEnvironment)."""
-    c = {**cluster, **(cluster.get("eval") or {})} if for_eval else dict(cluster)
-    gpus = int(c.get("gpus_per_node") or 0)
+    c = cluster.for_eval() if for_eval else cluster
+    gpus = int(c.or_default("gpus_per_node"))
     params: dict[str, Any] = {
-        "slurm_partition": c["partition"],
-        "timeout_min": int(c.get("timeout_min") or 24 * 60),
-        "nodes": int(c.get("nodes") or 1),
+        "slurm_partition": c.partition,
+        "timeout_min": int(c.or_default("timeout_min")),
+        "nodes": int(c.or_default("nodes")),
         "gpus_per_node": gpus,
         "tasks_per_node": max(1, gpus),
-        "cpus_per_task": int(c.get("cpus_per_task") or 8),
-        "slurm_signal_delay_s": int(c.get("signal_delay_s") or 120),
-        "slurm_array_parallelism": int(c.get("array_parallelism") or 64),
+        "cpus_per_task": int(c.or_default("cpus_per_task")),
+        "slurm_signal_delay_s": int(c.or_default("signal_delay_s")),
+        "slurm_array_parallelism": int(c.or_default("array_parallelism")),
     }
-    if c.get("mem_gb"):
-        params["mem_gb"] = float(c["mem_gb"])
+    if c.mem_gb:
+        params["mem_gb"] = float(c.mem_gb)
     for k in ("account", "qos", "constraint", "exclude"):
-        if c.get(k):
-            params[f"slurm_{k}"] = c[k]
-    if c.get("setup"):
-        params["slurm_setup"] = list(c["setup"])
-    if c.get("additional"):
-        params["slurm_additional_parameters"] = dict(c["additional"])
+        if getattr(c, k):
+            params[f"slurm_{k}"] = getattr(c, k)
+    if c.setup:
+        params["slurm_setup"] = list(c.setup)
+    if c.additional:
+        params["slurm_additional_parameters"] = dict(c.additional)
     return params
 
 
@@ -430,7 +402,7 @@ def _select(m: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
 
 def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: bool = False,
         eval_args: Sequence[str] = (), retry_failed: bool = False,
-        cluster: dict[str, Any] | None = None, log: Callable[[str], None] = print,
+        cluster: ClusterConfig | None = None, log: Callable[[str], None] = print,
         executor_factory: Callable[[Path], Any] | None = None) -> dict[str, Any]:
     """Submit the missing cells; local blocks until they end, slurm returns once submitted."""
     if launcher not in ("local", "slurm"):
@@ -458,7 +430,8 @@ def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: 
         if launcher == "local":
             _run_local(p, m, todo, jobs, evaluate, eval_args, log, executor_factory)
         else:
-            _submit_slurm(p, m, todo, cluster or {}, evaluate, eval_args, log,
+            assert cluster is not None  # loaded above
+            _submit_slurm(p, m, todo, cluster, evaluate, eval_args, log,
                           executor_factory)
         return m
 
@@ -652,7 +625,7 @@ def _outcome(job: Any, folder: Path) -> tuple[str, str | None]:
 
 
 def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
-                  cluster: dict[str, Any], evaluate: bool, eval_args: Sequence[str],
+                  cluster: ClusterConfig, evaluate: bool, eval_args: Sequence[str],
                   log: Callable[[str], None],
                   executor_factory: Callable[[Path], Any] | None) -> None:
     import submitit
@@ -661,8 +634,8 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
         if executor_factory is not None:
             return executor_factory(p.folder / "jobs")
         ex = submitit.AutoExecutor(folder=p.folder / "jobs", cluster="slurm",
-                                   slurm_max_num_timeout=int(cluster.get("max_num_timeout")
-                                                             or 20))
+                                   slurm_max_num_timeout=int(
+                                       cluster.or_default("max_num_timeout")))
         ex.update_parameters(name=f"sweep-{p.name}{'-eval' if for_eval else ''}",
                              **slurm_parameters(cluster, for_eval=for_eval))
         return ex
@@ -686,7 +659,7 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
             ex = executor(True)
             if c["state"] == "running":  # evaluate once training succeeds
                 ex.update_parameters(slurm_additional_parameters={
-                    **(cluster.get("additional") or {}), "dependency": f"afterok:{c['job_id']}"})
+                    **(cluster.additional or {}), "dependency": f"afterok:{c['job_id']}"})
             j = ex.submit(_eval_job(c, eval_args, None, "slurm", m))
             c["eval"] = {"state": "running", "job_id": str(j.job_id),
                          "spec_id": m.get("eval_spec_id")}

@@ -1,0 +1,203 @@
+"""SLURM settings for `make sweep LAUNCHER=slurm`: a typed structured config.
+
+The file is sweeps/cluster.yaml (git-ignored), or the path in CLUSTER=... / FTBENCH_CLUSTER;
+sweeps/cluster.example.yaml shows every key. It is read through OmegaConf's structured merge onto
+`ClusterConfig`, so an unknown key or a value of the wrong type is one line naming the file and
+the key (SweepError). `setup` and `additional` stay free-form: they are kept out of OmegaConf,
+whose `${...}` interpolation would otherwise claim the shell's `${VAR}`.
+
+Cluster settings never enter the training config: they do not change a run's id.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+
+from .grid import SweepError
+
+CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
+FREE_FORM = ("setup", "additional")
+"""Keys whose values pass through untyped (shell lines; any other sbatch option)."""
+_COUNTS = ("gpus_per_node", "nodes", "cpus_per_task", "timeout_min", "array_parallelism",
+           "signal_delay_s", "max_num_timeout")
+
+
+@dataclass
+class EvalOverrides:
+    """What EVAL=1 jobs ask for instead of the main settings. A key left out inherits the main
+    value; a key set to null falls back to the built-in default, as it would at the top level."""
+
+    partition: str | None = MISSING
+    """sbatch --partition for evaluation jobs."""
+    account: str | None = MISSING
+    """sbatch --account for evaluation jobs."""
+    qos: str | None = MISSING
+    """sbatch --qos for evaluation jobs."""
+    gpus_per_node: int | None = MISSING
+    """GPUs (= tasks) per node for evaluation jobs."""
+    nodes: int | None = MISSING
+    """Nodes per evaluation job."""
+    cpus_per_task: int | None = MISSING
+    """CPU cores per task for evaluation jobs."""
+    mem_gb: float | None = MISSING
+    """Memory per node in GB for evaluation jobs."""
+    timeout_min: int | None = MISSING
+    """Time limit of one evaluation attempt, minutes."""
+    signal_delay_s: int | None = MISSING
+    """USR2 this many seconds before an evaluation job's time limit."""
+    array_parallelism: int | None = MISSING
+    """Jobs of an array running at once (evaluation jobs are single jobs)."""
+    constraint: str | None = MISSING
+    """sbatch --constraint for evaluation jobs."""
+    exclude: str | None = MISSING
+    """sbatch --exclude for evaluation jobs."""
+    setup: Any = MISSING
+    """Shell lines run before an evaluation job (free-form list)."""
+    additional: Any = MISSING
+    """Other sbatch options for evaluation jobs (free-form mapping)."""
+
+    def __post_init__(self) -> None:
+        _check(self, required_partition=False)
+
+    def given(self) -> dict[str, Any]:
+        """The keys the file sets (null included), with their values."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if not _missing(getattr(self, f.name))}
+
+
+@dataclass
+class ClusterConfig:
+    """SLURM settings for one sweep: sbatch parameters and submitit's requeue budget.
+
+    For the integer settings, null or 0 means the built-in default (the field's default)."""
+
+    partition: str | None = None
+    """Required: sbatch --partition."""
+    account: str | None = None
+    """sbatch --account (null if your cluster has none)."""
+    qos: str | None = None
+    """sbatch --qos."""
+    gpus_per_node: int | None = 0
+    """GPUs per node; one task per GPU (train.py runs DDP/FSDP from the torchrun variables that
+    sweeps/job.py derives from submitit's JobEnvironment). 0: a CPU job with one task."""
+    nodes: int | None = 1
+    """Nodes per cell (multi-node DDP works the same way)."""
+    cpus_per_task: int | None = 8
+    """CPU cores per task."""
+    mem_gb: float | None = None
+    """Memory per node in GB (null or 0: the partition's default)."""
+    timeout_min: int | None = 24 * 60
+    """Time limit of one attempt, minutes; on timeout or preemption the job checkpoints and
+    requeues."""
+    signal_delay_s: int | None = 120
+    """USR2 this many seconds before the time limit: time to write a checkpoint."""
+    max_num_timeout: int | None = 20
+    """Requeues allowed per cell."""
+    array_parallelism: int | None = 64
+    """Cells of the job array running at once."""
+    constraint: str | None = None
+    """sbatch --constraint, e.g. "a100|h100"."""
+    exclude: str | None = None
+    """sbatch --exclude."""
+    setup: Any = None
+    """Shell lines run before the job (modules, venv): a free-form list."""
+    additional: Any = None
+    """Any other sbatch option, e.g. {reservation: myres, mail-type: END}: a free-form mapping."""
+    eval: EvalOverrides = field(default_factory=EvalOverrides)
+    """What EVAL=1 jobs ask for instead (keys as above)."""
+
+    def __post_init__(self) -> None:
+        _check(self, required_partition=True)
+
+    def or_default(self, name: str) -> Any:
+        """The setting, or its field's default when it is null or 0."""
+        return getattr(self, name) or _DEFAULTS[name]
+
+    def for_eval(self) -> ClusterConfig:
+        """The settings of an evaluation job: the eval section over the main settings."""
+        return dataclasses.replace(self, **self.eval.given(), eval=EvalOverrides())
+
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(ClusterConfig)
+             if f.default is not dataclasses.MISSING}
+
+
+def _missing(v: Any) -> bool:
+    return isinstance(v, str) and v == MISSING
+
+
+def _check(c: ClusterConfig | EvalOverrides, *, required_partition: bool) -> None:
+    """ValueError (one line, naming the key) for a value the types cannot rule out."""
+    if required_partition and not c.partition:
+        raise ValueError("'partition' is required")
+    for k in _COUNTS:
+        v = getattr(c, k, None)  # the eval section has no max_num_timeout
+        if v is None or _missing(v):
+            continue
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"{k} must be a non-negative integer, got {v!r}")
+    if not (c.setup is None or _missing(c.setup) or isinstance(c.setup, list)):
+        raise ValueError(f"setup must be a list of shell lines, got {c.setup!r}")
+    if not (c.additional is None or _missing(c.additional) or isinstance(c.additional, dict)):
+        raise ValueError(f"additional must be a mapping of sbatch options, got {c.additional!r}")
+
+
+def _allowed(cls: type) -> list[str]:
+    return sorted(f.name for f in dataclasses.fields(cls))
+
+
+def load_cluster(path: Path | None = None) -> ClusterConfig:
+    """Read and check the cluster file: `path`, else FTBENCH_CLUSTER, else sweeps/cluster.yaml.
+    SweepError (one line naming the file and the key) on any problem."""
+    path = Path(path or os.environ.get("FTBENCH_CLUSTER") or CLUSTER_FILE)
+    if not path.is_file():
+        raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
+                         f"and set partition/account/GPUs/time")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from e
+    if not isinstance(raw, dict):
+        raise SweepError(f"{path}: expected a mapping of settings")
+    raw = dict(raw)
+    ev = raw.pop("eval", None)
+    if ev is None:  # `eval:` with nothing under it: no overrides
+        ev = {}
+    if not isinstance(ev, dict):
+        raise SweepError(f"{path}: eval must be a mapping of settings, got {ev!r}")
+    free = {k: raw.pop(k) for k in FREE_FORM if k in raw}
+    ev = dict(ev)
+    ev_free = {k: ev.pop(k) for k in FREE_FORM if k in ev}
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(ClusterConfig),
+                                 OmegaConf.create({**raw, "eval": ev}))
+        data: dict[str, Any] = OmegaConf.to_container(merged, throw_on_missing=False)  # type: ignore[assignment]
+    except ConfigKeyError as e:
+        key = str(e.full_key)
+        allowed = _allowed(EvalOverrides if key.startswith("eval.") else ClusterConfig)
+        raise SweepError(f"{path}: unknown key {key!r}; allowed: {allowed}") from None
+    except OmegaConfBaseException as e:
+        where = getattr(e, "full_key", None)
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SweepError(f"{path}: {where + ': ' if where else ''}{msg}") from None
+    try:
+        overrides = EvalOverrides(**{**data.pop("eval"), **ev_free})
+    except ValueError as e:
+        raise SweepError(f"{path}: eval.{e}") from None
+    try:
+        cfg = ClusterConfig(**{**data, **free}, eval=overrides)
+    except ValueError as e:
+        raise SweepError(f"{path}: {e}") from None
+    try:
+        cfg.for_eval()  # the merged eval settings are checked now, not at submission
+    except ValueError as e:
+        raise SweepError(f"{path}: eval: {e}") from None
+    return cfg

@@ -1,0 +1,209 @@
+"""sweeps/cluster.py: the SLURM settings as a typed structured config (issue 14).
+
+The sbatch parameters are pinned to what the plain-dict loader produced before the re-cut, for
+the shipped example and for the edge cases of the `null or 0 = default` and eval-override rules.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sweeps.launcher as L
+from sweeps import cluster as C
+from sweeps.grid import SweepError
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "sweeps" / "cluster.example.yaml"
+
+# slurm_parameters(load_cluster(EXAMPLE)) as the dict-based loader computed it (main, eval)
+EXAMPLE_PARAMS = (
+    {"slurm_partition": "gpu", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 8,
+     "tasks_per_node": 8, "cpus_per_task": 10, "slurm_signal_delay_s": 120,
+     "slurm_array_parallelism": 64, "mem_gb": 400.0, "slurm_account": "my-project",
+     "slurm_setup": ["source .venv/bin/activate"]},
+    {"slurm_partition": "gpu", "timeout_min": 240, "nodes": 1, "gpus_per_node": 1,
+     "tasks_per_node": 1, "cpus_per_task": 10, "slurm_signal_delay_s": 120,
+     "slurm_array_parallelism": 64, "mem_gb": 400.0, "slurm_account": "my-project",
+     "slurm_setup": ["source .venv/bin/activate"]},
+)
+
+
+def _load(tmp_path: Path, text: str) -> C.ClusterConfig:
+    p = tmp_path / "cluster.yaml"
+    p.write_text(text)
+    return C.load_cluster(p)
+
+
+def test_example_gives_the_same_sbatch_parameters_as_before() -> None:
+    cfg = C.load_cluster(EXAMPLE)
+    assert isinstance(cfg, C.ClusterConfig)
+    assert L.slurm_parameters(cfg) == EXAMPLE_PARAMS[0]
+    assert L.slurm_parameters(cfg, for_eval=True) == EXAMPLE_PARAMS[1]
+    assert cfg.or_default("max_num_timeout") == 20
+    assert L.load_cluster is C.load_cluster  # sweeps/__main__ reaches it through the launcher
+
+
+def test_example_names_every_key_and_only_known_ones() -> None:
+    raw = yaml.safe_load(EXAMPLE.read_text())
+    assert set(raw) == {f.name for f in dataclasses.fields(C.ClusterConfig)}
+    assert set(raw["eval"]) <= {f.name for f in dataclasses.fields(C.EvalOverrides)}
+
+
+@pytest.mark.parametrize("cls", [C.ClusterConfig, C.EvalOverrides])
+def test_every_field_has_a_docstring(cls: type) -> None:
+    body = ast.parse(inspect.getsource(cls)).body[0]
+    assert isinstance(body, ast.ClassDef)
+    documented = set()
+    for a, b in zip(body.body, body.body[1:], strict=False):
+        if (isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+                and isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                and isinstance(b.value.value, str) and b.value.value.strip()):
+            documented.add(a.target.id)
+    assert documented == {f.name for f in dataclasses.fields(cls)}
+
+
+def test_zero_or_null_means_the_default_as_before(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, "partition: p\ngpus_per_node: 0\nnodes: 0\ncpus_per_task: null\n"
+                          "timeout_min: 0\nsignal_delay_s: 0\narray_parallelism: 0\n"
+                          "max_num_timeout: 0\nmem_gb: 0\naccount: null\nsetup: null\n"
+                          "additional: null\neval: null\n")
+    want = {"slurm_partition": "p", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 0,
+            "tasks_per_node": 1, "cpus_per_task": 8, "slurm_signal_delay_s": 120,
+            "slurm_array_parallelism": 64}
+    assert L.slurm_parameters(cfg) == want == L.slurm_parameters(cfg, for_eval=True)
+    assert cfg.or_default("max_num_timeout") == 20
+
+
+def test_eval_section_omitted_inherits_null_resets(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, "partition: p\naccount: a\nqos: q\ntimeout_min: 99\nmem_gb: 12.5\n"
+                          "setup: [a, b]\nadditional: {x: 1}\n"
+                          "eval: {qos: null, timeout_min: null, mem_gb: 3, additional: {y: 2},"
+                          " setup: []}\n")
+    main, ev = L.slurm_parameters(cfg), L.slurm_parameters(cfg, for_eval=True)
+    assert (main["slurm_qos"], main["timeout_min"], main["mem_gb"]) == ("q", 99, 12.5)
+    assert main["slurm_setup"] == ["a", "b"] and main["slurm_additional_parameters"] == {"x": 1}
+    assert "slurm_qos" not in ev and "slurm_setup" not in ev  # null / [] drop them
+    assert (ev["slurm_account"], ev["timeout_min"], ev["mem_gb"]) == ("a", 1440, 3.0)
+    assert ev["slurm_additional_parameters"] == {"y": 2}
+
+
+def test_free_form_values_pass_through_untouched(tmp_path: Path) -> None:
+    """`${VAR}` is the shell's, not an OmegaConf interpolation; nested options survive."""
+    cfg = _load(tmp_path, 'partition: p\nsetup: ["export X=${HOME}/y", "module load ${M:-cuda}"]\n'
+                          "additional: {mail-type: END, gres: 'gpu:2', nested: {a: [1, 2]}}\n")
+    p = L.slurm_parameters(cfg)
+    assert p["slurm_setup"] == ["export X=${HOME}/y", "module load ${M:-cuda}"]
+    assert p["slurm_additional_parameters"] == {"mail-type": "END", "gres": "gpu:2",
+                                                "nested": {"a": [1, 2]}}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("account: me\n", r"cluster\.yaml: 'partition' is required$"),
+    ("partition: ''\n", r"cluster\.yaml: 'partition' is required$"),
+    ("partition: gpu\ngpus: 8\n", r"cluster\.yaml: unknown key 'gpus'; allowed: \["),
+    ("partition: gpu\neval: {gpus: 1}\n", r"cluster\.yaml: unknown key 'eval\.gpus'; allowed:"),
+    ("partition: gpu\neval: {max_num_timeout: 3}\n", r"unknown key 'eval\.max_num_timeout'"),
+    ("partition: gpu\neval: {eval: {}}\n", r"unknown key 'eval\.eval'"),
+    ("partition: gpu\ngpus_per_node: eight\n", r"cluster\.yaml: gpus_per_node: Value 'eight'"),
+    ("partition: gpu\ntimeout_min: 1.5\n", r"cluster\.yaml: timeout_min: Value '1\.5'"),
+    ("partition: gpu\nnodes: true\n", r"cluster\.yaml: nodes: Value 'True'"),
+    ("partition: gpu\nmem_gb: lots\n", r"cluster\.yaml: mem_gb: Value 'lots'"),
+    ("partition: gpu\neval: {timeout_min: soon}\n", r"cluster\.yaml: eval\.timeout_min: Value"),
+    ("partition: [a, b]\n", r"cluster\.yaml: partition: Cannot convert"),
+    ("partition: gpu\ncpus_per_task: -1\n", r"cpus_per_task must be a non-negative integer"),
+    ("partition: gpu\neval: {nodes: -2}\n",
+     r"cluster\.yaml: eval\.nodes must be a non-negative integer, got -2$"),
+    ("partition: gpu\neval: {partition: null}\n", r"cluster\.yaml: eval: 'partition' is required"),
+    ("partition: gpu\nsetup: source x\n", r"cluster\.yaml: setup must be a list"),
+    ("partition: gpu\nadditional: [a]\n", r"cluster\.yaml: additional must be a mapping"),
+    ("partition: gpu\neval: {setup: x}\n", r"cluster\.yaml: eval\.setup must be a list"),
+    ("partition: gpu\neval: [1]\n", r"cluster\.yaml: eval must be a mapping"),
+    ("- partition\n", r"cluster\.yaml: expected a mapping of settings"),
+    ("partition: [\n", r"cluster\.yaml: not valid YAML"),
+])
+def test_bad_file_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
+                                                   message: str) -> None:
+    with pytest.raises(SweepError, match=message) as e:
+        _load(tmp_path, text)
+    assert "\n" not in str(e.value)
+
+
+def test_the_dataclass_checks_itself() -> None:
+    with pytest.raises(ValueError, match="'partition' is required"):
+        C.ClusterConfig()
+    with pytest.raises(ValueError, match="nodes must be a non-negative integer"):
+        C.ClusterConfig(partition="p", nodes=-1)
+    with pytest.raises(ValueError, match="gpus_per_node must be a non-negative integer"):
+        C.EvalOverrides(gpus_per_node=-1)
+    c = C.ClusterConfig(partition="p", eval=C.EvalOverrides(gpus_per_node=2))
+    assert c.for_eval().gpus_per_node == 2 and c.for_eval().eval == C.EvalOverrides()
+
+
+def test_path_from_environment_and_argument(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    env, arg = tmp_path / "env.yaml", tmp_path / "arg.yaml"
+    env.write_text("partition: from-env\n")
+    arg.write_text("partition: from-arg\n")
+    monkeypatch.setenv("FTBENCH_CLUSTER", str(env))
+    assert C.load_cluster().partition == "from-env"
+    assert C.load_cluster(arg).partition == "from-arg"
+    monkeypatch.delenv("FTBENCH_CLUSTER")
+    monkeypatch.setattr(C, "CLUSTER_FILE", tmp_path / "absent.yaml")
+    with pytest.raises(SweepError, match=r"LAUNCHER=slurm needs .*absent\.yaml"):
+        C.load_cluster()
+
+
+# ------------------------------------------------------------------ synthetic presets (issue 14)
+# experiments/synthetic.py's presets are dataclasses now; the overrides they produce are pinned to
+# the lists the plain dict held before (they are recorded in samples.jsonl's meta).
+SYNTHETIC_BEFORE = {
+    "cpu": ["model=1M", "model.dim=64", "model.n_layers=4", "model.n_heads=4",
+            "model.n_kv_heads=2", "model.ffn_dim=192", "train.batch_size=32",
+            "train.tokens=1664000", "optim.lr=3e-3", "logging.val_every=250",
+            "logging.ckpt_every=500", "logging.progress=false"],
+    "gpu": ["model=1M", "model.dim=256", "model.n_layers=8", "model.n_heads=8",
+            "model.n_kv_heads=4", "model.ffn_dim=768", "train.batch_size=128",
+            "train.tokens=166400000", "optim.lr=1e-3", "logging.val_every=2000",
+            "logging.ckpt_every=2000", "logging.progress=false"],
+    "smoke": ["model=1M", "model.dim=32", "model.n_layers=2", "model.n_heads=2",
+              "model.n_kv_heads=1", "model.ffn_dim=64", "train.batch_size=8",
+              "train.tokens=1560", "data.val_tokens=650", "logging.val_every=0",
+              "logging.ckpt_every=1000", "logging.progress=false"],
+}
+
+
+def test_synthetic_presets_give_the_same_overrides_as_before() -> None:
+    from omegaconf import OmegaConf
+    from omegaconf.errors import ConfigKeyError, ValidationError
+
+    import experiments.synthetic as S
+
+    assert {k: p.overrides() for k, p in S.PRESETS.items()} == SYNTHETIC_BEFORE
+    st = S.SyntheticSettings(setting="smoke", seed=3)
+    assert S.arm_overrides(st, 8, 0.5) == ["data=synthetic", *SYNTHETIC_BEFORE["smoke"],
+                                           "model.latent_bits=8", "model.kappa_bits=0.5",
+                                           "train.seed=3"]
+    smoke = OmegaConf.structured(S.PRESETS["smoke"])  # a structured config: typed, closed
+    with pytest.raises(ValidationError, match="'many' of type 'str' could not be converted"):
+        OmegaConf.merge(smoke, {"steps": "many"})
+    with pytest.raises(ConfigKeyError, match="Key 'stepz' not in 'SyntheticPreset'"):
+        OmegaConf.merge(smoke, {"stepz": 5})
+    assert OmegaConf.to_object(OmegaConf.merge(smoke, {"steps": 5})) == \
+        dataclasses.replace(S.PRESETS["smoke"], steps=5)
+    with pytest.raises(ValueError, match="steps: 0 must be >= 1"):
+        dataclasses.replace(S.PRESETS["cpu"], steps=0)
+    with pytest.raises(ValueError, match="lr: 0.0 must be > 0"):
+        dataclasses.replace(S.PRESETS["cpu"], lr=0.0)
+
+
+@pytest.mark.parametrize("cls", ["SyntheticPreset"])
+def test_synthetic_preset_fields_have_docstrings(cls: str) -> None:
+    import experiments.synthetic as S
+
+    test_every_field_has_a_docstring(getattr(S, cls))
