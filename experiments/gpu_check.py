@@ -99,7 +99,7 @@ def _mapper_share(m: torch.nn.Module, x: torch.Tensor, h: int, n: int = 5) -> di
     w = m.post_sampler.weight
 
     def mapper() -> None:
-        latent_embedding(logits, w, codes, m.cfg.mapper_chunk_elems).sum().backward()
+        latent_embedding(logits, w, codes, m.cfg.mapper_chunk_bytes).sum().backward()
 
     t_step, t_map = _timed_ms(step, n), _timed_ms(mapper, n)
     return {"step_ms": t_step, "mapper_ms": t_map, "mapper_share": t_map / t_step, "mapper_n": n}

@@ -37,7 +37,7 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
     if d["train"].get("match_n_layers") is None:  # added later: old run-ids stay valid
         d["train"].pop("match_n_layers", None)
     d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run
-    d["model"].pop("mapper_chunk_elems", None)  # a memory knob: same maths, same run
+    d["model"].pop("mapper_chunk_bytes", None)  # a memory knob: same maths, same run
     return d
 
 
@@ -233,7 +233,7 @@ def memory_estimate(p: RunPlan, parallel: str, *, cuda: bool = True) -> dict[str
         gathered = (root + 2 * block_params(mc)) * (act_b + 4)
     tokens = p.micro_batch_size * p.seq_len
     per_tok = _activation_bytes_per_token(mc, act_b)
-    mapper = 3 * 4 * mc.mapper_chunk_elems if mc.is_free else 0
+    mapper = mc.mapper_chunk_bytes if mc.is_free else 0  # the backward's one dL/dG buffer
     act = tokens * (per_tok["blocks"] + per_tok["readout"]) + mapper
     n_blocks = mc.n_layers + (1 if mc.is_free else 0)
     # checkpointing keeps each block's input; the backward recomputes one block at a time

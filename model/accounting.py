@@ -9,8 +9,8 @@ linear layer costs twice its forward and the backward of attention twice its for
 Free Transformer extras: the encoder block (a full block; its queries come from zeta repeated T
 times), the readout to H bit logits, the post-sampler (a gather in the forward, a scatter-add in
 the backward: no matmul), and the binary mapper's backward, which is dense over the 2^H codes:
-dL/dG = grad_r @ W (2·D·2^H) and dL/do from (dL/dG * G) @ [bits | 1] (2·2^H·(H+1)) per token;
-G itself is built as a Kronecker product (elementwise, not counted).
+dL/dG = grad_r @ W (2·D·2^H) per token, then dL/do from G = G_hi (x) G_lo applied as two
+batched mat-vecs over that buffer (4·2^H) plus the two half tables; G itself is never built.
 """
 
 from __future__ import annotations
@@ -88,5 +88,8 @@ def train_flops_per_token(cfg: ModelConfig, seq_len: int) -> FlopsBreakdown:
     if not cfg.is_free:
         return FlopsBreakdown(cfg.n_layers * blk, readout, 0.0, 0.0, 0.0)
     H, C, D = cfg.latent_bits, cfg.n_codes, cfg.dim
-    mapper = 2 * D * C + 2 * C * (H + 1)
+    # backward: dL/dG = g @ W^T (2·D·C), then G = G_hi (x) G_lo applied as two batched
+    # mat-vecs over that buffer (4·C) plus the per-half tables (never a tokens x 2^H G)
+    lo, hi = H // 2, H - H // 2
+    mapper = 2 * D * C + 4 * C + 2 * ((1 << lo) * (lo + 1) + (1 << hi) * (hi + 1))
     return FlopsBreakdown(cfg.n_layers * blk, readout, blk, 3 * 2 * D * H, float(mapper))

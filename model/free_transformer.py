@@ -13,8 +13,8 @@ Design choices:
   being scored;
 - the binary mapper is a custom autograd function: the forward gathers one column of the
   post-sampler per token (the value of Y @ W^T), the backward applies the exact gradient of
-  (Y + G - G.detach()) @ W^T with G dense over all 2^H codes, over chunks of tokens, so no
-  (tokens x 2^H) tensor exists for the whole batch;
+  (Y + G - G.detach()) @ W^T with G dense over all 2^H codes, over chunks of tokens sized by a
+  memory budget (`mapper_chunk_bytes`), so no (tokens x 2^H) tensor exists for the whole batch;
 - KL to the uniform prior per token in nats, sum_h (ln 2 - H_b(sigmoid(o_h))), and the free-bits
   penalty mean_t max(0, KL_t - kappa_bits * ln 2) with no weight, as in the paper.
 """
@@ -82,13 +82,35 @@ def code_bits(n_bits: int, device: torch.device | None = None) -> torch.Tensor:
     return ((d[:, None] >> torch.arange(n_bits, device=device)) & 1).float()
 
 
+def _kron_probs(p: torch.Tensor) -> torch.Tensor:
+    """(n, k) bit probabilities -> (n, 2^k) with G[t, d] = prod_h P(B_th = b_h(d)).
+
+    Built bit by bit as a Kronecker product (code d = sum_h 2^h b_h: bit h doubles the filled
+    prefix); no exp needed.
+    """
+    n, k = p.shape
+    G = torch.empty(n, 1 << k, dtype=p.dtype, device=p.device)
+    G[:, :1] = 1.0
+    m = 1
+    for h in range(k):
+        torch.mul(G[:, :m], p[:, h:h + 1], out=G[:, m:2 * m])
+        G[:, :m].mul_(1.0 - p[:, h:h + 1])
+        m *= 2
+    return G
+
+
+def mapper_chunk_tokens(chunk_bytes: int, latent_bits: int, element_size: int) -> int:
+    """Tokens per chunk of the mapper backward: its (tokens x 2^H) temporary fits the budget."""
+    return max(1, chunk_bytes // ((1 << latent_bits) * element_size))
+
+
 class _LatentEmbedding(torch.autograd.Function):
     @staticmethod
     def forward(ctx, bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
-                chunk_elems: int) -> torch.Tensor:
+                chunk_bytes: int) -> torch.Tensor:
         # bit_logits (N, H), weight (D, C), codes (N,) -> (N, D) = weight[:, codes].T
         ctx.save_for_backward(bit_logits, weight, codes)
-        ctx.chunk_elems = chunk_elems
+        ctx.chunk_bytes = chunk_bytes
         return weight.index_select(1, codes).t()
 
     @staticmethod
@@ -102,49 +124,54 @@ class _LatentEmbedding(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             o = _f32(bit_logits)
             N, H = o.shape
-            C = 1 << H
-            # [bits | 1]: one matmul gives sum_d A[t,d] b_h(d) and sum_d A[t,d]
-            bits1 = torch.cat([code_bits(H, o.device), torch.ones(C, 1, device=o.device)], 1)
-            bits1 = bits1.to(o.dtype)
+            # G = G_hi (x) G_lo over the high and low halves of the bits, so with A = dL/dG * G,
+            # sum_d A[t,d] b_h(d) for a low bit h is sum_lo G_lo b_h(lo) sum_hi G_hi dL/dG[hi,lo]:
+            # two batched mat-vecs over dL/dG replace building G (2^H per token) and its product.
+            lo = H // 2
+            hi = H - lo
+            ones_col = torch.ones(1, 1, dtype=o.dtype, device=o.device)
+            bits_lo = torch.cat([code_bits(lo, o.device).to(o.dtype),
+                                 ones_col.expand(1 << lo, 1)], 1)  # [bits | 1]
+            bits_hi = torch.cat([code_bits(hi, o.device).to(o.dtype),
+                                 ones_col.expand(1 << hi, 1)], 1)
             p = torch.sigmoid(o)
             w = weight.to(o.dtype)
             g = grad_out.to(o.dtype)
             grad_logits = torch.empty_like(o)
-            step = max(1, ctx.chunk_elems // C)
-            buf = torch.empty(min(step, N), C, dtype=o.dtype, device=o.device)
+            step = mapper_chunk_tokens(ctx.chunk_bytes, H, o.element_size())
+            buf = torch.empty(min(step, N), 1 << H, dtype=o.dtype, device=o.device)
             for s in range(0, N, step):
                 e = min(N, s + step)
-                G = buf[: e - s]
-                # G[t, d] = prod_h P(B_th = b_h(d)), built bit by bit as a Kronecker product
-                # (code d = sum_h 2^h b_h: bit h doubles the filled prefix); no exp needed
-                G[:, :1] = 1.0
-                n = 1
-                for h in range(H):
-                    torch.mul(G[:, :n], p[s:e, h:h + 1], out=G[:, n:2 * n])
-                    G[:, :n].mul_(1.0 - p[s:e, h:h + 1])
-                    n *= 2
-                G.mul_(g[s:e] @ w)  # A = dL/dG * G, with dL/dG = grad_r @ W
-                # dG[t,d]/do_th = G[t,d] (b_h(d) - p_th)
-                r = G @ bits1
-                grad_logits[s:e] = r[:, :H] - p[s:e] * r[:, H:]
+                dG = buf[: e - s]
+                torch.matmul(g[s:e], w, out=dG)  # dL/dG = grad_r @ W
+                dG3 = dG.view(e - s, 1 << hi, 1 << lo)
+                g_lo, g_hi = _kron_probs(p[s:e, :lo]), _kron_probs(p[s:e, lo:])
+                u = torch.bmm(g_hi[:, None, :], dG3).squeeze(1)  # (n, 2^lo): summed over hi
+                v = torch.bmm(dG3, g_lo[:, :, None]).squeeze(2)  # (n, 2^hi): summed over lo
+                # dG[t,d]/do_th = G[t,d] (b_h(d) - p_th); the last column is sum_d A[t,d]
+                r_lo = (u * g_lo) @ bits_lo
+                r_hi = (v * g_hi) @ bits_hi
+                grad_logits[s:e, :lo] = r_lo[:, :lo] - p[s:e, :lo] * r_lo[:, lo:]
+                grad_logits[s:e, lo:] = r_hi[:, :hi] - p[s:e, lo:] * r_hi[:, hi:]
             grad_logits = grad_logits.to(bit_logits.dtype)
         return grad_logits, grad_w, None, None
 
 
 def latent_embedding(bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
-                     chunk_elems: int = 1 << 23) -> torch.Tensor:
+                     chunk_bytes: int = 128 << 20) -> torch.Tensor:
     """The binary mapper followed by the post-sampler, without the (tokens x 2^H) one-hot.
 
     bit_logits (..., H), weight (D, 2^H) (the post-sampler's Linear weight), codes (...) long.
     Value: weight[:, codes].T, shape (..., D). Gradient: that of
-    (one_hot(codes) + G - G.detach()) @ weight.T with G[d] = prod_h P(B_h = bit_h(d)).
+    (one_hot(codes) + G - G.detach()) @ weight.T with G[d] = prod_h P(B_h = bit_h(d)), computed
+    over chunks of tokens whose (tokens x 2^H) dL/dG temporary takes at most `chunk_bytes`.
     """
     lead = codes.shape
     H = bit_logits.shape[-1]
     if weight.shape[1] != 1 << H:
         raise ValueError(f"weight has {weight.shape[1]} columns, expected 2^{H}")
     out = _LatentEmbedding.apply(bit_logits.reshape(-1, H), weight, codes.reshape(-1),
-                                 chunk_elems)
+                                 chunk_bytes)
     return out.reshape(*lead, weight.shape[0])
 
 
@@ -229,7 +256,7 @@ class FreeTransformer(Transformer):
                 r = F.embedding(codes, w.t())
             else:
                 ctx.kl_tokens = kl_to_uniform(bit_logits)
-                r = latent_embedding(bit_logits, w, codes, self.cfg.mapper_chunk_elems)
+                r = latent_embedding(bit_logits, w, codes, self.cfg.mapper_chunk_bytes)
         else:
             raise ValueError(f"z must be None, 'prior', 'posterior' or a LongTensor, got {z!r}")
         ctx.codes = codes

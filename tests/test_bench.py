@@ -124,6 +124,19 @@ def test_generate_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
         assert g["hf_token_agreement"] > 0.5
 
 
+def test_generate_batch_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    g = tiny_run[0]["sections"]["generate_batch"]
+    s = SIZES["tiny"]
+    assert g["batch"] == s.gen_batch >= 8 and len(g["prompt_lens"]) == g["batch"]
+    assert len(set(g["prompt_lens"])) > 1  # mixed prompt lengths
+    assert g["stop_sequences"] >= 1 and 1 <= g["rows_stopped"] < g["batch"]
+    assert g["hf_rows_equal"] == g["batch"]  # the export decodes the same rows, same stops
+    for k in ("ours", "hf_generate"):
+        assert _is_summary(g[k]["s"])
+        assert g[k]["tokens_per_s"] == pytest.approx(g["new_tokens_kept"] / g[k]["s"]["median"])
+    assert _is_summary(g["speedup_ours_over_hf"])
+
+
 def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     ev = tiny_run[0]["sections"]["eval"]
     if "skipped" in ev:
@@ -141,7 +154,8 @@ def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
 def test_targets_and_markdown(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     res, path, _ = tiny_run
     names = [t["target"] for t in res["targets"]]
-    assert len(names) == 5
+    assert len(names) == 6
+    assert "batched generation ours vs HF generate at batch 8" in names
     for t in res["targets"]:
         assert t["met"] in (True, False, None)
         assert (t["measured"] is None) == (t["met"] is None)
@@ -150,7 +164,8 @@ def test_targets_and_markdown(tiny_run: tuple[dict[str, Any], Path, int]) -> Non
     text = md.read_text()
     for heading in ("## Targets", "## Training step", "## Free Transformer overhead",
                     "## Our Free Transformer vs x-transformers",
-                    "## Binary mapper", "## Generation", "## Evaluation"):
+                    "## Binary mapper", "## Generation", "## Batched generation",
+                    "## Evaluation"):
         assert heading in text
     assert "| ours baseline |" in text
 

@@ -26,6 +26,7 @@ from model.free_transformer import (
     free_bits_penalty,
     kl_to_uniform,
     latent_embedding,
+    mapper_chunk_tokens,
     sample_codes,
 )
 from model.layers import Block
@@ -60,8 +61,10 @@ def dense_latent(bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Te
     return (Y + G - G.detach()) @ weight.t()
 
 
-@pytest.mark.parametrize("H,N,chunk", [(1, 7, 1 << 21), (4, 33, 16), (8, 300, 1000),
-                                       (12, 512, 1 << 21)])
+# chunk = tokens per chunk of the float64 backward (its budget is tokens x 2^H x 8 bytes); odd H
+# splits the bits into unequal halves; a budget below one token still makes one-token chunks.
+@pytest.mark.parametrize("H,N,chunk", [(1, 7, 1 << 10), (4, 33, 1), (5, 41, 6), (8, 300, 3),
+                                       (12, 512, 512), (16, 6, 4)])
 def test_latent_embedding_matches_dense_value_and_grad(H, N, chunk):
     torch.manual_seed(H)
     D = 24
@@ -70,7 +73,8 @@ def test_latent_embedding_matches_dense_value_and_grad(H, N, chunk):
     codes = sample_codes(o1)
     o2 = o1.detach().clone().requires_grad_()
     w2 = w1.detach().clone().requires_grad_()
-    ours = latent_embedding(o1, w1, codes, chunk_elems=chunk)
+    budget = 1 if chunk == 1 else chunk * (1 << H) * 8
+    ours = latent_embedding(o1, w1, codes, chunk_bytes=budget)
     ref = dense_latent(o2, w2, codes)
     torch.testing.assert_close(ours, ref, rtol=1e-9, atol=1e-9)
     g = torch.randn(N, D, dtype=torch.float64)
@@ -87,7 +91,7 @@ def test_latent_embedding_float32_at_t512():
     o = torch.randn(N, H, requires_grad=True)
     w = torch.randn(D, 1 << H, requires_grad=True)
     codes = sample_codes(o)
-    out = latent_embedding(o, w, codes, chunk_elems=1 << 16)  # 16 tokens per chunk
+    out = latent_embedding(o, w, codes, chunk_bytes=1 << 18)  # 16 float32 tokens per chunk
     g = torch.randn(N, D)
     (out * g).sum().backward()
     o64 = o.detach().double().requires_grad_()
@@ -95,6 +99,26 @@ def test_latent_embedding_float32_at_t512():
     (dense_latent(o64, w64, codes) * g.double()).sum().backward()
     torch.testing.assert_close(o.grad.double(), o64.grad, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_mapper_chunk_is_a_memory_budget():
+    # the same budget means the same memory whatever H and dtype: tokens = bytes // (2^H x size)
+    assert mapper_chunk_tokens(128 << 20, 16, 4) == 512
+    assert mapper_chunk_tokens(128 << 20, 16, 2) == 1024
+    assert mapper_chunk_tokens(128 << 20, 20, 4) == 32
+    assert mapper_chunk_tokens(1, 20, 8) == 1  # never zero tokens
+    assert ModelConfig().mapper_chunk_bytes == 128 << 20
+
+
+def test_mapper_chunk_bytes_is_not_semantic_and_old_field_loads():
+    cfg = tiny(latent_bits=3)
+    assert cfg.replace(mapper_chunk_bytes=1 << 20) == cfg  # a memory knob, not the model
+    with pytest.raises(ValueError, match="ModelConfig.mapper_chunk_bytes="):
+        tiny(mapper_chunk_bytes=0)
+    # checkpoints written before the budget was in bytes counted float32 elements
+    old = {k: v for k, v in cfg.to_dict().items() if k != "mapper_chunk_bytes"}
+    ld = ModelConfig.from_dict({**old, "mapper_chunk_elems": 1 << 23})
+    assert ld == cfg and ld.mapper_chunk_bytes == 32 << 20
 
 
 def test_sample_codes_bit_order_and_rates():

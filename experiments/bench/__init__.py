@@ -16,6 +16,9 @@ Sections (``--sections``, default all):
                 forward+backward and peak memory (see ``peak_alloc_bytes``).
 - ``generate``: tokens/s with the KV cache vs recomputing the full forward each step, and vs HF
                 ``generate`` on the exported baseline (``experiments.eval.hf_export``).
+- ``generate_batch``: batched greedy generation (mixed prompt lengths, left-padded; token stop
+                sequences that end rows at different steps) vs HF ``generate`` with a
+                ``StoppingCriteria`` on the same sequences; rows must match HF's.
 - ``eval``:     multiple-choice loglikelihood requests/s of our lm-eval adapter
                 (``experiments.eval.lm_adapter``) vs lm-eval's ``hf`` backend on the exported
                 baseline.
@@ -28,5 +31,6 @@ Markdown table (``docs/BENCH.md`` for the full size, beside the JSON otherwise).
 
 Modules: ``harness`` (sizes, interleaved timing, machine), ``contenders`` (the models and
 workloads compared), ``sections`` (one function per section), ``report`` (targets, Markdown),
-``__main__`` (the CLI, result files, ``--combine``).
+``__main__`` (the CLI, result files, ``--combine``; a bad argument is one line and exit 2),
+``loop_ratio`` (FT/baseline step time through the real training loop, by hand).
 """

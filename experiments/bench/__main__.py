@@ -12,7 +12,7 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -118,9 +118,29 @@ def combine(paths: list[str], md_path: str | None) -> dict[str, Any]:
     return res
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad input: one line on stderr and exit 2 (argparse's usage block would make it many)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why `path` could not be created and written (None if it can), creating nothing."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return f"no existing ancestor of {path}"
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench",
-                                description=__doc__.splitlines()[0])
+    p = _Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=sorted(SIZES), default=os.environ.get("BENCH_SIZE", "full"))
     p.add_argument("--sections", default=",".join(ALL_SECTIONS),
                    help=f"comma-separated subset of {','.join(ALL_SECTIONS)}")
@@ -140,8 +160,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sections = [s for s in a.sections.split(",") if s]
     bad = [s for s in sections if s not in SECTIONS]
-    if bad:
-        p.error(f"unknown sections {bad}; allowed: {list(SECTIONS)}")
+    if bad or not sections:
+        p.error(f"--sections {a.sections!r}: unknown section(s) {bad}; allowed: "
+                f"{','.join(SECTIONS)}")
+    if a.reps is not None and a.reps < 5:
+        p.error(f"--reps {a.reps}: every figure is a median of at least 5 reps")
+    if a.warmup is not None and a.warmup < 0:
+        p.error(f"--warmup {a.warmup}: must be >= 0")
+    if a.threads is not None and a.threads < 1:
+        p.error(f"--threads {a.threads}: must be >= 1")
+    if a.size not in SIZES:  # argparse does not check a default (BENCH_SIZE) against choices
+        p.error(f"--size {a.size!r} (BENCH_SIZE): allowed: {', '.join(sorted(SIZES))}")
+    out_dir = results_root() / "bench"
+    why = _unwritable(out_dir)
+    if why is not None:
+        p.error(f"results dir {out_dir} cannot be written: {why}")
+    if a.md and (why := _unwritable(Path(a.md).parent)) is not None:
+        p.error(f"--md {a.md} cannot be written: {why}")
     command = "python -m experiments.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     res = run(a.size, sections, a.threads, a.device, a.gpu_peak_tflops, a.md, command.strip(),
               a.reps, a.warmup)

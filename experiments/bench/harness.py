@@ -20,7 +20,7 @@ import torch
 from common.provenance import git_commit
 
 SCHEMA = "ftbench-bench-v1"
-ALL_SECTIONS = ("train", "free", "mapper", "generate", "eval")
+ALL_SECTIONS = ("train", "free", "mapper", "generate", "generate_batch", "eval")
 REPO = Path(__file__).resolve().parents[2]
 
 # Dense fp32 peak TFLOP/s (no tensor cores) for MFU on CUDA; override with --gpu-peak-tflops.
@@ -47,17 +47,18 @@ class Size:
     gen_prompt: int
     gen_new: int
     eval_requests: int
+    gen_batch: int
 
 
 SIZES: dict[str, Size] = {
     "full": Size(preset="16M", overrides={}, batch=8, seq_len=256, reps=5, warmup=2,
                  overhead_bits=(8, 12, 16), xt_bits=(8, 16), mapper_bits=(8, 12, 16),
                  mapper_tokens=(256, 1024, 4096), mapper_dim=256, matmul_n=2048,
-                 gen_prompt=32, gen_new=256, eval_requests=200),
+                 gen_prompt=32, gen_new=256, eval_requests=200, gen_batch=16),
     "tiny": Size(preset="1M", overrides={"vocab_size": 512, "dim": 64, "ffn_dim": 128},
                  batch=2, seq_len=32, reps=5, warmup=1, overhead_bits=(4, 8),
                  xt_bits=(4,), mapper_bits=(4, 6), mapper_tokens=(32, 128), mapper_dim=16,
-                 matmul_n=128, gen_prompt=4, gen_new=8, eval_requests=8),
+                 matmul_n=128, gen_prompt=4, gen_new=8, eval_requests=8, gen_batch=8),
 }
 
 

@@ -32,6 +32,11 @@ def targets(res: dict[str, Any]) -> list[dict[str, Any]]:
     if "kv_speedup_over_recompute" in gen:
         v = gen["kv_speedup_over_recompute"]["median"]
         add(f"KV cache vs recompute at {gen['new_tokens']} new tokens", ">= 5x", v, v >= 5)
+    gb = sec.get("generate_batch", {})
+    if "speedup_ours_over_hf" in gb:
+        v = gb["speedup_ours_over_hf"]["median"]
+        add(f"batched generation ours vs HF generate at batch {gb['batch']}", ">= 1.5x", v,
+            v >= 1.5)
     mmlu = sec.get("eval", {}).get("tasks", {}).get("mmlu_5shot", {})
     if "speedup_ours_over_hf" in mmlu:
         v = mmlu["speedup_ours_over_hf"]["median"]
@@ -176,6 +181,19 @@ def render_markdown(res: dict[str, Any]) -> str:
         elif "hf" in gen:
             L.append(f"HF generate: {gen['hf']['skipped']}.")
         L.append("")
+    gb = sec.get("generate_batch")
+    if gb:
+        L += ["## Batched generation", "",
+              f"Batch {gb['batch']}, prompts of {min(gb['prompt_lens'])}-{max(gb['prompt_lens'])}"
+              f" tokens (left-padded), up to {gb['max_new_tokens']} new tokens, greedy, "
+              f"{gb['stop_sequences']} stop sequences ({gb['rows_stopped']} rows stopped early);"
+              f" {gb['new_tokens_kept']} tokens kept. Rows equal to HF's: "
+              f"{gb['hf_rows_equal']}/{gb['batch']}.", "",
+              "| contender | s | kept tokens/s |", "|---|---|---|"]
+        for k in ("ours", "hf_generate"):
+            L.append(f"| {k} | {_med(gb[k]['s'])} | {gb[k]['tokens_per_s']:.1f} |")
+        L += ["", f"Ours over HF `generate` (same export, StoppingCriteria on the token stop "
+                  f"sequences): {_x(gb['speedup_ours_over_hf'])}.", ""]
     ev = sec.get("eval")
     if ev:
         L += ["## Evaluation (multiple-choice loglikelihood requests/s)", ""]

@@ -272,6 +272,91 @@ def section_generate(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
+class _StopSequences:
+    """HF StoppingCriteria for token stop sequences: a (B,) bool, as HF wants per row."""
+
+    def __init__(self, stops: list[list[int]], prompt_len: int) -> None:
+        self.stops = [torch.tensor(x) for x in stops]
+        self.prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kw: Any) -> torch.Tensor:
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        new = input_ids.shape[1] - self.prompt_len
+        for st in self.stops:
+            if new >= len(st):
+                done |= (input_ids[:, -len(st):] == st.to(input_ids.device)).all(1)
+        return done
+
+
+def _cut_at_stop(row: list[int], stops: list[list[int]]) -> tuple[list[int], bool]:
+    """The tokens before the first completed stop sequence (as our generate returns them)."""
+    for i in range(1, len(row) + 1):
+        for st in stops:
+            if i >= len(st) and row[i - len(st):i] == st:
+                return row[:i - len(st)], True
+    return row, False
+
+
+@torch.no_grad()
+def section_generate_batch(ctx: Ctx) -> dict[str, Any]:
+    """Batched greedy generation, mixed prompt lengths and stop sequences: ours vs HF generate.
+
+    Stop sequences are bigrams taken from the unstopped greedy output of every other row at
+    spread positions, so rows end at different steps and some run to the token budget; both
+    contenders get the same list for the whole batch (as lm-eval's generate_until gives it).
+    """
+    from transformers import StoppingCriteriaList
+
+    s, dev = ctx.size, ctx.device
+    cfg = our_config(s)
+    work = tempfile.TemporaryDirectory(prefix="ftbench-genb-")
+    exp = exported_baseline(ctx, Path(work.name))
+    base, B, n = exp.ours, s.gen_batch, s.gen_new
+    g = torch.Generator().manual_seed(5)
+    lens = torch.randint(max(1, s.gen_prompt // 4), s.gen_prompt + 1, (B,), generator=g).tolist()
+    rows = [torch.randint(1, cfg.vocab_size, (L,), generator=g).tolist() for L in lens]
+    free = base.generate(rows, n).tokens
+    stops = []
+    for b in range(0, B, 2):
+        e = max(2, round(n * (b + 1) / (B + 1)))
+        if len(free[b]) >= e and free[b][e - 2:e] not in stops:
+            stops.append(free[b][e - 2:e])
+    ours = base.generate(rows, n, stop=stops)
+    P = max(lens)
+    ids = torch.zeros(B, P, dtype=torch.long)
+    mask = torch.zeros(B, P, dtype=torch.long)
+    for b, r in enumerate(rows):  # left padding, as HF decoder-only generation needs
+        ids[b, P - len(r):] = torch.tensor(r)
+        mask[b, P - len(r):] = 1
+    ids, mask = ids.to(dev), mask.to(dev)
+    hf = exp.hf
+    hf.generation_config.eos_token_id = None
+    hf.generation_config.pad_token_id = 0
+    crit = StoppingCriteriaList([_StopSequences(stops, P)])
+
+    def hf_gen() -> torch.Tensor:
+        return hf.generate(ids, attention_mask=mask, max_new_tokens=n, do_sample=False,
+                           use_cache=True, stopping_criteria=crit)
+
+    hf_rows = [_cut_at_stop(r, stops) for r in hf_gen()[:, P:].tolist()]
+    fns: dict[str, Callable[[], object]] = {
+        "ours": lambda: base.generate(rows, n, stop=stops), "hf_generate": hf_gen}
+    times = interleaved(fns, s.reps, 1, dev)
+    work.cleanup()
+    kept = sum(len(t) for t in ours.tokens)
+    out: dict[str, Any] = {
+        "batch": B, "prompt_lens": lens, "max_new_tokens": n, "decoding": "greedy",
+        "stop_sequences": len(stops), "rows_stopped": sum(ours.stopped),
+        "new_tokens_kept": kept, "hf_export": exp.how,
+        "hf_rows_equal": sum(int(a == (t, st)) for a, t, st in
+                             zip(hf_rows, ours.tokens, ours.stopped, strict=True)),
+    }
+    for k, v in times.items():
+        out[k] = {"s": summary(v), "tokens_per_s": kept / statistics.median(v)}
+    out["speedup_ours_over_hf"] = paired_ratio(times["hf_generate"], times["ours"])
+    return out
+
+
 def section_eval(ctx: Ctx) -> dict[str, Any]:
     """MC loglikelihood requests/s: experiments.eval.lm_adapter vs lm-eval's hf backend."""
     from lm_eval.models.huggingface import HFLM
@@ -320,7 +405,8 @@ def section_eval(ctx: Ctx) -> dict[str, Any]:
 
 SECTIONS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "train": section_train, "free": section_free, "mapper": section_mapper,
-    "generate": section_generate, "eval": section_eval,
+    "generate": section_generate, "generate_batch": section_generate_batch,
+    "eval": section_eval,
 }
 
 

@@ -1,0 +1,70 @@
+"""FT/baseline step time through the real training loop (issue 18), 1 thread.
+
+    python -m experiments.bench.loop_ratio [--reps 5] [--bits 8,12,16] [--work DIR]
+
+Each rep runs the baseline, then every H, as `python -m experiments.train` (16M, T=256, batch 8,
+10 steps); a run's step time is the median of 2048 / tokens_per_s over steps 3-10 of its
+metrics.jsonl. The ratio of a rep is FT over the baseline of the same rep; runs go to a scratch
+results root that is removed after each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from common.paths import cache_dir
+
+REPO = Path(__file__).resolve().parents[2]
+TOKENS_PER_STEP = 8 * 256
+
+
+def step_s(bits: int, root: Path, env: dict[str, str]) -> float:
+    """Median seconds per step of steps 3-10 of one training run at H=bits (0 = baseline)."""
+    cmd = [sys.executable, "-m", "experiments.train", "model=16M", f"model.latent_bits={bits}",
+           "train.seq_len=256", "train.batch_size=8", "train.tokens=20480",
+           "logging.log_every=1", "logging.val_every=0"]
+    shutil.rmtree(root, ignore_errors=True)
+    try:
+        p = subprocess.run(cmd, cwd=REPO, env={**env, "FTBENCH_RESULTS": str(root)},
+                           capture_output=True, text=True, check=False)
+        if p.returncode:
+            raise RuntimeError(f"H={bits} exited {p.returncode}: {p.stderr[-500:]}")
+        (metrics,) = root.glob("runs/*/metrics.jsonl")
+        recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+        return statistics.median(TOKENS_PER_STEP / r["tokens_per_s"] for r in recs
+                                 if r.get("kind") == "train" and 3 <= r["step"] <= 10)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.loop_ratio")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--bits", default="8,12,16")
+    p.add_argument("--work", default="/tmp/ftbench-loop-ratio")
+    a = p.parse_args(argv)
+    bits = [0] + [int(b) for b in a.bits.split(",")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "FTBENCH_CACHE": str(cache_dir())}  # the tokenized corpus is shared, not rebuilt
+    res: dict[int, list[float]] = {h: [] for h in bits}
+    for r in range(a.reps):
+        for h in bits:
+            res[h].append(step_s(h, Path(a.work) / f"r{r}_h{h}", env))
+            print(f"rep {r} H={h} step {res[h][-1] * 1e3:.0f} ms, load {os.getloadavg()}",
+                  flush=True)
+    for h in bits[1:]:
+        ratios = [x / y for x, y in zip(res[h], res[0], strict=True)]
+        print(f"H={h}: ratios {[round(x, 3) for x in ratios]}, "
+              f"median {statistics.median(ratios):.3f} (n={len(ratios)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
