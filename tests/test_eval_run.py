@@ -26,6 +26,7 @@ def _check_entry(name: str, e: dict, n: int) -> None:
     assert isinstance(e["higher_is_better"], bool) and isinstance(e["fewshot"], int)
 
 
+@pytest.mark.slow
 def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "toyrun" / "checkpoints" / "final.pt")
     out = run_eval(ck, list(DEFAULT_TASKS), limit=2, data=bench_dir, max_gen_toks=24,
