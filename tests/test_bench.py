@@ -22,6 +22,10 @@ def _is_summary(d: Any, min_n: int = 5) -> bool:
             and d["min"] <= d["median"] <= d["max"] and d["min"] > 0)
 
 
+# Every test that reads the tiny bench shares one ~30-60 s run: the slow tier.
+slow_bench = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, int]:
     root = tmp_path_factory.mktemp("bench_results")
@@ -36,6 +40,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     return json.loads(files[0].read_text()), files[0], rc
 
 
+@slow_bench
 def test_runs_without_errors(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     res, path, rc = tiny_run
     assert res["errors"] == {}, res["errors"]
@@ -46,6 +51,7 @@ def test_runs_without_errors(tiny_run: tuple[dict[str, Any], Path, int]) -> None
     assert res["settings"]["size"] == "tiny" and res["settings"]["reps"] >= 5
 
 
+@slow_bench
 def test_machine_info(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     m = tiny_run[0]["machine"]
     assert m["threads"] == 1
@@ -54,6 +60,7 @@ def test_machine_info(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
         assert k in m
 
 
+@slow_bench
 def test_train_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     tr = tiny_run[0]["sections"]["train"]
     b = tr["baseline_vs_hf"]
@@ -69,6 +76,7 @@ def test_train_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert b["hf_attn_implementation"] == "sdpa"
 
 
+@slow_bench
 def test_free_section_vs_xtransformers(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     xt = tiny_run[0]["sections"]["free"]["ft_vs_xtransformers"]
     assert xt["mismatches"]
@@ -80,6 +88,7 @@ def test_free_section_vs_xtransformers(tiny_run: tuple[dict[str, Any], Path, int
         assert xt[k]["xt"]["params"] > 0
 
 
+@slow_bench
 def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     ov = tiny_run[0]["sections"]["free"]["overhead"]
     assert _is_summary(ov["baseline"]["step_s"])
@@ -94,6 +103,7 @@ def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
         prev = r["analytic_flops_ratio"]
 
 
+@slow_bench
 def test_mapper_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     mp = tiny_run[0]["sections"]["mapper"]
     s = SIZES["tiny"]
@@ -113,6 +123,7 @@ def test_mapper_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert big["ours_peak_bytes"] < big["dense_peak_bytes"]
 
 
+@slow_bench
 def test_generate_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     g = tiny_run[0]["sections"]["generate"]
     assert g["kv_equals_recompute"] is True
@@ -124,6 +135,7 @@ def test_generate_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
         assert g["hf_token_agreement"] > 0.5
 
 
+@slow_bench
 def test_generate_batch_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     g = tiny_run[0]["sections"]["generate_batch"]
     s = SIZES["tiny"]
@@ -137,6 +149,7 @@ def test_generate_batch_section(tiny_run: tuple[dict[str, Any], Path, int]) -> N
     assert _is_summary(g["speedup_ours_over_hf"])
 
 
+@slow_bench
 def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     ev = tiny_run[0]["sections"]["eval"]
     if "skipped" in ev:
@@ -151,6 +164,7 @@ def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert mmlu["contexts"] * 4 == mmlu["requests"]  # four letters per question
 
 
+@slow_bench
 def test_targets_and_markdown(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     res, path, _ = tiny_run
     names = [t["target"] for t in res["targets"]]
@@ -188,6 +202,7 @@ def test_bad_section_is_rejected() -> None:
         bench.main(["--size", "tiny", "--sections", "nope"])
 
 
+@slow_bench
 def test_combine_keeps_sections_and_provenance(tiny_run: tuple[dict[str, Any], Path, int],
                                                tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:

@@ -27,7 +27,7 @@ def test_make_tasks_writes_the_offline_dir(bench_dir: Path, tmp_path: Path) -> N
     out = tmp_path / "results" / "lm_eval_tasks"  # the documented default
     assert f"--include_path {out}" in r.stdout
     arc = yaml.safe_load((out / "arc_easy.yaml").read_text().replace("!function", ""))
-    assert arc["dataset_kwargs"]["data_files"]["test"].startswith(str(bench_dir))
+    assert arc["dataset_kwargs"]["data_files"]["test"].startswith(str(bench_dir.resolve()))
     assert (out / "triviaqa.yaml").is_file() and (out / "mmlu" / "_mmlu.yaml").is_file()
     r = _make(f"BENCH_DATA={bench_dir}", f"OUT={tmp_path / 'mine'}", "tasks", tmp=tmp_path)
     assert r.returncode == 0 and (tmp_path / "mine" / "gsm8k.yaml").is_file()

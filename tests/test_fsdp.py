@@ -29,15 +29,8 @@ BASE = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "mode
         "train.batch_size=8", "train.micro_batch_size=2", "data.val_tokens=260",
         "logging.progress=false", "logging.log_every=1", "optim.warmup_steps=1"]
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def env1() -> dict[str, str]:

@@ -26,12 +26,8 @@ TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "mode
         "logging.val_every=2", f"train.tokens={4 * 8 * 64}"]  # 4 steps (seq_len 64)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one thread: bitwise-equal runs
+
 
 
 def _val_steps(run: Path) -> list[int]:

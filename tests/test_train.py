@@ -35,18 +35,13 @@ FT_VAL_KEYS = {"val_ce", "val_bpb", "val_ce_prior", "val_ce_posterior", "val_kl_
                "val_kl_bits", "val_elbo", "frac_kl_above_kappa"}
 
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one thread: bitwise-equal runs
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ftbench-cache")  # tokenizer + corpus, shared by the runs
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # The machine is shared; one thread also makes in-process and subprocess runs bitwise equal.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def ov(results: Path, cache: Path, *extra: str) -> list[str]:

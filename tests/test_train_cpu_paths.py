@@ -22,12 +22,8 @@ TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "mode
         "logging.log_every=1", "optim.warmup_steps=1", "logging.val_every=0"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one thread: bitwise-equal runs
+
 
 
 def losses(run: Path) -> list[float]:

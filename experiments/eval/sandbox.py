@@ -270,6 +270,9 @@ def _bwrap_args(bwrap: str, as_root: bool, tmpfs_bytes: int, ep_utils: str) -> l
     a += ["--perms", "0755", "--dir", "/etc", "--perms", "0755", "--dir", "/opt"]
     for f in ("/etc/ld.so.cache", "/etc/localtime"):
         a += ["--ro-bind-try", f, f]
+    # The tmpfs first: a Python install or venv that lives under /tmp (a checkout there) is then
+    # bound on top of it, read-only, instead of being hidden by it.
+    a += ["--perms", "01777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
     made: set[str] = {"/", "/usr", "/tmp", "/proc", "/dev", "/etc", "/opt"}
     for root in _python_roots():
         for anc in reversed(Path(root).parents):  # bwrap would make these 0700
@@ -278,8 +281,7 @@ def _bwrap_args(bwrap: str, as_root: bool, tmpfs_bytes: int, ep_utils: str) -> l
                 a += ["--perms", "0755", "--dir", str(anc)]
         a += ["--ro-bind", root, root]
     a += ["--ro-bind", str(CHILD), "/opt/child.py", "--ro-bind", ep_utils, "/opt/evalplus_utils.py",
-          "--proc", "/proc", "--dev", "/dev",
-          "--perms", "01777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
+          "--proc", "/proc", "--dev", "/dev"]
     for extra in EXTRA_RO_BINDS:
         for anc in reversed(Path(extra).parents):
             if str(anc) not in made:
