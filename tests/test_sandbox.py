@@ -663,3 +663,15 @@ FAST = ["forged_results", "eq_always_true", "frame_tamper_exit", "dir_fd_escape"
         "setsid_child_holds_pipes", "fill_disk", "non_daemon_thread", "deep_recursion",
         "multiprocessing", "pty", "posix_spawn", "fileio_shutil_writes", "fork_bomb",
         "alloc_10gb", "ctypes_unlink", "infinite_loop"]
+
+
+def test_a_python_install_under_tmp_is_bound_over_the_tmpfs(monkeypatch) -> None:
+    """A checkout (and its venv) under /tmp must not be hidden by the sandbox's /tmp tmpfs:
+    bwrap applies mounts in order, so the tmpfs must come before the Python install's bind."""
+    venv = "/tmp/ci/p/.venv"
+    monkeypatch.setattr(sandbox, "_python_roots", lambda: ["/usr/local/lib/py", venv])
+    a = sandbox._bwrap_args("bwrap", True, 1 << 20, "/x/utils.py")
+    tmpfs = next(i for i, x in enumerate(a) if x == "--tmpfs" and a[i + 1] == "/tmp")
+    bind = next(i for i, x in enumerate(a) if x == "--ro-bind" and a[i + 1] == venv)
+    assert tmpfs < bind, a
+    assert a.count("--tmpfs") == 1

@@ -152,12 +152,7 @@ class _Cgroup:
                 return n
             if self.version == "v2" and (self.path / "cgroup.kill").exists():
                 (self.path / "cgroup.kill").write_text("1")
-            for p in pids:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                    n += 1
-                except ProcessLookupError:
-                    pass
+            n += _sigkill(pids)
             time.sleep(0.02)
         return n
 
@@ -230,13 +225,20 @@ def _kill_uid(uid: int) -> int:
         pids = _uid_processes(uid)
         if not pids:
             break
-        for p in pids:
-            try:
-                os.kill(p, signal.SIGKILL)
-                n += 1
-            except ProcessLookupError:
-                pass
+        n += _sigkill(pids)
         time.sleep(0.02)
+    return n
+
+
+def _sigkill(pids: list[int]) -> int:
+    """SIGKILL each pid; the number that were still alive to receive it."""
+    n = 0
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+            n += 1
+        except ProcessLookupError:
+            pass
     return n
 
 
