@@ -272,16 +272,16 @@ class Transformer(nn.Module):
                    z="posterior" if z_prompt is None else z_prompt, enc_mask=enc_mask,
                    generator=generator)
         logits = self._run(toks, ctx, P - 1)[:, -1]
-        codes = [ctx.codes] if ctx.codes is not None else None
+        prompt_codes = ctx.codes
+        new_codes: list[list[int]] = [[] for _ in range(B)]  # FT: codes of the fed new tokens
         stops = [list(s) for s in (stop or []) if len(s) > 0]
         out: list[list[int]] = [[] for _ in range(B)]
         done = [False] * B
         stopped = [False] * B
+        active = list(range(B))  # the original row of each batch row still running
         for i in range(max_new_tokens):
             nxt = self._sample(logits, temperature, top_p, generator)
-            for b, t in enumerate(nxt.tolist()):
-                if done[b]:
-                    continue
+            for b, t in zip(active, nxt.tolist(), strict=True):
                 out[b].append(t)
                 if eos_id is not None and t == eos_id:
                     out[b].pop()
@@ -293,18 +293,31 @@ class Transformer(nn.Module):
                         break
             if all(done) or i == max_new_tokens - 1:
                 break
+            keep = [j for j, b in enumerate(active) if not done[b]]
+            if len(keep) < len(active):
+                # finished rows leave the batch and the KV cache: the decode cost follows the
+                # rows still running, not the longest one
+                idx = torch.tensor(keep, device=dev)
+                for c in cache:
+                    c.k, c.v = c.k.index_select(0, idx), c.v.index_select(0, idx)
+                pos, valid, nxt = pos[idx], valid[idx], nxt[idx]
+                if isinstance(z_new, torch.Tensor):
+                    z_new = z_new[idx.to(z_new.device)]
+                active = [active[j] for j in keep]
             s0 = P + i
             zi = z_new[:, i:i + 1] if isinstance(z_new, torch.Tensor) else "prior"
             ctx = _Ctx(rope=self._rope(pos[:, s0:s0 + 1], 1), mask=mask_for(s0, 1), cache=cache,
                        z=zi, generator=generator)
             logits = self._run(nxt[:, None], ctx)[:, -1]
-            if codes is not None:
-                codes.append(ctx.codes)
+            if ctx.codes is not None:
+                for b, c in zip(active, ctx.codes[:, 0].tolist(), strict=True):
+                    new_codes[b].append(c)
         code_rows = None
-        if codes is not None:
-            allc = torch.cat(codes, dim=1).tolist()
+        if prompt_codes is not None:
+            pc = prompt_codes.tolist()
             # codes of every position that went through the model (the last new token did not)
-            code_rows = [c[P - len(r):P + len(o)] for c, r, o in zip(allc, rows, out, strict=True)]
+            code_rows = [pc[b][P - len(r):] + new_codes[b][:len(out[b])]
+                         for b, r in enumerate(rows)]
         return Generation(tokens=out, codes=code_rows, stopped=stopped)
 
 

@@ -101,6 +101,43 @@ def test_latent_embedding_float32_at_t512():
     torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("H,N", [(8, 300), (13, 200)])
+def test_mapper_bf16_gradient_is_close_to_float64(H, N):
+    # mapper_bf16 rounds dL/dG's inputs to bfloat16: the value and W's gradient stay exact, the
+    # bit-logit gradient is within bf16 rounding of the float64 dense formula (measured ~3e-3)
+    torch.manual_seed(H)
+    D = 64
+    o = torch.randn(N, H) * 2
+    w = torch.randn(D, 1 << H) * 0.02
+    g = torch.randn(N, D) * 1e-3
+    codes = sample_codes(o)
+    o1, w1 = o.clone().requires_grad_(), w.clone().requires_grad_()
+    out = latent_embedding(o1, w1, codes, chunk_bytes=64 * (1 << H) * 4, bf16=True)
+    (out * g).sum().backward()
+    o64, w64 = o.double().requires_grad_(), w.double().requires_grad_()
+    ref = dense_latent(o64, w64, codes)
+    (ref * g.double()).sum().backward()
+    torch.testing.assert_close(out.double(), ref.detach(), rtol=0, atol=1e-7)
+    torch.testing.assert_close(w1.grad.double(), w64.grad, rtol=1e-6, atol=1e-9)
+    err = (o1.grad.double() - o64.grad).norm() / o64.grad.norm()
+    assert 1e-5 < err < 1e-2, err  # approximate (bf16 really ran), but close
+    cos = F.cosine_similarity(o1.grad.double(), o64.grad, dim=1)
+    assert cos.min() > 0.999
+
+
+def test_mapper_bf16_is_in_the_run_id_only_when_on():
+    from experiments.config import compose
+    from experiments.plan import run_id, semantic
+
+    base = compose(["model=1M", "model.latent_bits=4"])
+    on = compose(["model=1M", "model.latent_bits=4", "model.mapper_bf16=true"])
+    assert "mapper_bf16" not in semantic(base)["model"]  # old run-ids stay valid
+    assert semantic(on)["model"]["mapper_bf16"] is True
+    assert run_id(on) != run_id(base)
+    with pytest.raises(ValueError, match="mapper_bf16"):
+        tiny(latent_bits=4, mapper_bf16=1)
+
+
 def test_mapper_chunk_is_a_memory_budget():
     # the same budget means the same memory whatever H and dtype: tokens = bytes // (2^H x size)
     assert mapper_chunk_tokens(128 << 20, 16, 4) == 512
@@ -246,6 +283,34 @@ def test_batched_generation_with_padding_equals_single_rows(H):
         left[i, P - len(r):] = torch.tensor(r)
         aml[i, P - len(r):] = 1
     assert m.generate(left, new, z=zs if H else "prior", attention_mask=aml).tokens == single
+
+
+@pytest.mark.parametrize("H", [0, 5])
+def test_rows_that_stop_leave_the_batch_without_changing_the_others(H):
+    # Rows end at different steps (stop sequences, eos, the budget) and leave the batch and the
+    # KV cache; every row's tokens and codes must equal that row generated alone.
+    m = seeded(tiny(latent_bits=H))
+    if H:
+        with torch.no_grad():
+            m.enc_readout.weight.mul_(1e5)
+    rows = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16], [17], [18, 19, 20]]
+    new = 14
+    zs = torch.randint(0, 1 << max(H, 1), (len(rows), new))
+    z_all = zs if H else "prior"
+    free = m.generate(rows, new, z=z_all).tokens
+    stops = [free[0][2:4], free[2][7:9]]  # rows 0 and 2 stop early, at different steps
+    eos = free[3][5]  # row 3 ends on eos
+    g = m.generate(rows, new, z=z_all, stop=stops, eos_id=eos)
+    for i, r in enumerate(rows):
+        one = m.generate([r], new, z=zs[i:i + 1] if H else "prior", stop=stops, eos_id=eos)
+        assert g.tokens[i] == one.tokens[0] and g.stopped[i] == one.stopped[0]
+        if H:
+            assert g.codes[i] == one.codes[0]
+            # the prompt's and the fed new tokens' codes (a row's last token is never fed)
+            assert len(g.codes[i]) - len(r) in (len(g.tokens[i]) - 1, len(g.tokens[i]))
+    assert g.stopped[0] and g.stopped[2] and g.stopped[3]
+    lens = sorted(len(t) for t in g.tokens)
+    assert lens[0] < lens[-2], "rows must end at different steps for the test to mean anything"
 
 
 def test_generate_stop_top_p_and_seeded_sampling():
