@@ -98,11 +98,13 @@ def _mapper_share(m: torch.nn.Module, x: torch.Tensor, h: int, n: int = 5) -> di
     codes = torch.randint(0, 1 << h, (x.numel(),), device=x.device)
     w = m.post_sampler.weight
 
-    def mapper() -> None:
-        latent_embedding(logits, w, codes, m.cfg.mapper_chunk_bytes).sum().backward()
+    def mapper(bf16: bool = False) -> None:
+        latent_embedding(logits, w, codes, m.cfg.mapper_chunk_bytes, bf16).sum().backward()
 
     t_step, t_map = _timed_ms(step, n), _timed_ms(mapper, n)
-    return {"step_ms": t_step, "mapper_ms": t_map, "mapper_share": t_map / t_step, "mapper_n": n}
+    t_bf16 = _timed_ms(lambda: mapper(True), n)  # model.mapper_bf16=true
+    return {"step_ms": t_step, "mapper_ms": t_map, "mapper_share": t_map / t_step, "mapper_n": n,
+            "mapper_bf16_ms": t_bf16}
 
 
 def _flash_and_mapper(preset: str, micro: int, seq: int) -> dict[str, Any]:

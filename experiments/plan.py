@@ -38,6 +38,8 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
         d["train"].pop("match_n_layers", None)
     d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run
     d["model"].pop("mapper_chunk_bytes", None)  # a memory knob: same maths, same run
+    if not d["model"].get("mapper_bf16"):  # added later: old run-ids stay valid
+        d["model"].pop("mapper_bf16", None)
     return d
 
 

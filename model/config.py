@@ -46,6 +46,12 @@ class ModelConfig:
     """Memory budget of the binary-mapper backward's one (tokens x 2^H) temporary: it runs over
     chunks of budget // (2^H x element size) tokens (512 float32 tokens at H=16), the same on
     CPU and GPU. A memory knob only: the maths, config equality and the run-id ignore it."""
+    mapper_bf16: bool = False
+    """Run the binary-mapper backward's dominant matmul, dL/dG = grad_r @ W over all 2^H codes,
+    with bfloat16 inputs (float32 accumulation and everything after it in float32): about 2.3x
+    faster where the CPU or GPU has bf16 matmul, and the bit-logit gradient is then approximate
+    (its error against float64 is measured in tests/test_model.py and docs/BENCH.md). Off by
+    default: the exact gradient. Part of the run-id when on."""
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> None:
@@ -62,6 +68,8 @@ class ModelConfig:
             bad("n_heads", f"dim/n_heads must be even for RoPE (dim={self.dim})")
         if self.n_heads % self.n_kv_heads:
             bad("n_kv_heads", f"must divide n_heads={self.n_heads}")
+        if not isinstance(self.mapper_bf16, bool):
+            bad("mapper_bf16", "must be true or false")
         if not isinstance(self.latent_bits, int) or not 0 <= self.latent_bits <= MAX_LATENT_BITS:
             bad("latent_bits", f"must be an integer in 0..{MAX_LATENT_BITS} (0 = baseline)")
         if self.latent_bits > 0 and self.n_layers % 2:

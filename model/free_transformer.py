@@ -107,10 +107,11 @@ def mapper_chunk_tokens(chunk_bytes: int, latent_bits: int, element_size: int) -
 class _LatentEmbedding(torch.autograd.Function):
     @staticmethod
     def forward(ctx, bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
-                chunk_bytes: int) -> torch.Tensor:
+                chunk_bytes: int, bf16: bool = False) -> torch.Tensor:
         # bit_logits (N, H), weight (D, C), codes (N,) -> (N, D) = weight[:, codes].T
         ctx.save_for_backward(bit_logits, weight, codes)
         ctx.chunk_bytes = chunk_bytes
+        ctx.bf16 = bf16
         return weight.index_select(1, codes).t()
 
     @staticmethod
@@ -135,15 +136,21 @@ class _LatentEmbedding(torch.autograd.Function):
             bits_hi = torch.cat([code_bits(hi, o.device).to(o.dtype),
                                  ones_col.expand(1 << hi, 1)], 1)
             p = torch.sigmoid(o)
-            w = weight.to(o.dtype)
-            g = grad_out.to(o.dtype)
+            # dL/dG's inputs in bf16 (mapper_bf16): the one dense matmul, ~2.3x faster with bf16
+            # units; its product is accumulated in float32 and read back as float32
+            mm_dtype = torch.bfloat16 if ctx.bf16 else o.dtype
+            w = weight.to(mm_dtype)
+            g = grad_out.to(mm_dtype)
             grad_logits = torch.empty_like(o)
             step = mapper_chunk_tokens(ctx.chunk_bytes, H, o.element_size())
             buf = torch.empty(min(step, N), 1 << H, dtype=o.dtype, device=o.device)
             for s in range(0, N, step):
                 e = min(N, s + step)
                 dG = buf[: e - s]
-                torch.matmul(g[s:e], w, out=dG)  # dL/dG = grad_r @ W
+                if ctx.bf16:
+                    dG.copy_(torch.matmul(g[s:e], w))
+                else:
+                    torch.matmul(g[s:e], w, out=dG)  # dL/dG = grad_r @ W
                 dG3 = dG.view(e - s, 1 << hi, 1 << lo)
                 g_lo, g_hi = _kron_probs(p[s:e, :lo]), _kron_probs(p[s:e, lo:])
                 u = torch.bmm(g_hi[:, None, :], dG3).squeeze(1)  # (n, 2^lo): summed over hi
@@ -154,24 +161,25 @@ class _LatentEmbedding(torch.autograd.Function):
                 grad_logits[s:e, :lo] = r_lo[:, :lo] - p[s:e, :lo] * r_lo[:, lo:]
                 grad_logits[s:e, lo:] = r_hi[:, :hi] - p[s:e, lo:] * r_hi[:, hi:]
             grad_logits = grad_logits.to(bit_logits.dtype)
-        return grad_logits, grad_w, None, None
+        return grad_logits, grad_w, None, None, None
 
 
 def latent_embedding(bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor,
-                     chunk_bytes: int = 128 << 20) -> torch.Tensor:
+                     chunk_bytes: int = 128 << 20, bf16: bool = False) -> torch.Tensor:
     """The binary mapper followed by the post-sampler, without the (tokens x 2^H) one-hot.
 
     bit_logits (..., H), weight (D, 2^H) (the post-sampler's Linear weight), codes (...) long.
     Value: weight[:, codes].T, shape (..., D). Gradient: that of
     (one_hot(codes) + G - G.detach()) @ weight.T with G[d] = prod_h P(B_h = bit_h(d)), computed
     over chunks of tokens whose (tokens x 2^H) dL/dG temporary takes at most `chunk_bytes`.
+    bf16: dL/dG = grad_r @ W from bfloat16 inputs (approximate; ModelConfig.mapper_bf16).
     """
     lead = codes.shape
     H = bit_logits.shape[-1]
     if weight.shape[1] != 1 << H:
         raise ValueError(f"weight has {weight.shape[1]} columns, expected 2^{H}")
     out = _LatentEmbedding.apply(bit_logits.reshape(-1, H), weight, codes.reshape(-1),
-                                 chunk_bytes)
+                                 chunk_bytes, bf16)
     return out.reshape(*lead, weight.shape[0])
 
 
@@ -256,7 +264,8 @@ class FreeTransformer(Transformer):
                 r = F.embedding(codes, w.t())
             else:
                 ctx.kl_tokens = kl_to_uniform(bit_logits)
-                r = latent_embedding(bit_logits, w, codes, self.cfg.mapper_chunk_bytes)
+                r = latent_embedding(bit_logits, w, codes, self.cfg.mapper_chunk_bytes,
+                                     self.cfg.mapper_bf16)
         else:
             raise ValueError(f"z must be None, 'prior', 'posterior' or a LongTensor, got {z!r}")
         ctx.codes = codes
