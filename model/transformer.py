@@ -13,7 +13,7 @@ Design choices:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -221,11 +221,14 @@ class Transformer(nn.Module):
                  stop: Sequence[Sequence[int]] | None = None,
                  generator: torch.Generator | None = None,
                  attention_mask: torch.Tensor | None = None,
-                 eos_id: int | None = None) -> Generation:
+                 eos_id: int | None = None,
+                 stop_when: Callable[[list[int]], bool] | None = None) -> Generation:
         """KV-cache generation, batched.
 
         prompt: (B, P) LongTensor (pads on either side marked by `attention_mask`, 1 = real) or a
         list of token lists. stop: token sequences that end a row (removed from the output).
+        stop_when(new tokens of a row) -> True also ends the row, its tokens kept (the caller's
+        test on the decoded text, e.g. a stop string however it was tokenized).
         z (Free Transformer): "prior" = the encoder prefills the prompt, a uniform code per new
         token; a LongTensor (B, max_new_tokens) pins the new tokens' codes; a LongTensor
         (B, P + max_new_tokens) pins every code (unpadded prompts only).
@@ -291,6 +294,8 @@ class Transformer(nn.Module):
                         del out[b][-len(s):]
                         done[b] = stopped[b] = True
                         break
+                if not done[b] and stop_when is not None and stop_when(out[b]):
+                    done[b] = stopped[b] = True
             if all(done) or i == max_new_tokens - 1:
                 break
             keep = [j for j, b in enumerate(active) if not done[b]]

@@ -214,3 +214,90 @@ def test_continuation_longer_than_the_window_is_scored_in_sliding_pieces(base_ck
     # a continuation that fits is one piece, as before
     (short, _), = lm._loglikelihood_tokens([(None, ctx, cont[:10])])
     assert math.isfinite(short) and short < 0
+
+
+def _until(text: str, until: list[str]) -> str:
+    """Independent reference: the shortest prefix followed by a stop string."""
+    for n in range(len(text) + 1):
+        if any(s and text[n:].startswith(s) for s in until):
+            return text[:n]
+    return text
+
+
+def test_text_stop_keeps_exactly_what_the_full_generation_keeps() -> None:
+    # Independent check on planted text: stop at the first step text_stop allows, and the kept
+    # text equals the full text's, for overlapping and nested stop strings.
+    import random
+
+    from experiments.eval.lm_adapter import cut_at_stop, text_stop
+
+    def decode(toks: list[int]) -> str:
+        return "".join(chr(ord("a") + t) if t < 4 else "\n" for t in toks)
+
+    rng = random.Random(0)
+    sets = [["\n\n"], ["abc", "b"], ["ab", "ba", "\n"], ["aaa", "aa\n"], ["cd", "dcd"]]
+    hits = 0
+    for _ in range(3000):
+        until = rng.choice(sets)
+        toks = [rng.randrange(5) for _ in range(rng.randrange(1, 12))]
+        check = text_stop(until, decode)
+        k = next((i for i in range(1, len(toks) + 1) if check(toks[:i])), None)
+        if k is not None:
+            hits += 1
+            assert _until(decode(toks[:k]), until) == _until(decode(toks), until), (until, toks)
+        assert cut_at_stop(decode(toks), until) == _until(decode(toks), until)
+    assert hits > 1000
+    # where stop strings cannot overlap, this is lm-eval's hf rule (split on each in turn)
+    text = "x = 1\nif y:\n#c\ndef f"
+    seq = text
+    for s in ["\nclass", "\ndef", "\n#", "\nif"]:
+        seq = seq.split(s)[0]
+    assert cut_at_stop(text, ["\nclass", "\ndef", "\n#", "\nif"]) == seq == "x = 1"
+    assert text_stop(["", ""], decode) is None
+    check = text_stop(["abc", "b"], decode)
+    assert not check([0, 1])  # "ab": "abc" may still complete before the "b"
+    assert check([0, 1, 3])  # "abd": it cannot
+
+
+class _Req:
+    def __init__(self, *a: object) -> None:
+        self.args = a
+        self.task_name = "t"
+
+
+def test_stop_strings_end_rows_early_with_the_same_text(base_ckpt: Path) -> None:
+    lm = FTBenchLM(checkpoint=str(base_ckpt), batch_size=4, progress=False)
+    prompts = ["def f(x):\n", "Question: 1 + 1?\nAnswer:", "import os\n", "x = [",
+               "class A:\n    def"]
+    until = [" ", "e", "\n"]  # strings a random model writes soon, in many tokenizations
+    reqs = [_Req(p, {"until": until, "max_gen_toks": 24}) for p in prompts]
+    lm.text_stops = False
+    n0 = lm.n_forward_tokens
+    full = lm.generate_until(reqs)
+    n_full = lm.n_forward_tokens - n0
+    lm.text_stops = True
+    n0 = lm.n_forward_tokens
+    early = lm.generate_until(reqs)
+    assert early == full
+    assert lm.n_forward_tokens - n0 < n_full  # rows really stopped early
+
+
+def test_earliest_stop_equals_lm_eval_split_on_the_stop_sets_we_run() -> None:
+    # cut_at_stop (earliest occurrence) vs lm-eval hf's split on each string in turn, on texts
+    # stitched from pieces of the stop strings themselves, for every stop set the suite runs
+    import random
+
+    from experiments.eval.evalplus_suite import STOP
+    from experiments.eval.lm_adapter import cut_at_stop
+
+    sets = [["Question:", "</s>", "<|im_end|>"], ["\n", ".", ","], list(STOP)]
+    rng = random.Random(1)
+    for until in sets:
+        pieces = [s[i:j] for s in until for i in range(len(s)) for j in range(i + 1, len(s) + 1)]
+        pieces += ["a", " ", "x = 1", "\n"]
+        for _ in range(3000):
+            text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8)))
+            seq = text
+            for s in until:
+                seq = seq.split(s)[0]
+            assert cut_at_stop(text, until) == seq, (until, text)

@@ -53,7 +53,7 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -126,6 +126,41 @@ def truncation_summary(plans: Sequence[GenPlan]) -> dict[str, Any]:
             "gen_budget_requested": max((p.requested for p in plans), default=None)}
 
 
+def cut_at_stop(text: str, until: Sequence[str]) -> str:
+    """The text before the earliest occurrence of any stop string (a streaming engine's rule).
+    lm-eval's hf backend splits on each string in turn; the two agree unless two stop strings
+    can overlap, which no stock task's set does (each is single characters or strings that
+    start with a character the others do not contain)."""
+    cut = min((i for s in until if s and (i := text.find(s)) >= 0), default=len(text))
+    return text[:cut]
+
+
+def text_stop(until: Sequence[str],
+              decode: Callable[[list[int]], str]) -> Callable[[list[int]], bool] | None:
+    """`generate`'s stop_when for lm-eval's stop strings, however the model tokenized them.
+
+    A row may stop once its decoded text holds a stop string and no stop string that starts
+    earlier is still being written: `cut_at_stop` of the text is then what generating to the
+    budget would have kept. Token-level stop sequences miss a stop string the model spelled
+    with other tokens, and such rows ran to the budget.
+    """
+    subs = [s for s in until if s]
+    if not subs:
+        return None
+
+    def check(tokens: list[int]) -> bool:
+        text = decode(tokens)
+        found = [i for s in subs if (i := text.find(s)) >= 0]
+        if not found:
+            return False
+        first = min(found)
+        n = len(text)
+        # a longer stop string begun before `first` may still complete and cut the text earlier
+        return not any(s.startswith(text[p:]) for s in subs
+                       for p in range(max(0, n - len(s) + 1), min(first, n)))
+    return check
+
+
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
     """A checkpoint file, or a run dir -> its checkpoints/final.pt, else the newest step_N.pt."""
     p = Path(path)
@@ -189,6 +224,7 @@ class FTBenchLM(TemplateLM):
         if self.max_gen_toks < 1:
             raise ValueError(f"max_gen_toks={max_gen_toks}: need >= 1")
         self.progress = _bool(progress)
+        self.text_stops = True  # end rows on stop strings in the decoded text (tests turn it off)
         self._device = torch.device(device)
         self.generator = torch.Generator(device="cpu").manual_seed(self.seed)
         self._token_bytes = self.tok.token_bytes()
@@ -562,14 +598,12 @@ class FTBenchLM(TemplateLM):
                 gen = self.model.generate(prompts, max_new_tokens=budget,
                                           temperature=temperature, top_p=top_p, z="prior",
                                           stop=stops, generator=self.generator,
-                                          eos_id=self.tok.eos_id)
+                                          eos_id=self.tok.eos_id,
+                                          stop_when=text_stop(until, self.tok_decode)
+                                          if self.text_stops else None)
                 self.n_forward_tokens += sum(map(len, prompts)) + sum(map(len, gen.tokens))
                 for j, i in enumerate(rows):
-                    text = self.tok_decode(gen.tokens[j])
-                    for s in until:
-                        if s:
-                            text = text.split(s)[0]
-                    texts[i] = text
+                    texts[i] = cut_at_stop(self.tok_decode(gen.tokens[j]), until)
             for i in idx:
                 res.append(texts[i])
                 self.cache_hook.add_partial("generate_until", reqs[i], texts[i])
