@@ -147,10 +147,15 @@ def test_without_namespaces_refuses_unless_opted_in(monkeypatch: pytest.MonkeyPa
         probe.cache_clear()
         # Weak mode has no mount namespace: its unprivileged uid runs this very interpreter, so
         # the venv's parents must be traversable (a `mktemp -d` checkout sits under a 0700 dir).
-        # There every check is missing with "sandbox did not start", never a score.
-        if not _world_traversable(sys.prefix):
-            pytest.skip(f"weak half: {sys.prefix} has a parent closed to other uids (0700)")
+        # There every check is missing, with the closed directory named, never a score.
         monkeypatch.setenv("FTBENCH_SANDBOX", "weak")
+        if os.geteuid() == 0 and not _world_traversable(sys.prefix):
+            rep = codecheck.evaluate("humaneval", [problem("W/a")], {"W/a": RIGHT})
+            closed = str(sandbox.closed_parent(sys.prefix))
+            assert closed in capsys.readouterr().err and rep.isolation["closed_parent"] == closed
+            o = rep.outcomes["W/a"].base
+            assert o.status is None and f"cannot traverse {closed}" in o.reason
+            return
         rep = codecheck.evaluate("humaneval", [problem("W/a"), problem("W/b"), problem("W/c")],
                                  {"W/a": RIGHT, "W/b": WRONG,
                                   "W/c": "import os\nos._exit(0)\n" + RIGHT})
@@ -685,3 +690,19 @@ def test_a_python_install_under_tmp_is_bound_over_the_tmpfs(monkeypatch) -> None
     bind = next(i for i, x in enumerate(a) if x == "--ro-bind" and a[i + 1] == venv)
     assert tmpfs < bind, a
     assert a.count("--tmpfs") == 1
+
+
+def test_closed_parent_is_the_first_directory_closed_to_others(tmp_path: Path) -> None:
+    d = tmp_path / "open" / "shut" / "in"
+    d.mkdir(parents=True)
+    (tmp_path / "open").chmod(0o755)
+    (tmp_path / "open" / "shut").chmod(0o700)
+    chain = list(reversed((d / "f.py").parents))  # "/" first
+    want = next(p for p in chain if not os.stat(p).st_mode & 0o001)  # independent walk
+    assert sandbox.closed_parent(d / "f.py") == want
+    for p in chain:
+        p_mode = os.stat(p).st_mode
+        if p == want:
+            break
+        assert p_mode & 0o001
+    (tmp_path / "open" / "shut").chmod(0o755)

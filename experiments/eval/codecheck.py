@@ -267,7 +267,9 @@ def _run(job: dict, own_limit: float, deadline: float,
     if not r.ready:
         if r.timed_out:
             return Check(None, f"sandbox did not start within {limit:.0f} s")
-        return Check(None, f"sandbox did not start (exit status {r.returncode})")
+        closed = report.isolation.get("closed_parent")
+        why = f": its uid cannot traverse {closed}" if closed else ""
+        return Check(None, f"sandbox did not start (exit status {r.returncode}){why}")
     return r
 
 

@@ -323,6 +323,17 @@ def _evalplus_utils() -> str:
 
 # ---- probing what is available ----
 
+def closed_parent(path: str | os.PathLike) -> Path | None:
+    """The first parent directory of `path` that other users cannot traverse (no o+x)."""
+    for d in reversed(Path(path).resolve().parents):
+        try:
+            if not d.stat().st_mode & 0o001:
+                return d
+        except OSError:
+            return d
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def isolation() -> Isolation:
     """The strongest isolation this machine gives, probed once per process by a real run."""
@@ -359,10 +370,18 @@ def isolation() -> Isolation:
     if want == "weak":
         net = as_root and shutil.which("unshare") is not None
         own_uid = as_root and shutil.which("setpriv") is not None
+        # weak mode has no mount namespace: its unprivileged uid runs this interpreter and the
+        # child script in place, so every parent directory must be open to other users
+        closed = (closed_parent(sys.prefix) or closed_parent(CHILD)) if own_uid else None
+        if closed is not None:
+            reason += (f"; its unprivileged uid cannot traverse {closed} (mode "
+                       f"{oct(closed.stat().st_mode & 0o777)}), so no check can start: move the "
+                       "checkout or `chmod o+x` that directory")
         weak = Isolation("weak", reason, (
             ("namespaces", ["net"] if net else []),
             ("uid", "own unused uid per sandbox" if own_uid else "invoking user's uid"),
-            ("audit_hook", True), ("mem_bytes", MEM_BYTES)))
+            ("audit_hook", True), ("mem_bytes", MEM_BYTES),
+            ("closed_parent", str(closed) if closed else None)))
         print(f"sandbox: WEAK isolation (FTBENCH_SANDBOX=weak): {reason}", file=sys.stderr)
         return weak
     print(f"sandbox: refusing to run model code: {reason}; install bubblewrap, or set "
