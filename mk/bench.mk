@@ -8,3 +8,17 @@ bench: setup ## speed vs HF transformers / x-transformers -> results/bench/<ts>.
 
 bench-tiny: setup ## the bench at a tiny size, end to end in seconds (what tests/test_bench.py runs)
 	$(PY) -m experiments.bench --size tiny --threads 1 $(BENCH_ARGS)
+
+# The full evaluation of one checkpoint, one process per benchmark, timed (docs/BENCH.md):
+#   make bench-eval CKPT=<run dir|.pt> BENCH_DATA=<dir> [TASKS=original|all|a,b] [WORKERS=2]
+#                   [THREADS=1] [LIMIT=n] [OUT=<dir>]
+# Re-running with the same OUT reuses the benchmarks that finished.
+.PHONY: bench-eval
+bench-eval: setup ## time the full evaluation of one checkpoint per benchmark: CKPT= BENCH_DATA= [TASKS=original|all] [WORKERS=2]
+	@test -n $(call shq,$(call arg,CKPT)) -a -n $(call shq,$(call arg,BENCH_DATA)) || { echo \
+	  "usage: make bench-eval CKPT=<run dir or checkpoint> BENCH_DATA=<benchmarks dir>" \
+	  "[TASKS=original|all|a,b] [WORKERS=2] [THREADS=1] [LIMIT=n] [OUT=<dir>]"; exit 2; }
+	$(PY) -m experiments.bench.full_eval $(call shq,$(CKPT)) \
+	  --data=$(call shq,$(abspath $(BENCH_DATA))) $(call opt,TASKS,--tasks) \
+	  $(call opt,WORKERS,--workers) $(call opt,THREADS,--threads) $(call opt,LIMIT,--limit) \
+	  $(call opt,OUT,--out)

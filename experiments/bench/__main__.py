@@ -70,10 +70,20 @@ def run(size_name: str, sections: list[str], threads: int | None, device: str | 
     return res
 
 
+# Measurements run by hand (the real training loop, the full evaluation) sit below this line in
+# the Markdown; a regenerated table keeps them.
+HAND_RUN_MARKER = "<!-- hand-run measurements below: kept when the bench rewrites this file -->"
+
+
 def _write(res: dict[str, Any], json_path: Path, md: Path) -> None:
     res["targets"] = targets(res)
     atomic_write_json(json_path, res)
-    atomic_write_text(md, render_markdown(res))
+    tail = ""
+    if md.is_file():
+        old = md.read_text()
+        if HAND_RUN_MARKER in old:
+            tail = "\n" + old[old.index(HAND_RUN_MARKER):]
+    atomic_write_text(md, render_markdown(res) + tail)
 
 
 def combine(paths: list[str], md_path: str | None) -> dict[str, Any]:

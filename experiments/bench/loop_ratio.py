@@ -1,11 +1,13 @@
 """FT/baseline step time through the real training loop (issue 18), 1 thread.
 
-    python -m experiments.bench.loop_ratio [--reps 5] [--bits 8,12,16] [--work DIR]
+    python -m experiments.bench.loop_ratio [--reps 5] [--bits 8,12,16,16+bf16] [--work DIR]
+        [--ft-overrides "model.mapper_bf16=true"]
 
 Each rep runs the baseline, then every H, as `python -m experiments.train` (16M, T=256, batch 8,
-10 steps); a run's step time is the median of 2048 / tokens_per_s over steps 3-10 of its
-metrics.jsonl. The ratio of a rep is FT over the baseline of the same rep; runs go to a scratch
-results root that is removed after each run.
+10 steps, a 2048-token validation set); a run's step time is the median of 2048 / tokens_per_s
+over steps 3-10 of its metrics.jsonl. The ratio of a rep is FT over the baseline of the same rep;
+runs go to a scratch results root that is removed after each run. `--ft-overrides` applies to
+the Free Transformer runs only (e.g. the bf16 mapper).
 """
 
 from __future__ import annotations
@@ -25,11 +27,13 @@ REPO = Path(__file__).resolve().parents[2]
 TOKENS_PER_STEP = 8 * 256
 
 
-def step_s(bits: int, root: Path, env: dict[str, str]) -> float:
+def step_s(bits: int, root: Path, env: dict[str, str], extra: tuple[str, ...] = ()) -> float:
     """Median seconds per step of steps 3-10 of one training run at H=bits (0 = baseline)."""
     cmd = [sys.executable, "-m", "experiments.train", "model=16M", f"model.latent_bits={bits}",
            "train.seq_len=256", "train.batch_size=8", "train.tokens=20480",
-           "logging.log_every=1", "logging.val_every=0"]
+           "logging.log_every=1", "logging.val_every=0",
+           "data.val_tokens=2048",  # the untimed step-0 and final validations: kept short
+           *extra]
     shutil.rmtree(root, ignore_errors=True)
     try:
         p = subprocess.run(cmd, cwd=REPO, env={**env, "FTBENCH_RESULTS": str(root)},
@@ -49,18 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--bits", default="8,12,16")
     p.add_argument("--work", default="/tmp/ftbench-loop-ratio")
+    p.add_argument("--ft-overrides", default="", help="space-separated, Free Transformer runs only")
     a = p.parse_args(argv)
-    bits = [0] + [int(b) for b in a.bits.split(",")]
+    # "16+bf16": H=16 with the bf16 mapper, paired in the same rep as the plain H=16
+    bits = ["0"] + [b.strip() for b in a.bits.split(",")]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "FTBENCH_CACHE": str(cache_dir())}  # the tokenized corpus is shared, not rebuilt
-    res: dict[int, list[float]] = {h: [] for h in bits}
+    res: dict[str, list[float]] = {h: [] for h in bits}
     for r in range(a.reps):
         for h in bits:
-            res[h].append(step_s(h, Path(a.work) / f"r{r}_h{h}", env))
+            extra = tuple(a.ft_overrides.split()) if h != "0" else ()
+            if h.endswith("+bf16"):
+                extra += ("model.mapper_bf16=true",)
+            res[h].append(step_s(int(h.split("+")[0]), Path(a.work) / f"r{r}_h{h}", env, extra))
             print(f"rep {r} H={h} step {res[h][-1] * 1e3:.0f} ms, load {os.getloadavg()}",
                   flush=True)
     for h in bits[1:]:
-        ratios = [x / y for x, y in zip(res[h], res[0], strict=True)]
+        ratios = [x / y for x, y in zip(res[h], res["0"], strict=True)]
         print(f"H={h}: ratios {[round(x, 3) for x in ratios]}, "
               f"median {statistics.median(ratios):.3f} (n={len(ratios)})")
     return 0

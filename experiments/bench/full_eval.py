@@ -1,0 +1,211 @@
+"""The full evaluation of one checkpoint, timed per benchmark (issue 18).
+
+    python -m experiments.bench.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
+        [--workers 2] [--threads 1] [--limit N] [--batch-size 16] [--out DIR]
+
+Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process (the real
+command, offline data verified against its sha256 sums), so its wall time is its own: imports,
+checkpoint load and data hashing included. `--workers` processes run at once, longest first,
+each with `--threads` torch threads (2 x 1 uses a 2-core machine fully without OpenMP contention).
+The makespan (first start to last end) is the figure a user waits for.
+
+Output in --out (default results/bench/full_eval-<timestamp>/): one folder per benchmark with
+the eval JSON and the process log, `full_eval.json` (per-task wall, status, requests, primary
+metric, load average, provenance) and `full_eval.md`. A benchmark whose folder already holds a
+successful result for the same checkpoint is not run again (`reused` in the table); a failed
+one is run again. Bad input is one line and exit 2 before anything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from common.io import atomic_write_json, atomic_write_text
+from common.paths import results_root
+from common.provenance import git_state, versions
+
+REPO = Path(__file__).resolve().parents[2]
+ORIGINAL = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
+            "mbpp_plus")
+EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "boolq", "nq_open", "triviaqa")
+# Rough cost on the 16M preset (minutes on one 2-core machine thread), measured with this
+# command (docs/BENCH.md). It orders the queue, longest first, and weights the ETA; nothing
+# else reads it.
+COST_MIN = {"mmlu": 14.0, "gsm8k": 12.0, "hellaswag": 10.0, "triviaqa": 8.0, "nq_open": 4.0,
+            "mbpp_plus": 5.0, "humaneval_plus": 3.0, "boolq": 3.0, "arc_easy": 2.0,
+            "piqa": 2.0, "commonsense_qa": 1.5, "winogrande": 1.0, "arc_challenge": 1.0,
+            "openbookqa": 0.5}
+
+
+class ArgsError(ValueError):
+    pass
+
+
+def task_list(spec: str) -> list[str]:
+    if spec == "original":
+        return list(ORIGINAL)
+    if spec == "all":
+        return list(ORIGINAL + EXTRA)
+    return list(dict.fromkeys(t.strip() for t in spec.split(",") if t.strip()))
+
+
+def _eval_file(d: Path) -> Path | None:
+    files = sorted(p for p in d.glob("*.json") if p.name != "done.json")
+    return files[-1] if len(files) == 1 else None
+
+
+def _summary(task: str, d: Path) -> dict[str, Any]:
+    """Status, primary metric and request count of a task's eval file (null when absent)."""
+    f = _eval_file(d)
+    if f is None:
+        return {"status": "no result file", "metric": None, "value": None, "requests": None,
+                "model_s": None, "file": None}
+    doc = json.loads(f.read_text())
+    e = doc["tasks"].get(task, {})
+    err = e.get("error")
+    metric = e.get("primary")
+    value = None if err or metric is None else e["metrics"].get(metric, {}).get("value")
+    return {"status": f"error: {err}" if err else "ok", "metric": metric, "value": value,
+            "n": e.get("n"), "requests": doc.get("requests"), "model_s": doc.get("elapsed_s"),
+            "file": str(f)}
+
+
+def run_task(task: str, ckpt: str, data: str, out: Path, threads: int, extra: list[str],
+             ident: str) -> dict[str, Any]:
+    d = out / task
+    done = d / "done.json"
+    if done.is_file():
+        prev = json.loads(done.read_text())
+        # the same checkpoint, data and arguments (a --limit run is never reused for a full one)
+        if prev.get("rc") == 0 and prev.get("checkpoint_identity") == ident and \
+                prev.get("data") == data and prev.get("args") == extra:
+            return prev | {"reused": True}
+    d.mkdir(parents=True, exist_ok=True)
+    for old in d.glob("*.json"):  # a failed earlier attempt: its result is not this one's
+        old.unlink()
+    cmd = [sys.executable, "-m", "experiments.eval", ckpt, "--tasks", task, "--data", data,
+           "--threads", str(threads), "--out-dir", str(d), *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TQDM_MININTERVAL": "30"}
+    t0 = time.time()
+    with open(d / "eval.log", "w") as log:
+        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            check=False).returncode
+    t1 = time.time()
+    rec = {"task": task, "rc": rc, "wall_s": round(t1 - t0, 1), "start": t0, "end": t1,
+           "checkpoint_identity": ident, "data": data, "args": extra, "command": cmd,
+           "reused": False,
+           "loadavg_end": list(os.getloadavg())} | _summary(task, d)
+    atomic_write_json(done, rec)
+    return rec
+
+
+def render(doc: dict[str, Any]) -> str:
+    rows = ["| benchmark | status | primary metric | n | requests | wall s | in-model s |",
+            "|---|---|---|---|---|---|---|"]
+    for r in doc["tasks"]:
+        v = "null" if r["value"] is None else f"{r['value']:.4f}"
+        rows.append(f"| {r['task']}{' (reused)' if r['reused'] else ''} | {r['status']} | "
+                    f"{r['metric']} = {v} | {r.get('n')} | {r['requests']} | {r['wall_s']:.0f} | "
+                    f"{r['model_s']} |")
+    t = doc["totals"]
+    return "\n".join([
+        f"Checkpoint `{doc['checkpoint']}`; command `{' '.join(doc['argv'])}`; "
+        f"{doc['workers']} worker(s) x {doc['threads']} thread(s); git {doc['git_commit']}"
+        f"{' (dirty)' if doc['git_dirty'] else ''}; load average at start "
+        f"{'/'.join(f'{x:.1f}' for x in doc['loadavg_start'])}, at end "
+        f"{'/'.join(f'{x:.1f}' for x in doc['loadavg_end'])}.", "",
+        *rows, "",
+        f"Makespan {t['makespan_s'] / 60:.1f} min (first start to last end, {t['ran']} run, "
+        f"{t['reused']} reused); sum of per-benchmark wall times {t['sum_wall_s'] / 60:.1f} min; "
+        f"failed: {', '.join(t['failed']) or 'none'}."])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.full_eval",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("ckpt")
+    p.add_argument("--data", required=True, help="offline benchmark dir")
+    p.add_argument("--tasks", default="original", help="original | all | comma-separated")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    tasks = task_list(a.tasks)
+    from experiments.eval.benchdata import DataError
+
+    try:
+        from experiments.eval.run import EvalArgsError, validate_args
+
+        extra = ([f"--limit={a.limit}"] if a.limit else []) + (
+            [f"--batch-size={a.batch_size}"] if a.batch_size else [])
+        if a.workers < 1 or a.threads < 1:
+            raise ArgsError("--workers and --threads must be >= 1")
+        if not Path(a.ckpt).exists():
+            raise ArgsError(f"checkpoint {a.ckpt}: no such file or run dir")
+        validate_args([a.ckpt, "--tasks", ",".join(tasks), "--data", a.data, *extra], ckpt=None)
+    except (ArgsError, EvalArgsError, DataError, ValueError, FileNotFoundError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    from experiments.eval.lm_adapter import resolve_checkpoint
+    from experiments.eval.run import ckpt_identity
+
+    ck = resolve_checkpoint(a.ckpt)
+    ident = ckpt_identity(ck)
+    out = Path(a.out) if a.out else results_root() / "bench" / time.strftime(
+        "full_eval-%Y%m%dT%H%M%SZ", time.gmtime())
+    out.mkdir(parents=True, exist_ok=True)
+    out = out.resolve()  # the per-benchmark processes run from the repository root
+    order = sorted(tasks, key=lambda t: -COST_MIN.get(t, 5.0))
+    total_w = sum(COST_MIN.get(t, 5.0) for t in order)
+    load0, t0 = list(os.getloadavg()), time.time()
+    recs: list[dict[str, Any]] = []
+    print(f"{len(order)} benchmark(s), {a.workers} worker(s) x {a.threads} thread(s) -> {out}",
+          flush=True)
+
+    def one(t: str) -> dict[str, Any]:
+        r = run_task(t, str(ck), str(Path(a.data).resolve()), out, a.threads, extra, ident)
+        recs.append(r)
+        done_w = sum(COST_MIN.get(x["task"], 5.0) for x in recs)
+        el = time.time() - t0
+        eta = el * (total_w - done_w) / done_w if done_w else float("nan")
+        print(f"[{len(recs)}/{len(order)}] {t}: {r['status']}, {r['wall_s']:.0f} s"
+              f"{' (reused)' if r['reused'] else ''}; elapsed {el / 60:.1f} min, "
+              f"ETA {eta / 60:.0f} min (weighted by the usual cost)", flush=True)
+        return r
+
+    with ThreadPoolExecutor(a.workers) as pool:
+        list(pool.map(one, order))
+    by = {r["task"]: r for r in recs}
+    ran = [by[t] for t in order if not by[t]["reused"]]
+    commit, dirty = git_state(untracked=False)
+    doc = {"schema": 1, "checkpoint": str(ck), "checkpoint_identity": ident, "argv": sys.argv,
+           "data": str(Path(a.data).resolve()), "workers": a.workers, "threads": a.threads,
+           "limit": a.limit, "git_commit": commit, "git_dirty": dirty,
+           "versions": versions("torch", "lm_eval", "evalplus"), "cpu_count": os.cpu_count(),
+           "loadavg_start": load0, "loadavg_end": list(os.getloadavg()),
+           "tasks": [by[t] for t in order],
+           "totals": {"makespan_s": (max(r["end"] for r in ran) - min(r["start"] for r in ran))
+                      if ran else 0.0,
+                      "sum_wall_s": sum(r["wall_s"] for r in by.values()), "ran": len(ran),
+                      "reused": len(order) - len(ran),
+                      "failed": [t for t in order if by[t]["rc"] != 0]}}
+    atomic_write_json(out / "full_eval.json", doc)
+    md = render(doc)
+    atomic_write_text(out / "full_eval.md", md + "\n")
+    print(md, flush=True)
+    return 1 if doc["totals"]["failed"] else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
