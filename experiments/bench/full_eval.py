@@ -78,17 +78,26 @@ def _summary(task: str, d: Path) -> dict[str, Any]:
             "file": str(f)}
 
 
+def reusable(d: Path, ident: str, data: str, extra: list[str]) -> dict[str, Any] | None:
+    """A finished earlier result in d for the same checkpoint, data and arguments (a --limit run
+    is never reused for a full one), else None."""
+    done = d / "done.json"
+    if not done.is_file():
+        return None
+    prev = json.loads(done.read_text())
+    ok = prev.get("rc") == 0 and prev.get("checkpoint_identity") == ident and \
+        prev.get("data") == data and prev.get("args") == extra
+    return prev if ok else None
+
+
 def run_task(task: str, ckpt: str, data: str, out: Path, threads: int, extra: list[str],
              ident: str) -> dict[str, Any]:
     d = out / task
-    done = d / "done.json"
-    if done.is_file():
-        prev = json.loads(done.read_text())
-        # the same checkpoint, data and arguments (a --limit run is never reused for a full one)
-        if prev.get("rc") == 0 and prev.get("checkpoint_identity") == ident and \
-                prev.get("data") == data and prev.get("args") == extra:
-            return prev | {"reused": True}
+    prev = reusable(d, ident, data, extra)
+    if prev is not None:
+        return prev | {"reused": True}
     d.mkdir(parents=True, exist_ok=True)
+    done = d / "done.json"
     for old in d.glob("*.json"):  # a failed earlier attempt: its result is not this one's
         old.unlink()
     cmd = [sys.executable, "-m", "experiments.eval", ckpt, "--tasks", task, "--data", data,
@@ -167,21 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     out = out.resolve()  # the per-benchmark processes run from the repository root
     order = sorted(tasks, key=lambda t: -COST_MIN.get(t, 5.0))
-    total_w = sum(COST_MIN.get(t, 5.0) for t in order)
+    data = str(Path(a.data).resolve())
+    todo = [t for t in order if reusable(out / t, ident, data, extra) is None]
+    total_w = sum(COST_MIN.get(t, 5.0) for t in todo)  # the ETA weighs only what will run
     load0, t0 = list(os.getloadavg()), time.time()
     recs: list[dict[str, Any]] = []
     print(f"{len(order)} benchmark(s), {a.workers} worker(s) x {a.threads} thread(s) -> {out}",
           flush=True)
 
     def one(t: str) -> dict[str, Any]:
-        r = run_task(t, str(ck), str(Path(a.data).resolve()), out, a.threads, extra, ident)
+        r = run_task(t, str(ck), data, out, a.threads, extra, ident)
         recs.append(r)
-        done_w = sum(COST_MIN.get(x["task"], 5.0) for x in recs)
+        done_w = sum(COST_MIN.get(x["task"], 5.0) for x in recs if not x["reused"])
         el = time.time() - t0
-        eta = el * (total_w - done_w) / done_w if done_w else float("nan")
+        eta = f"ETA {el * (total_w - done_w) / done_w / 60:.0f} min (weighted by the usual " \
+            "cost)" if done_w else "ETA after the first benchmark that runs"
         print(f"[{len(recs)}/{len(order)}] {t}: {r['status']}, {r['wall_s']:.0f} s"
-              f"{' (reused)' if r['reused'] else ''}; elapsed {el / 60:.1f} min, "
-              f"ETA {eta / 60:.0f} min (weighted by the usual cost)", flush=True)
+              f"{' (reused)' if r['reused'] else ''}; elapsed {el / 60:.1f} min, {eta}",
+              flush=True)
         return r
 
     with ThreadPoolExecutor(a.workers) as pool:
@@ -190,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ran = [by[t] for t in order if not by[t]["reused"]]
     commit, dirty = git_state(untracked=False)
     doc = {"schema": 1, "checkpoint": str(ck), "checkpoint_identity": ident, "argv": sys.argv,
-           "data": str(Path(a.data).resolve()), "workers": a.workers, "threads": a.threads,
+           "data": data, "workers": a.workers, "threads": a.threads,
            "limit": a.limit, "git_commit": commit, "git_dirty": dirty,
            "versions": versions("torch", "lm_eval", "evalplus"), "cpu_count": os.cpu_count(),
            "loadavg_start": load0, "loadavg_end": list(os.getloadavg()),
