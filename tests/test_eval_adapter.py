@@ -301,3 +301,29 @@ def test_earliest_stop_equals_lm_eval_split_on_the_stop_sets_we_run() -> None:
             for s in until:
                 seq = seq.split(s)[0]
             assert cut_at_stop(text, until) == seq, (until, text)
+
+
+@pytest.mark.parametrize("free,k", [(False, 1), (True, 3)])
+def test_vocabulary_wide_rows_do_not_pile_up(base_ckpt: Path, free_ckpt: Path, free: bool,
+                                             k: int) -> None:
+    # Each context's (n_cont, V) log-probs are reduced as soon as its draws are in: the rows
+    # alive at any time are one context's, not the task's (HellaSwag's were ~40 GB).
+    kw = {"z": "prior-k", "k": k} if free else {}
+    lm = FTBenchLM(checkpoint=str(free_ckpt if free else base_ckpt), batch_size=4,
+                   progress=False, **kw)
+    pending: list[int] = []
+    orig = lm._score_context
+
+    def spy(key, members, pieces, draw, head, h, lps):  # noqa: ANN001
+        pending.append(sum(len(x) for x in lps))
+        return orig(key, members, pieces, draw, head, h, lps)
+
+    lm._score_context = spy  # type: ignore[method-assign]
+    pairs = [(f"Question {i}: what is {i} + {i}?\nAnswer:", f" {c}{i}")
+             for i in range(12) for c in "ab"]
+    got = lm.loglikelihood_pairs(pairs)
+    assert len(pending) == 12 * k  # one context per question, k draws each
+    assert max(pending) <= 2 * (k - 1)  # at most the current context's earlier draws
+    ref = FTBenchLM(checkpoint=str(free_ckpt if free else base_ckpt), batch_size=4,
+                    progress=False, **kw).loglikelihood_pairs(pairs[:2])
+    assert got[:2] == ref  # and each score is the request's own, as before

@@ -113,6 +113,8 @@ def run_task(task: str, ckpt: str, data: str, out: Path, threads: int, extra: li
            "checkpoint_identity": ident, "data": data, "args": extra, "command": cmd,
            "reused": False,
            "loadavg_end": list(os.getloadavg())} | _summary(task, d)
+    if rc != 0 and rec["file"] is None:  # killed or crashed before writing: say how it ended
+        rec["status"] = f"exit status {rc}, no result file (see {d / 'eval.log'})"
     atomic_write_json(done, rec)
     return rec
 

@@ -388,7 +388,17 @@ class FTBenchLM(TemplateLM):
         context and the row, so every score equals the score of the request alone."""
         wins = [self._window(*p) for p in pieces]
         draws = self.k if self.is_free else 1  # the baseline is deterministic
+        # (n_cont, V) log-probs live only until their piece's draws are all in: each group of
+        # pieces is reduced to (per-draw sum, greedy) at once, so memory does not grow with the
+        # number of requests (a task's full set of vocabulary-wide rows is tens of GB)
         lps: list[list[torch.Tensor]] = [[] for _ in pieces]
+        res: list[tuple[list[float], bool] | None] = [None] * len(pieces)
+
+        def reduce(members: list[int]) -> None:
+            for i in members:
+                res[i] = _reduce_draws(pieces[i][1], lps[i])
+                lps[i] = []
+
         bar = tqdm(total=len(pieces) * draws, desc="loglikelihood",
                    disable=disable_tqdm or not self.progress)
         if self.is_free and self.z == "posterior":
@@ -397,8 +407,8 @@ class FTBenchLM(TemplateLM):
             rows: dict[tuple[int, ...], list[int]] = {}
             for i, (inp, _, _) in enumerate(wins):
                 rows.setdefault(tuple(inp), []).append(i)
-            for d in range(draws):
-                for inp, members in rows.items():
+            for inp, members in rows.items():
+                for d in range(draws):  # each draw's generator is keyed: the order is free
                     lf = min(len(inp) - wins[i][2] for i in members)
                     logits = self.model(torch.tensor([inp], device=self.device), z="posterior",
                                         generator=self._gen_for(d, "posterior", inp),
@@ -409,31 +419,26 @@ class FTBenchLM(TemplateLM):
                         lps[i].append(F.log_softmax(logits[len(inp) - n - lf:].float()
                                                     [:n], -1))
                     bar.update(len(members))
+                reduce(members)
         else:
             ctxs: dict[tuple[tuple[int, ...], int], list[int]] = {}
             for i, (inp, pre, n) in enumerate(wins):
                 ctxs.setdefault((tuple(inp[:len(inp) - n + 1]), pre), []).append(i)
-            for d in range(draws):
-                for run, h in self._header_runs(sorted(ctxs)):
-                    head = None
-                    if h:
-                        head = self.model.new_cache(1, h)
-                        self.model.extend(torch.tensor([run[0][0][:h]], device=self.device),
-                                          head, logits_from=h - 1)
-                        self.n_forward_tokens += h
-                    for key in run:
+            for run, h in self._header_runs(sorted(ctxs)):
+                head = None
+                if h:  # baseline only (one draw)
+                    head = self.model.new_cache(1, h)
+                    self.model.extend(torch.tensor([run[0][0][:h]], device=self.device),
+                                      head, logits_from=h - 1)
+                    self.n_forward_tokens += h
+                for key in run:
+                    for d in range(draws):
                         self._score_context(key, ctxs[key], pieces, d, head, h, lps)
                         bar.update(len(ctxs[key]))
+                    reduce(ctxs[key])
         bar.close()
-        res: list[tuple[list[float], bool]] = []
-        for (_, cont, _), lp in zip(pieces, lps, strict=True):
-            lp_k = torch.stack(lp)  # (k, n, V)
-            k, n, _ = lp_k.shape
-            tgt = torch.tensor(cont, device=lp_k.device)
-            per_draw = lp_k.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
-            greedy = bool((lp_k.exp().mean(0).argmax(-1) == tgt).all())
-            res.append(([float(x) for x in per_draw], greedy))
-        return res
+        assert all(r is not None for r in res)
+        return res  # type: ignore[return-value]
 
     MIN_SHARED_PREFIX = 32
     """Contexts share a cached prefix only from this many common tokens on (below, the copy
@@ -614,6 +619,17 @@ class FTBenchLM(TemplateLM):
                         "%d-token window (recorded as the task's truncation)", n_cut, len(reqs),
                         self.max_length)
         return coll.get_original(res)
+
+
+def _reduce_draws(cont: list[int], lp: list[torch.Tensor]) -> tuple[list[float], bool]:
+    """k draws of (n, V) log-probs of a continuation -> (its log-likelihood per draw, whether
+    it is the greedy continuation under the draws' mean distribution)."""
+    lp_k = torch.stack(lp)  # (k, n, V)
+    k, n, _ = lp_k.shape
+    tgt = torch.tensor(cont, device=lp_k.device)
+    per_draw = lp_k.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
+    greedy = bool((lp_k.exp().mean(0).argmax(-1) == tgt).all())
+    return [float(x) for x in per_draw], greedy
 
 
 def _logmeanexp(xs: Sequence[float]) -> float:
