@@ -56,7 +56,11 @@ def test_failed_benchmark_is_null_and_rerun_finished_one_is_reused(fake_runs, tm
     assert len(fake_runs) == 2
     # a second pass: the finished benchmark is reused, the failed one runs again
     assert full_eval.run_task("arc_easy", **args)["reused"]
-    assert not full_eval.run_task("gsm8k", **args)["reused"]
+    (out / "gsm8k" / ".cache").mkdir()
+    (out / "gsm8k" / ".cache" / "lm-eval-x.db").write_bytes(b"")  # the crashed run's answers
+    again = full_eval.run_task("gsm8k", **args)
+    assert not again["reused"] and again["resumed_from_request_cache"]
+    assert not ok["resumed_from_request_cache"]
     assert len(fake_runs) == 3
     # another checkpoint or other arguments (a --limit run) never reuse it
     assert not full_eval.run_task("arc_easy", **(args | {"ident": "id2"}))["reused"]
@@ -65,9 +69,10 @@ def test_failed_benchmark_is_null_and_rerun_finished_one_is_reused(fake_runs, tm
     md = full_eval.render({
         "checkpoint": str(ck), "argv": ["x"], "workers": 1, "threads": 1, "git_commit": "c",
         "git_dirty": False, "loadavg_start": [1, 1, 1], "loadavg_end": [1, 1, 1],
-        "tasks": [ok, bad], "totals": {"makespan_s": 60, "sum_wall_s": 60, "ran": 2,
+        "tasks": [ok, again], "totals": {"makespan_s": 60, "sum_wall_s": 60, "ran": 2,
                                        "reused": 0, "failed": ["gsm8k"]}})
     assert "acc = null" in md and "failed: gsm8k" in md and "acc = 0.2500" in md
+    assert "gsm8k (resumed: partial time)" in md
 
 
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys) -> None:

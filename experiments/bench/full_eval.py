@@ -97,6 +97,9 @@ def run_task(task: str, ckpt: str, data: str, out: Path, threads: int, extra: li
     if prev is not None:
         return prev | {"reused": True}
     d.mkdir(parents=True, exist_ok=True)
+    # the eval resumes from its request cache: a rerun after a crash is then not a full run's
+    # time, and is marked as such
+    resumed = any((d / ".cache").glob("*")) if (d / ".cache").is_dir() else False
     done = d / "done.json"
     for old in d.glob("*.json"):  # a failed earlier attempt: its result is not this one's
         old.unlink()
@@ -111,7 +114,7 @@ def run_task(task: str, ckpt: str, data: str, out: Path, threads: int, extra: li
     t1 = time.time()
     rec = {"task": task, "rc": rc, "wall_s": round(t1 - t0, 1), "start": t0, "end": t1,
            "checkpoint_identity": ident, "data": data, "args": extra, "command": cmd,
-           "reused": False,
+           "reused": False, "resumed_from_request_cache": resumed,
            "loadavg_end": list(os.getloadavg())} | _summary(task, d)
     if rc != 0 and rec["file"] is None:  # killed or crashed before writing: say how it ended
         rec["status"] = f"exit status {rc}, no result file (see {d / 'eval.log'})"
@@ -124,7 +127,9 @@ def render(doc: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|"]
     for r in doc["tasks"]:
         v = "null" if r["value"] is None else f"{r['value']:.4f}"
-        rows.append(f"| {r['task']}{' (reused)' if r['reused'] else ''} | {r['status']} | "
+        how = " (reused)" if r["reused"] else ""
+        how += " (resumed: partial time)" if r.get("resumed_from_request_cache") else ""
+        rows.append(f"| {r['task']}{how} | {r['status']} | "
                     f"{r['metric']} = {v} | {r.get('n')} | {r['requests']} | {r['wall_s']:.0f} | "
                     f"{r['model_s']} |")
     t = doc["totals"]
