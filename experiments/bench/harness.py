@@ -117,6 +117,9 @@ def peak_alloc_bytes(fn: Callable[[], object], device: torch.device) -> int:
         return int(torch.cuda.max_memory_allocated(device) - base)
     from torch.profiler import ProfilerActivity, profile
 
+    # kineto prints two "USDT ... profiler_start/stop" lines per call on stderr (read at its
+    # first use); the bench calls this hundreds of times. A user's own setting wins.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         fn()
     with tempfile.TemporaryDirectory() as d:
