@@ -197,6 +197,25 @@ def test_peak_alloc_bytes_counts_temporaries() -> None:
     assert 4_000_000 <= peak < 6_000_000
 
 
+def test_eta_comes_from_the_newest_earlier_run_of_the_same_size(tmp_path: Path) -> None:
+    def write(stamp: str, size: str, walls: dict[str, float], errors: dict | None = None) -> Path:
+        p = tmp_path / f"{stamp}.json"
+        p.write_text(json.dumps({"settings": {"size": size}, "section_wall_s": walls,
+                                 "errors": errors or {}}))
+        return p
+
+    write("20260101T000000Z", "full", {"train": 600.0, "free": 900.0})
+    write("20260102T000000Z", "full", {"train": 300.0, "mapper": 999.0}, {"mapper": "boom"})
+    write("20260103T000000Z", "tiny", {"train": 1.0, "free": 1.0})
+    (tmp_path / "20260104T000000Z.json").write_text("{not json")
+    me = write("20260105T000000Z", "full", {"train": 5.0})  # the run itself: never its own basis
+    times = bench._earlier_section_times(tmp_path, "full", me)
+    assert times == {"train": 300.0, "free": 900.0}  # newest wins; a failed section is no basis
+    assert bench._eta(times, ["train", "free"]) == " (about 20 min left, by earlier runs)"
+    assert bench._eta(times, ["free", "mapper"]) == ""  # never a partial sum shown as an ETA
+    assert bench._eta({}, []) == ""
+
+
 def test_bad_section_is_rejected() -> None:
     with pytest.raises(SystemExit):
         bench.main(["--size", "tiny", "--sections", "nope"])

@@ -52,15 +52,19 @@ def run(size_name: str, sections: list[str], threads: int | None, device: str | 
                                         else json_path.with_suffix(".md"))
     res["markdown_path"] = str(md)
     res["section_cpu_s"] = {}
-    for name in sections:
+    before = _earlier_section_times(out_dir, size_name, json_path)
+    for i, name in enumerate(sections):
         t0, c0 = time.perf_counter(), time.process_time()
-        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        print(f"[bench] {i + 1}/{len(sections)} {name} ...{_eta(before, sections[i:])}",
+              file=sys.stderr, flush=True)
         try:
             res["sections"][name] = SECTIONS[name](ctx)
         except Exception:  # noqa: BLE001 - one broken section must not lose the others
             res["errors"][name] = traceback.format_exc()
             print(res["errors"][name], file=sys.stderr)
         res["section_wall_s"][name] = time.perf_counter() - t0
+        print(f"[bench] {name} took {res['section_wall_s'][name]:.0f} s", file=sys.stderr,
+              flush=True)
         res["section_cpu_s"][name] = time.process_time() - c0
         gc.collect()
         _write(res, json_path, md)  # after every section: a long run keeps what it measured
@@ -68,6 +72,32 @@ def run(size_name: str, sections: list[str], threads: int | None, device: str | 
     _write(res, json_path, md)
     print(f"[bench] wrote {json_path} and {md}", file=sys.stderr)
     return res
+
+
+def _earlier_section_times(out_dir: Path, size_name: str, skip: Path) -> dict[str, float]:
+    """Each section's wall time in the newest earlier run of this size that timed it (the ETA's
+    basis; a figure from another machine or load is a guess, and the line says whence)."""
+    times: dict[str, float] = {}
+    for path in sorted(out_dir.glob("*.json"), reverse=True):
+        if path == skip:
+            continue
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("settings", {}).get("size") != size_name:
+            continue
+        for name, wall in (doc.get("section_wall_s") or {}).items():
+            if name not in (doc.get("errors") or {}) and isinstance(wall, int | float):
+                times.setdefault(name, float(wall))
+    return times
+
+
+def _eta(before: dict[str, float], remaining: list[str]) -> str:
+    """' (about N min left, by earlier runs)' when every remaining section was timed before."""
+    if not remaining or any(n not in before for n in remaining):
+        return ""
+    return f" (about {sum(before[n] for n in remaining) / 60:.0f} min left, by earlier runs)"
 
 
 # Measurements run by hand (the real training loop, the full evaluation) sit below this line in
