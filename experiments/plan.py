@@ -272,7 +272,8 @@ def _gb(b: float) -> str:
     return f"{b / 1e9:.1f} GB"  # decimal, as GPU memory is quoted (H100: 80 GB)
 
 
-def _duration(s: float) -> str:
+def duration(s: float) -> str:
+    """Seconds as the unit a reader takes in at a glance (s, min, h, days)."""
     if s < 120:
         return f"{s:.0f} s"
     if s < 7200:
@@ -321,7 +322,7 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
     g = gpu_time_estimate(p, p.world_size, t.gpu_peak_tflops, t.mfu)
     paper = paper_implied_mfu()
     lines.append(
-        f"GPU time    {_duration(g['seconds'])} on {p.world_size} GPU(s), "
+        f"GPU time    {duration(g['seconds'])} on {p.world_size} GPU(s), "
         f"{g['gpu_hours']:.3g} GPU-hours, at MFU {t.mfu:.0%} of {t.gpu_peak_tflops:g} TFLOP/s "
         f"(train.mfu, train.gpu_peak_tflops)")
     lines.append(
@@ -331,6 +332,6 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
         f"FLOPs/token, this suite's count)")
     if cpu_rate is not None:
         tps, src = cpu_rate
-        lines.append(f"CPU time    {_duration(p.tokens / tps)} on this machine at "
+        lines.append(f"CPU time    {duration(p.tokens / tps)} on this machine at "
                      f"{tps:,.0f} tokens/s ({src})")
     return "\n".join(lines)

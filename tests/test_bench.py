@@ -6,7 +6,10 @@ Speed targets are measured by the bench, never asserted here.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -209,11 +212,24 @@ def test_eta_comes_from_the_newest_earlier_run_of_the_same_size(tmp_path: Path) 
     write("20260103T000000Z", "tiny", {"train": 1.0, "free": 1.0})
     (tmp_path / "20260104T000000Z.json").write_text("{not json")
     me = write("20260105T000000Z", "full", {"train": 5.0})  # the run itself: never its own basis
-    times = bench._earlier_section_times(tmp_path, "full", me)
+    times = bench._earlier_section_times(tmp_path, "full", me, ["train", "free", "mapper"])
     assert times == {"train": 300.0, "free": 900.0}  # newest wins; a failed section is no basis
-    assert bench._eta(times, ["train", "free"]) == " (about 20 min left, by earlier runs)"
+    assert bench._earlier_section_times(tmp_path, "full", me, ["free"]) == {"free": 900.0}
+    assert bench._eta(times, ["train", "free"]) == " (about 20.0 min left, by earlier runs)"
+    assert bench._eta(times, ["train"]) == " (about 5.0 min left, by earlier runs)"
     assert bench._eta(times, ["free", "mapper"]) == ""  # never a partial sum shown as an ETA
     assert bench._eta({}, []) == ""
+
+
+def test_memory_probe_keeps_stderr_quiet() -> None:
+    # kineto printed two "USDT ... profiler_start/stop" lines per profiled call, hundreds per run
+    code = ("import torch; from experiments.bench.harness import peak_alloc_bytes;"
+            "peak_alloc_bytes(lambda: torch.ones(1000) * 2, torch.device('cpu'))")
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "USDT" not in r.stderr and "profiler_start" not in r.stderr, r.stderr
 
 
 def test_bad_section_is_rejected() -> None:

@@ -18,6 +18,7 @@ import torch
 
 from common.io import atomic_write_json, atomic_write_text
 from common.paths import results_root
+from experiments.plan import duration
 
 from .harness import ALL_SECTIONS, REPO, SCHEMA, SIZES, Ctx, Size, gpu_peak_flops, machine_info
 from .report import render_markdown, targets
@@ -52,7 +53,7 @@ def run(size_name: str, sections: list[str], threads: int | None, device: str | 
                                         else json_path.with_suffix(".md"))
     res["markdown_path"] = str(md)
     res["section_cpu_s"] = {}
-    before = _earlier_section_times(out_dir, size_name, json_path)
+    before = _earlier_section_times(out_dir, size_name, json_path, sections)
     for i, name in enumerate(sections):
         t0, c0 = time.perf_counter(), time.process_time()
         print(f"[bench] {i + 1}/{len(sections)} {name} ...{_eta(before, sections[i:])}",
@@ -74,11 +75,14 @@ def run(size_name: str, sections: list[str], threads: int | None, device: str | 
     return res
 
 
-def _earlier_section_times(out_dir: Path, size_name: str, skip: Path) -> dict[str, float]:
-    """Each section's wall time in the newest earlier run of this size that timed it (the ETA's
-    basis; a figure from another machine or load is a guess, and the line says whence)."""
+def _earlier_section_times(out_dir: Path, size_name: str, skip: Path,
+                           wanted: list[str]) -> dict[str, float]:
+    """Each wanted section's wall time in the newest earlier run of this size that timed it
+    without error (the ETA's basis). Reads newest first and stops once every one is found."""
     times: dict[str, float] = {}
     for path in sorted(out_dir.glob("*.json"), reverse=True):
+        if set(wanted) <= set(times):
+            break
         if path == skip:
             continue
         try:
@@ -88,16 +92,18 @@ def _earlier_section_times(out_dir: Path, size_name: str, skip: Path) -> dict[st
         if not isinstance(doc, dict) or doc.get("settings", {}).get("size") != size_name:
             continue
         for name, wall in (doc.get("section_wall_s") or {}).items():
-            if name not in (doc.get("errors") or {}) and isinstance(wall, int | float):
+            if (name in wanted and name not in (doc.get("errors") or {})
+                    and isinstance(wall, int | float)):
                 times.setdefault(name, float(wall))
     return times
 
 
 def _eta(before: dict[str, float], remaining: list[str]) -> str:
-    """' (about N min left, by earlier runs)' when every remaining section was timed before."""
+    """' (about <time> left, by earlier runs)' when every remaining section was timed before;
+    nothing rather than a partial sum."""
     if not remaining or any(n not in before for n in remaining):
         return ""
-    return f" (about {sum(before[n] for n in remaining) / 60:.0f} min left, by earlier runs)"
+    return f" (about {duration(sum(before[n] for n in remaining))} left, by earlier runs)"
 
 
 # Measurements run by hand (the real training loop, the full evaluation) sit below this line in
