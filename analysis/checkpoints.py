@@ -1,5 +1,5 @@
 """The paper's Table-3 protocol and Figures 5-7 from the evaluated checkpoints (EVAL_POINTS), and
-the honest likelihood comparison (experiments/likelihood.py files).
+the honest likelihood comparison (experiments/eval/likelihood.py files).
 
 Table 3 (`table3`): per benchmark row (the paper's rows and metrics, analysis/paper_groups.py)
 and arm, two numbers per seed: the FINAL value (the highest evaluated step) and the LAST-THIRD
@@ -155,7 +155,7 @@ def likelihood_table(data: SweepData) -> pd.DataFrame:
     validation rows, checked by compare_arms)."""
     if not data.likelihood:
         return pd.DataFrame(columns=LIK_COLS)
-    from experiments.likelihood import compare_arms
+    from experiments.eval.likelihood import compare_arms
 
     recs = pd.DataFrame(data.likelihood)
     # newest step per run (the final checkpoint)

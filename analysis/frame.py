@@ -110,7 +110,7 @@ class SweepData:
     """Every evaluated checkpoint (EVAL_POINTS): cell identity + task, metric, z_mode, step,
     tokens (step x the run's tokens_per_step), value, from every used eval file (all steps)."""
     likelihood: list[dict] = field(default_factory=list)
-    """<run>/eval/likelihood.*.json records (experiments/likelihood.py) with the cell identity."""
+    """<run>/eval/likelihood.*.json records (experiments/eval/likelihood.py), with cell identity."""
 
 
 def spec_id(spec: dict) -> str:
@@ -317,7 +317,7 @@ def _read_evals(root: Path, run_dir: Path, warnings: list[str]) -> list[dict]:
         if not isinstance(ev, dict):
             warnings.append(f"{epath}: not an eval file (top level is not an object)")
             continue
-        if ev.get("suite") == "likelihood":  # experiments/likelihood.py: read separately
+        if ev.get("suite") == "likelihood":  # experiments/eval/likelihood.py: read separately
             continue
         spec, sid, legacy = eval_spec(ev, epath.name)
         out.append({"path": epath, "ev": ev, "spec": spec, "spec_id": sid, "legacy": legacy,

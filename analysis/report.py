@@ -391,9 +391,9 @@ def _likelihood_html(data: SweepData, out_dir: Path) -> str:
     head = '<section id="likelihood"><h2>Likelihood: both arms on one honest basis</h2>'
     if lt.empty:
         return head + ('<p class="missing">no likelihood files (the chained evaluation writes '
-                       "them with EVAL=1; or run <code>python -m experiments.likelihood "
+                       "them with EVAL=1; or run <code>python -m experiments.eval.likelihood "
                        "&lt;run dir&gt;</code>)</p></section>")
-    return (head + "<p>Validation bits per byte from experiments/likelihood.py on the same "
+    return (head + "<p>Validation bits per byte from experiments/eval/likelihood.py on the same "
             "rows for both arms: the baseline's is exact, the Free Transformer's an "
             "importance-weighted (IWAE) upper bound on its NLL at k = 1, 8, 64 (spread = how "
             "far the bound moved from the smallest to the largest k). gap = FT minus baseline "

@@ -1,7 +1,7 @@
 """`make gpu-check`: a smoke test of about 5 minutes for a first GPU node.
 
 On whatever GPUs are visible it trains both arms (baseline, Free Transformer H=16) for a few
-steps through experiments/train.py:
+steps through experiments/train/trainer.py:
 - fp32 (reference) and bf16 autocast + torch.compile, one GPU; the bf16 loss must stay within
   `--tol` (relative) of fp32 at every step;
 - flash SDPA: a bf16 forward + backward of each arm under `sdpa_kernel(FLASH_ATTENTION)` only
@@ -59,8 +59,8 @@ def _tokens_per_s(run: Path) -> float | None:
 
 
 def _train(args: list[str], results: Path, nproc: int = 1) -> tuple[Path | None, str]:
-    from experiments.config import compose
-    from experiments.plan import run_dir
+    from experiments.train.config import compose
+    from experiments.train.plan import run_dir
 
     cmd = [sys.executable, "-m", "experiments.train", *args, f"paths.results={results}"]
     if nproc > 1:
@@ -153,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
             f"train.tokens={a.steps * batch * seq}", "logging.progress=false",
             "logging.log_every=1", "logging.val_every=0", "data.val_tokens=4096",
             "train.force=true"]
-    from experiments.config import compose
-    from experiments.plan import plan
+    from experiments.train.config import compose
+    from experiments.train.plan import plan
 
     t0 = time.time()
     checks: list[dict[str, Any]] = []

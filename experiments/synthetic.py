@@ -212,8 +212,8 @@ def model_label(latent_bits: int, kappa_bits: float | None) -> str:
 def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float,
                                  st: SyntheticSettings) -> Trained:
     """One arm through the LM runs' training loop (`experiments.train`)."""
-    from experiments.config import compose  # imported here: hydra and the trainer are heavy
-    from experiments.train import train
+    from experiments.train.config import compose  # imported here: hydra and the trainer are heavy
+    from experiments.train.trainer import train
     from model import load_checkpoint
 
     ov = arm_overrides(st, latent_bits, kappa_bits)
@@ -450,7 +450,7 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
                                      "(checkpoints/final.pt missing)")
     check_writable(results_root() / "synthetic" / st.name, "results directory")
     if compose_arms:  # hydra's own checks (types, ranges) and where each run will go
-        from experiments.config import compose
+        from experiments.train.config import compose
 
         for (h, k), label in zip(arms, labels, strict=True):
             if label in st.reuse:
@@ -502,7 +502,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from experiments.config import ConfigError, one_line
+    from experiments.train.config import ConfigError, one_line
 
     try:
         run(parse_args(sys.argv[1:] if argv is None else argv))

@@ -1,4 +1,4 @@
-# Training: one entry point for both arms, experiments/train.py.
+# Training: one entry point for both arms, experiments/train/trainer.py.
 #   make train ARGS="model=16M model.latent_bits=16 model.kappa_bits=0.5"  [DRY=1] [NPROC=2]
 #   make train HELP=1        every config key with its default and its docstring
 # DRY=1 prints params, FLOPs/token of both arms, FT overhead, tokens, steps, batch and an

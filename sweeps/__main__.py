@@ -34,7 +34,7 @@ def keep_eval_key() -> str | None:
     None when the trainer does not have it."""
     import dataclasses
 
-    from experiments.config import GROUPS
+    from experiments.train.config import GROUPS
 
     for section in ("logging", "train"):
         if KEEP_EVAL_KEY in {f.name for f in dataclasses.fields(GROUPS[section])}:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="n: keep n evenly spaced checkpoints (train.keep_eval_checkpoints) and "
                         "evaluate each (needs EVAL=1; the paper's Table 3 and curves)")
     r.add_argument("--likelihood-rows", default=str(DEFAULT_LIKELIHOOD_ROWS),
-                   help="validation rows for the chained likelihood (experiments.likelihood) "
+                   help="validation rows for the chained likelihood (experiments.eval.likelihood) "
                         f"when EVAL=1 (default {DEFAULT_LIKELIHOOD_ROWS}; 0 = skip it)")
     r.add_argument("--dry", default="", help="1: print grid and compute, submit nothing")
     r.add_argument("--retry-failed", default="", help="1: also rerun failed cells")
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "points; the final checkpoint is always evaluated)")
             key = keep_eval_key()
             if key is None:
-                raise SweepError("EVAL_POINTS: this checkout's experiments/config.py has no "
+                raise SweepError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
                                  f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
                                  "spaced checkpoints to evaluate")
             a.overrides = f"{a.overrides} {key}={points}".strip()

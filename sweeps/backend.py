@@ -1,7 +1,7 @@
-"""What sweeps/ needs from experiments/, in one place (sweeps -> experiments.config/plan only).
+"""What sweeps/ needs from experiments/, in one place (sweeps -> experiments.train config/plan).
 
-The contract used: `experiments.config.compose(overrides) -> TrainConfig` (raises
-ConfigError(ValueError)), `experiments.plan.run_id/run_dir/plan`, and the CLI
+The contract used: `experiments.train.config.compose(overrides) -> TrainConfig` (raises
+ConfigError(ValueError)), `experiments.train.plan.run_id/run_dir/plan`, and the CLI
 `python -m experiments.train <overrides>` (SIGTERM or SIGUSR1: write a checkpoint and exit;
 re-running resumes from the newest complete checkpoint, or returns at once when the run is
 finished). The results root is `paths.results` or FTBENCH_RESULTS (default results/).
@@ -18,9 +18,9 @@ from typing import Any
 import yaml
 
 from common import paths
-from experiments import plan as P
-from experiments.config import TrainConfig, model_config
-from experiments.config import compose as compose_config
+from experiments.train import plan as P
+from experiments.train.config import TrainConfig, model_config
+from experiments.train.config import compose as compose_config
 
 from .grid import Cell, SweepError
 
@@ -68,7 +68,7 @@ def planned(cfg: TrainConfig) -> tuple[float, float]:
     try:
         p = P.plan(cfg)
     except ValueError as e:  # the trainer would fail the same way: refuse before submitting
-        raise SweepError(f"experiments.plan.plan() rejects this config: "
+        raise SweepError(f"experiments.train.plan.plan() rejects this config: "
                          f"{' '.join(str(e).split())}") from e
     return float(p.tokens), float(p.flops)
 

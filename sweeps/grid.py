@@ -15,7 +15,7 @@ With a FLOPs budget (FLOPS=...) every arm already trains to the same FLOPs, so t
 controls would duplicate `baseline` / `baseline_plus1` under another run-id: they are not made
 (`skipped_controls` says why).
 
-Every cell is a list of hydra overrides for `experiments/train.py`. All validation here runs
+Every cell is a list of hydra overrides for `experiments/train/trainer.py`. All validation here runs
 before anything is submitted and fails with one `SweepError` line naming the input at fault.
 """
 
@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from experiments.config import parse_amount as config_parse_amount
+from experiments.train.config import parse_amount as config_parse_amount
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
 

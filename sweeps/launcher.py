@@ -66,7 +66,7 @@ class Plan:
     """EVAL_POINTS: the trainer keeps this many evenly spaced checkpoints and the chained
     evaluation scores each of them (the paper's Table 3 / Figures 5-7)."""
     likelihood_rows: int | None = None
-    """Validation rows for the chained `experiments.likelihood` (None: not run)."""
+    """Validation rows for the chained `experiments.eval.likelihood` (None: not run)."""
 
     @property
     def manifest_path(self) -> Path:
@@ -241,8 +241,8 @@ def dry_run_text(p: Plan) -> str:
 def cost_text(p: Plan) -> list[str]:
     """Memory per GPU, fit and GPU time of the sweep's costliest cell (the trainer's own dry-run
     estimate), so a GPU-hour is never spent on a cell that cannot fit."""
-    from experiments.config import TrainConfig
-    from experiments.plan import dry_parallel, format_estimate, plan
+    from experiments.train.config import TrainConfig
+    from experiments.train.plan import dry_parallel, format_estimate, plan
 
     if not p.cells:
         return []
@@ -513,7 +513,7 @@ def eval_chain(run: Path, spec_ids: Sequence[str], points: bool, likelihood_rows
                 return rc
     if likelihood_rows:
         if not list((run / "eval").glob("likelihood.*.json")):
-            return call([sys.executable, "-m", "experiments.likelihood", str(run),
+            return call([sys.executable, "-m", "experiments.eval.likelihood", str(run),
                          "--max-rows", str(likelihood_rows)], f"likelihood of {run}")
     return 0
 

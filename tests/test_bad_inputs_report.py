@@ -1,5 +1,5 @@
 """Issue 15: bad inputs to `python -m analysis.report`, `python -m sweeps status` and
-`python -m experiments.likelihood` get one line naming what is wrong, exit 2, no traceback, and
+`python -m experiments.eval.likelihood` get one line naming what is wrong, exit 2, no traceback, and
 no new files. One table; each case sets up its results root, runs the command's main in-process
 (the real entry is checked once per command in a subprocess below)."""
 
@@ -58,7 +58,8 @@ def _report(name: str, *extra: str) -> Callable[[Path], list[str]]:
 
 
 def _lik(*args: str) -> Callable[[Path], list[str]]:
-    return lambda root: ["experiments.likelihood", *[a.replace("ROOT", str(root)) for a in args]]
+    return lambda root: ["experiments.eval.likelihood",
+                         *[a.replace("ROOT", str(root)) for a in args]]
 
 
 CASES = [  # id, setup, argv (module first), the named value in the one line
@@ -97,7 +98,7 @@ def _main(module: str) -> Callable[[list[str]], int | None]:
     elif module == "sweeps":
         from sweeps.__main__ import main
     else:
-        from experiments.likelihood import main
+        from experiments.eval.likelihood import main
     return main
 
 
@@ -128,7 +129,7 @@ def test_bad_input_one_line(case: tuple, tmp_path: Path, capsys: pytest.CaptureF
 
 @pytest.mark.parametrize("argv", [
     ["analysis.report", "--name", "nope"], ["sweeps", "status", "nope"],
-    ["experiments.likelihood", "nope-run"]])
+    ["experiments.eval.likelihood", "nope-run"]])
 def test_real_entry_points(argv: list[str], tmp_path: Path) -> None:
     env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path)}
     r = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=env, capture_output=True,

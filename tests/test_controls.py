@@ -177,8 +177,8 @@ def test_guard_refuses_a_plus1_control_without_exactly_one_more_layer():
 
 
 def test_plus1_at_the_fts_flops_trains_to_the_fts_flops(tmp_path):
-    from experiments.config import compose
-    from experiments.plan import plan, semantic
+    from experiments.train.config import compose
+    from experiments.train.plan import plan, semantic
 
     base = ["model=1M", "train.seq_len=64", "train.tokens=200000", f"paths.results={tmp_path}"]
     ft = plan(compose([*base, "model.latent_bits=8"]))

@@ -1,4 +1,4 @@
-"""experiments/data.py: sources, the deterministic split, packing and the seeded order."""
+"""experiments/train/data.py: sources, the deterministic split, packing and the seeded order."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.config import DataConfig, HFSource
-from experiments.data import (
+from experiments.synthetic_data import ALPHABET, SEQ_LEN
+from experiments.train.config import DataConfig, HFSource
+from experiments.train.data import (
     DataError,
     PackedData,
     SyntheticData,
@@ -19,7 +20,6 @@ from experiments.data import (
     stdlib_docs,
     stdlib_root,
 )
-from experiments.synthetic_data import ALPHABET, SEQ_LEN
 
 
 def _words(rng: random.Random, n: int) -> str:

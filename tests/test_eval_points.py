@@ -201,7 +201,7 @@ def test_eval_points_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     from sweeps.__main__ import keep_eval_key, main
 
     if not keep_eval_key():
-        pytest.skip("experiments/config.py has no keep_eval_checkpoints key yet")
+        pytest.skip("experiments/train/config.py has no keep_eval_checkpoints key yet")
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
     tiny = ("train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
             "logging.val_every=0 logging.log_every=4")

@@ -19,9 +19,9 @@ import pytest
 import torch
 import yaml
 
-import experiments.train as T
-from experiments.config import compose, model_config
-from experiments.plan import run_dir
+import experiments.train.trainer as T
+from experiments.train.config import compose, model_config
+from experiments.train.plan import run_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 # synthetic data: no tokenizer or corpus to build; 2 blocks so the FT has an encoder block

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from experiments.likelihood import (
+from experiments.eval.likelihood import (
     POSTERIOR_LABEL,
     _code_log_q,
     _lower,

@@ -126,8 +126,8 @@ def test_mapper_bf16_gradient_is_close_to_float64(H, N):
 
 
 def test_mapper_bf16_is_in_the_run_id_only_when_on():
-    from experiments.config import compose
-    from experiments.plan import run_id, semantic
+    from experiments.train.config import compose
+    from experiments.train.plan import run_id, semantic
 
     base = compose(["model=1M", "model.latent_bits=4"])
     on = compose(["model=1M", "model.latent_bits=4", "model.mapper_bf16=true"])

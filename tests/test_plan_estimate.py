@@ -9,9 +9,9 @@ import dataclasses
 import pytest
 import torch
 
-import experiments.train as T
-from experiments.config import GROUPS, ConfigError, compose, config_help
-from experiments.plan import memory_estimate, paper_implied_mfu, plan
+import experiments.train.trainer as T
+from experiments.train.config import GROUPS, ConfigError, compose, config_help
+from experiments.train.plan import memory_estimate, paper_implied_mfu, plan
 from model import build_model
 
 

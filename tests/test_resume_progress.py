@@ -15,9 +15,9 @@ import pytest
 import torch
 from submitit.helpers import DelayedSubmission
 
-import experiments.train as T
-from experiments.config import compose
-from experiments.plan import plan, run_dir
+import experiments.train.trainer as T
+from experiments.train.config import compose
+from experiments.train.plan import plan, run_dir
 from sweeps import job as J
 
 TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",

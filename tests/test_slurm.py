@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import experiments.train as T
-from experiments.config import compose
+import experiments.train.trainer as T
+from experiments.train.config import compose
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"

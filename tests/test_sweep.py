@@ -539,7 +539,7 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
 
 def test_trainer_records_the_launcher_in_config_provenance(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """experiments/train.py writes FTBENCH_LAUNCHER (else "direct"), host and threads into
+    """experiments/train/trainer.py writes FTBENCH_LAUNCHER (else "direct"), host and threads into
     config.yaml provenance: the analysis compares wall-clock only when all three agree."""
     import socket
     from types import SimpleNamespace as NS
@@ -547,9 +547,9 @@ def test_trainer_records_the_launcher_in_config_provenance(
     import torch
     import yaml
 
-    import experiments.train as T
-    from experiments.config import compose
-    from experiments.plan import plan
+    import experiments.train.trainer as T
+    from experiments.train.config import compose
+    from experiments.train.plan import plan
 
     cfg = compose(["model=1M", "model.vocab_size=512", "train.seq_len=32",
                    "train.tokens=1000"])

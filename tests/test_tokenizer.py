@@ -1,4 +1,4 @@
-"""experiments/tokenizer.py: byte-level BPE, its cache, and the checkpoint reference round trip."""
+"""experiments/train/tokenizer.py: byte-level BPE, its cache, the checkpoint reference."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import pytest
 
 from experiments.synthetic_data import ALPHABET
-from experiments.tokenizer import (
+from experiments.train.tokenizer import (
     EOS,
     CharTokenizer,
     tokenizer_from_ref,

@@ -1,4 +1,4 @@
-"""experiments/train.py end to end on tiny runs: learning, resume after kill -9 and SIGTERM,
+"""experiments/train/trainer.py end to end on tiny runs: learning, resume after kill -9 and SIGTERM,
 NaN handling, DDP == single process, dry-run FLOPs, bad input."""
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-import experiments.train as T
+import experiments.train.trainer as T
 from common.io import flocked
-from experiments.config import CONF_DIR, compose
-from experiments.plan import plan, run_dir, run_id
-from experiments.tokenizer import tokenizer_from_ref
+from experiments.train.config import CONF_DIR, compose
+from experiments.train.plan import plan, run_dir, run_id
+from experiments.train.tokenizer import tokenizer_from_ref
 from model import build_model, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import experiments.train as T
-from experiments.config import compose
-from experiments.plan import plan
+import experiments.train.trainer as T
+from experiments.train.config import compose
+from experiments.train.plan import plan
 
 TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
         "train.batch_size=4", "data.val_tokens=260", "logging.progress=false",

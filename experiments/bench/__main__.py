@@ -18,7 +18,7 @@ import torch
 
 from common.io import atomic_write_json, atomic_write_text
 from common.paths import results_root
-from experiments.plan import duration
+from experiments.train.plan import duration
 
 from .harness import ALL_SECTIONS, REPO, SCHEMA, SIZES, Ctx, Size, gpu_peak_flops, machine_info
 from .report import render_markdown, targets

@@ -122,7 +122,7 @@ def exported_baseline(ctx: Ctx, workdir: Path) -> Exported:
     from transformers import LlamaForCausalLM
 
     from experiments.eval.hf_export import export
-    from experiments.tokenizer import tokenizer_ref
+    from experiments.train.tokenizer import tokenizer_ref
 
     cfg = our_config(ctx.size)
     tok, texts = bench_tokenizer(cfg.vocab_size, 8 if ctx.size.preset == "1M" else 60)
@@ -139,10 +139,10 @@ def exported_baseline(ctx: Ctx, workdir: Path) -> Exported:
 
 
 def bench_tokenizer(vocab_size: int, n_files: int) -> Any:
-    """A byte-level BPE (experiments.tokenizer.train_bpe, cached) on stdlib sources."""
+    """A byte-level BPE (experiments.train.tokenizer.train_bpe, cached) on stdlib sources."""
     import sysconfig
 
-    from experiments.tokenizer import train_bpe
+    from experiments.train.tokenizer import train_bpe
 
     files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:n_files]
     texts = [f.read_text(encoding="utf-8", errors="ignore") for f in files]

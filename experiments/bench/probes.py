@@ -81,7 +81,7 @@ def decode_batch(batches: list[int], new: int = 64) -> None:
 
 
 def step_split(bits: tuple[int, ...] = (0, 16), reps: int = 3) -> None:
-    from experiments.train import _param_groups
+    from experiments.train.trainer import _param_groups
 
     print("| H | forward s | backward s | clip s | AdamW s | zero_grad s | step s |\n"
           "|---|---|---|---|---|---|---|")

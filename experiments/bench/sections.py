@@ -362,7 +362,7 @@ def section_eval(ctx: Ctx) -> dict[str, Any]:
     from lm_eval.models.huggingface import HFLM
 
     from experiments.eval.lm_adapter import FTBenchLM
-    from experiments.tokenizer import BPETokenizer
+    from experiments.train.tokenizer import BPETokenizer
 
     s, dev = ctx.size, ctx.device
     cfg = our_config(s)

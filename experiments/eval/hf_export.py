@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from experiments.eval.lm_adapter import resolve_checkpoint
-from experiments.tokenizer import EOS
+from experiments.train.tokenizer import EOS
 from model import load_checkpoint
 from model.checkpoint import CheckpointError
 

@@ -66,7 +66,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 import model.free_transformer as ftm
-from experiments.tokenizer import TextTokenizer, tokenizer_from_ref
+from experiments.train.tokenizer import TextTokenizer, tokenizer_from_ref
 from model import load_checkpoint
 
 Z_MODES = ("prior", "prior-k", "posterior")

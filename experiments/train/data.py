@@ -225,7 +225,7 @@ class SyntheticData:
     """The paper's §4.1 sequences: sample g is drawn from its own seeded RNG (random access)."""
 
     def __init__(self, seed: int, split: str) -> None:
-        from . import synthetic_data as sd
+        from experiments import synthetic_data as sd
 
         self.sd = sd
         self.seed = seed
@@ -274,7 +274,7 @@ def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
                  cache_dir: str | os.PathLike) -> Corpus:
     """Everything training needs from the data section (tokenizer, train stream, fixed val)."""
     if dcfg.source == "synthetic":
-        from . import synthetic_data as sd
+        from experiments import synthetic_data as sd
 
         tok = CharTokenizer(sd.ALPHABET, name="synthetic")
         train = SyntheticData(seed, "train")

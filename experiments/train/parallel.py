@@ -1,5 +1,5 @@
-# experiments/parallel.py
-"""Data parallelism for experiments/train.py: none (one process), DDP, or FSDP2.
+# experiments/train/parallel.py
+"""Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
 
     resolve(mode, world, device, n_params) -> "none" | "ddp" | "fsdp"
     checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)

@@ -285,7 +285,7 @@ def duration(s: float) -> str:
 
 def dry_parallel(cfg: TrainConfig, p: RunPlan) -> str:
     """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb (the rule
-    of experiments.parallel.resolve, without building anything)."""
+    of experiments.train.parallel.resolve, without building anything)."""
     from .parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
 
     if p.world_size <= 1:

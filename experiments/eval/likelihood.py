@@ -155,7 +155,7 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
                           chunk_elems: int = 1 << 24) -> dict[str, Any]:
     """Validation bits per byte from the bounds, on the corpus' fixed validation rows.
 
-    val_x, val_y (N, T): inputs and next-token targets (experiments.data.Corpus); token_bytes
+    val_x, val_y (N, T): inputs and next-token targets (experiments.train.data.Corpus); token_bytes
     (V,): UTF-8 bytes per token id. Every figure is an upper bound on the true NLL (a lower bound
     on the likelihood), over all N x T targets; bpb = total nats / (ln 2 x total bytes).
 
@@ -183,8 +183,8 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         out: dict[str, Any] = {
             "arm": "free_transformer" if free else "baseline",
             "n_sequences": N, "n_tokens": n_tok, "n_bytes": n_bytes, "seed": seed,
-            "provenance": "experiments/likelihood.py validation_likelihood on the corpus' fixed "
-                          "validation rows (val_x, val_y)"}
+            "provenance": "experiments/eval/likelihood.py validation_likelihood on the "
+                          "corpus' fixed validation rows (val_x, val_y)"}
 
         def per_row(method: str, k: int, gseed: int) -> torch.Tensor:
             g = torch.Generator().manual_seed(gseed)
@@ -323,8 +323,8 @@ def _run_corpus(run: Path, cfg: dict[str, Any]) -> Any:
     from omegaconf import OmegaConf
 
     from common.paths import cache_dir
-    from experiments.config import DataConfig
-    from experiments.data import build_corpus
+    from experiments.train.config import DataConfig
+    from experiments.train.data import build_corpus
 
     names = {f.name for f in fields(DataConfig)}
     data = {k: v for k, v in (cfg.get("data") or {}).items() if k in names}
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.likelihood",
+        prog="python -m experiments.eval.likelihood",
         description="Validation bits per byte with honest bounds (FT: IWAE at each k; baseline: "
                     "exact) -> <run>/eval/likelihood.<spec_id>.step<N>.json")
     ap.add_argument("run", help="run dir (its checkpoints/final.pt) or a checkpoint .pt")

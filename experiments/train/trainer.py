@@ -1,7 +1,8 @@
 """Training entry point for both arms (one loop; `model.build_model` picks the architecture).
 
-The config (`experiments.config.compose`, `ConfigError`) and the plan (`experiments.plan`:
-`RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs without importing this module.
+The config (`experiments.train.config.compose`, `ConfigError`) and the plan
+(`experiments.train.plan`: `RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs
+without importing this module.
 
     train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
     Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
@@ -20,7 +21,7 @@ Determinism: the initialisation, the data order and the latent samples are funct
 train.seed (each micro-batch draws its Z from a generator seeded by (seed, step, micro-batch)),
 so a resumed run, and a DDP or FSDP run with the same global batch, reproduce an uninterrupted
 single-process run. Several processes: `torchrun --nproc_per_node N -m experiments.train ...`
-(gloo on CPU, nccl on GPUs) with train.parallel=ddp|fsdp|auto (experiments/parallel.py).
+(gloo on CPU, nccl on GPUs) with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
 
 Resume never repeats finished work: a validation due at a checkpoint's step runs before that
 checkpoint is written, and the checkpoint records it (`val_done`), so a job preempted again and

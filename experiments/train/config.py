@@ -1,7 +1,7 @@
-"""The typed config tree of `experiments/train.py` (hydra structured configs) and `compose()`.
+"""The typed config tree of training (hydra structured configs) and `compose()`.
 
 Sections (hydra groups): model, data, optim, train, logging (+ paths). Every default lives here,
-in the dataclasses; `experiments/conf/train.yaml` only picks the model preset and the data
+in the dataclasses; `experiments/train/conf/train.yaml` only picks the model preset and the data
 source (whose option files set what that source implies). Command-line overrides win. Every
 section is a dataclass, so a misspelled key or a wrongly typed value fails at compose time;
 `__post_init__` checks values and raises `ValueError` naming the allowed values; choices are
@@ -410,7 +410,7 @@ def _amount(ov: str) -> str:
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Compose the typed config from experiments/conf + overrides; ConfigError on bad input.
+    """Compose the typed config from experiments/train/conf + overrides; ConfigError on bad input.
 
     Also applies what the data source implies (synthetic: vocab_size = len(ALPHABET),
     seq_len = task length - 1), so the returned config is the resolved one the run-id hashes.
@@ -448,7 +448,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
         restore_gh_from_backup(backup)
     assert isinstance(cfg, TrainConfig)
     if cfg.data.source == "synthetic":
-        from . import synthetic_data as sd
+        from experiments import synthetic_data as sd
 
         cfg.model.vocab_size = len(sd.ALPHABET)
         cfg.train.seq_len = sd.SEQ_LEN - 1
