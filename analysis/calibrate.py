@@ -47,6 +47,7 @@ import pandas as pd
 from scipy import stats
 
 from common.io import atomic_write_text
+from common.paths import runs_dir
 
 from . import stats as S
 from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
@@ -292,7 +293,7 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
             tok = tokens * (1 + 0.3 * h / 16)
         else:
             tok = tokens
-        rd = root / "runs" / rid
+        rd = runs_dir(root) / rid
         cfg = {"run_id": rid, "arm": "free" if arm == "free" else "baseline",
                "model": {"n_layers": 4, "latent_bits": h if arm == "free" else 0},
                "optim": {"lr": 1e-3},

@@ -47,7 +47,7 @@ from typing import Any
 import torch
 
 from common.io import atomic_write_text
-from common.paths import results_root
+from common.paths import results_root, runs_dir
 from experiments.synthetic_data import (
     BODY_LEN,
     LETTERS,
@@ -456,7 +456,7 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
             if label in st.reuse:
                 continue
             cfg = compose(arm_overrides(st, h, 0.0 if k is None else k))
-            check_writable(Path(cfg.paths.results) / "runs", "runs directory")
+            check_writable(runs_dir(cfg.paths.results), "runs directory")
     return arms
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import model as M
+from common.paths import runs_dir
 from model import ModelConfig, train_flops_per_token
 
 from .config import NON_SEMANTIC_TRAIN_KEYS, ConfigError, TrainConfig, model_config
@@ -50,7 +51,7 @@ def run_id(cfg: TrainConfig) -> str:
 
 
 def run_dir(cfg: TrainConfig) -> Path:
-    return Path(cfg.paths.results) / "runs" / run_id(cfg)
+    return runs_dir(cfg.paths.results) / run_id(cfg)
 
 
 def world() -> tuple[int, int]:
