@@ -40,14 +40,13 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common.io import atomic_write_text
+from common.io import atomic_write_text, unwritable
 from common.provenance import git_commit, versions
 from experiments.eval import benchdata
 from model.checkpoint import CheckpointError
@@ -480,20 +479,12 @@ def check_writable(d: Path) -> None:
     """EvalArgsError unless d is (or can be made) a writable directory; run before any work,
     so a bad output directory costs nothing and leaves nothing behind."""
     p = Path(d).absolute()
-    probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        what = "is a file" if probe == p else f"cannot be created: {probe} is a file"
+    bad = unwritable(p)
+    if bad is not None and bad.reason == "is a file":
+        what = "is a file" if bad.blocker == p else f"cannot be created: {bad}"
         raise EvalArgsError(f"output directory {p} {what}; give --out-dir a directory")
-    try:  # a real probe: os.access says yes to root even on a read-only mount
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise EvalArgsError(f"output directory {p}: {probe} is not writable ({e.strerror}); "
-                            "give --out-dir a writable directory") from None
+    if bad is not None:
+        raise EvalArgsError(f"output directory {p}: {bad}; give --out-dir a writable directory")
 
 
 def resolve_device(device: str | None) -> str:
