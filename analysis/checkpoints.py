@@ -27,6 +27,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from common.kappa import kappa_label
+
 from .frame import SweepData
 from .likelihood import compare_arms
 from .paper_groups import PAPER_GROUPS
@@ -41,7 +43,7 @@ T3_COLS = ["group", "benchmark", "paper_metric", "task", "metric", "column", "ar
 
 def _column(r: pd.Series) -> str:
     if r["arm"] == "free":
-        return f"FT k={r['kappa_bits']:g} H={r['latent_bits']:g}"
+        return f"FT k={kappa_label(r['kappa_bits'])} H={r['latent_bits']:g}"
     return str(r["arm"])
 
 

@@ -36,7 +36,6 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.patches import Rectangle
 
+from common.kappa import kappa_label as common_kappa_label
 from common.paths import results_root
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -178,10 +178,8 @@ def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict], list[dict]]
 
 
 def kappa_label(kappa_bits: float | None) -> str:
-    if kappa_bits is None:
-        return "baseline"
-    fr = Fraction(kappa_bits).limit_denominator(1024)
-    return f"{fr.numerator}/{fr.denominator}" if fr.denominator != 1 else str(fr.numerator)
+    """common.kappa's label; None (no latent) is the baseline."""
+    return "baseline" if kappa_bits is None else common_kappa_label(kappa_bits)
 
 
 def build_table(models: list[dict], samples: list[dict]) -> pd.DataFrame:

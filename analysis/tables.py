@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.kappa import kappa_label
+
 from .frame import FLOPS_MATCHED_ARMS, SweepData, spec_text
 from .paper_groups import PAPER_GROUPS
 from .stats import NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
@@ -127,10 +129,6 @@ class Comparison:
     @property
     def key(self) -> str:
         return f"{self.view}:{self.reference}"
-
-
-def _fmt_kappa(k: float) -> str:
-    return f"{k:g}"
 
 
 def _compute(row: pd.Series) -> tuple[float, float, bool]:
@@ -220,7 +218,7 @@ def _columns(data: SweepData, ref_arm: str) -> list[Column]:
         refs = {h: col for h in hs} or {math.nan: col}
     cols = list(dict.fromkeys(refs.values()))
     for h, k in sorted(map(tuple, free.to_numpy(dtype=float))):
-        label = f"FT k={_fmt_kappa(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
+        label = f"FT k={kappa_label(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
         cols.append(Column(label, "free", float(k), float(h), ref=refs[h]))
     return cols
 
