@@ -52,6 +52,7 @@ from common.paths import runs_dir
 from . import stats as S
 from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
 from .frame import load_sweep, spec_id
+from .stats import ALPHA
 from .tables import comparisons, paper_table
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
@@ -60,7 +61,6 @@ EFFECT = 0.02
 """The planted effect for the power figures: +2 points."""
 COVERAGE_EFFECTS = (0.02, 0.05, -0.02, 0.0)
 """Effects planted (per kappa, cycling) for the coverage figures."""
-ALPHA = 0.05
 TARGETS = {"fpr_max": 0.05, "coverage": (0.93, 0.98)}
 
 

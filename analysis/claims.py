@@ -36,11 +36,10 @@ from common.kappa import kappa_label
 
 from .derived import collapse_table, overhead_table
 from .frame import SweepData
-from .stats import holm
+from .stats import ALPHA, holm
 from .tables import view_notes
 
 PAPER_KAPPAS_MAX = 2.0
-ALPHA = 0.05
 MIN_SEEDS = 2
 COLLAPSE_KAPPA = 4.0
 OVERHEAD_FACTOR = 1.5

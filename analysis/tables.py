@@ -46,7 +46,7 @@ from common.kappa import kappa_label
 
 from .frame import FLOPS_MATCHED_ARMS, SweepData, spec_text
 from .paper_groups import PAPER_GROUPS
-from .stats import NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
+from .stats import ALPHA, NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
 
 SMOOTH_GROUP = ("Smooth metrics (lower is better)",
                 ["humaneval_plus_gold_bpb", "mbpp_plus_gold_bpb", "gsm8k_gold_bpb", "val"])
@@ -61,7 +61,6 @@ EQUAL_TOL = 0.01
 MAX_STEP_TOL = 0.05
 """A whole-step run cannot match closer than one step: below 100 steps the tolerance is one
 step of the reference run, never more than 5%."""
-ALPHA = 0.05
 TABLE_COLS = ["view", "comparison", "reference", "group", "benchmark", "paper_metric",
               "matches_paper", "task", "metric", "higher_is_better",
               "column", "arm", "kappa_bits", "latent_bits", "match_h", "n_seeds_expected",
