@@ -42,6 +42,7 @@ import yaml
 
 from common.io import sha256_file
 from common.paths import results_root, runs_dir, sweeps_dir
+from common.text import one_line
 
 ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
@@ -227,7 +228,7 @@ def _task_row(ident: dict, suite: str, task: str, t: dict, fname: str, sid: str)
     reasons: dict[str, int] = {}
     for it in t.get("items") or []:
         if isinstance(it, dict) and it.get("reason"):
-            r = " ".join(str(it["reason"]).split())[:80]
+            r = one_line(it["reason"])[:80]
             reasons[r] = reasons.get(r, 0) + 1
     trunc = t.get("truncation") if isinstance(t.get("truncation"), dict) else None
     err = t.get("error")

@@ -23,6 +23,7 @@ import pandas as pd
 
 from common.io import atomic_write_text, unwritable
 from common.paths import results_root, sweeps_dir
+from common.text import one_line
 
 from . import checkpoints as ckpts
 from . import figures
@@ -493,7 +494,7 @@ def main(argv: list[str] | None = None) -> None:
         preflight(a.name, a.root, a.n_boot)
         path = build_report(a.name, a.root, a.synthetic, a.n_boot)
     except ReportError as e:
-        print(f"report: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"report: error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     print(f"report: {path.resolve()}")
     if a.check:

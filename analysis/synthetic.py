@@ -47,6 +47,7 @@ from matplotlib.patches import Rectangle
 
 from common.kappa import kappa_label as common_kappa_label
 from common.paths import results_root
+from common.text import one_line
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -406,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         out = render(d)
     except ValueError as e:  # JSONDecodeError is a ValueError; so is "holds no model records"
-        _fail(f"{f}: {' '.join(str(e).split())}")
+        _fail(f"{f}: {one_line(e)}")
     print((d / "table.md").read_text(encoding="utf-8"))
     for k, v in out.items():
         print(f"wrote {k}: {v}")

@@ -48,6 +48,7 @@ from common.io import atomic_write_text, unwritable
 from common.kappa import KappaError, kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
 from common.paths import results_root, runs_dir
+from common.text import one_line
 from experiments.synthetic_data import (
     BODY_LEN,
     LETTERS,
@@ -475,7 +476,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from experiments.train.config import ConfigError, one_line
+    from experiments.train.config import ConfigError
 
     try:
         run(parse_args(sys.argv[1:] if argv is None else argv))

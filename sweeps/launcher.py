@@ -31,6 +31,7 @@ from common import paths
 from common.kappa import kappa_label
 from common.paths import results_root
 from common.provenance import git_state
+from common.text import one_line
 
 from . import backend, manifest
 from .cluster import ClusterConfig, load_cluster
@@ -110,7 +111,7 @@ def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     try:
         return validate_args(list(argv))
     except (EvalArgsError, benchdata.DataError) as e:
-        raise SweepError(f"EVAL_ARGS: {' '.join(str(e).split())}") from e
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
 def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
@@ -123,7 +124,7 @@ def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     try:
         return planned_specs(args, max_len)
     except benchdata.DataError as e:
-        raise SweepError(f"EVAL_ARGS: {' '.join(str(e).split())}") from e
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
 def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 
 from common.io import unwritable
+from common.text import one_line
 from experiments.eval.lm_adapter import resolve_checkpoint
 from experiments.train.tokenizer import EOS
 from model import load_checkpoint
@@ -158,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(export(a.ckpt, a.out_dir))
     except (ExportError, CheckpointError, FileNotFoundError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -48,6 +48,7 @@ from typing import Any
 
 from common.io import atomic_write_text, unwritable
 from common.provenance import git_commit, versions
+from common.text import one_line
 from experiments.eval import benchdata
 from model.checkpoint import CheckpointError
 
@@ -246,7 +247,7 @@ def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> di
     else:
         primary, hib = _PRIMARY.get(name, ("acc,none", True))[0].replace(",none", ""), True
     msg = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-    line = " ".join(str(msg).split())[:300] or "unknown error"
+    line = one_line(msg)[:300] or "unknown error"
     return {"primary": primary, "higher_is_better": hib, "n": None, "fewshot": fewshot,
             "metrics": {primary: {"value": None, "stderr": None, "n": None}}, "items": [],
             "error": line}
@@ -652,7 +653,7 @@ def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
 
 def _die(e: Exception) -> None:
     """Bad input: one line on stderr, exit 2, nothing written."""
-    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    print(f"error: {one_line(e)}", file=sys.stderr)
     sys.exit(2)
 
 
