@@ -264,3 +264,23 @@ def test_validation_values_unchanged_by_the_split_forward() -> None:
            "posterior_kl": free["posterior"]["kl_nats_per_token"],
            **{f"iwae_{k}": free["iwae"][k]["nll_nats_per_token"] for k in ("1", "4")}}
     assert got == pytest.approx(REF_VALIDATION, rel=1e-6, abs=0)
+
+
+def test_compare_arms_is_arithmetic_on_the_files_dicts() -> None:
+    """analysis.likelihood needs no model: two records as a likelihood file holds them."""
+    base = {"arm": "baseline", "n_tokens": 100, "n_bytes": 300, "nll_nats_per_token": 3.0,
+            "bpb": 1.0}
+    free = {"arm": "free_transformer", "n_tokens": 100, "n_bytes": 300,
+            "iwae": {"1": {"nll_nats_per_token": 3.4, "bpb": 1.2},
+                     "64": {"nll_nats_per_token": 3.1, "bpb": 1.05}},
+            "prior_k1": {"nll_nats_per_token": 3.05},
+            "posterior": {"ce_nats_per_token": 2.8, "kl_nats_per_token": 0.5}}
+    c = compare_arms(base, free)
+    assert c["gap_k"] == 64 and c["gap_nats_per_token"] == pytest.approx({"1": 0.4, "64": 0.1})
+    assert c["tightest"]["estimate"] == "prior_k1"  # the prior bound can be the tighter one
+    assert c["tightest"]["gap_nats_per_token"] == pytest.approx(0.05)
+    assert c["kl_spend_recovered"] == pytest.approx((3.0 - 2.8) / 0.5)
+    assert c["kl_spend_recovered_iwae"] == pytest.approx((3.0 - (3.1 - 0.5)) / 0.5)
+    assert c["free_bpb"] == {"1": 1.2, "64": 1.05} and c["baseline_bpb"] == 1.0
+    with pytest.raises(ValueError, match="takes \\(baseline record"):
+        compare_arms(free, base)
