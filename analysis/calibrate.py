@@ -47,10 +47,12 @@ import pandas as pd
 from scipy import stats
 
 from common.io import atomic_write_text
+from common.paths import runs_dir
 
 from . import stats as S
 from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
 from .frame import load_sweep, spec_id
+from .stats import ALPHA
 from .tables import comparisons, paper_table
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
@@ -59,7 +61,6 @@ EFFECT = 0.02
 """The planted effect for the power figures: +2 points."""
 COVERAGE_EFFECTS = (0.02, 0.05, -0.02, 0.0)
 """Effects planted (per kappa, cycling) for the coverage figures."""
-ALPHA = 0.05
 TARGETS = {"fpr_max": 0.05, "coverage": (0.93, 0.98)}
 
 
@@ -292,7 +293,7 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
             tok = tokens * (1 + 0.3 * h / 16)
         else:
             tok = tokens
-        rd = root / "runs" / rid
+        rd = runs_dir(root) / rid
         cfg = {"run_id": rid, "arm": "free" if arm == "free" else "baseline",
                "model": {"n_layers": 4, "latent_bits": h if arm == "free" else 0},
                "optim": {"lr": 1e-3},

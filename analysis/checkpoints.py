@@ -1,5 +1,6 @@
 """The paper's Table-3 protocol and Figures 5-7 from the evaluated checkpoints (EVAL_POINTS), and
-the honest likelihood comparison (experiments/eval/likelihood.py files).
+the honest likelihood comparison (the files experiments/eval/likelihood.py writes, compared by
+analysis/likelihood.py).
 
 Table 3 (`table3`): per benchmark row (the paper's rows and metrics, analysis/paper_groups.py)
 and arm, two numbers per seed: the FINAL value (the highest evaluated step) and the LAST-THIRD
@@ -26,7 +27,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from common.kappa import kappa_label
+
 from .frame import SweepData
+from .likelihood import compare_arms
 from .paper_groups import PAPER_GROUPS
 from .stats import cell_interval
 
@@ -39,7 +43,7 @@ T3_COLS = ["group", "benchmark", "paper_metric", "task", "metric", "column", "ar
 
 def _column(r: pd.Series) -> str:
     if r["arm"] == "free":
-        return f"FT k={r['kappa_bits']:g} H={r['latent_bits']:g}"
+        return f"FT k={kappa_label(r['kappa_bits'])} H={r['latent_bits']:g}"
     return str(r["arm"])
 
 
@@ -155,8 +159,6 @@ def likelihood_table(data: SweepData) -> pd.DataFrame:
     validation rows, checked by compare_arms)."""
     if not data.likelihood:
         return pd.DataFrame(columns=LIK_COLS)
-    from experiments.eval.likelihood import compare_arms
-
     recs = pd.DataFrame(data.likelihood)
     # newest step per run (the final checkpoint)
     recs = recs.sort_values("checkpoint_step", na_position="first").drop_duplicates(

@@ -32,13 +32,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.kappa import kappa_label
+
 from .derived import collapse_table, overhead_table
 from .frame import SweepData
-from .stats import holm
+from .stats import ALPHA, holm
 from .tables import view_notes
 
 PAPER_KAPPAS_MAX = 2.0
-ALPHA = 0.05
 MIN_SEEDS = 2
 COLLAPSE_KAPPA = 4.0
 OVERHEAD_FACTOR = 1.5
@@ -191,15 +192,15 @@ def _overhead_claims(data: SweepData) -> list[dict]:
             v, ref = getattr(r, col), r.paper_1_over_L
             if not (math.isfinite(v) and math.isfinite(ref)):
                 if col == "wallclock_overhead" and r.wallclock_note:
-                    parts.append(f"k={r.kappa_bits:g} H={int(r.latent_bits)}: not comparable "
-                                 f"({r.wallclock_note})")
+                    parts.append(f"k={kappa_label(r.kappa_bits)} H={int(r.latent_bits)}: not "
+                                 f"comparable ({r.wallclock_note})")
                 continue
             extra = ""
             if col == "wallclock_overhead":
                 pairs.append(int(r.wallclock_pairs))
                 extra = f", {int(r.wallclock_pairs)} comparable pair(s): {r.wallclock_basis}"
-            parts.append(f"k={r.kappa_bits:g} H={int(r.latent_bits)}: {100 * v:.1f}% vs 1/L = "
-                         f"{100 * ref:.1f}% (L={int(r.n_layers)}{extra})")
+            parts.append(f"k={kappa_label(r.kappa_bits)} H={int(r.latent_bits)}: {100 * v:.1f}% "
+                         f"vs 1/L = {100 * ref:.1f}% (L={int(r.n_layers)}{extra})")
             ok.append(ref / OVERHEAD_FACTOR <= v <= ref * OVERHEAD_FACTOR)
         verdict = SUPPORTED if ok and all(ok) else CONTRADICTED if ok else INCONCLUSIVE
         ev = "; ".join(parts) + f". Rule: within a factor {OVERHEAD_FACTOR} of 1/L."
@@ -228,7 +229,7 @@ def _ce_spread_claim(ct: pd.DataFrame) -> dict:
     b = ok["baseline_ce"].iloc[0]
     seeds = int(ok["n_seeds"].min())
     spread = max(vals) - min(vals)
-    ev = (f"val CE (prior Z) over kappa {', '.join(f'{k:g}' for k in ok['kappa_bits'])}: "
+    ev = (f"val CE (prior Z) over kappa {', '.join(map(kappa_label, ok['kappa_bits']))}: "
           + ", ".join(f"{v:.3f}" for v in vals) + f"; max - min = {spread:.3f} nats"
           + (f"; baseline {b:.3f}" if math.isfinite(b) else ""))
     noise = float(np.nanmax(ok["ce_prior_sd"])) if ok["ce_prior_sd"].notna().any() else math.nan
@@ -253,7 +254,7 @@ def _kl_claim(ct: pd.DataFrame) -> dict:
     parts, ok = [], []
     for r in ct.itertuples():
         if math.isfinite(r.kl_bits):
-            parts.append(f"k={r.kappa_bits:g}: KL {r.kl_bits:.2f} bits")
+            parts.append(f"k={kappa_label(r.kappa_bits)}: KL {r.kl_bits:.2f} bits")
             ok.append(abs(r.kl_bits - r.kappa_bits) <= 0.25 * r.kappa_bits + 0.05)
     verdict = SUPPORTED if all(ok) else INCONCLUSIVE
     ev = "; ".join(parts) + ". Rule: within 25% of kappa."

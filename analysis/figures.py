@@ -12,6 +12,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from common.kappa import kappa_label
+
 from .derived import collapse_table, overhead_table
 from .frame import SweepData
 from .tables import GROUPS, paper_table
@@ -23,7 +25,7 @@ LN2 = math.log(2)
 
 def arm_label(arm: str, kappa: float, h: float) -> str:
     if arm == "free":
-        return f"FT k={kappa:g} H={int(h)}"
+        return f"FT k={kappa_label(kappa)} H={int(h)}"
     return arm
 
 
@@ -102,7 +104,7 @@ def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
     if len(col):
         ax.scatter(x[ct["collapsed"].to_numpy()], col["ce_prior"], s=250, facecolors="none",
                    edgecolors="red", lw=2, label="collapse (see checklist)", zorder=5)
-    ax.set_xticks(x, [f"{k:g}" for k in ks])
+    ax.set_xticks(x, [kappa_label(k) for k in ks])
     ax.set(xlabel="kappa (bits, log scale)", ylabel="validation CE (nats/token)",
            title="Validation CE against the free-bits threshold")
     ax.legend(fontsize=7)
@@ -134,7 +136,7 @@ def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> p
             hi = (gh["hi"] - gh["mean"]).fillna(0).clip(lower=0)
             ax.errorbar(x, gh["mean"], yerr=[lo, hi], fmt="o-", capsize=3,
                         label=f"FT H={int(h)}")
-            ax.set_xticks(x, [f"{k:g}" for k in gh["kappa_bits"]])
+            ax.set_xticks(x, [kappa_label(k) for k in gh["kappa_bits"]])
         b = g[g["arm"] == g["reference"]]
         if len(b) and math.isfinite(b["mean"].iloc[0]):
             ax.axhline(b["mean"].iloc[0], color="k", lw=1, label=str(b["reference"].iloc[0]))
@@ -165,7 +167,7 @@ def overhead(data: SweepData) -> plt.Figure | None:
            label="wall-clock (tokens/s; comparable runs only)")
     ax.scatter(x, 100 * ot["paper_1_over_L"], marker="_", s=900, color="red", zorder=5,
                label="paper: 1/L")
-    ax.set_xticks(x, [f"k={k:g} H={int(h)}" for h, k in
+    ax.set_xticks(x, [f"k={kappa_label(k)} H={int(h)}" for h, k in
                       zip(ot["latent_bits"], ot["kappa_bits"], strict=True)], fontsize=8)
     ax.set(ylabel="extra cost of the FT (%)", title="Free Transformer overhead against 1/L")
     ax.legend(fontsize=7)

@@ -41,7 +41,8 @@ import pandas as pd
 import yaml
 
 from common.io import sha256_file
-from common.paths import results_root, sweeps_dir
+from common.paths import results_root, runs_dir, sweeps_dir
+from common.text import one_line
 
 ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
@@ -227,7 +228,7 @@ def _task_row(ident: dict, suite: str, task: str, t: dict, fname: str, sid: str)
     reasons: dict[str, int] = {}
     for it in t.get("items") or []:
         if isinstance(it, dict) and it.get("reason"):
-            r = " ".join(str(it["reason"]).split())[:80]
+            r = one_line(it["reason"])[:80]
             reasons[r] = reasons.get(r, 0) + 1
     trunc = t.get("truncation") if isinstance(t.get("truncation"), dict) else None
     err = t.get("error")
@@ -255,7 +256,7 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
             row["match_h"] = row["latent_bits"]  # the launcher records the matched H here
         row["kappa_bits"], row["latent_bits"] = math.nan, 0.0
     cfg = None
-    run_dir = root / "runs" / str(run_id) if run_id else None
+    run_dir = runs_dir(root) / str(run_id) if run_id else None
     cfg_path = run_dir / "config.yaml" if run_dir else None
     row["has_config"] = bool(cfg_path and cfg_path.is_file())
     if row["has_config"]:
@@ -376,7 +377,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         row["tokens_per_step"] = _num(((cfg or {}).get("accounting") or {}).get(
             "tokens_per_step"))
         ident = {k: row[k] for k in CELL_COLS}
-        run_dir = root / "runs" / str(row["run_id"])
+        run_dir = runs_dir(root) / str(row["run_id"])
         # metrics.jsonl: curves, the last val line, the final line
         mpath = run_dir / "metrics.jsonl"
         row["has_metrics"] = mpath.is_file()
@@ -422,7 +423,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     point_rows: list[dict] = []
     likelihood: list[dict] = []
     for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
-        run_dir = root / "runs" / str(row["run_id"])
+        run_dir = runs_dir(root) / str(row["run_id"])
         for lp in sorted((run_dir / "eval").glob("likelihood.*.json")) \
                 if (run_dir / "eval").is_dir() else []:
             try:

@@ -16,14 +16,14 @@ import datetime as dt
 import html
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from common.io import atomic_write_text
+from common.io import atomic_write_text, unwritable
 from common.paths import results_root, sweeps_dir
+from common.text import one_line
 
 from . import checkpoints as ckpts
 from . import figures
@@ -305,14 +305,6 @@ class ReportError(ValueError):
     """A bad input to the report (one line, exit 2, nothing written)."""
 
 
-def _writable(d: Path) -> Path | None:
-    """The first existing ancestor of d (d included) that this process cannot write into."""
-    p = d
-    while not p.exists():
-        p = p.parent
-    return None if os.access(p, os.W_OK | os.X_OK) and p.is_dir() else p
-
-
 def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
     """Every check that needs no work: the sweep exists, its manifest parses, the report's
     places are writable. Raises ReportError naming the file and what to do."""
@@ -338,12 +330,12 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
     if not isinstance(m, dict) or not isinstance(m.get("cells", []), list):
         raise ReportError(f"{man} is not a sweep manifest (no list of cells)")
     for d in (sdir, sdir / "report"):
-        bad = _writable(d)
+        bad = unwritable(d)
         if bad is not None:
-            raise ReportError(f"cannot write the report: {bad} is not a writable directory "
+            raise ReportError(f"cannot write the report: {bad.blocker} is not a writable directory "
                               "(fix its permissions or set FTBENCH_RESULTS)")
     f = sdir / "report.html"
-    if f.exists() and (f.is_dir() or not os.access(f, os.W_OK)):
+    if f.exists() and unwritable(f, file=True) is not None:
         raise ReportError(f"cannot write the report: {f} is not a writable file")
 
 
@@ -502,7 +494,7 @@ def main(argv: list[str] | None = None) -> None:
         preflight(a.name, a.root, a.n_boot)
         path = build_report(a.name, a.root, a.synthetic, a.n_boot)
     except ReportError as e:
-        print(f"report: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"report: error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     print(f"report: {path.resolve()}")
     if a.check:

@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import optimize, stats
 
 LEVEL = 0.95
+ALPHA = 0.05  # 1 - LEVEL, written once: every test, Holm step and verdict uses it
 POWER = 0.80
 NO_VARIATION = "no variation: n too small"
 UNIT = (0.0, 1.0)

@@ -36,7 +36,6 @@ import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.patches import Rectangle
 
+from common.kappa import kappa_label as common_kappa_label
 from common.paths import results_root
+from common.text import one_line
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -178,10 +179,8 @@ def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict], list[dict]]
 
 
 def kappa_label(kappa_bits: float | None) -> str:
-    if kappa_bits is None:
-        return "baseline"
-    fr = Fraction(kappa_bits).limit_denominator(1024)
-    return f"{fr.numerator}/{fr.denominator}" if fr.denominator != 1 else str(fr.numerator)
+    """common.kappa's label; None (no latent) is the baseline."""
+    return "baseline" if kappa_bits is None else common_kappa_label(kappa_bits)
 
 
 def build_table(models: list[dict], samples: list[dict]) -> pd.DataFrame:
@@ -408,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         out = render(d)
     except ValueError as e:  # JSONDecodeError is a ValueError; so is "holds no model records"
-        _fail(f"{f}: {' '.join(str(e).split())}")
+        _fail(f"{f}: {one_line(e)}")
     print((d / "table.md").read_text(encoding="utf-8"))
     for k, v in out.items():
         print(f"wrote {k}: {v}")

@@ -42,9 +42,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common.kappa import kappa_label
+
 from .frame import FLOPS_MATCHED_ARMS, SweepData, spec_text
 from .paper_groups import PAPER_GROUPS
-from .stats import NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
+from .stats import ALPHA, NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
 
 SMOOTH_GROUP = ("Smooth metrics (lower is better)",
                 ["humaneval_plus_gold_bpb", "mbpp_plus_gold_bpb", "gsm8k_gold_bpb", "val"])
@@ -59,7 +61,6 @@ EQUAL_TOL = 0.01
 MAX_STEP_TOL = 0.05
 """A whole-step run cannot match closer than one step: below 100 steps the tolerance is one
 step of the reference run, never more than 5%."""
-ALPHA = 0.05
 TABLE_COLS = ["view", "comparison", "reference", "group", "benchmark", "paper_metric",
               "matches_paper", "task", "metric", "higher_is_better",
               "column", "arm", "kappa_bits", "latent_bits", "match_h", "n_seeds_expected",
@@ -127,10 +128,6 @@ class Comparison:
     @property
     def key(self) -> str:
         return f"{self.view}:{self.reference}"
-
-
-def _fmt_kappa(k: float) -> str:
-    return f"{k:g}"
 
 
 def _compute(row: pd.Series) -> tuple[float, float, bool]:
@@ -220,7 +217,7 @@ def _columns(data: SweepData, ref_arm: str) -> list[Column]:
         refs = {h: col for h in hs} or {math.nan: col}
     cols = list(dict.fromkeys(refs.values()))
     for h, k in sorted(map(tuple, free.to_numpy(dtype=float))):
-        label = f"FT k={_fmt_kappa(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
+        label = f"FT k={kappa_label(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
         cols.append(Column(label, "free", float(k), float(h), ref=refs[h]))
     return cols
 

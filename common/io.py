@@ -1,4 +1,5 @@
-"""Files that are never half-written, hashes, and locks.
+"""Files that are never half-written, hashes, locks, and the one check that a place can be
+written before any work starts (`unwritable`).
 
 A write goes to a temporary file in the target's directory, is fsynced, then renamed over the
 target, so a reader (or a restart after kill -9) sees the old file or the new one, never half.
@@ -13,6 +14,7 @@ import json
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -94,3 +96,45 @@ def flocked(path: str | os.PathLike, *, wait: bool = True) -> Iterator[Path]:
             yield path
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@dataclass(frozen=True)
+class Unwritable:
+    """Why a path cannot be written: `blocker` (the path, or its nearest existing ancestor) and
+    what is wrong with it ("is a file", "is a directory", "is not writable (<strerror>)")."""
+
+    blocker: Path
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.blocker} {self.reason}"
+
+
+def unwritable(path: str | os.PathLike, *, file: bool = False) -> Unwritable | None:
+    """None when `path` is, or can be made, a writable directory (file=True: a file that can be
+    written, or created in such a directory); else why not. Creates nothing that stays.
+
+    The test is a real write: a temporary file made and removed in the nearest existing
+    directory (an existing file is opened for appending, nothing written). os.access asks about
+    permission bits, and root passes those everywhere, /proc and chmod 0555 included."""
+    p = Path(path).absolute()
+    if file:
+        if p.is_dir():
+            return Unwritable(p, "is a directory")
+        if p.exists():
+            try:  # O_NONBLOCK: a FIFO without a reader fails at once instead of blocking
+                os.close(os.open(p, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))
+            except OSError as e:
+                return Unwritable(p, f"is not writable ({e.strerror})")
+        p = p.parent
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return Unwritable(probe, "is a file")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        return Unwritable(probe, f"is not writable ({e.strerror})")
+    return None

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from common.io import atomic_write_text
-from common.paths import results_root
+from common.paths import results_root, runs_dir
 
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0,
                     "A10G": 70.0, "L4": 121.0, "B200": 2250.0}
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(0)
     peak, peak_src = peak_tflops(name)
     root = results_root(a.results)
-    work = root / "gpu_check" / "runs"
+    work = runs_dir(root / "gpu_check")
     seq, batch = 256, 8 * n
     base = [f"model={a.preset}", f"train.seq_len={seq}", f"train.batch_size={batch}",
             f"train.tokens={a.steps * batch * seq}", "logging.progress=false",

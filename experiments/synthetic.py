@@ -35,19 +35,20 @@ import json
 import os
 import random
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from common.io import atomic_write_text
-from common.paths import results_root
+from common.io import atomic_write_text, unwritable
+from common.kappa import KappaError, kappa_label
+from common.kappa import parse_kappas as parse_kappa_list
+from common.paths import results_root, runs_dir
+from common.text import one_line
 from experiments.synthetic_data import (
     BODY_LEN,
     LETTERS,
@@ -171,35 +172,17 @@ class Trained:
 TrainFn = Callable[[str, int, float, SyntheticSettings], Trained]
 
 
-def parse_kappa(s: str) -> float:
-    """'1/64' -> 0.015625; '8' -> 8.0; SyntheticArgsError (a ValueError) on anything else."""
-    try:
-        v = float(Fraction(s.strip()))
-    except (ValueError, ZeroDivisionError, OverflowError):
-        v = None
-    if v is None or v < 0:
-        raise SyntheticArgsError(f"--kappa: {s!r} is not a number of bits >= 0; give values "
-                                 "like '1/64 1/8 1 8'")
-    return v
-
-
 def parse_kappas(text: str) -> tuple[float, ...]:
-    """The --kappa list: space or comma separated, at least one, no two with the same label."""
-    kappas = tuple(parse_kappa(s) for s in text.replace(",", " ").split())
+    """The --kappa list (common.kappa's parser: space or comma separated, no value twice), at
+    least one."""
+    try:
+        kappas = tuple(parse_kappa_list(text, "--kappa"))
+    except KappaError as e:
+        raise SyntheticArgsError(str(e)) from None
     if not kappas:
         raise SyntheticArgsError(f"--kappa: {text!r} holds no value; give free-bits thresholds "
                                  "like '1/64 1/8 1 8'")
-    labels = [kappa_label(k) for k in kappas]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise SyntheticArgsError(f"--kappa: {' '.join(dup)} given twice in {text!r}; "
-                                 "give each threshold once")
     return kappas
-
-
-def kappa_label(k: float) -> str:
-    fr = Fraction(k).limit_denominator(1024)
-    return str(fr.numerator) if fr.denominator == 1 else f"{fr.numerator}/{fr.denominator}"
 
 
 def model_label(latent_bits: int, kappa_bits: float | None) -> str:
@@ -403,18 +386,9 @@ def check_name(name: str) -> None:
 def check_writable(d: Path, what: str) -> None:
     """SyntheticArgsError unless d is, or can be made, a writable directory; creates nothing."""
     p = Path(d).absolute()
-    probe = p
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise SyntheticArgsError(f"{what} {p}: {probe} is a file; set FTBENCH_RESULTS to a "
-                                 "writable directory")
-    try:  # a real probe: os.access says yes to root even on a read-only mount
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise SyntheticArgsError(f"{what} {p}: {probe} is not writable ({e.strerror}); set "
-                                 "FTBENCH_RESULTS to a writable directory") from None
+    if (bad := unwritable(p)) is not None:
+        raise SyntheticArgsError(f"{what} {p}: {bad}; set FTBENCH_RESULTS to a writable "
+                                 "directory")
 
 
 def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, float | None]]:
@@ -456,7 +430,7 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
             if label in st.reuse:
                 continue
             cfg = compose(arm_overrides(st, h, 0.0 if k is None else k))
-            check_writable(Path(cfg.paths.results) / "runs", "runs directory")
+            check_writable(runs_dir(cfg.paths.results), "runs directory")
     return arms
 
 
@@ -502,7 +476,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from experiments.train.config import ConfigError, one_line
+    from experiments.train.config import ConfigError
 
     try:
         run(parse_args(sys.argv[1:] if argv is None else argv))

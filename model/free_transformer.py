@@ -15,6 +15,10 @@ Design choices:
   post-sampler per token (the value of Y @ W^T), the backward applies the exact gradient of
   (Y + G - G.detach()) @ W^T with G dense over all 2^H codes, over chunks of tokens sized by a
   memory budget (`mapper_chunk_bytes`), so no (tokens x 2^H) tensor exists for the whole batch;
+- `forward_lower` / `forward_upper` (the split forward, shared with the baseline) cut the pass at
+  the injection block: the lower half returns block L/2's output and the encoder's bit logits
+  over every position (as training and z="posterior" compute them), the upper half runs from
+  pinned codes to logits, so a caller can draw many Z for one lower pass;
 - KL to the uniform prior per token in nats, sum_h (ln 2 - H_b(sigmoid(o_h))), and the free-bits
   penalty mean_t max(0, KL_t - kappa_bits * ln 2) with no weight, as in the paper.
 """
@@ -29,7 +33,7 @@ from torch import nn
 
 from .config import ModelConfig
 from .layers import Block, RMSNorm
-from .transformer import Transformer, _Ctx
+from .transformer import LowerHalf, Transformer, _Ctx
 
 LN2 = math.log(2.0)
 
@@ -215,7 +219,24 @@ class FreeTransformer(Transformer):
     @property
     def inject_at(self) -> int:
         """0-based index of the block whose keys/values receive Z (block L/2+1 of the paper)."""
-        return self.cfg.n_layers // 2
+        return self.split_at
+
+    def forward_lower(self, tokens: torch.Tensor) -> LowerHalf:
+        """Block L/2's output and the encoder's bit logits (B, T, H), the encoder seeing every
+        position. Codes for `forward_upper`: `sample_codes(bit_logits, g)` (what
+        `forward(z="posterior", generator=g)` uses), or `uniform_codes` (the prior)."""
+        low = super().forward_lower(tokens)
+        low.bit_logits = self.encode(low.hidden, _Ctx(rope=self._rope(None, tokens.shape[1])))
+        return low
+
+    def forward_upper(self, hidden: torch.Tensor, codes: torch.Tensor | None = None,
+                      logits_from: int = 0) -> torch.Tensor:
+        """`forward_lower(tokens).hidden` and pinned codes (B, T) -> the logits of
+        `forward(tokens, z=codes)`."""
+        if not isinstance(codes, torch.Tensor):
+            raise ValueError("forward_upper needs pinned codes, a (B, T) LongTensor in "
+                             f"[0, 2^{self.cfg.latent_bits}), got {type(codes).__name__}")
+        return self._upper(hidden, codes, logits_from)
 
     def encode(self, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
         """Block-L/2 output (B, T, D) -> bit logits (B, T, H); non-causal over ctx.enc_mask."""

@@ -7,6 +7,9 @@ Design choices:
   to add Z after block L/2; every other line is shared by both arms;
 - `_run` is the single entry for a full forward, a prefill and a cached decode step, so the KV
   cache path is the training path (tested equal to within 1e-5);
+- `forward_lower` / `forward_upper` are `forward` cut at block `split_at` (L/2, where the Free
+  Transformer's Z enters), so a caller can run the lower half once and the upper half per draw
+  of Z (the likelihood bound) without reaching into the trunk; tested equal to `forward`;
 - batched generation left-pads internally with per-row RoPE positions and a key mask, so a row's
   output does not depend on the other rows or on which side the caller padded.
 """
@@ -39,6 +42,14 @@ class Generation:
     tokens: list[list[int]]  # new tokens per row, the stop sequence removed
     codes: list[list[int]] | None  # FT: codes of prompt + new tokens that were run, per row
     stopped: list[bool]  # True where a stop sequence or eos ended the row
+
+
+@dataclass
+class LowerHalf:
+    """What `forward_lower` hands to `forward_upper`."""
+
+    hidden: torch.Tensor  # (B, T, D) output of blocks [0, split_at): block split_at's input
+    bit_logits: torch.Tensor | None = None  # (B, T, H) FT encoder bit logits; None: baseline
 
 
 @dataclass
@@ -94,8 +105,11 @@ class Transformer(nn.Module):
         """Key/value input of block i; the baseline attends to its own input."""
         return None
 
-    def _trunk(self, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
-        for i, blk in enumerate(self.blocks):
+    def _trunk(self, x: torch.Tensor, ctx: _Ctx, lo: int = 0, hi: int | None = None
+               ) -> torch.Tensor:
+        """Blocks lo..hi-1 (default: all)."""
+        for i in range(lo, len(self.blocks) if hi is None else hi):
+            blk = self.blocks[i]
             kv = self._kv_input(i, x, ctx)
             cache = ctx.cache[i] if ctx.cache is not None else None
             x = blk(x, ctx.rope, kv_in=kv, mask=ctx.mask, cache=cache)
@@ -139,6 +153,39 @@ class Transformer(nn.Module):
 
     def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:
         return torch.zeros((), device=self.device)
+
+    # ------------------------------------------------------------------ split forward
+    @property
+    def split_at(self) -> int:
+        """Blocks [0, split_at) are the lower half; the Free Transformer's Z enters the keys and
+        values of block split_at (its `inject_at`). The baseline splits at the same block."""
+        return self.cfg.n_layers // 2
+
+    def forward_lower(self, tokens: torch.Tensor) -> LowerHalf:
+        """`forward`'s lower half, teacher-forced from position 0 without a cache: the hidden
+        state entering block `split_at`. The Free Transformer adds the encoder's bit logits."""
+        T = tokens.shape[1]
+        self._check_len(T)
+        ctx = _Ctx(rope=self._rope(None, T))
+        return LowerHalf(hidden=self._trunk(self.tok_emb(tokens), ctx, 0, self.split_at))
+
+    def forward_upper(self, hidden: torch.Tensor, codes: torch.Tensor | None = None,
+                      logits_from: int = 0) -> torch.Tensor:
+        """`forward_lower(tokens).hidden` -> the logits of `forward(tokens)` (B, T - logits_from,
+        V). The baseline has no latent, so `codes` must be None (the Free Transformer pins them)."""
+        if codes is not None:
+            raise ValueError("the baseline has no latent codes: forward_upper takes codes=None")
+        return self._upper(hidden, None, logits_from)
+
+    def _upper(self, hidden: torch.Tensor, codes: torch.Tensor | None,
+               logits_from: int) -> torch.Tensor:
+        T = hidden.shape[1]
+        self._check_len(T)
+        if not 0 <= logits_from < T:
+            raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
+        ctx = _Ctx(rope=self._rope(None, T), z=codes)
+        x = self._trunk(hidden, ctx, self.split_at)
+        return self.output(self.norm(x[:, logits_from:]))
 
     # ------------------------------------------------------------------ shared-context scoring
     def fork_cache(self, cache: list[KVCache], rows: int, max_len: int) -> list[KVCache]:

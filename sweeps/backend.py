@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from common import paths
+from common.text import one_line
 from experiments.train import plan as P
 from experiments.train.config import TrainConfig, model_config
 from experiments.train.config import compose as compose_config
@@ -36,7 +37,7 @@ def compose(cell: Cell) -> TrainConfig:
     try:
         return compose_config(list(cell.overrides))
     except ValueError as e:  # ConfigError is a ValueError
-        msg = " ".join(str(e).split())
+        msg = one_line(e)
         raise SweepError(f"{cell.name}: {msg}") from e
 
 
@@ -69,7 +70,7 @@ def planned(cfg: TrainConfig) -> tuple[float, float]:
         p = P.plan(cfg)
     except ValueError as e:  # the trainer would fail the same way: refuse before submitting
         raise SweepError(f"experiments.train.plan.plan() rejects this config: "
-                         f"{' '.join(str(e).split())}") from e
+                         f"{one_line(e)}") from e
     return float(p.tokens), float(p.flops)
 
 

@@ -21,6 +21,8 @@ import yaml
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from common.text import one_line
+
 from .grid import SweepError
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
@@ -164,7 +166,7 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from e
+        raise SweepError(f"{path}: not valid YAML ({one_line(e)[:200]})") from e
     if not isinstance(raw, dict):
         raise SweepError(f"{path}: expected a mapping of settings")
     raw = dict(raw)

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from fractions import Fraction
 from typing import Any
 
+from common import kappa
 from experiments.train.config import parse_amount as config_parse_amount
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
@@ -54,19 +53,12 @@ class SweepError(ValueError):
 
 
 def parse_kappas(text: str | Iterable[Any]) -> list[float]:
-    """'0.5 2 4' or '1/64 1/8' -> [0.5, 2.0, 4.0]; rejects non-numbers, negatives, nan/inf."""
-    out: list[float] = []
-    for tok in _tokens(text):
-        try:
-            v = float(Fraction(tok)) if "/" in tok else float(tok)
-        except (ValueError, ZeroDivisionError):
-            msg = f"KAPPA: {tok!r} is not a number (bits per token, e.g. 0.5 or 1/64)"
-            raise SweepError(msg) from None
-        if not math.isfinite(v) or v < 0:
-            raise SweepError(f"KAPPA: {tok!r} must be a finite number >= 0 (bits per token)")
-        if v not in out:
-            out.append(v)
-    return out
+    """KAPPA through the project's one kappa parser (common.kappa): '0.5 2 4' or '1/64 1/8';
+    rejects non-numbers, negatives, nan/inf and a value given twice."""
+    try:
+        return kappa.parse_kappas(text, "KAPPA")
+    except kappa.KappaError as e:
+        raise SweepError(str(e)) from None
 
 
 def parse_ints(text: str | Iterable[Any], var: str, lo: int, hi: int | None = None) -> list[int]:

@@ -28,12 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from common import paths
+from common.kappa import kappa_label
 from common.paths import results_root
 from common.provenance import git_state
+from common.text import one_line
 
 from . import backend, manifest
 from .cluster import ClusterConfig, load_cluster
-from .grid import Cell, SweepError, SweepSpec, expand, fmt_num, shared_settings, skipped_controls
+from .grid import Cell, SweepError, SweepSpec, expand, shared_settings, skipped_controls
 from .job import CellJob
 
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
@@ -109,7 +111,7 @@ def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     try:
         return validate_args(list(argv))
     except (EvalArgsError, benchdata.DataError) as e:
-        raise SweepError(f"EVAL_ARGS: {' '.join(str(e).split())}") from e
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
 def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
@@ -122,7 +124,7 @@ def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     try:
         return planned_specs(args, max_len)
     except benchdata.DataError as e:
-        raise SweepError(f"EVAL_ARGS: {' '.join(str(e).split())}") from e
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
 def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -211,7 +213,7 @@ def dry_run_text(p: Plan) -> str:
     for c in p.cells:
         done = backend.is_done(c.run_dir)
         rows.append((c.cell.name, c.cell.arm,
-                     fmt_num(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
+                     kappa_label(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
                      str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
                      human(c.flops_per_token), human(c.tokens), human(c.flops),
                      "done" if done else "to run"))
@@ -220,7 +222,7 @@ def dry_run_text(p: Plan) -> str:
     todo = [c for c in p.cells if not backend.is_done(c.run_dir)]
     s = p.spec
     head = (f"sweep {p.name}: preset {s.preset}, data {s.data}, kappa "
-            f"{' '.join(map(fmt_num, s.kappa_bits))}, H {' '.join(map(str, s.latent_bits))}, "
+            f"{' '.join(map(kappa_label, s.kappa_bits))}, H {' '.join(map(str, s.latent_bits))}, "
             f"seeds {' '.join(map(str, s.seeds))}, controls {' '.join(s.controls) or 'none'}")
     total = sum(c.flops for c in p.cells)
     left = sum(c.flops for c in todo)

@@ -102,3 +102,127 @@ def test_the_walker_sees_function_level_cycles() -> None:
 def test_no_import_cycle() -> None:
     cycles = find_cycles(graph())
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+# ---------------------------------------------------------------- the direction of dependencies
+ALLOWED = {  # top-level package -> the project packages it may import (docs/DESIGN.md)
+    "common": {"common"},
+    "model": {"model", "common"},
+    "analysis": {"analysis", "common"},
+}
+
+
+def _package(module: str, path: Path) -> str:
+    """The package a module belongs to (its directory): 'experiments.train' for
+    experiments.train.trainer, 'model' for model.free_transformer and for model/__init__."""
+    return module if path.name == "__init__.py" else module.rpartition(".")[0] or module
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name != "_"
+
+
+def _definitions(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Private name -> the packages defining it (a def or class, a module-level assignment or a
+    `self._x = ...` attribute)."""
+    out: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        pkg = _package(name, path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            found: list[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.append(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        found.append(t.id)
+                    elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) \
+                            and t.value.id == "self":
+                        found.append(t.attr)
+            for n in found:
+                if _private(n):
+                    out.setdefault(n, set()).add(pkg)
+    return out
+
+
+def direction_violations(root: Path = ROOT) -> list[str]:
+    """Every import that points against docs/DESIGN.md's arrows, and every private name used
+    outside the package that defines it: `from pkg.mod import _x`, or `<anything>._x` where
+    only other packages define `_x`. Function-level code counts too. One line per site."""
+    mods = {}
+    for pkg in PACKAGES:
+        for p in sorted((root / pkg).rglob("*.py")):
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = p
+    known = set(mods)
+    defs = _definitions(mods)
+    bad: list[str] = []
+    for name, path in mods.items():
+        top, pkg = name.split(".")[0], _package(name, path)
+        rel = path.relative_to(root)
+        for target in sorted(_imports(name, path, known)):
+            if top in ALLOWED and target.split(".")[0] not in ALLOWED[top]:
+                bad.append(f"{rel}: imports {target} ({top} may import only "
+                           f"{', '.join(sorted(ALLOWED[top]))} and third-party)")
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = here[:len(here) - node.level + 1] if node.level else []
+                mod = ".".join(base + ([node.module] if node.module else []))
+                if mod.split(".")[0] not in PACKAGES:
+                    continue
+                owner = mod if (root / Path(*mod.split("."))).is_dir() else \
+                    mod.rpartition(".")[0] or mod
+                for a in node.names:
+                    if _private(a.name) and owner != pkg:
+                        bad.append(f"{rel}:{node.lineno}: imports {mod}.{a.name}, private to "
+                                   f"{owner}")
+            elif isinstance(node, ast.Attribute) and _private(node.attr):
+                owners = defs.get(node.attr, set())
+                if owners and pkg not in owners:
+                    bad.append(f"{rel}:{node.lineno}: uses .{node.attr}, private to "
+                               f"{', '.join(sorted(owners))}")
+    return bad
+
+
+def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
+    """The adversary: a planted tree with one violation of each kind, and one clean tree."""
+    files = {
+        "common/__init__.py": "", "common/paths.py": "import os\n",
+        "model/__init__.py": "", "model/core.py": "class _Ctx: ...\ndef _rope(): ...\n",
+        "experiments/__init__.py": "",
+        "experiments/eval/__init__.py": "",
+        "experiments/eval/bound.py": "from model.core import _Ctx\n"
+                                     "def f(m):\n    return m._rope()\n",
+        "experiments/train/__init__.py": "",
+        "experiments/train/trainer.py": "def _param_groups(): ...\n",
+        "experiments/bench/__init__.py": "",
+        "experiments/bench/probes.py": "from experiments.train.trainer import _param_groups\n",
+        "sweeps/__init__.py": "",
+        "analysis/__init__.py": "",
+        "analysis/table.py": "import pandas\ndef g():\n    from experiments.eval import bound\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    found = "\n".join(direction_violations(tmp_path))
+    assert "analysis/table.py: imports experiments.eval.bound" in found
+    assert "experiments/eval/bound.py:1: imports model.core._Ctx, private to model" in found
+    assert "experiments/eval/bound.py:3: uses ._rope, private to model" in found
+    assert "experiments/bench/probes.py:1: imports experiments.train.trainer._param_groups" \
+        in found
+    assert len(found.splitlines()) == 4, found
+    (tmp_path / "common/paths.py").write_text("from model import core\n")
+    (tmp_path / "model/core.py").write_text("from experiments.eval import bound\n")
+    found = "\n".join(direction_violations(tmp_path))
+    assert "common/paths.py: imports model.core (common may import only common" in found
+    assert "model/core.py: imports experiments.eval.bound (model may import only common, model" \
+        in found
+
+
+def test_dependencies_point_one_way() -> None:
+    bad = direction_violations()
+    assert not bad, "against the design's arrows:\n" + "\n".join(bad)

@@ -15,19 +15,16 @@ import math
 import pytest
 import torch
 
+from analysis.likelihood import compare_arms, kl_spend_recovered
 from experiments.eval.likelihood import (
     POSTERIOR_LABEL,
     _code_log_q,
-    _lower,
     _upper_logp,
-    compare_arms,
-    kl_spend_recovered,
     log_likelihood_bound,
     validation_likelihood,
 )
 from model import ModelConfig, build_model
 from model.free_transformer import kl_to_uniform
-from model.transformer import _Ctx
 
 H, T, B, V = 2, 6, 4, 11
 P = T - 1  # positions the model runs on
@@ -39,7 +36,7 @@ ALL = torch.cartesian_prod(*[torch.arange(1 << H)] * P)  # (1024, P) every code 
 def _exact_table(m: torch.nn.Module, tok: torch.Tensor) -> torch.Tensor:
     """(B, 1024) log p(x | z) for every code assignment z."""
     with torch.no_grad():
-        x_mid, _ = _lower(m, tok[:, :-1])
+        x_mid = m.forward_lower(tok[:, :-1]).hidden
         n = len(ALL)
         return torch.stack([_upper_logp(m, x_mid[b:b + 1].expand(n, -1, -1), ALL,
                                         tok[b:b + 1, 1:].expand(n, -1)) for b in range(len(tok))])
@@ -62,12 +59,9 @@ def setup() -> dict:
     params = [m.zeta, *m.encoder.parameters(), *m.enc_norm.parameters(),
               *m.enc_readout.parameters()]
     opt = torch.optim.Adam(params, lr=0.05)
-    with torch.no_grad():
-        x_mid, _ = _lower(m, tok[:, :-1])
-    ctx = _Ctx(rope=m._rope(None, P))
     codes = ALL[None].expand(B, -1, -1)
     for _ in range(120):
-        bl = m.encode(x_mid, ctx)
+        bl = m.forward_lower(tok[:, :-1]).bit_logits  # only the encoder's parameters step
         lq = _code_log_q(bl[:, None].expand(B, len(ALL), P, H), codes)
         elbo = (lq.exp() * (table - P * H * math.log(2) - lq)).sum(1)
         opt.zero_grad()
@@ -85,13 +79,14 @@ def _draws(m: torch.nn.Module, tok: torch.Tensor, method: str, k: int, reps: int
 
 
 def test_exact_by_enumeration_is_consistent(setup: dict) -> None:
-    """The enumeration path (_lower/_upper_logp) is the model's own forward with pinned codes,
-    and the encoder logits are the ones the model's posterior path uses."""
+    """The enumeration path (forward_lower/_upper_logp) is the model's own forward with pinned
+    codes, and the encoder logits are the ones the model's posterior path uses."""
     m, tok = setup["m"], setup["tok"]
     inp, tgt = tok[:, :-1], tok[:, 1:]
     codes = ALL[torch.tensor([0, 77, 500, 1023])]
     with torch.no_grad():
-        x_mid, bl = _lower(m, inp)
+        low = m.forward_lower(inp)
+        x_mid, bl = low.hidden, low.bit_logits
         ours = _upper_logp(m, x_mid, codes, tgt)
         ref = m(inp, targets=tgt, z=codes)
         post = m(inp, z="posterior")
@@ -207,3 +202,85 @@ def test_kl_spend_recovered_definition() -> None:
     assert kl_spend_recovered(3.2, 3.2 - 0.492, 0.692) == pytest.approx(0.711, abs=1e-3)
     assert kl_spend_recovered(3.2, 3.0, 0.0) is None  # collapsed latent: undefined, not 0
     assert kl_spend_recovered(None, 3.0, 0.5) is None
+
+
+REF_CFG = ModelConfig(vocab_size=V, dim=16, n_layers=4, n_heads=2, n_kv_heads=1, ffn_dim=32,
+                      max_seq_len=8, latent_bits=3, init_std=0.3)
+# log_likelihood_bound on REF_CFG (seed 5, post-sampler x10), tokens from seed 4, draws from
+# seed k + 17, chunk_elems=4*6*11; computed by the code before the split forward existed
+# (which re-ran the trunk through the model's private names), as float.hex of float32 values.
+REF_BOUNDS = {
+    "free/prior/1": ('-0x1.3742bc0000000p+4', '-0x1.0fdab20000000p+4', '-0x1.31502e0000000p+4'),
+    "free/prior/5": ('-0x1.2d49ee0000000p+4', '-0x1.020d7c0000000p+4', '-0x1.32538e0000000p+4'),
+    "free/iwae/1": ('-0x1.4406640000000p+4', '-0x1.082f580000000p+4', '-0x1.2732bc0000000p+4'),
+    "free/iwae/5": ('-0x1.38a3f60000000p+4', '-0x1.19d5ec0000000p+4', '-0x1.090acc0000000p+4'),
+    "baseline/prior/1": ('-0x1.2333c80000000p+4', '-0x1.0bd0540000000p+4', '-0x1.3ad8c40000000p+4'),
+}
+# validation_likelihood(ks=(1, 4), batch_size=2, seed=7) on rows from seed 9, the models built
+# from seed 5 as they are (no x10), same code.
+REF_VALIDATION = {
+    "baseline": 2.7452048937479656,
+    "iwae_1": 3.071654955546061,
+    "iwae_4": 2.779478136698405,
+    "prior_k1": 2.7173935890197756,
+    "posterior_ce": 2.777476596832275,
+    "posterior_kl": 0.1759298284848531,
+}
+
+
+def _ref_model(latent_bits: int, boost: bool = True) -> torch.nn.Module:
+    torch.manual_seed(5)
+    m = build_model(REF_CFG.replace(latent_bits=latent_bits)).eval()
+    if latent_bits and boost:
+        with torch.no_grad():
+            m.post_sampler.weight.mul_(10)
+    return m
+
+
+def test_bound_values_unchanged_by_the_split_forward() -> None:
+    """The bound runs on the model's public split forward now; its values are the ones the
+    earlier code (which drove the trunk through private names) gave: bit for bit on the machine
+    that recorded them; a few float32 ulps are allowed for other CPUs' kernels."""
+    tok = torch.randint(0, V, (3, 7), generator=torch.Generator().manual_seed(4))
+    for key, want in REF_BOUNDS.items():
+        arm, method, k = key.split("/")
+        got = log_likelihood_bound(_ref_model(3 if arm == "free" else 0), tok, method, int(k),
+                                   torch.Generator().manual_seed(int(k) + 17),
+                                   chunk_elems=4 * 6 * V)
+        assert got.dtype == torch.float32
+        assert got.double().tolist() == pytest.approx([float.fromhex(h) for h in want],
+                                                      rel=1e-6, abs=0), key
+
+
+def test_validation_values_unchanged_by_the_split_forward() -> None:
+    seqs = torch.randint(0, V, (5, 7), generator=torch.Generator().manual_seed(9))
+    vx, vy, tb = seqs[:, :-1], seqs[:, 1:], torch.arange(V) % 3 + 1
+    kw = dict(ks=(1, 4), batch_size=2, seed=7)
+    base = validation_likelihood(_ref_model(0), vx, vy, tb, **kw)
+    free = validation_likelihood(_ref_model(3, boost=False), vx, vy, tb, **kw)
+    got = {"baseline": base["nll_nats_per_token"],
+           "prior_k1": free["prior_k1"]["nll_nats_per_token"],
+           "posterior_ce": free["posterior"]["ce_nats_per_token"],
+           "posterior_kl": free["posterior"]["kl_nats_per_token"],
+           **{f"iwae_{k}": free["iwae"][k]["nll_nats_per_token"] for k in ("1", "4")}}
+    assert got == pytest.approx(REF_VALIDATION, rel=1e-6, abs=0)
+
+
+def test_compare_arms_is_arithmetic_on_the_files_dicts() -> None:
+    """analysis.likelihood needs no model: two records as a likelihood file holds them."""
+    base = {"arm": "baseline", "n_tokens": 100, "n_bytes": 300, "nll_nats_per_token": 3.0,
+            "bpb": 1.0}
+    free = {"arm": "free_transformer", "n_tokens": 100, "n_bytes": 300,
+            "iwae": {"1": {"nll_nats_per_token": 3.4, "bpb": 1.2},
+                     "64": {"nll_nats_per_token": 3.1, "bpb": 1.05}},
+            "prior_k1": {"nll_nats_per_token": 3.05},
+            "posterior": {"ce_nats_per_token": 2.8, "kl_nats_per_token": 0.5}}
+    c = compare_arms(base, free)
+    assert c["gap_k"] == 64 and c["gap_nats_per_token"] == pytest.approx({"1": 0.4, "64": 0.1})
+    assert c["tightest"]["estimate"] == "prior_k1"  # the prior bound can be the tighter one
+    assert c["tightest"]["gap_nats_per_token"] == pytest.approx(0.05)
+    assert c["kl_spend_recovered"] == pytest.approx((3.0 - 2.8) / 0.5)
+    assert c["kl_spend_recovered_iwae"] == pytest.approx((3.0 - (3.1 - 0.5)) / 0.5)
+    assert c["free_bpb"] == {"1": 1.2, "64": 1.05} and c["baseline_bpb"] == 1.0
+    with pytest.raises(ValueError, match="takes \\(baseline record"):
+        compare_arms(free, base)

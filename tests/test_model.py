@@ -551,3 +551,60 @@ def test_logits_from_equals_the_slice_of_full_logits(H):
     torch.testing.assert_close(part.ce, ref)
     with pytest.raises(ValueError, match="logits_from=16"):
         m(x, logits_from=16)
+
+
+# ---------------------------------------------------------------- the split forward
+@pytest.mark.parametrize("H", [0, 3])
+def test_split_forward_equals_forward_in_float64(H):
+    """forward_upper(forward_lower(x)) is forward(x) with the same codes, to the last bit in
+    float64; the FT's lower half gives the bit logits the posterior path samples from."""
+    m = seeded(tiny(latent_bits=H)).double()
+    x = torch.randint(0, 97, (3, 20))
+    low = m.forward_lower(x)
+    assert low.hidden.dtype == torch.float64 and low.hidden.shape == (3, 20, 32)
+    assert m.split_at == 2
+    if not H:
+        assert low.bit_logits is None
+        torch.testing.assert_close(m.forward_upper(low.hidden), m(x).logits, rtol=0, atol=0)
+        torch.testing.assert_close(m.forward_upper(low.hidden, logits_from=7),
+                                   m(x, logits_from=7).logits, rtol=0, atol=0)
+        with pytest.raises(ValueError, match="codes=None"):
+            m.forward_upper(low.hidden, torch.zeros(3, 20, dtype=torch.long))
+        return
+    assert m.inject_at == m.split_at and low.bit_logits.shape == (3, 20, H)
+    codes = torch.randint(0, 1 << H, (3, 20))
+    ref = m(x, z=codes).logits
+    torch.testing.assert_close(m.forward_upper(low.hidden, codes), ref, rtol=0, atol=0)
+    torch.testing.assert_close(m.forward_upper(low.hidden, codes, logits_from=7),
+                               m(x, z=codes, logits_from=7).logits, rtol=0, atol=0)
+    # the adversary: the codes and the hidden state both reach the logits
+    other = (codes + 1) % (1 << H)
+    assert (m.forward_upper(low.hidden, other) - ref).abs().max() > 1e-3
+    assert (m.forward_upper(low.hidden * 0.5, codes) - ref).abs().max() > 1e-3
+    # the posterior path: the same bit logits, hence the same KL and, with one seed, codes
+    post = m(x, z="posterior", generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(kl_to_uniform(low.bit_logits), post.kl_tokens, rtol=0, atol=0)
+    drawn = sample_codes(low.bit_logits, torch.Generator().manual_seed(4))
+    assert torch.equal(drawn, post.codes)
+    torch.testing.assert_close(m.forward_upper(low.hidden, drawn), post.logits, rtol=0, atol=0)
+    # a prior draw returned by forward, pinned, gives that forward's logits
+    pri = m(x, z="prior", generator=torch.Generator().manual_seed(5))
+    torch.testing.assert_close(m.forward_upper(low.hidden, pri.codes), pri.logits, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="pinned codes"):
+        m.forward_upper(low.hidden)
+    with pytest.raises(ValueError, match="pinned codes must have shape"):
+        m.forward_upper(low.hidden, codes[:, :5])
+
+
+def test_split_forward_leaves_the_kv_cache_path_alone():
+    """The split pass keeps no state: a cached prefill + decode after it still equals forward."""
+    m = seeded(tiny(latent_bits=4))
+    x = torch.randint(0, 97, (2, 12))
+    codes = torch.randint(0, 16, (2, 12))
+    m.forward_upper(m.forward_lower(x).hidden, codes)
+    cache = m.new_cache(2, 12)
+    a = m.extend(x[:, :7], cache, z=codes[:, :7]).logits
+    b = m.extend(x[:, 7:], cache, z=codes[:, 7:]).logits
+    torch.testing.assert_close(torch.cat([a, b], 1), m(x, z=codes).logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        m.forward_lower(torch.zeros(1, 65, dtype=torch.long))

@@ -54,8 +54,10 @@ def test_grid_arms_and_overrides() -> None:
     assert "train.match_latent_bits=8" in flops.overrides
     plus1 = next(c for c in cells if c.arm == "baseline_plus1")
     assert "model.n_layers=5" in plus1.overrides  # the 1M preset has 4 layers
-    # fractions and duplicates
-    assert spec(kappa="1/64 1/8 0.125 2").kappa_bits == (1 / 64, 0.125, 2.0)
+    # fractions; a value given twice, in any spelling, is refused (common.kappa's one rule)
+    assert spec(kappa="1/64 1/8 2").kappa_bits == (1 / 64, 0.125, 2.0)
+    with pytest.raises(SweepError, match=r"KAPPA: 1/8 given twice in '1/64 1/8 0.125 2'"):
+        spec(kappa="1/64 1/8 0.125 2")
     assert parse_amount("3M", "TOKENS") == 3e6 and parse_amount("2e6", "TOKENS") == 2e6
     # the default name is a content hash: same grid -> same name, another grid -> another
     assert spec().default_name() == spec().default_name() != spec(seeds="0").default_name()

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from common.io import atomic_write_json, atomic_write_text
+from common.io import atomic_write_json, atomic_write_text, unwritable
 from common.paths import results_root
 from experiments.train.plan import duration
 
@@ -171,20 +171,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _unwritable(path: Path) -> str | None:
-    """Why `path` could not be created and written (None if it can), creating nothing."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            return f"no existing ancestor of {path}"
-        probe = probe.parent
-    if not probe.is_dir():
-        return f"{probe} is not a directory"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     p = _Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=sorted(SIZES), default=os.environ.get("BENCH_SIZE", "full"))
@@ -218,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.size not in SIZES:  # argparse does not check a default (BENCH_SIZE) against choices
         p.error(f"--size {a.size!r} (BENCH_SIZE): allowed: {', '.join(sorted(SIZES))}")
     out_dir = results_root() / "bench"
-    why = _unwritable(out_dir)
+    why = unwritable(out_dir)
     if why is not None:
         p.error(f"results dir {out_dir} cannot be written: {why}")
-    if a.md and (why := _unwritable(Path(a.md).parent)) is not None:
+    if a.md and (why := unwritable(Path(a.md).parent)) is not None:
         p.error(f"--md {a.md} cannot be written: {why}")
     command = "python -m experiments.bench " + " ".join(argv if argv is not None else sys.argv[1:])
     res = run(a.size, sections, a.threads, a.device, a.gpu_peak_tflops, a.md, command.strip(),

@@ -31,6 +31,7 @@ from typing import Any
 from common.io import atomic_write_json, atomic_write_text
 from common.paths import results_root
 from common.provenance import git_state, versions
+from common.text import one_line
 
 REPO = Path(__file__).resolve().parents[2]
 ORIGINAL = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ArgsError(f"checkpoint {a.ckpt}: no such file or run dir")
         validate_args([a.ckpt, "--tasks", ",".join(tasks), "--data", a.data, *extra], ckpt=None)
     except (ArgsError, EvalArgsError, DataError, ValueError, FileNotFoundError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         return 2
     from experiments.eval.lm_adapter import resolve_checkpoint
     from experiments.eval.run import ckpt_identity

@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.paths import cache_dir
+from common.paths import cache_dir, runs_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENS_PER_STEP = 8 * 256
@@ -40,7 +40,7 @@ def step_s(bits: int, root: Path, env: dict[str, str], extra: tuple[str, ...] = 
                            capture_output=True, text=True, check=False)
         if p.returncode:
             raise RuntimeError(f"H={bits} exited {p.returncode}: {p.stderr[-500:]}")
-        (metrics,) = root.glob("runs/*/metrics.jsonl")
+        (metrics,) = runs_dir(root).glob("*/metrics.jsonl")
         recs = [json.loads(line) for line in metrics.read_text().splitlines()]
         return statistics.median(TOKENS_PER_STEP / r["tokens_per_s"] for r in recs
                                  if r.get("kind") == "train" and 3 <= r["step"] <= 10)

@@ -19,11 +19,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 
+from common.io import unwritable
+from common.text import one_line
 from experiments.eval.lm_adapter import resolve_checkpoint
 from experiments.train.tokenizer import EOS
 from model import load_checkpoint
@@ -98,16 +99,9 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
 
 def _check_out(out: Path) -> None:
     """ExportError unless out is (or can be made) a writable directory: before any work."""
-    probe = out.absolute()
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ExportError(f"OUT={out}: {probe} is a file; give a directory")
-    try:  # a real probe: os.access says yes to root even on a read-only mount
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise ExportError(f"OUT={out}: {probe} is not writable ({e.strerror})") from None
+    if (bad := unwritable(out)) is not None:
+        raise ExportError(f"OUT={out}: {bad}" + ("; give a directory" if bad.reason == "is a file"
+                                                 else ""))
 
 
 def _umask_files(out: Path) -> None:
@@ -165,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         print(export(a.ckpt, a.out_dir))
     except (ExportError, CheckpointError, FileNotFoundError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
 
 

@@ -21,13 +21,14 @@ tokens[:, :-1] (as in training, where x = tokens[:-1] and y = tokens[1:]), so ev
 enters the model affects some scored token, and a validation row (x, y) of the training corpus is
 `torch.cat([x, y[:, -1:]], 1)` without exceeding max_seq_len.
 
-Cost: the blocks below the injection point (and the encoder) run once per row; only the upper
-half runs per draw, on chunks of (draws x rows) bounded by `chunk_elems` logits.
+Cost: the blocks below the injection point (and the encoder) run once per row
+(`FreeTransformer.forward_lower`); only the upper half (`forward_upper`) runs per draw, on chunks
+of (draws x rows) bounded by `chunk_elems` logits.
 
 `validation_likelihood` computes validation bits per byte for either arm (FT: IWAE at k = 1, 8,
 64, the spread between the smallest and largest k, the prior-Z CE and the posterior-Z CE,
-labelled as leaking), and `compare_arms` states the gap in nats per token and bryanvine's
-"KL spend recovered" fraction (see `kl_spend_recovered`).
+labelled as leaking). Comparing two such records (the gap in nats per token, bryanvine's "KL
+spend recovered") is dict arithmetic on the files: analysis/likelihood.py.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 from model.free_transformer import FreeTransformer, sample_codes, uniform_codes
-from model.transformer import Transformer, _Ctx
+from model.transformer import Transformer
 
 LN2 = math.log(2.0)
 METHODS = ("prior", "iwae")
@@ -58,29 +59,11 @@ def _unwrap(model: torch.nn.Module) -> Transformer:
     return m
 
 
-def _trunk_range(m: Transformer, x: torch.Tensor, ctx: _Ctx, lo: int, hi: int) -> torch.Tensor:
-    """Blocks lo..hi-1 exactly as Transformer._trunk runs them (full causal pass, no cache)."""
-    for i in range(lo, hi):
-        x = m.blocks[i](x, ctx.rope, kv_in=m._kv_input(i, x, ctx), mask=ctx.mask, cache=None)
-    return x
-
-
-def _lower(m: FreeTransformer, inp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """inp (B, T) -> (output of block L/2, the input of the block Z enters; encoder bit logits
-    (B, T, H) from it, the encoder seeing every position as in training)."""
-    T = inp.shape[1]
-    ctx = _Ctx(rope=m._rope(None, T))
-    x = _trunk_range(m, m.tok_emb(inp), ctx, 0, m.inject_at)
-    return x, m.encode(x, ctx)
-
-
 def _upper_logp(m: FreeTransformer, x_mid: torch.Tensor, codes: torch.Tensor,
                 targets: torch.Tensor) -> torch.Tensor:
-    """x_mid (N, T, D), pinned codes (N, T), targets (N, T) -> (N,) sum_t log p(target_t)."""
-    T = x_mid.shape[1]
-    ctx = _Ctx(rope=m._rope(None, T), z=codes)
-    x = _trunk_range(m, x_mid, ctx, m.inject_at, len(m.blocks))
-    logits = m.output(m.norm(x)).float()
+    """x_mid (N, T, D) (forward_lower's hidden), pinned codes (N, T), targets (N, T) -> (N,)
+    sum_t log p(target_t | codes)."""
+    logits = m.forward_upper(x_mid, codes).float()
     return -F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
                             reduction="none").view(targets.shape).sum(-1)
 
@@ -123,13 +106,13 @@ def log_likelihood_bound(model: torch.nn.Module, tokens: torch.Tensor, method: s
     m = _unwrap(model)
     inp, tgt = tokens[:, :-1].to(m.device), tokens[:, 1:].to(m.device)
     B, T = inp.shape
-    m._check_len(T)
     if not isinstance(m, FreeTransformer):
         logits = m(inp).logits.float()
         return -F.cross_entropy(logits.flatten(0, 1), tgt.flatten(),
                                 reduction="none").view(B, T).sum(-1)
     H = m.cfg.latent_bits
-    x_mid, bit_logits = _lower(m, inp)
+    low = m.forward_lower(inp)  # the encoder sees every position, as in training
+    x_mid, bit_logits = low.hidden, low.bit_logits
     if method == "prior":
         codes = uniform_codes((k, B, T), H, generator, m.device)
         log_ratio = torch.zeros(k, B, device=m.device)
@@ -225,63 +208,6 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         return out
     finally:
         m.train(was)
-
-
-def kl_spend_recovered(ce_baseline: float | None, ce_posterior: float | None,
-                       kl_nats: float | None) -> float | None:
-    """bryanvine/free-transformer's "recovery rate": the fraction of the KL paid that comes back
-    as NLL, (CE_baseline - CE_posterior) / KL, all in nats per token on the same validation set.
-
-    As defined in that replication's research log (paper/RESEARCH_LOG.md, "The recovery-rate
-    curve": "fraction of the KL spend the model earns back in posterior-CE, vs the
-    params-matched-ish baseline", tabulated as "CE drop / KL spend", e.g. 0.492 / 0.692 = 71% at
-    124M, kappa = 1 bit): CE_baseline is the baseline arm's (exact) validation CE, CE_posterior the
-    Free Transformer's CE with Z from the encoder, KL its mean KL to the uniform prior per token.
-    Equivalently 1 - (ELBO - CE_baseline) / KL with ELBO = CE_posterior + KL: 1 means the latent
-    costs nothing on the ELBO, 0 means it costs its whole KL. None (not 0) when an input is
-    missing or KL is 0 (a collapsed latent spends nothing, so nothing can be recovered).
-    """
-    if ce_baseline is None or ce_posterior is None or kl_nats is None or kl_nats <= 0:
-        return None
-    return (ce_baseline - ce_posterior) / kl_nats
-
-
-def compare_arms(baseline: dict[str, Any], free: dict[str, Any]) -> dict[str, Any]:
-    """Two `validation_likelihood` records (same validation rows) -> the likelihood comparison.
-
-    "gap_nats_per_token" per k: FT IWAE-k NLL - baseline NLL (an upper bound on the true gap:
-    the FT's true NLL is at most its bound). "tightest": the estimate (IWAE at some k, or the
-    prior-Z CE) with the lowest NLL and its gap; with a poorly fitted encoder the prior bound can
-    be the tighter one. Picking the lowest of a few estimates biases it down by at most a few
-    of their standard errors (listed per estimate). "kl_spend_recovered": bryanvine's figure
-    (ELBO based). "kl_spend_recovered_iwae": the same with the ELBO replaced by the IWAE NLL at
-    the largest k, 1 - (NLL_iwae - CE_baseline) / KL = (CE_baseline - (NLL_iwae - KL)) / KL.
-    """
-    if baseline.get("arm") != "baseline" or free.get("arm") != "free_transformer":
-        raise ValueError("compare_arms takes (baseline record, free transformer record)")
-    if (baseline["n_tokens"], baseline["n_bytes"]) != (free["n_tokens"], free["n_bytes"]):
-        raise ValueError("the two records are not over the same validation rows "
-                         f"(tokens/bytes {baseline['n_tokens']}/{baseline['n_bytes']} vs "
-                         f"{free['n_tokens']}/{free['n_bytes']})")
-    base = baseline["nll_nats_per_token"]
-    gaps = {k: r["nll_nats_per_token"] - base for k, r in free["iwae"].items()}
-    kmax = max(free["iwae"], key=int)
-    post = free["posterior"]
-    kl = post["kl_nats_per_token"]
-    iw = free["iwae"][kmax]["nll_nats_per_token"]
-    cands = {f"iwae_k{k}": r["nll_nats_per_token"] for k, r in free["iwae"].items()}
-    cands["prior_k1"] = free["prior_k1"]["nll_nats_per_token"]
-    best = min(cands, key=cands.__getitem__)
-    return {
-        "gap_nats_per_token": gaps, "gap_k": int(kmax),
-        "tightest": {"estimate": best, "nll_nats_per_token": cands[best],
-                     "gap_nats_per_token": cands[best] - base},
-        "baseline_bpb": baseline["bpb"],
-        "free_bpb": {k: r["bpb"] for k, r in free["iwae"].items()},
-        "kl_spend_recovered": kl_spend_recovered(base, post["ce_nats_per_token"], kl),
-        "kl_spend_recovered_iwae": kl_spend_recovered(base, iw - kl, kl),
-        "kl_nats_per_token": kl, "n_tokens": free["n_tokens"],
-    }
 
 
 # ------------------------------------------------------------------------ CLI

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from common.text import one_line
 from experiments.eval import benchdata
 from experiments.eval.run import EvalArgsError, resolve_device
 from model.checkpoint import CheckpointError
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _die(e: Exception) -> None:
-    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    print(f"error: {one_line(e)}", file=sys.stderr)
     sys.exit(2)
 
 

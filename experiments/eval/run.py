@@ -40,15 +40,15 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common.io import atomic_write_text
+from common.io import atomic_write_text, unwritable
 from common.provenance import git_commit, versions
+from common.text import one_line
 from experiments.eval import benchdata
 from model.checkpoint import CheckpointError
 
@@ -247,7 +247,7 @@ def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> di
     else:
         primary, hib = _PRIMARY.get(name, ("acc,none", True))[0].replace(",none", ""), True
     msg = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
-    line = " ".join(str(msg).split())[:300] or "unknown error"
+    line = one_line(msg)[:300] or "unknown error"
     return {"primary": primary, "higher_is_better": hib, "n": None, "fewshot": fewshot,
             "metrics": {primary: {"value": None, "stderr": None, "n": None}}, "items": [],
             "error": line}
@@ -480,20 +480,12 @@ def check_writable(d: Path) -> None:
     """EvalArgsError unless d is (or can be made) a writable directory; run before any work,
     so a bad output directory costs nothing and leaves nothing behind."""
     p = Path(d).absolute()
-    probe = p
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        what = "is a file" if probe == p else f"cannot be created: {probe} is a file"
+    bad = unwritable(p)
+    if bad is not None and bad.reason == "is a file":
+        what = "is a file" if bad.blocker == p else f"cannot be created: {bad}"
         raise EvalArgsError(f"output directory {p} {what}; give --out-dir a directory")
-    try:  # a real probe: os.access says yes to root even on a read-only mount
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as e:
-        raise EvalArgsError(f"output directory {p}: {probe} is not writable ({e.strerror}); "
-                            "give --out-dir a writable directory") from None
+    if bad is not None:
+        raise EvalArgsError(f"output directory {p}: {bad}; give --out-dir a writable directory")
 
 
 def resolve_device(device: str | None) -> str:
@@ -661,7 +653,7 @@ def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
 
 def _die(e: Exception) -> None:
     """Bad input: one line on stderr, exit 2, nothing written."""
-    print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+    print(f"error: {one_line(e)}", file=sys.stderr)
     sys.exit(2)
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from common.text import one_line
 from model import PRESETS, ModelConfig
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -358,10 +359,6 @@ def register() -> None:
 # ---------------------------------------------------------------- compose
 class ConfigError(ValueError):
     """Bad input: one line naming the problem and the allowed values."""
-
-
-def one_line(msg: str) -> str:
-    return re.sub(r"\s+", " ", str(msg)).strip()
 
 
 def _check_override(ov: str) -> None:

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import model as M
+from common.kappa import kappa_label
+from common.paths import runs_dir
 from model import ModelConfig, train_flops_per_token
 
 from .config import NON_SEMANTIC_TRAIN_KEYS, ConfigError, TrainConfig, model_config
@@ -50,7 +52,7 @@ def run_id(cfg: TrainConfig) -> str:
 
 
 def run_dir(cfg: TrainConfig) -> Path:
-    return Path(cfg.paths.results) / "runs" / run_id(cfg)
+    return runs_dir(cfg.paths.results) / run_id(cfg)
 
 
 def world() -> tuple[int, int]:
@@ -158,7 +160,7 @@ def format_plan(cfg: TrainConfig, p: RunPlan) -> str:
     mc = p.model
     lines = [
         f"run-id      {run_id(cfg)}  ({p.arm}, preset {cfg.model.preset}, "
-        f"H={mc.latent_bits}, kappa={mc.kappa_bits} bits)",
+        f"H={mc.latent_bits}, kappa={kappa_label(mc.kappa_bits)} bits)",
         f"data        {cfg.data.source}, seq_len {p.seq_len}, vocab {mc.vocab_size}",
         f"params      {p.params['total']:,} (non-embedding {p.params['non_embedding']:,}); "
         f"baseline {p.params_baseline:,}"

@@ -56,11 +56,12 @@ import yaml
 from common.io import LockHeld, atomic_write_text, flocked
 from common.paths import checkpoint_name, step_checkpoints
 from common.provenance import git_state, versions
+from common.text import one_line
 from model import build_model, save_checkpoint
 from model.checkpoint import CheckpointError, read_checkpoint
 
 from . import parallel as par
-from .config import ConfigError, TrainConfig, compose, config_help, one_line
+from .config import ConfigError, TrainConfig, compose, config_help
 from .plan import (
     RunPlan,
     dry_parallel,

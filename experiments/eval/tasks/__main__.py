@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 
+from common.text import one_line
 from experiments.eval import benchdata
 from experiments.eval.tasks import default_tasks_dir, write_task_dir
 
@@ -20,7 +21,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         out = write_task_dir(argv[0], argv[1] if len(argv) > 1 else default_tasks_dir())
     except (benchdata.DataError, NotADirectoryError, PermissionError) as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
     print(f"wrote the offline lm-eval tasks to {out}: lm_eval ... --include_path {out}")
 

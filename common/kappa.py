@@ -1,0 +1,74 @@
+"""The free-bits threshold kappa (bits per token), read and written one way everywhere.
+
+- `parse_kappas`: the one parser (the sweep's KAPPA, the synthetic task's --kappa). Tokens are
+  separated by spaces or commas; each is a decimal ("0.5", "2", "1e-3") or a fraction ("1/64").
+  A value must be finite and >= 0. A value given twice (in any spelling: "1/8 0.125") is an
+  error, not silently dropped: a repeated threshold is a typo more often than a wish.
+- `kappa_label`: the one label, in every table header, figure, claim and printout. A decimal
+  when it needs at most two places ("0.5", "0.25", "2"), else the exact fraction when its
+  denominator is at most 1024 ("1/64", "1/8", "3/8": the paper's synthetic thresholds), else the
+  shortest decimal that reads back to the same float. Either way the label reads back to the
+  same float (`parse_kappas(kappa_label(k)) == [k]`), so two thresholds never share a label.
+
+Identifiers are not labels: cell names and hydra overrides keep the plain decimal
+(sweeps.grid.fmt_num), which hydra reads as a float and a file name can hold.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from fractions import Fraction
+from typing import Any
+
+MAX_DENOMINATOR = 1024
+
+
+class KappaError(ValueError):
+    """A bad kappa list; the message is one line naming the value."""
+
+
+def parse_kappa(token: str, name: str = "kappa") -> float:
+    """One value: '1/64' -> 0.015625, '8' -> 8.0. KappaError naming `name` and the token."""
+    tok = str(token).strip()
+    try:
+        v = float(Fraction(tok)) if "/" in tok else float(tok)
+    except (ValueError, ZeroDivisionError, OverflowError):
+        raise KappaError(f"{name}: {tok!r} is not a number of bits >= 0 (e.g. 0.5 or 1/64)"
+                         ) from None
+    if not math.isfinite(v) or v < 0:
+        raise KappaError(f"{name}: {tok!r} must be a finite number >= 0 (bits per token)")
+    return v
+
+
+def parse_kappas(text: str | Iterable[Any], name: str = "kappa") -> list[float]:
+    """'0.5 2 4', '1/64,1/8' or an iterable of values -> floats in the given order; [] for no
+    value (the caller says what an empty list means). KappaError on a bad or repeated value."""
+    toks = [t for t in re.split(r"[\s,]+", text.strip()) if t] if isinstance(text, str) \
+        else [str(t) for t in text]
+    out: list[float] = []
+    for tok in toks:
+        v = parse_kappa(tok, name)
+        if v in out:
+            shown = text if isinstance(text, str) else " ".join(toks)
+            raise KappaError(f"{name}: {kappa_label(v)} given twice in {shown!r}; give each "
+                             "threshold once")
+        out.append(v)
+    return out
+
+
+def kappa_label(k: float) -> str:
+    """The label of a threshold in bits: 0.5 -> '0.5', 0.015625 -> '1/64', 8.0 -> '8'."""
+    k = float(k)
+    if not math.isfinite(k):
+        return repr(k)
+    if k.is_integer():
+        return str(int(k))
+    short = repr(k)  # the shortest decimal that reads back to k
+    if "e" not in short and len(short.partition(".")[2]) <= 2:
+        return short
+    fr = Fraction(k)  # exact: a float is a dyadic rational
+    if fr.denominator <= MAX_DENOMINATOR:
+        return f"{fr.numerator}/{fr.denominator}"
+    return short
