@@ -32,9 +32,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from .grid import SweepSpec
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 BASES = ("paper", "reference", "ours")
@@ -418,7 +421,7 @@ class Recipe:
             ov.append(f"data.val_tokens={c.val_tokens}")
         return ov
 
-    def sweep_spec(self, *, seeds: Sequence[int] | None = None) -> Any:
+    def sweep_spec(self, *, seeds: Sequence[int] | None = None) -> SweepSpec:
         """The recipe's grid as a sweeps.grid.SweepSpec (seeds: replace the recipe's)."""
         from .grid import CONTROLS, SweepSpec
 
