@@ -225,6 +225,8 @@ class Recipe:
     def _seq(self, key: str, v: Any) -> None:
         if not isinstance(v, tuple) or not v:
             raise self._bad(key, v, "must be a non-empty list")
+        if not all(isinstance(x, (str, int, float, HFSourceSpec)) for x in v):
+            raise self._bad(key, list(v), "must be a list of plain values")
         if len(set(v)) != len(v):
             raise self._bad(key, v, "has a repeated value")
 
@@ -663,7 +665,7 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
         allowed = {f.name for f in dataclasses.fields(HFSourceSpec)}
         if not isinstance(x, dict):
             raise bad(key, f"{x!r}: each source is a mapping with keys {sorted(allowed)}")
-        extra = sorted(set(x) - allowed)
+        extra = sorted(set(map(str, x)) - allowed)
         if extra:
             raise bad(key, f"unknown key {extra[0]!r}; allowed: {sorted(allowed)}")
         for k in ("path", "weight"):

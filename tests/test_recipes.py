@@ -284,6 +284,8 @@ BAD = [
     ("beta2 one", _edit("optim", "beta2", 1.0), "optim.beta2=1.0"),
     ("schedule", _edit("optim", "schedule", "wsd"), "needs key optim.schedule"),
     ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds: '0 1' must be a list"),
+    ("seeds nested", _edit("grid", "seeds", [[0], 1]), "grid.seeds=[[0], 1]: must be a list"),
+    ("tasks nested", _edit("eval", "tasks", [["arc_easy"]]), "eval.tasks=[['arc_easy']]"),
     ("kappa 1/0", _edit("grid", "kappa_bits", ["1/0"]), "grid.kappa_bits: '1/0' is not"),
     ("kappa negative", _edit("grid", "kappa_bits", [-1]), "grid.kappa_bits=-1.0"),
     ("kappa repeated", _edit("grid", "kappa_bits", [0.5, "1/2"]), "repeated value"),
@@ -321,6 +323,10 @@ def test_bad_hf_source_entry(tmp_path: Path) -> None:
     raw = _raw("paper-1.5B")
     raw["corpus"]["sources"]["value"][0]["mirror"] = "x"
     with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: unknown key 'mirror'"):
+        R.load(_write(tmp_path, raw))
+    raw = _raw("paper-1.5B")
+    raw["corpus"]["sources"]["value"][0][7] = "x"
+    with pytest.raises(R.RecipeError, match=r"corpus.sources: unknown key '7'"):
         R.load(_write(tmp_path, raw))
     raw = _raw("paper-1.5B")
     raw["corpus"]["sources"]["value"][1]["weight"] = 0
