@@ -1,0 +1,769 @@
+"""Recipes: the paper's protocol (or a small stand-in) as one data file, every value sourced.
+
+A recipe is `sweeps/recipes/<name>.yaml` (or a user's file). Every leaf is written as
+
+    key: {value: <the value>, basis: paper | reference | ours, source: "<where it comes from>"}
+
+so a value cannot enter a recipe without saying where it comes from (docs/RECIPES.md prints the
+tables). Sections: model, train, optim, grid, corpus, eval; unknown or missing keys are refused.
+
+`load(name_or_path) -> Recipe` and the Recipe's methods turn it into what the suite's parts take:
+
+- `training_overrides()`: hydra overrides for `python -m experiments.train` (real keys of
+  experiments/train/config.py only; a value with no key there is refused with "needs key");
+- `sweep_spec()`: a `sweeps.grid.SweepSpec` (kappa, H, seeds, controls; the overrides above);
+- `corpus()`: the corpus settings (data source, mixture, vocabulary or tokenizer.json path);
+- `eval_runs()`, `eval.points`, `table3_points()`: the evaluation (suite task names, few-shot
+  groups, the evenly spaced checkpoints and the ones Table 3 averages);
+- `micro_batches()`: the micro-batch per GPU type from experiments.train.plan.memory_estimate
+  (gradient accumulation keeps the global batch, so it never changes what is trained).
+
+Bad input raises RecipeError: one line naming the file and the key. `python -m sweeps.recipe
+show|table NAME` prints a recipe (exit 2 and one line on bad input).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from .grid import SweepSpec
+
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+BASES = ("paper", "reference", "ours")
+"""paper: stated by Fleuret 2025 (arXiv 2510.17558); reference: filled from a named public
+report or config; ours: our choice, the source says why."""
+SCHEDULES = ("cosine",)
+"""Schedules the trainer implements (experiments/train/trainer.py: linear warmup, cosine decay
+to lr x optim.min_lr_ratio). Another one needs a config key first."""
+Z_MODES = ("prior", "prior-k")
+"""How Z is drawn when scoring; `posterior` leaks the scored tokens and is no protocol."""
+
+GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
+                               "H200-141GB": 141.0}
+"""GPU memory in decimal GB as the vendors quote it (NVIDIA data sheets)."""
+USABLE_FRACTION = 0.9
+"""Share of a GPU's memory a micro-batch may fill by memory_estimate: that estimate leaves out
+the CUDA context, NCCL buffers and allocator fragmentation (a few GB), so 10% stays free."""
+
+_SECTIONS: dict[str, tuple[str, ...]] = {
+    "model": ("preset",),
+    "train": ("tokens", "seq_len", "batch_size", "precision", "gpus"),
+    "optim": ("lr", "schedule", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip",
+              "beta1", "beta2", "eps"),
+    "grid": ("kappa_bits", "latent_bits", "seeds", "controls"),
+    "corpus": ("data", "sources", "paths", "vocab_size", "tokenizer", "bytes_per_token",
+               "max_bytes", "val_tokens"),
+    "eval": ("tasks", "fewshot", "points", "average_last", "z"),
+}
+_TOP = ("description", *_SECTIONS)
+
+
+class RecipeError(ValueError):
+    """Bad recipe input: one line naming the file and the key."""
+
+
+@dataclass(frozen=True)
+class Provenance:
+    basis: str
+    source: str
+
+
+@dataclass(frozen=True)
+class HFSourceSpec:
+    """One entry of an `hf` mixture (the trainer's data.hf_sources[] fields)."""
+
+    path: str
+    weight: float
+    name: str | None = None
+    split: str = "train"
+    field: str = "text"
+    category: str = ""
+    """What share of the mixture it stands for (general, math, code): documentation only."""
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    tokens: float
+    seq_len: int
+    batch_size: int
+    """Global batch in sequences per optimizer step."""
+    precision: str
+    gpus: int
+    """The world size the recipe is planned for (train.plan_world_size; non-semantic)."""
+
+
+@dataclass(frozen=True)
+class OptimSpec:
+    lr: float
+    schedule: str
+    min_lr_ratio: float
+    warmup_steps: int
+    weight_decay: float
+    grad_clip: float
+    beta1: float
+    beta2: float
+    eps: float
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    kappa_bits: tuple[float, ...]
+    latent_bits: tuple[int, ...]
+    seeds: tuple[int, ...]
+    controls: tuple[str, ...]
+    """User-facing control names of sweeps.grid.CONTROLS: flops, plus1, plus1_flops."""
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    data: str
+    """A data source of experiments/train/config.py (stdlib | files | hf | synthetic)."""
+    sources: tuple[HFSourceSpec, ...]
+    paths: tuple[str, ...]
+    vocab_size: int
+    tokenizer: str | None
+    """A tokenizer.json path to use instead of training a BPE (needs key data.tokenizer)."""
+    bytes_per_token: float | None
+    """hf: text bytes per token, to stream enough text for one pass over the token budget."""
+    max_bytes: int | None
+    val_tokens: int | None
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    tasks: tuple[str, ...]
+    fewshot: Mapping[str, int]
+    """task -> shots, for the tasks whose count is set; absent: the stock task's own count."""
+    points: int
+    """Evenly spaced checkpoints evaluated (sweeps' EVAL_POINTS)."""
+    average_last: float
+    """Table 3 averages the benchmarks over this last fraction of training."""
+    z: str
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """What one GPU type runs for a recipe: the largest micro-batch whose estimated memory fits
+    USABLE_FRACTION of the GPU (without activation checkpointing when possible)."""
+
+    gpu: str
+    memory_gb: float
+    parallel: str
+    micro_batch_size: int | None
+    """None: not even one sequence fits, with activation checkpointing."""
+    grad_accum: int | None
+    activation_checkpointing: bool
+    estimate_gb: float | None
+    """The estimate (decimal GB) of the costliest arm at this micro-batch."""
+
+
+def _quote(text: str) -> str:
+    """A string as a quoted hydra override value, so ',', ':', '=' or spaces in a path or a
+    dataset name cannot split it."""
+    # hydra's rule: inside quotes only a quote, and backslashes right before one (or before
+    # the closing quote), are escaped
+    body = re.sub(r"(\\*)('|$)",
+                  lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text)
+    return f"'{body}'"
+
+
+def _fmt(v: float) -> str:
+    """Shortest exact text of a number for an override: 2.0 -> '2', 4e-4 -> '0.0004'."""
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    path: str
+    description: str
+    preset: str
+    train: TrainSpec
+    optim: OptimSpec
+    grid: GridSpec
+    corpus: CorpusSpec
+    eval: EvalSpec
+    provenance: Mapping[str, Provenance] = field(default_factory=dict)
+    """'<section>.<key>' -> where the value comes from (every key has one)."""
+
+    # ------------------------------------------------------------------ validation
+    def _bad(self, key: str, value: Any, problem: str) -> RecipeError:
+        return RecipeError(f"{self.path}: {key}={value!r}: {problem}")
+
+    def _int(self, key: str, v: Any, lo: int = 1) -> None:
+        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
+            raise self._bad(key, v, f"must be an integer >= {lo}")
+
+    def _num(self, key: str, v: Any, lo: float = 0.0, hi: float | None = None,
+             lo_open: bool = False, hi_open: bool = False) -> None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        ok = ok and (v > lo if lo_open else v >= lo)
+        if ok and hi is not None:
+            ok = v < hi if hi_open else v <= hi
+        if not ok:
+            rng = f"{'(' if lo_open else '['}{lo:g}, {'inf' if hi is None else f'{hi:g}'}" \
+                  f"{')' if hi_open or hi is None else ']'}"
+            raise self._bad(key, v, f"must be a finite number in {rng}")
+
+    def _str(self, key: str, v: Any, allowed: Sequence[str] | None = None) -> None:
+        if not isinstance(v, str) or not v.strip():
+            raise self._bad(key, v, "must be a non-empty string")
+        if allowed is not None and v not in allowed:
+            raise self._bad(key, v, f"allowed values {list(allowed)}")
+
+    def _seq(self, key: str, v: Any) -> None:
+        if not isinstance(v, tuple) or not v:
+            raise self._bad(key, v, "must be a non-empty list")
+        if not all(isinstance(x, (str, int, float, HFSourceSpec)) for x in v):
+            raise self._bad(key, list(v), "must be a list of plain values")
+        if len(set(v)) != len(v):
+            raise self._bad(key, v, "has a repeated value")
+
+    def __post_init__(self) -> None:
+        from experiments.train.config import DATA_SOURCES, PRECISIONS
+        from model import PRESETS
+        from model.config import MAX_LATENT_BITS
+
+        from .grid import CONTROLS
+
+        self._str("model.preset", self.preset, list(PRESETS))
+        t = self.train
+        self._num("train.tokens", t.tokens, lo_open=True)
+        self._int("train.seq_len", t.seq_len)
+        self._int("train.batch_size", t.batch_size)
+        self._str("train.precision", t.precision, [str(p) for p in PRECISIONS])
+        self._int("train.gpus", t.gpus)
+        if t.batch_size % t.gpus:
+            raise self._bad("train.batch_size", t.batch_size,
+                            f"must be a multiple of train.gpus={t.gpus}")
+        if t.seq_len > PRESETS[self.preset].max_seq_len:
+            raise self._bad("train.seq_len", t.seq_len, f"exceeds the {self.preset} preset's "
+                            f"max_seq_len={PRESETS[self.preset].max_seq_len}")
+        o = self.optim
+        self._num("optim.lr", o.lr, lo_open=True)
+        self._str("optim.schedule", o.schedule)
+        if o.schedule not in SCHEDULES:
+            raise self._bad("optim.schedule", o.schedule, f"needs key optim.schedule: the "
+                            f"trainer implements {list(SCHEDULES)} only")
+        self._num("optim.min_lr_ratio", o.min_lr_ratio, hi=1.0)
+        self._int("optim.warmup_steps", o.warmup_steps, lo=0)
+        self._num("optim.weight_decay", o.weight_decay)
+        self._num("optim.grad_clip", o.grad_clip)
+        self._num("optim.beta1", o.beta1, hi=1.0, hi_open=True)
+        self._num("optim.beta2", o.beta2, hi=1.0, hi_open=True)
+        self._num("optim.eps", o.eps, lo_open=True)
+        g = self.grid
+        for key, vals in (("grid.kappa_bits", g.kappa_bits), ("grid.latent_bits", g.latent_bits),
+                          ("grid.seeds", g.seeds)):
+            self._seq(key, vals)
+        for k in g.kappa_bits:
+            self._num("grid.kappa_bits", k)
+        for h in g.latent_bits:
+            self._int("grid.latent_bits", h)
+            if h > MAX_LATENT_BITS:
+                raise self._bad("grid.latent_bits", h, f"must be <= {MAX_LATENT_BITS}")
+        for s in g.seeds:
+            self._int("grid.seeds", s, lo=0)
+        if not isinstance(g.controls, tuple) or len(set(g.controls)) != len(g.controls):
+            raise self._bad("grid.controls", g.controls, "must be a list without repeats")
+        for c in g.controls:
+            self._str("grid.controls", c, list(CONTROLS))
+        if PRESETS[self.preset].n_layers % 2:
+            raise self._bad("model.preset", self.preset, "a Free Transformer needs an even "
+                            "layer count")
+        c = self.corpus
+        self._str("corpus.data", c.data, [str(s) for s in DATA_SOURCES])
+        self._int("corpus.vocab_size", c.vocab_size, lo=258)  # byte-level BPE: 256 + eos + 1
+        if c.tokenizer is not None:
+            self._str("corpus.tokenizer", c.tokenizer)
+        if c.data == "hf":
+            self._seq("corpus.sources", c.sources)
+            for s in c.sources:
+                self._str("corpus.sources[].path", s.path)
+                self._num("corpus.sources[].weight", s.weight, lo_open=True)
+            if c.bytes_per_token is None:
+                raise self._bad("corpus.bytes_per_token", None, "data=hf needs it (how much "
+                                "text one pass over train.tokens streams)")
+            self._num("corpus.bytes_per_token", c.bytes_per_token, lo_open=True)
+        else:
+            if c.sources:
+                raise self._bad("corpus.sources", "[...]", f"only data=hf takes a mixture "
+                                f"(data={c.data})")
+            if c.bytes_per_token is not None:
+                raise self._bad("corpus.bytes_per_token", c.bytes_per_token,
+                                f"only data=hf streams text by the byte (data={c.data})")
+        if c.data == "files" and not c.paths:
+            raise self._bad("corpus.paths", list(c.paths), "data=files needs glob patterns")
+        if c.data != "files" and c.paths:
+            raise self._bad("corpus.paths", list(c.paths), "only data=files takes paths")
+        if c.max_bytes is not None:
+            self._int("corpus.max_bytes", c.max_bytes)
+        if c.val_tokens is not None:
+            self._int("corpus.val_tokens", c.val_tokens)
+        e = self.eval
+        from experiments.eval.run import DEFAULT_TASKS, ONLINE_EXTRA
+
+        known = DEFAULT_TASKS + ONLINE_EXTRA
+        self._seq("eval.tasks", e.tasks)
+        for task in e.tasks:
+            self._str("eval.tasks", task, list(known))
+        for task, n in e.fewshot.items():
+            if task not in e.tasks:
+                raise self._bad("eval.fewshot", task, "names a task not in eval.tasks")
+            self._int(f"eval.fewshot.{task}", n, lo=0)
+        self._int("eval.points", e.points, lo=2)  # a curve needs two points (as EVAL_POINTS)
+        self._num("eval.average_last", e.average_last, lo_open=True, hi=1.0)
+        self._str("eval.z", e.z, list(Z_MODES))
+        if not self.table3_points():
+            raise self._bad("eval.points", e.points, f"no evaluation point falls in the last "
+                            f"{e.average_last:g} of training that Table 3 averages")
+        for key in _leaf_keys(self):
+            p = self.provenance.get(key)
+            if p is None or p.basis not in BASES or not p.source.strip():
+                raise self._bad(key, "(provenance)", f"needs basis in {list(BASES)} and a "
+                                "non-empty source")
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.batch_size * self.train.seq_len
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps of an equal-tokens arm (experiments.train.plan's rule: whole steps,
+        rounded up)."""
+        return max(1, math.ceil(self.train.tokens / self.tokens_per_step - 1e-9))
+
+    @property
+    def hf_max_bytes(self) -> int | None:
+        """hf: text to stream for one pass over the token budget (tokens x bytes_per_token)."""
+        if self.corpus.data != "hf" or self.corpus.bytes_per_token is None:
+            return None
+        return math.ceil(self.train.tokens * self.corpus.bytes_per_token)
+
+    def table3_points(self) -> tuple[int, ...]:
+        """The evaluation points k = 1..points (checkpoint at ceil(k x steps / points)) that lie
+        in the last `average_last` of training, which Table 3 averages over."""
+        n = self.eval.points
+        start = Fraction(1) - Fraction(self.eval.average_last).limit_denominator(1000)
+        return tuple(k for k in range(1, n + 1) if Fraction(k, n) > start)
+
+    # ------------------------------------------------------------------ outputs
+    def training_overrides(self, *, groups: bool = True, budget: bool = True,
+                           gpu: str | None = None) -> tuple[str, ...]:
+        """Hydra overrides for experiments.train (either arm: the grid adds latent_bits, kappa).
+
+        groups: lead with `model=<preset>` and `data=<source>` (False for SweepSpec, which
+        writes them itself); budget: include train.tokens (False for SweepSpec); gpu: a key of
+        GPU_TYPES whose micro-batch, parallelism and checkpointing are added."""
+        t, o, c = self.train, self.optim, self.corpus
+        ov: list[str] = [f"model={self.preset}", f"data={c.data}"] if groups else []
+        ov += [f"model.vocab_size={c.vocab_size}"]
+        ov += self.corpus_overrides()
+        ov += [f"train.seq_len={t.seq_len}", f"train.batch_size={t.batch_size}"]
+        if budget:
+            ov.append(f"train.tokens={_fmt(t.tokens)}")
+        ov += [f"train.precision={t.precision}", f"train.plan_world_size={t.gpus}",
+               f"optim.lr={_fmt(o.lr)}", f"optim.min_lr_ratio={_fmt(o.min_lr_ratio)}",
+               f"optim.warmup_steps={o.warmup_steps}",
+               f"optim.weight_decay={_fmt(o.weight_decay)}",
+               f"optim.grad_clip={_fmt(o.grad_clip)}", f"optim.beta1={_fmt(o.beta1)}",
+               f"optim.beta2={_fmt(o.beta2)}", f"optim.eps={_fmt(o.eps)}"]
+        if gpu is not None:
+            table = self.micro_batches()
+            if gpu not in table:
+                raise RecipeError(f"{self.path}: unknown GPU type {gpu!r}; known: "
+                                  f"{list(GPU_TYPES)}")
+            mb = table[gpu]
+            if mb.micro_batch_size is None:
+                raise RecipeError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
+                                  "at micro-batch 1 with activation checkpointing")
+            ov += [f"train.micro_batch_size={mb.micro_batch_size}",
+                   f"train.gpu_memory_gb={_fmt(mb.memory_gb)}", f"train.parallel={mb.parallel}",
+                   f"train.activation_checkpointing={str(mb.activation_checkpointing).lower()}"]
+        return tuple(ov)
+
+    def corpus_overrides(self) -> list[str]:
+        """The data.* overrides of the corpus settings (without `data=<source>`)."""
+        import experiments.train.config as C
+
+        c = self.corpus
+        ov: list[str] = []
+        if c.tokenizer is not None:
+            if "tokenizer" not in {f.name for f in dataclasses.fields(C.DataConfig)}:
+                raise RecipeError(f"{self.path}: corpus.tokenizer={c.tokenizer!r}: needs key "
+                                  "data.tokenizer (experiments/train/config.py has none yet)")
+            ov.append(f"data.tokenizer={_quote(c.tokenizer)}")
+        if c.data == "hf":
+            items = []
+            for s in c.sources:
+                d = {"path": _quote(s.path), "name": s.name and _quote(s.name),
+                     "split": _quote(s.split), "field": _quote(s.field),
+                     "weight": _fmt(s.weight)}
+                items.append("{" + ",".join(f"{k}:{v}" for k, v in d.items() if v is not None)
+                             + "}")
+            ov.append(f"data.hf_sources=[{','.join(items)}]")
+            ov.append(f"data.hf_max_bytes={self.hf_max_bytes}")
+        if c.paths:
+            ov.append(f"data.paths=[{','.join(_quote(p) for p in c.paths)}]")
+        if c.max_bytes is not None:
+            ov.append(f"data.max_bytes={c.max_bytes}")
+        if c.val_tokens is not None:
+            ov.append(f"data.val_tokens={c.val_tokens}")
+        return ov
+
+    def sweep_spec(self, *, seeds: Sequence[int] | None = None) -> SweepSpec:
+        """The recipe's grid as a sweeps.grid.SweepSpec (seeds: replace the recipe's)."""
+        from .grid import CONTROLS, SweepSpec
+
+        return SweepSpec(
+            kappa_bits=tuple(float(k) for k in self.grid.kappa_bits),
+            latent_bits=self.grid.latent_bits,
+            seeds=tuple(seeds) if seeds is not None else self.grid.seeds,
+            preset=self.preset, data=self.corpus.data, tokens=float(self.train.tokens),
+            controls=tuple(CONTROLS[c] for c in self.grid.controls),
+            overrides=self.training_overrides(groups=False, budget=False))
+
+    def eval_runs(self) -> list[list[str]]:
+        """Arguments for experiments.eval (or sweeps' EVAL_ARGS), one list per few-shot count:
+        the tasks at their stock count first, then each explicit count."""
+        e = self.eval
+        groups: dict[int | None, list[str]] = {}
+        for task in e.tasks:
+            groups.setdefault(e.fewshot.get(task), []).append(task)
+        runs = []
+        for n in sorted(groups, key=lambda x: -1 if x is None else x):
+            argv = ["--tasks", ",".join(groups[n]), "--z", e.z]
+            if n is not None:
+                argv += ["--fewshot", str(n)]
+            runs.append(argv)
+        return runs
+
+    def micro_batches(self) -> dict[str, MicroBatch]:
+        """Per GPU type: parallelism (experiments.train.parallel's auto rule), the largest
+        micro-batch dividing the per-GPU batch whose memory_estimate fits USABLE_FRACTION of the
+        GPU, for the costliest arm of the grid (the H=max Free Transformer, and the +1-layer
+        baseline when that control is on), without activation checkpointing when possible."""
+        import model as M
+        from experiments.train.config import compose
+        from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
+        from experiments.train.plan import memory_estimate, plan
+
+        cfg = compose(list(self.training_overrides()))
+        base = plan(cfg, world_size=self.train.gpus)
+        mc = base.model
+        arms = [mc.replace(latent_bits=max(self.grid.latent_bits),
+                           kappa_bits=float(self.grid.kappa_bits[0]))]
+        if any(c.startswith("plus1") for c in self.grid.controls):
+            arms.append(mc.replace(n_layers=mc.n_layers + 1))
+        per_gpu = self.train.batch_size // self.train.gpus
+        out: dict[str, MicroBatch] = {}
+        for gpu, gb in GPU_TYPES.items():
+            cap = USABLE_FRACTION * gb * 1e9
+            biggest = max(M.param_count(a)["total"] for a in arms)
+            par = "none" if self.train.gpus == 1 else (
+                "fsdp" if DDP_BYTES_PER_PARAM * biggest > FIT_FRACTION * gb * 1e9 else "ddp")
+            choice: MicroBatch | None = None
+            for ckpt in (False, True):
+                for m in (d for d in range(per_gpu, 0, -1) if per_gpu % d == 0):
+                    worst = 0.0
+                    for a in arms:
+                        p = dataclasses.replace(base, model=a, micro_batch_size=m,
+                                                grad_accum=per_gpu // m)
+                        est = memory_estimate(p, par)
+                        worst = max(worst, est["total_checkpointed" if ckpt else "total"])
+                    if worst <= cap:
+                        choice = MicroBatch(gpu, gb, par, m, per_gpu // m, ckpt, worst / 1e9)
+                        break
+                if choice is not None:
+                    break
+            out[gpu] = choice or MicroBatch(gpu, gb, par, None, None, True, None)
+        return out
+
+    def table(self) -> str:
+        """Markdown: every value with its basis and source, then the derived values."""
+        rows = ["| key | value | basis | source |", "|---|---|---|---|"]
+        for key in _leaf_keys(self):
+            p = self.provenance[key]
+            v = _value_of(self, key)
+            shown = _show(_fraction(v)) if key in _FRACTION_KEYS else _show(v)
+            rows.append(f"| {key} | {shown} | {p.basis} | {p.source} |")
+        gbt = self.tokens_per_step
+        rows += ["", "| derived | value |", "|---|---|",
+                 f"| global batch | {self.train.batch_size:,} sequences x {self.train.seq_len:,}"
+                 f" = {gbt:,} tokens |",
+                 f"| steps (equal-tokens arms) | {self.steps:,} "
+                 f"({self.steps * gbt:,} tokens) |",
+                 f"| warmup share | {self.optim.warmup_steps:,} steps = "
+                 f"{min(1.0, self.optim.warmup_steps / self.steps):.1%} of the steps |",
+                 f"| per-GPU batch | {self.train.batch_size // self.train.gpus} sequences on "
+                 f"{self.train.gpus} GPU(s) |",
+                 f"| Table 3 points | {list(self.table3_points())} of 1..{self.eval.points} |"]
+        if self.hf_max_bytes is not None:
+            rows.append(f"| data.hf_max_bytes | {self.hf_max_bytes:,} |")
+        return "\n".join(rows)
+
+
+def _leaf_keys(r: Recipe) -> list[str]:
+    return [f"{s}.{k}" for s, keys in _SECTIONS.items() for k in keys]
+
+
+def _value_of(r: Recipe, key: str) -> Any:
+    section, k = key.split(".")
+    if section == "model":
+        return getattr(r, k)
+    return getattr(getattr(r, section), k)
+
+
+_FRACTION_KEYS = ("grid.kappa_bits", "eval.average_last")
+"""Shown as the paper writes them (1/4, 1/3)."""
+
+
+def _fraction(v: Any) -> Any:
+    if isinstance(v, tuple):
+        return tuple(_fraction(x) for x in v)
+    f = Fraction(v).limit_denominator(64)
+    return str(f) if abs(float(f) - v) < 1e-9 else v
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, tuple) and v and isinstance(v[0], HFSourceSpec):
+        return "<br>".join(f"{s.path}" + (f" ({s.name})" if s.name else "")
+                           + f", field {s.field}, weight {s.weight:g}"
+                           + (f" [{s.category}]" if s.category else "") for s in v)
+    if isinstance(v, tuple):
+        return "[" + ", ".join(_show(x) for x in v) + "]" if v else "[]"
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{k}: {x}" for k, x in v.items()) + "}" if v else "{} (stock)"
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "null" if v is None else str(v)
+
+
+# ---------------------------------------------------------------------- loading
+def known() -> list[str]:
+    """Names of the recipes shipped in sweeps/recipes/."""
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def resolve(name_or_path: str | Path) -> Path:
+    """A recipe name (sweeps/recipes/<name>.yaml) or a path to a file; RecipeError if neither."""
+    s = str(name_or_path).strip()
+    if not s:
+        raise RecipeError(f"RECIPE is empty; known recipes: {', '.join(known())}")
+    p = Path(s)
+    if p.suffix in (".yaml", ".yml") or "/" in s:
+        if not p.is_file():
+            raise RecipeError(f"{s}: no such recipe file")
+        return p
+    named = RECIPES_DIR / f"{s}.yaml"
+    if not named.is_file():
+        raise RecipeError(f"recipe {s!r}: unknown; known recipes: {', '.join(known())} "
+                          "(or give a path to a .yaml file)")
+    return named
+
+
+def load(name_or_path: str | Path) -> Recipe:
+    """The validated Recipe of a shipped name or a file path (RecipeError: one line)."""
+    path = resolve(name_or_path)
+    shown = _display(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecipeError(f"{shown}: cannot read: {e}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise RecipeError(f"{shown}: not valid YAML{where}") from None
+    return from_dict(raw, path=shown, name=path.stem)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
+    """A Recipe from the parsed YAML (RecipeError naming `path` and the key)."""
+    from experiments.train.config import parse_amount
+
+    def bad(key: str, problem: str) -> RecipeError:
+        return RecipeError(f"{path}: {key}: {problem}")
+
+    if not isinstance(raw, dict):
+        raise bad("(top)", "must be a mapping of sections "
+                  f"{list(_SECTIONS)}")
+    unknown = sorted(set(map(str, raw)) - set(_TOP))
+    if unknown:
+        raise bad(unknown[0], f"unknown key; allowed: {list(_TOP)}")
+    values: dict[str, Any] = {}
+    prov: dict[str, Provenance] = {}
+    for section, keys in _SECTIONS.items():
+        sec = raw.get(section)
+        if not isinstance(sec, dict):
+            raise bad(section, "missing section" if sec is None else "must be a mapping")
+        extra = sorted(set(map(str, sec)) - set(keys))
+        if extra:
+            raise bad(f"{section}.{extra[0]}", f"unknown key; allowed: {list(keys)}")
+        for k in keys:
+            full = f"{section}.{k}"
+            if k not in sec:
+                raise bad(full, "missing (every key is written, with its basis and source)")
+            leaf = sec[k]
+            if not isinstance(leaf, dict) or set(leaf) != {"value", "basis", "source"}:
+                raise bad(full, "must be {value: ..., basis: paper|reference|ours, "
+                          "source: '...'}")
+            if leaf["basis"] not in BASES:
+                raise bad(full, f"basis {leaf['basis']!r}: allowed {list(BASES)}")
+            if not isinstance(leaf["source"], str) or not leaf["source"].strip():
+                raise bad(full, "source must be a non-empty string")
+            prov[full] = Provenance(leaf["basis"], " ".join(leaf["source"].split()))
+            values[full] = leaf["value"]
+    desc = raw.get("description", "")
+    if not isinstance(desc, str):
+        raise bad("description", "must be a string")
+
+    def seq(key: str, conv: Any = None) -> tuple:
+        v = values[key]
+        if v is None:
+            return ()
+        if not isinstance(v, list):
+            raise bad(key, f"{v!r} must be a list")
+        return tuple(conv(key, x) if conv else x for x in v)
+
+    def kappa(key: str, x: Any) -> float:
+        if isinstance(x, str) and "/" in x:  # 1/4, as the paper writes it
+            try:
+                return float(Fraction(x))
+            except (ValueError, ZeroDivisionError):
+                raise bad(key, f"{x!r} is not a number") from None
+        if not isinstance(x, (int, float)) or isinstance(x, bool):
+            raise bad(key, f"{x!r} is not a number")
+        return float(x)
+
+    tokens = values["train.tokens"]
+    if isinstance(tokens, str):
+        try:
+            tokens = parse_amount(tokens, "train.tokens")
+        except ValueError as e:
+            raise bad("train.tokens", str(e)) from None
+
+    def source(key: str, x: Any) -> HFSourceSpec:
+        allowed = {f.name for f in dataclasses.fields(HFSourceSpec)}
+        if not isinstance(x, dict):
+            raise bad(key, f"{x!r}: each source is a mapping with keys {sorted(allowed)}")
+        extra = sorted(set(map(str, x)) - allowed)
+        if extra:
+            raise bad(key, f"unknown key {extra[0]!r}; allowed: {sorted(allowed)}")
+        for k in ("path", "weight"):
+            if k not in x:
+                raise bad(key, f"a source needs {k!r}")
+        for k in ("path", "name", "split", "field", "category"):
+            if k in x and x[k] is not None and not isinstance(x[k], str):
+                raise bad(key, f"{k}={x[k]!r} must be a string")
+        return HFSourceSpec(**x)
+
+    fewshot = values["eval.fewshot"]
+    if fewshot is None:
+        fewshot = {}
+    if not isinstance(fewshot, dict):
+        raise bad("eval.fewshot", f"{fewshot!r} must be a mapping task -> shots")
+    try:
+        return Recipe(
+            name=name, path=path, description=" ".join(desc.split()),
+            preset=values["model.preset"],
+            train=TrainSpec(tokens=tokens, seq_len=values["train.seq_len"],
+                            batch_size=values["train.batch_size"],
+                            precision=values["train.precision"], gpus=values["train.gpus"]),
+            optim=OptimSpec(**{k: values[f"optim.{k}"] for k in _SECTIONS["optim"]}),
+            grid=GridSpec(kappa_bits=seq("grid.kappa_bits", kappa),
+                          latent_bits=seq("grid.latent_bits"), seeds=seq("grid.seeds"),
+                          controls=seq("grid.controls")),
+            corpus=CorpusSpec(data=values["corpus.data"],
+                              sources=seq("corpus.sources", source),
+                              paths=seq("corpus.paths"),
+                              vocab_size=values["corpus.vocab_size"],
+                              tokenizer=values["corpus.tokenizer"],
+                              bytes_per_token=values["corpus.bytes_per_token"],
+                              max_bytes=values["corpus.max_bytes"],
+                              val_tokens=values["corpus.val_tokens"]),
+            eval=EvalSpec(tasks=seq("eval.tasks"), fewshot=dict(fewshot),
+                          points=values["eval.points"],
+                          average_last=kappa("eval.average_last", values["eval.average_last"]),
+                          z=values["eval.z"]),
+            provenance=prov)
+    except TypeError as e:  # a value of a type the dataclasses cannot even hold
+        raise RecipeError(f"{path}: {' '.join(str(e).split())}") from None
+
+
+# ---------------------------------------------------------------------- CLI
+def show(r: Recipe) -> str:
+    """What `python -m sweeps.recipe show NAME` prints: overrides, grid, eval and micro-batches."""
+    lines = [f"recipe      {r.name} ({r.path})", f"            {r.description}",
+             "overrides   " + " ".join(r.training_overrides()),
+             f"grid        kappa {list(r.grid.kappa_bits)} H {list(r.grid.latent_bits)} seeds "
+             f"{list(r.grid.seeds)} controls {list(r.grid.controls) or 'none'}",
+             f"steps       {r.steps:,} x {r.tokens_per_step:,} tokens",
+             f"eval        {r.eval.points} points, Table 3 averages points "
+             f"{list(r.table3_points())}; runs: "
+             + " | ".join(" ".join(a) for a in r.eval_runs()),
+             "micro-batch (per GPU type; gradient accumulation keeps the global batch)"]
+    for mb in r.micro_batches().values():
+        if mb.micro_batch_size is None:
+            lines.append(f"  {mb.gpu:<11} does not fit, even at 1 with activation checkpointing")
+        else:
+            ck = ", activation checkpointing" if mb.activation_checkpointing else ""
+            lines.append(f"  {mb.gpu:<11} {mb.parallel}, micro {mb.micro_batch_size} x accum "
+                         f"{mb.grad_accum}{ck} ({mb.estimate_gb:.1f} GB estimated)")
+    return "\n".join(lines)
+
+
+def micro_table(r: Recipe) -> str:
+    """Markdown table of micro_batches() for docs/RECIPES.md."""
+    rows = ["| GPU | parallel | micro-batch | grad accum | act. ckpt | estimate |",
+            "|---|---|---|---|---|---|"]
+    for mb in r.micro_batches().values():
+        if mb.micro_batch_size is None:
+            rows.append(f"| {mb.gpu} | {mb.parallel} | does not fit | - | - | - |")
+        else:
+            rows.append(f"| {mb.gpu} | {mb.parallel} | {mb.micro_batch_size} | {mb.grad_accum}"
+                        f" | {'yes' if mb.activation_checkpointing else 'no'} | "
+                        f"{mb.estimate_gb:.1f} GB |")
+    return "\n".join(rows)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m sweeps.recipe", description=__doc__.split(
+        "\n")[0])
+    ap.add_argument("command", choices=["show", "table", "micro", "list"])
+    ap.add_argument("recipe", nargs="?", default="")
+    a = ap.parse_args(argv)
+    try:
+        if a.command == "list":
+            print("\n".join(known()))
+            return 0
+        r = load(a.recipe)
+        print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](r))
+    except ValueError as e:  # RecipeError, and ConfigError from composing
+        print(f"recipe: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

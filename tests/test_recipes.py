@@ -1,0 +1,392 @@
+"""Recipes (issue 27): the paper's protocol as data files, every value sourced.
+
+Checked here: every shipped recipe loads; its training overrides compose through
+experiments.train.config.compose and plan to the recipe's tokens and global batch (step counts
+worked out by hand, not by the code under test); its grid expands into cells that compose and
+share every setting; the micro-batch table fits its GPUs and never changes the global batch;
+docs/RECIPES.md prints exactly the recipes' tables; bad recipe files are refused in one line
+naming the file and the key; and cpu-mini is small: at most 8 cells, each at most 16,384
+training tokens, 2M parameters and 16 optimizer steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.train.config import compose
+from experiments.train.plan import plan
+from sweeps import recipe as R
+from sweeps.grid import expand, fmt_num
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ("paper-1.5B", "paper-8B", "paper-8B-1T")
+SHIPPED = (*PAPER, "cpu-mini")
+# by hand: ceil(tokens / (1024 x 4096)); 47e9 / 4,194,304 = 11,205.6...
+PAPER_STEPS = {"paper-1.5B": 11_206, "paper-8B": 47_684, "paper-8B-1T": 238_419}
+PAPER_TOKENS = {"paper-1.5B": 47e9, "paper-8B": 200e9, "paper-8B-1T": 1e12}
+
+
+@pytest.fixture(scope="module")
+def recipes() -> dict[str, R.Recipe]:
+    return {n: R.load(n) for n in SHIPPED}
+
+
+@pytest.fixture(scope="module")
+def composed(recipes):
+    return {n: compose(list(r.training_overrides())) for n, r in recipes.items()}
+
+
+def test_every_shipped_recipe_loads_and_every_value_has_a_source(recipes) -> None:
+    assert set(SHIPPED) <= set(R.known())
+    for r in recipes.values():
+        keys = [f"{s}.{k}" for s, ks in R._SECTIONS.items() for k in ks]
+        assert sorted(r.provenance) == sorted(keys)
+        for p in r.provenance.values():
+            assert p.basis in R.BASES and len(p.source) > 10
+
+
+def test_what_the_paper_states_is_marked_paper_and_what_it_omits_is_not(recipes) -> None:
+    """The issue: the paper gives shapes, vocabulary, tokens, the kappa grid, H and Table 3's
+    averaging; it gives no batch, learning rate, schedule, warmup or data mix."""
+    for n in PAPER:
+        r = recipes[n]
+        for key in ("model.preset", "train.tokens", "grid.kappa_bits", "grid.latent_bits",
+                    "corpus.vocab_size", "eval.average_last"):
+            assert r.provenance[key].basis == "paper", (n, key)
+        for key in ("train.batch_size", "train.seq_len", "optim.lr", "optim.schedule",
+                    "optim.warmup_steps", "optim.weight_decay", "optim.grad_clip",
+                    "optim.beta1", "optim.beta2", "optim.eps", "corpus.sources"):
+            assert r.provenance[key].basis != "paper", (n, key)
+        assert r.train.tokens == PAPER_TOKENS[n]
+        assert r.corpus.vocab_size == 2 ** 17
+        assert r.grid.latent_bits == (16,)
+        assert r.eval.average_last == pytest.approx(1 / 3)
+    assert recipes["paper-1.5B"].grid.kappa_bits == (0.25, 0.5, 1.0, 2.0)
+    assert recipes["paper-8B"].grid.kappa_bits == (0.25, 0.5, 1.0, 2.0)
+    assert recipes["paper-8B-1T"].grid.kappa_bits == (0.5,)
+    assert recipes["paper-1.5B"].preset == "1.5B"
+    assert {recipes[n].preset for n in ("paper-8B", "paper-8B-1T")} == {"8B"}
+
+
+def test_training_overrides_compose_to_the_recipe_values(recipes, composed) -> None:
+    for n, r in recipes.items():
+        cfg = composed[n]
+        assert cfg.model.preset == r.preset
+        assert cfg.model.vocab_size == r.corpus.vocab_size
+        assert str(cfg.data.source) == r.corpus.data
+        t, o = cfg.train, cfg.optim
+        assert (t.seq_len, t.batch_size, str(t.precision)) == (
+            r.train.seq_len, r.train.batch_size, r.train.precision)
+        assert t.tokens == r.train.tokens and t.plan_world_size == r.train.gpus
+        assert (o.lr, o.min_lr_ratio, o.warmup_steps, o.weight_decay, o.grad_clip, o.beta1,
+                o.beta2, o.eps) == (r.optim.lr, r.optim.min_lr_ratio, r.optim.warmup_steps,
+                                    r.optim.weight_decay, r.optim.grad_clip, r.optim.beta1,
+                                    r.optim.beta2, r.optim.eps)
+        if r.corpus.data == "hf":
+            got = [(s.path, s.name, s.field, s.weight) for s in cfg.data.hf_sources]
+            assert got == [(s.path, s.name, s.field, s.weight) for s in r.corpus.sources]
+            assert sum(s.weight for s in r.corpus.sources) == pytest.approx(1.0)
+            # one pass over the budget: at least 4 bytes of text per token streamed
+            assert cfg.data.hf_max_bytes >= 4 * r.train.tokens
+
+
+def test_paper_plans_give_the_recipe_tokens_and_a_4m_token_global_batch(recipes,
+                                                                         composed) -> None:
+    for n in PAPER:
+        p = plan(composed[n], world_size=1)
+        assert p.tokens_per_step == 1024 * 4096 == recipes[n].tokens_per_step
+        assert p.batch_size == 1024
+        assert p.steps == PAPER_STEPS[n] == recipes[n].steps
+        assert p.tokens == PAPER_STEPS[n] * 4_194_304
+        assert PAPER_TOKENS[n] <= p.tokens < PAPER_TOKENS[n] + p.tokens_per_step
+        assert p.warmup_steps == 2000
+    p = plan(composed["cpu-mini"], world_size=1)
+    assert (p.tokens_per_step, p.steps, p.tokens) == (512, 8, 4096)
+
+
+def test_the_free_transformer_arm_trains_on_the_same_tokens(recipes) -> None:
+    """Equal tokens (the paper's protocol): an FT cell of each recipe plans the baseline's steps
+    with its own latent settings."""
+    for r in recipes.values():
+        cells = {c.name: c for c in expand(r.sweep_spec())}
+        k, h, s = r.grid.kappa_bits[-1], r.grid.latent_bits[0], r.grid.seeds[0]
+        cfg = compose(list(cells[f"free-k{fmt_num(k)}-H{h}-s{s}"].overrides))
+        p = plan(cfg, world_size=1)
+        assert (cfg.model.latent_bits, cfg.model.kappa_bits) == (h, k)
+        assert p.steps == r.steps and p.tokens_per_step == r.tokens_per_step
+        assert cfg.optim.lr == r.optim.lr and cfg.model.vocab_size == r.corpus.vocab_size
+
+
+def test_the_grid_has_the_recipe_cells(recipes) -> None:
+    for n, r in recipes.items():
+        spec = r.sweep_spec()
+        cells = expand(spec)
+        nk, nh, ns = len(r.grid.kappa_bits), len(r.grid.latent_bits), len(r.grid.seeds)
+        want = ns + nk * nh * ns
+        want += nh * ns if "flops" in r.grid.controls else 0
+        want += ns if "plus1" in r.grid.controls else 0
+        assert len(cells) == want, n
+        assert spec.tokens == r.train.tokens and spec.preset == r.preset
+    assert len(expand(recipes["paper-1.5B"].sweep_spec())) == 3 * (1 + 4 + 1 + 1)
+    assert len(expand(recipes["paper-8B-1T"].sweep_spec())) == 1 + 1 + 1
+    assert len(expand(recipes["paper-1.5B"].sweep_spec(seeds=[7]))) == 7
+
+
+def test_every_cpu_mini_cell_composes_shares_settings_and_is_small(recipes) -> None:
+    """The sweep planner composes every cell and checks the arms share every setting; the
+    bound: <= 8 cells, each <= 16,384 tokens, <= 2M parameters, <= 16 steps."""
+    from sweeps import launcher
+
+    r = recipes["cpu-mini"]
+    p = launcher.plan(r.sweep_spec(), name="recipe-test")
+    arms = {c.cell.arm for c in p.cells}
+    assert arms == {"baseline", "free", "baseline_flops", "baseline_plus1"}
+    assert len(p.cells) <= 8
+    for c in p.cells:
+        assert c.tokens <= 16_384, c.cell.name
+        cfg = compose(list(c.cell.overrides))
+        pl = plan(cfg, world_size=1)
+        assert pl.params["total"] <= 2_000_000 and pl.steps <= 16, c.cell.name
+    assert p.shared["optim.lr"] == r.optim.lr
+    assert p.shared["train.batch_size"] == r.train.batch_size
+
+
+def test_paper_8b_1t_cells_all_compose_and_share_settings(recipes) -> None:
+    from sweeps import launcher
+
+    p = launcher.plan(recipes["paper-8B-1T"].sweep_spec(), name="recipe-test-1t")
+    assert sorted(c.cell.arm for c in p.cells) == ["baseline", "baseline_flops", "free"]
+    assert p.shared["model.vocab_size"] == 2 ** 17 and p.shared["train.seq_len"] == 4096
+
+
+def test_plus1_control_of_the_1p5b_recipe_has_29_layers(recipes) -> None:
+    cells = {c.arm: c for c in expand(recipes["paper-1.5B"].sweep_spec())}
+    cfg = compose(list(cells["baseline_plus1"].overrides))
+    assert cfg.model.n_layers == 29 and cfg.model.latent_bits == 0
+    assert cfg.model.vocab_size == 2 ** 17 and cfg.optim.lr == 4e-4
+
+
+def test_micro_batches_fit_and_never_change_the_global_batch(recipes) -> None:
+    import model as M
+
+    for n in ("paper-1.5B", "paper-8B"):
+        r = recipes[n]
+        table = r.micro_batches()
+        assert set(table) == set(R.GPU_TYPES)
+        per_gpu = r.train.batch_size // r.train.gpus
+        for gpu, mb in table.items():
+            assert mb.micro_batch_size is not None, (n, gpu)
+            assert per_gpu % mb.micro_batch_size == 0
+            assert mb.micro_batch_size * mb.grad_accum == per_gpu
+            assert mb.estimate_gb <= R.USABLE_FRACTION * R.GPU_TYPES[gpu]
+            ov = r.training_overrides(gpu=gpu)
+            cfg = compose(list(ov))
+            p = plan(cfg, world_size=r.train.gpus)
+            assert p.batch_size == r.train.batch_size and p.steps == r.steps
+            assert p.micro_batch_size * p.grad_accum * p.world_size == r.train.batch_size
+        # independent floor: DDP keeps 16 bytes per parameter (weights, grads, AdamW) per GPU
+        h100 = table["H100-80GB"]
+        if h100.parallel == "ddp":
+            ft = M.param_count(M.PRESETS[r.preset].replace(
+                vocab_size=r.corpus.vocab_size, latent_bits=16))["total"]
+            assert h100.estimate_gb * 1e9 > 16 * ft
+    r = recipes["paper-1.5B"]
+    assert r.micro_batches()["H100-80GB"].parallel == "ddp"  # 16 B x 1.8B < 80% of 80 GB
+    assert recipes["paper-8B"].micro_batches()["H100-80GB"].parallel == "fsdp"
+    # more memory never gives a smaller micro-batch
+    t = r.micro_batches()
+    assert t["H200-141GB"].micro_batch_size >= t["H100-80GB"].micro_batch_size
+    with pytest.raises(R.RecipeError, match="unknown GPU type 'V100'"):
+        r.training_overrides(gpu="V100")
+
+
+def test_eval_settings(recipes) -> None:
+    from analysis.paper_groups import PAPER_GROUPS
+
+    paper_tasks = tuple(row["task"] for rows in PAPER_GROUPS.values() for row in rows
+                        if row["task"])
+    for n in PAPER:
+        r = recipes[n]
+        assert r.eval.tasks == paper_tasks
+        assert r.eval.points == 9 and r.table3_points() == (7, 8, 9)
+        assert r.eval.z == "prior"
+        assert r.eval_runs() == [["--tasks", ",".join(paper_tasks), "--z", "prior"]]
+    assert recipes["cpu-mini"].table3_points() == (2,)
+    assert recipes["cpu-mini"].eval.points == 2
+
+
+def test_eval_runs_group_tasks_by_fewshot(tmp_path: Path) -> None:
+    raw = _raw("cpu-mini")
+    raw["eval"]["tasks"]["value"] = ["gsm8k", "arc_easy", "mmlu", "commonsense_qa"]
+    raw["eval"]["fewshot"]["value"] = {"gsm8k": 5, "mmlu": 5, "arc_easy": 0}
+    raw["eval"]["points"]["value"] = 6
+    r = R.load(_write(tmp_path, raw))
+    assert r.eval_runs() == [
+        ["--tasks", "commonsense_qa", "--z", "prior"],
+        ["--tasks", "arc_easy", "--z", "prior", "--fewshot", "0"],
+        ["--tasks", "gsm8k,mmlu", "--z", "prior", "--fewshot", "5"]]
+    assert r.table3_points() == (5, 6)  # 4/6 is the boundary itself, not inside the last third
+
+
+def test_docs_print_every_recipe_table(recipes) -> None:
+    doc = (ROOT / "docs" / "RECIPES.md").read_text(encoding="utf-8")
+    for n, r in recipes.items():
+        assert r.table() in doc, f"docs/RECIPES.md is out of date for {n}: " \
+                                 f"python -m sweeps.recipe table {n}"
+        if n in PAPER:
+            assert R.micro_table(r) in doc, f"micro-batch table of {n} out of date"
+
+
+# ------------------------------------------------------------------------- bad input
+def _raw(name: str) -> dict:
+    return yaml.safe_load((R.RECIPES_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+
+
+def _write(tmp_path: Path, raw: dict | str, name: str = "mine.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(raw if isinstance(raw, str) else yaml.safe_dump(raw), encoding="utf-8")
+    return p
+
+
+def _edit(section: str, key: str, value):
+    def f(raw: dict) -> None:
+        raw[section][key]["value"] = value
+    return f
+
+
+BAD = [
+    ("unknown top key", lambda raw: raw.update(extras={}), "extras: unknown key"),
+    ("unknown section key", lambda raw: raw["optim"].update(
+        momentum={"value": 0.9, "basis": "ours", "source": "x"}),
+     "optim.momentum: unknown key"),
+    ("missing key", lambda raw: raw["optim"].pop("eps"), "optim.eps: missing"),
+    ("missing section", lambda raw: raw.pop("grid"), "grid: missing section"),
+    ("leaf without source", lambda raw: raw["optim"]["lr"].pop("source"), "optim.lr: must be"),
+    ("bare leaf", lambda raw: raw["optim"].update(lr=1e-3), "optim.lr: must be"),
+    ("bad basis", lambda raw: raw["optim"]["lr"].update(basis="folklore"),
+     "optim.lr: basis 'folklore'"),
+    ("empty source", lambda raw: raw["optim"]["lr"].update(source="  "),
+     "optim.lr: source must be"),
+    ("lr a string", _edit("optim", "lr", "fast"), "optim.lr='fast': must be a finite number"),
+    ("lr negative", _edit("optim", "lr", -1e-3), "optim.lr=-0.001"),
+    ("seq_len float", _edit("train", "seq_len", 64.5), "train.seq_len=64.5: must be an integer"),
+    ("seq_len bool", _edit("train", "seq_len", True), "train.seq_len=True"),
+    ("seq_len too long", _edit("train", "seq_len", 4096), "exceeds the 1M preset"),
+    ("tokens text", _edit("train", "tokens", "lots"), "train.tokens"),
+    ("precision", _edit("train", "precision", "fp8"), "train.precision='fp8': allowed values"),
+    ("batch vs gpus", _edit("train", "gpus", 3), "train.batch_size=8: must be a multiple"),
+    ("beta2 one", _edit("optim", "beta2", 1.0), "optim.beta2=1.0"),
+    ("schedule", _edit("optim", "schedule", "wsd"), "needs key optim.schedule"),
+    ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds: '0 1' must be a list"),
+    ("seeds nested", _edit("grid", "seeds", [[0], 1]), "grid.seeds=[[0], 1]: must be a list"),
+    ("tasks nested", _edit("eval", "tasks", [["arc_easy"]]), "eval.tasks=[['arc_easy']]"),
+    ("kappa 1/0", _edit("grid", "kappa_bits", ["1/0"]), "grid.kappa_bits: '1/0' is not"),
+    ("kappa negative", _edit("grid", "kappa_bits", [-1]), "grid.kappa_bits=-1.0"),
+    ("kappa repeated", _edit("grid", "kappa_bits", [0.5, "1/2"]), "repeated value"),
+    ("H too big", _edit("grid", "latent_bits", [21]), "grid.latent_bits=21: must be <= 20"),
+    ("control", _edit("grid", "controls", ["plus2"]), "grid.controls='plus2': allowed"),
+    ("preset", _edit("model", "preset", "70B"), "model.preset='70B': allowed values"),
+    ("data source", _edit("corpus", "data", "web"), "corpus.data='web'"),
+    ("hf without sources", _edit("corpus", "data", "hf"), "corpus.sources=(): must be"),
+    ("bytes_per_token off hf", _edit("corpus", "bytes_per_token", 4.0),
+     "only data=hf streams text"),
+    ("files without paths", _edit("corpus", "data", "files"), "data=files needs glob"),
+    ("paths off files", _edit("corpus", "paths", ["a.txt"]), "only data=files takes paths"),
+    ("unknown task", _edit("eval", "tasks", ["arc_easy", "squad"]), "eval.tasks='squad'"),
+    ("fewshot stray task", _edit("eval", "fewshot", {"gsm8k": 5}), "names a task not in"),
+    ("fewshot negative", _edit("eval", "fewshot", {"arc_easy": -1}), "eval.fewshot.arc_easy"),
+    ("one eval point", _edit("eval", "points", 1), "eval.points=1: must be an integer >= 2"),
+    ("average_last 0", _edit("eval", "average_last", 0), "eval.average_last=0.0"),
+    ("posterior z", _edit("eval", "z", "posterior"), "eval.z='posterior': allowed values"),
+]
+
+
+@pytest.mark.parametrize("what,edit,msg", BAD, ids=[b[0] for b in BAD])
+def test_bad_recipe_files_are_one_line_errors(what, edit, msg, tmp_path: Path) -> None:
+    raw = _raw("cpu-mini")
+    edit(raw)
+    p = _write(tmp_path, raw)
+    with pytest.raises(R.RecipeError) as ei:
+        R.load(p)
+    text = str(ei.value)
+    assert "\n" not in text and "mine.yaml" in text, text
+    assert msg in text, text
+
+
+def test_bad_hf_source_entry(tmp_path: Path) -> None:
+    raw = _raw("paper-1.5B")
+    raw["corpus"]["sources"]["value"][0]["mirror"] = "x"
+    with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: unknown key 'mirror'"):
+        R.load(_write(tmp_path, raw))
+    raw = _raw("paper-1.5B")
+    raw["corpus"]["sources"]["value"][0][7] = "x"
+    with pytest.raises(R.RecipeError, match=r"corpus.sources: unknown key '7'"):
+        R.load(_write(tmp_path, raw))
+    raw = _raw("paper-1.5B")
+    raw["corpus"]["sources"]["value"][1]["weight"] = 0
+    with pytest.raises(R.RecipeError, match=r"corpus.sources\[\].weight=0"):
+        R.load(_write(tmp_path, raw))
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(R.RecipeError, match="recipe 'paper-3B': unknown; known recipes: .*"
+                                            "paper-1.5B"):
+        R.load("paper-3B")
+    with pytest.raises(R.RecipeError, match="no such recipe file"):
+        R.load(tmp_path / "absent.yaml")
+    with pytest.raises(R.RecipeError, match="RECIPE is empty"):
+        R.load("")
+    p = _write(tmp_path, "model: {preset: [\n", "broken.yaml")
+    with pytest.raises(R.RecipeError, match=r"broken.yaml: not valid YAML \(line"):
+        R.load(p)
+    p = _write(tmp_path, "- 1\n- 2\n", "list.yaml")
+    with pytest.raises(R.RecipeError, match="list.yaml: \\(top\\): must be a mapping"):
+        R.load(p)
+
+
+def test_a_tokenizer_path_needs_a_config_key(tmp_path: Path) -> None:
+    import experiments.train.config as C
+
+    raw = _raw("cpu-mini")
+    raw["corpus"]["tokenizer"]["value"] = "tok/tokenizer.json"
+    r = R.load(_write(tmp_path, raw))
+    if "tokenizer" in {f.name for f in dataclasses.fields(C.DataConfig)}:
+        assert "data.tokenizer=tok/tokenizer.json" in r.training_overrides()
+    else:
+        with pytest.raises(R.RecipeError, match="needs key data.tokenizer"):
+            r.training_overrides()
+
+
+def test_paths_and_names_with_commas_and_quotes_reach_the_config_intact(tmp_path: Path) -> None:
+    raw = _raw("cpu-mini")
+    raw["corpus"]["data"]["value"] = "files"
+    paths = ["corpus dir/a,b.txt", "it's/*.jsonl", "x:y=z\\"]
+    raw["corpus"]["paths"]["value"] = paths
+    cfg = compose(list(R.load(_write(tmp_path, raw)).training_overrides()))
+    assert cfg.data.paths == paths
+    raw = _raw("paper-1.5B")
+    raw["corpus"]["sources"]["value"][0].update(path="json", name="a,b:c")
+    cfg = compose(list(R.load(_write(tmp_path, raw)).training_overrides()))
+    assert (cfg.data.hf_sources[0].path, cfg.data.hf_sources[0].name) == ("json", "a,b:c")
+
+
+def test_a_users_file_path_loads(tmp_path: Path) -> None:
+    raw = _raw("cpu-mini")
+    raw["train"]["tokens"]["value"] = "8k"
+    r = R.load(_write(tmp_path, raw))
+    assert r.train.tokens == 8000 and r.name == "mine"
+    assert plan(compose(list(r.training_overrides())), world_size=1).steps == math.ceil(8000 / 512)
+
+
+def test_cli_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture) -> None:
+    assert R.main(["show", "nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and re.match(r"recipe: error: recipe 'nope': unknown", err)
+    assert R.main(["table", "cpu-mini"]) == 0
+    assert capsys.readouterr().out.startswith("| key | value | basis | source |")
