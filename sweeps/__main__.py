@@ -55,8 +55,18 @@ def _count(name: str, text: str, minimum: int) -> int | None:
     return int(t)
 
 
-def _flag(v: str | None) -> bool:
-    return str(v or "").strip().lower() in ("1", "true", "yes", "y", "on")
+TRUE_WORDS = ("1", "true", "yes")
+FALSE_WORDS = ("0", "false", "no", "")
+"""A boolean is read as make reads it (docs/MAKE.md); anything else is refused."""
+
+
+def _flag(name: str, v: str | None) -> bool:
+    """1/true/yes -> True; 0/false/no/empty -> False; else SweepError naming the variable."""
+    t = str(v or "").strip()
+    if t in TRUE_WORDS or t in FALSE_WORDS:
+        return t in TRUE_WORDS
+    raise SweepError(f"{name}: {t!r} is not a boolean; use 1/true/yes for true, 0/false/no or "
+                     "empty for false")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,10 +126,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if a.flops.strip() and a.tokens == DEFAULT_TOKENS:
             a.tokens = ""  # FLOPS given: it is the budget
+        evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
+        retry_failed = _flag("RETRY_FAILED", a.retry_failed)
         points = _count("EVAL_POINTS", a.eval_points, minimum=1)
         rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
         if points:
-            if not _flag(a.eval):
+            if not evaluate:
                 raise SweepError(f"EVAL_POINTS={points} evaluates kept checkpoints: it needs "
                                  "EVAL=1")
             if points < 2:
@@ -142,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
             raise SweepError(f"JOBS: {jobs!r} must be a positive integer")
         cluster = load_cluster(Path(a.cluster) if a.cluster else None) \
             if launcher == "slurm" else None
-        evaluate = _flag(a.eval)
         try:
             eval_args = shlex.split(a.eval_args)
         except ValueError as e:
@@ -153,12 +164,12 @@ def main(argv: list[str] | None = None) -> int:
         if evaluate and parsed is not None:
             p.eval_specs = P.eval_specs(parsed, p)
             p.eval_points, p.likelihood_rows = points, rows or None
-        if _flag(a.dry):
+        if dry:
             print(P.dry_run_text(p))
             return 0
         m = launch(p, launcher=launcher, jobs=int(jobs) if jobs else None,
                   evaluate=evaluate, eval_args=eval_args,
-                  retry_failed=_flag(a.retry_failed), cluster=cluster)
+                  retry_failed=retry_failed, cluster=cluster)
         print(manifest.table(m))
         if launcher == "local":
             bad = [c for c in m["cells"] if c["state"] != "done"]

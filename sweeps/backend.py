@@ -19,26 +19,34 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 
 from common import paths
 from experiments.eval import chain as _chain
+from experiments.train import config as _config
 from experiments.train import plan as P
-from experiments.train.config import GROUPS, TrainConfig, model_config, parse_amount
+from experiments.train.config import TrainConfig, model_config
 from experiments.train.config import compose as compose_config
 
 from .errors import SweepError
 
-if TYPE_CHECKING:
-    from .grid import Cell
-
-__all__ = ["GROUPS", "parse_amount", "chain_argv", "kept_checkpoints", "eval_chain"]
-
+# re-exported for the rest of sweeps/
+GROUPS = _config.GROUPS
+"""The trainer's config sections by name (sweeps/__main__ looks for keep_eval_checkpoints)."""
+parse_amount = _config.parse_amount
 chain_argv = _chain.chain_argv
 kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
+
+
+class Cell(Protocol):
+    """What backend needs of a grid.Cell (grid.py imports this module, not the reverse)."""
+
+    name: str
+    overrides: tuple[str, ...]
+
 
 TRAIN_MODULE = "experiments.train"
 EVAL_MODULE = "experiments.eval"

@@ -657,3 +657,22 @@ def test_manifest_transitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     cells = [{"state": s} for s in ("pending", "running", "done", "failed")]
     assert SM.select({"cells": cells}, False) == [cells[0]]
     assert SM.select({"cells": cells}, True) == [cells[0], cells[3]]
+
+
+@pytest.mark.parametrize("args, var, bad", [
+    (["--dry", "maybe"], "DRY", "maybe"), (["--dry", "1", "--eval", "on"], "EVAL", "on"),
+    (["--dry", "1", "--retry-failed", "y"], "RETRY_FAILED", "y"),
+    (["--dry", "TRUE"], "DRY", "TRUE")])
+def test_python_reads_booleans_as_make_does(args: list[str], var: str, bad: str, tmp_path: Path,
+                                            capsys: pytest.CaptureFixture,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from sweeps.__main__ import _flag, main
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    assert main(["run", "--kappa", "2", "--h", "4", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"sweep: error: {var}: {bad!r} is not a boolean; use 1/true/yes for true, "
+                   "0/false/no or empty for false")
+    assert not list(tmp_path.iterdir())
+    assert [_flag("X", v) for v in ("1", "true", "yes", "0", "false", "no", "", None)] == \
+        [True] * 3 + [False] * 5
