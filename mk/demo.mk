@@ -56,8 +56,8 @@ demo: setup ## whole pipeline on the embedded default, offline, CPU (~30 min; re
 	@echo "[demo 4/5 $(DEMO_NOW)] synthetic task, reduced: kappa {$(DEMO_SYN_KAPPA)} + baseline," \
 	  "$(DEMO_SYN_TOKENS) tokens/run"
 	$(DEMO_OFFLINE) $(MAKE) --no-print-directory synthetic SYN_NAME=$(DEMO_NAME) \
-	  SYN_SETTING=cpu SYN_KAPPA="$(DEMO_SYN_KAPPA)" SYN_ARGS="train.tokens=$(DEMO_SYN_TOKENS)"
+	  SYN_SETTING=cpu SYN_KAPPA="$(DEMO_SYN_KAPPA)" OVERRIDES="train.tokens=$(DEMO_SYN_TOKENS)"
 	@echo "[demo 5/5 $(DEMO_NOW)] report"
-	$(MAKE) --no-print-directory report NAME=$(DEMO_NAME) SYNTH=$(DEMO_NAME) CHECK=$(DEMO_CHECK)
+	$(MAKE) --no-print-directory report NAME=$(DEMO_NAME) SYN_NAME=$(DEMO_NAME) CHECK=$(DEMO_CHECK)
 	@echo "[demo done $(DEMO_NOW)] report:" \
 	  "$$(realpath $${FTBENCH_RESULTS:-results}/sweeps/$(DEMO_NAME)/report.html)"

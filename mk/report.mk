@@ -2,15 +2,15 @@
 # results/sweeps/<NAME>/report.html (self-contained) + report/ (tables CSV/MD/TeX, PNGs, claims).
 # make report NAME=demo                     the report of sweep "demo"
 # make report NAME=demo CHECK=1             ... and render it in headless Chromium (screenshot)
-# make report NAME=demo SYNTH=default       embed results/synthetic/default
+# make report NAME=demo SYN_NAME=default    embed results/synthetic/default
 .PHONY: report report-check
 REPORT_NBOOT := 2000
 
-report: setup ## HTML report of a sweep: NAME=<sweep> [SYNTH=<synthetic name>] [CHECK=1]
+report: setup ## HTML report of a sweep: NAME=<sweep> [SYN_NAME=<synthetic name>] [CHECK=1]
 	@test -n $(call shq,$(call arg,NAME)) || { echo "usage: make report NAME=<sweep>; sweeps here:" \
 	  $$(ls $${FTBENCH_RESULTS:-results}/sweeps 2>/dev/null); exit 2; }
 	$(PY) -m analysis.report --name $(call shq,$(NAME)) --n-boot $(REPORT_NBOOT) \
-	  $(call opt,SYNTH,--synthetic) $(if $(filter 1,$(call arg,CHECK)),--check)
+	  $(call opt,SYN_NAME,--synthetic) $(if $(call on,CHECK),--check)
 
 report-check: setup ## render a report in headless Chromium, keep a screenshot: NAME=<sweep>
 	@test -n $(call shq,$(call arg,NAME)) || { echo "usage: make report-check NAME=<sweep>"; exit 2; }

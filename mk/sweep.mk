@@ -14,16 +14,18 @@
 #                                                              metrics.jsonl, tokens/s, ETA)/done/failed
 # Re-running the same command skips done cells, resumes interrupted ones, and reruns failed ones
 # only with RETRY_FAILED=1. Variables not given take the defaults of `python -m sweeps run -h`;
-# given but empty (KAPPA="") they are passed on, and rejected as an empty grid.
+# given but empty (KAPPA="") they are passed on, and rejected as an empty grid. EVAL, DRY and
+# RETRY_FAILED are booleans (1/true/yes, 0/false/no or empty; docs/MAKE.md), passed as 1 or 0.
 # Other knobs: PRESET DATA (training corpus) TOKENS|FLOPS OVERRIDES="optim.lr=..."
 # EVAL_ARGS="--limit 20" CLUSTER=...
 .PHONY: sweep sweep-status
 
 SWEEP_VARS := KAPPA:kappa H:h SEEDS:seeds PRESET:preset DATA:data TOKENS:tokens FLOPS:flops \
-  CONTROLS:controls OVERRIDES:overrides NAME:name LAUNCHER:launcher JOBS:jobs EVAL:eval \
-  EVAL_ARGS:eval-args EVAL_POINTS:eval-points LIKELIHOOD_ROWS:likelihood-rows DRY:dry \
-  RETRY_FAILED:retry-failed CLUSTER:cluster
-SWEEP_OPTS = $(foreach v,$(SWEEP_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v))))
+  CONTROLS:controls OVERRIDES:overrides NAME:name LAUNCHER:launcher JOBS:jobs \
+  EVAL_ARGS:eval-args EVAL_POINTS:eval-points LIKELIHOOD_ROWS:likelihood-rows CLUSTER:cluster
+SWEEP_FLAGS := EVAL:eval DRY:dry RETRY_FAILED:retry-failed
+SWEEP_OPTS = $(foreach v,$(SWEEP_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
+  $(foreach v,$(SWEEP_FLAGS),$(call flag_opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v))))
 
 sweep: setup ## grid of baseline + Free Transformers: KAPPA="0.5 2 4" H=16 SEEDS="0 1 2" [PRESET DATA TOKENS|FLOPS CONTROLS NAME LAUNCHER=local|slurm JOBS EVAL=1 EVAL_POINTS=n DRY=1 RETRY_FAILED=1]
 	$(PY) -m sweeps run $(SWEEP_OPTS)

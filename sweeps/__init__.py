@@ -1,9 +1,12 @@
 """Grids over kappa, H, seed and arm, run through submitit (local or SLURM).
 
     grid.py      parse/validate the make variables, expand arms into cells, shared-settings guard
-    backend.py   the only place that talks to experiments/ (config.compose, plan.run_id/plan)
+    plan.py      compose the cells, their eval specs, the dry-run text (submits nothing)
+    manifest.py  results/sweeps/<name>/manifest.json: every state transition of a cell, refresh,
+                 the status table
+    launcher.py  submits: local driver (JOBS at once) and SLURM job arrays; reports outcomes
     job.py       the submitit callable: runs the trainer/evaluator, checkpoint() -> requeue
-    launcher.py  plan, dry run, manifest, local driver (JOBS at once) and SLURM job arrays
-    manifest.py  results/sweeps/<name>/manifest.json and the status table
-    __main__.py  `python -m sweeps run|status` behind `make sweep` / `make sweep-status`
+    backend.py   the only door into experiments/ (config, plan, eval specs, eval chain)
+    errors.py    SweepError
+    __main__.py  `python -m sweeps run|status|eval-run` behind `make sweep` / `make sweep-status`
 """

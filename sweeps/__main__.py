@@ -12,7 +12,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from .grid import SweepError, SweepSpec
+from . import backend, manifest
+from . import plan as P
+from .cluster import load_cluster
+from .errors import SweepError
+from .grid import SweepSpec
+from .launcher import run as launch
 
 DEFAULT_H = "8"
 """CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
@@ -34,10 +39,8 @@ def keep_eval_key() -> str | None:
     None when the trainer does not have it."""
     import dataclasses
 
-    from experiments.train.config import GROUPS
-
     for section in ("logging", "train"):
-        if KEEP_EVAL_KEY in {f.name for f in dataclasses.fields(GROUPS[section])}:
+        if KEEP_EVAL_KEY in {f.name for f in dataclasses.fields(backend.GROUPS[section])}:
             return f"{section}.{KEEP_EVAL_KEY}"
     return None
 
@@ -52,8 +55,18 @@ def _count(name: str, text: str, minimum: int) -> int | None:
     return int(t)
 
 
-def _flag(v: str | None) -> bool:
-    return str(v or "").strip().lower() in ("1", "true", "yes", "y", "on")
+TRUE_WORDS = ("1", "true", "yes")
+FALSE_WORDS = ("0", "false", "no", "")
+"""A boolean is read as make reads it (docs/MAKE.md); anything else is refused."""
+
+
+def _flag(name: str, v: str | None) -> bool:
+    """1/true/yes -> True; 0/false/no/empty -> False; else SweepError naming the variable."""
+    t = str(v or "").strip()
+    if t in TRUE_WORDS or t in FALSE_WORDS:
+        return t in TRUE_WORDS
+    raise SweepError(f"{name}: {t!r} is not a boolean; use 1/true/yes for true, 0/false/no or "
+                     "empty for false")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,23 +115,23 @@ def main(argv: list[str] | None = None) -> int:
         argv, final_argv = argv[:i], argv[i + 1:]
     a = ap.parse_args(argv)
 
-    from . import launcher as L
-
     if a.cmd == "eval-run":
-        return L.eval_chain(Path(a.run), [x for x in a.spec_ids.split(",") if x], a.points,
+        return backend.eval_chain(Path(a.run), [x for x in a.spec_ids.split(",") if x], a.points,
                             a.likelihood_rows, final_argv)
     try:
         if a.cmd == "status":
             if not a.name.strip():
                 raise SweepError("NAME is required: make sweep-status NAME=<sweep>")
-            print(L.status(a.name.strip(), Path(a.results) if a.results else None))
+            print(manifest.status(a.name.strip(), Path(a.results) if a.results else None))
             return 0
         if a.flops.strip() and a.tokens == DEFAULT_TOKENS:
             a.tokens = ""  # FLOPS given: it is the budget
+        evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
+        retry_failed = _flag("RETRY_FAILED", a.retry_failed)
         points = _count("EVAL_POINTS", a.eval_points, minimum=1)
         rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
         if points:
-            if not _flag(a.eval):
+            if not evaluate:
                 raise SweepError(f"EVAL_POINTS={points} evaluates kept checkpoints: it needs "
                                  "EVAL=1")
             if points < 2:
@@ -139,26 +152,25 @@ def main(argv: list[str] | None = None) -> int:
         jobs = a.jobs.strip()
         if jobs and (not jobs.isdigit() or int(jobs) < 1):
             raise SweepError(f"JOBS: {jobs!r} must be a positive integer")
-        cluster = L.load_cluster(Path(a.cluster) if a.cluster else None) \
+        cluster = load_cluster(Path(a.cluster) if a.cluster else None) \
             if launcher == "slurm" else None
-        evaluate = _flag(a.eval)
         try:
             eval_args = shlex.split(a.eval_args)
         except ValueError as e:
             raise SweepError(f"EVAL_ARGS: {e}") from e
         # the evaluation's arguments and task names are checked now, before any training
-        parsed = L.validate_eval_args(eval_args) if evaluate or eval_args else None
-        p = L.plan(spec, a.name.strip() or None)
+        parsed = backend.validate_eval_args(eval_args) if evaluate or eval_args else None
+        p = P.plan(spec, a.name.strip() or None)
         if evaluate and parsed is not None:
-            p.eval_specs = L.eval_specs(parsed, p)
+            p.eval_specs = P.eval_specs(parsed, p)
             p.eval_points, p.likelihood_rows = points, rows or None
-        if _flag(a.dry):
-            print(L.dry_run_text(p))
+        if dry:
+            print(P.dry_run_text(p))
             return 0
-        m = L.run(p, launcher=launcher, jobs=int(jobs) if jobs else None,
+        m = launch(p, launcher=launcher, jobs=int(jobs) if jobs else None,
                   evaluate=evaluate, eval_args=eval_args,
-                  retry_failed=_flag(a.retry_failed), cluster=cluster)
-        print(L.manifest.table(m))
+                  retry_failed=retry_failed, cluster=cluster)
+        print(manifest.table(m))
         if launcher == "local":
             bad = [c for c in m["cells"] if c["state"] != "done"]
             bad_eval = [c for c in m["cells"] if evaluate

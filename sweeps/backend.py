@@ -1,29 +1,53 @@
-"""What sweeps/ needs from experiments/, in one place (sweeps -> experiments.train config/plan).
+"""What sweeps/ needs from experiments/, in one place: no other module of sweeps/ imports
+experiments (tests/test_sweep.py checks it, sparing only the bodies of build_manifest,
+eval_specs, eval_files and spec_id_of, which are being rewritten elsewhere).
 
 The contract used: `experiments.train.config.compose(overrides) -> TrainConfig` (raises
-ConfigError(ValueError)), `experiments.train.plan.run_id/run_dir/plan`, and the CLI
+ConfigError(ValueError)), `experiments.train.plan.run_id/run_dir/plan` and its dry-run estimate,
+`experiments.eval.run.validate_args/spec_id` (the chained evaluation's arguments and file
+names), `experiments.eval.chain` (the chained evaluation itself), and the CLIs
 `python -m experiments.train <overrides>` (SIGTERM or SIGUSR1: write a checkpoint and exit;
 re-running resumes from the newest complete checkpoint, or returns at once when the run is
-finished). The results root is `paths.results` or FTBENCH_RESULTS (default results/).
+finished) and `python -m experiments.eval RUN <args>`. The results root is `paths.results` or
+FTBENCH_RESULTS (default results/).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
 from common import paths
 from common.text import one_line
+from experiments.eval import chain as _chain
+from experiments.train import config as _config
 from experiments.train import plan as P
 from experiments.train.config import TrainConfig, model_config
 from experiments.train.config import compose as compose_config
 
-from .grid import Cell, SweepError
+from .errors import SweepError
+
+# re-exported for the rest of sweeps/
+GROUPS = _config.GROUPS
+"""The trainer's config sections by name (sweeps/__main__ looks for keep_eval_checkpoints)."""
+parse_amount = _config.parse_amount
+chain_argv = _chain.chain_argv
+kept_checkpoints = _chain.kept_checkpoints
+eval_chain = _chain.eval_chain
+
+
+class Cell(Protocol):
+    """What backend needs of a grid.Cell (grid.py imports this module, not the reverse)."""
+
+    name: str
+    overrides: tuple[str, ...]
+
 
 TRAIN_MODULE = "experiments.train"
 EVAL_MODULE = "experiments.eval"
@@ -104,3 +128,32 @@ def provenance(run: Path) -> dict[str, Any]:
     except yaml.YAMLError:
         return {}
     return d.get("provenance") or {}
+
+
+# ------------------------------------------------------------------------------- evaluation
+def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
+    """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
+    offline data): SweepError (one line) before anything trains."""
+    from experiments.eval import benchdata
+    from experiments.eval.run import EvalArgsError, validate_args
+
+    try:
+        return validate_args(list(argv))
+    except (EvalArgsError, benchdata.DataError) as e:
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
+
+
+def spec_id(spec: dict[str, Any]) -> str:
+    """The id an eval file carries in its name for this spec (experiments.eval.run.spec_id)."""
+    from experiments.eval.run import spec_id as eval_spec_id
+
+    return eval_spec_id(spec)
+
+
+def estimate_text(cfg: Any) -> str | None:
+    """The trainer's dry-run memory / fit / GPU-time lines for `cfg`, None for a config that is
+    not the trainer's (a stand-in trainer in tests)."""
+    if not isinstance(cfg, TrainConfig):
+        return None
+    rp = P.plan(cfg)
+    return P.format_estimate(cfg, rp, P.dry_parallel(cfg, rp))

@@ -29,9 +29,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common import kappa
-from experiments.train.config import parse_amount as config_parse_amount
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
+
+from .backend import parse_amount as config_parse_amount
+from .errors import SweepError
 
 ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 CONTROLS = {"flops": "baseline_flops", "plus1": "baseline_plus1",
@@ -45,11 +47,6 @@ GRID_AXES = ("train.seed",)
 COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.match_n_layers",
                  "train.tokens", "train.flops")
 """What the equal-FLOPs control changes on purpose: its training horizon, nothing else."""
-
-
-
-class SweepError(ValueError):
-    """Bad sweep input; the message is one line meant for the user."""
 
 
 def parse_kappas(text: str | Iterable[Any]) -> list[float]:

@@ -11,13 +11,19 @@ atomic rename; jobs never touch it. A cell's state is re-derived from facts on e
 
 A cell's chained evaluation (EVAL=1) has its own state in `eval`; a failed evaluation is a
 failure in the summary line (and in `make sweep`'s exit code), not hidden behind a done cell.
+
+Every state transition of a cell is written here and nowhere else: build_manifest (from a plan,
+keeping what an earlier manifest knew), started / finished and eval_started / eval_finished
+(what the launcher's jobs did), refresh (re-derived from facts) and status (make sweep-status).
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import pickle
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,8 +31,13 @@ from typing import Any
 import psutil
 
 from common.io import LockHeld, atomic_write_text, flocked
+from common.paths import results_root
+from common.provenance import git_state
 
-from .grid import SweepError
+from . import backend
+from .errors import SweepError
+from .grid import skipped_controls
+from .plan import Plan, combined_spec, sweep_dir
 
 STATES = ("pending", "running", "done", "failed")
 SLURM_ALIVE = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING",
@@ -35,10 +46,6 @@ SLURM_ALIVE = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "R
 
 class SweepBusy(SweepError):
     """Another driver holds this sweep."""
-
-
-def sweep_dir(results: Path, name: str) -> Path:
-    return results / "sweeps" / name
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -216,3 +223,228 @@ def table(manifest: dict[str, Any]) -> str:
         if ev["failed"]:
             head += " (failed evaluations count as failures)"
     return "\n".join([head, *[ln.rstrip() for ln in lines]])
+
+
+# ------------------------------------------------------------------------------- building
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[str, Any]:
+    """A fresh manifest for the plan, keeping job ids, states and history from `old`."""
+    if old is not None and old.get("grid") != p.spec.to_manifest():
+        raise SweepError(f"sweep {p.name} already exists with a different grid "
+                         f"({p.manifest_path}); pick another NAME")
+    prev = {c["cell"]: c for c in (old or {}).get("cells", [])}
+    sha, dirty = git_state(untracked=False)
+    if p.eval_specs:
+        from experiments.eval.run import spec_id
+
+        espec = combined_spec(p.eval_specs)
+        especs = {s: {"spec": sp, "spec_id": spec_id(sp)} for s, sp in p.eval_specs.items()}
+        espec_id = spec_id(espec) if len(p.eval_specs) > 1 else \
+            next(iter(especs.values()))["spec_id"]
+    else:  # not evaluating this time: the evaluation planned before (if any) still applies
+        espec, especs, espec_id = ((old or {}).get(k) for k in ("eval_spec", "eval_specs",
+                                                                 "eval_spec_id"))
+    cells = []
+    for c in p.cells:
+        o = prev.get(c.cell.name, {})
+        if o.get("run_id") not in (None, c.run_id):
+            o = {}  # the code's config changed under the same name: a new run
+        cells.append({
+            "cell": c.cell.name, "arm": c.cell.arm, "kappa_bits": c.cell.kappa_bits,
+            "latent_bits": c.cell.latent_bits, "seed": c.cell.seed, "run_id": c.run_id,
+            "run_dir": str(c.run_dir), "overrides": list(c.cell.overrides),
+            "tokens": c.tokens, "flops": c.flops, "flops_per_token": c.flops_per_token,
+            "job_id": o.get("job_id"), "state": o.get("state", "pending"),
+            "reason": o.get("reason"), "step": o.get("step"), "attempts": o.get("attempts", 0),
+            "slot": o.get("slot"), "started": o.get("started"), "finished": o.get("finished"),
+            "wall_s": o.get("wall_s"), "eval": o.get("eval"), "config": c.config,
+        })
+    return {
+        "name": p.name, "created": (old or {}).get("created", now()), "updated": now(),
+        "git_commit": sha, "git_dirty": dirty, "launcher": launcher,
+        "command": sys.argv, "grid": p.spec.to_manifest(), "shared": p.shared,
+        "skipped_controls": skipped_controls(p.spec),
+        "eval_spec": espec, "eval_spec_id": espec_id, "eval_specs": especs,
+        "eval_points": p.eval_points if p.eval_specs else (old or {}).get("eval_points"),
+        "likelihood_rows": p.likelihood_rows if p.eval_specs else (old or {}).get(
+            "likelihood_rows"),
+        "data_checksums": (old or {}).get("data_checksums", {}),
+        "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
+        "totals": {"cells": len(p.cells), "tokens": sum(c.tokens for c in p.cells),
+                   "flops": sum(c.flops for c in p.cells)},
+        "cells": cells,
+    }
+
+
+# ------------------------------------------------------------------------------- eval files
+def eval_files(run_dir: Path, specs: dict[str, dict[str, Any]]) -> dict[str, str | None]:
+    """{suite: path of its eval file relative to the run dir (the newest for that spec_id),
+    or None when there is none}."""
+    from experiments.eval.run import spec_id
+
+    out: dict[str, str | None] = {}
+    for suite, sp in specs.items():
+        # the final checkpoint's file: the highest step (EVAL_POINTS writes earlier steps too,
+        # possibly later in time); stepNA (unknown) last, then the newest
+        hits = sorted((run_dir / "eval").glob(f"*.{spec_id(sp)}.step*.json"),
+                      key=lambda q: (_step_of(q), q.stat().st_mtime_ns))
+        out[suite] = str(hits[-1].relative_to(run_dir)) if hits else None
+    return out
+
+
+def spec_id_of(spec: dict[str, Any]) -> str:
+    from experiments.eval.run import spec_id
+
+    return spec_id(spec)
+
+
+def _step_of(path: Path) -> int:
+    tail = path.name.rsplit(".step", 1)[-1].removesuffix(".json")
+    return int(tail) if tail.isdigit() else -1
+
+
+def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
+    """A finished eval job counts as done only if it wrote a file for every suite of the
+    sweep's eval spec; else it failed, with the reason."""
+    ev = c.get("eval") or {}
+    specs = {s: v["spec"] for s, v in (m.get("eval_specs") or {}).items()}
+    if ev.get("state") != "done" or not specs:
+        return
+    files = eval_files(Path(c["run_dir"]), specs)
+    ev["files"] = files
+    if len(files) == 1:
+        ev["file"] = next(iter(files.values()))
+    if m.get("eval_points"):  # steps with a file for every suite (the Table-3 points)
+        ids = [spec_id_of(sp) for sp in specs.values()]
+        ev["points"] = sorted(
+            step for step, _ in backend.kept_checkpoints(Path(c["run_dir"]))
+            if all(list((Path(c["run_dir"]) / "eval").glob(f"*.{i}.step{step}.json"))
+                   for i in ids))
+    missing = [s for s, f in files.items() if f is None]
+    if missing:
+        ev.update(state="failed", reason="the evaluation exited 0 but wrote no file for "
+                  + ", ".join(f"{s} (spec_id {spec_id_of(specs[s])})" for s in missing))
+
+
+# ------------------------------------------------------------------------------- transitions
+# Every change of a cell's state happens in this module: the launcher reports what its jobs did
+# (started, finished with an outcome) and these functions write it; refresh() re-derives the
+# rest from facts.
+def started(c: dict[str, Any], job_id: str, *, slot: int | None = None) -> None:
+    """A training job was submitted for the cell (slot: the local driver's slot)."""
+    c.update(state="running", job_id=str(job_id), reason=None, started=now(),
+             attempts=c.get("attempts", 0) + 1)
+    if slot is not None:
+        c["slot"] = slot
+
+
+def finished(c: dict[str, Any], state: str, reason: str | None, wall_s: float) -> None:
+    """The cell's training job ended with `state` (done | failed | pending) and `reason`."""
+    c.update(state=state, reason=reason, finished=now(), wall_s=round(wall_s, 1),
+             step=backend.latest_step(Path(c["run_dir"])) or c.get("step"))
+
+
+def eval_started(c: dict[str, Any], m: dict[str, Any], job_id: str, *,
+                 slot: int | None = None) -> None:
+    """An evaluation job was submitted for the cell, under the sweep's eval spec now."""
+    c["eval"] = {"state": "running", "job_id": str(job_id),
+                 **({"slot": slot} if slot is not None else {}),
+                 "spec_id": m.get("eval_spec_id")}
+
+
+def eval_finished(c: dict[str, Any], m: dict[str, Any], state: str, reason: str | None,
+                  wall_s: float) -> tuple[str, str | None]:
+    """The cell's evaluation job ended; done only if it wrote every suite's file
+    (settle_eval). Returns the cell's eval (state, reason)."""
+    c["eval"].update(state="failed" if state != "done" else "done", reason=reason,
+                     wall_s=round(wall_s, 1))
+    settle_eval(c, m)
+    return c["eval"]["state"], c["eval"].get("reason")
+
+
+def needs_eval(c: dict[str, Any], m: dict[str, Any]) -> bool:
+    """Not evaluated yet, failed, or evaluated under another spec than the sweep's now."""
+    ev = c.get("eval") or {}
+    return ev.get("state") != "done" or ev.get("spec_id") != m.get("eval_spec_id")
+
+
+def select(m: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
+    """The cells a run submits: neither done nor running, and failed ones only on request."""
+    out = []
+    for c in m["cells"]:
+        if c["state"] == "done" or c["state"] == "running":
+            continue
+        if c["state"] == "failed" and not retry_failed:
+            continue
+        out.append(c)
+    return out
+
+
+# ------------------------------------------------------------------------------- refresh, status
+def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset()) -> dict[str, Any]:
+    """Re-derive each cell's state from its run directory and its job (see manifest.py).
+
+    `live`: cells the calling driver is itself watching (left as they are).
+    """
+    jobs = folder / "jobs"
+    for c in m["cells"]:
+        run = Path(c["run_dir"])
+        c["step"] = backend.latest_step(run) or c.get("step")
+        if backend.is_done(run):
+            if c["state"] != "done":
+                c["state"], c["reason"] = "done", None
+            prov = backend.provenance(run)
+            m["data_checksums"].update(prov.get("data_checksums") or {})
+            if prov.get("tokenizer_sha256"):
+                m["tokenizer_sha256"] = prov["tokenizer_sha256"]
+        elif c["cell"] in live:
+            pass
+        elif c["state"] == "done":  # its run directory was removed since: train it again
+            c["state"] = "pending"
+            c["reason"] = f"{run / backend.DONE_FILE} is gone; the cell runs again"
+        elif c["state"] == "running" and not job_alive(m["launcher"], jobs,
+                                                                c["job_id"]):
+            why = job_failure(jobs, c["job_id"]) if c["job_id"] else None
+            if why and "interrupted" not in why:
+                c["state"], c["reason"] = "failed", why
+            else:
+                c["state"] = "pending"
+                c["reason"] = (f"interrupted: job {c['job_id']} ended before the run finished; "
+                               f"resumes from step {c['step'] or 0} on re-run")
+        ev = c.get("eval")
+        if ev and ev.get("state") == "running" and not job_alive(
+                m["launcher"], jobs, ev.get("job_id")) and c["cell"] not in live:
+            why = job_failure(jobs, ev["job_id"])
+            ok = job_succeeded(jobs, ev["job_id"])
+            ev["state"] = "done" if ok else "failed" if why else "pending"
+            ev["reason"] = why or (None if ok else "interrupted: evaluation job ended without "
+                                   "a result; EVAL=1 runs it again")
+            settle_eval(c, m)
+    m["updated"] = now()
+    return m
+
+
+def status(name: str, results: Path | None = None) -> str:
+    """Refresh (when no driver holds the sweep) and render the status table."""
+    root = results_root(results)
+    folder = sweep_dir(root, name)
+    path = folder / "manifest.json"
+    if not path.exists():
+        known = sorted(q.name for q in (root / "sweeps").glob("*") if (q / "manifest.json")
+                       .exists()) if (root / "sweeps").exists() else []
+        raise SweepError(f"no sweep {name!r} under {root / 'sweeps'}"
+                         + (f"; known: {' '.join(known)}" if known else ""))
+    try:
+        with locked(folder, wait=False):
+            m = refresh(load(path), folder)
+            save(path, m)
+    except SweepBusy:  # a driver is running: show its view plus runs finished since
+        m = load(path)
+        for c in m["cells"]:
+            if backend.is_done(Path(c["run_dir"])):
+                c["state"], c["reason"] = "done", None
+            c["step"] = backend.latest_step(Path(c["run_dir"])) or c.get("step")
+    return table(m)

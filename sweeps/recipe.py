@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from common.text import one_line
+
 if TYPE_CHECKING:
     from .grid import SweepSpec
 
@@ -706,7 +708,7 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
                           z=values["eval.z"]),
             provenance=prov)
     except TypeError as e:  # a value of a type the dataclasses cannot even hold
-        raise RecipeError(f"{path}: {' '.join(str(e).split())}") from None
+        raise RecipeError(f"{path}: {one_line(e)}") from None
 
 
 # ---------------------------------------------------------------------- CLI
@@ -760,7 +762,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         r = load(a.recipe)
         print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](r))
     except ValueError as e:  # RecipeError, and ConfigError from composing
-        print(f"recipe: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"recipe: error: {one_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -46,7 +46,9 @@ def test_example_gives_the_same_sbatch_parameters_as_before() -> None:
     assert L.slurm_parameters(cfg) == EXAMPLE_PARAMS[0]
     assert L.slurm_parameters(cfg, for_eval=True) == EXAMPLE_PARAMS[1]
     assert cfg.or_default("max_num_timeout") == 20
-    assert L.load_cluster is C.load_cluster  # sweeps/__main__ reaches it through the launcher
+    import sweeps.__main__ as M
+
+    assert M.load_cluster is C.load_cluster  # the one loader, as make sweep reaches it
 
 
 def test_example_names_every_key_and_only_known_ones() -> None:

@@ -77,10 +77,10 @@ def test_make_arguments_come_from_the_command_line_only_and_survive_quotes():
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
-def test_an_unquoted_config_key_outside_args_is_refused():
-    res = _make("-n", "train", "ARGS=model=1M", "train.tokens=20000")
+def test_an_unquoted_config_key_outside_overrides_is_refused():
+    res = _make("-n", "train", "OVERRIDES=model=1M", "train.tokens=20000")
     assert res.returncode == 2
-    assert "train.tokens: looks like a config key outside ARGS" in res.stderr
+    assert "train.tokens: looks like a config key outside OVERRIDES" in res.stderr
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")

@@ -113,7 +113,7 @@ def _run_dir(tmp_path: Path, eval_steps: tuple = (4, 8, 12)) -> Path:
 
 
 def test_kept_checkpoints_prefers_the_trainers_eval_steps(tmp_path: Path) -> None:
-    from sweeps.launcher import kept_checkpoints
+    from experiments.eval.chain import kept_checkpoints
 
     assert [s for s, _ in kept_checkpoints(_run_dir(tmp_path))] == [4, 8, 12]
     old = _run_dir(tmp_path / "old", eval_steps=())  # trained before the key existed
@@ -121,7 +121,7 @@ def test_kept_checkpoints_prefers_the_trainers_eval_steps(tmp_path: Path) -> Non
 
 
 def test_eval_chain_scores_each_kept_checkpoint_resumably(tmp_path: Path) -> None:
-    from sweeps.launcher import checkpoint_evals_missing, eval_chain
+    from experiments.eval.chain import checkpoint_evals_missing, eval_chain
 
     run = _run_dir(tmp_path)
     ids = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
@@ -138,7 +138,7 @@ def test_eval_chain_scores_each_kept_checkpoint_resumably(tmp_path: Path) -> Non
 
 
 def test_eval_chain_failure_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from sweeps.launcher import eval_chain
+    from experiments.eval.chain import eval_chain
 
     run = _run_dir(tmp_path)
     assert eval_chain(run, ["a" * 12], True, None,

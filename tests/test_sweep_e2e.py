@@ -100,7 +100,7 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
               for c in m["cells"] if c["state"] == "done"}
 
     # status sees the same thing
-    from sweeps.launcher import status
+    from sweeps.manifest import status
 
     assert "3 cells: 1 pending, 0 running, 2 done, 0 failed" in status("e2e")
 
