@@ -66,6 +66,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 import model.free_transformer as ftm
+from common.paths import FINAL_CHECKPOINT
 from experiments.train.tokenizer import TextTokenizer, tokenizer_from_ref
 from model import load_checkpoint
 
@@ -167,8 +168,8 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     if p.is_file():
         return p
     ck = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-    if (ck / "final.pt").is_file():
-        return ck / "final.pt"
+    if (ck / FINAL_CHECKPOINT).is_file():
+        return ck / FINAL_CHECKPOINT
     steps = sorted(ck.glob("step_*.pt"), key=lambda q: int(q.stem.split("_")[1]))
     if steps:
         return steps[-1]
