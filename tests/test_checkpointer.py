@@ -187,3 +187,22 @@ def test_prepare_fresh_clears_an_earlier_run_and_other_ranks_write_nothing(tmp_p
     assert not (ck.ckdir / "step_4.pt").exists()
     ck.prepare(fresh=True)
     assert not ck.finished and names(ck) == [] and not ck.metrics_path.exists()
+
+
+def test_names_are_shared_with_the_readers(tmp_path):
+    """Evaluation finds what the Checkpointer writes: final.pt first, else the newest step by
+    number (step_10 after step_9), never a temporary or an eval link."""
+    pytest.importorskip("lm_eval")
+    from experiments.eval.lm_adapter import resolve_checkpoint
+    from sweeps.launcher import kept_checkpoints
+
+    ckdir = tmp_path / "checkpoints"
+    ckdir.mkdir()
+    for n in ("step_9.pt", "step_10.pt", "step_11.pt.tmp", "eval_step_12.pt", "eval_step_4.pt"):
+        (ckdir / n).write_bytes(b"")
+    assert resolve_checkpoint(tmp_path) == ckdir / "step_10.pt"
+    assert kept_checkpoints(tmp_path) == [(4, ckdir / "eval_step_4.pt"),
+                                          (12, ckdir / "eval_step_12.pt")]
+    (ckdir / "final.pt").write_bytes(b"")
+    assert resolve_checkpoint(tmp_path) == resolve_checkpoint(ckdir) == ckdir / "final.pt"
+    assert finished(tmp_path)
