@@ -1,4 +1,7 @@
-"""Where runs write: the results root, run directories and checkpoint names (docs/RESULTS.md)."""
+"""Where runs write: the results root, run directories and checkpoint names (docs/RESULTS.md).
+
+Checkpoint file names are spelled here only: step_<N>.pt (rotated), eval_step_<N>.pt (kept for
+evaluation) and final.pt (the run is finished), all under <run>/checkpoints/."""
 
 from __future__ import annotations
 
@@ -6,7 +9,12 @@ import os
 import re
 from pathlib import Path
 
+CHECKPOINTS = "checkpoints"
+"""A run directory's checkpoint folder."""
+FINAL_CHECKPOINT = "final.pt"
+"""The last step's checkpoint; its presence marks a run finished."""
 _STEP = re.compile(r"step_(\d+)\.pt")
+_EVAL_STEP = re.compile(r"eval_step_(\d+)\.pt")
 
 
 def results_root(root: str | os.PathLike | None = None) -> Path:
@@ -30,17 +38,41 @@ def cache_dir(root: str | os.PathLike | None = None) -> Path:
     return Path(env) if env else results_root(root) / "cache"
 
 
+def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / CHECKPOINTS
+
+
+def final_checkpoint(run_dir: str | os.PathLike) -> Path:
+    """<run_dir>/checkpoints/final.pt (it may not exist)."""
+    return checkpoint_dir(run_dir) / FINAL_CHECKPOINT
+
+
 def checkpoint_name(step: int) -> str:
+    """A rotated checkpoint's file name."""
     return f"step_{step}.pt"
+
+
+def eval_checkpoint_name(step: int) -> str:
+    """A checkpoint kept for evaluation outside the rotation (logging.keep_eval_checkpoints)."""
+    return f"eval_{checkpoint_name(step)}"
+
+
+def _numbered(ckdir: str | os.PathLike, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+    ckdir = Path(ckdir)
+    if not ckdir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in ckdir.iterdir() if (m := pattern.fullmatch(p.name))]
+    return sorted(found)
 
 
 def step_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
     """`step_<N>.pt` files in `ckdir`, oldest first (other names, temporaries included, ignored)."""
-    ckdir = Path(ckdir)
-    if not ckdir.is_dir():
-        return []
-    found = [(int(m.group(1)), p) for p in ckdir.iterdir() if (m := _STEP.fullmatch(p.name))]
-    return sorted(found)
+    return _numbered(ckdir, _STEP)
+
+
+def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
+    """`eval_step_<N>.pt` files in `ckdir`, oldest first."""
+    return _numbered(ckdir, _EVAL_STEP)
 
 
 def latest_step(ckdir: str | os.PathLike) -> int | None:

@@ -47,7 +47,7 @@ import torch
 from common.io import atomic_write_text, unwritable
 from common.kappa import KappaError, kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
-from common.paths import results_root, runs_dir
+from common.paths import final_checkpoint, results_root, runs_dir
 from common.text import one_line
 from experiments.synthetic_data import (
     BODY_LEN,
@@ -204,7 +204,7 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     t0 = time.time()
     run_dir = Path(train(cfg))
     wall = time.time() - t0
-    ck = load_checkpoint(run_dir / "checkpoints" / "final.pt")
+    ck = load_checkpoint(final_checkpoint(run_dir))
     steps = None
     final = _final_record(run_dir / "metrics.jsonl")
     if final is not None:
@@ -223,7 +223,7 @@ def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
     from model import load_checkpoint
 
     rd = Path(run_dir)
-    ck = load_checkpoint(rd / "checkpoints" / "final.pt")
+    ck = load_checkpoint(final_checkpoint(rd))
     cfg = ck.config
     if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
         raise ValueError(f"{rd}: latent_bits={cfg.latent_bits}, kappa_bits={cfg.kappa_bits}; "
@@ -419,7 +419,7 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
         if label not in labels:
             raise SyntheticArgsError(f"--reuse {label}={rd}: {label!r} is no arm here; "
                                      f"arms: {labels}")
-        if not (Path(rd) / "checkpoints" / "final.pt").is_file():
+        if not final_checkpoint(rd).is_file():
             raise SyntheticArgsError(f"--reuse {label}={rd}: no finished run there "
                                      "(checkpoints/final.pt missing)")
     check_writable(results_root() / "synthetic" / st.name, "results directory")

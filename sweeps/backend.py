@@ -51,7 +51,7 @@ class Cell(Protocol):
 
 TRAIN_MODULE = "experiments.train"
 EVAL_MODULE = "experiments.eval"
-DONE_FILE = "checkpoints/final.pt"
+DONE_FILE = f"{paths.CHECKPOINTS}/{paths.FINAL_CHECKPOINT}"
 """A run is finished when its final checkpoint exists (docs/RESULTS.md)."""
 IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""

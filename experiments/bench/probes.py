@@ -81,14 +81,14 @@ def decode_batch(batches: list[int], new: int = 64) -> None:
 
 
 def step_split(bits: tuple[int, ...] = (0, 16), reps: int = 3) -> None:
-    from experiments.train.trainer import _param_groups
+    from experiments.train.trainer import param_groups
 
     print("| H | forward s | backward s | clip s | AdamW s | zero_grad s | step s |\n"
           "|---|---|---|---|---|---|---|")
     for H in bits:
         torch.manual_seed(0)
         m = build_model(get_preset("16M", latent_bits=H)).train()
-        opt = torch.optim.AdamW(_param_groups(m, 0.1), lr=1e-4, fused=True)
+        opt = torch.optim.AdamW(param_groups(m, 0.1), lr=1e-4, fused=True)
         x = torch.randint(0, m.cfg.vocab_size, (8, 256))
         y = torch.randint(0, m.cfg.vocab_size, (8, 256))
 

@@ -11,7 +11,6 @@ A sweep (sweeps/) runs it as one job per cell after training; it knows nothing o
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -38,11 +37,8 @@ def kept_checkpoints(run: Path) -> list[tuple[int, Path]]:
     """The checkpoints EVAL_POINTS evaluates, oldest first: the trainer's
     `eval_step_<N>.pt` (logging.keep_eval_checkpoints: evenly spaced by tokens, outside the
     rotation); a run without any (trained before the key existed) offers its `step_<N>.pt`."""
-    ckdir = run / "checkpoints"
-    found = sorted((int(m.group(1)), p) for p in ckdir.glob("eval_step_*.pt")
-                   if (m := re.fullmatch(r"eval_step_(\d+)\.pt", p.name))) \
-        if ckdir.is_dir() else []
-    return found or paths.step_checkpoints(ckdir)
+    ckdir = paths.checkpoint_dir(run)
+    return paths.eval_checkpoints(ckdir) or paths.step_checkpoints(ckdir)
 
 
 def checkpoint_evals_missing(run: Path, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:

@@ -269,10 +269,11 @@ def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None 
     import yaml
 
     from common.io import atomic_write_text
+    from common.paths import final_checkpoint
     from model.checkpoint import CheckpointError, load_checkpoint
 
     run = Path(run)
-    ck = run / "checkpoints" / "final.pt" if run.is_dir() else run
+    ck = final_checkpoint(run) if run.is_dir() else run
     rdir = ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
     if not ck.is_file():
         raise LikelihoodError(f"no checkpoint at {ck} (train the run first, or pass a .pt)")

@@ -66,6 +66,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 import model.free_transformer as ftm
+from common.paths import FINAL_CHECKPOINT, step_checkpoints
 from experiments.train.tokenizer import TextTokenizer, tokenizer_from_ref
 from model import load_checkpoint
 
@@ -167,11 +168,11 @@ def resolve_checkpoint(path: str | os.PathLike) -> Path:
     if p.is_file():
         return p
     ck = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-    if (ck / "final.pt").is_file():
-        return ck / "final.pt"
-    steps = sorted(ck.glob("step_*.pt"), key=lambda q: int(q.stem.split("_")[1]))
+    if (ck / FINAL_CHECKPOINT).is_file():
+        return ck / FINAL_CHECKPOINT
+    steps = step_checkpoints(ck)
     if steps:
-        return steps[-1]
+        return steps[-1][1]
     raise FileNotFoundError(f"no checkpoint at {path} (looked for final.pt and step_N.pt)")
 
 

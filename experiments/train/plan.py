@@ -1,5 +1,7 @@
 """What a run is before any compute: its id, its directory and its `RunPlan` (arms, parameters,
-FLOPs/token, budget, steps, batch). Used by the trainer and by sweeps/ (no trainer import)."""
+FLOPs/token, budget, steps, batch), and the whole dry run (`dry_run`: the plan, memory, fit and
+time estimates, the CPU rate measured here). Used by the trainer and by sweeps/ (no trainer
+import)."""
 
 from __future__ import annotations
 
@@ -7,10 +9,13 @@ import hashlib
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
+
+import torch
 
 import model as M
 from common.kappa import kappa_label
@@ -337,3 +342,67 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
         lines.append(f"CPU time    {duration(p.tokens / tps)} on this machine at "
                      f"{tps:,.0f} tokens/s ({src})")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the dry run
+MEASURE_MAX_PARAMS = 100_000_000
+"""The dry run times training steps on this CPU only for models up to this size."""
+
+
+def _cpu_rate(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | None:
+    """This machine's training tokens/s: the stated train.cpu_tokens_per_s, else measured
+    over `n` optimizer steps (after one warm-up) of this model on random tokens at the
+    configured micro-batch and accumulation, with this process's threads."""
+    if cfg.train.cpu_tokens_per_s:
+        return cfg.train.cpu_tokens_per_s, "stated, train.cpu_tokens_per_s"
+    if p.params["total"] > MEASURE_MAX_PARAMS:
+        return None
+    torch.manual_seed(0)
+    model = M.build_model(p.model).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, p.model.vocab_size, (p.micro_batch_size, p.seq_len), generator=g)
+    bf16 = cfg.train.precision == "bf16"
+
+    def step() -> None:
+        for _ in range(p.grad_accum):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = model(x, targets=x, generator=g).loss
+            loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    dt = time.perf_counter() - t0
+    # one process's share of a step: a world of CPU processes shares these cores
+    tokens = n * p.grad_accum * p.micro_batch_size * p.seq_len
+    return tokens / (dt * p.world_size), (f"measured: {n} steps of this model after a warm-up, "
+                                          f"{torch.get_num_threads()} threads, "
+                                          f"{'bf16' if bf16 else 'fp32'}")
+
+
+def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
+    mode = dry_parallel(cfg, p)
+    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
+        cpu = _cpu_rate(cfg, p)
+        if cpu is None:
+            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
+                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
+                    "train.cpu_tokens_per_s")
+        return format_estimate(cfg, p, mode, cpu)
+    return format_estimate(cfg, p, mode)
+
+
+def dry_run(cfg: TrainConfig) -> None:
+    """train.dry_run=true: print the plan and the estimates (rank 0), train nothing. The world
+    is train.plan_world_size when set (plan a multi-GPU run from one process), else torchrun's."""
+    rank, n_world = world()
+    if cfg.train.plan_world_size:
+        n_world = cfg.train.plan_world_size
+    p = plan(cfg, n_world)
+    if rank == 0:
+        print(format_plan(cfg, p), flush=True)
+        print(_dry_estimate(cfg, p), flush=True)

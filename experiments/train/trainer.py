@@ -1,12 +1,16 @@
-"""Training entry point for both arms (one loop; `model.build_model` picks the architecture).
+"""Training entry point for both arms (one loop; `model.build_model` picks the architecture):
+`train(cfg)` sets a run up and hands it to a `Trainer`, whose `train()` is the loop; the
+`Checkpointer` (checkpointer.py) owns <run>/checkpoints and metrics.jsonl, plan.py the dry run.
 
 The config (`experiments.train.config.compose`, `ConfigError`) and the plan
 (`experiments.train.plan`: `RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs
 without importing this module.
 
     train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
+    Trainer(cfg, plan, corpus, checkpointer, device, rank, world, stop, log).train()
     Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
     TrainingDiverged(RuntimeError)                   # NaN/Inf loss; the last good checkpoint stays
+    evaluate(model, corpus, ...), lr_factor(...), param_groups(model, wd)
 
 CLI: `python -m experiments.train key=value ...` or `make train ARGS="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
@@ -34,8 +38,6 @@ import contextlib
 import json
 import math
 import os
-import random
-import shutil
 import signal
 import socket
 import sys
@@ -48,31 +50,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import yaml
 
 from common.io import LockHeld, atomic_write_text, flocked
-from common.paths import checkpoint_name, step_checkpoints
+from common.paths import final_checkpoint
 from common.provenance import git_state, versions
 from common.text import one_line
-from model import build_model, save_checkpoint
-from model.checkpoint import CheckpointError, read_checkpoint
+from model import build_model
 
 from . import parallel as par
+from .checkpointer import Checkpointer, TrainState, finished
 from .config import ConfigError, TrainConfig, compose, config_help
-from .plan import (
-    RunPlan,
-    dry_parallel,
-    format_estimate,
-    format_plan,
-    plain,
-    plan,
-    run_dir,
-    semantic,
-    world,
-)
+from .plan import RunPlan, dry_run, format_plan, plain, plan, run_dir, semantic, world
 from .tokenizer import tokenizer_ref, tokenizer_sha256
 
 EXIT_PREEMPTED = 75
@@ -93,68 +84,6 @@ class Preempted(SystemExit):
         super().__init__(EXIT_PREEMPTED)
         self.step = step
         self.checkpoint = checkpoint
-
-
-# ====================================================================== state
-class TrainState:
-    """What a checkpoint restores beyond the weights: the step, the optimizer, the LR schedule,
-    the data position and every RNG. Stored under a checkpoint's `extra` (docs/RESULTS.md)."""
-
-    def __init__(self, cfg: TrainConfig, p: RunPlan, run_id: str,
-                 opt: torch.optim.Optimizer, sched: Any) -> None:
-        self.cfg, self.plan, self.run_id = cfg, p, run_id
-        self.opt, self.sched = opt, sched
-        self.step = 0
-        self.val_done = False
-        """The validation due at `step` finished before this state's checkpoint was written."""
-
-    def state_dict(self, optimizer: dict[str, Any] | None = None,
-                   optimizer_format: str = "ids") -> dict[str, Any]:
-        """`optimizer`: a state gathered elsewhere (FSDP: keyed by parameter name, "fqn")."""
-        return {"step": self.step, "val_done": self.val_done,
-                "optimizer": self.opt.state_dict() if optimizer is None else optimizer,
-                "optimizer_format": optimizer_format,
-                "scheduler": self.sched.state_dict(),
-                "data": {"samples": self.step * self.cfg.train.batch_size,
-                         "seed": self.cfg.train.seed},
-                "rng": _rng_state(), "run_id": self.run_id,
-                "tokens": self.plan.tokens_at(self.step), "flops": self.plan.flops_at(self.step)}
-
-    def load_state_dict(self, sd: dict[str, Any], model: torch.nn.Module | None = None,
-                        mode: str = "none") -> None:
-        step = int(sd["step"])
-        if sd["data"]["samples"] != step * self.cfg.train.batch_size:
-            raise ValueError("data position does not match its step")
-        if model is None:
-            self.opt.load_state_dict(sd["optimizer"])
-        else:  # whatever mode and world size wrote it
-            par.load_optimizer(model, self.opt, sd["optimizer"],
-                               sd.get("optimizer_format", "ids"), mode)
-        self.sched.load_state_dict(sd["scheduler"])
-        _set_rng_state(sd["rng"])
-        self.step = step
-        self.val_done = bool(sd.get("val_done", False))
-
-
-def _rng_state() -> dict[str, Any]:
-    # torch.load(weights_only=True) takes tensors and plain containers only: numpy's and
-    # python's states are stored as lists of ints.
-    npst = np.random.get_state()
-    pyst = random.getstate()
-    return {"torch": torch.get_rng_state(),
-            "numpy": [npst[0], npst[1].tolist(), int(npst[2]), int(npst[3]), float(npst[4])],
-            "python": [pyst[0], list(pyst[1]), pyst[2]],
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
-
-
-def _set_rng_state(st: dict[str, Any]) -> None:
-    torch.set_rng_state(st["torch"])
-    n = st["numpy"]
-    np.random.set_state((n[0], np.asarray(n[1], dtype=np.uint32), n[2], n[3], n[4]))
-    p = st["python"]
-    random.setstate((p[0], tuple(p[1]), p[2]))
-    if st.get("cuda") and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(st["cuda"])
 
 
 def _z_generator(seed: int, step: int, micro: int) -> torch.Generator:
@@ -193,37 +122,8 @@ class _Log:
             self.f.close()
 
 
-def _newest_checkpoint(ckdir: Path, log: _Log) -> tuple[dict, Path] | None:
-    for step, p in reversed(step_checkpoints(ckdir)):
-        try:
-            payload = read_checkpoint(p)
-        except CheckpointError as e:
-            log(f"skipping unreadable checkpoint {p.name}: {e}")
-            continue
-        if payload.get("extra", {}).get("step") == step:
-            return payload, p
-    return None
-
-
-def _truncate_metrics(path: Path, step: int, val_done: bool = False) -> None:
-    """Keep what an uninterrupted run had written when its checkpoint at `step` was taken:
-    train lines up to `step`, val lines before it, and the val line at `step` when the
-    checkpoint says that validation had finished before it was written (`val_done`)."""
-    if not path.exists():
-        return
-    keep = []
-    for line in path.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut by kill -9
-        if (r.get("kind") == "train" and r["step"] <= step) or (
-                r.get("kind") == "val" and (r["step"] < step or (val_done and r["step"] == step))):
-            keep.append(line)
-    atomic_write_text(path, "".join(x + "\n" for x in keep))
-
-
-def _param_groups(model: torch.nn.Module, wd: float) -> list[dict[str, Any]]:
+def param_groups(model: torch.nn.Module, wd: float) -> list[dict[str, Any]]:
+    """AdamW groups: weight decay `wd` on matrices, none on vectors (norms, zeta)."""
     decay, no_decay = [], []
     seen: set[int] = set()
     for p in model.parameters():
@@ -342,23 +242,46 @@ def _process_group(device: torch.device, n_world: int) -> Iterator[None]:
 
 
 # ====================================================================== train
-class _Loop:
-    """The pieces of one training run the loop in `train()` calls: a step, a validation, a
-    checkpoint, a metrics line. Rank 0 writes; every rank computes."""
+class _Window:
+    """Training throughput since the last train line; validation and checkpoints excluded."""
 
-    def __init__(self, cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self.t, self.tokens = time.time(), 0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        t_in = time.time()
+        try:
+            yield
+        finally:
+            self.t += time.time() - t_in
+
+    def tokens_per_s(self) -> float:
+        now = time.time()
+        tps = self.tokens / max(now - self.t, 1e-9)
+        self.t, self.tokens = now, 0
+        return tps
+
+
+class Trainer:
+    """One training run on this process: the model (checkpointed, sharded or wrapped as the
+    config says), its optimizer and LR schedule (`state`, a TrainState), the corpus and the
+    `checkpointer`. `train()` is the loop. Rank 0 writes; every rank computes."""
+
+    def __init__(self, cfg: TrainConfig, p: RunPlan, corpus: Any, checkpointer: Checkpointer,
                  device: torch.device, rank: int, n_world: int, stop: dict[str, Any],
                  log: _Log) -> None:
-        self.cfg, self.p, self.corpus, self.rd = cfg, p, corpus, rd
+        self.cfg, self.p, self.corpus, self.checkpointer = cfg, p, corpus, checkpointer
         self.device, self.rank, self.world, self.stop, self.log = device, rank, n_world, stop, log
         self.main = rank == 0
-        self.ckdir = rd / "checkpoints"
-        self.tok_ref = tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name)
         self.mode = par.resolve(str(cfg.train.parallel), n_world, device, p.params["total"])
         torch.manual_seed(cfg.train.seed)
         self.model = build_model(p.model).to(device)
         # full weights load before any sharding; the rest of the state after the optimizer
-        self.found = _newest_checkpoint(self.ckdir, log)
+        self.found = checkpointer.newest()
         if self.found is not None:
             self.model.load_state_dict(self.found[0]["model"])
         if cfg.train.activation_checkpointing:
@@ -369,46 +292,77 @@ class _Loop:
             + (", activation checkpointing" if cfg.train.activation_checkpointing else ""),
             echo=False)
         self.opt = torch.optim.AdamW(
-            _param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
+            param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,
             betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
             fused=device.type in ("cuda", "cpu"))  # fused kernels exist for CUDA and CPU
         sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: lr_factor(s, p.steps, p.warmup_steps, cfg.optim.min_lr_ratio))
-        self.state = TrainState(cfg, p, rd.name, self.opt, sched)
+        self.state = TrainState(cfg, p, checkpointer.rd.name, self.opt, sched, self.model,
+                                self.mode)
         # bf16 autocast wherever torch has it (CUDA, and the CPU's own); auto = CUDA only
         self.use_bf16 = cfg.train.precision == "bf16" or (
             cfg.train.precision == "auto" and device.type == "cuda")
         self.metrics: Any = None
-        self.last_good: Path | None = None
-        self.t_window, self.tok_window = time.time(), 0  # tokens/s; val and checkpoints excluded
+        self.window = _Window()
 
-    def autocast(self) -> Any:
-        if self.use_bf16:
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
-
-    def resume(self) -> None:
-        metrics_path = self.rd / "metrics.jsonl"
+    # ---------------------------------------------------------------- the loop
+    def train(self) -> None:
+        """Resume, then step -> maybe validate -> maybe checkpoint -> maybe preempt up to the
+        budget; then the last validation, the final metrics line and final.pt."""
+        cfg, p, ckpt = self.cfg, self.p, self.checkpointer
         found, self.found = self.found, None  # the weights are in the model already
-        if found is not None:
-            payload, path = found
-            try:
-                self.state.load_state_dict(payload["extra"], self.model, self.mode)
-            except ValueError as e:
-                raise ConfigError(f"{path}: {e}") from None
-            self.log(f"resumed from {path.name} (step {self.state.step}/{self.p.steps}"
-                     + (", its validation done" if self.state.val_done else "") + ")",
-                     echo=self.main)
+        ckpt.resume(found, self.state)
+        fwd = self.wrap()
+        with ExitStack() as stack:
             if self.main:
-                _truncate_metrics(metrics_path, self.state.step, self.state.val_done)
-                if not (self.ckdir / f"eval_step_{self.state.step}.pt").exists():
-                    self.keep_for_eval(self.state.step, path)  # killed before its link
-        elif self.main:
-            metrics_path.unlink(missing_ok=True)
-        found_steps = step_checkpoints(self.ckdir)
-        self.last_good = found_steps[-1][1] if found_steps else None
+                self.metrics = stack.enter_context(open(ckpt.metrics_path, "a",
+                                                        encoding="utf-8"))
+            bar = self.progress_bar(stack)
+            t0 = time.time()
+            step = self.state.step
+            ran_val = self.state.val_done
+            if step < p.steps and self.val_due(step) and not ran_val:
+                self.validate(step)  # step 0's, or one a preemption cut before its checkpoint
+                ran_val = True
+            if (sig := self.pending_signal()) is not None:  # during setup or that validation
+                # the checkpoint records the finished validation: the next attempt trains
+                ckpt.maybe_save(step, self.state, val_done=ran_val, force=True)
+                self.preempt(sig, step)
+            self.model.train()
+            self.window.restart()
+            while step < p.steps:
+                rec = self.train_step(fwd, step)
+                step += 1
+                if step % cfg.logging.log_every == 0 or step == p.steps:
+                    tps = self.window.tokens_per_s()
+                    self.emit({"kind": "train", "step": step, "tokens": p.tokens_at(step),
+                               "flops": p.flops_at(step), **rec, "tokens_per_s": tps,
+                               "time": self.window.t - t0})
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{tps:,.0f}")
+                if bar is not None:
+                    bar.update(1)
+                sig = self.pending_signal()
+                # validate before a checkpoint at the same step, so the checkpoint can say it
+                # ran; a signal already pending skips it (the next attempt validates first)
+                ran_val = sig is None and step < p.steps and self.val_due(step)
+                if ran_val:
+                    self.validate(step)
+                    sig = self.pending_signal()  # one that arrived during the validation
+                with self.window.paused():  # a preemption writes one whatever the step
+                    ckpt.maybe_save(step, self.state, val_done=ran_val, force=sig is not None)
+                if sig is not None:
+                    self.preempt(sig, step)
+            self.validate(p.steps)  # truncation on resume removed any earlier val at this step
+            wall = time.time() - t0
+            self.emit({"kind": "final", "step": p.steps, "tokens": p.tokens_at(p.steps),
+                       "flops": p.flops_at(p.steps), "wall_s": wall})
+            ckpt.save_final(self.state)
+            self.log(f"finished {p.steps} steps in {wall:.1f}s -> {ckpt.final}", echo=self.main)
 
+    # ---------------------------------------------------------------- its parts
     def wrap(self) -> torch.nn.Module:
+        """The module the steps call: compiled (train.compile) and/or DDP-wrapped."""
         fwd: torch.nn.Module = self.model
         if self.cfg.train.compile:  # inductor: CUDA, or C++ on the CPU
             fwd = torch.compile(self.model)  # type: ignore[assignment]
@@ -416,7 +370,24 @@ class _Loop:
             fwd = par.ddp(fwd, self.device)
         return fwd
 
+    def progress_bar(self, stack: ExitStack) -> Any:
+        """A tqdm bar on rank 0 with logging.progress, else None."""
+        if not (self.main and self.cfg.logging.progress):
+            return None
+        from tqdm import tqdm
+
+        return stack.enter_context(tqdm(total=self.p.steps, initial=self.state.step,
+                                        unit="step", dynamic_ncols=True,
+                                        desc=f"{self.p.arm} {self.checkpointer.rd.name}",
+                                        file=sys.stderr))
+
+    def autocast(self) -> Any:
+        if self.use_bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
     def emit(self, rec: dict[str, Any]) -> None:
+        """One metrics.jsonl line (rank 0)."""
         if self.metrics is not None:
             self.metrics.write(json.dumps(rec) + "\n")
             self.metrics.flush()
@@ -425,57 +396,19 @@ class _Loop:
         if self.world > 1:
             dist.barrier()
 
-    def eval_steps(self) -> set[int]:
-        """Steps of logging.keep_eval_checkpoints=n: n evenly spaced by tokens, the last one
-        the final step (every step has the same tokens, so even in steps is even in tokens)."""
-        n = self.cfg.logging.keep_eval_checkpoints
-        return {math.ceil(k * self.p.steps / n) for k in range(1, n + 1)} if n else set()
-
-    def keep_for_eval(self, step: int, path: Path) -> None:
-        """eval_step_<N>.pt: a hard link (a copy where links fail) outside the rotation."""
-        if not self.main or step not in self.eval_steps():
-            return
-        dst = self.ckdir / f"eval_step_{step}.pt"
-        tmp = dst.with_name(f".{dst.name}.tmp")
-        tmp.unlink(missing_ok=True)
-        try:
-            os.link(path, tmp)
-        except OSError:
-            shutil.copyfile(path, tmp)
-        os.replace(tmp, dst)
-
-    def save(self, step: int, name: str | None = None, val_done: bool = False) -> Path:
-        t_in = time.time()
-        path = self.ckdir / (name or checkpoint_name(step))
-        # FSDP: gathering the full state is a collective, so every rank takes part
-        weights, optim, optim_format = par.gather_state(self.model, self.opt, self.mode)
-        if self.main:
-            self.state.step, self.state.val_done = step, val_done
-            save_checkpoint(path, self.model, tokenizer=self.tok_ref,
-                            extra=self.state.state_dict(optim, optim_format), state_dict=weights)
-            if name is not None or step != self.p.steps:  # the last step's is final.pt's
-                self.keep_for_eval(step, path)
-            if name is None:
-                for _, old in step_checkpoints(self.ckdir)[:-self.cfg.logging.keep_checkpoints]:
-                    old.unlink(missing_ok=True)
-        self.barrier()
-        self.t_window += time.time() - t_in
-        return path
-
     def validate(self, step: int) -> None:
-        t_in = time.time()
-        if self.main or self.mode == "fsdp":  # under FSDP every rank takes part in all-gathers
-            r = evaluate(self.model, self.corpus, self.cfg.logging.val_batch_size,
-                         self.p.model.kappa_bits, self.autocast)
-        if self.main:
-            self.emit({"kind": "val", "step": step, "tokens": self.p.tokens_at(step),
-                       "flops": self.p.flops_at(step), **r})
-            self.log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
-                     + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
-                        f"{r['val_kl_bits']:.3f} bits)" if self.p.model.is_free else ""),
-                     echo=False)
-        self.barrier()
-        self.t_window += time.time() - t_in
+        with self.window.paused():
+            if self.main or self.mode == "fsdp":  # under FSDP every rank takes part in gathers
+                r = evaluate(self.model, self.corpus, self.cfg.logging.val_batch_size,
+                             self.p.model.kappa_bits, self.autocast)
+            if self.main:
+                self.emit({"kind": "val", "step": step, "tokens": self.p.tokens_at(step),
+                           "flops": self.p.flops_at(step), **r})
+                self.log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
+                         + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
+                            f"{r['val_kl_bits']:.3f} bits)" if self.p.model.is_free else ""),
+                         echo=False)
+            self.barrier()
 
     def val_due(self, step: int) -> bool:
         ve = self.cfg.logging.val_every
@@ -490,11 +423,12 @@ class _Loop:
         return sig
 
     def preempt(self, sig: int, step: int) -> None:
-        assert self.last_good is not None
+        last = self.checkpointer.last_good
+        assert last is not None
         self.log(f"signal {signal.Signals(sig).name} at step {step}: wrote "
-                 f"{self.last_good.name}; exiting with code {EXIT_PREEMPTED} (rerun to resume)",
+                 f"{last.name}; exiting with code {EXIT_PREEMPTED} (rerun to resume)",
                  echo=self.main)
-        raise Preempted(step, self.last_good)
+        raise Preempted(step, last)
 
     def train_step(self, fwd: torch.nn.Module, step: int) -> dict[str, float]:
         """One optimizer step (grad accumulation over micro-batches); the step's means."""
@@ -524,23 +458,18 @@ class _Loop:
         gnv = par.as_float(gn)  # a DTensor under FSDP
         if not (math.isfinite(lossv) and math.isfinite(gnv)):
             what = "loss" if not math.isfinite(lossv) else "gradient norm"
+            last = self.checkpointer.last_good
             raise TrainingDiverged(
                 f"non-finite {what} ({lossv if what == 'loss' else gnv}) at step {step + 1}; "
                 f"stopped without updating; last good checkpoint: "
-                f"{self.last_good if self.last_good else 'none'}")
+                f"{last if last else 'none'}")
         lr = self.opt.param_groups[0]["lr"]
         self.opt.step()
         self.state.sched.step()
         self.opt.zero_grad(set_to_none=True)
-        self.tok_window += p.tokens_per_step
+        self.window.tokens += p.tokens_per_step
         return {"ce": ce, "kl_nats": kl, "kl_bits": kl / LN2, "loss": lossv, "lr": lr,
                 "grad_norm": gnv}
-
-    def window_tokens_per_s(self) -> float:
-        now = time.time()
-        tps = self.tok_window / max(now - self.t_window, 1e-9)
-        self.t_window, self.tok_window = now, 0
-        return tps
 
 
 def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
@@ -548,158 +477,47 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     dir. A finished run (final.pt present) returns at once unless train.force=true."""
     rank, n_world = world()
     main = rank == 0
-    if cfg.train.dry_run and cfg.train.plan_world_size:
-        n_world = cfg.train.plan_world_size
+    if cfg.train.dry_run:
+        dry_run(cfg)  # plan.py: the plan and its estimates, nothing trained
+        return run_dir(cfg)
     p = plan(cfg, n_world)
     rd = run_dir(cfg)
-    if cfg.train.dry_run:
-        if main:
-            print(format_plan(cfg, p), flush=True)
-            print(_dry_estimate(cfg, p), flush=True)
-        return rd
     device = _device(cfg)
-    ckdir = rd / "checkpoints"
     with ExitStack() as stack:
         stop = stack.enter_context(_signals_to_flag())
-        if (ckdir / "final.pt").exists() and not cfg.train.force:
+        if finished(rd) and not cfg.train.force:
             if main:
-                print(f"run {rd.name} is finished ({ckdir / 'final.pt'}); train.force=true "
-                      f"retrains", file=sys.stderr)
+                print(f"run {rd.name} is finished ({final_checkpoint(rd)}); "
+                      f"train.force=true retrains", file=sys.stderr)
             return rd
         corpus = _corpus(cfg)  # everything that can fail on bad input: before the run dir exists
         if main:
-            stack.enter_context(_run_lock(rd))
+            stack.enter_context(_run_lock(rd))  # creates the run dir
         stack.enter_context(_process_group(device, n_world))
 
         # ---- setup
-        metrics_path = rd / "metrics.jsonl"
-        if main:
-            if cfg.train.force and rd.exists():
-                shutil.rmtree(ckdir, ignore_errors=True)
-                metrics_path.unlink(missing_ok=True)
-                (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
-            ckdir.mkdir(parents=True, exist_ok=True)
+        log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
+        checkpointer = Checkpointer(
+            rd, cfg, p, main=main, world=n_world, log=log,
+            tokenizer=tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name))
+        checkpointer.prepare(fresh=cfg.train.force)
+        if main and cfg.train.force:
+            (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
         if n_world > 1:
             dist.barrier()
-        log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
         log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
         log(format_plan(cfg, p), echo=main)
-        loop = _Loop(cfg, p, corpus, rd, device, rank, n_world, stop, log)
+        trainer = Trainer(cfg, p, corpus, checkpointer, device, rank, n_world, stop, log)
         if main:
-            _write_config(cfg, p, corpus, rd, argv, loop.mode)
+            _write_config(cfg, p, corpus, rd, argv, trainer.mode)
 
-        # ---- resume
-        loop.resume()
-        fwd = loop.wrap()
-        if main:
-            loop.metrics = stack.enter_context(open(metrics_path, "a", encoding="utf-8"))
-        bar = None
-        if main and cfg.logging.progress:
-            from tqdm import tqdm
-
-            bar = stack.enter_context(tqdm(total=p.steps, initial=loop.state.step, unit="step",
-                                           dynamic_ncols=True, desc=f"{p.arm} {rd.name}",
-                                           file=sys.stderr))
-
-        # ---- loop
-        t0 = time.time()
-        step = loop.state.step
+        # ---- the loop
         try:
-            ran_val = loop.state.val_done
-            if step < p.steps and loop.val_due(step) and not ran_val:
-                loop.validate(step)  # step 0's, or one a preemption cut before its checkpoint
-                ran_val = True
-            if (sig := loop.pending_signal()) is not None:  # during setup or that validation
-                # the checkpoint records the finished validation: the next attempt trains
-                loop.last_good = loop.save(step, val_done=ran_val)
-                loop.preempt(sig, step)
-            loop.model.train()
-            loop.t_window, loop.tok_window = time.time(), 0
-            while step < p.steps:
-                rec = loop.train_step(fwd, step)
-                step += 1
-                if step % cfg.logging.log_every == 0 or step == p.steps:
-                    tps = loop.window_tokens_per_s()
-                    loop.emit({"kind": "train", "step": step, "tokens": p.tokens_at(step),
-                               "flops": p.flops_at(step), **rec, "tokens_per_s": tps,
-                               "time": loop.t_window - t0})
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{tps:,.0f}")
-                if bar is not None:
-                    bar.update(1)
-                sig = loop.pending_signal()
-                # validate before a checkpoint at the same step, so the checkpoint can say it
-                # ran; a signal already pending skips it (the next attempt validates first)
-                ran_val = sig is None and step < p.steps and loop.val_due(step)
-                if ran_val:
-                    loop.validate(step)
-                    sig = loop.pending_signal()  # one that arrived during the validation
-                if (step % cfg.logging.ckpt_every == 0 or step == p.steps or sig is not None
-                        or step in loop.eval_steps()):
-                    loop.last_good = loop.save(step, val_done=ran_val)
-                if sig is not None:
-                    loop.preempt(sig, step)
-            loop.validate(p.steps)  # truncation on resume removed any earlier val at this step
-            wall = time.time() - t0
-            loop.emit({"kind": "final", "step": p.steps, "tokens": p.tokens_at(p.steps),
-                       "flops": p.flops_at(p.steps), "wall_s": wall})
-            loop.save(p.steps, "final.pt", val_done=True)
-            log(f"finished {p.steps} steps in {wall:.1f}s -> {ckdir / 'final.pt'}", echo=main)
+            trainer.train()
         except TrainingDiverged as e:
             log(str(e), echo=main)
             raise
     return rd
-
-
-MEASURE_MAX_PARAMS = 100_000_000
-"""The dry run times training steps on this CPU only for models up to this size."""
-
-
-def _cpu_rate(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | None:
-    """This machine's training tokens/s: the stated train.cpu_tokens_per_s, else measured
-    over `n` optimizer steps (after one warm-up) of this model on random tokens at the
-    configured micro-batch and accumulation, with this process's threads."""
-    if cfg.train.cpu_tokens_per_s:
-        return cfg.train.cpu_tokens_per_s, "stated, train.cpu_tokens_per_s"
-    if p.params["total"] > MEASURE_MAX_PARAMS:
-        return None
-    torch.manual_seed(0)
-    model = build_model(p.model).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, p.model.vocab_size, (p.micro_batch_size, p.seq_len), generator=g)
-    bf16 = cfg.train.precision == "bf16"
-
-    def step() -> None:
-        for _ in range(p.grad_accum):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = model(x, targets=x, generator=g).loss
-            loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    step()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
-    dt = time.perf_counter() - t0
-    # one process's share of a step: a world of CPU processes shares these cores
-    tokens = n * p.grad_accum * p.micro_batch_size * p.seq_len
-    return tokens / (dt * p.world_size), (f"measured: {n} steps of this model after a warm-up, "
-                                          f"{torch.get_num_threads()} threads, "
-                                          f"{'bf16' if bf16 else 'fp32'}")
-
-
-def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
-    mode = dry_parallel(cfg, p)
-    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
-        cpu = _cpu_rate(cfg, p)
-        if cpu is None:
-            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
-                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
-                    "train.cpu_tokens_per_s")
-        return format_estimate(cfg, p, mode, cpu)
-    return format_estimate(cfg, p, mode)
 
 
 def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
