@@ -62,6 +62,7 @@ TRUNCATION_KEYS = ("n_requests", "n_truncated", "max_tokens_cut", "min_prompt_to
 """A generation task's `truncation` record in an eval file (docs/RESULTS.md)."""
 TASK_COLS = CELL_COLS + ["suite", "task", "file", "spec_id", "n", "error", "n_missing",
                          "missing_reasons", "has_truncation", *TRUNCATION_KEYS]
+OTHER_SPEC_COLS = CELL_COLS + ["task", "file", "spec_id", "reason"]
 POINT_COLS = CELL_COLS + ["task", "metric", "z_mode", "leaks", "higher_is_better", "step",
                           "tokens", "value", "spec_id", "file"]
 SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
@@ -114,6 +115,33 @@ class SweepData:
     tokens (step x the run's tokens_per_step), value, from every used eval file (all steps)."""
     likelihood: list[dict] = field(default_factory=list)
     """<run>/eval/likelihood.*.json records (experiments/eval/likelihood.py), with cell identity."""
+    other_specs: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=OTHER_SPEC_COLS))
+    """One row per (cell, task) of every eval file NOT used (another spec than the sweep's):
+    so a cell with no number can say it was evaluated under another spec and name the file."""
+
+
+def other_spec_files(data: SweepData, task: str) -> dict[str, str]:
+    """{run_id: its eval files holding `task` under a spec the sweep does not use}, each as
+    "<file> (spec <id>)" (several joined by ", ")."""
+    o = data.other_specs
+    if o.empty:
+        return {}
+    o = o[o["task"] == task]
+    return {str(rid): ", ".join(f"{f} (spec {sid})" for f, sid in zip(g["file"], g["spec_id"],
+                                                                       strict=True))
+            for rid, g in o.groupby("run_id", sort=True)}
+
+
+def other_spec_status(data: SweepData, task: str) -> str:
+    """The status of a task no cell has under the sweep's spec but some under another, or ""."""
+    files = other_spec_files(data, task)
+    if not files:
+        return ""
+    names = sorted({x for v in files.values() for x in v.split(", ")})
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ("evaluated only under another spec (never mixed into this table): "
+            + ", ".join(names[:3]) + more)
 
 
 def eval_spec(ev: dict, fname: str) -> tuple[dict, str, bool]:
@@ -387,6 +415,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         cell_rows.append((row, ident))
     chosen, excluded = _choose_specs(per_cell_evals, man)
     point_rows: list[dict] = []
+    other_rows: list[dict] = []
     likelihood: list[dict] = []
     for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
         run_dir = root / "runs" / str(row["run_id"])
@@ -442,6 +471,9 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             evals.append(head)
             if f["spec_id"] in excluded:
                 notes.append(f"{epath.name}: {excluded[f['spec_id']]}")
+                other_rows += [{**ident, "task": task, "file": epath.name,
+                                "spec_id": f["spec_id"], "reason": excluded[f["spec_id"]]}
+                               for task in ev.tasks]
                 continue
             z_mode, leaks = ev.z_mode, ev.leaks
             for task, t in ev.tasks.items():
@@ -501,7 +533,8 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         ["run_id", "task", "metric", "z_mode", "step"])
     return SweepData(name=name, root=root, manifest=manifest, cells=cells, scores=scores,
                      items=items, curves=curves, evals=evals, warnings=warnings, tasks=tasks,
-                     points=points, likelihood=likelihood)
+                     points=points, likelihood=likelihood,
+                     other_specs=pd.DataFrame(other_rows, columns=OTHER_SPEC_COLS))
 
 
 def tidy_frame(name: str, root: str | os.PathLike | None = None) -> pd.DataFrame:

@@ -314,11 +314,13 @@ def _upgrade_legacy_task(name: str, t: Any) -> Any:
     why = sandbox_failure(t)
     if why is None:
         return t
+    reason = f"sandbox: {why} (legacy file: its scores were written as 0; read as missing)"
     metrics = {m: ({**v, "value": None} if isinstance(v, dict) else {"value": None})
                for m, v in (t.get("metrics") or {}).items()}
-    return {**t, "metrics": metrics,
-            "error": t.get("error") or f"sandbox: {why} (legacy file: its metrics were written "
-                                       "as scores; read as missing)"}
+    items = [{**it, **{k: None for k in ("base", "plus") if k in it},
+              "reason": it.get("reason") or reason} if isinstance(it, dict) else it
+             for it in t.get("items") or []]
+    return {**t, "metrics": metrics, "items": items, "error": t.get("error") or reason}
 
 
 @dataclass(frozen=True)
