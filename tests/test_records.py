@@ -168,3 +168,43 @@ def test_metrics_line_keeps_its_order_and_rejects_an_unknown_kind():
     assert json.dumps(MetricsLine.from_json(d).to_json()) == json.dumps(d)
     with pytest.raises(RecordError, match="kind 'bogus'"):
         MetricsLine.from_json({"kind": "bogus", "step": 1})
+
+
+def test_the_launchers_manifest_names_each_h_once_and_the_analysis_reads_it(tmp_path):
+    """build_manifest writes a FLOPs control's own H (0) as latent_bits and the H it matches as
+    match_latent_bits; the frame pairs it with that H (match_h) from the manifest alone."""
+    import yaml
+
+    from analysis.frame import load_sweep
+    from sweeps import launcher as L
+    from sweeps.grid import SweepSpec, expand
+
+    spec = SweepSpec.from_text(kappa="1", h="4 8", seeds="0",
+                               controls="flops plus1 plus1_flops", tokens="1k")
+    cells = []
+    for c in expand(spec):
+        rid = c.name.replace(".", "_")
+        rd = tmp_path / "runs" / rid
+        rd.mkdir(parents=True)
+        cells.append(L.PlannedCell(cell=c, config={}, run_id=rid, run_dir=rd, tokens=1.0,
+                                   flops=1.0, flops_per_token=1.0))
+        cfg = {"run_id": rid, "arm": "free" if c.arm == "free" else "baseline",
+               "model": {"latent_bits": c.latent_bits if c.arm == "free" else 0},
+               "train": {"compute_match": None}}  # no match_latent_bits to fall back on
+        (rd / "config.yaml").write_text(yaml.safe_dump(cfg))
+    p = L.Plan(name="m", spec=spec, folder=tmp_path / "sweeps" / "m", results=tmp_path,
+               cells=cells)
+    m = L.build_manifest(p, "local", None)
+    got = {c["cell"]: (c["arm"], c["latent_bits"], c["match_latent_bits"]) for c in m["cells"]}
+    want = {c.name: (c.arm, c.latent_bits if c.arm == "free" else 0,
+                     c.latent_bits if c.arm in ("baseline_flops", "baseline_plus1_flops")
+                     else None) for c in expand(spec)}
+    assert got == want
+    assert {v[2] for v in got.values()} == {None, 4, 8}
+    p.folder.mkdir(parents=True)
+    (p.folder / "manifest.json").write_text(json.dumps(m))
+    cells = load_sweep("m", tmp_path).cells.set_index("cell")
+    for name, (_arm, lb, match) in want.items():
+        assert cells.loc[name, "latent_bits"] == lb
+        mh = cells.loc[name, "match_h"]
+        assert (mh != mh) if match is None else mh == match
