@@ -391,7 +391,7 @@ def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None =
                         else "null value in the eval file")
     for idx, rid in miss["run_id"].items():  # a file under another spec: name it
         if other and str(rid) in other and why[idx] == "trained, not evaluated":
-            why[idx] = f"evaluated under another spec ({other[str(rid)]})"
+            why[idx] = f"evaluated under another spec: {other[str(rid)]}"
     return "missing: " + ", ".join(f"{n} {s}" for s, n in why.value_counts().items())
 
 

@@ -99,10 +99,12 @@ def plant(root: Path) -> list[str]:
             ev["limit"] = 20
             ev["tasks"]["arc_easy"]["metrics"]["acc"]["value"] = 0.99
             (ed / "lm-eval.limit20.json").write_text(json.dumps(ev))
-    # 2: files with specs, two H, both FLOPs controls the launcher's way, manifest eval_spec_id
+    # 2: files with specs, two H, both FLOPs controls as the launcher wrote them before
+    #    records (latent_bits = the matched H), manifest eval_spec_id
     sid = spec_id(fake_spec())
     write_fake_sweep(root, "spec", kappas=(0.5, 2.0), latent_bits=(8, 16), spec=True,
-                     controls=("baseline_flops", "baseline_plus1_flops"), eval_spec_id=sid)
+                     controls=("baseline_flops", "baseline_plus1_flops"), eval_spec_id=sid,
+                     manifest="legacy")
     # 3: the calibration's planted sweep (missing cells, crashed items, a stray LIMIT re-run)
     from analysis.calibrate import DESIGNS, Scenario, write_scenario
 
