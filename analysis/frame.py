@@ -9,9 +9,12 @@ training curves are long frames beside it. A cell whose run has not written a fi
 no rows there; `cells` keeps one row per manifest cell with its state, so tables can say
 "missing" instead of inventing a number.
 
-Controls trained to a Free Transformer's FLOPs (`baseline_flops`, `baseline_plus1_flops`) carry
-`match_h`, the H of the FT they match (manifest `latent_bits`, else config
-`train.match_latent_bits`), so every comparison pairs an FT with the control of its own H.
+Every file is read through its record in common/records.py (`Manifest`, `RunRecord`,
+`MetricsLine`, `EvalFile`, `LikelihoodFile`), whose `from_json` upgrades legacy formats, so
+nothing here knows an old layout. Controls trained to a Free Transformer's FLOPs
+(`baseline_flops`, `baseline_plus1_flops`) carry `match_h`, the H of the FT they match (the
+manifest cell's `match_latent_bits`, else the run's `RunRecord.match_latent_bits`), so every
+comparison pairs an FT with the control of its own H.
 
 Eval specs: every eval file has a spec (top-level `spec`/`spec_id`; old files get a legacy spec
 derived from their fields). Within a sweep, one spec is used per (suite, z_mode): the manifest's
@@ -48,6 +51,7 @@ from common.records import (
     LikelihoodFile,
     Manifest,
     ManifestCell,
+    MetricsLine,
     RecordError,
     RunRecord,
     nan_if_none,
@@ -378,7 +382,12 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         row["final_tokens"] = row["final_flops"] = row["wall_s"] = math.nan
         row["tokens_per_s"] = math.nan
         if row["has_metrics"]:
-            lines = read_jsonl(mpath)
+            lines = []
+            for x in read_jsonl(mpath):
+                try:
+                    lines.append(MetricsLine.from_json(x).to_json())
+                except RecordError as e:
+                    warnings.append(f"{mpath}: line skipped ({e})")
             if lines:
                 cf = pd.DataFrame(lines)
                 for k, v in ident.items():
