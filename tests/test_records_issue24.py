@@ -149,3 +149,18 @@ def test_item3_one_cell_under_another_spec_names_its_file(tmp_path):
     assert "trained, not evaluated" not in ft["status"]
     base = t[(t["task"] == "arc_easy") & (t["arm"] == "baseline")].iloc[0]
     assert base["n_seeds"] == 2 and not base["status"]
+
+
+def test_a_manifest_from_a_newer_suite_is_one_line_exit_2_nothing_written(tmp_path, capsys):
+    from analysis.report import main
+
+    man = write_fake_sweep(tmp_path, "new", kappas=(0.5,), seeds=(0,), controls=())
+    m = json.loads(man.read_text())
+    m["schema"] = "ftbench-manifest-v7"
+    man.write_text(json.dumps(m))
+    with pytest.raises(SystemExit) as e:
+        main(["--name", "new", "--root", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1
+    assert "ftbench-manifest-v7" in err and "newer than this code reads" in err
+    assert not (man.parent / "report").exists() and not (man.parent / "report.html").exists()
