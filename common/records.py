@@ -373,8 +373,9 @@ class EvalFile:
                             gen_tokens=_argv_int(d.get("argv"), "--max-gen-toks"),
                             data_checksums=d.get("data_checksums") or {})
             sid = spec.id
-            if suite == "evalplus":
-                tasks = {n: _upgrade_legacy_task(n, t) for n, t in tasks.items()}
+            # evalplus entries (the only ones with a sandbox block; very old files kept them
+            # in an lm-eval suite file)
+            tasks = {n: _upgrade_legacy_task(n, t) for n, t in tasks.items()}
         else:
             spec = EvalSpec.from_json(raw)
             sid = str(d.get("spec_id") or spec_id(raw))
