@@ -113,14 +113,6 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def eval_spec(suite: str, tasks: list[str], limit: int | None, z: str, k: int,
-              fewshot: int | None, gen_tokens: int | None,
-              data_checksums: dict[str, str]) -> dict[str, Any]:
-    """A suite's spec as its file records it (common.records.EvalSpec.from_args)."""
-    return EvalSpec.from_args(suite, tasks, limit, z, k, fewshot, gen_tokens,
-                              data_checksums).to_json()
-
-
 def eval_file_name(spec: EvalSpec | dict[str, Any], step: int | None) -> str:
     """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: step unknown)."""
     sp = spec if isinstance(spec, EvalSpec) else EvalSpec.from_json(spec)
