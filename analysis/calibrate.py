@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -48,10 +48,11 @@ from scipy import stats
 
 from common.io import atomic_write_text
 from common.paths import runs_dir
+from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord
 
 from . import stats as S
 from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
-from .frame import load_sweep, spec_id
+from .frame import load_sweep
 from .stats import ALPHA
 from .tables import comparisons, paper_table
 
@@ -255,7 +256,8 @@ def _write_json(path: Path, obj: object) -> None:
 
 
 def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
-    """Write one synthetic sweep as result files; return the simulated outcomes per cell."""
+    """Write one synthetic sweep as result files (built as common.records, as the suite's
+    writers build them); return the simulated outcomes per cell."""
     d = sc.design
     q = rng.uniform(0.25, 0.75, d.n_items)
     tokens, fpt0 = 200_000, 1.0e6
@@ -269,10 +271,8 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         for h in sc.hs:
             arms += [(f"baseline_flops-H{h}-s{s}", "baseline_flops", None, h,
                       sc.control_effect.get(h, 0.0)) for s in range(d.n_seeds)]
-    spec = {"suite": "lm-eval", "tasks": ["gsm8k", "humaneval_plus"], "limit": d.n_items,
-            "z_mode": "prior", "k": 1, "fewshot": None, "gen_tokens": 256,
-            "data_checksums": {"gsm8k/test.jsonl": "0" * 64}}
-    sid = spec_id(spec)
+    spec = EvalSpec.from_args("lm-eval", ["gsm8k", "humaneval_plus"], d.n_items, "prior", 1,
+                              None, 256, {"gsm8k/test.jsonl": "0" * 64})
     cells, outcomes = [], {}
     for cell, arm, kappa, h, eff in arms:
         seed = int(cell.rsplit("-s", 1)[1])
@@ -280,9 +280,12 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         state = "done"
         if sc.missing and cell in (f"free-k{d.kappas[0]:g}-H{sc.hs[0]}-s0", "baseline-s1"):
             state = "pending" if arm == "free" else "failed"
-        cells.append({"cell": cell, "arm": arm, "kappa_bits": kappa, "latent_bits": h,
-                      "seed": seed, "run_id": rid, "state": state,
-                      "eval": {"state": state, "file": "eval/lm-eval.limit.json"}})
+        matched = arm == "baseline_flops"
+        cells.append(ManifestCell(cell=cell, arm=arm, kappa_bits=kappa,
+                                  latent_bits=h if arm == "free" else 0,
+                                  match_latent_bits=h if matched else None, seed=seed,
+                                  run_id=rid, state=state,
+                                  eval={"state": state, "file": "eval/lm-eval.limit.json"}))
         if state != "done":
             continue
         ovh = 0.3 * h / 16 if arm == "free" else 0.0
@@ -294,17 +297,18 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         else:
             tok = tokens
         rd = runs_dir(root) / rid
-        cfg = {"run_id": rid, "arm": "free" if arm == "free" else "baseline",
-               "model": {"n_layers": 4, "latent_bits": h if arm == "free" else 0},
-               "optim": {"lr": 1e-3},
-               "train": {"seed": seed, "tokens": tok, "flops": sc.flops_budget,
-                         "compute_match": "flops" if arm == "baseline_flops" else "none",
-                         "match_latent_bits": h or 16, "batch_size": 16, "seq_len": 256},
-               "accounting": {"flops_per_token": fpt, "flops_per_token_baseline_part": fpt0,
-                              "flops_overhead": ovh, "tokens": tok, "flops": tok * fpt,
-                              "tokens_per_step": 4096},
-               "provenance": {"host": "sim", "threads": 1, "launcher": "direct"}}
-        _write_json(rd / "config.yaml", cfg)  # JSON is YAML
+        cfg = RunRecord(
+            run_id=rid, arm="free" if arm == "free" else "baseline",
+            model={"n_layers": 4, "latent_bits": h if arm == "free" else 0},
+            optim={"lr": 1e-3},
+            train={"seed": seed, "tokens": tok, "flops": sc.flops_budget,
+                   "compute_match": "flops" if arm == "baseline_flops" else "none",
+                   "match_latent_bits": h or 16, "batch_size": 16, "seq_len": 256},
+            accounting={"flops_per_token": fpt, "flops_per_token_baseline_part": fpt0,
+                        "flops_overhead": ovh, "tokens": tok, "flops": tok * fpt,
+                        "tokens_per_step": 4096},
+            provenance={"host": "sim", "threads": 1, "launcher": "direct"})
+        _write_json(rd / "config.yaml", cfg.to_json())  # JSON is YAML
         u = rng.normal(0.0, sc.sd, 2)
         y = (rng.random(d.n_items) < np.clip(q + eff + u[0], 0, 1)).astype(float)
         yc = (rng.random(d.n_items) < np.clip(q + eff + u[1], 0, 1)).astype(float)
@@ -334,24 +338,23 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
                     "value": float(scored.mean()) if scored.size else None,
                     "n": int(scored.size), "n_missing": int(d.n_items - scored.size)}},
                 "items": he_items}}
-        ev = {"run_id": rid, "suite": "lm-eval", "z_mode": "prior", "k": 1, "leaks": False,
-              "limit": d.n_items, "spec": spec, "spec_id": sid, "checkpoint_step": 1,
-              "tasks": tasks}
-        _write_json(rd / "eval" / "lm-eval.limit.json", ev)
+        ev = EvalFile(suite="lm-eval", spec=spec, spec_id=spec.id, run_id=rid,
+                      checkpoint_step=1, z_mode="prior", k=1, leaks=False, limit=d.n_items,
+                      tasks=tasks)
+        _write_json(rd / "eval" / "lm-eval.limit.json", ev.to_json())
         if sc.stray_limit and cell == "baseline-s0":  # a LIMIT-10 re-run: must be excluded
-            s2 = dict(spec, limit=10)
-            stray = dict(ev, limit=10, spec=s2, spec_id=spec_id(s2))
-            stray["tasks"] = {"gsm8k": dict(tasks["gsm8k"], metrics={
-                "exact_match": {"value": 1.0, "n": 10}}, items=[
-                {"doc_id": i, "exact_match": 1.0} for i in range(10)])}
-            _write_json(rd / "eval" / "lm-eval.limit10.json", stray)
-    man = {"name": sc.name, "grid": {"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
-                                     "seeds": list(range(d.n_seeds)),
-                                     "tokens": None if sc.flops_budget else tokens,
-                                     "flops": sc.flops_budget},
-           "eval_spec": {k: v for k, v in spec.items() if k != "data_checksums"},
-           "eval_spec_id": sid, "cells": cells}
-    _write_json(root / "sweeps" / sc.name / "manifest.json", man)
+            s2 = replace(spec, limit=10)
+            stray = replace(ev, limit=10, spec=s2, spec_id=s2.id, tasks={
+                "gsm8k": dict(tasks["gsm8k"], metrics={"exact_match": {"value": 1.0, "n": 10}},
+                              items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
+            _write_json(rd / "eval" / "lm-eval.limit10.json", stray.to_json())
+    man = Manifest(name=sc.name, cells=tuple(cells),
+                   grid={"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
+                         "seeds": list(range(d.n_seeds)),
+                         "tokens": None if sc.flops_budget else tokens,
+                         "flops": sc.flops_budget},
+                   eval_spec=spec, eval_spec_id=spec.id)
+    _write_json(root / "sweeps" / sc.name / "manifest.json", man.to_json())
     return {"q": q, "outcomes": outcomes}
 
 

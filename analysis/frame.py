@@ -9,9 +9,12 @@ training curves are long frames beside it. A cell whose run has not written a fi
 no rows there; `cells` keeps one row per manifest cell with its state, so tables can say
 "missing" instead of inventing a number.
 
-Controls trained to a Free Transformer's FLOPs (`baseline_flops`, `baseline_plus1_flops`) carry
-`match_h`, the H of the FT they match (manifest `latent_bits`, else config
-`train.match_latent_bits`), so every comparison pairs an FT with the control of its own H.
+Every file is read through its record in common/records.py (`Manifest`, `RunRecord`,
+`MetricsLine`, `EvalFile`, `LikelihoodFile`), whose `from_json` upgrades legacy formats, so
+nothing here knows an old layout. Controls trained to a Free Transformer's FLOPs
+(`baseline_flops`, `baseline_plus1_flops`) carry `match_h`, the H of the FT they match (the
+manifest cell's `match_latent_bits`, else the run's `RunRecord.match_latent_bits`), so every
+comparison pairs an FT with the control of its own H.
 
 Eval specs: every eval file has a spec (top-level `spec`/`spec_id`; old files get a legacy spec
 derived from their fields). Within a sweep, one spec is used per (suite, z_mode): the manifest's
@@ -29,7 +32,6 @@ many prompts were cut, by how much, and with what generation budget.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -42,18 +44,30 @@ import yaml
 
 from common.io import sha256_file
 from common.paths import results_root, runs_dir, sweeps_dir
+from common.records import (
+    FLOPS_MATCHED_ARMS,
+    EvalFile,
+    EvalSpec,
+    LikelihoodFile,
+    Manifest,
+    ManifestCell,
+    MetricsLine,
+    RecordError,
+    RunRecord,
+    nan_if_none,
+    spec_id,
+)
 from common.text import one_line
 
 ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
-FLOPS_MATCHED_ARMS = ("baseline_flops", "baseline_plus1_flops")
-"""Controls trained to the FLOPs of the FT with H = match_h (one per H and seed)."""
 CELL_COLS = ["cell", "arm", "kappa_bits", "latent_bits", "match_h", "seed", "run_id"]
 TRUNCATION_KEYS = ("n_requests", "n_truncated", "max_tokens_cut", "min_prompt_tokens_kept",
                    "gen_budget_min", "n_budget_shrunk", "gen_budget_requested")
 """A generation task's `truncation` record in an eval file (docs/RESULTS.md)."""
 TASK_COLS = CELL_COLS + ["suite", "task", "file", "spec_id", "n", "error", "n_missing",
                          "missing_reasons", "has_truncation", *TRUNCATION_KEYS]
+OTHER_SPEC_COLS = CELL_COLS + ["task", "file", "spec_id", "reason"]
 POINT_COLS = CELL_COLS + ["task", "metric", "z_mode", "leaks", "higher_is_better", "step",
                           "tokens", "value", "spec_id", "file"]
 SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
@@ -64,14 +78,8 @@ def list_sweeps(root: str | os.PathLike | None = None) -> list[str]:
     return sorted(p.parent.name for p in sweeps_dir(root).glob("*/manifest.json"))
 
 
-def _num(x: Any) -> float:
-    """JSON number or null -> float (null -> NaN, never 0)."""
-    if x is None or isinstance(x, bool):
-        return math.nan
-    try:
-        return float(x)
-    except (TypeError, ValueError):
-        return math.nan
+_num = nan_if_none
+"""JSON number or null -> float (null -> NaN, never 0)."""
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -112,45 +120,40 @@ class SweepData:
     tokens (step x the run's tokens_per_step), value, from every used eval file (all steps)."""
     likelihood: list[dict] = field(default_factory=list)
     """<run>/eval/likelihood.*.json records (experiments/eval/likelihood.py), with cell identity."""
+    other_specs: pd.DataFrame = field(
+        default_factory=lambda: pd.DataFrame(columns=OTHER_SPEC_COLS))
+    """One row per (cell, task) of every eval file NOT used (another spec than the sweep's):
+    so a cell with no number can say it was evaluated under another spec and name the file."""
 
 
-def spec_id(spec: dict) -> str:
-    """First 12 hex of sha256 of the canonical JSON of a spec (docs/RESULTS.md)."""
-    canon = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canon.encode()).hexdigest()[:12]
+def other_spec_files(data: SweepData, task: str) -> dict[str, str]:
+    """{run_id: its eval files holding `task` under a spec the sweep does not use}, each as
+    "<file> (spec <id>)" (several joined by ", ")."""
+    o = data.other_specs
+    if o.empty:
+        return {}
+    o = o[o["task"] == task]
+    return {str(rid): ", ".join(f"{f} (spec {sid})" for f, sid in zip(g["file"], g["spec_id"],
+                                                                       strict=True))
+            for rid, g in o.groupby("run_id", sort=True)}
 
 
-def _argv_int(argv: Any, flag: str) -> int | None:
-    if not isinstance(argv, list):
-        return None
-    for i, a in enumerate(argv):
-        a = str(a)
-        if a == flag and i + 1 < len(argv):
-            try:
-                return int(argv[i + 1])
-            except ValueError:
-                return None
-        if a.startswith(flag + "="):
-            try:
-                return int(a.split("=", 1)[1])
-            except ValueError:
-                return None
-    return None
+def other_spec_status(data: SweepData, task: str) -> str:
+    """The status of a task no cell has under the sweep's spec but some under another, or ""."""
+    files = other_spec_files(data, task)
+    if not files:
+        return ""
+    names = sorted({x for v in files.values() for x in v.split(", ")})
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return ("evaluated only under another spec (never mixed into this table): "
+            + ", ".join(names[:3]) + more)
 
 
 def eval_spec(ev: dict, fname: str) -> tuple[dict, str, bool]:
-    """(spec, spec_id, legacy) of an eval file; an old file without `spec` gets one derived from
-    its fields and name (legacy = True)."""
-    spec = ev.get("spec")
-    if isinstance(spec, dict):
-        return spec, str(ev.get("spec_id") or spec_id(spec)), False
-    legacy = {"suite": ev.get("suite") or fname.split(".")[0],
-              "tasks": sorted(ev.get("tasks") or {}), "limit": ev.get("limit"),
-              "z_mode": ev.get("z_mode") or "prior", "k": ev.get("k", 1),
-              "fewshot": ev.get("fewshot_override"),
-              "gen_tokens": _argv_int(ev.get("argv"), "--max-gen-toks"),
-              "data_checksums": ev.get("data_checksums") or {}}
-    return legacy, spec_id(legacy), True
+    """(spec, spec_id, legacy) of an eval file's content (common.records.EvalFile: an old file
+    without `spec` gets one derived from its fields and name, legacy = True)."""
+    rec = EvalFile.from_json(ev, fname)
+    return rec.spec.to_json(), rec.spec_id, rec.legacy
 
 
 def spec_key(spec: dict) -> str:
@@ -160,12 +163,7 @@ def spec_key(spec: dict) -> str:
 
 def spec_text(spec: dict) -> str:
     """One line a reader can check: suite, tasks, limit, z-mode, k, few-shot, generation length."""
-    fs = spec.get("fewshot")
-    gen = spec.get("gen_tokens")
-    return (f"{spec.get('suite')}: tasks {','.join(spec.get('tasks') or []) or '?'}; "
-            f"limit {spec.get('limit') if spec.get('limit') is not None else 'none (full)'}; "
-            f"z {spec.get('z_mode')}, k {spec.get('k')}; few-shot "
-            f"{'stock' if fs is None else fs}; gen tokens {gen if gen is not None else '?'}")
+    return EvalSpec.from_json(spec).text()
 
 
 def _file_rank(spec: dict) -> tuple:
@@ -241,35 +239,32 @@ def _task_row(ident: dict, suite: str, task: str, t: dict, fname: str, sid: str)
             **{k: _num((trunc or {}).get(k)) for k in TRUNCATION_KEYS}}
 
 
-def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict | None]:
-    run_id = cell.get("run_id")
+def _cell_row(root: Path, cell: ManifestCell,
+              warnings: list[str]) -> tuple[dict, RunRecord | None]:
+    run_id = cell.run_id
     row: dict[str, Any] = {
-        "cell": cell.get("cell"), "arm": cell.get("arm"),
-        "kappa_bits": _num(cell.get("kappa_bits")), "latent_bits": _num(cell.get("latent_bits")),
-        "seed": cell.get("seed"), "run_id": run_id, "state": cell.get("state", "unknown"),
-        "reason": cell.get("reason"), "job_id": cell.get("job_id"),
-        "eval_state": (cell.get("eval") or {}).get("state"),
+        "cell": cell.cell, "arm": cell.arm,
+        "kappa_bits": _num(cell.kappa_bits), "latent_bits": float(cell.latent_bits),
+        "seed": cell.seed, "run_id": run_id, "state": cell.state,
+        "reason": cell.reason, "job_id": cell.job_id,
+        "eval_state": (cell.eval or {}).get("state"),
     }
-    row["match_h"] = math.nan
+    row["match_h"] = _num(cell.match_latent_bits)
     if row["arm"] in ("baseline", *CONTROL_ARMS):
-        if row["arm"] in FLOPS_MATCHED_ARMS and row["latent_bits"] > 0:
-            row["match_h"] = row["latent_bits"]  # the launcher records the matched H here
-        row["kappa_bits"], row["latent_bits"] = math.nan, 0.0
+        row["kappa_bits"] = math.nan
     cfg = None
     run_dir = runs_dir(root) / str(run_id) if run_id else None
     cfg_path = run_dir / "config.yaml" if run_dir else None
     row["has_config"] = bool(cfg_path and cfg_path.is_file())
     if row["has_config"]:
         try:
-            cfg = yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
+            cfg = RunRecord.from_json(yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {},
+                                      str(cfg_path))
+        except (yaml.YAMLError, RecordError) as e:
             warnings.append(f"{cfg_path}: unreadable config.yaml ({e})")
             cfg = None
     if cfg is not None:
-        model = cfg.get("model") or {}
-        acc = cfg.get("accounting") or {}
-        prov = cfg.get("provenance") or {}
-        train = cfg.get("train") or {}
+        model, acc, prov, train = cfg.model, cfg.accounting, cfg.provenance, cfg.train
         row.update({
             "config_sha256": sha256_file(cfg_path),
             "n_layers": _num(model.get("n_layers")), "dim": _num(model.get("dim")),
@@ -291,17 +286,16 @@ def _cell_row(root: Path, cell: dict, warnings: list[str]) -> tuple[dict, dict |
             "data_checksums": prov.get("data_checksums") or {},
             "tokenizer_sha256": prov.get("tokenizer_sha256"),
             # for the protocol check: what must not differ between arms
-            "optim_json": json.dumps(cfg.get("optim") or {}, sort_keys=True),
+            "optim_json": json.dumps(dict(cfg.optim), sort_keys=True),
             "train_json": json.dumps({k: v for k, v in train.items() if k not in
                                       ("seed", "tokens", "flops", "compute_match",
                                        "match_latent_bits")},
                                      sort_keys=True),
         })
         if row["arm"] is None:
-            row["arm"] = cfg.get("arm")
-        if (row["arm"] in FLOPS_MATCHED_ARMS and not math.isfinite(row["match_h"])
-                and train.get("compute_match") == "flops"):
-            row["match_h"] = _num(train.get("match_latent_bits"))
+            row["arm"] = cfg.arm
+        if row["arm"] in FLOPS_MATCHED_ARMS and not math.isfinite(row["match_h"]):
+            row["match_h"] = _num(cfg.match_latent_bits)  # an old manifest did not record it
     return row, cfg
 
 
@@ -320,17 +314,22 @@ def _read_evals(root: Path, run_dir: Path, warnings: list[str]) -> list[dict]:
             continue
         if ev.get("suite") == "likelihood":  # experiments/eval/likelihood.py: read separately
             continue
-        spec, sid, legacy = eval_spec(ev, epath.name)
-        out.append({"path": epath, "ev": ev, "spec": spec, "spec_id": sid, "legacy": legacy,
-                    "key": spec_key(spec), "group": (spec.get("suite"),
-                                                     spec.get("z_mode") or "prior")})
+        try:
+            rec = EvalFile.from_json(ev, epath.name)
+        except RecordError as e:
+            warnings.append(f"{epath}: {e}")
+            continue
+        spec = rec.spec.to_json()
+        out.append({"path": epath, "ev": rec, "spec": spec, "spec_id": rec.spec_id,
+                    "legacy": rec.legacy, "key": spec_key(spec),
+                    "group": (rec.spec.suite, rec.spec.z_mode)})
     return out
 
 
-def _choose_specs(per_cell: list[list[dict]], manifest: dict) -> tuple[dict, dict]:
+def _choose_specs(per_cell: list[list[dict]], manifest: Manifest) -> tuple[dict, dict]:
     """The spec used per (suite, z_mode): (chosen key per group, reason per excluded spec_id)."""
-    man_id = manifest.get("eval_spec_id")
-    man_spec = manifest.get("eval_spec")
+    man_id = manifest.eval_spec_id
+    man_spec = manifest.eval_spec.to_json() if manifest.eval_spec is not None else None
     excluded: dict[str, str] = {}
     cover: dict[tuple, dict[str, set]] = {}
     rank: dict[str, tuple] = {}
@@ -368,14 +367,14 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         raise FileNotFoundError(f"no manifest at {man_path} (sweeps here: {list_sweeps(root)})")
     # the launcher replaces the manifest atomically, so a running sweep's is always whole
     manifest = json.loads(man_path.read_text(encoding="utf-8"))
+    man = Manifest.from_json(manifest, str(man_path))
     warnings: list[str] = []
     cell_rows, score_rows, item_frames, curve_frames, evals = [], [], [], [], []
     task_rows: list[dict] = []
     per_cell_evals: list[list[dict]] = []
-    for cell in manifest.get("cells", []):
+    for cell in man.cells:
         row, cfg = _cell_row(root, cell, warnings)
-        row["tokens_per_step"] = _num(((cfg or {}).get("accounting") or {}).get(
-            "tokens_per_step"))
+        row["tokens_per_step"] = _num(cfg.accounting.get("tokens_per_step")) if cfg else math.nan
         ident = {k: row[k] for k in CELL_COLS}
         run_dir = runs_dir(root) / str(row["run_id"])
         # metrics.jsonl: curves, the last val line, the final line
@@ -384,7 +383,12 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         row["final_tokens"] = row["final_flops"] = row["wall_s"] = math.nan
         row["tokens_per_s"] = math.nan
         if row["has_metrics"]:
-            lines = read_jsonl(mpath)
+            lines = []
+            for x in read_jsonl(mpath):
+                try:
+                    lines.append(MetricsLine.from_json(x).to_json())
+                except RecordError as e:
+                    warnings.append(f"{mpath}: line skipped ({e})")
             if lines:
                 cf = pd.DataFrame(lines)
                 for k, v in ident.items():
@@ -419,35 +423,44 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             if (run_dir / "eval").is_dir() else []
         per_cell_evals.append(_read_evals(root, run_dir, warnings))
         cell_rows.append((row, ident))
-    chosen, excluded = _choose_specs(per_cell_evals, manifest)
+    chosen, excluded = _choose_specs(per_cell_evals, man)
     point_rows: list[dict] = []
+    other_rows: list[dict] = []
     likelihood: list[dict] = []
     for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
         run_dir = runs_dir(root) / str(row["run_id"])
         for lp in sorted((run_dir / "eval").glob("likelihood.*.json")) \
                 if (run_dir / "eval").is_dir() else []:
             try:
-                rec = json.loads(lp.read_text(encoding="utf-8"))
+                raw = json.loads(lp.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 warnings.append(f"{lp}: unreadable ({e})")
                 continue
-            if isinstance(rec, dict):
-                likelihood.append({**rec, **ident, "model_arm": rec.get("arm"),
-                                   "file": str(lp.relative_to(root))})
+            if not isinstance(raw, dict):
+                continue
+            try:
+                lik = LikelihoodFile.from_json(raw, str(lp))
+            except RecordError as e:
+                warnings.append(f"{lp}: {e}")
+                continue
+            # model_arm: compare_arms' name for the model ("free_transformer"); arm: the cell's
+            rec = {k: v for k, v in lik.to_json().items() if k != "schema"}
+            likelihood.append({**rec, **ident, "model_arm": lik.bound_record()["arm"],
+                               "file": str(lp.relative_to(root))})
         for f in files:  # every checkpoint step of the used spec (curves, Table 3)
-            if f["spec_id"] in excluded or f["ev"].get("checkpoint_step") is None:
+            if f["spec_id"] in excluded or f["ev"].checkpoint_step is None:
                 continue
             ev = f["ev"]
-            step = _num(ev.get("checkpoint_step"))
-            z_mode = ev.get("z_mode") or "prior"
-            for task, t in (ev.get("tasks") or {}).items():
+            step = _num(ev.checkpoint_step)
+            z_mode = ev.z_mode
+            for task, t in ev.tasks.items():
                 if not isinstance(t, dict):
                     continue
                 for metric, m in (t.get("metrics") or {}).items():
                     m = m if isinstance(m, dict) else {"value": m}
                     point_rows.append({
                         **ident, "task": task, "metric": metric, "z_mode": z_mode,
-                        "leaks": bool(ev.get("leaks", z_mode == "posterior")),
+                        "leaks": ev.leaks,
                         "higher_is_better": bool(t.get("higher_is_better", True)),
                         "step": step, "tokens": step * row["tokens_per_step"],
                         "value": _num(m.get("value")), "spec_id": f["spec_id"],
@@ -458,9 +471,9 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         notes = []
         # same spec twice (re-evaluated checkpoints): the latest checkpoint step wins
         for f in sorted(files, key=lambda f: (_file_rank(f["spec"]),
-                                              -_num(f["ev"].get("checkpoint_step") or -1))):
+                                              -_num(f["ev"].checkpoint_step or -1))):
             epath, ev = f["path"], f["ev"]
-            head = {k: v for k, v in ev.items() if k != "tasks"}
+            head = ev.header()
             head.update(file=str(epath.relative_to(root)), file_sha256=sha256_file(epath),
                         cell=row["cell"], spec=f["spec"], spec_id=f["spec_id"],
                         spec_legacy=f["legacy"], used=f["spec_id"] not in excluded,
@@ -468,29 +481,30 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             evals.append(head)
             if f["spec_id"] in excluded:
                 notes.append(f"{epath.name}: {excluded[f['spec_id']]}")
+                other_rows += [{**ident, "task": task, "file": epath.name,
+                                "spec_id": f["spec_id"], "reason": excluded[f["spec_id"]]}
+                               for task in ev.tasks]
                 continue
-            z_mode = ev.get("z_mode") or "prior"
-            leaks = bool(ev.get("leaks", z_mode == "posterior"))
-            for task, t in (ev.get("tasks") or {}).items():
+            z_mode, leaks = ev.z_mode, ev.leaks
+            for task, t in ev.tasks.items():
                 if (task, z_mode) in taken or not isinstance(t, dict):
                     continue
                 taken.add((task, z_mode))
                 primary = t.get("primary")
                 hib = t.get("higher_is_better", True)
-                info = _task_row(ident, ev.get("suite", epath.stem), task, t, epath.name,
-                                 f["spec_id"])
+                info = _task_row(ident, ev.suite, task, t, epath.name, f["spec_id"])
                 task_rows.append(info)
                 for metric, m in (t.get("metrics") or {}).items():
                     m = m if isinstance(m, dict) else {"value": m}
                     score_rows.append({
-                        **ident, "source": "eval", "suite": ev.get("suite", epath.stem),
+                        **ident, "source": "eval", "suite": ev.suite,
                         "task": task, "metric": metric, "z_mode": z_mode, "leaks": leaks,
                         "value": _num(m.get("value")), "stderr": _num(m.get("stderr")),
                         "n": _num(m.get("n", t.get("n"))), "primary": metric == primary,
                         "higher_is_better": bool(hib), "spread": _num(m.get("spread")),
                         "n_missing": _num(m.get("n_missing")), "error": info["error"],
                         "n_truncated": info["n_truncated"], "n_requests": info["n_requests"],
-                        "eval_seed": _num(ev.get("seed")), "limit": _num(ev.get("limit")),
+                        "eval_seed": _num(ev.seed), "limit": _num(ev.limit),
                         "file": epath.name, "spec_id": f["spec_id"],
                         "spec_key": spec_id(json.loads(f["key"])),
                         "step": math.nan, "tokens": math.nan})
@@ -529,7 +543,8 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         ["run_id", "task", "metric", "z_mode", "step"])
     return SweepData(name=name, root=root, manifest=manifest, cells=cells, scores=scores,
                      items=items, curves=curves, evals=evals, warnings=warnings, tasks=tasks,
-                     points=points, likelihood=likelihood)
+                     points=points, likelihood=likelihood,
+                     other_specs=pd.DataFrame(other_rows, columns=OTHER_SPEC_COLS))
 
 
 def tidy_frame(name: str, root: str | os.PathLike | None = None) -> pd.DataFrame:

@@ -329,6 +329,12 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
         raise ReportError(f"{man} cannot be read ({e.strerror})") from None
     if not isinstance(m, dict) or not isinstance(m.get("cells", []), list):
         raise ReportError(f"{man} is not a sweep manifest (no list of cells)")
+    from common.records import Manifest, RecordError
+
+    try:  # e.g. a manifest written by a newer version of the suite
+        Manifest.from_json(m, str(man))
+    except RecordError as e:
+        raise ReportError(str(e)) from None
     for d in (sdir, sdir / "report"):
         bad = unwritable(d)
         if bad is not None:

@@ -44,7 +44,7 @@ import pandas as pd
 
 from common.kappa import kappa_label
 
-from .frame import FLOPS_MATCHED_ARMS, SweepData, spec_text
+from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status, spec_text
 from .paper_groups import PAPER_GROUPS
 from .stats import ALPHA, NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
 
@@ -364,7 +364,8 @@ def _honest(df: pd.DataFrame, key: list[str]) -> pd.DataFrame:
         columns="_r")
 
 
-def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None = None) -> str:
+def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None = None,
+             other: dict[str, str] | None = None) -> str:
     """Why some seeds of a column have no number: run states, 'not evaluated', or the eval
     file's own reason when it holds the task with a null value (the task's run died: its
     error; every item unscored: how many)."""
@@ -385,6 +386,9 @@ def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None =
             why[idx] = (f"eval error ({err})" if err else
                         f"null: all {int(nm)} items unscored" if math.isfinite(nm) and nm > 0
                         else "null value in the eval file")
+    for idx, rid in miss["run_id"].items():  # a file under another spec: name it
+        if other and str(rid) in other and why[idx] == "trained, not evaluated":
+            why[idx] = f"evaluated under another spec: {other[str(rid)]}"
     return "missing: " + ", ".join(f"{n} {s}" for s, n in why.value_counts().items())
 
 
@@ -424,7 +428,8 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             rows.append({**base, "column": "", "status": f"{NOT_IN_SUITE}: {key['note']}"})
             continue
         if not metric:
-            rows.append({**base, "column": "", "status": "not evaluated in this sweep"})
+            rows.append({**base, "column": "", "status": other_spec_status(data, task)
+                         or "not evaluated in this sweep"})
             continue
         s_row = sc[(sc["task"] == task) & (sc["metric"] == metric)]
         i_row = it[(it["task"] == task) & (it["metric"] == metric)] if len(it) else it
@@ -444,7 +449,7 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             se = float(c_s["stderr"].iloc[0]) if len(c_s) else math.nan
             ci = cell_interval(per_seed.to_numpy(dtype=float), iv, metric, se)
             have = set(per_seed[np.isfinite(per_seed)].index)
-            status = _missing(c_cells, have, c_s)
+            status = _missing(c_cells, have, c_s, other_spec_files(data, task))
             if ci.n_seeds == 0 and c_cells.empty and col.arm != "free":
                 status = f"missing: no {col.arm} control arm in this sweep"
             r = {**base, "column": col.label, "arm": col.arm, "kappa_bits": col.kappa_bits,

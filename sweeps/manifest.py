@@ -231,74 +231,75 @@ def now() -> str:
 
 
 def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[str, Any]:
-    """A fresh manifest for the plan, keeping job ids, states and history from `old`."""
+    """A fresh manifest for the plan, keeping job ids, states and history from `old`. Built as
+    a common.records.Manifest: a cell's `latent_bits` is its own H (0 for every baseline and
+    control), `match_latent_bits` the H a FLOPs-matched control is matched to."""
+    from common.records import FLOPS_MATCHED_ARMS, EvalSpec, Manifest, ManifestCell
+
     if old is not None and old.get("grid") != p.spec.to_manifest():
         raise SweepError(f"sweep {p.name} already exists with a different grid "
                          f"({p.manifest_path}); pick another NAME")
     prev = {c["cell"]: c for c in (old or {}).get("cells", [])}
     sha, dirty = git_state(untracked=False)
     if p.eval_specs:
-        from experiments.eval.run import spec_id
-
-        espec = combined_spec(p.eval_specs)
-        especs = {s: {"spec": sp, "spec_id": spec_id(sp)} for s, sp in p.eval_specs.items()}
-        espec_id = spec_id(espec) if len(p.eval_specs) > 1 else \
-            next(iter(especs.values()))["spec_id"]
+        especs = {s: EvalSpec.from_json(sp) for s, sp in p.eval_specs.items()}
+        espec = EvalSpec.from_json(combined_spec(p.eval_specs))
+        espec_id = espec.id
     else:  # not evaluating this time: the evaluation planned before (if any) still applies
-        espec, especs, espec_id = ((old or {}).get(k) for k in ("eval_spec", "eval_specs",
-                                                                 "eval_spec_id"))
+        prior = Manifest.from_json(old or {"name": p.name})
+        espec, especs, espec_id = prior.eval_spec, prior.eval_specs, prior.eval_spec_id
     cells = []
     for c in p.cells:
         o = prev.get(c.cell.name, {})
         if o.get("run_id") not in (None, c.run_id):
             o = {}  # the code's config changed under the same name: a new run
-        cells.append({
-            "cell": c.cell.name, "arm": c.cell.arm, "kappa_bits": c.cell.kappa_bits,
-            "latent_bits": c.cell.latent_bits, "seed": c.cell.seed, "run_id": c.run_id,
-            "run_dir": str(c.run_dir), "overrides": list(c.cell.overrides),
-            "tokens": c.tokens, "flops": c.flops, "flops_per_token": c.flops_per_token,
-            "job_id": o.get("job_id"), "state": o.get("state", "pending"),
-            "reason": o.get("reason"), "step": o.get("step"), "attempts": o.get("attempts", 0),
-            "slot": o.get("slot"), "started": o.get("started"), "finished": o.get("finished"),
-            "wall_s": o.get("wall_s"), "eval": o.get("eval"), "config": c.config,
-        })
-    return {
-        "name": p.name, "created": (old or {}).get("created", now()), "updated": now(),
-        "git_commit": sha, "git_dirty": dirty, "launcher": launcher,
-        "command": sys.argv, "grid": p.spec.to_manifest(), "shared": p.shared,
-        "skipped_controls": skipped_controls(p.spec),
-        "eval_spec": espec, "eval_spec_id": espec_id, "eval_specs": especs,
-        "eval_points": p.eval_points if p.eval_specs else (old or {}).get("eval_points"),
-        "likelihood_rows": p.likelihood_rows if p.eval_specs else (old or {}).get(
-            "likelihood_rows"),
-        "data_checksums": (old or {}).get("data_checksums", {}),
-        "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
-        "totals": {"cells": len(p.cells), "tokens": sum(c.tokens for c in p.cells),
-                   "flops": sum(c.flops for c in p.cells)},
-        "cells": cells,
-    }
+        matched = c.cell.arm in FLOPS_MATCHED_ARMS  # the grid's H is then the one it matches
+        cells.append(ManifestCell(
+            cell=c.cell.name, arm=c.cell.arm, kappa_bits=c.cell.kappa_bits,
+            latent_bits=0 if matched else int(c.cell.latent_bits or 0),
+            match_latent_bits=c.cell.latent_bits if matched else None, seed=c.cell.seed,
+            run_id=c.run_id, state=o.get("state", "pending"), reason=o.get("reason"),
+            job_id=o.get("job_id"), eval=o.get("eval"),
+            extra={"run_dir": str(c.run_dir), "overrides": list(c.cell.overrides),
+                   "tokens": c.tokens, "flops": c.flops, "flops_per_token": c.flops_per_token,
+                   "step": o.get("step"), "attempts": o.get("attempts", 0),
+                   "slot": o.get("slot"), "started": o.get("started"),
+                   "finished": o.get("finished"), "wall_s": o.get("wall_s"),
+                   "config": c.config}))
+    return Manifest(
+        name=p.name, cells=tuple(cells), grid=p.spec.to_manifest(), eval_spec=espec,
+        eval_spec_id=espec_id, eval_specs=especs,
+        extra={"created": (old or {}).get("created", now()), "updated": now(),
+               "git_commit": sha, "git_dirty": dirty, "launcher": launcher,
+               "command": sys.argv, "shared": p.shared,
+               "skipped_controls": skipped_controls(p.spec),
+               "eval_points": p.eval_points if p.eval_specs else (old or {}).get("eval_points"),
+               "likelihood_rows": p.likelihood_rows if p.eval_specs else (old or {}).get(
+                   "likelihood_rows"),
+               "data_checksums": (old or {}).get("data_checksums", {}),
+               "tokenizer_sha256": (old or {}).get("tokenizer_sha256"),
+               "totals": {"cells": len(p.cells), "tokens": sum(c.tokens for c in p.cells),
+                          "flops": sum(c.flops for c in p.cells)}}).to_json()
 
 
 # ------------------------------------------------------------------------------- eval files
 def eval_files(run_dir: Path, specs: dict[str, dict[str, Any]]) -> dict[str, str | None]:
     """{suite: path of its eval file relative to the run dir (the newest for that spec_id),
     or None when there is none}."""
-    from experiments.eval.run import spec_id
-
     out: dict[str, str | None] = {}
     for suite, sp in specs.items():
         # the final checkpoint's file: the highest step (EVAL_POINTS writes earlier steps too,
         # possibly later in time); stepNA (unknown) last, then the newest
-        hits = sorted((run_dir / "eval").glob(f"*.{spec_id(sp)}.step*.json"),
+        hits = sorted((run_dir / "eval").glob(f"*.{spec_id_of(sp)}.step*.json"),
                       key=lambda q: (_step_of(q), q.stat().st_mtime_ns))
         out[suite] = str(hits[-1].relative_to(run_dir)) if hits else None
     return out
 
 
 def spec_id_of(spec: dict[str, Any]) -> str:
-    from experiments.eval.run import spec_id
+    from common.records import EvalSpec
 
-    return spec_id(spec)
+    return EvalSpec.from_json(spec).id
 
 
 def _step_of(path: Path) -> int:

@@ -104,21 +104,13 @@ def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | N
     """The manifest's `eval_spec`: the suite's spec itself when there is one suite (so its
     spec_id is the eval files'), else their union with the per-suite specs inside (`suites`:
     {suite: spec}, so each suite's file is matched by its own spec_id)."""
+    from common.records import EvalSpec
+
     if not specs:
         return None
     if len(specs) == 1:
         return next(iter(specs.values()))
-    first = next(iter(specs.values()))
-    sums: dict[str, str] = {}
-    for s in specs.values():
-        sums.update(s.get("data_checksums") or {})
-    return {"suite": "+".join(specs), "tasks": sorted(t for s in specs.values()
-                                                      for t in s["tasks"]),
-            **{k: first[k] for k in ("limit", "z_mode", "k", "fewshot")},
-            "gen_tokens": next((s["gen_tokens"] for s in specs.values()
-                                if s["gen_tokens"] is not None), None),
-            "data_checksums": dict(sorted(sums.items())),
-            "suites": {suite: dict(sp) for suite, sp in specs.items()}}
+    return EvalSpec.union({s: EvalSpec.from_json(sp) for s, sp in specs.items()}).to_json()
 
 
 # ------------------------------------------------------------------------------- dry run

@@ -22,6 +22,15 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from common.records import (
+    EvalFile,
+    EvalSpec,
+    Manifest,
+    ManifestCell,
+    MetricsLine,
+    RunRecord,
+)
+
 N_LAYERS = 4
 TASKS = {  # task -> (primary, item keys, higher_is_better, n items)
     "humaneval_plus": ("pass@1_plus", ["base", "plus"], True, 40),
@@ -48,9 +57,9 @@ def _run_id(cell: str, name: str) -> str:
 
 
 def _cells(kappas: tuple, seeds: tuple, controls: tuple, hs: tuple) -> list[tuple]:
-    """(cell name, arm, kappa, manifest latent_bits, matched H) in the grid's order. A single-H
-    sweep writes its controls the old way (no H in the name, latent_bits 0), so the analysis's
-    fallback to config.yaml is exercised; a multi-H sweep writes them like the launcher does."""
+    """(cell name, arm, kappa, manifest latent_bits, matched H) in the grid's order, the
+    manifest latent_bits as the launcher wrote it before records: a single-H sweep's controls
+    the oldest way (no H in the name, latent_bits 0), a multi-H sweep's with the matched H."""
     multi = len(hs) > 1
     out = [(f"baseline-s{s}", "baseline", None, 0, None, s) for s in seeds]
     out += [(f"free-k{k:g}-H{h}-s{s}", "free", k, h, None, s)
@@ -72,23 +81,33 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
                      flops_budget: float | None = None, n_layers: int = N_LAYERS,
                      provenance: dict | None = None, prob: Callable | None = None,
                      spec: bool = False, eval_spec_id: str | None = None,
-                     tokens: float = 100000) -> Path:
+                     tokens: float = 100000, manifest: str = "auto") -> Path:
     """Write a fabricated sweep; return its manifest path.
 
     latent_bits: the FT widths (one `baseline_flops` per H and seed); flops_budget: train every
     arm to this many FLOPs (the grid then has no equal-tokens arm); n_layers: the arms' layer
     count (the +1 controls get one more); provenance: extra config provenance (host, threads,
     launcher) per arm name, or for all under key "*"; prob(arm, kappa, h, seed) -> success
-    probability; spec: write eval files with the new `spec`/`spec_id` fields."""
+    probability; spec: write eval files with the new `spec`/`spec_id` fields; manifest:
+    "records" (common.records.Manifest: latent_bits the own H, match_latent_bits explicit),
+    "legacy" (cells as the launcher wrote them before records, see `_cells`) or "auto" (legacy
+    for one H, so the analysis's fallback to config.yaml is exercised; records for several)."""
     root = Path(root)
+    if manifest == "auto":
+        manifest = "records" if len(latent_bits) > 1 else "legacy"
     out = []
     for cell, arm, kappa, lb, mh, seed in _cells(kappas, seeds, controls, latent_bits):
         rid = _run_id(cell, name)
         state = "pending" if cell in pending else "done"
-        out.append({"cell": cell, "arm": arm, "kappa_bits": kappa,
-                    "latent_bits": lb, "seed": seed, "run_id": rid,
-                    "overrides": [], "job_id": f"local-{rid[:4]}", "state": state,
-                    "reason": None, "eval": {"state": state, "job_id": None}})
+        rec = ManifestCell(cell=cell, arm=arm, kappa_bits=kappa,
+                           latent_bits=lb if arm == "free" else 0, match_latent_bits=mh,
+                           seed=seed, run_id=rid, state=state, job_id=f"local-{rid[:4]}",
+                           eval={"state": state, "job_id": None}, extra={"overrides": []})
+        c = rec.to_json()
+        if manifest == "legacy":  # before records: no match_latent_bits, H as _cells says
+            del c["match_latent_bits"]
+            c["latent_bits"] = lb
+        out.append(c)
         if state != "done":
             continue
         prov = dict((provenance or {}).get("*", {}))
@@ -98,15 +117,13 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
         _write_run(root / "runs" / rid, rid, arm, kappa, seed, with_items, h=h, p=p,
                    flops_budget=flops_budget, n_layers=n_layers, prov=prov, spec=spec,
                    tokens=tokens)
-    man = {"name": name, "created": "2026-01-01T00:00:00Z", "git_commit": "f" * 40,
-           "launcher": "local",
-           "grid": {"kappa_bits": list(kappas), "latent_bits": list(latent_bits),
-                    "seeds": list(seeds), "preset": "tiny", "data": "stdlib",
-                    "tokens": None if flops_budget else tokens, "flops": flops_budget,
-                    "controls": list(controls)},
-           "shared": {"lr": 1e-3}, "data_checksums": {"stdlib": "a" * 64}, "cells": out}
-    if eval_spec_id is not None:
-        man["eval_spec_id"] = eval_spec_id
+    man = Manifest(name=name, grid={
+        "kappa_bits": list(kappas), "latent_bits": list(latent_bits), "seeds": list(seeds),
+        "preset": "tiny", "data": "stdlib", "tokens": None if flops_budget else tokens,
+        "flops": flops_budget, "controls": list(controls)}, eval_spec_id=eval_spec_id,
+        extra={"created": "2026-01-01T00:00:00Z", "git_commit": "f" * 40, "launcher": "local",
+               "shared": {"lr": 1e-3}, "data_checksums": {"stdlib": "a" * 64}}).to_json()
+    man["cells"] = out  # as built above (records or legacy)
     path = root / "sweeps" / name / "manifest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(man, indent=1), encoding="utf-8")
@@ -128,25 +145,25 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
         tokens = flops_budget / fpt
     elif arm in ("baseline_flops", "baseline_plus1_flops"):
         tokens = tokens * ft_fpt / fpt
-    cfg = {"run_id": rid, "arm": "free" if free else "baseline",
-           "model": {"vocab_size": 512, "dim": 64, "n_layers": layers,
-                     "latent_bits": h if free else 0, "kappa_bits": kappa or 0.5},
-           "data": {"name": "stdlib"}, "optim": {"lr": 1e-3},
-           "train": {"seed": seed, "seq_len": 128, "batch_size": 8, "grad_accum": 1,
-                     "tokens": tokens, "flops": flops_budget,
-                     "compute_match": "flops" if arm.endswith("_flops") else None,
-                     "match_latent_bits": h or 16},
-           "accounting": {"params": {"total": 1000000},
-                          "flops_per_token": fpt,
-                          "flops_per_token_baseline_part": base_fpt,
-                          "flops_overhead": ovh, "tokens": tokens, "flops": tokens * fpt,
-                          "tokens_per_step": 1024},
-           "provenance": {"git_commit": "f" * 40, "git_dirty": False, "argv": ["fake"],
-                          "created": "2026-01-01T00:00:00Z",
-                          "versions": {"python": "3.11", "torch": "2.13.0"},
-                          "data_checksums": {"stdlib": "a" * 64}, "tokenizer_sha256": "b" * 64,
-                          **(prov or {})}}
-    (d / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    cfg = RunRecord(
+        run_id=rid, arm="free" if free else "baseline",
+        model={"vocab_size": 512, "dim": 64, "n_layers": layers,
+               "latent_bits": h if free else 0, "kappa_bits": kappa or 0.5},
+        data={"name": "stdlib"}, optim={"lr": 1e-3},
+        train={"seed": seed, "seq_len": 128, "batch_size": 8, "grad_accum": 1,
+               "tokens": tokens, "flops": flops_budget,
+               "compute_match": "flops" if arm.endswith("_flops") else None,
+               "match_latent_bits": h or 16},
+        accounting={"params": {"total": 1000000}, "flops_per_token": fpt,
+                    "flops_per_token_baseline_part": base_fpt, "flops_overhead": ovh,
+                    "tokens": tokens, "flops": tokens * fpt, "tokens_per_step": 1024},
+        provenance={"git_commit": "f" * 40, "git_dirty": False, "argv": ["fake"],
+                    "created": "2026-01-01T00:00:00Z",
+                    "versions": {"python": "3.11", "torch": "2.13.0"},
+                    "data_checksums": {"stdlib": "a" * 64}, "tokenizer_sha256": "b" * 64,
+                    **(prov or {})})
+    (d / "config.yaml").write_text(yaml.safe_dump(cfg.to_json(), sort_keys=False),
+                                   encoding="utf-8")
     lines = []
     k_bits = kappa or 0.0
     for step in range(1, 11):
@@ -171,8 +188,9 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
             lines.append(v)
     lines.append({"kind": "final", "step": 10, "tokens": tokens, "flops": tokens * fpt,
                   "wall_s": 10.0})
-    (d / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines),
-                                     encoding="utf-8")
+    (d / "metrics.jsonl").write_text(
+        "".join(json.dumps(MetricsLine.from_json(x).to_json()) + "\n" for x in lines),
+        encoding="utf-8")
     rng = np.random.default_rng([seed, int(10 * (kappa or 0)), len(arm), h,
                                  zlib.crc32(arm.encode())])
     tasks = {}
@@ -194,18 +212,21 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
                        "metrics": metrics, "items": items if with_items else []}
         if task in GEN_TASKS:  # generation: the prompt/budget record eval.py writes
             tasks[task]["truncation"] = fake_truncation(n, seed)
-    ev = {"schema": "ftbench-eval-v1", "run_id": rid, "checkpoint": f"runs/{rid}/final.pt",
-          "suite": "lm-eval", "arm": cfg["arm"], "z_mode": "prior", "k": 1, "leaks": False,
-          "seed": 0, "limit": None,
-          "versions": {"lm_eval": "0.4.13", "evalplus": "0.3.1", "torch": "2.13.0"},
-          "data_checksums": {"gsm8k/test.jsonl": "c" * 64}, "git_commit": "f" * 40,
-          "elapsed_s": 1.0, "requests_per_s": 10.0, "tasks": tasks}
-    if spec:
-        ev["spec"] = fake_spec()
-        ev["spec_id"] = spec_id(ev["spec"])
-        ev["checkpoint_step"] = 10
+    # spec False: a file from before specs (legacy: no spec, spec_id, checkpoint_step)
+    sp = EvalSpec.from_json(fake_spec())
+    ev = EvalFile(suite="lm-eval", spec=sp, spec_id=sp.id, run_id=rid,
+                  checkpoint=f"runs/{rid}/final.pt", checkpoint_step=10 if spec else None,
+                  arm=cfg.arm, z_mode="prior", k=1, leaks=False, seed=0, limit=None,
+                  tasks=tasks, legacy=not spec,
+                  extra={"versions": {"lm_eval": "0.4.13", "evalplus": "0.3.1",
+                                      "torch": "2.13.0"},
+                         "data_checksums": {"gsm8k/test.jsonl": "c" * 64},
+                         "git_commit": "f" * 40, "elapsed_s": 1.0, "requests_per_s": 10.0})
+    doc = ev.to_json()
+    if not spec:
+        del doc["checkpoint_step"]
     (d / "eval").mkdir(exist_ok=True)
-    (d / "eval" / "lm-eval.json").write_text(json.dumps(ev), encoding="utf-8")
+    (d / "eval" / "lm-eval.json").write_text(json.dumps(doc), encoding="utf-8")
 
 
 GEN_TASKS = ("humaneval_plus", "gsm8k")
@@ -220,7 +241,8 @@ def fake_truncation(n: int, seed: int) -> dict:
 
 
 def spec_id(spec: dict) -> str:
-    """First 12 hex of sha256 of the canonical JSON of a spec (as docs/RESULTS.md defines it)."""
+    """First 12 hex of sha256 of the canonical JSON of a spec (as docs/RESULTS.md defines it;
+    written out here, independently of common.records, for the tests to check against)."""
     canon = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canon.encode()).hexdigest()[:12]
 

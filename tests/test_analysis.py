@@ -439,8 +439,9 @@ def test_sweep_eval_spec_filters_and_never_mixes(tmp_path):
     assert any("not the sweep's eval spec" in w for w in data.warnings)
     t = paper_table(data, "tokens", n_boot=50)
     row = t[(t["task"] == "gsm8k") & (t["column"] == "FT k=0.5")].iloc[0]
-    assert row["n_seeds"] == 1 and row["spec_ids"] == sid and "trained, not evaluated" in \
-        row["status"]
+    # issue 24 item 3: the cell names the file it has under another spec
+    assert row["n_seeds"] == 1 and row["spec_ids"] == sid and "evaluated under another spec: " \
+        f"lm-eval.limit5.json (spec {ev['spec_id']})" in row["status"]
     assert 0.99 not in set(t["mean"])
     # without the manifest's spec id the majority spec wins, and still nothing is mixed
     man = tmp_path / "sweeps" / "s" / "manifest.json"

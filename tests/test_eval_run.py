@@ -10,9 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from common.records import EvalRequest, EvalRuntime
 from experiments.eval.run import DEFAULT_TASKS, run_eval, spec_id
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _eval(ck, tasks=None, *, z="prior", progress=True, **kw):
+    """run_eval(ckpt, EvalRequest, EvalRuntime) from the keyword arguments the tests use."""
+    return run_eval(ck, EvalRequest(tasks=tuple(tasks or ()), z_mode=z, **kw),
+                    EvalRuntime(progress=progress))
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -29,8 +36,8 @@ def _check_entry(name: str, e: dict, n: int) -> None:
 @pytest.mark.slow
 def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "toyrun" / "checkpoints" / "final.pt")
-    out = run_eval(ck, list(DEFAULT_TASKS), limit=2, data=bench_dir, max_gen_toks=24,
-                   progress=False)
+    out = _eval(ck, list(DEFAULT_TASKS), limit=2, data=bench_dir, max_gen_toks=24,
+                progress=False)
     assert set(out) == {"lm-eval", "evalplus"}
     lm = json.loads(out["lm-eval"].read_text())
     ep = json.loads(out["evalplus"].read_text())
@@ -99,18 +106,18 @@ def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Pa
 def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "ft" / "checkpoints" / "final.pt", free=True)
     kw = dict(tasks=["arc_easy"], limit=6, data=bench_dir, progress=False)
-    first = json.loads(run_eval(ck, z="prior-k", k=3, **kw)["lm-eval"].read_text())
+    first = json.loads(_eval(ck, z="prior-k", k=3, **kw)["lm-eval"].read_text())
     assert first["arm"] == "free" and first["z_mode"] == "prior-k" and first["k"] == 3
     assert first["leaks"] is False and first["requests"] > 0
     acc = first["tasks"]["arc_easy"]["metrics"]["acc"]
     assert acc["spread"] is not None and acc["spread"] >= 0.0
     # posterior is labelled as leaking, in a file of its own
-    post = run_eval(ck, z="posterior", **kw)["lm-eval"]
+    post = _eval(ck, z="posterior", **kw)["lm-eval"]
     assert post.name.startswith("lm-eval.posterior.limit6.") and post.name.endswith(".stepNA.json")
     p1 = json.loads(post.read_text())
     assert p1["leaks"] is True and p1["requests"] > 0
     # the same command again: every request comes from the cache, same numbers
-    p2 = json.loads(run_eval(ck, z="posterior", **kw)["lm-eval"].read_text())
+    p2 = json.loads(_eval(ck, z="posterior", **kw)["lm-eval"].read_text())
     assert p2["requests"] == 0
     assert p2["tasks"]["arc_easy"]["items"] == p1["tasks"]["arc_easy"]["items"]
 
@@ -127,10 +134,10 @@ def test_one_file_per_spec_and_resume(bench_dir, toy_checkpoint, tmp_path: Path)
     m = load_checkpoint(ck)
     save_checkpoint(ck, m.model, tokenizer=m.tokenizer, extra={"step": 7})
     kw = dict(limit=1, data=bench_dir, progress=False)
-    a = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
-    b = run_eval(ck, ["arc_easy", "commonsense_qa"], **kw)["lm-eval"]
-    c = run_eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=8, **kw)["lm-eval"]
-    d = run_eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=16, **kw)["lm-eval"]
+    a = _eval(ck, ["arc_easy"], **kw)["lm-eval"]
+    b = _eval(ck, ["arc_easy", "commonsense_qa"], **kw)["lm-eval"]
+    c = _eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=8, **kw)["lm-eval"]
+    d = _eval(ck, ["arc_easy", "gsm8k"], max_gen_toks=16, **kw)["lm-eval"]
     assert len({a, b, c, d}) == 4 and all(p.is_file() for p in (a, b, c, d))
     assert a.name.endswith(".step7.json")
     da = json.loads(a.read_text())
@@ -146,14 +153,14 @@ def test_one_file_per_spec_and_resume(bench_dir, toy_checkpoint, tmp_path: Path)
         assert got["lm-eval"] == doc["spec"] and spec_id(got["lm-eval"]) == doc["spec_id"]
     assert set(json.loads(b.read_text())["tasks"]) == {"arc_easy", "commonsense_qa"}
     assert set(json.loads(a.read_text())["tasks"]) == {"arc_easy"}  # not overwritten
-    again = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
+    again = _eval(ck, ["arc_easy"], **kw)["lm-eval"]
     assert again == a
     d2 = json.loads(again.read_text())
     assert d2["requests"] == 0 and d2["tasks"]["arc_easy"]["items"] == da["tasks"]["arc_easy"][
         "items"]
     # a later checkpoint of the same run: a file of its own
     save_checkpoint(ck, m.model, tokenizer=m.tokenizer, extra={"step": 9})
-    e = run_eval(ck, ["arc_easy"], **kw)["lm-eval"]
+    e = _eval(ck, ["arc_easy"], **kw)["lm-eval"]
     assert e.name == a.name.replace(".step7.", ".step9.") and a.is_file()
     assert torch.get_num_threads() >= 1
 
@@ -219,8 +226,8 @@ def test_native_lm_eval_files_beside_ours(bench_dir, toy_checkpoint, tmp_path: P
     from experiments.eval.run import native_dir
 
     ck = toy_checkpoint(tmp_path / "runs" / "nat" / "checkpoints" / "final.pt")
-    path = run_eval(ck, ["arc_easy", "triviaqa"], limit=2, data=bench_dir, max_gen_toks=4,
-                    progress=False)["lm-eval"]
+    path = _eval(ck, ["arc_easy", "triviaqa"], limit=2, data=bench_dir, max_gen_toks=4,
+                 progress=False)["lm-eval"]
     doc = json.loads(path.read_text())
     t = doc["tasks"]
     assert t["triviaqa"]["partial"] == "partial (7,993 of 17,944)"

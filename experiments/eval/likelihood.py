@@ -228,18 +228,16 @@ def parse_ks(text: str) -> list[int]:
 
 def spec_of(ks: Sequence[int], max_rows: int | None, seed: int) -> dict[str, Any]:
     """What the measurement did (comparable across runs); its hash names the file."""
-    return {"suite": "likelihood", "ks": sorted(ks), "max_rows": max_rows, "seed": seed,
-            "rows": "corpus validation rows (val_x, val_y), the first max_rows of them"}
+    from common.records import LikelihoodFile
+
+    return LikelihoodFile.spec_of(list(ks), max_rows, seed)
 
 
 def likelihood_file(run: Path, spec: dict[str, Any], step: int | None) -> Path:
     """<run>/eval/likelihood.<spec_id>.step<N>.json (spec_id as for eval files)."""
-    import hashlib
-    import json
+    from common.records import LikelihoodFile
 
-    sid = hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()
-                         ).hexdigest()[:12]
-    return run / "eval" / f"likelihood.{sid}.step{step if step is not None else 'NA'}.json"
+    return run / "eval" / LikelihoodFile.file_name(spec, step)
 
 
 def _run_corpus(run: Path, cfg: dict[str, Any]) -> Any:
@@ -270,6 +268,7 @@ def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None 
 
     from common.io import atomic_write_text
     from common.paths import final_checkpoint
+    from common.records import LikelihoodFile
     from model.checkpoint import CheckpointError, load_checkpoint
 
     run = Path(run)
@@ -298,12 +297,12 @@ def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None 
         vx, vy = vx[:max_rows], vy[:max_rows]
     rec = validation_likelihood(loaded.model, vx, vy, corpus.token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)
-    doc = {"suite": "likelihood", "spec": spec, "spec_id": out.name.split(".")[1],
-           "checkpoint_step": step, "run_id": rdir.name, "checkpoint": str(ck),
-           "unit": "nats per token (nll), bits per byte (bpb); bounds: the NLL is an upper "
-                   "bound on the true NLL for the Free Transformer, exact for the baseline",
-           **rec}
-    return atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    doc = LikelihoodFile.from_json({
+        **rec, "suite": "likelihood", "spec": spec, "spec_id": out.name.split(".")[1],
+        "checkpoint_step": step, "run_id": rdir.name, "checkpoint": str(ck),
+        "unit": "nats per token (nll), bits per byte (bpb); bounds: the NLL is an upper "
+                "bound on the true NLL for the Free Transformer, exact for the baseline"})
+    return atomic_write_text(out, json.dumps(doc.to_json(), indent=1, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

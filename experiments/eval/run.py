@@ -31,6 +31,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import functools
 import hashlib
@@ -48,21 +49,30 @@ from typing import Any
 
 from common.io import atomic_write_text, unwritable
 from common.provenance import git_commit, versions
+from common.records import (  # noqa: F401 - the task sets, spec_id, suite_file: importers
+    EVALPLUS_TASKS,
+    LM_EVAL_TASKS,
+    LOGLIK_TASKS,
+    SCHEMAS,
+    Z_MODES,
+    EvalFile,
+    EvalRequest,
+    EvalRuntime,
+    EvalSpec,
+    spec_id,
+    suite_file,
+    suites_of,
+)
 from common.text import one_line
 from experiments.eval import benchdata
 from model.checkpoint import CheckpointError
 
-LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
-EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
 DEFAULT_TASKS = LM_EVAL_TASKS + EVALPLUS_TASKS
 # The rest of the paper's table, through stock task names; not in the default set. All but race
 # also run offline (experiments.eval.tasks.OFFLINE_TASKS); race has no offline copy.
 ONLINE_EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "race", "boolq",
                 "nq_open", "triviaqa")
-# stock tasks scored by log-likelihood only: no generation length in their spec
-LOGLIK_TASKS = ("mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "hellaswag",
-                "winogrande", "openbookqa", "piqa", "race", "boolq")
-SCHEMA = "ftbench-eval-v1"
+SCHEMA = SCHEMAS["eval"]
 VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 """Packages whose versions an eval file records."""
 
@@ -103,48 +113,10 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def suite_file(suite: str, z: str, limit: int | None, fewshot: int | None, k: int) -> str:
-    """The readable part of an eval file's name (all of it in files written before specs)."""
-    parts = [suite]
-    if z != "prior":
-        parts.append(z if z != "prior-k" else f"prior-k{k}")
-    if fewshot is not None:
-        parts.append(f"fewshot{fewshot}")
-    if limit is not None:
-        parts.append(f"limit{limit}")
-    return ".".join(parts) + ".json"
-
-
-def suites_of(tasks: list[str]) -> dict[str, list[str]]:
-    """{suite: its tasks} for the suites the task list touches, in run order."""
-    out = {"lm-eval": [t for t in tasks if t not in EVALPLUS_TASKS],
-           "evalplus": [t for t in tasks if t in EVALPLUS_TASKS]}
-    return {k: v for k, v in out.items() if v}
-
-
-def eval_spec(suite: str, tasks: list[str], limit: int | None, z: str, k: int,
-              fewshot: int | None, gen_tokens: int | None,
-              data_checksums: dict[str, str]) -> dict[str, Any]:
-    """What one suite's evaluation does, comparable across runs (the requested z-mode and k:
-    the same for every arm of a sweep, though a baseline has no Z)."""
-    gen = suite == "evalplus" or any(t not in LOGLIK_TASKS for t in tasks)
-    return {"suite": suite, "tasks": sorted(tasks), "limit": limit, "z_mode": z,
-            "k": k if z == "prior-k" else 1, "fewshot": fewshot,
-            "gen_tokens": int(gen_tokens) if gen and gen_tokens is not None else None,
-            "data_checksums": dict(sorted(data_checksums.items()))}
-
-
-def spec_id(spec: dict[str, Any]) -> str:
-    """First 12 hex of sha256 of the spec's canonical JSON."""
-    canon = json.dumps(spec, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canon.encode("utf-8")).hexdigest()[:12]
-
-
-def eval_file_name(spec: dict[str, Any], step: int | None) -> str:
+def eval_file_name(spec: EvalSpec | dict[str, Any], step: int | None) -> str:
     """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: step unknown)."""
-    head = suite_file(spec["suite"], spec["z_mode"], spec["limit"], spec["fewshot"],
-                      spec["k"])[:-len(".json")]
-    return f"{head}.{spec_id(spec)}.step{step if step is not None else 'NA'}.json"
+    sp = spec if isinstance(spec, EvalSpec) else EvalSpec.from_json(spec)
+    return sp.file_name(step)
 
 
 def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
@@ -376,33 +348,29 @@ def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- main entry
-def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int | None = None,
-             z: str = "prior", k: int = 1, fewshot: int | None = None,
-             data: str | os.PathLike | None = None, seed: int = 0, batch_size: int = 16,
-             device: str | None = None, max_gen_toks: int | None = None, progress: bool = True,
-             out_dir: str | os.PathLike | None = None) -> dict[str, Path]:
-    """Evaluate a checkpoint; returns {suite: path of the result JSON}.
+def run_eval(ckpt: str | os.PathLike, request: EvalRequest,
+             runtime: EvalRuntime | None = None) -> dict[str, Path]:
+    """Evaluate a checkpoint as `request` asks (what decides the numbers); `runtime` says how
+    (device, batch size, output folder: nothing that changes a number). Returns {suite: path of
+    the result JSON}. Each suite's spec is `request.specs(...)`, as `planned_specs` builds it."""
+    from experiments.eval.lm_adapter import FTBenchLM, resolve_checkpoint
 
-    max_gen_toks None: the adapter's default (256, at most half the model's window); device
-    None: cuda if available, else cpu."""
-    from experiments.eval.lm_adapter import Z_MODES, FTBenchLM, resolve_checkpoint
-
-    tasks = list(dict.fromkeys(tasks or DEFAULT_TASKS))
-    if z not in Z_MODES:
-        raise ValueError(f"z={z!r}: allowed {Z_MODES}")
-    k = int(k) if z == "prior-k" else 1
-    ddir = benchdata.data_dir(data)
+    runtime = runtime or EvalRuntime()
+    req = request if request.tasks else dataclasses.replace(request, tasks=DEFAULT_TASKS)
+    tasks = list(req.tasks)
+    z, k, limit, fewshot, seed = req.z_mode, req.k, req.limit, req.fewshot, req.seed
+    ddir = benchdata.data_dir(req.data)
     check_tasks(tasks, ddir, fewshot)
-    device = resolve_device(device)
+    device = resolve_device(runtime.device)
     ck = resolve_checkpoint(ckpt)
     run_id, eval_dir = run_paths(ck)
-    if out_dir is not None:
-        eval_dir = Path(out_dir)
+    if runtime.out_dir is not None:
+        eval_dir = Path(runtime.out_dir)
     check_writable(eval_dir)
     # the checkpoint loads before the data are hashed: a bad one costs no time
-    lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=batch_size,
-                   device=device, max_gen_toks=max_gen_toks, progress=progress)
-    suites = suites_of(tasks)
+    lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=runtime.batch_size,
+                   device=device, max_gen_toks=req.max_gen_toks, progress=runtime.progress)
+    suites = req.suites()
     checks: dict[str, dict[str, str]] = {}
     if ddir is not None:
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -418,19 +386,18 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
 
         set_override_env(ddir)  # before anything imports evalplus
     gen_toks = lm.max_gen_toks
+    specs = req.specs(gen_toks, checks)
     cache_dir = eval_dir / ".cache"
-    cache_key = f"{ckpt_identity(ck)[:16]}-{z}-k{k}-s{seed}-g{gen_toks}"
-    head = {"schema": SCHEMA, "run_id": run_id, "checkpoint": str(ck),
-            "checkpoint_step": lm.checkpoint_step,
-            "arm": "free" if lm.is_free else "baseline", "z_mode": z if lm.is_free else "prior",
-            "k": k, "leaks": lm.leaks, "seed": seed, "limit": limit, "fewshot_override": fewshot,
-            "max_gen_toks": gen_toks, "data_dir": str(ddir) if ddir else None,
-            "versions": versions(*VERSIONED), "git_commit": git_commit(),
-            "max_seq_len": lm.max_length, "protocol": lm.protocol(), "argv": sys.argv}
+    ident = ckpt_identity(ck)
+    head = {"fewshot_override": fewshot, "max_gen_toks": gen_toks,
+            "data_dir": str(ddir) if ddir else None, "versions": versions(*VERSIONED),
+            "git_commit": git_commit(), "max_seq_len": lm.max_length,
+            "protocol": lm.protocol(), "argv": sys.argv}
     written: dict[str, Path] = {}
     for suite, names in suites.items():
-        spec = eval_spec(suite, names, limit, z, k, fewshot, gen_toks, checks.get(suite, {}))
-        path = eval_dir / eval_file_name(spec, lm.checkpoint_step)
+        spec = specs[suite]
+        cache_key = spec.cache_key(ident, seed, gen_toks)
+        path = eval_dir / spec.file_name(lm.checkpoint_step)
         t0 = time.time()
         n0 = _request_count(lm)
         if suite == "lm-eval":
@@ -460,11 +427,15 @@ def run_eval(ckpt: str | os.PathLike, tasks: list[str] | None = None, limit: int
                 entries |= got
         elapsed = time.time() - t0
         nreq = _request_count(lm) - n0
-        doc = head | {"suite": suite, "spec": spec, "spec_id": spec_id(spec),
-                      "data_checksums": spec["data_checksums"],
-                      "elapsed_s": round(elapsed, 2), "requests": nreq,
-                      "requests_per_s": nreq / elapsed if elapsed else None, "tasks": entries}
-        _atomic_write_json(path, doc)
+        doc = EvalFile(
+            suite=suite, spec=spec, spec_id=spec.id, run_id=run_id, checkpoint=str(ck),
+            checkpoint_step=lm.checkpoint_step, arm="free" if lm.is_free else "baseline",
+            z_mode=z if lm.is_free else "prior", k=k, leaks=lm.leaks, seed=seed, limit=limit,
+            tasks=entries,
+            extra=head | {"data_checksums": dict(spec.data_checksums),
+                          "elapsed_s": round(elapsed, 2), "requests": nreq,
+                          "requests_per_s": nreq / elapsed if elapsed else None})
+        _atomic_write_json(path, doc.to_json())
         print(f"wrote {path}: " + ", ".join(
             f"{t}={_fmt(e)}" for t, e in entries.items()), flush=True)
         written[suite] = path
@@ -561,7 +532,7 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
                     help=f"comma-separated; default {','.join(DEFAULT_TASKS)}; online also "
                          f"{','.join(ONLINE_EXTRA)}")
     ap.add_argument("--limit", type=int, default=None, help="first n documents per task")
-    ap.add_argument("--z", default="prior", choices=["prior", "prior-k", "posterior"])
+    ap.add_argument("--z", default="prior", choices=list(Z_MODES))
     ap.add_argument("--k", type=int, default=4, help="draws of Z for --z prior-k")
     ap.add_argument("--fewshot", type=int, default=None, help="override the stock few-shot count")
     ap.add_argument("--data", default=None,
@@ -657,18 +628,29 @@ def _die(e: Exception) -> None:
     sys.exit(2)
 
 
+def request_of(a: argparse.Namespace) -> EvalRequest:
+    """The EvalRequest of `validate_args`'s arguments (the sweep's and `make eval`'s)."""
+    return EvalRequest(tasks=tuple(a.task_list), limit=a.limit, z_mode=a.z, k=a.k,
+                       fewshot=a.fewshot, data=a.data, seed=a.seed, max_gen_toks=a.max_gen_toks)
+
+
+def runtime_of(a: argparse.Namespace) -> EvalRuntime:
+    return EvalRuntime(device=a.device, batch_size=a.batch_size, threads=a.threads,
+                       out_dir=a.out_dir)
+
+
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
     """{suite: spec} that `validate_args`'s arguments will produce on a model with this window
-    (its default generation length depends on it); offline checksums are computed here."""
+    (its default generation length depends on it); offline checksums are computed here. Built
+    by the same `EvalRequest.specs` as `run_eval`'s."""
     from experiments.eval.lm_adapter import default_gen_toks
 
-    ddir = benchdata.data_dir(a.data)
-    gen = a.max_gen_toks if a.max_gen_toks is not None else (
+    req = request_of(a)
+    ddir = benchdata.data_dir(req.data)
+    gen = req.max_gen_toks if req.max_gen_toks is not None else (
         default_gen_toks(max_seq_len) if max_seq_len else None)
-    k = a.k if a.z == "prior-k" else 1
-    return {suite: eval_spec(suite, names, a.limit, a.z, k, a.fewshot, gen,
-                             suite_checksums(ddir, names))
-            for suite, names in suites_of(a.task_list).items()}
+    checks = {suite: suite_checksums(ddir, names) for suite, names in req.suites().items()}
+    return {suite: sp.to_json() for suite, sp in req.specs(gen, checks).items()}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -681,8 +663,7 @@ def main(argv: list[str] | None = None) -> None:
 
         torch.set_num_threads(a.threads)
     try:
-        written = run_eval(a.ckpt, a.task_list, a.limit, a.z, a.k, a.fewshot, a.data, a.seed,
-                           a.batch_size, a.device, a.max_gen_toks, out_dir=a.out_dir)
+        written = run_eval(a.ckpt, request_of(a), runtime_of(a))
     except (benchdata.DataError, EvalArgsError, FileNotFoundError, CheckpointError) as e:
         _die(e)  # all raised before the first file is written
     bad = failed_tasks(written)

@@ -389,7 +389,10 @@ class Trainer:
     def emit(self, rec: dict[str, Any]) -> None:
         """One metrics.jsonl line (rank 0)."""
         if self.metrics is not None:
-            self.metrics.write(json.dumps(rec) + "\n")
+            from common.records import MetricsLine
+
+            # the one place a metrics line is built (kind checked, order kept)
+            self.metrics.write(json.dumps(MetricsLine.from_json(rec).to_json()) + "\n")
             self.metrics.flush()
 
     def barrier(self) -> None:
@@ -526,31 +529,31 @@ def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if path.exists():  # a resume keeps the first provenance; record the restart in the log only
         return
+    from common.records import RunRecord
+
     commit, dirty = git_state()
     sem = semantic(cfg)
-    doc = {
-        "run_id": rd.name, "arm": p.arm,
-        "model": {**asdict(p.model), "preset": cfg.model.preset},
-        "data": sem["data"], "optim": sem["optim"], "train": plain(asdict(cfg.train)),
-        "logging": asdict(cfg.logging),
-        "accounting": {"params": p.params, "flops_per_token": p.flops_per_token,
-                       "flops_per_token_baseline_part": p.flops_per_token_baseline_part,
-                       "flops_overhead": p.flops_per_token / p.flops_per_token_baseline_part - 1.0,
-                       "steps": p.steps, "tokens": p.tokens, "flops": p.flops,
-                       "budget_flops": p.budget_flops, "tokens_per_step": p.tokens_per_step,
-                       "micro_batch_size": p.micro_batch_size, "grad_accum": p.grad_accum,
-                       "world_size": p.world_size, "warmup_steps": p.warmup_steps,
-                       "parallel": parallel},
-        "corpus": corpus.info,
-        "provenance": {"git_commit": commit, "git_dirty": dirty,
-                       "argv": list(argv if argv is not None else sys.argv), "created": created,
-                       "versions": versions(*VERSIONED), "data_checksums": corpus.checksums,
-                       "tokenizer_sha256": tokenizer_sha256(corpus.tokenizer),
-                       # wall-clock is comparable only between runs with the same three
-                       "host": socket.gethostname(), "threads": torch.get_num_threads(),
-                       "launcher": os.environ.get("FTBENCH_LAUNCHER", "direct")},
-    }
-    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
+    doc = RunRecord(
+        run_id=rd.name, arm=p.arm,
+        model={**asdict(p.model), "preset": cfg.model.preset},
+        data=sem["data"], optim=sem["optim"], train=plain(asdict(cfg.train)),
+        accounting={"params": p.params, "flops_per_token": p.flops_per_token,
+                    "flops_per_token_baseline_part": p.flops_per_token_baseline_part,
+                    "flops_overhead": p.flops_per_token / p.flops_per_token_baseline_part - 1.0,
+                    "steps": p.steps, "tokens": p.tokens, "flops": p.flops,
+                    "budget_flops": p.budget_flops, "tokens_per_step": p.tokens_per_step,
+                    "micro_batch_size": p.micro_batch_size, "grad_accum": p.grad_accum,
+                    "world_size": p.world_size, "warmup_steps": p.warmup_steps,
+                    "parallel": parallel},
+        provenance={"git_commit": commit, "git_dirty": dirty,
+                    "argv": list(argv if argv is not None else sys.argv), "created": created,
+                    "versions": versions(*VERSIONED), "data_checksums": corpus.checksums,
+                    "tokenizer_sha256": tokenizer_sha256(corpus.tokenizer),
+                    # wall-clock is comparable only between runs with the same three
+                    "host": socket.gethostname(), "threads": torch.get_num_threads(),
+                    "launcher": os.environ.get("FTBENCH_LAUNCHER", "direct")},
+        extra={"logging": asdict(cfg.logging), "corpus": corpus.info})
+    atomic_write_text(path, yaml.safe_dump(doc.to_json(), sort_keys=False))
 
 
 # ====================================================================== CLI
