@@ -152,8 +152,8 @@ def _in_range(lo: float, hi: float, rng: tuple[float, float]) -> bool:
 def _delta(d: np.ndarray, n_boot: int) -> S.Delta:
     """What stats.paired_delta returns for a complete seeds x items difference matrix."""
     if d.shape[0] >= 2:
-        return S.seed_t(d.mean(axis=1), (-1.0, 1.0), n_items=d.shape[1])
-    return S.item_bootstrap(d[0], (-1.0, 1.0), n_boot=n_boot)
+        return S.seed_t(S.per_seed_diffs(d), (-1.0, 1.0), n_items=d.shape[1], scale=1.0)
+    return S.item_bootstrap(d[0], (-1.0, 1.0), n_boot=n_boot, scale=1.0)
 
 
 def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
