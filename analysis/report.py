@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.io import atomic_write_text
-from common.paths import results_root, sweeps_dir
+from common.paths import results_root, sweeps_dir, unwritable
 
 from . import checkpoints as ckpts
 from . import figures
@@ -305,12 +305,10 @@ class ReportError(ValueError):
     """A bad input to the report (one line, exit 2, nothing written)."""
 
 
-def _writable(d: Path) -> Path | None:
-    """The first existing ancestor of d (d included) that this process cannot write into."""
-    p = d
-    while not p.exists():
-        p = p.parent
-    return None if os.access(p, os.W_OK | os.X_OK) and p.is_dir() else p
+def _writable(d: Path) -> str | None:
+    """Why d cannot be written or created (common.paths.unwritable: a real probe, since
+    os.access says yes to root on a read-only mount); None when it can."""
+    return unwritable(d)
 
 
 def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
@@ -340,8 +338,8 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
     for d in (sdir, sdir / "report"):
         bad = _writable(d)
         if bad is not None:
-            raise ReportError(f"cannot write the report: {bad} is not a writable directory "
-                              "(fix its permissions or set FTBENCH_RESULTS)")
+            raise ReportError(f"cannot write the report in {d}: {bad} (fix its permissions "
+                              "or set FTBENCH_RESULTS)")
     f = sdir / "report.html"
     if f.exists() and (f.is_dir() or not os.access(f, os.W_OK)):
         raise ReportError(f"cannot write the report: {f} is not a writable file")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from pathlib import Path
 
 _STEP = re.compile(r"step_(\d+)\.pt")
@@ -28,6 +29,24 @@ def cache_dir(root: str | os.PathLike | None = None) -> Path:
     """$FTBENCH_CACHE, else <results root>/cache (tokenizers, tokenized corpora)."""
     env = os.environ.get("FTBENCH_CACHE")
     return Path(env) if env else results_root(root) / "cache"
+
+
+def unwritable(d: str | os.PathLike) -> str | None:
+    """Why directory `d` cannot be written (or created), in a few words; None when it can. The
+    probe is a real temporary file in its deepest existing ancestor (os.access says yes to root
+    even on a read-only mount); nothing stays behind. For the entry points' early checks."""
+    p = Path(d).absolute()
+    probe = p
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file"
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as e:
+        return f"{probe} is not writable ({e.strerror})"
+    return None
 
 
 def checkpoint_name(step: int) -> str:
