@@ -338,8 +338,8 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
     for d in (sdir, sdir / "report"):
         bad = _writable(d)
         if bad is not None:
-            raise ReportError(f"cannot write the report in {d}: {bad} (fix its permissions "
-                              "or set FTBENCH_RESULTS)")
+            raise ReportError(f"cannot write the report: {d} is not a writable directory "
+                              f"({bad}; fix its permissions or set FTBENCH_RESULTS)")
     f = sdir / "report.html"
     if f.exists() and (f.is_dir() or not os.access(f, os.W_OK)):
         raise ReportError(f"cannot write the report: {f} is not a writable file")
