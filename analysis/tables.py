@@ -701,7 +701,8 @@ LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = Free Transforme
           "used for a verdict). * = significant after Holm across this comparison's Free "
           "Transformers (all kappas and H); p = uncorrected, Holm = adjusted. MDE = the "
           "smallest true |Δ| this comparison detects with 80% power (two-sided, 5%). "
-          f"'{NO_VARIATION}' = every value identical: no interval, never significant.")
+          f"'{NO_VARIATION}' = every value identical (as counts, or up to float rounding): "
+          "no interval, never significant.")
 
 
 def _md_one(t: pd.DataFrame) -> str:
