@@ -154,8 +154,8 @@ def _in_range(lo: float, hi: float, rng: tuple[float, float]) -> bool:
 def _delta(d: np.ndarray, n_boot: int) -> S.Delta:
     """What stats.paired_delta returns for a complete seeds x items difference matrix."""
     if d.shape[0] >= 2:
-        return S.seed_t(d.mean(axis=1), (-1.0, 1.0), n_items=d.shape[1])
-    return S.item_bootstrap(d[0], (-1.0, 1.0), n_boot=n_boot)
+        return S.seed_t(S.per_seed_diffs(d), (-1.0, 1.0), n_items=d.shape[1], scale=1.0)
+    return S.item_bootstrap(d[0], (-1.0, 1.0), n_boot=n_boot, scale=1.0)
 
 
 def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
@@ -197,13 +197,15 @@ def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
                     c.power.add(d.significant and d.delta > 0)
                     if design.n_seeds >= 2:
                         per_seed = (y - base).mean(axis=1)
-                        # scipy's paired t over seed means; identical seed differences give
-                        # t = +-inf: no test there (no interval exists), as in the report
+                        # scipy's paired t over seed means; seed differences equal in count
+                        # (a spread of float rounding only, or none) have no test: no
+                        # interval exists there, as in the report (scipy would say p ~ 1e-30)
                         with warnings.catch_warnings(), np.errstate(all="ignore"):
                             warnings.simplefilter("ignore", RuntimeWarning)
                             tt = stats.ttest_1samp(per_seed, 0.0)
                         t_sig = bool(np.isfinite(tt.statistic) and tt.pvalue < ALPHA
-                                     and per_seed.mean() > 0)
+                                     and per_seed.mean() > 0
+                                     and not S.no_variation(S.per_seed_diffs(y - base), 1.0))
                         c.power_t.add(t_sig)
                         c.power_lt_t += t_sig and not (d.significant and d.delta > 0)
                 if sweep < old and design.n_seeds >= 2 and mode != "power":
@@ -473,6 +475,113 @@ def scenarios(n: int, design: Design, sds: tuple[float, ...] = SEED_SDS) -> list
     return out
 
 
+# ---- the rounding case: equal counts that float arithmetic makes unequal ------------------------
+
+ROUNDING_ITEMS = (30, 82, 1319)
+"""Benchmark sizes of the rounding case (the demo's LIMIT, the issue's 82 items, GSM8K)."""
+
+
+@dataclass
+class Rounding:
+    """Seeds whose FT beats (or trails) its baseline by the same number of items on every seed:
+    the per-seed differences are equal, and a statistic that sees their float-rounding spread
+    as variation calls them significant with p ~ 1e-30 (issue 24). None may be significant."""
+
+    trials: int = 0
+    spread: int = 0
+    """Trials whose per-seed mean differences have a nonzero float SD (the adversary at work)."""
+    paired: Tally = field(default_factory=Tally)
+    """Significant via the paired_delta path (per-item rows, paired by seed and item)."""
+    means: Tally = field(default_factory=Tally)
+    """Significant via the per-seed means path (seed_delta: per-seed scores only)."""
+    holm: Tally = field(default_factory=Tally)
+    """A family of two such FTs: any Holm-adjusted p < 5%."""
+    full_rows: Tally = field(default_factory=Tally)
+    """Full path: table rows (both views) significant or Holm-significant."""
+    full_supported: Tally = field(default_factory=Tally)
+
+
+def _equal_counts(rng: np.random.Generator, n_items: int, n_seeds: int, gain: int,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(ft, ref) 0/1 outcomes, seeds x items: on every seed the FT passes the reference's
+    items plus `gain` more (or, gain < 0, fewer), on items in a random order."""
+    ref = np.zeros((n_seeds, n_items))
+    ft = np.zeros_like(ref)
+    for s in range(n_seeds):
+        k = int(rng.integers(max(0, -gain), n_items - max(0, gain) + 1))
+        order = rng.permutation(n_items)
+        ref[s, order[:k]] = 1
+        ft[s, order[:k + gain]] = 1
+    return ft, ref
+
+
+def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
+             workdir: Path | None = None) -> Rounding:
+    """The rounding case through the report's statistics (bulk) and, `n_full` times, through
+    result files -> load_sweep -> paper_table -> claims (the sweep's gsm8k items planted after
+    `write_scenario` wrote it)."""
+    rng = np.random.default_rng([seed, 24])
+    r = Rounding()
+    for _ in range(n_trials):
+        n = int(rng.choice(ROUNDING_ITEMS))
+        gain = int(rng.choice([-2, -1, 1, 2, 3]))
+        ps = []
+        for _k in range(2):  # two FTs (kappas) of the same sweep, one Holm family
+            ft, ref = _equal_counts(rng, n, 3, gain)
+            means = ft.mean(axis=1) - ref.mean(axis=1)
+            r.trials += 1
+            r.spread += bool(np.std(means, ddof=1) > 0 or np.std((ft - ref).mean(axis=1),
+                                                                 ddof=1) > 0)
+            d = _delta(ft - ref, n_boot)
+            r.paired.add(d.significant)
+            r.means.add(S.seed_t(means, (-1.0, 1.0), scale=1.0).significant)
+            ps.append(d.p)
+        r.holm.add(bool(np.any(S.holm(ps) < ALPHA)))
+    if n_full:
+        tmp = Path(tempfile.mkdtemp(prefix="ftbench-calib-round-", dir=workdir))
+        try:
+            design = Design("rounding", 82, 3, (0.5, 2.0), "3 seeds x 82 items, equal counts")
+            for i in range(n_full):
+                sc = Scenario(f"round-{i}", design, 0.03)
+                write_scenario(tmp, sc, rng)
+                _plant_equal_counts(tmp, sc.name, rng, gain=int(rng.choice([-1, 1, 2])))
+                data = load_sweep(sc.name, tmp)
+                for view in ("tokens", "flops"):
+                    t = paper_table(data, view, n_boot=n_boot)
+                    g = t[(t["task"] == "gsm8k") & (t["arm"] == "free")]
+                    for row in g.itertuples():
+                        r.full_rows.add(bool(row.significant or row.significant_holm))
+                    if view == "tokens":
+                        cl = _benchmark_claim(t, "gsm8k", "GSM8K", "tokens")
+                        r.full_supported.add(cl["verdict"] == SUPPORTED)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return r
+
+
+def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: int) -> None:
+    """Rewrite the gsm8k items of every run of a written sweep: seed s's references pass the
+    same k_s items, each Free Transformer those plus `gain` more."""
+    man = json.loads((root / "sweeps" / name / "manifest.json").read_text(encoding="utf-8"))
+    n = int(man["eval_spec"]["limit"])
+    per_seed = {}
+    for c in man["cells"]:
+        path = root / "runs" / c["run_id"] / "eval" / "lm-eval.limit.json"
+        if c["state"] != "done" or not path.is_file():
+            continue
+        if c["seed"] not in per_seed:
+            k = int(rng.integers(max(0, -gain), n - max(0, gain) + 1))
+            per_seed[c["seed"]] = (k, rng.permutation(n))
+        k, order = per_seed[c["seed"]]
+        y = np.zeros(n)
+        y[order[:k + (gain if c["arm"] == "free" else 0)]] = 1
+        ev = json.loads(path.read_text(encoding="utf-8"))
+        ev["tasks"]["gsm8k"]["items"] = [{"doc_id": i, "exact_match": float(v)}
+                                         for i, v in enumerate(y)]
+        ev["tasks"]["gsm8k"]["metrics"]["exact_match"]["value"] = float(y.mean())
+        _write_json(path, ev)
+
+
 # ---- the report -------------------------------------------------------------------------------
 
 def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
@@ -488,6 +597,7 @@ def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
         res["bulk"][(name, sd)] = bulk(d, sd, n, seed=seed, old=old if name == "demo" else 0,
                                        n_boot=n_boot)
     res["full"] = full_path(scenarios(n_full, DESIGNS["demo"], SEED_SDS), seed=seed)
+    res["rounding"] = rounding(n_sweeps, n_full=max(1, n_full // 10), seed=seed, n_boot=n_boot)
     res["seconds"] = time.time() - t0
     return res
 
@@ -514,6 +624,13 @@ def failures(res: dict) -> list[str]:
             out.append(f"{tag}: {c.decided_null.k} verdicts drawn from a single seed")
         if c.out_of_range:
             out.append(f"{tag}: {c.out_of_range} intervals outside the metric's range")
+    rd = res.get("rounding")
+    if rd is not None:
+        for what, t in (("paired", rd.paired), ("per-seed means", rd.means), ("Holm", rd.holm),
+                        ("full path", rd.full_rows), ("full path 'supported'",
+                                                      rd.full_supported)):
+            if t.k:
+                out.append(f"rounding case ({what}): {t.text()} significant; must be none")
     fp = res["full"]
     out += [f"full path: {m}" for m in fp.mismatches[:10]]
     if fp.out_of_range:
@@ -592,6 +709,18 @@ def markdown(res: dict, command: str) -> str:
               f"{fp.fpr.text()}; coverage {fp.coverage.text()}; false 'supported' "
               f"{fp.supported_null.text()}; intervals out of range {fp.out_of_range}/"
               f"{fp.intervals}.", ""]
+    rd = res.get("rounding")
+    if rd is not None:
+        lines += [f"Rounding case (issue 24): {rd.trials} comparisons of 3 seeds whose Free "
+                  "Transformer passes the same number of items more (or fewer) than its "
+                  f"baseline on every seed (-2..+3 of {', '.join(map(str, ROUNDING_ITEMS))} "
+                  "items): the per-seed differences are equal, yet float arithmetic leaves a "
+                  f"nonzero spread in {rd.spread} of them. Called significant: paired "
+                  f"(per-item rows) {rd.paired.text()}; per-seed means {rd.means.text()}; "
+                  f"Holm across two such kappas {rd.holm.text()}; full path (result files, "
+                  f"82 items, both views) {rd.full_rows.text()} of table rows, 'supported' "
+                  f"{rd.full_supported.text()}. Target: none (no interval: every seed's "
+                  "difference is the same count).", ""]
     old = [(k, c) for k, c in res["bulk"].items() if c.old_fpr.n]
     if old:
         lines += ["### For reference: the old two-level bootstrap on the same data", "",

@@ -96,9 +96,7 @@ def _benchmark_claim(table: pd.DataFrame, task: str, label: str, view: str,
         return _claim(claim, source, f"{task}: {note or 'no such comparison in this sweep'}",
                       INCONCLUSIVE)
     t = table[(table["task"] == task) & (table["column"] != "")]
-    ref = t[t["column"] == t["reference"]] if len(t) else t
-    if len(t) and ref.empty:  # a per-H reference column: "baseline_flops (H=..)"
-        ref = t[t["arm"] == t["reference"]]
+    ref = t[t["column"] == t["reference"]] if len(t) else t  # reference columns name themselves
     ft = t[(t["arm"] == "free") & (t["kappa_bits"] <= PAPER_KAPPAS_MAX)] if len(t) else t
     ft = ft[ft["n_seeds"].fillna(0) > 0] if len(ft) else ft
     if t.empty or ref.empty or ft.empty or not ref["n_seeds"].fillna(0).gt(0).any():

@@ -137,7 +137,7 @@ def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> p
             ax.errorbar(x, gh["mean"], yerr=[lo, hi], fmt="o-", capsize=3,
                         label=f"FT H={int(h)}")
             ax.set_xticks(x, [kappa_label(k) for k in gh["kappa_bits"]])
-        b = g[g["arm"] == g["reference"]]
+        b = g[g["column"] == g["reference"]]  # reference columns name themselves
         if len(b) and math.isfinite(b["mean"].iloc[0]):
             ax.axhline(b["mean"].iloc[0], color="k", lw=1, label=str(b["reference"].iloc[0]))
             if math.isfinite(b["lo"].iloc[0]):

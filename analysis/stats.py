@@ -11,6 +11,10 @@ The report's statistics, in one place (docs/CALIBRATION.md measures them):
   (seed, doc_id). With >= 2 seeds: a paired t over the per-seed mean differences (the seed is the
   unit, for every metric including pass@1). With one seed: a paired bootstrap over items, marked
   item-level. A degenerate Δ (every difference equal) has no interval and is never significant.
+  "Equal" is decided on the data's own resolution, never by `sd > 0`: where the items are
+  counts (0/1 or integer scores) the per-seed differences are compared as exact integer sums;
+  otherwise a spread within `RTOL` of the magnitude of the values subtracted is float rounding
+  (three seeds each +1 item of 82 give sd ~1e-17, which a plain t turns into p ~ 1e-30).
   Each Δ carries its minimum detectable effect at 80% power (`mde`).
 - `holm`: Holm's step-down adjustment across the kappas (and H) of one comparison.
 - `mean_ci`, `wilson`, `clopper_pearson`, `paired_bootstrap`, `bootstrap_stats`: the building
@@ -37,6 +41,35 @@ UNIT = (0.0, 1.0)
 """Range of a 0/1 metric (accuracy, exact match, pass@1)."""
 POSITIVE = (0.0, math.inf)
 """Range of a cross-entropy or bits-per-byte metric."""
+RTOL = 1e-9
+"""Relative spread below which values that differ only by float rounding count as equal: a
+mean over n items carries a rounding error of about n * 1.1e-16 of its magnitude, so 1e-9 leaves
+room for 10^6 items and is far below any real seed-to-seed or item-to-item difference."""
+
+
+def no_variation(x: np.ndarray | Sequence[float], scale: float | None = None) -> bool:
+    """True when the finite values of `x` are equal up to float rounding: their spread is at most
+    `RTOL` times `scale` (the magnitude of the quantities they were computed from, e.g. the
+    scores subtracted to get a difference; default: the largest |x|). Empty: True."""
+    v = np.asarray(x, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return True
+    mag = float(np.max(np.abs(v)))
+    if scale is not None and math.isfinite(scale):
+        mag = max(mag, abs(float(scale)))
+    return float(v.max() - v.min()) <= RTOL * mag
+
+
+def _integer_valued(v: np.ndarray) -> bool:
+    """Every value a whole number small enough to sum exactly (a count metric: 0/1 items)."""
+    return bool(v.size and np.all(np.abs(v) < 2.0**40) and np.all(v == np.round(v)))
+
+
+def _scale(*frames: np.ndarray) -> float:
+    v = np.concatenate([np.asarray(f, dtype=float).ravel() for f in frames])
+    v = v[np.isfinite(v)]
+    return float(np.max(np.abs(v))) if v.size else math.nan
 
 
 def metric_range(metric: str, values: np.ndarray | None = None) -> tuple[float, float]:
@@ -74,7 +107,7 @@ def mean_ci(values: np.ndarray | list[float], level: float = LEVEL) -> tuple[flo
     if x.size == 0:
         return math.nan, math.nan, math.nan
     m = float(x.mean())
-    if x.size < 2:
+    if x.size < 2 or no_variation(x):  # no zero-width interval from rounding
         return m, math.nan, math.nan
     half = stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
     return m, m - half, m + half
@@ -109,8 +142,8 @@ class PairedDelta:
     n_items: int
 
     @property
-    def significant(self) -> bool:
-        return bool(np.isfinite(self.lo) and (self.lo > 0 or self.hi < 0))
+    def significant(self) -> bool:  # a zero-width interval is rounding, never a finding
+        return bool(np.isfinite(self.lo) and self.hi > self.lo and (self.lo > 0 or self.hi < 0))
 
 
 def paired_matrix(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[np.ndarray, list, list]:
@@ -171,7 +204,7 @@ def paired_bootstrap(test: pd.DataFrame, ref: pd.DataFrame, n_boot: int = 2000, 
     if d.size == 0:
         return PairedDelta(math.nan, math.nan, math.nan, math.nan, len(seeds), len(docs))
     delta = float(d.mean())
-    if np.all(d == d.flat[0]):  # no variation: no interval, no p, never significant
+    if no_variation(d, _scale(test["value"], ref["value"])):  # no interval, never significant
         return PairedDelta(delta, math.nan, math.nan, math.nan, *d.shape)
     reps = bootstrap_stats(d, n_boot=n_boot, seed=seed)
     lo, hi = np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2])
@@ -236,7 +269,7 @@ def cell_interval(per_seed: np.ndarray | Sequence[float], items: np.ndarray | No
     m = float(x.mean())
     if n_s >= 2:
         sd = float(x.std(ddof=1))
-        if not sd > 0:
+        if no_variation(x) or not sd > 0:  # equal up to rounding: no zero-width interval
             return CellInterval(m, math.nan, math.nan, NO_VARIATION, n_s, n_i, True)
         half = float(stats.t.ppf(0.5 + level / 2, n_s - 1)) * sd / math.sqrt(n_s)
         lo, hi = _clip(m - half, m + half, rng)
@@ -246,6 +279,8 @@ def cell_interval(per_seed: np.ndarray | Sequence[float], items: np.ndarray | No
         lo, hi = clopper_pearson(int(iv.sum()), n_i, level)
         return CellInterval(m, lo, hi, "clopper-pearson (one seed: items only)", 1, n_i)
     se = float(iv.std(ddof=1) / math.sqrt(n_i)) if n_i > 1 else float(stderr)
+    if n_i > 1 and no_variation(iv):
+        se = 0.0
     if not (math.isfinite(se) and se > 0):
         why = NO_VARIATION if n_i > 1 or math.isfinite(stderr) else ""
         return CellInterval(m, math.nan, math.nan, why, 1, n_i, bool(why))
@@ -277,7 +312,7 @@ class Delta:
     @property
     def significant(self) -> bool:
         return bool(not self.degenerate and math.isfinite(self.lo) and math.isfinite(self.hi)
-                    and (self.lo > 0 or self.hi < 0))
+                    and self.hi > self.lo and (self.lo > 0 or self.hi < 0))
 
 
 def _empty_delta(n_seeds: int = 0, n_items: int = 0) -> Delta:
@@ -285,12 +320,15 @@ def _empty_delta(n_seeds: int = 0, n_items: int = 0) -> Delta:
 
 
 def seed_t(diffs: np.ndarray | Sequence[float], rng: tuple[float, float] = (-math.inf, math.inf),
-           n_items: int = 0, level: float = LEVEL) -> Delta:
+           n_items: int = 0, level: float = LEVEL, scale: float | None = None) -> Delta:
     """Paired t over per-seed differences (>= 2 seeds): the seed is the unit.
 
     `diffs[s]` = test - reference on seed s (a per-seed mean over the paired items, or a
     per-seed value such as validation CE); `rng` is the range of a difference (the interval is
-    intersected with it). Exactly the paired t-test over seed means (scipy.stats.ttest_1samp)."""
+    intersected with it); `scale` is the magnitude of the values subtracted (e.g. 1 for 0/1
+    items): differences whose spread is within `RTOL` of it are equal (float rounding), so no
+    interval and never significant. Otherwise exactly the paired t-test over seed means
+    (scipy.stats.ttest_1samp)."""
     x = np.asarray(diffs, dtype=float)
     x = x[np.isfinite(x)]
     n = int(x.size)
@@ -298,7 +336,7 @@ def seed_t(diffs: np.ndarray | Sequence[float], rng: tuple[float, float] = (-mat
         return _empty_delta(n, n_items)
     m, sd = float(x.mean()), float(x.std(ddof=1))
     what = f"paired t over {n} seeds" + (f" x {n_items} items" if n_items else "")
-    if not sd > 0:
+    if no_variation(x, scale) or not sd > 0:
         return Delta(m, math.nan, math.nan, math.nan, n, n_items, f"{what}: {NO_VARIATION}",
                      "seed", 0.0, n - 1, math.nan, True)
     se = sd / math.sqrt(n)
@@ -310,8 +348,11 @@ def seed_t(diffs: np.ndarray | Sequence[float], rng: tuple[float, float] = (-mat
 
 
 def item_bootstrap(d: np.ndarray, rng: tuple[float, float] = (-math.inf, math.inf),
-                   n_boot: int = 2000, seed: int = 0, level: float = LEVEL) -> Delta:
-    """One seed: percentile bootstrap over paired item differences `d` (1-D). Item-level only."""
+                   n_boot: int = 2000, seed: int = 0, level: float = LEVEL,
+                   scale: float | None = None) -> Delta:
+    """One seed: percentile bootstrap over paired item differences `d` (1-D). Item-level only.
+    Differences equal up to float rounding (`no_variation` with `scale`, the magnitude of the
+    values subtracted) have no interval."""
     d = np.asarray(d, dtype=float)
     d = d[np.isfinite(d)]
     n = int(d.size)
@@ -319,7 +360,7 @@ def item_bootstrap(d: np.ndarray, rng: tuple[float, float] = (-math.inf, math.in
         return _empty_delta(1, 0)
     m = float(d.mean())
     what = f"item bootstrap, 1 seed x {n} items (seed variance not included)"
-    if n < 2 or np.all(d == d[0]):
+    if n < 2 or no_variation(d, scale):
         return Delta(m, math.nan, math.nan, math.nan, 1, n, f"{what}: {NO_VARIATION}", "item",
                      0.0, math.inf, math.nan, True)
     rng_ = np.random.default_rng(seed)
@@ -341,9 +382,20 @@ def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot
         return _empty_delta(len(seeds), len(docs))
     rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
                                                            ref["value"].to_numpy(float)])))
+    scale = _scale(test["value"], ref["value"])
     if d.shape[0] >= 2:
-        return seed_t(d.mean(axis=1), rng, n_items=d.shape[1], level=level)
-    return item_bootstrap(d[0], rng, n_boot=n_boot, seed=seed, level=level)
+        return seed_t(per_seed_diffs(d), rng, n_items=d.shape[1], level=level, scale=scale)
+    return item_bootstrap(d[0], rng, n_boot=n_boot, seed=seed, level=level, scale=scale)
+
+
+def per_seed_diffs(d: np.ndarray) -> np.ndarray:
+    """Each seed's mean paired difference (rows of `d`, seeds x items). For a count metric
+    (integer item scores) from the exact integer sum over the same number of items, so seeds that
+    differ by the same count give bit-identical values (not values that differ by rounding)."""
+    d = np.asarray(d, dtype=float)
+    if _integer_valued(d):
+        return np.round(d).sum(axis=1) / d.shape[1]  # integer sums are exact in float64
+    return d.mean(axis=1)
 
 
 def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
@@ -360,7 +412,7 @@ def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
     if len(common) == 1:
         return Delta(float(diffs[0]), math.nan, math.nan, math.nan, 1, 0,
                      "one seed, no items: no interval (seed variance not included)", "item")
-    return seed_t(diffs, rng, level=level)
+    return seed_t(diffs, rng, level=level, scale=_scale(t[common], r[common]))
 
 
 def holm(p: Sequence[float] | np.ndarray) -> np.ndarray:

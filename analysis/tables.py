@@ -61,15 +61,18 @@ EQUAL_TOL = 0.01
 MAX_STEP_TOL = 0.05
 """A whole-step run cannot match closer than one step: below 100 steps the tolerance is one
 step of the reference run, never more than 5%."""
-TABLE_COLS = ["view", "comparison", "reference", "group", "benchmark", "paper_metric",
-              "matches_paper", "task", "metric", "higher_is_better",
+TABLE_COLS = ["view", "comparison", "reference", "reference_arm", "group", "benchmark",
+              "paper_metric", "matches_paper", "task", "metric", "higher_is_better",
               "column", "arm", "kappa_bits", "latent_bits", "match_h", "n_seeds_expected",
               "n_seeds", "n_items", "mean", "lo", "hi", "ci_method", "delta", "delta_lo",
               "delta_hi", "p", "p_holm", "holm_m", "significant", "significant_holm", "better",
               "delta_unit", "delta_method", "delta_n_seeds", "delta_n_items", "mde",
               "degenerate", "status", "n_missing", "n_truncated", "n_requests", "spec_ids",
               "files", "run_ids"]
-"""Columns of the long table (the CSV)."""
+"""Columns of the long table (the CSV). `reference` is the exact column a row's Δ is taken
+against (a reference column names itself; in a multi-H equal-FLOPs table that is e.g.
+"baseline_flops (H=16)"), `reference_arm` the arm it belongs to; a row without a column names
+the comparison's reference column when it has one, else "" (several per-H columns)."""
 
 
 @dataclass(frozen=True)
@@ -420,9 +423,13 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
     sc = _honest(data.scores, ["run_id", "task", "metric"])
     it = _honest(data.items, ["run_id", "task", "metric", "doc_id"])
     rows = []
+    ref_cols = list(dict.fromkeys(c.ref.label for c in cols if c.ref is not None)) or [
+        c.label for c in cols if c.arm != "free"]
+    row_ref = ref_cols[0] if len(ref_cols) == 1 else ""
     for key in _row_keys(data):
         task, metric, hib = key["task"], key["metric"], key["higher_is_better"]
-        base = {"view": comp.view, "comparison": comp.key, "reference": comp.reference,
+        base = {"view": comp.view, "comparison": comp.key, "reference": row_ref,
+                "reference_arm": comp.reference,
                 **{k: v for k, v in key.items() if k != "note"}}
         if not task:
             rows.append({**base, "column": "", "status": f"{NOT_IN_SUITE}: {key['note']}"})
@@ -452,7 +459,8 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             status = _missing(c_cells, have, c_s, other_spec_files(data, task))
             if ci.n_seeds == 0 and c_cells.empty and col.arm != "free":
                 status = f"missing: no {col.arm} control arm in this sweep"
-            r = {**base, "column": col.label, "arm": col.arm, "kappa_bits": col.kappa_bits,
+            r = {**base, "reference": col.ref.label if col.ref is not None else col.label,
+                 "column": col.label, "arm": col.arm, "kappa_bits": col.kappa_bits,
                  "latent_bits": col.latent_bits, "match_h": col.match_h,
                  "n_seeds_expected": int(len(c_cells)), "n_seeds": ci.n_seeds,
                  "n_items": ci.n_items, "mean": ci.mean, "lo": ci.lo, "hi": ci.hi,
@@ -695,7 +703,8 @@ LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = Free Transforme
           "used for a verdict). * = significant after Holm across this comparison's Free "
           "Transformers (all kappas and H); p = uncorrected, Holm = adjusted. MDE = the "
           "smallest true |Δ| this comparison detects with 80% power (two-sided, 5%). "
-          f"'{NO_VARIATION}' = every value identical: no interval, never significant.")
+          f"'{NO_VARIATION}' = every value identical (as counts, or up to float rounding): "
+          "no interval, never significant.")
 
 
 def _md_one(t: pd.DataFrame) -> str:

@@ -167,6 +167,13 @@ def main(argv: list[str] | None = None) -> int:
         if dry:
             print(P.dry_run_text(p))
             return 0
+        from common.io import unwritable
+        from common.paths import cache_dir, runs_dir
+
+        for what, d in (("sweep", p.folder), ("runs", runs_dir()), ("cache", cache_dir())):
+            if (why := unwritable(d)) is not None:  # before anything is submitted
+                raise SweepError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
+                                 "FTBENCH_CACHE) to a writable directory")
         m = launch(p, launcher=launcher, jobs=int(jobs) if jobs else None,
                   evaluate=evaluate, eval_args=eval_args,
                   retry_failed=retry_failed, cluster=cluster)

@@ -62,7 +62,9 @@ def _hf_schema(bench: Path, path: str, name: str | None) -> datasets.DatasetDict
         return datasets.DatasetDict({s: ds if s != "train" else ds.select(range(1))
                                      for s in splits})
 
-    disk = lambda rel: datasets.load_from_disk(str(bench / rel))  # noqa: E731
+    # in memory: a memory-mapped copy would make the stock process_docs write its cache-*.arrow
+    # into the shared benchmark data (which is read-only to the suite)
+    disk = lambda rel: datasets.load_from_disk(str(bench / rel), keep_in_memory=True)  # noqa: E731
     if path == "Rowan/hellaswag":
         return same(disk("hellaswag/validation"), "train", "validation")
     if path == "allenai/winogrande" and name == "winogrande_xl":

@@ -653,9 +653,32 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
     return {suite: sp.to_json() for suite, sp in req.specs(gen, checks).items()}
 
 
+def _check_caches(tasks: list[str]) -> None:
+    """EvalArgsError (one line) when a cache outside the eval directory cannot be written:
+    HF datasets' (lm-eval suite) and evalplus's ground truth. The eval directory, which holds
+    the rest, is checked by run_eval; benchmark data is only ever read."""
+    from common.io import unwritable
+
+    suites = suites_of(tasks)
+    dirs = []
+    if suites.get("lm-eval"):
+        import datasets
+
+        dirs.append(("HF datasets cache", Path(datasets.config.HF_DATASETS_CACHE),
+                     "HF_DATASETS_CACHE"))
+    if suites.get("evalplus"):
+        from experiments.eval.evalplus_suite import gt_cache_dir
+
+        dirs.append(("evalplus ground-truth cache", gt_cache_dir(), "XDG_CACHE_HOME"))
+    for what, d, var in dirs:
+        if (why := unwritable(d)) is not None:
+            raise EvalArgsError(f"{what} {d}: {why}; set {var} to a writable directory")
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         a = validate_args(sys.argv[1:] if argv is None else argv, ckpt=None, check_data=False)
+        _check_caches(a.task_list)
     except EvalArgsError as e:
         _die(e)
     if a.threads > 0:

@@ -565,6 +565,13 @@ def main(argv: list[str] | None = None) -> int:
             print(config_help())
             return 0
         cfg = compose(args)
+        if not cfg.train.dry_run:  # every place a run writes, before any work: one line
+            from common.io import unwritable
+
+            for what, d in (("run", run_dir(cfg)), ("cache", Path(cfg.paths.cache))):
+                if (why := unwritable(d)) is not None:
+                    raise ConfigError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
+                                      "FTBENCH_CACHE) to a writable directory")
         train(cfg, argv=[sys.argv[0], *args])
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -52,6 +52,14 @@ def csqa_docs(dataset: datasets.Dataset) -> datasets.Dataset:
     return datasets.Dataset.from_list([csqa_doc(d) for d in dataset])
 
 
+def load_arrow_dir(path: str | Path) -> datasets.Dataset:
+    """A `save_to_disk` copy, read into memory. Benchmark data is read-only to the suite: a
+    dataset memory-mapped from the data directory makes every later `.map()` (the stock tasks'
+    `process_docs`) write its cache-*.arrow beside the source; an in-memory one has no cache
+    files, so nothing is written there (and a read-only directory works)."""
+    return datasets.load_from_disk(str(path), keep_in_memory=True)
+
+
 def read_mmlu_csv(path: str | Path, subject: str) -> list[dict[str, Any]]:
     """Converted MMLU csv (header question,choice0..3,answer 0-3) -> cais/mmlu rows.
 
@@ -76,7 +84,7 @@ def mmlu_dataset(data_dir: str, subject: str, validation: bool = False,
         read_mmlu_csv(root / split / f"{subject}_{split}.csv", subject))
         for split in ("test", "dev")}
     if validation:
-        out["validation"] = datasets.load_from_disk(str(root / "validation" / subject))
+        out["validation"] = load_arrow_dir(root / "validation" / subject)
     return datasets.DatasetDict(out)
 
 
@@ -86,8 +94,7 @@ def arrow_dataset(data_dir: str, splits: dict[str, str], **_: Any) -> datasets.D
     TriviaQA): split name -> directory relative to data_dir. They are copies of the very HF
     datasets the stock tasks load, so no conversion."""
     root = Path(data_dir)
-    return datasets.DatasetDict({s: datasets.load_from_disk(str(root / rel))
-                                 for s, rel in splits.items()})
+    return datasets.DatasetDict({s: load_arrow_dir(root / rel) for s, rel in splits.items()})
 
 
 _OBQA_LABELS = ["A", "B", "C", "D"]
