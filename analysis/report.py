@@ -339,7 +339,7 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
         bad = unwritable(d)
         if bad is not None:
             raise ReportError(f"cannot write the report: {bad.blocker} is not a writable directory "
-                              "(fix its permissions or set FTBENCH_RESULTS)")
+                              f"({bad}; fix its permissions or set FTBENCH_RESULTS)")
     f = sdir / "report.html"
     if f.exists() and unwritable(f, file=True) is not None:
         raise ReportError(f"cannot write the report: {f} is not a writable file")
