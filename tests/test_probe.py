@@ -317,3 +317,43 @@ def test_cli_bad_input_one_line_nothing_written(tmp_path: Path, monkeypatch: pyt
     assert len(err.splitlines()) == 1 and msg in err
     assert not list((rdir / "eval").glob("probe.*")) if (rdir / "eval").exists() else True
     assert P.main([str(tmp_path / "nope")]) == 2
+
+
+# ------------------------------------------------------------------------ analysis/probe.py
+def test_analysis_reads_the_file_table_figures_section(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    from analysis import probe as A
+
+    monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
+    rdir = _run_dir(tmp_path, _uses_z(), "ft2")
+    assert P.main([str(rdir), *ARGS]) == 0
+    (f,) = A.probe_files([rdir])
+    doc = json.loads(f.read_text())
+    row = A.probe_table([A.read_probe(f)]).iloc[0]
+    assert row["kl_bits"] == doc["kl"]["mean_bits_per_token"]
+    assert row["d_zeroed"] == doc["ablations"]["modes"]["zeroed"]["delta_vs_prior"]["mean"]
+    assert row["d_posterior_LEAKING"] == \
+        doc["ablations"]["modes"]["posterior"]["delta_vs_prior"]["mean"]
+    assert row["steer_diff"] == doc["steering"]["difference"]["mean"]
+    # a null in the file is missing (NaN), never 0
+    doc2 = {**doc, "file": "x", "kl": {**doc["kl"], "mean_bits_per_token": None}}
+    assert math.isnan(A.probe_table([doc2]).iloc[0]["kl_bits"])
+    # figures beside the file
+    assert A.main([str(f)]) == 0
+    for name in A.FIGURES:
+        png = f.with_name(f"{f.stem}.{name}.png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    html = A.probe_section([rdir], tmp_path / "report")
+    assert "LEAKING" in html and html.count("data:image/png;base64,") == len(A.FIGURES)
+    assert (tmp_path / "report" / "probe.csv").is_file()
+    assert "no probe files" in A.probe_section([tmp_path / "empty"])
+    # a bad file: one line, exit 2, no figure written for the good one either
+    bad = tmp_path / "probe.bad.json"
+    bad.write_text("{}")
+    for p in f.parent.glob("*.png"):
+        p.unlink()
+    capsys.readouterr()
+    assert A.main([str(f), str(bad)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1
+    assert not list(f.parent.glob("*.png"))
