@@ -307,13 +307,22 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
     m.eval()
     try:
         bs, seed = 8, int(o["seed"])
+        clock = [time.perf_counter()]
+        timings: dict[str, float] = {}
+
+        def lap(name: str) -> None:
+            clock.append(time.perf_counter())
+            timings[name] = round(clock[-1] - clock[-2], 3)
+
         x, y = val_x.to(m.device), val_y.to(m.device)
         lows = [m.forward_lower(x[s:s + bs]) for s in range(0, len(x), bs)]
         hidden = torch.cat([lw.hidden for lw in lows])
         bit_logits = torch.cat([lw.bit_logits for lw in lows])
         kappa = float(m.cfg.kappa_bits)
         kl = kl_probe(bit_logits, kappa)
+        lap("lower_half_and_kl_s")
         ces = ablation_ces(m, hidden, bit_logits, y, int(o["draws"]), seed, bs)
+        lap("ablations_s")
         abl = ablation_summary(ces, int(o["n_boot"]), seed, int(o["draws"]))
         coll = collapse_rule(kl["mean_bits_per_token"], kappa, abl["prior_ce_nats_per_token"],
                              abl["modes"]["posterior"]["ce_nats_per_token"], kl["n_active"])
@@ -321,10 +330,12 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
         steer = steering_probe(m, val_x[:n_p, :lp], int(o["gen_tokens"]), int(o["group_size"]),
                                int(o["groups"]), float(o["temperature"]), seed,
                                int(o["n_boot"]))
+        lap("steering_s")
         return {"arm": "free_transformer", "latent_bits": m.cfg.latent_bits,
                 "kappa_bits": kappa, "n_rows": int(val_x.shape[0]),
                 "seq_len": int(val_x.shape[1]), "n_tokens": int(val_y.numel()),
-                "kl": kl, "collapse": coll, "ablations": abl, "steering": steer}
+                "kl": kl, "collapse": coll, "ablations": abl, "steering": steer,
+                "timings": timings}
     finally:
         m.train(was)
 
