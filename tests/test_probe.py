@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,26 @@ def test_cli_writes_then_reuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert "reused" in capsys.readouterr().out
     assert files[0].stat().st_mtime_ns == mtime
     assert sorted((rdir / "eval").glob("probe.*.json")) == files
+    # the checkpoint given as a .pt is the same checkpoint: reused too
+    assert P.main([str(rdir / "checkpoints" / "final.pt"), *ARGS]) == 0
+    assert "reused" in capsys.readouterr().out
+    # another spec is another file
+    monkeypatch.undo()
+    monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
+    assert P.main([str(rdir), *ARGS, "--seed", "8"]) == 0
+    assert len(list((rdir / "eval").glob("probe.*.json"))) == 2
+    # a rewritten checkpoint (same step, same spec) is probed again, never reused
+    ck = rdir / "checkpoints" / "final.pt"
+    os.utime(ck, ns=(ck.stat().st_atime_ns, ck.stat().st_mtime_ns + 10**9))
+    capsys.readouterr()
+    assert P.main([str(rdir), *ARGS]) == 0
+    assert "reused" not in capsys.readouterr().out
+    assert json.loads(files[0].read_text())["checkpoint_identity"] != doc["checkpoint_identity"]
+
+
+def test_non_finite_values_are_written_as_null() -> None:
+    rec = P.finite_or_null({"a": math.nan, "b": [1.0, math.inf], "c": {"d": -math.inf}, "e": 2})
+    assert rec == {"a": None, "b": [1.0, None], "c": {"d": None}, "e": 2}
 
 
 def test_cli_refuses_a_baseline_in_one_line(tmp_path: Path,
@@ -306,6 +327,8 @@ def test_cli_refuses_a_baseline_in_one_line(tmp_path: Path,
     (["--temperature", "0"], "--temperature"),
     (["--rows", "2", "--prompts", "3"], "--prompts"),
     (["--rows", "100000"], "validation rows"),
+    (["--seed", "-1"], "--seed"),
+    (["--prompt-len", "70"], "--prompt-len"),
 ])
 def test_cli_bad_input_one_line_nothing_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture, args: list[str],

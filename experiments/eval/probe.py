@@ -361,7 +361,20 @@ def probe_file(out_dir: Path, spec: dict[str, Any], step: int | None) -> Path:
     return out_dir / f"probe.{spec_id(spec)}.step{step if step is not None else 'NA'}.json"
 
 
+def finite_or_null(obj: Any) -> Any:
+    """The record with every non-finite float as None: JSON has no NaN, and missing is null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    return obj
+
+
 def _check_opts(o: dict[str, Any]) -> None:
+    if not isinstance(o["seed"], int) or isinstance(o["seed"], bool) or o["seed"] < 0:
+        raise ProbeError(f"--seed: {o['seed']!r} must be an integer >= 0")
     for k in ("rows", "draws", "n_boot", "prompts", "prompt_len", "gen_tokens", "groups"):
         v = o[k]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -463,7 +476,8 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
                           "versions": versions("torch"), "threads": torch.get_num_threads(),
                           "device": dev}}
     path = probe_file(out_dir, spec, step)
-    atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(path, json.dumps(finite_or_null(doc), indent=1, sort_keys=True,
+                                       allow_nan=False) + "\n")
     return path, False
 
 
