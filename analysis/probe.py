@@ -1,9 +1,10 @@
 """The latent, measured: tables and figures from probe files (experiments/eval/probe.py writes
 them as `<run>/eval/probe.<spec_id>.step<N>.json`; docs/PROBE.md says how to read them).
 
-Plain reading of JSON (no torch, no model): `probe_table` is one row per probe file, `figures`
-writes the four PNGs of one file beside it, `probe_section` is the report's HTML section, one
-block per Free Transformer. A null in a file is NaN here and a grey dash in HTML, never 0.
+Plain reading of JSON (no torch, no model): `probe_table` is one row per probe file,
+`write_figures` writes the four PNGs of one file beside it, `probe_section` is the report's HTML
+section, one block per Free Transformer (`probe_html`). A null in a file is NaN here and a grey
+dash in HTML, never 0.
 
     python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
 """
@@ -171,9 +172,10 @@ def figure_pngs(doc: dict[str, Any]) -> dict[str, bytes]:
     st = doc.get("steering") or {}
     pp = st.get("per_position") or {}
     fig, ax = plt.subplots(figsize=(6, 3))
-    for key, lab in (("shared_z", "one Z per group"), ("independent_z", "own Z per sample")):
+    for key, lab, ls in (("shared_z", "one Z per group", "-"),
+                         ("independent_z", "own Z per sample (null)", "--")):
         ys = [_f(v) for v in pp.get(key) or []]
-        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, label=lab)
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, ls=ls, label=lab)
     diff = st.get("difference") or {}
     ax.set_xlabel("generated position")
     ax.set_ylabel("within-group agreement")
@@ -213,6 +215,35 @@ def _ci(m: float, lo: float, hi: float) -> str:
     return f"{m:+.4g} [{lo:+.4g}, {hi:+.4g}]"
 
 
+def probe_html(doc: dict[str, Any]) -> str:
+    """One Free Transformer's block of the section: its numbers with intervals and its four
+    figures, embedded."""
+    r = probe_row(doc)
+    coll = doc.get("collapse") or {}
+    post = _ci(r["d_posterior_LEAKING"], r["d_posterior_lo"], r["d_posterior_hi"])
+    parts = [
+        f"<h3>{html.escape(str(r['run_id']))} (step {_cell(r['step'])}, "
+        f"H={_cell(r['latent_bits'])}, kappa={_cell(r['kappa_bits'])} bit)</h3><ul>"
+        f"<li>KL {_cell(r['kl_bits'])} bits/token; active bits {_cell(r['n_active'])} "
+        f"({html.escape(str(r['active_bits']))}); tokens at or under kappa "
+        f"{_cell(r['frac_le_kappa'])}</li>"
+        f"<li>collapse: {_cell(r['collapse'])}; latent unused: {_cell(r['latent_unused'])} "
+        f"<span class=\"mono\">({html.escape(str(coll.get('rule')))})</span></li>"
+        f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "
+        f"{_ci(r['d_fixed'], r['d_fixed_lo'], r['d_fixed_hi'])}; Z zeroed "
+        f"{_ci(r['d_zeroed'], r['d_zeroed_lo'], r['d_zeroed_hi'])}; posterior "
+        f"<b>(LEAKING)</b> {post} (n={_cell(r['n_rows'])} rows)</li>"
+        f"<li>steering: agreement {_cell(r['steer_effect'])} with one Z per group vs "
+        f"{_cell(r['steer_null'])} (null); difference "
+        f"{_ci(r['steer_diff'], r['steer_diff_lo'], r['steer_diff_hi'])} "
+        f"(n={_cell(r['steer_n_prompts'])} prompts)</li></ul>"]
+    for name, png in figure_pngs(doc).items():
+        b64 = base64.b64encode(png).decode("ascii")
+        parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{b64}">')
+    parts.append(f"<p>File: {html.escape(str(r['file']))}</p>")
+    return "\n".join(parts)
+
+
 def probe_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:
     """The report's section: per Free Transformer with a probe file, its KL, collapse flag,
     ablations and steering with intervals and its four figures (embedded); the table is also
@@ -240,29 +271,8 @@ def probe_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = N
              "<b>LEAKING</b> (the encoder reads the scored tokens): a diagnostic, never a score. "
              "Steering: within-group agreement of generations with one Z per group against "
              "independent Z.</p>"]
-    for doc, (_, r) in zip(docs, table.iterrows(), strict=True):
-        coll = doc.get("collapse") or {}
-        post = _ci(r["d_posterior_LEAKING"], r["d_posterior_lo"], r["d_posterior_hi"])
-        parts.append(
-            f"<h3>{html.escape(str(r['run_id']))} (step {_cell(r['step'])}, "
-            f"H={_cell(r['latent_bits'])}, kappa={_cell(r['kappa_bits'])} bit)</h3><ul>"
-            f"<li>KL {_cell(r['kl_bits'])} bits/token; active bits {_cell(r['n_active'])} "
-            f"({html.escape(str(r['active_bits']))}); tokens at or under kappa "
-            f"{_cell(r['frac_le_kappa'])}</li>"
-            f"<li>collapse: {_cell(r['collapse'])}; latent unused: {_cell(r['latent_unused'])} "
-            f"<span class=\"mono\">({html.escape(str(coll.get('rule')))})</span></li>"
-            f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "
-            f"{_ci(r['d_fixed'], r['d_fixed_lo'], r['d_fixed_hi'])}; Z zeroed "
-            f"{_ci(r['d_zeroed'], r['d_zeroed_lo'], r['d_zeroed_hi'])}; posterior "
-            f"<b>(LEAKING)</b> {post} (n={_cell(r['n_rows'])} rows)</li>"
-            f"<li>steering: agreement {_cell(r['steer_effect'])} with one Z per group vs "
-            f"{_cell(r['steer_null'])} (null); difference "
-            f"{_ci(r['steer_diff'], r['steer_diff_lo'], r['steer_diff_hi'])} "
-            f"(n={_cell(r['steer_n_prompts'])} prompts)</li></ul>")
-        for name, png in figure_pngs(doc).items():
-            b64 = base64.b64encode(png).decode("ascii")
-            parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{b64}">')
-        parts.append(f"<p>File: {html.escape(str(r['file']))}</p>")
+    for doc in docs:
+        parts.append(probe_html(doc))
     return "\n".join(parts) + "</section>"
 
 
