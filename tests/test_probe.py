@@ -380,3 +380,15 @@ def test_analysis_reads_the_file_table_figures_section(tmp_path: Path,
     assert A.main([str(f), str(bad)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
     assert not list(f.parent.glob("*.png"))
+
+
+def test_benchmark_reader_skips_probe_files(tmp_path: Path) -> None:
+    # analysis.frame reads every eval/*.json of a run as a benchmark file; a probe file is not one
+    from analysis.frame import _read_evals
+
+    ev = tmp_path / "runs" / "r" / "eval"
+    ev.mkdir(parents=True)
+    (ev / "probe.0123456789ab.step5.json").write_text(json.dumps(
+        {"schema": P.SCHEMA, "suite": "probe", "spec": {"suite": "probe"}, "spec_id": "x"}))
+    warnings: list[str] = []
+    assert _read_evals(tmp_path, ev.parent, warnings) == [] and warnings == []
