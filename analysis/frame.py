@@ -312,7 +312,7 @@ def _read_evals(root: Path, run_dir: Path, warnings: list[str]) -> list[dict]:
         if not isinstance(ev, dict):
             warnings.append(f"{epath}: not an eval file (top level is not an object)")
             continue
-        if ev.get("suite") == "likelihood":  # experiments/eval/likelihood.py: read separately
+        if ev.get("suite") in ("likelihood", "probe"):  # eval/likelihood.py, eval/probe.py
             continue
         try:
             rec = EvalFile.from_json(ev, epath.name)

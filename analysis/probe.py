@@ -1,0 +1,305 @@
+"""The latent, measured: tables and figures from probe files (experiments/eval/probe.py writes
+them as `<run>/eval/probe.<spec_id>.step<N>.json`; docs/PROBE.md says how to read them).
+
+Plain reading of JSON (no torch, no model): `probe_table` is one row per probe file,
+`write_figures` writes the four PNGs of one file beside it, `probe_section` is the report's HTML
+section, one block per Free Transformer (`probe_html`). A null in a file is NaN here and a grey
+dash in HTML, never 0.
+
+    python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from common.io import atomic_write
+
+matplotlib.use("Agg")  # PNGs only, never a display
+
+SCHEMA = "ftbench-probe-v1"
+ABLATIONS = ("fixed_per_sequence", "zeroed", "posterior")
+FIGURES = ("kl_bits", "kl_positions", "ablations", "steering")
+TABLE_COLS = ["run_id", "step", "latent_bits", "kappa_bits", "n_rows", "kl_bits", "n_active",
+              "active_bits", "frac_le_kappa", "collapse", "latent_unused",
+              "prior_ce", "d_fixed", "d_fixed_lo", "d_fixed_hi", "d_zeroed", "d_zeroed_lo",
+              "d_zeroed_hi", "d_posterior_LEAKING", "d_posterior_lo", "d_posterior_hi",
+              "steer_effect", "steer_null", "steer_diff", "steer_diff_lo", "steer_diff_hi",
+              "steer_n_prompts", "file"]
+
+
+class ProbeFileError(ValueError):
+    """A file that is not a readable probe file (one line)."""
+
+
+def _f(x: Any) -> float:
+    """A number from a file: None and non-numbers are NaN (missing), never 0."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return math.nan
+    return float(x)
+
+
+def read_probe(path: str | Path) -> dict[str, Any]:
+    """One probe file as a dict, with `file` set; ProbeFileError when it is not one."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ProbeFileError(f"{path}: unreadable ({type(e).__name__})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise ProbeFileError(f"{path}: not a {SCHEMA} file")
+    return {**doc, "file": str(path)}
+
+
+def probe_files(paths: Iterable[str | Path]) -> list[Path]:
+    """Probe files named directly, or found under run dirs (<run>/eval/probe.*.json)."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            ev = p / "eval" if (p / "eval").is_dir() else p
+            out.extend(sorted(ev.glob("probe.*.json")))
+        else:
+            out.append(p)
+    return out
+
+
+def probe_row(doc: dict[str, Any]) -> dict[str, Any]:
+    """The table row of one probe file."""
+    kl = doc.get("kl") or {}
+    col = doc.get("collapse") or {}
+    abl = (doc.get("ablations") or {}).get("modes") or {}
+    st = doc.get("steering") or {}
+    row: dict[str, Any] = {
+        "run_id": doc.get("run_id"), "step": doc.get("checkpoint_step"),
+        "latent_bits": doc.get("latent_bits"), "kappa_bits": _f(doc.get("kappa_bits")),
+        "n_rows": doc.get("n_rows"), "kl_bits": _f(kl.get("mean_bits_per_token")),
+        "n_active": kl.get("n_active"),
+        "active_bits": ",".join(map(str, kl.get("active_bits") or [])) or "none",
+        "frac_le_kappa": _f(kl.get("frac_tokens_kl_le_kappa")),
+        "collapse": col.get("flag"), "latent_unused": col.get("latent_unused"),
+        "prior_ce": _f((doc.get("ablations") or {}).get("prior_ce_nats_per_token")),
+        "file": doc.get("file")}
+    for mode, key in (("fixed_per_sequence", "d_fixed"), ("zeroed", "d_zeroed"),
+                      ("posterior", "d_posterior")):
+        d = (abl.get(mode) or {}).get("delta_vs_prior") or {}
+        name = "d_posterior_LEAKING" if mode == "posterior" else key
+        row[name], row[f"{key}_lo"], row[f"{key}_hi"] = (_f(d.get("mean")), _f(d.get("lo")),
+                                                         _f(d.get("hi")))
+    diff = st.get("difference") or {}
+    row.update({"steer_effect": _f((st.get("effect") or {}).get("mean")),
+                "steer_null": _f((st.get("null") or {}).get("mean")),
+                "steer_diff": _f(diff.get("mean")), "steer_diff_lo": _f(diff.get("lo")),
+                "steer_diff_hi": _f(diff.get("hi")), "steer_n_prompts": st.get("n_prompts")})
+    return row
+
+
+def probe_table(docs: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """One row per probe file (TABLE_COLS); d_* are CE changes against prior Z in nats per
+    token (the posterior's leaks: its column says so)."""
+    rows = [probe_row(d) for d in docs]
+    return pd.DataFrame(rows, columns=TABLE_COLS)
+
+
+# ------------------------------------------------------------------------ figures
+def _png(fig: plt.Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _title(doc: dict[str, Any]) -> str:
+    return (f"{doc.get('run_id')} step {doc.get('checkpoint_step')}: H={doc.get('latent_bits')}, "
+            f"kappa={doc.get('kappa_bits')} bit, n={doc.get('n_rows')} rows")
+
+
+def figure_pngs(doc: dict[str, Any]) -> dict[str, bytes]:
+    """{figure name: PNG bytes} for one probe file (FIGURES)."""
+    kl = doc.get("kl") or {}
+    out: dict[str, bytes] = {}
+    per_bit = [_f(v) for v in kl.get("per_bit_bits") or []]
+    thr = _f(kl.get("active_threshold_bits"))
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.bar(range(len(per_bit)), per_bit,
+           color=["tab:blue" if v > thr else "tab:gray" for v in per_bit])
+    ax.axhline(thr, color="k", ls=":", lw=1, label=f"active threshold {thr:g} bit")
+    ax.set_xlabel("latent bit h")
+    ax.set_ylabel("mean KL to uniform (bits)")
+    ax.set_title("KL per latent bit (posterior; blue = active)\n" + _title(doc), fontsize=8)
+    ax.legend(fontsize=7)
+    out["kl_bits"] = _png(fig)
+
+    per_pos = [_f(v) for v in kl.get("per_position_bits") or []]
+    fig, ax = plt.subplots(figsize=(6, 3))
+    ax.plot(range(len(per_pos)), per_pos, lw=1)
+    kappa = _f(doc.get("kappa_bits"))
+    ax.axhline(kappa, color="tab:red", ls="--", lw=1, label=f"kappa = {kappa:g} bit")
+    ax.set_xlabel("token position")
+    ax.set_ylabel("KL per token (bits)")
+    ax.set_title("KL per position, mean over rows\n" + _title(doc), fontsize=8)
+    ax.legend(fontsize=7)
+    out["kl_positions"] = _png(fig)
+
+    modes = (doc.get("ablations") or {}).get("modes") or {}
+    labels, means, err_lo, err_hi = [], [], [], []
+    for mode in ABLATIONS:
+        d = (modes.get(mode) or {}).get("delta_vs_prior") or {}
+        m, lo, hi = _f(d.get("mean")), _f(d.get("lo")), _f(d.get("hi"))
+        labels.append("posterior\n(LEAKING)" if mode == "posterior" else mode.replace("_", " "))
+        means.append(m)
+        err_lo.append(m - lo if math.isfinite(lo) else 0.0)
+        err_hi.append(hi - m if math.isfinite(hi) else 0.0)
+    fig, ax = plt.subplots(figsize=(6, 3))
+    bars = ax.bar(labels, means, yerr=[err_lo, err_hi], capsize=4,
+                  color=["tab:blue", "tab:orange", "tab:red"])
+    bars[-1].set_hatch("//")
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_ylabel("CE - CE(prior Z), nats/token")
+    ax.set_title("Z ablations vs prior Z (95% bootstrap over rows)\n" + _title(doc), fontsize=8)
+    out["ablations"] = _png(fig)
+
+    st = doc.get("steering") or {}
+    pp = st.get("per_position") or {}
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for key, lab, ls in (("shared_z", "one Z per group", "-"),
+                         ("independent_z", "own Z per sample (null)", "--")):
+        ys = [_f(v) for v in pp.get(key) or []]
+        ax.plot(range(1, len(ys) + 1), ys, marker="o", ms=3, ls=ls, label=lab)
+    diff = st.get("difference") or {}
+    ax.set_xlabel("generated position")
+    ax.set_ylabel("within-group agreement")
+    ax.set_title(f"Steering: difference {_f(diff.get('mean')):.3g} "
+                 f"[{_f(diff.get('lo')):.3g}, {_f(diff.get('hi')):.3g}], "
+                 f"n={st.get('n_prompts')} prompts\n" + _title(doc), fontsize=8)
+    ax.legend(fontsize=7)
+    out["steering"] = _png(fig)
+    return out
+
+
+def write_figures(path: str | Path) -> dict[str, Path]:
+    """The four PNGs of a probe file, beside it: <file stem>.<figure>.png."""
+    path = Path(path)
+    doc = read_probe(path)
+    out = {}
+    for name, png in figure_pngs(doc).items():
+        out[name] = atomic_write(path.with_name(f"{path.stem}.{name}.png"),
+                                 lambda f, b=png: f.write(b))
+    return out
+
+
+# ------------------------------------------------------------------------ report section
+def _cell(x: Any) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return '<span class="missing">—</span>'
+    if isinstance(x, float):
+        return f"{x:.4g}"
+    return html.escape(str(x))
+
+
+def _ci(m: float, lo: float, hi: float) -> str:
+    if not math.isfinite(m):
+        return _cell(m)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{m:+.4g} (no interval)"
+    return f"{m:+.4g} [{lo:+.4g}, {hi:+.4g}]"
+
+
+def probe_html(doc: dict[str, Any]) -> str:
+    """One Free Transformer's block of the section: its numbers with intervals and its four
+    figures, embedded."""
+    r = probe_row(doc)
+    coll = doc.get("collapse") or {}
+    post = _ci(r["d_posterior_LEAKING"], r["d_posterior_lo"], r["d_posterior_hi"])
+    parts = [
+        f"<h3>{html.escape(str(r['run_id']))} (step {_cell(r['step'])}, "
+        f"H={_cell(r['latent_bits'])}, kappa={_cell(r['kappa_bits'])} bit)</h3><ul>"
+        f"<li>KL {_cell(r['kl_bits'])} bits/token; active bits {_cell(r['n_active'])} "
+        f"({html.escape(str(r['active_bits']))}); tokens at or under kappa "
+        f"{_cell(r['frac_le_kappa'])}</li>"
+        f"<li>collapse: {_cell(r['collapse'])}; latent unused: {_cell(r['latent_unused'])} "
+        f"<span class=\"mono\">({html.escape(str(coll.get('rule')))})</span></li>"
+        f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "
+        f"{_ci(r['d_fixed'], r['d_fixed_lo'], r['d_fixed_hi'])}; Z zeroed "
+        f"{_ci(r['d_zeroed'], r['d_zeroed_lo'], r['d_zeroed_hi'])}; posterior "
+        f"<b>(LEAKING)</b> {post} (n={_cell(r['n_rows'])} rows)</li>"
+        f"<li>steering: agreement {_cell(r['steer_effect'])} with one Z per group vs "
+        f"{_cell(r['steer_null'])} (null); difference "
+        f"{_ci(r['steer_diff'], r['steer_diff_lo'], r['steer_diff_hi'])} "
+        f"(n={_cell(r['steer_n_prompts'])} prompts)</li></ul>"]
+    for name, png in figure_pngs(doc).items():
+        b64 = base64.b64encode(png).decode("ascii")
+        parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{b64}">')
+    parts.append(f"<p>File: {html.escape(str(r['file']))}</p>")
+    return "\n".join(parts)
+
+
+def probe_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:
+    """The report's section: per Free Transformer with a probe file, its KL, collapse flag,
+    ablations and steering with intervals and its four figures (embedded); the table is also
+    written to <out_dir>/probe.csv when out_dir is given. Unreadable files are named, not
+    skipped silently."""
+    docs, bad = [], []
+    for f in probe_files(run_dirs):
+        try:
+            docs.append(read_probe(f))
+        except ProbeFileError as e:
+            bad.append(str(e))
+    head = '<section id="probe"><h2>The latent, measured: does the decoder use Z?</h2>'
+    notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
+    if not docs:
+        return (head + notes + '<p class="missing">no probe files (run <code>make probe '
+                "CKPT=&lt;run dir&gt;</code> on a Free Transformer)</p></section>")
+    table = probe_table(docs)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        table.to_csv(Path(out_dir) / "probe.csv", index=False)
+    parts = [head, notes,
+             "<p>From experiments/eval/probe.py (docs/PROBE.md). KL: the encoder's posterior, "
+             "bits per token. Ablations: honest CE change against prior Z (a fresh uniform code "
+             "per token), nats per token, 95% bootstrap over rows. The posterior row is "
+             "<b>LEAKING</b> (the encoder reads the scored tokens): a diagnostic, never a score. "
+             "Steering: within-group agreement of generations with one Z per group against "
+             "independent Z.</p>"]
+    for doc in docs:
+        parts.append(probe_html(doc))
+    return "\n".join(parts) + "</section>"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m analysis.probe",
+                                 description="figures beside probe files, and their table")
+    ap.add_argument("paths", nargs="+", help="probe files or run dirs")
+    a = ap.parse_args(argv)
+    files = probe_files(a.paths)
+    if not files:
+        print(f"probe: error: no probe files in {' '.join(a.paths)}", file=sys.stderr)
+        return 2
+    try:  # every file read before any figure is written: bad input leaves nothing behind
+        docs = [read_probe(f) for f in files]
+    except ProbeFileError as e:
+        print(f"probe: error: {e}", file=sys.stderr)
+        return 2
+    for f in files:
+        for p in write_figures(f).values():
+            print(f"probe: {p}")
+    with pd.option_context("display.width", 200, "display.max_columns", 12):
+        print(probe_table(docs).drop(columns=["file"]).T.to_string(header=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
