@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.io import atomic_write_text, unwritable
-from common.paths import results_root, sweeps_dir
+from common.paths import results_root, runs_dir, sweeps_dir
 from common.text import one_line
 
 from . import checkpoints as ckpts
@@ -31,6 +31,7 @@ from .browser import CHECK_JS, REQUIRED_SECTIONS, check_report
 from .claims import checklist
 from .derived import collapse_table, overhead_table
 from .frame import SweepData, load_sweep
+from .probe import probe_section
 from .stats import NO_VARIATION
 from .tables import (
     LEGEND,
@@ -460,6 +461,9 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
                         "</section>")
     sections.append(_table3_html(data, out_dir))
     sections.append(_likelihood_html(data, out_dir))
+    free_runs = [runs_dir(data.root) / str(r) for r in
+                 data.cells.loc[data.cells["arm"] == "free", "run_id"].dropna()]
+    sections.append(probe_section(free_runs, out_dir))  # one block per FT with a probe file
     sections.append('<section id="eval-completeness"><h2>Evaluation completeness: truncation '
                     f"and missing scores</h2>{completeness_html(data)}</section>")
     sections.append(
