@@ -40,6 +40,28 @@ parse_amount = _config.parse_amount
 chain_argv = _chain.chain_argv
 kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
+# what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
+# the plan and the memory estimate, and parallel's DDP-fits rule
+DATA_SOURCES = _config.DATA_SOURCES
+PRECISIONS = _config.PRECISIONS
+DataConfig = _config.DataConfig
+compose_overrides = compose_config
+run_plan = P.plan
+memory_estimate = P.memory_estimate
+
+
+def ddp_fit_rule() -> tuple[float, float]:
+    """(bytes per parameter under DDP, the GPU memory share it may fill): the auto rule."""
+    from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
+
+    return DDP_BYTES_PER_PARAM, FIT_FRACTION
+
+
+def eval_task_names() -> list[str]:
+    """Every task name experiments.eval accepts (the default set, then the online extras)."""
+    from experiments.eval.run import DEFAULT_TASKS, ONLINE_EXTRA
+
+    return list(DEFAULT_TASKS) + list(ONLINE_EXTRA)
 
 
 class Cell(Protocol):

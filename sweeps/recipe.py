@@ -233,10 +233,10 @@ class Recipe:
             raise self._bad(key, v, "has a repeated value")
 
     def __post_init__(self) -> None:
-        from experiments.train.config import DATA_SOURCES, PRECISIONS
         from model import PRESETS
         from model.config import MAX_LATENT_BITS
 
+        from .backend import DATA_SOURCES, PRECISIONS
         from .grid import CONTROLS
 
         self._str("model.preset", self.preset, list(PRESETS))
@@ -314,9 +314,9 @@ class Recipe:
         if c.val_tokens is not None:
             self._int("corpus.val_tokens", c.val_tokens)
         e = self.eval
-        from experiments.eval.run import DEFAULT_TASKS, ONLINE_EXTRA
+        from .backend import eval_task_names
 
-        known = DEFAULT_TASKS + ONLINE_EXTRA
+        known = eval_task_names()
         self._seq("eval.tasks", e.tasks)
         for task in e.tasks:
             self._str("eval.tasks", task, list(known))
@@ -398,7 +398,7 @@ class Recipe:
 
     def corpus_overrides(self) -> list[str]:
         """The data.* overrides of the corpus settings (without `data=<source>`)."""
-        import experiments.train.config as C
+        from . import backend as C  # C.DataConfig: the trainer's data keys
 
         c = self.corpus
         ov: list[str] = []
@@ -458,9 +458,12 @@ class Recipe:
         GPU, for the costliest arm of the grid (the H=max Free Transformer, and the +1-layer
         baseline when that control is on), without activation checkpointing when possible."""
         import model as M
-        from experiments.train.config import compose
-        from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
-        from experiments.train.plan import memory_estimate, plan
+
+        from .backend import compose_overrides as compose
+        from .backend import ddp_fit_rule, memory_estimate
+        from .backend import run_plan as plan
+
+        DDP_BYTES_PER_PARAM, FIT_FRACTION = ddp_fit_rule()
 
         cfg = compose(list(self.training_overrides()))
         base = plan(cfg, world_size=self.train.gpus)
@@ -600,7 +603,7 @@ def _display(path: Path) -> str:
 
 def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
     """A Recipe from the parsed YAML (RecipeError naming `path` and the key)."""
-    from experiments.train.config import parse_amount
+    from .backend import parse_amount
 
     def bad(key: str, problem: str) -> RecipeError:
         return RecipeError(f"{path}: {key}: {problem}")

@@ -141,7 +141,7 @@ def test_the_grid_has_the_recipe_cells(recipes) -> None:
 def test_every_cpu_mini_cell_composes_shares_settings_and_is_small(recipes) -> None:
     """The sweep planner composes every cell and checks the arms share every setting; the
     bound: <= 8 cells, each <= 16,384 tokens, <= 2M parameters, <= 16 steps."""
-    from sweeps import launcher
+    from sweeps import plan as launcher
 
     r = recipes["cpu-mini"]
     p = launcher.plan(r.sweep_spec(), name="recipe-test")
@@ -158,7 +158,7 @@ def test_every_cpu_mini_cell_composes_shares_settings_and_is_small(recipes) -> N
 
 
 def test_paper_8b_1t_cells_all_compose_and_share_settings(recipes) -> None:
-    from sweeps import launcher
+    from sweeps import plan as launcher
 
     p = launcher.plan(recipes["paper-8B-1T"].sweep_spec(), name="recipe-test-1t")
     assert sorted(c.cell.arm for c in p.cells) == ["baseline", "baseline_flops", "free"]

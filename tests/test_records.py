@@ -176,7 +176,8 @@ def test_the_launchers_manifest_names_each_h_once_and_the_analysis_reads_it(tmp_
     import yaml
 
     from analysis.frame import load_sweep
-    from sweeps import launcher as L
+    from sweeps import manifest as M
+    from sweeps import plan as L
     from sweeps.grid import SweepSpec, expand
 
     spec = SweepSpec.from_text(kappa="1", h="4 8", seeds="0",
@@ -194,7 +195,7 @@ def test_the_launchers_manifest_names_each_h_once_and_the_analysis_reads_it(tmp_
         (rd / "config.yaml").write_text(yaml.safe_dump(cfg))
     p = L.Plan(name="m", spec=spec, folder=tmp_path / "sweeps" / "m", results=tmp_path,
                cells=cells)
-    m = L.build_manifest(p, "local", None)
+    m = M.build_manifest(p, "local", None)
     got = {c["cell"]: (c["arm"], c["latent_bits"], c["match_latent_bits"]) for c in m["cells"]}
     want = {c.name: (c.arm, c.latent_bits if c.arm == "free" else 0,
                      c.latent_bits if c.arm in ("baseline_flops", "baseline_plus1_flops")
