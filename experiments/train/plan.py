@@ -40,6 +40,14 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
     d["model"].pop("mapper_chunk_bytes", None)  # a memory knob: same maths, same run
     if not d["model"].get("mapper_bf16"):  # added later: old run-ids stay valid
         d["model"].pop("mapper_bf16", None)
+    # data keys added with experiments/corpus: at their defaults they stay out (old run-ids stay
+    # valid); max_epochs is a guard, never what is trained; shard_bytes does not change the stream
+    for k, default in (("corpus", None), ("tokenizer", None),
+                       ("tokenizer_sample_bytes", 1_000_000_000)):
+        if d["data"].get(k) == default:
+            d["data"].pop(k, None)
+    d["data"].pop("max_epochs", None)
+    d["data"].pop("shard_bytes", None)
     return d
 
 
