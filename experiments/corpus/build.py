@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.io import atomic_write, atomic_write_json, atomic_write_text, sha256_file
+from common.io import atomic_write, atomic_write_json, atomic_write_text, flocked, sha256_file
 
 from .sources import (
     DataError,
     Doc,
     corpus_checksum_update,
     expand_globs,
+    hf_name,
     is_val,
     iter_file_docs,
     iter_hf_docs,
@@ -61,6 +62,7 @@ FORMAT = 1  # bump when the shard layout or the recipe changes
 MANIFEST = "corpus.json"
 PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
+LOCK = ".build.lock"
 SPLIT_RULE = ("a document is held out iff sha256(key)[:8] / 2^64 < val_fraction; when no document "
               "is, the one of lowest hash is (tiny corpora)")
 _ENCODE_BATCH_BYTES = 1 << 20  # text per encode_batch call: amortises the call, bounds memory
@@ -236,11 +238,9 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
     if text_parts and part:
         flush_part()
     if dcfg.source == "stdlib" and dcfg.max_bytes is None:
-        checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
+        s.checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
     elif dcfg.source == "hf" and dcfg.max_bytes is None:
-        from .sources import hf_name
-
-        checksums = {hf_name(dcfg): h.hexdigest()}
+        s.checksums = {hf_name(dcfg): h.hexdigest()}
     if s.documents == 0:
         raise DataError(f"data={dcfg.source}: the source holds no (non-empty) document")
     if s.val_documents == 0 and s.documents > 1 and min_key is not None:
@@ -424,24 +424,47 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
             raise DataError(f"{outp} holds another corpus (built from a different request); "
                             "give a new output directory")
         return man
-    fresh = not outp.exists() or not any(outp.iterdir())
+    created = not outp.exists()
     _check_writable(outp)
+    try:
+        with flocked(outp / LOCK):  # one builder per directory; a killed one leaves no lock
+            return _build_locked(dcfg, outp, req, vocab_size=vocab_size, workers=workers,
+                                 launcher=launcher, progress=progress, cache_dir=cache_dir,
+                                 slurm=slurm)
+    except DataError:
+        if created and not (outp / PLAN).exists():  # bad input: leave nothing behind
+            shutil.rmtree(outp, ignore_errors=True)
+        raise
+
+
+def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_size: int | None,
+                  workers: int, launcher: str, progress: bool,
+                  cache_dir: str | os.PathLike | None, slurm: dict[str, Any] | None
+                  ) -> dict[str, Any]:
+    man = read_manifest(outp)
+    if man is not None:  # another builder finished it while we waited
+        return man
+    for tmp in outp.glob(".*.tmp"):  # left by a killed build (ours: the lock is held)
+        tmp.unlink(missing_ok=True)
     plan_path = outp / PLAN
     plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
     if plan is not None and plan["request"] != req:
         raise DataError(f"{outp} holds an unfinished build of another corpus; give a new "
                         "output directory (or delete it)")
     if plan is None:
-        if not fresh:
-            raise DataError(f"{outp} is not empty and holds no corpus build; give a new or "
-                            "empty output directory")
+        # an empty directory, or a scan killed before its plan: start the scan again
+        other = [p.name for p in outp.iterdir() if p.name not in (LOCK, "text")]
+        if other:
+            raise DataError(f"{outp} is not empty and holds no corpus build ({other[0]}, ...); "
+                            "give a new or empty output directory")
+        shutil.rmtree(outp / "text", ignore_errors=True)
         t0 = time.time()
         try:
             s = scan(dcfg, outp, progress=progress,
                      sample_cap=None if dcfg.tokenizer else dcfg.tokenizer_sample_bytes)
             tok_json, how = make_tokenizer(dcfg, vocab_size, s.sample, cache_dir)
         except BaseException:
-            shutil.rmtree(outp, ignore_errors=True)  # nothing half-written
+            shutil.rmtree(outp / "text", ignore_errors=True)  # nothing half-written
             raise
         from tokenizers import Tokenizer
 

@@ -283,8 +283,8 @@ def _device(cfg: TrainConfig) -> torch.device:
     return torch.device("cpu")
 
 
-def _corpus(cfg: TrainConfig) -> Any:
-    from .data import DataError, build_corpus
+def _corpus(cfg: TrainConfig, p: RunPlan | None = None) -> Any:
+    from .data import DataError, build_corpus, check_epochs
 
     try:
         corpus = build_corpus(cfg.data, vocab_size=cfg.model.vocab_size, seq_len=cfg.train.seq_len,
@@ -295,7 +295,33 @@ def _corpus(cfg: TrainConfig) -> Any:
         raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
                           f"{corpus.tokenizer.vocab_size} tokens (corpus too small for this "
                           f"vocabulary?); set model.vocab_size={corpus.tokenizer.vocab_size}")
+    if p is not None and cfg.data.source != "synthetic":  # passes over the corpus: explicit
+        try:
+            ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len,
+                              corpus.info["train_tokens"])
+        except DataError as e:
+            raise ConfigError(one_line(str(e))) from None
+        corpus.info.update(epochs=round(ep, 6), max_epochs=cfg.data.max_epochs)
     return corpus
+
+
+def _epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
+    """The dry run's passes over the corpus (refused beyond data.max_epochs when it is built)."""
+    from .data import DataError, built_manifest, check_epochs
+
+    if cfg.data.source == "synthetic":
+        return "epochs      n/a (synthetic: every sample is drawn fresh)"
+    try:
+        man = built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
+        if man is None:
+            return ("epochs      unknown until the corpus is built (make corpus, or the run's "
+                    "start); checked then against data.max_epochs")
+        n = man["tokens"]["train"]
+        ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len, n)
+    except DataError as e:
+        raise ConfigError(one_line(str(e))) from None
+    return (f"epochs      {ep:.4g} passes over the corpus ({n:,} training tokens; "
+            f"data.max_epochs={cfg.data.max_epochs:g})")
 
 
 @contextlib.contextmanager
@@ -554,6 +580,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     if cfg.train.dry_run:
         if main:
             print(format_plan(cfg, p), flush=True)
+            print(_epochs_line(cfg, p), flush=True)
             print(_dry_estimate(cfg, p), flush=True)
         return rd
     device = _device(cfg)
@@ -565,7 +592,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
                 print(f"run {rd.name} is finished ({ckdir / 'final.pt'}); train.force=true "
                       f"retrains", file=sys.stderr)
             return rd
-        corpus = _corpus(cfg)  # everything that can fail on bad input: before the run dir exists
+        corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
         if main:
             stack.enter_context(_run_lock(rd))
         stack.enter_context(_process_group(device, n_world))
