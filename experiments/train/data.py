@@ -136,6 +136,8 @@ def built_manifest(dcfg: DataConfig, vocab_size: int, cache_dir: str | os.PathLi
     """The corpus' manifest if it is built already (for the dry run), else None."""
     if dcfg.source == "synthetic":
         return None
+    if dcfg.corpus:  # named: it must exist
+        return open_manifest(corpus_dir(dcfg, vocab_size, cache_dir))
     return read_manifest(corpus_dir(dcfg, vocab_size, cache_dir))
 
 
@@ -183,7 +185,8 @@ def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
     from tokenizers import Tokenizer
 
     tok = BPETokenizer(Tokenizer.from_file(str(d / TOKENIZER)),
-                       name=f"bpe{vocab_size}-{dcfg.source}")
+                       name=f"bpe{man['tokenizer']['vocab_size']}-corpus:{d.name}" if dcfg.corpus
+                       else f"bpe{vocab_size}-{dcfg.source}")
     tr, va = split_stream(d, man, "train"), split_stream(d, man, "val")
     n_val = min(dcfg.val_tokens, len(va) - 1) // seq_len
     if n_val < 1:
