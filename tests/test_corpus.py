@@ -188,6 +188,7 @@ def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
     ("unwritable", "is not writable"),
     ("bad_key", "unknown data key 'nope'"),
     ("no_vocab", "give --vocab-size"),
+    ("no_tokenizer_file", "no such file"),
 ])
 def test_bad_input_one_line_exit_2_nothing_written(files_root, tmp_path, capsys, case, msg):
     out = tmp_path / "out"
@@ -205,7 +206,8 @@ def test_bad_input_one_line_exit_2_nothing_written(files_root, tmp_path, capsys,
             "empty": ["--data", "files", f"paths=[{tmp_path}/empty.txt]"],
             "unwritable": ["--data", "files", f"paths=[{files_root}/r0.jsonl]"],
             "bad_key": ["--data", "stdlib", "nope=1"],
-            "no_vocab": ["--data", "stdlib"]}[case]
+            "no_vocab": ["--data", "stdlib"],
+            "no_tokenizer_file": ["--data", "stdlib", f"tokenizer={tmp_path}/none.json"]}[case]
     if case == "unwritable":
         out = Path("/proc/ftbench-not-writable")
     rc = corpus_main([*args, "--out", str(out), "--quiet",

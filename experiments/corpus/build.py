@@ -77,6 +77,9 @@ def request_of(dcfg: DataConfig, vocab_size: int | None) -> dict[str, Any]:
     d = {k: _plain(v) for k, v in asdict(dcfg).items()
          if k not in ("corpus", "max_epochs", "val_tokens")}
     tok = d.pop("tokenizer", None)
+    if tok and not Path(tok).expanduser().is_file():
+        raise DataError(f"data.tokenizer={tok!r}: no such file")
+    tok = tok and str(Path(tok).expanduser())
     return {"format": FORMAT, "data": d,
             "tokenizer": {"file_sha256": sha256_file(tok), "path": str(tok)} if tok
             else {"train_vocab_size": vocab_size}}
