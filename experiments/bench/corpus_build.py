@@ -6,7 +6,8 @@ python -m experiments.bench.corpus_build --dir <scratch> [--sizes 50,400] [--wor
 On generated offline text (parquet, Zipf-distributed words, fixed seed) and one BPE trained once on
 a slice of it (given to every build as data.tokenizer, so the tokenizer's training is not timed):
 1. throughput at each worker count, the contenders interleaved rep by rep (order rotating), and
-   each rep's ratio to pure tokenization reported (drift on a shared machine cancels):
+   each rep's ratio to pure tokenization reported (drift on a shared machine cancels), in wall
+   time and in CPU seconds of all processes (what a loaded machine disturbs least):
    - `pure`: HF tokenizers' own `encode_batch` on the same documents, already in memory, the
      same worker count (processes), timed from the first encode to the last;
    - `ours`: experiments.corpus.build, whole (scan + workers + writes + hashes + manifest) and
@@ -166,6 +167,14 @@ def _child_rss(cmd: list[str]) -> tuple[int, str]:
     return int(first), rest
 
 
+def _cpu() -> float:
+    """CPU seconds of this process and of every child it has waited for (workers included)."""
+    import resource
+
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
@@ -195,11 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     say(f"\n### Throughput on {mb:.0f} MB of text ({len(tput_files)} parquet files), "
         f"vocab {a.vocab}")
     res: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}
     for rep in range(a.reps):
         for w in workers:
             order = ["pure", "ours", "datatrove"]
             order = order[rep % 3:] + order[:rep % 3]
             for c in order:
+                c0 = _cpu()
                 if c == "pure":
                     res.setdefault(("pure", w), []).append(pure(tok, tput_files, w))
                 elif c == "ours":
@@ -210,17 +221,26 @@ def main(argv: list[str] | None = None) -> int:
                     res.setdefault(("datatrove", w), []).append(
                         datatrove(tok, d / f"text-{a.tput_mb}", d / "out-dt", w,
                                   len(tput_files)))
+                cpu.setdefault((c, w), []).append(_cpu() - c0)
             say(f"rep {rep} w={w}: " + ", ".join(f"{k[0]} {v[-1]:.1f}s" for k, v in res.items()
-                                                 if k[1] == w))
-    say("\n| workers | contender | MB/s (all workers) | MB/s per worker | time / pure "
-        "tokenization (median of reps) |")
-    say("|---|---|---|---|---|")
+                                                 if k[1] == w)
+                + "; CPU " + ", ".join(f"{k[0]} {v[-1]:.1f}s" for k, v in cpu.items()
+                                       if k[1] == w))
+    say("\n| workers | contender | MB/s (all workers) | MB/s per worker | wall / pure "
+        "tokenization | CPU s (all processes) | CPU / pure's CPU |")
+    say("|---|---|---|---|---|---|---|")
     for w in workers:
         for c in ("pure", "ours", "ours-units", "datatrove"):
             ts = res[(c, w)]
             ratio = statistics.median(t / p for t, p in zip(ts, res[("pure", w)], strict=True))
             med = statistics.median(ts)
-            say(f"| {w} | {c} | {mb / med:.2f} | {mb / med / w:.2f} | {ratio:.3f} |")
+            cs = cpu.get((c, w))
+            cr = (statistics.median(x / p for x, p in zip(cs, cpu[("pure", w)], strict=True))
+                  if cs else None)
+            say(f"| {w} | {c} | {mb / med:.2f} | {mb / med / w:.2f} | {ratio:.3f} | "
+                + (f"{statistics.median(cs):.1f} | {cr:.3f} |" if cs else "(in ours) | |"))
+    say("pure's CPU includes reading the parquet files into memory (not its wall time); ours "
+        "and datatrove's include their process start-up.")
 
     # 2. peak RSS of the build and of a training rank; 3. loader tokens/s
     say("\n| text | build peak RSS (largest process) | training rank peak RSS | "
