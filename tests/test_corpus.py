@@ -325,3 +325,18 @@ def test_val_split_rule_holds_in_the_shards(files_root, built):
     assert man["split"]["val_fraction"] == 0.1 and man["split"]["forced_val"] == []
     tr, va, _ = load_documents(_files_cfg(files_root))
     assert all(is_val(k, 0.1) for k, _ in va) and not any(is_val(k, 0.1) for k, _ in tr)
+
+
+def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_path, monkeypatch):
+    """LAUNCHER=slurm's code path (a submitit job array), run by submitit's local executor here;
+    the lead runs it on the SLURM test cluster (ci/slurm)."""
+    import functools
+
+    import submitit
+
+    monkeypatch.setattr(submitit, "AutoExecutor",
+                        functools.partial(submitit.AutoExecutor, cluster="local"))
+    man = build(_files_cfg(files_root), tmp_path / "s", vocab_size=300, workers=3,
+                launcher="slurm", slurm={"timeout_min": 10})
+    assert man == open_manifest(built) and _shard_bytes(tmp_path / "s") == _shard_bytes(built)
+    assert list((tmp_path / "s" / "slurm").iterdir())  # submitit's job folder
