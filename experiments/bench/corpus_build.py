@@ -77,25 +77,30 @@ def _texts(p: Path) -> list[str]:
     return pq.read_table(p, columns=["text"]).column(0).to_pylist()
 
 
-def _pure_worker(args: tuple[str, list[str]]) -> float:
+def _pure_worker(args: tuple[str, list[str], bool]) -> float:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(args[0])
+    encode = tok.encode_batch_fast if args[2] else tok.encode_batch
     texts = [t for p in args[1] for t in _texts(Path(p))]
     t0 = time.perf_counter()
     for s in range(0, len(texts), 256):
-        tok.encode_batch(texts[s:s + 256])
+        encode(texts[s:s + 256])
     return time.perf_counter() - t0
 
 
-def pure(tok: Path, files: list[Path], workers: int) -> float:
-    """Seconds of encode_batch alone: the slowest worker's (documents preloaded)."""
+def pure(tok: Path, files: list[Path], workers: int, fast: bool = False) -> float:
+    """Seconds of encode_batch (or encode_batch_fast: no offsets) alone: the slowest worker's,
+    documents preloaded, ids never read out."""
     import multiprocessing as mp
 
     shares = [[str(f) for f in files[i::workers]] for i in range(workers)]
     with mp.get_context("spawn").Pool(workers) as pool:
-        return max(pool.map(_pure_worker, [(str(tok), s) for s in shares]))
+        r = max(pool.map(_pure_worker, [(str(tok), s, fast) for s in shares]))
+        pool.close()
+        pool.join()  # reaped, so their CPU time is counted
+        return r
 
 
 def ours(tok: Path, src: Path, out: Path, workers: int) -> tuple[float, float]:
@@ -207,12 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[tuple[str, int], list[float]] = {}
     for rep in range(a.reps):
         for w in workers:
-            order = ["pure", "ours", "datatrove"]
-            order = order[rep % 3:] + order[:rep % 3]
+            order = ["pure", "pure-fast", "ours", "datatrove"]
+            order = order[rep % 4:] + order[:rep % 4]
             for c in order:
                 c0 = _cpu()
-                if c == "pure":
-                    res.setdefault(("pure", w), []).append(pure(tok, tput_files, w))
+                if c.startswith("pure"):
+                    res.setdefault((c, w), []).append(pure(tok, tput_files, w, c == "pure-fast"))
                 elif c == "ours":
                     tot, units = ours(tok, d / f"text-{a.tput_mb}", d / "out-ours", w)
                     res.setdefault(("ours", w), []).append(tot)
@@ -230,17 +235,18 @@ def main(argv: list[str] | None = None) -> int:
         "tokenization | CPU s (all processes) | CPU / pure's CPU |")
     say("|---|---|---|---|---|---|---|")
     for w in workers:
-        for c in ("pure", "ours", "ours-units", "datatrove"):
+        for c in ("pure", "pure-fast", "ours", "ours-units", "datatrove"):
             ts = res[(c, w)]
             ratio = statistics.median(t / p for t, p in zip(ts, res[("pure", w)], strict=True))
             med = statistics.median(ts)
-            cs = cpu.get((c, w))
+            cs = cpu.get((c, w)) if not (c == "datatrove" and w > 1) else None
             cr = (statistics.median(x / p for x, p in zip(cs, cpu[("pure", w)], strict=True))
                   if cs else None)
             say(f"| {w} | {c} | {mb / med:.2f} | {mb / med / w:.2f} | {ratio:.3f} | "
-                + (f"{statistics.median(cs):.1f} | {cr:.3f} |" if cs else "(in ours) | |"))
+                + (f"{statistics.median(cs):.1f} | {cr:.3f} |" if cs else "n/a | |"))
     say("pure's CPU includes reading the parquet files into memory (not its wall time); ours "
-        "and datatrove's include their process start-up.")
+        "and datatrove's include their process start-up. n/a: ours-units is part of ours; "
+        "datatrove's worker pool is not reaped, so its children's CPU is not counted.")
 
     # 2. peak RSS of the build and of a training rank; 3. loader tokens/s
     say("\n| text | build peak RSS (largest process) | training rank peak RSS | "

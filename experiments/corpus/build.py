@@ -260,9 +260,10 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
 
 # ---------------------------------------------------------------- tokenizer
 def make_tokenizer(dcfg: DataConfig, vocab_size: int | None, sample: list[str],
-                   cache_dir: str | os.PathLike | None) -> tuple[str, dict[str, Any]]:
-    """(tokenizer JSON, how it was made). Given by data.tokenizer, else a byte-level BPE trained
-    on the sample (cached by the sample's checksum and the size, as train_bpe always did)."""
+                   cache_dir: str | os.PathLike | None) -> tuple[str, int, dict[str, Any]]:
+    """(tokenizer JSON, its vocabulary size, how it was made). Given by data.tokenizer, else a
+    byte-level BPE trained on the sample (cached by the sample's checksum and the size, as
+    train_bpe always did)."""
     from tokenizers import Tokenizer
 
     from experiments.train.tokenizer import EOS, train_bpe
@@ -291,7 +292,7 @@ def make_tokenizer(dcfg: DataConfig, vocab_size: int | None, sample: list[str],
                "sample_cap_bytes": dcfg.tokenizer_sample_bytes,
                "sample_rule": "training documents of lowest sha256('tokenizer-sample:'+key) up "
                               "to the cap, in stream order"}
-    return tok.to_str(), how
+    return tok.to_str(), tok.get_vocab_size(with_added_tokens=True), how
 
 
 # ---------------------------------------------------------------- units -> shards
@@ -348,14 +349,18 @@ def build_unit(out: str, unit: dict[str, Any], text_field: str, val_fraction: fl
         batch: list[tuple[str, str]] = []
         bb = 0
 
+        # encode_batch_fast (tokenizers >= 0.20): the same ids without computing offsets
+        encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
+
         def flush() -> None:
-            encs = tok.encode_batch([t for _, t in batch])
+            encs = encode([t for _, t in batch])
             for (k, _), e in zip(batch, encs, strict=True):
                 sp = "val" if (k in forced or is_val(k, val_fraction)) else "train"
-                b = np.asarray(e.ids, dtype=dt).tobytes() + eos.tobytes()
+                ids = np.asarray(e.ids, dtype=dt)  # e.ids builds a new list on every access
+                b = ids.tobytes() + eos.tobytes()
                 fh[sp].write(b)
                 hs[sp].update(b)
-                ntok[sp] += len(e.ids) + 1
+                ntok[sp] += len(ids) + 1
                 ndoc[sp] += 1
             batch.clear()
 
@@ -465,13 +470,10 @@ def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_si
         try:
             s = scan(dcfg, outp, progress=progress,
                      sample_cap=None if dcfg.tokenizer else dcfg.tokenizer_sample_bytes)
-            tok_json, how = make_tokenizer(dcfg, vocab_size, s.sample, cache_dir)
+            tok_json, vocab, how = make_tokenizer(dcfg, vocab_size, s.sample, cache_dir)
         except BaseException:
             shutil.rmtree(outp / "text", ignore_errors=True)  # nothing half-written
             raise
-        from tokenizers import Tokenizer
-
-        vocab = Tokenizer.from_str(tok_json).get_vocab_size(with_added_tokens=True)
         atomic_write_text(outp / TOKENIZER, tok_json)
         plan = {"request": req, "units": [asdict(u) for u in s.units],
                 "checksums": s.checksums, "forced_val": s.forced_val,
