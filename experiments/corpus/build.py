@@ -302,9 +302,11 @@ _TOK_CACHE: dict[str, Any] = {}
 def _load_tok(path: Path) -> Any:
     from tokenizers import Tokenizer
 
-    k = str(path)
+    st = path.stat()  # a rebuilt directory may hold another tokenizer under the same path
+    k = f"{path}:{st.st_mtime_ns}:{st.st_size}"
     if k not in _TOK_CACHE:
-        _TOK_CACHE[k] = Tokenizer.from_file(k)
+        _TOK_CACHE.clear()
+        _TOK_CACHE[k] = Tokenizer.from_file(str(path))
     return _TOK_CACHE[k]
 
 
