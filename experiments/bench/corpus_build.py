@@ -145,6 +145,8 @@ pd = c.train
 for i in range(300):
     pd.get(i * 8, 8)
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+st = dict(l.split(":", 1) for l in open("/proc/self/status") if l.startswith("Rss"))
+anon, mapped = (int(st[k].split()[0]) for k in ("RssAnon", "RssFile"))
 def rate(order_fn):
     pd.order = order_fn
     t0 = time.perf_counter(); n = 0
@@ -154,7 +156,7 @@ def rate(order_fn):
 from experiments.corpus.shards import EpochOrder, feistel_index
 perm = rate(EpochOrder(pd.n, 0))
 feis = rate(lambda e, k: feistel_index(k, pd.n, 0, e))
-print(rss, perm, feis, pd.n)
+print(rss, anon, mapped, perm, feis, pd.n)
 """
 
 
@@ -180,6 +182,63 @@ def _cpu() -> float:
     return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
+def steady(tok: Path, files: list[Path], d: Path, reps: int) -> dict[str, list[float]]:
+    """CPU seconds per MB of text, one process, start-up excluded (tokenizer loaded, imports
+    done): what remains at scale, where the fixed costs vanish. Interleaved, order rotating."""
+    from datatrove.executor import LocalPipelineExecutor
+    from datatrove.pipeline.readers import ParquetReader
+    from datatrove.pipeline.tokens import DocumentTokenizer
+    from tokenizers import Tokenizer
+
+    from experiments.corpus.build import build_unit, scan
+    from experiments.train.config import DataConfig
+
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    t = Tokenizer.from_file(str(tok))
+    texts = [x for f in files for x in _texts(f)]
+    mb = sum(len(x.encode()) for x in texts) / 1e6
+    out = d / "steady"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    shutil.copy(tok, out / "tokenizer.json")
+    dcfg = DataConfig(source="files", paths=[str(f) for f in files], tokenizer=str(tok))
+
+    def run(c: str) -> None:
+        if c == "encode_batch":
+            for s in range(0, len(texts), 256):
+                t.encode_batch(texts[s:s + 256])
+        elif c == "encode_batch_fast":
+            for s in range(0, len(texts), 256):
+                t.encode_batch_fast(texts[s:s + 256])
+        elif c == "ours: units (read, encode, write, sha256)":
+            for i, f in enumerate(files):
+                (out / "units" / f"unit-{i:05d}.json").unlink(missing_ok=True)
+                build_unit(str(out), {"index": i, "kind": "file", "items": [str(f)],
+                                      "bytes": 0}, "text", 0.05, [], "<u2")
+        elif c == "ours: scan (read, checksums, split)":
+            scan(dcfg, out, sample_cap=None)
+        else:
+            shutil.rmtree(out / "dt", ignore_errors=True)
+            LocalPipelineExecutor(
+                pipeline=[ParquetReader(str(files[0].parent), glob_pattern="*.parquet"),
+                          DocumentTokenizer(str(out / "dt"), tokenizer_name_or_path=str(tok),
+                                            eos_token="<|endoftext|>", shuffle_documents=False,
+                                            batch_size=256)],
+                tasks=1, workers=1, logging_dir=str(out / "dt-logs"),
+                skip_completed=False).run()
+
+    names = ["encode_batch", "encode_batch_fast", "ours: units (read, encode, write, sha256)",
+             "ours: scan (read, checksums, split)", "datatrove: reader + DocumentTokenizer"]
+    run(names[2])  # warm-up: imports, caches
+    res: dict[str, list[float]] = {n: [] for n in names}
+    for rep in range(reps):
+        for c in names[rep % len(names):] + names[:rep % len(names)]:
+            c0 = time.process_time()
+            run(c)
+            res[c].append((time.process_time() - c0) / mb)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
@@ -188,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tput-mb", type=int, default=24)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--vocab", type=int, default=32768)
+    ap.add_argument("--steady-only", action="store_true",
+                    help="only the one-process CPU-per-MB comparison (skips 1 and 2)")
     a = ap.parse_args(argv)
     d = Path(a.dir)
     sizes = [int(s) for s in a.sizes.split(",")]
@@ -205,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
         train_bpe(sample, a.vocab, cache_dir=d / "cache").save(str(tok))
 
     # 1. throughput, interleaved
+    steady_reps = a.reps + 2
+    if a.steady_only:
+        a.reps, workers = 0, []
     mb = sum(len(t.encode()) for f in tput_files for t in _texts(f)) / 1e6
     say(f"\n### Throughput on {mb:.0f} MB of text ({len(tput_files)} parquet files), "
         f"vocab {a.vocab}")
@@ -248,10 +312,25 @@ def main(argv: list[str] | None = None) -> int:
         "and datatrove's include their process start-up. n/a: ours-units is part of ours; "
         "datatrove's worker pool is not reaped, so its children's CPU is not counted.")
 
+    # 1b. steady state, CPU per MB, one process
+    res_s = steady(tok, tput_files, d, steady_reps)
+    base = res_s["encode_batch"]
+    say(f"\n### CPU seconds per MB of text, one process, start-up excluded ({steady_reps} reps, "
+        "interleaved)\n")
+    say("| step | CPU s / MB (median) | / encode_batch (median of per-rep ratios) |")
+    say("|---|---|---|")
+    for c, v in res_s.items():
+        r = statistics.median(x / b for x, b in zip(v, base, strict=True))
+        say(f"| {c} | {statistics.median(v):.3f} | {r:.3f} |")
+    if a.steady_only:
+        (d / "report.md").write_text("\n".join(lines) + "\n")
+        return 0
+
     # 2. peak RSS of the build and of a training rank; 3. loader tokens/s
-    say("\n| text | build peak RSS (largest process) | training rank peak RSS | "
-        "loader tokens/s (permutation / Feistel) | chunks |")
-    say("|---|---|---|---|---|")
+    say("\n| text | build peak RSS (largest process) | training rank peak RSS | its anonymous "
+        "RSS | its file-backed RSS (shard pages read, reclaimable) | loader tokens/s "
+        "(permutation / Feistel) | chunks |")
+    say("|---|---|---|---|---|---|---|")
     for s in sizes:
         src = d / f"text-{s}"
         generate(src, s)
@@ -262,9 +341,10 @@ def main(argv: list[str] | None = None) -> int:
                               f"paths=[{src}/*.parquet]", f"tokenizer={tok}",
                               f"shard_bytes={FILE_MB * 1_000_000 - 1}"])
         trss, o = _child_rss([sys.executable, "-c", _RSS_TRAIN, str(out)])
-        _, perm, feis, n = o.split()
-        say(f"| {s} MB | {brss / 1024:.0f} MB | {trss / 1024:.0f} MB | "
-            f"{float(perm):,.0f} / {float(feis):,.0f} | {int(n):,} |")
+        _, anon, mapped, perm, feis, n = o.split()
+        say(f"| {s} MB | {brss / 1024:.0f} MB | {trss / 1024:.0f} MB | {int(anon) / 1024:.0f} MB "
+            f"| {int(mapped) / 1024:.0f} MB | {float(perm):,.0f} / {float(feis):,.0f} | "
+            f"{int(n):,} |")
     need = 47e9 / (32 * 12 * 3600)
     say(f"\nThe paper's 1.5B run needs {need:,.0f} tokens/s per GPU (47B tokens, 32 GPUs, 12 h).")
     say(f"load average at end: {os.getloadavg()[0]:.1f}")
