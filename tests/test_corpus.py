@@ -340,3 +340,28 @@ def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_pa
                 launcher="slurm", slurm={"timeout_min": 10})
     assert man == open_manifest(built) and _shard_bytes(tmp_path / "s") == _shard_bytes(built)
     assert list((tmp_path / "s" / "slurm").iterdir())  # submitit's job folder
+
+
+def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
+    """Existing results stay comparable: tokenizer, train order and val rows equal what the
+    in-memory path computed (BPE on the training documents, each tokenized + eos, concatenated,
+    PackedData over the array)."""
+    from experiments.train.tokenizer import train_bpe
+
+    dcfg = DataConfig(source="stdlib", max_bytes=150_000, val_tokens=512)
+    c = build_corpus(dcfg, vocab_size=400, seq_len=32, seed=3, cache_dir=tmp_path / "a")
+    tr, va, sums = load_documents(dcfg)
+    tok = train_bpe([t for _, t in tr], 400, cache_dir=tmp_path / "b")
+    assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
+    eos = tok.token_to_id("<|endoftext|>")
+
+    def stream(docs):
+        return np.concatenate([np.asarray(tok.encode(t).ids + [eos], dtype=np.uint16)
+                               for _, t in docs])
+
+    old = PackedData(stream(tr), 32, seed=3)
+    assert old.n == c.train.n
+    for start in (0, 5, old.n - 3, 2 * old.n + 7):  # across epochs too
+        assert torch.equal(old.get(start, 4)[0], c.train.get(start, 4)[0])
+    v = torch.from_numpy(stream(va)[: 16 * 32 + 1].astype(np.int64))
+    assert torch.equal(c.val_x, v[:-1].view(16, 32)) and torch.equal(c.val_y, v[1:].view(16, 32))
