@@ -180,18 +180,36 @@ class DataConfig:
     """files: the JSONL field holding a document."""
     hf_sources: list[HFSource] = field(default_factory=list)
     """hf: the mixture, each entry streamed with `datasets.load_dataset(..., streaming=True)`."""
-    hf_max_bytes: int = 200_000_000
-    """hf: stop streaming after this many bytes of text (the corpus is materialised)."""
+    hf_max_bytes: int | None = 200_000_000
+    """hf: stop streaming after this many bytes of text; null: the whole stream (the first
+    source of a mixture to run out ends it). A run may still read it only data.max_epochs times."""
     max_bytes: int | None = None
     """Cap on the corpus (documents in a fixed order until the cap); None = everything."""
     val_fraction: float = 0.05
     """Share of documents held out for validation, chosen by a hash of each document's key."""
     val_tokens: int = 65_536
     """Size of the fixed validation set in tokens (first chunks of the held-out stream)."""
+    corpus: str | None = None
+    """A corpus directory built by `make corpus` (python -m experiments.corpus): training opens
+    its shards and tokenizer, and the other keys of this section are not read. null: the
+    section's corpus is built under paths.cache on first use (one builder; other ranks wait)."""
+    tokenizer: str | None = None
+    """A tokenizers JSON file (with <|endoftext|>) used instead of training a BPE; model.vocab_size
+    must equal its size."""
+    tokenizer_sample_bytes: int = 1_000_000_000
+    """The BPE is trained on the training documents of lowest sample hash up to this many bytes
+    (every training document, in order, when the corpus is smaller)."""
+    shard_bytes: int = 64_000_000
+    """Text per shard (a unit of parallel, resumable work; the token stream does not depend on
+    it)."""
+    max_epochs: float = 1.0
+    """Passes over the training corpus a run may make; a run asking for more is refused at plan
+    time, naming the corpus size and the tokens asked."""
 
     def __post_init__(self) -> None:
         _choice(self, "source", DATA_SOURCES)
-        _positive(self, "hf_max_bytes", "val_tokens")
+        _positive(self, "hf_max_bytes", allow_none=True)
+        _positive(self, "val_tokens", "tokenizer_sample_bytes", "shard_bytes", "max_epochs")
         _positive(self, "max_bytes", allow_none=True)
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"data.val_fraction={self.val_fraction!r}: must be in (0, 1)")

@@ -20,6 +20,7 @@ import torch
 import model as M
 from common.kappa import kappa_label
 from common.paths import runs_dir
+from common.text import one_line
 from model import ModelConfig, train_flops_per_token
 
 from .config import NON_SEMANTIC_TRAIN_KEYS, ConfigError, TrainConfig, model_config
@@ -47,6 +48,14 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
     d["model"].pop("mapper_chunk_bytes", None)  # a memory knob: same maths, same run
     if not d["model"].get("mapper_bf16"):  # added later: old run-ids stay valid
         d["model"].pop("mapper_bf16", None)
+    # data keys added with experiments/corpus: at their defaults they stay out (old run-ids stay
+    # valid); max_epochs is a guard, never what is trained; shard_bytes does not change the stream
+    for k, default in (("corpus", None), ("tokenizer", None),
+                       ("tokenizer_sample_bytes", 1_000_000_000)):
+        if d["data"].get(k) == default:
+            d["data"].pop(k, None)
+    d["data"].pop("max_epochs", None)
+    d["data"].pop("shard_bytes", None)
     return d
 
 
@@ -396,6 +405,25 @@ def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
     return format_estimate(cfg, p, mode)
 
 
+def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
+    """The dry run's passes over the corpus (refused beyond data.max_epochs when it is built)."""
+    from .data import DataError, built_manifest, check_epochs
+
+    if cfg.data.source == "synthetic":
+        return "epochs      n/a (synthetic: every sample is drawn fresh)"
+    try:
+        man = built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
+        if man is None:
+            return ("epochs      unknown until the corpus is built (make corpus, or the run's "
+                    "start); checked then against data.max_epochs")
+        n = man["tokens"]["train"]
+        ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len, n)
+    except DataError as e:
+        raise ConfigError(one_line(str(e))) from None
+    return (f"epochs      {ep:.4g} passes over the corpus ({n:,} training tokens; "
+            f"data.max_epochs={cfg.data.max_epochs:g})")
+
+
 def dry_run(cfg: TrainConfig) -> None:
     """train.dry_run=true: print the plan and the estimates (rank 0), train nothing. The world
     is train.plan_world_size when set (plan a multi-GPU run from one process), else torchrun's."""
@@ -405,4 +433,5 @@ def dry_run(cfg: TrainConfig) -> None:
     p = plan(cfg, n_world)
     if rank == 0:
         print(format_plan(cfg, p), flush=True)
+        print(epochs_line(cfg, p), flush=True)
         print(_dry_estimate(cfg, p), flush=True)

@@ -12,7 +12,7 @@ without importing this module.
     TrainingDiverged(RuntimeError)                   # NaN/Inf loss; the last good checkpoint stays
     evaluate(model, corpus, ...), lr_factor(...), param_groups(model, wd)
 
-CLI: `python -m experiments.train key=value ...` or `make train ARGS="..." [DRY=1]`, e.g.
+CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
 Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged (NaN/Inf),
 75 preempted by SIGTERM/SIGUSR1/SIGINT after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
@@ -184,8 +184,8 @@ def _device(cfg: TrainConfig) -> torch.device:
     return torch.device("cpu")
 
 
-def _corpus(cfg: TrainConfig) -> Any:
-    from .data import DataError, build_corpus
+def _corpus(cfg: TrainConfig, p: RunPlan | None = None) -> Any:
+    from .data import DataError, build_corpus, check_epochs
 
     try:
         corpus = build_corpus(cfg.data, vocab_size=cfg.model.vocab_size, seq_len=cfg.train.seq_len,
@@ -196,6 +196,13 @@ def _corpus(cfg: TrainConfig) -> Any:
         raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
                           f"{corpus.tokenizer.vocab_size} tokens (corpus too small for this "
                           f"vocabulary?); set model.vocab_size={corpus.tokenizer.vocab_size}")
+    if p is not None and cfg.data.source != "synthetic":  # passes over the corpus: explicit
+        try:
+            ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len,
+                              corpus.info["train_tokens"])
+        except DataError as e:
+            raise ConfigError(one_line(str(e))) from None
+        corpus.info.update(epochs=round(ep, 6), max_epochs=cfg.data.max_epochs)
     return corpus
 
 
@@ -493,7 +500,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
                 print(f"run {rd.name} is finished ({final_checkpoint(rd)}); "
                       f"train.force=true retrains", file=sys.stderr)
             return rd
-        corpus = _corpus(cfg)  # everything that can fail on bad input: before the run dir exists
+        corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
         if main:
             stack.enter_context(_run_lock(rd))  # creates the run dir
         stack.enter_context(_process_group(device, n_world))

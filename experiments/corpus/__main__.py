@@ -1,0 +1,107 @@
+"""python -m experiments.corpus --data <name|path.yaml> --out <dir> [--vocab-size N] [--workers N]
+[--launcher local|slurm] [key=value ...]: build a sharded, pre-tokenized corpus (see build.py).
+
+`--data` is a data config: a name under experiments/train/conf/data (stdlib, files, hf) or a YAML
+file anywhere holding the keys of the `data` section (experiments/train/config.py DataConfig);
+`key=value` arguments override its keys (YAML values). Bad input: one line, exit 2, nothing
+written. Train on the result with `data.corpus=<dir>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .sources import DataError
+
+CONF_DATA = Path(__file__).resolve().parents[1] / "train" / "conf" / "data"
+
+
+def load_data_config(spec: str, overrides: list[str]) -> Any:
+    """The DataConfig a name or a YAML path describes, with key=value overrides."""
+    from experiments.train.config import DataConfig, HFSource
+
+    p = CONF_DATA / f"{spec}.yaml" if "/" not in spec and not spec.endswith((".yaml", ".yml")) \
+        else Path(spec).expanduser()
+    if not p.is_file():
+        names = sorted(q.stem for q in CONF_DATA.glob("*.yaml") if q.stem != "synthetic")
+        raise DataError(f"--data {spec!r}: no such file or config (names: {names})")
+    try:
+        d = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise DataError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(d, dict):
+        raise DataError(f"{p}: expected a mapping of data keys")
+    d = {k: v for k, v in d.items() if k != "defaults"}
+    for ov in overrides:
+        k, sep, v = ov.partition("=")
+        if not sep:
+            raise DataError(f"{ov!r}: expected key=value")
+        d[k.removeprefix("data.")] = yaml.safe_load(v)
+    names = {f for f in DataConfig.__dataclass_fields__}
+    bad = sorted(set(d) - names)
+    if bad:
+        raise DataError(f"{p}: unknown data key {bad[0]!r}; allowed: {sorted(names)}")
+    if d.get("source") == "synthetic":
+        raise DataError("data=synthetic is generated on the fly; it has no corpus to build")
+    try:
+        if d.get("hf_sources"):
+            d["hf_sources"] = [HFSource(**s) for s in d["hf_sources"]]
+        return DataConfig(**d)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"{p}: {str(e).splitlines()[0]}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.corpus", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="stdlib", help="data config name or YAML path")
+    ap.add_argument("--out", required=True, help="output directory (resumed if a build is there)")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="BPE vocabulary to train (the paper: 131072); ignored with data.tokenizer")
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)),
+                    help="worker processes (local) or array tasks at once (slurm)")
+    ap.add_argument("--launcher", choices=["local", "slurm"], default="local")
+    ap.add_argument("--cluster", default=None,
+                    help="slurm: a YAML of submitit slurm_* parameters (e.g. slurm_partition)")
+    ap.add_argument("--verify", action="store_true", help="re-hash every shard against the "
+                    "manifest at the end")
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("overrides", nargs="*", help="data key=value overrides")
+    a = ap.parse_args(argv)
+    from .build import build, verify
+
+    try:
+        if a.workers < 1:
+            raise DataError(f"--workers={a.workers}: must be >= 1")
+        dcfg = load_data_config(a.data, a.overrides)
+        if dcfg.tokenizer is None and a.vocab_size is None:
+            raise DataError("give --vocab-size N (the paper's presets: 131072) or "
+                            "data.tokenizer=<tokenizer.json>")
+        slurm = None
+        if a.cluster:
+            slurm = yaml.safe_load(Path(a.cluster).read_text()) or {}
+        man = build(dcfg, a.out, vocab_size=a.vocab_size, workers=a.workers,
+                    launcher=a.launcher, progress=not a.quiet, slurm=slurm)
+        if a.verify:
+            bad = verify(a.out)
+            if bad:
+                raise DataError(f"{a.out}: {len(bad)} shard(s) differ from the manifest: {bad[0]}")
+    except DataError as e:
+        print(f"corpus: {e}", file=sys.stderr)
+        return 2
+    t, v = man["tokens"]["train"], man["tokens"]["val"]
+    print(f"corpus: {Path(a.out).resolve()}: {man['documents']['train']:,} + "
+          f"{man['documents']['val']:,} documents, {t:,} train + {v:,} val tokens "
+          f"({man['dtype']}, {len(man['shards']) // 2} units, "
+          f"tokenizer {man['tokenizer']['sha256'][:12]}, vocab {man['tokenizer']['vocab_size']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

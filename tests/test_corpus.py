@@ -1,0 +1,367 @@
+"""experiments/corpus: the build (sources -> tokenizer -> shards), its determinism across worker
+counts and kill -9, bad input, the memory-mapped stream and its seeded order."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from experiments.corpus.__main__ import main as corpus_main
+from experiments.corpus.build import MANIFEST, build, dtype_for, verify
+from experiments.corpus.shards import (
+    PERM_MAX,
+    EpochOrder,
+    TokenStream,
+    feistel_index,
+    open_manifest,
+    split_stream,
+)
+from experiments.corpus.sources import DataError, is_val, load_documents
+from experiments.train.config import DataConfig, HFSource
+from experiments.train.data import PackedData, build_corpus
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _words(rng: random.Random, n: int) -> str:
+    return " ".join("".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7)))
+                    for _ in range(n))
+
+
+def _write_files(root: Path, n_txt: int = 24, n_jsonl: int = 3) -> None:
+    """Text, jsonl and parquet files: several units at shard_bytes=4000."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = random.Random(0)
+    (root / "txt").mkdir(parents=True)
+    for i in range(n_txt):
+        (root / "txt" / f"d{i:02d}.txt").write_text(f"text file {i} é\n" + _words(rng, 200))
+    for j in range(n_jsonl):
+        with open(root / f"r{j}.jsonl", "w") as f:
+            for i in range(40):
+                f.write(json.dumps({"text": f"record {j}.{i} " + _words(rng, 30), "n": i}) + "\n")
+    pq.write_table(pa.table({"text": [f"parquet row {i} " + _words(rng, 40) for i in range(50)],
+                             "id": list(range(50))}), root / "p.parquet")
+
+
+def _files_cfg(root: Path, **kw) -> DataConfig:
+    return DataConfig(source="files", paths=[str(root / "txt/*.txt"), str(root / "*.jsonl"),
+                                             str(root / "*.parquet")],
+                      shard_bytes=4000, val_fraction=0.1, **kw)
+
+
+def _shard_bytes(d: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(d.glob("*.bin"))}
+
+
+@pytest.fixture(scope="module")
+def files_root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("src")
+    _write_files(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def built(files_root, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("built") / "c"
+    build(_files_cfg(files_root), out, vocab_size=300, workers=1,
+          cache_dir=tmp_path_factory.mktemp("cache"))
+    return out
+
+
+def test_shards_hold_the_documents_in_order_with_eos_and_the_manifest_is_true(files_root, built):
+    """Independent: load_documents' split, the tokenizer's own encode, hashlib over the files."""
+    from tokenizers import Tokenizer
+
+    man = open_manifest(built)
+    tok = Tokenizer.from_file(str(built / "tokenizer.json"))
+    eos = tok.token_to_id("<|endoftext|>")
+    tr, va, sums = load_documents(_files_cfg(files_root))
+    assert man["source"]["checksums"] == sums
+    assert man["documents"] == {"train": len(tr), "val": len(va)}
+    assert man["dtype"] == "<u2" and len(man["shards"]) > 8  # several units
+    for split, docs in (("train", tr), ("val", va)):
+        want = np.concatenate([np.asarray(tok.encode(t).ids + [eos], dtype=np.uint16)
+                               for _, t in docs])
+        got = np.asarray(split_stream(built, man, split))
+        assert np.array_equal(got, want), split
+        assert man["tokens"][split] == len(want)
+    for s in man["shards"]:
+        data = (built / s["file"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == s["sha256"]
+        assert len(data) == 2 * s["tokens"]
+    assert man["tokenizer"]["sha256"] == hashlib.sha256(
+        (built / "tokenizer.json").read_bytes()).hexdigest()
+    assert verify(built) == []
+    assert not (built / "text").exists() and not list(built.glob(".*.tmp"))
+    # the same request again: the manifest is returned, nothing rebuilt
+    mtime = (built / MANIFEST).stat().st_mtime_ns
+    assert build(_files_cfg(files_root), built, vocab_size=300) == man
+    assert (built / MANIFEST).stat().st_mtime_ns == mtime
+    with pytest.raises(DataError, match="holds another corpus"):
+        build(_files_cfg(files_root), built, vocab_size=280)
+
+
+def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_root, built,
+                                                                       tmp_path):
+    ref = _shard_bytes(built)
+    man = open_manifest(built)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    args = ["--data", "files", "--vocab-size", "300", "--quiet",
+            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.parquet]",
+            "shard_bytes=4000", "val_fraction=0.1"]
+    four = tmp_path / "four"
+    r = subprocess.run([sys.executable, "-m", "experiments.corpus", "--out", str(four),
+                        "--workers", "4", *args], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _shard_bytes(four) == ref and open_manifest(four) == man
+
+    # kill -9 in the middle of the units (each unit slowed down so the kill lands mid-build)
+    killed = tmp_path / "killed"
+    slow = ("import sys, time; import experiments.corpus.build as B; f = B.build_unit\n"
+            "def slow(*a, **k):\n    r = f(*a, **k); time.sleep(0.3); return r\n"
+            "B.build_unit = slow\nfrom experiments.corpus.__main__ import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    p = subprocess.Popen([sys.executable, "-c", slow, "--out", str(killed), "--workers", "1",
+                          *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 300
+    while len(list((killed / "units").glob("unit-*.json"))) < 3 and time.time() < deadline:
+        assert p.poll() is None, p.stderr.read().decode()[-2000:]
+        time.sleep(0.02)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    assert not (killed / MANIFEST).exists()
+    done = {q.name: q.stat().st_mtime_ns for q in (killed / "units").glob("unit-*.json")}
+    assert 3 <= len(done) < len(man["shards"]) // 2
+    shard_times = {q.name: q.stat().st_mtime_ns for q in killed.glob("*.bin")}
+    (killed / ".train-00099.bin.123.tmp").write_bytes(b"junk")  # what a killed unit leaves
+    r = subprocess.run([sys.executable, "-m", "experiments.corpus", "--out", str(killed),
+                        "--workers", "2", *args], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _shard_bytes(killed) == ref and open_manifest(killed) == man
+    for name, t in done.items():  # finished units were not redone
+        assert (killed / "units" / name).stat().st_mtime_ns == t
+        u = int(name[5:10])
+        assert (killed / f"train-{u:05d}.bin").stat().st_mtime_ns == shard_times[
+            f"train-{u:05d}.bin"]
+    assert not list(killed.glob(".*.tmp"))
+
+
+def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
+    """data=hf through datasets' own json and parquet builders on files written here."""
+    srcs = [HFSource(path="json", data_files=[str(files_root / "r0.jsonl")], weight=2.0),
+            HFSource(path="parquet", data_files=[str(files_root / "p.parquet")], weight=1.0)]
+    dcfg = DataConfig(source="hf", hf_sources=srcs, val_fraction=0.2, shard_bytes=3000,
+                      hf_max_bytes=None)
+    man = build(dcfg, tmp_path / "a", vocab_size=300, workers=1, cache_dir=tmp_path / "cache")
+    tr, va, sums = load_documents(dcfg)
+    assert man["source"]["checksums"] == sums
+    assert man["documents"] == {"train": len(tr), "val": len(va)}
+    texts = [t for _, t in tr + va]
+    assert any(t.startswith("record") for t in texts)
+    assert any(t.startswith("parquet") for t in texts)
+    man2 = build(dcfg, tmp_path / "b", vocab_size=300, workers=2, cache_dir=tmp_path / "cache")
+    assert man2 == man and _shard_bytes(tmp_path / "a") == _shard_bytes(tmp_path / "b")
+    assert len(man["shards"]) >= 4 and not (tmp_path / "a" / "text").exists()
+
+
+@pytest.mark.parametrize("case,msg", [
+    ("unknown_dataset", "cannot stream 'json'"),
+    ("missing_field", "no field 'body'"),
+    ("missing_column", "no column 'body'"),
+    ("empty", "holds no (non-empty) document"),
+    ("unwritable", "is not writable"),
+    ("bad_key", "unknown data key 'nope'"),
+    ("no_vocab", "give --vocab-size"),
+    ("no_tokenizer_file", "no such file"),
+])
+def test_bad_input_one_line_exit_2_nothing_written(files_root, tmp_path, capsys, case, msg):
+    out = tmp_path / "out"
+    (tmp_path / "empty.txt").write_text("")
+    yaml_hf = tmp_path / "hf.yaml"
+    yaml_hf.write_text("source: hf\nhf_sources:\n  - {path: json, data_files: ["
+                       + str(tmp_path / "missing.jsonl") + "]}\n")
+    yaml_field = tmp_path / "field.yaml"
+    yaml_field.write_text("source: hf\nhf_sources:\n  - {path: json, field: body, data_files: ["
+                          + str(files_root / "r0.jsonl") + "]}\n")
+    args = {"unknown_dataset": ["--data", str(yaml_hf)],
+            "missing_field": ["--data", str(yaml_field)],
+            "missing_column": ["--data", "files", f"paths=[{files_root}/p.parquet]",
+                               "text_field=body"],
+            "empty": ["--data", "files", f"paths=[{tmp_path}/empty.txt]"],
+            "unwritable": ["--data", "files", f"paths=[{files_root}/r0.jsonl]"],
+            "bad_key": ["--data", "stdlib", "nope=1"],
+            "no_vocab": ["--data", "stdlib"],
+            "no_tokenizer_file": ["--data", "stdlib", f"tokenizer={tmp_path}/none.json"]}[case]
+    if case == "unwritable":
+        out = Path("/proc/ftbench-not-writable")
+    rc = corpus_main([*args, "--out", str(out), "--quiet",
+                      *([] if case == "no_vocab" else ["--vocab-size", "300"])])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and err.startswith("corpus: "), err
+    assert msg in err
+    assert not out.exists()
+
+
+def test_offline_sources_never_open_a_socket(files_root, tmp_path, monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("the offline path opened a network connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    man = build(DataConfig(source="stdlib", max_bytes=60_000), tmp_path / "s", vocab_size=280,
+                cache_dir=tmp_path / "cache")
+    assert man["documents"]["train"] >= 1 and man["documents"]["val"] == 1
+    build(_files_cfg(files_root), tmp_path / "f", vocab_size=280, cache_dir=tmp_path / "cache")
+
+
+def test_a_given_tokenizer_and_uint32_shards(files_root, tmp_path):
+    """A tokenizer.json the user gives is used as is; > 2^16 tokens are stored as uint32."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {"<|endoftext|>": 0, **{c: i + 1 for i, c in enumerate(sorted(alphabet))}}
+    base = len(vocab)
+    vocab.update({f"pad{i}": base + i for i in range(70_000 - base)})
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
+    tok.save(str(tmp_path / "big.json"))
+    assert dtype_for(65_536) == np.dtype("<u2") and dtype_for(65_537) == np.dtype("<u4")
+    dcfg = DataConfig(source="files", paths=[str(files_root / "r1.jsonl")], val_fraction=0.2,
+                      tokenizer=str(tmp_path / "big.json"))
+    man = build(dcfg, tmp_path / "c", vocab_size=None)
+    assert man["dtype"] == "<u4" and man["tokenizer"]["vocab_size"] == 70_000
+    assert man["tokenizer"]["given"] == str(tmp_path / "big.json")
+    tr, _, _ = load_documents(dcfg)
+    first = tr[0][1]
+    got = np.asarray(split_stream(tmp_path / "c", man, "train"))[: len(first.encode()) + 1]
+    assert got.dtype == np.dtype("<u4") and int(got[-1]) == 0  # one byte per token, then eos
+    assert Tokenizer.from_file(str(tmp_path / "c" / "tokenizer.json")).decode(
+        got[:-1].tolist()) == first
+
+
+def test_token_stream_slices_across_shards_like_one_array(tmp_path):
+    rng = np.random.default_rng(0)
+    parts = [rng.integers(0, 500, n).astype("<u2") for n in (5, 0, 17, 1, 40)]
+    shards = []
+    for i, a in enumerate(parts):
+        (tmp_path / f"s{i}.bin").write_bytes(a.tobytes())
+        shards.append({"file": f"s{i}.bin", "tokens": len(a)})
+    ts = TokenStream(tmp_path, shards, "<u2")
+    whole = np.concatenate(parts)
+    assert len(ts) == len(whole)
+    for a in range(0, len(whole)):
+        for b in (a, a + 1, a + 7, a + 30, len(whole) + 3):
+            assert np.array_equal(ts[a:b], whole[a:b]), (a, b)
+    pd_mm, pd_arr = PackedData(ts, 6, seed=2), PackedData(whole, 6, seed=2)
+    assert torch.equal(pd_mm.get(3, 20)[0], pd_arr.get(3, 20)[0])
+    (tmp_path / "s4.bin").write_bytes(parts[4][:-1].tobytes())
+    with pytest.raises(DataError, match="s4.bin"):
+        TokenStream(tmp_path, shards, "<u2")
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 1000, 4097, PERM_MAX + 12345])
+def test_the_order_is_a_seeded_bijection_at_any_size(n):
+    k = np.arange(min(n, 200_000))
+    a = feistel_index(k, n, seed=1, epoch=0)
+    assert a.min() >= 0 and a.max() < n and len(np.unique(a)) == len(a)
+    if n <= 200_000:
+        assert np.array_equal(np.sort(a), np.arange(n))  # every chunk once per epoch
+    if n > 100:
+        assert not np.array_equal(a, feistel_index(k, n, seed=2, epoch=0))
+        assert not np.array_equal(a, feistel_index(k, n, seed=1, epoch=1))
+        assert np.array_equal(a, feistel_index(k, n, seed=1, epoch=0))
+    o = EpochOrder(n, seed=5)
+    if n <= PERM_MAX:  # the permutation training always used: existing runs keep their stream
+        want = np.random.default_rng([5, 3]).permutation(n)[k[:50]]
+        assert np.array_equal(o(3, k[:50]), want)
+    else:
+        assert np.array_equal(o(3, k[:50]), feistel_index(k[:50], n, seed=5, epoch=3))
+
+
+def test_training_corpus_goes_through_the_build_and_epochs_are_checked(files_root, tmp_path):
+    from experiments.train.data import check_epochs
+
+    dcfg = _files_cfg(files_root, val_tokens=64)
+    c = build_corpus(dcfg, vocab_size=300, seq_len=16, seed=0, cache_dir=tmp_path)
+    (d,) = [p.parent for p in (tmp_path / "corpora").glob("*/corpus.json")]
+    assert c.info["dir"] == str(d) and isinstance(c.train.tokens, TokenStream)
+    # a prebuilt corpus named by data.corpus is opened, never built; the same stream
+    c2 = build_corpus(DataConfig(corpus=str(d), val_tokens=64), vocab_size=300, seq_len=16,
+                      seed=0, cache_dir=tmp_path / "other")
+    assert torch.equal(c.train.get(0, 9)[0], c2.train.get(0, 9)[0])
+    assert not (tmp_path / "other").exists()
+    with pytest.raises(DataError, match="no corpus.json"):
+        build_corpus(DataConfig(corpus=str(tmp_path / "none")), vocab_size=300, seq_len=16,
+                     seed=0, cache_dir=tmp_path)
+    n = c.train.n
+    assert check_epochs(dcfg, n, 16, c.info["train_tokens"]) == 1.0
+    assert check_epochs(dcfg, n // 4, 16, c.info["train_tokens"]) == pytest.approx((n // 4) / n)
+    with pytest.raises(DataError, match=rf"{n + 1} .*passes|passes over the corpus"):
+        check_epochs(dcfg, n + 1, 16, c.info["train_tokens"])
+    assert check_epochs(DataConfig(max_epochs=2.5), int(2.5 * n), 16,
+                        c.info["train_tokens"]) == pytest.approx(int(2.5 * n) / n)
+
+
+def test_val_split_rule_holds_in_the_shards(files_root, built):
+    man = open_manifest(built)
+    assert man["split"]["val_fraction"] == 0.1 and man["split"]["forced_val"] == []
+    tr, va, _ = load_documents(_files_cfg(files_root))
+    assert all(is_val(k, 0.1) for k, _ in va) and not any(is_val(k, 0.1) for k, _ in tr)
+
+
+def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_path, monkeypatch):
+    """LAUNCHER=slurm's code path (a submitit job array), run by submitit's local executor here;
+    the lead runs it on the SLURM test cluster (ci/slurm)."""
+    import functools
+
+    import submitit
+
+    monkeypatch.setattr(submitit, "AutoExecutor",
+                        functools.partial(submitit.AutoExecutor, cluster="local"))
+    man = build(_files_cfg(files_root), tmp_path / "s", vocab_size=300, workers=3,
+                launcher="slurm", slurm={"timeout_min": 10})
+    assert man == open_manifest(built) and _shard_bytes(tmp_path / "s") == _shard_bytes(built)
+    assert list((tmp_path / "s" / "slurm").iterdir())  # submitit's job folder
+
+
+def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
+    """Existing results stay comparable: tokenizer, train order and val rows equal what the
+    in-memory path computed (BPE on the training documents, each tokenized + eos, concatenated,
+    PackedData over the array)."""
+    from experiments.train.tokenizer import train_bpe
+
+    dcfg = DataConfig(source="stdlib", max_bytes=150_000, val_tokens=512)
+    c = build_corpus(dcfg, vocab_size=400, seq_len=32, seed=3, cache_dir=tmp_path / "a")
+    tr, va, sums = load_documents(dcfg)
+    tok = train_bpe([t for _, t in tr], 400, cache_dir=tmp_path / "b")
+    assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
+    eos = tok.token_to_id("<|endoftext|>")
+
+    def stream(docs):
+        return np.concatenate([np.asarray(tok.encode(t).ids + [eos], dtype=np.uint16)
+                               for _, t in docs])
+
+    old = PackedData(stream(tr), 32, seed=3)
+    assert old.n == c.train.n
+    for start in (0, 5, old.n - 3, 2 * old.n + 7):  # across epochs too
+        assert torch.equal(old.get(start, 4)[0], c.train.get(start, 4)[0])
+    v = torch.from_numpy(stream(va)[: 16 * 32 + 1].astype(np.int64))
+    assert torch.equal(c.val_x, v[:-1].view(16, 32)) and torch.equal(c.val_y, v[1:].view(16, 32))
