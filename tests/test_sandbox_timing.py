@@ -176,3 +176,28 @@ def test_expected_outputs_carry_round_trips_and_the_limits_follow() -> None:
     assert outside == pytest.approx([1.0 + 0.5 + 0.5, 2.0 + 0.5, 8.0 + 0.5 + 2.0])
     # an input with no overhead measured (clock noise: round trip below the call's own time)
     assert codecheck.input_limits([1.0], [0.9])[1] == pytest.approx([4.5])
+
+
+def test_weak_mode_keeps_the_limit_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FTBENCH_SANDBOX=weak (no namespaces) runs the same runner and the same clock."""
+    import os
+    import shutil
+    import sys
+    from pathlib import Path
+
+    if os.geteuid() == 0 and not all(os.stat(d).st_mode & 0o001
+                                     for d in Path(sys.prefix).resolve().parents):
+        pytest.skip("weak mode cannot start here: the venv's parents are closed to its uid")
+    which = shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda n: None if n == "bwrap" else which(n))
+    monkeypatch.setenv("FTBENCH_SANDBOX", "weak")
+    probe = sandbox.isolation
+    probe.cache_clear()
+    try:
+        sols = {"W/attack": ATTACK, "W/control": CONTROL}
+        rep = codecheck.evaluate("humaneval", [problem(t) for t in sols], sols, parallel=2)
+        assert rep.isolation["mode"] == "weak"
+        st = {t: (o.base.status, o.plus.status) for t, o in rep.outcomes.items()}
+        assert st == {"W/attack": ("timeout", "fail"), "W/control": ("pass", "pass")}, st
+    finally:
+        probe.cache_clear()
