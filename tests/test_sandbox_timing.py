@@ -109,20 +109,17 @@ def test_an_answer_inside_its_limit_is_on_time_even_with_the_timer_off() -> None
     assert all(0.8 <= rt < 2.5 for rt in r.round_trips), r.round_trips
 
 
-class _Stalling(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """Sleeps once, 2.5 s, while waiting for the first answer: the evaluator stalled (a busy
-    machine, another thread holding the GIL) past that input's 1 s limit."""
+LIMIT = 0.9  # the exchange's waits are capped at 1 s: a shorter one is a wait for an answer
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes_done, self.was_writing, self.stalled = 0, False, False
+
+class _Stalling(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """Sleeps once, 2.5 s, on its first wait for an answer: the evaluator stalled (a busy
+    machine, another thread holding the GIL) past that input's limit."""
+
+    stalled = False
 
     def select(self, timeout: float | None = None) -> list:
-        writing = any(k.data == "in" for k in self.get_map().values())
-        if self.was_writing and not writing:
-            self.writes_done += 1  # the job, then input 0
-        self.was_writing = writing
-        if self.writes_done == 2 and not self.stalled:
+        if timeout is not None and timeout <= LIMIT and not self.stalled:
             self.stalled = True
             time.sleep(2.5)
         return super().select(timeout)
@@ -132,12 +129,12 @@ def test_a_stall_of_the_evaluator_never_makes_an_answer_late(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox.selectors, "DefaultSelector", _Stalling)
     r = sandbox.run_child(_job("def f(x):\n    return x + 1\n", 2), timeout_s=60,
-                          input_limits_s=[1.0, 1.0])
+                          input_limits_s=[LIMIT, LIMIT])
     assert r.late is None and r.result is not None and r.result["status"] == "ok", r
     assert r.round_trips[0] >= 2.5  # the stall is in the round trip: the rule, not luck
     # the same stall with an answer that really is late
     code = DISARM + "def f(x):\n    _sleep(4)\n    return x + 1\n"
-    r = sandbox.run_child(_job(code, 2), timeout_s=60, input_limits_s=[1.0, 1.0])
+    r = sandbox.run_child(_job(code, 2), timeout_s=60, input_limits_s=[LIMIT, LIMIT])
     assert r.late == 0 and r.result is None
 
 
@@ -169,7 +166,9 @@ def test_expected_outputs_carry_round_trips_and_the_limits_follow() -> None:
     assert gt["base"] == [2, 3] and gt["plus"] == [4, 5, 6, 7, 41]
     for k in ("base", "plus"):
         assert len(gt[f"{k}_rt"]) == len(gt[k]) == len(gt[f"{k}_time"])
-        assert all(rt >= t >= 0 for rt, t in zip(gt[f"{k}_rt"], gt[f"{k}_time"], strict=True))
+        # the whole cost of an input includes its call (two clocks: a little leeway)
+        assert all(rt >= t - 1e-3 and t >= 0
+                   for rt, t in zip(gt[f"{k}_rt"], gt[f"{k}_time"], strict=True))
     # evalplus: max(1 s, 4 x the canonical time); ours on top: slack + 2 x the transfer overhead
     limits, outside = codecheck.input_limits([0.0, 0.5, 2.0], [0.25, 0.5, 2.0 + 1.0])
     assert limits == [1.0, 2.0, 8.0]

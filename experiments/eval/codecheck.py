@@ -7,7 +7,7 @@ For each problem:
    prints its outputs as builtin data (`codecheck_child`); it never sees the expected outputs.
    The inputs go in one at a time and this process times each answer: an input not answered
    within evalplus's limit for it (max(1 s, 4 x the canonical time)) plus INPUT_SLACK_S plus
-   the canonical run's own transfer overhead on that input is a "timeout" (the sandbox is
+   twice what the canonical run spent on that input beyond the call is a "timeout" (the sandbox is
    killed then), whatever the code did to its own timers or clocks. An overrun that evalplus's
    in-process timer interrupts is evalplus's "fail", as there;
 3. the comparison runs in a separate worker process that never ran model code: evalplus's own
@@ -51,8 +51,8 @@ STARTUP_SLACK_S = 5.0  # bwrap + interpreter start on a busy machine, on top of 
 # per input, on top of evalplus's limit: the pipe round trip and the runner being scheduled on a
 # busy machine (this process's own stalls never count: see sandbox._exchange)
 INPUT_SLACK_S = 0.5
-OVERHEAD_FACTOR = 2.0  # x the canonical run's (round trip - call time): decode, encode, transfer
-CACHE_VERSION = "ftbench-gt-4"  # 4: per-input round trips ("base_rt", "plus_rt")
+OVERHEAD_FACTOR = 2.0  # x the canonical run's per-input cost beyond the call: decode, encode
+CACHE_VERSION = "ftbench-gt-4"  # 4: per-input whole costs ("base_rt", "plus_rt")
 
 
 @dataclass
@@ -214,7 +214,8 @@ GT_KEYS = ("base", "base_time", "base_rt", "plus", "plus_time", "plus_rt")
 def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadline: float,
                      report: Report, cache_dir: Path | None = None) -> dict | Check:
     """{"base", "base_time", "base_rt", "plus", "plus_time", "plus_rt"} (outputs decoded;
-    *_rt: each input's round trip as the caller timed it), or a missing Check."""
+    *_rt: all each input cost the runner, decoding it and encoding its answer included), or a
+    missing Check."""
     path = cache_dir / f"{_gt_key(problem, dataset)}.json" if cache_dir else None
     if path is not None and path.is_file():
         try:
@@ -233,7 +234,7 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
     res = r.result
     n = len(base) + len(plus)
     if res is None or res.get("status") != "ok" or len(res.get("outputs", [])) != n or \
-            len(res.get("times", [])) != n or len(r.round_trips) != n:
+            len(res.get("times", [])) != n or len(res.get("walls", [])) != n:
         if r.timed_out:
             why = f"timed out after {GT_TIMEOUT_S:.0f} s"
         elif r.overflow:
@@ -243,7 +244,8 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
         else:
             why = f"left no result (exit status {r.returncode})"
         return Check(None, f"expected outputs unavailable: the canonical solution {why}")
-    outs, times, rts = res["outputs"], [float(t) for t in res["times"]], r.round_trips
+    outs, times = res["outputs"], [float(t) for t in res["times"]]
+    rts = [float(w) for w in res["walls"]]
     nb = len(base)
     gt = {"base": outs[:nb], "base_time": times[:nb], "base_rt": rts[:nb],
           "plus": outs[nb:], "plus_time": times[nb:], "plus_rt": rts[nb:]}
@@ -300,7 +302,7 @@ def input_limits(ref_time: list[float], ref_rt: list[float]) -> tuple[list[float
 def check_split(problem: dict, dataset: str, solution: str, inputs: list, expected: list,
                 ref_time: list[float], deadline: float, report: Report,
                 comparer: _Comparer, ref_rt: list[float]) -> Check:
-    """One sample on one input split (base or plus); ref_rt: the canonical run's round trips."""
+    """One sample on one input split (base or plus); ref_rt: the canonical per-input costs."""
     limits, outside = input_limits(ref_time, ref_rt)
     # evalplus's whole-check timeout, enforced here from outside the sandbox
     timeout = min(float(os.getenv("EVALPLUS_TIMEOUT_PER_TASK", 60)), sum(limits)) + 2

@@ -18,7 +18,8 @@ reach the parent. On the private stdout:
   READY_LINE   once the job is read and the guards are in place, before any program code runs
                (without it the parent reports the sandbox as broken, not the code);
   LOADED_LINE  once the program is defined (its top level ran): the first input may come;
-  one line per input: {"o": <encoded output>} (the canonical run adds "t": the call's seconds);
+  one line per input: {"o": <encoded output>} (the canonical run adds "t": the call's seconds,
+               and "w": the seconds from having the input line to having the answer's line);
   or, ending the run, {"status": "error", "at": <input index or -1>, "kind": ...}.
 The runner exits when stdin closes.
 """
@@ -293,7 +294,7 @@ def _run(job: dict, proto: int, feed: Any) -> None:
     import copy
     import time
 
-    send, readline = _send, feed.readline  # bound before the program can reach them
+    send, readline, clock = _send, feed.readline, time.perf_counter  # bound before the program
     root = os.path.realpath(job.get("workdir") or os.getcwd())
     os.makedirs(root, exist_ok=True)
     os.chdir(root)
@@ -318,6 +319,7 @@ def _run(job: dict, proto: int, feed: Any) -> None:
         line = readline()
         if not line:
             return None
+        w0 = clock()
         inp = loads(line)
         t = None
         try:
@@ -342,9 +344,12 @@ def _run(job: dict, proto: int, feed: Any) -> None:
             msg = {"o": encode_output(out, digests)}
         except BaseException:
             return send(proto, _line({"status": "error", "at": i, "kind": "not builtin data"}))
-        if t is not None:
+        if t is None:
+            send(proto, _line(msg))
+        else:  # the canonical run: the call, and all this input cost, its line's encoding too
             msg["t"] = t
-        send(proto, _line(msg))
+            data = _line(msg)
+            send(proto, data[:-2] + b',"w":' + repr(float(clock() - w0)).encode() + b"}\n")
         i += 1
 
 

@@ -434,9 +434,10 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
               input_limits_s: list[float] | None = None) -> ChildRun:
     """Run the runner on one job inside a fresh sandbox; kill everything at timeout_s.
 
-    The inputs (job["inputs"]) are fed one at a time, each once the previous one is answered,
-    and timed here: when input i's answer is not in by input_limits_s[i] seconds after it was
-    sent, the sandbox is killed and the run records `late = i`.
+    With input_limits_s, the inputs (job["inputs"]) are fed one at a time, each once the
+    previous one is answered, and timed here: when input i's answer is not in by
+    input_limits_s[i] seconds after it was sent, the sandbox is killed and the run records
+    `late = i` (`round_trips`: each answered input's time). Without, they all go at once.
     """
     iso = iso or isolation()
     if not iso.usable:
@@ -508,8 +509,8 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
 
 
 def _result(answers: list[bytes], end: bytes | None, n: int) -> dict | None:
-    """{"status": "ok", "outputs", "times"} when every input got a well-formed answer, the
-    runner's own error line when it ended on one, else None (it left no result)."""
+    """{"status": "ok", "outputs", "times", "walls"} when every input got a well-formed
+    answer, the runner's own error line when it ended on one, else None (it left no result)."""
     def parse(line: bytes) -> Any:
         try:
             return json.loads(line)
@@ -521,15 +522,17 @@ def _result(answers: list[bytes], end: bytes | None, n: int) -> dict | None:
         return msg if isinstance(msg, dict) and msg.get("status") == "error" else None
     if len(answers) != n:
         return None
-    outputs, times = [], []
+    outputs, times, walls = [], [], []
     for line in answers:
         msg = parse(line)
-        if not isinstance(msg, dict) or "o" not in msg or not set(msg) <= {"o", "t"}:
+        if not isinstance(msg, dict) or "o" not in msg or not set(msg) <= {"o", "t", "w"}:
             return None
         outputs.append(msg["o"])
         if "t" in msg:
             times.append(msg["t"])
-    return {"status": "ok", "outputs": outputs, "times": times}
+        if "w" in msg:
+            walls.append(msg["w"])
+    return {"status": "ok", "outputs": outputs, "times": times, "walls": walls}
 
 
 @dataclass
@@ -546,9 +549,11 @@ class _Exchange:
 
 def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
               limits: list[float] | None, deadline: float, max_output: int) -> _Exchange:
-    """Feed the job and the inputs, one at a time; time each answer; stop at any limit.
+    """Feed the job and the inputs; with limits, one at a time, each answer timed.
 
-    An input's clock starts when we begin writing it. It is late when a read of everything the
+    Without limits (the canonical run: trusted code, timed by the runner as evalplus does) all
+    inputs go at once. With them, an input goes once the previous one is answered and its clock
+    starts when we begin writing it. It is late when a read of everything the
     sandbox had written, begun at or after its deadline, ends without its answer: so a stall of
     this process (another thread holding the GIL, a busy machine) never makes an answer late,
     and the checked code, which cannot reach this clock, cannot make a late answer on time.
@@ -567,10 +572,10 @@ def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
     buf, err = bytearray(), bytearray()
     total, scanned = 0, 0
     stage = 0  # 0: before READY_LINE, 1: before LOADED_LINE, 2: answering, 3: finished
-    sent_at = in_deadline = None
+    big = float("inf")
+    sent_at, in_deadline = 0.0, big
     grace_end = None  # once finished: how long the sandbox may take to exit by itself
     open_ = 2
-    big = float("inf")
 
     def close_stdin() -> None:
         nonlocal writing, stdin_open
@@ -588,11 +593,28 @@ def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
             stage, grace_end = 3, min(deadline, now + 5.0)
             close_stdin()
             return
+        if limits is None:  # untimed: everything was sent after LOADED_LINE
+            if i == 0:
+                pending = memoryview(b"".join(x + b"\n" for x in feed))
+                sel.register(in_fd, selectors.EVENT_WRITE, "in")
+                writing = True
+            return
+        if buf:  # bytes before input i was sent: not the runner's (it waits for its input)
+            ex.end, stage = b"written ahead of its input", 3
+            return
         pending = memoryview(feed[i] + b"\n")
-        sel.register(in_fd, selectors.EVENT_WRITE, "in")
-        writing = True
         sent_at = time.monotonic()
         in_deadline = sent_at + limits[i] if limits is not None else big
+        try:  # most inputs fit the pipe: written now, no select round for it
+            pending = pending[os.write(in_fd, pending[:1 << 16]):]
+        except BlockingIOError:
+            pass
+        except OSError:  # the runner closed its stdin (it died): its stdout tells
+            close_stdin()
+            return
+        if pending:
+            sel.register(in_fd, selectors.EVENT_WRITE, "in")
+            writing = True
 
     while open_:
         now = time.monotonic()
@@ -641,6 +663,8 @@ def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
             if total > max_output:
                 ex.overflow = True
                 break
+            if len(chunk) < 1 << 16:
+                break  # a short read: the pipe held no more when it was read
         if ex.overflow:
             break
         while stage < 3:  # complete lines
@@ -665,11 +689,12 @@ def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
             else:
                 # the runner answers only once it has read the whole input: a line before
                 # that (an answer written ahead) is not its answer, and ends the run unscored
-                if writing or not line.startswith(b'{"o":'):
+                if (writing and limits is not None) or not line.startswith(b'{"o":'):
                     ex.end, stage = line, 3
                     break
                 ex.answers.append(line)
-                ex.round_trips.append(polled - sent_at)
+                if limits is not None:
+                    ex.round_trips.append(polled - sent_at)
                 send_next(polled)
         if stage == 2 and polled >= in_deadline and len(ex.answers) < len(feed):
             ex.late = len(ex.answers)  # not in by a read begun after its deadline
