@@ -553,11 +553,11 @@ def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
 
     Without limits (the canonical run: trusted code, timed by the runner as evalplus does) all
     inputs go at once. With them, an input goes once the previous one is answered and its clock
-    starts when we begin writing it. It is late when a read of everything the
-    sandbox had written, begun at or after its deadline, ends without its answer: so a stall of
-    this process (another thread holding the GIL, a busy machine) never makes an answer late,
-    and the checked code, which cannot reach this clock, cannot make a late answer on time.
-    Answers are only split into lines here (parsed after the run), to keep each pass short.
+    starts when we begin writing it. It is late when a read of everything the sandbox had
+    written, begun at or after its deadline, ends without its answer: so a stall of this process
+    (another thread holding the GIL, a busy machine) never makes an answer late, and the checked
+    code, which cannot reach this clock, cannot make a late answer on time. Answers are only
+    split into lines here (parsed after the run), to keep each pass short.
     """
     ex = _Exchange()
     out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
@@ -604,7 +604,7 @@ def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
             return
         pending = memoryview(feed[i] + b"\n")
         sent_at = time.monotonic()
-        in_deadline = sent_at + limits[i] if limits is not None else big
+        in_deadline = sent_at + limits[i]
         try:  # most inputs fit the pipe: written now, no select round for it
             pending = pending[os.write(in_fd, pending[:1 << 16]):]
         except BlockingIOError:
