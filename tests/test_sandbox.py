@@ -369,8 +369,9 @@ def test_hostile_completions_are_contained(arena: dict) -> None:
 
 def test_budget_makes_items_missing_not_failed() -> None:
     """A check cut by the evaluation's wall-clock budget is missing (reason), not a fail."""
-    hang = "import signal\ndef f(x):\n    signal.setitimer(signal.ITIMER_REAL, 0)\n" \
-           "    while True:\n        pass\n"
+    # hangs at definition time, which only the check's whole wall clock bounds (a hang inside
+    # the function is a per-input timeout, scored, long before the budget)
+    hang = "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)\nwhile True:\n    pass\n"
     probs = [problem("B/ok"), problem("B/hang")]
     t0 = time.monotonic()
     rep = codecheck.evaluate("humaneval", probs, {"B/ok": RIGHT, "B/hang": hang}, parallel=2,

@@ -4,7 +4,12 @@ For each problem:
 1. expected outputs: the dataset's canonical solution runs on the base and plus inputs in a
    sandbox (as evalplus's `get_groundtruth`/`trusted_exec` runs it, with its per-input times);
 2. each sample runs on the same inputs in a fresh sandbox (`experiments.eval.sandbox`) and
-   prints its outputs as builtin data (`codecheck_child`); it never sees the expected outputs;
+   prints its outputs as builtin data (`codecheck_child`); it never sees the expected outputs.
+   The inputs go in one at a time and this process times each answer: an input not answered
+   within evalplus's limit for it (max(1 s, 4 x the canonical time)) plus INPUT_SLACK_S plus
+   twice what the canonical run spent on that input beyond the call is a "timeout" (the sandbox is
+   killed then), whatever the code did to its own timers or clocks. An overrun that evalplus's
+   in-process timer interrupts is evalplus's "fail", as there;
 3. the comparison runs in a separate worker process that never ran model code: evalplus's own
    `untrusted_check`/`unsafe_execute` (tolerances, float handling, MBPP/HumanEval special oracles,
    fast check) applied to a stand-in function that replays the decoded outputs. An output of
@@ -43,7 +48,11 @@ from experiments.eval.codecheck_child import (
 
 GT_TIMEOUT_S = 300.0  # the canonical solution on all inputs of one problem
 STARTUP_SLACK_S = 5.0  # bwrap + interpreter start on a busy machine, on top of evalplus's limit
-CACHE_VERSION = "ftbench-gt-3"
+# per input, on top of evalplus's limit: the pipe round trip and the runner being scheduled on a
+# busy machine (this process's own stalls never count: see sandbox._exchange)
+INPUT_SLACK_S = 0.5
+OVERHEAD_FACTOR = 2.0  # x the canonical run's per-input cost beyond the call: decode, encode
+CACHE_VERSION = "ftbench-gt-4"  # 4: per-input whole costs ("base_rt", "plus_rt")
 
 
 @dataclass
@@ -199,19 +208,24 @@ def _gt_key(problem: dict, dataset: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
+GT_KEYS = ("base", "base_time", "base_rt", "plus", "plus_time", "plus_rt")
+
+
 def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadline: float,
                      report: Report, cache_dir: Path | None = None) -> dict | Check:
-    """{"base", "base_time", "plus", "plus_time"} (outputs decoded), or a missing Check."""
+    """{"base", "base_time", "base_rt", "plus", "plus_time", "plus_rt"} (outputs decoded;
+    *_rt: all each input cost the runner, decoding it and encoding its answer included), or a
+    missing Check."""
     path = cache_dir / f"{_gt_key(problem, dataset)}.json" if cache_dir else None
     if path is not None and path.is_file():
         try:
             gt = json.loads(path.read_text())
             return {k: ([_decode_gt(v) for v in gt[k]] if k in ("base", "plus") else gt[k])
-                    for k in ("base", "base_time", "plus", "plus_time")}
+                    for k in GT_KEYS}
         except (OSError, ValueError, KeyError, CodecError):
             pass  # recompute
     job = {"mode": "gt", "code": problem["prompt"] + problem["canonical_solution"],
-           "entry_point": problem["entry_point"], "inputs": dumps(list(base) + list(plus)),
+           "entry_point": problem["entry_point"], "inputs": [dumps(x) for x in (*base, *plus)],
            "output_not_none": problem["entry_point"] in _not_none_tasks(dataset),
            "digests": digests_ok(problem, dataset)}
     r = _run(job, GT_TIMEOUT_S, deadline, report)
@@ -220,7 +234,7 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
     res = r.result
     n = len(base) + len(plus)
     if res is None or res.get("status") != "ok" or len(res.get("outputs", [])) != n or \
-            len(res.get("times", [])) != n:
+            len(res.get("times", [])) != n or len(res.get("walls", [])) != n:
         if r.timed_out:
             why = f"timed out after {GT_TIMEOUT_S:.0f} s"
         elif r.overflow:
@@ -231,8 +245,10 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
             why = f"left no result (exit status {r.returncode})"
         return Check(None, f"expected outputs unavailable: the canonical solution {why}")
     outs, times = res["outputs"], [float(t) for t in res["times"]]
+    rts = [float(w) for w in res["walls"]]
     nb = len(base)
-    gt = {"base": outs[:nb], "base_time": times[:nb], "plus": outs[nb:], "plus_time": times[nb:]}
+    gt = {"base": outs[:nb], "base_time": times[:nb], "base_rt": rts[:nb],
+          "plus": outs[nb:], "plus_time": times[nb:], "plus_rt": rts[nb:]}
     if path is not None:
         from common.io import atomic_write_text
 
@@ -249,14 +265,14 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
 
 # ---- one sandboxed run, classified ----
 
-def _run(job: dict, own_limit: float, deadline: float,
-         report: Report) -> sandbox.ChildRun | Check:
+def _run(job: dict, own_limit: float, deadline: float, report: Report,
+         input_limits: list[float] | None = None) -> sandbox.ChildRun | Check:
     left = deadline - time.monotonic()
     if left <= 1.0:
         return Check(None, "evaluation wall-clock budget exhausted")
     limit = min(own_limit, left)
     try:
-        r = sandbox.run_child(job, timeout_s=limit)
+        r = sandbox.run_child(job, timeout_s=limit, input_limits_s=input_limits)
     except Exception as e:  # the machinery failed, not the code: missing, and go on
         return Check(None, f"sandbox error: {type(e).__name__}: {str(e)[:120]}")
     with report.stats_lock:
@@ -273,26 +289,34 @@ def _run(job: dict, own_limit: float, deadline: float,
     return r
 
 
-def check_split(problem: dict, dataset: str, solution: str, inputs: list, expected: list,
-                ref_time: list[float], deadline: float, report: Report,
-                comparer: _Comparer) -> Check:
-    """One sample on one input split (base or plus)."""
+def input_limits(ref_time: list[float], ref_rt: list[float]) -> tuple[list[float], list[float]]:
+    """(evalplus's per-input limits, the limits this process enforces on each answer)."""
     from evalplus.config import DEFAULT_GT_TIME_LIMIT_FACTOR, DEFAULT_MIN_TIME_LIMIT
 
     limits = [max(DEFAULT_MIN_TIME_LIMIT, DEFAULT_GT_TIME_LIMIT_FACTOR * t) for t in ref_time]
+    outside = [lim + INPUT_SLACK_S + OVERHEAD_FACTOR * max(0.0, rt - t)
+               for lim, t, rt in zip(limits, ref_time, ref_rt, strict=True)]
+    return limits, outside
+
+
+def check_split(problem: dict, dataset: str, solution: str, inputs: list, expected: list,
+                ref_time: list[float], deadline: float, report: Report,
+                comparer: _Comparer, ref_rt: list[float]) -> Check:
+    """One sample on one input split (base or plus); ref_rt: the canonical per-input costs."""
+    limits, outside = input_limits(ref_time, ref_rt)
     # evalplus's whole-check timeout, enforced here from outside the sandbox
     timeout = min(float(os.getenv("EVALPLUS_TIMEOUT_PER_TASK", 60)), sum(limits)) + 2
     job = {"mode": "check", "code": solution, "entry_point": problem["entry_point"],
-           "inputs": dumps(list(inputs)), "time_limits": limits,
+           "inputs": [dumps(x) for x in inputs], "time_limits": limits,
            "output_not_none": problem["entry_point"] in _not_none_tasks(dataset),
            "digests": digests_ok(problem, dataset)}
     # huge outputs (digested in the expected ones) take seconds to serialize, time evalplus
     # spends comparing in C; give them that time on top of evalplus's limit
     slack = STARTUP_SLACK_S + (60.0 if any(isinstance(e, Digest) for e in expected) else 0.0)
-    r = _run(job, timeout + slack, deadline, report)
+    r = _run(job, timeout + slack, deadline, report, outside)
     if isinstance(r, Check):
         return r
-    if r.timed_out:
+    if r.timed_out or r.late is not None:  # killed by our clock: evalplus's "timeout"
         return Check("timeout")
     res = r.result
     if r.overflow or res is None or res.get("status") != "ok" or \
@@ -325,11 +349,11 @@ def evaluate(dataset: str, problems: list[dict], solutions: dict[str, str],
                 return Outcome(gt, gt)
             sol = solutions[p["task_id"]]
             base = check_split(p, dataset, sol, base_in, gt["base"], gt["base_time"],
-                               deadline, report, comparer)
+                               deadline, report, comparer, gt["base_rt"])
             if base.status != "pass":  # plus counts only on top of base: not run
                 return Outcome(base, Check(base.status and "fail", base.reason))
             plus = check_split(p, dataset, sol, plus_in, gt["plus"], gt["plus_time"],
-                               deadline, report, comparer)
+                               deadline, report, comparer, gt["plus_rt"])
             return Outcome(base, plus)
         except Exception as e:  # our bug or a bad problem row: this item is missing
             miss = Check(None, f"evaluation error: {type(e).__name__}: {str(e)[:120]}")

@@ -10,12 +10,18 @@ An instance of a subclass of a builtin type crosses as its base value (see `_bas
 The same module gives the parent the codec (`encode`, `decode`) and the audit hook
 (`install_guard`), so both sides agree on one definition.
 
-Protocol on the private fd the runner keeps (a dup of the stdout it was started with; fd 1 and
-fd 2 then point at /dev/null, so prints cannot reach the parent):
-  line 1  READY_LINE, written once the job is read and the guards are in place, before any
-          program code runs (without it the parent reports the sandbox as broken, not the code);
-  line 2  one JSON object: {"status": "ok", "outputs": [...], "times": [...]}
-          or {"status": "error", "at": <input index or -1>, "kind": ...}.
+Protocol: the job comes as one JSON line on stdin, then the inputs, one encoded input per line,
+each sent only once the previous one is answered (the caller times each answer itself and kills
+the sandbox when an input's limit passes: the code's own timers are not the limit). The runner
+keeps private dups of stdin and stdout; fds 0, 1 and 2 then point at /dev/null, so prints cannot
+reach the parent. On the private stdout:
+  READY_LINE   once the job is read and the guards are in place, before any program code runs
+               (without it the parent reports the sandbox as broken, not the code);
+  LOADED_LINE  once the program is defined (its top level ran): the first input may come;
+  one line per input: {"o": <encoded output>} (the canonical run adds "t": the call's seconds,
+               and "w": the seconds from having the input line to having the answer's line);
+  or, ending the run, {"status": "error", "at": <input index or -1>, "kind": ...}.
+The runner exits when stdin closes.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import sys
 from typing import Any
 
 READY_LINE = b"ftbench-sandbox-ready\n"
+LOADED_LINE = b"ftbench-sandbox-loaded\n"
 MAX_DEPTH = 100  # nesting of returned containers; deeper values are refused, not recursed into
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
@@ -270,69 +277,95 @@ def _load_evalplus_utils(path: str) -> Any:
     return mod
 
 
-def _run(job: dict, proto: int) -> dict:
+def _send(proto: int, data: bytes) -> None:
+    import posix  # the program may replace os.write; posix.write is bound here, before it runs
+
+    view = memoryview(data)
+    while view:
+        view = view[posix.write(proto, view):]
+
+
+def _line(msg: dict) -> bytes:
+    return json.dumps(msg, separators=(",", ":")).encode() + b"\n"
+
+
+def _run(job: dict, proto: int, feed: Any) -> None:
+    """Answer the inputs fed one per line until stdin closes (or an error ends the run)."""
     import copy
     import time
 
+    send, readline, clock = _send, feed.readline, time.perf_counter  # bound before the program
     root = os.path.realpath(job.get("workdir") or os.getcwd())
     os.makedirs(root, exist_ok=True)
     os.chdir(root)
     ep = _load_evalplus_utils(job["evalplus_utils"])
-    inputs = loads(job["inputs"])
     entry, code, gt = job["entry_point"], job["code"], job["mode"] == "gt"
-    not_none = bool(job.get("output_not_none"))
-    limits = job.get("time_limits") or [None] * len(inputs)
+    not_none, digests = bool(job.get("output_not_none")), bool(job.get("digests"))
+    limits = job.get("time_limits") or []
     if not gt:  # evalplus's own guard for model code, exactly as its unsafe_execute applies it
         ep.reliability_guard(maximum_memory_bytes=job.get("max_memory"))
     install_guard(root)
-    os.write(proto, READY_LINE)
-    outputs: list[Any] = []
-    times: list[float] = []
+    send(proto, READY_LINE)
     g: dict[str, Any] = {}
     try:
         with ep.swallow_io():
             exec(code, g)
             fn = g[entry]
     except BaseException:
-        return {"status": "error", "at": -1}
-    for i, inp in enumerate(inputs):
+        return send(proto, _line({"status": "error", "at": -1}))
+    send(proto, LOADED_LINE)
+    i = 0
+    while True:
+        line = readline()
+        if not line:
+            return None
+        w0 = clock()
+        inp = loads(line)
+        t = None
         try:
             if gt:  # evalplus's trusted_exec: a copy of the input, wall time per call
                 args = copy.deepcopy(inp)
                 t0 = time.time()
                 out = fn(*args)
-                times.append(time.time() - t0)
+                t = time.time() - t0
                 if not_none:
                     out = out is not None
             else:
+                # evalplus's in-process limit, kept so that an overrun the code lets it catch is
+                # evalplus's "fail"; the limit the code cannot cancel is the caller's clock
                 with ep.time_limit(limits[i]), ep.swallow_io():
                     out = fn(*inp)
                 if not_none and type(out) is not bool:
                     out = out is not None  # evalplus compares only "is not None" here
         except BaseException:
-            return {"status": "error", "at": i, "kind": "raised"}
+            return send(proto, _line({"status": "error", "at": i, "kind": "raised"}))
         try:
             # right after the call, as evalplus compares then
-            outputs.append(encode_output(out, bool(job.get("digests"))))
+            msg = {"o": encode_output(out, digests)}
         except BaseException:
-            return {"status": "error", "at": i, "kind": "not builtin data"}
-    return {"status": "ok", "outputs": outputs, "times": times}
+            return send(proto, _line({"status": "error", "at": i, "kind": "not builtin data"}))
+        if t is None:
+            send(proto, _line(msg))
+        else:  # the canonical run: the call, and all this input cost, its line's encoding too
+            msg["t"] = t
+            data = _line(msg)
+            send(proto, data[:-2] + b',"w":' + repr(float(clock() - w0)).encode() + b"}\n")
+        i += 1
 
 
 def main() -> None:
     proto = os.dup(1)
+    feed = os.fdopen(os.dup(0), "rb", buffering=1 << 16)
     devnull = os.open(os.devnull, os.O_RDWR)
-    job = json.loads(sys.stdin.buffer.read())
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     try:
-        res = _run(job, proto)
-        data = json.dumps(res, separators=(",", ":")).encode() + b"\n"
+        _run(json.loads(feed.readline()), proto, feed)
     except BaseException:
-        data = b'{"status":"error","at":-1}\n'
-    view = memoryview(data)
-    while view:
-        view = view[os.write(proto, view):]
+        try:
+            _send(proto, b'{"status":"error","at":-1}\n')
+        except BaseException:
+            pass
     os._exit(0)  # no waiting for threads the program left behind
 
 

@@ -19,6 +19,11 @@ What holds the code (outermost first), and why:
 5. Inside, evalplus's `reliability_guard` and our audit hook (`codecheck_child.install_guard`),
    kept as inner layers only.
 
+Time is measured here, not inside: the inputs are fed one at a time through a pipe, each once the
+previous one is answered, and `_exchange` times each answer on this process's clock, killing the
+sandbox when an input's own limit passes (`ChildRun.late`) or the run's wall clock does. The
+code's timers and clocks (which it can cancel or replace) decide nothing.
+
 The sandboxed runner never sees expected outputs or verdicts: it prints the function's outputs as
 plain data and the caller compares (experiments.eval.codecheck). Where namespaces are unavailable
 the suite refuses (one line saying why) unless `FTBENCH_SANDBOX=weak` opts into a weaker sandbox
@@ -45,7 +50,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.eval.codecheck_child import READY_LINE, install_guard  # noqa: F401 (re-export)
+from experiments.eval.codecheck_child import (  # noqa: F401 (install_guard: re-export)
+    LOADED_LINE,
+    READY_LINE,
+    install_guard,
+)
 
 CHILD = Path(__file__).resolve().with_name("codecheck_child.py")
 UID_BASE, UID_SPAN = 1_900_000_000, 100_000_000  # far above any account or subuid range
@@ -73,6 +82,8 @@ class ChildRun:
     elapsed_s: float
     leftovers: int  # processes still alive after the run that the cleanup had to kill
     stderr_tail: str = field(repr=False, default="")  # for debugging only; never stored
+    late: int | None = None  # the input not answered within its own limit (the run was killed)
+    round_trips: list[float] = field(default_factory=list)  # per answered input, our clock
 
 
 @dataclass(frozen=True)
@@ -406,15 +417,37 @@ def _probe(iso: Isolation) -> str | None:
 
 # ---- one sandboxed run ----
 
+def split_inputs(inputs: str | list[str]) -> list[bytes]:
+    """One JSON line per input, from `codecheck_child.dumps(list_of_inputs)` or already split."""
+    if isinstance(inputs, str):
+        tagged = json.loads(inputs)
+        if not (isinstance(tagged, list) and len(tagged) == 2 and tagged[0] == "l"
+                and isinstance(tagged[1], list)):
+            raise ValueError("inputs: not an encoded list")
+        inputs = [json.dumps(v, separators=(",", ":")) for v in tagged[1]]
+    return [s.encode() for s in inputs]
+
+
 def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
               mem_bytes: int = MEM_BYTES, tmpfs_bytes: int = TMPFS_BYTES,
-              max_output: int = MAX_OUTPUT) -> ChildRun:
-    """Run the runner on one job inside a fresh sandbox; kill everything at timeout_s."""
+              max_output: int = MAX_OUTPUT,
+              input_limits_s: list[float] | None = None) -> ChildRun:
+    """Run the runner on one job inside a fresh sandbox; kill everything at timeout_s.
+
+    With input_limits_s, the inputs (job["inputs"]) are fed one at a time, each once the
+    previous one is answered, and timed here: when input i's answer is not in by
+    input_limits_s[i] seconds after it was sent, the sandbox is killed and the run records
+    `late = i` (`round_trips`: each answered input's time). Without, they all go at once.
+    """
     iso = iso or isolation()
     if not iso.usable:
         raise RuntimeError(f"sandbox unavailable: {iso.reason}")
     as_root = os.geteuid() == 0
-    job = dict(job, evalplus_utils="/opt/evalplus_utils.py", max_memory=mem_bytes)
+    feed = split_inputs(job.get("inputs", []))
+    if input_limits_s is not None and len(input_limits_s) != len(feed):
+        raise ValueError(f"{len(input_limits_s)} input limits for {len(feed)} inputs")
+    job = {k: v for k, v in job.items() if k != "inputs"}
+    job.update(evalplus_utils="/opt/evalplus_utils.py", max_memory=mem_bytes)
     uid = _Uid() if as_root and shutil.which("setpriv") else None
     cg = None
     hostdir = None
@@ -444,13 +477,11 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
                 # join before anything forks: a shell moves itself, then execs the rest
                 cmd = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"',
                        str(cg.path / "cgroup.procs"), *cmd]
-        with tempfile.TemporaryFile() as jf:
-            jf.write(json.dumps(job).encode())
-            jf.seek(0)
-            proc = subprocess.Popen(cmd, stdin=jf, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, env=env, start_new_session=True,
-                                    cwd=str(hostdir) if hostdir else "/")
-        out, err, timed_out, overflow = _collect(proc, t0 + timeout_s, max_output)
+        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                cwd=str(hostdir) if hostdir else "/")
+        ex = _exchange(proc, json.dumps(job).encode() + b"\n", feed, input_limits_s,
+                       t0 + timeout_s, max_output)
         if proc.poll() is None:
             _kill(proc)
         proc.wait()
@@ -469,54 +500,224 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
             uid.release()
         if hostdir is not None:
             shutil.rmtree(hostdir, ignore_errors=True)
-    ready = out.startswith(READY_LINE)
     result = None
-    if ready and not overflow:
-        body = out[len(READY_LINE):]
-        if body.endswith(b"\n") and body.count(b"\n") == 1:
-            try:
-                result = json.loads(body)
-            except (ValueError, RecursionError):
-                result = None
-            if not isinstance(result, dict):
-                result = None
-    return ChildRun(ready, result, timed_out, overflow, proc.returncode,
-                    time.monotonic() - t0, leftovers, err.decode(errors="replace"))
+    if ex.ready and not ex.overflow and ex.late is None and not ex.timed_out:
+        result = _result(ex.answers, ex.end, len(feed))
+    return ChildRun(ex.ready, result, ex.timed_out, ex.overflow, proc.returncode,
+                    time.monotonic() - t0, leftovers, ex.err.decode(errors="replace"),
+                    ex.late, ex.round_trips)
 
 
-def _collect(proc: subprocess.Popen, deadline: float,
-             max_output: int) -> tuple[bytes, bytes, bool, bool]:
-    """Read stdout (capped) and stderr (tail) until both close or the deadline passes."""
-    out, err = bytearray(), bytearray()
+def _result(answers: list[bytes], end: bytes | None, n: int) -> dict | None:
+    """{"status": "ok", "outputs", "times", "walls"} when every input got a well-formed
+    answer, the runner's own error line when it ended on one, else None (it left no result)."""
+    def parse(line: bytes) -> Any:
+        try:
+            return json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+
+    if end is not None:
+        msg = parse(end)
+        return msg if isinstance(msg, dict) and msg.get("status") == "error" else None
+    if len(answers) != n:
+        return None
+    outputs, times, walls = [], [], []
+    for line in answers:
+        msg = parse(line)
+        if not isinstance(msg, dict) or "o" not in msg or not set(msg) <= {"o", "t", "w"}:
+            return None
+        outputs.append(msg["o"])
+        if "t" in msg:
+            times.append(msg["t"])
+        if "w" in msg:
+            walls.append(msg["w"])
+    return {"status": "ok", "outputs": outputs, "times": times, "walls": walls}
+
+
+@dataclass
+class _Exchange:
+    ready: bool = False
+    answers: list[bytes] = field(default_factory=list)  # raw lines, parsed after the run
+    end: bytes | None = None  # the line that ended the run early (an error), if any
+    round_trips: list[float] = field(default_factory=list)
+    late: int | None = None
+    timed_out: bool = False
+    overflow: bool = False
+    err: bytes = b""
+
+
+def _exchange(proc: subprocess.Popen, job_line: bytes, feed: list[bytes],
+              limits: list[float] | None, deadline: float, max_output: int) -> _Exchange:
+    """Feed the job and the inputs; with limits, one at a time, each answer timed.
+
+    Without limits (the canonical run: trusted code, timed by the runner as evalplus does) all
+    inputs go at once. With them, an input goes once the previous one is answered and its clock
+    starts when we begin writing it. It is late when a read of everything the sandbox had
+    written, begun at or after its deadline, ends without its answer: so a stall of this process
+    (another thread holding the GIL, a busy machine) never makes an answer late, and the checked
+    code, which cannot reach this clock, cannot make a late answer on time. Answers are only
+    split into lines here (parsed after the run), to keep each pass short.
+    """
+    ex = _Exchange()
+    out_fd, err_fd, in_fd = proc.stdout.fileno(), proc.stderr.fileno(), proc.stdin.fileno()
+    for fd in (out_fd, err_fd, in_fd):
+        os.set_blocking(fd, False)
     sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ, "out")
-    sel.register(proc.stderr, selectors.EVENT_READ, "err")
-    timed_out = overflow = False
+    sel.register(out_fd, selectors.EVENT_READ, "out")
+    sel.register(err_fd, selectors.EVENT_READ, "err")
+    pending = memoryview(job_line)
+    sel.register(in_fd, selectors.EVENT_WRITE, "in")
+    writing, stdin_open = True, True
+    buf, err = bytearray(), bytearray()
+    total, scanned = 0, 0
+    stage = 0  # 0: before READY_LINE, 1: before LOADED_LINE, 2: answering, 3: finished
+    big = float("inf")
+    sent_at, in_deadline = 0.0, big
+    grace_end = None  # once finished: how long the sandbox may take to exit by itself
     open_ = 2
+
+    def close_stdin() -> None:
+        nonlocal writing, stdin_open
+        if writing:
+            sel.unregister(in_fd)
+            writing = False
+        if stdin_open:
+            proc.stdin.close()
+            stdin_open = False
+
+    def send_next(now: float) -> None:
+        nonlocal pending, writing, sent_at, in_deadline, stage, grace_end
+        i = len(ex.answers)
+        if i == len(feed):  # all answered: stdin closes, the runner exits
+            stage, grace_end = 3, min(deadline, now + 5.0)
+            close_stdin()
+            return
+        if limits is None:  # untimed: everything was sent after LOADED_LINE
+            if i == 0:
+                pending = memoryview(b"".join(x + b"\n" for x in feed))
+                sel.register(in_fd, selectors.EVENT_WRITE, "in")
+                writing = True
+            return
+        if buf:  # bytes before input i was sent: not the runner's (it waits for its input)
+            ex.end, stage = b"written ahead of its input", 3
+            return
+        pending = memoryview(feed[i] + b"\n")
+        sent_at = time.monotonic()
+        in_deadline = sent_at + limits[i]
+        try:  # most inputs fit the pipe: written now, no select round for it
+            pending = pending[os.write(in_fd, pending[:1 << 16]):]
+        except BlockingIOError:
+            pass
+        except OSError:  # the runner closed its stdin (it died): its stdout tells
+            close_stdin()
+            return
+        if pending:
+            sel.register(in_fd, selectors.EVENT_WRITE, "in")
+            writing = True
+
     while open_:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            timed_out = True
+        now = time.monotonic()
+        if grace_end is not None and now >= grace_end:
+            break  # finished; the cleanup kills what did not exit
+        if now >= deadline and grace_end is None:
+            ex.timed_out = True
             break
-        for key, _ in sel.select(timeout=min(left, 1.0)):
-            chunk = os.read(key.fd, 1 << 16)
+        wake = min(deadline, grace_end or big, in_deadline if stage == 2 else big)
+        events = sel.select(timeout=max(0.0, min(wake - now, 1.0)))
+        polled = time.monotonic()  # everything written before this is read below
+        for key, _ in events:
+            if key.data == "in" and writing:
+                try:
+                    pending = pending[os.write(in_fd, pending[:1 << 16]):]
+                except BlockingIOError:
+                    pass
+                except OSError:  # the runner closed its stdin (it died): its stdout tells
+                    pending = memoryview(b"")
+                    close_stdin()
+                if writing and not pending:
+                    sel.unregister(in_fd)
+                    writing = False
+            elif key.data == "err":
+                try:
+                    chunk = os.read(err_fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(err_fd)
+                    open_ -= 1
+                else:
+                    err = (err + chunk)[-4096:]
+        # drain stdout whether or not select saw it ready (the deadline rule needs a full read)
+        eof = False
+        while out_fd is not None:
+            try:
+                chunk = os.read(out_fd, 1 << 16)
+            except BlockingIOError:
+                break
             if not chunk:
-                sel.unregister(key.fileobj)
-                open_ -= 1
-            elif key.data == "out":
-                out += chunk
-                if len(out) > max_output:
-                    overflow = True
-            else:
-                err = (err + chunk)[-4096:]
-        if overflow:
+                eof = True
+                break
+            buf += chunk
+            total += len(chunk)
+            if total > max_output:
+                ex.overflow = True
+                break
+            if len(chunk) < 1 << 16:
+                break  # a short read: the pipe held no more when it was read
+        if ex.overflow:
             break
+        while stage < 3:  # complete lines
+            nl = buf.find(b"\n", scanned)
+            if nl < 0:
+                scanned = len(buf)
+                break
+            line = bytes(buf[:nl + 1])
+            del buf[:nl + 1]
+            scanned = 0
+            if stage == 0:
+                if line != READY_LINE:
+                    stage = 3
+                    break
+                ex.ready, stage = True, 1
+            elif stage == 1:
+                if writing or line != LOADED_LINE:
+                    ex.end, stage = line, 3
+                    break
+                stage = 2
+                send_next(polled)
+            else:
+                # the runner answers only once it has read the whole input: a line before
+                # that (an answer written ahead) is not its answer, and ends the run unscored
+                if (writing and limits is not None) or not line.startswith(b'{"o":'):
+                    ex.end, stage = line, 3
+                    break
+                ex.answers.append(line)
+                if limits is not None:
+                    ex.round_trips.append(polled - sent_at)
+                send_next(polled)
+        if stage == 2 and polled >= in_deadline and len(ex.answers) < len(feed):
+            ex.late = len(ex.answers)  # not in by a read begun after its deadline
+            break
+        if stage == 3 and grace_end is None:
+            grace_end = min(deadline, polled + 5.0)
+            close_stdin()
+        if eof:
+            sel.unregister(out_fd)
+            out_fd = None
+            open_ -= 1
     sel.close()
-    if timed_out or overflow:
+    if stdin_open:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+    if ex.timed_out or ex.overflow or ex.late is not None or open_:
         _kill(proc)
     proc.stdout.close()
     proc.stderr.close()
-    return bytes(out), bytes(err), timed_out, overflow
+    ex.err = bytes(err)
+    return ex
 
 
 def _kill(proc: subprocess.Popen) -> None:
