@@ -443,7 +443,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             except RecordError as e:
                 warnings.append(f"{lp}: {e}")
                 continue
-            # model_arm: compare_arms' name for the model ("free_transformer"); arm: the cell's
+            # model_arm: the model's kind ("baseline" | "free", compare_arms' arm); arm: the cell's
             rec = {k: v for k, v in lik.to_json().items() if k != "schema"}
             likelihood.append({**rec, **ident, "model_arm": lik.bound_record()["arm"],
                                "file": str(lp.relative_to(root))})

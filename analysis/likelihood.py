@@ -42,7 +42,7 @@ def compare_arms(baseline: dict[str, Any], free: dict[str, Any]) -> dict[str, An
     (ELBO based). "kl_spend_recovered_iwae": the same with the ELBO replaced by the IWAE NLL at
     the largest k, 1 - (NLL_iwae - CE_baseline) / KL = (CE_baseline - (NLL_iwae - KL)) / KL.
     """
-    if baseline.get("arm") != "baseline" or free.get("arm") != "free_transformer":
+    if baseline.get("arm") != "baseline" or free.get("arm") != "free":
         raise ValueError("compare_arms takes (baseline record, free transformer record)")
     if (baseline["n_tokens"], baseline["n_bytes"]) != (free["n_tokens"], free["n_bytes"]):
         raise ValueError("the two records are not over the same validation rows "

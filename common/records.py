@@ -445,9 +445,9 @@ class LikelihoodFile:
                    extra={k: v for k, v in _rest(d, cls).items() if k != "suite"})
 
     def bound_record(self) -> dict[str, Any]:
-        """The record `compare_arms` takes (its arm names: "baseline" | "free_transformer")."""
+        """The record `compare_arms` takes (arm: "baseline" | "free", the model's kind)."""
         return {**self.extra, "n_tokens": self.n_tokens, "n_bytes": self.n_bytes,
-                "arm": "free_transformer" if self.arm == "free" else self.arm}
+                "arm": self.arm}
 
 
 # ------------------------------------------------------------------------------ runs

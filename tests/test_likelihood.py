@@ -270,7 +270,7 @@ def test_compare_arms_is_arithmetic_on_the_files_dicts() -> None:
     """analysis.likelihood needs no model: two records as a likelihood file holds them."""
     base = {"arm": "baseline", "n_tokens": 100, "n_bytes": 300, "nll_nats_per_token": 3.0,
             "bpb": 1.0}
-    free = {"arm": "free_transformer", "n_tokens": 100, "n_bytes": 300,
+    free = {"arm": "free", "n_tokens": 100, "n_bytes": 300,
             "iwae": {"1": {"nll_nats_per_token": 3.4, "bpb": 1.2},
                      "64": {"nll_nats_per_token": 3.1, "bpb": 1.05}},
             "prior_k1": {"nll_nats_per_token": 3.05},

@@ -164,7 +164,7 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         n_bytes = int(token_bytes[val_y].sum())
         free = isinstance(m, FreeTransformer)
         out: dict[str, Any] = {
-            "arm": "free_transformer" if free else "baseline",
+            "arm": "free" if free else "baseline",
             "n_sequences": N, "n_tokens": n_tok, "n_bytes": n_bytes, "seed": seed,
             "provenance": "experiments/eval/likelihood.py validation_likelihood on the "
                           "corpus' fixed validation rows (val_x, val_y)"}
