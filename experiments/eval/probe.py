@@ -331,7 +331,7 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
                                int(o["groups"]), float(o["temperature"]), seed,
                                int(o["n_boot"]))
         lap("steering_s")
-        return {"arm": "free_transformer", "latent_bits": m.cfg.latent_bits,
+        return {"arm": "free", "latent_bits": m.cfg.latent_bits,
                 "kappa_bits": kappa, "n_rows": int(val_x.shape[0]),
                 "seq_len": int(val_x.shape[1]), "n_tokens": int(val_y.numel()),
                 "kl": kl, "collapse": coll, "ablations": abl, "steering": steer,
