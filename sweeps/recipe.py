@@ -135,7 +135,7 @@ class CorpusSpec:
     paths: tuple[str, ...]
     vocab_size: int
     tokenizer: str | None
-    """A tokenizer.json path to use instead of training a BPE (needs key data.tokenizer)."""
+    """A tokenizer.json path to use instead of training a BPE (data.tokenizer)."""
     bytes_per_token: float | None
     """hf: text bytes per token, to stream enough text for one pass over the token budget."""
     max_bytes: int | None
