@@ -198,8 +198,7 @@ class Checkpointer:
         """The tokenizer reference written into every checkpoint (model.save_checkpoint)."""
         self.async_save, self.storage_writer = async_save, storage_writer
         self.export_dtype = export_dtype
-        self.last_good: Path | None = None
-        """The newest complete step checkpoint: what a divergence or a preemption leaves."""
+        self._last_good: Path | None = None
         self._pending: Any = None  # the in-flight async save's future
         self._error: BaseException | None = None
         self._lock = threading.Lock()  # the writer thread's completion vs the main thread
@@ -208,6 +207,13 @@ class Checkpointer:
     @property
     def finished(self) -> bool:
         return finished(self.rd)
+
+    @property
+    def last_good(self) -> Path | None:
+        """The newest complete step checkpoint: what a divergence or a preemption leaves.
+        Reading it first completes a save in flight (`wait()`: every rank reads it)."""
+        self.wait()
+        return self._last_good
 
     def prepare(self, fresh: bool = False) -> None:
         """Create the checkpoint folder; `fresh` (train.force) first deletes every checkpoint
@@ -257,11 +263,11 @@ class Checkpointer:
                 state.load_state_dict(payload["extra"], model, state.mode)
             except (ValueError, RuntimeError, KeyError) as e:
                 raise ConfigError(f"{path}: {e}") from None
+            if self.main:  # before the log line: a reader seeing it sees the cut file
+                truncate_metrics(self.metrics_path, state.step, state.val_done)
             self.log(f"resumed from {path.name} (step {state.step}/{self.steps}"
                      + (", its validation done" if state.val_done else "") + ")",
                      echo=self.main)
-            if self.main:
-                truncate_metrics(self.metrics_path, state.step, state.val_done)
             if not (self.ckdir / eval_checkpoint_name(state.step)).exists():
                 self.keep_for_eval(state.step, state)  # killed before its export
         elif self.main:
@@ -271,7 +277,7 @@ class Checkpointer:
                 if not d.with_suffix(".pt").exists():
                     shutil.rmtree(d, ignore_errors=True)
         found_steps = step_checkpoints(self.ckdir)
-        self.last_good = found_steps[-1][1] if found_steps else None
+        self._last_good = found_steps[-1][1] if found_steps else None
 
     def due(self, step: int) -> bool:
         """A checkpoint is written at this step: every logging.ckpt_every, the last step, and
@@ -360,7 +366,7 @@ class Checkpointer:
                     old.unlink(missing_ok=True)  # the marker first: then it no longer counts
                     shutil.rmtree(shard_dir(old), ignore_errors=True)
             with self._lock:
-                self.last_good = marker
+                self._last_good = marker
         except BaseException as e:  # re-raised on the main thread by wait()
             with self._lock:
                 self._error = e
