@@ -66,8 +66,16 @@ def save_weights(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any = 
     casts them back to the model's dtype."""
     m = getattr(model, "module", model)
     sd = m.state_dict() if state_dict is None else state_dict
-    if dtype is not None:
-        sd = {k: v.to(dtype) if v.is_floating_point() else v for k, v in sd.items()}
+    if dtype is not None:  # one cast per storage: tied weights stay one tensor in the file
+        cast: dict[tuple[int, int, tuple[int, ...]], torch.Tensor] = {}
+        out = {}
+        for k, v in sd.items():
+            if v.is_floating_point():
+                key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+                out[k] = cast.setdefault(key, v.detach().to(dtype))
+            else:
+                out[k] = v
+        sd = out
     return save_checkpoint(path, model, tokenizer=tokenizer,
                            extra={**(extra or {}), "weights_only": True,
                                   "weights_dtype": str(dtype or "as trained")},
