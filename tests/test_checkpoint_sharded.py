@@ -289,3 +289,16 @@ def test_kill9_then_resume_at_another_world_size_equals_an_uninterrupted_run(
     # each rank of the 2-process run wrote its own shard file
     if before == 2:
         assert len(list((ck / "step_3.dcp").glob("*.distcp"))) == 2
+
+
+def test_a_checkpoint_before_the_first_step_leaves_the_optimizer_untouched(tmp_path):
+    """DCP's get_state_dict makes an empty AdamW state by a zero-lr step (its `step` becomes
+    1); a preemption's step-0 checkpoint must neither do that nor resume into it."""
+    ck, state = setup(tmp_path)
+    ck.maybe_save(0, state, val_done=True, force=True)
+    assert not state.opt.state  # untouched: the first real step is still AdamW's step 1
+    ck2, fresh = setup(tmp_path)
+    ck2.resume(ck2.newest(), fresh)
+    assert fresh.step == 0 and not fresh.opt.state
+    want = state.model.state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in fresh.model.state_dict().items())

@@ -186,8 +186,10 @@ def training_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, An
     """{"model", "optim"} keyed by parameter name, as torch.distributed.checkpoint saves it:
     each rank holds only its shards under FSDP (DTensors), the full tensors otherwise (DCP
     writes a replicated tensor once). Not a collective."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
+    if not opt.state:  # before the first step: get_state_dict would run a zero-lr AdamW step
+        return {"model": get_model_state_dict(model)}  # to make a state, moving `step` to 1
     msd, osd = get_state_dict(model, opt)
     return {"model": msd, "optim": osd}
 
@@ -197,9 +199,23 @@ def load_training_state(model: nn.Module, opt: torch.optim.Optimizer, path: str,
     """Load a DCP checkpoint directory written at any world size into this process' model and
     optimizer (DCP reads only the slices this rank holds). Every rank calls it."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import set_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    if not any(k.startswith("optim.") for k in saved):  # saved before the first step
+        msd = {"model": get_model_state_dict(model)}
+        dcp.load(msd, checkpoint_id=path, process_group=process_group)
+        set_model_state_dict(model, msd["model"])
+        return
     sd = training_state(model, opt)
+    if "optim" not in sd:  # this optimizer is fresh: let DCP build its state to load into
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        sd = dict(zip(("model", "optim"), get_state_dict(model, opt), strict=True))
     dcp.load(sd, checkpoint_id=path, process_group=process_group)
     set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
