@@ -1,6 +1,15 @@
 """Checkpoints: weights + config + tokenizer reference (+ whatever training adds), written
 atomically (common.io.atomic_write: a reader or a restart after kill -9 sees the old file or the
-new one, never half)."""
+new one, never half).
+
+Three kinds of file share one format and all load with `load_checkpoint`, without
+torch.distributed:
+- a weights-only export (`save_weights`: final.pt and eval_step_<N>.pt), optionally in bf16;
+- a training step's marker (step_<N>.pt): no weights, a "dcp" key naming the sibling directory
+  of torch.distributed.checkpoint shards that hold the weights and the optimizer state; only
+  the weights are read from it;
+- the old single-file checkpoint (weights + optimizer state in "extra"), read as before.
+"""
 
 from __future__ import annotations
 
@@ -48,6 +57,50 @@ def save_checkpoint(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any
     return atomic_torch_save(payload, path)
 
 
+def save_weights(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any = None,
+                 extra: dict[str, Any] | None = None,
+                 state_dict: dict[str, Any] | None = None,
+                 dtype: torch.dtype | None = None) -> Path:
+    """A weights-only checkpoint (no optimizer state): what evaluation and HF export read.
+    `dtype`: cast floating-point weights (e.g. torch.bfloat16) to halve the file; loading
+    casts them back to the model's dtype."""
+    m = getattr(model, "module", model)
+    sd = m.state_dict() if state_dict is None else state_dict
+    if dtype is not None:  # one cast per storage: tied weights stay one tensor in the file
+        cast: dict[tuple[int, int, tuple[int, ...]], torch.Tensor] = {}
+        out = {}
+        for k, v in sd.items():
+            if v.is_floating_point():
+                key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape))
+                out[k] = cast.setdefault(key, v.detach().to(dtype))
+            else:
+                out[k] = v
+        sd = out
+    return save_checkpoint(path, model, tokenizer=tokenizer,
+                           extra={**(extra or {}), "weights_only": True,
+                                  "weights_dtype": str(dtype or "as trained")},
+                           state_dict=sd)
+
+
+def sharded_weights(path: str | os.PathLike, payload: dict[str, Any],
+                    template: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights of a step marker's DCP directory, read into `template` (a model's state
+    dict): DCP reads only these keys, never the optimizer state. No process group needed."""
+    import torch.distributed.checkpoint as dcp
+
+    d = Path(path).parent / payload["dcp"]
+    if not (d / ".metadata").is_file():
+        raise CheckpointError(f"checkpoint {path}: its shard directory {d} is missing or "
+                              "incomplete")
+    sd = {"model": {k: v.detach().clone() for k, v in template.items()}}
+    try:
+        dcp.load(sd, checkpoint_id=str(d), process_group=None, no_dist=True)
+    except Exception as e:  # DCP wraps missing keys and corrupt shards in several types
+        raise CheckpointError(f"checkpoint {path}: shards in {d} unreadable: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    return sd["model"]
+
+
 def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     path = Path(path)
     if not path.is_file():
@@ -84,8 +137,13 @@ def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
                                   + ", ".join(f"{k}: file={a!r} model={b!r}"
                                               for k, (a, b) in diff.items()))
     m = getattr(model, "module", model)
+    weights = payload.get("model")
+    if weights is None and "dcp" in payload:  # a training step's marker: weights from shards
+        weights = sharded_weights(path, payload, m.state_dict())
+    if weights is None:
+        raise CheckpointError(f"checkpoint {path} holds no weights")
     try:
-        m.load_state_dict(payload["model"])
+        m.load_state_dict(weights)
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint {path}: weights do not fit the model: "
                               f"{str(e).splitlines()[0][:300]}") from e

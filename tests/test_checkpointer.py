@@ -64,9 +64,12 @@ def test_rotation_keeps_the_newest_and_the_eval_steps_and_final(tmp_path):
     assert ck.eval_steps() == {4, 7, 10}
     for step in range(1, 11):
         assert ck.maybe_save(step, state, val_done=False) == ck.ckdir / f"step_{step}.pt"
+        ck.wait()  # asynchronous: complete (its marker written) once wait() returns
         assert ck.last_good == ck.ckdir / f"step_{step}.pt"
     assert not ck.finished and not finished(ck.rd)
-    assert names(ck) == sorted(["step_9.pt", "step_10.pt", "eval_step_4.pt", "eval_step_7.pt",
+    # each step checkpoint is its marker + its directory of shards; rotation drops both
+    assert names(ck) == sorted(["step_9.pt", "step_10.pt", "step_9.dcp", "step_10.dcp",
+                                "eval_step_4.pt", "eval_step_7.pt",
                                 "notes.txt", "step_3.pt.tmp"])
     # the last step's eval checkpoint is final.pt's, with its validation done
     assert ck.save_final(state) == tmp_path / "runs" / ck.rd.name / "checkpoints" / "final.pt"
@@ -162,7 +165,12 @@ def test_resume_links_the_eval_checkpoint_a_kill_left_unlinked(tmp_path):
     (ck.ckdir / "eval_step_5.pt").unlink()
     ck2, fresh = setup(tmp_path, "logging.keep_eval_checkpoints=2")
     ck2.resume(ck2.newest(), fresh)
-    assert os.path.samefile(ck2.ckdir / "eval_step_5.pt", ck2.ckdir / "step_5.pt")
+    # re-exported from the resumed model: weights only, equal to what step 5 saved
+    ev = torch.load(ck2.ckdir / "eval_step_5.pt", weights_only=True)
+    assert ev["extra"]["step"] == 5 and "optimizer" not in ev["extra"]
+    want = state.model.state_dict()
+    assert ev["model"].keys() == want.keys()
+    assert all(torch.equal(ev["model"][k], want[k]) for k in want)
 
 
 def test_a_state_from_another_data_position_is_bad_input(tmp_path):

@@ -4,12 +4,23 @@ checkpoint is written, the rotation (logging.keep_checkpoints), the checkpoints 
 evaluation (logging.keep_eval_checkpoints: eval_step_<N>.pt) and final.pt, whose presence marks
 the run finished. File names come from common/paths.py.
 
-    Checkpointer(rd, cfg, plan, main=, world=, log=)
+    Checkpointer(rd, cfg, plan, main=, world=, log=, async_save=True, storage_writer=None)
         .finished / .prepare(fresh) / .newest() / .resume(found, state)
-        .maybe_save(step, state, val_done=, force=) / .save_final(state) / .last_good
-    TrainState(cfg, plan, run_id, opt, sched, model=, mode=)   step, val_done, state_dict()
+        .maybe_save(step, state, val_done=, force=) / .save_final(state) / .wait() / .last_good
+    TrainState(cfg, plan, run_id, opt, sched, model=, mode=)   step, val_done, meta()
 
-Rank 0 writes; under FSDP every rank takes part in gathering the state (a collective).
+A step checkpoint is two things (docs/RESULTS.md):
+- step_<N>.dcp/: torch.distributed.checkpoint shards of the weights and the AdamW state, each
+  rank writing its own (`parallel.training_state`); a resume at any world size reads only its
+  slices (DCP reshards). The save is asynchronous: the state is staged to CPU memory, then a
+  thread writes it over a gloo process group of its own (torchtitan's design) while training
+  goes on; the next save, a preemption and the end of the run wait for it first.
+- step_<N>.pt: the marker, written by rank 0 atomically and last, once every rank's shards and
+  DCP's metadata are on disk; it holds the training state (step, data position, RNG, scheduler,
+  run identity), the model config and tokenizer. A checkpoint counts only with its marker.
+eval_step_<N>.pt and final.pt are weights-only exports (`model.checkpoint.save_weights`) in one
+file, gathered on rank 0 (weights only: a collective under FSDP), no optimizer state. Old
+single-file step checkpoints (weights + optimizer) still resume.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import math
 import os
 import random
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,14 +48,25 @@ from common.paths import (
     final_checkpoint,
     step_checkpoints,
 )
-from model import save_checkpoint
-from model.checkpoint import CheckpointError, read_checkpoint
+from model.checkpoint import (
+    FORMAT,
+    CheckpointError,
+    atomic_torch_save,
+    read_checkpoint,
+    save_weights,
+)
 
 from . import parallel as par
 from .config import ConfigError, TrainConfig
 from .plan import RunPlan
 
 METRICS = "metrics.jsonl"
+SHARDS = ".dcp"
+"""step_<N>.pt's shards live in the directory step_<N>.dcp beside it."""
+
+
+def shard_dir(marker: Path) -> Path:
+    return marker.with_suffix(SHARDS)
 
 
 def finished(rd: Path) -> bool:
@@ -69,10 +92,15 @@ class TrainState:
 
     def state_dict(self, optimizer: dict[str, Any] | None = None,
                    optimizer_format: str = "ids") -> dict[str, Any]:
-        """`optimizer`: a state gathered elsewhere (FSDP: keyed by parameter name, "fqn")."""
-        return {"step": self.step, "val_done": self.val_done,
+        """The old single-file form: meta() + the optimizer state (`optimizer`: one gathered
+        elsewhere, FSDP's keyed by parameter name, "fqn")."""
+        return {**self.meta(),
                 "optimizer": self.opt.state_dict() if optimizer is None else optimizer,
-                "optimizer_format": optimizer_format,
+                "optimizer_format": optimizer_format}
+
+    def meta(self) -> dict[str, Any]:
+        """Everything but the weights and the optimizer state (those are in the shards)."""
+        return {"step": self.step, "val_done": self.val_done,
                 "scheduler": self.sched.state_dict(),
                 "data": {"samples": self.step * self.cfg.train.batch_size,
                          "seed": self.cfg.train.seed},
@@ -84,7 +112,9 @@ class TrainState:
         step = int(sd["step"])
         if sd["data"]["samples"] != step * self.cfg.train.batch_size:
             raise ValueError("data position does not match its step")
-        if model is None:
+        if "optimizer" not in sd:
+            pass  # a sharded checkpoint: loaded with the weights (Checkpointer.resume)
+        elif model is None:
             self.opt.load_state_dict(sd["optimizer"])
         else:  # whatever mode and world size wrote it
             par.load_optimizer(model, self.opt, sd["optimizer"],
@@ -143,11 +173,16 @@ class Checkpointer:
     """The checkpoints and metrics file of one run directory `rd` (see the module docstring).
 
     `main`: this process writes (rank 0); `world`: processes that meet at a barrier after each
-    save; `log(msg, echo=...)`: where a skipped unreadable checkpoint and a resume are told."""
+    save; `log(msg, echo=...)`: where a skipped unreadable checkpoint and a resume are told;
+    `async_save`: step checkpoints are written in the background; `storage_writer(dir)`: the DCP
+    StorageWriter for a step's shard directory (default: the file system); `export_dtype`: the
+    dtype of the weights-only exports (None: as trained)."""
 
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan, *, main: bool = True,
                  world: int = 1, log: Callable[..., None] = _quiet,
-                 tokenizer: dict[str, Any] | None = None) -> None:
+                 tokenizer: dict[str, Any] | None = None, async_save: bool = True,
+                 storage_writer: Callable[[Path], Any] | None = None,
+                 export_dtype: torch.dtype | None = None) -> None:
         self.rd, self.ckdir = rd, checkpoint_dir(rd)
         self.metrics_path = rd / METRICS
         self.final = self.ckdir / FINAL_CHECKPOINT
@@ -161,12 +196,24 @@ class Checkpointer:
         self.main, self.world, self.log = main, world, log
         self.tokenizer = tokenizer
         """The tokenizer reference written into every checkpoint (model.save_checkpoint)."""
-        self.last_good: Path | None = None
-        """The newest step checkpoint: what a divergence or a preemption leaves to resume from."""
+        self.async_save, self.storage_writer = async_save, storage_writer
+        self.export_dtype = export_dtype
+        self._last_good: Path | None = None
+        self._pending: Any = None  # the in-flight async save's future
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()  # the writer thread's completion vs the main thread
+        self._pg: Any = None
 
     @property
     def finished(self) -> bool:
         return finished(self.rd)
+
+    @property
+    def last_good(self) -> Path | None:
+        """The newest complete step checkpoint: what a divergence or a preemption leaves.
+        Reading it first completes a save in flight (`wait()`: every rank reads it)."""
+        self.wait()
+        return self._last_good
 
     def prepare(self, fresh: bool = False) -> None:
         """Create the checkpoint folder; `fresh` (train.force) first deletes every checkpoint
@@ -183,39 +230,54 @@ class Checkpointer:
         return set(self._eval_steps)
 
     def newest(self) -> tuple[dict[str, Any], Path] | None:
-        """(payload, path) of the newest readable step checkpoint whose state names its step;
-        unreadable ones (cut by kill -9) are skipped with a log line."""
+        """(payload, path) of the newest complete step checkpoint whose state names its step;
+        unreadable ones (cut by kill -9) and markers whose shards are gone are skipped with a
+        log line."""
         for step, p in reversed(step_checkpoints(self.ckdir)):
             try:
                 payload = read_checkpoint(p)
             except CheckpointError as e:
                 self.log(f"skipping unreadable checkpoint {p.name}: {e}")
                 continue
+            if "dcp" in payload and not (p.parent / payload["dcp"] / ".metadata").is_file():
+                self.log(f"skipping checkpoint {p.name}: its shards {payload['dcp']} are gone")
+                continue
             if payload.get("extra", {}).get("step") == step:
                 return payload, p
         return None
 
     def resume(self, found: tuple[dict[str, Any], Path] | None, state: TrainState) -> None:
-        """Restore `state` from `found` (`newest()`; the caller loaded its weights before any
-        sharding) and cut metrics.jsonl back to that checkpoint; with nothing found, start
-        the metrics afresh. ConfigError: the checkpoint's state does not fit this run."""
+        """Restore the model's weights and `state` from `found` (`newest()`), after sharding
+        and after the optimizer is built: sharded checkpoints of any world size, or an old
+        single file. Cut metrics.jsonl back to that checkpoint; with nothing found, start the
+        metrics afresh. Every rank calls it. ConfigError: the checkpoint does not fit this run."""
+        model = state.model
+        assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
             payload, path = found
             try:
-                state.load_state_dict(payload["extra"], state.model, state.mode)
-            except ValueError as e:
+                if "dcp" in payload:
+                    par.load_training_state(model, state.opt, str(path.parent / payload["dcp"]))
+                else:  # the old single file: full weights, then its optimizer state
+                    par.load_full_weights(model, payload["model"], state.mode)
+                state.load_state_dict(payload["extra"], model, state.mode)
+            except (ValueError, RuntimeError, KeyError) as e:
                 raise ConfigError(f"{path}: {e}") from None
+            if self.main:  # before the log line: a reader seeing it sees the cut file
+                truncate_metrics(self.metrics_path, state.step, state.val_done)
             self.log(f"resumed from {path.name} (step {state.step}/{self.steps}"
                      + (", its validation done" if state.val_done else "") + ")",
                      echo=self.main)
-            if self.main:
-                truncate_metrics(self.metrics_path, state.step, state.val_done)
-                if not (self.ckdir / eval_checkpoint_name(state.step)).exists():
-                    self.keep_for_eval(state.step, path)  # killed before its link
+            if not (self.ckdir / eval_checkpoint_name(state.step)).exists():
+                self.keep_for_eval(state.step, state)  # killed before its export
         elif self.main:
             self.metrics_path.unlink(missing_ok=True)
+        if self.main:  # shards a kill -9 left without their marker: never complete
+            for d in self.ckdir.glob(f"step_*{SHARDS}"):
+                if not d.with_suffix(".pt").exists():
+                    shutil.rmtree(d, ignore_errors=True)
         found_steps = step_checkpoints(self.ckdir)
-        self.last_good = found_steps[-1][1] if found_steps else None
+        self._last_good = found_steps[-1][1] if found_steps else None
 
     def due(self, step: int) -> bool:
         """A checkpoint is written at this step: every logging.ckpt_every, the last step, and
@@ -224,48 +286,138 @@ class Checkpointer:
 
     def maybe_save(self, step: int, state: TrainState, *, val_done: bool,
                    force: bool = False) -> Path | None:
-        """Write step_<step>.pt when due (or `force`: a preemption); `val_done`: the validation
-        due at `step` has run. Returns the path written, else None. Every rank calls it."""
+        """Start step_<step>'s checkpoint when due (or `force`: a preemption, which waits for
+        it to complete); `val_done`: the validation due at `step` has run. Returns the marker's
+        path (complete once `wait()` returns), else None. Every rank calls it."""
         if not (force or self.due(step)):
             return None
-        self.last_good = self.save(step, state, val_done=val_done)
-        return self.last_good
+        path = self.save(step, state, val_done=val_done)
+        if force:
+            self.wait()
+        return path
 
     def save_final(self, state: TrainState) -> Path:
-        """final.pt at the last step, its validation done: the run is finished."""
+        """final.pt at the last step, its validation done: the run is finished. Waits for any
+        step checkpoint in flight first."""
         return self.save(self.steps, state, FINAL_CHECKPOINT, val_done=True)
 
     def save(self, step: int, state: TrainState, name: str | None = None,
              val_done: bool = False) -> Path:
-        """Write the checkpoint of `step` (step_<step>.pt unless `name`), link it for evaluation
-        when its step is kept, and drop step checkpoints beyond logging.keep_checkpoints."""
-        path = self.ckdir / (name or checkpoint_name(step))
-        # FSDP: gathering the full state is a collective, so every rank takes part
+        """Start the checkpoint of `step` (step_<step>.pt + shards, asynchronous unless
+        async_save=False), export it for evaluation when its step is kept; with `name`, write
+        that weights-only export instead (final.pt). Every rank calls it."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be saved"
-        weights, optim, optim_format = par.gather_state(model, state.opt, state.mode)
-        if self.main:
-            state.step, state.val_done = step, val_done
-            save_checkpoint(path, model, tokenizer=self.tokenizer,
-                            extra=state.state_dict(optim, optim_format), state_dict=weights)
-            if name is not None or step != self.steps:  # the last step's is final.pt's
-                self.keep_for_eval(step, path)
-            if name is None:
+        self.wait()  # one save in flight at a time
+        state.step, state.val_done = step, val_done
+        if name is not None:
+            path = self.export(self.ckdir / name, state)
+            if step in self._eval_steps:
+                self.keep_for_eval(step, state, src=path)
+            return path
+        if step != self.steps:  # the last step's eval checkpoint is final.pt's
+            self.keep_for_eval(step, state)
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+        marker = self.ckdir / checkpoint_name(step)
+        d = shard_dir(marker)
+        meta = state.meta()  # now: the step, the RNG and the schedule move on during the write
+        config = getattr(model, "module", model).cfg.to_dict()
+        done = threading.Event()
+        sd = par.training_state(model, state.opt)
+        kw: dict[str, Any] = {"checkpoint_id": str(d), "process_group": self._group()}
+        if self.storage_writer is not None:
+            kw["storage_writer"] = self.storage_writer(d)
+        if self.async_save:
+            fut = dcp.async_save(sd, async_checkpointer_type=AsyncCheckpointerType.THREAD,
+                                 **kw)
+            self._pending = done
+            fut.add_done_callback(lambda f: self._complete(f, step, marker, meta, config, done))
+        else:
+            dcp.save(sd, **kw)
+            self._complete(None, step, marker, meta, config, done)
+            if self.world > 1:
+                dist.barrier()
+            self._raise()
+        return marker
+
+    def _group(self) -> Any:
+        """A gloo group of its own for the writer thread's collectives (DCP's plan exchange),
+        so they never interleave with training's on the default group (torchtitan's design)."""
+        if self.world <= 1 or not dist.is_initialized():
+            return None
+        if self._pg is None:
+            self._pg = dist.new_group(backend="gloo")
+        return self._pg
+
+    def _complete(self, fut: Any, step: int, marker: Path, meta: dict[str, Any],
+                  config: dict[str, Any], done: threading.Event) -> None:
+        """Every rank's shards and DCP's metadata are written (DCP's finish step gathers all
+        ranks before the future resolves): rank 0 writes the marker, then rotates."""
+        try:
+            if fut is not None:
+                fut.result()
+            if self.main:
+                atomic_torch_save({"format": FORMAT, "config": config,
+                                   "tokenizer": self.tokenizer, "extra": meta,
+                                   "dcp": shard_dir(marker).name}, marker)
                 for _, old in step_checkpoints(self.ckdir)[:-self.keep]:
-                    old.unlink(missing_ok=True)
+                    old.unlink(missing_ok=True)  # the marker first: then it no longer counts
+                    shutil.rmtree(shard_dir(old), ignore_errors=True)
+            with self._lock:
+                self._last_good = marker
+        except BaseException as e:  # re-raised on the main thread by wait()
+            with self._lock:
+                self._error = e
+        finally:
+            done.set()
+
+    def wait(self) -> None:
+        """Block until the checkpoint in flight is complete (its marker written); raise what
+        its writing raised. Called before the next save, a preemption's exit and final.pt;
+        every rank calls it."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()  # set by _complete on the writer thread, after the marker
+            if self.world > 1:
+                dist.barrier()
+        self._raise()
+
+    def _raise(self) -> None:
+        with self._lock:
+            e, self._error = self._error, None
+        if e is not None:
+            raise RuntimeError(f"checkpoint write failed: {type(e).__name__}: {e}") from e
+
+    def export(self, path: Path, state: TrainState) -> Path:
+        """A weights-only single file at `path` (config, tokenizer, run identity, the training
+        state without optimizer): gathered on rank 0, a collective under FSDP."""
+        model = state.model
+        assert model is not None
+        weights = par.full_weights(model, state.mode)
+        if self.main:
+            save_weights(path, model, tokenizer=self.tokenizer, extra=state.meta(),
+                         state_dict=weights, dtype=self.export_dtype)
         if self.world > 1:
             dist.barrier()
         return path
 
-    def keep_for_eval(self, step: int, path: Path) -> None:
-        """eval_step_<N>.pt: a hard link (a copy where links fail) outside the rotation."""
-        if not self.main or step not in self._eval_steps:
+    def keep_for_eval(self, step: int, state: TrainState, src: Path | None = None) -> None:
+        """eval_step_<N>.pt, outside the rotation: a hard link to `src` (a copy where links
+        fail), else a weights-only export of the model as it is now. Every rank calls it."""
+        if step not in self._eval_steps:
             return
         dst = self.ckdir / eval_checkpoint_name(step)
+        if src is None:
+            self.export(dst, state)
+            return
+        if not self.main:
+            return
         tmp = dst.with_name(f".{dst.name}.tmp")
         tmp.unlink(missing_ok=True)
         try:
-            os.link(path, tmp)
+            os.link(src, tmp)
         except OSError:
-            shutil.copyfile(path, tmp)
+            shutil.copyfile(src, tmp)
         os.replace(tmp, dst)

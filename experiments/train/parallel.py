@@ -8,7 +8,11 @@
     accumulate(fwd, mode, last)     context: gradient sync only on a step's last micro-batch
     gather_state(model, opt, mode)  -> (model state or None, optimizer state, format); collective
                                     under FSDP: every rank calls it, rank 0 writes the result
-    load_optimizer(model, opt, state, fmt, mode)
+    load_optimizer(model, opt, state, fmt, mode)   (both: the old single-file checkpoints)
+    training_state(model, opt)      {"model", "optim"} for torch.distributed.checkpoint (sharded)
+    load_training_state(model, opt, path)   any world size's DCP directory; every rank calls it
+    full_weights(model, mode)       full weights on CPU for the weights-only export (collective)
+    load_full_weights(model, weights, mode)
     as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
 
 FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
@@ -19,10 +23,12 @@ function gathers its columns) instead of calling the Linear, so a unit of its ow
 unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
 a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
 
-Checkpoints are gathered on rank 0 (`get_model_state_dict(full_state_dict=True)`): the weights
-file is the same as a one-process run's, so eval, export and a resume on any world size read it.
-The optimizer state is stored keyed by parameter name ("fqn" format) under FSDP, by index
-("ids", `Optimizer.state_dict()`) otherwise; either loads under either mode.
+Step checkpoints are sharded with torch.distributed.checkpoint (DCP): each rank writes its own
+shards of the weights and AdamW state (`training_state`), and DCP reshards on load, so a resume
+runs at any world size (`load_training_state`). Only the weights-only export (eval steps and
+final.pt) is gathered on rank 0 (`full_weights`). Old single-file checkpoints stored the
+optimizer state keyed by parameter name ("fqn") under FSDP, by index ("ids") otherwise; either
+still loads under either mode (`gather_state`/`load_optimizer`).
 """
 
 from __future__ import annotations
@@ -173,3 +179,65 @@ def load_optimizer(model: nn.Module, opt: torch.optim.Optimizer, state: dict[str
 
     fqn = state if fmt == "fqn" else _ids_to_fqn(state, names)
     set_optimizer_state_dict(model, opt, fqn, options=StateDictOptions(full_state_dict=True))
+
+
+# ---------------------------------------------------------------- sharded checkpoints (DCP)
+def training_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+    """{"model", "optim"} keyed by parameter name, as torch.distributed.checkpoint saves it:
+    each rank holds only its shards under FSDP (DTensors), the full tensors otherwise (DCP
+    writes a replicated tensor once). Not a collective."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
+
+    if not opt.state:  # before the first step: get_state_dict would run a zero-lr AdamW step
+        return {"model": get_model_state_dict(model)}  # to make a state, moving `step` to 1
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd}
+
+
+def load_training_state(model: nn.Module, opt: torch.optim.Optimizer, path: str,
+                        process_group: Any = None) -> None:
+    """Load a DCP checkpoint directory written at any world size into this process' model and
+    optimizer (DCP reads only the slices this rank holds). Every rank calls it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_model_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    if not any(k.startswith("optim.") for k in saved):  # saved before the first step
+        msd = {"model": get_model_state_dict(model)}
+        dcp.load(msd, checkpoint_id=path, process_group=process_group)
+        set_model_state_dict(model, msd["model"])
+        return
+    sd = training_state(model, opt)
+    if "optim" not in sd:  # this optimizer is fresh: let DCP build its state to load into
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        sd = dict(zip(("model", "optim"), get_state_dict(model, opt), strict=True))
+    dcp.load(sd, checkpoint_id=path, process_group=process_group)
+    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+
+
+def full_weights(model: nn.Module, mode: str) -> dict[str, torch.Tensor]:
+    """The full model weights on CPU (what a weights-only export holds): an all-gather under
+    FSDP, so every rank calls it; the optimizer state is not touched."""
+    if mode != "fsdp":
+        m = getattr(model, "module", model)
+        return {k: v.detach().cpu() for k, v in m.state_dict().items()}
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(
+        model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def load_full_weights(model: nn.Module, weights: dict[str, torch.Tensor], mode: str) -> None:
+    """Load full (unsharded) weights, e.g. an old single-file checkpoint's, into a model that
+    may already be sharded. Every rank calls it with the same `weights`."""
+    if mode != "fsdp":
+        getattr(model, "module", model).load_state_dict(weights)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))

@@ -287,10 +287,8 @@ class Trainer:
         self.mode = par.resolve(str(cfg.train.parallel), n_world, device, p.params["total"])
         torch.manual_seed(cfg.train.seed)
         self.model = build_model(p.model).to(device)
-        # full weights load before any sharding; the rest of the state after the optimizer
+        # weights and state load in Checkpointer.resume, after sharding and the optimizer
         self.found = checkpointer.newest()
-        if self.found is not None:
-            self.model.load_state_dict(self.found[0]["model"])
         if cfg.train.activation_checkpointing:
             par.checkpoint_blocks(self.model)
         if self.mode == "fsdp":
@@ -527,6 +525,8 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
         except TrainingDiverged as e:
             log(str(e), echo=main)
             raise
+        finally:  # an async checkpoint in flight completes before the process group goes
+            checkpointer.wait()
     return rd
 
 

@@ -1,0 +1,304 @@
+"""Sharded, asynchronous checkpoints (issue 26): a save in flight while training goes on writes
+the state of its step, not a later one; a checkpoint counts only with its marker; the
+weights-only export evaluates like the training checkpoint; old single-file checkpoints still
+load and resume; kill -9 under FSDP on 2 processes then a resume on 1 (and the reverse) ends
+where an uninterrupted run does. Expected values are computed here independently (snapshots
+of the live state, direct forward passes), not read back through the code under test."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+from torch.distributed.checkpoint import FileSystemWriter
+
+from experiments.train.checkpointer import Checkpointer, TrainState
+from experiments.train.config import compose
+from experiments.train.plan import plan, run_dir
+from experiments.train.trainer import lr_factor, param_groups
+from model import build_model, load_checkpoint, save_checkpoint
+from model.checkpoint import CheckpointError, save_weights
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["model=1M", "model.vocab_size=512", "model.dim=32", "model.ffn_dim=64",
+        "model.n_layers=2", "model.latent_bits=4", "train.seq_len=32", "train.batch_size=8",
+        "train.tokens=2560", "optim.warmup_steps=2", "logging.ckpt_every=2"]
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def setup(tmp_path: Path, *extra: str, **kw) -> tuple[Checkpointer, TrainState]:
+    cfg = compose([*TINY, f"paths.results={tmp_path}", *extra])
+    p = plan(cfg, 1)
+    torch.manual_seed(0)
+    model = build_model(p.model)
+    opt = torch.optim.AdamW(param_groups(model, 0.1), lr=1e-3)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, p.steps, p.warmup_steps, cfg.optim.min_lr_ratio))
+    ck = Checkpointer(run_dir(cfg), cfg, p, tokenizer={"kind": "test"}, **kw)
+    ck.prepare()
+    return ck, TrainState(cfg, p, ck.rd.name, opt, sched, model)
+
+
+def step_once(state: TrainState, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, 512, (2, 32), generator=g)
+    state.model(x, targets=x, generator=g).loss.backward()
+    state.opt.step()
+    state.sched.step()
+    state.opt.zero_grad(set_to_none=True)
+
+
+def snapshot(state: TrainState) -> tuple[dict, dict]:
+    return (copy.deepcopy(state.model.state_dict()), copy.deepcopy(state.opt.state_dict()))
+
+
+def assert_state_equals(state: TrainState, want: tuple[dict, dict]) -> None:
+    w, o = want
+    got = state.model.state_dict()
+    assert got.keys() == w.keys() and all(torch.equal(got[k], w[k]) for k in w)
+    go = state.opt.state_dict()["state"]
+    assert go.keys() == o["state"].keys()
+    for i in go:
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(torch.as_tensor(go[i][k]), torch.as_tensor(o["state"][i][k])), k
+
+
+class GatedWriter(FileSystemWriter):
+    """A storage whose writes block until `gate` opens: a save held in flight."""
+
+    def __init__(self, path: Path, gate: threading.Event, started: threading.Event) -> None:
+        super().__init__(str(path))
+        self.gate, self.started = gate, started
+
+    def write_data(self, plan, planner):  # noqa: ANN001, ANN201 - torch's signature
+        self.started.set()
+        assert self.gate.wait(60), "the test never released the write"
+        return super().write_data(plan, planner)
+
+
+def test_training_goes_on_while_a_save_is_in_flight_and_the_save_holds_its_step(tmp_path):
+    gate, started = threading.Event(), threading.Event()
+    ck, state = setup(tmp_path, "logging.keep_checkpoints=5",
+                      storage_writer=lambda d: GatedWriter(d, gate, started))
+    step_once(state, 1)
+    want = snapshot(state)
+    marker = ck.maybe_save(2, state, val_done=True)
+    assert marker == ck.ckdir / "step_2.pt"
+    assert started.wait(60)
+    for s in range(3):  # the loop goes on: weights and AdamW moments change under the save
+        step_once(state, 10 + s)
+    assert not marker.exists()  # still in flight: not a checkpoint yet
+    assert ck.newest() is None
+    gate.set()
+    ck.wait()
+    assert marker.exists() and ck.last_good == marker
+
+    # a synchronous save of the same state, for comparison
+    ck_sync, state_sync = setup(tmp_path / "sync", "logging.keep_checkpoints=5",
+                                async_save=False)
+    step_once(state_sync, 1)
+    ck_sync.maybe_save(2, state_sync, val_done=True)
+    assert (ck_sync.ckdir / "step_2.pt").exists()  # complete when maybe_save returns
+
+    for c in (ck, ck_sync):
+        c2, fresh = setup(c.rd.parent.parent, "logging.keep_checkpoints=5")
+        found = c2.newest()
+        assert found is not None and found[1].name == "step_2.pt"
+        c2.resume(found, fresh)
+        assert fresh.step == 2 and fresh.val_done is True and fresh.sched.last_epoch == 1
+        assert_state_equals(fresh, want)  # the step-2 state, not the one trained after it
+
+
+def test_a_failed_write_is_raised_and_leaves_no_checkpoint(tmp_path):
+    class Broken(FileSystemWriter):
+        def write_data(self, plan, planner):  # noqa: ANN001, ANN201
+            raise OSError("disk full")
+
+    ck, state = setup(tmp_path, storage_writer=lambda d: Broken(str(d)))
+    ck.maybe_save(2, state, val_done=False)
+    with pytest.raises(RuntimeError, match="checkpoint write failed"):
+        ck.wait()
+    assert not (ck.ckdir / "step_2.pt").exists() and ck.newest() is None
+
+
+def test_shards_without_their_marker_do_not_count_and_are_cleared(tmp_path):
+    ck, state = setup(tmp_path, "logging.keep_checkpoints=5")
+    ck.maybe_save(2, state, val_done=False, force=True)
+    step_once(state)
+    ck.maybe_save(4, state, val_done=False, force=True)
+    (ck.ckdir / "step_4.pt").unlink()  # a kill -9 before the marker: shards only
+    logged: list[str] = []
+    ck2, fresh = setup(tmp_path, "logging.keep_checkpoints=5",
+                       log=lambda m, echo=True: logged.append(m))
+    found = ck2.newest()
+    assert found is not None and found[1].name == "step_2.pt"
+    ck2.resume(found, fresh)
+    assert not (ck.ckdir / "step_4.dcp").exists() and (ck.ckdir / "step_2.dcp").is_dir()
+    # and a marker whose shards are gone is skipped with a line
+    ck2.maybe_save(4, fresh, val_done=False, force=True)
+    import shutil
+
+    shutil.rmtree(ck.ckdir / "step_4.dcp")
+    assert ck2.newest()[1].name == "step_2.pt"  # type: ignore[index]
+    assert any("step_4.pt" in m and "shards" in m for m in logged)
+    with pytest.raises(CheckpointError, match="shard directory"):
+        load_checkpoint(ck.ckdir / "step_4.pt")
+
+
+def test_an_old_single_file_checkpoint_still_resumes_and_evaluates(tmp_path):
+    ck, state = setup(tmp_path, "logging.keep_checkpoints=5")
+    step_once(state)
+    state.step = 3
+    want = snapshot(state)
+    # the pre-issue-26 format: weights + optimizer state in one file
+    save_checkpoint(ck.ckdir / "step_3.pt", state.model, tokenizer={"kind": "test"},
+                    extra=state.state_dict())
+    ck2, fresh = setup(tmp_path, "logging.keep_checkpoints=5")
+    ck2.resume(ck2.newest(), fresh)
+    assert fresh.step == 3
+    assert_state_equals(fresh, want)
+    loaded = load_checkpoint(ck.ckdir / "step_3.pt")
+    assert all(torch.equal(v, want[0][k]) for k, v in loaded.model.state_dict().items())
+
+
+def test_export_holds_weights_only_and_bf16_halves_it(tmp_path):
+    ck, state = setup(tmp_path)
+    step_once(state)
+    full = save_weights(tmp_path / "a.pt", state.model, extra={"step": 1})
+    half = save_weights(tmp_path / "b.pt", state.model, extra={"step": 1},
+                        dtype=torch.bfloat16)
+    raw = torch.load(half, weights_only=True)
+    assert {v.dtype for v in raw["model"].values()} == {torch.bfloat16}
+    assert "optimizer" not in raw["extra"] and raw["extra"]["weights_only"] is True
+    assert half.stat().st_size < 0.6 * full.stat().st_size  # tied weights stay stored once
+    tied = [k for k in raw["model"] if k.endswith("emb.weight") or k == "readout.weight"]
+    if state.model.cfg.tie_embeddings and len(tied) == 2:
+        a, b = (raw["model"][k] for k in tied)
+        assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    got = load_checkpoint(half).model.state_dict()  # cast back to the model's fp32
+    want = state.model.state_dict()
+    assert all(torch.equal(got[k], want[k].to(torch.bfloat16).float()) for k in want)
+
+
+# ------------------------------------------------------------ evaluation of the export
+def test_evaluating_the_export_equals_evaluating_the_training_checkpoint(
+        tmp_path, toy_checkpoint):
+    pytest.importorskip("lm_eval")
+    from experiments.eval.lm_adapter import FTBenchLM
+
+    src = toy_checkpoint(tmp_path / "toy.pt", free=True)  # a real tokenizer reference
+    toy = load_checkpoint(src)
+    ck, state = setup(tmp_path / "run")
+    # the run's model: the toy's architecture and tokenizer, its weights trained a little
+    cfg_model = toy.model
+    state.model = cfg_model
+    state.opt = torch.optim.AdamW(param_groups(cfg_model, 0.1), lr=1e-2)
+    state.sched = torch.optim.lr_scheduler.LambdaLR(state.opt, lambda s: 1.0)
+    ck.tokenizer = toy.tokenizer
+    v = cfg_model.cfg.vocab_size
+    for s in range(2):
+        g = torch.Generator().manual_seed(s)
+        x = torch.randint(0, v, (2, 16), generator=g)
+        cfg_model(x, targets=x, generator=g).loss.backward()
+        state.opt.step()
+        state.opt.zero_grad(set_to_none=True)
+    ck.maybe_save(2, state, val_done=False, force=True)  # sharded, with the optimizer
+    exported = ck.export(ck.ckdir / "export.pt", state)  # weights only
+    assert "optimizer" not in torch.load(exported, weights_only=True)["extra"]
+
+    pairs = [("Question: What is 2 + 3?\nAnswer:", " 5"), ("y = sel", "f.x"),
+             ("x", " = [i for i in range(10)]")]
+    scores = [FTBenchLM(checkpoint=str(p), progress=False, seed=0).loglikelihood_pairs(pairs)
+              for p in (ck.ckdir / "step_2.pt", exported)]
+    assert scores[0] == scores[1]
+    # and both equal the live model's scores (independent of any file)
+    live = FTBenchLM(model=cfg_model, tokenizer=toy.tokenizer, progress=False, seed=0)
+    assert live.loglikelihood_pairs(pairs) == scores[0]
+
+
+# ------------------------------------------------------------ kill -9 across world sizes
+BASE = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
+        "model.latent_bits=4", "train.batch_size=8", "train.micro_batch_size=2",
+        "data.val_tokens=260", "logging.progress=false", "logging.log_every=1",
+        "optim.warmup_steps=1", f"train.tokens={9 * 8 * 65}", "logging.ckpt_every=3",
+        "logging.val_every=6", "logging.keep_checkpoints=50", "train.parallel=fsdp"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _cmd(n: int, args: list[str]) -> list[str]:
+    if n == 1:
+        return [sys.executable, "-m", "experiments.train", *args]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+            str(n), "-m", "experiments.train", *args]
+
+
+def _kill9_after_step3(n: int, args: list[str], ck: Path) -> None:
+    p = subprocess.Popen(_cmd(n, args), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while not (ck / "step_3.pt").exists():
+        assert p.poll() is None and time.time() - t0 < 240, "no checkpoint at step 3"
+        time.sleep(0.02)
+    procs = psutil.Process(p.pid).children(recursive=True)
+    for c in procs:
+        c.send_signal(signal.SIGKILL)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    psutil.wait_procs(procs, timeout=30)
+    assert not (ck / "final.pt").exists()
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    return torch.load(path, weights_only=True)["model"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("before,after", [(2, 1), (1, 2)], ids=["fsdp2-to-1", "1-to-fsdp2"])
+def test_kill9_then_resume_at_another_world_size_equals_an_uninterrupted_run(
+        tmp_path, before, after):
+    """The global batch is the same at every world size, so the runs are the same run up to
+    float summation order (1e-5, as tests/test_fsdp.py holds FSDP against one process)."""
+    ref = subprocess.run(_cmd(1, [*BASE, f"paths.results={tmp_path / 'ref'}"]), cwd=ROOT,
+                         env=_env(), capture_output=True, text=True, timeout=300)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    args = [*BASE, f"paths.results={tmp_path / 'cut'}"]
+    run = run_dir(compose(args))
+    ck = run / "checkpoints"
+    _kill9_after_step3(before, args, ck)
+    res = subprocess.run(_cmd(after, args), cwd=ROOT, env=_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "resumed from step_" in (run / "train.log").read_text()
+    a = _weights(tmp_path / "ref" / "runs" / run.name / "checkpoints" / "final.pt")
+    b = _weights(ck / "final.pt")
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
+    # each rank of the 2-process run wrote its own shard file
+    if before == 2:
+        assert len(list((ck / "step_3.dcp").glob("*.distcp"))) == 2
+
+
+def test_a_checkpoint_before_the_first_step_leaves_the_optimizer_untouched(tmp_path):
+    """DCP's get_state_dict makes an empty AdamW state by a zero-lr step (its `step` becomes
+    1); a preemption's step-0 checkpoint must neither do that nor resume into it."""
+    ck, state = setup(tmp_path)
+    ck.maybe_save(0, state, val_done=True, force=True)
+    assert not state.opt.state  # untouched: the first real step is still AdamW's step 1
+    ck2, fresh = setup(tmp_path)
+    ck2.resume(ck2.newest(), fresh)
+    assert fresh.step == 0 and not fresh.opt.state
+    want = state.model.state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in fresh.model.state_dict().items())
