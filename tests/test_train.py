@@ -261,7 +261,7 @@ def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
 def test_ddp_two_gloo_processes_equal_one_process(tmp_path):
     """Same config (global batch 8, micro-batch 2): 1 process x 4 accumulation steps vs
     2 processes (gloo) x 2 accumulation steps (no_sync on the first). The Free Transformer's
-    Z draws are per micro-batch, so they match too."""
+    Z draws are keyed per sequence, so they match too."""
     args = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128",
             "model.n_layers=2", "model.latent_bits=4", "train.batch_size=8",
             "train.micro_batch_size=2", f"train.tokens={3 * 8 * 65}", "data.val_tokens=260",

@@ -9,23 +9,34 @@ without importing this module.
     train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
     Trainer(cfg, plan, corpus, checkpointer, device, rank, world, stop, log).train()
     Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
-    TrainingDiverged(RuntimeError)                   # NaN/Inf loss; the last good checkpoint stays
+    TrainingDiverged(RuntimeError)                   # K NaN/Inf steps in a row: exit 1
     evaluate(model, corpus, ...), lr_factor(...), param_groups(model, wd)
 
 CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
-Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged (NaN/Inf),
-75 preempted by SIGTERM/SIGUSR1/SIGINT after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
+Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged
+(train.max_nonfinite_steps non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT
+after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
 
 Run directory <paths.results>/runs/<run-id>/ (paths.results = $FTBENCH_RESULTS or results/):
-config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt.
+config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt,
+tb/ (TensorBoard event files, always; W&B or trackio beside them with logging.tracker).
 A run with final.pt is finished: train() returns at once unless train.force=true.
 
 Determinism: the initialisation, the data order and the latent samples are functions of
-train.seed (each micro-batch draws its Z from a generator seeded by (seed, step, micro-batch)),
-so a resumed run, and a DDP or FSDP run with the same global batch, reproduce an uninterrupted
-single-process run. Several processes: `torchrun --nproc_per_node N -m experiments.train ...`
-(gloo on CPU, nccl on GPUs) with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
+train.seed. Each sequence draws its Z from a counter-based hash of (seed, step, its index in
+the global batch) on the model's device (model.free_transformer.SequenceKeys), so a resumed
+run, any micro-batch size and a DDP or FSDP run on any world size reproduce an uninterrupted
+single-process run (micro-batch, world size and activation checkpointing are not in the
+run-id). Several processes: `torchrun --nproc_per_node N -m experiments.train ...` (gloo on CPU;
+"cpu:gloo,cuda:nccl" on GPUs, so a collective on a CPU tensor has a backend too) with
+train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
+
+Host syncs: none per step. Losses, the per-bit KL and the gradient norm stay on the device and
+are read on logging steps; a non-finite loss or gradient norm skips its step through the fused
+AdamW's `found_inf` (no update, moments and step count untouched) and is recorded
+(`nonfinite_steps`: [step, [micro-batch indices]] on the next train line) when the flags are
+read on logging and validation steps.
 
 Resume never repeats finished work: a validation due at a checkpoint's step runs before that
 checkpoint is written, and the checkpoint records it (`val_done`), so a job preempted again and
@@ -75,7 +86,7 @@ VERSIONED = ("torch", "numpy", "tokenizers", "datasets", "hydra-core", "omegacon
 
 
 class TrainingDiverged(RuntimeError):
-    """A non-finite loss or gradient; the message names the step and the last good checkpoint."""
+    """K non-finite steps in a row; the message names the steps and the last good checkpoint."""
 
 
 class Preempted(SystemExit):
@@ -398,6 +409,8 @@ class Trainer:
                 if ran_val:
                     self.validate(step)
                     sig = self.pending_signal()  # one that arrived during the validation
+                if sig is not None:
+                    self.check_nonfinite()  # skipped steps reach train.log before the exit
                 with self.window.paused():  # a preemption writes one whatever the step
                     ckpt.maybe_save(step, self.state, val_done=ran_val, force=sig is not None)
                 if sig is not None:
