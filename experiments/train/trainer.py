@@ -520,8 +520,6 @@ class Trainer:
                 with self.autocast():
                     out = fwd(x, targets=y, generator=keys)
                     full = out.loss
-                    if NONFINITE_HOOK is not None and NONFINITE_HOOK(step, j):
-                        full = full * float("nan")  # a test's poisoned batch
                     loss = full / accum
                 loss.backward()
             sums += torch.stack([out.ce.detach(), out.kl.detach(), full.detach()]).double()
@@ -626,11 +624,6 @@ class Trainer:
             sc["memory/peak_rss_bytes"] = float(
                 resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
         self.tracker.log(sc, step)
-
-
-NONFINITE_HOOK: Any = None
-"""Tests only: a callable (step, micro-batch index) -> bool; True poisons that micro-batch's
-loss with NaN (the loop must skip the step, record it, and stop after K in a row)."""
 
 
 class _Tracker:
