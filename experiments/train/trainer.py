@@ -432,6 +432,10 @@ class Trainer:
             fwd = par.ddp(fwd, self.device)
         if self.cfg.train.compile and self.mode != "fsdp":  # inductor: CUDA, or C++ on the CPU
             fwd = torch.compile(fwd)  # type: ignore[assignment]
+        if self.cfg.train.compile:
+            self.log("compile: " + {"ddp": "the DDP-wrapped model (all-reduces overlap the "
+                                           "backward)", "fsdp": "each block, before sharding",
+                                    "none": "the model"}[self.mode], echo=False)
         return fwd
 
     def progress_bar(self, stack: ExitStack) -> Any:
