@@ -43,13 +43,17 @@ def _f32(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def kl_to_uniform(bit_logits: torch.Tensor) -> torch.Tensor:
-    """(..., H) bit logits -> (...) KL(q || uniform over 2^H codes) in nats."""
+def kl_per_bit(bit_logits: torch.Tensor) -> torch.Tensor:
+    """(..., H) bit logits -> (..., H) KL(Bernoulli(sigmoid(o_h)) || Bernoulli(1/2)) in nats."""
     o = _f32(bit_logits)
     p = torch.sigmoid(o)
     # -H_b(p) = p log p + (1-p) log(1-p), with stable log-sigmoids
-    neg_entropy = p * F.logsigmoid(o) + (1.0 - p) * F.logsigmoid(-o)
-    return (LN2 + neg_entropy).sum(-1)
+    return LN2 + p * F.logsigmoid(o) + (1.0 - p) * F.logsigmoid(-o)
+
+
+def kl_to_uniform(bit_logits: torch.Tensor) -> torch.Tensor:
+    """(..., H) bit logits -> (...) KL(q || uniform over 2^H codes) in nats."""
+    return kl_per_bit(bit_logits).sum(-1)
 
 
 def free_bits_penalty(kl: torch.Tensor, kappa_bits: float) -> torch.Tensor:
@@ -57,14 +61,69 @@ def free_bits_penalty(kl: torch.Tensor, kappa_bits: float) -> torch.Tensor:
     return (kl - kappa_bits * LN2).clamp(min=0.0).mean()
 
 
-def _rand(shape: tuple[int, ...], generator: torch.Generator | None,
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (lowbias32-style) on int64 tensors holding values < 2^32. The
+    multipliers are < 2^31, so no product overflows int64: the same bits on every device."""
+    x = x & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x2C1B3C6D) & _M32
+    return x ^ (x >> 16)
+
+
+def _mix_int(x: int) -> int:
+    return int(_mix32(torch.tensor(x & _M32, dtype=torch.int64)))
+
+
+class SequenceKeys:
+    """Counter-based latent draws keyed per sequence, a drop-in for `generator=` in training.
+
+    Row b of a batch draws element c of its (T, H) block (c = t * H + h) as
+    hash(key_b, c): a sequence's Z depends only on its key, so it is the same whatever
+    micro-batch, process or world size the sequence lands in, and it is computed on the model's
+    device with no host round-trip. `for_batch(seed, step, first, n, device)` keys the global
+    batch's sequences first..first+n-1 of optimizer step `step`."""
+
+    def __init__(self, keys: torch.Tensor) -> None:
+        self.keys = keys  # (B,) int64 in [0, 2^32)
+
+    @classmethod
+    def for_batch(cls, seed: int, step: int, first: int, n: int,
+                  device: torch.device) -> SequenceKeys:
+        base = _mix_int(_mix_int(_mix_int(seed) ^ (seed >> 32)) ^ step) ^ _mix_int(step >> 32)
+        i = torch.arange(first, first + n, dtype=torch.int64, device=device)
+        return cls(_mix32(_mix32(i & _M32 ^ base) ^ (i >> 32)))
+
+    def bits32(self, shape: tuple[int, ...], device: torch.device,
+               stream: int = 0) -> torch.Tensor:
+        """(B, ...) int64 hashes in [0, 2^32); `stream` separates independent uses."""
+        B = shape[0]
+        if self.keys.shape != (B,):
+            raise ValueError(f"SequenceKeys hold {tuple(self.keys.shape)} keys for a batch of {B}")
+        n = math.prod(shape[1:])
+        c = torch.arange(n, dtype=torch.int64, device=device) * 2 + stream
+        k = self.keys.to(device)[:, None]
+        return _mix32(_mix32(c[None, :] ^ k) + k).reshape(shape)
+
+    def rand(self, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
+        """Uniforms in [0, 1) with 24 bits, float32."""
+        return (self.bits32(shape, device) >> 8).float() * (1.0 / (1 << 24))
+
+
+def _rand(shape: tuple[int, ...], generator: torch.Generator | SequenceKeys | None,
           device: torch.device) -> torch.Tensor:
+    if isinstance(generator, SequenceKeys):
+        return generator.rand(shape, device)
     gdev = generator.device if generator is not None else device
     return torch.rand(shape, generator=generator, device=gdev).to(device)
 
 
 def sample_codes(bit_logits: torch.Tensor,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+                 generator: torch.Generator | SequenceKeys | None = None) -> torch.Tensor:
     """Sample H independent bits with P(B_h = 1) = sigmoid(o_h); code = sum_h 2^h bit_h."""
     H = bit_logits.shape[-1]
     u = _rand(tuple(bit_logits.shape), generator, bit_logits.device)
@@ -73,9 +132,14 @@ def sample_codes(bit_logits: torch.Tensor,
     return (bits * weights).sum(-1)
 
 
-def uniform_codes(shape: tuple[int, ...], n_bits: int, generator: torch.Generator | None,
+def uniform_codes(shape: tuple[int, ...], n_bits: int,
+                  generator: torch.Generator | SequenceKeys | None,
                   device: torch.device) -> torch.Tensor:
     """Codes from the uniform prior, one per position."""
+    if isinstance(generator, SequenceKeys):
+        if n_bits > 32:
+            raise ValueError("SequenceKeys draw codes of at most 32 bits")
+        return generator.bits32(shape, device, stream=1) & ((1 << n_bits) - 1)
     gdev = generator.device if generator is not None else device
     return torch.randint(0, 1 << n_bits, shape, generator=generator, device=gdev).to(device)
 
@@ -199,6 +263,7 @@ class FreeTransformer(Transformer):
         self.enc_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.enc_readout = nn.Linear(cfg.dim, cfg.latent_bits, bias=False)
         self.post_sampler = nn.Linear(cfg.n_codes, cfg.dim, bias=False)  # weight (D, 2^H)
+        self.bit_kl: torch.Tensor | None = None  # (H,) mean KL per bit of the last posterior pass
         self._init_latent_modules()
 
     def reset_parameters(self) -> None:
@@ -284,7 +349,10 @@ class FreeTransformer(Transformer):
                                     codes)
                 r = F.embedding(codes, w.t())
             else:
-                ctx.kl_tokens = kl_to_uniform(bit_logits)
+                per_bit = kl_per_bit(bit_logits)
+                ctx.kl_tokens = per_bit.sum(-1)
+                # the mean KL of each bit, for the trainer's tracking (read on logging steps)
+                self.bit_kl = per_bit.detach().reshape(-1, H).mean(0)
                 r = latent_embedding(bit_logits, w, codes, self.cfg.mapper_chunk_bytes,
                                      self.cfg.mapper_bf16)
         else:

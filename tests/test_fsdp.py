@@ -60,7 +60,7 @@ def rows(run: Path, kind: str) -> list[dict]:
                          ids=["baseline", "free", "free-activation-checkpointing"])
 def test_fsdp_two_gloo_processes_equal_one_process(tmp_path, latent_bits, ac):
     """Global batch 8 = 1 process x 4 micro-batches = 2 FSDP ranks x 2 micro-batches (gradient
-    sync on the last only). The FT's Z draws are per micro-batch, so they match too."""
+    sync on the last only). The FT draws Z per sequence (tests/test_train_loop.py: any layout)."""
     args = [*BASE, f"model.latent_bits={latent_bits}", f"train.tokens={3 * 8 * 65}"]
     one = compose([*args, f"paths.results={tmp_path / 'one'}"])
     r1 = T.train(one)

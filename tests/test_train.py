@@ -194,8 +194,8 @@ def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cach
     assert log.count("argv:") == 3 and "resumed from step_" in log
 
 
-def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
-        tmp_path, cache, monkeypatch, capsys):
+def _poison_forwards(monkeypatch, bad: set[int]) -> None:
+    """The n-th training forward (1-based) in `bad` returns a NaN loss."""
     real_build = T.build_model
 
     def poisoned(mc):
@@ -206,7 +206,7 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
             out = fwd(*a, **k)
             if m.training:
                 calls["n"] += 1
-                if calls["n"] == 5:  # the 5th training step
+                if calls["n"] in bad:
                     out.loss = out.loss * float("nan")
             return out
 
@@ -214,22 +214,69 @@ def test_nan_loss_stops_naming_the_step_and_keeps_the_last_good_checkpoint(
         return m
 
     monkeypatch.setattr(T, "build_model", poisoned)
-    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=2")
+
+
+def _dcp_state(marker: Path, tmp: Path) -> dict:
+    """A sharded step checkpoint's full state ({"model", "optim"}), through DCP's own converter."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    out = tmp / f"{marker.stem}.full.pt"
+    dcp_to_torch_save(marker.with_suffix(".dcp"), out)
+    return torch.load(out, weights_only=False)
+
+
+def test_k_nan_losses_in_a_row_stop_naming_the_steps_and_keep_the_last_good_checkpoint(
+        tmp_path, cache, monkeypatch, capsys):
+    """Issue 26: a non-finite step is skipped (no update) and recorded; train.
+    max_nonfinite_steps (3) in a row stop the run with exit 1 (divergence) and one line.
+    Was: the first NaN stopped the run."""
+    _poison_forwards(monkeypatch, {5, 6, 7})
+    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=2",
+              "logging.keep_checkpoints=50")
     assert T.main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: non-finite loss (nan) at step 5;")
-    assert err[-1].endswith("step_4.pt")
+    assert err[-1].startswith("error: 3 non-finite steps in a row (steps 5-7, all skipped")
+    assert err[-1].endswith("step_6.pt")
     run = run_dir(compose(args))
-    assert sorted(x.name for x in (run / "checkpoints").iterdir()) == [
-        "step_2.dcp", "step_2.pt", "step_4.dcp", "step_4.pt"]  # markers + their shards
-    assert max(r["step"] for r in _train_lines(run)) == 4
+    ck = run / "checkpoints"
+    assert sorted(x.name for x in ck.iterdir()) == [
+        "step_2.dcp", "step_2.pt", "step_4.dcp", "step_4.pt", "step_6.dcp", "step_6.pt"]
+    # steps 5 and 6 made no update: step_6's weights and AdamW moments are step_4's
+    a, b = _dcp_state(ck / "step_4.pt", tmp_path), _dcp_state(ck / "step_6.pt", tmp_path)
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    sa, sb = a["optim"]["state"], b["optim"]["state"]
+    assert sa and all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"])
+                      and float(sa[i]["step"]) == float(sb[i]["step"]) == 4 for i in sa)
+    lines = _train_lines(run)
+    assert [r["step"] for r in lines] == [1, 2, 3, 4, 5, 6, 7]
+    assert [r["loss"] for r in lines[4:]] == [None, None, None]  # missing, never 0 or NaN
+    assert [r.get("nonfinite_steps") for r in lines[4:]] == [[[5, [0]]], [[6, [0]]],
+                                                             [[7, [0]]]]
+
+
+def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
+    """Two NaN steps apart: both skipped and recorded, the run finishes (exit 0)."""
+    _poison_forwards(monkeypatch, {3, 5})
+    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=1",
+              "logging.keep_checkpoints=50", "logging.log_every=2")
+    assert T.main(args) == 0
+    run = run_dir(compose(args))
+    lines = _train_lines(run)
+    rec = [(r["step"], r.get("nonfinite_steps"), r.get("skipped_steps")) for r in lines]
+    assert rec[:3] == [(2, None, None), (4, [[3, [0]]], 1), (6, [[5, [0]]], 2)]
+    ck = run / "checkpoints"
+    for s in (3, 5):
+        a, b, c = (_dcp_state(ck / f"step_{t}.pt", tmp_path)["model"] for t in (s - 1, s, s + 1))
+        assert all(torch.equal(a[k], b[k]) for k in a)  # skipped
+        assert not all(torch.equal(b[k], c[k]) for k in a)  # the next step trains
+    assert (ck / "final.pt").exists()
 
 
 # ---------------------------------------------------------------- DDP
 def test_ddp_two_gloo_processes_equal_one_process(tmp_path):
     """Same config (global batch 8, micro-batch 2): 1 process x 4 accumulation steps vs
     2 processes (gloo) x 2 accumulation steps (no_sync on the first). The Free Transformer's
-    Z draws are per micro-batch, so they match too."""
+    Z draws are keyed per sequence, so they match too."""
     args = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128",
             "model.n_layers=2", "model.latent_bits=4", "train.batch_size=8",
             "train.micro_batch_size=2", f"train.tokens={3 * 8 * 65}", "data.val_tokens=260",

@@ -81,7 +81,8 @@ PARALLEL = tuple(Parallel)
 # not part of the run-id
 NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
                            "activation_checkpointing", "gpu_memory_gb", "gpu_peak_tflops", "mfu",
-                           "cpu_tokens_per_s", "plan_world_size")
+                           "cpu_tokens_per_s", "plan_world_size", "max_nonfinite_steps")
+TRACKERS = ("none", "wandb", "trackio")
 AMOUNT_KEYS = ("train.tokens", "train.flops")
 """Keys that take a count with a suffix: 20k, 2M, 1.5G/1.5B, 1e6 (as sweeps' TOKENS does)."""
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12, "p": 10**15}
@@ -297,6 +298,10 @@ class LoopConfig:
     cpu_tokens_per_s: float | None = None
     """Dry run on CPU: a stated training throughput for this machine; None = measure a few
     steps of this model (models up to 100M parameters)."""
+    max_nonfinite_steps: int = 3
+    """A step whose loss or gradient norm is NaN/Inf is skipped (no update) and recorded in
+    metrics.jsonl; this many in a row stop the run (exit 1, divergence). Read on logging and
+    validation steps, so the stop lands at the first of those after the K-th."""
     force: bool = False
     """Retrain a finished run from scratch."""
     dry_run: bool = False
@@ -313,6 +318,7 @@ class LoopConfig:
         _choice(self, "parallel", PARALLEL)
         _positive(self, "gpu_memory_gb", "gpu_peak_tflops")
         _positive(self, "cpu_tokens_per_s", "plan_world_size", allow_none=True)
+        _positive(self, "max_nonfinite_steps")
         if not 0.0 < self.mfu <= 1.0:
             raise ValueError(f"train.mfu={self.mfu!r}: must be in (0, 1]")
         if self.tokens is None and self.flops is None:
@@ -339,10 +345,22 @@ class LoggingConfig:
     evaluate each; 0 = none."""
     progress: bool = True
     """tqdm progress bar with tokens/s and ETA."""
+    tracker: str = "none"
+    """none | wandb | trackio: also log the scalars there (optional packages). TensorBoard
+    event files are always written under <run>/tb/ (offline)."""
+    tracker_project: str = "freetransformer-bench"
+    """The W&B / trackio project."""
+    peak_tflops: float | None = None
+    """One device's peak TFLOP/s for the MFU scalar; None = known GPUs' dense bf16 peak (H100:
+    989), else no MFU (never 0)."""
 
     def __post_init__(self) -> None:
         _positive(self, "log_every", "ckpt_every", "val_batch_size", "keep_checkpoints")
         _positive(self, "val_every", "keep_eval_checkpoints", allow_zero=True)
+        _positive(self, "peak_tflops", allow_none=True)
+        if self.tracker not in TRACKERS:
+            raise ValueError(f"logging.tracker={self.tracker!r}: allowed values "
+                             f"{list(TRACKERS)}")
 
 
 @dataclass

@@ -14,6 +14,12 @@
     full_weights(model, mode)       full weights on CPU for the weights-only export (collective)
     load_full_weights(model, weights, mode)
     as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
+    as_tensor(x)                    the same as a plain tensor on its device (no host sync)
+    compile_units(model)            torch.compile each block in place (FSDP: before sharding)
+
+Compile order (train.compile): DDP wraps first and torch.compile wraps the DDP module, so the
+compiled graph is split at DDP's buckets and gradient all-reduces overlap the backward; under
+FSDP each block is compiled before `shard` and FSDP2's hooks stay outside the graphs.
 
 FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
 Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
@@ -115,6 +121,18 @@ def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
         yield
     else:
         yield
+
+
+def compile_units(model: nn.Module) -> None:
+    """torch.compile each sharding unit in place (`Module.compile`: names unchanged)."""
+    for m in _units(model):
+        m.compile()
+
+
+def as_tensor(x: torch.Tensor) -> torch.Tensor:
+    """A gradient norm (maybe a DTensor) as a plain tensor on its device, no host sync."""
+    full = getattr(x, "full_tensor", None)
+    return full() if callable(full) else x
 
 
 def as_float(x: torch.Tensor) -> float:

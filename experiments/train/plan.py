@@ -42,6 +42,9 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
     d = {k: plain(asdict(getattr(cfg, k))) for k in ("model", "data", "optim", "train")}
     for k in NON_SEMANTIC_TRAIN_KEYS:
         d["train"].pop(k, None)
+    # the micro-batch is a memory layout (latent draws are keyed per sequence): every value
+    # hashes as the default's null, so default run-ids stay as they were
+    d["train"]["micro_batch_size"] = None
     if d["train"].get("match_n_layers") is None:  # added later: old run-ids stay valid
         d["train"].pop("match_n_layers", None)
     d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run

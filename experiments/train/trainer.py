@@ -9,23 +9,34 @@ without importing this module.
     train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
     Trainer(cfg, plan, corpus, checkpointer, device, rank, world, stop, log).train()
     Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
-    TrainingDiverged(RuntimeError)                   # NaN/Inf loss; the last good checkpoint stays
+    TrainingDiverged(RuntimeError)                   # K NaN/Inf steps in a row: exit 1
     evaluate(model, corpus, ...), lr_factor(...), param_groups(model, wd)
 
 CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
-Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged (NaN/Inf),
-75 preempted by SIGTERM/SIGUSR1/SIGINT after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
+Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged
+(train.max_nonfinite_steps non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT
+after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
 
 Run directory <paths.results>/runs/<run-id>/ (paths.results = $FTBENCH_RESULTS or results/):
-config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt.
+config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt,
+tb/ (TensorBoard event files, always; W&B or trackio beside them with logging.tracker).
 A run with final.pt is finished: train() returns at once unless train.force=true.
 
 Determinism: the initialisation, the data order and the latent samples are functions of
-train.seed (each micro-batch draws its Z from a generator seeded by (seed, step, micro-batch)),
-so a resumed run, and a DDP or FSDP run with the same global batch, reproduce an uninterrupted
-single-process run. Several processes: `torchrun --nproc_per_node N -m experiments.train ...`
-(gloo on CPU, nccl on GPUs) with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
+train.seed. Each sequence draws its Z from a counter-based hash of (seed, step, its index in
+the global batch) on the model's device (model.free_transformer.SequenceKeys), so a resumed
+run, any micro-batch size and a DDP or FSDP run on any world size reproduce an uninterrupted
+single-process run (micro-batch, world size and activation checkpointing are not in the
+run-id). Several processes: `torchrun --nproc_per_node N -m experiments.train ...` (gloo on CPU;
+"cpu:gloo,cuda:nccl" on GPUs, so a collective on a CPU tensor has a backend too) with
+train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
+
+Host syncs: none per step. Losses, the per-bit KL and the gradient norm stay on the device and
+are read on logging steps; a non-finite loss or gradient norm skips its step through the fused
+AdamW's `found_inf` (no update, moments and step count untouched) and is recorded
+(`nonfinite_steps`: [step, [micro-batch indices]] on the next train line) when the flags are
+read on logging and validation steps.
 
 Resume never repeats finished work: a validation due at a checkpoint's step runs before that
 checkpoint is written, and the checkpoint records it (`val_done`), so a job preempted again and
@@ -59,6 +70,7 @@ from common.paths import final_checkpoint
 from common.provenance import git_state, versions
 from common.text import one_line
 from model import build_model
+from model.free_transformer import SequenceKeys
 
 from . import parallel as par
 from .checkpointer import Checkpointer, TrainState, finished
@@ -74,7 +86,7 @@ VERSIONED = ("torch", "numpy", "tokenizers", "datasets", "hydra-core", "omegacon
 
 
 class TrainingDiverged(RuntimeError):
-    """A non-finite loss or gradient; the message names the step and the last good checkpoint."""
+    """K non-finite steps in a row; the message names the steps and the last good checkpoint."""
 
 
 class Preempted(SystemExit):
@@ -86,9 +98,32 @@ class Preempted(SystemExit):
         self.checkpoint = checkpoint
 
 
-def _z_generator(seed: int, step: int, micro: int) -> torch.Generator:
-    """Latent samples of micro-batch `micro` of step `step`: independent of process layout."""
-    return torch.Generator().manual_seed((seed * 1_000_003 + step) * 4099 + micro)
+def _z_keys(seed: int, step: int, first: int, n: int, device: torch.device) -> SequenceKeys:
+    """Latent draws of the global batch's sequences first..first+n-1 at step `step`: keyed by
+    (seed, step, sequence), so independent of micro-batch size, world size and parallelism."""
+    return SequenceKeys.for_batch(seed, step, first, n, device)
+
+
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
+"""Dense bf16 peak TFLOP/s per GPU by name fragment: the MFU denominator when
+logging.peak_tflops is unset (unknown device: no MFU, never 0)."""
+
+
+def peak_flops(device: torch.device, configured: float | None) -> float | None:
+    """One device's peak FLOP/s: the configured figure, else a known GPU's, else None."""
+    if configured:
+        return configured * 1e12
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        for k, v in PEAK_TFLOPS.items():
+            if k in name:
+                return v * 1e12
+    return None
+
+
+def process_group_backend(device: torch.device) -> str:
+    """A CPU backend beside NCCL on GPUs: a collective on a CPU tensor has a backend too."""
+    return "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
 
 
 def lr_factor(step: int, steps: int, warmup: int, min_ratio: float) -> float:
@@ -238,7 +273,7 @@ def _run_lock(rd: Path) -> Iterator[None]:
 @contextlib.contextmanager
 def _process_group(device: torch.device, n_world: int) -> Iterator[None]:
     if n_world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(process_group_backend(device))
     if device.type == "cuda":
         torch.cuda.set_device(device)
     try:
@@ -292,6 +327,8 @@ class Trainer:
         if cfg.train.activation_checkpointing:
             par.checkpoint_blocks(self.model)
         if self.mode == "fsdp":
+            if cfg.train.compile:  # per block before sharding: FSDP2's hooks stay eager
+                par.compile_units(self.model)
             par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
         log(f"parallel: {self.mode} over {n_world} process(es)"
             + (", activation checkpointing" if cfg.train.activation_checkpointing else ""),
@@ -309,6 +346,13 @@ class Trainer:
             cfg.train.precision == "auto" and device.type == "cuda")
         self.metrics: Any = None
         self.window = _Window()
+        self.tracker: Any = None  # _Tracker on rank 0 (TensorBoard, maybe W&B / trackio)
+        self.peak = peak_flops(device, cfg.logging.peak_tflops)
+        # non-finite steps: (step, per-micro-batch flags, step flag) on the device until read
+        self.pending: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+        self.bad_run: list[int] = []  # the current run of consecutive skipped steps
+        self.nonfinite: list[list[Any]] = []  # [step, [micro-batch indices]] since the last line
+        self.n_skipped = 0
 
     # ---------------------------------------------------------------- the loop
     def train(self) -> None:
@@ -323,6 +367,9 @@ class Trainer:
                 self.metrics = stack.enter_context(open(ckpt.metrics_path, "a",
                                                         encoding="utf-8"))
             bar = self.progress_bar(stack)
+            if self.main:
+                self.tracker = stack.enter_context(contextlib.closing(
+                    _Tracker(ckpt.rd, cfg, self.p)))
             t0 = time.time()
             step = self.state.step
             ran_val = self.state.val_done
@@ -336,15 +383,21 @@ class Trainer:
             self.model.train()
             self.window.restart()
             while step < p.steps:
-                rec = self.train_step(fwd, step)
+                last = self.train_step(fwd, step)  # device tensors: read on logging steps
                 step += 1
-                if step % cfg.logging.log_every == 0 or step == p.steps:
+                log_now = step % cfg.logging.log_every == 0 or step == p.steps
+                stop = (self.check_nonfinite() if log_now or self.val_due(step)
+                        else None)  # K skipped steps in a row: diverged
+                if log_now or stop is not None:
+                    rec = self.read(last)  # the one host sync of these steps
                     tps = self.window.tokens_per_s()
-                    self.emit({"kind": "train", "step": step, "tokens": p.tokens_at(step),
-                               "flops": p.flops_at(step), **rec, "tokens_per_s": tps,
-                               "time": self.window.t - t0})
+                    self.log_train(step, rec, tps, t0)
                     if bar is not None:
-                        bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{tps:,.0f}")
+                        loss = rec["loss"]
+                        bar.set_postfix(loss="nan" if loss is None else f"{loss:.3f}",
+                                        tok_s=f"{tps:,.0f}")
+                if stop is not None:
+                    raise TrainingDiverged(stop)
                 if bar is not None:
                     bar.update(1)
                 sig = self.pending_signal()
@@ -354,6 +407,8 @@ class Trainer:
                 if ran_val:
                     self.validate(step)
                     sig = self.pending_signal()  # one that arrived during the validation
+                if sig is not None:
+                    self.check_nonfinite()  # skipped steps reach train.log before the exit
                 with self.window.paused():  # a preemption writes one whatever the step
                     ckpt.maybe_save(step, self.state, val_done=ran_val, force=sig is not None)
                 if sig is not None:
@@ -367,12 +422,18 @@ class Trainer:
 
     # ---------------------------------------------------------------- its parts
     def wrap(self) -> torch.nn.Module:
-        """The module the steps call: compiled (train.compile) and/or DDP-wrapped."""
+        """The module the steps call: DDP-wrapped, then compiled (train.compile), so the
+        compiled graph is split at DDP's buckets and gradient all-reduces overlap the backward.
+        Under FSDP the blocks were compiled one by one before sharding (__init__)."""
         fwd: torch.nn.Module = self.model
-        if self.cfg.train.compile:  # inductor: CUDA, or C++ on the CPU
-            fwd = torch.compile(self.model)  # type: ignore[assignment]
         if self.mode == "ddp":
             fwd = par.ddp(fwd, self.device)
+        if self.cfg.train.compile and self.mode != "fsdp":  # inductor: CUDA, or C++ on the CPU
+            fwd = torch.compile(fwd)  # type: ignore[assignment]
+        if self.cfg.train.compile:
+            self.log("compile: " + {"ddp": "the DDP-wrapped model (all-reduces overlap the "
+                                           "backward)", "fsdp": "each block, before sharding",
+                                    "none": "the model"}[self.mode], echo=False)
         return fwd
 
     def progress_bar(self, stack: ExitStack) -> Any:
@@ -412,6 +473,8 @@ class Trainer:
             if self.main:
                 self.emit({"kind": "val", "step": step, "tokens": self.p.tokens_at(step),
                            "flops": self.p.flops_at(step), **r})
+                if self.tracker is not None:
+                    self.tracker.log({f"val/{k}": v for k, v in r.items()}, step)
                 self.log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
                          + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
                             f"{r['val_kl_bits']:.3f} bits)" if self.p.model.is_free else ""),
@@ -425,7 +488,8 @@ class Trainer:
     def pending_signal(self) -> int | None:
         sig = self.stop["sig"]
         if self.world > 1:  # every rank stops at the same step
-            flag = torch.tensor([0 if sig is None else int(sig)])
+            # on the training device: NCCL has no CPU tensors
+            flag = torch.tensor([0 if sig is None else int(sig)], device=self.device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             sig = int(flag) or None
         return sig
@@ -438,46 +502,173 @@ class Trainer:
                  echo=self.main)
         raise Preempted(step, last)
 
-    def train_step(self, fwd: torch.nn.Module, step: int) -> dict[str, float]:
-        """One optimizer step (grad accumulation over micro-batches); the step's means."""
+    def train_step(self, fwd: torch.nn.Module, step: int) -> dict[str, torch.Tensor]:
+        """One optimizer step (grad accumulation over micro-batches); the step's means as
+        device tensors (no host sync). A non-finite loss or gradient norm skips the update:
+        the fused AdamW's `found_inf` leaves weights, moments and its step count untouched."""
         cfg, p = self.cfg, self.p
         mb, accum = p.micro_batch_size, p.grad_accum
-        ce_sum = kl_sum = loss_sum = 0.0
+        dev = self.device
+        sums = torch.zeros(3, dtype=torch.float64, device=dev)  # ce, kl, loss
+        flags = torch.zeros(accum * self.world, device=dev)  # 1: that micro-batch non-finite
+        bit_kl: torch.Tensor | None = None
         for a in range(accum):
             j = a * self.world + self.rank  # this micro-batch's index within the global batch
             x, y = self.corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
-            x, y = x.to(self.device), y.to(self.device)
+            x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+            keys = _z_keys(cfg.train.seed, step, j * mb, mb, dev)
             # DDP/FSDP: reduce gradients only on the last micro-batch of the step
             with par.accumulate(fwd, self.mode, last=a == accum - 1):
                 with self.autocast():
-                    out = fwd(x, targets=y, generator=_z_generator(cfg.train.seed, step, j))
-                    loss = out.loss / accum
+                    out = fwd(x, targets=y, generator=keys)
+                    full = out.loss
+                    loss = full / accum
                 loss.backward()
-            ce_sum += out.ce.detach().item()
-            kl_sum += out.kl.detach().item()
-            loss_sum += out.loss.detach().item()
-        vals = torch.tensor([ce_sum, kl_sum, loss_sum], dtype=torch.float64)
+            sums += torch.stack([out.ce.detach(), out.kl.detach(), full.detach()]).double()
+            flags[j] = (~torch.isfinite(full.detach())).float()
+            bk = getattr(self.model, "bit_kl", None)
+            if bk is not None:
+                bit_kl = bk.double() if bit_kl is None else bit_kl + bk.double()
+        gn = par.as_tensor(torch.nn.utils.clip_grad_norm_(
+            self.model.parameters(),
+            cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf))
+        bad = ((~torch.isfinite(gn)) | (flags.sum() > 0)).float().reshape(())
+        if self.world > 1:  # every rank skips the same steps (a collective, not a host sync)
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+        lr = self.opt.param_groups[0]["lr"]
+        self.opt.found_inf = bad  # type: ignore[attr-defined]  # read by the fused AdamW
+        self.opt.step()
+        self.state.sched.step()  # the schedule follows the step count, skipped or not
+        self.opt.zero_grad(set_to_none=True)
+        self.pending.append((step, flags, bad))
+        self.window.tokens += p.tokens_per_step
+        r = {"sums": sums / accum, "grad_norm": gn.detach().double(),
+             "lr": torch.tensor(lr, dtype=torch.float64)}
+        if bit_kl is not None:
+            r["bit_kl"] = bit_kl / accum
+        return r
+
+    def read(self, t: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """A step's device values as floats (None where non-finite), averaged over ranks."""
+        vals = torch.cat([t["sums"], t.get("bit_kl", t["sums"][:0])])
         if self.world > 1:
             dist.all_reduce(vals)
-        ce, kl, lossv = (vals / (accum * self.world)).tolist()
-        gn = torch.nn.utils.clip_grad_norm_(
-            self.model.parameters(),
-            cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else math.inf)
-        gnv = par.as_float(gn)  # a DTensor under FSDP
-        if not (math.isfinite(lossv) and math.isfinite(gnv)):
-            what = "loss" if not math.isfinite(lossv) else "gradient norm"
-            last = self.checkpointer.last_good
-            raise TrainingDiverged(
-                f"non-finite {what} ({lossv if what == 'loss' else gnv}) at step {step + 1}; "
-                f"stopped without updating; last good checkpoint: "
-                f"{last if last else 'none'}")
-        lr = self.opt.param_groups[0]["lr"]
-        self.opt.step()
-        self.state.sched.step()
-        self.opt.zero_grad(set_to_none=True)
-        self.window.tokens += p.tokens_per_step
-        return {"ce": ce, "kl_nats": kl, "kl_bits": kl / LN2, "loss": lossv, "lr": lr,
-                "grad_norm": gnv}
+            vals = vals / self.world
+        v = vals.tolist()
+        ce, kl, lossv = v[:3]
+        rec: dict[str, Any] = {"ce": ce, "kl_nats": kl, "kl_bits": kl / LN2, "loss": lossv,
+                               "lr": float(t["lr"]), "grad_norm": float(t["grad_norm"])}
+        rec = {k: (x if math.isfinite(x) else None) for k, x in rec.items()}
+        if "bit_kl" in t:
+            rec["bit_kl_nats"] = [x if math.isfinite(x) else None for x in v[3:]]
+        return rec
+
+    def check_nonfinite(self) -> str | None:
+        """Read the pending steps' non-finite flags (one collective + host sync); record each
+        skipped step and its micro-batches. `train.max_nonfinite_steps` in a row: the reason
+        to stop, else None."""
+        if not self.pending:
+            return None
+        steps = [s for s, _, _ in self.pending]
+        flags = torch.stack([f for _, f, _ in self.pending])
+        bad = torch.stack([b for _, _, b in self.pending])
+        self.pending = []
+        if self.world > 1:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        k = self.cfg.train.max_nonfinite_steps
+        for s, f, b in zip(steps, flags.tolist(), bad.tolist(), strict=True):
+            if not b:
+                self.bad_run = []
+                continue
+            micro = [j for j, x in enumerate(f) if x]
+            self.nonfinite.append([s + 1, micro])  # the step number a train line would carry
+            self.n_skipped += 1
+            self.bad_run.append(s + 1)
+            self.log(f"step {s + 1}: non-finite loss or gradient (micro-batches "
+                     f"{micro or 'none: gradient norm'}, sequences from "
+                     f"{s * self.cfg.train.batch_size}); skipped, no update", echo=self.main)
+            if len(self.bad_run) >= k:
+                last = self.checkpointer.last_good
+                return (f"{k} non-finite steps in a row (steps {self.bad_run[0]}-"
+                        f"{self.bad_run[-1]}, all skipped without updating); stopped; last good "
+                        f"checkpoint: {last if last else 'none'}")
+        return None
+
+    def log_train(self, step: int, rec: dict[str, Any], tps: float, t0: float) -> None:
+        """The train line of metrics.jsonl and the tracker's scalars (rank 0)."""
+        p = self.p
+        extra: dict[str, Any] = {}
+        if self.nonfinite:
+            extra = {"nonfinite_steps": self.nonfinite, "skipped_steps": self.n_skipped}
+            self.nonfinite = []
+        line = {k: v for k, v in rec.items() if k != "bit_kl_nats"}
+        self.emit({"kind": "train", "step": step, "tokens": p.tokens_at(step),
+                   "flops": p.flops_at(step), **line, "tokens_per_s": tps,
+                   "time": self.window.t - t0, **extra})
+        if self.tracker is None:
+            return
+        sc: dict[str, float | None] = {f"train/{k}": v for k, v in line.items()}
+        for h, v in enumerate(rec.get("bit_kl_nats", [])):
+            sc[f"train/kl_bit/{h}"] = v
+        sc["perf/tokens_per_s"] = tps
+        if self.peak is not None:  # unknown peak: no MFU at all, never 0
+            sc["perf/mfu"] = tps * p.flops_per_token / (self.peak * self.world)
+        sc["perf/skipped_steps"] = float(self.n_skipped)
+        if self.device.type == "cuda":
+            sc["memory/peak_allocated_bytes"] = float(torch.cuda.max_memory_allocated(
+                self.device))
+            sc["memory/peak_reserved_bytes"] = float(torch.cuda.max_memory_reserved(
+                self.device))
+        else:
+            import resource
+
+            # ru_maxrss is in KiB on Linux: the process's peak resident memory
+            sc["memory/peak_rss_bytes"] = float(
+                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        self.tracker.log(sc, step)
+
+
+class _Tracker:
+    """TensorBoard event files under <run>/tb/ always (offline); W&B or trackio beside them when
+    logging.tracker asks. Non-finite or missing values are not logged (never a fake 0)."""
+
+    def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.tb = SummaryWriter(str(rd / "tb"))
+        self.ext: Any = None
+        if cfg.logging.tracker != "none":
+            import importlib
+
+            mod = importlib.import_module(cfg.logging.tracker)  # checked at setup: present
+            self.ext = mod
+            mod.init(project=cfg.logging.tracker_project, name=rd.name,
+                     config={"run_id": rd.name, "arm": p.arm, **semantic(cfg)})
+
+    def log(self, scalars: dict[str, Any], step: int) -> None:
+        ok = {k: float(v) for k, v in scalars.items()
+              if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        for k, v in ok.items():
+            self.tb.add_scalar(k, v, step)
+        self.tb.flush()
+        if self.ext is not None:
+            self.ext.log(ok, step=step)
+
+    def close(self) -> None:
+        self.tb.close()
+        if self.ext is not None:
+            self.ext.finish()
+
+
+def check_tracker(cfg: TrainConfig) -> None:
+    """logging.tracker names an installed package, or ConfigError (before anything is
+    written)."""
+    import importlib.util
+
+    t = cfg.logging.tracker
+    if t != "none" and importlib.util.find_spec(t) is None:
+        raise ConfigError(f"logging.tracker={t} but the {t} package is not installed; "
+                          f"install it or set logging.tracker=none (TensorBoard is always on)")
 
 
 def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
@@ -498,6 +689,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
                 print(f"run {rd.name} is finished ({final_checkpoint(rd)}); "
                       f"train.force=true retrains", file=sys.stderr)
             return rd
+        check_tracker(cfg)
         corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
         if main:
             stack.enter_context(_run_lock(rd))  # creates the run dir
