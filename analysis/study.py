@@ -248,6 +248,20 @@ def planned_mde(sizing: pd.DataFrame | None, meta: dict) -> tuple[float, float, 
     return s, mde_of(math.sqrt(2) * s / math.sqrt(n), n - 1), n
 
 
+def _q(sizing: pd.DataFrame, name: str) -> float:
+    v = sizing.loc[sizing["quantity"] == name, "value"]
+    return _num(v.iloc[0]) if len(v) else math.nan
+
+
+def training_wall_min(sizing: pd.DataFrame | None, meta: dict) -> float:
+    """Planned training wall minutes: the sweep's total FLOPs (its dry run) at the measured
+    quiet baseline rate (FLOPs/token x tokens/s per core), one job per core."""
+    if sizing is None or "quantity" not in sizing.columns:
+        return math.nan
+    rate = _q(sizing, "flops_per_token_baseline") * _q(sizing, "quiet_tokens_per_s_baseline")
+    return _q(sizing, "sweep_total_flops") / rate / _num(meta.get("cores")) / 60
+
+
 def sizing_section(sizing: pd.DataFrame | None, meta: dict) -> list[str]:
     out = ["## Why this size", ""]
     if sizing is None or sizing.empty:
@@ -255,7 +269,9 @@ def sizing_section(sizing: pd.DataFrame | None, meta: dict) -> list[str]:
                       ""]
     out += ["| quantity | value | unit | how it was measured |", "|---|---|---|---|"]
     for _, r in sizing.iterrows():
-        out.append(f"| {r['quantity']} | {f4(r['value'])} | {r['unit']} | {r['note']} |")
+        v = _num(r["value"])
+        out.append(f"| {r['quantity']} | {f4(v) if abs(v) < 1e5 else f'{v:.4g}'} | "
+                   f"{r['unit']} | {r['note']} |")
     sd, m, n = planned_mde(sizing, meta)
     out.append("")
     if math.isfinite(m):
@@ -263,6 +279,11 @@ def sizing_section(sizing: pd.DataFrame | None, meta: dict) -> list[str]:
                    f"difference's SD as the pilot SD {f4(sd)} times the square root of two (no "
                    f"credit for pairing): "
                    f"{f4(m)} (target at most {f4(meta.get('mde_target_nats'))}).")
+    tw = training_wall_min(sizing, meta)
+    if math.isfinite(tw):
+        out.append(f"Training alone: the sweep's FLOPs at the quiet baseline rate, one job per "
+                   f"core, is {f4(tw)} wall minutes; the rest of the budget is evaluation, "
+                   "likelihood, probes and the report.")
     cells = int(_num(meta.get("n_cells_planned")) or 0) \
         if math.isfinite(_num(meta.get("n_cells_planned"))) else 0
     if cells:

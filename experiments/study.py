@@ -27,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
 SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+TO_RUN = re.compile(r"cells, \d+ done, (\d+) to run")
+"""The sweep's plan line (sweeps/launcher.py): how many cells it will train."""
 CORES = 2
 """The machine the sizes are planned for (docs/STUDY.md)."""
 TABLES = ("table_tokens.csv", "table_flops.csv", "likelihood.csv", "table3.csv", "probe.csv",
@@ -92,8 +95,8 @@ SIZES: dict[str, Size] = {
     "full": Size(
         preset="1M", h=8, kappa="0.5 1 2", seeds="0 1 2 3 4", tokens="1M",
         controls="flops plus1",
-        overrides="data.max_bytes=8000000 data.val_tokens=16384 logging.val_every=0",
-        tasks="gsm8k,humaneval_plus,mbpp_plus", limit=24, gen_toks=48, eval_points=3,
+        overrides="data.max_bytes=8000000 data.val_tokens=16384 logging.val_every=49",
+        tasks="gsm8k,humaneval_plus,mbpp_plus", limit=16, gen_toks=48, eval_points=2,
         likelihood_rows=8,
         probe_args="--rows 8 --draws 2 --prompts 4 --gen-tokens 8 --groups 2 --n-boot 1000",
         mde_target_nats=0.03, budget_min=90.0,
@@ -163,6 +166,28 @@ def _env() -> dict[str, str]:
 
 def _run(argv: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT, env=_env(), check=False).returncode
+
+
+def run_sweep(argv: list[str]) -> int:
+    """Run the sweep, echoing its lines, with an ETA after each finished job: the mean wall
+    time of the jobs finished so far times the jobs left (each cell to run = a training and its
+    chained evaluation)."""
+    t0, total, finished = time.time(), 0, 0
+    proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        m = TO_RUN.search(line)
+        if m:
+            total = 2 * int(m.group(1))
+        elif " -> " in line and "slot " in line:
+            finished += 1
+            total = max(total, finished)
+            eta = (time.time() - t0) / finished * (total - finished) / 60
+            print(f"[study {_now()}] sweep: {finished}/{total} jobs finished; ETA of the sweep "
+                  f"~{eta:.0f} min", flush=True)
+    return proc.wait()
 
 
 def _manifest(name: str) -> dict:
@@ -324,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
                f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
                f"docs) with the likelihood on {size.likelihood_rows} rows")
-    rc = _run(sw)
+    rc = run_sweep(sw)
     if rc == 2:  # bad input, refused before anything ran
         return 2
     state = _load_state(name)
