@@ -374,7 +374,8 @@ def setup_section(meta: dict) -> list[str]:
             f"`{g('bench_data')}`; {g('eval_points')} evaluation points for the curves; the "
             f"likelihood bound (IWAE and prior) on {g('likelihood_rows')} validation rows.",
             f"- Probe of every Free Transformer: `{g('probe_args')}`.",
-            f"- Cells: {g('n_done')} of {g('n_cells')} trained, {g('n_eval_done')} evaluated.",
+            f"- Cells: {g('n_done')} of {g('n_cells') or g('n_cells_planned')} trained, "
+            f"{g('n_eval_done')} evaluated.",
             ""]
 
 
