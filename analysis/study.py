@@ -38,6 +38,8 @@ NOT_RUN = "not yet run"
 FT_TASKS = ("humaneval_plus", "mbpp_plus", "gsm8k")
 GOLD = tuple(f"{t}_gold_bpb" for t in FT_TASKS)
 VAL_ROWS = (("val", "val_ce"), ("val", "val_bpb"))
+PRIMARY = "tokens:baseline"
+"""The paper's comparison: each Free Transformer against the plain baseline, equal tokens."""
 
 
 class StudyRenderError(ValueError):
@@ -93,14 +95,10 @@ def _truthy(x: object) -> bool:
 def verdict(r: pd.Series) -> str:
     """A row's verdict from the table's own Holm-corrected test."""
     if not math.isfinite(_num(r.get("delta"))):
-        return "reference" if str(r.get("arm")) != "free" and not _is_control(r) else "no Δ"
+        return "reference" if str(r.get("arm")) != "free" else "no Δ"
     if _truthy(r.get("significant_holm")):
         return "better" if _truthy(r.get("better")) else "worse"
     return "inconclusive"
-
-
-def _is_control(r: pd.Series) -> bool:
-    return str(r.get("arm", "")).startswith("baseline_")
 
 
 def at_floor(rows: pd.DataFrame) -> bool:
@@ -166,8 +164,18 @@ def results_section(t: pd.DataFrame | None, view: str) -> list[str]:
     return out
 
 
+def primary(t: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The rows of the comparison against the plain baseline at equal tokens (the paper's);
+    the controls' comparisons hold the same FT columns with other deltas."""
+    if t is None or t.empty or "comparison" not in t.columns:
+        return None
+    return t[t["comparison"] == PRIMARY]
+
+
 def val_mde(t: pd.DataFrame | None) -> float:
-    """The largest MDE on honest validation nats/token over the Free Transformer rows."""
+    """The largest MDE on honest validation nats/token over the Free Transformer rows of the
+    primary comparison."""
+    t = primary(t)
     if t is None or t.empty or "metric" not in t.columns:
         return math.nan
     sel = t[(t["task"] == "val") & (t["metric"] == "val_ce") & (t["arm"] == "free")]
@@ -183,12 +191,14 @@ def mde_section(t: pd.DataFrame | None, meta: dict) -> list[str]:
         return out + [f"Minimum detectable effect on honest validation nats/token: {NOT_RUN} "
                       f"(target at most {f4(target)}).", ""]
     met = "met" if m <= target else "NOT met"
-    out.append(f"The largest minimum detectable effect (two-sided {ALPHA:.0%}, {POWER:.0%} "
-               "power, paired t over "
+    out.append(f"Against the baseline (`{PRIMARY}`), the largest minimum detectable effect "
+               f"(two-sided {ALPHA:.0%}, {POWER:.0%} power, paired t over "
                f"seeds) on honest validation nats/token is {f4(m)} against the target "
                f"{f4(target)}: {met}. A true difference smaller than the MDE would usually be "
                "missed, so an 'inconclusive' verdict does not show the arms are equal.")
-    gold = t[t["task"].isin(GOLD) & (t["arm"] == "free")] if "task" in t.columns else t
+    t = primary(t)
+    gold = t[t["task"].isin(GOLD) & (t["arm"] == "free")] if t is not None else pd.DataFrame(
+        columns=["task", "mde"])
     for task, g in gold.groupby("task", sort=False):
         v = pd.to_numeric(g["mde"], errors="coerce").dropna()
         if len(v):
@@ -270,7 +280,8 @@ def sizing_section(sizing: pd.DataFrame | None, meta: dict) -> list[str]:
     out += ["| quantity | value | unit | how it was measured |", "|---|---|---|---|"]
     for _, r in sizing.iterrows():
         v = _num(r["value"])
-        out.append(f"| {r['quantity']} | {f4(v) if abs(v) < 1e5 else f'{v:.4g}'} | "
+        vt = "not measured" if not math.isfinite(v) else f4(v) if abs(v) < 1e5 else f"{v:.4g}"
+        out.append(f"| {r['quantity']} | {vt} | "
                    f"{r['unit']} | {r['note']} |")
     sd, m, n = planned_mde(sizing, meta)
     out.append("")
@@ -297,10 +308,11 @@ def sizing_section(sizing: pd.DataFrame | None, meta: dict) -> list[str]:
 
 
 def _row(t: pd.DataFrame | None, task: str, metric: str, arm: str,
-         kappa: float | None = None) -> pd.DataFrame:
+         kappa: float | None = None, comparison: str = PRIMARY) -> pd.DataFrame:
     if t is None or t.empty or "task" not in t.columns:
         return pd.DataFrame()
-    sel = t[(t["task"] == task) & (t["metric"] == metric) & (t["arm"] == arm)]
+    sel = t[(t["task"] == task) & (t["metric"] == metric) & (t["arm"] == arm)
+            & (t["comparison"] == comparison)]
     if kappa is not None:
         sel = sel[pd.to_numeric(sel["kappa_bits"], errors="coerce") == kappa]
     return sel[pd.to_numeric(sel["n_seeds"], errors="coerce").fillna(0) > 0]
@@ -322,13 +334,19 @@ def ours(key: str, t: pd.DataFrame | None, probe: pd.DataFrame | None) -> str:
             return NOT_RUN
         return "; ".join(f"kappa {kappa_text(r['kappa_bits'])}: "
                          f"{pct(math.expm1(_num(r['delta'])))}" for _, r in sel.iterrows())
-    if key == "plus1":
-        sel = _row(t, "val", "val_ce", "baseline_plus1")
-        if sel.empty or not math.isfinite(_num(sel.iloc[0].get("delta"))):
+    if key == "plus1":  # the report compares FTs to the control, not the control to the
+        # baseline: set the two arms' seed intervals side by side
+        p1 = _row(t, "val", "val_ce", "baseline_plus1", comparison="tokens:baseline_plus1")
+        b = _row(t, "val", "val_ce", "baseline")
+        if p1.empty or b.empty:
             return NOT_RUN
-        r = sel.iloc[0]
-        return (f"{s4(r['delta'])} [{s4(r['delta_lo'])}, {s4(r['delta_hi'])}] nats/token: "
-                f"{verdict(r)}")
+        p, r = p1.iloc[0], b.iloc[0]
+        lo, hi = _num(r["lo"]), _num(r["hi"])
+        where = ("inside" if lo <= _num(p["mean"]) <= hi else "outside") \
+            if math.isfinite(lo) and math.isfinite(hi) else "? (no baseline interval)"
+        return (f"control {f4(p['mean'])} [{f4(p['lo'])}, {f4(p['hi'])}] vs baseline "
+                f"{f4(r['mean'])} [{f4(lo)}, {f4(hi)}] nats/token: {where} the baseline's "
+                "seed interval")
     if key == "collapse_k05":
         if probe is None or probe.empty:
             return NOT_RUN

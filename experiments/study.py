@@ -168,10 +168,12 @@ def _run(argv: list[str]) -> int:
     return subprocess.run(argv, cwd=ROOT, env=_env(), check=False).returncode
 
 
-def run_sweep(argv: list[str]) -> int:
+def run_sweep(argv: list[str], name: str) -> int:
     """Run the sweep, echoing its lines, with an ETA after each finished job: the mean wall
     time of the jobs finished so far times the jobs left (each cell to run = a training and its
-    chained evaluation)."""
+    chained evaluation; a trained cell whose evaluation is not done = one job)."""
+    evals = sum(c.get("state") == "done" and (c.get("eval") or {}).get("state") != "done"
+                for c in _manifest(name)["cells"])
     t0, total, finished = time.time(), 0, 0
     proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -180,7 +182,7 @@ def run_sweep(argv: list[str]) -> int:
         print(line, end="", flush=True)
         m = TO_RUN.search(line)
         if m:
-            total = 2 * int(m.group(1))
+            total = 2 * int(m.group(1)) + evals
         elif " -> " in line and "slot " in line:
             finished += 1
             total = max(total, finished)
@@ -282,6 +284,10 @@ def export(name: str, meta: dict, docs: Path) -> None:
             shutil.copyfile(src, docs / t)
     if (rep / "report.html").is_file():
         shutil.copyfile(rep / "report.html", docs / "report.html")
+    if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
+        for f in ("sizing.csv", "bryanvine.csv"):
+            if (DOCS / f).is_file():
+                shutil.copyfile(DOCS / f, docs / f)
     cells = [{k: c.get(k) for k in ("cell", "arm", "kappa_bits", "latent_bits", "seed",
                                     "run_id", "state")} for c in _manifest(name)["cells"]]
     atomic_write_text(docs / "cells.json", json.dumps(cells, indent=1) + "\n")
@@ -349,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
                f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
                f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
                f"docs) with the likelihood on {size.likelihood_rows} rows")
-    rc = run_sweep(sw)
+    rc = run_sweep(sw, name)
     if rc == 2:  # bad input, refused before anything ran
         return 2
     state = _load_state(name)

@@ -66,10 +66,11 @@ def plant(d: Path, probe: bool = True) -> dict:
         _row(c, "FT k=0.5", "free", 0.5, "mbpp_plus_gold_bpb", "gold_bpb", 0, math.nan,
              math.nan, math.nan, status="missing: every evaluation failed (null, not 0)"),
     ]
-    c2 = "tokens:baseline_plus1"
+    c2 = "tokens:baseline_plus1"  # the same FT columns against the control: other deltas
     rows.append(_row(c2, "baseline_plus1", "baseline_plus1", math.nan, "val", "val_ce", 5,
-                     4.30303, 4.29, 4.31, -0.01414, -0.02929, 0.00101, 0.0612, False, None,
-                     0.01919))
+                     4.30303, 4.29, 4.31))
+    rows.append(_row(c2, "FT k=0.5", "free", 0.5, "val", "val_ce", 5, 4.52913, 4.50001,
+                     4.55557, 0.2261, 0.2122, 0.2399, 0.0001, True, False, 0.09999))
     pd.DataFrame(rows).to_csv(d / "table_tokens.csv", index=False)
     if probe:
         pd.DataFrame([{"run_id": f"r{k}s{s}", "kappa_bits": k, "kl_bits": kl, "n_active": na,
@@ -152,7 +153,11 @@ def test_render_every_number_comes_from_the_tables(tmp_path):
     # beside bryanvine: theirs stated as theirs, ours computed from our table
     assert "about 0.19 nats/token worse" in md
     assert f"kappa 0.5: {100 * math.expm1(0.21196):+.1f}%" in md
-    assert "-0.0141 [-0.0293, +0.0010] nats/token: inconclusive" in md
+    assert "control 4.3030 [4.2900, 4.3100] vs baseline 4.3172 [4.3010, 4.3333] nats/token: " \
+           "inside the baseline's seed interval" in md
+    # the control's comparison never leaks into the FT-vs-baseline figures or the MDE
+    assert "+0.2261" not in md.split("## What the data")[1]
+    assert "0.1000" not in md.split("## What the data")[1].split("## The latent")[0]
     assert "kappa 1 (lowest mean 4.3258 nats/token)" in md
     # no equal-FLOPs table planted: said, not invented
     assert "### Equal FLOPs\n\nnot yet run" in md
