@@ -80,6 +80,13 @@ def plant(d: Path, probe: bool = True) -> dict:
                                                 (1.0, 0, 0.98765, 3, False),
                                                 (1.0, 1, 1.0202, 4, None)]]
                      ).to_csv(d / "probe.csv", index=False)
+    pd.DataFrame([{"column": "FT k=1 H=8", "seed": 0, "n_tokens": 2048, "baseline_bpb": 2.53331,
+                   "free_bpb_kmax": 2.61117, "gap_k": 64, "gap_nats_per_token": 0.18773,
+                   "tightest": "iwae_k64", "tightest_gap_nats_per_token": 0.17171,
+                   "kl_nats_per_token": 0.69993, "posterior_ce_leaking": 4.01},
+                  {"column": "FT k=1 H=8", "seed": 1, "n_tokens": 2048,
+                   "tightest": "not comparable: rows differ"}]).to_csv(d / "likelihood.csv",
+                                                                       index=False)
     pd.DataFrame([{"quantity": "step_s_1M_baseline", "value": 0.41321, "unit": "s",
                    "note": "measured"},
                   {"quantity": "pilot_sd_val_ce", "value": 0.00717, "unit": "nats/token",
@@ -147,6 +154,11 @@ def test_render_every_number_comes_from_the_tables(tmp_path):
     assert "humaneval_plus (pass@1) | every column | at the floor" in md
     assert "missing: every evaluation failed (null, not 0)" in md
     assert "mbpp_plus_gold_bpb (gold_bpb) | FT k=0.5 | 0.0000" not in md
+    # the likelihood bound, per run; the leaking posterior CE never shown
+    assert "| FT k=1 H=8 | 0 | 2048 | 2.5333 | 2.6112 | 64 | +0.1877 | iwae_k64 | +0.1717 | " \
+           "0.6999 |" in md
+    assert "| FT k=1 H=8 | 1 | | | | | | not comparable: rows differ | | |" in md
+    assert "4.0100" not in md
     # the probe: collapse counted per kappa over the seeds with a known flag
     assert "- kappa 0.5: 1 of 2 seeds collapse." in md
     assert "- kappa 1: 0 of 1 seeds collapse." in md
