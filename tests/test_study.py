@@ -246,7 +246,8 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     probe = pd.read_csv(docs / "study" / "probe.csv")
     assert len(probe) == 6  # three kappas x two seeds, each probed
     tt = pd.read_csv(docs / "study" / "table_tokens.csv")
-    val = tt[(tt["task"] == "val") & (tt["metric"] == "val_ce") & (tt["arm"] == "free")]
+    val = tt[(tt["comparison"] == "tokens:baseline") & (tt["task"] == "val")
+             & (tt["metric"] == "val_ce") & (tt["arm"] == "free")]
     assert len(val) == 3 and (val["n_seeds"] == 2).all()
     assert "not yet run" not in md.split("## Beside")[0]
     before = _snapshot(tmp_path / "results")
