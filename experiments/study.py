@@ -1,0 +1,389 @@
+"""`make study` / `python -m experiments.study`: the suite's first finding, one command, offline.
+
+It only orchestrates public commands, each resumable on its own, so a re-run (or a run after an
+interruption) does only what is missing:
+
+  1. the sweep (`python -m sweeps run`): baseline, Free Transformers at kappa 1/2, 1, 2 bits, the
+     +1-layer and FLOPs-matched controls, every seed, each run evaluated when it finishes (EVAL=1:
+     gold-answer bits per byte and pass@1 / accuracy on GSM8K, HumanEval+, MBPP+ from the offline
+     benchmark files, the honest likelihood bound on LIKELIHOOD_ROWS rows, EVAL_POINTS for the
+     curves). sweeps skips done cells and resumes interrupted ones;
+  2. the latent probe (`python -m experiments.eval.probe`) of every finished Free Transformer;
+     a run whose probe file is recorded (and still there) is skipped;
+  3. the report (`python -m analysis.report`), rebuilt only when its inputs changed;
+  4. the report's tables and HTML copied to docs/study/ with the study's settings (study.json),
+     and docs/STUDY.md rendered from them (`python -m analysis.study render`).
+
+    python -m experiments.study [--size full|tiny] [--name study] [--bench-data DIR]
+                                [--docs DIR] [--jobs N] [--dry]
+
+Bad input gets one line on stderr, exit 2, nothing written. The sizes, and why `full` is what
+it is, are in SIZES and docs/STUDY.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from common.io import atomic_write_text
+from common.paths import results_root, runs_dir, sweeps_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "study"
+SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
+OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+TO_RUN = re.compile(r"cells, \d+ done, (\d+) to run")
+"""The sweep's plan line (sweeps/launcher.py): how many cells it will train."""
+CORES = 2
+"""The machine the sizes are planned for (docs/STUDY.md)."""
+TABLES = ("table_tokens.csv", "table_flops.csv", "likelihood.csv", "table3.csv", "probe.csv",
+          "claims.csv")
+"""What the report writes under report/ that docs/study/ keeps (the HTML is kept too)."""
+
+
+@dataclass(frozen=True)
+class Size:
+    """One study size: every knob of the sweep, the evaluation and the probe."""
+
+    preset: str
+    h: int
+    kappa: str
+    seeds: str
+    tokens: str
+    controls: str
+    overrides: str
+    tasks: str
+    limit: int
+    gen_toks: int
+    eval_points: int
+    likelihood_rows: int
+    probe_args: str
+    mde_target_nats: float
+    budget_min: float
+    """Planned wall minutes on 2 CPU cores (docs/STUDY.md splits it across cells)."""
+    bench: str = ""
+    """Offline benchmark dir when BENCH_DATA is not given: '' = look for ../shared/benchmarks."""
+    stages: dict[str, float] = field(default_factory=dict)
+    """Planned share of budget_min per stage (for the ETA)."""
+
+
+SIZES: dict[str, Size] = {
+    # CI: 12 cells of 8 steps, two seeds so the seed-level intervals exist; the benchmark
+    # sample the repository ships (no MBPP+ there), two documents each.
+    "tiny": Size(
+        preset="1M", h=4, kappa="0.5 1 2", seeds="0 1", tokens="4096",
+        controls="flops plus1",
+        overrides="data.max_bytes=2000000 data.val_tokens=4096 logging.val_every=0 "
+                  "train.seq_len=64 train.batch_size=8 optim.warmup_steps=1",
+        tasks="gsm8k,humaneval_plus", limit=2, gen_toks=8, eval_points=2, likelihood_rows=2,
+        probe_args="--rows 2 --draws 1 --prompts 2 --prompt-len 8 --gen-tokens 4 "
+                   "--group-size 2 --groups 2 --n-boot 100",
+        mde_target_nats=0.03, budget_min=6.0, bench=str(SMOKE_DATA),
+        stages={"sweep": 0.8, "probe": 0.15, "report": 0.05}),
+    # The finding: 6 arms x 5 seeds = 30 runs of the 1M preset on 2 CPU cores, ~90 min
+    # (docs/STUDY.md gives the measured step time and the pilot SD this rests on).
+    "full": Size(
+        preset="1M", h=8, kappa="0.5 1 2", seeds="0 1 2 3 4", tokens="1M",
+        controls="flops plus1",
+        overrides="data.max_bytes=8000000 data.val_tokens=16384 logging.val_every=49",
+        tasks="gsm8k,humaneval_plus,mbpp_plus", limit=16, gen_toks=48, eval_points=2,
+        likelihood_rows=8,
+        probe_args="--rows 8 --draws 2 --prompts 4 --gen-tokens 8 --groups 2 --n-boot 1000",
+        mde_target_nats=0.03, budget_min=90.0,
+        stages={"sweep": 0.85, "probe": 0.12, "report": 0.03}),
+}
+
+
+class StudyError(ValueError):
+    """Bad input: one line, exit 2, nothing written."""
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S", time.gmtime())
+
+
+class Progress:
+    """`[study i/n HH:MM:SS] ...` lines with elapsed time and an ETA from the planned shares."""
+
+    def __init__(self, size: Size) -> None:
+        self.size, self.t0, self.done_share = size, time.time(), 0.0
+
+    def stage(self, i: int, n: int, key: str, text: str) -> None:
+        left = self.size.budget_min * max(0.0, 1.0 - self.done_share)
+        el = (time.time() - self.t0) / 60
+        print(f"[study {i}/{n} {_now()}] {text} (elapsed {el:.1f} min; planned at most "
+              f"{left:.0f} min left of {self.size.budget_min:.0f} on 2 cores)", flush=True)
+        self.done_share += self.size.stages.get(key, 0.0)
+
+
+def find_bench(given: str | None, size: Size) -> Path:
+    """BENCH_DATA, else $FTBENCH_DATA, else the size's default, else ../shared/benchmarks (as
+    `make demo` finds it); StudyError when none is a directory."""
+    tried = [given, os.environ.get("FTBENCH_DATA"), size.bench or None,
+             str(ROOT.parent / "shared" / "benchmarks")]
+    for t in tried:
+        if t:
+            if Path(t).is_dir():
+                return Path(t).resolve()
+            if t == given:
+                raise StudyError(f"BENCH_DATA={t}: not a directory; give a directory laid out "
+                                 "as in docs/BENCHMARKS.md")
+    raise StudyError("offline benchmark files not found; give BENCH_DATA=<dir laid out as in "
+                     "docs/BENCHMARKS.md> (or set FTBENCH_DATA)")
+
+
+def sweep_argv(size: Size, name: str, bench: Path, jobs: int | None, dry: bool) -> list[str]:
+    """`python -m sweeps run ...` for this size."""
+    eval_args = (f"--tasks {size.tasks} --limit {size.limit} --max-gen-toks {size.gen_toks} "
+                 f"--threads 1 --data {bench}")
+    argv = [sys.executable, "-m", "sweeps", "run", "--kappa", size.kappa, "--h", str(size.h),
+            "--seeds", size.seeds, "--preset", size.preset, "--data", "stdlib",
+            "--tokens", size.tokens, "--controls", size.controls, "--overrides", size.overrides,
+            "--name", name, "--eval", "1", "--eval-args", eval_args,
+            "--eval-points", str(size.eval_points),
+            "--likelihood-rows", str(size.likelihood_rows)]
+    if jobs:
+        argv += ["--jobs", str(jobs)]
+    if dry:
+        argv += ["--dry", "1"]
+    return argv
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS":
+            os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def _run(argv: list[str]) -> int:
+    return subprocess.run(argv, cwd=ROOT, env=_env(), check=False).returncode
+
+
+def run_sweep(argv: list[str], name: str) -> int:
+    """Run the sweep, echoing its lines, with an ETA after each finished job: the mean wall
+    time of the jobs finished so far times the jobs left (each cell to run = a training and its
+    chained evaluation; a trained cell whose evaluation is not done = one job)."""
+    evals = sum(c.get("state") == "done" and (c.get("eval") or {}).get("state") != "done"
+                for c in _manifest(name)["cells"])
+    t0, total, finished = time.time(), 0, 0
+    proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        print(line, end="", flush=True)
+        m = TO_RUN.search(line)
+        if m:
+            total = 2 * int(m.group(1)) + evals
+        elif " -> " in line and "slot " in line:
+            finished += 1
+            total = max(total, finished)
+            eta = (time.time() - t0) / finished * (total - finished) / 60
+            print(f"[study {_now()}] sweep: {finished}/{total} jobs finished; ETA of the sweep "
+                  f"~{eta:.0f} min", flush=True)
+    return proc.wait()
+
+
+def _manifest(name: str) -> dict:
+    p = sweeps_dir(results_root()) / name / "manifest.json"
+    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {"cells": []}
+
+
+def _state_path(name: str) -> Path:
+    return sweeps_dir(results_root()) / name / "study-state.json"
+
+
+def _load_state(name: str) -> dict:
+    p = _state_path(name)
+    try:
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+    except json.JSONDecodeError:
+        return {}  # a torn state file only costs redoing cheap checks
+
+
+def _save_state(name: str, state: dict) -> None:
+    atomic_write_text(_state_path(name), json.dumps(state, indent=1, sort_keys=True) + "\n")
+
+
+def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
+    """Probe every finished Free Transformer not yet probed with these arguments: (ran, skipped,
+    failures)."""
+    done = state.setdefault("probes", {})
+    ran = skipped = 0
+    failed: list[str] = []
+    for c in _manifest(name)["cells"]:
+        if c.get("arm") != "free" or c.get("state") != "done":
+            continue
+        rid = str(c["run_id"])
+        rec = done.get(rid) or {}
+        if rec.get("args") == size.probe_args and Path(rec.get("file", "")).is_file():
+            skipped += 1
+            continue
+        run_dir = runs_dir(results_root()) / rid
+        argv = [sys.executable, "-m", "experiments.eval.probe", str(run_dir),
+                *size.probe_args.split()]
+        out = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                             check=False)
+        line = (out.stdout.strip().splitlines() or [""])[-1]
+        if out.returncode != 0 or not line.startswith("probe: "):
+            failed.append(f"{c['cell']}: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+            continue
+        path = line.removeprefix("probe: ").removeprefix("reused (same spec, same checkpoint) ")
+        done[rid] = {"args": size.probe_args, "file": path}
+        _save_state(name, state)
+        ran += 1
+    return ran, skipped, failed
+
+
+def inputs_fingerprint(name: str) -> str:
+    """A hash of what the report reads: the manifest and every run's eval/metrics files (name,
+    size, mtime), so an unchanged study is not re-reported."""
+    h = hashlib.sha256()
+    m = sweeps_dir(results_root()) / name / "manifest.json"
+    cells = _manifest(name)["cells"]
+    h.update(json.dumps([(c.get("run_id"), c.get("state"), (c.get("eval") or {}).get("state"))
+                         for c in cells]).encode())
+    for c in cells:
+        d = runs_dir(results_root()) / str(c.get("run_id"))
+        for p in sorted([d / "metrics.jsonl", *sorted((d / "eval").glob("*.json"))]
+                        if d.is_dir() else []):
+            if p.is_file():
+                st = p.stat()
+                h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(str(m.is_file()).encode())
+    return h.hexdigest()[:16]
+
+
+def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:
+    """The settings docs/STUDY.md states, with the cells' planned tokens and FLOPs."""
+    cells = _manifest(name)["cells"]
+    return {"name": name, "size": size_name, **{k: v for k, v in asdict(size).items()
+                                                   if k not in ("bench", "stages")},
+            "bench_data": bench.name, "n_cells": len(cells), "cores": CORES,
+            "n_cells_planned": (1 + len(size.kappa.split()) + len(size.controls.split()))
+            * len(size.seeds.split()),
+            "n_done": sum(c.get("state") == "done" for c in cells),
+            "n_eval_done": sum((c.get("eval") or {}).get("state") == "done" for c in cells)}
+
+
+def export(name: str, meta: dict, docs: Path) -> None:
+    """Copy the report's tables and HTML into docs/study/ and write study.json beside them."""
+    rep = sweeps_dir(results_root()) / name
+    docs.mkdir(parents=True, exist_ok=True)
+    for t in TABLES:
+        src = rep / "report" / t
+        if src.is_file():
+            shutil.copyfile(src, docs / t)
+    if (rep / "report.html").is_file():
+        shutil.copyfile(rep / "report.html", docs / "report.html")
+    if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
+        for f in ("sizing.csv", "bryanvine.csv"):
+            if (DOCS / f).is_file():
+                shutil.copyfile(DOCS / f, docs / f)
+    cells = [{k: c.get(k) for k in ("cell", "arm", "kappa_bits", "latent_bits", "seed",
+                                    "run_id", "state")} for c in _manifest(name)["cells"]]
+    atomic_write_text(docs / "cells.json", json.dumps(cells, indent=1) + "\n")
+    atomic_write_text(docs / "study.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def docs_dir(given: str, size: str, name: str) -> Path | None:
+    """Where the tables go: --docs, else docs/study for the full study, else beside the sweep
+    (a tiny run never overwrites the committed tables); None for '-'."""
+    if given == "-":
+        return None
+    if given:
+        return Path(given)
+    return DOCS if size == "full" else sweeps_dir(results_root()) / name / "docs" / "study"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.study", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("cmd", nargs="?", default="run", choices=("run", "render", "docs"),
+                    help="run (default): the whole study; render: docs/STUDY.md from docs/study/;"
+                         " docs: export what the sweep has so far (nothing run) and render")
+    ap.add_argument("--size", default="full", help=f"one of {', '.join(SIZES)} (default full)")
+    ap.add_argument("--name", default="", help="sweep name (default: study, or study-tiny)")
+    ap.add_argument("--bench-data", default="", help="offline benchmark dir (docs/BENCHMARKS.md)")
+    ap.add_argument("--docs", default="",
+                    help="where the tables go, STUDY.md beside that directory (default: "
+                         "docs/study for full, results/sweeps/<name>/docs/study otherwise; "
+                         "'-' = do not export)")
+    ap.add_argument("--jobs", default="", help="parallel training jobs (default: sweeps' own)")
+    ap.add_argument("--dry", action="store_true", help="print the sweep's plan only")
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "render":
+            docs = Path(a.docs) if a.docs and a.docs != "-" else DOCS
+            return _run([sys.executable, "-m", "analysis.study", "render", "--tables",
+                         str(docs), "--out", str(docs.parent / "STUDY.md")])
+        if a.size not in SIZES:
+            raise StudyError(f"STUDY_SIZE={a.size!r}: not one of {', '.join(SIZES)}")
+        size = SIZES[a.size]
+        name = a.name.strip() or ("study" if a.size == "full" else f"study-{a.size}")
+        if not name.replace("-", "").replace("_", "").isalnum():
+            raise StudyError(f"STUDY_NAME={name!r}: use letters, digits, '-' and '_'")
+        jobs = a.jobs.strip()
+        if jobs and (not jobs.isdigit() or int(jobs) < 1):
+            raise StudyError(f"--jobs={jobs!r}: must be a positive integer")
+        bench = find_bench(a.bench_data.strip() or None, size)
+    except StudyError as e:
+        print(f"study: error: {e}", file=sys.stderr)
+        return 2
+    docs = docs_dir(a.docs, a.size, name)
+    if a.cmd == "docs":
+        if docs is None:
+            print("study: error: --docs=-: nothing to export", file=sys.stderr)
+            return 2
+        export(name, study_meta(name, a.size, size, bench), docs)
+        return _run([sys.executable, "-m", "analysis.study", "render", "--tables", str(docs),
+                     "--out", str(docs.parent / "STUDY.md")])
+    sw = sweep_argv(size, name, bench, int(jobs) if jobs else None, a.dry)
+    if a.dry:
+        return _run(sw)
+    prog = Progress(size)
+    n = 4
+    prog.stage(1, n, "sweep", f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "
+               f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
+               f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
+               f"docs) with the likelihood on {size.likelihood_rows} rows")
+    rc = run_sweep(sw, name)
+    if rc == 2:  # bad input, refused before anything ran
+        return 2
+    state = _load_state(name)
+    prog.stage(2, n, "probe", "latent probe of every finished Free Transformer")
+    ran, skipped, failed = probe_all(name, size, state)
+    print(f"study: probes run {ran}, reused {skipped}, failed {len(failed)}"
+          + "".join(f"\n  {f}" for f in failed), flush=True)
+    prog.stage(3, n, "report", "report")
+    fp = inputs_fingerprint(name)
+    report = sweeps_dir(results_root()) / name / "report.html"
+    if state.get("report_inputs") == fp and report.is_file():
+        print("study: report up to date (inputs unchanged)", flush=True)
+    else:
+        if _run([sys.executable, "-m", "analysis.report", "--name", name, "--n-boot",
+                 "2000"]) != 0:
+            print("study: error: the report failed (see above)", file=sys.stderr)
+            return 1
+        state["report_inputs"] = fp
+        _save_state(name, state)
+    if docs is not None:
+        prog.stage(4, n, "docs", f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
+        export(name, study_meta(name, a.size, size, bench), docs)
+        if _run([sys.executable, "-m", "analysis.study", "render", "--tables", str(docs),
+                 "--out", str(docs.parent / "STUDY.md")]) != 0:
+            return 1
+    print(f"[study done {_now()}] report: {report.resolve()}", flush=True)
+    return 1 if rc != 0 or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,22 @@
+# The study (docs/STUDY.md): the suite's first finding, one command, offline, on 2 CPU cores.
+#   make study                          STUDY_SIZE=full (~90 min), sweep "study"
+#   make study STUDY_SIZE=tiny          the same pipeline at a test size (CI), sweep "study-tiny"
+#   make study STUDY_NAME=x BENCH_DATA=<dir> JOBS=n STUDY_DOCS=<dir> DRY=1
+# The tables go to docs/study/ (full) or results/sweeps/<name>/docs/study/ (other sizes, so a
+# test run never overwrites the committed ones); STUDY.md is written beside that directory.
+# Baseline, Free Transformers at kappa 1/2, 1, 2 bits, the +1-layer and FLOPs-matched controls,
+# every seed; each run evaluated (gold-answer bits per byte, pass@1 / accuracy, the honest
+# likelihood bound, curves), every Free Transformer probed, the report built, its tables copied
+# to docs/study/ and docs/STUDY.md rendered from them. Re-running does only what is missing
+# (experiments/study.py). `make study-render` re-renders docs/STUDY.md from docs/study/.
+# BENCH_DATA: else $FTBENCH_DATA, else (tiny) the repository's sample, else ../shared/benchmarks.
+.PHONY: study study-render
+STUDY_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
+
+study: setup ## the first finding, offline, resumable (~90 min on 2 cores): [STUDY_SIZE=full|tiny STUDY_NAME= BENCH_DATA= JOBS= DRY=1]
+	$(STUDY_OFFLINE) $(PY) -m experiments.study run $(call opt,STUDY_SIZE,--size) \
+	  $(call opt,STUDY_NAME,--name) $(call opt,BENCH_DATA,--bench-data) \
+	  $(call opt,JOBS,--jobs) $(call opt,STUDY_DOCS,--docs) $(if $(call on,DRY),--dry)
+
+study-render: setup ## docs/STUDY.md from the committed tables in docs/study/
+	$(PY) -m analysis.study render --tables docs/study --out docs/STUDY.md
