@@ -782,7 +782,10 @@ class FTBenchLM(TemplateLM):
                    disable=disable_tqdm or not self.progress)
         for idx in mine:
             kw = dict(reqs[idx[0]][1])
-            until = handle_stop_sequences(kw.pop("until", None), eos)
+            stop_arg = kw.pop("until", None)  # a copy: lm-eval's helper appends eos in place,
+            # which would change the request (and the key of its draws) for the next caller
+            until = handle_stop_sequences(list(stop_arg) if isinstance(stop_arg, list)
+                                          else stop_arg, eos)
             requested = int(kw.pop("max_gen_toks", self.max_gen_toks))
             do_sample = _bool(kw.pop("do_sample", False))
             temperature = float(kw.pop("temperature", 0.0)) if do_sample else 0.0
