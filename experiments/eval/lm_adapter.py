@@ -39,7 +39,15 @@ Design choices:
   the window). String stop sequences are
   applied to the decoded text, and their single-encoding token ids stop the loop early;
 - every finished request goes to lm-eval's cache hook at once, so with `use_cache` (sqlite) an
-  interrupted evaluation resumes from the requests it finished.
+  interrupted evaluation resumes from the requests it finished (under data parallelism, when
+  its batch is gathered);
+- data parallel (`DataParallel`, torchrun): rank 0 runs lm-eval; each batch of requests it hands
+  the adapter is split into the units one process forms (a run of contexts, a posterior row, a
+  rolling request, a generation batch), each rank scores its units, rank 0 gathers them. A
+  generation batch's draws come from a generator keyed by the batch's requests (the same
+  batches form at any process count), so every result equals one process's;
+- the window (`max_length`) is the length the model was trained at (run.py passes the run's
+  train.seq_len); on CUDA the model runs under bf16 autocast (`precision`, not in the spec).
 Registered as `ftbench` (alias `freetransformer`) in lm-eval's model registry, so
 `lm_eval.simple_evaluate(model="ftbench", model_args="checkpoint=...,z=prior-k,k=4")` works;
 `make lm-eval` (experiments/eval/lm_eval_cli.py) is the stock `lm_eval` CLI with this module
