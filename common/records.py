@@ -165,11 +165,16 @@ class EvalSpec:
     data_checksums: Mapping[str, str] = field(default_factory=dict)
     suites: Mapping[str, EvalSpec] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    context: int | None = None
+    """The window the evaluation scored in, in tokens: the run's train.seq_len. None: a spec
+    from before the field (the model's max_seq_len then); absent from its JSON, so its id is
+    unchanged."""
 
     @classmethod
     def from_args(cls, suite: str, tasks: list[str] | tuple[str, ...], limit: int | None,
                   z_mode: str, k: int, fewshot: int | None, gen_tokens: int | None,
-                  data_checksums: Mapping[str, str] | None = None) -> EvalSpec:
+                  data_checksums: Mapping[str, str] | None = None,
+                  context: int | None = None) -> EvalSpec:
         """The spec of an evaluation asked for with these arguments (the z, k and generation
         rules are applied here, once)."""
         check_z(z_mode)
@@ -177,7 +182,8 @@ class EvalSpec:
         return cls(suite=suite, tasks=tuple(sorted(tasks)), limit=limit, z_mode=z_mode,
                    k=effective_k(z_mode, k), fewshot=fewshot,
                    gen_tokens=int(gen_tokens) if gen and gen_tokens is not None else None,
-                   data_checksums=dict(sorted((data_checksums or {}).items())))
+                   data_checksums=dict(sorted((data_checksums or {}).items())),
+                   context=int(context) if context is not None else None)
 
     @classmethod
     def union(cls, specs: Mapping[str, EvalSpec]) -> EvalSpec:
@@ -191,13 +197,16 @@ class EvalSpec:
                    limit=first.limit, z_mode=first.z_mode, k=first.k, fewshot=first.fewshot,
                    gen_tokens=next((s.gen_tokens for s in specs.values()
                                     if s.gen_tokens is not None), None),
-                   data_checksums=dict(sorted(sums.items())), suites=dict(specs))
+                   data_checksums=dict(sorted(sums.items())), suites=dict(specs),
+                   context=first.context)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"suite": self.suite, "tasks": list(self.tasks), "limit": self.limit,
                              "z_mode": self.z_mode, "k": self.k, "fewshot": self.fewshot,
                              "gen_tokens": self.gen_tokens,
                              "data_checksums": dict(self.data_checksums)}
+        if self.context is not None:
+            d["context"] = self.context
         if self.suites is not None:
             d["suites"] = {s: sp.to_json() for s, sp in self.suites.items()}
         return {**d, **self.extra}
@@ -212,9 +221,10 @@ class EvalSpec:
                    data_checksums=dict(d.get("data_checksums") or {}),
                    suites={s: cls.from_json(v) for s, v in inner.items() if isinstance(v, dict)}
                    if isinstance(inner, dict) else None,
+                   context=d.get("context"),
                    extra={k: v for k, v in d.items() if k not in (
                        "suite", "tasks", "limit", "z_mode", "k", "fewshot", "gen_tokens",
-                       "data_checksums", "suites")})
+                       "data_checksums", "suites", "context")})
 
     @property
     def id(self) -> str:
@@ -265,11 +275,12 @@ class EvalRequest:
     def suites(self) -> dict[str, list[str]]:
         return suites_of(self.tasks)
 
-    def specs(self, gen_tokens: int | None,
-              checksums: Mapping[str, Mapping[str, str]]) -> dict[str, EvalSpec]:
-        """{suite: its spec} with this generation length and {suite: data checksums}."""
+    def specs(self, gen_tokens: int | None, checksums: Mapping[str, Mapping[str, str]],
+              context: int | None = None) -> dict[str, EvalSpec]:
+        """{suite: its spec} with this generation length, {suite: data checksums} and the
+        model's evaluation window (its trained seq_len)."""
         return {s: EvalSpec.from_args(s, names, self.limit, self.z_mode, self.k, self.fewshot,
-                                      gen_tokens, checksums.get(s, {}))
+                                      gen_tokens, checksums.get(s, {}), context)
                 for s, names in self.suites().items()}
 
 

@@ -3,6 +3,7 @@
 #   make eval CKPT=results/runs/<id> [TASKS=gsm8k,mmlu] [LIMIT=20] [Z=prior|prior-k|posterior]
 #             [K=4] [FEWSHOT=0] [BENCH_DATA=<benchmarks dir>] [SEED=0] [GEN=<tokens>] [BS=16]
 #             [THREADS=1]  (torch threads; 1 is several times faster on a shared, busy CPU)
+#             [NPROC=2]    (data-parallel over torchrun processes)
 # BENCH_DATA (or $FTBENCH_DATA) = offline benchmark dir, checked against its sha256 sums; without
 # it the stock datasets download as usual. GEN = generation budget (default 256, at most half the
 # model's window; prompts are cut only when they alone fill the window, and every cut is
@@ -20,19 +21,25 @@
 #   make tasks BENCH_DATA=<dir> [OUT=results/lm_eval_tasks]
 # writes the offline task YAMLs (stock task names, local verified files) for any lm-eval backend:
 # lm_eval --model hf ... --include_path results/lm_eval_tasks.
+# NPROC=n scores over n processes through torchrun (gloo on CPU, NCCL on GPU): rank 0 runs
+# lm-eval and writes every file, each rank scores its share of every batch of requests, and the
+# items equal one process's. The window is the run's trained train.seq_len (recorded in the
+# spec as `context`); on CUDA the model runs under bf16 autocast; only the weights load.
 .PHONY: eval hf-export lm-eval tasks
+EVAL_LAUNCH = $(if $(call arg,NPROC),$(PY) -m torch.distributed.run --standalone \
+  --nproc_per_node $(call shq,$(NPROC)) -m experiments.eval,$(PY) -m experiments.eval)
 EVAL_OPTS = $(call opt,TASKS,--tasks) $(call opt,LIMIT,--limit) $(call opt,Z,--z) \
   $(call opt,K,--k) $(call opt,FEWSHOT,--fewshot) \
   $(if $(call arg,BENCH_DATA),--data=$(call shq,$(abspath $(BENCH_DATA)))) \
   $(call opt,SEED,--seed) $(call opt,GEN,--max-gen-toks) $(call opt,BS,--batch-size) \
   $(call opt,THREADS,--threads)
 
-eval: setup ## score a checkpoint: CKPT=<run dir|.pt> [TASKS= LIMIT= Z= K= FEWSHOT= BENCH_DATA=]
+eval: setup ## score a checkpoint: CKPT=<run dir|.pt> [TASKS= LIMIT= Z= K= FEWSHOT= BENCH_DATA= NPROC=]
 	@test -n $(call shq,$(call arg,CKPT)) || { echo "usage: make eval CKPT=<run dir or checkpoint>" \
 	  "[TASKS=...] [LIMIT=n] [Z=prior|prior-k|posterior] [K=k] [FEWSHOT=n]" \
 	  "[BENCH_DATA=<benchmarks dir>]"; exit 2; }
 	$(if $(call arg,BENCH_DATA),HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1) \
-	  $(PY) -m experiments.eval $(call shq,$(CKPT)) $(EVAL_OPTS)
+	  $(EVAL_LAUNCH) $(call shq,$(CKPT)) $(EVAL_OPTS)
 
 hf-export: setup ## export a baseline to HF LlamaForCausalLM: CKPT=<run dir|.pt> OUT=<dir>
 	@test -n $(call shq,$(call arg,CKPT)) -a -n $(call shq,$(call arg,OUT)) || { \

@@ -149,3 +149,66 @@ def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
                               f"{str(e).splitlines()[0][:300]}") from e
     return LoadedCheckpoint(model=model, config=cfg, tokenizer=payload.get("tokenizer"),
                             extra=payload.get("extra") or {})
+
+
+def load_weights(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedCheckpoint:
+    """The model of a checkpoint, for evaluation and export: its weights only.
+
+    The file is memory-mapped (`torch.load(mmap=True)`), so tensors outside the `model` entry
+    (optimizer moments, RNG state) are never read from disk, and the model is built on the meta
+    device and takes the file's tensors as its parameters (no random init, no second copy)
+    before it moves to `device`. `extra` keeps only the checkpoint's plain values (step,
+    tokens, ...), never a tensor. The one door evaluation loads through: other formats (a
+    weights-only export, sharded checkpoints) belong here.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # noqa: BLE001 - torch raises several types for foreign files
+        if "mmap" in str(e):  # a legacy (non-zip) torch file cannot be mapped: read it whole
+            payload = read_checkpoint(path, "cpu")
+        else:
+            raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
+                                  f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
+    try:
+        cfg = ModelConfig.from_dict(payload["config"])
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
+    sd = payload.get("model")
+    if not isinstance(sd, dict):
+        raise CheckpointError(f"checkpoint {path} has no model weights")
+    with torch.device("meta"):
+        model = build_model(cfg)
+    try:
+        model.load_state_dict(sd, assign=True)
+    except RuntimeError as e:
+        raise CheckpointError(f"checkpoint {path}: weights do not fit the model: "
+                              f"{str(e).splitlines()[0][:300]}") from e
+    if cfg.tie_embeddings:  # assign replaces each name's parameter: tie them again
+        model.output.weight = model.tok_emb.weight
+    _rebuild_buffers(model, cfg)
+    model = model.to(device)
+    extra = payload.get("extra") or {}
+    plain = {k: v for k, v in extra.items()
+             if isinstance(v, (int, float, str, bool)) or v is None}
+    return LoadedCheckpoint(model=model, config=cfg, tokenizer=payload.get("tokenizer"),
+                            extra=plain)
+
+
+def _rebuild_buffers(model: nn.Module, cfg: ModelConfig) -> None:
+    """Non-persistent buffers (not in the file) are still on the meta device after a meta
+    build: compute them as the constructor does."""
+    from .layers import rope_table
+
+    left = [n for n, b in model.named_buffers() if b.is_meta]
+    if not left:
+        return
+    if set(left) != {"rope_cos", "rope_sin"}:
+        raise CheckpointError(f"cannot rebuild buffers {left} of a meta-built model")
+    cos, sin = rope_table(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
+    model.register_buffer("rope_cos", cos, persistent=False)
+    model.register_buffer("rope_sin", sin, persistent=False)

@@ -92,7 +92,8 @@ def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     from experiments.eval import benchdata
     from experiments.eval.run import planned_specs
 
-    lens = {(c.config.get("model") or {}).get("max_seq_len") for c in p.cells}
+    # the evaluation window is the trained seq_len (experiments.eval.run.trained_context)
+    lens = {(c.config.get("train") or {}).get("seq_len") for c in p.cells}
     max_len = lens.pop() if len(lens) == 1 else None
     try:
         return planned_specs(args, max_len)

@@ -400,7 +400,7 @@ class _Ex:
             if _Ex.eval_do == "write":
                 from experiments.eval.run import eval_file_name, planned_specs, validate_args
 
-                specs = planned_specs(validate_args(job.argv[4:]), None)
+                specs = planned_specs(validate_args(job.argv[4:]), 64)  # the cells' seq_len
                 for sp in specs.values():
                     (run / "eval").mkdir(parents=True, exist_ok=True)
                     (run / "eval" / eval_file_name(sp, 6)).write_text("{}")
@@ -470,7 +470,8 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     lm_spec = m["eval_specs"]["lm-eval"]["spec"]
     assert lm_spec == {"suite": "lm-eval", "tasks": ["arc_easy"], "limit": 2, "z_mode": "prior",
                        "k": 1, "fewshot": None, "gen_tokens": None,
-                       "data_checksums": lm_spec["data_checksums"]}
+                       "data_checksums": lm_spec["data_checksums"],
+                       "context": 64}  # the cells' train.seq_len: the evaluation window
     assert list(lm_spec["data_checksums"]) == ["arc/arc_easy_test.llmfoundry.jsonl"]
     assert m["eval_specs"]["lm-eval"]["spec_id"] == spec_id(lm_spec)
     for c in m["cells"]:

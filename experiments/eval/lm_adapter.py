@@ -39,7 +39,15 @@ Design choices:
   the window). String stop sequences are
   applied to the decoded text, and their single-encoding token ids stop the loop early;
 - every finished request goes to lm-eval's cache hook at once, so with `use_cache` (sqlite) an
-  interrupted evaluation resumes from the requests it finished.
+  interrupted evaluation resumes from the requests it finished (under data parallelism, when
+  its batch is gathered);
+- data parallel (`DataParallel`, torchrun): rank 0 runs lm-eval; each batch of requests it hands
+  the adapter is split into the units one process forms (a run of contexts, a posterior row, a
+  rolling request, a generation batch), each rank scores its units, rank 0 gathers them. A
+  generation batch's draws come from a generator keyed by the batch's requests (the same
+  batches form at any process count), so every result equals one process's;
+- the window (`max_length`) is the length the model was trained at (run.py passes the run's
+  train.seq_len); on CUDA the model runs under bf16 autocast (`precision`, not in the spec).
 Registered as `ftbench` (alias `freetransformer`) in lm-eval's model registry, so
 `lm_eval.simple_evaluate(model="ftbench", model_args="checkpoint=...,z=prior-k,k=4")` works;
 `make lm-eval` (experiments/eval/lm_eval_cli.py) is the stock `lm_eval` CLI with this module
@@ -48,6 +56,7 @@ imported, since lm-eval offers no plugin hook for models.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -68,9 +77,10 @@ from tqdm import tqdm
 import model.free_transformer as ftm
 from common.paths import FINAL_CHECKPOINT, step_checkpoints
 from experiments.train.tokenizer import TextTokenizer, tokenizer_from_ref
-from model import load_checkpoint
+from model.checkpoint import load_weights
 
 Z_MODES = ("prior", "prior-k", "posterior")
+PRECISIONS = ("auto", "fp32", "bf16")
 DEFAULT_GEN_TOKS = 256
 """The generation budget asked for when neither the task nor the caller sets one; capped at
 half the model's window (`default_gen_toks`)."""
@@ -189,6 +199,74 @@ def checkpoint_step(path: str | os.PathLike, extra: dict[str, Any] | None) -> in
     return int(m.group(1)) if m else None
 
 
+def share(costs: Sequence[float], world: int) -> list[int]:
+    """The rank of each unit of work: largest first, each to the least-loaded rank (ties: the
+    lower index and rank). Deterministic, so every rank computes the same assignment."""
+    load = [0.0] * world
+    owner = [0] * len(costs)
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        r = min(range(world), key=lambda r: (load[r], r))
+        owner[i] = r
+        load[r] += costs[i]
+    return owner
+
+
+class DataParallel:
+    """Evaluation over the job's processes (torchrun: gloo on CPU; NCCL on GPU with a gloo
+    group beside it for the object collectives). Rank 0 runs lm-eval and writes every file;
+    each batch of requests it hands the adapter is split into whole units (a context's run of
+    continuations, a rolling request, a generation batch: the units one process forms), each
+    rank scores its units and the per-item results are gathered to rank 0. Every draw of Z is
+    keyed by what is scored, never by the rank, so the results equal one process's."""
+
+    def __init__(self, rank: int, world: int, group: Any = None, owns_group: bool = False
+                 ) -> None:
+        self.rank, self.world, self.group, self.owns_group = rank, world, group, owns_group
+
+    @classmethod
+    def from_env(cls, device: str | torch.device) -> DataParallel | None:
+        """The job's process group when torchrun started several processes (WORLD_SIZE > 1),
+        initialized here if nobody has; None for a single process."""
+        import torch.distributed as dist
+
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return None
+        owns = not dist.is_initialized()
+        if owns:
+            dist.init_process_group("nccl" if torch.device(device).type == "cuda" else "gloo")
+        group = dist.new_group(backend="gloo") if dist.get_backend() == "nccl" else None
+        return cls(dist.get_rank(), dist.get_world_size(), group, owns)
+
+    def broadcast(self, obj: Any) -> Any:
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.group)
+        return box[0]
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        import torch.distributed as dist
+
+        out: list[Any] | None = [None] * self.world if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.group)
+        return out
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if self.owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def local_device(device: str) -> str:
+    """Under torchrun on CUDA, each process takes its own GPU (LOCAL_RANK)."""
+    if torch.device(device).type == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        idx = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(idx)
+        return f"cuda:{idx}"
+    return device
+
+
 @register_model("ftbench", "freetransformer")
 class FTBenchLM(TemplateLM):
     """Scores our baseline / Free Transformer checkpoints under lm-eval."""
@@ -197,14 +275,15 @@ class FTBenchLM(TemplateLM):
                  tokenizer: TextTokenizer | dict | None = None, z: str = "prior", k: int = 1,
                  seed: int = 0, batch_size: int | str = 16, max_gen_toks: int | None = None,
                  device: str = "cpu", max_length: int | None = None,
-                 progress: bool | str = True, **_: Any) -> None:
+                 progress: bool | str = True, precision: str = "auto",
+                 data_parallel: DataParallel | None = None, **_: Any) -> None:
         super().__init__()
         if z not in Z_MODES:
             raise ValueError(f"z={z!r}: allowed {Z_MODES}")
         self.checkpoint_step: int | None = None
         if checkpoint is not None:
             path = resolve_checkpoint(checkpoint)
-            ck = load_checkpoint(path, map_location=device)
+            ck = load_weights(path, device)  # weights only: never the optimizer state
             model, tokenizer = ck.model, ck.tokenizer
             self.checkpoint_step = checkpoint_step(path, ck.extra)
         if model is None or tokenizer is None:
@@ -219,7 +298,10 @@ class FTBenchLM(TemplateLM):
             raise ValueError(f"k={k}: need k >= 1")
         self.seed = int(seed)
         self.batch_size = int(batch_size) if str(batch_size) != "auto" else 16
-        self.max_length = int(max_length or self.model.cfg.max_seq_len)
+        # the window: the length the model was trained at (run.py passes the run's seq_len),
+        # never past the positions the model has
+        self.max_length = min(int(max_length or self.model.cfg.max_seq_len),
+                              int(self.model.cfg.max_seq_len))
         self.max_gen_toks = int(max_gen_toks) if max_gen_toks not in (None, "", "None") \
             else default_gen_toks(self.max_length)
         if self.max_gen_toks < 1:
@@ -227,7 +309,13 @@ class FTBenchLM(TemplateLM):
         self.progress = _bool(progress)
         self.text_stops = True  # end rows on stop strings in the decoded text (tests turn it off)
         self._device = torch.device(device)
-        self.generator = torch.Generator(device="cpu").manual_seed(self.seed)
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision={precision!r}: allowed {PRECISIONS}")
+        # bf16 autocast on CUDA by default (a runtime setting, not part of the spec); fp32 else
+        self.precision = ("bf16" if self._device.type == "cuda" else "fp32") \
+            if precision == "auto" else precision
+        self.dp = data_parallel
+        self._in_shard = False  # computing this rank's share: no further dispatch
         self._token_bytes = self.tok.token_bytes()
         self.draw_logliks: dict[tuple[str, str], list[float]] = {}
         self.n_forward_tokens = 0
@@ -315,6 +403,71 @@ class FTBenchLM(TemplateLM):
                                      "continuation token in every window, scored or already "
                                      "scored" + draws}
 
+    # ------------------------------------------------------------------ data parallel
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.precision == "bf16":
+            return torch.autocast(self._device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _dispatch(self, kind: str, payload: Any) -> dict[int, Any]:
+        """{item index: result} for one batch of requests. Alone: all of it here. On rank 0
+        with workers: every rank gets the batch, scores its share, and rank 0 gathers them."""
+        if self.dp is None or self._in_shard:
+            return self._shard(kind, payload, 0, 1)
+        self.dp.broadcast((kind, payload))
+        err: BaseException | None = None
+        try:
+            got = self._shard(kind, payload, 0, self.dp.world)
+        except Exception as e:  # noqa: BLE001 - gather first, so the workers are not left
+            err, got = e, {}
+        parts = self.dp.gather(None) or []
+        if err is not None:
+            raise err
+        for part in parts[1:]:
+            if "error" in part:
+                raise RuntimeError(part["error"])
+            got |= part["items"]
+            self.n_forward_tokens += part["tokens"]
+            self.n_requests += part["requests"]
+        return got
+
+    def _shard(self, kind: str, payload: Any, rank: int, world: int) -> dict[int, Any]:
+        outer, self._in_shard = self._in_shard, True  # a rolling share scores through here
+        try:
+            with self._autocast():
+                if kind == "score":
+                    return self._score_share(*payload, rank, world)
+                if kind == "rolling":
+                    return self._rolling_share(*payload, rank, world)
+                if kind == "generate":
+                    return self._generate_share(*payload, rank, world)
+            raise ValueError(f"unknown request kind {kind!r}")
+        finally:
+            self._in_shard = outer
+
+    def serve(self) -> None:
+        """A worker rank (> 0): score its share of every batch rank 0 hands out, until rank 0
+        says stop (`stop_workers`)."""
+        assert self.dp is not None and self.dp.rank > 0
+        while True:
+            kind, payload = self.dp.broadcast(None)
+            if kind == "stop":
+                return
+            t0, r0 = self.n_forward_tokens, self.n_requests
+            try:
+                items = self._shard(kind, payload, self.dp.rank, self.dp.world)
+                out: dict[str, Any] = {"items": items, "tokens": self.n_forward_tokens - t0,
+                                       "requests": self.n_requests - r0}
+            except Exception as e:  # noqa: BLE001 - reported to rank 0, which raises it
+                log.exception("rank %d: %s failed", self.dp.rank, kind)
+                out = {"error": f"rank {self.dp.rank}: {type(e).__name__}: {e}"}
+            self.dp.gather(out)
+
+    def stop_workers(self) -> None:
+        """Rank 0: release the workers from `serve` (call once, when done or failing)."""
+        if self.dp is not None and self.dp.rank == 0:
+            self.dp.broadcast(("stop", None))
+
     # ------------------------------------------------------------------ scoring core
     def _window(self, ctx: list[int], cont: list[int],
                 n_enc: int | None = None) -> tuple[list[int], int, int]:
@@ -374,10 +527,20 @@ class FTBenchLM(TemplateLM):
         h = hashlib.blake2b(repr((self.seed, draw, parts)).encode(), digest_size=8).digest()
         return torch.Generator(device="cpu").manual_seed(int.from_bytes(h, "little") >> 1)
 
-    @torch.no_grad()
     def _score_tokens(self, pieces: list[tuple[list[int], list[int], int]],
                       disable_tqdm: bool) -> list[tuple[list[float], bool]]:
         """Per (ctx, cont, n_enc): the continuation's log-likelihood per draw of Z, and whether
+        it is the greedy continuation (`_score_share`, over the job's processes)."""
+        got = self._dispatch("score", (pieces, disable_tqdm))
+        return [got[i] for i in range(len(pieces))]
+
+    @torch.no_grad()
+    def _score_share(self, pieces: list[tuple[list[int], list[int], int]], disable_tqdm: bool,
+                     rank: int = 0, world: int = 1) -> dict[int, tuple[list[float], bool]]:
+        """This rank's share of `_score_tokens`, by whole units (an input row for posterior,
+        a run of contexts sharing a prefix otherwise), as {piece index: result}.
+
+        Per (ctx, cont, n_enc): the continuation's log-likelihood per draw of Z, and whether
         it is the greedy continuation.
 
         Each distinct context window (with its encoder span) runs once into a KV cache; the
@@ -408,7 +571,11 @@ class FTBenchLM(TemplateLM):
             rows: dict[tuple[int, ...], list[int]] = {}
             for i, (inp, _, _) in enumerate(wins):
                 rows.setdefault(tuple(inp), []).append(i)
-            for inp, members in rows.items():
+            units = list(rows.items())
+            owner = share([len(inp) * len(m) for inp, m in units], world)
+            for u, (inp, members) in enumerate(units):
+                if owner[u] != rank:
+                    continue
                 for d in range(draws):  # each draw's generator is keyed: the order is free
                     lf = min(len(inp) - wins[i][2] for i in members)
                     logits = self.model(torch.tensor([inp], device=self.device), z="posterior",
@@ -425,7 +592,12 @@ class FTBenchLM(TemplateLM):
             ctxs: dict[tuple[tuple[int, ...], int], list[int]] = {}
             for i, (inp, pre, n) in enumerate(wins):
                 ctxs.setdefault((tuple(inp[:len(inp) - n + 1]), pre), []).append(i)
-            for run, h in self._header_runs(sorted(ctxs)):
+            runs = self._header_runs(sorted(ctxs))
+            owner = share([sum(len(key[0]) + sum(len(pieces[i][1]) for i in ctxs[key])
+                               for key in run) for run, _ in runs], world)
+            for u, (run, h) in enumerate(runs):
+                if owner[u] != rank:
+                    continue
                 head = None
                 if h:  # baseline only (one draw)
                     head = self.model.new_cache(1, h)
@@ -438,8 +610,7 @@ class FTBenchLM(TemplateLM):
                         bar.update(len(ctxs[key]))
                     reduce(ctxs[key])
         bar.close()
-        assert all(r is not None for r in res)
-        return res  # type: ignore[return-value]
+        return {i: r for i, r in enumerate(res) if r is not None}
 
     MIN_SHARED_PREFIX = 32
     """Contexts share a cached prefix only from this many common tokens on (below, the copy
@@ -531,10 +702,22 @@ class FTBenchLM(TemplateLM):
         return self.loglikelihood([_Req(p) for p in pairs], disable_tqdm=disable_tqdm)
 
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
-        out = []
-        for req in tqdm(requests, desc="loglikelihood_rolling",
-                        disable=disable_tqdm or not self.progress):
-            (string,) = req.args
+        strings = [req.args[0] for req in requests]
+        got = self._dispatch("rolling", (strings, disable_tqdm))
+        out = [got[i] for i in range(len(strings))]
+        if self.dp is not None:  # alone, each went to the cache as it finished
+            for string, total in zip(strings, out, strict=True):
+                self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
+        return out
+
+    def _rolling_share(self, strings: list[str], disable_tqdm: bool, rank: int = 0,
+                       world: int = 1) -> dict[int, float]:
+        """This rank's share of the rolling requests, whole requests, {index: total}."""
+        owner = share([len(s) for s in strings], world)
+        out: dict[int, float] = {}
+        for i in tqdm([i for i in range(len(strings)) if owner[i] == rank],
+                      desc="loglikelihood_rolling", disable=disable_tqdm or not self.progress):
+            string = strings[i]
             wins = [make_disjoint_window(w) for w in get_rolling_token_windows(
                 self.tok_encode(string), self.eot_token_id, self.max_length, 1)]
             # every token is scored: the encoder may read the first window's EOT prefix only
@@ -543,8 +726,9 @@ class FTBenchLM(TemplateLM):
                 [(None, c, x) for c, x in wins], disable_tqdm=True,
                 n_enc=[len(c) if j == 0 else 0 for j, (c, _) in enumerate(wins)])
             total = sum(s for s, _ in scores)
-            out.append(total)
-            self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
+            out[i] = total
+            if self.dp is None:
+                self.cache_hook.add_partial("loglikelihood_rolling", (string,), total)
         return out
 
     # ------------------------------------------------------------------ generation
@@ -567,59 +751,76 @@ class FTBenchLM(TemplateLM):
                            if not (task is None or t == task)]
         return truncation_summary(take)
 
-    @torch.no_grad()
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
-        eos = self.tok.decode([self.tok.eos_id]) if self.tok.eos_id is not None else None
-        reqs = [r.args for r in requests]
+        reqs = [tuple(r.args) for r in requests]
         names = [getattr(r, "task_name", None) for r in requests]
-        enc = [self.tok_encode(c) for c, _ in reqs]
         self.n_requests += len(reqs)
+        n_cut = 0
+        for (c, g), name in zip(reqs, names, strict=True):
+            plan = self.plan_generation(c, g)
+            self._gen_plans.append((name, plan))
+            n_cut += plan.cut > 0
+        got = self._dispatch("generate", (reqs, disable_tqdm))
+        res = [got[i] for i in range(len(reqs))]
+        if self.dp is not None:  # alone, each went to the cache as its batch finished
+            for r, text in zip(reqs, res, strict=True):
+                self.cache_hook.add_partial("generate_until", r, text)
+        if n_cut:
+            log.warning("generate_until: %d of %d prompts were cut from the left to fit the "
+                        "%d-token window (recorded as the task's truncation)", n_cut, len(reqs),
+                        self.max_length)
+        return res
 
+    @torch.no_grad()
+    def _generate_share(self, reqs: list[tuple[str, dict]], disable_tqdm: bool, rank: int = 0,
+                        world: int = 1) -> dict[int, str]:
+        """This rank's share of the generation batches (the batches one process forms: longest
+        prompts first, one gen_kwargs per batch), {request index: text}. A batch's draws (the
+        encoder's prompt codes, the new tokens' prior codes, sampling) come from a generator
+        keyed by the batch's requests, not by the rank or the batch's position."""
+        eos = self.tok.decode([self.tok.eos_id]) if self.tok.eos_id is not None else None
+        enc = [self.tok_encode(c) for c, _ in reqs]
         coll = Collator(list(enumerate(reqs)), sort_fn=lambda r: (-len(enc[r[0]]), r[0]),
                         group_fn=lambda r: r[1][1], group_by="gen_kwargs")
-        res: list[str] = []
-        bar = tqdm(total=len(reqs), desc="generate_until",
+        chunks = [[i for i, _ in chunk] for chunk in coll.get_batched(n=self.batch_size)]
+        owner = share([sum(len(enc[i]) for i in idx) + len(idx) for idx in chunks], world)
+        mine = [idx for j, idx in enumerate(chunks) if owner[j] == rank]
+        out: dict[int, str] = {}
+        bar = tqdm(total=sum(map(len, mine)), desc="generate_until",
                    disable=disable_tqdm or not self.progress)
-        n_cut = 0
-        for chunk in coll.get_batched(n=self.batch_size):
-            idx = [i for i, _ in chunk]
-            kw = dict(chunk[0][1][1])
-            until = handle_stop_sequences(kw.pop("until", None), eos)
+        for idx in mine:
+            kw = dict(reqs[idx[0]][1])
+            stop_arg = kw.pop("until", None)  # a copy: lm-eval's helper appends eos in place,
+            # which would change the request (and the key of its draws) for the next caller
+            until = handle_stop_sequences(list(stop_arg) if isinstance(stop_arg, list)
+                                          else stop_arg, eos)
             requested = int(kw.pop("max_gen_toks", self.max_gen_toks))
             do_sample = _bool(kw.pop("do_sample", False))
             temperature = float(kw.pop("temperature", 0.0)) if do_sample else 0.0
             top_p = float(kw.pop("top_p", 1.0) or 1.0)
             stops = [ids for s in until if (ids := self.tok_encode(s))]
             plans = {i: plan_generation(len(enc[i]), requested, self.max_length) for i in idx}
-            for i in idx:
-                self._gen_plans.append((names[i], plans[i]))
-                n_cut += plans[i].cut > 0
-            texts: dict[int, str] = {}
             # rows of one generate call share its budget: run each budget apart, so a row's
             # budget never depends on its batch mates
             for budget in sorted({p.budget for p in plans.values()}, reverse=True):
                 rows = [i for i in idx if plans[i].budget == budget]
                 prompts = [(enc[i][len(enc[i]) - plans[i].kept:] if plans[i].kept else [])
                            or [self.eot_token_id] for i in rows]
+                g = self._gen_for(0, "generate", [reqs[i] for i in rows], budget)
                 gen = self.model.generate(prompts, max_new_tokens=budget,
                                           temperature=temperature, top_p=top_p, z="prior",
-                                          stop=stops, generator=self.generator,
-                                          eos_id=self.tok.eos_id,
+                                          stop=stops, generator=g, eos_id=self.tok.eos_id,
                                           stop_when=text_stop(until, self.tok_decode)
                                           if self.text_stops else None)
                 self.n_forward_tokens += sum(map(len, prompts)) + sum(map(len, gen.tokens))
                 for j, i in enumerate(rows):
-                    texts[i] = cut_at_stop(self.tok_decode(gen.tokens[j]), until)
-            for i in idx:
-                res.append(texts[i])
-                self.cache_hook.add_partial("generate_until", reqs[i], texts[i])
+                    out[i] = cut_at_stop(self.tok_decode(gen.tokens[j]), until)
+            if self.dp is None:
+                for i in idx:
+                    self.cache_hook.add_partial("generate_until", reqs[i], out[i])
             bar.update(len(idx))
         bar.close()
-        if n_cut:
-            log.warning("generate_until: %d of %d prompts were cut from the left to fit the "
-                        "%d-token window (recorded as the task's truncation)", n_cut, len(reqs),
-                        self.max_length)
-        return coll.get_original(res)
+        return out
 
 
 def _reduce_draws(cont: list[int], lp: list[torch.Tensor]) -> tuple[list[float], bool]:

@@ -88,6 +88,28 @@ def run_paths(ckpt: Path) -> tuple[str, Path]:
     return run_dir.name, run_dir / "eval"
 
 
+def trained_context(ckpt: Path) -> int | None:
+    """The window a checkpoint's model was trained at: its run record's train.seq_len
+    (`<run dir>/config.yaml`); None when the checkpoint has no run record (the model's
+    max_seq_len is then used). A run record that cannot be read is an EvalArgsError."""
+    import yaml
+
+    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+    rec = run_dir / "config.yaml"
+    if not rec.is_file():
+        return None
+    try:
+        cfg = yaml.safe_load(rec.read_text(encoding="utf-8")) or {}
+        seq = (cfg.get("train") or {}).get("seq_len") if isinstance(cfg, dict) else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise EvalArgsError(f"run record {rec} is unreadable: {one_line(e)[:200]}") from None
+    if seq is None:
+        return None
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 2:
+        raise EvalArgsError(f"run record {rec}: train.seq_len={seq!r} is not a window length")
+    return seq
+
+
 def ckpt_identity(ckpt: Path) -> str:
     st = ckpt.stat()
     return hashlib.sha256(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
@@ -353,12 +375,17 @@ def run_eval(ckpt: str | os.PathLike, request: EvalRequest,
     """Evaluate a checkpoint as `request` asks (what decides the numbers); `runtime` says how
     (device, batch size, output folder: nothing that changes a number). Returns {suite: path of
     the result JSON}. Each suite's spec is `request.specs(...)`, as `planned_specs` builds it."""
-    from experiments.eval.lm_adapter import FTBenchLM, resolve_checkpoint
+    from experiments.eval.lm_adapter import (
+        DataParallel,
+        FTBenchLM,
+        local_device,
+        resolve_checkpoint,
+    )
 
     runtime = runtime or EvalRuntime()
     req = request if request.tasks else dataclasses.replace(request, tasks=DEFAULT_TASKS)
     tasks = list(req.tasks)
-    z, k, limit, fewshot, seed = req.z_mode, req.k, req.limit, req.fewshot, req.seed
+    z, k, fewshot, seed = req.z_mode, req.k, req.fewshot, req.seed
     ddir = benchdata.data_dir(req.data)
     check_tasks(tasks, ddir, fewshot)
     device = resolve_device(runtime.device)
@@ -367,9 +394,34 @@ def run_eval(ckpt: str | os.PathLike, request: EvalRequest,
     if runtime.out_dir is not None:
         eval_dir = Path(runtime.out_dir)
     check_writable(eval_dir)
-    # the checkpoint loads before the data are hashed: a bad one costs no time
-    lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=runtime.batch_size,
-                   device=device, max_gen_toks=req.max_gen_toks, progress=runtime.progress)
+    context = trained_context(ck)
+    # under torchrun every process loads the model; rank 0 runs lm-eval and writes every file,
+    # the others score their share of each batch of requests (lm_adapter.DataParallel)
+    device = local_device(device)
+    dp = DataParallel.from_env(device)
+    try:
+        # the checkpoint loads before the data are hashed: a bad one costs no time
+        lm = FTBenchLM(checkpoint=str(ck), z=z, k=k, seed=seed, batch_size=runtime.batch_size,
+                       device=device, max_gen_toks=req.max_gen_toks,
+                       progress=runtime.progress and (dp is None or dp.rank == 0),
+                       max_length=context, data_parallel=dp)
+        if dp is not None and dp.rank > 0:
+            lm.serve()
+            return {}
+        try:
+            return _run_suites(lm, ck, req, ddir, eval_dir, run_id, dp)
+        finally:
+            lm.stop_workers()
+    finally:
+        if dp is not None:
+            dp.close()
+
+
+def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir: Path,
+                run_id: str, dp: Any) -> dict[str, Path]:
+    """Rank 0's part of `run_eval`: the data check, every suite, every file."""
+    tasks = list(req.tasks)
+    z, k, limit, fewshot, seed = req.z_mode, req.k, req.limit, req.fewshot, req.seed
     suites = req.suites()
     checks: dict[str, dict[str, str]] = {}
     if ddir is not None:
@@ -386,13 +438,15 @@ def run_eval(ckpt: str | os.PathLike, request: EvalRequest,
 
         set_override_env(ddir)  # before anything imports evalplus
     gen_toks = lm.max_gen_toks
-    specs = req.specs(gen_toks, checks)
+    specs = req.specs(gen_toks, checks, lm.max_length)
     cache_dir = eval_dir / ".cache"
     ident = ckpt_identity(ck)
     head = {"fewshot_override": fewshot, "max_gen_toks": gen_toks,
             "data_dir": str(ddir) if ddir else None, "versions": versions(*VERSIONED),
             "git_commit": git_commit(), "max_seq_len": lm.max_length,
-            "protocol": lm.protocol(), "argv": sys.argv}
+            "protocol": lm.protocol(), "argv": sys.argv,
+            # how it ran (not in the spec: neither changes what is asked)
+            "precision": lm.precision, "world_size": dp.world if dp is not None else 1}
     written: dict[str, Path] = {}
     for suite, names in suites.items():
         spec = specs[suite]
@@ -640,8 +694,9 @@ def runtime_of(a: argparse.Namespace) -> EvalRuntime:
 
 
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
-    """{suite: spec} that `validate_args`'s arguments will produce on a model with this window
-    (its default generation length depends on it); offline checksums are computed here. Built
+    """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in
+    this window, which is the run's train.seq_len (`trained_context`; the spec records it and
+    the default generation length depends on it); offline checksums are computed here. Built
     by the same `EvalRequest.specs` as `run_eval`'s."""
     from experiments.eval.lm_adapter import default_gen_toks
 
@@ -650,7 +705,7 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
     gen = req.max_gen_toks if req.max_gen_toks is not None else (
         default_gen_toks(max_seq_len) if max_seq_len else None)
     checks = {suite: suite_checksums(ddir, names) for suite, names in req.suites().items()}
-    return {suite: sp.to_json() for suite, sp in req.specs(gen, checks).items()}
+    return {suite: sp.to_json() for suite, sp in req.specs(gen, checks, max_seq_len).items()}
 
 
 def _check_caches(tasks: list[str]) -> None:
