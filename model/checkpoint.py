@@ -179,8 +179,13 @@ def load_weights(path: str | os.PathLike, device: str | torch.device = "cpu") ->
     except (ValueError, TypeError) as e:
         raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
     sd = payload.get("model")
+    if sd is None and "dcp" in payload:  # a training step's marker: its weights are in the shards
+        sd = sharded_weights(path, payload, build_model(cfg).state_dict())  # DCP fills a template
     if not isinstance(sd, dict):
         raise CheckpointError(f"checkpoint {path} has no model weights")
+    # a bf16 export (save_weights(dtype=bf16)) is loaded into the float32 model evaluation builds
+    sd = {k: v.float() if torch.is_tensor(v) and v.dtype in (torch.bfloat16, torch.float16) else v
+          for k, v in sd.items()}
     with torch.device("meta"):
         model = build_model(cfg)
     try:
