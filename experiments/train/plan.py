@@ -109,22 +109,33 @@ def planning_world(cfg: TrainConfig) -> tuple[int, str]:
 
 def cluster_site() -> dict[str, Any] | None:
     """The cluster file's GPUs, nodes, results root and write bandwidth, None when there is no
-    cluster file (ConfigError, one line, for a broken one). Read through sweeps.cluster, the
-    one schema of that file, imported only here and only when the file exists."""
+    cluster file (ConfigError, one line, for a broken value). Only these four keys are read
+    here, with sweeps/cluster.py's rule (null or 0 = the default); the whole file is checked
+    by that schema when a sweep loads it (experiments/ does not import sweeps/: no cycle)."""
+    import yaml
+
     path = Path(os.environ.get("FTBENCH_CLUSTER")
                 or Path(__file__).resolve().parents[2] / "sweeps" / "cluster.yaml")
     if not path.is_file():
         return None
-    from sweeps.cluster import load_cluster
-    from sweeps.errors import SweepError
-
     try:
-        c = load_cluster(path)
-    except SweepError as e:
-        raise ConfigError(one_line(str(e))) from None
-    return {"file": str(path), "gpus": int(c.or_default("gpus_per_node")),
-            "nodes": int(c.or_default("nodes")), "results": c.results,
-            "write_gbps": float(c.or_default("write_gbps"))}
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({one_line(str(e))[:200]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    site: dict[str, Any] = {"file": str(path), "results": raw.get("results")}
+    for key, default, kind in (("gpus_per_node", 0, int), ("nodes", 1, int),
+                               ("write_gbps", WRITE_GBPS, float)):
+        v = raw.get(key)
+        ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                           and (kind is float or float(v).is_integer()))
+        if not ok:
+            raise ConfigError(f"{path}: {key} must be a non-negative "
+                              f"{'integer' if kind is int else 'number'}, got {v!r}")
+        site[key] = kind(v or default)
+    site["gpus"] = site.pop("gpus_per_node")
+    return site
 
 
 def _divisors(n: int) -> list[int]:
