@@ -73,6 +73,167 @@ def _train(args: list[str], results: Path, nproc: int = 1) -> tuple[Path | None,
     return run_dir(compose([*args, f"paths.results={results}"])), "ok"
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _train_nodes(args: list[str], results: Path, nodes: int, per_node: int,
+                 env: dict[str, str] | None = None, gpus: bool = False
+                 ) -> tuple[Path | None, str]:
+    """`nodes` torchrun agents of `per_node` processes on this host, meeting through the c10d
+    rendezvous at 127.0.0.1 (what `make train NNODES=.. NODE_RANK=.. MASTER_ADDR=..` runs on
+    each node), as a stand-in for several nodes when only one is here."""
+    from experiments.train.config import compose
+    from experiments.train.plan import run_dir
+
+    port = _free_port()
+    env = {**os.environ, **(env or {})}
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank",
+         str(r), "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+         "--rdzv_id", f"gpu-check-{port}", "--nproc_per_node", str(per_node),
+         "-m", "experiments.train", *args, f"paths.results={results}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        # on GPUs each simulated node sees its own per_node devices, as a real node would
+        env={**env, "CUDA_VISIBLE_DEVICES": ",".join(
+            str(r * per_node + i) for i in range(per_node))} if gpus else env)
+        for r in range(nodes)]
+    errs = [p.communicate()[1] for p in procs]
+    bad = [(p.returncode, e) for p, e in zip(procs, errs, strict=True) if p.returncode]
+    if bad:
+        tail = (bad[0][1].strip().splitlines() or ["no output"])[-1]
+        return None, f"exit {bad[0][0]}: {tail[:300]}"
+    return run_dir(compose([*args, f"paths.results={results}"])), "ok"
+
+
+def _max_rel(a: list[float], b: list[float]) -> float:
+    if len(a) != len(b):
+        return float("inf")
+    return max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a, b, strict=True))
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor] | None:
+    """The final weights of a run (the trainer's final checkpoint), None if absent."""
+    final = run / "checkpoints" / "final.pt"
+    if not final.is_file():
+        return None
+    state = torch.load(final, map_location="cpu", weights_only=True)
+    return state.get("model", state)
+
+
+def _resume_round_trip(args: list[str], results: Path, ref: Path, run: Any) -> dict[str, Any]:
+    """The sharded checkpoint round trip, kept generic over the checkpoint format: after a
+    finished run, drop its final checkpoint and every step checkpoint but the oldest kept one,
+    rerun the same command (the trainer resumes from what is left) and compare the resumed
+    run's final weights and losses with the uninterrupted reference."""
+    import re
+    import shutil
+
+    d = run(args, results)[0]
+    if d is None:
+        return {"resume": "failed: the first run did not finish"}
+    ck = d / "checkpoints"
+    steps = sorted((int(m.group(1)), p) for p in ck.iterdir()
+                   if (m := re.search(r"(\d+)", p.name)) and "final" not in p.name)
+    if len(steps) < 2:
+        return {"resume": f"skipped: {len(steps)} step checkpoint(s) kept, need 2"}
+    for _, p in steps[1:]:
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    for p in ck.glob("final*"):
+        shutil.rmtree(p) if p.is_dir() else p.unlink()
+    d2, why = run([a for a in args if a != "train.force=true"], results)  # resume, not redo
+    if d2 is None:
+        return {"resume": why}
+    a, b = _weights(ref), _weights(d2)
+    out: dict[str, Any] = {"resume": "ok", "resumed_from_step": steps[0][0],
+                           "resume_loss_max_rel": _max_rel(_losses(ref)[-1:], _losses(d2)[-1:])}
+    if a is not None and b is not None:
+        out["resume_weights_max_abs"] = max((a[k].float() - b[k].float()).abs().max().item()
+                                            for k in a)
+    return out
+
+
+def _bf16_export(run: Path) -> dict[str, Any]:
+    """The bf16 weights-only export, where the trainer writes one: every tensor bf16 and equal
+    to the final weights rounded to bf16."""
+    found = [p for p in run.rglob("*") if p.is_file() and "export" in p.name]
+    if not found:
+        return {"bf16_export": "skipped: this trainer wrote no export file"}
+    w = _weights(run)
+    try:
+        e = torch.load(found[0], map_location="cpu", weights_only=True)
+    except Exception as ex:  # noqa: BLE001 - a format this check cannot read: say so
+        return {"bf16_export": f"skipped: {found[0].name} unreadable here ({type(ex).__name__})"}
+    e = e.get("model", e) if isinstance(e, dict) else e
+    ok = w is not None and all(
+        v.dtype == torch.bfloat16 and torch.equal(v, w[k].to(torch.bfloat16))
+        for k, v in e.items() if k in w)
+    return {"bf16_export": "ok" if ok else f"failed: {found[0].name} differs from bf16(final)"}
+
+
+def topology(base: list[str], work: Path, per_node: int, tol: float,
+             env: dict[str, str] | None = None, gpus: bool = False) -> dict[str, Any]:
+    """DDP and FSDP on 1 node (per_node processes) and on 2 nodes (two c10d agents of
+    per_node // 2 or 1 process on this host), each against one process; the sharded
+    checkpoint round trip under FSDP over 2 nodes; the bf16 export."""
+    one, why = _train_nodes(base, work / "one", 1, 1, env, gpus)
+    out: dict[str, Any] = {"one_process": why}
+    ok = one is not None
+    half = max(1, per_node // 2)
+    for mode in ("ddp", "fsdp"):
+        for nodes, per in ((1, per_node), (2, half)):
+            key = f"{mode}_{nodes}node"
+            run, w = _train_nodes([*base, f"train.parallel={mode}"], work / key, nodes, per, env,
+                                  gpus)
+            out[key] = w
+            if run is not None and one is not None:
+                d = _max_rel(_losses(one), _losses(run))
+                out[f"{key}_vs_1proc_max_rel"] = d
+                ok &= d <= tol
+            ok &= w == "ok"
+    rt = _resume_round_trip(
+        [*base, "train.parallel=fsdp", "logging.ckpt_every=1", "logging.keep_checkpoints=3"],
+        work / "resume", one, lambda a, r: _train_nodes(a, r, 2, half, env, gpus)) \
+        if one is not None else {"resume": "skipped: no reference run"}
+    out.update(rt)
+    ok &= rt["resume"] == "ok" and rt.get("resume_weights_max_abs", 0.0) <= 1e-4
+    if one is not None:
+        out.update(_bf16_export(one))
+        ok &= not str(out["bf16_export"]).startswith("failed")
+    out["passed"] = bool(ok)
+    return out
+
+
+def cpu_main(results: str | None, steps: int, tol: float) -> int:
+    """GPU_CHECK_CPU=1: the multi-process and multi-node code paths on this CPU (gloo), at the
+    1M preset: DDP and FSDP on 1 and 2 simulated nodes against one process, the resume round
+    trip, the bf16 export. No speed figures (a CPU says nothing about a GPU's)."""
+    root = results_root(results)
+    work = runs_dir(root / "gpu_check_cpu")
+    base = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
+            "model.latent_bits=4", "train.batch_size=8", "train.micro_batch_size=2",
+            "train.seq_len=64", f"train.tokens={steps * 8 * 64}", "data.val_tokens=256",
+            "logging.progress=false", "logging.log_every=1", "logging.val_every=0",
+            "optim.warmup_steps=1", "train.force=true", "train.device=cpu"]
+    t0 = time.time()
+    doc = topology(base, work, 2, tol, env={"OMP_NUM_THREADS": "1"})
+    doc.update(created=datetime.now(timezone.utc).isoformat(timespec="seconds"), mode="cpu",
+               torch=torch.__version__, steps=steps, tolerance=tol, wall_s=time.time() - t0,
+               host=os.uname().nodename)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = root / "gpu_check" / f"cpu-{stamp}.json"
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    for k, v in doc.items():
+        if isinstance(v, str) and k not in ("created", "mode", "torch", "host"):
+            print(f"{k:16s} {v}")
+    print(f"{'passed' if doc['passed'] else 'FAILED'}; wrote {path}")
+    return 0 if doc["passed"] else 1
+
+
 def _timed_ms(fn: Any, n: int = 5) -> float:
     fn()  # warm-up
     torch.cuda.synchronize()
@@ -139,7 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tol", type=float, default=0.05,
                     help="largest relative difference of a bf16 step's loss from fp32's")
     ap.add_argument("--results", default=None)
+    ap.add_argument("--cpu", action="store_true",
+                    help="reduced mode on CPU (GPU_CHECK_CPU=1): DDP/FSDP on 1 and 2 simulated "
+                         "nodes, resume round trip, bf16 export; gloo, preset 1M")
     a = ap.parse_args(argv)
+    if a.cpu:
+        return cpu_main(a.results, min(a.steps, 4), a.tol)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
         print("error: no CUDA device visible (make gpu-check needs a GPU node)", file=sys.stderr)
         return 2
@@ -191,13 +357,20 @@ def main(argv: list[str] | None = None) -> int:
                   for k, v in row.items() if k in ("fp32", "bf16_compile", "ddp", "fsdp"))
         ok &= bool(row.get("bf16_within_tol"))
         checks.append(row)
+    topo: dict[str, Any] = {"passed": True, "skipped": f"{n} GPU visible, 2 needed"}
+    if n >= 2:  # 1 and 2 (simulated) nodes, fp32 so the comparison is against one process
+        topo = topology([*base, "model.latent_bits=16", f"train.micro_batch_size={batch // n}",
+                         "train.precision=fp32", "logging.ckpt_every=10"],
+                        root / "gpu_check" / "topology", n - n % 2, a.tol, gpus=True)
+        ok &= topo["passed"]
     kern = _flash_and_mapper(a.preset, 8, seq)
     ok &= all(kern.get(f"flash_{arm}") == "ok" for arm in ("baseline", "free"))
     doc = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "gpu": name, "n_gpus": n, "peak_bf16_tflops": peak, "peak_source": peak_src,
            "torch": torch.__version__, "cuda": torch.version.cuda, "preset": a.preset,
            "steps": a.steps, "seq_len": seq, "global_batch": batch, "tolerance": a.tol,
-           "arms": checks, "kernels": kern, "passed": ok, "wall_s": time.time() - t0,
+           "arms": checks, "kernels": kern, "topology": topo, "passed": ok,
+           "wall_s": time.time() - t0,
            "host": os.uname().nodename}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = root / "gpu_check" / f"{stamp}.json"

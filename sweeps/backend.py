@@ -28,7 +28,7 @@ from common.text import one_line
 from experiments.eval import chain as _chain
 from experiments.train import config as _config
 from experiments.train import plan as P
-from experiments.train.config import TrainConfig, model_config
+from experiments.train.config import ConfigError, TrainConfig, model_config
 from experiments.train.config import compose as compose_config
 
 from .errors import SweepError
@@ -177,5 +177,23 @@ def estimate_text(cfg: Any) -> str | None:
     not the trainer's (a stand-in trainer in tests)."""
     if not isinstance(cfg, TrainConfig):
         return None
-    rp = P.plan(cfg)
-    return P.format_estimate(cfg, rp, P.dry_parallel(cfg, rp))
+    try:
+        n, source = P.planning_world(cfg)  # the cluster's GPUs, not this process's
+        rp = P.plan(cfg, n)
+    except ConfigError as e:
+        raise SweepError(one_line(e)) from None
+    return (f"world       {n} GPU(s), from {source}\n"
+            + P.format_estimate(cfg, rp, P.dry_parallel(cfg, rp)))
+
+
+def disk_need(cfg: Any) -> int | None:
+    """Bytes a run of `cfg` writes under the results root at most (checkpoints, export, an
+    unbuilt corpus); None for a config that is not the trainer's."""
+    if not isinstance(cfg, TrainConfig):
+        return None
+    return P.disk_bytes(cfg, P.plan(cfg, 1))["total"]  # the same bytes for any world
+
+
+def space_refusal(root: Any, need: int) -> str | None:
+    """One line when `root`'s file system has less than `need` bytes free."""
+    return P.space_refusal(root, need)

@@ -113,6 +113,13 @@ class ClusterConfig:
     """Shell lines run before the job (modules, venv): a free-form list."""
     additional: Any = None
     """Any other sbatch option, e.g. {reservation: myres, mail-type: END}: a free-form mapping."""
+    results: str | None = None
+    """The results root on the cluster's scratch file system (runs, checkpoints, corpora): the
+    sweep's jobs write there, and its free space is checked against the plan's checkpoint and
+    corpus sizes before anything is submitted. null: the sweep's own results root."""
+    write_gbps: float | None = 2.0
+    """Write bandwidth in GB/s one job gets from that file system: the dry run's checkpoint
+    save-time estimate."""
     eval: EvalOverrides = field(default_factory=EvalOverrides)
     """What EVAL=1 jobs ask for instead (keys as above)."""
 
@@ -124,8 +131,10 @@ class ClusterConfig:
         return getattr(self, name) or _DEFAULTS[name]
 
     def for_eval(self) -> ClusterConfig:
-        """The settings of an evaluation job: the eval section over the main settings."""
-        return dataclasses.replace(self, **self.eval.given(), eval=EvalOverrides())
+        """The settings of an evaluation job: the eval section over the main settings, on one
+        node always (an evaluation is one process group; more nodes would repeat it)."""
+        return dataclasses.replace(self, **{**self.eval.given(), "nodes": 1},
+                                   eval=EvalOverrides())
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ClusterConfig)
@@ -146,6 +155,11 @@ def _check(c: ClusterConfig | EvalOverrides, *, required_partition: bool) -> Non
             continue
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ValueError(f"{k} must be a non-negative integer, got {v!r}")
+    if isinstance(c, EvalOverrides) and isinstance(c.nodes, int) and c.nodes > 1:
+        raise ValueError(f"nodes={c.nodes}: an evaluation job takes one node")
+    wb = getattr(c, "write_gbps", None)
+    if wb is not None and not (isinstance(wb, (int, float)) and wb >= 0):
+        raise ValueError(f"write_gbps must be a non-negative number, got {wb!r}")
     if not (c.setup is None or _missing(c.setup) or isinstance(c.setup, list)):
         raise ValueError(f"setup must be a list of shell lines, got {c.setup!r}")
     if not (c.additional is None or _missing(c.additional) or isinstance(c.additional, dict)):

@@ -81,6 +81,9 @@ def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: 
         raise SweepError(f"LAUNCHER: {launcher!r} is not local or slurm")
     if launcher == "slurm" and cluster is None:
         cluster = load_cluster()
+    if launcher == "slurm":
+        assert cluster is not None
+        _check_scratch(p, cluster)
     p.folder.mkdir(parents=True, exist_ok=True)
     with manifest.locked(p.folder, wait=False):
         (p.folder / ".lock").write_text(f"pid {os.getpid()}\n")
@@ -223,6 +226,28 @@ def _outcome(job: Any, folder: Path) -> tuple[str, str | None]:
     if isinstance(r, dict) and r.get("state") == "interrupted":
         return "pending", str(r.get("reason"))
     return "done", None
+
+
+def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
+    """Before anything is submitted: the cells' run directories are under the cluster file's
+    results root (when it names one), and its file system has room for the cells not done
+    yet (checkpoints, export, corpus); SweepError, one line, otherwise."""
+    roots = {Path(c.run_dir).parent.parent for c in p.cells}  # <results>/runs/<run-id>
+    if cluster.results:
+        want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
+        off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
+        if off:
+            raise SweepError(f"cluster.yaml results={cluster.results} but this sweep writes "
+                             f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
+        roots = {want}
+    need = 0
+    for c in p.cells:
+        if backend.is_done(Path(c.run_dir)):
+            continue
+        need += backend.disk_need(backend.compose(c.cell)) or 0
+    for r in roots:
+        if need and (why := backend.space_refusal(r, need)) is not None:
+            raise SweepError(why)
 
 
 def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],

@@ -209,3 +209,26 @@ def test_synthetic_preset_fields_have_docstrings(cls: str) -> None:
     import experiments.synthetic as S
 
     test_every_field_has_a_docstring(getattr(S, cls))
+
+
+def test_multi_node_cells_ask_one_task_per_gpu_and_eval_jobs_one_node(tmp_path: Path) -> None:
+    """nodes > 1: every node runs gpus_per_node tasks (sweeps/job.py maps submitit's
+    JobEnvironment to RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR); an evaluation is one process
+    group, so its job takes one node whatever the main setting (issue 26)."""
+    cfg = _load(tmp_path, "partition: gpu\ngpus_per_node: 8\nnodes: 4\n"
+                          "eval: {gpus_per_node: 1}\n")
+    main = L.slurm_parameters(cfg)
+    assert (main["nodes"], main["gpus_per_node"], main["tasks_per_node"]) == (4, 8, 8)
+    ev = L.slurm_parameters(cfg, for_eval=True)
+    assert (ev["nodes"], ev["gpus_per_node"], ev["tasks_per_node"]) == (1, 1, 1)
+    with pytest.raises(SweepError, match=r"cluster\.yaml: eval\.nodes=2: an evaluation job "
+                                         r"takes one node$"):
+        _load(tmp_path, "partition: gpu\nnodes: 4\neval: {nodes: 2}\n")
+
+
+def test_scratch_results_and_write_bandwidth_keys(tmp_path: Path) -> None:
+    cfg = _load(tmp_path, "partition: gpu\nresults: /scratch/me/ftbench\nwrite_gbps: 5\n")
+    assert cfg.results == "/scratch/me/ftbench" and cfg.or_default("write_gbps") == 5.0
+    assert _load(tmp_path, "partition: gpu\n").or_default("write_gbps") == 2.0
+    with pytest.raises(SweepError, match=r"cluster\.yaml: write_gbps must be a non-negative"):
+        _load(tmp_path, "partition: gpu\nwrite_gbps: -1\n")

@@ -4,8 +4,9 @@ as the code printed them before sweeps/ was split by responsibility (issue 23). 
 changes a run-id, a cell, a FLOPs figure or a line of the plan fails here.
 
 Stripped, because they truly vary: the results root (a tmp dir; `<RESULTS>` in the fixture) and
-the dry run's `CPU time` line when it is *measured* on this CPU (tokens/s of 3 timed steps). A
-stated rate (train.cpu_tokens_per_s) and the GPU estimates are analytic and kept.
+the dry run's `CPU time` line when it is *measured* on this CPU (tokens/s of 3 timed steps), and
+its free-space line (this machine's disk). A stated rate (train.cpu_tokens_per_s) and the GPU
+estimates are analytic and kept.
 
 Regenerate (only when a change of plan is intended, and say so in the commit):
     PYTHONPATH=$PWD .venv/bin/python tests/test_golden_plans.py --write
@@ -82,11 +83,14 @@ synthetic ones are experiments.synthetic's arm overrides for --setting cpu / gpu
 
 MEASURED = re.compile(r"^CPU time .*\(measured: .*$", re.M)
 RUN_ID = re.compile(r"\b[0-9a-f]{12}\b")
+FREE = re.compile(r"^( +)(SHORT: )?<RESULTS>:? .*(free|enough free space).*$", re.M)
+"""The dry run's free-space line under the disk line: this machine's disk, not the plan."""
 
 
 def _normalise(text: str, results: Path) -> str:
-    return MEASURED.sub("CPU time    <measured on this CPU>", text.replace(str(results),
+    text = MEASURED.sub("CPU time    <measured on this CPU>", text.replace(str(results),
                                                                           "<RESULTS>"))
+    return FREE.sub(r"\1<free space of RESULTS>", text)
 
 
 def _captured(fn: Any, argv: list[str]) -> tuple[int, str]:

@@ -77,6 +77,91 @@ def world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
+PLAN_ENV = ("FTBENCH_PLAN_NPROC", "FTBENCH_PLAN_NNODES")
+"""What `make train DRY=1 NPROC=n NNODES=m` hands the dry run (processes per node, nodes)."""
+
+
+def _count(name: str, value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ConfigError(f"{name}={value!r}: must be a positive integer")
+    return n
+
+
+def planning_world(cfg: TrainConfig) -> tuple[int, str]:
+    """(world size, where it comes from) of the run the dry run plans: train.plan_world_size,
+    else make's NPROC x NNODES, else a live torchrun's WORLD_SIZE, else the cluster file's
+    gpus_per_node x nodes (sweeps/cluster.yaml or FTBENCH_CLUSTER, when it exists), else 1."""
+    if cfg.train.plan_world_size:
+        return cfg.train.plan_world_size, "train.plan_world_size"
+    nproc, nnodes = (os.environ.get(k, "") for k in PLAN_ENV)
+    if nproc or nnodes:
+        n = _count("NPROC", nproc or "1") * _count("NNODES", nnodes or "1")
+        return n, f"NPROC={nproc or 1} x NNODES={nnodes or 1}"
+    if "WORLD_SIZE" in os.environ:
+        return _count("WORLD_SIZE", os.environ["WORLD_SIZE"]), "torchrun's WORLD_SIZE"
+    site = cluster_site()
+    if site is not None and site["gpus"]:
+        return site["gpus"] * site["nodes"], (f"{site['file']}: {site['nodes']} node(s) x "
+                                              f"{site['gpus']} GPU(s)")
+    return 1, "one process (NPROC, NNODES, train.plan_world_size or a cluster file change it)"
+
+
+def cluster_site() -> dict[str, Any] | None:
+    """The cluster file's GPUs, nodes, results root and write bandwidth, None when there is no
+    cluster file (ConfigError, one line, for a broken value). Only these four keys are read
+    here, with sweeps/cluster.py's rule (null or 0 = the default); the whole file is checked
+    by that schema when a sweep loads it (experiments/ does not import sweeps/: no cycle)."""
+    import yaml
+
+    path = Path(os.environ.get("FTBENCH_CLUSTER")
+                or Path(__file__).resolve().parents[2] / "sweeps" / "cluster.yaml")
+    if not path.is_file():
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({one_line(str(e))[:200]})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings")
+    site: dict[str, Any] = {"file": str(path), "results": raw.get("results")}
+    for key, default, kind in (("gpus_per_node", 0, int), ("nodes", 1, int),
+                               ("write_gbps", WRITE_GBPS, float)):
+        v = raw.get(key)
+        ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                           and (kind is float or float(v).is_integer()))
+        if not ok:
+            raise ConfigError(f"{path}: {key} must be a non-negative "
+                              f"{'integer' if kind is int else 'number'}, got {v!r}")
+        site[key] = kind(v or default)
+    site["gpus"] = site.pop("gpus_per_node")
+    return site
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def batch_refusal(batch: int, micro: int | None, n_world: int) -> str:
+    """One line: why `batch` sequences do not split over `n_world` processes (of `micro`
+    sequences each, None = batch / world), with the nearest batch sizes and world sizes that
+    do."""
+    unit = (micro or 1) * n_world  # a valid batch is a multiple of this
+    lo, hi = (batch // unit) * unit, -(-batch // unit) * unit
+    sizes = " or ".join(f"train.batch_size={b}" for b in dict.fromkeys((lo, hi)) if b > 0)
+    per = batch // (micro or 1)  # the world must divide this
+    below = max((d for d in _divisors(per) if d <= n_world), default=1)
+    above = min((d for d in _divisors(per) if d >= n_world), default=None)
+    worlds = " or ".join(str(w) for w in dict.fromkeys((below, above)) if w is not None)
+    what = (f"micro_batch_size {micro} x world {n_world} = {unit}" if micro
+            else f"world {n_world} (one sequence per process at least)")
+    return (f"train.batch_size={batch} does not split over {what}; nearest valid: {sizes}, "
+            f"or a world size of {worlds}")
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """Everything decided before compute."""
@@ -130,10 +215,11 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
     fpt = train_flops_per_token(mc, T)
     fb = train_flops_per_token(base, T)
     ff = train_flops_per_token(free, T) if free is not None else None
+    if n_world < 1:
+        raise ConfigError(f"world size {n_world}: must be at least 1")
     micro = t.micro_batch_size or t.batch_size // n_world
-    if t.batch_size % (micro * n_world):
-        raise ConfigError(f"train.batch_size={t.batch_size} must be a multiple of "
-                          f"micro_batch_size x world_size = {micro} x {n_world}")
+    if micro < 1 or t.batch_size % (micro * n_world):
+        raise ConfigError(batch_refusal(t.batch_size, t.micro_batch_size, n_world))
     accum = t.batch_size // (micro * n_world)
     tokens_per_step = t.batch_size * T
     if t.flops is not None:
@@ -303,16 +389,39 @@ def duration(s: float) -> str:
 
 
 def dry_parallel(cfg: TrainConfig, p: RunPlan) -> str:
-    """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb (the rule
-    of experiments.train.parallel.resolve, without building anything)."""
-    from .parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
-
+    """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb: `auto` is
+    DDP when DDP's whole per-GPU memory (state and this micro-batch's activations, with
+    activation checkpointing when train.activation_checkpointing is on) fits FIT_FRACTION of
+    the GPU, else FSDP (`auto_parallel`)."""
     if p.world_size <= 1:
         return "none"
     if cfg.train.parallel != "auto":
         return str(cfg.train.parallel)
-    ddp = DDP_BYTES_PER_PARAM * p.params["total"]
-    return "fsdp" if ddp > FIT_FRACTION * cfg.train.gpu_memory_gb * 1e9 else "ddp"
+    return auto_parallel(p, cfg.train.gpu_memory_gb * 1e9, cfg.train.activation_checkpointing)
+
+
+def auto_parallel(p: RunPlan, gpu_bytes: float, checkpointing: bool = False) -> str:
+    """`auto`'s choice for a world of p.world_size > 1 on GPUs of `gpu_bytes`: ddp when DDP's
+    estimate, activations included, fits FIT_FRACTION of a GPU, else fsdp. The trainer's
+    runtime rule (experiments.train.parallel.resolve) should call this with the device's
+    total memory, so that the dry run and the run agree."""
+    from .parallel import FIT_FRACTION
+
+    m = memory_estimate(p, "ddp")
+    need = m["total_checkpointed"] if checkpointing else m["total"]
+    return "fsdp" if need > FIT_FRACTION * gpu_bytes else "ddp"
+
+
+WRITE_GBPS = 2.0
+"""Aggregate write bandwidth (GB/s) the save-time estimate assumes unless the cluster file
+states write_gbps: a parallel file system's share for one job, not a node's local disk."""
+
+
+def checkpoint_bytes(p: RunPlan) -> dict[str, int]:
+    """Bytes of one resumable checkpoint (fp32 weights + AdamW's two fp32 moments, whole or
+    summed over FSDP's shards: the same total) and of the bf16 weights-only export."""
+    n = p.params["total"]
+    return {"full": 4 * n + ADAMW_STATES * 4 * n, "weights_fp32": 4 * n, "bf16_export": 2 * n}
 
 
 def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
@@ -334,6 +443,15 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
         f"fit         {_gb(m['total'])} {fits} in train.gpu_memory_gb={t.gpu_memory_gb:g} GB; "
         f"{_gb(m['total_checkpointed'])} with activation checkpointing {fits_ck}",
     ]
+    if t.parallel == "auto" and p.world_size > 1:
+        from .parallel import FIT_FRACTION
+
+        dd = memory_estimate(p, "ddp")
+        need = dd["total_checkpointed"] if t.activation_checkpointing else dd["total"]
+        lines.append(f"parallel    auto -> {parallel}: DDP would hold {_gb(need)} per GPU "
+                     f"(state + activations{', checkpointed' if t.activation_checkpointing else ''}"
+                     f"), {'over' if parallel == 'fsdp' else 'within'} {FIT_FRACTION:.0%} of "
+                     f"{t.gpu_memory_gb:g} GB")
     if parallel != "fsdp" and m["total"] > cap and p.world_size > 1:
         fs = memory_estimate(p, "fsdp")
         lines.append(f"            under FSDP: {_gb(fs['total'])} "
@@ -349,11 +467,64 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
         f"{paper['mfu_6n']:.0%} at 6N FLOPs/token, {paper['mfu']:.0%} with attention over "
         f"the full {paper['seq_len']}-token context ({paper['flops_per_token']:.3g} "
         f"FLOPs/token, this suite's count)")
+    lines += checkpoint_lines(cfg, p)
     if cpu_rate is not None:
         tps, src = cpu_rate
         lines.append(f"CPU time    {duration(p.tokens / tps)} on this machine at "
                      f"{tps:,.0f} tokens/s ({src})")
     return "\n".join(lines)
+
+
+def disk_bytes(cfg: TrainConfig, p: RunPlan) -> dict[str, int]:
+    """What a run of this plan writes under the results root at most: the rotated step
+    checkpoints plus the one being written, the kept evaluation checkpoints, the final weights
+    and the bf16 export; and the corpus it reads when it is not built yet (the plan's tokens at
+    the corpus' token width over data.max_epochs passes: a lower bound of what gets built)."""
+    ck = checkpoint_bytes(p)
+    lg = cfg.logging
+    runs = (lg.keep_checkpoints + 1 + lg.keep_eval_checkpoints + 1) * ck["full"] \
+        + ck["bf16_export"]
+    corpus = 0
+    if cfg.data.source != "synthetic" and not cfg.data.corpus:
+        width = 2 if p.model.vocab_size <= 1 << 16 else 4
+        corpus = int(p.tokens * width / max(1.0, float(cfg.data.max_epochs or 1)))
+    return {"run": runs, "corpus": corpus, "total": runs + corpus}
+
+
+def checkpoint_lines(cfg: TrainConfig, p: RunPlan) -> list[str]:
+    """The dry run's checkpoint size, save time and disk lines."""
+    ck = checkpoint_bytes(p)
+    site = cluster_site()
+    gbps = site["write_gbps"] if site else WRITE_GBPS
+    src = f"write_gbps of {site['file']}" if site else "WRITE_GBPS; write_gbps in cluster.yaml"
+    d = disk_bytes(cfg, p)
+    root = (site or {}).get("results") or cfg.paths.results
+    short = space_refusal(root, d["total"])
+    return [
+        f"checkpoint  {_gb(ck['full'])} each (fp32 weights {_gb(ck['weights_fp32'])} + AdamW "
+        f"{_gb(ck['full'] - ck['weights_fp32'])}); bf16 weights-only export "
+        f"{_gb(ck['bf16_export'])}; save ~{duration(ck['full'] / (gbps * 1e9))} at "
+        f"{gbps:g} GB/s ({src})",
+        f"disk        {_gb(d['total'])} under the results root: {cfg.logging.keep_checkpoints}+1 "
+        f"rotated, {cfg.logging.keep_eval_checkpoints} eval and the final checkpoint, the "
+        f"export" + (f", the corpus {_gb(d['corpus'])}" if d["corpus"] else ""),
+        f"            {'SHORT: ' + short if short else f'{root}: enough free space'}",
+    ]
+
+
+def space_refusal(root: str | os.PathLike, need: int) -> str | None:
+    """One line when the file system of `root` (or its nearest existing ancestor) has less
+    free space than `need` bytes, else None."""
+    import shutil
+
+    probe = Path(root).absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free >= need:
+        return None
+    return (f"{root}: {_gb(free)} free on its file system, the plan needs {_gb(need)} "
+            f"(checkpoints, export, corpus); free space or set the results root elsewhere")
 
 
 # ---------------------------------------------------------------- the dry run
@@ -429,12 +600,13 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
 
 def dry_run(cfg: TrainConfig) -> None:
     """train.dry_run=true: print the plan and the estimates (rank 0), train nothing. The world
-    is train.plan_world_size when set (plan a multi-GPU run from one process), else torchrun's."""
-    rank, n_world = world()
-    if cfg.train.plan_world_size:
-        n_world = cfg.train.plan_world_size
+    is `planning_world`'s: train.plan_world_size, NPROC x NNODES, torchrun's, the cluster
+    file's, else 1."""
+    rank = world()[0]
+    n_world, source = planning_world(cfg)
     p = plan(cfg, n_world)
     if rank == 0:
         print(format_plan(cfg, p), flush=True)
+        print(f"world       {n_world} GPU(s)/process(es), from {source}", flush=True)
         print(epochs_line(cfg, p), flush=True)
         print(_dry_estimate(cfg, p), flush=True)

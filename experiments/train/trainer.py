@@ -215,8 +215,23 @@ def _device(cfg: TrainConfig) -> torch.device:
     if d == "cuda" or (d == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise ConfigError("train.device=cuda but CUDA is not available; allowed: auto, cpu")
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        return torch.device("cuda", device_index(int(os.environ.get("LOCAL_RANK", 0)),
+                                                 torch.cuda.device_count()))
     return torch.device("cpu")
+
+
+def device_index(local_rank: int, visible: int) -> int:
+    """The CUDA ordinal of this process: LOCAL_RANK when it sees that many GPUs (torchrun, or
+    a SLURM task that sees the whole node); 0 when it sees one (sites that bind one GPU per
+    task, where cuda:LOCAL_RANK is an invalid ordinal). Any other count is ambiguous (two
+    ranks would share a GPU): ConfigError, one line."""
+    if 0 <= local_rank < visible:
+        return local_rank
+    if visible == 1:
+        return 0
+    raise ConfigError(f"LOCAL_RANK={local_rank} but this process sees {visible} GPU(s) "
+                      f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')});"
+                      f" give each task all of its node's GPUs or exactly one")
 
 
 def _corpus(cfg: TrainConfig, p: RunPlan | None = None) -> Any:
