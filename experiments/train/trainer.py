@@ -75,7 +75,17 @@ from model.free_transformer import SequenceKeys
 from . import parallel as par
 from .checkpointer import Checkpointer, TrainState, finished
 from .config import ConfigError, TrainConfig, compose, config_help
-from .plan import RunPlan, dry_run, format_plan, plain, plan, run_dir, semantic, world
+from .plan import (
+    RunPlan,
+    auto_parallel,
+    dry_run,
+    format_plan,
+    plain,
+    plan,
+    run_dir,
+    semantic,
+    world,
+)
 from .tokenizer import tokenizer_ref, tokenizer_sha256
 
 EXIT_PREEMPTED = 75
@@ -335,6 +345,10 @@ class Trainer:
         self.device, self.rank, self.world, self.stop, self.log = device, rank, n_world, stop, log
         self.main = rank == 0
         self.mode = par.resolve(str(cfg.train.parallel), n_world, device, p.params["total"])
+        if str(cfg.train.parallel) == "auto" and self.mode == "ddp" and device.type == "cuda":
+            # the dry run's rule (activations counted), so the plan and the run choose alike
+            self.mode = auto_parallel(p, torch.cuda.get_device_properties(device).total_memory,
+                                      cfg.train.activation_checkpointing)
         torch.manual_seed(cfg.train.seed)
         self.model = build_model(p.model).to(device)
         # weights and state load in Checkpointer.resume, after sharding and the optimizer
