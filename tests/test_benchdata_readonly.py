@@ -50,6 +50,7 @@ def _can_mount_ro(tmp: Path) -> bool:
     return r.returncode == 0 and not (d / "x").exists()
 
 
+@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
 def test_offline_evaluation_never_writes_into_the_data(bench_dir, toy_checkpoint, tmp_path):
     data = tmp_path / "bench"
     for rel in FILES:

@@ -162,6 +162,7 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
     assert not list(killed.glob(".*.tmp"))
 
 
+@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
 def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
     """data=hf through datasets' own json and parquet builders on files written here."""
     srcs = [HFSource(path="json", data_files=[str(files_root / "r0.jsonl")], weight=2.0),

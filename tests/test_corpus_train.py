@@ -61,6 +61,7 @@ def _args(corpus: Path, *extra: str) -> list[str]:
             "logging.progress=false", "logging.log_every=1", "optim.warmup_steps=1", *extra]
 
 
+@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
 def test_two_processes_read_disjoint_samples_and_equal_one(corpus_dir, tmp_path):
     args = _args(corpus_dir, f"train.tokens={3 * 8 * 32}")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",

@@ -160,7 +160,8 @@ def test_sweep_dry_run_is_golden(key: str, golden_env: Path) -> None:
     assert not (golden_env / "sweeps").exists(), "a dry run wrote files"
 
 
-@pytest.mark.parametrize("key", list(TRAINS))
+@pytest.mark.parametrize("key", [pytest.param(k, marks=pytest.mark.slow) if k.startswith(
+    "synthetic-gpu") else k for k in TRAINS])  # the gpu preset builds a large model: ~10 s
 def test_train_dry_run_is_golden(key: str, golden_env: Path) -> None:
     want = _golden()["trains"][key]
     got = _train(TRAINS[key], golden_env)

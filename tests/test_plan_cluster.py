@@ -130,6 +130,7 @@ def _suggestions_are_valid(msg: str, batch: int, micro: int | None, world: int) 
                            *[w for w in valid_w if w >= world][:1]}
 
 
+@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
 def test_random_worlds_never_trace_back():
     rng = random.Random(0)
     for _ in range(200):

@@ -125,6 +125,7 @@ class _Stalling(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
         return super().select(timeout)
 
 
+@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
 def test_a_stall_of_the_evaluator_never_makes_an_answer_late(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sandbox.selectors, "DefaultSelector", _Stalling)
