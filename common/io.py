@@ -80,6 +80,23 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def read_yaml_mapping(path: str | os.PathLike, error: type[Exception],
+                      what: str = "settings") -> dict[str, Any]:
+    """A YAML file whose top level is a mapping (an empty file is {}); else `error`, one line
+    naming the file. The one reader of the suite's own config files (cluster, data configs)."""
+    import yaml
+
+    from common.text import one_line
+
+    try:
+        raw = yaml.safe_load(Path(path).read_text()) or {}
+    except yaml.YAMLError as e:
+        raise error(f"{path}: not valid YAML ({one_line(str(e))[:200]})") from None
+    if not isinstance(raw, dict):
+        raise error(f"{path}: expected a mapping of {what}")
+    return raw
+
+
 class LockHeld(RuntimeError):
     """Another process holds the lock."""
 

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from common.text import one_line
+from common.io import read_yaml_mapping
 
 from .grid import SweepError
 
@@ -177,12 +176,7 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
     if not path.is_file():
         raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
                          f"and set partition/account/GPUs/time")
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise SweepError(f"{path}: not valid YAML ({one_line(e)[:200]})") from e
-    if not isinstance(raw, dict):
-        raise SweepError(f"{path}: expected a mapping of settings")
+    raw = read_yaml_mapping(path, SweepError)
     raw = dict(raw)
     ev = raw.pop("eval", None)
     if ev is None:  # `eval:` with nothing under it: no overrides

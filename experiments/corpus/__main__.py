@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from common.io import read_yaml_mapping
+
 from .sources import DataError
 
 CONF_DATA = Path(__file__).resolve().parents[1] / "train" / "conf" / "data"
@@ -31,12 +33,7 @@ def load_data_config(spec: str, overrides: list[str]) -> Any:
     if not p.is_file():
         names = sorted(q.stem for q in CONF_DATA.glob("*.yaml") if q.stem != "synthetic")
         raise DataError(f"--data {spec!r}: no such file or config (names: {names})")
-    try:
-        d = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise DataError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(d, dict):
-        raise DataError(f"{p}: expected a mapping of data keys")
+    d = read_yaml_mapping(p, DataError, "data keys")
     d = {k: v for k, v in d.items() if k != "defaults"}
     for ov in overrides:
         k, sep, v = ov.partition("=")

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 import model as M
+from common.io import read_yaml_mapping
 from common.kappa import kappa_label
 from common.paths import runs_dir
 from common.text import one_line
@@ -115,18 +116,12 @@ def cluster_site() -> dict[str, Any] | None:
     cluster file (ConfigError, one line, for a broken value). Only these four keys are read
     here, with sweeps/cluster.py's rule (null or 0 = the default); the whole file is checked
     by that schema when a sweep loads it (experiments/ does not import sweeps/: no cycle)."""
-    import yaml
 
     path = Path(os.environ.get("FTBENCH_CLUSTER")
                 or Path(__file__).resolve().parents[2] / "sweeps" / "cluster.yaml")
     if not path.is_file():
         return None
-    try:
-        raw = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({one_line(str(e))[:200]})") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings")
+    raw = read_yaml_mapping(path, ConfigError)
     site: dict[str, Any] = {"file": str(path), "results": raw.get("results")}
     for key, default, kind in (("gpus_per_node", 0, int), ("nodes", 1, int),
                                ("write_gbps", WRITE_GBPS, float)):
