@@ -111,9 +111,10 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(backend, "eval_argv", lambda run, extra=(): [
         sys.executable, "-c", "import pathlib, sys; p = pathlib.Path(sys.argv[1]) / 'eval'; "
         "p.mkdir(exist_ok=True); (p / 'standin.json').write_text(' '.join(sys.argv[2:])); "
-        "from experiments.eval.run import eval_file_name, planned_specs, validate_args; "
+        "from experiments.eval.run import eval_file_name, planned_specs, trained_context, "
+        "validate_args; w = trained_context(p.parent / 'checkpoints' / 'final.pt'); "
         "[(p / eval_file_name(s, 6)).write_text('{}') for s in "
-        "planned_specs(validate_args(sys.argv[2:]), 256).values()]",
+        "planned_specs(validate_args(sys.argv[2:]), w).values()]",  # the trained window
         str(run), *extra])
     # the chained likelihood runs for real on 2 validation rows
     rc, out = _run(["run", *ARGS, "--eval", "1", "--likelihood-rows", "2",
