@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -64,3 +66,16 @@ def toy_checkpoint() -> Callable[..., Path]:
     """`toy_checkpoint(path, free=False, seed=0, vocab=600, preset="1M", **config)`: a tiny
     untrained checkpoint with a real BPE tokenizer, for the evaluation tests."""
     return _toy_checkpoint
+
+
+def can_mount_ro(tmp: Path) -> bool:
+    """Whether a read-only bind mount works here (root, unshare): the honest way to make a
+    directory unwritable for root, whom chmod does not stop."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    d = tmp / "probe"
+    d.mkdir()
+    r = subprocess.run(["unshare", "-m", "sh", "-c",
+                        f"mount --bind -o ro {d} {d} && ! touch {d}/x 2>/dev/null"],
+                       capture_output=True)
+    return r.returncode == 0 and not (d / "x").exists()

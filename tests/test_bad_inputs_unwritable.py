@@ -11,12 +11,12 @@ exists but is read-only is a read-only bind mount in a private mount namespace w
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import can_mount_ro
 from fake import write_fake_sweep
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,17 +41,6 @@ def _one_line(rc: int, err: str, *needles: str) -> None:
     assert len(lines) == 1 and "Traceback" not in err, err[-2000:]
     for n in needles:
         assert n in lines[0], lines[0]
-
-
-def _can_mount_ro(tmp: Path) -> bool:
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    d = tmp / "probe"
-    d.mkdir()
-    r = subprocess.run(["unshare", "-m", "sh", "-c",
-                        f"mount --bind -o ro {d} {d} && ! touch {d}/x 2>/dev/null"],
-                       capture_output=True)
-    return r.returncode == 0 and not (d / "x").exists()
 
 
 def test_unwritable_probe(tmp_path):
@@ -104,7 +93,7 @@ def test_report(tmp_path):
     root = tmp_path / "results"
     write_fake_sweep(root, "ro", kappas=(0.5,), controls=())
     before = sorted(p for p in root.rglob("*"))
-    if _can_mount_ro(tmp_path):
+    if can_mount_ro(tmp_path):
         rc, _, err = _run(["analysis.report", "--name", "ro", "--n-boot", "20"], tmp_path,
                           ro=root)
     else:

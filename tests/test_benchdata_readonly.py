@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import can_mount_ro
 
 from common.io import sha256_file
 
@@ -38,18 +39,6 @@ def _listing(root: Path) -> dict[str, tuple]:
     return out
 
 
-def _can_mount_ro(tmp: Path) -> bool:
-    """A private mount namespace with a read-only bind mount that really refuses writes."""
-    if not shutil.which("unshare") or not shutil.which("mount"):
-        return False
-    d = tmp / "probe"
-    d.mkdir()
-    r = subprocess.run(["unshare", "-m", "sh", "-c",
-                        f"mount --bind -o ro {d} {d} && ! touch {d}/x 2>/dev/null"],
-                       capture_output=True)
-    return r.returncode == 0 and not (d / "x").exists()
-
-
 @pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
 def test_offline_evaluation_never_writes_into_the_data(bench_dir, toy_checkpoint, tmp_path):
     data = tmp_path / "bench"
@@ -58,7 +47,7 @@ def test_offline_evaluation_never_writes_into_the_data(bench_dir, toy_checkpoint
         shutil.copy2(bench_dir / rel, data / rel)
     ck = toy_checkpoint(tmp_path / "results" / "runs" / "toyrun" / "checkpoints" / "final.pt")
     before = _listing(data)
-    mounted = _can_mount_ro(tmp_path)
+    mounted = can_mount_ro(tmp_path)
     if not mounted:  # not root: then the permission bits do stop writes
         for p in [data, *data.rglob("*")]:
             p.chmod(0o555 if p.is_dir() else 0o444)
