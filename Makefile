@@ -64,5 +64,5 @@ help: ## list the targets, in pipeline order
 	  awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
 
 include mk/setup.mk mk/smoke.mk mk/demo.mk mk/corpus.mk mk/train.mk mk/sweep.mk mk/eval.mk \
-  mk/probe.mk mk/report.mk mk/synthetic.mk mk/study.mk mk/calibrate.mk mk/bench.mk mk/gpu.mk \
+  mk/probe.mk mk/report.mk mk/paper.mk mk/synthetic.mk mk/study.mk mk/calibrate.mk mk/bench.mk mk/gpu.mk \
   mk/test.mk

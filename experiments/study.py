@@ -24,7 +24,6 @@ it is, are in SIZES and docs/STUDY.md.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -37,11 +36,19 @@ from pathlib import Path
 
 from common.io import atomic_write_text
 from common.paths import results_root, runs_dir, sweeps_dir
+from experiments.pipeline import (
+    OFFLINE_ENV,
+    inputs_fingerprint,
+    load_state,
+    read_manifest,
+    save_state,
+)
+from experiments.pipeline import env as pipeline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
 SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
-OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+STATE = "study-state.json"
 TO_RUN = re.compile(r"cells, \d+ done, (\d+) to run")
 """The sweep's plan line (sweeps/launcher.py): how many cells it will train."""
 CORES = 2
@@ -160,8 +167,7 @@ def sweep_argv(size: Size, name: str, bench: Path, jobs: int | None, dry: bool) 
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, **OFFLINE_ENV, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS":
-            os.environ.get("OMP_NUM_THREADS", "1")}
+    return pipeline_env(OFFLINE_ENV)
 
 
 def _run(argv: list[str]) -> int:
@@ -193,24 +199,15 @@ def run_sweep(argv: list[str], name: str) -> int:
 
 
 def _manifest(name: str) -> dict:
-    p = sweeps_dir(results_root()) / name / "manifest.json"
-    return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {"cells": []}
-
-
-def _state_path(name: str) -> Path:
-    return sweeps_dir(results_root()) / name / "study-state.json"
+    return read_manifest(name)
 
 
 def _load_state(name: str) -> dict:
-    p = _state_path(name)
-    try:
-        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
-    except json.JSONDecodeError:
-        return {}  # a torn state file only costs redoing cheap checks
+    return load_state(name, STATE)
 
 
 def _save_state(name: str, state: dict) -> None:
-    atomic_write_text(_state_path(name), json.dumps(state, indent=1, sort_keys=True) + "\n")
+    save_state(name, STATE, state)
 
 
 def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
@@ -241,25 +238,6 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
         _save_state(name, state)
         ran += 1
     return ran, skipped, failed
-
-
-def inputs_fingerprint(name: str) -> str:
-    """A hash of what the report reads: the manifest and every run's eval/metrics files (name,
-    size, mtime), so an unchanged study is not re-reported."""
-    h = hashlib.sha256()
-    m = sweeps_dir(results_root()) / name / "manifest.json"
-    cells = _manifest(name)["cells"]
-    h.update(json.dumps([(c.get("run_id"), c.get("state"), (c.get("eval") or {}).get("state"))
-                         for c in cells]).encode())
-    for c in cells:
-        d = runs_dir(results_root()) / str(c.get("run_id"))
-        for p in sorted([d / "metrics.jsonl", *sorted((d / "eval").glob("*.json"))]
-                        if d.is_dir() else []):
-            if p.is_file():
-                st = p.stat()
-                h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
-    h.update(str(m.is_file()).encode())
-    return h.hexdigest()[:16]
 
 
 def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:

@@ -10,6 +10,8 @@
 #     (train.keep_eval_checkpoints) and evaluate each: the report's curves and Table-3 pair
 #     (final value, mean over the last third); the chained eval also writes the validation
 #     likelihood on LIKELIHOOD_ROWS rows (default 8; 0 = skip)
+#   make sweep RECIPE=paper-1.5B EVAL=1 [SEEDS= GPU=H100-80GB]   a recipe's grid, settings and
+#     evaluation (docs/RECIPES.md); KAPPA H PRESET DATA TOKENS FLOPS CONTROLS come from it
 #   make sweep-status NAME=main                                pending/running (live step from
 #                                                              metrics.jsonl, tokens/s, ETA)/done/failed
 # Re-running the same command skips done cells, resumes interrupted ones, and reruns failed ones
@@ -22,7 +24,8 @@
 
 SWEEP_VARS := KAPPA:kappa H:h SEEDS:seeds PRESET:preset DATA:data TOKENS:tokens FLOPS:flops \
   CONTROLS:controls OVERRIDES:overrides NAME:name LAUNCHER:launcher JOBS:jobs \
-  EVAL_ARGS:eval-args EVAL_POINTS:eval-points LIKELIHOOD_ROWS:likelihood-rows CLUSTER:cluster
+  EVAL_ARGS:eval-args EVAL_POINTS:eval-points LIKELIHOOD_ROWS:likelihood-rows CLUSTER:cluster \
+  RECIPE:recipe GPU:gpu
 SWEEP_FLAGS := EVAL:eval DRY:dry RETRY_FAILED:retry-failed
 SWEEP_OPTS = $(foreach v,$(SWEEP_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
   $(foreach v,$(SWEEP_FLAGS),$(call flag_opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v))))

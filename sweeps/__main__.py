@@ -11,6 +11,9 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
+
+from common.text import one_line
 
 from . import backend, manifest
 from . import plan as P
@@ -30,6 +33,12 @@ DEFAULT_LIKELIHOOD_ROWS = 8
 """Validation rows the chained likelihood uses by default (measured: 8 rows of 256 tokens took
 62 s for a 1M Free Transformer, k = 1, 8, 64, on 2 shared CPU cores; the baseline 10 s). The
 rows are recorded in the file's spec."""
+GRID_DEFAULTS = {"kappa": "0.5 2 4", "h": DEFAULT_H, "seeds": "0", "preset": "1M",
+                 "data": "stdlib", "tokens": DEFAULT_TOKENS, "flops": "", "controls": ""}
+"""The grid flags' values when neither they nor a recipe are given."""
+GRID_VARS = {"kappa": "KAPPA", "h": "H", "preset": "PRESET", "data": "DATA", "tokens": "TOKENS",
+             "flops": "FLOPS", "controls": "CONTROLS"}
+"""What a recipe sets and a make variable may not contradict (SEEDS may replace its seeds)."""
 KEEP_EVAL_KEY = "keep_eval_checkpoints"
 """The trainer's key (<section>.<key>=n) that keeps n checkpoints evenly spaced by tokens."""
 
@@ -69,22 +78,75 @@ def _flag(name: str, v: str | None) -> bool:
                      "empty for false")
 
 
+def _recipe(a: argparse.Namespace) -> Any:
+    """The recipe --recipe names (None without one); SweepError on a bad recipe or a grid flag
+    that would contradict it."""
+    if not a.recipe.strip():
+        return None
+    from . import recipe as R
+
+    try:
+        rec = R.load(a.recipe)
+    except R.RecipeError as e:
+        raise SweepError(f"RECIPE: {one_line(e)}") from e
+    given = [var for k, var in GRID_VARS.items() if getattr(a, k) is not None]
+    if given:
+        raise SweepError(f"RECIPE={rec.name} sets the grid and the budget; {', '.join(given)} "
+                         "cannot be given with it (SEEDS and OVERRIDES can)")
+    return rec
+
+
+def _recipe_eval(rec: Any) -> list[str]:
+    """The recipe's evaluation arguments: one group (the tasks at their stock few-shot counts)."""
+    runs = rec.eval_runs()
+    if len(runs) != 1:
+        raise SweepError(f"RECIPE={rec.name}: its tasks need {len(runs)} few-shot groups; a sweep "
+                         "evaluates one group (give every task the stock count)")
+    return runs[0]
+
+
+def _recipe_spec(rec: Any, a: argparse.Namespace) -> SweepSpec:
+    from . import recipe as R
+
+    seeds = None
+    if a.seeds is not None:
+        seeds = SweepSpec.from_text(kappa="1", h="1", seeds=a.seeds).seeds
+    gpu = a.gpu.strip() or None
+    if gpu is not None and gpu not in R.GPU_TYPES:
+        raise SweepError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
+    try:
+        return rec.sweep_spec(seeds=seeds, gpu=gpu, extra=shlex.split(a.overrides))
+    except R.RecipeError as e:
+        raise SweepError(f"RECIPE: {one_line(e)}") from e
+    except ValueError as e:  # shlex
+        raise SweepError(f"OVERRIDES: {e}") from e
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m sweeps", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="plan, then submit the missing cells (DRY: plan only)")
-    r.add_argument("--kappa", default="0.5 2 4", help="free-bits thresholds in bits, e.g. '0.5 2'")
-    r.add_argument("--h", default=DEFAULT_H,
+    # grid flags default to None so that a recipe can tell them from defaults (GRID_DEFAULTS)
+    r.add_argument("--kappa", default=None, help="free-bits thresholds in bits, e.g. '0.5 2' "
+                   f"(default {GRID_DEFAULTS['kappa']!r})")
+    r.add_argument("--h", default=None,
                    help=f"latent bits H (1..20), e.g. '8 16' (default {DEFAULT_H}; the paper's "
                         f"16 costs 4x the 1M baseline per token: slow on a CPU)")
-    r.add_argument("--seeds", default="0", help="seeds, e.g. '0 1 2'")
-    r.add_argument("--preset", default="1M", help="model preset (model.PRESETS)")
-    r.add_argument("--data", default="stdlib", help="data config (stdlib, files, hf, ...)")
-    r.add_argument("--tokens", default=DEFAULT_TOKENS,
+    r.add_argument("--seeds", default=None, help="seeds, e.g. '0 1 2' (default '0'; with "
+                   "--recipe: replaces the recipe's seeds)")
+    r.add_argument("--preset", default=None, help="model preset (model.PRESETS; default 1M)")
+    r.add_argument("--data", default=None, help="data config (stdlib, files, hf, ...)")
+    r.add_argument("--tokens", default=None,
                    help=f"training tokens per cell (e.g. 2e6, 500k; default {DEFAULT_TOKENS}, "
                         f"minutes on a CPU; '' = train.py's own default)")
-    r.add_argument("--flops", default="", help="training FLOPs per cell instead of tokens")
-    r.add_argument("--controls", default="", help="'flops' and/or 'plus1' (equal-compute arms)")
+    r.add_argument("--flops", default=None, help="training FLOPs per cell instead of tokens")
+    r.add_argument("--controls", default=None, help="'flops' and/or 'plus1' (equal-compute arms)")
+    r.add_argument("--recipe", default="",
+                   help="a recipe (sweeps/recipes/<name>.yaml or a file; docs/RECIPES.md): its "
+                        "grid, training settings, evaluation tasks and points; the grid flags "
+                        "above (but --seeds) cannot be given with it")
+    r.add_argument("--gpu", default="", help="with --recipe: a GPU type (sweeps.recipe.GPU_TYPES)"
+                   " whose micro-batch, parallelism and checkpointing the cells take")
     r.add_argument("--overrides", default="", help="extra hydra overrides for every cell")
     r.add_argument("--name", default="", help="sweep name (default: from the grid's content)")
     r.add_argument("--launcher", default="local", help="local | slurm")
@@ -124,10 +186,22 @@ def main(argv: list[str] | None = None) -> int:
                 raise SweepError("NAME is required: make sweep-status NAME=<sweep>")
             print(manifest.status(a.name.strip(), Path(a.results) if a.results else None))
             return 0
-        if a.flops.strip() and a.tokens == DEFAULT_TOKENS:
-            a.tokens = ""  # FLOPS given: it is the budget
         evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
         retry_failed = _flag("RETRY_FAILED", a.retry_failed)
+        rec = _recipe(a)
+        if rec is None:
+            if a.gpu.strip():
+                raise SweepError("GPU: a GPU type is read from a recipe's micro-batch table; "
+                                 "give RECIPE=<name> (or set train.micro_batch_size in OVERRIDES)")
+            if (a.flops or "").strip() and a.tokens is None:
+                a.tokens = ""  # FLOPS given: it is the budget
+            for k, v in GRID_DEFAULTS.items():
+                if getattr(a, k) is None:
+                    setattr(a, k, v)
+        elif evaluate:
+            if not a.eval_points.strip():
+                a.eval_points = str(rec.eval.points)
+            a.eval_args = shlex.join(_recipe_eval(rec)) + " " + a.eval_args
         points = _count("EVAL_POINTS", a.eval_points, minimum=1)
         rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
         if points:
@@ -143,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
                                  "spaced checkpoints to evaluate")
             a.overrides = f"{a.overrides} {key}={points}".strip()
-        spec = SweepSpec.from_text(kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset,
-                                   data=a.data, tokens=a.tokens, flops=a.flops,
-                                   controls=a.controls, overrides=a.overrides)
+        if rec is None:
+            spec = SweepSpec.from_text(kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset,
+                                       data=a.data, tokens=a.tokens, flops=a.flops,
+                                       controls=a.controls, overrides=a.overrides)
+        else:
+            spec = _recipe_spec(rec, a)
         launcher = a.launcher.strip() or "local"
         if launcher not in ("local", "slurm"):
             raise SweepError(f"LAUNCHER: {launcher!r} is not local or slurm")

@@ -122,15 +122,28 @@ def human(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _rate(p: Plan) -> tuple[float, int, str] | None:
+    """The sweep's GPU rate and world (backend.gpu_rate of its costliest cell; every cell shares
+    the world and the MFU assumption), None for a stand-in trainer or an unplannable world."""
+    if not p.cells:
+        return None
+    try:
+        return backend.gpu_rate(backend.compose(max(p.cells, key=lambda c: c.flops).cell))
+    except (SweepError, ValueError):
+        return None
+
+
 def dry_run_text(p: Plan) -> str:
+    rate = _rate(p)
     rows = [("cell", "arm", "kappa", "H", "seed", "run-id", "FLOPs/tok", "tokens", "FLOPs",
-             "status")]
+             *(("GPU-h",) if rate else ()), "status")]
     for c in p.cells:
         done = backend.is_done(c.run_dir)
         rows.append((c.cell.name, c.cell.arm,
                      kappa_label(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
                      str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
                      human(c.flops_per_token), human(c.tokens), human(c.flops),
+                     *((f"{c.flops / rate[0] / 3600:.3g}",) if rate else ()),
                      "done" if done else "to run"))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(n) for v, n in zip(r, w, strict=True)).rstrip() for r in rows]
@@ -141,8 +154,14 @@ def dry_run_text(p: Plan) -> str:
             f"seeds {' '.join(map(str, s.seeds))}, controls {' '.join(s.controls) or 'none'}")
     total = sum(c.flops for c in p.cells)
     left = sum(c.flops for c in todo)
+    gpu = ""
+    if rate:
+        gh, n = left / rate[0] / 3600, rate[1]
+        gpu = (f"GPU time to run: {gh:.4g} GPU-hours = {gh / n:.4g} h wall on {n} GPU(s) "
+               f"({rate[2]}), at {rate[0] / 1e12:.4g} TFLOP/s per GPU sustained (train.mfu x "
+               f"train.gpu_peak_tflops); all cells {total / rate[0] / 3600:.4g} GPU-hours\n")
     tail = (f"total: {len(p.cells)} cells, {human(sum(c.tokens for c in p.cells))} tokens, "
-            f"{human(total)} FLOPs; to run: {len(todo)} cells, {human(left)} FLOPs\n"
+            f"{human(total)} FLOPs; to run: {len(todo)} cells, {human(left)} FLOPs\n{gpu}"
             f"manifest: {p.manifest_path}  (DRY=1: nothing submitted)")
     evl = []
     if p.eval_specs:

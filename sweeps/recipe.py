@@ -425,8 +425,11 @@ class Recipe:
             ov.append(f"data.val_tokens={c.val_tokens}")
         return ov
 
-    def sweep_spec(self, *, seeds: Sequence[int] | None = None) -> SweepSpec:
-        """The recipe's grid as a sweeps.grid.SweepSpec (seeds: replace the recipe's)."""
+    def sweep_spec(self, *, seeds: Sequence[int] | None = None, gpu: str | None = None,
+                   extra: Sequence[str] = ()) -> SweepSpec:
+        """The recipe's grid as a sweeps.grid.SweepSpec. seeds: replace the recipe's; gpu: a key
+        of GPU_TYPES whose micro-batch settings are added; extra: overrides that win over the
+        recipe's own for the same key (e.g. train.plan_world_size=256, a user's OVERRIDES)."""
         from .grid import CONTROLS, SweepSpec
 
         return SweepSpec(
@@ -435,7 +438,8 @@ class Recipe:
             seeds=tuple(seeds) if seeds is not None else self.grid.seeds,
             preset=self.preset, data=self.corpus.data, tokens=float(self.train.tokens),
             controls=tuple(CONTROLS[c] for c in self.grid.controls),
-            overrides=self.training_overrides(groups=False, budget=False))
+            overrides=merge_overrides(self.training_overrides(groups=False, budget=False,
+                                                              gpu=gpu), extra))
 
     def eval_runs(self) -> list[list[str]]:
         """Arguments for experiments.eval (or sweeps' EVAL_ARGS), one list per few-shot count:
@@ -494,6 +498,18 @@ class Recipe:
                 if choice is not None:
                     break
             out[gpu] = choice or MicroBatch(gpu, gb, par, None, None, True, None)
+        return out
+
+    def filled(self) -> list[tuple[str, str, str, str]]:
+        """(key, value, basis, source) of every value the paper does not state (basis reference
+        or ours): what a reviewer must know was chosen for it."""
+        out = []
+        for key in _leaf_keys(self):
+            p = self.provenance[key]
+            if p.basis != "paper":
+                v = _value_of(self, key)
+                out.append((key, _show(_fraction(v)) if key in _FRACTION_KEYS else _show(v),
+                            p.basis, p.source))
         return out
 
     def table(self) -> str:
@@ -557,6 +573,13 @@ def _show(v: Any) -> str:
 
 
 # ---------------------------------------------------------------------- loading
+def merge_overrides(base: Sequence[str], extra: Sequence[str]) -> tuple[str, ...]:
+    """base, less every override whose key `extra` sets again, then extra: hydra refuses a key
+    given twice, and a user's value must win over the recipe's."""
+    keys = {o.partition("=")[0].lstrip("+~") for o in extra}
+    return (*(o for o in base if o.partition("=")[0].lstrip("+~") not in keys), *extra)
+
+
 def known() -> list[str]:
     """Names of the recipes shipped in sweeps/recipes/."""
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))

@@ -1,0 +1,335 @@
+"""`make paper RECIPE=...` / `python -m experiments.paper`: the paper's protocol as one command.
+
+A recipe (sweeps/recipes/<name>.yaml, docs/RECIPES.md) holds every setting, each with its
+source. This command only orchestrates public commands, each resumable on its own, so a re-run
+(after an interruption, or while SLURM jobs are still running) does only what is missing:
+
+  1. corpus: `python -m experiments.corpus` builds the recipe's corpus once, in the directory
+     where the trainer looks for it (experiments.train.data.corpus_dir), so every cell opens it
+     instead of building it, and run-ids are those of `make sweep RECIPE=...`;
+  2. sweep: `python -m sweeps run --recipe ... --eval 1`: every cell of the grid (baseline, Free
+     Transformers at each kappa and H, the controls, every seed), each kept checkpoint
+     (EVAL_POINTS = the recipe's points) and the final one evaluated on the recipe's tasks with Z
+     from the prior, and the honest likelihood bound;
+  3. report: `python -m analysis.report` once every cell and evaluation is done (Table 3 averages
+     the recipe's last third of the points), rebuilt only when its inputs changed.
+
+    python -m experiments.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
+        [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
+        [--eval-args "..."] [--likelihood-rows N] [--workers N] [--overrides "..."] [--dry]
+
+--dry prints the whole plan and writes nothing: what the recipe filled in that the paper does not
+state, the corpus (where, built or not, its disk), the cells with FLOPs and GPU-hours per cell
+and in all on the planning world, the costliest cell's memory, checkpoint and disk, and an upper
+bound on the evaluation cost per point. Bad input: one line on stderr, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from common.paths import results_root, sweeps_dir
+from common.text import one_line
+from experiments.pipeline import (
+    OFFLINE_ENV,
+    inputs_fingerprint,
+    load_state,
+    read_manifest,
+    save_state,
+)
+from experiments.pipeline import env as pipeline_env
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = "paper-state.json"
+"""Beside the sweep's manifest: the fingerprint of the inputs the report was last built from."""
+
+EVAL_REQUESTS: dict[str, int] = {
+    "mmlu": 56168, "gsm8k": 2638, "mbpp_plus": 756, "humaneval_plus": 328, "arc_easy": 9504,
+    "arc_challenge": 4688, "commonsense_qa": 6105, "hellaswag": 40168, "boolq": 6540,
+    "piqa": 3676, "winogrande": 2534, "nq_open": 3610, "openbookqa": 2000}
+"""Requests per benchmark on its full split, as measured in docs/BENCH.md (the full-benchmark
+evaluation table: each generation task's gold-answer bits-per-byte requests included). triviaqa
+(a partial copy was measured) and race were not measured: their cost is reported as unknown."""
+
+
+DEFAULT_GPU = "H100-80GB"
+"""The GPU type whose micro-batch a multi-GPU recipe takes when GPU= is not given: the paper's
+(§4.2: H100s)."""
+
+
+class PaperError(ValueError):
+    """Bad input: one line, exit 2, nothing written."""
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S", time.gmtime())
+
+
+def _say(i: int, n: int, text: str, t0: float) -> None:
+    print(f"[paper {i}/{n} {_now()}] {text} (elapsed {(time.time() - t0) / 60:.1f} min)",
+          flush=True)
+
+
+def _run(argv: list[str], env: dict[str, str]) -> int:
+    return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+
+
+# ------------------------------------------------------------------------------- the stages
+def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
+    """Where the trainer will look for the recipe's corpus, whether it is built, and the
+    `python -m experiments.corpus` command that builds it there."""
+    from experiments.corpus.build import read_manifest as read_corpus
+    from experiments.corpus.build import request_of
+    from experiments.train.config import compose
+    from experiments.train.data import corpus_dir
+    from sweeps.recipe import merge_overrides
+
+    cfg = compose(list(merge_overrides(rec.training_overrides(), extra)))
+    d = corpus_dir(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
+    man = read_corpus(d) if cfg.data.source != "synthetic" else None
+    data_ov = [o for o in merge_overrides(rec.corpus_overrides(), extra)
+               if o.startswith("data.") and not o.startswith("data.corpus=")]
+    argv = [sys.executable, "-m", "experiments.corpus", "--data", cfg.data.source,
+            "--out", str(d), "--vocab-size", str(cfg.model.vocab_size), *data_ov]
+    return {"dir": d, "built": man is not None, "manifest": man, "argv": argv,
+            "request": request_of(cfg.data, cfg.model.vocab_size), "named": bool(cfg.data.corpus),
+            "source": cfg.data.source}
+
+
+def sweep_argv(rec_arg: str, a: argparse.Namespace, name: str, dry: bool) -> list[str]:
+    argv = [sys.executable, "-m", "sweeps", "run", "--recipe", rec_arg, "--name", name,
+            "--eval", "1", "--launcher", a.launcher]
+    for flag, v in (("--seeds", a.seeds), ("--gpu", a.gpu), ("--cluster", a.cluster),
+                    ("--jobs", a.jobs), ("--likelihood-rows", a.likelihood_rows)):
+        if v is not None and str(v).strip():
+            argv += [flag, str(v)]
+    extra = a.eval_args
+    if a.bench_data:
+        extra = f"--data {shlex.quote(str(a.bench_data))} {extra}"
+    if extra.strip():
+        argv += ["--eval-args", extra.strip()]
+    ov = overrides(a)
+    if ov:
+        argv += ["--overrides", shlex.join(ov)]
+    if a.retry_failed:
+        argv += ["--retry-failed", "1"]
+    if dry:
+        argv += ["--dry", "1"]
+    return argv
+
+
+def _seeds(a: argparse.Namespace) -> tuple[int, ...] | None:
+    return tuple(int(x) for x in a.seeds.replace(",", " ").split()) or None
+
+
+def overrides(a: argparse.Namespace) -> list[str]:
+    """The user's OVERRIDES, then the planning world when --gpus is given."""
+    ov = shlex.split(a.overrides)
+    if a.gpus:
+        ov.append(f"train.plan_world_size={a.gpus}")
+    return ov
+
+
+def eval_cost_text(rec: Any, rate: tuple[float, int] | None, fwd_flops_per_token: float,
+                   n_cells: int) -> list[str]:
+    """An upper bound on one evaluation point: every request fills the trained window, each
+    token costs one forward pass (a third of a training token's FLOPs), at the training rate."""
+    window = rec.train.seq_len
+    known = {t: EVAL_REQUESTS[t] for t in rec.eval.tasks if t in EVAL_REQUESTS}
+    unknown = [t for t in rec.eval.tasks if t not in EVAL_REQUESTS]
+    flops = sum(known.values()) * window * fwd_flops_per_token
+    lines = [f"evaluation per point (each cell: {rec.eval.points} kept checkpoints and the final "
+             f"one; one job on one node): {len(rec.eval.tasks)} tasks, "
+             f"{sum(known.values()):,} requests on the measured ones"]
+    if rate:
+        gh = flops / rate[0] / 3600
+        lines.append(f"  at most {flops:.3g} FLOPs = {gh:.3g} GPU-hours per point and cell (upper "
+                     f"bound: every request fills the {window}-token window; real contexts are "
+                     "shorter), at the training rate")
+        lines.append(f"  all {rec.eval.points + 1} evaluations of all {n_cells} cells: at most "
+                     f"{gh * (rec.eval.points + 1) * n_cells:.4g} GPU-hours")
+    else:
+        lines.append(f"  at most {flops:.3g} FLOPs per point and cell (every request fills the "
+                     f"{window}-token window)")
+    if unknown:
+        lines.append(f"  not counted (request counts not measured, docs/BENCH.md): "
+                     f"{', '.join(unknown)}")
+    return lines
+
+
+def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
+    """The whole plan; the sweep's own dry run is printed after it by the caller."""
+    from sweeps import backend
+    from sweeps.grid import expand
+    from sweeps.recipe import merge_overrides
+
+    lines = [f"paper recipe {rec.name} ({rec.path}): {' '.join(rec.description.split())}",
+             f"GPU type: {a.gpu or 'none (one process)'}"
+             + (" (the default; GPU= changes it)" if a.gpu == DEFAULT_GPU else ""), "",
+             "filled in by the recipe (the paper does not state these; docs/RECIPES.md):"]
+    for key, v, basis, source in rec.filled():
+        lines.append(f"  {key} = {v}  [{basis}] {source}")
+    c = corpus_stage(rec, overrides(a))
+    cfg = backend.compose_overrides(list(merge_overrides(rec.training_overrides(), overrides(a))))
+    rate = backend.gpu_rate(cfg)
+    fwd = backend.flops_per_token(cfg) / 3
+    n_cells = len(expand(rec.sweep_spec(seeds=_seeds(a))))
+    disk = backend.disk_parts(cfg) or {"run": 0, "corpus": 0}
+    lines += ["", f"corpus ({c['source']}): {c['dir']}  "
+              + ("built" if c["built"] else "to build, once, by stage 1 (`python -m "
+                 "experiments.corpus`)")]
+    if not c["built"]:
+        lines.append(f"  its token shards: at least {disk['corpus'] / 1e9:.4g} GB (the trainer's "
+                     "estimate: the training tokens at the token width, over data.max_epochs)")
+    lines.append(f"disk under the results root: at most {disk['run'] / 1e9:.4g} GB per cell "
+                 f"(checkpoints, kept evaluation points, export) x {n_cells} cells = "
+                 f"{disk['run'] * n_cells / 1e9:.4g} GB, plus the corpus")
+    lines += ["", *eval_cost_text(rec, rate[:2] if rate else None, fwd, n_cells)]
+    pts = rec.table3_points()
+    last = Fraction(rec.eval.average_last).limit_denominator(1000)
+    lines += [f"  Table 3 averages points {list(pts)} of 1..{rec.eval.points} (the last "
+              f"{last} of training)", "",
+              f"sweep {name} (python -m sweeps run --recipe {rec.name} --dry 1):"]
+    return "\n".join(lines)
+
+
+def report_stage(name: str, env: dict[str, str]) -> tuple[str, int]:
+    """('waiting', n) while cells or evaluations are not done; ('reused'|'built', 0) after."""
+    cells = read_manifest(name)["cells"]
+    if not cells:
+        return "waiting", 0
+    left = sum(c.get("state") != "done" or (c.get("eval") or {}).get("state") != "done"
+               for c in cells)
+    if left:
+        return "waiting", left
+    state = load_state(name, STATE)
+    fp = inputs_fingerprint(name)
+    report = sweeps_dir(results_root()) / name / "report.html"
+    if state.get("report_inputs") == fp and report.is_file():
+        return "reused", 0
+    if _run([sys.executable, "-m", "analysis.report", "--name", name], env) != 0:
+        raise RuntimeError("the report failed (see above)")
+    state["report_inputs"] = fp
+    save_state(name, STATE, state)
+    return "built", 0
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m experiments.paper", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--recipe", default="", help="a recipe name (sweeps/recipes) or file")
+    ap.add_argument("--name", default="", help="sweep name (default: the recipe's name)")
+    ap.add_argument("--launcher", default="local", help="local | slurm")
+    ap.add_argument("--cluster", default="", help="cluster file (LAUNCHER=slurm)")
+    ap.add_argument("--jobs", default="", help="local parallel jobs")
+    ap.add_argument("--seeds", default="", help="replace the recipe's seeds, e.g. '0 1'")
+    ap.add_argument("--gpu", default="", help="GPU type for the micro-batch (GPU_TYPES)")
+    ap.add_argument("--gpus", default="", help="plan for this many GPUs (train.plan_world_size)")
+    ap.add_argument("--bench-data", default="", help="offline benchmark dir (else online)")
+    ap.add_argument("--eval-args", default="", help="more arguments for experiments.eval")
+    ap.add_argument("--likelihood-rows", default="", help="validation rows for the bound")
+    ap.add_argument("--workers", default="", help="corpus build workers")
+    ap.add_argument("--overrides", default="", help="hydra overrides of every cell")
+    ap.add_argument("--retry-failed", action="store_true", help="rerun failed cells")
+    ap.add_argument("--dry", action="store_true", help="print the plan; write nothing")
+    return ap.parse_args(argv)
+
+
+def check(a: argparse.Namespace) -> tuple[Any, str]:
+    """The recipe and the sweep name; PaperError (one line) on bad input."""
+    from sweeps.recipe import RecipeError, load
+
+    if not a.recipe.strip():
+        from sweeps.recipe import known
+
+        raise PaperError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
+    try:
+        rec = load(a.recipe)
+    except RecipeError as e:
+        raise PaperError(f"RECIPE: {one_line(e)}") from None
+    name = a.name.strip() or rec.name
+    if not all(ch.isalnum() or ch in "._-" for ch in name):
+        raise PaperError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
+    if a.launcher not in ("local", "slurm"):
+        raise PaperError(f"LAUNCHER={a.launcher!r}: not local or slurm")
+    for var, v in (("GPUS", a.gpus), ("WORKERS", a.workers), ("JOBS", a.jobs)):
+        if v.strip() and (not v.strip().isdigit() or int(v) < 1):
+            raise PaperError(f"{var}={v!r}: must be a positive integer")
+    if a.seeds.strip() and not all(x.isdigit() for x in a.seeds.replace(",", " ").split()):
+        raise PaperError(f"SEEDS={a.seeds!r}: non-negative integers, e.g. '0 1 2'")
+    if a.bench_data and not Path(a.bench_data).is_dir():
+        raise PaperError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
+    try:
+        shlex.split(a.overrides), shlex.split(a.eval_args)
+    except ValueError as e:
+        raise PaperError(f"OVERRIDES/EVAL_ARGS: {e}") from None
+    return rec, name
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse(argv)
+    try:
+        rec, name = check(a)
+        rec_arg = a.recipe.strip()
+        if not a.gpu.strip() and rec.train.gpus > 1:
+            a.gpu = DEFAULT_GPU  # the paper's GPUs; the recipe's micro-batch table needs one
+        if a.dry:
+            print(dry_text(rec, a, name), flush=True)
+    except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
+        print(f"paper: error: {one_line(e)}", file=sys.stderr)
+        return 2
+    env = pipeline_env(OFFLINE_ENV if a.bench_data else {})
+    if a.dry:
+        return _run(sweep_argv(rec_arg, a, name, dry=True), env)
+    t0, n = time.time(), 3
+    c = corpus_stage(rec, overrides(a))
+    if c["built"] or c["named"]:
+        _say(1, n, f"corpus {c['dir']}: {'built' if c['built'] else 'named by data.corpus'}; "
+             "nothing to do", t0)
+    else:
+        _say(1, n, f"corpus: building {c['dir']} (resumable)", t0)
+        argv = list(c["argv"])
+        if a.workers:
+            argv += ["--workers", a.workers]
+        if a.launcher == "slurm":
+            argv += ["--launcher", "slurm", *(["--cluster", a.cluster] if a.cluster else [])]
+        rc = _run(argv, env)
+        if rc != 0:
+            print(f"paper: error: the corpus build failed (exit {rc}); re-run to resume",
+                  file=sys.stderr)
+            return rc
+        if corpus_stage(rec, overrides(a))["manifest"] is None:
+            print(f"paper: error: the corpus build ended but {c['dir']} has no manifest",
+                  file=sys.stderr)
+            return 1
+    _say(2, n, f"sweep {name}: {len(_seeds(a) or rec.grid.seeds)} seed(s) of the recipe's "
+         f"grid, each cell evaluated at {rec.eval.points} points and its end", t0)
+    rc = _run(sweep_argv(rec_arg, a, name, dry=False), env)
+    if rc == 2:
+        return 2  # refused before anything ran: its line is above
+    _say(3, n, "report", t0)
+    try:
+        how, left = report_stage(name, env)
+    except RuntimeError as e:
+        print(f"paper: error: {e}", file=sys.stderr)
+        return 1
+    if how == "waiting":
+        print(f"paper: {left} cell(s) not yet trained and evaluated"
+              + (" (SLURM jobs run on; re-run this command to continue: it resumes)"
+                 if a.launcher == "slurm" else "; see the sweep's summary above"), flush=True)
+        return 0 if a.launcher == "slurm" and rc == 0 else 1
+    report = sweeps_dir(results_root()) / name / "report.html"
+    print(f"[paper done {_now()}] report {'up to date' if how == 'reused' else 'built'}: "
+          f"{report.resolve()}", flush=True)
+    return 0 if rc == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""`make paper RECIPE=...` (experiments/paper.py) and `make sweep RECIPE=...` (sweeps --recipe).
+
+The plan of every paper recipe on 1, 32 and 256 GPUs prints without a traceback; bad input is one
+line and exit 2 before anything is written; a recipe's sweep is the recipe's own grid; and (slow
+tier) `make paper RECIPE=cpu-mini` runs corpus, sweep with two evaluation points per cell, and
+report end to end, then a second run does no work.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sweeps.recipe import load, merge_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "experiments" / "eval" / "smoke_data"
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(tmp_path / "results"),
+            "FTBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+
+
+def _paper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.paper", *args], cwd=ROOT,
+                          capture_output=True, text=True, env=_env(tmp_path), check=False)
+
+
+def test_merge_overrides_lets_the_later_key_win() -> None:
+    base = ("optim.lr=1e-3", "train.plan_world_size=32", "data.paths=[a,b]")
+    got = merge_overrides(base, ["train.plan_world_size=256", "+x=1"])
+    assert got == ("optim.lr=1e-3", "data.paths=[a,b]", "train.plan_world_size=256", "+x=1")
+
+
+def test_recipe_sweep_is_the_recipes_grid() -> None:
+    import argparse
+
+    from sweeps.__main__ import _recipe_spec  # the CLI's own builder
+
+    rec = load("cpu-mini")
+    a = argparse.Namespace(seeds=None, gpu="", overrides="optim.lr=5e-4")
+    spec = _recipe_spec(rec, a)
+    ref = rec.sweep_spec()
+    assert spec.kappa_bits == ref.kappa_bits == (0.5, 2.0)
+    assert spec.latent_bits == ref.latent_bits and spec.seeds == ref.seeds
+    assert spec.controls == ref.controls and spec.preset == rec.preset
+    assert spec.tokens == float(rec.train.tokens)
+    lr = [o for o in spec.overrides if o.startswith("optim.lr=")]
+    assert lr == ["optim.lr=5e-4"]  # the user's value replaces the recipe's, once
+
+
+@pytest.mark.parametrize("gpus", ["1", "32", "256"])
+def test_paper_recipes_plan_on_any_world(tmp_path: Path, gpus: str) -> None:
+    for name in ("paper-1.5B", "paper-8B", "paper-8B-1T"):
+        r = _paper(tmp_path, "--recipe", name, "--gpus", gpus, "--dry")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert "Traceback" not in r.stdout + r.stderr
+        out = r.stdout
+        assert "filled in by the recipe" in out and "[reference]" in out
+        assert "GPU time to run:" in out and f"on {gpus} GPU(s)" in out
+        assert "GPU-hours per point and cell" in out and "disk under the results root" in out
+        assert "DRY=1: nothing submitted" in out
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.json"))
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--recipe", "nope"], "unknown; known recipes"),
+    ([], "RECIPE is required"),
+    (["--recipe", "cpu-mini", "--launcher", "cloud"], "LAUNCHER='cloud'"),
+    (["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS="),
+    (["--recipe", "cpu-mini", "--bench-data", "/no/such/dir"], "BENCH_DATA="),
+    (["--recipe", "cpu-mini", "--gpus", "0"], "GPUS="),
+])
+def test_bad_input_one_line_exit_2_nothing_written(tmp_path: Path, args, needle) -> None:
+    r = _paper(tmp_path, *args)
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("paper: error:") and needle in lines[0]
+    assert not (tmp_path / "results").exists()
+
+
+def test_sweep_refuses_grid_flags_beside_a_recipe(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, "-m", "sweeps", "run", "--recipe", "cpu-mini",
+                        "--kappa", "1", "--dry", "1"], cwd=ROOT, capture_output=True, text=True,
+                       env=_env(tmp_path), check=False)
+    assert r.returncode == 2
+    assert "RECIPE=cpu-mini sets the grid" in r.stderr and "KAPPA" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "sweeps", "run", "--gpu", "H100-80GB", "--dry",
+                        "1"], cwd=ROOT, capture_output=True, text=True, env=_env(tmp_path),
+                       check=False)
+    assert r.returncode == 2 and "GPU:" in r.stderr
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every run file and the report (the manifest is re-read and may be re-written)."""
+    files = [*(root / "runs").rglob("*"), *(root / "sweeps").rglob("report*")]
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(files) if p.is_file()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_make_paper_cpu_mini_end_to_end_then_no_work(tmp_path: Path) -> None:
+    cmd = ["make", "-W", ".venv/.setup-stamp", "-o", "setup", "paper", "RECIPE=cpu-mini",
+           f"BENCH_DATA={SMOKE}", "EVAL_ARGS=--limit 2 --max-gen-toks 8", "LIKELIHOOD_ROWS=2"]
+    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(tmp_path),
+                           check=False)
+    out = first.stdout + first.stderr
+    assert first.returncode == 0, out[-4000:]
+    assert "corpus: building" in out and "[paper done" in out
+    res = tmp_path / "results"
+    assert (res / "sweeps" / "cpu-mini" / "report.html").is_file()
+    runs = sorted((res / "runs").iterdir())
+    assert len(runs) == 5  # baseline, FT at 1/2 and 2 bits, the two controls
+    for r in runs:  # two kept points and the final checkpoint, each evaluated
+        evals = [p.name for p in (r / "eval").glob("*.json")]
+        assert sum("step" in e for e in evals) >= 2, (r.name, evals)
+    before = _snapshot(res)
+    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(tmp_path),
+                            check=False)
+    out2 = second.stdout + second.stderr
+    assert second.returncode == 0, out2[-4000:]
+    assert "nothing to do" in out2 and "5 cells, 5 done, 0 to run" in out2
+    assert "report up to date" in out2
+    assert _snapshot(res) == before  # no result file written or touched
