@@ -207,7 +207,8 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
 
     try:
         while queue or active:
-            if first is not None and all(c is not first for _, c, _ in queue) and (
+            if first is not None and all(k != "train" or c is not first
+                                         for k, c, _ in queue) and (
                     first["state"] != "running"
                     or (Path(first["run_dir"]) / "config.yaml").exists()):
                 first = None
