@@ -33,7 +33,7 @@ from typing import Any
 import psutil
 
 from common.io import LockHeld, atomic_write_text, flocked
-from common.paths import results_root
+from common.paths import checkpoint_dir, eval_checkpoints, results_root
 from common.provenance import git_state
 
 from . import backend
@@ -448,7 +448,8 @@ def settle_points(c: dict[str, Any], m: dict[str, Any], folder: Path,
                          "started": rec.get("submitted")}
         elif rec.get("reason") and not pt:
             pts[step] = {"state": "pending", "job_id": None, "reason": rec["reason"]}
-    for step, _ in backend.kept_checkpoints(run):
+    # the trainer's kept checkpoints only (rotated step_<N>.pt come and go)
+    for step, _ in eval_checkpoints(checkpoint_dir(run)):
         pts.setdefault(str(step), {"state": "pending", "job_id": None, "reason": None})
     for step, pt in pts.items():
         if backend.point_evaluated(run, int(step), ids):
