@@ -327,3 +327,39 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     pts = m["cells"][0]["points"]
     assert pts["2"]["state"] == "done" and pts["2"]["job_id"] == rec["2"]["job_id"]
     assert set(pts) == {"2"}
+
+
+def test_point_states_are_derived_from_facts(tmp_path: Path) -> None:
+    """settle_points: done from files (whoever wrote them, every spec_id), pending once the
+    spec changes, failed / pending for a job that ended without files, skipped while the
+    training is failed and pending again once retried; rotated step_<N>.pt are no points."""
+    run = tmp_path / "runs" / "r"
+    ck = run / "checkpoints"
+    ck.mkdir(parents=True)
+    for name in ("eval_step_2.pt", "eval_step_4.pt", "step_3.pt"):
+        (ck / name).write_text("x")
+    (run / "eval").mkdir()
+    (run / "eval" / f"lm-eval.{'a' * 12}.step2.json").write_text("{}")
+    m = {"launcher": "local", "eval_points": 2,
+         "eval_specs": {"lm-eval": {"spec_id": "a" * 12}}}
+    c = {"cell": "x", "run_dir": str(run), "state": "running",
+         "points": {"4": {"state": "running", "job_id": "999999999", "reason": None}}}
+    SM.settle_points(c, m, tmp_path)
+    assert {s: p["state"] for s, p in c["points"].items()} == {"2": "done", "4": "pending"}
+    assert c["points"]["4"]["reason"].startswith("interrupted")
+    c["state"] = "failed"
+    SM.settle_points(c, m, tmp_path)
+    assert c["points"]["4"] == {"state": "skipped", "job_id": "999999999",
+                                "reason": SM.TRAINING_FAILED}
+    assert c["points"]["2"]["state"] == "done"  # evaluated before the failure: kept
+    c["state"] = "running"  # RETRY_FAILED=1
+    SM.settle_points(c, m, tmp_path)
+    assert c["points"]["4"]["state"] == "pending"
+    m["eval_specs"]["evalplus"] = {"spec_id": "b" * 12}  # another spec: not done under it
+    SM.settle_points(c, m, tmp_path)
+    assert c["points"]["2"]["state"] == "pending"
+    assert not any(isinstance(v, (int, float)) for p in c["points"].values() for v in p.values())
+    # without EVAL_POINTS nothing is recorded
+    c2 = {"cell": "y", "run_dir": str(run), "state": "done"}
+    SM.settle_points(c2, {"launcher": "local", "eval_specs": m["eval_specs"]}, tmp_path)
+    assert "points" not in c2
