@@ -30,6 +30,7 @@ error code.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +95,10 @@ class PointWatch:
             job = CellJob(self.cell, [*self.argv_prefix, str(step), *self.argv_suffix],
                           cwd=self.cwd, env=self.env, kind="point")
             try:
-                ex = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
-                ex.update_parameters(**self.params)
-                j = ex.submit(job)
+                with _submission_env():
+                    ex = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
+                    ex.update_parameters(**self.params)
+                    j = ex.submit(job)
                 done[str(step)] = {"job_id": str(j.job_id), "submitted": _utc_now()}
                 print(f"[sweeps] {self.cell}: step {step} kept; its evaluation is job "
                       f"{j.job_id}", flush=True)
@@ -270,6 +273,23 @@ class CellJob:
                 "LOCAL_WORLD_SIZE": str(je.num_tasks // je.num_nodes),
                 "GROUP_RANK": str(je.node), "NODE_RANK": str(je.node),
                 "MASTER_ADDR": je.hostnames[0], "MASTER_PORT": str(port)}
+
+
+@contextlib.contextmanager
+def _submission_env() -> Iterator[None]:
+    """Submit from inside a job: without this job's SLURM_*/SUBMITIT_*/torchrun variables
+    (submitit.helpers.clean_env; an inherited SLURM_ARRAY_JOB_ID makes the new job look for the
+    array task's pickles, submitit issue 1782), and with the preemption signals held until they
+    are back (submitit's handler reads them)."""
+    from submitit.helpers import clean_env
+
+    sigs = {signal.SIGTERM} | ({usr} if (usr := _submitit_signal()) else set())
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        with clean_env():
+            yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _utc_now() -> str:

@@ -12,6 +12,7 @@ real `python -m sweeps eval-run`.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 import time
@@ -57,7 +58,7 @@ TRAIN = textwrap.dedent("""
 """)
 
 EVAL = textwrap.dedent("""
-    import json, pathlib, sys, time
+    import json, os, pathlib, sys, time
     t = time.time()
     target, manifest = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
     run = target.parent.parent if target.suffix == ".pt" else target
@@ -68,7 +69,8 @@ EVAL = textwrap.dedent("""
     (run / "eval").mkdir(exist_ok=True)
     for v in json.loads(manifest.read_text())["eval_specs"].values():
         (run / "eval" / f"lm-eval.{v['spec_id']}.step{step}.json").write_text(
-            json.dumps({"started_unix": t, "ended_unix": time.time()}))
+            json.dumps({"started_unix": t, "ended_unix": time.time(),
+                        "slurm_array_job_id": os.environ.get("SLURM_ARRAY_JOB_ID")}))
 """)
 
 
@@ -305,6 +307,7 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     # the job runs (here, in this process): the stand-in trainer keeps step 2 and goes on until
     # it is evaluated; the job's watch submits that evaluation meanwhile
     monkeypatch.setattr("sweeps.job.WATCH_S", 0.2)
+    monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "77")  # the training is an array task
     job = pickle.loads(pickle.dumps(train[0]))
     job.points.params = {"timeout_min": 5}  # the local executor takes no SLURM options
     run = Path(job.run_dir)
@@ -314,6 +317,8 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     end = next(r["time_unix"] for r in _lines(run) if r["kind"] == "final")
     p2 = json.loads((run / "eval" / f"lm-eval.{sid}.step2.json").read_text())
     assert p2["started_unix"] < end
+    assert p2["slurm_array_job_id"] is None  # submitted without the array task's variables
+    assert os.environ["SLURM_ARRAY_JOB_ID"] == "77"  # and they are back
     assert (run / "calls.log").read_text().split() == ["2"]  # step 4 is the chain's
     rec = json.loads(Path(watch.record).read_text())
     assert list(rec) == ["2"] and rec["2"]["job_id"]
