@@ -333,8 +333,7 @@ def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
         ids = [spec_id_of(sp) for sp in specs.values()]
         ev["points"] = sorted(
             step for step, _ in backend.kept_checkpoints(Path(c["run_dir"]))
-            if all(list((Path(c["run_dir"]) / "eval").glob(f"*.{i}.step{step}.json"))
-                   for i in ids))
+            if backend.point_evaluated(Path(c["run_dir"]), step, ids))
     missing = [s for s, f in files.items() if f is None]
     if missing:
         ev.update(state="failed", reason="the evaluation exited 0 but wrote no file for "
