@@ -1,12 +1,14 @@
 """Where runs write: the results root, run directories and checkpoint names (docs/RESULTS.md).
 
 Checkpoint file names are spelled here only: step_<N>.pt (rotated), eval_step_<N>.pt (kept for
-evaluation) and final.pt (the run is finished), all under <run>/checkpoints/."""
+evaluation) and final.pt (the run is finished), all under <run>/checkpoints/. An eval file of
+checkpoint step N under spec_id S matches <run>/eval/*.S.stepN.json (`point_evaluated`)."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 CHECKPOINTS = "checkpoints"
@@ -78,3 +80,21 @@ def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
 def latest_step(ckdir: str | os.PathLike) -> int | None:
     found = step_checkpoints(ckdir)
     return found[-1][0] if found else None
+
+
+def point_evaluated(run_dir: str | os.PathLike, step: int, spec_ids: Sequence[str]) -> bool:
+    """Step `step` of the run has an eval file (`eval/*.<spec_id>.step<N>.json`) for every
+    spec_id."""
+    ev = Path(run_dir) / "eval"
+    return all(any(ev.glob(f"*.{sid}.step{step}.json")) for sid in spec_ids)
+
+
+def points_ready(run_dir: str | os.PathLike, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
+    """Kept checkpoints (`eval_step_<N>.pt`, written atomically: present means complete) without
+    their eval files while the run trains (no final.pt), oldest first: what a point job may
+    evaluate now. Once final.pt exists the rest are the chained evaluation's (the last kept
+    checkpoint is final.pt's step, whose file the final evaluation writes)."""
+    if final_checkpoint(run_dir).exists():
+        return []
+    return [(step, ck) for step, ck in eval_checkpoints(checkpoint_dir(run_dir))
+            if not point_evaluated(run_dir, step, spec_ids)]

@@ -7,9 +7,10 @@
 #     (EVAL_ARGS and task names are checked when the sweep is planned, DRY=1 too; a failed
 #      evaluation is a failure in the summary and the exit code)
 #   make sweep ... EVAL=1 EVAL_POINTS=6                          keep 6 evenly spaced checkpoints
-#     (train.keep_eval_checkpoints) and evaluate each: the report's curves and Table-3 pair
-#     (final value, mean over the last third); the chained eval also writes the validation
-#     likelihood on LIKELIHOOD_ROWS rows (default 8; 0 = skip)
+#     (train.keep_eval_checkpoints) and evaluate each as it appears, while training goes on
+#     (a one-node point job per checkpoint; the final one by the chained eval after training):
+#     the report's curves and Table-3 pair (final value, mean over the last third); the chained
+#     eval also writes the validation likelihood on LIKELIHOOD_ROWS rows (default 8; 0 = skip)
 #   make sweep RECIPE=paper-1.5B EVAL=1 [SEEDS= GPU=H100-80GB]   a recipe's grid, settings and
 #     evaluation (docs/RECIPES.md); KAPPA H PRESET DATA TOKENS FLOPS CONTROLS come from it
 #   make sweep-status NAME=main                                pending/running (live step from

@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--spec-ids", default="")
     e.add_argument("--points", action="store_true")
     e.add_argument("--likelihood-rows", type=int, default=None)
+    e.add_argument("--point", type=int, default=None)  # a point job: that kept checkpoint only
     argv = list(sys.argv[1:] if argv is None else argv)
     final_argv: list[str] = []
     if argv[:1] == ["eval-run"] and "--" in argv:  # the final checkpoint's eval command
@@ -178,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     if a.cmd == "eval-run":
+        if a.point is not None:
+            return backend.eval_point(Path(a.run), a.point,
+                                      [x for x in a.spec_ids.split(",") if x], final_argv)
         return backend.eval_chain(Path(a.run), [x for x in a.spec_ids.split(",") if x], a.points,
                             a.likelihood_rows, final_argv)
     try:

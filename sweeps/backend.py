@@ -40,6 +40,9 @@ parse_amount = _config.parse_amount
 chain_argv = _chain.chain_argv
 kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
+eval_point = _chain.eval_point
+points_ready = _chain.points_ready
+point_evaluated = _chain.point_evaluated
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
 # the plan and the memory estimate, and parallel's DDP-fits rule
 DATA_SOURCES = _config.DATA_SOURCES

@@ -17,6 +17,12 @@ the run's newest checkpoint at the step they started from, `checkpoint()` raises
 naming the slot length and where the trainer was (submitit would otherwise requeue a preempted
 job without limit, and a timed-out one until max_num_timeout).
 
+Point evaluations (EVAL_POINTS on SLURM): a training job given a `PointWatch` looks for new
+kept checkpoints (`common.paths.points_ready`) every WATCH_S while its trainer runs, and submits
+each one's evaluation as a job of its own (the eval job's parameters: one node), listing them in
+the sweep's `points/<cell>.json` for the manifest. The local driver does the same from its
+polling loop instead (a job it did not start would escape its JOBS slots).
+
 Outcome: `{"state": "done"}`; `{"state": "interrupted", "reason": ...}` when the child was
 killed (it resumes on the next run); an exception (the job fails) when the child exits with an
 error code.
@@ -24,18 +30,22 @@ error code.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from submitit.helpers import DelayedSubmission
 
-from common.paths import latest_step
+from common.io import atomic_write_text
+from common.paths import latest_step, points_ready
 
 GRACE_S = 120.0
 """How long `checkpoint()` waits for the trainer to save and exit before killing it."""
@@ -45,6 +55,61 @@ INTERRUPT_CODES = {130, 137, 143, 138, 140}
 """Exit codes of a child stopped by SIGINT/SIGKILL/SIGTERM/SIGUSR1/SIGUSR2 through a shell."""
 MAX_STALLS = 2
 """Attempts in a row without a newer checkpoint before the cell fails instead of requeueing."""
+WATCH_S = 30.0
+"""How often a training job's PointWatch looks for new kept checkpoints."""
+
+
+class PointWatch:
+    """Submits the evaluation of each kept checkpoint of a training job's run as it appears
+    (SLURM): `argv_prefix + [step] + argv_suffix` is the point job's command (`python -m sweeps
+    eval-run RUN --spec-ids .. --point N -- <eval argv>`), run through a submitit executor on
+    `folder` with `params` (the eval job's). `record` lists what was submitted (read back on a
+    requeue, so nothing is submitted twice)."""
+
+    def __init__(self, cell: str, run_dir: str, spec_ids: list[str], argv_prefix: list[str],
+                 argv_suffix: list[str], *, folder: str, params: dict[str, Any], record: str,
+                 cwd: str | None = None, env: dict[str, str] | None = None,
+                 cluster: str = "slurm") -> None:
+        self.cell, self.run_dir, self.spec_ids = cell, run_dir, list(spec_ids)
+        self.argv_prefix, self.argv_suffix = list(argv_prefix), list(argv_suffix)
+        self.folder, self.params, self.record = folder, dict(params), record
+        self.cwd, self.env, self.cluster = cwd, dict(env or {}), cluster
+
+    def submitted(self) -> dict[str, Any]:
+        try:
+            with open(self.record, encoding="utf-8") as f:
+                return json.load(f)
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+    def poll(self) -> list[int]:
+        """Submit the kept checkpoints ready and not submitted yet; their steps. A failed
+        submission is listed with its reason (the chain evaluates that point after training)
+        and never stops the training."""
+        import submitit
+
+        done = self.submitted()
+        new = [s for s, _ in points_ready(Path(self.run_dir), self.spec_ids)
+               if str(s) not in done]
+        for step in new:
+            job = CellJob(self.cell, [*self.argv_prefix, str(step), *self.argv_suffix],
+                          cwd=self.cwd, env=self.env, kind="point")
+            try:
+                with _submission_env():
+                    ex = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
+                    ex.update_parameters(**self.params)
+                    j = ex.submit(job)
+                done[str(step)] = {"job_id": str(j.job_id), "submitted": _utc_now()}
+                print(f"[sweeps] {self.cell}: step {step} kept; its evaluation is job "
+                      f"{j.job_id}", flush=True)
+            except Exception as e:  # sbatch refused: the chain evaluates it after training
+                done[str(step)] = {"reason": f"submitting its evaluation failed: "
+                                             f"{type(e).__name__}: {str(e)[:200]}"}
+                print(f"[sweeps] {self.cell}: step {step}: {done[str(step)]['reason']}",
+                      flush=True)
+            Path(self.record).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(self.record, json.dumps(done, indent=1) + "\n")
+        return new
 
 
 class CellFailed(RuntimeError):
@@ -55,7 +120,8 @@ class CellJob:
     def __init__(self, cell: str, argv: list[str], *, run_dir: str | None = None,
                  done_file: str | None = None, threads: int | None = None,
                  cwd: str | None = None, env: dict[str, str] | None = None,
-                 kind: str = "train", stalls: int = 0) -> None:
+                 kind: str = "train", stalls: int = 0,
+                 points: PointWatch | None = None) -> None:
         self.cell = cell
         self.argv = list(argv)
         self.run_dir = run_dir
@@ -67,6 +133,8 @@ class CellJob:
         self.kind = kind
         self.stalls = stalls
         """Attempts in a row, before this one, that ended without a newer checkpoint."""
+        self.points = points
+        """SLURM training with EVAL_POINTS: submit each kept checkpoint's evaluation."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._started: float | None = None
         self._step0: int | None = None
@@ -84,7 +152,15 @@ class CellJob:
             self.argv, cwd=self.cwd, env=env,
             preexec_fn=(lambda: signal.signal(usr, signal.SIG_IGN)) if usr else None)
         # poll, never a blocking wait(): checkpoint() may run in a signal handler meanwhile
+        watched = 0.0
         while (rc := self._proc.poll()) is None:
+            if self.points is not None and time.monotonic() - watched >= WATCH_S:
+                watched = time.monotonic()
+                try:
+                    self.points.poll()
+                except Exception as e:  # never stop a training over its evaluations
+                    print(f"[sweeps] {self.cell}: looking for kept checkpoints failed: "
+                          f"{type(e).__name__}: {e}", flush=True)
             time.sleep(0.2)
         return self._outcome(rc)
 
@@ -116,7 +192,7 @@ class CellJob:
     def fresh(self) -> CellJob:
         return CellJob(self.cell, self.argv, run_dir=self.run_dir, done_file=self.done_file,
                        threads=self.threads, cwd=self.cwd, env=self.env, kind=self.kind,
-                       stalls=self.stalls)
+                       stalls=self.stalls, points=self.points)
 
     def latest_step(self) -> int | None:
         """Step of the run's newest checkpoint (None before the first)."""
@@ -197,6 +273,29 @@ class CellJob:
                 "LOCAL_WORLD_SIZE": str(je.num_tasks // je.num_nodes),
                 "GROUP_RANK": str(je.node), "NODE_RANK": str(je.node),
                 "MASTER_ADDR": je.hostnames[0], "MASTER_PORT": str(port)}
+
+
+@contextlib.contextmanager
+def _submission_env() -> Iterator[None]:
+    """Submit from inside a job: without this job's SLURM_*/SUBMITIT_*/torchrun variables
+    (submitit.helpers.clean_env; an inherited SLURM_ARRAY_JOB_ID makes the new job look for the
+    array task's pickles, submitit issue 1782), and with the preemption signals held until they
+    are back (submitit's handler reads them)."""
+    from submitit.helpers import clean_env
+
+    sigs = {signal.SIGTERM} | ({usr} if (usr := _submitit_signal()) else set())
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        with clean_env():
+            yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _utc_now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _last_log_line(path: Path) -> str | None:

@@ -25,7 +25,7 @@ from . import backend, manifest
 from .cluster import ClusterConfig, load_cluster
 from .errors import SweepError
 from .grid import Cell
-from .job import CellJob
+from .job import CellJob, PointWatch
 from .plan import Plan
 
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
@@ -34,6 +34,8 @@ POLL_S = 1.0
 CHAIN_ENTRY = (sys.executable, "-m", "sweeps", "eval-run")
 """The command a chained evaluation job runs (`python -m sweeps eval-run`, experiments.eval.chain
 behind it)."""
+POINT_CLUSTER = "slurm"
+"""The submitit cluster a SLURM training job submits its point evaluations to (tests: local)."""
 
 
 # ------------------------------------------------------------------------------- cluster config
@@ -111,12 +113,49 @@ def run(p: Plan, *, launcher: str = "local", jobs: int | None = None, evaluate: 
         return m
 
 
-def _train_job(c: dict[str, Any], threads: int | None, launcher: str = "local") -> CellJob:
+def _train_job(c: dict[str, Any], threads: int | None, launcher: str = "local",
+               points: PointWatch | None = None) -> CellJob:
     cell = Cell(c["cell"], c["arm"], c["seed"], tuple(c["overrides"]))
     # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
     return CellJob(c["cell"], backend.train_argv(cell), run_dir=c["run_dir"],
                    done_file=backend.DONE_FILE, threads=threads, cwd=os.getcwd(),
-                   env={"FTBENCH_LAUNCHER": launcher})
+                   env={"FTBENCH_LAUNCHER": launcher}, points=points)
+
+
+def _spec_ids(m: dict[str, Any]) -> list[str]:
+    return [v["spec_id"] for v in (m.get("eval_specs") or {}).values()]
+
+
+def _points_on(evaluate: bool, m: dict[str, Any]) -> bool:
+    """Kept checkpoints are evaluated as they appear: EVAL=1 with EVAL_POINTS and a spec."""
+    return evaluate and bool(m.get("eval_points")) and bool(_spec_ids(m))
+
+
+def _point_argv(c: dict[str, Any], m: dict[str, Any], eval_args: Sequence[str],
+                step: int) -> list[str]:
+    """A point job's command: `python -m sweeps eval-run RUN --spec-ids .. --point N -- <eval
+    argv>` (the final evaluation's argv, the checkpoint in place of the run dir)."""
+    run = Path(c["run_dir"])
+    return backend.chain_argv(run, _spec_ids(m), False, None, backend.eval_argv(run, eval_args),
+                              entry=CHAIN_ENTRY, point=step)
+
+
+def _point_job(c: dict[str, Any], m: dict[str, Any], eval_args: Sequence[str], step: int,
+               threads: int | None, launcher: str = "local") -> CellJob:
+    return CellJob(c["cell"], _point_argv(c, m, eval_args, step), threads=threads,
+                   cwd=os.getcwd(), kind="point", env={"FTBENCH_LAUNCHER": launcher})
+
+
+def _point_watch(p: Plan, c: dict[str, Any], m: dict[str, Any], eval_args: Sequence[str],
+                 params: dict[str, Any]) -> PointWatch:
+    """What a SLURM training job needs to submit its kept checkpoints' evaluations: the point
+    command around its step, the eval jobs' parameters (one node) and where to list them."""
+    argv = _point_argv(c, m, eval_args, 0)
+    i = argv.index("--point") + 1
+    return PointWatch(c["cell"], c["run_dir"], _spec_ids(m), argv[:i], argv[i + 1:],
+                      folder=str(p.folder / "jobs"), params=params,
+                      record=str(manifest.point_record(p.folder, c["cell"])), cwd=os.getcwd(),
+                      env={"FTBENCH_LAUNCHER": "slurm"}, cluster=POINT_CLUSTER)
 
 
 def _eval_job(c: dict[str, Any], eval_args: Sequence[str], threads: int | None,
@@ -145,13 +184,15 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
         ex = submitit.AutoExecutor(folder=p.folder / "jobs", cluster="local")
         ex.update_parameters(timeout_min=LOCAL_TIMEOUT_MIN, name=f"sweep-{p.name}")
     m["local"] = {"jobs": n, "threads_per_job": threads}
-    queue: list[tuple[str, dict[str, Any]]] = [
-        ("train", c) for c in sorted(todo, key=lambda c: -c["flops"])]  # longest first
+    queue: list[tuple[str, dict[str, Any], int | None]] = [
+        ("train", c, None) for c in sorted(todo, key=lambda c: -c["flops"])]  # longest first
     if evaluate:  # finished cells whose evaluation never ran (or failed, or ran another
         # spec) are evaluated too
-        queue += [("eval", c) for c in m["cells"]
+        queue += [("eval", c, None) for c in m["cells"]
                   if c["state"] == "done" and manifest.needs_eval(c, m)]
-    active: dict[int, tuple[str, dict[str, Any], Any, float]] = {}  # slot -> job
+    points = _points_on(evaluate, m)
+    seen: set[tuple[str, int]] = set()  # (cell, step) points queued or run by this driver
+    active: dict[int, tuple[str, dict[str, Any], Any, float, int | None]] = {}  # slot -> job
     log(f"local: {n} parallel job(s), {threads} thread(s) each; jobs in {p.folder / 'jobs'}")
     t0 = time.time()
     # With a cold data cache, the first cell runs alone until its corpus and tokenizer are
@@ -159,30 +200,41 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
     # would each build them from scratch.
     first: dict[str, Any] | None = None
     if todo and _cold_cache(todo[0]):
-        first = next((c for k, c in queue if k == "train"), None)
+        first = next((c for k, c, _ in queue if k == "train"), None)
+
+    def what(kind: str, c: dict[str, Any], step: int | None) -> str:
+        return f"{kind} {c['cell']}" + (f" step {step}" if step is not None else "")
+
     try:
         while queue or active:
-            if first is not None and all(c is not first for _, c in queue) and (
+            if first is not None and all(k != "train" or c is not first
+                                         for k, c, _ in queue) and (
                     first["state"] != "running"
                     or (Path(first["run_dir"]) / "config.yaml").exists()):
                 first = None
             for slot in range(n):
                 if slot in active or not queue or (first is not None and active):
                     continue
-                kind, c = queue.pop(0)
-                job = ex.submit(_train_job(c, threads) if kind == "train"
-                                else _eval_job(c, eval_args, threads, m=m))
+                kind, c, step = queue.pop(0)
+                job = ex.submit(
+                    _train_job(c, threads) if kind == "train"
+                    else _point_job(c, m, eval_args, step, threads) if step is not None
+                    else _eval_job(c, eval_args, threads, m=m))
                 started = time.time()
                 if kind == "train":
                     manifest.started(c, job.job_id, slot=slot)
+                elif step is not None:
+                    manifest.point_started(c, step, job.job_id, slot=slot)
                 else:
                     manifest.eval_started(c, m, job.job_id, slot=slot)
-                active[slot] = (kind, c, job, started)
-                log(f"[{time.time() - t0:6.0f}s] slot {slot}: start {kind} {c['cell']} "
+                active[slot] = (kind, c, job, started, step)
+                log(f"[{time.time() - t0:6.0f}s] slot {slot}: start {what(kind, c, step)} "
                     f"(job {job.job_id})")
                 manifest.save(p.manifest_path, m)
             time.sleep(POLL_S)
-            for slot, (kind, c, job, started) in list(active.items()):
+            if points and _queue_points(queue, active, seen, m, log, t0):
+                manifest.save(p.manifest_path, m)
+            for slot, (kind, c, job, started, step) in list(active.items()):
                 if not job.done():
                     continue
                 del active[slot]
@@ -191,17 +243,53 @@ def _run_local(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]], jobs: int
                 if kind == "train":
                     manifest.finished(c, state, reason, wall)
                     if state == "done" and evaluate:
-                        queue.append(("eval", c))
+                        queue.append(("eval", c, None))
+                    if state == "failed":  # its kept checkpoints are not evaluated
+                        queue[:] = [q for q in queue if not (q[0] == "point" and q[1] is c)]
+                        if skipped := manifest.points_skipped(c):
+                            log(f"{c['cell']}: points {skipped} not evaluated "
+                                f"({manifest.TRAINING_FAILED})")
+                elif step is not None:
+                    state, reason = manifest.point_finished(c, m, step, state, reason, wall)
                 else:
                     state, reason = manifest.eval_finished(c, m, state, reason, wall)
-                log(f"[{time.time() - t0:6.0f}s] slot {slot}: {kind} {c['cell']} -> {state}"
+                log(f"[{time.time() - t0:6.0f}s] slot {slot}: {what(kind, c, step)} -> {state}"
                     + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
-                manifest.refresh(m, p.folder, live={a[1]["cell"] for a in active.values()})
+                manifest.refresh(m, p.folder, live={a[1]["cell"] for a in active.values()},
+                                 live_points={(a[1]["cell"], a[4]) for a in active.values()
+                                              if a[4] is not None})
                 manifest.save(p.manifest_path, m)
     finally:
+        for _, c, step in queue:
+            if step is not None:  # seen, never started: the chain's on re-run
+                manifest.points_unstarted(c)
         m["local"]["wall_s"] = round(time.time() - t0, 1)
         manifest.refresh(m, p.folder, live=set())
         manifest.save(p.manifest_path, m)
+
+
+def _queue_points(queue: list[tuple[str, dict[str, Any], int | None]],
+                  active: dict[int, tuple[str, dict[str, Any], Any, float, int | None]],
+                  seen: set[tuple[str, int]], m: dict[str, Any], log: Callable[[str], None],
+                  t0: float) -> bool:
+    """Queue the evaluation of every kept checkpoint that appeared in a training cell's run,
+    ahead of the trainings and chains waiting (a point is short, and the curve should be
+    complete when training ends). True when something was queued."""
+    ids, added = _spec_ids(m), False
+    for kind, c, *_ in list(active.values()):
+        if kind != "train":
+            continue
+        for step, _ in backend.points_ready(Path(c["run_dir"]), ids):
+            if (c["cell"], step) in seen:
+                continue
+            seen.add((c["cell"], step))
+            at = next((i for i, q in enumerate(queue) if q[0] != "point"), len(queue))
+            queue.insert(at, ("point", c, step))
+            manifest.point_started(c, step, None)
+            log(f"[{time.time() - t0:6.0f}s] {c['cell']}: step {step} kept; its evaluation "
+                f"is queued")
+            added = True
+    return added
 
 
 def _cold_cache(c: dict[str, Any]) -> bool:
@@ -268,7 +356,11 @@ def _submit_slurm(p: Plan, m: dict[str, Any], todo: list[dict[str, Any]],
 
     if todo:
         ex = executor(False)
-        jobs = ex.submit_array([_train_job(c, None, "slurm") for c in todo])  # one job array
+        watch = (lambda c: _point_watch(p, c, m, eval_args, slurm_parameters(
+            cluster, for_eval=True) | {"name": f"sweep-{p.name}-point"})) \
+            if _points_on(evaluate, m) else (lambda c: None)
+        jobs = ex.submit_array([_train_job(c, None, "slurm", watch(c))
+                                for c in todo])  # one job array
         for c, j in zip(todo, jobs, strict=True):
             manifest.started(c, j.job_id)
         manifest.save(p.manifest_path, m)

@@ -11,6 +11,8 @@ atomic rename; jobs never touch it. A cell's state is re-derived from facts on e
 
 A cell's chained evaluation (EVAL=1) has its own state in `eval`; a failed evaluation is a
 failure in the summary line (and in `make sweep`'s exit code), not hidden behind a done cell.
+With EVAL_POINTS, each kept checkpoint's evaluation (a point job, started while the cell still
+trains, or the chain) has its state in `points` ({"<step>": {...}}, `POINT_STATES`).
 
 Every state transition of a cell is written here and nowhere else: build_manifest (from a plan,
 keeping what an earlier manifest knew), started / finished and eval_started / eval_finished
@@ -31,7 +33,7 @@ from typing import Any
 import psutil
 
 from common.io import LockHeld, atomic_write_text, flocked
-from common.paths import results_root
+from common.paths import checkpoint_dir, eval_checkpoints, results_root
 from common.provenance import git_state
 
 from . import backend
@@ -40,6 +42,12 @@ from .grid import skipped_controls
 from .plan import Plan, combined_spec, sweep_dir
 
 STATES = ("pending", "running", "done", "failed")
+POINT_STATES = ("pending", "queued", "running", "done", "failed", "skipped")
+"""A kept checkpoint's evaluation: queued (seen, waiting for a local slot), running (its point
+job is alive), done (a file for every suite's spec_id), failed (its job ended without them),
+skipped (the cell's training failed: never evaluated, never a value), pending (interrupted, or
+the spec changed: the chain evaluates it on re-run)."""
+TRAINING_FAILED = "skipped: training failed"
 SLURM_ALIVE = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "RESIZING",
                "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "UNKNOWN"}
 
@@ -208,8 +216,10 @@ def table(manifest: dict[str, Any]) -> str:
                 tps = f"{live['tokens_per_s']:.0f}" if isinstance(
                     live["tokens_per_s"], (int, float)) else "-"
                 eta = _dur(live["eta_s"])
+        pts = [p.get("state") for p in (c.get("points") or {}).values()]
+        evs = ev.get("state", "-") + (f" ({pts.count('done')}/{len(pts)} points)" if pts else "")
         rows.append((c["cell"], c["arm"], c["run_id"], c["state"], step, tps, eta,
-                     str(c.get("job_id") or "-"), ev.get("state", "-"), reason))
+                     str(c.get("job_id") or "-"), evs, reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
              for r in rows]
@@ -265,6 +275,7 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
                    "step": o.get("step"), "attempts": o.get("attempts", 0),
                    "slot": o.get("slot"), "started": o.get("started"),
                    "finished": o.get("finished"), "wall_s": o.get("wall_s"),
+                   **({"points": o["points"]} if o.get("points") else {}),
                    "config": c.config}))
     return Manifest(
         name=p.name, cells=tuple(cells), grid=p.spec.to_manifest(), eval_spec=espec,
@@ -322,8 +333,7 @@ def settle_eval(c: dict[str, Any], m: dict[str, Any]) -> None:
         ids = [spec_id_of(sp) for sp in specs.values()]
         ev["points"] = sorted(
             step for step, _ in backend.kept_checkpoints(Path(c["run_dir"]))
-            if all(list((Path(c["run_dir"]) / "eval").glob(f"*.{i}.step{step}.json"))
-                   for i in ids))
+            if backend.point_evaluated(Path(c["run_dir"]), step, ids))
     missing = [s for s, f in files.items() if f is None]
     if missing:
         ev.update(state="failed", reason="the evaluation exited 0 but wrote no file for "
@@ -366,6 +376,101 @@ def eval_finished(c: dict[str, Any], m: dict[str, Any], state: str, reason: str 
     return c["eval"]["state"], c["eval"].get("reason")
 
 
+def point_started(c: dict[str, Any], step: int, job_id: str | None, *,
+                  slot: int | None = None) -> None:
+    """Kept checkpoint `step` was seen: queued for a local slot (job_id None) or submitted."""
+    pts = c.setdefault("points", {})
+    pts[str(step)] = {"state": "queued" if job_id is None else "running",
+                      "job_id": None if job_id is None else str(job_id), "reason": None,
+                      "started": None if job_id is None else now(),
+                      **({"slot": slot} if slot is not None else {})}
+
+
+def point_finished(c: dict[str, Any], m: dict[str, Any], step: int, state: str,
+                   reason: str | None, wall_s: float) -> tuple[str, str | None]:
+    """A point job ended: done only if it left a file for every suite's spec_id. Returns the
+    point's (state, reason)."""
+    pt = c.setdefault("points", {}).setdefault(str(step), {})
+    ok = state == "done" and backend.point_evaluated(Path(c["run_dir"]), step, _spec_ids(m))
+    pt.update(state="done" if ok else "failed", wall_s=round(wall_s, 1),
+              reason=None if ok else reason or "the point's evaluation exited 0 but wrote no "
+              "file for every suite")
+    return pt["state"], pt["reason"]
+
+
+def points_skipped(c: dict[str, Any], reason: str = TRAINING_FAILED, *,
+                   to: str = "skipped") -> list[int]:
+    """The cell's seen points neither evaluated nor being evaluated become `to` (skipped: the
+    training failed); their steps."""
+    out = []
+    for step, pt in (c.get("points") or {}).items():
+        if pt.get("state") in ("queued", "pending") and pt.get("state") != to:
+            pt.update(state=to, reason=reason)
+            out.append(int(step))
+    return out
+
+
+def points_unstarted(c: dict[str, Any]) -> list[int]:
+    """The driver stopped with the cell's points still queued: pending, the chain's on re-run."""
+    return points_skipped(c, "interrupted: the driver stopped before its evaluation started; "
+                          "the chain evaluates it on re-run", to="pending")
+
+
+def _spec_ids(m: dict[str, Any]) -> list[str]:
+    return [v["spec_id"] for v in (m.get("eval_specs") or {}).values()]
+
+
+def point_record(folder: Path, cell: str) -> Path:
+    """Where a SLURM training job's point watcher (sweeps/job.py) lists the point jobs it
+    submitted (`{"<step>": {"job_id", "submitted"} | {"reason"}}`); read by `settle_points`."""
+    return folder / "points" / f"{cell}.json"
+
+
+def settle_points(c: dict[str, Any], m: dict[str, Any], folder: Path,
+                  live: set[tuple[str, int]] = frozenset()) -> None:
+    """Re-derive the cell's point states from facts: the jobs a SLURM watcher submitted, the
+    eval files (done, whoever wrote them), the jobs' liveness, the cell's training failure.
+    `live`: (cell, step) the calling driver is watching itself."""
+    ids = _spec_ids(m)
+    if not m.get("eval_points") or not ids:
+        return
+    run, jobs = Path(c["run_dir"]), folder / "jobs"
+    pts: dict[str, dict[str, Any]] = c.get("points") or {}
+    try:
+        submitted = load(point_record(folder, c["cell"]))
+    except (OSError, json.JSONDecodeError):
+        submitted = {}
+    for step, rec in submitted.items():
+        pt = pts.get(step) or {}
+        if rec.get("job_id") and pt.get("job_id") != rec["job_id"] and pt.get("state") != "done":
+            pts[step] = {"state": "running", "job_id": rec["job_id"], "reason": None,
+                         "started": rec.get("submitted")}
+        elif rec.get("reason") and not pt:
+            pts[step] = {"state": "pending", "job_id": None, "reason": rec["reason"]}
+    # the trainer's kept checkpoints only (rotated step_<N>.pt come and go)
+    for step, _ in eval_checkpoints(checkpoint_dir(run)):
+        pts.setdefault(str(step), {"state": "pending", "job_id": None, "reason": None})
+    for step, pt in pts.items():
+        if backend.point_evaluated(run, int(step), ids):
+            if pt.get("state") != "done":
+                pt.update(state="done", reason=None)
+            continue
+        if pt.get("state") == "done":  # evaluated under another spec: not under this one
+            pt.update(state="pending", reason="not evaluated under the sweep's eval spec now")
+        elif pt.get("state") == "skipped" and c["state"] != "failed":  # retried since
+            pt.update(state="pending", reason=None)
+        elif pt.get("state") == "running" and (c["cell"], int(step)) not in live and \
+                not job_alive(m["launcher"], jobs, pt.get("job_id")):
+            why = job_failure(jobs, pt["job_id"]) if pt.get("job_id") else None
+            pt.update(state="failed" if why else "pending",
+                      reason=why or "interrupted: the point's job ended without its files; "
+                      "the chain evaluates it on re-run")
+    if pts:
+        c["points"] = dict(sorted(pts.items(), key=lambda kv: int(kv[0])))
+    if c["state"] == "failed":
+        points_skipped(c)
+
+
 def needs_eval(c: dict[str, Any], m: dict[str, Any]) -> bool:
     """Not evaluated yet, failed, or evaluated under another spec than the sweep's now."""
     ev = c.get("eval") or {}
@@ -385,10 +490,12 @@ def select(m: dict[str, Any], retry_failed: bool) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------------------------------- refresh, status
-def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset()) -> dict[str, Any]:
+def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset(),
+            live_points: set[tuple[str, int]] = frozenset()) -> dict[str, Any]:
     """Re-derive each cell's state from its run directory and its job (see manifest.py).
 
-    `live`: cells the calling driver is itself watching (left as they are).
+    `live`: cells the calling driver is itself watching (left as they are); `live_points`:
+    the (cell, step) point jobs it is watching.
     """
     jobs = folder / "jobs"
     for c in m["cells"]:
@@ -424,6 +531,7 @@ def refresh(m: dict[str, Any], folder: Path, *, live: set[str] = frozenset()) ->
             ev["reason"] = why or (None if ok else "interrupted: evaluation job ended without "
                                    "a result; EVAL=1 runs it again")
             settle_eval(c, m)
+        settle_points(c, m, folder, live_points)
     m["updated"] = now()
     return m
 

@@ -1,12 +1,21 @@
 """The chained evaluation of one finished run, resumable: the final checkpoint, then every kept
-checkpoint without its eval files (EVAL_POINTS), then the validation likelihood.
+checkpoint without its eval files (EVAL_POINTS), then the validation likelihood; and the
+evaluation of one kept checkpoint while the run still trains (a point job).
 
-A sweep (sweeps/) runs it as one job per cell after training; it knows nothing of manifests:
+A sweep (sweeps/) runs the chain as one job per cell after training, and a point job per kept
+checkpoint as soon as it appears (`points_ready`); it knows nothing of manifests:
 
-    chain_argv(...)                the job's command line (`<entry> RUN --spec-ids ... -- <argv>`)
+    chain_argv(...)                a job's command line (`<entry> RUN --spec-ids ... -- <argv>`;
+                                   with `point=N`: `--point N`, that kept checkpoint only)
     kept_checkpoints(run)          the checkpoints EVAL_POINTS evaluates, oldest first
     checkpoint_evals_missing(...)  those still lacking an eval file for some spec_id
+    points_ready(...)              those a point job may evaluate now (before final.pt exists)
+    eval_point(...)                evaluate one kept checkpoint unless its files exist
     eval_chain(...)                run the chain; the first failing exit code, else 0
+
+A point is evaluated under an exclusive lock (`<run>/eval/.point_step<N>.lock`, dropped by the
+kernel when its holder dies), and its files are looked for again once the lock is held: a
+point job and the chain, or two point jobs, never evaluate the same checkpoint twice.
 """
 
 from __future__ import annotations
@@ -17,15 +26,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common import paths
+from common.io import flocked
+from common.paths import point_evaluated, points_ready
+
+__all__ = ["chain_argv", "checkpoint_evals_missing", "eval_chain", "eval_point",
+           "kept_checkpoints", "point_evaluated", "point_lock", "points_ready"]
 
 LIKELIHOOD_MODULE = "experiments.eval.likelihood"
 
 
 def chain_argv(run: Path, spec_ids: Sequence[str], points: bool, likelihood_rows: int | None,
-               final_argv: Sequence[str], *, entry: Sequence[str]) -> list[str]:
+               final_argv: Sequence[str], *, entry: Sequence[str],
+               point: int | None = None) -> list[str]:
     """`<entry> RUN --spec-ids a,b [--points] [--likelihood-rows n] -- <final eval argv>`;
-    `entry` is the command that parses this (a sweep's `python -m sweeps eval-run`)."""
+    `entry` is the command that parses this (a sweep's `python -m sweeps eval-run`). With
+    `point=N`: `<entry> RUN --spec-ids a,b --point N -- <final eval argv>`, the evaluation of
+    kept checkpoint N alone (`eval_point`)."""
     out = [*entry, str(run), "--spec-ids", ",".join(spec_ids)]
+    if point is not None:
+        return [*out, "--point", str(point), "--", *final_argv]
     if points:
         out.append("--points")
     if likelihood_rows:
@@ -44,11 +63,48 @@ def kept_checkpoints(run: Path) -> list[tuple[int, Path]]:
 def checkpoint_evals_missing(run: Path, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
     """Kept checkpoints (`kept_checkpoints`) lacking an eval file for some spec_id
     (`*.<spec_id>.step<N>.json`): what a resumed chain still has to evaluate."""
-    out = []
-    for step, ck in kept_checkpoints(run):
-        if any(not list((run / "eval").glob(f"*.{sid}.step{step}.json")) for sid in spec_ids):
-            out.append((step, ck))
-    return out
+    return [(step, ck) for step, ck in kept_checkpoints(run)
+            if not point_evaluated(run, step, spec_ids)]
+
+
+def point_lock(run: Path, step: int) -> Path:
+    """The lock a point's evaluation holds (`<run>/eval/.point_step<N>.lock`)."""
+    return run / "eval" / f".point_step{step}.lock"
+
+
+def _point_argv(final_argv: Sequence[str], run: Path, ck: Path) -> list[str]:
+    """The final evaluation's argv with the checkpoint in place of the run dir."""
+    argv = list(final_argv)
+    i = argv.index(str(run))
+    return [*argv[:i], str(ck), *argv[i + 1:]]
+
+
+def _evaluate_point(run: Path, step: int, ck: Path, spec_ids: Sequence[str],
+                    final_argv: Sequence[str]) -> int:
+    """Evaluate kept checkpoint `ck` under its lock, unless its files exist once the lock is
+    held (another job evaluated it meanwhile)."""
+    with flocked(point_lock(run, step)):
+        if point_evaluated(run, step, spec_ids):
+            print(f"sweep: step {step} of {run} is evaluated already", flush=True)
+            return 0
+        rc = subprocess.call(_point_argv(final_argv, run, ck))
+    if rc:
+        print(f"sweep: error: evaluation of {ck} (step {step}) exited with code {rc}",
+              file=sys.stderr)
+    return rc
+
+
+def eval_point(run: Path, step: int, spec_ids: Sequence[str], final_argv: Sequence[str]) -> int:
+    """A point job: evaluate kept checkpoint `step` of `run` (the final evaluation's argv with
+    the checkpoint in place of the run dir) unless its files exist. 2 when the checkpoint is
+    not there (one line on stderr), else the evaluation's exit code."""
+    found = dict(kept_checkpoints(run))
+    if step not in found:
+        print(f"sweep: error: {run} has no kept checkpoint of step {step} "
+              f"({paths.checkpoint_dir(run) / paths.eval_checkpoint_name(step)})",
+              file=sys.stderr)
+        return 2
+    return _evaluate_point(run, step, found[step], spec_ids, final_argv)
 
 
 def eval_chain(run: Path, spec_ids: Sequence[str], points: bool, likelihood_rows: int | None,
@@ -67,11 +123,9 @@ def eval_chain(run: Path, spec_ids: Sequence[str], points: bool, likelihood_rows
     final_argv = list(final_argv)
     if rc := call(final_argv, f"evaluation of {run}"):
         return rc
-    if points:
-        i = final_argv.index(str(run))
+    if points:  # under each point's lock: a point job may be evaluating it right now
         for step, ck in checkpoint_evals_missing(run, spec_ids):
-            argv = [*final_argv[:i], str(ck), *final_argv[i + 1:]]
-            if rc := call(argv, f"evaluation of {ck} (step {step})"):
+            if rc := _evaluate_point(run, step, ck, spec_ids, final_argv):
                 return rc
     if likelihood_rows:
         if not list((run / "eval").glob("likelihood.*.json")):
