@@ -73,8 +73,8 @@ from model import build_model
 from model.free_transformer import SequenceKeys
 
 from . import parallel as par
-from .checkpointer import Checkpointer, TrainState, finished
-from .config import ConfigError, TrainConfig, compose, config_help
+from .checkpointer import EXPORT_DTYPES, Checkpointer, TrainState, finished
+from .config import ConfigError, TrainConfig, compose, config_help, export_dtype, trains_bf16
 from .plan import (
     RunPlan,
     auto_parallel,
@@ -371,8 +371,7 @@ class Trainer:
         self.state = TrainState(cfg, p, checkpointer.rd.name, self.opt, sched, self.model,
                                 self.mode)
         # bf16 autocast wherever torch has it (CUDA, and the CPU's own); auto = CUDA only
-        self.use_bf16 = cfg.train.precision == "bf16" or (
-            cfg.train.precision == "auto" and device.type == "cuda")
+        self.use_bf16 = trains_bf16(cfg.train, device.type)
         self.metrics: Any = None
         self.window = _Window()
         self.tracker: Any = None  # _Tracker on rank 0 (TensorBoard, maybe W&B / trackio)
@@ -726,9 +725,11 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
 
         # ---- setup
         log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
+        export = export_dtype(cfg, device.type)  # of final.pt and eval_step_<N>.pt
         checkpointer = Checkpointer(
             rd, cfg, p, main=main, world=n_world, log=log,
-            tokenizer=tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name))
+            tokenizer=tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name),
+            export_dtype=EXPORT_DTYPES[export])
         checkpointer.prepare(fresh=cfg.train.force)
         if main and cfg.train.force:
             (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
@@ -736,9 +737,11 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
             dist.barrier()
         log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
         log(format_plan(cfg, p), echo=main)
+        log(f"exports (final.pt, eval_step_<N>.pt): {export} weights "
+            f"(logging.export_dtype={cfg.logging.export_dtype})", echo=False)
         trainer = Trainer(cfg, p, corpus, checkpointer, device, rank, n_world, stop, log)
         if main:
-            _write_config(cfg, p, corpus, rd, argv, trainer.mode)
+            _write_config(cfg, p, corpus, rd, argv, trainer.mode, export)
 
         # ---- the loop
         try:
@@ -752,7 +755,8 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
 
 
 def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
-                  argv: list[str] | None, parallel: str = "none") -> None:
+                  argv: list[str] | None, parallel: str = "none",
+                  export: str | None = None) -> None:
     path = rd / "config.yaml"
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if path.exists():  # a resume keeps the first provenance; record the restart in the log only
@@ -780,7 +784,9 @@ def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
                     # wall-clock is comparable only between runs with the same three
                     "host": socket.gethostname(), "threads": torch.get_num_threads(),
                     "launcher": os.environ.get("FTBENCH_LAUNCHER", "direct")},
-        extra={"logging": asdict(cfg.logging), "corpus": corpus.info})
+        # export_dtype: logging.export_dtype resolved (the exports' dtype; auto is in logging)
+        extra={"logging": plain(asdict(cfg.logging)), "export_dtype": export,
+               "corpus": corpus.info})
     atomic_write_text(path, yaml.safe_dump(doc.to_json(), sort_keys=False))
 
 
