@@ -14,7 +14,8 @@ without importing this module.
 
 CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
-Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged
+Exit codes: 0 done (or already finished), 2 bad input or too little free space under the results
+root for the run's checkpoints (`plan.start_refusal`, rank 0's verdict; nothing written), 1 diverged
 (train.max_nonfinite_steps non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT
 after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
 
@@ -84,6 +85,7 @@ from .plan import (
     plan,
     run_dir,
     semantic,
+    start_refusal,
     world,
 )
 from .tokenizer import tokenizer_ref, tokenizer_sha256
@@ -293,6 +295,23 @@ def _run_lock(rd: Path) -> Iterator[None]:
             raise ConfigError(f"run {rd.name} is being trained by another process "
                               f"({rd / '.lock'} is held)") from None
         yield
+
+
+def _from_rank0(msg: str | None, n_world: int, device: torch.device) -> str | None:
+    """Rank 0's `msg` (a refusal, or None) on every rank: its UTF-8 bytes broadcast on the
+    training device (NCCL has no CPU tensors)."""
+    if n_world <= 1:
+        return msg
+    data = (msg or "").encode()
+    n = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    dist.broadcast(n, src=0)
+    if int(n) == 0:
+        return None
+    buf = torch.zeros(int(n), dtype=torch.uint8, device=device)
+    if data:
+        buf.copy_(torch.tensor(list(data), dtype=torch.uint8))
+    dist.broadcast(buf, src=0)
+    return bytes(buf.cpu().tolist()).decode()
 
 
 @contextlib.contextmanager
@@ -718,10 +737,15 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
                       f"train.force=true retrains", file=sys.stderr)
             return rd
         check_tracker(cfg)
+        stack.enter_context(_process_group(device, n_world))
+        # room for the run's checkpoints, before anything is written (a corpus build included):
+        # rank 0 decides, so every rank exits alike
+        refusal = _from_rank0(start_refusal(cfg, p, rd) if main else None, n_world, device)
+        if refusal is not None:
+            raise ConfigError(refusal)
         corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
         if main:
             stack.enter_context(_run_lock(rd))  # creates the run dir
-        stack.enter_context(_process_group(device, n_world))
 
         # ---- setup
         log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
