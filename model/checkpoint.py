@@ -78,8 +78,20 @@ def save_weights(path: str | os.PathLike, model: nn.Module, *, tokenizer: Any = 
         sd = out
     return save_checkpoint(path, model, tokenizer=tokenizer,
                            extra={**(extra or {}), "weights_only": True,
-                                  "weights_dtype": str(dtype or "as trained")},
+                                  "weights_dtype": weights_dtype(sd)},
                            state_dict=sd)
+
+
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16",
+               torch.float64: "fp64"}
+
+
+def weights_dtype(sd: dict[str, Any]) -> str | None:
+    """The dtype the floating-point weights of `sd` are stored in ("bf16", "fp32", ...; several
+    joined by "+"; None where there are none): what an export records as `weights_dtype`."""
+    names = sorted({DTYPE_NAMES.get(v.dtype, str(v.dtype).removeprefix("torch."))
+                    for v in sd.values() if torch.is_tensor(v) and v.is_floating_point()})
+    return "+".join(names) if names else None
 
 
 def sharded_weights(path: str | os.PathLike, payload: dict[str, Any],

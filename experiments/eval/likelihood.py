@@ -25,6 +25,10 @@ Cost: the blocks below the injection point (and the encoder) run once per row
 (`FreeTransformer.forward_lower`); only the upper half (`forward_upper`) runs per draw, on chunks
 of (draws x rows) bounded by `chunk_elems` logits.
 
+`measure_run` (the CLI) reads the run's validation rows with `validation_rows`: from its built
+corpus' val shards when that is on disk (only the scored rows), else by building its data section
+again; the file's `rows_read` says which.
+
 `validation_likelihood` computes validation bits per byte for either arm (FT: IWAE at k = 1, 8,
 64, the spread between the smallest and largest k, the prior-Z CE and the posterior-Z CE,
 labelled as leaking). Comparing two such records (the gap in nats per token, bryanvine's "KL
@@ -259,6 +263,96 @@ def _run_corpus(run: Path, cfg: dict[str, Any]) -> Any:
                         cache_dir=cache_dir(run.parent.parent))
 
 
+def _corpus_mismatch(cfg: dict[str, Any], man: dict[str, Any], d: Path,
+                     n_val: int) -> str | None:
+    """Why the corpus in `d` (manifest `man`, `n_val` validation rows) is not the one the run
+    of `cfg` (its config.yaml) trained on, else None: the same manifest file, or else the same
+    tokenizer, source checksums and validation rows as the run recorded (a value the run did
+    not record is not compared)."""
+    from common.io import sha256_file
+    from experiments.corpus.build import MANIFEST
+
+    info = cfg.get("corpus") if isinstance(cfg.get("corpus"), dict) else {}
+    want = info.get("manifest_sha256")
+    if want and (d / MANIFEST).is_file() and sha256_file(d / MANIFEST) == want:
+        return None
+    sums = (cfg.get("provenance") or {}).get("data_checksums")
+    for what, ran, here in (
+            ("tokenizer sha256", info.get("tokenizer_sha256"),
+             (man.get("tokenizer") or {}).get("sha256")),
+            ("source checksums", sums, (man.get("source") or {}).get("checksums")),
+            ("validation rows", info.get("val_sequences"), n_val)):
+        if ran is not None and ran != here:
+            return f"its {what} differ from the run's"
+    return None
+
+
+def validation_rows(rdir: Path, cfg: dict[str, Any], max_rows: int | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """The run's fixed validation rows (the first `max_rows`, None: all) as the trainer
+    validated on them, the UTF-8 bytes of each token id, and how they were read (the
+    likelihood file's `rows_read`):
+
+    - "shards": the run's corpus is a built one still on disk (data.corpus, or the cache
+      directory config.yaml's `corpus.dir` names) and is the one it trained on
+      (`_corpus_mismatch`): only the scored rows are read from the memory-mapped val shards
+      (`experiments.train.data.open_val_rows`), nothing tokenized, memory independent of the
+      corpus' size; bytes per token from its tokenizer file.
+    - "rebuilt": otherwise (synthetic data; a cache since deleted): `_run_corpus`, the run's
+      data section built again as training builds it (a cached corpus is only opened), then
+      checked the same way. LikelihoodError when the corpus is not the run's."""
+    from tokenizers import Tokenizer
+
+    from experiments.corpus.build import MANIFEST, TOKENIZER
+    from experiments.train.config import DataConfig
+    from experiments.train.data import DataError, open_val_rows
+    from experiments.train.tokenizer import BPETokenizer
+
+    data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
+    info = cfg.get("corpus") if isinstance(cfg.get("corpus"), dict) else {}
+    train = cfg.get("train") or {}
+    seq_len = int(train.get("seq_len", 256))
+    named = data.get("corpus")
+    where = named or info.get("dir")
+    d = Path(where).expanduser() if where else None
+    if data.get("source") != "synthetic" and d is not None and (d / MANIFEST).is_file():
+        try:
+            vx, vy, man = open_val_rows(d, int(data.get("val_tokens", DataConfig.val_tokens)),
+                                        seq_len, max_rows)
+        except DataError as e:
+            raise LikelihoodError(str(e)) from None
+        why = _corpus_mismatch(cfg, man, d, man["val_sequences"])
+        if why is None:
+            tok = BPETokenizer(Tokenizer.from_file(str(d / TOKENIZER)))
+            tb = torch.tensor(tok.token_bytes(), dtype=torch.long)
+            return vx, vy, tb, {"path": "shards", "corpus_dir": str(d),
+                                "rows": int(vx.shape[0]),
+                                "val_sequences": man["val_sequences"]}
+        if named:  # a named corpus is only ever opened: rebuilding reads the same directory
+            raise LikelihoodError(f"{d}: not the corpus run {rdir.name} trained on ({why})")
+    try:
+        corpus = _run_corpus(rdir, cfg)
+    except DataError as e:
+        raise LikelihoodError(str(e)) from None
+    vx, vy = corpus.val_x, corpus.val_y
+    n_val = int(vx.shape[0])
+    built = corpus.info.get("dir")
+    if built:
+        from experiments.train.data import read_manifest
+
+        why = _corpus_mismatch(cfg, read_manifest(built) or {}, Path(built), n_val)
+    else:  # synthetic: generated from fixed seeds; its row count is what the run recorded
+        want = info.get("val_sequences")
+        why = None if want is None or want == n_val else "its validation rows differ"
+    if why is not None:
+        raise LikelihoodError(f"the corpus rebuilt from {rdir / 'config.yaml'} is not the one "
+                              f"run {rdir.name} trained on ({why})")
+    if max_rows is not None:
+        vx, vy = vx[:max_rows], vy[:max_rows]
+    return vx, vy, corpus.token_bytes, {"path": "rebuilt", "corpus_dir": built,
+                                        "rows": int(vx.shape[0]), "val_sequences": n_val}
+
+
 def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None = None,
                 seed: int = 12345, batch_size: int = 8, device: str | None = None) -> Path:
     """Validation likelihood of a finished run's final checkpoint -> the file written.
@@ -298,14 +392,12 @@ def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None 
     step = int(step) if isinstance(step, int) else None
     spec = spec_of(ks, max_rows, seed)
     out = likelihood_file(rdir, spec, step)
-    corpus = _run_corpus(rdir, cfg)
-    vx, vy = corpus.val_x, corpus.val_y
-    if max_rows is not None:
-        vx, vy = vx[:max_rows], vy[:max_rows]
-    rec = validation_likelihood(loaded.model, vx, vy, corpus.token_bytes, ks=ks,
+    vx, vy, token_bytes, rows_read = validation_rows(rdir, cfg, max_rows)
+    rec = validation_likelihood(loaded.model, vx, vy, token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)
     doc = LikelihoodFile.from_json({
-        **rec, "suite": "likelihood", "spec": spec, "spec_id": out.name.split(".")[1],
+        **rec, "rows_read": rows_read,
+        "suite": "likelihood", "spec": spec, "spec_id": out.name.split(".")[1],
         "checkpoint_step": step, "run_id": rdir.name, "checkpoint": str(ck),
         "unit": "nats per token (nll), bits per byte (bpb); bounds: the NLL is an upper "
                 "bound on the true NLL for the Free Transformer, exact for the baseline"})

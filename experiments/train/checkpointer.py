@@ -19,7 +19,9 @@ A step checkpoint is two things (docs/RESULTS.md):
   DCP's metadata are on disk; it holds the training state (step, data position, RNG, scheduler,
   run identity), the model config and tokenizer. A checkpoint counts only with its marker.
 eval_step_<N>.pt and final.pt are weights-only exports (`model.checkpoint.save_weights`) in one
-file, gathered on rank 0 (weights only: a collective under FSDP), no optimizer state. Old
+file, gathered on rank 0 (weights only: a collective under FSDP), no optimizer state, in
+logging.export_dtype (auto: bf16 when the run trains in bf16; `EXPORT_DTYPES`), recorded in
+the file as `extra.weights_dtype`. Old
 single-file step checkpoints (weights + optimizer) still resume.
 """
 
@@ -61,6 +63,8 @@ from .config import ConfigError, TrainConfig
 from .plan import RunPlan
 
 METRICS = "metrics.jsonl"
+EXPORT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+"""logging.export_dtype's resolved values (config.export_dtype) as the dtype of the exports."""
 SHARDS = ".dcp"
 """step_<N>.pt's shards live in the directory step_<N>.dcp beside it."""
 
@@ -176,7 +180,8 @@ class Checkpointer:
     save; `log(msg, echo=...)`: where a skipped unreadable checkpoint and a resume are told;
     `async_save`: step checkpoints are written in the background; `storage_writer(dir)`: the DCP
     StorageWriter for a step's shard directory (default: the file system); `export_dtype`: the
-    dtype of the weights-only exports (None: as trained)."""
+    dtype of the weights-only exports (None: as trained; the trainer passes logging.export_dtype
+    resolved, `EXPORT_DTYPES`)."""
 
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan, *, main: bool = True,
                  world: int = 1, log: Callable[..., None] = _quiet,

@@ -72,11 +72,18 @@ class Parallel(Choice):
     fsdp = "fsdp"
 
 
+class ExportDtype(Choice):
+    auto = "auto"
+    bf16 = "bf16"
+    fp32 = "fp32"
+
+
 DATA_SOURCES = tuple(DataSource)
 PRECISIONS = tuple(Precision)
 DEVICES = tuple(Device)
 COMPUTE_MATCH = tuple(ComputeMatch)
 PARALLEL = tuple(Parallel)
+EXPORT_DTYPES = tuple(ExportDtype)
 # how the same maths is laid out over processes and memory, and what the dry run assumes:
 # not part of the run-id
 NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
@@ -343,6 +350,10 @@ class LoggingConfig:
     """Also keep n checkpoints evenly spaced by tokens, as eval_step_<N>.pt (N = ceil(k x steps
     / n), k = 1..n; the last is the final weights), outside the rotation, so a sweep can
     evaluate each; 0 = none."""
+    export_dtype: ExportDtype = ExportDtype.auto
+    """The dtype of the weights-only exports (final.pt, eval_step_<N>.pt) that evaluation and
+    HF export read: auto (bf16 when training autocasts to bf16, i.e. on CUDA by default; fp32
+    otherwise) | bf16 (half the file) | fp32. Step checkpoints stay fp32 (a resume is exact)."""
     progress: bool = True
     """tqdm progress bar with tokens/s and ETA."""
     tracker: str = "none"
@@ -358,6 +369,7 @@ class LoggingConfig:
         _positive(self, "log_every", "ckpt_every", "val_batch_size", "keep_checkpoints")
         _positive(self, "val_every", "keep_eval_checkpoints", allow_zero=True)
         _positive(self, "peak_tflops", allow_none=True)
+        _choice(self, "export_dtype", EXPORT_DTYPES)
         if self.tracker not in TRACKERS:
             raise ValueError(f"logging.tracker={self.tracker!r}: allowed values "
                              f"{list(TRACKERS)}")
@@ -379,6 +391,22 @@ class TrainConfig:
     train: LoopConfig = field(default_factory=LoopConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
+
+
+def trains_bf16(train: LoopConfig, device_type: str) -> bool:
+    """bf16 autocast wherever torch has it (CUDA, and the CPU's own): train.precision=bf16,
+    or auto on CUDA."""
+    return train.precision == "bf16" or (train.precision == "auto" and device_type == "cuda")
+
+
+def export_dtype(cfg: TrainConfig, device_type: str) -> str:
+    """logging.export_dtype resolved for a run on `device_type`: "bf16" or "fp32" (auto: bf16
+    when the run trains in bf16)."""
+    d = str(cfg.logging.export_dtype)
+    if d == "auto":
+        return "bf16" if trains_bf16(cfg.train, device_type) else "fp32"
+    return d
+
 
 GROUPS: dict[str, type] = {"model": ModelSection, "data": DataConfig, "optim": OptimConfig,
                            "train": LoopConfig, "logging": LoggingConfig, "paths": PathsConfig}

@@ -160,6 +160,38 @@ def check_epochs(dcfg: DataConfig, samples_asked: int, seq_len: int, train_token
     return epochs
 
 
+def val_sequences(available: int, val_tokens: int, seq_len: int) -> int:
+    """Rows of the fixed validation set: the first `val_tokens` of a held-out stream of
+    `available` tokens, cut into rows of seq_len (+ one target token); DataError if none."""
+    n_val = min(val_tokens, available - 1) // seq_len
+    if n_val < 1:
+        raise DataError(f"validation split has {available} tokens; need more than "
+                        f"seq_len={seq_len} (raise data.val_fraction or use more data)")
+    return n_val
+
+
+def val_rows(va: np.ndarray | TokenStream, n: int, seq_len: int
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first `n` validation rows of the held-out stream `va`: x (n, seq_len) and its
+    next-token targets y. Reads only their n x seq_len + 1 tokens (a TokenStream maps just
+    that slice), so a reader of a few rows is independent of the corpus' size."""
+    v = torch.from_numpy(np.asarray(va[0:n * seq_len + 1]).astype(np.int64))
+    return v[:-1].view(n, seq_len), v[1:].reshape(n, seq_len)
+
+
+def open_val_rows(d: str | os.PathLike, val_tokens: int, seq_len: int,
+                  max_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """A built corpus' fixed validation rows as `build_corpus` makes them (the first
+    `max_rows`, None: all), read from its val shards without tokenizing or building anything;
+    with its manifest. DataError (one line) if `d` is not a built corpus or too small."""
+    man = open_manifest(d)
+    va = split_stream(d, man, "val")
+    n_val = val_sequences(len(va), val_tokens, seq_len)
+    n = n_val if max_rows is None else min(n_val, max_rows)
+    vx, vy = val_rows(va, n, seq_len)
+    return vx, vy, {**man, "val_sequences": n_val, "val_tokens_available": len(va)}
+
+
 def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
                  cache_dir: str | os.PathLike) -> Corpus:
     """Everything training needs from the data section (tokenizer, train stream, fixed val)."""
@@ -188,13 +220,8 @@ def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
                        name=f"bpe{man['tokenizer']['vocab_size']}-corpus:{d.name}" if dcfg.corpus
                        else f"bpe{vocab_size}-{dcfg.source}")
     tr, va = split_stream(d, man, "train"), split_stream(d, man, "val")
-    n_val = min(dcfg.val_tokens, len(va) - 1) // seq_len
-    if n_val < 1:
-        raise DataError(f"validation split has {len(va)} tokens; need more than "
-                        f"seq_len={seq_len} (raise data.val_fraction or use more data)")
-    v = torch.from_numpy(va[0:n_val * seq_len + 1].astype(np.int64))
-    vx = v[:-1].view(n_val, seq_len)
-    vy = v[1:].reshape(n_val, seq_len)
+    n_val = val_sequences(len(va), dcfg.val_tokens, seq_len)
+    vx, vy = val_rows(va, n_val, seq_len)
     info = {"train_docs": man["documents"]["train"], "val_docs": man["documents"]["val"],
             "train_tokens": len(tr), "val_tokens_available": len(va), "val_sequences": n_val,
             "dir": str(d), "manifest_sha256": sha256_file(d / "corpus.json"),

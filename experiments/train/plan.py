@@ -507,19 +507,61 @@ def checkpoint_lines(cfg: TrainConfig, p: RunPlan) -> list[str]:
     ]
 
 
-def space_refusal(root: str | os.PathLike, need: int) -> str | None:
-    """One line when the file system of `root` (or its nearest existing ancestor) has less
-    free space than `need` bytes, else None."""
-    import shutil
-
-    probe = Path(root).absolute()
+def _existing(path: str | os.PathLike) -> Path:
+    """`path`, or its nearest existing ancestor (where its file system's figures are read)."""
+    probe = Path(path).absolute()
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
-    free = shutil.disk_usage(probe).free
+    return probe
+
+
+def free_bytes(path: str | os.PathLike) -> int:
+    """Free bytes on the file system of `path` (or of its nearest existing ancestor)."""
+    import shutil
+
+    return shutil.disk_usage(_existing(path)).free
+
+
+def space_refusal(root: str | os.PathLike, need: int,
+                  what: str = "the plan needs {need} (checkpoints, export, corpus)") -> str | None:
+    """One line when the file system of `root` (or its nearest existing ancestor) has less
+    free space than `need` bytes, else None. `what` says what needs it ({need}: the bytes)."""
+    free = free_bytes(root)
     if free >= need:
         return None
-    return (f"{root}: {_gb(free)} free on its file system, the plan needs {_gb(need)} "
-            f"(checkpoints, export, corpus); free space or set the results root elsewhere")
+    return (f"{root}: {_gb(free)} free on its file system, {what.format(need=_gb(need))}; "
+            f"free space or set the results root elsewhere")
+
+
+def start_refusal(cfg: TrainConfig, p: RunPlan, rd: Path) -> str | None:
+    """The trainer's disk check before it writes anything (one line, or None): what this run
+    still writes under the results root, `disk_bytes`' run part (the figure the dry run and a
+    sweep's submission check) less what its checkpoints already hold (a resume), plus the
+    corpus where it is not built yet, counted against the cache's file system (the results
+    root's when they share one)."""
+    from common.paths import checkpoint_dir
+
+    from .data import DataError, built_manifest
+
+    d = disk_bytes(cfg, p)
+    ck = checkpoint_dir(rd)
+    held = sum(f.stat().st_size for f in ck.rglob("*") if f.is_file()) if ck.is_dir() else 0
+    run = max(0, d["run"] - held)
+    corpus = d["corpus"]
+    if corpus:
+        try:
+            if built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache) is not None:
+                corpus = 0
+        except DataError:
+            corpus = 0  # a broken corpus: the trainer's corpus step says why, in one line
+    root, cache = cfg.paths.results, cfg.paths.cache
+    ckpts = ("checkpoints (logging.keep_checkpoints and keep_eval_checkpoints, the final "
+             "export)")
+    if corpus and _existing(root).stat().st_dev != _existing(cache).stat().st_dev:
+        return (space_refusal(root, run, "this run still writes up to {need} of " + ckpts)
+                or space_refusal(cache, corpus, "this run's corpus, built there, needs {need}"))
+    return space_refusal(root, run + corpus, "this run still writes up to {need} of " + ckpts
+                         + (" and its corpus" if corpus else ""))
 
 
 # ---------------------------------------------------------------- the dry run

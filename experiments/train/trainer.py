@@ -14,7 +14,8 @@ without importing this module.
 
 CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
     model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
-Exit codes: 0 done (or already finished), 2 bad input (nothing written), 1 diverged
+Exit codes: 0 done (or already finished), 2 bad input or too little free space under the results
+root for the run's checkpoints (`plan.start_refusal`, rank 0's verdict; nothing written), 1 diverged
 (train.max_nonfinite_steps non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT
 after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
 
@@ -73,8 +74,8 @@ from model import build_model
 from model.free_transformer import SequenceKeys
 
 from . import parallel as par
-from .checkpointer import Checkpointer, TrainState, finished
-from .config import ConfigError, TrainConfig, compose, config_help
+from .checkpointer import EXPORT_DTYPES, Checkpointer, TrainState, finished
+from .config import ConfigError, TrainConfig, compose, config_help, export_dtype, trains_bf16
 from .plan import (
     RunPlan,
     auto_parallel,
@@ -84,6 +85,7 @@ from .plan import (
     plan,
     run_dir,
     semantic,
+    start_refusal,
     world,
 )
 from .tokenizer import tokenizer_ref, tokenizer_sha256
@@ -295,6 +297,23 @@ def _run_lock(rd: Path) -> Iterator[None]:
         yield
 
 
+def _from_rank0(msg: str | None, n_world: int, device: torch.device) -> str | None:
+    """Rank 0's `msg` (a refusal, or None) on every rank: its UTF-8 bytes broadcast on the
+    training device (NCCL has no CPU tensors)."""
+    if n_world <= 1:
+        return msg
+    data = (msg or "").encode()
+    n = torch.tensor([len(data)], dtype=torch.int64, device=device)
+    dist.broadcast(n, src=0)
+    if int(n) == 0:
+        return None
+    buf = torch.zeros(int(n), dtype=torch.uint8, device=device)
+    if data:
+        buf.copy_(torch.tensor(list(data), dtype=torch.uint8))
+    dist.broadcast(buf, src=0)
+    return bytes(buf.cpu().tolist()).decode()
+
+
 @contextlib.contextmanager
 def _process_group(device: torch.device, n_world: int) -> Iterator[None]:
     if n_world > 1 and not dist.is_initialized():
@@ -371,8 +390,7 @@ class Trainer:
         self.state = TrainState(cfg, p, checkpointer.rd.name, self.opt, sched, self.model,
                                 self.mode)
         # bf16 autocast wherever torch has it (CUDA, and the CPU's own); auto = CUDA only
-        self.use_bf16 = cfg.train.precision == "bf16" or (
-            cfg.train.precision == "auto" and device.type == "cuda")
+        self.use_bf16 = trains_bf16(cfg.train, device.type)
         self.metrics: Any = None
         self.window = _Window()
         self.tracker: Any = None  # _Tracker on rank 0 (TensorBoard, maybe W&B / trackio)
@@ -719,16 +737,23 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
                       f"train.force=true retrains", file=sys.stderr)
             return rd
         check_tracker(cfg)
+        stack.enter_context(_process_group(device, n_world))
+        # room for the run's checkpoints, before anything is written (a corpus build included):
+        # rank 0 decides, so every rank exits alike
+        refusal = _from_rank0(start_refusal(cfg, p, rd) if main else None, n_world, device)
+        if refusal is not None:
+            raise ConfigError(refusal)
         corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
         if main:
             stack.enter_context(_run_lock(rd))  # creates the run dir
-        stack.enter_context(_process_group(device, n_world))
 
         # ---- setup
         log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
+        export = export_dtype(cfg, device.type)  # of final.pt and eval_step_<N>.pt
         checkpointer = Checkpointer(
             rd, cfg, p, main=main, world=n_world, log=log,
-            tokenizer=tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name))
+            tokenizer=tokenizer_ref(corpus.tokenizer, corpus.tokenizer.name),
+            export_dtype=EXPORT_DTYPES[export])
         checkpointer.prepare(fresh=cfg.train.force)
         if main and cfg.train.force:
             (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
@@ -736,9 +761,11 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
             dist.barrier()
         log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
         log(format_plan(cfg, p), echo=main)
+        log(f"exports (final.pt, eval_step_<N>.pt): {export} weights "
+            f"(logging.export_dtype={cfg.logging.export_dtype})", echo=False)
         trainer = Trainer(cfg, p, corpus, checkpointer, device, rank, n_world, stop, log)
         if main:
-            _write_config(cfg, p, corpus, rd, argv, trainer.mode)
+            _write_config(cfg, p, corpus, rd, argv, trainer.mode, export)
 
         # ---- the loop
         try:
@@ -752,7 +779,8 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
 
 
 def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
-                  argv: list[str] | None, parallel: str = "none") -> None:
+                  argv: list[str] | None, parallel: str = "none",
+                  export: str | None = None) -> None:
     path = rd / "config.yaml"
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
     if path.exists():  # a resume keeps the first provenance; record the restart in the log only
@@ -780,7 +808,9 @@ def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
                     # wall-clock is comparable only between runs with the same three
                     "host": socket.gethostname(), "threads": torch.get_num_threads(),
                     "launcher": os.environ.get("FTBENCH_LAUNCHER", "direct")},
-        extra={"logging": asdict(cfg.logging), "corpus": corpus.info})
+        # export_dtype: logging.export_dtype resolved (the exports' dtype; auto is in logging)
+        extra={"logging": plain(asdict(cfg.logging)), "export_dtype": export,
+               "corpus": corpus.info})
     atomic_write_text(path, yaml.safe_dump(doc.to_json(), sort_keys=False))
 
 
