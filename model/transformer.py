@@ -367,8 +367,13 @@ class Transformer(nn.Module):
                 # finished rows leave the batch and the KV cache: the decode cost follows the
                 # rows still running, not the longest one
                 idx = torch.tensor(keep, device=dev)
+                # the kept rows' filled positions move to the first rows of the same buffers
+                # (no new cache of the full capacity); the cache becomes a view of those rows
+                n, s_fill = len(keep), cache[0].len
                 for c in cache:
-                    c.k, c.v = c.k.index_select(0, idx), c.v.index_select(0, idx)
+                    c.k[:n, :, :s_fill] = c.k[:, :, :s_fill].index_select(0, idx)
+                    c.v[:n, :, :s_fill] = c.v[:, :, :s_fill].index_select(0, idx)
+                    c.k, c.v = c.k[:n], c.v[:n]
                 cos_all, sin_all, nxt = cos_all[idx], sin_all[idx], nxt[idx]
                 if add_mask is not None:
                     add_mask = add_mask[idx]

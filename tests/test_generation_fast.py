@@ -204,3 +204,15 @@ def test_generate_leaves_no_inference_tensors_in_the_outputs():
     m.train()
     x = torch.randint(0, 97, (2, 8))
     m(x[:, :-1], targets=x[:, 1:]).loss.backward()
+
+
+@pytest.mark.parametrize("H", [0, 5])
+def test_generate_equals_the_previous_loop_under_bf16_autocast(H):
+    # the additive key mask takes the queries' dtype (autocast's), as SDPA's own bool-mask
+    # conversion does; padded rows, so the mask is used at every step
+    m = _model(H)
+    rows = _rows(6, 5, 1, 9)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = _reference_generate(m, rows, 12, generator=torch.Generator().manual_seed(2))
+        got = m.generate(rows, 12, generator=torch.Generator().manual_seed(2))
+    _same(got, ref)
