@@ -216,3 +216,12 @@ def test_generate_equals_the_previous_loop_under_bf16_autocast(H):
         ref = _reference_generate(m, rows, 12, generator=torch.Generator().manual_seed(2))
         got = m.generate(rows, 12, generator=torch.Generator().manual_seed(2))
     _same(got, ref)
+
+
+@pytest.mark.parametrize("args", [["--threads", "0"], ["--reps", "0"], ["--warmup", "-1"]])
+def test_gen_ratio_refuses_bad_counts(args: list[str], capsys: pytest.CaptureFixture) -> None:
+    from experiments.bench import gen_ratio
+
+    assert gen_ratio.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gen_ratio: ") and err.count("\n") == 1
