@@ -246,7 +246,9 @@ class Transformer(nn.Module):
                 generator: torch.Generator | None) -> torch.Tensor:
         """logits (B, V) -> (B,) next tokens."""
         if temperature <= 0:
-            return logits.argmax(-1)
+            # max(-1).indices is argmax (the first maximal index on ties, NaN counted as the
+            # maximum) at a third of the CPU cost of argmax's kernel
+            return logits.max(-1).indices
         probs = torch.softmax(logits.float() / temperature, dim=-1)
         if top_p < 1.0:
             sp, si = probs.sort(dim=-1, descending=True)
@@ -262,7 +264,14 @@ class Transformer(nn.Module):
         """Split a `z` argument into (prompt spec, generated-token spec); FT overrides."""
         return None, None
 
-    @torch.no_grad()
+    def _query_dtype(self) -> torch.dtype:
+        """The dtype attention queries get: autocast's where it is on, else the weights'."""
+        dev = self.device.type
+        if torch.is_autocast_enabled(dev):
+            return torch.get_autocast_dtype(dev)
+        return self.tok_emb.weight.dtype
+
+    @torch.inference_mode()
     def generate(self, prompt: torch.Tensor | Sequence[Sequence[int]], max_new_tokens: int,
                  temperature: float = 0.0, top_p: float = 1.0, z: object = "prior",
                  stop: Sequence[Sequence[int]] | None = None,
@@ -323,6 +332,14 @@ class Transformer(nn.Module):
                    generator=generator)
         logits = self._run(toks, ctx, P - 1)[:, -1]
         prompt_codes = ctx.codes
+        # Decode steps read their RoPE rows and key mask as slices of tables built once: a step's
+        # query at s0 sees keys 0..s0 except the row's left padding, and SDPA would turn a bool
+        # mask into this same 0/-inf mask of the query's dtype at every layer of every step.
+        cos_all, sin_all = self.rope_cos[pos], self.rope_sin[pos]  # (B, total, hd)
+        add_mask = None
+        if padded:
+            add_mask = torch.zeros(B, 1, 1, total, device=dev, dtype=self._query_dtype())
+            add_mask.masked_fill_(~valid[:, None, None, :], float("-inf"))
         new_codes: list[list[int]] = [[] for _ in range(B)]  # FT: codes of the fed new tokens
         stops = [list(s) for s in (stop or []) if len(s) > 0]
         out: list[list[int]] = [[] for _ in range(B)]
@@ -350,16 +367,24 @@ class Transformer(nn.Module):
                 # finished rows leave the batch and the KV cache: the decode cost follows the
                 # rows still running, not the longest one
                 idx = torch.tensor(keep, device=dev)
+                # the kept rows' filled positions move to the first rows of the same buffers
+                # (no new cache of the full capacity); the cache becomes a view of those rows
+                n, s_fill = len(keep), cache[0].len
                 for c in cache:
-                    c.k, c.v = c.k.index_select(0, idx), c.v.index_select(0, idx)
-                pos, valid, nxt = pos[idx], valid[idx], nxt[idx]
+                    c.k[:n, :, :s_fill] = c.k[:, :, :s_fill].index_select(0, idx)
+                    c.v[:n, :, :s_fill] = c.v[:, :, :s_fill].index_select(0, idx)
+                    c.k, c.v = c.k[:n], c.v[:n]
+                cos_all, sin_all, nxt = cos_all[idx], sin_all[idx], nxt[idx]
+                if add_mask is not None:
+                    add_mask = add_mask[idx]
                 if isinstance(z_new, torch.Tensor):
                     z_new = z_new[idx.to(z_new.device)]
                 active = [active[j] for j in keep]
             s0 = P + i
             zi = z_new[:, i:i + 1] if isinstance(z_new, torch.Tensor) else "prior"
-            ctx = _Ctx(rope=self._rope(pos[:, s0:s0 + 1], 1), mask=mask_for(s0, 1), cache=cache,
-                       z=zi, generator=generator)
+            rope = cos_all[:, s0:s0 + 1, None, :], sin_all[:, s0:s0 + 1, None, :]
+            ctx = _Ctx(rope=rope, mask=None if add_mask is None else add_mask[..., :s0 + 1],
+                       cache=cache, z=zi, generator=generator)
             logits = self._run(nxt[:, None], ctx)[:, -1]
             if ctx.codes is not None:
                 for b, c in zip(active, ctx.codes[:, 0].tolist(), strict=True):
