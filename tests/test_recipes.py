@@ -298,7 +298,7 @@ BAD = [
     ("files without paths", _edit("corpus", "data", "files"), "data=files needs glob"),
     ("paths off files", _edit("corpus", "paths", ["a.txt"]), "only data=files takes paths"),
     ("unknown task", _edit("eval", "tasks", ["arc_easy", "squad"]), "eval.tasks='squad'"),
-    ("fewshot stray task", _edit("eval", "fewshot", {"gsm8k": 5}), "names a task not in"),
+    ("fewshot stray task", _edit("eval", "fewshot", {"mmlu": 5}), "names a task not in"),
     ("fewshot negative", _edit("eval", "fewshot", {"arc_easy": -1}), "eval.fewshot.arc_easy"),
     ("one eval point", _edit("eval", "points", 1), "eval.points=1: must be an integer >= 2"),
     ("average_last 0", _edit("eval", "average_last", 0), "eval.average_last=0.0"),
