@@ -55,7 +55,8 @@ def test_recipe_sweep_is_the_recipes_grid() -> None:
     assert lr == ["optim.lr=5e-4"]  # the user's value replaces the recipe's, once
 
 
-@pytest.mark.parametrize("gpus", ["1", "32", "256"])
+@pytest.mark.parametrize("gpus", [pytest.param("1", marks=pytest.mark.slow), "32",
+                                  pytest.param("256", marks=pytest.mark.slow)])
 def test_paper_recipes_plan_on_any_world(tmp_path: Path, gpus: str) -> None:
     for name in ("paper-1.5B", "paper-8B", "paper-8B-1T"):
         r = _paper(tmp_path, "--recipe", name, "--gpus", gpus, "--dry")
