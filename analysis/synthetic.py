@@ -459,14 +459,16 @@ def _run_metrics_path(model: dict, root: Path) -> Path | None:
     return None
 
 
-def kl_curve(metrics_path: Path, points: int = CURVE_POINTS) -> list[dict[str, Any]]:
-    """The trainer's per-batch KL (bits/token) and CE, averaged in `points` equal bins of steps;
-    each point is labelled by its bin's last step."""
+def kl_curve(metrics_path: Path, points: int = CURVE_POINTS,
+             has_kl: bool = True) -> list[dict[str, Any]]:
+    """The trainer's per-batch KL (bits/token) and CE (nats/token, Z from the encoder),
+    averaged in `points` equal bins of steps; each point is labelled by its bin's last step.
+    has_kl=False (the baseline, whose log says 0.0): KL is None, not zero."""
     recs = []
     for line in metrics_path.read_text(encoding="utf-8").splitlines():
         if '"train"' in line:
             r = json.loads(line)
-            if r.get("kind") == "train" and r.get("kl_bits") is not None:
+            if r.get("kind") == "train" and r.get("ce") is not None:
                 recs.append(r)
     if not recs:
         return []
@@ -475,7 +477,8 @@ def kl_curve(metrics_path: Path, points: int = CURVE_POINTS) -> list[dict[str, A
     bins: dict[int, list[dict]] = defaultdict(list)
     for r in recs:
         bins[min(last, math.ceil(int(r["step"]) / width) * width)].append(r)
-    return [{"step": s, "kl_bits": _mean([float(r["kl_bits"]) for r in rs]),
+    return [{"step": s, "kl_bits": _mean([float(r["kl_bits"]) for r in rs
+                                          if has_kl and r.get("kl_bits") is not None]),
              "ce": _mean([float(r["ce"]) for r in rs if r.get("ce") is not None]),
              "n_batches": len(rs)} for s, rs in sorted(bins.items())]
 
@@ -533,10 +536,10 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
             row["regime"] = reg.expected if reg else None
             row["regime_result"] = regime_result(k, row, base_v)
             rows.append(row)
-            mp = _run_metrics_path(m, root) if k is not None else None
-            if k is not None and mp is None:
+            mp = _run_metrics_path(m, root)
+            if mp is None:
                 no_curve.append(m["model"])
-            for p in (kl_curve(mp) if mp else []):
+            for p in (kl_curve(mp, has_kl=k is not None) if mp else []):
                 curve_rows.append({"name": name, "seed": seed, "model": m["model"],
                                    "kappa_bits": k, **p})
         sources.append({"name": name, "status": "measured", "path": str(f),
@@ -628,7 +631,7 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
 def render_kl_curves(curves: pd.DataFrame, path: str | os.PathLike) -> Path:
     """KL per token over training, one panel per kappa, one line per seed; the dashed line is
     the free-bits threshold (below it the KL costs nothing)."""
-    ks = sorted({float(k) for k in curves["kappa_bits"]}) if not curves.empty else []
+    ks = sorted({float(k) for k in curves["kappa_bits"].dropna()})
     fig, axes = plt.subplots(1, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 2.8),
                              dpi=110, squeeze=False)
     for ax, k in zip(axes[0], ks, strict=False):
@@ -716,13 +719,23 @@ def render_block(agg_dir: str | os.PathLike) -> str:
               "each bin of steps ending at the step shown):", "",
               "| model | " + " | ".join(f"step {s}" for s in shown) + " |",
               "|---|" + "---|" * len(shown)]
-        for m, g in curves.groupby("model", sort=False):
+        for m, g in curves[curves["kappa_bits"].notna()].groupby("model", sort=False):
             cells = []
             for s in shown:
                 v = g[g["step"] == s]["kl_bits"].dropna()
                 cells.append(_cell(v.mean() if len(v) else None,
                                    len(v), len(srcs)))
             L.append(f"| {m} | " + " | ".join(cells) + " |")
+        gains = _ce_vs_baseline(curves, shown)
+        if gains:
+            L += ["", "CE on the training batches with Z from the encoder minus the same "
+                  "seed's baseline at the same steps (nats/token, mean over seeds; below 0: "
+                  "the decoder uses what Z carries):", "",
+                  "| model | " + " | ".join(f"step {s}" for s in shown) + " |",
+                  "|---|" + "---|" * len(shown)]
+            for m, cells in gains.items():
+                L.append(f"| {m} | " + " | ".join(_cell(v, n, len(srcs)) for v, n in cells)
+                         + " |")
     L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average "
           "at start and end, on a machine with the given CPUs):", "",
           "| run | arms | training s (sum) | whole run s | threads | CPUs | load |",
@@ -734,6 +747,24 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                  f"{_cell(s.get('wall_s'))} | {s.get('threads') or '–'} | "
                  f"{s.get('cpu_count') or '–'} | {load} |")
     return "\n".join(L) + "\n"
+
+
+def _ce_vs_baseline(curves: pd.DataFrame, steps: list[int]
+                    ) -> dict[str, list[tuple[float | None, int]]]:
+    """Per free model and step: mean over runs of (its CE - the run's baseline CE), with n."""
+    base = curves[curves["kappa_bits"].isna()].set_index(["name", "step"])["ce"]
+    if base.empty:
+        return {}
+    out: dict[str, list[tuple[float | None, int]]] = {}
+    free = curves[curves["kappa_bits"].notna()]
+    for m, g in free.groupby("model", sort=False):
+        cells = []
+        for s in steps:
+            d = [_diff(r["ce"], base.get((r["name"], s))) for _, r in g[g["step"] == s].iterrows()]
+            d = [x for x in d if x is not None]
+            cells.append((_mean(d), len(d)))
+        out[str(m)] = cells
+    return out
 
 
 DOC_BEGIN = "<!-- BEGIN GENERATED by `python -m analysis.synthetic render-doc` from "

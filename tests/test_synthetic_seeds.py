@@ -12,6 +12,7 @@ import pytest
 from analysis.synthetic import (
     DOC_BEGIN,
     DOC_END,
+    _ce_vs_baseline,
     aggregate,
     kl_curve,
     main,
@@ -63,11 +64,12 @@ def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
                       else 8, "run_id": run_id, "run_dir": str(root / "runs" / run_id),
                       "kl_bits": None if base else kl[model], "ce_prior": 0.3,
                       "ce_encoder": None if base else 0.2, "steps": 100, "train_wall_s": 20.0})
-        if curves and not base:
+        if curves:  # the trainer logs kl_bits 0.0 for the baseline
             d = root / "runs" / run_id
             d.mkdir(parents=True)
-            recs = [{"kind": "train", "step": s, "kl_bits": kl[model] * s / 100, "ce": 1.0}
-                    for s in range(10, 101, 10)]
+            k = 0.0 if base else kl[model]
+            recs = [{"kind": "train", "step": s, "kl_bits": k * s / 100,
+                     "ce": 1.0 - k * s / 1000} for s in range(10, 101, 10)]
             recs.append({"kind": "final", "step": 100, "wall_s": 20.0})
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
         for p in range(2):
@@ -125,8 +127,16 @@ def test_aggregate_counts_regimes_per_seed_and_missing(planted: Path) -> None:
     assert (s.loc["kappa=1/8", "regime_pass"], s.loc["kappa=1/8", "regime_fail"]) == (1, 1)
     assert agg.meta["missing"] == ["c"]
     b = next(x for x in agg.meta["sources"] if x["name"] == "b")
-    assert b["curves_missing"] == ["kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"]
+    assert b["curves_missing"] == ["baseline", "kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"]
     assert set(agg.curves["name"]) == {"a"}  # b has no metrics.jsonl: no curve, not zeros
+    cv = agg.curves.set_index(["model", "step"])
+    assert pd.isna(cv.loc[("baseline", 100), "kl_bits"])  # logged 0.0, but it has no Z
+    # 16 bins of ceil(100/16) = 7 steps: the last, (98, 100], holds step 100 alone
+    assert cv.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)
+    assert cv.loc[("kappa=1", 14), "kl_bits"] == pytest.approx(0.05)  # step 10 alone
+    gains = _ce_vs_baseline(agg.curves, [100])
+    assert gains["kappa=8"][0][0] == pytest.approx(-6.0 * 100 / 1000)
+    assert gains["kappa=8"][0][1] == 1  # one run (a) with both curves
 
 
 def test_kl_curve_bins(tmp_path: Path) -> None:
