@@ -17,7 +17,7 @@ into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
 
 Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 800 steps of batch 32, lr 3e-3;
-  five runs in about 20 minutes on 2 CPU cores (see PRESETS);
+  five runs, one thread; wall times as measured, with the load, in docs/SYNTHETIC.md;
 - `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.

@@ -163,7 +163,7 @@ def test_block_and_doc_render_from_written_tables(planted: Path) -> None:
     block = render_block(out["summary.md"].parent)
     assert "Runs: 2 of 3 measured" in block and "Missing (not finished): c" in block
     assert "| 1/8 | position | position gap >= 0.1 | 1/2 seeds (1 missing) |" in block
-    assert "| kappa=1/8 | c (missing) | – |" in block
+    assert "| kappa=1/8 | c (missing) | – | – |" in block
     assert "| kappa=1/8 | 2/3 | 0.150 |" in block  # mean KL of the two measured seeds
     doc = planted / "docs" / "DOC.md"
     stale = block.replace("0.150", "9.999")
