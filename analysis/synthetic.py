@@ -24,6 +24,16 @@ Metrics, per model, from the generated samples:
   group (independent Z; the chance level is about 1/57);
 - noise agreement: the same pairs, Jaccard similarity of the sets of '!' positions (1 when both
   are empty); over all samples of full length, valid or not.
+
+Over seeds (`--names s0 s1 s2 [--out DIR]`, one `make synthetic` run per seed): `per_seed.csv`
+(per run and model: KL, position and noise agreement shared vs across and their gaps, validity,
+CE, and whether the kappa's regime of Figure 4 holds: REGIMES), `summary.csv` (per model: the
+mean over the measured runs and n per number, the regime's pass/fail counts), `curves.csv` (KL
+per token over training, from each arm's metrics.jsonl, binned), `aggregate.json` (provenance:
+the sources with their sha256, settings, wall times and load), `summary.md`, `kl_curves.png`.
+A name with no samples.jsonl yet is missing: its rows are empty and every count says n.
+`render-doc [--doc docs/SYNTHETIC.md] [--check]` rewrites the doc's generated blocks from such
+folders (committed under docs/synthetic/), so no number in the doc is typed by hand.
 """
 
 from __future__ import annotations
@@ -35,7 +45,8 @@ import os
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from itertools import combinations
 from pathlib import Path
 from typing import Any
@@ -45,6 +56,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.patches import Rectangle
 
+from common.io import atomic_write_text
 from common.kappa import kappa_label as common_kappa_label
 from common.paths import results_root
 from common.text import one_line
@@ -367,6 +379,456 @@ def render_figure(models: list[dict], samples: list[dict], path: str | os.PathLi
     return out
 
 
+# --------------------------------------------------------------------------- seeds
+# The four regimes of Figure 4, one per kappa, each judged per seed. The position margins are
+# the acceptance check's; the noise margins reuse them (fixed before any multi-seed run).
+NOISE_MARGIN = CLEARLY_HIGHER_MARGIN  # 1 bit: noise Jaccard shared - across >= this
+
+
+@dataclass(frozen=True)
+class Regime:
+    kappa_bits: float
+    expected: str  # what the paper shows at this kappa
+    rule: str  # the rule, in words, as the tables print it
+
+
+REGIMES = (
+    Regime(1 / 64, "Z unused",
+           f"position gap <= {NO_BETTER_MARGIN} and noise gap <= {NO_BETTER_MARGIN}"),
+    Regime(1 / 8, "position",
+           f"position gap >= {CLEARLY_HIGHER_MARGIN}"),
+    Regime(1.0, "position and noise",
+           f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {NOISE_MARGIN}"),
+    Regime(8.0, "collapse", f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
+)
+
+# per-seed columns: the measured numbers (None where not measured, never 0)
+SEED_METRICS = ("kl_bits", "pos_agree_within", "pos_agree_across", "pos_gap",
+                "noise_jaccard_within", "noise_jaccard_across", "noise_gap", "validity",
+                "noise_rate", "ce_prior", "ce_encoder", "train_wall_s")
+CURVE_POINTS = 16  # KL over training: the logged training batches binned into this many points
+
+
+def regime_for(kappa_bits: float | None) -> Regime | None:
+    if kappa_bits is None:
+        return None
+    return next((r for r in REGIMES if abs(r.kappa_bits - kappa_bits) < 1e-12), None)
+
+
+def _num(v: Any) -> float | None:
+    """A measured number, or None (missing; NaN from a CSV counts as missing)."""
+    if v is None:
+        return None
+    f = float(v)
+    return None if math.isnan(f) else f
+
+
+def _diff(a: Any, b: Any) -> float | None:
+    a, b = _num(a), _num(b)
+    return None if a is None or b is None else a - b
+
+
+def regime_result(kappa_bits: float | None, row: dict,
+                  baseline_validity: float | None) -> str | None:
+    """'pass', 'fail' or 'n/a' (not measurable) for the row's regime; None: no regime here."""
+    r = regime_for(kappa_bits)
+    if r is None:
+        return None
+    pos, noise = _num(row.get("pos_gap")), _num(row.get("noise_gap"))
+    if r.expected == "Z unused":
+        if pos is None or noise is None:
+            return "n/a"
+        return "pass" if pos <= NO_BETTER_MARGIN and noise <= NO_BETTER_MARGIN else "fail"
+    if r.expected == "position":
+        return "n/a" if pos is None else ("pass" if pos >= CLEARLY_HIGHER_MARGIN else "fail")
+    if r.expected == "position and noise":
+        if pos is None or noise is None:
+            return "n/a"
+        return "pass" if pos >= CLEARLY_HIGHER_MARGIN and noise >= NOISE_MARGIN else "fail"
+    v = _num(row.get("validity"))
+    if v is None or baseline_validity is None:
+        return "n/a"
+    return "pass" if v <= baseline_validity - VALIDITY_DROP else "fail"
+
+
+def _run_metrics_path(model: dict, root: Path) -> Path | None:
+    """The arm's metrics.jsonl: at its recorded run_dir, else under <results>/runs/<run_id>."""
+    for d in (model.get("run_dir"), model.get("run_id") and root / "runs" / model["run_id"]):
+        if d and (Path(d) / "metrics.jsonl").is_file():
+            return Path(d) / "metrics.jsonl"
+    return None
+
+
+def kl_curve(metrics_path: Path, points: int = CURVE_POINTS,
+             has_kl: bool = True) -> list[dict[str, Any]]:
+    """The trainer's per-batch KL (bits/token) and CE (nats/token, Z from the encoder),
+    averaged in `points` equal bins of steps; each point is labelled by its bin's last step.
+    has_kl=False (the baseline, whose log says 0.0): KL is None, not zero."""
+    recs = []
+    for line in metrics_path.read_text(encoding="utf-8").splitlines():
+        if '"train"' in line:
+            r = json.loads(line)
+            if r.get("kind") == "train" and r.get("ce") is not None:
+                recs.append(r)
+    if not recs:
+        return []
+    last = max(int(r["step"]) for r in recs)
+    width = max(1, math.ceil(last / points))
+    bins: dict[int, list[dict]] = defaultdict(list)
+    for r in recs:
+        bins[min(last, math.ceil(int(r["step"]) / width) * width)].append(r)
+    return [{"step": s, "kl_bits": _mean([float(r["kl_bits"]) for r in rs
+                                          if has_kl and r.get("kl_bits") is not None]),
+             "ce": _mean([float(r["ce"]) for r in rs if r.get("ce") is not None]),
+             "n_batches": len(rs)} for s, rs in sorted(bins.items())]
+
+
+@dataclass
+class SeedAggregate:
+    per_seed: pd.DataFrame  # one row per (name, model); missing names: rows of None
+    summary: pd.DataFrame  # one row per model: mean and n of every metric, regime counts
+    curves: pd.DataFrame  # KL over training per (name, model, step)
+    meta: dict[str, Any]  # provenance: sources, settings, wall times
+
+
+def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
+    """Several `make synthetic` runs (one per seed) -> per-seed and mean tables.
+
+    A name without samples.jsonl is missing: its rows are None and every count says so.
+    ValueError when no name has one."""
+    import hashlib
+
+    root = results_root() if root is None else Path(root)
+    if len(set(names)) != len(names):
+        raise ValueError(f"--names {' '.join(names)}: a name is given twice")
+    rows: list[dict[str, Any]] = []
+    curve_rows: list[dict[str, Any]] = []
+    sources: list[dict[str, Any]] = []
+    labels: dict[str, float | None] = {}
+    missing: list[str] = []
+    for name in names:
+        f = root / "synthetic" / name / "samples.jsonl"
+        if not f.is_file():
+            missing.append(name)
+            sources.append({"name": name, "status": "missing", "path": str(f)})
+            continue
+        meta, models, samples = read_samples(f)
+        if not models:
+            raise ValueError(f"{f} holds no model records")
+        st = meta.get("settings", {})
+        seed = st.get("seed")
+        df = build_table(models, samples)
+        base = df[df["arm"] == "baseline"]
+        base_v = _num(base.iloc[0]["validity"]) if not base.empty else None
+        no_curve = []
+        for m, r in zip(models, (df.set_index("model").loc[m["model"]].to_dict()
+                                 for m in models), strict=True):
+            k = None if m["arm"] == "baseline" else float(m["kappa_bits"])
+            labels[m["model"]] = k
+            row = {"name": name, "seed": seed, "status": "measured", "model": m["model"],
+                   "kappa_bits": k, "steps": m.get("steps"), "run_id": m.get("run_id")}
+            for c in SEED_METRICS:
+                if c not in ("pos_gap", "noise_gap"):
+                    row[c] = _num(r.get(c))
+            row["pos_gap"] = _diff(row["pos_agree_within"], row["pos_agree_across"])
+            row["noise_gap"] = _diff(row["noise_jaccard_within"], row["noise_jaccard_across"])
+            reg = regime_for(k)
+            row["regime"] = reg.expected if reg else None
+            row["regime_result"] = regime_result(k, row, base_v)
+            rows.append(row)
+            mp = _run_metrics_path(m, root)
+            if mp is None:
+                no_curve.append(m["model"])
+            for p in (kl_curve(mp, has_kl=k is not None) if mp else []):
+                curve_rows.append({"name": name, "seed": seed, "model": m["model"],
+                                   "kappa_bits": k, **p})
+        sources.append({"name": name, "status": "measured", "path": str(f),
+                        "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
+                        "created": meta.get("created"), "seed": seed,
+                        "setting": st.get("setting"), "latent_bits": st.get("latent_bits"),
+                        "kappas": st.get("kappas"), "baseline": st.get("baseline"),
+                        "train_overrides": st.get("train_overrides"),
+                        "extra_overrides": st.get("overrides"),
+                        "wall_s": meta.get("wall_s"),
+                        "train_wall_s": _sum_or_none([_num(m.get("train_wall_s"))
+                                                      for m in models]),
+                        "n_arms": len(models), "threads": meta.get("threads"),
+                        "cpu_count": meta.get("cpu_count"),
+                        "loadavg_start": meta.get("loadavg_start"),
+                        "loadavg_end": meta.get("loadavg_end"),
+                        "curves_missing": no_curve})
+    if len(missing) == len(names):
+        raise ValueError(f"none of {', '.join(names)} has samples.jsonl under "
+                         f"{root / 'synthetic'}; run make synthetic first")
+    order = sorted(labels, key=lambda lb: -1.0 if labels[lb] is None else labels[lb])
+    for name in missing:  # missing is never zero: rows of None, so counts show n
+        for lb in order:
+            reg = regime_for(labels[lb])
+            rows.append({"name": name, "seed": None, "status": "missing", "model": lb,
+                         "kappa_bits": labels[lb], "steps": None, "run_id": None,
+                         **{c: None for c in SEED_METRICS},
+                         "regime": reg.expected if reg else None, "regime_result": None})
+    per_seed = pd.DataFrame(rows)
+    per_seed["_o"] = [order.index(m) for m in per_seed["model"]]
+    per_seed["_n"] = [list(names).index(n) for n in per_seed["name"]]
+    per_seed = per_seed.sort_values(["_o", "_n"]).drop(columns=["_o", "_n"])
+    per_seed = per_seed.reset_index(drop=True)
+    summary = _summarize(per_seed, order, labels, len(names))
+    curves = pd.DataFrame(curve_rows, columns=["name", "seed", "model", "kappa_bits", "step",
+                                               "kl_bits", "ce", "n_batches"])
+    meta_out = {"kind": "synthetic-seeds", "created": datetime.now(timezone.utc).isoformat(),
+                "written_by": "python -m analysis.synthetic --names " + " ".join(names),
+                "names": list(names), "missing": missing,
+                "sources": sources, "regimes": [asdict(r) for r in REGIMES],
+                "margins": {"no_better": NO_BETTER_MARGIN, "clearly_higher":
+                            CLEARLY_HIGHER_MARGIN, "noise": NOISE_MARGIN,
+                            "validity_drop": VALIDITY_DROP},
+                "curve_points": CURVE_POINTS}
+    return SeedAggregate(per_seed, summary, curves, meta_out)
+
+
+def _sum_or_none(xs: Sequence[float | None]) -> float | None:
+    return None if not xs or any(x is None for x in xs) else float(sum(xs))  # type: ignore[misc]
+
+
+def _summarize(per_seed: pd.DataFrame, order: list[str], labels: dict[str, float | None],
+               n_names: int) -> pd.DataFrame:
+    out = []
+    for lb in order:
+        g = per_seed[per_seed["model"] == lb]
+        meas = g[g["status"] == "measured"]
+        r: dict[str, Any] = {"model": lb, "kappa_bits": labels[lb], "n_names": n_names,
+                             "n_measured": len(meas)}
+        for c in SEED_METRICS:
+            vals = [v for v in (_num(x) for x in meas[c]) if v is not None]
+            r[c] = _mean(vals)
+            r[f"{c}_n"] = len(vals)
+        reg = regime_for(labels[lb])
+        res = list(meas["regime_result"]) if reg else []
+        r["regime"] = reg.expected if reg else None
+        r["regime_pass"] = sum(x == "pass" for x in res) if reg else None
+        r["regime_fail"] = sum(x == "fail" for x in res) if reg else None
+        r["regime_na"] = sum(x == "n/a" for x in res) if reg else None
+        out.append(r)
+    return pd.DataFrame(out)
+
+
+def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """per_seed.csv, summary.csv, curves.csv, aggregate.json, summary.md, kl_curves.png."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    out = {k: d / k for k in ("per_seed.csv", "summary.csv", "curves.csv", "aggregate.json",
+                              "summary.md", "kl_curves.png")}
+    agg.per_seed.to_csv(out["per_seed.csv"], index=False, float_format="%.6g")
+    agg.summary.to_csv(out["summary.csv"], index=False, float_format="%.6g")
+    agg.curves.to_csv(out["curves.csv"], index=False, float_format="%.6g")
+    out["aggregate.json"].write_text(json.dumps(agg.meta, indent=1) + "\n", encoding="utf-8")
+    out["summary.md"].write_text(render_block(d), encoding="utf-8")
+    render_kl_curves(agg.curves, out["kl_curves.png"])
+    return out
+
+
+def render_kl_curves(curves: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """KL per token over training, one panel per kappa, one line per seed; the dashed line is
+    the free-bits threshold (below it the KL costs nothing)."""
+    ks = sorted({float(k) for k in curves["kappa_bits"].dropna()})
+    fig, axes = plt.subplots(1, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 2.8),
+                             dpi=110, squeeze=False)
+    for ax, k in zip(axes[0], ks, strict=False):
+        g = curves[(curves["kappa_bits"] - k).abs() < 1e-12]
+        for name, gs in g.groupby("name", sort=False):
+            ax.plot(gs["step"], gs["kl_bits"], marker=".", lw=1, label=str(name))
+        ax.axhline(k, ls="--", color=GREY, lw=1)
+        ax.set_yscale("log")
+        ax.set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("KL, bits/token (training batches)", fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
+    s = _fmt(_num(v) if not isinstance(v, str) else v, "")
+    return s if n is None or n == total or n == 0 else f"{s} (n={n})"
+
+
+def render_block(agg_dir: str | os.PathLike) -> str:
+    """The generated Markdown for one aggregate directory, from its committed files only."""
+    d = Path(agg_dir)
+    per_seed = pd.read_csv(d / "per_seed.csv")
+    summary = pd.read_csv(d / "summary.csv")
+    curves = pd.read_csv(d / "curves.csv")
+    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
+    names, missing = meta["names"], meta["missing"]
+    srcs = [s for s in meta["sources"] if s["status"] == "measured"]
+    n_all = len(names)
+    L: list[str] = []
+    seeds = ", ".join(f"{s['name']} (seed {s['seed']})" for s in srcs)
+    L.append(f"Runs: {len(srcs)} of {n_all} measured: {seeds}."
+             + (f" Missing (not finished): {', '.join(missing)}." if missing else ""))
+    settings = sorted({(s.get("setting"), s.get("latent_bits"),
+                        " ".join(s.get("train_overrides") or []),
+                        " ".join(s.get("extra_overrides") or [])) for s in srcs})
+    for setting, h, ov, extra in settings:
+        L.append(f"Setting `{setting}`, H = {h}: `{ov}`"
+                 + (f", plus `{extra}`" if extra else "") + ".")
+    L += ["", "Regimes (one rule per kappa, judged per seed; gap = shared Z - across Z):", "",
+          "| kappa (bits) | paper's regime | rule | holds in |", "|---|---|---|---|"]
+    for _, r in summary.iterrows():
+        if not isinstance(r["regime"], str):
+            continue
+        reg = regime_for(float(r["kappa_bits"]))
+        judged = int(r["regime_pass"]) + int(r["regime_fail"])
+        na = int(r["regime_na"])
+        held = f"{int(r['regime_pass'])}/{judged} seeds" + (f", {na} not measurable"
+                                                            if na else "")
+        if int(r["n_measured"]) < n_all:
+            held += f" ({n_all - int(r['n_measured'])} missing)"
+        L.append(f"| {kappa_label(float(r['kappa_bits']))} | {r['regime']} | "
+                 f"{reg.rule if reg else '–'} | {held} |")
+    cols = [("kl_bits", "KL bits/token"), ("pos_agree_within", "pos. shared"),
+            ("pos_agree_across", "pos. across"), ("pos_gap", "pos. gap"),
+            ("noise_jaccard_within", "noise shared"), ("noise_jaccard_across", "noise across"),
+            ("noise_gap", "noise gap"), ("validity", "validity"), ("ce_prior", "CE prior Z"),
+            ("ce_encoder", "CE encoder Z")]
+    L += ["", "Mean over seeds (n = seeds measured where fewer than "
+          f"{n_all}; KL from the encoder on held-out sequences; CE in nats/char, with Z "
+          "from the prior (honest) and from the encoder (which has seen the targets: below the "
+          "prior's, the decoder reads Z)):", "",
+          "| model | n | " + " | ".join(h for _, h in cols) + " |",
+          "|---|---|" + "---|" * len(cols)]
+    for _, r in summary.iterrows():
+        L.append(f"| {r['model']} | {int(r['n_measured'])}/{n_all} | "
+                 + " | ".join(_cell(r[c], int(r[f'{c}_n']), int(r["n_measured"]))
+                              for c, _ in cols) + " |")
+    L += ["", "Per seed:", "",
+          "| model | run | steps | " + " | ".join(h for _, h in cols) + " | regime |",
+          "|---|---|---|" + "---|" * (len(cols) + 1)]
+    for _, r in per_seed.iterrows():
+        res = r["regime_result"] if isinstance(r["regime_result"], str) else "–"
+        who = r["name"] if r["status"] == "measured" else f"{r['name']} (missing)"
+        L.append(f"| {r['model']} | {who} | {_secs(r['steps'])} | "
+                 + " | ".join(_cell(r[c]) for c, _ in cols) + f" | {res} |")
+    if not curves.empty:
+        steps = sorted({int(s) for s in curves["step"]})
+        shown = sorted({steps[min(len(steps) - 1, round(i * (len(steps) - 1) / 5))]
+                        for i in range(6)})
+        L += ["", "KL over training (bits/token on the training batches, mean over seeds of "
+              "each bin of steps ending at the step shown):", "",
+              "| model | " + " | ".join(f"step {s}" for s in shown) + " |",
+              "|---|" + "---|" * len(shown)]
+        for m, g in curves[curves["kappa_bits"].notna()].groupby("model", sort=False):
+            cells = []
+            for s in shown:
+                v = g[g["step"] == s]["kl_bits"].dropna()
+                cells.append(_cell(v.mean() if len(v) else None,
+                                   len(v), len(srcs)))
+            L.append(f"| {m} | " + " | ".join(cells) + " |")
+        gains = _ce_vs_baseline(curves, shown)
+        if gains:
+            L += ["", "CE on the training batches with Z from the encoder minus the same "
+                  "seed's baseline at the same steps (nats/token, mean over seeds; below 0: "
+                  "the decoder uses what Z carries):", "",
+                  "| model | " + " | ".join(f"step {s}" for s in shown) + " |",
+                  "|---|" + "---|" * len(shown)]
+            for m, cells in gains.items():
+                L.append(f"| {m} | " + " | ".join(_cell(v, n, len(srcs)) for v, n in cells)
+                         + " |")
+    L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average "
+          "at start and end, on a machine with the given CPUs):", "",
+          "| run | arms | training s (sum) | whole run s | threads | CPUs | load |",
+          "|---|---|---|---|---|---|---|"]
+    for s in srcs:
+        la, lb = s.get("loadavg_start"), s.get("loadavg_end")
+        load = f"{la[0]:.1f} -> {lb[0]:.1f}" if la and lb else "not recorded"
+        L.append(f"| {s['name']} | {s['n_arms']} | {_secs(s.get('train_wall_s'))} | "
+                 f"{_secs(s.get('wall_s'))} | {s.get('threads') or '–'} | "
+                 f"{s.get('cpu_count') or '–'} | {load} |")
+    return "\n".join(L) + "\n"
+
+
+def _ce_vs_baseline(curves: pd.DataFrame, steps: list[int]
+                    ) -> dict[str, list[tuple[float | None, int]]]:
+    """Per free model and step: mean over runs of (its CE - the run's baseline CE), with n."""
+    base = curves[curves["kappa_bits"].isna()].set_index(["name", "step"])["ce"]
+    if base.empty:
+        return {}
+    out: dict[str, list[tuple[float | None, int]]] = {}
+    free = curves[curves["kappa_bits"].notna()]
+    for m, g in free.groupby("model", sort=False):
+        cells = []
+        for s in steps:
+            d = [_diff(r["ce"], base.get((r["name"], s))) for _, r in g[g["step"] == s].iterrows()]
+            d = [x for x in d if x is not None]
+            cells.append((_mean(d), len(d)))
+        out[str(m)] = cells
+    return out
+
+
+def _secs(v: Any) -> str:
+    x = _num(v)
+    return "–" if x is None else f"{x:.0f}"
+
+
+DOC_BEGIN = "<!-- BEGIN GENERATED by `python -m analysis.synthetic render-doc` from "
+DOC_END = "<!-- END GENERATED -->"
+
+
+def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
+    """The doc with every generated block re-rendered: `<!-- BEGIN GENERATED ... from DIR -->`
+    ... `<!-- END GENERATED -->`, DIR relative to the doc's folder. Returns (text, dirs)."""
+    p = Path(doc)
+    text = p.read_text(encoding="utf-8")
+    out: list[str] = []
+    dirs: list[str] = []
+    pos = 0
+    while (b := text.find(DOC_BEGIN, pos)) >= 0:
+        head_end = text.find("-->", b + len(DOC_BEGIN))
+        e = text.find(DOC_END, head_end)
+        if head_end < 0 or e < 0:
+            raise ValueError(f"{p}: a generated block opened at offset {b} is never closed "
+                             f"by {DOC_END}")
+        rel = text[b + len(DOC_BEGIN):head_end].strip().strip("`").strip()
+        dirs.append(rel)
+        out.append(text[pos:head_end + 3] + "\n" + render_block(p.parent / rel))
+        pos = e
+    out.append(text[pos:])
+    return "".join(out), dirs
+
+
+def _main_render_doc(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(prog="python -m analysis.synthetic render-doc",
+                                description="re-render the generated tables of a doc")
+    p.add_argument("--doc", default="docs/SYNTHETIC.md")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if the doc differs from its re-rendering; write nothing")
+    a = p.parse_args(argv)
+    if not Path(a.doc).is_file():
+        _fail(f"--doc {a.doc}: no such file")
+    try:
+        new, dirs = render_doc(a.doc)
+    except (OSError, ValueError, KeyError) as e:
+        _fail(f"{a.doc}: {one_line(e)}")
+    if not dirs:
+        _fail(f"{a.doc}: no generated block ({DOC_BEGIN}DIR -->)")
+    old = Path(a.doc).read_text(encoding="utf-8")
+    if a.check:
+        if new != old:
+            print(f"{a.doc}: out of date; run python -m analysis.synthetic render-doc",
+                  file=sys.stderr)
+            raise SystemExit(1)
+        print(f"{a.doc}: up to date ({', '.join(dirs)})")
+        return
+    if new != old:
+        atomic_write_text(Path(a.doc), new)
+    print(f"{a.doc}: rendered {', '.join(dirs)}")
+
+
 # --------------------------------------------------------------------------- entry point
 def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     """samples.jsonl in run_dir -> table.csv, table.md, acceptance.json, figure.png."""
@@ -391,13 +853,44 @@ def _fail(msg: str) -> None:
     raise SystemExit(2)
 
 
+def _plain_name(name: str) -> bool:
+    return bool(name.strip()) and name not in (".", "..") and not any(c in name for c in "/\\\0")
+
+
+def _main_seeds(names: list[str], out: str | None) -> None:
+    bad = [n for n in names if not _plain_name(n)]
+    if bad:
+        _fail(f"--names {bad[0]!r}: a plain folder name under results/synthetic/")
+    d = Path(out) if out else results_root() / "synthetic" / ("seeds-" + "-".join(names))
+    try:
+        agg = aggregate(names)
+    except ValueError as e:
+        _fail(one_line(e))
+    files = write_aggregate(agg, d)
+    print(files["summary.md"].read_text(encoding="utf-8"))
+    for k, v in files.items():
+        print(f"wrote {k}: {v}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["render-doc"]:
+        _main_render_doc(argv[1:])
+        return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="results/synthetic/<name>")
     p.add_argument("--dir", default=None, help="explicit directory (overrides --name)")
+    p.add_argument("--names", nargs="+", default=None, metavar="NAME",
+                   help="several runs (one per seed) -> per-seed and mean tables, KL curves")
+    p.add_argument("--out", default=None, help="with --names: the output folder (default "
+                   "results/synthetic/seeds-<names>)")
     a = p.parse_args(argv)
-    if a.dir is None and (not a.name.strip() or a.name in (".", "..")
-                          or any(c in a.name for c in "/\\\0")):
+    if a.names is not None:
+        _main_seeds(a.names, a.out)
+        return
+    if a.out is not None:
+        _fail("--out goes with --names")
+    if a.dir is None and not _plain_name(a.name):
         _fail(f"--name {a.name!r}: a plain folder name under results/synthetic/ (or give --dir)")
     d = Path(a.dir) if a.dir else results_root() / "synthetic" / a.name
     f = d / "samples.jsonl"

@@ -17,7 +17,7 @@ into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
 
 Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 800 steps of batch 32, lr 3e-3;
-  five runs in about 20 minutes on 2 CPU cores (see PRESETS);
+  five runs, one thread; wall times as measured, with the load, in docs/SYNTHETIC.md;
 - `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
@@ -338,6 +338,7 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     torch.set_num_threads(st.threads)  # one thread is faster for this size on a shared CPU
     out_dir = results_root() / "synthetic" / st.name
     t0 = time.time()
+    load_start = _loadavg()  # wall times are comparable only at a known load (shared CPUs)
     records: list[dict[str, Any]] = []
     for H, k in arms:
         label = model_label(H, k)
@@ -357,11 +358,20 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
                          "train_overrides": PRESETS[st.setting].overrides(),
                          "seq_len": SEQ_LEN},
             "wall_s": time.time() - t0, "torch": torch.__version__,
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "loadavg_start": load_start, "loadavg_end": _loadavg()}
     atomic_write_text(out_dir / "samples.jsonl",
                       "".join(json.dumps(r) + "\n" for r in [meta, *records]))
     print(f"[synthetic] wrote {out_dir / 'samples.jsonl'} in {meta['wall_s']:.0f} s", flush=True)
     return out_dir
+
+
+def _loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages; None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 # --------------------------------------------------------------------------- input checks

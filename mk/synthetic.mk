@@ -2,10 +2,16 @@
 # make synthetic                           default CPU setting, kappa 1/64 1/8 1 8 bits + baseline
 # make synthetic SYN_KAPPA="1/8 1" SYN_NAME=mid SYN_SETTING=gpu OVERRIDES="train.seed=1"
 # (OVERRIDES: hydra overrides of experiments.train for every arm, as on make train and sweep)
+# make synthetic-seeds SYN_SEEDS="0 1 2"  one run per seed (<SYN_NAME>-s<seed>), then the per-seed
+#                                         and mean tables (results/synthetic/<SYN_NAME>-seeds)
+# make synthetic-doc                      those tables into docs/synthetic/<SYN_SETTING>, and
+#                                         docs/SYNTHETIC.md re-rendered from them (docs/SYNTHETIC.md)
 SYN_NAME := default
 SYN_SETTING := cpu
 SYN_KAPPA := 1/64 1/8 1 8
-.PHONY: synthetic synthetic-report synthetic-gpu
+SYN_SEEDS := 0 1 2
+syn_seed_names = $(foreach s,$(SYN_SEEDS),$(call shq,$(SYN_NAME)-s$(s)))
+.PHONY: synthetic synthetic-report synthetic-gpu synthetic-seeds synthetic-doc
 
 synthetic: setup ## synthetic task: train FT at each kappa + baseline, then table + Figure-4 PNG
 	$(PY) -m experiments.synthetic --name $(call shq,$(SYN_NAME)) \
@@ -17,3 +23,15 @@ synthetic-gpu: setup ## synthetic task, the larger setting for a GPU (results/sy
 
 synthetic-report: setup ## re-render table + figure from results/synthetic/$(SYN_NAME)/samples.jsonl
 	$(PY) -m analysis.synthetic --name $(call shq,$(SYN_NAME))
+
+synthetic-seeds: setup ## synthetic task once per seed in SYN_SEEDS, then per-seed and mean tables
+	set -e; for s in $(SYN_SEEDS); do \
+	  $(PY) -m experiments.synthetic --name $(call shq,$(SYN_NAME))-s"$$s" --seed "$$s" \
+	    --setting $(call shq,$(SYN_SETTING)) --kappa $(call shq,$(SYN_KAPPA)) $(call arg,OVERRIDES); \
+	done
+	$(PY) -m analysis.synthetic --names $(syn_seed_names) \
+	  --out "$${FTBENCH_RESULTS:-results}"/synthetic/$(call shq,$(SYN_NAME))-seeds
+
+synthetic-doc: setup ## the seeds' tables into docs/synthetic/<setting>, docs/SYNTHETIC.md re-rendered
+	$(PY) -m analysis.synthetic --names $(syn_seed_names) --out docs/synthetic/$(call shq,$(SYN_SETTING))
+	$(PY) -m analysis.synthetic render-doc

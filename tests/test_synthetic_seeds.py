@@ -1,0 +1,216 @@
+"""The multi-seed aggregate of `make synthetic` and the doc it renders, on planted runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.synthetic import (
+    DOC_BEGIN,
+    DOC_END,
+    _ce_vs_baseline,
+    aggregate,
+    kl_curve,
+    main,
+    render_block,
+    render_doc,
+    write_aggregate,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+KAPPAS = {"kappa=1/64": 1 / 64, "kappa=1/8": 1 / 8, "kappa=1": 1.0, "kappa=8": 8.0}
+
+
+def body(start: int | None, noise: tuple[int, ...] = (), letter: str = "T") -> str:
+    b = ["_"] * 64
+    if start is not None:
+        b[start:start + 8] = [letter] * 8
+    for i in noise:
+        b[i] = "!"
+    return "".join(b)
+
+
+def text_for(model: str, prompt: int, group: int, row: int, encodes: set[str]) -> str:
+    """Planted behaviour: 'collapse' is never valid; 'position' gives every row of a shared
+    group the group's start (and distinct starts elsewhere); 'noise' the group's '!' set."""
+    if "collapse" in encodes:
+        return "_" * 64
+    shared = group > 0
+    start = 4 + 12 * group if shared and "position" in encodes else (7 * row + group) % 56
+    noise = (60 + group % 4,) if shared and "noise" in encodes else ()
+    return body(start, noise)
+
+
+def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
+          kl: dict[str, float], curves: bool = True) -> None:
+    """results/synthetic/<name>/samples.jsonl (+ each arm's metrics.jsonl) with the given
+    behaviour per model: 2 prompts x (1 per-sequence + 2 shared groups) x 4 rows."""
+    lines = [{"kind": "meta", "name": name, "created": "2026-01-01T00:00:00+00:00",
+              "settings": {"seed": seed, "setting": "cpu", "latent_bits": 8,
+                           "kappas": [KAPPAS[m] for m in behaviour if m != "baseline"],
+                           "baseline": "baseline" in behaviour, "overrides": [],
+                           "train_overrides": ["model=1M"], "n_prompts": 2},
+              "wall_s": 100.0 + seed, "threads": 1, "cpu_count": 2,
+              "loadavg_start": [2.0, 2.0, 2.0], "loadavg_end": [1.0, 1.0, 1.0]}]
+    for model, enc in behaviour.items():
+        base = model == "baseline"
+        run_id = f"{name}-{model}".replace("=", "").replace("/", "_")
+        lines.append({"kind": "model", "model": model, "arm": "baseline" if base else "free",
+                      "kappa_bits": None if base else KAPPAS[model], "latent_bits": 0 if base
+                      else 8, "run_id": run_id, "run_dir": str(root / "runs" / run_id),
+                      "kl_bits": None if base else kl[model], "ce_prior": 0.3,
+                      "ce_encoder": None if base else 0.2, "steps": 100, "train_wall_s": 20.0})
+        if curves:  # the trainer logs kl_bits 0.0 for the baseline
+            d = root / "runs" / run_id
+            d.mkdir(parents=True)
+            k = 0.0 if base else kl[model]
+            recs = [{"kind": "train", "step": s, "kl_bits": k * s / 100,
+                     "ce": 1.0 - k * s / 1000} for s in range(10, 101, 10)]
+            recs.append({"kind": "final", "step": 100, "wall_s": 20.0})
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+        for p in range(2):
+            for g in range(3):
+                for row in range(4):
+                    lines.append({"kind": "sample", "model": model, "prompt_idx": p,
+                                  "letter": "T", "group": g, "row": row,
+                                  "group_kind": "shared" if g else "per_sequence",
+                                  "text": text_for(model, p, g, row, enc)})
+    d = root / "synthetic" / name
+    d.mkdir(parents=True)
+    (d / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+PAPER = {"baseline": set(), "kappa=1/64": set(), "kappa=1/8": {"position"},
+         "kappa=1": {"position", "noise"}, "kappa=8": {"collapse"}}
+KL = {"kappa=1/64": 0.01, "kappa=1/8": 0.1, "kappa=1": 0.5, "kappa=8": 6.0}
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Path:
+    plant(tmp_path, "a", 0, PAPER, KL)
+    # seed 1: 1/8 bit encodes nothing, 1 bit position only (no noise), and no curves
+    plant(tmp_path, "b", 1, {**PAPER, "kappa=1/8": set(), "kappa=1": {"position"}},
+          {k: 2 * v for k, v in KL.items()}, curves=False)
+    return tmp_path  # "c" is never written: a missing seed
+
+
+def test_aggregate_counts_regimes_per_seed_and_missing(planted: Path) -> None:
+    agg = aggregate(["a", "b", "c"], root=planted)
+    ps = agg.per_seed.set_index(["model", "name"])
+    # planted: shared groups agree (1.0), different groups never (0.0)
+    assert ps.loc[("kappa=1/8", "a"), "pos_gap"] == 1.0
+    assert ps.loc[("kappa=1/8", "b"), "pos_gap"] == 0.0
+    assert ps.loc[("kappa=1", "a"), "noise_gap"] == 1.0
+    assert ps.loc[("kappa=1", "b"), "noise_gap"] == 0.0  # no '!' anywhere: Jaccard 1 and 1
+    assert ps.loc[("kappa=8", "a"), "validity"] == 0.0
+    assert math.isnan(ps.loc[("kappa=8", "a"), "pos_gap"])  # no valid pair: not measured
+    res = {m: [x if isinstance(x, str) else None for x in g] for m, g in
+           agg.per_seed.groupby("model")["regime_result"]}
+    assert res["kappa=1/64"] == ["pass", "pass", None]
+    assert res["kappa=1/8"] == ["pass", "fail", None]
+    assert res["kappa=1"] == ["pass", "fail", None]
+    assert res["kappa=8"] == ["pass", "pass", None]
+    # the missing seed: rows of None, never 0
+    c = agg.per_seed[agg.per_seed["name"] == "c"]
+    assert len(c) == 5 and set(c["status"]) == {"missing"}
+    assert c[["kl_bits", "validity", "pos_gap"]].isna().all().all()
+    s = agg.summary.set_index("model")
+    assert list(s.index) == ["baseline", "kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"]
+    assert (s["n_measured"] == 2).all() and (s["n_names"] == 3).all()
+    assert s.loc["kappa=1/8", "kl_bits"] == pytest.approx((0.1 + 0.2) / 2)
+    assert s.loc["kappa=1/8", "pos_gap"] == pytest.approx(0.5)
+    assert s.loc["kappa=8", "pos_gap_n"] == 0 and pd.isna(s.loc["kappa=8", "pos_gap"])
+    assert (s.loc["kappa=1/8", "regime_pass"], s.loc["kappa=1/8", "regime_fail"]) == (1, 1)
+    assert agg.meta["missing"] == ["c"]
+    b = next(x for x in agg.meta["sources"] if x["name"] == "b")
+    assert b["curves_missing"] == ["baseline", "kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"]
+    assert set(agg.curves["name"]) == {"a"}  # b has no metrics.jsonl: no curve, not zeros
+    cv = agg.curves.set_index(["model", "step"])
+    assert pd.isna(cv.loc[("baseline", 100), "kl_bits"])  # logged 0.0, but it has no Z
+    # 16 bins of ceil(100/16) = 7 steps: the last, (98, 100], holds step 100 alone
+    assert cv.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)
+    assert cv.loc[("kappa=1", 14), "kl_bits"] == pytest.approx(0.05)  # step 10 alone
+    gains = _ce_vs_baseline(agg.curves, [100])
+    assert gains["kappa=8"][0][0] == pytest.approx(-6.0 * 100 / 1000)
+    assert gains["kappa=8"][0][1] == 1  # one run (a) with both curves
+
+
+def test_kl_curve_bins(tmp_path: Path) -> None:
+    f = tmp_path / "metrics.jsonl"
+    recs = [{"kind": "train", "step": s, "kl_bits": s / 100, "ce": 1.0} for s in
+            range(10, 101, 10)] + [{"kind": "val", "step": 100, "val_ce": 0.1}]
+    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    pts = kl_curve(f, points=5)
+    assert [p["step"] for p in pts] == [20, 40, 60, 80, 100]
+    assert [p["kl_bits"] for p in pts] == pytest.approx([0.15, 0.35, 0.55, 0.75, 0.95])
+    assert all(p["n_batches"] == 2 for p in pts)
+
+
+def test_no_name_measured_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="none of"):
+        aggregate(["x", "y"], root=tmp_path)
+    with pytest.raises(ValueError, match="twice"):
+        aggregate(["x", "x"], root=tmp_path)
+
+
+def test_block_and_doc_render_from_written_tables(planted: Path) -> None:
+    agg = aggregate(["a", "b", "c"], root=planted)
+    out = write_aggregate(agg, planted / "docs" / "synthetic" / "t")
+    block = render_block(out["summary.md"].parent)
+    assert "Runs: 2 of 3 measured" in block and "Missing (not finished): c" in block
+    assert "| 1/8 | position | position gap >= 0.1 | 1/2 seeds (1 missing) |" in block
+    assert "| kappa=1/8 | c (missing) | – | – |" in block
+    assert "| kappa=1/8 | 2/3 | 0.150 |" in block  # mean KL of the two measured seeds
+    doc = planted / "docs" / "DOC.md"
+    stale = block.replace("0.150", "9.999")
+    doc.write_text(f"# t\n\n{DOC_BEGIN}synthetic/t -->\n{stale}{DOC_END}\n\nprose 1.23\n")
+    new, dirs = render_doc(doc)
+    assert dirs == ["synthetic/t"] and "9.999" not in new and block in new
+    assert new.endswith(f"{DOC_END}\n\nprose 1.23\n")
+    with pytest.raises(SystemExit) as e:
+        main(["render-doc", "--doc", str(doc), "--check"])
+    assert e.value.code == 1 and "9.999" in doc.read_text()  # --check writes nothing
+    main(["render-doc", "--doc", str(doc)])
+    assert doc.read_text() == new
+    main(["render-doc", "--doc", str(doc), "--check"])
+    doc.write_text(f"{DOC_BEGIN}synthetic/t -->\nunclosed")
+    with pytest.raises(SystemExit) as e:
+        main(["render-doc", "--doc", str(doc)])
+    assert e.value.code == 2
+
+
+def test_cli_names(planted: Path, monkeypatch: pytest.MonkeyPatch,
+                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FTBENCH_RESULTS", str(planted))
+    main(["--names", "a", "c", "--out", str(planted / "agg")])
+    assert pd.read_csv(planted / "agg" / "summary.csv")["n_measured"].tolist() == [1] * 5
+    for bad in (["--names", "../a"], ["--names", "c"], ["--out", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(bad)
+        assert e.value.code == 2
+    assert capsys.readouterr().err.count("error:") == 3
+
+
+def test_committed_doc_is_rendered_from_committed_tables() -> None:
+    """docs/SYNTHETIC.md's numbers are exactly what render-doc makes of docs/synthetic/."""
+    doc = REPO / "docs" / "SYNTHETIC.md"
+    new, dirs = render_doc(doc)
+    assert dirs and new == doc.read_text(encoding="utf-8")
+
+
+def test_make_synthetic_seeds_names_one_run_per_seed() -> None:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
+    res = subprocess.run(["make", "-s", "-n", "-o", "setup", "synthetic-seeds", "SYN_NAME=mid",
+                          "SYN_SEEDS=3 4"], cwd=REPO, capture_output=True, text=True, env=env,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    assert "for s in 3 4; do" in res.stdout and '--seed "$s"' in res.stdout
+    assert "--name 'mid'-s\"$s\"" in res.stdout
+    assert "--names 'mid-s3' 'mid-s4'" in res.stdout
