@@ -29,7 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds before the reps")
+    p.add_argument("--table", default="", help="print a Markdown table of the JSON lines in "
+                   "this file (earlier runs' output) instead of running")
     a = p.parse_args(argv)
+    if a.table:
+        try:
+            print(table(Path(a.table)))
+        except (OSError, ValueError, KeyError) as e:
+            print(f"gen_ratio: --table {a.table}: {e}", file=sys.stderr)
+            return 2
+        return 0
     if a.threads < 1 or a.reps < 1 or a.warmup < 0:
         print("gen_ratio: --threads and --reps must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
@@ -54,6 +63,24 @@ def main(argv: list[str] | None = None) -> int:
         "hf_s": out["hf_generate"]["s"], "hf_rows_equal": out["hf_rows_equal"],
         "rows": out["batch"], "new_tokens_kept": out["new_tokens_kept"]}))
     return 0
+
+
+def table(path: Path) -> str:
+    """The runs of a JSON-lines file of this script's output as Markdown rows (for BENCH.md)."""
+    rows = ["| code (commit) | created (UTC) | threads | n | HF / ours, median [min, max] | "
+            "ours s (median) | HF s (median) | rows equal to HF | load at start -> end |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        d = json.loads(line)
+        r = d["ratio_hf_over_ours"]
+        rows.append(f"| {(d['commit'] or '?')[:7]} | {d['created']} | {d['threads']} | "
+                    f"{r.get('n', '?')} | {r['median']:.2f} [{r['min']:.2f}, {r['max']:.2f}] | "
+                    f"{d['ours_s']['median']:.2f} | {d['hf_s']['median']:.2f} | "
+                    f"{d['hf_rows_equal']}/{d['rows']} | "
+                    f"{d['load_start'][0]:.1f} -> {d['load_end'][0]:.1f} |")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
