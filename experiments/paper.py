@@ -98,7 +98,7 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
                if o.startswith("data.") and not o.startswith("data.corpus=")]
     argv = [sys.executable, "-m", "experiments.corpus", "--data", cfg.data.source,
             "--out", str(d), "--vocab-size", str(cfg.model.vocab_size), *data_ov]
-    return {"dir": d, "built": man is not None, "manifest": man, "argv": argv,
+    return {"dir": d, "built": man is not None, "manifest": man, "argv": argv, "cfg": cfg,
             "request": request_of(cfg.data, cfg.model.vocab_size), "named": bool(cfg.data.corpus),
             "source": cfg.data.source}
 
@@ -166,9 +166,10 @@ def eval_cost_text(rec: Any, rate: tuple[float, int] | None, fwd_flops_per_token
 
 def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     """The whole plan; the sweep's own dry run is printed after it by the caller."""
+    from experiments.train.plan import disk_bytes
+    from experiments.train.plan import plan as run_plan
     from sweeps import backend
     from sweeps.grid import expand
-    from sweeps.recipe import merge_overrides
 
     lines = [f"paper recipe {rec.name} ({rec.path}): {' '.join(rec.description.split())}",
              f"GPU type: {a.gpu or 'none (one process)'}"
@@ -177,11 +178,11 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     for key, v, basis, source in rec.filled():
         lines.append(f"  {key} = {v}  [{basis}] {source}")
     c = corpus_stage(rec, overrides(a))
-    cfg = backend.compose_overrides(list(merge_overrides(rec.training_overrides(), overrides(a))))
+    cfg = c["cfg"]  # the recipe's training config, composed once
     rate = backend.gpu_rate(cfg)
     fwd = backend.flops_per_token(cfg) / 3
     n_cells = len(expand(rec.sweep_spec(seeds=_seeds(a))))
-    disk = backend.disk_parts(cfg) or {"run": 0, "corpus": 0}
+    disk = disk_bytes(cfg, run_plan(cfg, 1))  # the same bytes for any world
     lines += ["", f"corpus ({c['source']}): {c['dir']}  "
               + ("built" if c["built"] else "to build, once, by stage 1 (`python -m "
                  "experiments.corpus`)")]
@@ -201,10 +202,11 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
 
 
 def report_stage(name: str, env: dict[str, str]) -> tuple[str, int]:
-    """('waiting', n) while cells or evaluations are not done; ('reused'|'built', 0) after."""
+    """('waiting', n) while n cells or evaluations are not done; ('reused'|'built', 0) after;
+    RuntimeError when the sweep has no manifest or the report fails."""
     cells = read_manifest(name)["cells"]
     if not cells:
-        return "waiting", 0
+        raise RuntimeError(f"sweep {name} wrote no manifest (see its lines above)")
     left = sum(c.get("state") != "done" or (c.get("eval") or {}).get("state") != "done"
                for c in cells)
     if left:
@@ -305,7 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"paper: error: the corpus build failed (exit {rc}); re-run to resume",
                   file=sys.stderr)
             return rc
-        if corpus_stage(rec, overrides(a))["manifest"] is None:
+        from experiments.corpus.build import read_manifest as read_corpus
+
+        if read_corpus(c["dir"]) is None:
             print(f"paper: error: the corpus build ended but {c['dir']} has no manifest",
                   file=sys.stderr)
             return 1

@@ -181,7 +181,7 @@ def run_sweep(argv: list[str], name: str) -> int:
     time of the jobs finished so far times the jobs left (each cell to run = a training and its
     chained evaluation; a trained cell whose evaluation is not done = one job)."""
     evals = sum(c.get("state") == "done" and (c.get("eval") or {}).get("state") != "done"
-                for c in _manifest(name)["cells"])
+                for c in read_manifest(name)["cells"])
     t0, total, finished = time.time(), 0, 0
     proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, bufsize=1)
@@ -200,25 +200,13 @@ def run_sweep(argv: list[str], name: str) -> int:
     return proc.wait()
 
 
-def _manifest(name: str) -> dict:
-    return read_manifest(name)
-
-
-def _load_state(name: str) -> dict:
-    return load_state(name, STATE)
-
-
-def _save_state(name: str, state: dict) -> None:
-    save_state(name, STATE, state)
-
-
 def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     """Probe every finished Free Transformer not yet probed with these arguments: (ran, skipped,
     failures)."""
     done = state.setdefault("probes", {})
     ran = skipped = 0
     failed: list[str] = []
-    for c in _manifest(name)["cells"]:
+    for c in read_manifest(name)["cells"]:
         if c.get("arm") != "free" or c.get("state") != "done":
             continue
         rid = str(c["run_id"])
@@ -237,14 +225,14 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
             continue
         path = line.removeprefix("probe: ").removeprefix("reused (same spec, same checkpoint) ")
         done[rid] = {"args": size.probe_args, "file": path}
-        _save_state(name, state)
+        save_state(name, STATE, state)
         ran += 1
     return ran, skipped, failed
 
 
 def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:
     """The settings docs/STUDY.md states, with the cells' planned tokens and FLOPs."""
-    cells = _manifest(name)["cells"]
+    cells = read_manifest(name)["cells"]
     return {"name": name, "size": size_name, **{k: v for k, v in asdict(size).items()
                                                    if k not in ("bench", "stages")},
             "bench_data": bench.name, "n_cells": len(cells), "cores": CORES,
@@ -269,7 +257,7 @@ def export(name: str, meta: dict, docs: Path) -> None:
             if (DOCS / f).is_file():
                 shutil.copyfile(DOCS / f, docs / f)
     cells = [{k: c.get(k) for k in ("cell", "arm", "kappa_bits", "latent_bits", "seed",
-                                    "run_id", "state")} for c in _manifest(name)["cells"]]
+                                    "run_id", "state")} for c in read_manifest(name)["cells"]]
     atomic_write_text(docs / "cells.json", json.dumps(cells, indent=1) + "\n")
     atomic_write_text(docs / "study.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
@@ -338,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     rc = run_sweep(sw, name)
     if rc == 2:  # bad input, refused before anything ran
         return 2
-    state = _load_state(name)
+    state = load_state(name, STATE)
     prog.stage(2, n, "probe", "latent probe of every finished Free Transformer")
     ran, skipped, failed = probe_all(name, size, state)
     print(f"study: probes run {ran}, reused {skipped}, failed {len(failed)}"
@@ -354,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
             print("study: error: the report failed (see above)", file=sys.stderr)
             return 1
         state["report_inputs"] = fp
-        _save_state(name, state)
+        save_state(name, STATE, state)
     if docs is not None:
         prog.stage(4, n, "docs", f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
         export(name, study_meta(name, a.size, size, bench), docs)

@@ -198,18 +198,12 @@ def gpu_rate(cfg: Any) -> tuple[float, int, str] | None:
     return cfg.train.mfu * cfg.train.gpu_peak_tflops * 1e12, n, source
 
 
-def disk_parts(cfg: Any) -> dict[str, int] | None:
-    """{run, corpus, total}: bytes a run of `cfg` writes under the results root at most (its
-    checkpoints and export; an unbuilt corpus); None for a config that is not the trainer's."""
+def disk_need(cfg: Any) -> int | None:
+    """Bytes a run of `cfg` writes under the results root at most (checkpoints, export, an
+    unbuilt corpus); None for a config that is not the trainer's."""
     if not isinstance(cfg, TrainConfig):
         return None
-    return P.disk_bytes(cfg, P.plan(cfg, 1))  # the same bytes for any world
-
-
-def disk_need(cfg: Any) -> int | None:
-    """The total of disk_parts (None for a config that is not the trainer's)."""
-    d = disk_parts(cfg)
-    return None if d is None else d["total"]
+    return P.disk_bytes(cfg, P.plan(cfg, 1))["total"]  # the same bytes for any world
 
 
 def space_refusal(root: Any, need: int) -> str | None:
