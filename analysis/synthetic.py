@@ -12,7 +12,10 @@ samples.jsonl holds one JSON object per line, told apart by `kind`:
 - `sample`: one generated sequence: `model`, `prompt_idx`, `letter`, `group`, `group_kind`
   (`per_sequence`: every row its own uniform Z; `shared`: every row of the group the same pinned
   uniform Z; for the baseline, which has no Z, the same layout of independent samples), `row`,
-  `text` (the generated characters after the prompt).
+  `text` (the generated characters after the prompt);
+- `point` and `point_sample`: the same as `model` and `sample`, with a `step`, for each
+  checkpoint the run kept along training before its final step (the agreement over training;
+  the final model is the last point). Files from before these existed have none.
 
 Metrics, per model, from the generated samples:
 - validity: the body is 64 characters of '_', '!' and the prompted letter, and the letters fit in
@@ -29,8 +32,10 @@ Over seeds (`--names s0 s1 s2 [--out DIR]`, one `make synthetic` run per seed): 
 (per run and model: KL, position and noise agreement shared vs across and their gaps, validity,
 CE, and whether the kappa's regime of Figure 4 holds: REGIMES), `summary.csv` (per model: the
 mean over the measured runs and n per number, the regime's pass/fail counts), `curves.csv` (KL
-per token over training, from each arm's metrics.jsonl, binned), `aggregate.json` (provenance:
-the sources with their sha256, settings, wall times and load), `summary.md`, `kl_curves.png`.
+per token over training, from each arm's metrics.jsonl, binned), `agreement.csv` (per run, model
+and kept checkpoint: the held-out KL, CE, validity and agreement gaps; empty when the runs kept
+no checkpoints), `aggregate.json` (provenance: the sources with their sha256, settings, wall
+times and load), `summary.md`, `kl_curves.png`, `agreement.png`.
 A name with no samples.jsonl yet is missing: its rows are empty and every count says n.
 `render-doc [--doc docs/SYNTHETIC.md] [--check]` rewrites the doc's generated blocks from such
 folders (committed under docs/synthetic/), so no number in the doc is typed by hand.
@@ -172,9 +177,21 @@ def group_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- io
 def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict], list[dict]]:
     """samples.jsonl -> (meta, model records, sample records)."""
+    meta, by_kind = _read_kinds(path)
+    return meta, by_kind["model"], by_kind["sample"]
+
+
+def read_points(path: str | os.PathLike) -> tuple[list[dict], list[dict]]:
+    """samples.jsonl -> (point records, point_sample records): the checkpoints kept along
+    training; both empty for a file written before they existed."""
+    _, by_kind = _read_kinds(path)
+    return by_kind["point"], by_kind["point_sample"]
+
+
+def _read_kinds(path: str | os.PathLike) -> tuple[dict, dict[str, list[dict]]]:
     meta: dict[str, Any] = {}
-    models: list[dict] = []
-    samples: list[dict] = []
+    by_kind: dict[str, list[dict]] = {k: [] for k in ("model", "sample", "point",
+                                                      "point_sample")}
     with open(path, encoding="utf-8") as f:
         for line in f:
             if not line.strip():
@@ -183,11 +200,9 @@ def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict], list[dict]]
             kind = r.get("kind")
             if kind == "meta":
                 meta = r
-            elif kind == "model":
-                models.append(r)
-            elif kind == "sample":
-                samples.append(r)
-    return meta, models, samples
+            elif kind in by_kind:
+                by_kind[kind].append(r)
+    return meta, by_kind
 
 
 def kappa_label(kappa_bits: float | None) -> str:
@@ -451,6 +466,46 @@ def regime_result(kappa_bits: float | None, row: dict,
     return "pass" if v <= baseline_validity - VALIDITY_DROP else "fail"
 
 
+AGREEMENT_COLUMNS = ("name", "seed", "model", "kappa_bits", "step", "final", "kl_bits",
+                     "ce_prior", "ce_encoder", "validity", "pos_agree_within",
+                     "pos_agree_across", "pos_gap", "noise_jaccard_within",
+                     "noise_jaccard_across", "noise_gap", "n_samples")
+
+
+def agreement_rows(models: list[dict], samples: list[dict], points: list[dict],
+                   point_samples: list[dict]) -> list[dict[str, Any]]:
+    """Per model with kept checkpoints: one row per checkpoint, then the final model at its
+    step, each with the held-out measures (KL and CE from the encoder and prior on the held-out
+    sequences; validity and agreement from the samples). A model that kept none has no rows."""
+    def row(rec: dict, smp: list[dict], step: Any, final: bool) -> dict[str, Any]:
+        g = group_metrics(smp)
+        r = {"model": rec["model"], "kappa_bits": None if rec.get("arm") == "baseline"
+             else _num(rec.get("kappa_bits")), "step": int(step), "final": final,
+             **{k: _num(rec.get(k)) for k in ("kl_bits", "ce_prior", "ce_encoder")},
+             **{k: _num(g[k]) for k in ("validity", "pos_agree_within", "pos_agree_across",
+                                        "noise_jaccard_within", "noise_jaccard_across")},
+             "n_samples": g["n_samples"]}
+        r["pos_gap"] = _diff(r["pos_agree_within"], r["pos_agree_across"])
+        r["noise_gap"] = _diff(r["noise_jaccard_within"], r["noise_jaccard_across"])
+        return r
+
+    by_point: dict[tuple[str, int], list[dict]] = defaultdict(list)
+    for sm in point_samples:
+        by_point[(sm["model"], int(sm["step"]))].append(sm)
+    by_model: dict[str, list[dict]] = defaultdict(list)
+    for sm in samples:
+        by_model[sm["model"]].append(sm)
+    out = []
+    for m in models:
+        pts = sorted((p for p in points if p["model"] == m["model"]), key=lambda p: p["step"])
+        if not pts:
+            continue
+        out += [row(p, by_point[(m["model"], int(p["step"]))], p["step"], False) for p in pts]
+        if m.get("steps") is not None:  # the final model is the last point
+            out.append(row(m, by_model[m["model"]], m["steps"], True))
+    return out
+
+
 def _run_metrics_path(model: dict, root: Path) -> Path | None:
     """The arm's metrics.jsonl: at its recorded run_dir, else under <results>/runs/<run_id>."""
     for d in (model.get("run_dir"), model.get("run_id") and root / "runs" / model["run_id"]):
@@ -489,6 +544,7 @@ class SeedAggregate:
     summary: pd.DataFrame  # one row per model: mean and n of every metric, regime counts
     curves: pd.DataFrame  # KL over training per (name, model, step)
     meta: dict[str, Any]  # provenance: sources, settings, wall times
+    agreement: pd.DataFrame  # held-out measures per (name, model, kept checkpoint)
 
 
 def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
@@ -503,6 +559,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
         raise ValueError(f"--names {' '.join(names)}: a name is given twice")
     rows: list[dict[str, Any]] = []
     curve_rows: list[dict[str, Any]] = []
+    agree_rows: list[dict[str, Any]] = []
     sources: list[dict[str, Any]] = []
     labels: dict[str, float | None] = {}
     missing: list[str] = []
@@ -517,6 +574,8 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
             raise ValueError(f"{f} holds no model records")
         st = meta.get("settings", {})
         seed = st.get("seed")
+        agree_rows += [{"name": name, "seed": seed, **r}
+                       for r in agreement_rows(models, samples, *read_points(f))]
         df = build_table(models, samples)
         base = df[df["arm"] == "baseline"]
         base_v = _num(base.iloc[0]["validity"]) if not base.empty else None
@@ -584,7 +643,8 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                             CLEARLY_HIGHER_MARGIN, "noise": NOISE_MARGIN,
                             "validity_drop": VALIDITY_DROP},
                 "curve_points": CURVE_POINTS}
-    return SeedAggregate(per_seed, summary, curves, meta_out)
+    agreement = pd.DataFrame(agree_rows, columns=list(AGREEMENT_COLUMNS))
+    return SeedAggregate(per_seed, summary, curves, meta_out, agreement)
 
 
 def _sum_or_none(xs: Sequence[float | None]) -> float | None:
@@ -617,14 +677,57 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     """per_seed.csv, summary.csv, curves.csv, aggregate.json, summary.md, kl_curves.png."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    out = {k: d / k for k in ("per_seed.csv", "summary.csv", "curves.csv", "aggregate.json",
-                              "summary.md", "kl_curves.png")}
+    out = {k: d / k for k in ("per_seed.csv", "summary.csv", "curves.csv", "agreement.csv",
+                              "aggregate.json", "summary.md", "kl_curves.png",
+                              "agreement.png")}
     agg.per_seed.to_csv(out["per_seed.csv"], index=False, float_format="%.6g")
     agg.summary.to_csv(out["summary.csv"], index=False, float_format="%.6g")
     agg.curves.to_csv(out["curves.csv"], index=False, float_format="%.6g")
+    agg.agreement.to_csv(out["agreement.csv"], index=False, float_format="%.6g")
     out["aggregate.json"].write_text(json.dumps(agg.meta, indent=1) + "\n", encoding="utf-8")
     out["summary.md"].write_text(render_block(d), encoding="utf-8")
     render_kl_curves(agg.curves, out["kl_curves.png"])
+    if agg.agreement.empty:
+        out.pop("agreement.png")
+        (d / "agreement.png").unlink(missing_ok=True)  # never a stale figure beside new tables
+    else:
+        render_agreement(agg.agreement, out["agreement.png"])
+    return out
+
+
+def render_agreement(agreement: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Over training, per kappa: the position and noise gaps (shared Z - across Z; grey line:
+    the regime rules' 0.1) and below them the validity, the same seed's baseline in grey."""
+    ks = sorted({float(k) for k in agreement["kappa_bits"].dropna()})
+    fig, axes = plt.subplots(2, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 5.2),
+                             dpi=110, squeeze=False, sharex="col")
+    base = agreement[agreement["kappa_bits"].isna()]
+    for j, k in enumerate(ks):
+        g = agreement[(agreement["kappa_bits"] - k).abs() < 1e-12]
+        top, bot = axes[0][j], axes[1][j]
+        for i, (name, gs) in enumerate(g.groupby("name", sort=False)):
+            top.plot(gs["step"], gs["pos_gap"], color=BLUE, marker=".", lw=1,
+                     label="position gap" if i == 0 else None)
+            top.plot(gs["step"], gs["noise_gap"], color=GREEN, marker=".", lw=1, ls="--",
+                     label="noise gap" if i == 0 else None)
+            bot.plot(gs["step"], gs["validity"], color=BLUE, marker=".", lw=1,
+                     label="this kappa" if i == 0 else None)
+            b = base[base["name"] == name]
+            if not b.empty:
+                bot.plot(b["step"], b["validity"], color=GREY, lw=1,
+                         label="baseline" if i == 0 else None)
+        top.axhline(CLEARLY_HIGHER_MARGIN, ls=":", color=GREY, lw=1)
+        top.set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
+        bot.set_xlabel("step", fontsize=8)
+        for ax in (top, bot):
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("shared - across Z", fontsize=8)
+    axes[1][0].set_ylabel("validity", fontsize=8)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out)
+    plt.close(fig)
     return out
 
 
@@ -739,6 +842,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
             for m, cells in gains.items():
                 L.append(f"| {m} | " + " | ".join(_cell(v, n, len(srcs)) for v, n in cells)
                          + " |")
+    L += _agreement_block(d / "agreement.csv", len(srcs))
     L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average "
           "at start and end, on a machine with the given CPUs):", "",
           "| run | arms | training s (sum) | whole run s | threads | CPUs | load |",
@@ -750,6 +854,33 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                  f"{_secs(s.get('wall_s'))} | {s.get('threads') or '–'} | "
                  f"{s.get('cpu_count') or '–'} | {load} |")
     return "\n".join(L) + "\n"
+
+
+def _agreement_block(path: Path, n_runs: int) -> list[str]:
+    """The agreement over training, from agreement.csv (absent or empty: said, never zeros)."""
+    agree = pd.read_csv(path) if path.is_file() else pd.DataFrame()
+    if agree.empty:
+        return ["", "Agreement over training: not measured (these runs kept no checkpoints "
+                "along training; the agreement above is the final model's only)."]
+    steps = sorted({int(s) for s in agree["step"]})
+    L = ["", "Agreement over training (every kept checkpoint generates from the same prompts "
+         "and pinned Z as the final model, and is scored on the same held-out sequences; mean "
+         "over seeds, n where fewer; the last step is the final model; KL from the encoder, "
+         "held out):", "",
+         "| model | measure | " + " | ".join(f"step {s}" for s in steps) + " |",
+         "|---|---|" + "---|" * len(steps)]
+    for m, g in agree.groupby("model", sort=False):
+        free = g["kappa_bits"].notna().any()
+        measures = ([("pos_gap", "position gap"), ("noise_gap", "noise gap"),
+                     ("validity", "validity"), ("kl_bits", "KL bits/token")] if free
+                    else [("validity", "validity")])
+        for col, label in measures:
+            cells = []
+            for st in steps:
+                v = [x for x in (_num(y) for y in g[g["step"] == st][col]) if x is not None]
+                cells.append(_cell(_mean(v), len(v), n_runs))
+            L.append(f"| {m} | {label} | " + " | ".join(cells) + " |")
+    return L
 
 
 def _ce_vs_baseline(curves: pd.DataFrame, steps: list[int]

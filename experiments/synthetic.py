@@ -16,8 +16,9 @@ and writes `<results>/synthetic/<name>/samples.jsonl`. `analysis/synthetic.py` t
 into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
 
 Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
-- `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 800 steps of batch 32, lr 3e-3;
-  five runs, one thread; wall times as measured, with the load, in docs/SYNTHETIC.md;
+- `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 6400 steps of batch 32, lr 3e-3,
+  8 checkpoints along training measured like the final model; five runs, one thread; wall times
+  as measured, with the load, in docs/SYNTHETIC.md;
 - `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
@@ -100,6 +101,9 @@ class SyntheticPreset:
     """optim.lr; None keeps experiments.train's default."""
     val_tokens: int | None = None
     """data.val_tokens; None keeps the synthetic data config's default."""
+    points: int = 0
+    """logging.keep_eval_checkpoints: checkpoints kept evenly along training, each measured as
+    the final model is (the agreement over training); 0 = the final model only."""
 
     def __post_init__(self) -> None:
         for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "batch_size", "steps"):
@@ -122,17 +126,20 @@ class SyntheticPreset:
                 *([f"data.val_tokens={self.val_tokens}"] if self.val_tokens is not None
                   else []),
                 f"logging.val_every={self.val_every}", f"logging.ckpt_every={self.ckpt_every}",
+                *([f"logging.keep_eval_checkpoints={self.points}"] if self.points else []),
                 "logging.progress=false"]
 
 
 PRESETS: dict[str, SyntheticPreset] = {
-    # 4 layers, dim 64, about 0.2M parameters; 800 steps of 32 sequences per arm.
+    # 4 layers, dim 64, about 0.2M parameters; 6400 steps of 32 sequences per arm (800 showed
+    # two regimes of four, 3200 three in one seed: docs/SYNTHETIC.md), 8 checkpoints measured.
     "cpu": SyntheticPreset(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=192,
-                           batch_size=32, steps=800, lr=3e-3, val_every=250, ckpt_every=500),
+                           batch_size=32, steps=6400, lr=3e-3, val_every=800, ckpt_every=800,
+                           points=8),
     # 8 layers, dim 256; 20000 steps of 128 sequences per arm.
     "gpu": SyntheticPreset(dim=256, n_layers=8, n_heads=8, n_kv_heads=4, ffn_dim=768,
                            batch_size=128, steps=20000, lr=1e-3, val_every=2000,
-                           ckpt_every=2000),
+                           ckpt_every=2000, points=8),
     # a few steps of a tiny model, for tests.
     "smoke": SyntheticPreset(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64,
                              batch_size=8, steps=3, val_tokens=650, val_every=0,
@@ -312,20 +319,56 @@ def generate_groups(model: Transformer, letters: Sequence[str], n_shared_groups:
 
 def measure(label: str, trained: Trained, latent_bits: int, kappa_bits: float | None,
             st: SyntheticSettings) -> list[dict[str, Any]]:
-    """The model record and its sample records for samples.jsonl."""
-    m = trained.model
+    """The model record and its sample records for samples.jsonl, then a `point` record and
+    `point_sample` records for every checkpoint the run kept along training."""
+    recs = _measure_model(trained.model, label, latent_bits, kappa_bits, st,
+                          {"kind": "model", **trained.info}, "sample")
+    return recs + measure_points(label, trained, latent_bits, kappa_bits, st)
+
+
+def measure_points(label: str, trained: Trained, latent_bits: int, kappa_bits: float | None,
+                   st: SyntheticSettings) -> list[dict[str, Any]]:
+    """Every `eval_step_<N>.pt` the run kept (logging.keep_eval_checkpoints) before its final
+    step, measured exactly as the final model is: the same held-out sequences, prompts and
+    pinned codes, so a change over steps is the model's, not the draw's. The last kept
+    checkpoint is the final weights; its record is the model record."""
+    from common.paths import checkpoint_dir, eval_checkpoints
+    from model import load_checkpoint
+
+    run_dir, final_step = trained.info.get("run_dir"), trained.info.get("steps")
+    if not run_dir:
+        return []
+    recs: list[dict[str, Any]] = []
+    for step, path in eval_checkpoints(checkpoint_dir(run_dir)):
+        if final_step is not None and step >= int(final_step):
+            continue
+        t0 = time.time()
+        model = load_checkpoint(path).model
+        pts = _measure_model(model, label, latent_bits, kappa_bits, st,
+                             {"kind": "point", "step": step, "run_id": trained.info.get(
+                                 "run_id"), "checkpoint": path.name}, "point_sample")
+        pts[0]["measure_s"] = round(time.time() - t0, 2)
+        recs += pts
+    return recs
+
+
+def _measure_model(m: Transformer, label: str, latent_bits: int, kappa_bits: float | None,
+                   st: SyntheticSettings, head: dict[str, Any],
+                   sample_kind: str) -> list[dict[str, Any]]:
     ev = evaluate(m, st.n_eval, st.seed)
-    rec: dict[str, Any] = {"kind": "model", "model": label,
+    rec: dict[str, Any] = {"kind": head["kind"], "model": label,
                            "arm": "free" if latent_bits else "baseline",
                            "kappa_bits": kappa_bits if latent_bits else None,
-                           "latent_bits": latent_bits, **trained.info, **ev}
+                           "latent_bits": latent_bits,
+                           **{k: v for k, v in head.items() if k != "kind"}, **ev}
     rng = random.Random(st.seed + 101)  # the same prompts for every model
     letters = [rng.choice(LETTERS) for _ in range(st.n_prompts)]
     g = torch.Generator(device="cpu").manual_seed(st.seed + 202)
     z_mode = "pinned uniform codes (prompt included)" if latent_bits else "none (no Z)"
     recs = [rec]
+    step = {"step": head["step"]} if "step" in head else {}
     for s in generate_groups(m, letters, st.n_shared_groups, st.group_size, st.temperature, g):
-        recs.append({"kind": "sample", "model": label, "arm": rec["arm"],
+        recs.append({"kind": sample_kind, "model": label, "arm": rec["arm"], **step,
                      "kappa_bits": rec["kappa_bits"], "z_mode": z_mode, **s})
     return recs
 

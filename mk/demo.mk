@@ -56,7 +56,7 @@ demo: setup ## whole pipeline on the embedded default, offline, CPU (~30 min; re
 	@echo "[demo 4/5 $(DEMO_NOW)] synthetic task, reduced: kappa {$(DEMO_SYN_KAPPA)} + baseline," \
 	  "$(DEMO_SYN_TOKENS) tokens/run"
 	$(DEMO_OFFLINE) $(MAKE) --no-print-directory synthetic SYN_NAME=$(DEMO_NAME) \
-	  SYN_SETTING=cpu SYN_KAPPA="$(DEMO_SYN_KAPPA)" OVERRIDES="train.tokens=$(DEMO_SYN_TOKENS)"
+	  SYN_SETTING=cpu SYN_KAPPA="$(DEMO_SYN_KAPPA)" OVERRIDES="train.tokens=$(DEMO_SYN_TOKENS) logging.keep_eval_checkpoints=0"
 	@echo "[demo 5/5 $(DEMO_NOW)] report"
 	$(MAKE) --no-print-directory report NAME=$(DEMO_NAME) SYN_NAME=$(DEMO_NAME) CHECK=$(DEMO_CHECK)
 	@echo "[demo done $(DEMO_NOW)] report:" \

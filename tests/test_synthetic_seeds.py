@@ -214,3 +214,52 @@ def test_make_synthetic_seeds_names_one_run_per_seed() -> None:
     assert "for s in 3 4; do" in res.stdout and '--seed "$s"' in res.stdout
     assert "--name 'mid'-s\"$s\"" in res.stdout
     assert "--names 'mid-s3' 'mid-s4'" in res.stdout
+
+
+def add_points(root: Path, name: str, steps: dict[int, dict[str, set[str]]]) -> None:
+    """Append `point` / `point_sample` records to a planted run: the behaviour per model at
+    each kept step (planted, so the agreement over training is known)."""
+    f = root / "synthetic" / name / "samples.jsonl"
+    lines = []
+    for step, behaviour in steps.items():
+        for model, enc in behaviour.items():
+            base = model == "baseline"
+            lines.append({"kind": "point", "model": model, "step": step,
+                          "arm": "baseline" if base else "free",
+                          "kappa_bits": None if base else KAPPAS[model],
+                          "kl_bits": None if base else step / 1000, "ce_prior": 0.4,
+                          "ce_encoder": None if base else 0.3})
+            lines += [{"kind": "point_sample", "model": model, "step": step, "prompt_idx": p,
+                       "letter": "T", "group": g, "row": row,
+                       "group_kind": "shared" if g else "per_sequence",
+                       "text": text_for(model, p, g, row, enc)}
+                      for p in range(2) for g in range(3) for row in range(4)]
+    with f.open("a") as fh:
+        fh.write("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
+    """Seed a kept checkpoints at steps 25 and 50: Z unused at 25, the final behaviour from 50;
+    seed b kept none, so it has no rows (not zeros) and the counts say n = 1."""
+    nothing = {m: set() for m in PAPER}
+    add_points(planted, "a", {25: nothing, 50: PAPER})
+    agg = aggregate(["a", "b", "c"], root=planted)
+    ag = agg.agreement.set_index(["model", "step"])
+    assert set(agg.agreement["name"]) == {"a"}
+    assert sorted({int(s) for s in agg.agreement["step"]}) == [25, 50, 100]
+    assert ag.loc[("kappa=1", 25), "pos_gap"] == 0.0 and ag.loc[("kappa=1", 25), "noise_gap"] == 0
+    assert ag.loc[("kappa=1", 50), "pos_gap"] == 1.0 and ag.loc[("kappa=1", 50), "noise_gap"] == 1
+    assert ag.loc[("kappa=1", 100), "final"] and not ag.loc[("kappa=1", 50), "final"]
+    assert ag.loc[("kappa=8", 25), "validity"] == 1.0 and ag.loc[("kappa=8", 50), "validity"] == 0
+    assert ag.loc[("kappa=1", 50), "kl_bits"] == pytest.approx(0.05)
+    assert ag.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)  # the model record's
+    assert pd.isna(ag.loc[("baseline", 50), "kl_bits"])  # no Z: missing, not 0
+    out = write_aggregate(agg, planted / "agg")
+    assert out["agreement.png"].is_file()
+    block = out["summary.md"].read_text()
+    assert "| kappa=1 | position gap | 0.000 (n=1) | 1.000 (n=1) | 1.000 (n=1) |" in block
+    assert "| baseline | validity |" in block and "| baseline | position gap |" not in block
+    # the same folder rewritten from runs that kept nothing: said, and no stale figure
+    out = write_aggregate(aggregate(["b"], root=planted), planted / "agg")
+    assert "agreement.png" not in out and not (planted / "agg" / "agreement.png").exists()
+    assert "Agreement over training: not measured" in render_block(planted / "agg")
