@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -85,6 +86,17 @@ def _tokens(text: str | Iterable[Any]) -> list[str]:
     if isinstance(text, str):
         return [t for t in re.split(r"[\s,]+", text.strip()) if t]
     return [str(t) for t in text]
+
+
+def split_overrides(text: str | Iterable[Any]) -> list[str]:
+    """OVERRIDES as a shell splits them: on whitespace, quotes kept together, never on commas
+    (hydra's `optim.betas=[0.9,0.95]` is one override, and so is `key='a b'`)."""
+    if not isinstance(text, str):
+        return [str(t) for t in text]
+    try:
+        return shlex.split(text)
+    except ValueError as e:  # an unclosed quote
+        raise SweepError(f"OVERRIDES: {e} in {text!r}") from None
 
 
 def _int_if_whole(v: float | None) -> float | int | None:
@@ -157,7 +169,7 @@ class SweepSpec:
             seeds=tuple(parse_ints(seeds, "SEEDS", 0)),
             preset=preset.strip(), data=data.strip(),
             tokens=parse_amount(tokens, "TOKENS"), flops=parse_amount(flops, "FLOPS"),
-            controls=tuple(ctl), overrides=tuple(_tokens(overrides)),
+            controls=tuple(ctl), overrides=tuple(split_overrides(overrides)),
             arm_overrides={k: tuple(v) for k, v in (arm_overrides or {}).items()},
         )
 
