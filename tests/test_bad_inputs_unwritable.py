@@ -54,6 +54,7 @@ def test_unwritable_probe(tmp_path):
     assert list(tmp_path.iterdir()) == [tmp_path / "f"]
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_train_results_and_cache(tmp_path):
     rc, _, err = _run(["experiments.train", "model=1M", "train.tokens=4096"], tmp_path,
                       FTBENCH_RESULTS=BAD)
@@ -71,6 +72,7 @@ def test_tokenizer_cache_error_is_one_line(tmp_path):
         train_bpe(["some text " * 50], 300, cache_dir=BAD)
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_sweep(tmp_path):
     rc, _, err = _run(["sweeps", "run", "--name", "t1", "--kappa", "0.5", "--h", "4",
                        "--seeds", "0", "--tokens", "4096"], tmp_path, FTBENCH_RESULTS=BAD)
@@ -108,6 +110,7 @@ def test_report(tmp_path):
     assert sorted(p for p in root.rglob("*")) == before
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_eval_caches(tmp_path, toy_checkpoint, bench_dir):
     ck = toy_checkpoint(tmp_path / "results" / "runs" / "toyrun" / "checkpoints" / "final.pt")
     args = ["experiments.eval", str(ck), "--limit", "1", "--data", str(bench_dir)]

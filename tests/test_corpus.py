@@ -115,6 +115,7 @@ def test_shards_hold_the_documents_in_order_with_eos_and_the_manifest_is_true(fi
         build(_files_cfg(files_root), built, vocab_size=280)
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_root, built,
                                                                        tmp_path):
     ref = _shard_bytes(built)

@@ -85,6 +85,7 @@ def ckpts(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> dict[str,
             "free": str(toy_checkpoint(d / "f" / "checkpoints" / "final.pt", free=True))}
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_two_gloo_processes_equal_one(ckpts: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "dp.pkl"
     mp.start_processes(_worker, args=(2, str(tmp_path / "store"), ckpts, str(out)), nprocs=2,

@@ -109,6 +109,7 @@ def test_report_on_a_sweep_with_nothing_done(tmp_path):
     assert "<img" not in html  # no empty plots; each missing figure is a sentence
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_without_a_browser_the_render_checks_skip_with_the_reason():
     """`make test` on a machine where Chromium cannot be installed: the two render checks skip
     with one stated reason, the rest of the file passes."""

@@ -68,6 +68,7 @@ def problem(task_id: str) -> dict:
             "plus_input": [[3], [4], [5], [6], [40]], "atol": 0}
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_slow_answers_time_out_whatever_the_code_does_to_its_timers() -> None:
     sols = {"T/attack": ATTACK, "T/control": CONTROL, "T/busy": BUSY, "T/late_one": LATE_ONE,
             "T/cooperative": COOPERATIVE_SLOW, "T/just_under": JUST_UNDER}

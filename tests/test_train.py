@@ -150,6 +150,7 @@ def _train_lines(run: Path) -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cache):
     extra = ["model.dim=64", "model.ffn_dim=128", "model.latent_bits=4", "model.kappa_bits=0.25",
              "train.tokens=6144",
@@ -273,6 +274,7 @@ def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
 
 
 # ---------------------------------------------------------------- DDP
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_ddp_two_gloo_processes_equal_one_process(tmp_path):
     """Same config (global batch 8, micro-batch 2): 1 process x 4 accumulation steps vs
     2 processes (gloo) x 2 accumulation steps (no_sync on the first). The Free Transformer's
