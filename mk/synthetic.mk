@@ -2,7 +2,8 @@
 # make synthetic                           default CPU setting, kappa 1/64 1/8 1 8 bits + baseline
 # make synthetic SYN_KAPPA="1/8 1" SYN_NAME=mid SYN_SETTING=gpu OVERRIDES="train.seed=1"
 # (OVERRIDES: hydra overrides of experiments.train for every arm, as on make train and sweep)
-# make synthetic-seeds SYN_SEEDS="0 1 2"  one run per seed (<SYN_NAME>-s<seed>), then the per-seed
+# make synthetic-seeds SYN_SEEDS="0 1 2"  one run per seed (<SYN_NAME>-s<seed>), all at once (SYN_JOBS=N:
+#                                         N at once; each seed's log in results/synthetic/), then the per-seed
 #                                         and mean tables (results/synthetic/<SYN_NAME>-seeds)
 # make synthetic-doc                      those tables into docs/synthetic/<SYN_SETTING>, and
 #                                         docs/SYNTHETIC.md re-rendered from them (docs/SYNTHETIC.md)
@@ -24,11 +25,10 @@ synthetic-gpu: setup ## synthetic task, the larger setting for a GPU (results/sy
 synthetic-report: setup ## re-render table + figure from results/synthetic/$(SYN_NAME)/samples.jsonl
 	$(PY) -m analysis.synthetic --name $(call shq,$(SYN_NAME))
 
-synthetic-seeds: setup ## synthetic task once per seed in SYN_SEEDS, then per-seed and mean tables
-	set -e; for s in $(SYN_SEEDS); do \
-	  $(PY) -m experiments.synthetic --name $(call shq,$(SYN_NAME))-s"$$s" --seed "$$s" \
-	    --setting $(call shq,$(SYN_SETTING)) --kappa $(call shq,$(SYN_KAPPA)) $(call arg,OVERRIDES); \
-	done
+synthetic-seeds: setup ## synthetic task once per seed in SYN_SEEDS (SYN_JOBS at once, default all), then per-seed and mean tables
+	$(PY) -m experiments.synthetic_seeds --name $(call shq,$(SYN_NAME)) --seeds $(call shq,$(SYN_SEEDS)) \
+	  $(call opt,SYN_JOBS,--jobs) --setting $(call shq,$(SYN_SETTING)) --kappa $(call shq,$(SYN_KAPPA)) \
+	  $(call arg,OVERRIDES)
 	$(PY) -m analysis.synthetic --names $(syn_seed_names) \
 	  --out "$${FTBENCH_RESULTS:-results}"/synthetic/$(call shq,$(SYN_NAME))-seeds
 

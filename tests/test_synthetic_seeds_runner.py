@@ -1,0 +1,66 @@
+"""`python -m experiments.synthetic_seeds` (make synthetic-seeds): seeds at once, progress, and
+what a bad option or a failing seed does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import synthetic_seeds as R
+
+
+def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "res"))
+    for argv, msg in ((["--seed", "1"], "--seed is set per seed"),
+                      (["--name=x/y"], "plain directory name"),
+                      (["--seeds", "0 a"], "integers >= 0"), (["--seeds", "1 1"], "twice"),
+                      (["--jobs", "-1"], "--jobs -1"), (["--kappa", "x"], "kappa"),
+                      (["--setting", "tpu"], "setting")):
+        assert R.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error:") and msg in err, (argv, err)
+    assert not (tmp_path / "res").exists()
+
+
+def test_progress_reads_the_logs(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    s = R.Seed(0, "x", log, [], arms=3)
+    assert s.progress() == (0, None)
+    log.write_text("budget ...\n[synthetic] baseline: training\n[synthetic] baseline: "
+                   "ce_prior=0.3 ...\n[synthetic] kappa=1/8: training\n")
+    assert s.progress() == (1, "kappa=1/8")
+    s.proc = object()  # type: ignore[assignment]
+    line = R.status_line([s], t0=0.0)
+    assert "s0: 1/3 training kappa=1/8" in line and "1/3 arms done, ETA" in line
+
+
+def test_a_failing_seed_is_reported_and_the_others_finish(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    bad = R.Seed(1, "x-s1", tmp_path / "x-s1.log", ["--no-such-flag"], arms=1)
+    assert R.run([bad], jobs=0, interval=0.2) == 1
+    out = capsys.readouterr().out
+    assert "seed 1: FAILED (exit 2)" in out and "--no-such-flag" in out
+    assert "0/1 seeds done" in out and "failed: [1]" in out
+
+
+@pytest.mark.slow
+def test_two_seeds_at_once_then_a_rerun_trains_nothing(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    argv = ["--name", "t", "--seeds", "0 1", "--interval", "1", "--setting", "smoke",
+            "--kappa", "8", "--n-eval", "16", "--n-prompts", "1", "--n-shared-groups", "1",
+            "--group-size", "2"]
+    assert R.main(argv) == 0
+    for s in (0, 1):
+        lines = [json.loads(x) for x in
+                 (tmp_path / "synthetic" / f"t-s{s}" / "samples.jsonl").read_text().splitlines()]
+        assert lines[0]["settings"]["seed"] == s
+        assert [r["model"] for r in lines if r["kind"] == "model"] == ["baseline", "kappa=8"]
+    runs = sorted((tmp_path / "runs").iterdir())
+    mtimes = {p: (p / "checkpoints" / "final.pt").stat().st_mtime for p in runs}
+    assert len(runs) == 4
+    assert R.main(argv) == 0  # finished runs are not retrained
+    assert {p: (p / "checkpoints" / "final.pt").stat().st_mtime for p in runs} == mtimes
