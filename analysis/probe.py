@@ -7,6 +7,7 @@ section, one block per Free Transformer (`probe_html`). A null in a file is NaN 
 dash in HTML, never 0.
 
     python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
+    python -m analysis.probe --cost <probe file>...        the cost table (docs/PROBE.md's)
 """
 
 from __future__ import annotations
@@ -276,6 +277,34 @@ def probe_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = N
     return "\n".join(parts) + "</section>"
 
 
+def cost_markdown(docs: Iterable[dict[str, Any]]) -> str:
+    """What each probe cost, from its own file: the options that set the work, the machine and
+    its load, and the three phases' seconds (`timings`). A value the file lacks is a dash."""
+    def num(x: Any, fmt: str) -> str:
+        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
+
+    def load(pv: dict) -> str:
+        a, b = pv.get("loadavg_start"), pv.get("loadavg_end")
+        return f"{a[0]:.1f} -> {b[0]:.1f}" if a and b else "not recorded"
+
+    rows = ["| run | step | parameters | rows x tokens | draws | generation | device, threads "
+            "(CPUs) | load | lower half + KL s | ablations s | steering s | all probes s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for d in docs:
+        sp, pv, t = d.get("spec", {}), d.get("provenance", {}), d.get("timings", {})
+        gen = (f"{sp.get('prompts')} prompts x 2 x {sp.get('groups')} x "
+               f"{sp.get('group_size')} x {sp.get('gen_tokens')} tokens")
+        rows.append(
+            f"| {d.get('run_id')} | {num(d.get('checkpoint_step'), '{}')} | "
+            f"{num(pv.get('n_params'), '{:,}')} | {d.get('n_rows')} x {d.get('seq_len')} | "
+            f"{sp.get('draws')} | {gen} | {pv.get('device')}, {pv.get('threads')} "
+            f"({num(pv.get('cpu_count'), '{}')}) | {load(pv)} | "
+            f"{num(t.get('lower_half_and_kl_s'), '{:.1f}')} | "
+            f"{num(t.get('ablations_s'), '{:.1f}')} | {num(t.get('steering_s'), '{:.1f}')} | "
+            f"{num(d.get('elapsed_s'), '{:.1f}')} |")
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import sys
@@ -283,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m analysis.probe",
                                  description="figures beside probe files, and their table")
     ap.add_argument("paths", nargs="+", help="probe files or run dirs")
+    ap.add_argument("--cost", action="store_true",
+                    help="print the cost table of the files (Markdown) and write nothing")
     a = ap.parse_args(argv)
     files = probe_files(a.paths)
     if not files:
@@ -293,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     except ProbeFileError as e:
         print(f"probe: error: {e}", file=sys.stderr)
         return 2
+    if a.cost:
+        print(cost_markdown(docs), end="")
+        return 0
     for f in files:
         for p in write_figures(f).values():
             print(f"probe: {p}")

@@ -463,7 +463,7 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
         raise ProbeError(f"--prompt-len {o['prompt_len']} + --gen-tokens {o['gen_tokens']}: the "
                          f"prompt must be shorter than a row ({T}) and both must fit the "
                          f"window ({model.cfg.max_seq_len})")
-    t0 = time.time()
+    t0, load0 = time.time(), _loadavg()  # a wall time means something only at a known load
     rec = probe_model(model, corpus.val_x[:o["rows"]], corpus.val_y[:o["rows"]], o)
     commit, dirty = git_state()
     doc = {"schema": SCHEMA, "suite": "probe", "spec": spec, "spec_id": sid,
@@ -474,12 +474,22 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
                           "host": socket.gethostname(), "argv": sys.argv,
                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           "versions": versions("torch"), "threads": torch.get_num_threads(),
-                          "device": dev}}
+                          "device": dev, "cpu_count": os.cpu_count(),
+                          "loadavg_start": load0, "loadavg_end": _loadavg(),
+                          "n_params": sum(p.numel() for p in model.parameters())}}
     path = probe_file(out_dir, spec, step)
     atomic_write_text(path, json.dumps(finite_or_null(doc), indent=1, sort_keys=True,
                                        allow_nan=False) + "\n")
     return path, False
 
+
+
+def _loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages; None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
