@@ -288,8 +288,8 @@ def cost_markdown(docs: Iterable[dict[str, Any]]) -> str:
         return f"{a[0]:.1f} -> {b[0]:.1f}" if a and b else "not recorded"
 
     rows = ["| run | step | parameters | rows x tokens | draws | generation | device, threads "
-            "(CPUs) | load | lower half + KL s | ablations s | steering s | all probes s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "(CPUs) | load | lower half + KL s | ablations s | steering s | all probes s | "
+            "peak memory MB |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in docs:
         sp, pv, t = d.get("spec", {}), d.get("provenance", {}), d.get("timings", {})
         gen = (f"{sp.get('prompts')} prompts x 2 x {sp.get('groups')} x "
@@ -301,7 +301,7 @@ def cost_markdown(docs: Iterable[dict[str, Any]]) -> str:
             f"({num(pv.get('cpu_count'), '{}')}) | {load(pv)} | "
             f"{num(t.get('lower_half_and_kl_s'), '{:.1f}')} | "
             f"{num(t.get('ablations_s'), '{:.1f}')} | {num(t.get('steering_s'), '{:.1f}')} | "
-            f"{num(d.get('elapsed_s'), '{:.1f}')} |")
+            f"{num(d.get('elapsed_s'), '{:.1f}')} | {num(pv.get('peak_rss_mb'), '{:.0f}')} |")
     return "\n".join(rows) + "\n"
 
 

@@ -476,12 +476,23 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
                           "versions": versions("torch"), "threads": torch.get_num_threads(),
                           "device": dev, "cpu_count": os.cpu_count(),
                           "loadavg_start": load0, "loadavg_end": _loadavg(),
-                          "n_params": sum(p.numel() for p in model.parameters())}}
+                          "n_params": sum(p.numel() for p in model.parameters()),
+                          "peak_rss_mb": _peak_rss_mb()}}
     path = probe_file(out_dir, spec, step)
     atomic_write_text(path, json.dumps(finite_or_null(doc), indent=1, sort_keys=True,
                                        allow_nan=False) + "\n")
     return path, False
 
+
+
+def _peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far (MB); None where the platform has no rusage."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux
+    return round(kb / (1 << 20) if sys.platform == "darwin" else kb / 1024, 1)
 
 
 def _loadavg() -> list[float] | None:
