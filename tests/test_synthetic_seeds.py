@@ -264,3 +264,15 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
     out = write_aggregate(aggregate(["b"], root=planted), planted / "agg")
     assert "agreement.png" not in out and not (planted / "agg" / "agreement.png").exists()
     assert "Agreement over training: not measured" in render_block(planted / "agg")
+
+
+def test_committed_samples_are_the_ones_the_tables_name() -> None:
+    """docs/synthetic/cpu/samples/*.gz decompress to the sha256 aggregate.json records."""
+    import gzip
+    import hashlib
+
+    d = REPO / "docs" / "synthetic" / "cpu"
+    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
+    for src in meta["sources"]:
+        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
+        assert hashlib.sha256(gzip.decompress(gz.read_bytes())).hexdigest() == src["sha256"]
