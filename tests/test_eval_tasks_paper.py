@@ -119,6 +119,7 @@ def tasks(bench_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[di
 
 
 @pytest.mark.parametrize("name", NEW + ["mmlu_anatomy"])
+@pytest.mark.slow  # every paper task through stock lm-eval: the CI tier (make test-all)
 def test_offline_prompts_match_stock(tasks: tuple[dict, dict], name: str) -> None:
     ours, stock = tasks
     a, b = _requests(ours[name], 6), _requests(stock[name], 6)

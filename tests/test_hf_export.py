@@ -48,6 +48,7 @@ def test_free_transformer_is_refused(toy_checkpoint, tmp_path: Path) -> None:
         export(ck, tmp_path / "hf")
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_hf_backend_same_choices(bench_dir, exported: tuple[Path, Path], tmp_path: Path) -> None:
     import lm_eval
     from lm_eval.models.huggingface import HFLM

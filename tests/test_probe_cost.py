@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from analysis.probe import SCHEMA, cost_markdown, main, read_probe
@@ -20,8 +21,8 @@ def test_the_docs_cost_table_is_the_committed_files() -> None:
 
 def test_what_a_file_lacks_is_a_dash_not_a_zero(tmp_path: Path, capsys) -> None:
     f = tmp_path / "probe.x.step1.json"
-    f.write_text('{"schema": "%s", "run_id": "r", "n_rows": 2, "seq_len": 8, "spec": {}}'
-                 % SCHEMA)
+    f.write_text(json.dumps({"schema": SCHEMA, "run_id": "r", "n_rows": 2, "seq_len": 8,
+                             "spec": {}}))
     row = cost_markdown([read_probe(f)]).splitlines()[2]
     assert row.startswith("| r | – | – | 2 x 8 |") and "not recorded" in row
     assert row.endswith("| – | – | – | – | – |")

@@ -32,6 +32,7 @@ def _contend(path: str, hold_s: float, out: str, start: float) -> None:
         Path(out).write_text(f"held: {e}")
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_two_processes_contend_and_exactly_one_wins(tmp_path):
     lock = tmp_path / "run.lock"
     start = time.time() + 0.5
@@ -48,6 +49,7 @@ def test_two_processes_contend_and_exactly_one_wins(tmp_path):
     assert not lock.exists()  # the winner removed it on exit
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_two_processes_contend_for_a_dead_holders_lock_and_exactly_one_takes_it(tmp_path):
     lock = tmp_path / "run.lock"
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "nonce": "d"}))

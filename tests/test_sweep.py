@@ -292,6 +292,7 @@ STANDIN = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_requeue_through_submitit_checkpoint(tmp_path: Path) -> None:
     """USR2 from submitit's local controller (timeout - signal_delay) -> CellJob.checkpoint():
     the trainer checkpoints on SIGTERM, submitit requeues, the trainer resumes and finishes."""
