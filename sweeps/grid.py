@@ -90,7 +90,7 @@ def _tokens(text: str | Iterable[Any]) -> list[str]:
 
 def split_overrides(text: str | Iterable[Any]) -> list[str]:
     """OVERRIDES as a shell splits them: on whitespace, quotes kept together, never on commas
-    (hydra's `optim.betas=[0.9,0.95]` is one override, and so is `key='a b'`)."""
+    (hydra's `data.data_files=[a.txt,b.txt]` is one override, and so is `key='a b'`)."""
     if not isinstance(text, str):
         return [str(t) for t in text]
     try:

@@ -686,8 +686,8 @@ def test_overrides_split_like_a_shell_not_on_commas() -> None:
     """A hydra list is one override; quotes hold a value with a space; an open quote is one
     line, never a half-parsed grid."""
     s = SweepSpec.from_text(kappa="1", h="4", seeds="0",
-                            overrides="optim.betas=[0.9,0.95]  'run.tag=a b' optim.lr=1e-3")
-    assert s.overrides == ("optim.betas=[0.9,0.95]", "run.tag=a b", "optim.lr=1e-3")
+                            overrides="data.data_files=[a.txt,b.txt]  'run.tag=a b' optim.lr=1e-3")
+    assert s.overrides == ("data.data_files=[a.txt,b.txt]", "run.tag=a b", "optim.lr=1e-3")
     assert SweepSpec.from_text(kappa="1", h="4", seeds="0", overrides=["a=1,2"]).overrides == (
         "a=1,2",)
     with pytest.raises(SweepError, match="OVERRIDES: No closing quotation"):
