@@ -33,6 +33,8 @@ from common.text import one_line
 
 _TRAINING = re.compile(r"^\[synthetic\] (\S+): training")
 _DONE = re.compile(r"^\[synthetic\] (\S+): ce_prior=")
+_RUN_ID = re.compile(r"^run-id\s+(\S+)")  # the trainer's plan, printed as each arm starts
+_STEPS = re.compile(r"^tokens\s+.*= ([\d,]+) steps")
 
 
 class SeedsArgsError(ValueError):
@@ -52,14 +54,45 @@ class Seed:
 
     def progress(self) -> tuple[int, str | None]:
         """(arms done, the arm training now or None), read from the seed's log."""
-        done, now = 0, None
+        done, now, _ = self._read()
+        return done, now
+
+    def fraction(self) -> float:
+        """Arms done plus the training arm's share of its steps (from its metrics.jsonl)."""
+        done, now, run = self._read()
+        if now is None or run is None:
+            return float(done)
+        run_id, steps = run
+        step = _last_step(results_root() / "runs" / run_id / "metrics.jsonl")
+        return done + (min(1.0, step / steps) if step and steps else 0.0)
+
+    def _read(self) -> tuple[int, str | None, tuple[str, int] | None]:
+        done, now, run_id, run = 0, None, None, None
         if self.log.is_file():
             for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
                 if m := _DONE.match(line):
-                    done, now = done + 1, None
+                    done, now, run = done + 1, None, None
                 elif m := _TRAINING.match(line):
-                    now = m.group(1)
-        return done, now
+                    now, run = m.group(1), None
+                elif m := _RUN_ID.match(line):
+                    run_id = m.group(1)
+                elif (m := _STEPS.match(line)) and run_id:
+                    run = (run_id, int(m.group(1).replace(",", "")))
+        return done, now, run
+
+
+def _last_step(path: Path) -> int | None:
+    """The step of the last training record in a metrics.jsonl (its tail only)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode("utf-8", errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(tail):
+        if m := re.search(r'"kind": "train", "step": (\d+)', line):
+            return int(m.group(1))
+    return None
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -99,12 +132,15 @@ def plan(a: argparse.Namespace, rest: list[str]) -> list[Seed]:
 
 
 def _eta(seeds: list[Seed], t0: float) -> str:
+    """Arms done, and an ETA from the share of all arms' steps done so far (arms that run at
+    once progress together, so elapsed / share is the whole run's time)."""
     done = sum(s.progress()[0] for s in seeds)
     total = sum(s.arms for s in seeds)
-    if done == 0:
-        return f"0/{total} arms done, ETA after the first arm"
-    left = (time.time() - t0) / done * (total - done)
-    return f"{done}/{total} arms done, ETA {left / 60:.0f} min"
+    share = sum(s.fraction() for s in seeds) / total
+    if share <= 0:
+        return f"{done}/{total} arms done, ETA once training has begun"
+    left = (time.time() - t0) * (1 - share) / share
+    return f"{done}/{total} arms done, {share:.0%} of all steps, ETA {left / 60:.0f} min"
 
 
 def status_line(seeds: list[Seed], t0: float) -> str:

@@ -25,7 +25,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatc
     assert not (tmp_path / "res").exists()
 
 
-def test_progress_reads_the_logs(tmp_path: Path) -> None:
+def test_progress_reads_the_logs(tmp_path: Path, monkeypatch) -> None:
     log = tmp_path / "x.log"
     s = R.Seed(0, "x", log, [], arms=3)
     assert s.progress() == (0, None)
@@ -34,7 +34,17 @@ def test_progress_reads_the_logs(tmp_path: Path) -> None:
     assert s.progress() == (1, "kappa=1/8")
     s.proc = object()  # type: ignore[assignment]
     line = R.status_line([s], t0=0.0)
-    assert "s0: 1/3 training kappa=1/8" in line and "1/3 arms done, ETA" in line
+    assert "s0: 1/3 training kappa=1/8" in line and "1/3 arms done, 33% of all steps" in line
+    # the training arm's own steps count: its run-id and step count from the trainer's plan
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    with log.open("a") as f:
+        f.write("run-id      abc  (free, preset 1M)\ntokens      4,160 = 200 steps x 20\n")
+    run = tmp_path / "runs" / "abc"
+    run.mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"kind": "train", "step": 50, "ce": 1.0}\n'
+                                       '{"kind": "val", "step": 60}\n')
+    assert s.fraction() == pytest.approx(1.25)
+    assert "42% of all steps, ETA" in R.status_line([s], t0=0.0)
 
 
 def test_a_failing_seed_is_reported_and_the_others_finish(tmp_path: Path,
