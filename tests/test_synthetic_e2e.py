@@ -72,3 +72,35 @@ def test_end_to_end_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert [c["result"] for c in checks][1] == "n/a"  # no 1/8 or 1 bit run here
     lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
     assert lines[0]["kind"] == "meta" and sum(x["kind"] == "model" for x in lines) == 3
+
+
+@pytest.mark.slow
+def test_kept_checkpoints_are_measured_like_the_final_model(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """logging.keep_eval_checkpoints=3 on 3 steps keeps steps 1, 2 and 3 (the final weights):
+    points at 1 and 2, each with the final model's prompts and group layout; the aggregate's
+    agreement table has steps 1, 2, 3 with the final model last."""
+    from analysis.synthetic import aggregate
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    st = SyntheticSettings(name="pts-s0", setting="smoke", kappas=(8.0,), n_prompts=1,
+                           n_shared_groups=2, group_size=2, n_eval=16,
+                           overrides=["logging.keep_eval_checkpoints=3"])
+    d = run(st)
+    lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
+    pts = [r for r in lines if r["kind"] == "point"]
+    assert [(r["model"], r["step"]) for r in pts] == [("baseline", 1), ("baseline", 2),
+                                                       ("kappa=8", 1), ("kappa=8", 2)]
+    assert all(r["checkpoint"] == f"eval_step_{r['step']}.pt" and r["measure_s"] >= 0
+               for r in pts)
+    assert pts[2]["kl_bits"] >= 0 and pts[0]["kl_bits"] is None  # the baseline has no Z
+    final = [(r["letter"], r["group"], r["row"]) for r in lines
+             if r["kind"] == "sample" and r["model"] == "kappa=8"]
+    for step in (1, 2):
+        assert [(r["letter"], r["group"], r["row"]) for r in lines
+                if r["kind"] == "point_sample" and r["model"] == "kappa=8"
+                and r["step"] == step] == final
+    ag = aggregate(["pts-s0"], root=tmp_path).agreement
+    assert list(ag[ag["model"] == "kappa=8"]["step"]) == [1, 2, 3]
+    assert list(ag[ag["model"] == "kappa=8"]["final"]) == [False, False, True]
