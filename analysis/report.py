@@ -282,6 +282,11 @@ def _synthetic_html(synth: Path | None) -> str:
         parts.append(f"<pre>{esc((synth / 'table.md').read_text(encoding='utf-8'))}</pre>")
     else:
         parts.append('<p class="missing">table missing</p>')
+    agree = synth / "agreement.png"
+    if agree.is_file():  # only runs that kept checkpoints have it; its absence is no gap
+        parts.append("<p>Agreement over training (every kept checkpoint measured as the final "
+                     "model; the rows are in <code>agreement.csv</code>):</p>")
+        parts.append(img_html(agree.read_bytes(), "agreement over training", ""))
     return "\n".join(parts)
 
 

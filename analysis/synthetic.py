@@ -1,7 +1,8 @@
 """What Z encodes on the synthetic task (paper §4.1, Figure 4): table, acceptance check, figure.
 
 Reads only `results/synthetic/<name>/samples.jsonl` (written by `experiments/synthetic.py`) and
-writes `table.csv`, `table.md`, `acceptance.json` and `figure.png` beside it.
+writes `table.csv`, `table.md`, `acceptance.json` and `figure.png` beside it, and, when the run
+kept checkpoints along training, `agreement.csv` and `agreement.png` (the agreement over training).
 
 samples.jsonl holds one JSON object per line, told apart by `kind`:
 - `meta`: the settings of the run (name, kappas, model shape, steps, seeds, wall time);
@@ -976,6 +977,15 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     out["acceptance.json"].write_text(json.dumps(checks, indent=2) + "\n", encoding="utf-8")
     render_figure(models, samples, out["figure.png"],
                   rows_per_group=int(meta.get("settings", {}).get("figure_rows", 8)))
+    rows = agreement_rows(models, samples, *read_points(d / "samples.jsonl"))
+    for k in ("agreement.csv", "agreement.png"):  # never a stale file beside new tables
+        (d / k).unlink(missing_ok=True)
+    if rows:  # the run kept checkpoints along training
+        ag = pd.DataFrame([{"name": d.name, "seed": meta.get("settings", {}).get("seed"), **r}
+                           for r in rows], columns=list(AGREEMENT_COLUMNS))
+        out["agreement.csv"], out["agreement.png"] = d / "agreement.csv", d / "agreement.png"
+        ag.to_csv(out["agreement.csv"], index=False, float_format="%.6g")
+        render_agreement(ag, out["agreement.png"])
     return out
 
 

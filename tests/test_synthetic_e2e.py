@@ -60,6 +60,7 @@ def test_end_to_end_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     out = render(d)
     for name in ("table.csv", "table.md", "acceptance.json", "figure.png"):
         assert out[name].is_file() and out[name].stat().st_size > 0
+    assert "agreement.csv" not in out and not (d / "agreement.png").exists()  # kept none
     assert out["figure.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     df = pd.read_csv(out["table.csv"])
     assert list(df["model"]) == ["baseline", "kappa=1/64", "kappa=8"]
@@ -104,3 +105,8 @@ def test_kept_checkpoints_are_measured_like_the_final_model(tmp_path: Path,
     ag = aggregate(["pts-s0"], root=tmp_path).agreement
     assert list(ag[ag["model"] == "kappa=8"]["step"]) == [1, 2, 3]
     assert list(ag[ag["model"] == "kappa=8"]["final"]) == [False, False, True]
+    out = render(d)  # one run: its agreement over training beside its table, and in the report
+    assert pd.read_csv(out["agreement.csv"])["step"].tolist() == [1, 2, 3, 1, 2, 3]
+    from analysis.report import _synthetic_html
+
+    assert "Agreement over training" in _synthetic_html(d)
