@@ -266,12 +266,13 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
     assert "Agreement over training: not measured" in render_block(planted / "agg")
 
 
-def test_committed_samples_are_the_ones_the_tables_name() -> None:
-    """docs/synthetic/cpu/samples/*.gz decompress to the sha256 aggregate.json records."""
+@pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
+def test_committed_samples_are_the_ones_the_tables_name(folder: str) -> None:
+    """docs/synthetic/<folder>/samples/*.gz decompress to the sha256 aggregate.json records."""
     import gzip
     import hashlib
 
-    d = REPO / "docs" / "synthetic" / "cpu"
+    d = REPO / "docs" / "synthetic" / folder
     meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
     for src in meta["sources"]:
         gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
