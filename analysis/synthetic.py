@@ -176,20 +176,9 @@ def group_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- io
-def read_samples(path: str | os.PathLike) -> tuple[dict, list[dict], list[dict]]:
-    """samples.jsonl -> (meta, model records, sample records)."""
-    meta, by_kind = _read_kinds(path)
-    return meta, by_kind["model"], by_kind["sample"]
-
-
-def read_points(path: str | os.PathLike) -> tuple[list[dict], list[dict]]:
-    """samples.jsonl -> (point records, point_sample records): the checkpoints kept along
-    training; both empty for a file written before they existed."""
-    _, by_kind = _read_kinds(path)
-    return by_kind["point"], by_kind["point_sample"]
-
-
-def _read_kinds(path: str | os.PathLike) -> tuple[dict, dict[str, list[dict]]]:
+def read_kinds(path: str | os.PathLike) -> tuple[dict, dict[str, list[dict]]]:
+    """samples.jsonl in one read -> (meta, records by kind: model, sample, point,
+    point_sample; the last two empty in files written before kept checkpoints existed)."""
     meta: dict[str, Any] = {}
     by_kind: dict[str, list[dict]] = {k: [] for k in ("model", "sample", "point",
                                                       "point_sample")}
@@ -570,13 +559,14 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
             missing.append(name)
             sources.append({"name": name, "status": "missing", "path": str(f)})
             continue
-        meta, models, samples = read_samples(f)
+        meta, kinds = read_kinds(f)  # one read: final models, samples and kept checkpoints
+        models, samples = kinds["model"], kinds["sample"]
         if not models:
             raise ValueError(f"{f} holds no model records")
         st = meta.get("settings", {})
         seed = st.get("seed")
-        agree_rows += [{"name": name, "seed": seed, **r}
-                       for r in agreement_rows(models, samples, *read_points(f))]
+        agree_rows += [{"name": name, "seed": seed, **r} for r in
+                       agreement_rows(models, samples, kinds["point"], kinds["point_sample"])]
         df = build_table(models, samples)
         base = df[df["arm"] == "baseline"]
         base_v = _num(base.iloc[0]["validity"]) if not base.empty else None
@@ -965,7 +955,8 @@ def _main_render_doc(argv: list[str]) -> None:
 def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     """samples.jsonl in run_dir -> table.csv, table.md, acceptance.json, figure.png."""
     d = Path(run_dir)
-    meta, models, samples = read_samples(d / "samples.jsonl")
+    meta, kinds = read_kinds(d / "samples.jsonl")
+    models, samples = kinds["model"], kinds["sample"]
     if not models:
         raise ValueError(f"{d / 'samples.jsonl'} holds no model records")
     df = build_table(models, samples)
@@ -977,7 +968,7 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     out["acceptance.json"].write_text(json.dumps(checks, indent=2) + "\n", encoding="utf-8")
     render_figure(models, samples, out["figure.png"],
                   rows_per_group=int(meta.get("settings", {}).get("figure_rows", 8)))
-    rows = agreement_rows(models, samples, *read_points(d / "samples.jsonl"))
+    rows = agreement_rows(models, samples, kinds["point"], kinds["point_sample"])
     for k in ("agreement.csv", "agreement.png"):  # never a stale file beside new tables
         (d / k).unlink(missing_ok=True)
     if rows:  # the run kept checkpoints along training

@@ -1,10 +1,13 @@
-"""What every result file records about where it came from: git state and package versions."""
+"""What every result file records about where it came from: git state, package versions, and the
+machine's load and memory (a wall time means something only at a known load)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -37,3 +40,21 @@ def versions(*packages: str) -> dict[str, str | None]:
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg.replace("_", "-"))
     return out
+
+
+def loadavg() -> list[float] | None:
+    """The 1, 5 and 15 minute load averages, rounded; None where the platform has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory so far (MB); None where the platform has no rusage."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KB on Linux
+    return round(kb / (1 << 20) if sys.platform == "darwin" else kb / 1024, 1)

@@ -49,6 +49,7 @@ from common.io import atomic_write_text, unwritable
 from common.kappa import KappaError, kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
 from common.paths import final_checkpoint, results_root, runs_dir
+from common.provenance import loadavg
 from common.text import one_line
 from experiments.synthetic_data import (
     BODY_LEN,
@@ -381,7 +382,7 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     torch.set_num_threads(st.threads)  # one thread is faster for this size on a shared CPU
     out_dir = results_root() / "synthetic" / st.name
     t0 = time.time()
-    load_start = _loadavg()  # wall times are comparable only at a known load (shared CPUs)
+    load_start = loadavg()  # wall times are comparable only at a known load (shared CPUs)
     records: list[dict[str, Any]] = []
     for H, k in arms:
         label = model_label(H, k)
@@ -402,19 +403,11 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
                          "seq_len": SEQ_LEN},
             "wall_s": time.time() - t0, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "loadavg_start": load_start, "loadavg_end": _loadavg()}
+            "loadavg_start": load_start, "loadavg_end": loadavg()}
     atomic_write_text(out_dir / "samples.jsonl",
                       "".join(json.dumps(r) + "\n" for r in [meta, *records]))
     print(f"[synthetic] wrote {out_dir / 'samples.jsonl'} in {meta['wall_s']:.0f} s", flush=True)
     return out_dir
-
-
-def _loadavg() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages; None where the platform has none."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 # --------------------------------------------------------------------------- input checks

@@ -52,19 +52,15 @@ class Seed:
     rc: int | None = None
     started: float = field(default_factory=time.time)
 
-    def progress(self) -> tuple[int, str | None]:
-        """(arms done, the arm training now or None), read from the seed's log."""
-        done, now, _ = self._read()
-        return done, now
-
-    def fraction(self) -> float:
-        """Arms done plus the training arm's share of its steps (from its metrics.jsonl)."""
+    def progress(self) -> tuple[int, str | None, float]:
+        """(arms done, the arm training now or None, arms done plus the training arm's share of
+        its steps), from one read of the seed's log and the training arm's metrics.jsonl."""
         done, now, run = self._read()
-        if now is None or run is None:
-            return float(done)
-        run_id, steps = run
-        step = _last_step(results_root() / "runs" / run_id / "metrics.jsonl")
-        return done + (min(1.0, step / steps) if step and steps else 0.0)
+        frac = float(done)
+        if now is not None and run is not None:
+            step = _last_step(results_root() / "runs" / run[0] / "metrics.jsonl")
+            frac += min(1.0, step / run[1]) if step and run[1] else 0.0
+        return done, now, frac
 
     def _read(self) -> tuple[int, str | None, tuple[str, int] | None]:
         done, now, run_id, run = 0, None, None, None
@@ -131,28 +127,23 @@ def plan(a: argparse.Namespace, rest: list[str]) -> list[Seed]:
     return out
 
 
-def _eta(seeds: list[Seed], t0: float) -> str:
-    """Arms done, and an ETA from the share of all arms' steps done so far (arms that run at
-    once progress together, so elapsed / share is the whole run's time)."""
-    done = sum(s.progress()[0] for s in seeds)
-    total = sum(s.arms for s in seeds)
-    share = sum(s.fraction() for s in seeds) / total
-    if share <= 0:
-        return f"{done}/{total} arms done, ETA once training has begun"
-    left = (time.time() - t0) * (1 - share) / share
-    return f"{done}/{total} arms done, {share:.0%} of all steps, ETA {left / 60:.0f} min"
-
-
 def status_line(seeds: list[Seed], t0: float) -> str:
-    parts = []
+    """Per seed its arms done and state; then arms done, the share of all arms' steps done and
+    an ETA (arms that run at once progress together, so elapsed / share is the whole time)."""
+    parts, done_all, share = [], 0, 0.0
     for s in seeds:
-        done, now = s.progress()
+        done, now, frac = s.progress()
+        done_all, share = done_all + done, share + frac
         state = ("waiting" if s.proc is None and s.rc is None else
                  "done" if s.rc == 0 else f"failed (exit {s.rc})" if s.rc is not None else
                  f"training {now}" if now else "starting")
         parts.append(f"s{s.seed}: {done}/{s.arms} {state}")
+    total = sum(s.arms for s in seeds)
+    share /= total
+    eta = ("ETA once training has begun" if share <= 0 else
+           f"{share:.0%} of all steps, ETA {(time.time() - t0) * (1 - share) / share / 60:.0f} min")
     return (f"[synthetic-seeds {time.strftime('%H:%M:%S')}, {(time.time() - t0) / 60:.1f} min] "
-            + "; ".join(parts) + f" | {_eta(seeds, t0)}")
+            + "; ".join(parts) + f" | {done_all}/{total} arms done, {eta}")
 
 
 def run(seeds: list[Seed], jobs: int, interval: float) -> int:

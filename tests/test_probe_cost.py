@@ -29,3 +29,12 @@ def test_what_a_file_lacks_is_a_dash_not_a_zero(tmp_path: Path, capsys) -> None:
     assert main([str(f), "--cost"]) == 0
     assert capsys.readouterr().out == cost_markdown([read_probe(f)])
     assert not list(tmp_path.glob("*.png"))  # --cost writes nothing
+
+
+def test_load_and_memory_are_recorded_or_null() -> None:
+    """What the probe and the synthetic runs record beside a wall time."""
+    from common.provenance import loadavg, peak_rss_mb
+
+    la, rss = loadavg(), peak_rss_mb()
+    assert la is None or (len(la) == 3 and all(x >= 0 for x in la))
+    assert rss is None or 10 < rss < 1e6  # MB: this test process, python and torch loaded

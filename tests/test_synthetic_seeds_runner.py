@@ -28,10 +28,10 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatc
 def test_progress_reads_the_logs(tmp_path: Path, monkeypatch) -> None:
     log = tmp_path / "x.log"
     s = R.Seed(0, "x", log, [], arms=3)
-    assert s.progress() == (0, None)
+    assert s.progress() == (0, None, 0.0)
     log.write_text("budget ...\n[synthetic] baseline: training\n[synthetic] baseline: "
                    "ce_prior=0.3 ...\n[synthetic] kappa=1/8: training\n")
-    assert s.progress() == (1, "kappa=1/8")
+    assert s.progress() == (1, "kappa=1/8", 1.0)
     s.proc = object()  # type: ignore[assignment]
     line = R.status_line([s], t0=0.0)
     assert "s0: 1/3 training kappa=1/8" in line and "1/3 arms done, 33% of all steps" in line
@@ -43,7 +43,7 @@ def test_progress_reads_the_logs(tmp_path: Path, monkeypatch) -> None:
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 50, "ce": 1.0}\n'
                                        '{"kind": "val", "step": 60}\n')
-    assert s.fraction() == pytest.approx(1.25)
+    assert s.progress()[2] == pytest.approx(1.25)
     assert "42% of all steps, ETA" in R.status_line([s], t0=0.0)
 
 

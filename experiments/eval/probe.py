@@ -406,7 +406,7 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
     import yaml
 
     from common.io import atomic_write_text, unwritable
-    from common.provenance import git_state, versions
+    from common.provenance import git_state, loadavg, peak_rss_mb, versions
     from experiments.eval.likelihood import _run_corpus
     from experiments.eval.run import ckpt_identity
     from model.checkpoint import CheckpointError, load_checkpoint
@@ -463,7 +463,7 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
         raise ProbeError(f"--prompt-len {o['prompt_len']} + --gen-tokens {o['gen_tokens']}: the "
                          f"prompt must be shorter than a row ({T}) and both must fit the "
                          f"window ({model.cfg.max_seq_len})")
-    t0, load0 = time.time(), _loadavg()  # a wall time means something only at a known load
+    t0, load0 = time.time(), loadavg()  # a wall time means something only at a known load
     rec = probe_model(model, corpus.val_x[:o["rows"]], corpus.val_y[:o["rows"]], o)
     commit, dirty = git_state()
     doc = {"schema": SCHEMA, "suite": "probe", "spec": spec, "spec_id": sid,
@@ -475,32 +475,15 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
                           "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           "versions": versions("torch"), "threads": torch.get_num_threads(),
                           "device": dev, "cpu_count": os.cpu_count(),
-                          "loadavg_start": load0, "loadavg_end": _loadavg(),
+                          "loadavg_start": load0, "loadavg_end": loadavg(),
                           "n_params": sum(p.numel() for p in model.parameters()),
-                          "peak_rss_mb": _peak_rss_mb()}}
+                          "peak_rss_mb": peak_rss_mb()}}
     path = probe_file(out_dir, spec, step)
     atomic_write_text(path, json.dumps(finite_or_null(doc), indent=1, sort_keys=True,
                                        allow_nan=False) + "\n")
     return path, False
 
 
-
-def _peak_rss_mb() -> float | None:
-    """This process's peak resident memory so far (MB); None where the platform has no rusage."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB on Linux
-    return round(kb / (1 << 20) if sys.platform == "darwin" else kb / 1024, 1)
-
-
-def _loadavg() -> list[float] | None:
-    """The 1, 5 and 15 minute load averages; None where the platform has none."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
