@@ -89,7 +89,7 @@ SIZES: dict[str, Size] = {
     # sample the repository ships (no MBPP+ there), two documents each.
     "tiny": Size(
         preset="1M", h=4, kappa="0.5 1 2", seeds="0 1", tokens="4096",
-        controls="flops plus1",
+        controls="flops plus1 zcut",
         overrides="data.max_bytes=2000000 data.val_tokens=4096 logging.val_every=0 "
                   "train.seq_len=64 train.batch_size=8 optim.warmup_steps=1",
         tasks="gsm8k,humaneval_plus", limit=2, gen_toks=8, eval_points=2, likelihood_rows=2,
@@ -103,7 +103,7 @@ SIZES: dict[str, Size] = {
     # for kappa 1 (target 0.03), so two seeds were added: the sweep reuses the 30 finished runs.
     "full": Size(
         preset="1M", h=8, kappa="0.5 1 2", seeds="0 1 2 3 4 5 6", tokens="1M",
-        controls="flops plus1",
+        controls="flops plus1 zcut",
         overrides="data.max_bytes=8000000 data.val_tokens=16384 logging.val_every=49",
         tasks="gsm8k,humaneval_plus,mbpp_plus", limit=16, gen_toks=48, eval_points=2,
         likelihood_rows=8,

@@ -53,6 +53,15 @@ class ModelConfig:
     (its error against float64 is measured in tests/test_model.py and docs/BENCH.md). Off by
     default: the exact gradient. Part of the run-id when on."""
 
+    z_cut: bool = False
+    """The Z-cut control (a Free Transformer with Z disconnected from the decoder): the encoder,
+    its KL penalty, the binary mapper and the post-sampler run and train exactly as in the Free
+    Transformer, but the post-sampler's output is multiplied by 0 before it enters block L/2's
+    keys/values, so nothing of Z reaches the decoder while the FLOPs, the parameters and the
+    encoder's gradient from the KL stay the same. It separates "the latent helps" from "the extra
+    block helps" (the paper's reviewers asked for it). Needs latent_bits > 0; part of the run-id
+    when on."""
+
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> None:
             raise ValueError(f"ModelConfig.{name}={getattr(self, name)!r}: {allowed}")
@@ -68,8 +77,11 @@ class ModelConfig:
             bad("n_heads", f"dim/n_heads must be even for RoPE (dim={self.dim})")
         if self.n_heads % self.n_kv_heads:
             bad("n_kv_heads", f"must divide n_heads={self.n_heads}")
-        if not isinstance(self.mapper_bf16, bool):
-            bad("mapper_bf16", "must be true or false")
+        for name in ("mapper_bf16", "z_cut"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be true or false")
+        if self.z_cut and self.latent_bits == 0:
+            bad("z_cut", "needs a Free Transformer (latent_bits > 0): a baseline has no Z")
         if not isinstance(self.latent_bits, int) or not 0 <= self.latent_bits <= MAX_LATENT_BITS:
             bad("latent_bits", f"must be an integer in 0..{MAX_LATENT_BITS} (0 = baseline)")
         if self.latent_bits > 0 and self.n_layers % 2:
@@ -112,6 +124,8 @@ class ModelConfig:
         return cls(**d)
 
     def replace(self, **kw: Any) -> ModelConfig:
+        if kw.get("latent_bits") == 0:
+            kw.setdefault("z_cut", False)  # the baseline of a Z-cut control has no Z to cut
         return replace(self, **kw)
 
 

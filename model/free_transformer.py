@@ -358,6 +358,11 @@ class FreeTransformer(Transformer):
         else:
             raise ValueError(f"z must be None, 'prior', 'posterior' or a LongTensor, got {z!r}")
         ctx.codes = codes
+        if self.cfg.z_cut:
+            # the Z-cut control: everything above ran (encoder, KL, mapper, post-sampler), and the
+            # product with 0 keeps the mapper's backward in the graph (same FLOPs) while no value
+            # or gradient of Z reaches the decoder
+            r = r * 0.0
         return x + r.to(x.dtype)
 
     def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:

@@ -10,6 +10,9 @@ Arms:
                           count (overrides applied), at equal tokens; one per seed
     baseline_plus1_flops  the same +1-layer baseline trained to the FLOPs of the H-bit Free
                           Transformer (`train.match_n_layers` = the arms' layers); per (H, seed)
+    free_zcut             control: a Free Transformer with Z cut from the decoder
+                          (`model.z_cut=true`: encoder, KL and FLOPs kept, nothing of Z reaches
+                          the decoder), at the grid's smallest kappa; one per (H, seed)
 
 With a FLOPs budget (FLOPS=...) every arm already trains to the same FLOPs, so the FLOPs-matched
 controls would duplicate `baseline` / `baseline_plus1` under another run-id: they are not made
@@ -36,13 +39,14 @@ from model.config import MAX_LATENT_BITS
 from .backend import parse_amount as config_parse_amount
 from .errors import SweepError
 
-ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
+ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops",
+        "free_zcut")
 CONTROLS = {"flops": "baseline_flops", "plus1": "baseline_plus1",
-            "plus1_flops": "baseline_plus1_flops"}
-"""User-facing control names (CONTROLS="flops plus1 plus1_flops") -> arm names."""
+            "plus1_flops": "baseline_plus1_flops", "zcut": "free_zcut"}
+"""User-facing control names (CONTROLS="flops plus1 plus1_flops zcut") -> arm names."""
 FLOPS_MATCHED = ("baseline_flops", "baseline_plus1_flops")
 
-ARCH_KNOBS = ("model.latent_bits", "model.kappa_bits", "model.n_layers")
+ARCH_KNOBS = ("model.latent_bits", "model.kappa_bits", "model.n_layers", "model.z_cut")
 """The only settings arms may differ in (besides the seed, a grid axis)."""
 GRID_AXES = ("train.seed",)
 COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.match_n_layers",
@@ -255,6 +259,16 @@ def expand(spec: SweepSpec) -> list[Cell]:
                 cells.append(mk(f"baseline_flops-H{h}-s{s}", "baseline_flops", s,
                                 ["model.latent_bits=0", "train.compute_match=flops",
                                  f"train.match_latent_bits={h}"], latent_bits=h))
+    if "free_zcut" in spec.controls:
+        # one Z-cut per (H, seed), like the baseline: with Z cut the encoder has nothing to do but
+        # bring its KL under kappa, after which the penalty and its gradient are 0, so kappa
+        # barely matters; it trains at the grid's smallest kappa and pairs with every FT of its H
+        k = min(spec.kappa_bits)
+        for h in spec.latent_bits:
+            for s in spec.seeds:
+                cells.append(mk(f"free_zcut-H{h}-s{s}", "free_zcut", s,
+                                [f"model.latent_bits={h}", f"model.kappa_bits={fmt_num(k)}",
+                                 "model.z_cut=true"], kappa_bits=k, latent_bits=h))
     layers = resolved_layers(spec, "free")  # the arms' layers, overrides applied
     if "baseline_plus1" in spec.controls:
         for s in spec.seeds:

@@ -253,3 +253,18 @@ def test_no_verdict_from_a_single_seed(tmp_path):
     assert (ft["delta_unit"] == "item").all()
     assert ft["delta_method"].str.contains("seed variance not included").all()
     assert not math.isnan(ft["mde"].dropna().iloc[0])
+
+
+# ---- the Z-cut control ---------------------------------------------------------------------------
+
+def test_zcut_control_is_one_ft_with_z_cut_per_h_and_seed_at_the_smallest_kappa():
+    spec = SweepSpec.from_text(kappa="2 0.5 1", h="4 8", seeds="0 1", tokens="10k",
+                               controls="zcut")
+    cells = [c for c in expand(spec) if c.arm == "free_zcut"]
+    assert sorted(c.name for c in cells) == sorted(
+        f"free_zcut-H{h}-s{s}" for h in (4, 8) for s in (0, 1))
+    for c in cells:
+        assert "model.z_cut=true" in c.overrides and "model.kappa_bits=0.5" in c.overrides
+        assert f"model.latent_bits={c.latent_bits}" in c.overrides and c.kappa_bits == 0.5
+    # the Free Transformers themselves never carry it
+    assert not any("model.z_cut=true" in c.overrides for c in expand(spec) if c.arm == "free")

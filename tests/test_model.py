@@ -608,3 +608,65 @@ def test_split_forward_leaves_the_kv_cache_path_alone():
     torch.testing.assert_close(torch.cat([a, b], 1), m(x, z=codes).logits, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="max_seq_len"):
         m.forward_lower(torch.zeros(1, 65, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- the Z-cut control
+
+
+def test_z_cut_decoder_sees_no_z_but_keeps_the_encoder_kl_and_flops():
+    """model.z_cut: the logits do not depend on the codes, the encoder still trains on its KL
+    penalty alone, the post-sampler gets a zero gradient, and the FLOPs equal the FT's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    cfg = tiny(latent_bits=5, kappa_bits=0.0)
+    cut = seeded(cfg.replace(z_cut=True), seed=3)
+    ft = seeded(cfg, seed=3)  # same weights: z_cut adds no parameter
+    assert count_parameters(cut) == count_parameters(ft)
+    x = torch.randint(0, 97, (2, 16))
+    a = torch.randint(0, 32, (2, 16))
+    b = (a + 7) % 32
+    torch.testing.assert_close(cut(x, z=a).logits, cut(x, z=b).logits, rtol=0, atol=0)
+    assert not torch.equal(ft(x, z=a).logits, ft(x, z=b).logits)  # the FT does read Z
+    # with Z cut, the decoder equals the FT whose post-sampler is zero
+    zero = seeded(cfg, seed=3)
+    with torch.no_grad():
+        zero.post_sampler.weight.zero_()
+    torch.testing.assert_close(cut(x, z=a).logits, zero(x, z=a).logits, rtol=0, atol=0)
+
+    cut.train()
+    out = cut(x, targets=x)
+    assert float(out.kl.detach()) > 0
+    out.loss.backward()
+    assert float(cut.post_sampler.weight.grad.abs().max()) == 0.0
+    # the encoder's gradient is the KL penalty's alone: the CE part through Z is exactly 0
+    g_total = cut.enc_readout.weight.grad.clone()
+    cut.zero_grad()
+    out = cut(x, targets=x)
+    (out.loss - out.ce).backward()
+    torch.testing.assert_close(cut.enc_readout.weight.grad, g_total, rtol=1e-6, atol=1e-9)
+    assert float(g_total.abs().max()) > 0
+
+    counter = {}
+    for name, m in (("cut", cut), ("ft", ft.train())):
+        c = FlopCounterMode(display=False)
+        with sdpa_kernel(SDPBackend.MATH), c:
+            m(x, targets=x).loss.backward()
+        counter[name] = c.get_total_flops()
+    # the product with 0 adds B*T*D multiplications to the forward and as many to the backward
+    assert counter["cut"] - counter["ft"] <= 4 * x.numel() * cfg.dim
+    assert counter["cut"] >= counter["ft"]
+
+
+def test_z_cut_is_in_the_run_id_only_when_on_and_needs_a_latent():
+    from experiments.train.config import compose
+    from experiments.train.plan import run_id, semantic
+
+    base = compose(["model=1M", "model.latent_bits=4"])
+    on = compose(["model=1M", "model.latent_bits=4", "model.z_cut=true"])
+    assert "z_cut" not in semantic(base)["model"]  # old run-ids stay valid
+    assert semantic(on)["model"]["z_cut"] is True
+    assert run_id(on) != run_id(base)
+    with pytest.raises(ValueError, match="z_cut"):
+        tiny(z_cut=True)  # a baseline has no Z
+    assert not tiny(latent_bits=4, z_cut=True).replace(latent_bits=0).z_cut

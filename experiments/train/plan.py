@@ -50,8 +50,9 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
         d["train"].pop("match_n_layers", None)
     d["model"].pop("preset", None)  # the fields say everything; a renamed preset is the same run
     d["model"].pop("mapper_chunk_bytes", None)  # a memory knob: same maths, same run
-    if not d["model"].get("mapper_bf16"):  # added later: old run-ids stay valid
-        d["model"].pop("mapper_bf16", None)
+    for k in ("mapper_bf16", "z_cut"):  # added later: off, they leave old run-ids valid
+        if not d["model"].get(k):
+            d["model"].pop(k, None)
     # data keys added with experiments/corpus: at their defaults they stay out (old run-ids stay
     # valid); max_epochs is a guard, never what is trained; shard_bytes does not change the stream
     for k, default in (("corpus", None), ("tokenizer", None),
@@ -258,7 +259,8 @@ def format_plan(cfg: TrainConfig, p: RunPlan) -> str:
     mc = p.model
     lines = [
         f"run-id      {run_id(cfg)}  ({p.arm}, preset {cfg.model.preset}, "
-        f"H={mc.latent_bits}, kappa={kappa_label(mc.kappa_bits)} bits)",
+        f"H={mc.latent_bits}, kappa={kappa_label(mc.kappa_bits)} bits"
+        + (", Z cut from the decoder)" if mc.z_cut else ")"),
         f"data        {cfg.data.source}, seq_len {p.seq_len}, vocab {mc.vocab_size}",
         f"params      {p.params['total']:,} (non-embedding {p.params['non_embedding']:,}); "
         f"baseline {p.params_baseline:,}"
