@@ -36,7 +36,13 @@ mean over the measured runs and n per number, the regime's pass/fail counts), `c
 per token over training, from each arm's metrics.jsonl, binned), `agreement.csv` (per run, model
 and kept checkpoint: the held-out KL, CE, validity and agreement gaps; empty when the runs kept
 no checkpoints), `aggregate.json` (provenance: the sources with their sha256, settings, wall
-times and load), `summary.md`, `kl_curves.png`, `agreement.png`.
+times and load), `summary.md`, `kl_curves.png`, `agreement.png`, and `gaps.csv`: every gap
+(position and noise, shared - across) per run, model and measured step with its 95% jackknife
+interval over the shared Z groups and a one-sided permutation p, n stated (groups, rows, pairs),
+plus validity minus the same seed's baseline and CE with prior Z, each with its interval
+(GAP_COLUMNS; the statistics are described at `gap_tests`).
+`intervals DIR [DIR ...]` recomputes gaps.csv of committed folders from their committed samples
+(`DIR/samples/<name>.samples.jsonl.gz`, each checked against aggregate.json's sha256).
 A name with no samples.jsonl yet is missing: its rows are empty and every count says n.
 `render-doc [--doc docs/SYNTHETIC.md] [--check]` rewrites the doc's generated blocks from such
 folders (committed under docs/synthetic/), so no number in the doc is typed by hand.
@@ -59,8 +65,10 @@ from typing import Any
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
+from scipy import stats
 
 from common.io import atomic_write_text
 from common.kappa import kappa_label as common_kappa_label
@@ -179,19 +187,24 @@ def group_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def read_kinds(path: str | os.PathLike) -> tuple[dict, dict[str, list[dict]]]:
     """samples.jsonl in one read -> (meta, records by kind: model, sample, point,
     point_sample; the last two empty in files written before kept checkpoints existed)."""
+    with open(path, encoding="utf-8") as f:
+        return read_kinds_lines(f)
+
+
+def read_kinds_lines(lines: Iterable[str]) -> tuple[dict, dict[str, list[dict]]]:
+    """read_kinds on the lines of a samples.jsonl (e.g. a committed .gz, decompressed)."""
     meta: dict[str, Any] = {}
     by_kind: dict[str, list[dict]] = {k: [] for k in ("model", "sample", "point",
                                                       "point_sample")}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            kind = r.get("kind")
-            if kind == "meta":
-                meta = r
-            elif kind in by_kind:
-                by_kind[kind].append(r)
+    for line in lines:
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        kind = r.get("kind")
+        if kind == "meta":
+            meta = r
+        elif kind in by_kind:
+            by_kind[kind].append(r)
     return meta, by_kind
 
 
@@ -496,6 +509,235 @@ def agreement_rows(models: list[dict], samples: list[dict], points: list[dict],
     return out
 
 
+# --------------------------------------------------------------------------- intervals
+# Every gap (shared Z - across Z) carries a 95% interval and a permutation p (issue 38).
+# - p: one-sided permutation test of "Z does not matter": within each prompt the shared rows'
+#   group labels are shuffled (group sizes kept), N_PERM times; p = (1 + #{shuffled gap >=
+#   observed}) / (1 + N_PERM). Exact under the null (the rows of a prompt's shared groups are
+#   exchangeable when Z carries nothing), whatever the dependence between pairs.
+# - interval: delete-one-group jackknife over the shared Z groups (the unit Z is drawn for),
+#   gap +- t(n_groups - 1) * se. Pairs share rows, so a plain binomial interval over pairs would
+#   be far too narrow; the groups are the independent draws. docs/CALIBRATION.md measures its
+#   coverage on planted truth (a percentile bootstrap over groups covered less; see there).
+# - validity minus the same seed's baseline: the same jackknife over all groups of each arm
+#   (the arms are independent), se added in quadrature, t with min(n_groups) - 1 df.
+# - CE with prior Z: mean +- t * sd / sqrt(n_eval) where the run recorded the per-sequence SD
+#   (`ce_prior_sd`, written since issue 38); older runs have no interval (said, never invented).
+# scipy/numpy have no permutation test for a pair statistic with this blocked design
+# (scipy.stats.permutation_test permutes samples, not group labels of pairs), hence the code.
+GAP_ALPHA = 0.05
+GAP_LEVEL = 0.95
+N_PERM = 9999
+PERM_SEED = 38  # one fixed stream: the same shuffles for every model, rerunnable
+GAP_KINDS = ("pos", "noise")
+
+GAP_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "step", "final",
+               "n_groups", "n_rows", "pos_gap", "pos_lo", "pos_hi", "pos_p", "n_pos_within",
+               "n_pos_across", "noise_gap", "noise_lo", "noise_hi", "noise_p",
+               "n_noise_within", "n_noise_across", "validity", "n_groups_all", "n_rows_all",
+               "validity_diff", "validity_diff_lo", "validity_diff_hi", "ce_prior",
+               "ce_prior_lo", "ce_prior_hi", "n_perm")
+
+
+@dataclass
+class _PromptPairs:
+    """One prompt's shared-Z rows: group index per row and the pair matrices (zero diagonal):
+    pos = both valid and the same start, pos_n = both valid, noise = Jaccard of the '!' sets
+    when both are full length, noise_n = both full length."""
+
+    labels: np.ndarray
+    mats: dict[str, np.ndarray]
+
+
+def _prompt_pairs(samples: Iterable[dict[str, Any]]) -> list[_PromptPairs]:
+    rows: dict[int, list[tuple[int, Parsed]]] = defaultdict(list)
+    for s in samples:
+        if s["group_kind"] == "shared":
+            rows[int(s["prompt_idx"])].append((int(s["group"]),
+                                               parse_body(s["text"], s["letter"])))
+    out = []
+    for p in sorted(rows):
+        groups = sorted({g for g, _ in rows[p]})
+        labels = np.array([groups.index(g) for g, _ in rows[p]])
+        ps = [x for _, x in rows[p]]
+        n = len(ps)
+        m = {k: np.zeros((n, n)) for k in ("pos", "pos_n", "noise", "noise_n")}
+        for i, j in combinations(range(n), 2):
+            a, b = ps[i], ps[j]
+            if a.valid and b.valid:
+                m["pos_n"][i, j] = m["pos_n"][j, i] = 1.0
+                m["pos"][i, j] = m["pos"][j, i] = float(a.start == b.start)
+            if a.full_length and b.full_length:
+                m["noise_n"][i, j] = m["noise_n"][j, i] = 1.0
+                m["noise"][i, j] = m["noise"][j, i] = jaccard(a.noise, b.noise)
+        out.append(_PromptPairs(labels, m))
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def _gap_of(within: dict[str, float], total: dict[str, float], kind: str) -> float | None:
+    """shared - across from summed pair values: within[k] over same-group pairs, total[k] over
+    all pairs of a prompt's shared rows (across = total - within)."""
+    w = _ratio(within[kind], within[kind + "_n"])
+    a = _ratio(total[kind] - within[kind], total[kind + "_n"] - within[kind + "_n"])
+    return None if w is None or a is None else w - a
+
+
+def _blocks(pp: _PromptPairs) -> dict[str, np.ndarray]:
+    """Per matrix, the group-by-group sums L^T M L (G x G; the diagonal counts each within
+    pair twice, an off-diagonal cell the pairs between two groups)."""
+    L = np.eye(int(pp.labels.max()) + 1)[pp.labels]
+    return {k: L.T @ m @ L for k, m in pp.mats.items()}
+
+
+def gap_tests(samples: Sequence[dict[str, Any]], n_perm: int = N_PERM,
+              seed: int = PERM_SEED, level: float = GAP_LEVEL) -> dict[str, Any]:
+    """Position and noise gaps of one model's samples (one checkpoint) with their jackknife
+    interval over the shared Z groups and one-sided permutation p; n stated (groups, rows,
+    pairs). A gap with no pair on one side is None, and so are its interval and p."""
+    prompts = [pp for pp in _prompt_pairs(samples) if pp.labels.size]
+    keys = ("pos", "pos_n", "noise", "noise_n")
+    blocks = [_blocks(pp) for pp in prompts]
+    within = {k: sum(float(np.trace(b[k])) / 2 for b in blocks) for k in keys}
+    total = {k: sum(float(b[k].sum()) / 2 for b in blocks) for k in keys}
+    n_groups = sum(int(pp.labels.max()) + 1 for pp in prompts)
+    out: dict[str, Any] = {"n_groups": n_groups,
+                           "n_rows": sum(int(pp.labels.size) for pp in prompts),
+                           "n_perm": n_perm}
+    for kind in GAP_KINDS:
+        out[f"n_{kind}_within"] = int(within[kind + "_n"])
+        out[f"n_{kind}_across"] = int(total[kind + "_n"] - within[kind + "_n"])
+    # jackknife: drop one (prompt, group) at a time
+    loo: dict[str, list[float]] = {kind: [] for kind in GAP_KINDS}
+    for b in blocks:
+        for g in range(b["pos"].shape[0]):
+            w = {k: within[k] - float(b[k][g, g]) / 2 for k in keys}
+            t = {k: total[k] - float(b[k][g].sum()) + float(b[k][g, g]) / 2 for k in keys}
+            for kind in GAP_KINDS:
+                v = _gap_of(w, t, kind)
+                if v is not None:
+                    loo[kind].append(v)
+    # permutations: the same shuffles for both gaps
+    rng = np.random.default_rng(seed)
+    perm_w = {k: np.zeros(n_perm) for k in keys}
+    for pp in prompts:
+        G = int(pp.labels.max()) + 1
+        lab = rng.permuted(np.tile(pp.labels, (n_perm, 1)), axis=1)
+        L = np.eye(G)[lab]  # (n_perm, rows, G)
+        for k in keys:
+            perm_w[k] += (L * (pp.mats[k] @ L)).sum(axis=(1, 2)) / 2
+    for kind in GAP_KINDS:
+        g = _gap_of(within, total, kind)
+        lo = hi = p = None
+        if g is not None:
+            jk = np.asarray(loo[kind])
+            n = jk.size
+            if n >= 2:
+                se = math.sqrt((n - 1) / n * float(((jk - jk.mean()) ** 2).sum()))
+                half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+                lo, hi = max(-1.0, g - half), min(1.0, g + half)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                pw = perm_w[kind] / perm_w[kind + "_n"]
+                pa = ((total[kind] - perm_w[kind])
+                      / (total[kind + "_n"] - perm_w[kind + "_n"]))
+            pg = pw - pa
+            # a shuffle with no pair on one side counts against the finding (conservative)
+            hits = int(np.sum(~np.isfinite(pg) | (pg >= g - 1e-12)))
+            p = (1 + hits) / (1 + n_perm)
+        out.update({f"{kind}_gap": g, f"{kind}_lo": lo, f"{kind}_hi": hi, f"{kind}_p": p})
+    return out
+
+
+def _validity_jackknife(samples: Sequence[dict[str, Any]]
+                        ) -> tuple[float | None, float, int, int]:
+    """Validity over all rows, its delete-one-group jackknife variance, groups, rows."""
+    groups: dict[tuple[int, int], list[bool]] = defaultdict(list)
+    for s in samples:
+        groups[(int(s["prompt_idx"]), int(s["group"]))].append(
+            parse_body(s["text"], s["letter"]).valid)
+    k = np.array([sum(v) for v in groups.values()], dtype=float)
+    n = np.array([len(v) for v in groups.values()], dtype=float)
+    if n.sum() == 0:
+        return None, math.nan, 0, 0
+    v = float(k.sum() / n.sum())
+    m = k.size
+    if m < 2:
+        return v, math.nan, m, int(n.sum())
+    jk = (k.sum() - k) / (n.sum() - n)
+    var = (m - 1) / m * float(((jk - jk.mean()) ** 2).sum())
+    return v, var, m, int(n.sum())
+
+
+def validity_diff(ft: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+                  level: float = GAP_LEVEL) -> dict[str, Any]:
+    """Validity of `ft` minus the baseline's (same seed, same step), with its interval."""
+    v, var, m, _ = _validity_jackknife(ft)
+    vb, varb, mb, _ = _validity_jackknife(base)
+    if v is None or vb is None:
+        return {"validity_diff": None, "validity_diff_lo": None, "validity_diff_hi": None}
+    d = v - vb
+    if not (math.isfinite(var) and math.isfinite(varb)) or min(m, mb) < 2:
+        return {"validity_diff": d, "validity_diff_lo": None, "validity_diff_hi": None}
+    half = float(stats.t.ppf(0.5 + level / 2, min(m, mb) - 1)) * math.sqrt(var + varb)
+    return {"validity_diff": d, "validity_diff_lo": max(-1.0, d - half),
+            "validity_diff_hi": min(1.0, d + half)}
+
+
+def ce_interval(rec: dict[str, Any], level: float = GAP_LEVEL) -> tuple[float | None,
+                                                                         float | None]:
+    """CE with prior Z +- t * sd / sqrt(n_eval), from the per-sequence SD the run recorded
+    (`ce_prior_sd`); (None, None) for runs that did not record it."""
+    ce, sd, n = _num(rec.get("ce_prior")), _num(rec.get("ce_prior_sd")), _num(rec.get("n_eval"))
+    if ce is None or sd is None or n is None or n < 2:
+        return None, None
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return ce - half, ce + half
+
+
+def gap_rows(name: str, seed: Any, models: list[dict], samples: list[dict],
+             points: list[dict], point_samples: list[dict],
+             n_perm: int = N_PERM) -> list[dict[str, Any]]:
+    """One row per model and measured step (every kept checkpoint, then the final model):
+    the gaps with intervals and p, validity minus the same seed's baseline at the same step,
+    and CE with prior Z with its interval where recorded (GAP_COLUMNS)."""
+    by: dict[tuple[str, int | None], list[dict]] = defaultdict(list)
+    for s in samples:
+        by[(s["model"], None)].append(s)
+    for s in point_samples:
+        by[(s["model"], int(s["step"]))].append(s)
+    base = next((m["model"] for m in models if m.get("arm") == "baseline"), None)
+    final_step = {m["model"]: m.get("steps") for m in models}
+    out = []
+    units: list[tuple[dict, int | None]] = [(p, int(p["step"])) for p in points]
+    units += [(m, None) for m in models]
+    for rec, step in units:
+        smp = by[(rec["model"], step)]
+        if not smp:
+            continue
+        g = gap_tests(smp, n_perm=n_perm)
+        base_key = None
+        if base is not None:
+            base_key = (base, step) if (base, step) in by else None
+        vd = (validity_diff(smp, by[base_key]) if base_key is not None and
+              rec["model"] != base else {"validity_diff": None, "validity_diff_lo": None,
+                                         "validity_diff_hi": None})
+        v, _, m_all, n_all = _validity_jackknife(smp)
+        lo, hi = ce_interval(rec)
+        st = final_step.get(rec["model"]) if step is None else step
+        out.append({"name": name, "seed": seed, "model": rec["model"],
+                    "kappa_bits": None if rec.get("arm") == "baseline"
+                    else _num(rec.get("kappa_bits")),
+                    "latent_bits": rec.get("latent_bits"),
+                    "step": None if st is None else int(st), "final": step is None, **g,
+                    "validity": v, "n_groups_all": m_all, "n_rows_all": n_all, **vd,
+                    "ce_prior": _num(rec.get("ce_prior")), "ce_prior_lo": lo,
+                    "ce_prior_hi": hi})
+    return out
+
+
 def _run_metrics_path(model: dict, root: Path) -> Path | None:
     """The arm's metrics.jsonl: at its recorded run_dir, else under <results>/runs/<run_id>."""
     for d in (model.get("run_dir"), model.get("run_id") and root / "runs" / model["run_id"]):
@@ -535,6 +777,7 @@ class SeedAggregate:
     curves: pd.DataFrame  # KL over training per (name, model, step)
     meta: dict[str, Any]  # provenance: sources, settings, wall times
     agreement: pd.DataFrame  # held-out measures per (name, model, kept checkpoint)
+    gaps: pd.DataFrame | None = None  # gaps with intervals and p per (name, model, step)
 
 
 def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
@@ -550,6 +793,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
     rows: list[dict[str, Any]] = []
     curve_rows: list[dict[str, Any]] = []
     agree_rows: list[dict[str, Any]] = []
+    gap_rows_all: list[dict[str, Any]] = []
     sources: list[dict[str, Any]] = []
     labels: dict[str, float | None] = {}
     missing: list[str] = []
@@ -567,6 +811,8 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
         seed = st.get("seed")
         agree_rows += [{"name": name, "seed": seed, **r} for r in
                        agreement_rows(models, samples, kinds["point"], kinds["point_sample"])]
+        gap_rows_all += gap_rows(name, seed, models, samples, kinds["point"],
+                                 kinds["point_sample"])
         df = build_table(models, samples)
         base = df[df["arm"] == "baseline"]
         base_v = _num(base.iloc[0]["validity"]) if not base.empty else None
@@ -635,7 +881,8 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                             "validity_drop": VALIDITY_DROP},
                 "curve_points": CURVE_POINTS}
     agreement = pd.DataFrame(agree_rows, columns=list(AGREEMENT_COLUMNS))
-    return SeedAggregate(per_seed, summary, curves, meta_out, agreement)
+    gaps = pd.DataFrame(gap_rows_all, columns=list(GAP_COLUMNS))
+    return SeedAggregate(per_seed, summary, curves, meta_out, agreement, gaps)
 
 
 def _sum_or_none(xs: Sequence[float | None]) -> float | None:
@@ -675,6 +922,8 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     agg.summary.to_csv(out["summary.csv"], index=False, float_format="%.6g")
     agg.curves.to_csv(out["curves.csv"], index=False, float_format="%.6g")
     agg.agreement.to_csv(out["agreement.csv"], index=False, float_format="%.6g")
+    if agg.gaps is not None:
+        write_gaps(agg.gaps, d)
     out["aggregate.json"].write_text(json.dumps(agg.meta, indent=1) + "\n", encoding="utf-8")
     out["summary.md"].write_text(render_block(d), encoding="utf-8")
     render_kl_curves(agg.curves, out["kl_curves.png"])
@@ -684,6 +933,65 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     else:
         render_agreement(agg.agreement, out["agreement.png"])
     return out
+
+
+def _model_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Baseline first, then by kappa; within a model by run name and step (final last)."""
+    if df.empty:
+        return df
+    k = [-1.0 if _num(x) is None else float(x) for x in df["kappa_bits"]]
+    names = list(dict.fromkeys(df["name"]))
+    order = df.assign(_k=k, _n=[names.index(n) for n in df["name"]],
+                      _s=[math.inf if f else float(st) for f, st in
+                          zip(df["final"], df["step"], strict=True)])
+    return order.sort_values(["_k", "_n", "_s"], kind="stable").drop(
+        columns=["_k", "_n", "_s"]).reset_index(drop=True)
+
+
+def write_gaps(gaps: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """gaps.csv (every gap with its interval and p, per run, model and measured step)."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    out = {"gaps.csv": d / "gaps.csv"}
+    _model_order(gaps).to_csv(out["gaps.csv"], index=False, float_format="%.6g")
+    return out
+
+
+def committed_samples(agg_dir: str | os.PathLike) -> dict[str, list[str]]:
+    """The samples.jsonl lines of every measured run of a committed aggregate folder, from
+    `<dir>/samples/<name>.samples.jsonl.gz`, each checked against the sha256 that
+    aggregate.json names. ValueError (one line) when one is absent or differs."""
+    import gzip
+    import hashlib
+
+    d = Path(agg_dir)
+    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
+    out = {}
+    for src in meta["sources"]:
+        if src.get("status") != "measured":
+            continue
+        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
+        if not gz.is_file():
+            raise ValueError(f"{gz}: not committed, so the gaps of {src['name']} cannot be "
+                             "recomputed here; commit the run's samples.jsonl gzipped there")
+        raw = gzip.decompress(gz.read_bytes())
+        if hashlib.sha256(raw).hexdigest() != src["sha256"]:
+            raise ValueError(f"{gz}: sha256 differs from aggregate.json's for {src['name']}; "
+                             "the tables were made from other samples")
+        out[src["name"]] = raw.decode("utf-8").splitlines()
+    return out
+
+
+def intervals_from_committed(agg_dir: str | os.PathLike,
+                             n_perm: int = N_PERM) -> pd.DataFrame:
+    """gaps.csv's rows recomputed from a committed folder's samples (committed_samples)."""
+    rows: list[dict[str, Any]] = []
+    for name, lines in committed_samples(agg_dir).items():
+        meta, kinds = read_kinds_lines(lines)
+        seed = meta.get("settings", {}).get("seed")
+        rows += gap_rows(name, seed, kinds["model"], kinds["sample"], kinds["point"],
+                         kinds["point_sample"], n_perm=n_perm)
+    return pd.DataFrame(rows, columns=list(GAP_COLUMNS))
 
 
 def render_agreement(agreement: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -834,6 +1142,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                 L.append(f"| {m} | " + " | ".join(_cell(v, n, len(srcs)) for v, n in cells)
                          + " |")
     L += _agreement_block(d / "agreement.csv", len(srcs))
+    L += _gaps_block(d / "gaps.csv")
     L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average "
           "at start and end, on a machine with the given CPUs):", "",
           "| run | arms | training s (sum) | whole run s | threads | CPUs | load |",
@@ -871,6 +1180,75 @@ def _agreement_block(path: Path, n_runs: int) -> list[str]:
                 v = [x for x in (_num(y) for y in g[g["step"] == st][col]) if x is not None]
                 cells.append(_cell(_mean(v), len(v), n_runs))
             L.append(f"| {m} | {label} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _ci_cell(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
+    x, a, b = _num(v), _num(lo), _num(hi)
+    if x is None:
+        return "–"
+    s = f"{x:.{digits}f}"
+    return s if a is None or b is None else f"{s} [{a:.{digits}f}, {b:.{digits}f}]"
+
+
+def _p_cell(v: Any) -> str:
+    x = _num(v)
+    return "–" if x is None else f"{x:.4f}"
+
+
+def _gaps_block(path: Path) -> list[str]:
+    """Every gap with its interval and p, from gaps.csv (absent: said, never zeros)."""
+    if not path.is_file():
+        if (path.parent / "samples").is_dir():
+            return ["", "Gaps with intervals: not computed yet (`python -m analysis.synthetic "
+                    "intervals DIR` computes them from the committed samples)."]
+        return ["", "Gaps with intervals: not computed (the samples behind these tables are not "
+                "committed, so no interval can be recomputed from them)."]
+    g = pd.read_csv(path)
+    if g.empty:
+        return []
+    fin = g[g["final"].astype(bool)]
+    n_perm = sorted({int(x) for x in g["n_perm"]})
+    ns = sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"], strict=True)})
+    n_text = ", ".join(f"{a} groups of {b // a if a else 0} rows" for a, b in ns)
+    L = ["", "Gaps with 95% intervals and permutation p (final models; gap = shared Z - across "
+         f"Z; interval: jackknife over the shared-Z groups, n = {n_text} per model; p: "
+         f"one-sided, {', '.join(map(str, n_perm))} shuffles of the group labels within each "
+         "prompt, so the smallest p is "
+         f"{1 / (1 + max(n_perm)):.4f}; validity minus the same seed's baseline with the "
+         "jackknife over every group of both arms; CE with prior Z with its interval where "
+         "the run recorded the per-sequence SD; pair counts per row in gaps.csv):", "",
+         "| model | run | position gap [95% CI] | p | noise gap [95% CI] | p | "
+         "validity - baseline [95% CI] | CE prior Z [95% CI] |",
+         "|---|---|---|---|---|---|---|---|"]
+    for _, r in fin.iterrows():
+        L.append(f"| {r['model']} | {r['name']} | "
+                 f"{_ci_cell(r['pos_gap'], r['pos_lo'], r['pos_hi'])} | {_p_cell(r['pos_p'])} | "
+                 f"{_ci_cell(r['noise_gap'], r['noise_lo'], r['noise_hi'])} | "
+                 f"{_p_cell(r['noise_p'])} | "
+                 f"{_ci_cell(r['validity_diff'], r['validity_diff_lo'], r['validity_diff_hi'])}"
+                 f" | {_ci_cell(r['ce_prior'], r['ce_prior_lo'], r['ce_prior_hi'])} |")
+    pts = g[~g["final"].astype(bool)]
+    if pts.empty:
+        return L + ["", "Gaps over training: not measured (no checkpoints kept along training)."]
+    steps = sorted({int(x) for x in g["step"].dropna()})
+    for kind, label in (("pos", "Position"), ("noise", "Noise")):
+        L += ["", f"{label} gap over training, per run (95% interval; * = p < {GAP_ALPHA}; "
+              "the last step is the final model):", "",
+              "| model | run | " + " | ".join(f"step {st}" for st in steps) + " |",
+              "|---|---|" + "---|" * len(steps)]
+        for (m, name), gr in g.groupby(["model", "name"], sort=False):
+            cells = []
+            for st in steps:
+                hit = gr[gr["step"] == st]
+                if hit.empty:
+                    cells.append("–")
+                    continue
+                r = hit.iloc[-1]
+                star = "*" if (_num(r[f"{kind}_p"]) or 1.0) < GAP_ALPHA else ""
+                cells.append(_ci_cell(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], 2)
+                             + star)
+            L.append(f"| {m} | {name} | " + " | ".join(cells) + " |")
     return L
 
 
@@ -1004,10 +1382,39 @@ def _main_seeds(names: list[str], out: str | None) -> None:
         print(f"wrote {k}: {v}")
 
 
+def _main_intervals(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.synthetic intervals",
+        description="recompute gaps.csv (every gap with its interval and p) of committed "
+                    "aggregate folders from their committed samples (sha256 checked)")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="e.g. docs/synthetic/cpu")
+    p.add_argument("--n-perm", type=int, default=N_PERM)
+    a = p.parse_args(argv)
+    if a.n_perm < 1:
+        _fail(f"--n-perm {a.n_perm}: must be >= 1")
+    done = []
+    for d in a.dirs:  # every folder checked before any is written
+        if not (Path(d) / "aggregate.json").is_file():
+            _fail(f"{d}: no aggregate.json; give a folder written by --names ... --out")
+    computed = {}
+    for d in a.dirs:  # every folder computed before any file is written
+        try:
+            computed[d] = intervals_from_committed(d, n_perm=a.n_perm)
+        except (OSError, ValueError, KeyError) as e:
+            _fail(f"{d}: {one_line(e)}")
+    for d, gaps in computed.items():
+        done += [str(f) for f in write_gaps(gaps, d).values()]
+    for f in done:
+        print(f"wrote {f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["render-doc"]:
         _main_render_doc(argv[1:])
+        return
+    if argv[:1] == ["intervals"]:
+        _main_intervals(argv[1:])
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="results/synthetic/<name>")
