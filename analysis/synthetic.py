@@ -534,8 +534,9 @@ GAP_KINDS = ("pos", "noise")
 GAP_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "step", "final",
                "n_groups", "n_rows", "pos_gap", "pos_lo", "pos_hi", "pos_p", "n_pos_within",
                "n_pos_across", "noise_gap", "noise_lo", "noise_hi", "noise_p",
-               "n_noise_within", "n_noise_across", "validity", "n_groups_all", "n_rows_all",
-               "validity_diff", "validity_diff_lo", "validity_diff_hi", "ce_prior",
+               "n_noise_within", "n_noise_across", "validity", "validity_lo", "validity_hi",
+               "n_groups_all", "n_rows_all", "validity_base", "validity_diff",
+               "validity_diff_lo", "validity_diff_hi", "ce_prior",
                "ce_prior_lo", "ce_prior_hi", "n_perm")
 
 
@@ -724,7 +725,13 @@ def gap_rows(name: str, seed: Any, models: list[dict], samples: list[dict],
         vd = (validity_diff(smp, by[base_key]) if base_key is not None and
               rec["model"] != base else {"validity_diff": None, "validity_diff_lo": None,
                                          "validity_diff_hi": None})
-        v, _, m_all, n_all = _validity_jackknife(smp)
+        v, var, m_all, n_all = _validity_jackknife(smp)
+        v_lo = v_hi = None
+        if v is not None and math.isfinite(var) and m_all >= 2:
+            half = float(stats.t.ppf(0.5 + GAP_LEVEL / 2, m_all - 1)) * math.sqrt(var)
+            v_lo, v_hi = max(0.0, v - half), min(1.0, v + half)
+        vb = (_validity_jackknife(by[base_key])[0] if base_key is not None
+              and rec["model"] != base else None)
         lo, hi = ce_interval(rec)
         st = final_step.get(rec["model"]) if step is None else step
         out.append({"name": name, "seed": seed, "model": rec["model"],
@@ -732,10 +739,169 @@ def gap_rows(name: str, seed: Any, models: list[dict], samples: list[dict],
                     else _num(rec.get("kappa_bits")),
                     "latent_bits": rec.get("latent_bits"),
                     "step": None if st is None else int(st), "final": step is None, **g,
-                    "validity": v, "n_groups_all": m_all, "n_rows_all": n_all, **vd,
+                    "validity": v, "validity_lo": v_lo, "validity_hi": v_hi,
+                    "n_groups_all": m_all, "n_rows_all": n_all, "validity_base": vb, **vd,
                     "ce_prior": _num(rec.get("ce_prior")), "ce_prior_lo": lo,
                     "ce_prior_hi": hi})
     return out
+
+
+# --------------------------------------------------------------------------- rules v2
+# Issue 38's regime rules ("v2"), written and committed before any interval of the committed
+# runs was computed (their point estimates, in the tables since issue 6, and a reviewer's
+# permutation p for 1/8 bit were known). The v1 rules (REGIMES, issue 6) stay, and every table
+# shows both. Each predicate is three-valued: "yes", "no" or "unclear" (the data shows neither);
+# a rule holds when every predicate it needs has the wanted value, fails when one has the other
+# value, and is unclear otherwise. A rule is an intersection of tests, so it needs no
+# multiplicity correction (it holds only if each test does at its own 5%).
+NEGLIGIBLE_MARGIN = NO_BETTER_MARGIN  # 0.05: a gap below this is too small to call encoding
+LEAK_VALIDITY_DROP = VALIDITY_DROP  # 0.2: validity this far below the baseline's is broken
+_P_LETTER = RUN_LEN / BODY_LEN * (1 - 1 / 16)
+_P_BLANK = (BODY_LEN - RUN_LEN) / BODY_LEN * (1 - 1 / 16)
+UNIGRAM_CE = -sum(p * math.log(p) for p in (_P_LETTER, 1 / 16, _P_BLANK))
+"""0.587 nats/char: CE of a predictor that knows the prompt's letter and how often each
+character occurs, but nothing of where the run is (a task constant, not a measurement). A model
+whose CE with prior Z is above it predicts the real sequences worse than that: the Z it draws
+from the prior misleads its decoder, i.e. generation from the prior breaks."""
+
+PREDICATES: dict[str, str] = {
+    "pos_encoded": (f"Z encodes the position: yes if the position gap's permutation p < "
+                    f"{GAP_ALPHA}; no if p >= {GAP_ALPHA} and its 95% interval lies below "
+                    f"{NEGLIGIBLE_MARGIN}; unclear otherwise"),
+    "noise_encoded": "Z encodes the noise: the same on the noise gap",
+    "pos_negligible": (f"the position gap is negligible: yes if its 95% interval lies below "
+                       f"{NEGLIGIBLE_MARGIN}; no if it lies above {NEGLIGIBLE_MARGIN}; "
+                       "unclear otherwise"),
+    "noise_negligible": "the noise gap is negligible: the same on the noise gap",
+    "validity_drop": (f"validity is broken: yes if the 95% interval of validity minus the same "
+                      f"seed's baseline's lies below -{LEAK_VALIDITY_DROP}; no if it lies above "
+                      f"-{LEAK_VALIDITY_DROP} (with no baseline arm: no if the validity's own "
+                      f"interval lies above 1 - {LEAK_VALIDITY_DROP}); unclear otherwise"),
+    "ce_broken": (f"CE with prior Z is broken: yes if it is above {UNIGRAM_CE:.3f} nats/char "
+                  "(the task's unigram CE: the prompt's letter and the character frequencies, "
+                  "nothing of the position) by its 95% interval; no if below it; unclear "
+                  "otherwise; runs that recorded no per-sequence SD are judged on the point "
+                  "estimate"),
+    "leaking": ("leaking (the encoder passes the tokens through Z; generation with Z from the "
+                "prior breaks): validity is broken or CE with prior Z is broken (yes if either "
+                "is yes, no if both are no, unclear otherwise)"),
+}
+
+
+@dataclass(frozen=True)
+class RuleV2:
+    kappa_bits: float
+    regime: str  # what the paper shows at this kappa, in this file's words
+    needs: tuple[tuple[str, bool], ...]  # (predicate, wanted: True = yes, False = no)
+    text: str  # the rule in words, as the doc and tables print it
+
+
+REGIMES_V2 = (
+    RuleV2(1 / 64, "Z unused", (("pos_negligible", True), ("noise_negligible", True)),
+           "position gap negligible and noise gap negligible"),
+    RuleV2(1 / 8, "position",
+           (("pos_encoded", True), ("noise_negligible", True), ("leaking", False)),
+           "Z encodes the position, the noise gap is negligible, and not leaking"),
+    RuleV2(1.0, "position and noise",
+           (("pos_encoded", True), ("noise_encoded", True), ("leaking", False)),
+           "Z encodes the position and the noise, and not leaking"),
+    RuleV2(8.0, "leaking (the paper's collapse)", (("leaking", True),), "leaking"),
+)
+
+VERDICT_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "kl_penalty",
+                   "regime", "result_v1", "result_v2", *PREDICATES, "why_v2")
+
+
+def rule_v2_for(kappa_bits: float | None) -> RuleV2 | None:
+    if kappa_bits is None:
+        return None
+    return next((r for r in REGIMES_V2 if abs(r.kappa_bits - kappa_bits) < 1e-12), None)
+
+
+def _yes_no(yes: bool | None, no: bool | None) -> str:
+    """'yes' / 'no' / 'unclear' from two conditions (None: not measurable)."""
+    if yes:
+        return "yes"
+    if no:
+        return "no"
+    return "unclear"
+
+
+def _or3(a: str, b: str) -> str:
+    if "yes" in (a, b):
+        return "yes"
+    return "no" if a == b == "no" else "unclear"
+
+
+def predicates(row: dict[str, Any]) -> dict[str, str]:
+    """The v2 predicates of one final-model row of gaps.csv (PREDICATES says each rule)."""
+    out: dict[str, str] = {}
+    for kind in GAP_KINDS:
+        p, lo, hi = (_num(row.get(f"{kind}_{k}")) for k in ("p", "lo", "hi"))
+        below = None if hi is None else hi < NEGLIGIBLE_MARGIN
+        above = None if lo is None else lo > NEGLIGIBLE_MARGIN
+        detected = None if p is None else p < GAP_ALPHA
+        out[f"{kind}_encoded"] = _yes_no(detected, (detected is False) and below)
+        out[f"{kind}_negligible"] = _yes_no(below, above)
+    d_lo, d_hi = _num(row.get("validity_diff_lo")), _num(row.get("validity_diff_hi"))
+    if d_lo is not None and d_hi is not None:
+        out["validity_drop"] = _yes_no(d_hi < -LEAK_VALIDITY_DROP, d_lo > -LEAK_VALIDITY_DROP)
+    else:  # no baseline at this step: no baseline can sit 0.2 above a validity above 0.8
+        v_lo = _num(row.get("validity_lo"))
+        out["validity_drop"] = _yes_no(None, None if v_lo is None
+                                       else v_lo > 1 - LEAK_VALIDITY_DROP)
+    ce = _num(row.get("ce_prior"))
+    c_lo, c_hi = _num(row.get("ce_prior_lo")), _num(row.get("ce_prior_hi"))
+    if ce is None:
+        out["ce_broken"] = "unclear"
+    else:
+        lo_, hi_ = (c_lo, c_hi) if c_lo is not None and c_hi is not None else (ce, ce)
+        out["ce_broken"] = _yes_no(lo_ > UNIGRAM_CE, hi_ <= UNIGRAM_CE)
+    out["leaking"] = _or3(out["validity_drop"], out["ce_broken"])
+    return out
+
+
+def judge_v2(kappa_bits: float | None, preds: dict[str, str]) -> tuple[str | None, str]:
+    """('holds' | 'fails' | 'unclear', why) for the kappa's v2 rule; (None, '') without one."""
+    rule = rule_v2_for(kappa_bits)
+    if rule is None:
+        return None, ""
+    parts, bad, unsure = [], False, False
+    for pred, want in rule.needs:
+        v = preds[pred]
+        parts.append(f"{pred.replace('_', ' ')}: {v}")
+        bad |= v == ("no" if want else "yes")
+        unsure |= v == "unclear"
+    return ("fails" if bad else "unclear" if unsure else "holds"), "; ".join(parts)
+
+
+def result_v1(kappa_bits: float | None, row: dict[str, Any]) -> str | None:
+    """The issue-6 rule (regime_result) from a gaps.csv row's point estimates."""
+    return regime_result(kappa_bits, row, _num(row.get("validity_base")))
+
+
+def verdicts(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Per run and model (final models only): the v1 and v2 results side by side, with every
+    v2 predicate and why (VERDICT_COLUMNS)."""
+    rows = []
+    for _, r in gaps[gaps["final"].astype(bool)].iterrows():
+        k = _num(r["kappa_bits"])
+        if k is None:
+            continue
+        row = r.to_dict()
+        preds = predicates(row)
+        res, why = judge_v2(k, preds)
+        h = _num(r.get("latent_bits"))
+        rule = rule_v2_for(k)
+        rows.append({"name": r["name"], "seed": r["seed"], "model": r["model"],
+                     "kappa_bits": k, "latent_bits": None if h is None else int(h),
+                     # KL <= H bits, so max(0, KL - kappa) is identically 0 when kappa >= H
+                     "kl_penalty": ("none (kappa >= H)" if h is not None and k >= h
+                                    else "free bits"),
+                     "regime": rule.regime if rule else None,
+                     "result_v1": result_v1(k, row), "result_v2": res, **preds,
+                     "why_v2": why})
+    return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
 
 
 def _run_metrics_path(model: dict, root: Path) -> Path | None:
@@ -923,7 +1089,7 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     agg.curves.to_csv(out["curves.csv"], index=False, float_format="%.6g")
     agg.agreement.to_csv(out["agreement.csv"], index=False, float_format="%.6g")
     if agg.gaps is not None:
-        write_gaps(agg.gaps, d)
+        out.update(write_gaps(agg.gaps, d))
     out["aggregate.json"].write_text(json.dumps(agg.meta, indent=1) + "\n", encoding="utf-8")
     out["summary.md"].write_text(render_block(d), encoding="utf-8")
     render_kl_curves(agg.curves, out["kl_curves.png"])
@@ -949,11 +1115,15 @@ def _model_order(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_gaps(gaps: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:
-    """gaps.csv (every gap with its interval and p, per run, model and measured step)."""
+    """gaps.csv (every gap with its interval and p, per run, model and measured step) and
+    verdicts.csv (per run and model: the v1 and v2 regime results, v2's predicates)."""
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
-    out = {"gaps.csv": d / "gaps.csv"}
+    out = {"gaps.csv": d / "gaps.csv", "verdicts.csv": d / "verdicts.csv"}
     _model_order(gaps).to_csv(out["gaps.csv"], index=False, float_format="%.6g")
+    # judged from the file as written, so anyone re-judging gaps.csv gets the same verdicts
+    verdicts(pd.read_csv(out["gaps.csv"])).to_csv(out["verdicts.csv"], index=False,
+                                                  float_format="%.6g")
     return out
 
 
@@ -1079,20 +1249,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
     for setting, h, ov, extra in settings:
         L.append(f"Setting `{setting}`, H = {h}: `{ov}`"
                  + (f", plus `{extra}`" if extra else "") + ".")
-    L += ["", "Regimes (one rule per kappa, judged per seed; gap = shared Z - across Z):", "",
-          "| kappa (bits) | paper's regime | rule | holds in |", "|---|---|---|---|"]
-    for _, r in summary.iterrows():
-        if not isinstance(r["regime"], str):
-            continue
-        reg = regime_for(float(r["kappa_bits"]))
-        judged = int(r["regime_pass"]) + int(r["regime_fail"])
-        na = int(r["regime_na"])
-        held = f"{int(r['regime_pass'])}/{judged} seeds" + (f", {na} not measurable"
-                                                            if na else "")
-        if int(r["n_measured"]) < n_all:
-            held += f" ({n_all - int(r['n_measured'])} missing)"
-        L.append(f"| {kappa_label(float(r['kappa_bits']))} | {r['regime']} | "
-                 f"{reg.rule if reg else '–'} | {held} |")
+    L += _regimes_block(summary, d / "verdicts.csv", n_all)
     cols = [("kl_bits", "KL bits/token"), ("pos_agree_within", "pos. shared"),
             ("pos_agree_across", "pos. across"), ("pos_gap", "pos. gap"),
             ("noise_jaccard_within", "noise shared"), ("noise_jaccard_across", "noise across"),
@@ -1109,7 +1266,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                  + " | ".join(_cell(r[c], int(r[f'{c}_n']), int(r["n_measured"]))
                               for c, _ in cols) + " |")
     L += ["", "Per seed:", "",
-          "| model | run | steps | " + " | ".join(h for _, h in cols) + " | regime |",
+          "| model | run | steps | " + " | ".join(h for _, h in cols) + " | regime (v1) |",
           "|---|---|---|" + "---|" * (len(cols) + 1)]
     for _, r in per_seed.iterrows():
         res = r["regime_result"] if isinstance(r["regime_result"], str) else "–"
@@ -1154,6 +1311,56 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                  f"{_secs(s.get('wall_s'))} | {s.get('threads') or '–'} | "
                  f"{s.get('cpu_count') or '–'} | {load} |")
     return "\n".join(L) + "\n"
+
+
+def _regimes_block(summary: pd.DataFrame, verdicts_path: Path, n_all: int) -> list[str]:
+    """The regimes table: the v1 rules (issue 6, point estimates) and their counts from
+    summary.csv beside the v2 rules (issue 38, intervals and p) and theirs from verdicts.csv,
+    then one row per run with both results and v2's reasons."""
+    # "n/a" is a result here, not a missing value
+    ver = (pd.read_csv(verdicts_path, keep_default_na=False, na_values=[""])
+           if verdicts_path.is_file() else None)
+    L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
+         "point estimates, fixed before any run; v2: the rules of issue 38 on the intervals "
+         "and permutation p, fixed before the intervals were computed (this file's section "
+         "on the rules says each predicate):", "",
+         "| kappa (bits) | paper's regime | v1 rule | v1 holds in | v2 rule | v2 holds / "
+         "fails / unclear |", "|---|---|---|---|---|---|"]
+    for _, r in summary.iterrows():
+        if not isinstance(r["regime"], str):
+            continue
+        k = float(r["kappa_bits"])
+        reg, rule = regime_for(k), rule_v2_for(k)
+        judged = int(r["regime_pass"]) + int(r["regime_fail"])
+        na = int(r["regime_na"])
+        held = f"{int(r['regime_pass'])}/{judged} seeds" + (f", {na} not measurable"
+                                                            if na else "")
+        if int(r["n_measured"]) < n_all:
+            held += f" ({n_all - int(r['n_measured'])} missing)"
+        if ver is None:
+            v2 = "not judged (no gaps.csv)"
+        else:
+            g = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
+            res = list(g["result_v2"])
+            v2 = (f"{res.count('holds')} / {res.count('fails')} / {res.count('unclear')} of "
+                  f"{len(res)} seeds")
+            if any(str(x).startswith("none") for x in g["kl_penalty"]):
+                v2 += " (no KL penalty: kappa >= H)"
+        L.append(f"| {kappa_label(k)} | {rule.regime if rule else r['regime']} | "
+                 f"{reg.rule if reg else '–'} | {held} | {rule.text if rule else '–'} | "
+                 f"{v2} |")
+    if ver is None or ver.empty:
+        return L
+    L += ["", "Per run (v2's predicates: yes / no / unclear, as each rule needs them):", "",
+          "| model | run | H | KL penalty | v1 | v2 | why (v2) |", "|---|---|---|---|---|---|---|"]
+    for _, r in ver.iterrows():
+        h = _num(r["latent_bits"])
+        pen = "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits"
+        v1 = r["result_v1"] if isinstance(r["result_v1"], str) else "–"
+        v2 = r["result_v2"] if isinstance(r["result_v2"], str) else "–"
+        L.append(f"| {r['model']} | {r['name']} | {'–' if h is None else int(h)} | {pen} | "
+                 f"{v1} | **{v2}** | {r['why_v2'] if isinstance(r['why_v2'], str) else ''} |")
+    return L
 
 
 def _agreement_block(path: Path, n_runs: int) -> list[str]:
@@ -1279,6 +1486,30 @@ DOC_BEGIN = "<!-- BEGIN GENERATED by `python -m analysis.synthetic render-doc` f
 DOC_END = "<!-- END GENERATED -->"
 
 
+RULES_BLOCK = "rules"
+"""A generated block `from rules` holds the regime rules, rendered from the code that judges."""
+
+
+def render_rules() -> str:
+    """The v1 and v2 regime rules in words, from REGIMES, REGIMES_V2 and PREDICATES."""
+    L = ["v1 (issue 6, on point estimates; a regime holds or fails):", ""]
+    L += [f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.expected}: {r.rule}." for r in REGIMES]
+    L += ["", f"v2 (issue 38, on the 95% intervals and one-sided permutation p, alpha = "
+          f"{GAP_ALPHA}; each predicate is yes, no or unclear; a rule holds when every "
+          "predicate it needs has the wanted value, fails when one has the other value, and "
+          "is unclear otherwise):", ""]
+    L += [f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.regime}: {r.text}; needs "
+          + ", ".join(f"{p.replace('_', ' ')} = {'yes' if w else 'no'}" for p, w in r.needs)
+          + "." for r in REGIMES_V2]
+    L += ["", "The predicates:", ""]
+    L += [f"- {name.replace('_', ' ')}: {text}." for name, text in PREDICATES.items()]
+    L += ["", f"Constants: negligible margin {NEGLIGIBLE_MARGIN}, validity drop "
+          f"{LEAK_VALIDITY_DROP}, unigram CE {UNIGRAM_CE:.4f} nats/char (from the task: "
+          f"letter {_P_LETTER:.4f}, '!' {1 / 16:.4f}, '_' {_P_BLANK:.4f} per body character), "
+          f"{N_PERM} permutations per gap."]
+    return "\n".join(L) + "\n"
+
+
 def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
     """The doc with every generated block re-rendered: `<!-- BEGIN GENERATED ... from DIR -->`
     ... `<!-- END GENERATED -->`, DIR relative to the doc's folder. Returns (text, dirs)."""
@@ -1295,7 +1526,8 @@ def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
                              f"by {DOC_END}")
         rel = text[b + len(DOC_BEGIN):head_end].strip().strip("`").strip()
         dirs.append(rel)
-        out.append(text[pos:head_end + 3] + "\n" + render_block(p.parent / rel))
+        body = render_rules() if rel == RULES_BLOCK else render_block(p.parent / rel)
+        out.append(text[pos:head_end + 3] + "\n" + body)
         pos = e
     out.append(text[pos:])
     return "".join(out), dirs

@@ -231,3 +231,98 @@ def test_evaluate_records_the_per_sequence_sd() -> None:
     assert ev["ce_prior"] == pytest.approx(cp / 40, rel=1e-5)
     assert ev["ce_encoder"] == pytest.approx(ce / 40, rel=1e-5)
     assert ev["ce_prior_sd"] > 0 and ev["ce_encoder_sd"] > 0 and ev["n_eval"] == 40
+
+
+def row(**kw: float | None) -> dict:
+    """A final-model gaps.csv row: nothing encoded, nothing broken, unless overridden."""
+    r = {"pos_gap": 0.0, "pos_lo": -0.01, "pos_hi": 0.01, "pos_p": 0.5,
+         "noise_gap": 0.0, "noise_lo": -0.01, "noise_hi": 0.01, "noise_p": 0.5,
+         "validity": 0.95, "validity_lo": 0.9, "validity_hi": 1.0, "validity_base": 0.95,
+         "validity_diff": 0.0, "validity_diff_lo": -0.05, "validity_diff_hi": 0.05,
+         "ce_prior": 0.3, "ce_prior_lo": None, "ce_prior_hi": None}
+    r.update(kw)
+    return r
+
+
+def test_predicates_three_valued() -> None:
+    P = SY.predicates
+    assert P(row()) == {"pos_encoded": "no", "pos_negligible": "yes", "noise_encoded": "no",
+                        "noise_negligible": "yes", "validity_drop": "no", "ce_broken": "no",
+                        "leaking": "no"}
+    # small but detected: encoded AND negligible
+    p = P(row(pos_gap=0.03, pos_lo=0.01, pos_hi=0.045, pos_p=0.001))
+    assert (p["pos_encoded"], p["pos_negligible"]) == ("yes", "yes")
+    # not detected, interval reaching past the margin: neither shown
+    p = P(row(pos_gap=0.03, pos_lo=-0.02, pos_hi=0.08, pos_p=0.2))
+    assert (p["pos_encoded"], p["pos_negligible"]) == ("unclear", "unclear")
+    p = P(row(noise_gap=0.3, noise_lo=0.2, noise_hi=0.4, noise_p=0.0001))
+    assert (p["noise_encoded"], p["noise_negligible"]) == ("yes", "no")
+    assert P(row(pos_gap=None, pos_lo=None, pos_hi=None, pos_p=None))["pos_encoded"] == "unclear"
+    # validity: the interval of the difference against -0.2
+    assert P(row(validity_diff_lo=-0.6, validity_diff_hi=-0.3))["validity_drop"] == "yes"
+    assert P(row(validity_diff_lo=-0.3, validity_diff_hi=-0.1))["validity_drop"] == "unclear"
+    nb = row(validity_diff=None, validity_diff_lo=None, validity_diff_hi=None)
+    assert P(nb)["validity_drop"] == "no"  # 0.9 > 0.8: no baseline can sit 0.2 above it
+    assert P(nb | {"validity_lo": 0.7})["validity_drop"] == "unclear"
+    # CE: the point without a recorded SD, the interval with one
+    assert P(row(ce_prior=2.25))["ce_broken"] == "yes"
+    assert P(row(ce_prior=0.6, ce_prior_lo=0.55, ce_prior_hi=0.65))["ce_broken"] == "unclear"
+    assert P(row(ce_prior=0.62, ce_prior_lo=0.6, ce_prior_hi=0.64))["ce_broken"] == "yes"
+    # leaking: either breaks -> yes; unclear only when neither is yes and one is unclear
+    assert P(row(ce_prior=2.25, validity_diff_lo=-0.3, validity_diff_hi=-0.1))["leaking"] == "yes"
+    assert P(row(validity_diff_lo=-0.3, validity_diff_hi=-0.1))["leaking"] == "unclear"
+    assert abs(SY.UNIGRAM_CE - 0.5870) < 1e-4
+
+
+def test_judge_v2_known_answers() -> None:
+    J = SY.judge_v2
+    enc = {"pos_encoded": "yes", "noise_encoded": "yes", "pos_negligible": "no",
+           "noise_negligible": "no", "leaking": "no"}
+    assert J(1.0, enc)[0] == "holds"
+    assert J(1.0, enc | {"leaking": "yes"})[0] == "fails"  # the 1-bit "passes" of v1
+    assert J(1.0, enc | {"leaking": "unclear"})[0] == "unclear"
+    assert J(1.0, enc | {"leaking": "unclear", "noise_encoded": "no"})[0] == "fails"
+    assert J(1 / 8, enc | {"noise_negligible": "yes"})[0] == "holds"
+    assert J(1 / 64, enc | {"pos_negligible": "yes", "noise_negligible": "yes"})[0] == "holds"
+    assert J(8.0, {"leaking": "yes"}) == ("holds", "leaking: yes")
+    assert J(0.5, enc) == (None, "")  # no rule at this kappa
+
+
+def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
+    from test_synthetic_seeds import KL, PAPER, plant
+
+    plant(tmp_path, "a", 0, PAPER, KL)
+    # seed 1: 1 bit encodes the position and breaks generation (all invalid): v1 "passes" the
+    # 8-bit rule's condition at 1 bit too, v2 calls it leaking and fails it
+    plant(tmp_path, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
+    agg = SY.aggregate(["a", "b"], root=tmp_path)
+    files = SY.write_aggregate(agg, tmp_path / "out")
+    raw = pd.read_csv(files["verdicts.csv"], keep_default_na=False, na_values=[""])
+    assert list(raw.columns) == list(SY.VERDICT_COLUMNS)
+    ver = raw.set_index(["model", "name"])
+    for m in ("kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"):
+        assert ver.loc[(m, "a"), "result_v2"] == "holds", (m, ver.loc[(m, "a")].to_dict())
+        # v1 in verdicts.csv is per_seed.csv's result
+        ps = agg.per_seed.set_index(["model", "name"])
+        for n in ("a", "b"):
+            v1 = ps.loc[(m, n), "regime_result"]
+            assert ver.loc[(m, n), "result_v1"] == v1
+    assert ver.loc[("kappa=1", "b"), "leaking"] == "yes"
+    assert ver.loc[("kappa=1", "b"), "result_v2"] == "fails"
+    assert ver.loc[("kappa=8", "a"), "kl_penalty"] == "none (kappa >= H)"  # H = 8 planted
+    assert ver.loc[("kappa=1", "a"), "kl_penalty"] == "free bits"
+    block = SY.render_block(tmp_path / "out")
+    assert "| 8 | leaking (the paper's collapse) | validity <= the same seed's baseline's - " \
+           "0.2 | 2/2 seeds | leaking | 2 / 0 / 0 of 2 seeds (no KL penalty: kappa >= H) |" \
+        in block
+    assert "| kappa=1 | b | 8 | free bits | n/a | **fails** |" in block  # no valid pair: v1 n/a
+
+
+def test_rules_block_is_the_code() -> None:
+    text = SY.render_rules()
+    for r in SY.REGIMES_V2:
+        assert r.text in text and r.regime in text
+    for t in SY.PREDICATES.values():
+        assert t in text
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "SYNTHETIC.md").read_text()
+    assert text in doc  # the doc carries the rules as the code states them
