@@ -1008,6 +1008,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                         "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                         "created": meta.get("created"), "seed": seed,
                         "setting": st.get("setting"), "latent_bits": st.get("latent_bits"),
+                        "high_latent_bits": st.get("high_latent_bits"),
                         "kappas": st.get("kappas"), "baseline": st.get("baseline"),
                         "train_overrides": st.get("train_overrides"),
                         "extra_overrides": st.get("overrides"),
@@ -1090,6 +1091,7 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     agg.agreement.to_csv(out["agreement.csv"], index=False, float_format="%.6g")
     if agg.gaps is not None:
         out.update(write_gaps(agg.gaps, d))
+    out.update(copy_samples(agg.meta, d))
     out["aggregate.json"].write_text(json.dumps(agg.meta, indent=1) + "\n", encoding="utf-8")
     out["summary.md"].write_text(render_block(d), encoding="utf-8")
     render_kl_curves(agg.curves, out["kl_curves.png"])
@@ -1124,6 +1126,27 @@ def write_gaps(gaps: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path
     # judged from the file as written, so anyone re-judging gaps.csv gets the same verdicts
     verdicts(pd.read_csv(out["gaps.csv"])).to_csv(out["verdicts.csv"], index=False,
                                                   float_format="%.6g")
+    return out
+
+
+def copy_samples(meta: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Every measured run's samples.jsonl, gzipped (mtime 0: the same bytes every time) into
+    `<out>/samples/<name>.samples.jsonl.gz`, so the folder holds what its tables came from and
+    `intervals` can recompute them there (each decompresses to aggregate.json's sha256)."""
+    import gzip
+    import hashlib
+
+    out = {}
+    for src in meta.get("sources", []):
+        if src.get("status") != "measured":
+            continue
+        raw = Path(src["path"]).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != src["sha256"]:
+            raise ValueError(f"{src['path']} changed while its tables were written; rerun")
+        gz = Path(out_dir) / "samples" / f"{src['name']}.samples.jsonl.gz"
+        gz.parent.mkdir(parents=True, exist_ok=True)
+        gz.write_bytes(gzip.compress(raw, mtime=0))
+        out[f"samples/{gz.name}"] = gz
     return out
 
 
@@ -1232,6 +1255,9 @@ def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
 def render_block(agg_dir: str | os.PathLike) -> str:
     """The generated Markdown for one aggregate directory, from its committed files only."""
     d = Path(agg_dir)
+    if not (d / "aggregate.json").is_file():  # a block reserved for runs not made yet
+        return (f"Not run yet: no tables in `{d.parent.name}/{d.name}/` (its aggregate.json "
+                "is absent); the runs' command is in the text above this block.\n")
     per_seed = pd.read_csv(d / "per_seed.csv")
     summary = pd.read_csv(d / "summary.csv")
     curves = pd.read_csv(d / "curves.csv")
@@ -1243,11 +1269,12 @@ def render_block(agg_dir: str | os.PathLike) -> str:
     seeds = ", ".join(f"{s['name']} (seed {s['seed']})" for s in srcs)
     L.append(f"Runs: {len(srcs)} of {n_all} measured: {seeds}."
              + (f" Missing (not finished): {', '.join(missing)}." if missing else ""))
-    settings = sorted({(s.get("setting"), s.get("latent_bits"),
+    settings = sorted({(s.get("setting"), s.get("latent_bits"), s.get("high_latent_bits") or 0,
                         " ".join(s.get("train_overrides") or []),
                         " ".join(s.get("extra_overrides") or [])) for s in srcs})
-    for setting, h, ov, extra in settings:
-        L.append(f"Setting `{setting}`, H = {h}: `{ov}`"
+    for setting, h, high, ov, extra in settings:
+        hs = f"H = {h}" + (f" (H = {high} for kappa >= {h})" if high else "")
+        L.append(f"Setting `{setting}`, {hs}: `{ov}`"
                  + (f", plus `{extra}`" if extra else "") + ".")
     L += _regimes_block(summary, d / "verdicts.csv", n_all)
     cols = [("kl_bits", "KL bits/token"), ("pos_agree_within", "pos. shared"),

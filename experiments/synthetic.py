@@ -18,8 +18,10 @@ into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
 Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 6400 steps of batch 32, lr 3e-3,
   8 checkpoints along training measured like the final model; five runs, one thread; wall times
-  as measured, with the load, in docs/SYNTHETIC.md;
-- `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
+  as measured, with the load, in docs/SYNTHETIC.md; the 8-bit arm at H = 8 (kappa = H: no KL
+  penalty; `--high-latent-bits 16` gives it H = 16 at about five times the step cost);
+- `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8 and H = 16 for
+  every arm whose kappa >= 8 (`high_latent_bits`), 8 checkpoints measured;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
 
@@ -105,6 +107,12 @@ class SyntheticPreset:
     points: int = 0
     """logging.keep_eval_checkpoints: checkpoints kept evenly along training, each measured as
     the final model is (the agreement over training); 0 = the final model only."""
+    high_latent_bits: int | None = None
+    """H of every arm whose kappa is >= the run's H (`--latent-bits`): the KL to the uniform
+    prior is at most H bits per token, so with kappa >= H the free-bits penalty
+    max(0, KL - kappa) is identically zero and the arm trains with no KL penalty at all.
+    None: every arm at the run's H (the committed CPU runs' layout; H = 16 costs about five
+    times the H = 8 step on a CPU core: docs/SYNTHETIC.md)."""
 
     def __post_init__(self) -> None:
         for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "batch_size", "steps"):
@@ -112,6 +120,8 @@ class SyntheticPreset:
                 raise ValueError(f"{k}: {getattr(self, k)} must be >= 1")
         if self.lr is not None and not self.lr > 0:
             raise ValueError(f"lr: {self.lr} must be > 0")
+        if self.high_latent_bits is not None and self.high_latent_bits < 1:
+            raise ValueError(f"high_latent_bits: {self.high_latent_bits} must be >= 1")
 
     @property
     def tokens(self) -> int:
@@ -137,10 +147,11 @@ PRESETS: dict[str, SyntheticPreset] = {
     "cpu": SyntheticPreset(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=192,
                            batch_size=32, steps=6400, lr=3e-3, val_every=800, ckpt_every=800,
                            points=8),
-    # 8 layers, dim 256; 20000 steps of 128 sequences per arm.
+    # 8 layers, dim 256; 20000 steps of 128 sequences per arm; the 8-bit arm at H = 16 (the
+    # paper's H), so its kappa is below H and the KL penalty acts.
     "gpu": SyntheticPreset(dim=256, n_layers=8, n_heads=8, n_kv_heads=4, ffn_dim=768,
                            batch_size=128, steps=20000, lr=1e-3, val_every=2000,
-                           ckpt_every=2000, points=8),
+                           ckpt_every=2000, points=8, high_latent_bits=16),
     # a few steps of a tiny model, for tests.
     "smoke": SyntheticPreset(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64,
                              batch_size=8, steps=3, val_tokens=650, val_every=0,
@@ -155,6 +166,9 @@ class SyntheticSettings:
     kappas: tuple[float, ...] = DEFAULT_KAPPAS
     baseline: bool = True
     latent_bits: int = 8
+    high_latent_bits: int | None = None
+    """H of the arms whose kappa >= latent_bits; None: the setting's (SyntheticPreset), 0: none
+    (every arm at latent_bits)."""
     overrides: list[str] = field(default_factory=list)
     n_prompts: int = 4
     n_shared_groups: int = 4
@@ -402,6 +416,10 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     out_dir = results_root() / "synthetic" / st.name
     t0 = time.time()
     load_start = loadavg()  # wall times are comparable only at a known load (shared CPUs)
+    for label in no_penalty_arms(arms):
+        print(f"[synthetic] warning: {label} has kappa >= H = {st.latent_bits}, so its KL "
+              "penalty is identically zero (KL <= H bits); --high-latent-bits 16 gives it one",
+              flush=True)
     records: list[dict[str, Any]] = []
     for H, k in arms:
         label = model_label(H, k)
@@ -419,7 +437,9 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     meta = {"kind": "meta", "name": st.name, "created": datetime.now(timezone.utc).isoformat(),
             "settings": {**asdict(st), "kappas": list(st.kappas),
                          "train_overrides": PRESETS[st.setting].overrides(),
-                         "seq_len": SEQ_LEN},
+                         "seq_len": SEQ_LEN,
+                         "high_latent_bits": resolved_high_latent_bits(st),
+                         "arm_latent_bits": {model_label(h, k): h for h, k in arms}},
             "wall_s": time.time() - t0, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "loadavg_start": load_start, "loadavg_end": loadavg()}
@@ -433,6 +453,25 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
 # Keys the driver sets per arm; an override of them would silently train other arms.
 OWN_KEYS = {"data": "the synthetic task is the data", "model.latent_bits": "use --latent-bits",
             "model.kappa_bits": "use --kappa"}
+
+
+def resolved_high_latent_bits(st: SyntheticSettings) -> int | None:
+    """--high-latent-bits, else the setting's; None when off (0 or unset everywhere)."""
+    h = PRESETS[st.setting].high_latent_bits if st.high_latent_bits is None \
+        else st.high_latent_bits
+    return h or None
+
+
+def arm_latent_bits(st: SyntheticSettings, kappa_bits: float) -> int:
+    """H of the arm at `kappa_bits`: the high H where kappa >= the run's H and one is set."""
+    high = resolved_high_latent_bits(st)
+    return high if high is not None and kappa_bits >= st.latent_bits else st.latent_bits
+
+
+def no_penalty_arms(arms: Sequence[tuple[int, float | None]]) -> list[str]:
+    """Labels of the Free Transformer arms with kappa >= H: KL <= H bits per token, so their
+    free-bits penalty is identically zero."""
+    return [model_label(h, k) for h, k in arms if h and k is not None and k >= h]
 
 
 def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) -> list[str]:
@@ -475,8 +514,16 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
         if key in OWN_KEYS:
             raise SyntheticArgsError(f"override {ov!r}: {key} is set per arm here "
                                      f"({OWN_KEYS[key]})")
+    high = resolved_high_latent_bits(st)
+    if high is not None:
+        over = [k for k in st.kappas if k >= st.latent_bits]
+        if high <= st.latent_bits or any(k >= high for k in over):
+            raise SyntheticArgsError(
+                f"--high-latent-bits {high}: must exceed --latent-bits {st.latent_bits} and "
+                f"every kappa it applies to ({', '.join(kappa_label(k) for k in over) or '-'}), "
+                "or else the KL penalty stays zero; e.g. 16")
     arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
-    arms += [(st.latent_bits, k) for k in st.kappas]
+    arms += [(arm_latent_bits(st, k), k) for k in st.kappas]
     if not arms:
         raise SyntheticArgsError("nothing to train: --no-baseline with no --kappa")
     labels = [model_label(h, k) for h, k in arms]
@@ -514,6 +561,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
                    help="free-bits thresholds in bits, space separated (fractions allowed)")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--latent-bits", type=int, default=8, help="H")
+    p.add_argument("--high-latent-bits", type=int, default=None,
+                   help="H of the arms whose kappa >= --latent-bits (else their KL penalty is "
+                        "identically zero); default: the setting's (gpu: 16, cpu: off); 0: off")
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("--n-shared-groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
@@ -532,6 +582,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
                                  "--reuse kappa=1=results/runs/<run-id>")
     return SyntheticSettings(name=a.name, setting=a.setting, kappas=kappas,
                              baseline=not a.no_baseline, latent_bits=a.latent_bits,
+                             high_latent_bits=a.high_latent_bits,
                              overrides=list(a.overrides), n_prompts=a.n_prompts,
                              n_shared_groups=a.n_shared_groups, group_size=a.group_size,
                              temperature=a.temperature, n_eval=a.n_eval, seed=a.seed,

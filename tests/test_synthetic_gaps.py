@@ -326,3 +326,21 @@ def test_rules_block_is_the_code() -> None:
         assert t in text
     doc = (Path(__file__).resolve().parents[1] / "docs" / "SYNTHETIC.md").read_text()
     assert text in doc  # the doc carries the rules as the code states them
+
+
+def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
+        tmp_path: Path) -> None:
+    from test_synthetic_seeds import KL, PAPER, plant
+
+    plant(tmp_path, "a", 0, PAPER, KL)
+    out = tmp_path / "docs" / "synthetic" / "x"
+    files = SY.write_aggregate(SY.aggregate(["a"], root=tmp_path), out)
+    gz = files["samples/a.samples.jsonl.gz"]
+    raw = (tmp_path / "synthetic" / "a" / "samples.jsonl").read_bytes()
+    assert gzip.decompress(gz.read_bytes()) == raw
+    assert gz.read_bytes()[4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
+    before = pd.read_csv(out / "gaps.csv")
+    SY.main(["intervals", str(out)])  # the folder recomputes its own gaps from its samples
+    pd.testing.assert_frame_equal(pd.read_csv(out / "gaps.csv"), before)
+    assert SY.render_block(tmp_path / "docs" / "synthetic" / "gpu").startswith(
+        "Not run yet: no tables in `synthetic/gpu/`")
