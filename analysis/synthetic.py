@@ -1537,6 +1537,90 @@ def render_rules() -> str:
     return "\n".join(L) + "\n"
 
 
+FINDINGS_SUFFIX = "#findings"
+"""A block `from DIR#findings` holds the verdict counts and ranges per kappa, from DIR's
+verdicts.csv and gaps.csv: the sentences that count seeds are generated, never typed."""
+
+
+def _span(xs: Sequence[float | None], digits: int = 3) -> str:
+    """'lo to hi' over the measured values, '(n=k)' when some were not measurable."""
+    v = sorted(x for x in xs if x is not None)
+    if not v:
+        return "not measurable"
+    s = f"{v[0]:.{digits}f}" if len(v) == 1 or v[0] == v[-1] \
+        else f"{v[0]:.{digits}f} to {v[-1]:.{digits}f}"
+    return s if len(v) == len(xs) else f"{s} (n={len(v)})"
+
+
+def render_findings(agg_dir: str | os.PathLike) -> str:
+    """Per kappa: how many seeds each rule set holds in, and the ranges over seeds of the
+    measures its v2 rule reads (gap, its interval's ends, p; validity minus baseline; CE)."""
+    d = Path(agg_dir)
+    vp, gp = d / "verdicts.csv", d / "gaps.csv"
+    if not vp.is_file() or not gp.is_file():
+        return "No findings: this folder has no verdicts.csv and gaps.csv.\n"
+    ver = pd.read_csv(vp, keep_default_na=False, na_values=[""])
+    gaps = pd.read_csv(gp)
+    fin = gaps[gaps["final"].astype(bool)]
+    L = []
+    for k in sorted({float(x) for x in ver["kappa_bits"]}):
+        v = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
+        g = fin[(fin["kappa_bits"] - k).abs() < 1e-12]
+        rule, n = rule_v2_for(k), len(v)
+        r2 = list(v["result_v2"])
+        r1 = [x for x in v["result_v1"] if isinstance(x, str)]
+        head = (f"- **kappa = {kappa_label(k)} bit, {rule.regime if rule else '?'}**: v2 holds "
+                f"in {r2.count('holds')} of {n} seeds, fails in {r2.count('fails')}, unclear in "
+                f"{r2.count('unclear')}; v1 passed in {r1.count('pass')} of {n}"
+                + (f" ({r1.count('n/a')} not measurable)" if r1.count("n/a") else "") + ".")
+        parts = []
+        for kind, word in (("pos", "Position"), ("noise", "noise")):
+            col = [_num(x) for x in g[f"{kind}_gap"]]
+            if all(x is None for x in col):
+                parts.append(f"{word} gap not measurable (no valid pair)")
+                continue
+            parts.append(
+                f"{word} gap {_span(col)} over seeds (interval ends "
+                f"{_span([_num(x) for x in g[f'{kind}_lo']])} / "
+                f"{_span([_num(x) for x in g[f'{kind}_hi']])}; permutation p "
+                f"{_span([_num(x) for x in g[f'{kind}_p']], 4)})")
+        vd = [_num(x) for x in g["validity_diff"]]
+        parts.append("validity minus the baseline's "
+                     + (_span(vd) if any(x is not None for x in vd) else "not measured "
+                        "(no baseline arm)"))
+        parts.append(f"CE with prior Z {_span([_num(x) for x in g['ce_prior']])} nats/char "
+                     f"(unigram CE {UNIGRAM_CE:.3f})")
+        leak = list(v["leaking"])
+        parts.append(f"leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, unclear "
+                     f"in {leak.count('unclear')}")
+        if any(str(x).startswith("none") for x in v["kl_penalty"]):
+            parts.append("trained with no KL penalty (kappa >= H)")
+        L.append(head + " " + "; ".join(parts) + ".")
+    base = gaps[gaps["kappa_bits"].isna()]
+    if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
+
+        def null(rows: pd.DataFrame) -> str:
+            ps = [x for x in (_num(v) for c in ("pos_p", "noise_p") for v in rows[c])
+                  if x is not None]
+            cover = sum(_num(lo) <= 0 <= _num(hi) for c in GAP_KINDS
+                        for lo, hi in zip(rows[f"{c}_lo"], rows[f"{c}_hi"], strict=True)
+                        if _num(lo) is not None and _num(hi) is not None)
+            n_ci = sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])
+            return (f"permutation p < {GAP_ALPHA} in {sum(p < GAP_ALPHA for p in ps)} of "
+                    f"{len(ps)} gaps (about {GAP_ALPHA * len(ps):.1f} expected by chance), the "
+                    f"95% interval containing 0 in {cover} of {n_ci}")
+
+        fb = base[base["final"].astype(bool)]
+        line = (f"- **baseline (no Z, so its 'shared' groups are independent samples: a null "
+                f"check of the statistics)**: final models: {null(fb)}.")
+        if len(base) > len(fb):
+            line += (f" Every measured step: {null(base)}; these are not independent tests "
+                     "(every checkpoint of a run generates from the same prompts and the same "
+                     "sampling draws, so one unlucky draw repeats along training).")
+        L.append(line)
+    return "\n".join(L) + "\n"
+
+
 def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
     """The doc with every generated block re-rendered: `<!-- BEGIN GENERATED ... from DIR -->`
     ... `<!-- END GENERATED -->`, DIR relative to the doc's folder. Returns (text, dirs)."""
@@ -1553,7 +1637,12 @@ def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
                              f"by {DOC_END}")
         rel = text[b + len(DOC_BEGIN):head_end].strip().strip("`").strip()
         dirs.append(rel)
-        body = render_rules() if rel == RULES_BLOCK else render_block(p.parent / rel)
+        if rel == RULES_BLOCK:
+            body = render_rules()
+        elif rel.endswith(FINDINGS_SUFFIX):
+            body = render_findings(p.parent / rel[:-len(FINDINGS_SUFFIX)])
+        else:
+            body = render_block(p.parent / rel)
         out.append(text[pos:head_end + 3] + "\n" + body)
         pos = e
     out.append(text[pos:])

@@ -213,6 +213,14 @@ def model_label(latent_bits: int, kappa_bits: float | None) -> str:
     return f"kappa={kappa_label(kappa_bits)}"
 
 
+def measure_device() -> str:
+    """Where the trained models are measured: the GPU when there is one (the gpu setting's
+    measurement of 9 checkpoints x 5 arms per seed would take hours on one CPU thread), else
+    the CPU. The random draws come from CPU generators either way (the model draws on the
+    generator's device), so prompts, Z and sampling are the same on both."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 # --------------------------------------------------------------------------- training
 def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float,
                                  st: SyntheticSettings) -> Trained:
@@ -226,7 +234,7 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     t0 = time.time()
     run_dir = Path(train(cfg))
     wall = time.time() - t0
-    ck = load_checkpoint(final_checkpoint(run_dir))
+    ck = load_checkpoint(final_checkpoint(run_dir), map_location=measure_device())
     steps = None
     final = _final_record(run_dir / "metrics.jsonl")
     if final is not None:
@@ -245,7 +253,7 @@ def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
     from model import load_checkpoint
 
     rd = Path(run_dir)
-    ck = load_checkpoint(final_checkpoint(rd))
+    ck = load_checkpoint(final_checkpoint(rd), map_location=measure_device())
     cfg = ck.config
     if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
         raise ValueError(f"{rd}: latent_bits={cfg.latent_bits}, kappa_bits={cfg.kappa_bits}; "
@@ -377,7 +385,7 @@ def measure_points(label: str, trained: Trained, latent_bits: int, kappa_bits: f
         if final_step is not None and step >= int(final_step):
             continue
         t0 = time.time()
-        model = load_checkpoint(path).model
+        model = load_checkpoint(path, map_location=measure_device()).model
         pts = _measure_model(model, label, latent_bits, kappa_bits, st,
                              {"kind": "point", "step": step, "run_id": trained.info.get(
                                  "run_id"), "checkpoint": path.name}, "point_sample")

@@ -344,3 +344,72 @@ def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
     pd.testing.assert_frame_equal(pd.read_csv(out / "gaps.csv"), before)
     assert SY.render_block(tmp_path / "docs" / "synthetic" / "gpu").startswith(
         "Not run yet: no tables in `synthetic/gpu/`")
+
+
+# Sentences that count seeds or regimes: in the doc they must come from a generated block
+# (rendered from verdicts.csv / per_seed.csv), never typed, so they cannot contradict a table.
+# "all four regimes appear ... one in none" was such a sentence, and wrong.
+_COUNT_PHRASES = (
+    r"\b(in|of)\s+(one|two|three|four|\d+)\s+(of\s+(three|four|\d+)\s+)?seeds?\b",
+    r"\bin\s+(every|each|no|all|most)\s+(seeds?|runs?)\b", r"\bin\s+none\b",
+    r"\b(all|three|two|one)\s+(four\s+)?(of\s+the\s+)?(paper's\s+)?regimes?\b",
+    r"\b(\d+|one|two|three)\s*/\s*(\d+)\s+seeds\b", r"\b(twice|once)\s+in\s+three\b",
+)
+
+
+def _outside_blocks(text: str) -> str:
+    out, pos = [], 0
+    while (b := text.find(SY.DOC_BEGIN, pos)) >= 0:
+        out.append(text[pos:b])
+        pos = text.find(SY.DOC_END, b) + len(SY.DOC_END)
+    return "".join(out) + text[pos:]
+
+
+def test_doc_prose_counts_nothing_by_hand() -> None:
+    import re
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "SYNTHETIC.md").read_text()
+    prose = _outside_blocks(doc)
+    hits = [m.group(0) for pat in _COUNT_PHRASES for m in re.finditer(pat, prose, re.I)]
+    assert hits == [], f"seed/regime counts typed outside the generated blocks: {hits}"
+    # the check would have caught the sentence issue 38 found wrong
+    old = "all four of the paper's regimes appear, three of them in most seeds and one in none"
+    assert any(re.search(pat, old, re.I) for pat in _COUNT_PHRASES)
+
+
+def test_findings_count_what_the_tables_say(tmp_path: Path) -> None:
+    from test_synthetic_seeds import KL, PAPER, plant
+
+    plant(tmp_path, "a", 0, PAPER, KL)
+    plant(tmp_path, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
+    out = tmp_path / "agg"
+    SY.write_aggregate(SY.aggregate(["a", "b"], root=tmp_path), out)
+    text = SY.render_findings(out)
+    ver = pd.read_csv(out / "verdicts.csv", keep_default_na=False, na_values=[""])
+    for k, g in ver.groupby("kappa_bits"):
+        res = list(g["result_v2"])
+        line = next(x for x in text.splitlines() if f"kappa = {SY.kappa_label(k)} bit" in x)
+        assert (f"v2 holds in {res.count('holds')} of {len(res)} seeds, fails in "
+                f"{res.count('fails')}, unclear in {res.count('unclear')}") in line
+    assert "Position gap not measurable (no valid pair)" in text  # 8 bits: nothing valid
+    assert "Position gap 1.000 (n=1) over seeds (interval ends 1.000 (n=1)" in text  # 1 bit
+
+
+@pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
+def test_committed_gaps_and_verdicts_agree_with_the_tables(folder: str) -> None:
+    """gaps.csv's final rows re-derive per_seed.csv's gaps and validity; verdicts.csv is what
+    the rules make of gaps.csv, and its v1 column is per_seed.csv's regime result."""
+    d = Path(__file__).resolve().parents[1] / "docs" / "synthetic" / folder
+    g = pd.read_csv(d / "gaps.csv")
+    fin = g[g["final"]].set_index(["model", "name"])
+    ps = pd.read_csv(d / "per_seed.csv", keep_default_na=False,
+                     na_values=[""]).set_index(["model", "name"])
+    for c in ("pos_gap", "noise_gap", "validity"):
+        a, b = fin[c].astype(float), ps.loc[fin.index, c].astype(float)
+        assert np.allclose(a, b, atol=2e-5, equal_nan=True), c
+    ver = pd.read_csv(d / "verdicts.csv", keep_default_na=False, na_values=[""])
+    again = SY.verdicts(g)
+    assert list(ver["result_v2"]) == list(again["result_v2"])
+    assert list(ver["why_v2"]) == list(again["why_v2"])
+    v1 = ps.loc[list(zip(ver["model"], ver["name"], strict=True)), "regime_result"]
+    assert list(ver["result_v1"]) == list(v1)

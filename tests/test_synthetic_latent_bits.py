@@ -46,3 +46,15 @@ def test_cpu_setting_keeps_h8_and_names_the_arm_without_penalty() -> None:
 def test_a_high_h_that_leaves_the_penalty_zero_is_refused(argv: list[str]) -> None:
     with pytest.raises(SyntheticArgsError, match="--high-latent-bits"):
         arms(argv)
+
+
+def test_models_are_measured_on_the_gpu_when_there_is_one(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    import torch
+
+    from experiments.synthetic import measure_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert measure_device() == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert measure_device() == "cuda"
