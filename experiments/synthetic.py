@@ -25,10 +25,11 @@ Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
 
-Bad input (an unknown setting, a kappa that is not a number of bits >= 0, an unknown or
-malformed override, a --name that is not a plain directory name, an unwritable results
-directory, a --reuse that names no arm or no finished run) is one line on stderr and exit 2,
-found before any training and before any file is written.
+Bad input (an unknown setting, a kappa that is not a number of bits >= 0, a --high-latent-bits
+that would leave an arm's KL penalty zero, an unknown or malformed override, a --name that is
+not a plain directory name, an unwritable results directory, a --reuse that names no arm or no
+finished run) is one line on stderr and exit 2, found before any training and before any file
+is written.
 """
 
 from __future__ import annotations
