@@ -417,7 +417,8 @@ REGIMES = (
            f"position gap >= {CLEARLY_HIGHER_MARGIN}"),
     Regime(1.0, "position and noise",
            f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {NOISE_MARGIN}"),
-    Regime(8.0, "collapse", f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
+    Regime(8.0, "collapse (leaking)",
+           f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
 )
 
 # per-seed columns: the measured numbers (None where not measured, never 0)
