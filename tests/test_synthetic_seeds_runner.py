@@ -1,4 +1,4 @@
-"""`python -m experiments.synthetic_seeds` (make synthetic-seeds): seeds at once, progress, and
+"""`python -m pipelines.synthetic_seeds` (make synthetic-seeds): seeds at once, progress, and
 what a bad option or a failing seed does."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import synthetic_seeds as R
+from pipelines import synthetic_seeds as R
 
 
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatch,

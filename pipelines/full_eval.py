@@ -1,6 +1,6 @@
 """The full evaluation of one checkpoint, timed per benchmark (issue 18).
 
-    python -m experiments.bench.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
+    python -m pipelines.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
         [--workers 2] [--threads 1] [--limit N] [--batch-size 16] [--out DIR]
 
 Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process (the real
@@ -33,7 +33,7 @@ from common.paths import results_root
 from common.provenance import git_state, versions
 from common.text import one_line
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ORIGINAL = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
             "mbpp_plus")
 EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "boolq", "nq_open", "triviaqa")
@@ -147,7 +147,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench.full_eval",
+    p = argparse.ArgumentParser(prog="python -m pipelines.full_eval",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("ckpt")
     p.add_argument("--data", required=True, help="offline benchmark dir")

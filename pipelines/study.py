@@ -1,4 +1,4 @@
-"""`make study` / `python -m experiments.study`: the suite's first finding, one command, offline.
+"""`make study` / `python -m pipelines.study`: the suite's first finding, one command, offline.
 
 It only orchestrates public commands, each resumable on its own, so a re-run (or a run after an
 interruption) does only what is missing:
@@ -14,7 +14,7 @@ interruption) does only what is missing:
   4. the report's tables and HTML copied to docs/study/ with the study's settings (study.json),
      and docs/STUDY.md rendered from them (`python -m analysis.study render`).
 
-    python -m experiments.study [--size full|tiny] [--name study] [--bench-data DIR]
+    python -m pipelines.study [--size full|tiny] [--name study] [--bench-data DIR]
                                 [--docs DIR] [--jobs N] [--dry]
 
 Bad input gets one line on stderr, exit 2, nothing written. The sizes, and why `full` is what
@@ -36,14 +36,14 @@ from pathlib import Path
 
 from common.io import atomic_write_text
 from common.paths import results_root, runs_dir, sweeps_dir
-from experiments.pipeline import (
+from pipelines.shared import (
     OFFLINE_ENV,
     inputs_fingerprint,
     load_state,
     read_manifest,
     save_state,
 )
-from experiments.pipeline import env as pipeline_env
+from pipelines.shared import env as pipeline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
@@ -273,7 +273,7 @@ def docs_dir(given: str, size: str, name: str) -> Path | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.study", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m pipelines.study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", nargs="?", default="run", choices=("run", "render", "docs"),
                     help="run (default): the whole study; render: docs/STUDY.md from docs/study/;"

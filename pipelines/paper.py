@@ -1,4 +1,4 @@
-"""`make paper RECIPE=...` / `python -m experiments.paper`: the paper's protocol as one command.
+"""`make paper RECIPE=...` / `python -m pipelines.paper`: the paper's protocol as one command.
 
 A recipe (sweeps/recipes/<name>.yaml, docs/RECIPES.md) holds every setting, each with its
 source. This command only orchestrates public commands, each resumable on its own, so a re-run
@@ -14,7 +14,7 @@ source. This command only orchestrates public commands, each resumable on its ow
   3. report: `python -m analysis.report` once every cell and evaluation is done (Table 3 averages
      the recipe's last third of the points), rebuilt only when its inputs changed.
 
-    python -m experiments.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
+    python -m pipelines.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
         [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
         [--eval-args "..."] [--likelihood-rows N] [--workers N] [--overrides "..."] [--dry]
 
@@ -37,14 +37,14 @@ from typing import Any
 
 from common.paths import results_root, sweeps_dir
 from common.text import one_line
-from experiments.pipeline import (
+from pipelines.shared import (
     OFFLINE_ENV,
     inputs_fingerprint,
     load_state,
     read_manifest,
     save_state,
 )
-from experiments.pipeline import env as pipeline_env
+from pipelines.shared import env as pipeline_env
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = "paper-state.json"
@@ -224,7 +224,7 @@ def report_stage(name: str, env: dict[str, str]) -> tuple[str, int]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m experiments.paper", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m pipelines.paper", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="", help="a recipe name (sweeps/recipes) or file")
     ap.add_argument("--name", default="", help="sweep name (default: the recipe's name)")

@@ -1,6 +1,6 @@
 """`make synthetic-seeds`: one `make synthetic` run per seed, several at once, with progress.
 
-    python -m experiments.synthetic_seeds --name default --seeds "0 1 2" [--jobs N]
+    python -m pipelines.synthetic_seeds --name default --seeds "0 1 2" [--jobs N]
         [--interval 60] [experiments.synthetic options and overrides...]
 
 Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` in
@@ -92,7 +92,7 @@ def _last_step(path: Path) -> int | None:
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="python -m experiments.synthetic_seeds", allow_abbrev=False,
+    p = argparse.ArgumentParser(prog="python -m pipelines.synthetic_seeds", allow_abbrev=False,
                                 description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default")
     p.add_argument("--seeds", default="0 1 2", help="space separated, e.g. '0 1 2'")

@@ -15,7 +15,7 @@ steps through experiments/train/trainer.py:
 Writes <results>/gpu_check/<UTC timestamp>.json (`make bench` can cite it) and prints a summary.
 Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one line).
 
-    python -m experiments.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
+    python -m pipelines.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def peak_tflops(name: str) -> tuple[float | None, str]:
     for key, v in PEAK_BF16_TFLOPS.items():
         if key in name:
             return v, f"datasheet dense bf16 peak of {key}"
-    return None, f"unknown GPU {name!r}: no bf16 peak in experiments/gpu_check.py"
+    return None, f"unknown GPU {name!r}: no bf16 peak in pipelines/gpu_check.py"
 
 
 def _losses(run: Path) -> list[float]:
