@@ -2,12 +2,14 @@
 
     paper.py            `make paper RECIPE=...`: corpus -> sweep with evaluation points -> report
     study.py            `make study`: the worked example (sweep, probes, report, docs/study/)
-    shared.py           what paper and study share: the jobs' environment, the sweep's manifest,
-                        the state file beside it, the fingerprint of a report's inputs
+    shared.py           what paper and study share: the jobs' environment, the state file beside a
+                        sweep, the fingerprint of a report's inputs
     synthetic_seeds.py  `make synthetic-seeds`: one synthetic run per seed, several at once
     gpu_check.py        `make gpu-check`: bf16, flash, compile, DDP and FSDP on a first GPU node
     full_eval.py        `make bench-eval`: the full evaluation of one checkpoint, timed per task
 
-Dependencies point one way: pipelines -> sweeps -> experiments -> model -> common; nothing below
-imports pipelines.
+Dependencies point one way: pipelines -> sweeps -> experiments -> model -> common. A pipeline
+runs a sweep through sweeps' typed front door (`sweeps.api`: plan, run, status) in its own
+process and submits every job through the one launcher interface (`sweeps.launcher`); the
+report stage calls analysis' public entry point. Nothing below imports pipelines.
 """

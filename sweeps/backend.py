@@ -1,6 +1,5 @@
 """What sweeps/ needs from experiments/, in one place: no other module of sweeps/ imports
-experiments (tests/test_sweep.py checks it, sparing only the bodies of build_manifest,
-eval_specs, eval_files and spec_id_of, which are being rewritten elsewhere).
+experiments (tests/test_sweep.py checks it).
 
 The contract used: `experiments.train.config.compose(overrides) -> TrainConfig` (raises
 ConfigError(ValueError)), `experiments.train.plan.run_id/run_dir/plan` and its dry-run estimate,
@@ -143,6 +142,11 @@ def latest_step(run: Path) -> int | None:
     return paths.latest_step(run / "checkpoints")
 
 
+def has_record(run: Path) -> bool:
+    """The run has written its run record (its corpus and tokenizer are built and cached)."""
+    return (run / "config.yaml").exists()
+
+
 def provenance(run: Path) -> dict[str, Any]:
     """The finished run's recorded provenance (data checksums, tokenizer, commit), if any."""
     p = run / "config.yaml"
@@ -165,6 +169,18 @@ def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     try:
         return validate_args(list(argv))
     except (EvalArgsError, benchdata.DataError) as e:
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
+
+
+def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[str, dict[str, Any]]:
+    """{suite: spec} experiments.eval will write for these (checked) arguments in a window of
+    `max_len` tokens; SweepError (one line) when its offline data cannot be read."""
+    from experiments.eval import benchdata
+    from experiments.eval.run import planned_specs
+
+    try:
+        return planned_specs(args, max_len)
+    except benchdata.DataError as e:
         raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
 
 

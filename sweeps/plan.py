@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from common.kappa import kappa_label
-from common.text import one_line
 
 from . import backend
 from .errors import SweepError
@@ -89,16 +88,9 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
 # ------------------------------------------------------------------------------- eval spec
 def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     """{suite: spec} the chained evaluation of this plan's cells will write."""
-    from experiments.eval import benchdata
-    from experiments.eval.run import planned_specs
-
     # the evaluation window is the trained seq_len (experiments.eval.run.trained_context)
     lens = {(c.config.get("train") or {}).get("seq_len") for c in p.cells}
-    max_len = lens.pop() if len(lens) == 1 else None
-    try:
-        return planned_specs(args, max_len)
-    except benchdata.DataError as e:
-        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
+    return backend.planned_eval_specs(args, lens.pop() if len(lens) == 1 else None)
 
 
 def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:

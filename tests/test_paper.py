@@ -39,13 +39,10 @@ def test_merge_overrides_lets_the_later_key_win() -> None:
 
 
 def test_recipe_sweep_is_the_recipes_grid() -> None:
-    import argparse
-
-    from sweeps.__main__ import _recipe_spec  # the CLI's own builder
+    from sweeps.api import SweepRequest, recipe_spec  # the front door's own builder
 
     rec = load("cpu-mini")
-    a = argparse.Namespace(seeds=None, gpu="", overrides="optim.lr=5e-4")
-    spec = _recipe_spec(rec, a)
+    spec = recipe_spec(rec, SweepRequest(overrides="optim.lr=5e-4"))
     ref = rec.sweep_spec()
     assert spec.kappa_bits == ref.kappa_bits == (0.5, 2.0)
     assert spec.latent_bits == ref.latent_bits and spec.seeds == ref.seeds

@@ -253,7 +253,7 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     before = _snapshot(tmp_path / "results")
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "12 cells, 12 done, 0 to run" in second.stdout, second.stdout[-3000:]
+    assert "14 cells, 14 done, 0 to run" in second.stdout, second.stdout[-3000:]
     assert "probes run 0, reused 6, failed 0" in second.stdout
     assert "report up to date" in second.stdout
     assert _snapshot(tmp_path / "results") == before  # no run file written or touched
