@@ -5,6 +5,7 @@
     shared.py           what paper and study share: the jobs' environment, the state file beside a
                         sweep, the fingerprint of a report's inputs
     synthetic_seeds.py  `make synthetic-seeds`: one synthetic run per seed, several at once
+    corpus.py           `make corpus`: a sharded corpus built through the one launcher
     gpu_check.py        `make gpu-check`: bf16, flash, compile, DDP and FSDP on a first GPU node
     full_eval.py        `make bench-eval`: the full evaluation of one checkpoint, timed per task
 
