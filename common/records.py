@@ -32,19 +32,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from . import arms, benchmarks
+
 SCHEMAS = {"run": "ftbench-run-v1", "eval": "ftbench-eval-v1",
            "likelihood": "ftbench-likelihood-v1", "manifest": "ftbench-manifest-v1",
            "metrics": "ftbench-metrics-v1"}
 """The schema each record writes (the newest this code reads)."""
 
 Z_MODES = ("prior", "prior-k", "posterior")
-LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
-EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
-LOGLIK_TASKS = ("mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "hellaswag",
-                "winogrande", "openbookqa", "piqa", "race", "boolq")
+LM_EVAL_TASKS = benchmarks.tasks(suite="lm-eval", default=True)
+"""The default lm-eval tasks (common.benchmarks)."""
+EVALPLUS_TASKS = benchmarks.tasks(suite="evalplus")
+LOGLIK_TASKS = benchmarks.tasks(scoring="loglik")
 """Stock tasks scored by log-likelihood only: no generation length in their spec."""
-FLOPS_MATCHED_ARMS = ("baseline_flops", "baseline_plus1_flops")
-"""Controls trained to the FLOPs of the FT with H = match_latent_bits."""
+FLOPS_MATCHED_ARMS = arms.names(compute="flops")
+"""Controls trained to the FLOPs of the FT with H = match_latent_bits (common.arms)."""
 
 
 class RecordError(ValueError):
@@ -577,8 +579,9 @@ class ManifestCell:
             match, lb = (lb or None), 0
         else:
             match = None
-        if arm is not None and arm != "free":
-            lb = 0  # a baseline or control has no latent
+        known = arms.find(arm)
+        if known is not None and not known.latent:
+            lb = 0  # a baseline or a baseline control has no latent
         return cls(cell=d.get("cell"), arm=arm, kappa_bits=d.get("kappa_bits"), latent_bits=lb,
                    seed=d.get("seed"), run_id=d.get("run_id"), match_latent_bits=match,
                    state=d.get("state", "unknown"), reason=d.get("reason"),
