@@ -36,7 +36,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from common.paths import results_root, sweeps_dir
+from common import benchmarks
+from common.paths import SweepDir
 from common.text import one_line
 from pipelines.shared import (
     OFFLINE_ENV,
@@ -53,13 +54,11 @@ from sweeps import api
 STATE = "paper-state.json"
 """Beside the sweep's manifest: the fingerprint of the inputs the report was last built from."""
 
-EVAL_REQUESTS: dict[str, int] = {
-    "mmlu": 56168, "gsm8k": 2638, "mbpp_plus": 756, "humaneval_plus": 328, "arc_easy": 9504,
-    "arc_challenge": 4688, "commonsense_qa": 6105, "hellaswag": 40168, "boolq": 6540,
-    "piqa": 3676, "winogrande": 2534, "nq_open": 3610, "openbookqa": 2000}
-"""Requests per benchmark on its full split, as measured in docs/BENCH.md (the full-benchmark
-evaluation table: each generation task's gold-answer bits-per-byte requests included). triviaqa
-(a partial copy was measured) and race were not measured: their cost is reported as unknown."""
+EVAL_REQUESTS: dict[str, int] = {b.task: b.requests for b in benchmarks.BENCHMARKS
+                                  if b.task and b.requests}
+"""Requests per benchmark on its full split, as measured in docs/BENCH.md (the registry's
+`requests`: each generation task's gold-answer bits-per-byte requests included). triviaqa (a
+partial copy was measured) and race were not measured: their cost is reported as unknown."""
 
 
 DEFAULT_GPU = "H100-80GB"
@@ -205,7 +204,7 @@ def report_stage(name: str) -> tuple[str, int]:
         return "waiting", left
     state = load_state(name, STATE)
     fp = inputs_fingerprint(name)
-    html = sweeps_dir(results_root()) / name / "report.html"
+    html = SweepDir.of(name).report_html
     if state.get("report_inputs") == fp and html.is_file():
         return "reused", 0
     if not report(name):
@@ -332,7 +331,7 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
               + (" (SLURM jobs run on; re-run this command to continue: it resumes)"
                  if a.launcher == "slurm" else "; see the sweep's summary above"), flush=True)
         return 0 if a.launcher == "slurm" and rc == 0 else 1
-    html = sweeps_dir(results_root()) / name / "report.html"
+    html = SweepDir.of(name).report_html
     print(f"[paper done {_now()}] report {'up to date' if how == 'reused' else 'built'}: "
           f"{html.resolve()}", flush=True)
     return 0 if rc == 0 else 1

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from common.io import atomic_write_text
-from common.paths import results_root, runs_dir, sweeps_dir
+from common.paths import RunDir, SweepDir
 from sweeps import api
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,7 +92,7 @@ def report(name: str, n_boot: int = 2000) -> bool:
 
 
 def _state_path(name: str, file: str) -> Path:
-    return sweeps_dir(results_root()) / name / file
+    return SweepDir.of(name).path / file
 
 
 def load_state(name: str, file: str) -> dict:
@@ -116,9 +116,8 @@ def inputs_fingerprint(name: str) -> str:
     h.update(json.dumps([(c.run_id, c.state, c.eval.state if c.eval is not None else None)
                          for c in cs]).encode())
     for c in cs:
-        d = runs_dir(results_root()) / str(c.run_id)
-        for p in sorted([d / "metrics.jsonl", *sorted((d / "eval").glob("*.json"))]
-                        if d.is_dir() else []):
+        rd = RunDir.of(str(c.run_id))
+        for p in sorted([rd.metrics_path, *rd.eval_files("*.json")] if rd.exists() else []):
             if p.is_file():
                 st = p.stat()
                 h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())

@@ -36,8 +36,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.arms import find as find_arm
 from common.io import atomic_write_text
-from common.paths import results_root, runs_dir, sweeps_dir
+from common.paths import RunDir, SweepDir
 from common.text import one_line
 from pipelines.shared import (
     OFFLINE_ENV,
@@ -224,7 +225,8 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     failed: list[str] = []
     opts = probe_options(size.probe_args)
     for c in cells(name):
-        if c.arm != "free" or c.state != "done":
+        a = find_arm(c.arm)  # the arm under test only: a control's Z is not what is asked
+        if a is None or not a.is_treatment or c.state != "done":
             continue
         rid = str(c.run_id)
         rec = done.get(rid) or {}
@@ -233,7 +235,7 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
             continue
         try:
             with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
-                path, _ = probe_run(runs_dir(results_root()) / rid, opts)
+                path, _ = probe_run(RunDir.of(rid).path, opts)
         except (ProbeError, ValueError) as e:
             failed.append(f"{c.cell}: probe: error: {one_line(e)}")
             continue
@@ -260,14 +262,14 @@ def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:
 
 def export(name: str, meta: dict, docs: Path) -> None:
     """Copy the report's tables and HTML into docs/study/ and write study.json beside them."""
-    rep = sweeps_dir(results_root()) / name
+    sd = SweepDir.of(name)
     docs.mkdir(parents=True, exist_ok=True)
     for t in TABLES:
-        src = rep / "report" / t
+        src = sd.report_dir / t
         if src.is_file():
             shutil.copyfile(src, docs / t)
-    if (rep / "report.html").is_file():
-        shutil.copyfile(rep / "report.html", docs / "report.html")
+    if sd.report_html.is_file():
+        shutil.copyfile(sd.report_html, docs / "report.html")
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():
@@ -285,7 +287,7 @@ def docs_dir(given: str, size: str, name: str) -> Path | None:
         return None
     if given:
         return Path(given)
-    return DOCS if size == "full" else sweeps_dir(results_root()) / name / "docs" / "study"
+    return DOCS if size == "full" else SweepDir.of(name).path / "docs" / "study"
 
 
 def render(docs: Path) -> int:
@@ -360,7 +362,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
           + "".join(f"\n  {f}" for f in failed), flush=True)
     prog.stage(3, n, "report", "report")
     fp = inputs_fingerprint(name)
-    html = sweeps_dir(results_root()) / name / "report.html"
+    html = SweepDir.of(name).report_html
     if state.get("report_inputs") == fp and html.is_file():
         print("study: report up to date (inputs unchanged)", flush=True)
     else:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.paths import final_checkpoint, results_root
+from common.paths import RunDir, results_root
 from common.text import one_line
 from sweeps.job import CommandJob
 from sweeps.launcher import LocalLauncher
@@ -77,7 +77,7 @@ class Seed:
         arm not done is training once its run has logged a training step."""
         done = 0
         for arm in self.runs:
-            if arm.reused or final_checkpoint(arm.run_dir).exists():
+            if arm.reused or RunDir(arm.run_dir).finished:
                 done += 1
                 continue
             live = live_progress(arm.run_dir, None)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.paths import SweepDir
 from common.text import one_line
 
 from . import backend
@@ -257,7 +258,7 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     r = _resolve(req)
     p = r.plan
     kind = req.launcher.strip() or "local"
-    launcher = make_launcher(kind, p.folder / "jobs", jobs=req.jobs, cluster=r.cluster,
+    launcher = make_launcher(kind, SweepDir(p.folder).jobs_dir, jobs=req.jobs, cluster=r.cluster,
                              job_name=f"sweep-{p.name}", executor_factory=executor_factory)
     from common.io import unwritable
     from common.paths import cache_dir, runs_dir

@@ -20,9 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
-from common import paths
 from common.text import one_line
 from experiments.eval import chain as _chain
 from experiments.train import config as _config
@@ -40,8 +37,6 @@ chain_argv = _chain.chain_argv
 kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
-points_ready = _chain.points_ready
-point_evaluated = _chain.point_evaluated
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
 # the plan and the memory estimate, and parallel's DDP-fits rule
 DATA_SOURCES = _config.DATA_SOURCES
@@ -75,8 +70,6 @@ class Cell(Protocol):
 
 TRAIN_MODULE = "experiments.train"
 EVAL_MODULE = "experiments.eval"
-DONE_FILE = f"{paths.CHECKPOINTS}/{paths.FINAL_CHECKPOINT}"
-"""A run is finished when its final checkpoint exists (docs/RESULTS.md)."""
 IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
@@ -132,31 +125,6 @@ def train_argv(cell: Cell) -> list[str]:
 
 def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", EVAL_MODULE, str(run), *extra]
-
-
-def is_done(run: Path) -> bool:
-    return (run / DONE_FILE).exists()
-
-
-def latest_step(run: Path) -> int | None:
-    return paths.latest_step(run / "checkpoints")
-
-
-def has_record(run: Path) -> bool:
-    """The run has written its run record (its corpus and tokenizer are built and cached)."""
-    return (run / "config.yaml").exists()
-
-
-def provenance(run: Path) -> dict[str, Any]:
-    """The finished run's recorded provenance (data checksums, tokenizer, commit), if any."""
-    p = run / "config.yaml"
-    if not p.exists():
-        return {}
-    try:
-        d = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError:
-        return {}
-    return d.get("provenance") or {}
 
 
 # ------------------------------------------------------------------------------- evaluation

@@ -8,10 +8,10 @@ did; the manifest (manifest.py) records every state, the plan (plan.py) says wha
 
 What happens is told twice: as lines for a person (`log`) and as typed events for a program
 (`on_event`: Planned, JobStarted, JobEnded), so a pipeline follows a sweep without reading its
-lines. Re-running the same command skips done cells (their run directory holds final.pt),
-resumes interrupted ones (the trainer restarts from its newest checkpoint) and retries failed
-ones only with retry_failed. Cells are named by content (run-id = hash of the resolved config),
-so two sweeps that share a cell share its run.
+lines. Re-running the same command skips done cells (their run directory holds its final
+checkpoint), resumes interrupted ones (the trainer restarts from its newest checkpoint) and
+retries failed ones only with retry_failed. Cells are named by content (run-id = hash of the
+resolved config), so two sweeps that share a cell share its run.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from common.paths import RunDir, SweepDir
 
 from . import backend
 from .cluster import ClusterConfig
@@ -98,7 +100,7 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
         _check_scratch(p, launcher.cluster)
     p.folder.mkdir(parents=True, exist_ok=True)
     with locked(p.folder, wait=False):
-        (p.folder / ".lock").write_text(f"pid {os.getpid()}\n")
+        SweepDir(p.folder).lock_path.write_text(f"pid {os.getpid()}\n")  # who drives it
         old = SweepManifest.load(p.manifest_path) if p.manifest_path.exists() else None
         m = SweepManifest.build(p, launcher.kind, old)
         if old is not None and old.launcher != launcher.kind:
@@ -128,8 +130,8 @@ def _train_job(c: SweepCell, threads: int | None, launcher: str = "local",
                points: PointWatch | None = None) -> CellJob:
     cell = Cell(c.cell, c.arm, c.seed or 0, tuple(c.overrides))
     # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
-    return CellJob(c.cell, backend.train_argv(cell), run_dir=c.run_dir,
-                   done_file=backend.DONE_FILE, threads=threads, cwd=os.getcwd(),
+    return CellJob(c.cell, backend.train_argv(cell), run_dir=c.run_dir, threads=threads,
+                   cwd=os.getcwd(),
                    env={"FTBENCH_LAUNCHER": launcher}, points=points)
 
 
@@ -211,7 +213,7 @@ def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Local
         while queue or active:
             if first is not None and all(k != "train" or c is not first
                                          for k, c, _ in queue) and (
-                    first.state != "running" or backend.has_record(first.run)):
+                    first.state != "running" or first.rundir.has_record):
                 first = None
             for slot in range(n):
                 if slot in active or not queue or (first is not None and active):
@@ -282,7 +284,7 @@ def _queue_points(queue: list[QueueItem],
     for kind, c, *_ in list(active.values()):
         if kind != "train":
             continue
-        for step, _ in backend.points_ready(c.run, ids):
+        for step, _ in c.rundir.points_ready(ids):
             if (c.cell, step) in seen:
                 continue
             seen.add((c.cell, step))
@@ -314,7 +316,7 @@ def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
         roots = {want}
     need = 0
     for c in p.cells:
-        if backend.is_done(Path(c.run_dir)):
+        if RunDir(c.run_dir).finished:
             continue
         need += backend.disk_need(backend.compose(c.cell)) or 0
     for r in roots:

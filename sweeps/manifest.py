@@ -38,15 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from common.arms import find as find_arm
 from common.io import LockHeld, atomic_write_text, flocked
-from common.paths import checkpoint_dir, eval_checkpoints, results_root
+from common.paths import RunDir, SweepDir
 from common.provenance import git_state
 from common.records import SCHEMAS, EvalSpec, Manifest
 
 from . import backend
 from .errors import SweepError
 from .grid import skipped_controls
-from .plan import Plan, combined_spec, sweep_dir
+from .plan import Plan, combined_spec
 
 STATES = ("pending", "running", "done", "failed")
 POINT_STATES = ("pending", "queued", "running", "done", "failed", "skipped")
@@ -55,7 +56,6 @@ job is alive), done (a file for every suite's spec_id), failed (its job ended wi
 skipped (the cell's training failed: never evaluated, never a value), pending (interrupted, or
 the spec changed: the chain evaluates it on re-run)."""
 TRAINING_FAILED = "skipped: training failed"
-MANIFEST = "manifest.json"
 
 
 class SweepBusy(SweepError):
@@ -246,6 +246,11 @@ class SweepCell:
     def run(self) -> Path:
         return Path(self.run_dir)
 
+    @property
+    def rundir(self) -> RunDir:
+        """The cell's run directory: its records, checkpoints and eval files."""
+        return RunDir(Path(self.run_dir))
+
     # ---- transitions of the training -------------------------------------------------------
     def job_started(self, job_id: str, *, slot: int | None = None) -> None:
         """A training job was submitted for the cell (slot: the local driver's slot)."""
@@ -262,25 +267,26 @@ class SweepCell:
         self.state, self.reason = state, reason
         self.finished, self.wall_s = now(), round(wall_s, 1)
         # the newest checkpoint is where a pending cell resumes: the table shows it
-        self.step = backend.latest_step(self.run) or self.step
+        self.step = self.rundir.latest_step() or self.step
 
     def reconcile(self, jobs: JobProbe, provenance: dict[str, Any], *,
                   watched: bool = False) -> None:
         """Re-derive the training state from facts: the run directory first (a finished run
         is done whoever finished it), then the job's liveness and result. `watched`: the
         calling driver watches the job itself (its outcome is reported by `job_ended`)."""
-        self.step = backend.latest_step(self.run) or self.step
-        if backend.is_done(self.run):
+        rd = self.rundir
+        self.step = rd.latest_step() or self.step
+        if rd.finished:
             if self.state != "done":
                 self.state, self.reason = "done", None
-            provenance.update(backend.provenance(self.run))
+            provenance.update(run_provenance(rd))
         elif watched:
             pass
         elif self.state == "done":
             # its run directory was removed since: train it again rather than report a result
             # that no longer exists
             self.state = "pending"
-            self.reason = f"{self.run / backend.DONE_FILE} is gone; the cell runs again"
+            self.reason = f"{rd.final_checkpoint} is gone; the cell runs again"
         elif self.state == "running" and not jobs.alive(self.job_id):
             why = jobs.failure(self.job_id)
             if why and "interrupted" not in why:  # the trainer raised: retried only on request
@@ -299,6 +305,7 @@ class SweepCell:
     def eval_started(self, m: SweepManifest, job_id: str, *, slot: int | None = None) -> None:
         """An evaluation job was submitted for the cell, under the sweep's eval spec now (the
         spec_id it ran under decides later whether a new spec needs another run)."""
+        # a fresh record: an earlier evaluation's files and reason belong to its own spec
         self.eval = EvalState(state="running", job_id=str(job_id), slot=slot,
                               spec_id=m.eval_spec_id)
 
@@ -328,7 +335,7 @@ class SweepCell:
         if m.eval_points:  # steps with a file for every suite (the Table-3 points)
             ids = m.spec_ids()
             ev.points = sorted(step for step, _ in backend.kept_checkpoints(self.run)
-                               if backend.point_evaluated(self.run, step, ids))
+                               if self.rundir.point_evaluated(step, ids))
         missing = [s for s, f in files.items() if f is None]
         if missing:
             ev.state = "failed"
@@ -343,6 +350,7 @@ class SweepCell:
             return
         why = jobs.failure(ev.job_id)
         ok = jobs.succeeded(ev.job_id)
+        # a result says done or failed; no result means it was killed: run again, not failed
         ev.state = "done" if ok else "failed" if why else "pending"
         ev.reason = why or (None if ok else "interrupted: evaluation job ended without a "
                             "result; EVAL=1 runs it again")
@@ -351,6 +359,8 @@ class SweepCell:
     # ---- transitions of the evaluation points ----------------------------------------------
     def point_started(self, step: int, job_id: str | None, *, slot: int | None = None) -> None:
         """Kept checkpoint `step` was seen: queued for a local slot (job_id None) or submitted."""
+        # queued: the local driver saw it but its slots are full; it starts before the next
+        # training (a point is short and the curve should be whole when training ends)
         self.points[step] = PointState(
             state="queued" if job_id is None else "running",
             job_id=None if job_id is None else str(job_id), reason=None,
@@ -361,7 +371,8 @@ class SweepCell:
         """A point job ended: done only if it left a file for every suite's spec_id. Returns the
         point's (state, reason)."""
         pt = self.points.setdefault(step, PointState())
-        ok = state == "done" and backend.point_evaluated(self.run, step, m.spec_ids())
+        # an exit status of 0 is not enough: the files are what the report reads
+        ok = state == "done" and self.rundir.point_evaluated(step, m.spec_ids())
         pt.state, pt.wall_s = ("done" if ok else "failed"), round(wall_s, 1)
         pt.reason = None if ok else reason or ("the point's evaluation exited 0 but wrote no "
                                                "file for every suite")
@@ -394,7 +405,8 @@ class SweepCell:
         if not m.eval_points or not ids:
             return
         try:
-            submitted = json.loads(point_record(folder, self.cell).read_text(encoding="utf-8"))
+            submitted = json.loads(SweepDir(folder).points_record(self.cell).read_text(
+                encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             submitted = {}
         for key, rec in (submitted if isinstance(submitted, dict) else {}).items():
@@ -409,10 +421,11 @@ class SweepCell:
             elif rec.get("reason") and pt is None:
                 self.points[step] = PointState(state="pending", reason=rec["reason"])
         # the trainer's kept checkpoints only (rotated step_<N>.pt come and go)
-        for step, _ in eval_checkpoints(checkpoint_dir(self.run)):
+        rd = self.rundir
+        for step, _ in rd.eval_checkpoints():
             self.points.setdefault(step, PointState())
         for step, pt in self.points.items():
-            if backend.point_evaluated(self.run, step, ids):
+            if rd.point_evaluated(step, ids):
                 if pt.state != "done":  # its files exist: done, whoever wrote them
                     pt.state, pt.reason = "done", None
                 continue
@@ -551,8 +564,6 @@ class SweepManifest:
         """A fresh manifest for the plan, keeping job ids, states and history from `old`: a
         cell's `latent_bits` is its own H (0 for every baseline and FLOPs control),
         `match_latent_bits` the H a FLOPs-matched control is matched to."""
-        from common.records import FLOPS_MATCHED_ARMS
-
         if old is not None and old.grid != p.spec.to_manifest():
             raise SweepError(f"sweep {p.name} already exists with a different grid "
                              f"({p.manifest_path}); pick another NAME")
@@ -572,7 +583,8 @@ class SweepManifest:
             o = prev.get(c.cell.name)
             if o is not None and o.run_id not in (None, c.run_id):
                 o = None  # the code's config changed under the same name: a new run
-            matched = c.cell.arm in FLOPS_MATCHED_ARMS  # the grid's H is then the one it matches
+            arm = find_arm(c.cell.arm)
+            matched = arm is not None and arm.flops_matched  # the grid's H is the one it matches
             cells.append(SweepCell(
                 cell=c.cell.name, arm=c.cell.arm, kappa_bits=c.cell.kappa_bits,
                 latent_bits=0 if matched else int(c.cell.latent_bits or 0),
@@ -630,7 +642,7 @@ def probe(launcher: str, folder: Path) -> JobProbe:
     nothing (no cluster file needed)."""
     from .launcher import make_launcher
 
-    return make_launcher(launcher, folder / "jobs", load=False)
+    return make_launcher(launcher, SweepDir(folder).jobs_dir, load=False)
 
 
 # ------------------------------------------------------------------------------- files
@@ -649,10 +661,21 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
     return SweepManifest.build(p, launcher, prior).to_json()
 
 
+def run_provenance(rd: RunDir) -> dict[str, Any]:
+    """A finished run's recorded provenance (data checksums, tokenizer, commit), {} when its
+    run record is missing or unreadable (the manifest then simply lacks them)."""
+    from common.records import RecordError
+
+    try:
+        return dict(rd.record().provenance)
+    except (OSError, RecordError):
+        return {}
+
+
 @contextlib.contextmanager
 def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
     """An exclusive lock on the sweep folder (one driver per sweep; status waits its turn)."""
-    lock = folder / ".lock"
+    lock = SweepDir(folder).lock_path
     with contextlib.ExitStack() as stack:
         try:
             stack.enter_context(flocked(lock, wait=wait))
@@ -666,17 +689,18 @@ def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
 def point_record(folder: Path, cell: str) -> Path:
     """Where a SLURM training job's point watcher (sweeps/job.py) lists the point jobs it
     submitted (`{"<step>": {"job_id", "submitted"} | {"reason"}}`); read by `settle_points`."""
-    return folder / "points" / f"{cell}.json"
+    return SweepDir(folder).points_record(cell)
 
 
 def eval_files(run_dir: Path, specs: Mapping[str, EvalSpec]) -> dict[str, str | None]:
     """{suite: path of its eval file relative to the run dir (the newest for that spec_id),
     or None when there is none}."""
     out: dict[str, str | None] = {}
+    rd = RunDir(run_dir)
     for suite, sp in specs.items():
         # the final checkpoint's file: the highest step (EVAL_POINTS writes earlier steps too,
         # possibly later in time); stepNA (unknown) last, then the newest
-        hits = sorted((run_dir / "eval").glob(f"*.{sp.id}.step*.json"),
+        hits = sorted(rd.eval_files(f"*.{sp.id}.step*.json"),
                       key=lambda q: (_step_of(q), q.stat().st_mtime_ns))
         out[suite] = str(hits[-1].relative_to(run_dir)) if hits else None
     return out
@@ -693,15 +717,16 @@ def _step_of(path: Path) -> int:
 
 # ------------------------------------------------------------------------------- status
 TAIL_BYTES = 65536
-"""How much of metrics.jsonl's end `live_progress` reads (the last train line is near it)."""
+"""How much of the metrics lines' end `live_progress` reads (the last train line is near it)."""
 
 
 def live_progress(run_dir: str | Path, planned_tokens: float | None) -> dict[str, Any] | None:
-    """A running cell's live position from the last `kind: train` line of its metrics.jsonl
+    """A running cell's live position from the last `kind: train` line of its metrics lines
     (not its last checkpoint, which lags by up to ckpt_every steps): {"step", "tokens",
     "tokens_per_s", "eta_s"}; eta_s = remaining planned tokens / the line's tokens/s (None when
-    either is unknown). None when the run has logged no train line yet."""
-    path = Path(run_dir) / "metrics.jsonl"
+    either is unknown). None when the run has logged no train line yet. Reads the file's tail
+    only: a long run's metrics are many lines, and the table refreshes every cell."""
+    path = RunDir(Path(run_dir)).metrics_path
     try:
         with path.open("rb") as f:
             f.seek(0, 2)
@@ -735,8 +760,8 @@ def _dur(s: float | None) -> str:
 
 
 def table(m: SweepManifest) -> str:
-    """The status table `make sweep-status` prints. A running cell shows its live step (from
-    metrics.jsonl), tokens/s and ETA; others the step of their newest checkpoint."""
+    """The status table `make sweep-status` prints. A running cell shows its live step (its
+    last training record), tokens/s and ETA; others the step of their newest checkpoint."""
     rows = [("cell", "arm", "run-id", "state", "step", "tok/s", "ETA", "job", "eval", "reason")]
     for c in m.cells:
         ev = c.eval
@@ -770,19 +795,17 @@ def table(m: SweepManifest) -> str:
 
 
 def manifest_path(name: str, results: Path | None = None) -> Path:
-    return sweep_dir(results_root(results), name) / MANIFEST
+    return SweepDir.of(name, results).manifest_path
 
 
 def status(name: str, results: Path | None = None) -> SweepManifest:
     """The sweep's manifest, refreshed from facts and saved when no driver holds the sweep;
     else the driver's view plus the runs finished since. SweepError when there is none."""
-    root = results_root(results)
-    folder = sweep_dir(root, name)
-    path = folder / MANIFEST
+    sd = SweepDir.of(name, results)
+    folder, path = sd.path, sd.manifest_path
     if not path.exists():
-        known = sorted(q.name for q in (root / "sweeps").glob("*") if (q / MANIFEST)
-                       .exists()) if (root / "sweeps").exists() else []
-        raise SweepError(f"no sweep {name!r} under {root / 'sweeps'}"
+        known = SweepDir.names(results)
+        raise SweepError(f"no sweep {name!r} under {sd.path.parent}"
                          + (f"; known: {' '.join(known)}" if known else ""))
     try:
         with locked(folder, wait=False):

@@ -306,7 +306,7 @@ def test_requeue_through_submitit_checkpoint(tmp_path: Path) -> None:
     ex = submitit.LocalExecutor(folder=tmp_path / "jobs", max_num_timeout=5)
     ex.update_parameters(timeout_min=1, signal_delay_s=56)
     job = ex.submit(CellJob("standin", [sys.executable, str(script), str(run)],
-                            run_dir=str(run), done_file="checkpoints/final.pt", threads=1))
+                            run_dir=str(run), threads=1))
     t0 = time.time()
     while not job.done() and time.time() - t0 < 60:
         time.sleep(0.3)
@@ -325,11 +325,10 @@ def test_killed_child_is_interrupted_not_failed(tmp_path: Path) -> None:
     """A trainer killed by a signal leaves the cell resumable; an error exit fails it."""
     run = tmp_path / "run"
     j = CellJob("c", [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"],
-                run_dir=str(run), done_file="final.pt")
+                run_dir=str(run))
     r = j()
     assert r["state"] == "interrupted" and "SIGKILL" in r["reason"]
-    bad = CellJob("c", [sys.executable, "-c", "raise SystemExit(3)"], run_dir=str(run),
-                  done_file="final.pt")
+    bad = CellJob("c", [sys.executable, "-c", "raise SystemExit(3)"], run_dir=str(run))
     with pytest.raises(RuntimeError, match="exited with code 3"):
         bad()
 
