@@ -318,8 +318,8 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
     _say(2, n, f"sweep {name}: {len(_seeds(a) or rec.grid.seeds)} seed(s) of the recipe's "
          f"grid, each cell evaluated at {rec.eval.points} points and its end", t0)
     rc = sweep(sweep_request(rec_arg, a, name))
-    if rc == 2:
-        return 2  # refused before anything ran: its line is above
+    if rc in (2, 130):
+        return rc  # refused before anything ran (its line is above), or interrupted
     _say(3, n, "report", t0)
     try:
         how, left = report_stage(name)

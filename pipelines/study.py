@@ -353,8 +353,8 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
                f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
                f"docs) with the likelihood on {size.likelihood_rows} rows")
     rc = sweep(req, on_event=SweepEta())
-    if rc == 2:  # bad input, refused before anything ran
-        return 2
+    if rc in (2, 130):  # bad input, refused before anything ran; or interrupted (Ctrl-C)
+        return rc
     state = load_state(name, STATE)
     prog.stage(2, n, "probe", "latent probe of every finished Free Transformer")
     ran, skipped, failed = probe_all(name, size, state)
