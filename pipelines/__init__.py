@@ -10,7 +10,9 @@
     full_eval.py        `make bench-eval`: the full evaluation of one checkpoint, timed per task
 
 Dependencies point one way: pipelines -> sweeps -> experiments -> model -> common. A pipeline
-runs a sweep through sweeps' typed front door (`sweeps.api`: plan, run, status) in its own
-process and submits every job through the one launcher interface (`sweeps.launcher`); the
-report stage calls analysis' public entry point. Nothing below imports pipelines.
+runs each stage in its own process through the stage's entry point: a sweep through sweeps'
+typed front door (`sweeps.api`: plan, run, status), a report through analysis' build_report;
+its jobs go through the one launcher interface (`sweeps.launcher`), bench-eval's timed
+processes excepted (a job wrapper would change the wall time it measures). It learns progress
+from the records jobs write, never from their printed lines. Nothing imports pipelines.
 """
