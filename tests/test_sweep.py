@@ -605,27 +605,19 @@ def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ layout (issue 23)
-VERBATIM_ELSEWHERE = {"build_manifest", "eval_specs", "eval_files", "spec_id_of"}
-"""Bodies being rewritten as typed records on another branch; moved verbatim, inline imports
-included, until that merge routes them through backend.py."""
-
-
 def test_backend_is_the_only_door_into_experiments() -> None:
-    """Every `import experiments...` in sweeps/ is in backend.py (or in a verbatim body above)."""
+    """Every `import experiments...` in sweeps/ is in backend.py (no exemption)."""
     import ast
 
     offenders = []
     for path in sorted((ROOT / "sweeps").glob("*.py")):
         if path.name == "backend.py":
             continue
-        tree = ast.parse(path.read_text())
-        spared = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
-                  and f.name in VERBATIM_ELSEWHERE for n in ast.walk(f)}
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text())):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level \
                 else []
-            if any(m.split(".")[0] == "experiments" for m in mods) and id(node) not in spared:
+            if any(m.split(".")[0] == "experiments" for m in mods):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
 
