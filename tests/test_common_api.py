@@ -281,9 +281,8 @@ def test_the_registry_says_what_the_parallel_lists_said():
 
 
 def test_every_stock_yaml_the_registry_names_exists():
-    import lm_eval
+    from experiments.eval.tasks import STOCK as stock  # found without importing lm-eval
 
-    stock = Path(lm_eval.__file__).parent / "tasks"
     for r in benchmarks.BENCHMARKS:
         if r.suite == "lm-eval":
             assert (stock / str(r.stock)).exists(), r.stock
@@ -308,3 +307,30 @@ def test_a_task_finds_its_row_and_an_unknown_one_is_one_line():
         benchmarks.benchmark("xyz")
     with pytest.raises(ValueError, match="order"):
         benchmarks.tasks(order="alpha")
+
+
+def test_every_file_a_task_yaml_names_is_one_its_row_pins(tmp_path):
+    """The loader (experiments/eval/tasks) and the registry never drift apart: each path an
+    offline task YAML reads is one of its row's offline files (or the folder of a
+    save_to_disk copy the row pins; MMLU's folder holds what its sums file lists)."""
+    from experiments.eval.tasks import task_configs
+
+    d = tmp_path.resolve()
+    seen = set()
+    for name, cfg in task_configs(d).items():
+        task = name.split("/")[0].removesuffix(".yaml")
+        row = benchmarks.benchmark(task)
+        kw = dict(cfg.get("dataset_kwargs") or {})
+        paths = list((kw.pop("data_files", None) or {}).values())
+        paths += [v for k, v in kw.items() if k in ("test", "questions", "labels", "validation")]
+        paths += list((kw.get("splits") or {}).values())
+        if "folder" in kw:
+            paths.append(kw["folder"])
+        for p in paths:
+            rel = str(Path(p).relative_to(d)) if Path(p).is_absolute() else str(p)
+            pinned = set(row.offline) | {str(Path(f).parent) for f in row.offline}
+            if row.offline_sums:
+                pinned.add(str(Path(row.offline_sums).parent))
+            assert rel in pinned, (task, rel)
+            seen.add(task)
+    assert seen == set(benchmarks.tasks(suite="lm-eval", offline_ready=True))
