@@ -10,7 +10,7 @@ docs/DESIGN.md, "Adding an arm").
 Two names mean different things and both live here:
 - the *arm* of a cell (any name in ARMS), and
 - the *model kind* a run's own files record (config.yaml, eval and likelihood files: `arm` is
-  "baseline" or "free", from the model alone: `model_kind`). A Z-cut control is a Free
+  "baseline" or "free", from the model alone: `of_model`). A Z-cut control is a Free
   Transformer model (kind "free") in the arm "free_zcut"; a FLOPs-matched control is a
   baseline model (kind "baseline") in the arm "baseline_flops".
 
@@ -84,8 +84,8 @@ class Arm:
 
     @property
     def model_kind(self) -> str:
-        """What the run's own files record as `arm` (`model_kind(self.latent)`)."""
-        return model_kind(self.latent)
+        """What the run's own files record as `arm` (`of_model(self.latent).name`)."""
+        return of_model(self.latent).name
 
 
 BASELINE = Arm("baseline", latent=False, model_class="Transformer",
@@ -155,7 +155,9 @@ def by_control(control: str) -> Arm:
     raise ArmError(f"control {control!r}: not a known control (known: {known})")
 
 
-def model_kind(latent: bool | int) -> str:
-    """The `arm` a run's own files record (config.yaml, eval and likelihood files): the model's
-    kind, "free" with a latent (latent_bits > 0), else "baseline", whatever the cell's arm."""
-    return FREE.name if latent else BASELINE.name
+def of_model(latent_bits: int | bool) -> Arm:
+    """The arm a run's own files name from its model alone (config.yaml, eval and likelihood
+    files record its name as `arm`): FREE with a latent (latent_bits > 0), else BASELINE,
+    whatever the cell's arm (a Z-cut control's files say "free", a FLOPs-matched control's
+    "baseline")."""
+    return FREE if latent_bits else BASELINE

@@ -29,6 +29,8 @@ the model writes an answer."""
 GROUPS = ("Generative code/math", "Multi-choice general knowledge / common sense",
           "Multi-choice text understanding", "Culture")
 """The paper's four row groups, in its order."""
+CODE_MATH = GROUPS[0]
+"""The group the paper's headline claim is about (the Free Transformer helps code and math)."""
 GOLD_BPB_SUFFIX = "_gold_bpb"
 """`<task>_gold_bpb`: bits per byte of the gold answer, the smooth metric a generation
 benchmark adds (its `gold_bpb` flag)."""
@@ -73,7 +75,8 @@ class Benchmark:
     """A sha256sum file under BENCH_DATA whose every line is a file the task reads (MMLU's
     csvs); an absent one is itself the missing file."""
     offline_ready: bool = False
-    """An offline copy exists (experiments/eval/tasks writes its YAML); False: online only."""
+    """It runs offline from BENCH_DATA (an lm-eval task through the YAML experiments/eval/tasks
+    writes, an evalplus task through its dataset file); False: online only."""
     fewshot_source: bool = True
     """The offline copy has the split the stock few-shot examples come from (train or dev);
     without it the task is exact offline only at its stock 0 shots."""
@@ -102,6 +105,9 @@ class Benchmark:
     cost_min: float | None = None
     """Minutes its full evaluation took on a 16M checkpoint on one 2-core machine thread, as
     measured (orders the bench-eval queue; None: not measured)."""
+    title: str | None = None
+    """What the suite's claims call the benchmark it runs when that is not the paper's row
+    (MBPP+ for the paper's MBPP); None: `label`."""
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
@@ -109,6 +115,11 @@ class Benchmark:
         if self.task is not None and (self.suite not in SUITES or self.scoring not in SCORING):
             raise BenchmarkError(f"{self.label}: suite {self.suite!r} / scoring "
                                  f"{self.scoring!r} must be one of {SUITES} / {SCORING}")
+
+    @property
+    def name(self) -> str:
+        """The benchmark as the suite's claims name it: `title`, else the paper's `label`."""
+        return self.title or self.label
 
     @property
     def gold_task(self) -> str | None:
@@ -134,15 +145,18 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     # ---- Generative code/math
     Benchmark("HumanEval+", _G1, "pass@1", task="humaneval_plus", suite="evalplus",
               scoring="generate", stock="humaneval",
-              offline=("humanevalplus/HumanEvalPlus-v0.1.10.jsonl",), primary="pass@1_plus",
+              offline=("humanevalplus/HumanEvalPlus-v0.1.10.jsonl",), offline_ready=True,
+              primary="pass@1_plus",
               stock_metrics=("pass@1_base", "pass@1_plus"), metric="pass@1_plus",
               matches_paper=True, default=True, gold_bpb=True, chance=0.0, requests=328,
               cost_min=3.0,
               note="evalplus (HumanEval+ v0.1.10), greedy; plus = base and extra tests"),
     Benchmark("MBPP", _G1, "pass@1", task="mbpp_plus", suite="evalplus", scoring="generate",
-              stock="mbpp", offline=("mbppplus/MbppPlus-v0.2.0.jsonl",), primary="pass@1_plus",
+              stock="mbpp", offline=("mbppplus/MbppPlus-v0.2.0.jsonl",), offline_ready=True,
+              primary="pass@1_plus",
               stock_metrics=("pass@1_base", "pass@1_plus"), metric="pass@1_base",
               default=True, gold_bpb=True, chance=0.0, requests=756, cost_min=5.0,
+              title="MBPP+",
               note="the suite runs MBPP+ v0.2.0 (378 tasks, evalplus); the paper's MBPP is the "
                    "original set, so the problems differ (pass@1_base is the closer number)"),
     Benchmark("GSM8K", _G1, "em", task="gsm8k", suite="lm-eval", scoring="generate",

@@ -35,28 +35,28 @@ from typing import Any
 
 from .records import Manifest, MetricsLine, RecordError, RunRecord
 
-RUNS = "runs"
-SWEEPS = "sweeps"
-CACHE = "cache"
+_RUNS = "runs"
+_SWEEPS = "sweeps"
+_CACHE = "cache"
 RUN_RECORD = "config.yaml"
 """A run directory's run record (RunRecord, as YAML)."""
 METRICS = "metrics.jsonl"
 """A run directory's metrics lines (MetricsLine)."""
-TRAIN_LOG = "train.log"
-TENSORBOARD = "tb"
+_TRAIN_LOG = "train.log"
+_TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 """A run directory's checkpoint folder."""
 FINAL_CHECKPOINT = "final.pt"
 """The last step's checkpoint; its presence marks a run finished."""
-EVAL = "eval"
+_EVAL = "eval"
 """A run directory's folder of eval, likelihood and probe files."""
-MANIFEST = "manifest.json"
+_MANIFEST = "manifest.json"
 """A sweep directory's manifest (Manifest)."""
-REPORT_HTML = "report.html"
-REPORT = "report"
-JOBS = "jobs"
-POINTS = "points"
-LOCK = ".lock"
+_REPORT_HTML = "report.html"
+_REPORT = "report"
+_JOBS = "jobs"
+_POINTS = "points"
+_LOCK = ".lock"
 _STEP = re.compile(r"step_(\d+)\.pt")
 _EVAL_STEP = re.compile(r"eval_step_(\d+)\.pt")
 
@@ -70,28 +70,28 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
 
 def runs_dir(root: str | os.PathLike | None = None) -> Path:
     """<results root>/runs: where every RunDir lives."""
-    return results_root(root) / RUNS
+    return results_root(root) / _RUNS
 
 
 def sweeps_dir(root: str | os.PathLike | None = None) -> Path:
     """<results root>/sweeps: where every SweepDir lives."""
-    return results_root(root) / SWEEPS
+    return results_root(root) / _SWEEPS
 
 
 def cache_dir(root: str | os.PathLike | None = None) -> Path:
     """$FTBENCH_CACHE, else <results root>/cache (tokenizers, tokenized corpora)."""
     env = os.environ.get("FTBENCH_CACHE")
-    return Path(env) if env else results_root(root) / CACHE
+    return Path(env) if env else results_root(root) / _CACHE
 
 
-def checkpoint_name(step: int) -> str:
+def _checkpoint_name(step: int) -> str:
     """A rotated checkpoint's file name."""
     return f"step_{step}.pt"
 
 
-def eval_checkpoint_name(step: int) -> str:
+def _eval_checkpoint_name(step: int) -> str:
     """A checkpoint kept for evaluation outside the rotation (logging.keep_eval_checkpoints)."""
-    return f"eval_{checkpoint_name(step)}"
+    return f"eval_{_checkpoint_name(step)}"
 
 
 def _numbered(ckdir: str | os.PathLike, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
@@ -103,9 +103,9 @@ def _numbered(ckdir: str | os.PathLike, pattern: re.Pattern[str]) -> list[tuple[
 
 
 def checkpoint_step_of(path: str | os.PathLike) -> int | None:
-    """The step a checkpoint's file name holds (step_<N>.pt, eval_step_<N>.pt), else None."""
-    name = Path(path).name
-    m = _STEP.fullmatch(name) or _EVAL_STEP.fullmatch(name)
+    """The step a rotated checkpoint's file name holds (step_<N>.pt), else None (an eval or
+    final checkpoint records its step inside)."""
+    m = _STEP.fullmatch(Path(path).name)
     return int(m.group(1)) if m else None
 
 
@@ -154,12 +154,20 @@ class RunDir:
         """A run directory (or its checkpoints/ folder), or the run directory of a checkpoint
         file: <run>/checkpoints/<x>.pt -> <run>; a .pt anywhere else -> its folder (a copied
         checkpoint has no run record there, which `has_record` says). The file is kept as
-        `target`."""
+        `target`; a folder holding checkpoints itself (no checkpoints/ in it) targets its
+        final.pt, else its newest step_<N>.pt."""
         p = Path(where)
         if p.is_dir():
-            # a run's checkpoints/ folder itself names its run
-            is_ckdir = p.name == CHECKPOINTS and not (p / CHECKPOINTS).is_dir()
-            return cls(p.parent if is_ckdir else p)
+            if (p / CHECKPOINTS).is_dir():
+                return cls(p)
+            if p.name == CHECKPOINTS:  # a run's checkpoints/ folder names its run
+                return cls(p.parent)
+            # a folder of checkpoints that is not a run's: its final.pt, else its newest step
+            loose = p / FINAL_CHECKPOINT
+            steps = _numbered(p, _STEP)
+            if loose.is_file() or steps:
+                return cls(p, target=loose if loose.is_file() else steps[-1][1])
+            return cls(p)
         run = p.parent.parent if p.parent.name == CHECKPOINTS else p.parent
         return cls(run, target=p)
 
@@ -167,6 +175,11 @@ class RunDir:
     def run_id(self) -> str:
         """The directory's name (the run-id for a run under results/runs/)."""
         return self.path.name
+
+    @property
+    def root(self) -> Path:
+        """The results root of a run under <root>/runs/<run-id> (where its cache lives)."""
+        return self.path.parent.parent
 
     # ---- files
     @property
@@ -182,17 +195,17 @@ class RunDir:
     @property
     def log_path(self) -> Path:
         """<run>/train.log."""
-        return self.path / TRAIN_LOG
+        return self.path / _TRAIN_LOG
 
     @property
     def tensorboard_dir(self) -> Path:
         """<run>/tb."""
-        return self.path / TENSORBOARD
+        return self.path / _TENSORBOARD
 
     @property
     def lock_path(self) -> Path:
         """<run>/.lock: held by the one trainer of the run."""
-        return self.path / LOCK
+        return self.path / _LOCK
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -207,7 +220,7 @@ class RunDir:
     @property
     def eval_dir(self) -> Path:
         """<run>/eval."""
-        return self.path / EVAL
+        return self.path / _EVAL
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -285,11 +298,11 @@ class RunDir:
 
     def step_checkpoint(self, step: int) -> Path:
         """<run>/checkpoints/step_<step>.pt (it may not exist)."""
-        return self.checkpoints_dir / checkpoint_name(step)
+        return self.checkpoints_dir / _checkpoint_name(step)
 
     def eval_checkpoint(self, step: int) -> Path:
         """<run>/checkpoints/eval_step_<step>.pt (it may not exist)."""
-        return self.checkpoints_dir / eval_checkpoint_name(step)
+        return self.checkpoints_dir / _eval_checkpoint_name(step)
 
     def checkpoint(self) -> Path:
         """What an evaluator loads: `target` when a file was named, else final.pt, else the
@@ -354,7 +367,7 @@ class SweepDir:
     @staticmethod
     def names(root: str | os.PathLike | None = None) -> list[str]:
         """The sweeps under the results root that have a manifest, sorted."""
-        return sorted(p.parent.name for p in sweeps_dir(root).glob(f"*/{MANIFEST}"))
+        return sorted(p.parent.name for p in sweeps_dir(root).glob(f"*/{_MANIFEST}"))
 
     @property
     def name(self) -> str:
@@ -368,31 +381,31 @@ class SweepDir:
     @property
     def manifest_path(self) -> Path:
         """<sweep>/manifest.json."""
-        return self.path / MANIFEST
+        return self.path / _MANIFEST
 
     @property
     def jobs_dir(self) -> Path:
         """<sweep>/jobs: submitit's job folders."""
-        return self.path / JOBS
+        return self.path / _JOBS
 
     @property
     def lock_path(self) -> Path:
         """<sweep>/.lock: held by the one driver of the sweep."""
-        return self.path / LOCK
+        return self.path / _LOCK
 
     def points_record(self, cell: str) -> Path:
         """<sweep>/points/<cell>.json: the point jobs submitted for a cell."""
-        return self.path / POINTS / f"{cell}.json"
+        return self.path / _POINTS / f"{cell}.json"
 
     @property
     def report_html(self) -> Path:
         """<sweep>/report.html."""
-        return self.path / REPORT_HTML
+        return self.path / _REPORT_HTML
 
     @property
     def report_dir(self) -> Path:
         """<sweep>/report: the report's tables and figures."""
-        return self.path / REPORT
+        return self.path / _REPORT
 
     def exists(self) -> bool:
         """The sweep has a manifest."""
@@ -419,19 +432,11 @@ class SweepDir:
 
 
 # ------------------------------------------------------------------------------ the old helpers
-# thin wrappers kept while sweeps/ and the drivers move to RunDir / SweepDir
+# thin wrappers kept only while sweeps/ moves to RunDir (its manifest, job and backend use them);
+# nothing else does
 def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
+    """RunDir(run_dir).checkpoints_dir."""
     return RunDir(Path(run_dir)).checkpoints_dir
-
-
-def final_checkpoint(run_dir: str | os.PathLike) -> Path:
-    """<run_dir>/checkpoints/final.pt (it may not exist)."""
-    return RunDir(Path(run_dir)).final_checkpoint
-
-
-def step_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """`step_<N>.pt` files in `ckdir`, oldest first (other names, temporaries included, ignored)."""
-    return _numbered(ckdir, _STEP)
 
 
 def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
@@ -440,7 +445,8 @@ def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def latest_step(ckdir: str | os.PathLike) -> int | None:
-    found = step_checkpoints(ckdir)
+    """The newest `step_<N>.pt`'s step in a checkpoints folder (RunDir.latest_step)."""
+    found = _numbered(ckdir, _STEP)
     return found[-1][0] if found else None
 
 

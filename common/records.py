@@ -7,8 +7,9 @@ records rides in `extra` untouched ("writers add fields freely"). Legacy formats
 `from_json` and nowhere else, so readers never see them:
 
 - one name per concept: `arm` ("baseline" | "free" | a control; never "free_transformer"),
-  `latent_bits` (a model's own H: 0 for every baseline and control), `match_latent_bits` (the H a
-  FLOPs-matched control is matched to, explicit; None otherwise) and `z_mode` (never null);
+  `latent_bits` (a model's own H: 0 for every baseline and baseline control, common.arms),
+  `match_latent_bits` (the H a FLOPs-matched control is matched to, explicit; None otherwise)
+  and `z_mode` (never null);
 - an eval file without `spec` (written before specs) gets its spec derived from its fields and
   name, and an evalplus entry of such a file whose own `sandbox` record says the evaluation was
   killed, timed out or scored nothing is missing (null metrics, `error` says why), whatever its
@@ -544,9 +545,10 @@ CELL_KEYS = ("cell", "arm", "kappa_bits", "latent_bits", "match_latent_bits", "s
 
 @dataclass(frozen=True)
 class ManifestCell:
-    """One cell of a sweep. `latent_bits` is the model's own H (0 for every baseline and
-    control); `match_latent_bits` the H a FLOPs-matched control is matched to (None: not such a
-    control, or an old manifest that did not record it: see RunRecord.match_latent_bits)."""
+    """One cell of a sweep. `latent_bits` is the model's own H (0 for every arm whose record has
+    no latent: the baseline and its controls); `match_latent_bits` the H a FLOPs-matched control
+    is matched to (None: not such a control, or an old manifest that did not record it: see
+    RunRecord.match_latent_bits)."""
 
     cell: str
     arm: str

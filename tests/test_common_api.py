@@ -78,6 +78,13 @@ def test_run_dir_at_resolves_a_run_or_a_checkpoint_one_way(tmp_path):
     assert other.path == tmp_path and other.target == lone and not other.has_record
     with pytest.raises(FileNotFoundError, match="no checkpoint at"):
         RunDir.at(tmp_path / "missing.pt").checkpoint()
+    loose = tmp_path / "copies"  # checkpoints in a folder that is no run's
+    loose.mkdir()
+    for n in ("step_3.pt", "step_12.pt"):
+        (loose / n).write_bytes(b"x")
+    assert RunDir.at(loose).checkpoint() == loose / "step_12.pt"
+    (loose / "final.pt").write_bytes(b"x")
+    assert RunDir.at(loose) == RunDir(loose, target=loose / "final.pt")
     with pytest.raises(FileNotFoundError, match="final.pt and step_<N>.pt"):
         RunDir(tmp_path / "empty").checkpoint()
 
@@ -176,7 +183,7 @@ def test_arm_properties_match_the_grid():
     assert arms.names(latent=False) == ("baseline", "baseline_flops", "baseline_plus1",
                                         "baseline_plus1_flops")
     assert arms.names(control=False) == ("baseline", "free")
-    assert arms.model_kind(0) == "baseline" and arms.model_kind(16) == "free"
+    assert arms.of_model(0) is arms.BASELINE and arms.of_model(16) is arms.FREE
     assert arms.arm("baseline_flops").model_kind == "baseline"
 
 
@@ -254,7 +261,8 @@ def test_the_registry_says_what_the_parallel_lists_said():
     assert set(b.tasks(default=False)) == set(OLD_ONLINE_EXTRA)
     assert set(LOGLIK_TASKS) == set(OLD_LOGLIK) and EVALPLUS_TASKS == ("humaneval_plus",
                                                                        "mbpp_plus")
-    assert set(b.tasks(offline_ready=True)) == set(OLD_OFFLINE)
+    assert set(b.tasks(suite="lm-eval", offline_ready=True)) == set(OLD_OFFLINE)
+    assert set(b.tasks(offline_ready=True)) == set(OLD_OFFLINE) | set(EVALPLUS_TASKS)
     assert set(b.tasks(offline_ready=True, fewshot_source=False)) == set(OLD_NO_FEWSHOT)
     rows = {x.task: x for x in b.BENCHMARKS if x.task}
     assert {t: r.requests for t, r in rows.items() if r.requests is not None} == OLD_REQUESTS
@@ -273,9 +281,8 @@ def test_the_registry_says_what_the_parallel_lists_said():
 
 
 def test_every_stock_yaml_the_registry_names_exists():
-    import lm_eval
+    from experiments.eval.tasks import STOCK as stock  # found without importing lm-eval
 
-    stock = Path(lm_eval.__file__).parent / "tasks"
     for r in benchmarks.BENCHMARKS:
         if r.suite == "lm-eval":
             assert (stock / str(r.stock)).exists(), r.stock
@@ -300,3 +307,30 @@ def test_a_task_finds_its_row_and_an_unknown_one_is_one_line():
         benchmarks.benchmark("xyz")
     with pytest.raises(ValueError, match="order"):
         benchmarks.tasks(order="alpha")
+
+
+def test_every_file_a_task_yaml_names_is_one_its_row_pins(tmp_path):
+    """The loader (experiments/eval/tasks) and the registry never drift apart: each path an
+    offline task YAML reads is one of its row's offline files (or the folder of a
+    save_to_disk copy the row pins; MMLU's folder holds what its sums file lists)."""
+    from experiments.eval.tasks import task_configs
+
+    d = tmp_path.resolve()
+    seen = set()
+    for name, cfg in task_configs(d).items():
+        task = name.split("/")[0].removesuffix(".yaml")
+        row = benchmarks.benchmark(task)
+        kw = dict(cfg.get("dataset_kwargs") or {})
+        paths = list((kw.pop("data_files", None) or {}).values())
+        paths += [v for k, v in kw.items() if k in ("test", "questions", "labels", "validation")]
+        paths += list((kw.get("splits") or {}).values())
+        if "folder" in kw:
+            paths.append(kw["folder"])
+        for p in paths:
+            rel = str(Path(p).relative_to(d)) if Path(p).is_absolute() else str(p)
+            pinned = set(row.offline) | {str(Path(f).parent) for f in row.offline}
+            if row.offline_sums:
+                pinned.add(str(Path(row.offline_sums).parent))
+            assert rel in pinned, (task, rel)
+            seen.add(task)
+    assert seen == set(benchmarks.tasks(suite="lm-eval", offline_ready=True))

@@ -380,7 +380,7 @@ def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
     """Existing results stay comparable: tokenizer, train order and val rows equal what the
     in-memory path computed (BPE on the training documents, each tokenized + eos, concatenated,
     PackedData over the array)."""
-    from experiments.train.tokenizer import train_bpe
+    from experiments.corpus.tokenizer import train_bpe
 
     dcfg = DataConfig(source="stdlib", max_bytes=150_000, val_tokens=512)
     c = build_corpus(dcfg, vocab_size=400, seq_len=32, seed=3, cache_dir=tmp_path / "a")

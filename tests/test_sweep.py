@@ -607,7 +607,7 @@ def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ layout (issue 23)
 def test_backend_is_the_only_door_into_experiments() -> None:
-    """Every `import experiments...` in sweeps/ is in backend.py."""
+    """Every `import experiments...` in sweeps/ is in backend.py (no exemption)."""
     import ast
 
     offenders = []

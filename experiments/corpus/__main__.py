@@ -28,7 +28,7 @@ CONF_DATA = Path(__file__).resolve().parents[1] / "train" / "conf" / "data"
 
 def load_data_config(spec: str, overrides: list[str]) -> Any:
     """The DataConfig a name or a YAML path describes, with key=value overrides."""
-    from experiments.train.config import DataConfig, HFSource
+    from experiments.corpus.config import DataConfig, HFSource
 
     p = CONF_DATA / f"{spec}.yaml" if "/" not in spec and not spec.endswith((".yaml", ".yml")) \
         else Path(spec).expanduser()

@@ -57,7 +57,7 @@ from .sources import (
 )
 
 if TYPE_CHECKING:
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
 
 FORMAT = 1  # bump when the shard layout or the recipe changes
 MANIFEST = "corpus.json"
@@ -267,7 +267,7 @@ def make_tokenizer(dcfg: DataConfig, vocab_size: int | None, sample: list[str],
     train_bpe always did)."""
     from tokenizers import Tokenizer
 
-    from experiments.train.tokenizer import EOS, train_bpe
+    from .tokenizer import EOS, train_bpe
 
     if dcfg.tokenizer:
         p = Path(dcfg.tokenizer).expanduser()
@@ -337,7 +337,7 @@ def build_unit(out: str, unit: dict[str, Any], text_field: str, val_fraction: fl
         if unit_record_ok(outp, rec, dt.itemsize):
             return rec
     tok = _load_tok(outp / TOKENIZER)
-    from experiments.train.tokenizer import EOS
+    from .tokenizer import EOS
 
     eos = np.asarray([tok.token_to_id(EOS)], dtype=dt)
     forced = set(forced_val)
