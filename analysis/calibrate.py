@@ -46,8 +46,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from common import arms, benchmarks
 from common.io import atomic_write_text
-from common.paths import runs_dir
+from common.paths import METRICS, RUN_RECORD, RunDir, SweepDir
 from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord
 
 from . import stats as S
@@ -55,6 +56,14 @@ from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
 from .frame import load_sweep
 from .stats import ALPHA
 from .tables import comparisons, paper_table
+
+TASK = benchmarks.tasks(suite="lm-eval", scoring="generate", default=True)[0]
+"""The planted lm-eval benchmark (GSM8K: a generation task of the default set)."""
+TASK_NAME = benchmarks.benchmark(TASK).name
+CODE_TASK = benchmarks.tasks(suite="evalplus")[0]
+"""The planted evalplus benchmark (HumanEval+), with sandbox-crashed items."""
+EVAL_FILE = "lm-eval.limit.json"
+"""The planted eval file's name (the legacy name: its spec is in the file)."""
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
 """Seed-to-seed SD of an arm's score, in probability (1, 3, 5, 8 points)."""
@@ -263,66 +272,69 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
     d = sc.design
     q = rng.uniform(0.25, 0.75, d.n_items)
     tokens, fpt0 = 200_000, 1.0e6
-    arms: list[tuple[str, str, float | None, int, float]] = [
-        (f"baseline-s{s}", "baseline", None, 0, 0.0) for s in range(d.n_seeds)]
+    base, free, flops = arms.BASELINE.name, arms.FREE.name, arms.BASELINE_FLOPS.name
+    plan: list[tuple[str, str, float | None, int, float]] = [
+        (f"{base}-s{s}", base, None, 0, 0.0) for s in range(d.n_seeds)]
     for h in sc.hs:
         for k in d.kappas:
-            arms += [(f"free-k{k:g}-H{h}-s{s}", "free", k, h, sc.effects.get(k, 0.0))
+            plan += [(f"{free}-k{k:g}-H{h}-s{s}", free, k, h, sc.effects.get(k, 0.0))
                      for s in range(d.n_seeds)]
     if sc.flops_budget is None:
         for h in sc.hs:
-            arms += [(f"baseline_flops-H{h}-s{s}", "baseline_flops", None, h,
+            plan += [(f"{flops}-H{h}-s{s}", flops, None, h,
                       sc.control_effect.get(h, 0.0)) for s in range(d.n_seeds)]
-    spec = EvalSpec.from_args("lm-eval", ["gsm8k", "humaneval_plus"], d.n_items, "prior", 1,
-                              None, 256, {"gsm8k/test.jsonl": "0" * 64})
+    spec = EvalSpec.from_args("lm-eval", [TASK, CODE_TASK], d.n_items, "prior", 1,
+                              None, 256, {benchmarks.benchmark(TASK).offline[0]: "0" * 64})
     cells, outcomes = [], {}
-    for cell, arm, kappa, h, eff in arms:
+    for cell, arm, kappa, h, eff in plan:
+        rec = arms.arm(arm)
         seed = int(cell.rsplit("-s", 1)[1])
         rid = f"{sc.name}-{cell}"
         state = "done"
-        if sc.missing and cell in (f"free-k{d.kappas[0]:g}-H{sc.hs[0]}-s0", "baseline-s1"):
-            state = "pending" if arm == "free" else "failed"
-        matched = arm == "baseline_flops"
+        if sc.missing and cell in (f"{free}-k{d.kappas[0]:g}-H{sc.hs[0]}-s0", f"{base}-s1"):
+            state = "pending" if rec.latent else "failed"
+        matched = rec.flops_matched
+        rd = RunDir.of(rid, root)
         cells.append(ManifestCell(cell=cell, arm=arm, kappa_bits=kappa,
-                                  latent_bits=h if arm == "free" else 0,
+                                  latent_bits=h if rec.latent else 0,
                                   match_latent_bits=h if matched else None, seed=seed,
                                   run_id=rid, state=state,
-                                  eval={"state": state, "file": "eval/lm-eval.limit.json"}))
+                                  eval={"state": state, "file": str(
+                                      rd.eval_file(EVAL_FILE).relative_to(rd.path))}))
         if state != "done":
             continue
-        ovh = 0.3 * h / 16 if arm == "free" else 0.0
+        ovh = 0.3 * h / 16 if rec.latent else 0.0
         fpt = fpt0 * (1 + ovh)
         if sc.flops_budget is not None:
             tok = sc.flops_budget / fpt
-        elif arm == "baseline_flops":
+        elif matched:
             tok = tokens * (1 + 0.3 * h / 16)
         else:
             tok = tokens
-        rd = runs_dir(root) / rid
         cfg = RunRecord(
-            run_id=rid, arm="free" if arm == "free" else "baseline",
-            model={"n_layers": 4, "latent_bits": h if arm == "free" else 0},
+            run_id=rid, arm=rec.model_kind,
+            model={"n_layers": 4, "latent_bits": h if rec.latent else 0},
             optim={"lr": 1e-3},
             train={"seed": seed, "tokens": tok, "flops": sc.flops_budget,
-                   "compute_match": "flops" if arm == "baseline_flops" else "none",
+                   "compute_match": "flops" if matched else "none",
                    "match_latent_bits": h or 16, "batch_size": 16, "seq_len": 256},
             accounting={"flops_per_token": fpt, "flops_per_token_baseline_part": fpt0,
                         "flops_overhead": ovh, "tokens": tok, "flops": tok * fpt,
                         "tokens_per_step": 4096},
             provenance={"host": "sim", "threads": 1, "launcher": "direct"})
-        _write_json(rd / "config.yaml", cfg.to_json())  # JSON is YAML
+        _write_json(rd.record_path, cfg.to_json())  # JSON is YAML
         u = rng.normal(0.0, sc.sd, 2)
         y = (rng.random(d.n_items) < np.clip(q + eff + u[0], 0, 1)).astype(float)
         yc = (rng.random(d.n_items) < np.clip(q + eff + u[1], 0, 1)).astype(float)
         crashed = rng.random(d.n_items) < sc.crash
         yc[crashed] = np.nan
-        outcomes[cell] = {"gsm8k": y, "humaneval_plus": yc}
+        outcomes[cell] = {TASK: y, CODE_TASK: yc}
         val = 3.0 - eff + rng.normal(0, 0.01)
         lines = [{"kind": "train", "step": 1, "tokens": tok, "flops": tok * fpt, "ce": val,
                   "tokens_per_s": 1000.0},
                  {"kind": "val", "step": 1, "tokens": tok, "flops": tok * fpt, "val_ce": val},
                  {"kind": "final", "step": 1, "tokens": tok, "flops": tok * fpt, "wall_s": 1.0}]
-        (rd / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines),
+        rd.metrics_path.write_text("".join(json.dumps(x) + "\n" for x in lines),
                                           encoding="utf-8")
         he_items = [{"doc_id": i, "plus": None if np.isnan(v) else float(v),
                      "base": None if np.isnan(v) else float(v)}
@@ -330,11 +342,11 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
                     for i, v in enumerate(yc)]
         scored = yc[np.isfinite(yc)]
         tasks = {
-            "gsm8k": {"primary": "exact_match", "higher_is_better": True, "n": d.n_items,
+            TASK: {"primary": "exact_match", "higher_is_better": True, "n": d.n_items,
                       "metrics": {"exact_match": {"value": float(y.mean()), "n": d.n_items}},
                       "items": [{"doc_id": i, "exact_match": float(v)} for i, v in
                                 enumerate(y)]},
-            "humaneval_plus": {
+            CODE_TASK: {
                 "primary": "pass@1_plus", "higher_is_better": True, "n": int(scored.size),
                 "metrics": {"pass@1_plus": {
                     "value": float(scored.mean()) if scored.size else None,
@@ -343,20 +355,20 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         ev = EvalFile(suite="lm-eval", spec=spec, spec_id=spec.id, run_id=rid,
                       checkpoint_step=1, z_mode="prior", k=1, leaks=False, limit=d.n_items,
                       tasks=tasks)
-        _write_json(rd / "eval" / "lm-eval.limit.json", ev.to_json())
-        if sc.stray_limit and cell == "baseline-s0":  # a LIMIT-10 re-run: must be excluded
+        _write_json(rd.eval_file(EVAL_FILE), ev.to_json())
+        if sc.stray_limit and cell == f"{base}-s0":  # a LIMIT-10 re-run: must be excluded
             s2 = replace(spec, limit=10)
             stray = replace(ev, limit=10, spec=s2, spec_id=s2.id, tasks={
-                "gsm8k": dict(tasks["gsm8k"], metrics={"exact_match": {"value": 1.0, "n": 10}},
-                              items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
-            _write_json(rd / "eval" / "lm-eval.limit10.json", stray.to_json())
+                TASK: dict(tasks[TASK], metrics={"exact_match": {"value": 1.0, "n": 10}},
+                           items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
+            _write_json(rd.eval_file("lm-eval.limit10.json"), stray.to_json())
     man = Manifest(name=sc.name, cells=tuple(cells),
                    grid={"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
                          "seeds": list(range(d.n_seeds)),
                          "tokens": None if sc.flops_budget else tokens,
                          "flops": sc.flops_budget},
                    eval_spec=spec, eval_spec_id=spec.id)
-    _write_json(root / "sweeps" / sc.name / "manifest.json", man.to_json())
+    _write_json(SweepDir.of(sc.name, root).manifest_path, man.to_json())
     return {"q": q, "outcomes": outcomes}
 
 
@@ -418,13 +430,13 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
             for view, ref in views.items():
                 t = paper_table(data, view, n_boot=n_boot)
                 t = t[t["comparison"] == f"{view}:{ref}"]
-                for task in ("gsm8k", "humaneval_plus"):
+                for task in (TASK, CODE_TASK):
                     rows = t[(t["task"] == task) & (t["column"] != "")]
                     for r in rows.itertuples():
                         fp.intervals += 2
                         fp.out_of_range += (not _in_range(r.lo, r.hi, S.UNIT)) + (
                             not _in_range(r.delta_lo, r.delta_hi, (-1.0, 1.0)))
-                        if r.arm != "free":
+                        if not arms.arm(r.arm).is_treatment:
                             continue
                         exp = _expected(sim, sc, int(r.latent_bits), float(r.kappa_bits), task,
                                         ref)
@@ -446,7 +458,7 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
                             fp.coverage.add(math.isfinite(r.delta_lo)
                                             and r.delta_lo <= truth <= r.delta_hi)
                 if view == "tokens" and not sc.effects:
-                    cl = _benchmark_claim(t, "gsm8k", "GSM8K", "tokens")
+                    cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                     fp.supported_null.add(cl["verdict"] == SUPPORTED)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -548,11 +560,11 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
                 data = load_sweep(sc.name, tmp)
                 for view in ("tokens", "flops"):
                     t = paper_table(data, view, n_boot=n_boot)
-                    g = t[(t["task"] == "gsm8k") & (t["arm"] == "free")]
+                    g = t[(t["task"] == TASK) & t["arm"].isin(arms.names(treatment=True))]
                     for row in g.itertuples():
                         r.full_rows.add(bool(row.significant or row.significant_holm))
                     if view == "tokens":
-                        cl = _benchmark_claim(t, "gsm8k", "GSM8K", "tokens")
+                        cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                         r.full_supported.add(cl["verdict"] == SUPPORTED)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -562,11 +574,11 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
 def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: int) -> None:
     """Rewrite the gsm8k items of every run of a written sweep: seed s's references pass the
     same k_s items, each Free Transformer those plus `gain` more."""
-    man = json.loads((root / "sweeps" / name / "manifest.json").read_text(encoding="utf-8"))
+    man = SweepDir.of(name, root).manifest_json()
     n = int(man["eval_spec"]["limit"])
     per_seed = {}
     for c in man["cells"]:
-        path = root / "runs" / c["run_id"] / "eval" / "lm-eval.limit.json"
+        path = RunDir.of(c["run_id"], root).eval_file(EVAL_FILE)
         if c["state"] != "done" or not path.is_file():
             continue
         if c["seed"] not in per_seed:
@@ -574,11 +586,11 @@ def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: i
             per_seed[c["seed"]] = (k, rng.permutation(n))
         k, order = per_seed[c["seed"]]
         y = np.zeros(n)
-        y[order[:k + (gain if c["arm"] == "free" else 0)]] = 1
+        y[order[:k + (gain if arms.arm(c["arm"]).is_treatment else 0)]] = 1
         ev = json.loads(path.read_text(encoding="utf-8"))
-        ev["tasks"]["gsm8k"]["items"] = [{"doc_id": i, "exact_match": float(v)}
-                                         for i, v in enumerate(y)]
-        ev["tasks"]["gsm8k"]["metrics"]["exact_match"]["value"] = float(y.mean())
+        ev["tasks"][TASK]["items"] = [{"doc_id": i, "exact_match": float(v)}
+                                      for i, v in enumerate(y)]
+        ev["tasks"][TASK]["metrics"]["exact_match"]["value"] = float(y.mean())
         _write_json(path, ev)
 
 
@@ -861,7 +873,7 @@ def markdown(res: dict, command: str) -> str:
         "## How it runs the real analysis",
         "",
         f"- **Full path**: {fp.sweeps} synthetic sweeps written as result files (manifest, "
-        "config.yaml, metrics.jsonl, eval JSON with `spec`/`spec_id`) and read by "
+        f"{RUN_RECORD}, {METRICS}, eval JSON with `spec`/`spec_id`) and read by "
         "`analysis.frame.load_sweep`, `analysis.tables.comparisons`/`paper_table` and "
         "`analysis.claims._benchmark_claim`: multi-H sweeps (H = 4 and 16, each H's "
         "equal-FLOPs control of a different strength), FLOPs-budget sweeps, missing cells (a "

@@ -70,9 +70,10 @@ import pandas as pd
 from matplotlib.patches import Rectangle
 from scipy import stats
 
+from common.arms import FREE
 from common.io import atomic_write_text
 from common.kappa import kappa_label as common_kappa_label
-from common.paths import results_root
+from common.paths import RunDir, results_root
 from common.text import one_line
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -236,7 +237,7 @@ def acceptance(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The issue's expected pattern, checked on the measured table (pass, fail or n/a)."""
 
     def row_at(kappa: float) -> dict | None:
-        hit = df[(df["arm"] == "free") & ((df["kappa_bits"] - kappa).abs() < 1e-9)]
+        hit = df[(df["arm"] == FREE.name) & ((df["kappa_bits"] - kappa).abs() < 1e-9)]
         return None if hit.empty else hit.iloc[0].to_dict()
 
     def gap(r: dict | None) -> float | None:
@@ -907,9 +908,10 @@ def verdicts(gaps: pd.DataFrame) -> pd.DataFrame:
 
 def _run_metrics_path(model: dict, root: Path) -> Path | None:
     """The arm's metrics.jsonl: at its recorded run_dir, else under <results>/runs/<run_id>."""
-    for d in (model.get("run_dir"), model.get("run_id") and root / "runs" / model["run_id"]):
-        if d and (Path(d) / "metrics.jsonl").is_file():
-            return Path(d) / "metrics.jsonl"
+    for run in (model.get("run_dir") and RunDir(Path(model["run_dir"])),
+                model.get("run_id") and RunDir.of(model["run_id"], root)):
+        if run and run.has_metrics:
+            return run.metrics_path
     return None
 
 

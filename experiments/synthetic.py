@@ -1,7 +1,7 @@
 """`make synthetic`: the paper's synthetic experiment (§4.1, Figure 4), measured.
 
 Trains Free Transformers at several free-bits thresholds kappa (default 1/64, 1/8, 1 and 8 bits)
-plus a baseline on the synthetic task (`experiments/synthetic_data.py`) with the same training
+plus a baseline on the synthetic task (`experiments/train/synthetic_data.py`) with the same training
 loop as the LM runs (`experiments.train`, `data=synthetic`), then, for every trained model:
 
 - scores held-out sequences teacher-forced: CE with Z from the uniform prior (honest), CE with Z
@@ -48,13 +48,14 @@ from typing import Any
 
 import torch
 
+from common import arms
 from common.io import atomic_write_text, unwritable
 from common.kappa import KappaError, kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
-from common.paths import final_checkpoint, results_root, runs_dir
+from common.paths import RunDir, results_root, runs_dir
 from common.provenance import loadavg
 from common.text import one_line
-from experiments.synthetic_data import (
+from experiments.train.synthetic_data import (
     BODY_LEN,
     LETTERS,
     SEQ_LEN,
@@ -233,14 +234,14 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     ov = arm_overrides(st, latent_bits, kappa_bits)
     cfg = compose(ov)
     t0 = time.time()
-    run_dir = Path(train(cfg))
+    run = RunDir(Path(train(cfg)))
     wall = time.time() - t0
-    ck = load_checkpoint(final_checkpoint(run_dir), map_location=measure_device())
+    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
     steps = None
-    final = _final_record(run_dir / "metrics.jsonl")
+    final = _final_record(run)
     if final is not None:
         steps = final.get("step")
-    return Trained(ck.model, {"run_id": run_dir.name, "run_dir": str(run_dir), "overrides": ov,
+    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "overrides": ov,
                               "steps": steps, "train_wall_s": final.get("wall_s", wall)
                               if final else wall})
 
@@ -249,31 +250,25 @@ def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
                       kappa_bits: float) -> Trained:
     """A run experiments.train already finished (`--reuse label=run_dir`), checked against the
     arm it stands for; for when the run-id of the same settings has since changed."""
-    import yaml
-
     from model import load_checkpoint
 
-    rd = Path(run_dir)
-    ck = load_checkpoint(final_checkpoint(rd), map_location=measure_device())
+    run = RunDir(Path(run_dir))
+    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
     cfg = ck.config
     if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
-        raise ValueError(f"{rd}: latent_bits={cfg.latent_bits}, kappa_bits={cfg.kappa_bits}; "
-                         f"expected {latent_bits}, {kappa_bits}")
-    conf = yaml.safe_load((rd / "config.yaml").read_text(encoding="utf-8"))
-    final = _final_record(rd / "metrics.jsonl") or {}
-    return Trained(ck.model, {"run_id": rd.name, "run_dir": str(rd), "reused": True,
-                              "data": conf.get("data", {}).get("source"),
+        raise ValueError(f"{run.path}: latent_bits={cfg.latent_bits}, kappa_bits="
+                         f"{cfg.kappa_bits}; expected {latent_bits}, {kappa_bits}")
+    conf = run.record()
+    final = _final_record(run) or {}
+    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "reused": True,
+                              "data": conf.data.get("source"),
                               "steps": final.get("step"), "train_wall_s": final.get("wall_s")})
 
 
-def _final_record(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    last = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if '"final"' in line:
-            last = json.loads(line)
-    return last
+def _final_record(run: RunDir) -> dict | None:
+    """The run's last `final` metrics line as written (None: not finished)."""
+    finals = [x for x in run.metrics_json() if x.get("kind") == "final"]
+    return finals[-1] if finals else None
 
 
 # --------------------------------------------------------------------------- measurement
@@ -295,7 +290,7 @@ def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) 
     x = eval_batch(seed, n_eval).to(model.device)
     inp, tgt = x[:, :-1], x[:, 1:].clone()
     tgt[:, 0] = -100  # '>' follows the prompt letter deterministically; score the body only
-    free = model.cfg.is_free
+    free = arms.of_model(model.cfg.latent_bits).latent
     g = torch.Generator(device="cpu").manual_seed(seed + 17)
     per_p: list[torch.Tensor] = []
     per_e: list[torch.Tensor] = []
@@ -339,7 +334,7 @@ def generate_groups(model: Transformer, letters: Sequence[str], n_shared_groups:
     n_groups = 1 + n_shared_groups
     rows_per_prompt = n_groups * group_size
     z: object = "prior"
-    if model.cfg.is_free:
+    if arms.of_model(model.cfg.latent_bits).latent:
         C, T = model.cfg.n_codes, P + BODY_LEN
         parts = []
         for _ in letters:
@@ -375,14 +370,13 @@ def measure_points(label: str, trained: Trained, latent_bits: int, kappa_bits: f
     step, measured exactly as the final model is: the same held-out sequences, prompts and
     pinned codes, so a change over steps is the model's, not the draw's. The last kept
     checkpoint is the final weights; its record is the model record."""
-    from common.paths import checkpoint_dir, eval_checkpoints
     from model import load_checkpoint
 
     run_dir, final_step = trained.info.get("run_dir"), trained.info.get("steps")
     if not run_dir:
         return []
     recs: list[dict[str, Any]] = []
-    for step, path in eval_checkpoints(checkpoint_dir(run_dir)):
+    for step, path in RunDir(Path(run_dir)).eval_checkpoints():
         if final_step is not None and step >= int(final_step):
             continue
         t0 = time.time()
@@ -400,7 +394,7 @@ def _measure_model(m: Transformer, label: str, latent_bits: int, kappa_bits: flo
                    sample_kind: str) -> list[dict[str, Any]]:
     ev = evaluate(m, st.n_eval, st.seed)
     rec: dict[str, Any] = {"kind": head["kind"], "model": label,
-                           "arm": "free" if latent_bits else "baseline",
+                           "arm": arms.of_model(latent_bits).name,
                            "kappa_bits": kappa_bits if latent_bits else None,
                            "latent_bits": latent_bits,
                            **{k: v for k, v in head.items() if k != "kind"}, **ev}
@@ -540,9 +534,9 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
         if label not in labels:
             raise SyntheticArgsError(f"--reuse {label}={rd}: {label!r} is no arm here; "
                                      f"arms: {labels}")
-        if not final_checkpoint(rd).is_file():
+        if not (final := RunDir(Path(rd)).final_checkpoint).is_file():
             raise SyntheticArgsError(f"--reuse {label}={rd}: no finished run there "
-                                     "(checkpoints/final.pt missing)")
+                                     f"({final.relative_to(rd)} missing)")
     check_writable(results_root() / "synthetic" / st.name, "results directory")
     if compose_arms:  # hydra's own checks (types, ranges) and where each run will go
         from experiments.train.config import compose

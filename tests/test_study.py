@@ -1,4 +1,4 @@
-"""`make study` (experiments/study.py) and docs/STUDY.md's renderer (analysis/study.py).
+"""`make study` (pipelines/study.py) and docs/STUDY.md's renderer (analysis/study.py).
 
 The render tests plant tables with unusual values and check every number in the Markdown
 against numbers computed here from the planted files (formatting, the perplexity ratio, the
@@ -215,7 +215,7 @@ def test_bad_size_and_name_refused_before_anything(tmp_path):
     for args, word in ((["--size", "huge"], "STUDY_SIZE"), (["--name", "a/b"], "STUDY_NAME"),
                        (["--bench-data", str(tmp_path / "no")], "BENCH_DATA"),
                        (["--jobs", "0"], "--jobs")):
-        res = subprocess.run([sys.executable, "-m", "experiments.study", "run", *args],
+        res = subprocess.run([sys.executable, "-m", "pipelines.study", "run", *args],
                              cwd=ROOT, capture_output=True, text=True, env=env, check=False)
         assert res.returncode == 2 and word in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
