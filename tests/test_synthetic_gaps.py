@@ -209,7 +209,7 @@ def test_evaluate_records_the_per_sequence_sd() -> None:
     """CE with prior Z is unchanged (the mean of per-sequence CEs, every sequence scoring 64
     characters, equals the CE over all characters), and its SD over sequences is recorded."""
     from experiments.synthetic import evaluate
-    from experiments.synthetic_data import eval_batch
+    from experiments.train.synthetic_data import eval_batch
     from model import build_model, get_preset
 
     cfg = get_preset("1M", vocab_size=29, dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
