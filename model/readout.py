@@ -25,15 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 IGNORE_INDEX = -100
 """Targets with this value are not scored (torch's `cross_entropy` default)."""
 
 READOUT_CHUNK_BYTES = 256 << 20
 """Default budget of the one float32 (tokens x V) buffer of a readout chunk: 512 tokens at
-V = 2^17, 8192 at V = 8192. The peak of a chunk is about 2.5x this (the logits in the compute
-dtype, their float copy, and the log-softmax or the gradient in the compute dtype)."""
+V = 2^17, 8192 at V = 8192. Scoring holds about 1x this per chunk in float32 (1.5x under bf16
+autocast: the bf16 logits and their float32 copy); the chunked training loss about 1.5x (2x
+under autocast: the chunk's gradient in the compute dtype beside it)."""
 
 
 @dataclass
@@ -75,10 +75,11 @@ def score_readout(readout: Callable[[torch.Tensor], torch.Tensor], hidden: torch
     exists for more than one chunk.
 
     readout: the D -> V map (the model's output layer, called as the unchunked path calls it,
-    so autocast applies the same way). hidden (..., D); targets (...) long, -100 = not scored.
-    mixture: hidden is (k, ..., D), k draws for the same positions; targets (...) are shared.
-    Log-probabilities are `log_softmax(logits.float())` gathered at the target, as the callers
-    computed them from full logits.
+    so autocast applies the same way); it must return a new tensor (it is overwritten).
+    hidden (..., D); targets (...) long, -100 = not scored. mixture: hidden is (k, ..., D), k
+    draws for the same positions; targets (...) are shared. Log-probabilities are those of
+    `log_softmax(logits.float())` at the target, as the callers computed them from full logits
+    (log-sum-exp at least in float32), to float rounding.
     """
     _check_chunk_bytes(chunk_bytes)
     lead = hidden.shape[1:-1] if mixture else hidden.shape[:-1]
@@ -99,15 +100,22 @@ def score_readout(readout: Callable[[torch.Tensor], torch.Tensor], hidden: torch
     for s in range(0, N, step):
         e = min(N, s + step)
         logits = readout(h[:, s:e])  # (k, n, V)
-        lp = F.log_softmax(logits.to(float_dtype(logits.dtype)), -1)
+        lf = logits.to(float_dtype(logits.dtype))  # at least float32, as `.float()` was
         del logits
         if logprob is None:
-            logprob = torch.zeros(k, N, dtype=lp.dtype, device=lp.device)
-        logprob[:, s:e] = lp.gather(-1, idx[:, s:e].expand(k, -1, 1)).squeeze(-1)
-        # the argmax of the draws' mean probability (one draw: of its log-probs)
-        best = lp.exp().mean(0).argmax(-1) if mixture else lp[0].argmax(-1)
+            logprob = torch.zeros(k, N, dtype=lf.dtype, device=lf.device)
+        picked = lf.gather(-1, idx[:, s:e].expand(k, -1, 1)).squeeze(-1)
+        mx, best = lf.max(-1)  # max(-1).indices: the first maximal index, as argmax
+        # log-sum-exp in place (one pass fewer than log_softmax + argmax; nothing else reads
+        # the chunk's logits): lf becomes exp(logit - max)
+        lse = mx + lf.sub_(mx[..., None]).exp_().sum(-1).log()
+        logprob[:, s:e] = picked - lse
+        if mixture:  # the argmax of the draws' mean probability exp(logit - lse)
+            best = lf.mul_((mx - lse).exp()[..., None]).mean(0).argmax(-1)
+        else:
+            best = best[0]
         greedy[s:e] = best == tgt[s:e]
-        del lp
+        del lf
     if logprob is None:  # no position at all
         logprob = torch.zeros(k, 0, dtype=float_dtype(hidden.dtype), device=hidden.device)
     logprob = logprob.masked_fill(~keep[None], 0.0)

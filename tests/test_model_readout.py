@@ -379,10 +379,11 @@ def _phase_peaks(cfg: ModelConfig, rows: int, small: int | None, big: int) -> di
 def _check_peaks(p: dict[str, int], cfg: ModelConfig, rows: int, big: int, ratio: int) -> None:
     T, Vv, D = cfg.max_seq_len, cfg.vocab_size, cfg.dim
     hidden = rows * T * D * 4  # the readout's input, beside the chunks
-    # a small chunk leaves the trunk's own peak; a big one adds about two chunks to it
+    # a small chunk leaves the trunk's own peak; a big one sets it at about one chunk (float32:
+    # the chunk's logits, turned into the log-sum-exp in place)
     if "small" in p:
         assert p["small"] <= p["trunk"] + 2 * hidden, p
-    assert 2 * big <= p["big"] <= p["trunk"] + 2.5 * big + 2 * hidden, p
+    assert big <= p["big"] <= p["trunk"] + 1.5 * big + 2 * hidden, p
     logits32 = rows * T * Vv * 4  # what the unchunked forward holds, at the least
     assert p["full"] > logits32 > ratio * p["big"], p
     row = T * Vv * 4  # one row's float32 logits
@@ -394,7 +395,7 @@ def _check_peaks(p: dict[str, int], cfg: ModelConfig, rows: int, big: int, ratio
 @pytest.mark.parametrize("H", [0, 4])
 def test_memory_is_set_by_the_chunk_not_by_batch_seq_vocab(H):
     """At a small shape (vocabulary 4096, 512 tokens, 8 rows; MemTracker on fake tensors):
-    scoring peaks at about two chunks beside the trunk, never near rows x T x V; a training step
+    scoring peaks at about one chunk beside the trunk, never near rows x T x V; a training step
     with chunked_loss holds no (T x V) logits. The paper's shape is the slow test below."""
     cfg = ModelConfig(vocab_size=4096, dim=16, n_layers=2, n_heads=2, n_kv_heads=1,
                       ffn_dim=32, max_seq_len=512, latent_bits=H, tie_embeddings=True)
@@ -409,7 +410,7 @@ PAPER_V, PAPER_T, VAL_B = 1 << 17, 4096, 16
 def test_memory_at_the_paper_shape_is_set_by_the_chunk(H):
     """Validation at vocabulary 2^17, sequence 4096, 16 rows (the paper's), a tiny width,
     MemTracker on fake tensors: the unchunked forward holds 32 GiB of float32 logits; scores=True
-    with the default 256 MiB chunk peaks near 0.5 GiB, with 32 MiB at the trunk's own peak."""
+    with the default 256 MiB chunk peaks near 0.3 GiB, with 32 MiB at the trunk's own peak."""
     cfg = ModelConfig(vocab_size=PAPER_V, dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
                       ffn_dim=64, max_seq_len=PAPER_T, latent_bits=H, tie_embeddings=True)
     _check_peaks(_phase_peaks(cfg, VAL_B, 32 << 20, READOUT_CHUNK_BYTES), cfg, VAL_B,
