@@ -468,8 +468,10 @@ def _save_record(cfg: TrainConfig, r: _Run, rec: PhasePeak, sd: dict[str, Any],
     cast = 0 if out_dtype == torch.float32 else _nbytes(
         [v for v in weights.values() if v.is_floating_point()]) // 2  # save_weights' bf16 copy
     share = {"ddp": "share", "fsdp": "shards"}.get(r.mode, "state")
+    # Checkpointer.save exports first (eval steps), then stages the DCP state, held until its
+    # write completes: the host peak is the larger of the two
     return dataclasses.replace(
-        rec, peak_bytes=device_peak, host_bytes=staged + export + cast,
+        rec, peak_bytes=device_peak, host_bytes=max(staged, export + cast),
         note=f"host: DCP staging {_size(staged)} (this rank's {share}) + export on rank 0 "
              f"{_size(export)}" + (f" + its bf16 copy {_size(cast)}" if cast else ""))
 
@@ -535,6 +537,7 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
     large blocks go back to the system when freed."""
     import gc
     import tempfile
+    from pathlib import Path
 
     p = plan(cfg, 1)
     bf16 = trains_bf16(cfg.train, "cpu")
@@ -553,8 +556,13 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
                 import torch.distributed.checkpoint as dcp
                 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-                sd, _ = _save(r)
-                with tempfile.TemporaryDirectory() as d:
+                from model.checkpoint import save_weights
+
+                sd, weights = _save(r)
+                out = {"bf16": torch.bfloat16, "fp32": None}[export_dtype(cfg, "cpu")]
+                with tempfile.TemporaryDirectory() as d:  # the Checkpointer's order
+                    save_weights(Path(d) / "export.pt", r.model, state_dict=weights, dtype=out)
+                    del weights
                     dcp.async_save(sd, checkpoint_id=d, async_checkpointer_type=(
                         AsyncCheckpointerType.THREAD)).result()
         else:
