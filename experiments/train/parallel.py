@@ -2,16 +2,24 @@
 """Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
 
     resolve(mode, world, device, n_params) -> "none" | "ddp" | "fsdp"
+    build_on_meta(cfg, build=None) -> (model on the meta device, InitRecipe)
+    materialize(model, recipe, device)   parameters (FSDP2: this rank's shards) with today's
+                                    init, one full parameter at a time on the host
     checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
-    shard(model, device, world)     FSDP2 in place (before the optimizer is built)
+    mesh_for(device, world)         the 1-D DeviceMesh
+    shard(model, device, world, mesh=None, bf16=None)   FSDP2 in place (before the optimizer)
     ddp(fwd, device)                DistributedDataParallel
-    accumulate(fwd, mode, last)     context: gradient sync only on a step's last micro-batch
+    accumulate(fwd, mode, last)     context: DDP syncs on a step's last micro-batch, FSDP2
+                                    reduce-scatters every one (FSDP_REDUCE_EVERY_MICRO_BATCH)
     gather_state(model, opt, mode)  -> (model state or None, optimizer state, format); collective
                                     under FSDP: every rank calls it, rank 0 writes the result
     load_optimizer(model, opt, state, fmt, mode)   (both: the old single-file checkpoints)
-    training_state(model, opt)      {"model", "optim"} for torch.distributed.checkpoint (sharded)
+    training_state(model, opt, share=None)   {"model", "optim"} for torch.distributed.checkpoint
+                                    (FSDP: this rank's shards; DDP saves: this rank's share)
+    owned_names(weights, rank, world)   the names a DDP rank saves (balanced by bytes)
     load_training_state(model, opt, path)   any world size's DCP directory; every rank calls it
-    full_weights(model, mode)       full weights on CPU for the weights-only export (collective)
+    full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
+                                    the writing rank only (a collective under FSDP)
     load_full_weights(model, weights, mode)
     as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
     as_tensor(x)                    the same as a plain tensor on its device (no host sync)
@@ -29,12 +37,19 @@ function gathers its columns) instead of calling the Linear, so a unit of its ow
 unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
 a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
 
+No rank builds the whole fp32 model in host memory: the trainer builds it on the meta device
+(`build_on_meta`), checkpoints, compiles and shards it there, and `materialize` allocates the
+parameters on the training device and replays the constructor's init ops on the CPU generator,
+one full parameter at a time, so every rank and every world size starts from the weights of
+`torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise).
+
 Step checkpoints are sharded with torch.distributed.checkpoint (DCP): each rank writes its own
 shards of the weights and AdamW state (`training_state`), and DCP reshards on load, so a resume
-runs at any world size (`load_training_state`). Only the weights-only export (eval steps and
-final.pt) is gathered on rank 0 (`full_weights`). Old single-file checkpoints stored the
-optimizer state keyed by parameter name ("fqn") under FSDP, by index ("ids") otherwise; either
-still loads under either mode (`gather_state`/`load_optimizer`).
+runs at any world size (`load_training_state`). Under DDP the replicated state is split by
+parameter between the ranks (`owned_names`), so each stages and writes 1/world of it. Only the
+weights-only export (eval steps and final.pt) is gathered on rank 0 (`full_weights`). Old
+single-file checkpoints stored the optimizer state keyed by parameter name ("fqn") under FSDP,
+by index ("ids") otherwise; either still loads under either mode (`gather_state`/`load_optimizer`).
 """
 
 from __future__ import annotations
