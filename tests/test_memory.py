@@ -61,11 +61,19 @@ def test_the_meta_build_refuses_what_it_cannot_replay():
 
 
 def test_ddp_saves_split_the_state_between_ranks():
-    w = {f"p{i}": torch.zeros(s) for i, s in enumerate([10, 9, 8, 3, 2, 1, 1])}
+    w = {f"p{i}": s for i, s in enumerate([10, 9, 8, 3, 2, 1, 1])}
     shares = [par.owned_names(w, r, 3) for r in range(3)]
     assert set().union(*shares) == set(w) and sum(map(len, shares)) == len(w)
-    sizes = [sum(w[k].numel() for k in s) for s in shares]
-    assert max(sizes) - min(sizes) <= 10  # within one tensor
+    sizes = [sum(w[k] for k in s) for s in shares]
+    assert max(sizes) - min(sizes) <= 10  # within one entry
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(2, 4)).sum().backward()
+    opt.step()
+    parts = [par.training_state(model, opt, share=(r, 2)) for r in range(2)]
+    assert sorted(k for p in parts for k in p["model"]) == ["bias", "weight"]
+    for p in parts:  # each weight's moments travel with it
+        assert set(p["optim"]["state"]) == set(p["model"])
 
 
 def test_measure_every_phase_fsdp_free_small():

@@ -407,7 +407,15 @@ def training_state(model: nn.Module, opt: torch.optim.Optimizer,
         sd = {"model": msd, "optim": osd}
     if share is None:
         return sd
-    own = owned_names(sd["model"], *share)
+    def nbytes(v: Any) -> int:
+        if isinstance(v, torch.Tensor):
+            return v.numel() * v.element_size()
+        return sum(map(nbytes, v.values())) if isinstance(v, dict) else 0
+
+    optim = sd.get("optim", {}).get("state", {})
+    # a parameter's weight and its AdamW moments go to one rank: weigh them together
+    own = owned_names({k: nbytes(v) + nbytes(optim.get(k, {})) for k, v in sd["model"].items()},
+                      *share)
     sd["model"] = {k: v for k, v in sd["model"].items() if k in own}
     if "optim" in sd:
         sd["optim"] = {**sd["optim"],
@@ -415,15 +423,13 @@ def training_state(model: nn.Module, opt: torch.optim.Optimizer,
     return sd
 
 
-def owned_names(weights: dict[str, Any], rank: int, world: int) -> set[str]:
-    """The names of `weights` that `rank` of `world` saves under DDP: the largest first, each
-    to the rank with the fewest bytes so far (ties to the lowest rank), the same on every
-    rank, so the ranks' shares of a save differ by at most one tensor."""
+def owned_names(sizes: dict[str, int], rank: int, world: int) -> set[str]:
+    """The names (of a state dict, with their bytes) that `rank` of `world` saves under DDP:
+    the largest first, each to the rank with the fewest bytes so far (ties to the lowest rank),
+    the same on every rank, so the ranks' shares of a save differ by at most one entry."""
     load = [0] * world
     own: set[str] = set()
-    sized = sorted(((v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0, k)
-                    for k, v in weights.items()), key=lambda x: (-x[0], x[1]))
-    for size, k in sized:
+    for k, size in sorted(sizes.items(), key=lambda x: (-x[1], x[0])):
         r = min(range(world), key=lambda i: (load[i], i))
         load[r] += size
         if r == rank:
