@@ -18,7 +18,7 @@ no edit here:
   moments already allocated (a second step: the first allocates them);
 - validation: `trainer.evaluate` itself on one batch of logging.val_batch_size rows at
   train.seq_len (Z from the prior and, for the Free Transformer, the posterior pass);
-- eval: the evaluator's scoring core (`FTBenchLM._score_share`) on one loglikelihood batch at
+- eval: the evaluator (`FTBenchLM.loglikelihood_pairs`, lm-eval's request path) on one batch at
   the trained window: one context of seq_len/2 tokens and `eval_rows` continuations of seq_len/2
   tokens, run as one batch on a forked KV cache; the model in fp32 as evaluation loads it, one
   whole copy per GPU (evaluation never shards: its parallel is "none");
@@ -375,7 +375,7 @@ def _save(r: _Run) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             par.full_weights(r.model, r.mode, main=True))
 
 
-def _eval_lm(p: RunPlan, bf16: bool, rows: int) -> tuple[Any, list[Any]]:
+def _eval_lm(p: RunPlan, bf16: bool, rows: int) -> tuple[Any, list[tuple[str, str]]]:
     """The evaluator (`FTBenchLM`) on the model as evaluation loads it (fp32, whole) and one
     loglikelihood batch at the trained window: one context of T/2 tokens and `rows` distinct
     continuations of T/2 tokens (its rows run as one batch on a forked KV cache)."""
@@ -383,13 +383,13 @@ def _eval_lm(p: RunPlan, bf16: bool, rows: int) -> tuple[Any, list[Any]]:
 
     model, init = par.build_on_meta(p.model)
     par.materialize(model, init, torch.device("cpu"))
-    lm = FTBenchLM(model=model, tokenizer=_ids_tokenizer(p.model.vocab_size), batch_size=rows,
+    lm = FTBenchLM(model=model, tokenizer=_chars_tokenizer(p.model.vocab_size), batch_size=rows,
                    device="cpu", precision="bf16" if bf16 else "fp32", max_length=p.seq_len,
                    progress=False)
     T = p.seq_len
-    ctx = [1 + (i % 7) for i in range(T // 2)]
-    pieces = [(ctx, [2 + (r + j) % 5 for j in range(T - T // 2)], len(ctx)) for r in range(rows)]
-    return lm, pieces
+    ctx = "".join(chr(97 + i % 26) for i in range(T // 2))
+    pairs = [(ctx, chr(200 + r) + "b" * (T - T // 2 - 1)) for r in range(rows)]  # distinct
+    return lm, pairs
 
 
 def _training_phases(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str,
@@ -476,18 +476,25 @@ def _save_record(cfg: TrainConfig, r: _Run, rec: PhasePeak, sd: dict[str, Any],
              f"{_size(export)}" + (f" + its bf16 copy {_size(cast)}" if cast else ""))
 
 
-def _ids_tokenizer(vocab: int) -> Any:
-    """A tokenizer of `vocab` ids for the evaluator's scoring core, which reads only ids."""
+def _chars_tokenizer(vocab: int) -> Any:
+    """One token per character (id: its code point modulo `vocab`, one byte each): the texts of
+    the evaluation batch become exactly the token counts asked for."""
     from .tokenizer import TextTokenizer
 
-    class Ids(TextTokenizer):
-        name = "ids"
+    class Chars(TextTokenizer):
+        name = "chars"
         eos_id, bos_id, vocab_size = 0, None, vocab
+
+        def encode(self, text: str) -> list[int]:
+            return [ord(c) % vocab for c in text]
+
+        def decode(self, ids: Sequence[int]) -> str:
+            return "".join(map(chr, ids))
 
         def token_bytes(self) -> list[int]:
             return [1] * vocab
 
-    return Ids()
+    return Chars()
 
 
 def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
@@ -497,12 +504,12 @@ def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
     t0 = time.process_time()
     Mem, _ = _trackers()
     with FakeTensorMode():
-        lm, pieces = _eval_lm(p, bf16, rows)
+        lm, pairs = _eval_lm(p, bf16, rows)
         tracker = Mem()
         tracker.track_external(lm.model)
         resident = _current(tracker)
         with tracker, _Scalars():
-            lm._score_share(pieces, True)
+            lm.loglikelihood_pairs(pairs, disable_tqdm=True)
         peak, kinds = _peak(tracker)
     T = p.seq_len
     return PhasePeak("eval", parallel="none", world_size=1, micro_batch_size=p.micro_batch_size,
@@ -543,8 +550,8 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
     bf16 = trains_bf16(cfg.train, "cpu")
     accum = p.grad_accum if accum_measured is None else min(p.grad_accum, accum_measured)
     if phase == "eval":
-        lm, pieces = _eval_lm(p, bf16, eval_rows)
-        fn: Any = lambda: lm._score_share(pieces, True)  # noqa: E731
+        lm, pairs = _eval_lm(p, bf16, eval_rows)
+        fn: Any = lambda: lm.loglikelihood_pairs(pairs, disable_tqdm=True)  # noqa: E731
     else:
         r, _ = _setup(cfg, p, "none", bf16, "cpu")
         if phase == "train":
