@@ -323,7 +323,11 @@ class Checkpointer:
         meta = state.meta()  # now: the step, the RNG and the schedule move on during the write
         config = getattr(model, "module", model).cfg.to_dict()
         done = threading.Event()
-        sd = par.training_state(model, state.opt)
+        # DDP: each rank stages and writes its share of the replicated state (no full host copy
+        # on every rank); FSDP: each rank's shards
+        share = ((dist.get_rank(), self.world)
+                 if state.mode == "ddp" and self.world > 1 and dist.is_initialized() else None)
+        sd = par.training_state(model, state.opt, share=share)
         kw: dict[str, Any] = {"checkpoint_id": str(d), "process_group": self._group()}
         if self.storage_writer is not None:
             kw["storage_writer"] = self.storage_writer(d)
@@ -393,7 +397,7 @@ class Checkpointer:
         state without optimizer): gathered on rank 0, a collective under FSDP."""
         model = state.model
         assert model is not None
-        weights = par.full_weights(model, state.mode)
+        weights = par.full_weights(model, state.mode, main=self.main)
         if self.main:
             save_weights(path, model, tokenizer=self.tokenizer, extra=state.meta(),
                          state_dict=weights, dtype=self.export_dtype)

@@ -368,8 +368,9 @@ class Trainer:
             # the dry run's rule (activations counted), so the plan and the run choose alike
             self.mode = auto_parallel(p, torch.cuda.get_device_properties(device).total_memory,
                                       cfg.train.activation_checkpointing)
-        torch.manual_seed(cfg.train.seed)
-        self.model = build_model(p.model).to(device)
+        # parameters on the meta device (no rank builds the whole fp32 model in host memory),
+        # materialised after sharding with today's init (par.materialize)
+        self.model, init = par.build_on_meta(p.model, build_model)
         # weights and state load in Checkpointer.resume, after sharding and the optimizer
         self.found = checkpointer.newest()
         if cfg.train.activation_checkpointing:
@@ -378,6 +379,8 @@ class Trainer:
             if cfg.train.compile:  # per block before sharding: FSDP2's hooks stay eager
                 par.compile_units(self.model)
             par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
+        torch.manual_seed(cfg.train.seed)  # the init of build_model(p.model) after this seed,
+        par.materialize(self.model, init, device)  # one parameter at a time, FSDP: its shards
         log(f"parallel: {self.mode} over {n_world} process(es)"
             + (", activation checkpointing" if cfg.train.activation_checkpointing else ""),
             echo=False)
