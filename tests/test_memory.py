@@ -1,4 +1,4 @@
-"""experiments/train/memory.py and the memory side of experiments/train/parallel.py: the meta
+"""experiments/memory.py and the memory side of experiments/train/parallel.py: the meta
 build materialises today's init exactly; the fake-tensor measurement runs every phase under
 every parallelism; its per-phase peaks agree with a real CPU run of the same phases (the slow
 tier, one subprocess per phase); FSDP2's accumulation holds no unsharded gradients."""
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from experiments.train import memory as mem
+from experiments import memory as mem
 from experiments.train import parallel as par
 from experiments.train.config import compose
 from model import build_model, get_preset
@@ -163,7 +163,7 @@ def _real(phase: str, precision: str) -> int:
     """The phase's peak on this CPU, in a fresh process (the C allocator keeps what earlier
     phases freed): large blocks mmapped so a free goes back to the system at once."""
     code = ("import json, sys; from experiments.train.config import compose; "
-            "from experiments.train.memory import measure_real; "
+            "from experiments.memory import measure_real; "
             f"print(json.dumps(measure_real(compose({[*AGREE, f'train.precision={precision}']!r}),"
             f" {phase!r}, eval_rows=2)))")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1",

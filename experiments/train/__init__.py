@@ -5,7 +5,6 @@
     plan.py          run-id, the resolved plan (steps, tokens, FLOPs) and the whole dry run
     data.py          corpora: sources, the deterministic split, packing, the seeded order
     parallel.py      one process, DDP or FSDP2; the meta build and its materialisation
-    memory.py        measured per-phase peak memory on fake tensors (`python -m ...memory`)
     trainer.py       train(cfg) and the Trainer: the loop (`python -m experiments.train`)
     checkpointer.py  the Checkpointer and TrainState: checkpoints/, metrics.jsonl, resume
 """

@@ -167,7 +167,7 @@ def build_on_meta(cfg: Any, build: Any = None) -> tuple[nn.Module, InitRecipe]:
     from torch._guards import active_fake_mode
 
     # no constructor may draw from the CPU generator outside the recorded ops (under a
-    # FakeTensorMode, as experiments/train/memory.py builds, nothing draws: no check)
+    # FakeTensorMode, as experiments/memory.py builds, nothing draws: no check)
     rng = torch.get_rng_state() if active_fake_mode() is None else None
     nn.Module.register_parameter = to_meta  # type: ignore[method-assign]
     try:
@@ -255,7 +255,7 @@ def checkpoint_blocks(model: nn.Module) -> None:
 
 def mesh_for(device: torch.device, world: int) -> Any:
     """The 1-D data-parallel DeviceMesh of `world` processes on `device`'s type. Built outside
-    any FakeTensorMode (experiments/train/memory.py builds it before entering one)."""
+    any FakeTensorMode (experiments/memory.py builds it before entering one)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device.type, (world,))
@@ -293,8 +293,8 @@ FSDP_REDUCE_EVERY_MICRO_BATCH = True
 """FSDP2 reduce-scatters the gradients after every micro-batch (torchtitan's way), so a rank
 holds only its fp32 gradient shard between micro-batches. False (sync on the last micro-batch
 only, as before) keeps every parameter's unsharded fp32 gradient on every rank for the whole
-step: +4 bytes per parameter per GPU, 30 GB at 8B (experiments/train/memory.py measures both:
-`python -m experiments.train.memory model=8B ... --fsdp-sync both`). The cost of True is one
+step: +4 bytes per parameter per GPU, 30 GB at 8B (experiments/memory.py measures both:
+`python -m experiments.memory model=8B ... --fsdp-sync both`). The cost of True is one
 reduce-scatter per micro-batch instead of per step; the sums are the same up to float order."""
 
 

@@ -3,7 +3,7 @@
     measure(cfg, world_size=None, parallel=None, device_type="cuda", phases=PHASES, ...)
         -> list[PhasePeak]                   one record per phase
     format_table(records, capacity_bytes) -> str
-    python -m experiments.train.memory key=value ... [--phases train,validation,eval,save]
+    python -m experiments.memory key=value ... [--phases train,validation,eval,save]
         [--eval-rows 16] [--device-type cuda|cpu] [--fsdp-sync every|last|both] [--json PATH]
 
 How (torchtitan's scripts/estimate/estimation.py is the model): a fake process group of the
@@ -57,9 +57,9 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import parallel as par
-from .config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
-from .plan import RunPlan, dry_parallel, plan, planning_world
+from experiments.train import parallel as par
+from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
+from experiments.train.plan import RunPlan, dry_parallel, plan, planning_world
 
 PHASES = ("train", "validation", "eval", "save")
 DEVICE_TYPES = ("cuda", "cpu")
@@ -321,7 +321,7 @@ def _setup(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str
     """Build the model, its optimizer (AdamW's moments allocated, as after a first step) and
     the module the steps call, as the trainer does; `tracker_for(model, opt)` makes the tracker
     that sees the moments and DDP's buckets allocated (None: no tracker)."""
-    from .trainer import lr_factor, param_groups
+    from experiments.train.trainer import lr_factor, param_groups
 
     dev = torch.device("cpu")
     model, init = par.build_on_meta(p.model)
@@ -349,7 +349,7 @@ def _setup(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str
 
 def _train(r: _Run, accum: int) -> None:
     """`Trainer.train_step` itself, on `accum` micro-batches of the plan's size."""
-    from .trainer import Trainer
+    from experiments.train.trainer import Trainer
 
     host = SimpleNamespace(cfg=r.cfg, p=dataclasses.replace(r.p, grad_accum=accum),
                            device=torch.device("cpu"), world=r.p.world_size, rank=0,
@@ -361,7 +361,7 @@ def _train(r: _Run, accum: int) -> None:
 
 def _validation(r: _Run) -> None:
     """`trainer.evaluate` itself, on one batch of logging.val_batch_size rows."""
-    from .trainer import evaluate
+    from experiments.train.trainer import evaluate
 
     evaluate(r.model, r.data, r.cfg.logging.val_batch_size, r.p.model.kappa_bits,
              _autocast(r.bf16))
@@ -479,7 +479,7 @@ def _save_record(cfg: TrainConfig, r: _Run, rec: PhasePeak, sd: dict[str, Any],
 def _chars_tokenizer(vocab: int) -> Any:
     """One token per character (id: its code point modulo `vocab`, one byte each): the texts of
     the evaluation batch become exactly the token counts asked for."""
-    from .tokenizer import TextTokenizer
+    from experiments.corpus.tokenizer import TextTokenizer
 
     class Chars(TextTokenizer):
         name = "chars"
@@ -652,7 +652,7 @@ def format_table(records: Sequence[PhasePeak], capacity_bytes: float | None = No
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.train.memory",
+        prog="python -m experiments.memory",
         description="Measured per-GPU peak memory per phase (fake tensors, fake process group); "
                     "positional key=value are the trainer's overrides (model=8B ...).")
     ap.add_argument("overrides", nargs="*")
