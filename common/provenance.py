@@ -51,7 +51,18 @@ def loadavg() -> list[float] | None:
 
 
 def peak_rss_mb() -> float | None:
-    """This process's peak resident memory so far (MB); None where the platform has no rusage."""
+    """This process's peak resident memory so far (MB); None where the platform has no rusage.
+
+    Linux: /proc/self/status's VmHWM, the peak of this process's own address space. Not
+    getrusage's ru_maxrss, which Linux carries across fork + exec: a run started by a large
+    parent (a sweep driver, pytest) would report the parent's RSS at the fork."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     try:
         import resource
     except ImportError:

@@ -423,7 +423,7 @@ def test_real_validation_at_the_paper_shape_fits_in_an_address_space_limit(tmp_p
     3 GiB address-space limit (the unchunked path needs 34 GiB for the float32 logits alone);
     the peak RSS is reported. The values are checked against the unchunked path on 2 rows."""
     script = textwrap.dedent(f"""
-        import resource, torch, torch.nn.functional as F
+        import torch, torch.nn.functional as F
         from model import ModelConfig, build_model
         torch.manual_seed(0)
         torch.set_num_threads(1)
@@ -437,7 +437,10 @@ def test_real_validation_at_the_paper_shape_fits_in_an_address_space_limit(tmp_p
             ref = m(x[:, :64], targets=x[:, :64]).ce  # a short slice, unchunked
             got = m(x[:, :64], targets=x[:, :64], scores=True).ce
         assert torch.isfinite(out.ce) and abs(float(ref - got)) < 1e-5, (ref, got)
-        print("peak_rss_mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+        # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across fork + exec, so it
+        # would report the pytest parent's RSS at the fork (3 GB late in the suite)
+        hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0]
+        print("peak_rss_mib", int(hwm.split()[1]) // 1024)
     """)
     limit = 3 << 30
     r = subprocess.run(["prlimit", f"--as={limit}", sys.executable, "-c", script],

@@ -100,9 +100,9 @@ def test_local_sweep_kill_and_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
               for c in m["cells"] if c["state"] == "done"}
 
     # status sees the same thing
-    from sweeps.manifest import status
+    from sweeps.manifest import status, table
 
-    assert "3 cells: 1 pending, 0 running, 2 done, 0 failed" in status("e2e")
+    assert "3 cells: 1 pending, 0 running, 2 done, 0 failed" in table(status("e2e"))
 
     # the same command again: only the killed cell runs, and it resumes from its checkpoint.
     # With EVAL=1, each final checkpoint gets an evaluation job (a stand-in for experiments.eval,
