@@ -634,8 +634,14 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
     try:
         man = built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
         if man is None:
-            return ("epochs      unknown until the corpus is built (make corpus, or the run's "
-                    "start); checked then against data.max_epochs")
+            # not built: the shipped corpora's text bounds their tokens (experiments.corpus
+            # .budget), so a run that must read them too often is refused here already
+            from experiments.corpus.budget import bound_refusal
+
+            line, refusal = bound_refusal(cfg.data, p.tokens // p.seq_len, p.seq_len)
+            if refusal is not None:
+                raise ConfigError(refusal)
+            return line
         n = man["tokens"]["train"]
         ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len, n)
     except DataError as e:
@@ -652,7 +658,8 @@ def dry_run(cfg: TrainConfig) -> None:
     n_world, source = planning_world(cfg)
     p = plan(cfg, n_world)
     if rank == 0:
+        epochs = epochs_line(cfg, p)  # a refusal (too many passes) before anything is printed
         print(format_plan(cfg, p), flush=True)
         print(f"world       {n_world} GPU(s)/process(es), from {source}", flush=True)
-        print(epochs_line(cfg, p), flush=True)
+        print(epochs, flush=True)
         print(_dry_estimate(cfg, p), flush=True)
