@@ -282,3 +282,18 @@ def test_verify_reads_what_it_needs_from_the_manifest(tmp_path, capsys):
     shard.write_bytes(b"\0\0" + shard.read_bytes()[2:])
     assert main(["--out", str(out), "--verify"]) == 2
     assert "differ from the manifest" in capsys.readouterr().err
+
+
+def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
+    from experiments.corpus.build import request_of
+    from experiments.train.config import compose
+    from experiments.train.plan import run_id
+
+    def cfg(passes: int):
+        return compose(["data=hf", "data.hf_sources=[{path:a,weight:1,passes:%d},"
+                        "{path:b,weight:1}]" % passes])
+
+    one, two = cfg(1), cfg(2)
+    assert two.data.hf_sources[0].passes == 2
+    assert run_id(one) == run_id(two)
+    assert request_of(one.data, 300) == request_of(two.data, 300)

@@ -62,6 +62,8 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
             d["data"].pop(k, None)
     d["data"].pop("max_epochs", None)
     d["data"].pop("shard_bytes", None)
+    for src in d["data"].get("hf_sources") or []:
+        src.pop("passes", None)  # a cap on the build, never what is trained (as request_of)
     return d
 
 
