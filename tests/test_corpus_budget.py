@@ -297,3 +297,24 @@ def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
     assert two.data.hf_sources[0].passes == 2
     assert run_id(one) == run_id(two)
     assert request_of(one.data, 300) == request_of(two.data, 300)
+
+
+def test_make_paper_refuses_a_source_too_small_in_one_line_before_building(tmp_path, capsys):
+    """The 8B-1T mix of before (25% math at 1T) through the paper's dry run and its real run:
+    one line naming FineMath-3+, exit 2, nothing built."""
+    from pipelines.paper import main
+    from sweeps.recipe import RECIPES_DIR
+
+    text = (RECIPES_DIR / "paper-8B-1T.yaml").read_text()
+    text = text.replace("weight: 0.71", "weight: 0.58").replace("weight: 0.12", "weight: 0.25")
+    rec = tmp_path / "old-1T.yaml"
+    rec.write_text(text)
+    for dry in (["--dry"], []):
+        assert main(["--recipe", str(rec), *dry]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0
+        assert "HuggingFaceTB/finemath (finemath-3plus) is too small for its 25.0% share" in err
+    from pipelines.paper import corpus_stage
+    from sweeps.recipe import load
+
+    assert not corpus_stage(load(str(rec)), [])["dir"].exists()  # nothing built
