@@ -290,8 +290,8 @@ def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
     from experiments.train.plan import run_id
 
     def cfg(passes: int):
-        return compose(["data=hf", "data.hf_sources=[{path:a,weight:1,passes:%d},"
-                        "{path:b,weight:1}]" % passes])
+        return compose(["data=hf", f"data.hf_sources=[{{path:a,weight:1,passes:{passes}}},"
+                        "{path:b,weight:1}]"])
 
     one, two = cfg(1), cfg(2)
     assert two.data.hf_sources[0].passes == 2
