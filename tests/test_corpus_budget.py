@@ -318,3 +318,43 @@ def test_make_paper_refuses_a_source_too_small_in_one_line_before_building(tmp_p
     from sweeps.recipe import load
 
     assert not corpus_stage(load(str(rec)), [])["dir"].exists()  # nothing built
+
+
+@pytest.mark.slow  # the real datasets streaming code on local json files (~10 s)
+def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
+    """HFMixture over datasets' own json builder: a stream that raises midway is continued from
+    datasets' state_dict, and the corpus equals the one built without a failure."""
+    for name, tag, n in (("a.jsonl", "web", 300), ("b.jsonl", "math", 40)):
+        with open(tmp_path / name, "w") as f:
+            for t in _texts(tag, n, 100):
+                f.write(json.dumps({"text": t}) + "\n")
+    real = SRC.open_hf_source
+    failed = []
+
+    def flaky(s: HFSource):
+        ds = real(s)
+        if s.data_files[0].endswith("a.jsonl"):
+            first = not failed  # only the first stream of 'a' fails; every one has this shape
+            failed.append(1)
+
+            def boom(ex, i, first=first):
+                if first and i == 120:
+                    raise ConnectionError("reset")
+                return ex
+            ds = ds.map(boom, with_indices=True)
+        return ds
+
+    cfg = _cfg(hf_sources=[HFSource(path="json", data_files=[str(tmp_path / "a.jsonl")],
+                                    weight=3.0),
+                           HFSource(path="json", data_files=[str(tmp_path / "b.jsonl")],
+                                    weight=1.0, passes=2)])
+    monkeypatch.setattr(SRC, "open_hf_source", flaky)
+    with pytest.raises(SRC.DataError, match="continue"):
+        build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
+    assert (tmp_path / "r" / SCAN_STATE).is_file()
+    man = build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
+    ref = build(cfg, tmp_path / "w", vocab_size=300, cache_dir=tmp_path / "cache")
+    assert man == ref
+    for s in ref["shards"]:
+        assert (tmp_path / "r" / s["file"]).read_bytes() == (tmp_path / "w" / s["file"]
+                                                             ).read_bytes()
