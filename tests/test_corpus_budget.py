@@ -358,3 +358,19 @@ def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
     for s in ref["shards"]:
         assert (tmp_path / "r" / s["file"]).read_bytes() == (tmp_path / "w" / s["file"]
                                                              ).read_bytes()
+
+
+def test_the_train_dry_run_shows_each_hf_sources_passes_and_refuses_one_too_small(tmp_path):
+    from experiments.train.config import ConfigError, compose
+    from experiments.train.plan import epochs_line, plan
+
+    src = ("data.hf_sources=[{path:HuggingFaceFW/fineweb-edu,name:default,weight:0.5},"
+           "{path:HuggingFaceTB/finemath,name:finemath-3plus,weight:0.5,passes:%s}]")
+    ok = compose(["data=hf", src.replace("%s", "2"), "train.tokens=100B", "data.val_fraction=0.001",
+                  f"paths.cache={tmp_path}"])
+    text = epochs_line(ok, plan(ok, 1))
+    assert "HuggingFaceTB/finemath (finemath-3plus): 50.0%" in text and "1.47 passes" in text
+    bad = compose(["data=hf", src.replace("%s", "1"), "train.tokens=100B",
+                   "data.val_fraction=0.001", f"paths.cache={tmp_path}"])
+    with pytest.raises(ConfigError, match="passes=1; give it passes: 2"):
+        epochs_line(bad, plan(bad, 1))

@@ -638,9 +638,12 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
         if man is None:
             # not built: the shipped corpora's text bounds their tokens (experiments.corpus
             # .budget), so a run that must read them too often is refused here already
-            from experiments.corpus.budget import bound_refusal
+            from experiments.corpus.budget import bound_refusal, check_budget
 
             line, refusal = bound_refusal(cfg.data, p.tokens // p.seq_len, p.seq_len)
+            if cfg.data.source == "hf":  # each source's passes from its known size
+                chk = check_budget(cfg.data, p.tokens)
+                line, refusal = "\n".join([line, *chk.lines]), chk.refusal
             if refusal is not None:
                 raise ConfigError(refusal)
             return line
