@@ -101,6 +101,22 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
             "source": cfg.data.source}
 
 
+def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:
+    """The recipe's corpus against its budget, per source (experiments.corpus.budget: the
+    costliest cell's tokens, each source's passes from its known size); PaperError (one line)
+    when the corpus cannot reach the budget, before anything is built or submitted."""
+    from experiments.corpus.budget import check_budget, manifest_lines
+
+    if c["named"]:
+        return []  # a corpus the user built: the trainer checks its passes (data.max_epochs)
+    chk = check_budget(c["cfg"].data, rec.budget_tokens,
+                       bytes_per_token=rec.corpus.bytes_per_token)
+    if chk.refusal is not None:
+        raise PaperError(chk.refusal)
+    built = manifest_lines(c["manifest"]) if c["manifest"] else []
+    return chk.lines + (["  as built (corpus.json):", *built] if built else [])
+
+
 def sweep_request(rec_arg: str, a: argparse.Namespace, name: str) -> api.SweepRequest:
     """The recipe's sweep with every kept checkpoint and the final one evaluated, for sweeps'
     front door (what `make sweep RECIPE=... EVAL=1` asks)."""
@@ -178,6 +194,7 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     lines += ["", f"corpus ({c['source']}): {c['dir']}  "
               + ("built" if c["built"] else "to build, once, by stage 1 (`python -m "
                  "pipelines.corpus`)")]
+    lines += corpus_budget_lines(rec, c)
     if not c["built"]:
         lines.append(f"  its token shards: at least {disk['corpus'] / 1e9:.4g} GB (the trainer's "
                      "estimate: the training tokens at the token width, over data.max_epochs)")
@@ -285,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
             a.gpu = DEFAULT_GPU  # the paper's GPUs; the recipe's micro-batch table needs one
         if a.dry:
             print(dry_text(rec, a, name), flush=True)
+        else:  # the corpus against the budget, before anything is built or submitted
+            corpus_budget_lines(rec, corpus_stage(rec, overrides(a)))
     except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
         print(f"paper: error: {one_line(e)}", file=sys.stderr)
         return 2

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.text import one_line
+from experiments.corpus import budget as _corpus_budget
 from experiments.eval import chain as _chain
 from experiments.train import config as _config
 from experiments.train import plan as P
@@ -42,6 +43,8 @@ eval_point = _chain.eval_point
 DATA_SOURCES = _config.DATA_SOURCES
 PRECISIONS = _config.PRECISIONS
 DataConfig = _config.DataConfig
+HFSource = _config.HFSource
+corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes, known sizes
 compose_overrides = compose_config
 run_plan = P.plan
 memory_estimate = P.memory_estimate

@@ -65,7 +65,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
               "beta1", "beta2", "eps"),
     "grid": ("kappa_bits", "latent_bits", "seeds", "controls"),
     "corpus": ("data", "sources", "paths", "vocab_size", "tokenizer", "bytes_per_token",
-               "max_bytes", "val_tokens"),
+               "max_bytes", "val_tokens", "val_fraction"),
     "eval": ("tasks", "fewshot", "points", "average_last", "z"),
 }
 _TOP = ("description", *_SECTIONS)
@@ -140,6 +140,9 @@ class CorpusSpec:
     """hf: text bytes per token, to stream enough text for one pass over the token budget."""
     max_bytes: int | None
     val_tokens: int | None
+    val_fraction: float | None = None
+    """data.val_fraction (null: the trainer's default): the held-out share, sized to what
+    validation reads (data.val_tokens) rather than 5% of a 47B-token corpus."""
 
 
 @dataclass(frozen=True)
@@ -316,6 +319,8 @@ class Recipe:
             self._int("corpus.max_bytes", c.max_bytes)
         if c.val_tokens is not None:
             self._int("corpus.val_tokens", c.val_tokens)
+        if c.val_fraction is not None:
+            self._num("corpus.val_fraction", c.val_fraction, lo_open=True, hi=1.0, hi_open=True)
         e = self.eval
         from .backend import eval_task_names
 
@@ -351,11 +356,69 @@ class Recipe:
         return max(1, math.ceil(self.train.tokens / self.tokens_per_step - 1e-9))
 
     @property
+    def budget_tokens(self) -> int:
+        """The most training tokens any cell of the grid reads: the equal-tokens arms' whole
+        steps, or a FLOPs-matched control's (train.compute_match=flops: the matching Free
+        Transformer's FLOPs over the control's own FLOPs per token, in whole steps), by
+        experiments.train.plan.plan's rule; tests/test_recipes.py checks it against the
+        sweep's planned cells."""
+        from model import PRESETS, train_flops_per_token
+
+        T, tps = self.train.seq_len, self.tokens_per_step
+        mc = PRESETS[self.preset].replace(vocab_size=self.corpus.vocab_size)
+        steps = self.steps
+        L = mc.n_layers
+        for c in self.grid.controls:
+            if not c.endswith("flops"):
+                continue  # the +1-layer control trains the equal tokens
+            arm = mc.replace(latent_bits=0, n_layers=L + 1 if c.startswith("plus1") else L)
+            fa = train_flops_per_token(arm, T).total
+            for h in self.grid.latent_bits:
+                ff = train_flops_per_token(mc.replace(latent_bits=h, n_layers=L), T).total
+                budget = self.steps * tps * ff
+                steps = max(steps, math.ceil(budget / (fa * tps) - 1e-9))
+        return steps * tps
+
+    def data_config(self) -> Any:
+        """The corpus's data section (experiments' DataConfig) before the byte cap and the
+        passes are filled in: what the budget is planned on."""
+        from . import backend as C
+
+        c = self.corpus
+        kw: dict[str, Any] = {"source": c.data}
+        if c.val_fraction is not None:
+            kw["val_fraction"] = c.val_fraction
+        if c.max_bytes is not None:
+            kw["max_bytes"] = c.max_bytes
+        if c.data == "hf":
+            kw["hf_sources"] = [C.HFSource(path=s.path, name=s.name, split=s.split,
+                                           field=s.field, weight=s.weight) for s in c.sources]
+        if c.data == "files":
+            kw["paths"] = list(c.paths)
+        return C.DataConfig(**kw)
+
+    @property
+    def source_passes(self) -> tuple[int, ...]:
+        """hf: per source, the passes its share of the budget needs (at least 1), from the
+        sources' known sizes (experiments/corpus/budget.py SOURCE_SIZES): written into
+        data.hf_sources[].passes, so a source repeats only where the plan says it must."""
+        from . import backend as C
+
+        if self.corpus.data != "hf":
+            return ()
+        return tuple(C.corpus_budget.passes_for(self.data_config(), self.budget_tokens))
+
+    @property
     def hf_max_bytes(self) -> int | None:
-        """hf: text to stream for one pass over the token budget (tokens x bytes_per_token)."""
+        """hf: text to stream for the costliest cell's training tokens (`budget_tokens`) plus
+        the held-out share (val_fraction), at bytes_per_token."""
         if self.corpus.data != "hf" or self.corpus.bytes_per_token is None:
             return None
-        return math.ceil(self.train.tokens * self.corpus.bytes_per_token)
+        from . import backend as C
+
+        total = C.corpus_budget.stream_tokens(self.budget_tokens,
+                                              self.data_config().val_fraction)
+        return math.ceil(total * self.corpus.bytes_per_token)
 
     def table3_points(self) -> tuple[int, ...]:
         """The evaluation points k = 1..points (checkpoint at ceil(k x steps / points)) that lie
@@ -412,10 +475,10 @@ class Recipe:
             ov.append(f"data.tokenizer={_quote(c.tokenizer)}")
         if c.data == "hf":
             items = []
-            for s in c.sources:
+            for s, passes in zip(c.sources, self.source_passes, strict=True):
                 d = {"path": _quote(s.path), "name": s.name and _quote(s.name),
                      "split": _quote(s.split), "field": _quote(s.field),
-                     "weight": _fmt(s.weight)}
+                     "weight": _fmt(s.weight), "passes": str(passes)}
                 items.append("{" + ",".join(f"{k}:{v}" for k, v in d.items() if v is not None)
                              + "}")
             ov.append(f"data.hf_sources=[{','.join(items)}]")
@@ -426,6 +489,8 @@ class Recipe:
             ov.append(f"data.max_bytes={c.max_bytes}")
         if c.val_tokens is not None:
             ov.append(f"data.val_tokens={c.val_tokens}")
+        if c.val_fraction is not None:
+            ov.append(f"data.val_fraction={_fmt(c.val_fraction)}")
         return ov
 
     def sweep_spec(self, *, seeds: Sequence[int] | None = None, gpu: str | None = None,
@@ -534,8 +599,15 @@ class Recipe:
                  f"| per-GPU batch | {self.train.batch_size // self.train.gpus} sequences on "
                  f"{self.train.gpus} GPU(s) |",
                  f"| Table 3 points | {list(self.table3_points())} of 1..{self.eval.points} |"]
+        if self.budget_tokens != self.steps * gbt:
+            rows.append(f"| training tokens of the costliest cell | {self.budget_tokens:,} "
+                        "(an equal-FLOPs control) |")
         if self.hf_max_bytes is not None:
             rows.append(f"| data.hf_max_bytes | {self.hf_max_bytes:,} |")
+            for s, n in zip(self.corpus.sources, self.source_passes, strict=True):
+                if n > 1:
+                    rows.append(f"| data.hf_sources passes of {s.path}"
+                                + (f" ({s.name})" if s.name else "") + f" | {n} |")
         return "\n".join(rows)
 
 
@@ -730,7 +802,8 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
                               tokenizer=values["corpus.tokenizer"],
                               bytes_per_token=values["corpus.bytes_per_token"],
                               max_bytes=values["corpus.max_bytes"],
-                              val_tokens=values["corpus.val_tokens"]),
+                              val_tokens=values["corpus.val_tokens"],
+                              val_fraction=values["corpus.val_fraction"]),
             eval=RecipeEval(tasks=seq("eval.tasks"), fewshot=dict(fewshot),
                             points=values["eval.points"],
                             average_last=kappa("eval.average_last",

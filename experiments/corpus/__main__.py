@@ -60,14 +60,16 @@ def parser(prog: str = "python -m experiments.corpus") -> argparse.ArgumentParse
     """The command line of a corpus build (pipelines.corpus adds the launcher's options)."""
     ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default="stdlib", help="data config name or YAML path")
+    ap.add_argument("--data", default=None, help="data config name or YAML path (default "
+                    "stdlib; with --verify alone: the built corpus's own, from its manifest)")
     ap.add_argument("--out", required=True, help="output directory (resumed if a build is there)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="BPE vocabulary to train (the paper: 131072); ignored with data.tokenizer")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)),
                     help="worker processes (local) or array tasks at once (slurm)")
     ap.add_argument("--verify", action="store_true", help="re-hash every shard against the "
-                    "manifest at the end")
+                    "manifest at the end; alone (no --data), verify the corpus built in --out, "
+                    "reading what it needs from its manifest")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("overrides", nargs="*", help="data key=value overrides")
     return ap
@@ -76,12 +78,25 @@ def parser(prog: str = "python -m experiments.corpus") -> argparse.ArgumentParse
 def run(a: argparse.Namespace, runner: Any = None) -> int:
     """Build the corpus the parsed arguments describe (its units through `runner`, a
     build.UnitRunner, when given) and print its summary; bad input: one line, exit 2."""
-    from .build import build, verify
+    from .build import MANIFEST, build, read_manifest, verify
 
     try:
         if a.workers < 1:
             raise DataError(f"--workers={a.workers}: must be >= 1")
-        dcfg = load_data_config(a.data, a.overrides)
+        if a.verify and a.data is None and not a.overrides:
+            # verification needs only the manifest: no data config, no vocabulary
+            man = read_manifest(Path(a.out).expanduser())
+            if man is None:
+                raise DataError(f"--out {a.out}: no {MANIFEST} to verify (not a built corpus; "
+                                "give --data to build it)")
+            bad = verify(Path(a.out).expanduser())
+            if bad:
+                raise DataError(f"{a.out}: {len(bad)} shard(s) differ from the manifest: {bad[0]}")
+            return _summary(a.out, man, verified=True)
+        dcfg = load_data_config(a.data or "stdlib", a.overrides)
+        built = read_manifest(Path(a.out).expanduser())
+        if a.vocab_size is None and built is not None:  # a corpus built already says its own
+            a.vocab_size = built["request"]["tokenizer"].get("train_vocab_size")
         if dcfg.tokenizer is None and a.vocab_size is None:
             raise DataError("give --vocab-size N (the paper's presets: 131072) or "
                             "data.tokenizer=<tokenizer.json>")
@@ -94,11 +109,16 @@ def run(a: argparse.Namespace, runner: Any = None) -> int:
     except DataError as e:
         print(f"corpus: {e}", file=sys.stderr)
         return 2
+    return _summary(a.out, man, verified=a.verify)
+
+
+def _summary(out: str, man: dict[str, Any], verified: bool) -> int:
     t, v = man["tokens"]["train"], man["tokens"]["val"]
-    print(f"corpus: {Path(a.out).resolve()}: {man['documents']['train']:,} + "
+    print(f"corpus: {Path(out).expanduser().resolve()}: {man['documents']['train']:,} + "
           f"{man['documents']['val']:,} documents, {t:,} train + {v:,} val tokens "
           f"({man['dtype']}, {len(man['shards']) // 2} units, "
-          f"tokenizer {man['tokenizer']['sha256'][:12]}, vocab {man['tokenizer']['vocab_size']})")
+          f"tokenizer {man['tokenizer']['sha256'][:12]}, vocab {man['tokenizer']['vocab_size']})"
+          + (f"; {len(man['shards'])} shards verified against the manifest" if verified else ""))
     return 0
 
 

@@ -43,12 +43,12 @@ from common.io import atomic_write, atomic_write_json, atomic_write_text, flocke
 from .sources import (
     DataError,
     Doc,
+    HFMixture,
     corpus_checksum_update,
     expand_globs,
     hf_name,
     is_val,
     iter_file_docs,
-    iter_hf_docs,
     key_hash,
     load_documents,
     read_stdlib,
@@ -64,6 +64,10 @@ MANIFEST = "corpus.json"
 PLAN = "plan.json"
 TOKENIZER = "tokenizer.json"
 LOCK = ".build.lock"
+SCAN_STATE = "text/scan.json"
+MIXTURE_RULE = "by text bytes, explicit passes (HFMixture, v1)"
+"""In the request of every multi-source hf corpus: their order is HFMixture's, not the
+document-sampling interleave of earlier builds (so an old build is never taken for a new one)."""
 SPLIT_RULE = ("a document is held out iff sha256(key)[:8] / 2^64 < val_fraction; when no document "
               "is, the one of lowest hash is (tiny corpora)")
 _ENCODE_BATCH_BYTES = 1 << 20  # text per encode_batch call: amortises the call, bounds memory
@@ -77,6 +81,12 @@ def request_of(dcfg: DataConfig, vocab_size: int | None) -> dict[str, Any]:
     """What decides the corpus' bytes (the plan of an existing build must match it)."""
     d = {k: _plain(v) for k, v in asdict(dcfg).items()
          if k not in ("corpus", "max_epochs", "val_tokens")}
+    for src in d.get("hf_sources") or []:
+        # a cap on the passes decides only whether the build completes, not its bytes: a
+        # re-run with more passes continues the same corpus
+        src.pop("passes", None)
+    if len(d.get("hf_sources") or []) > 1:
+        d["mixture"] = MIXTURE_RULE  # the documents' order of a mixture (HFMixture)
     tok = d.pop("tokenizer", None)
     if tok and not Path(tok).expanduser().is_file():
         raise DataError(f"data.tokenizer={tok!r}: no such file")
@@ -147,6 +157,7 @@ class Scan:
     sample: list[str] = field(default_factory=list)  # the tokenizer's training texts, in order
     sample_bytes: int = 0
     sample_documents: int = 0
+    mixture: list[dict[str, Any]] | None = None  # hf: what the stream took from each source
 
 
 class _Sample:
@@ -157,14 +168,17 @@ class _Sample:
         self.heap: list[tuple[float, int, str, str]] = []  # (-hash, position, key, text)
         self.bytes = 0
         self.evicted = False
+        self.keys: set[str] = set()  # a source's second pass repeats keys: sample each once
 
     def add(self, pos: int, key: str, text: str) -> None:
-        if self.cap is None:
+        if self.cap is None or key in self.keys:
             return
+        self.keys.add(key)
         heapq.heappush(self.heap, (-key_hash("tokenizer-sample:" + key), pos, key, text))
         self.bytes += len(text.encode("utf-8"))
         while self.bytes > self.cap and len(self.heap) > 1:
-            _, _, _, t = heapq.heappop(self.heap)
+            _, _, k, t = heapq.heappop(self.heap)
+            self.keys.discard(k)  # evicted: a repeat has the same hash, so it is evicted too
             self.bytes -= len(t.encode("utf-8"))
             self.evicted = True
 
@@ -172,17 +186,33 @@ class _Sample:
         return [t for _, _, k, t in sorted(self.heap, key=lambda e: e[1]) if k not in drop]
 
 
-def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool = False) -> Scan:
-    """Phase 1 (see the module docstring). Raises DataError on bad input."""
+def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool = False,
+         request: dict[str, Any] | None = None) -> Scan:
+    """Phase 1 (see the module docstring). Raises DataError on bad input.
+
+    A hub stream (`source: hf`) is resumable: after each text part the scan records its
+    position (`text/scan.json`: the parts so far and the mixture's state); a scan that failed
+    midway, run again with the same request, reads its kept parts back from disk (the
+    checksum, the split counts and the tokenizer's sample come out as if never interrupted)
+    and continues the stream where it stopped."""
     text_parts = dcfg.source == "hf" or dcfg.max_bytes is not None
     checksums: dict[str, str] = {}
+    mixture: HFMixture | None = None
+    kept: list[Unit] = []
     if text_parts:
         if dcfg.max_bytes is not None:  # a capped subset: small by construction, in memory
             tr, va, checksums = load_documents(dcfg)
             docs: Iterator[Doc] = iter(sorted(tr + va))
         else:
-            docs = iter_hf_docs(dcfg)
-        units: list[Unit] = []
+            saved = read_scan_state(out)
+            if saved is not None and saved["request"] != request:
+                raise DataError(f"{out} holds an unfinished scan of another corpus; give a new "
+                                "output directory (or delete it)")
+            if saved is not None:
+                kept = [Unit(**u) for u in saved["units"]]
+            mixture = HFMixture(dcfg, state=saved and saved["mixture"])
+            docs = iter(mixture)
+        units: list[Unit] = list(kept)
     elif dcfg.source == "stdlib":
         root = stdlib_root()
         # sorted by the key string (as the in-memory path did), not by Path's part order
@@ -212,14 +242,20 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
         atomic_write(out / rel, lambda f: f.write(body))
         units.append(Unit(len(units), "part", (rel,), part_bytes))
         part, part_bytes = [], 0
+        if mixture is not None:  # the position after this part: where a re-run continues
+            atomic_write_json(out / SCAN_STATE, {"request": request,
+                                                 "units": [asdict(u) for u in units],
+                                                 "mixture": mixture.state()})
 
-    for pos, (key, text) in enumerate(docs):
+    def take(pos: int, key: str, text: str) -> int:
+        """One document into the checksum, the counts, the split and the sample."""
+        nonlocal min_key
         if dcfg.source == "stdlib":
             corpus_checksum_update(h, key + "\0" + text)
         elif dcfg.source == "hf":
             corpus_checksum_update(h, text)
         if not text:
-            continue
+            return 0
         nb = len(text.encode("utf-8"))
         s.documents += 1
         s.bytes += nb
@@ -230,13 +266,24 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
             s.val_documents += 1
         else:
             sample.add(pos, key, text)
-        if text_parts:
+        if bar is not None:
+            bar.update(nb)
+        return nb
+
+    pos = 0
+    for u in kept:  # a resumed hub scan: what it streamed before, read back from disk
+        for key, text in unit_docs(out, u, dcfg.text_field):
+            take(pos, key, text)
+            pos += 1
+    for key, text in docs:
+        nb = take(pos, key, text)
+        pos += 1
+        # hf parts keep empty documents too, so a resumed scan reads back every document
+        if text_parts and (text or mixture is not None):
             part.append(json.dumps({"k": key, "t": text}, ensure_ascii=False) + "\n")
             part_bytes += nb
             if part_bytes >= dcfg.shard_bytes:
                 flush_part()
-        if bar is not None:
-            bar.update(nb)
     if bar is not None:
         bar.close()
     if text_parts and part:
@@ -245,6 +292,8 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
         s.checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
     elif dcfg.source == "hf" and dcfg.max_bytes is None:
         s.checksums = {hf_name(dcfg): h.hexdigest()}
+    if mixture is not None:
+        s.mixture = mixture.summary()
     if s.documents == 0:
         raise DataError(f"data={dcfg.source}: the source holds no (non-empty) document")
     if s.val_documents == 0 and s.documents > 1 and min_key is not None:
@@ -257,6 +306,12 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
     s.sample_documents = len(s.sample)
     s.sample_bytes = sum(len(t.encode("utf-8")) for t in s.sample)
     return s
+
+
+def read_scan_state(out: Path) -> dict[str, Any] | None:
+    """The position a failed hub scan reached (`text/scan.json`), None when there is none."""
+    p = out / SCAN_STATE
+    return json.loads(p.read_text()) if p.is_file() else None
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -451,7 +506,9 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
             return _build_locked(dcfg, outp, req, vocab_size=vocab_size, workers=workers,
                                  progress=progress, cache_dir=cache_dir, runner=runner)
     except DataError:
-        if created and not (outp / PLAN).exists():  # bad input: leave nothing behind
+        # bad input: leave nothing behind; a hub scan that failed midway keeps what it
+        # streamed (a re-run continues it)
+        if created and not (outp / PLAN).exists() and not (outp / SCAN_STATE).exists():
             shutil.rmtree(outp, ignore_errors=True)
         raise
 
@@ -475,14 +532,16 @@ def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_si
         if other:
             raise DataError(f"{outp} is not empty and holds no corpus build ({other[0]}, ...); "
                             "give a new or empty output directory")
-        shutil.rmtree(outp / "text", ignore_errors=True)
+        if read_scan_state(outp) is None:  # no hub scan to continue: start afresh
+            shutil.rmtree(outp / "text", ignore_errors=True)
         t0 = time.time()
         try:
-            s = scan(dcfg, outp, progress=progress,
+            s = scan(dcfg, outp, progress=progress, request=req,
                      sample_cap=None if dcfg.tokenizer else dcfg.tokenizer_sample_bytes)
             tok_json, vocab, how = make_tokenizer(dcfg, vocab_size, s.sample, cache_dir)
         except BaseException:
-            shutil.rmtree(outp / "text", ignore_errors=True)  # nothing half-written
+            if read_scan_state(outp) is None:  # nothing half-written
+                shutil.rmtree(outp / "text", ignore_errors=True)
             raise
         atomic_write_text(outp / TOKENIZER, tok_json)
         plan = {"request": req, "units": [asdict(u) for u in s.units],
@@ -493,12 +552,15 @@ def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_si
                               "sha256": hashlib.sha256(tok_json.encode()).hexdigest(),
                               "vocab_size": vocab, **how},
                 "dtype": dtype_for(vocab).str}
+        if s.mixture is not None:
+            plan["mixture"] = s.mixture
         atomic_write_json(plan_path, plan)
     recs = run_units(outp, plan, dcfg.text_field, dcfg.val_fraction, workers=workers,
                      progress=progress, runner=runner)
     man = manifest_of(dcfg, plan, recs)
     atomic_write_json(outp / MANIFEST, man)
-    shutil.rmtree(outp / "text", ignore_errors=True)  # the parts live on in the shards
+    # the parts (and the scan's position) go only now that the build is complete
+    shutil.rmtree(outp / "text", ignore_errors=True)
     return man
 
 
@@ -555,8 +617,10 @@ def manifest_of(dcfg: DataConfig, plan: dict[str, Any], recs: list[dict[str, Any
     shards = [{"split": sp, **r[sp]} for sp in ("train", "val") for r in recs]
     tot = {sp: sum(r[sp]["tokens"] for r in recs) for sp in ("train", "val")}
     ndoc = {sp: sum(r[sp]["documents"] for r in recs) for sp in ("train", "val")}
-    return {"format": FORMAT, "request": plan["request"],
-            "source": {"data": plan["request"]["data"], "checksums": plan["checksums"]},
+    source = {"data": plan["request"]["data"], "checksums": plan["checksums"]}
+    if plan.get("mixture") is not None:  # hf: per source, its bytes, documents and passes
+        source["mixture"] = plan["mixture"]
+    return {"format": FORMAT, "request": plan["request"], "source": source,
             "tokenizer": plan["tokenizer"],
             "split": {"rule": SPLIT_RULE, "val_fraction": dcfg.val_fraction,
                       "forced_val": plan["forced_val"]},

@@ -67,13 +67,20 @@ class HFSource:
     field: str = "text"
     """Column holding the document text."""
     weight: float = 1.0
-    """Relative sampling weight in the mixture."""
+    """Relative weight in the mixture: its share of the streamed text's bytes."""
     data_files: list[str] | None = None
+    passes: int = 1
+    """The most passes the stream may make over this source. A source that must repeat to fill
+    its share says so here (a recipe writes what experiments.corpus.budget plans from the
+    source's known size); one that runs out after its passes stops the build naming it."""
 
     def __post_init__(self) -> None:
         if not self.path:
             raise ValueError("data.hf_sources[].path is required (a hub name or a builder)")
         check_positive(self, "weight", section="data.hf_sources[]")
+        if not isinstance(self.passes, int) or isinstance(self.passes, bool) or self.passes < 1:
+            raise ValueError(f"data.hf_sources[].passes={self.passes!r}: must be an integer "
+                             ">= 1 (the most passes over this source)")
 
 
 @dataclass
@@ -89,7 +96,8 @@ class DataConfig:
     """hf: the mixture, each entry streamed with `datasets.load_dataset(..., streaming=True)`."""
     hf_max_bytes: int | None = 200_000_000
     """hf: stop streaming after this many bytes of text; null: the whole stream (the first
-    source of a mixture to run out ends it). A run may still read it only data.max_epochs times."""
+    source of a mixture to finish its passes ends it). A run may still read it only
+    data.max_epochs times."""
     max_bytes: int | None = None
     """Cap on the corpus (documents in a fixed order until the cap); None = everything."""
     val_fraction: float = 0.05

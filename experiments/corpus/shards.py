@@ -1,8 +1,9 @@
 """Reading a built corpus: memory-mapped shards and a seeded order that needs no corpus in memory.
 
 - `TokenStream`: the concatenation of a split's shards, sliced like an array (`s[a:b]`), each
-  shard an `np.memmap` (the OS pages in what is read; a rank's memory does not grow with the
-  corpus).
+  shard an `np.memmap` opened on first read, at most `MAX_OPEN_SHARDS` open per process (an
+  LRU), so neither the OS's open files nor its memory maps grow with the corpus (the OS pages
+  in what is read; a rank's memory does not grow with it either).
 - `epoch_order(seed, epoch, n)`: sample g of epoch e reads chunk order[g mod n]. Up to
   `PERM_MAX` chunks this is numpy's `default_rng([seed, epoch]).permutation(n)` (what training
   always used, so existing runs keep their stream), held as int32; above, a keyed Feistel
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +27,69 @@ from .sources import DataError
 PERM_MAX = 1 << 22  # chunks; 16 MB of int32 per rank at most
 
 
+MAX_OPEN_SHARDS = 64
+"""The most shards one process (one rank) holds memory-mapped at once, over all its token
+streams: each map holds a file descriptor and a kernel memory map, and a 1T-token corpus has
+tens of thousands of shards, past the common 1024 open files and the kernel's 65,530 maps
+(vm.max_map_count). A sample reads one or two neighbouring shards, so a small LRU serves a
+random order well; the sweep's pre-submission check counts files per rank with it."""
+
+
+class _MapCache:
+    """The process's open shard maps, least recently used closed first (`MAX_OPEN_SHARDS`).
+
+    Hand-written (functools.lru_cache keys on the call's arguments and cannot be shared by
+    streams of several corpora with one bound): a map is unmapped and its descriptor closed
+    when the cache drops it, since TokenStream returns copies, never views that would hold it
+    open (a read in progress in another thread keeps its map alive until it is done). Keyed by
+    the file's path, inode and mtime, so a rebuilt corpus is never read through a stale map."""
+
+    def __init__(self, bound: int) -> None:
+        self.bound = bound
+        self.maps: OrderedDict[str, np.memmap] = OrderedDict()
+        self.lock = threading.Lock()  # data loader threads may share a stream
+
+    def get(self, key: str, path: str, dtype: np.dtype) -> np.memmap:
+        with self.lock:
+            mm = self.maps.get(key)
+            if mm is not None:
+                self.maps.move_to_end(key)
+                return mm
+            mm = np.memmap(path, dtype=dtype, mode="r")
+            self.maps[key] = mm
+            while len(self.maps) > self.bound:
+                self.maps.popitem(last=False)  # its last reference: unmapped and closed now
+            return mm
+
+    def __len__(self) -> int:
+        return len(self.maps)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.maps.clear()
+
+
+OPEN_MAPS = _MapCache(MAX_OPEN_SHARDS)
+
+
 class TokenStream:
-    """A split's shards as one read-only token sequence."""
+    """A split's shards as one read-only token sequence. Shards are opened on first read and
+    kept in the process's LRU of open maps (`MAX_OPEN_SHARDS`); their sizes are checked here
+    against the manifest, without opening them."""
 
     def __init__(self, root: str | os.PathLike, shards: list[dict[str, Any]], dtype: str) -> None:
         self.dtype = np.dtype(dtype)
-        self.maps: list[np.memmap] = []
+        self.paths: list[tuple[str, str]] = []  # (cache key, path)
         starts = [0]
         for s in shards:
             if s["tokens"] == 0:
                 continue  # np.memmap cannot map an empty file
             p = Path(root) / s["file"]
-            if not p.is_file() or p.stat().st_size != s["tokens"] * self.dtype.itemsize:
+            st = p.stat() if p.is_file() else None
+            if st is None or st.st_size != s["tokens"] * self.dtype.itemsize:
                 raise DataError(f"{p}: missing or not {s['tokens']} tokens as the manifest says "
                                 "(rebuild the corpus)")
-            self.maps.append(np.memmap(p, dtype=self.dtype, mode="r"))
+            self.paths.append((f"{p}:{st.st_ino}:{st.st_mtime_ns}", str(p)))
             starts.append(starts[-1] + s["tokens"])
         self.starts = np.asarray(starts, dtype=np.int64)
 
@@ -46,20 +97,23 @@ class TokenStream:
         return int(self.starts[-1])
 
     def __getitem__(self, sl: slice) -> np.ndarray:
+        """Tokens a..b as a new array (a copy: no view keeps a shard's map open)."""
         if not isinstance(sl, slice) or sl.step not in (None, 1):
             raise TypeError("TokenStream supports contiguous slices only")
         a, b, _ = sl.indices(len(self))
         if b <= a:
             return np.empty(0, dtype=self.dtype)
         i = int(np.searchsorted(self.starts, a, side="right")) - 1
-        parts = []
+        out = np.empty(b - a, dtype=self.dtype)
+        o = 0
         while a < b:
             s0 = int(self.starts[i])
             e = min(b, int(self.starts[i + 1]))
-            parts.append(np.asarray(self.maps[i][a - s0:e - s0]))
+            out[o:o + e - a] = OPEN_MAPS.get(*self.paths[i], self.dtype)[a - s0:e - s0]
+            o += e - a
             a = e
             i += 1
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return out
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:  # small corpora, tests
         a = self[0:len(self)]

@@ -163,55 +163,170 @@ def hf_name(dcfg: DataConfig) -> str:
                             for s in dcfg.hf_sources)
 
 
-def iter_hf_docs(dcfg: DataConfig) -> Iterator[Doc]:
-    """Stream a weighted mixture with `datasets` until `hf_max_bytes` of text (None: until the
-    first source is exhausted)."""
+def open_hf_source(s: Any) -> Any:
+    """One source of the mixture as a `datasets` streaming dataset of one column, `__text`
+    (a fresh stream: a new pass starts here). Tests replace this with local files."""
     try:
         import datasets
     except ImportError as e:  # pragma: no cover - datasets is a dependency
         raise DataError(f"data=hf needs the `datasets` package: {e}") from None
-    streams = []
-    for s in dcfg.hf_sources:
-        try:
-            ds = datasets.load_dataset(s.path, s.name, split=s.split, streaming=True,
-                                       data_files=s.data_files)
-        except Exception as e:  # datasets raises many types (missing, offline, auth)
-            raise DataError(f"data.hf_sources: cannot stream {s.path!r} "
-                            f"(name={s.name!r}, split={s.split!r}): "
-                            f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
-        field_ = s.field
-        # one common schema, so sources with different columns can be interleaved
-        ds = ds.map(lambda ex, f=field_: {"__text": ex[f]}, remove_columns=None)
-        ds = ds.select_columns(["__text"])
-        streams.append((s, ds))
-    total = sum(s.weight for s in dcfg.hf_sources)
-    probs = [s.weight / total for s in dcfg.hf_sources]
-    # The mixture's order is fixed (seed 0), independent of the training seed, so every seed
-    # trains on the same corpus and only the order of chunks differs.
-    mix = streams[0][1] if len(streams) == 1 else datasets.interleave_datasets(
-        [d for _, d in streams], probabilities=probs, seed=0, stopping_strategy="first_exhausted")
-    nbytes = 0
-    it = iter(mix)
-    i = 0
-    while True:
-        try:
-            ex = next(it)
-        except StopIteration:
-            return
-        except KeyError as e:  # the field is missing from a record
-            raise DataError(f"data.hf_sources: a record has no field {e.args[0]!r} "
-                            "(set field: in its hf_sources entry)") from None
-        except Exception as e:  # a file that cannot be read mid-stream
-            raise DataError(f"data=hf: record {i}: {type(e).__name__}: "
-                            f"{str(e).splitlines()[0][:200] if str(e) else ''}") from None
-        text = ex["__text"]
-        if not isinstance(text, str):
-            raise DataError(f"data=hf: record {i} has a non-string text field")
-        yield f"hf:{i}", text
-        nbytes += len(text.encode("utf-8"))
-        i += 1
-        if dcfg.hf_max_bytes is not None and nbytes >= dcfg.hf_max_bytes:
-            return
+    try:
+        ds = datasets.load_dataset(s.path, s.name, split=s.split, streaming=True,
+                                   data_files=s.data_files)
+    except Exception as e:  # datasets raises many types (missing, offline, auth)
+        raise DataError(f"data.hf_sources: cannot stream {s.path!r} "
+                        f"(name={s.name!r}, split={s.split!r}): "
+                        f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
+    # one column, so that every source reads the same way whatever its field is called
+    return ds.map(lambda ex, f=s.field: {"__text": ex[f]}).select_columns(["__text"])
+
+
+def source_label(s: Any) -> str:
+    return f"{s.path}" + (f" ({s.name})" if s.name else "")
+
+
+class HFMixture:
+    """The `hf` stream: the sources interleaved by text bytes, with explicit passes, resumable.
+
+    Hand-written rather than `datasets.interleave_datasets` because that one samples documents
+    (not bytes) and ends at the first exhausted source ("first_exhausted"), or oversamples every
+    source without a bound ("all_exhausted"): here each source's share of the bytes is its
+    weight, a source repeats only as many times as its `passes` allow, and the stream's position
+    (`state()`, JSON) resumes it after a failure (`datasets`' own state_dict per source).
+
+    Rule: the next document comes from the source, among those not finished, whose bytes so far
+    over its weight are smallest (ties: the first listed), so the shares hold at every point
+    and the order depends on the documents only. A source that ends its stream starts a new
+    pass while it has passes left; one that runs out after its last pass ends the mixture when
+    data.hf_max_bytes is null, else stops it with a DataError naming the source (never
+    silently short). A document's key is its index within its source's pass (`hf:<j>` for a
+    single source, `hf:<source>:<j>` in a mixture), so a repeated document keeps its key and
+    its side of the validation split."""
+
+    def __init__(self, dcfg: DataConfig, state: dict[str, Any] | None = None,
+                 open_source: Any = None) -> None:
+        self.dcfg = dcfg
+        self.sources = list(dcfg.hf_sources)
+        self.open_source = open_source or open_hf_source
+        total = sum(s.weight for s in self.sources)
+        self.shares = [s.weight / total for s in self.sources]
+        self.st: dict[str, Any] = state or {
+            "records": 0, "bytes": 0,
+            "sources": [{"pass": 0, "index": 0, "bytes": 0, "documents": 0,
+                         "pass_documents": [], "done": False, "stream": None}
+                        for _ in self.sources]}
+        self._streams: list[Any] = [None] * len(self.sources)
+        self._iters: list[Any] = [None] * len(self.sources)
+
+    def state(self) -> dict[str, Any]:
+        """The position after the last document yielded (JSON): per source its pass, index,
+        bytes, documents and the `datasets` stream state."""
+        for k, ds in enumerate(self._streams):
+            if ds is not None and hasattr(ds, "state_dict"):
+                self.st["sources"][k]["stream"] = ds.state_dict()
+        return json.loads(json.dumps(self.st))
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per source: what the stream took from it (the manifest's `mixture`)."""
+        out = []
+        for s, share, ss in zip(self.sources, self.shares, self.st["sources"], strict=True):
+            full = ss["pass_documents"]
+            passes = (len(full) + ss["index"] / full[0]) if full else None
+            out.append({"path": s.path, "name": s.name, "split": s.split, "weight": s.weight,
+                        "share": share, "passes_allowed": s.passes, "documents": ss["documents"],
+                        "bytes": ss["bytes"], "passes_completed": len(full),
+                        "pass_documents": full,
+                        "passes": passes if passes is not None else None,
+                        "passes_note": None if full else "under one pass (the source's size "
+                        "is known only after a whole pass)"})
+        return out
+
+    def _open(self, k: int) -> None:
+        ds = self.open_source(self.sources[k])
+        saved = self.st["sources"][k]["stream"]
+        if saved is not None:
+            if hasattr(ds, "load_state_dict"):
+                ds.load_state_dict(saved)
+            else:  # a stream without resumable state: skip what the pass already gave
+                ds = ds.skip(self.st["sources"][k]["index"])
+        self._streams[k], self._iters[k] = ds, iter(ds)
+
+    def _next_of(self, k: int) -> str | None:
+        """The next text of source k (a new pass when its stream ends and passes are left);
+        None when it has finished its passes."""
+        ss, s = self.st["sources"][k], self.sources[k]
+        while True:
+            if self._iters[k] is None:
+                self._open(k)
+            try:
+                ex = next(self._iters[k])
+            except StopIteration:
+                if ss["index"] == 0:
+                    raise DataError(f"data.hf_sources: {source_label(s)} holds no document"
+                                    ) from None
+                ss["pass_documents"].append(ss["index"])
+                ss["pass"] += 1
+                ss["index"] = 0
+                ss["stream"] = None
+                self._streams[k] = self._iters[k] = None
+                if ss["pass"] >= s.passes:
+                    ss["done"] = True
+                    return None
+                continue
+            except KeyError as e:  # the field is missing from a record
+                raise DataError(f"data.hf_sources: a record of {source_label(s)} has no field "
+                                f"{e.args[0]!r} (set field: in its hf_sources entry)") from None
+            except DataError:
+                raise
+            except Exception as e:  # a file that cannot be read mid-stream, the network
+                raise DataError(f"data=hf: {source_label(s)}, pass {ss['pass'] + 1}, record "
+                                f"{ss['index']}: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0][:200] if str(e) else ''} (what was "
+                                "streamed is kept: re-run the same command to continue)"
+                                ) from None
+            text = ex["__text"]
+            if not isinstance(text, str):
+                raise DataError(f"data=hf: {source_label(s)} record {ss['index']} has a "
+                                "non-string text field")
+            return text
+
+    def __iter__(self) -> Iterator[Doc]:
+        cap = self.dcfg.hf_max_bytes
+        multi = len(self.sources) > 1
+        srcs = self.st["sources"]
+        while cap is None or self.st["bytes"] < cap:
+            live = [k for k in range(len(self.sources)) if not srcs[k]["done"]]
+            if len(live) < len(self.sources):
+                k = next(k for k in range(len(self.sources)) if srcs[k]["done"])
+                if cap is None:
+                    return  # null: the first source to finish its passes ends the stream
+                s, ss = self.sources[k], srcs[k]
+                raise DataError(
+                    f"data.hf_sources: {source_label(s)} ran out after {ss['pass']} pass(es) "
+                    f"({ss['documents']:,} documents, {ss['bytes']:,} bytes) at "
+                    f"{self.st['bytes']:,} of data.hf_max_bytes={cap:,}; give it passes: "
+                    f"{ss['pass'] + 1} or more (experiments/corpus/budget.py SOURCE_SIZES "
+                    "holds the sizes the plan used), or lower its weight or hf_max_bytes; what "
+                    "was streamed is kept")
+            k = min(live, key=lambda k: (srcs[k]["bytes"] / self.shares[k], k))
+            text = self._next_of(k)
+            if text is None:
+                continue
+            ss = srcs[k]
+            key = f"hf:{k}:{ss['index']}" if multi else f"hf:{ss['index']}"
+            nb = len(text.encode("utf-8"))
+            ss["index"] += 1
+            ss["documents"] += 1
+            ss["bytes"] += nb
+            self.st["bytes"] += nb
+            self.st["records"] += 1
+            yield key, text
+
+
+def iter_hf_docs(dcfg: DataConfig) -> Iterator[Doc]:
+    """Stream the weighted mixture (`HFMixture`) until `hf_max_bytes` of text (None: until the
+    first source finishes its passes)."""
+    yield from HFMixture(dcfg)
 
 
 def hf_docs(dcfg: DataConfig) -> tuple[list[Doc], dict[str, str]]:

@@ -62,6 +62,8 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
             d["data"].pop(k, None)
     d["data"].pop("max_epochs", None)
     d["data"].pop("shard_bytes", None)
+    for src in d["data"].get("hf_sources") or []:
+        src.pop("passes", None)  # a cap on the build, never what is trained (as request_of)
     return d
 
 
@@ -634,8 +636,17 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
     try:
         man = built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
         if man is None:
-            return ("epochs      unknown until the corpus is built (make corpus, or the run's "
-                    "start); checked then against data.max_epochs")
+            # not built: the shipped corpora's text bounds their tokens (experiments.corpus
+            # .budget), so a run that must read them too often is refused here already
+            from experiments.corpus.budget import bound_refusal, check_budget
+
+            line, refusal = bound_refusal(cfg.data, p.tokens // p.seq_len, p.seq_len)
+            if cfg.data.source == "hf":  # each source's passes from its known size
+                chk = check_budget(cfg.data, p.tokens)
+                line, refusal = "\n".join([line, *chk.lines]), chk.refusal
+            if refusal is not None:
+                raise ConfigError(refusal)
+            return line
         n = man["tokens"]["train"]
         ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len, n)
     except DataError as e:
@@ -652,7 +663,8 @@ def dry_run(cfg: TrainConfig) -> None:
     n_world, source = planning_world(cfg)
     p = plan(cfg, n_world)
     if rank == 0:
+        epochs = epochs_line(cfg, p)  # a refusal (too many passes) before anything is printed
         print(format_plan(cfg, p), flush=True)
         print(f"world       {n_world} GPU(s)/process(es), from {source}", flush=True)
-        print(epochs_line(cfg, p), flush=True)
+        print(epochs, flush=True)
         print(_dry_estimate(cfg, p), flush=True)
