@@ -70,7 +70,7 @@ TRAINS: dict[str, list[str]] = {
     "free-16M-H16-stated-rate": ["model=16M", "model.latent_bits=16", "model.kappa_bits=1",
                                  "train.tokens=2M", "train.cpu_tokens_per_s=5000"],
     "free-1.5B-H16": ["model=1.5B", "model.latent_bits=16", "model.kappa_bits=0.5",
-                      "train.tokens=47B"],
+                      "train.tokens=47B", "data.max_epochs=2000"],
     "synthetic-cpu-free": [*_SYN_CPU, "model.latent_bits=8", "model.kappa_bits=0.125",
                            "train.seed=0"],
     "synthetic-cpu-baseline": [*_SYN_CPU, "model.latent_bits=0", "model.kappa_bits=0.0",
@@ -85,11 +85,15 @@ MEASURED = re.compile(r"^CPU time .*\(measured: .*$", re.M)
 RUN_ID = re.compile(r"\b[0-9a-f]{12}\b")
 FREE = re.compile(r"^( +)(SHORT: )?<RESULTS>:? .*(free|enough free space).*$", re.M)
 """The dry run's free-space line under the disk line: this machine's disk, not the plan."""
+STDLIB_SIZE = re.compile(r"^(epochs +at least )[0-9.,]+( passes over the corpus \(not built yet; "
+                         r"at most )[0-9,]+ training tokens: .*$", re.M)
+"""The epochs line of an unbuilt stdlib corpus: measured on this Python's standard library."""
 
 
 def _normalise(text: str, results: Path) -> str:
     text = MEASURED.sub("CPU time    <measured on this CPU>", text.replace(str(results),
                                                                           "<RESULTS>"))
+    text = STDLIB_SIZE.sub(r"\1<N>\2<this Python's standard library>", text)
     return FREE.sub(r"\1<free space of RESULTS>", text)
 
 
