@@ -25,6 +25,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from common.arms import FREE_ZCUT
 from common.io import atomic_write
 from common.paths import RunDir
 
@@ -187,7 +188,8 @@ def latent_table(run_dirs: Iterable[str | Path], arms: dict[str, str] | None = N
         use = doc.get("latent_use") or {}
         rows.append({**{k: r.get(k) for k in LATENT_COLS if k in r},
                      "arm": (arms or {}).get(str(doc.get("run_id")),
-                                             "free_zcut" if doc.get("z_cut") else doc.get("arm")),
+                                             FREE_ZCUT.name if doc.get("z_cut")
+                                             else doc.get("arm")),
                      "recovered_nats": _f(use.get("recovered_nats_per_token")),
                      "rule": use.get("rule"), "final": "eval_step_" not in str(
                          doc.get("checkpoint"))})

@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from common import benchmarks
-from common.arms import FREE
+from common.arms import BASELINE, FREE, FREE_ZCUT
 from common.io import atomic_write_text
 from common.text import one_line
 
@@ -399,11 +399,11 @@ def _encoder_side(probe: pd.DataFrame | None, cells: list[dict]) -> list[str]:
 def zcut_section(ps: pd.DataFrame | None, t: pd.DataFrame | None) -> list[str]:
     """Why the Z-cut control trains the baseline, with the per-seed differences that show it."""
     out = ["## The Z-cut control trains the baseline", ""]
-    if ps is None or ps.empty or not (ps["arm"] == "free_zcut").any():
+    if ps is None or ps.empty or not (ps["arm"] == FREE_ZCUT.name).any():
         return out + [f"{NOT_RUN} (no free_zcut rows in docs/study/per_seed.csv).", ""]
     v = ps[(ps["task"] == "val") & (ps["metric"] == "val_ce")]
-    z = v[v["arm"] == "free_zcut"].set_index("seed")["value"]
-    b = v[v["arm"] == "baseline"].set_index("seed")["value"]
+    z = v[v["arm"] == FREE_ZCUT.name].set_index("seed")["value"]
+    b = v[v["arm"] == BASELINE.name].set_index("seed")["value"]
     common = sorted(set(z.index) & set(b.index))
     d = (z[common] - b[common]).abs()
     n_exact = int((d == 0).sum())
@@ -434,7 +434,7 @@ def realised_sd_text(ps: pd.DataFrame | None, sizing: pd.DataFrame | None) -> st
     if ps is None or ps.empty or sizing is None:
         return ""
     v = ps[(ps["task"] == "val") & (ps["metric"] == "val_ce")]
-    b = v[v["arm"] == "baseline"].set_index("seed")["value"]
+    b = v[v["arm"] == BASELINE.name].set_index("seed")["value"]
     if len(b) < 2:
         return ""
     pilot = _q(sizing, "pilot_sd_val_ce")

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.arms import BASELINE, FREE
 from common.arms import find as find_arm
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
@@ -340,7 +341,7 @@ def study_setup(name: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for c in cells(name):
         a = find_arm(c.arm)
-        if c.state != "done" or a is None or c.arm not in ("baseline", "free"):
+        if c.state != "done" or a is None or a.name not in (BASELINE.name, FREE.name):
             continue
         key = "ft" if a.latent else "baseline"
         if key in out:
