@@ -184,3 +184,22 @@ def test_refuses_to_train_from_uncommitted_source(monkeypatch, tmp_path):
     marks = json.loads((tmp_path / "r" / "sweeps" / "s" / "dirty.json").read_text())
     assert marks[0] == {"diff_sha256": "abc123def456", "run_ids": ["r1", "r2"]}
     assert len(marks) == 2
+
+
+def test_every_seed_estimand_delta_recomputes_from_per_seed_csv():
+    """STUDY.md's promise: any Δ of a validation or bits-per-byte row is the mean over seeds of
+    (column - reference) in docs/study/per_seed.csv, to float precision."""
+    ps = pd.read_csv(ROOT / "docs" / "study" / "per_seed.csv")
+    n = 0
+    for name in ("table_tokens.csv", "table_flops.csv"):
+        t = pd.read_csv(ROOT / "docs" / "study" / name)
+        for _, r in t[pd.to_numeric(t["delta"], errors="coerce").notna()].iterrows():
+            if r["task"] != "val" and not str(r["metric"]).endswith("bpb"):
+                continue
+            sel = ps[(ps["task"] == r["task"]) & (ps["metric"] == r["metric"])]
+            a = sel[sel["column"] == r["column"]].set_index("seed")["value"]
+            b = sel[sel["column"] == r["reference"]].set_index("seed")["value"]
+            assert (a - b).dropna().mean() == pytest.approx(r["delta"], abs=1e-12), \
+                (name, r["comparison"], r["column"], r["task"])
+            n += 1
+    assert n >= 55
