@@ -25,6 +25,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from common.arms import FREE_ZCUT
 from common.io import atomic_write
 from common.paths import RunDir
 
@@ -38,7 +39,23 @@ TABLE_COLS = ["run_id", "step", "latent_bits", "kappa_bits", "n_rows", "kl_bits"
               "prior_ce", "d_fixed", "d_fixed_lo", "d_fixed_hi", "d_zeroed", "d_zeroed_lo",
               "d_zeroed_hi", "d_posterior_LEAKING", "d_posterior_lo", "d_posterior_hi",
               "steer_effect", "steer_null", "steer_diff", "steer_diff_lo", "steer_diff_hi",
-              "steer_n_prompts", "file"]
+              "steer_n_prompts", "recovered_share", "recovered_share_lo", "recovered_share_hi",
+              "information_bits", "marginal_bias_bits", "latent_state", "dead", "leaking",
+              "z_cut", "file"]
+"""`collapse` is the probe's leak flag (KL over budget and the decoder cashes it in): the column
+`leaking` is the same rule named for what it is; `dead` is the opposite failure (the decoder
+ignores Z), from the decoder's side. `latent_unused` is the encoder-side count of active bits
+(KL > 0.01 bit to the uniform prior, which also counts biased bits that carry no information):
+kept for old files, never the flag. `latent_state` is dead | leaking | used | undetermined, with
+its rule in each file (`latent_use.rule`); a file from before the latent-use record has none
+(NaN, never a guess)."""
+LATENT_COLS = ["run_id", "arm", "z_cut", "latent_bits", "kappa_bits", "step", "final", "kl_bits",
+               "information_bits", "marginal_bias_bits", "recovered_nats", "recovered_share",
+               "recovered_share_lo", "recovered_share_hi", "d_posterior_LEAKING",
+               "d_posterior_lo", "d_posterior_hi", "steer_diff", "latent_state", "dead",
+               "leaking", "rule", "file"]
+"""latent.csv: one row per probe file (a run's final checkpoint and its evaluation checkpoints:
+the latent's use over training)."""
 
 
 class ProbeFileError(ValueError):
@@ -98,6 +115,15 @@ def probe_row(doc: dict[str, Any]) -> dict[str, Any]:
         name = "d_posterior_LEAKING" if mode == "posterior" else key
         row[name], row[f"{key}_lo"], row[f"{key}_hi"] = (_f(d.get("mean")), _f(d.get("lo")),
                                                          _f(d.get("hi")))
+    use = doc.get("latent_use") or {}
+    row.update({"recovered_share": _f(use.get("recovered_share")),
+                "recovered_share_lo": _f(use.get("recovered_share_lo")),
+                "recovered_share_hi": _f(use.get("recovered_share_hi")),
+                "information_bits": _f(use.get("information_bits")),
+                "marginal_bias_bits": _f(use.get("marginal_bias_bits")),
+                "latent_state": use.get("state"), "dead": use.get("dead"),
+                "leaking": use.get("leaking") if use else col.get("flag"),
+                "z_cut": doc.get("z_cut")})
     diff = st.get("difference") or {}
     row.update({"steer_effect": _f((st.get("effect") or {}).get("mean")),
                 "steer_null": _f((st.get("null") or {}).get("mean")),
@@ -111,6 +137,89 @@ def probe_table(docs: Iterable[dict[str, Any]]) -> pd.DataFrame:
     token (the posterior's leaks: its column says so)."""
     rows = [probe_row(d) for d in docs]
     return pd.DataFrame(rows, columns=TABLE_COLS)
+
+
+def final_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One probe per run, of its last weights: files of evaluation checkpoints (the latent over
+    training: `latent_table`) are left out, and of a run probed under several specs the file
+    with the latent-use record, else the newest, is kept. Order of first appearance."""
+    best: dict[str, dict[str, Any]] = {}
+    for d in docs:
+        if "eval_step_" in str(d.get("checkpoint")):
+            continue
+        rid = str(d.get("run_id"))
+        key = (bool(d.get("latent_use")), str((d.get("provenance") or {}).get("created")))
+        old = best.get(rid)
+        if old is None or key > (bool(old.get("latent_use")),
+                                 str((old.get("provenance") or {}).get("created"))):
+            best[rid] = d
+    keep = {id(d) for d in best.values()}
+    return [d for d in docs if id(d) in keep]
+
+
+def latent_files(run_dirs: Iterable[str | Path]) -> list[Path]:
+    """The probe files of the latent-use record (one per checkpoint probed), newest spec only
+    per (run, step): a run probed again under a new spec keeps its old file, which is skipped."""
+    best: dict[tuple[str, Any], tuple[float, Path]] = {}
+    for f in probe_files(run_dirs):
+        try:
+            doc = read_probe(f)
+        except ProbeFileError:
+            continue
+        if not doc.get("latent_use"):
+            continue
+        key = (str(doc.get("run_id")), doc.get("checkpoint_step"))
+        t = f.stat().st_mtime
+        if key not in best or t > best[key][0]:
+            best[key] = (t, f)
+    return sorted(p for _, p in best.values())
+
+
+def latent_table(run_dirs: Iterable[str | Path], arms: dict[str, str] | None = None
+                 ) -> pd.DataFrame:
+    """One row per latent-use probe file (LATENT_COLS): the decoder's recovered share of the
+    KL, the KL split into information and marginal bias, the state and its rule; `final` marks
+    the run's last checkpoint. `arms`: run-id -> the sweep's arm name (the file records the
+    model's kind and `z_cut`)."""
+    rows = []
+    for f in latent_files(run_dirs):
+        doc = read_probe(f)
+        r = probe_row(doc)
+        use = doc.get("latent_use") or {}
+        rows.append({**{k: r.get(k) for k in LATENT_COLS if k in r},
+                     "arm": (arms or {}).get(str(doc.get("run_id")),
+                                             FREE_ZCUT.name if doc.get("z_cut")
+                                             else doc.get("arm")),
+                     "recovered_nats": _f(use.get("recovered_nats_per_token")),
+                     "rule": use.get("rule"), "final": "eval_step_" not in str(
+                         doc.get("checkpoint"))})
+    t = pd.DataFrame(rows, columns=LATENT_COLS)
+    return t.sort_values(["arm", "kappa_bits", "run_id", "step"], kind="stable",
+                         ignore_index=True) if len(t) else t
+
+
+def latent_over_training_png(t: pd.DataFrame) -> bytes | None:
+    """The recovered share of the KL against training step, one line per run, coloured by arm
+    and kappa, with the dead threshold: does the latent come alive as training goes on?"""
+    if t.empty or not t["recovered_share"].notna().any():
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 3.5))
+    groups = list(t.groupby(["arm", "kappa_bits"], dropna=False, sort=True))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, ((arm, k), g) in enumerate(groups):
+        for j, (_, run) in enumerate(g.groupby("run_id", sort=True)):
+            run = run.sort_values("step")
+            ax.plot(run["step"], 100 * run["recovered_share"], marker="o", ms=3, lw=1,
+                    color=colors[i % len(colors)],
+                    label=f"{arm} kappa={k:g}" if j == 0 else None)
+    ax.axhline(5, color="k", ls=":", lw=1, label="dead below 5% (upper end)")
+    ax.axhline(0, color="k", lw=0.6)
+    ax.set_xlabel("training step")
+    ax.set_ylabel("recovered share of the KL (%)")
+    ax.set_title("Decoder-side latent use over training: (CE_prior - CE_posterior) / KL",
+                 fontsize=8)
+    ax.legend(fontsize=6)
+    return _png(fig)
 
 
 # ------------------------------------------------------------------------ figures
@@ -223,13 +332,21 @@ def probe_html(doc: dict[str, Any]) -> str:
     r = probe_row(doc)
     coll = doc.get("collapse") or {}
     post = _ci(r["d_posterior_LEAKING"], r["d_posterior_lo"], r["d_posterior_hi"])
+    share = _ci(r["recovered_share"], r["recovered_share_lo"], r["recovered_share_hi"])
     parts = [
         f"<h3>{html.escape(str(r['run_id']))} (step {_cell(r['step'])}, "
         f"H={_cell(r['latent_bits'])}, kappa={_cell(r['kappa_bits'])} bit)</h3><ul>"
         f"<li>KL {_cell(r['kl_bits'])} bits/token; active bits {_cell(r['n_active'])} "
         f"({html.escape(str(r['active_bits']))}); tokens at or under kappa "
         f"{_cell(r['frac_le_kappa'])}</li>"
-        f"<li>collapse: {_cell(r['collapse'])}; latent unused: {_cell(r['latent_unused'])} "
+        f"<li>latent state (decoder side): <b>{_cell(r['latent_state'])}</b>; recovered "
+        f"share of the KL {share}; "
+        f"information {_cell(r['information_bits'])} + marginal bias "
+        f"{_cell(r['marginal_bias_bits'])} bits/token "
+        f"<span class=\"mono\">({html.escape(str((doc.get('latent_use') or {}).get('rule')))})"
+        f"</span></li>"
+        f"<li>collapse (leaking): {_cell(r['collapse'])}; no active bit (encoder side): "
+        f"{_cell(r['latent_unused'])} "
         f"<span class=\"mono\">({html.escape(str(coll.get('rule')))})</span></li>"
         f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "
         f"{_ci(r['d_fixed'], r['d_fixed_lo'], r['d_fixed_hi'])}; Z zeroed "
@@ -257,6 +374,7 @@ def probe_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = N
             docs.append(read_probe(f))
         except ProbeFileError as e:
             bad.append(str(e))
+    docs = final_docs(docs)
     head = '<section id="probe"><h2>The latent, measured: does the decoder use Z?</h2>'
     notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
     if not docs:

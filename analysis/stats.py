@@ -16,6 +16,8 @@ The report's statistics, in one place (docs/CALIBRATION.md measures them):
   otherwise a spread within `RTOL` of the magnitude of the values subtracted is float rounding
   (three seeds each +1 item of 82 give sd ~1e-17, which a plain t turns into p ~ 1e-30).
   Each Δ carries its minimum detectable effect at 80% power (`mde`).
+- `identical`: paired differences that are 0 up to float32 rounding in every seed (the Z-cut
+  control against the baseline): "identical", with no interval and no p.
 - `holm`: Holm's step-down adjustment across the kappas (and H) of one comparison.
 - `tost` (with `seed_tost`, `paired_tost`): the equivalence test behind every "differs little"
   / "no cost" claim: two one-sided paired t-tests over per-seed differences against a margin
@@ -66,6 +68,25 @@ def no_variation(x: np.ndarray | Sequence[float], scale: float | None = None) ->
     if scale is not None and math.isfinite(scale):
         mag = max(mag, abs(float(scale)))
     return float(v.max() - v.min()) <= RTOL * mag
+
+
+F32_ULPS = 4
+"""Paired differences of at most this many float32 units of the values' magnitude are float32
+rounding: a model trained in float32 along the same path, or scored through a different but
+equivalent op sequence (x + 0·r), lands a few ulps away (the Z-cut control against its seed's
+baseline: weights within ~1e-6, validation CE within 2.4e-7 nats of 5.3)."""
+
+
+def identical(diffs: np.ndarray | Sequence[float], scale: float) -> bool:
+    """True when every paired difference (at least 2 seeds, all finite) is 0 up to float32
+    rounding: |d| <= F32_ULPS x float32 eps x `scale` (the magnitude of the values subtracted).
+    Such arms are identical: a t-test on rounding noise would give a meaningless p (it is
+    not run); their Δ reads "identical", never "equivalent" by a test or "different"."""
+    x = np.asarray(diffs, dtype=float)
+    if x.size < 2 or not np.all(np.isfinite(x)) or not math.isfinite(scale):
+        return False
+    tol = F32_ULPS * float(np.finfo(np.float32).eps) * abs(float(scale))
+    return bool(np.all(np.abs(x) <= tol))
 
 
 def _integer_valued(v: np.ndarray) -> bool:

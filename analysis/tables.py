@@ -28,28 +28,51 @@ minimum detectable effect at 80% power. `*` = significant after Holm; `†` = it
 seed: seed variance not in the interval; never the basis of a verdict). Statistics: see
 analysis/stats.py and docs/CALIBRATION.md.
 
-Bits-per-byte rows: a cell shows the task's value (total bits / total bytes, as the eval file
-reports it), while the Δ and its interval are over per-item bpb (the mean of paired per-item
-differences), so a Δ need not equal the difference of the two cells exactly.
+Bits-per-byte rows: a cell shows the task's value per seed (total bits / total bytes, as the
+eval file reports it: byte-weighted) and the Δ is taken on that same estimand, seed by seed, so
+the Δ is the difference of the two cells' means (column `delta_estimand`). Other item metrics
+pair items within a seed, then average per seed.
+
+Every Δ row also carries the TOST equivalence test against a margin stated in TOST_MARGIN
+(`tost_margin`, `tost_lo`/`tost_hi`: the 90% interval, `tost_p`, `equivalence`: "equivalent",
+"not shown", or "identical" when every paired difference is 0 up to float32 rounding in every seed
+(stats.identical: then no interval and no p, never a p of 1e-30 nor one of 0.8 from a t-test
+on rounding noise)), and its Holm family by name (`holm_family`).
+Comparisons also include the Z-cut control as a reference (`tokens:free_zcut`: does the latent
+help beyond the encoder and the extra block?) and the controls against the baseline
+(`tokens:baseline:controls`: Δ = control minus baseline, paired by seed; its own Holm family).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from common import benchmarks
-from common.arms import FREE
+from common.arms import BASELINE, BASELINE_PLUS1, FREE, FREE_ZCUT
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
 
 from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status, spec_text
 from .paper_groups import PAPER_GROUPS
-from .stats import ALPHA, NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
+from .stats import (
+    ALPHA,
+    F32_ULPS,
+    NO_VARIATION,
+    cell_interval,
+    holm,
+    identical,
+    paired_delta,
+    paired_matrix,
+    paired_tost,
+    seed_delta,
+    seed_diffs,
+    seed_tost,
+)
 
 SMOOTH_GROUP = ("Smooth metrics (lower is better)", [*benchmarks.gold_tasks(), "val"])
 GROUPS: list[tuple[str, list[str]]] = [
@@ -70,11 +93,36 @@ TABLE_COLS = ["view", "comparison", "reference", "reference_arm", "group", "benc
               "delta_hi", "p", "p_holm", "holm_m", "significant", "significant_holm", "better",
               "delta_unit", "delta_method", "delta_n_seeds", "delta_n_items", "mde",
               "degenerate", "status", "n_missing", "n_truncated", "n_requests", "spec_ids",
-              "files", "run_ids"]
+              "files", "run_ids", "identical", "tost_margin", "tost_lo", "tost_hi", "tost_p",
+              "equivalence", "holm_family", "delta_estimand"]
 """Columns of the long table (the CSV). `reference` is the exact column a row's Δ is taken
 against (a reference column names itself; in a multi-H equal-FLOPs table that is e.g.
 "baseline_flops (H=16)"), `reference_arm` the arm it belongs to; a row without a column names
 the comparison's reference column when it has one, else "" (several per-H columns)."""
+TOST_MARGIN = {"val_ce": 0.03, "bpb": 0.015, "rate": 0.05}
+"""Equivalence margins, stated before looking (the study's MDE target is 0.03 nats/token):
+validation CE 0.03 nats/token; every bits-per-byte metric 0.015 bits/byte (the same 0.03
+nats/token at the corpus's ~3 bytes per token: 0.03 / ln 2 / 3); a 0/1 rate (accuracy, pass@1)
+0.05 (five points). The TOST (analysis/stats.py) says "equivalent" only when the 90% interval
+of Δ lies inside ±margin: an interval that merely includes 0 is never "no difference"."""
+
+
+def tost_margin(metric: str) -> float:
+    """The equivalence margin of a metric (TOST_MARGIN)."""
+    if metric in ("val_ce", "val_ce_prior", "val_ce_posterior"):
+        return TOST_MARGIN["val_ce"]
+    if metric.endswith("bpb"):
+        return TOST_MARGIN["bpb"]
+    return TOST_MARGIN["rate"]
+
+
+SEED_ESTIMAND = ("per-seed value as its file reports it (bits-per-byte: total bits / total "
+                 "bytes of the seed's items, byte-weighted), differenced by seed; Δ = the "
+                 "difference of the two cells' means over the same seeds")
+ITEM_ESTIMAND = "per-item paired differences, averaged per seed (the seed is the unit)"
+"""What a Δ is a difference of (column `delta_estimand`). Bits-per-byte rows use the seed
+estimand, so the Δ is the difference of the printed cells; other item metrics pair items."""
+
 
 
 @dataclass(frozen=True)
@@ -129,10 +177,13 @@ class Comparison:
     title: str
     basis: Basis | None
     columns: list[Column] = field(default_factory=list)
+    tag: str = ""
+    """Set when a second comparison shares the view and reference (the controls against the
+    baseline): its key gets `:<tag>`."""
 
     @property
     def key(self) -> str:
-        return f"{self.view}:{self.reference}"
+        return f"{self.view}:{self.reference}" + (f":{self.tag}" if self.tag else "")
 
 
 def _compute(row: pd.Series) -> tuple[float, float, bool]:
@@ -233,7 +284,7 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
     out: list[Comparison] = []
     notes: dict[str, str] = {}
     roles = {a: _role_of(data, a) for a in ("baseline", "baseline_plus1", "baseline_flops",
-                                            "baseline_plus1_flops")}
+                                            "baseline_plus1_flops", FREE_ZCUT.name)}
     n_layers = ""
     c = data.cells
     if len(c) and "n_layers" in c:
@@ -271,6 +322,18 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
     if roles["baseline_plus1"][0] == "tokens":
         add("tokens", "baseline_plus1", "parameter control",
             f"Equal tokens, parameter control: reference = baseline_plus1{n_layers}")
+    if roles[FREE_ZCUT.name][0] == "tokens":
+        add("tokens", FREE_ZCUT.name, "Z-cut control",
+            "Equal tokens, Z-cut control: reference = free_zcut (the Free Transformer with its "
+            "encoder, KL and extra block, Z multiplied by 0 before it reaches the decoder)")
+    ctl = [a for a in (BASELINE_PLUS1.name, FREE_ZCUT.name) if roles[a][0] == "tokens"]
+    if roles["baseline"][0] == "tokens" and ctl:  # the controls' own cost, paired by seed
+        ref = Column(BASELINE.name, BASELINE.name, math.nan, 0.0)
+        cols = [ref, *(Column(a, a, math.nan, 0.0, ref=ref) for a in ctl)]
+        out.append(Comparison("tokens", BASELINE.name, "controls against the baseline",
+                              "Equal tokens, the controls against the baseline: Δ = control "
+                              "minus baseline, paired by seed", roles["baseline"][1], cols,
+                              tag="controls"))
     # equal FLOPs
     ref = next((a for a in ("baseline_flops", "baseline") if roles[a][0] == "flops"), None)
     if ref is not None:
@@ -397,6 +460,13 @@ def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None =
     return "missing: " + ", ".join(f"{n} {s}" for s, n in why.value_counts().items())
 
 
+def _magnitude(*cols: pd.Series) -> float:
+    """The largest |value| among the values subtracted (the scale of their float rounding)."""
+    v = np.concatenate([c.to_numpy(dtype=float) for c in cols])
+    v = v[np.isfinite(v)]
+    return float(np.max(np.abs(v))) if v.size else math.nan
+
+
 def _sum(df: pd.DataFrame, col: str) -> float:
     """Sum of a count column over a cell's seeds; NaN when no seed recorded it."""
     if df.empty or col not in df:
@@ -478,25 +548,52 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             if col.ref is not None and ci.n_seeds:
                 ref_s, ref_i = _select(s_row, col.ref, hs), _select(i_row, col.ref, hs)
                 if len(ref_s):
-                    if len(c_i) and len(ref_i):
-                        d = paired_delta(c_i[["seed", "doc_id", "value"]],
-                                         ref_i[["seed", "doc_id", "value"]], metric,
-                                         n_boot=n_boot)
+                    margin = tost_margin(metric)
+                    ts, rs = c_s[["seed", "value"]], ref_s[["seed", "value"]]
+                    # bits per byte: Δ on the cells' own estimand (byte-weighted per seed), so
+                    # Δ is the difference of the printed means; other items pair by item
+                    by_item = bool(len(c_i) and len(ref_i)) and not metric.endswith("bpb")
+                    if by_item:
+                        ti, ri = (c_i[["seed", "doc_id", "value"]],
+                                  ref_i[["seed", "doc_id", "value"]])
+                        d = paired_delta(ti, ri, metric, n_boot=n_boot)
+                        eq = paired_tost(ti, ri, margin)
+                        dm = paired_matrix(ti, ri)[0]
+                        diffs = dm.mean(axis=1) if dm.size else dm
+                        mag = _magnitude(ti["value"], ri["value"])
                     else:
-                        d = seed_delta(c_s[["seed", "value"]], ref_s[["seed", "value"]], metric)
+                        d = seed_delta(ts, rs, metric)
+                        eq = seed_tost(ts, rs, margin)
+                        diffs = seed_diffs(ts, rs)[1]
+                        mag = _magnitude(ts["value"], rs["value"])
+                    same = identical(diffs, mag)
+                    if same:  # float32 rounding: no test on it (its p would mean nothing)
+                        d = replace(d, lo=math.nan, hi=math.nan, p=math.nan, mde=math.nan,
+                                    degenerate=True,
+                                    method=f"{d.method}: identical to float32 rounding in "
+                                           f"every seed (|Δ| <= {F32_ULPS} ulps)")
                     r.update(delta=d.delta, delta_lo=d.lo, delta_hi=d.hi, p=d.p,
                              significant=d.significant, delta_unit=d.unit,
                              delta_method=d.method, delta_n_seeds=d.n_seeds,
                              delta_n_items=d.n_items, mde=d.mde,
-                             degenerate=bool(ci.degenerate or d.degenerate))
+                             degenerate=bool(ci.degenerate or d.degenerate),
+                             identical=same, tost_margin=margin, tost_lo=eq.lo,
+                             tost_hi=eq.hi, tost_p=eq.p,
+                             equivalence="identical" if same else eq.verdict,
+                             delta_estimand=ITEM_ESTIMAND if by_item else SEED_ESTIMAND)
                     fam.append(len(rows))
             rows.append(r)
         # Holm across this comparison's Free Transformers (every kappa and H) on this row
         adj = holm([rows[i]["p"] for i in fam])
         m = int(np.isfinite([rows[i]["p"] for i in fam]).sum()) if fam else 0
+        family = (f"{comp.key} / {task} ({metric}): "
+                  + ", ".join(str(rows[i]["column"]) for i in fam
+                              if math.isfinite(rows[i]["p"])) + f" (m = {m})") if m else ""
         for i, pa in zip(fam, adj, strict=True):
             r = rows[i]
             r["p_holm"], r["holm_m"] = pa, m
+            r["holm_family"] = family if math.isfinite(r["p"]) else (
+                "none: identical in every seed" if r.get("identical") else "none: no p")
             r["significant_holm"] = bool(r["significant"] and math.isfinite(pa) and pa < ALPHA)
             if r["significant_holm"]:
                 r["better"] = bool((r["delta"] > 0) == hib)
@@ -562,6 +659,35 @@ def truncation_table(data: SweepData) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TRUNCATION_COLS)
 
 
+PER_SEED_COLS = ["task", "metric", "arm", "column", "kappa_bits", "latent_bits", "seed", "value",
+                 "unit", "step", "run_id", "file", "spec_id", "git_commit", "git_dirty"]
+
+
+def per_seed_table(data: SweepData) -> pd.DataFrame:
+    """Every compared metric's per-seed value (PER_SEED_COLS), as the tables use it: honest
+    scores only (prior Z), one value per run and metric (the eval file's task value: for bits
+    per byte total bits / total bytes; the validation rows the run's last validation line). Any
+    Δ of a seed-estimand row recomputes from this file: the mean over the seeds both columns
+    have of (test value - reference value). `git_dirty` says whether the run trained from a
+    working tree with uncommitted changes."""
+    sc = _honest(data.scores, ["run_id", "task", "metric"])
+    keys = {(k["task"], k["metric"]) for k in _row_keys(data) if k["task"] and k["metric"]}
+    if sc.empty or not keys:
+        return pd.DataFrame(columns=PER_SEED_COLS)
+    sel = sc[[(t, m) in keys for t, m in zip(sc["task"], sc["metric"], strict=True)]].copy()
+    prov = data.cells.drop_duplicates("run_id").set_index("run_id") if len(data.cells) else None
+    for col in ("git_commit", "git_dirty"):
+        sel[col] = [prov[col].get(r) if prov is not None and col in prov else None
+                    for r in sel["run_id"]]
+    sel["column"] = [f"FT k={kappa_label(k)}" if a == FREE.name else a
+                     for a, k in zip(sel["arm"], sel["kappa_bits"], strict=True)]
+    sel["unit"] = ["nats/token" if m.startswith("val_ce") else "bits/byte" if m.endswith("bpb")
+                   else "share of items" for m in sel["metric"].astype(str)]
+    out = sel.reindex(columns=PER_SEED_COLS)
+    return out.sort_values(["task", "metric", "arm", "kappa_bits", "seed"], kind="stable",
+                           ignore_index=True)
+
+
 TRUNCATION_COLS = ["suite", "task", "cells_recorded", "prompts", "prompts_truncated",
                    "cells_with_cuts", "max_tokens_cut", "min_prompt_tokens_kept",
                    "gen_budget_requested", "gen_budget_min", "budgets_shrunk"]
@@ -620,6 +746,8 @@ def delta_text(r: pd.Series) -> str:
     if not math.isfinite(r.get("delta", math.nan)):
         return ""
     s = f"Δ {_f(r['delta'], True)}"
+    if r.get("identical") is True:
+        return s + " (identical to float32 rounding in every seed: no interval, no p)"
     if r.get("degenerate") and not math.isfinite(r.get("delta_lo", math.nan)):
         return s + f" ({NO_VARIATION})"
     if math.isfinite(r["delta_lo"]):
@@ -699,11 +827,18 @@ def wide(table: pd.DataFrame) -> pd.DataFrame:
         "missing")
 
 
-LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = Free Transformer minus the "
+LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = the column (a Free Transformer, "
+          "or a control against the baseline) minus the "
           "reference [95% CI]: with >= 2 seeds a paired t over per-seed differences (the seed "
           "is the unit); † = one seed, item bootstrap, seed-to-seed variance NOT included (never "
-          "used for a verdict). * = significant after Holm across this comparison's Free "
-          "Transformers (all kappas and H); p = uncorrected, Holm = adjusted. MDE = the "
+          "used for a verdict). * = significant after Holm; the Holm family is this "
+          "comparison's compared columns on that row (all kappas and H; for the controls, the "
+          "controls), named per row in the CSV's holm_family; p = uncorrected, Holm = "
+          "adjusted. Bits-per-byte Δs are on the cells' own estimand (byte-weighted per seed), "
+          "so they are the difference of the cells' means. 'identical' = every seed's paired "
+          "difference is 0 up to float32 rounding: no interval, no p. TOST (the CSV's tost_*, "
+          "equivalence): 'equivalent' when the 90% interval lies inside the stated margin. "
+          "MDE = the "
           "smallest true |Δ| this comparison detects with 80% power (two-sided, 5%). "
           f"'{NO_VARIATION}' = every value identical (as counts, or up to float rounding): "
           "no interval, never significant.")
@@ -782,6 +917,7 @@ def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str
                "† one-seed item bootstrap]; * significant after Holm across kappas.")
         tex = to_latex(t, cap) if len(t) else "% " + _tex(note) + "\n"
         (out_dir / f"table_{view}.tex").write_text(tex, encoding="utf-8")
+    per_seed_table(data).to_csv(out_dir / "per_seed.csv", index=False)
     truncation_table(data).to_csv(out_dir / "truncation.csv", index=False)
     missing_table(data).to_csv(out_dir / "missing.csv", index=False)
     return tables

@@ -45,6 +45,7 @@ from pipelines.shared import (
     environment,
     inputs_fingerprint,
     load_state,
+    refuse_dirty,
     report,
     save_state,
     sweep,
@@ -317,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
     """The three stages (module docstring)."""
     t0, n = time.time(), 3
+    refuse_dirty("paper", name=name, exit_code=2)  # FTBENCH_ALLOW_DIRTY=1: train, cells marked
     c = corpus_stage(rec, overrides(a))
     if c["built"] or c["named"]:
         _say(1, n, f"corpus {c['dir']}: {'built' if c['built'] else 'named by data.corpus'}; "

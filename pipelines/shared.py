@@ -91,6 +91,67 @@ def report(name: str, n_boot: int = 2000) -> bool:
     return True
 
 
+ALLOW_DIRTY_ENV = "FTBENCH_ALLOW_DIRTY"
+"""Set to 1 (or pass a pipeline's --allow-dirty) to train from a working tree with uncommitted
+changes to tracked source anyway: the runs then record git_dirty (config.yaml provenance) and
+the diff's hash is printed and kept in the sweep's dirty.json, so every affected cell is marked."""
+SOURCE_EXCLUDE = ("docs",)
+"""Tracked paths that are not source: regenerated documents never make a tree dirty."""
+
+
+class DirtyTreeError(RuntimeError):
+    """Uncommitted changes to tracked source and no override: one line, exit 2."""
+
+
+def dirty_source_diff() -> str | None:
+    """The sha256 (12 hex digits) of `git diff HEAD` over tracked source (docs/ excluded) when
+    it is not empty; None for a clean tree (or outside git: nothing to compare with)."""
+    import subprocess
+
+    spec = ["--", ".", *(f":(exclude){x}" for x in SOURCE_EXCLUDE)]
+    try:
+        out = subprocess.run(["git", "diff", "HEAD", "--binary", *spec], cwd=ROOT,
+                             capture_output=True, timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return hashlib.sha256(out).hexdigest()[:12] if out.strip() else None
+
+
+def refuse_dirty(what: str, allow: bool = False, name: str | None = None,
+                 run_ids: list[str] | None = None, exit_code: int | None = None) -> str | None:
+    """Before training: refuse (DirtyTreeError) when tracked source has uncommitted changes, a
+    run trained from it could not be reproduced from its recorded commit. `allow` (or
+    FTBENCH_ALLOW_DIRTY=1) trains anyway and marks it: the diff's hash is returned, printed,
+    and appended with `run_ids` to <sweep>/dirty.json when `name` is given. None when clean.
+    `exit_code`: print the refusal as one line and exit with it instead of raising."""
+    h = dirty_source_diff()
+    if h is None:
+        return None
+    allow = allow or os.environ.get(ALLOW_DIRTY_ENV, "").strip().lower() in ("1", "true", "yes")
+    if not allow and exit_code is not None:  # a caller without its own error path
+        try:
+            refuse_dirty(what, False)
+        except DirtyTreeError as e:
+            print(f"{what}: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(exit_code) from None
+    if not allow:
+        raise DirtyTreeError(
+            f"{what}: the working tree has uncommitted changes to tracked source (diff "
+            f"{h}); commit them first, or pass --allow-dirty ({ALLOW_DIRTY_ENV}=1) to train "
+            "anyway with every affected cell marked")
+    print(f"{what}: WARNING: training from uncommitted changes (diff {h}); the cells are "
+          "marked", file=sys.stderr, flush=True)
+    if name is not None:
+        p = SweepDir.of(name).path / "dirty.json"
+        try:
+            rows = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else []
+        except json.JSONDecodeError:
+            rows = []
+        rows.append({"diff_sha256": h, "run_ids": sorted(run_ids or [])})
+        atomic_write_text(p, json.dumps(rows, indent=1) + "\n")
+    return h
+
+
 def _state_path(name: str, file: str) -> Path:
     return SweepDir.of(name).path / file
 

@@ -16,7 +16,11 @@ its own, so a re-run (or a run after an interruption) does only what is missing:
      and docs/STUDY.md rendered from them (analysis.study's render).
 
     python -m pipelines.study [--size full|tiny] [--name study] [--bench-data DIR]
-                              [--docs DIR] [--jobs N] [--dry]
+                              [--docs DIR] [--jobs N] [--dry] [--allow-dirty]
+
+It refuses to train (exit 2) from a working tree with uncommitted changes to tracked source
+(pipelines.shared.refuse_dirty) unless --allow-dirty (or FTBENCH_ALLOW_DIRTY=1), which marks
+the cells; a re-run that trains nothing does not check.
 
 Bad input gets one line on stderr, exit 2, nothing written. The sizes, and why `full` is what
 it is, are in SIZES and docs/STUDY.md.
@@ -36,16 +40,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.arms import BASELINE, FREE
 from common.arms import find as find_arm
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
 from common.text import one_line
 from pipelines.shared import (
     OFFLINE_ENV,
+    DirtyTreeError,
     cells,
     environment,
     inputs_fingerprint,
     load_state,
+    refuse_dirty,
     report,
     save_state,
     sweep,
@@ -56,10 +63,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
 SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
 STATE = "study-state.json"
+SYNTHETIC_VERDICTS = ROOT / "docs" / "synthetic" / "cpu" / "verdicts.csv"
+"""The committed synthetic experiment's per-seed verdicts (the CPU default, v2 rules)."""
 CORES = 2
 """The machine the sizes are planned for (docs/STUDY.md)."""
 TABLES = ("table_tokens.csv", "table_flops.csv", "likelihood.csv", "table3.csv", "probe.csv",
-          "claims.csv")
+          "claims.csv", "per_seed.csv")
 """What the report writes under report/ that docs/study/ keeps (the HTML is kept too)."""
 
 
@@ -215,9 +224,25 @@ def torch_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def probe_targets(run: RunDir) -> list[Path]:
+    """What a latent run's probes measure: its final checkpoint, then every evaluation
+    checkpoint before the final step (the latent's use over training). An evaluation point at
+    the final step holds the final weights and would write the same file name: left out."""
+    final = run.final_checkpoint
+    last = max((s for s, _ in run.eval_checkpoints()), default=None)
+    out = [final]
+    for step, path in run.eval_checkpoints():
+        if step != last or not final.is_file():
+            out.append(path)
+    return out
+
+
 def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
-    """Probe every finished Free Transformer not yet probed with these arguments: (ran, skipped,
-    failures)."""
+    """Probe every finished run with a latent (the Free Transformers and the Z-cut control,
+    whose probe is the null of latent use: its decoder cannot read Z) at its final and
+    evaluation checkpoints: (ran, reused, failures). probe_run itself reuses a file of the same
+    spec and checkpoint without loading the model, so a changed probe spec (a new field) probes
+    again and an unchanged one costs a file read."""
     from experiments.eval.probe import ProbeError, probe_run
 
     done = state.setdefault("probes", {})
@@ -225,26 +250,30 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     failed: list[str] = []
     opts = probe_options(size.probe_args)
     for c in cells(name):
-        a = find_arm(c.arm)  # the arm under test only: a control's Z is not what is asked
-        if a is None or not a.is_treatment or c.state != "done":
+        a = find_arm(c.arm)
+        if a is None or not a.latent or c.state != "done":
             continue
         rid = str(c.run_id)
-        rec = done.get(rid) or {}
-        if rec.get("args") == size.probe_args and Path(rec.get("file", "")).is_file():
-            skipped += 1
-            continue
-        try:
-            with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
-                path, _ = probe_run(RunDir.of(rid).path, opts)
-        except (ProbeError, ValueError) as e:
-            failed.append(f"{c.cell}: probe: error: {one_line(e)}")
-            continue
-        except Exception as e:  # a crash of one probe fails it, not the study
-            failed.append(f"{c.cell}: {type(e).__name__}: {one_line(e)}")
-            continue
-        done[rid] = {"args": size.probe_args, "file": str(path)}
-        save_state(name, STATE, state)
-        ran += 1
+        for ck in probe_targets(RunDir.of(rid)):
+            try:
+                with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
+                    path, reused = probe_run(ck, opts)
+            except (ProbeError, ValueError) as e:
+                failed.append(f"{c.cell} ({ck.name}): probe: error: {one_line(e)}")
+                continue
+            except Exception as e:  # a crash of one probe fails it, not the study
+                failed.append(f"{c.cell} ({ck.name}): {type(e).__name__}: {one_line(e)}")
+                continue
+            files = done.setdefault(rid, {"args": size.probe_args, "files": []})
+            files["args"] = size.probe_args
+            files.setdefault("files", [])
+            if str(path) not in files["files"]:
+                files["files"].append(str(path))
+            if reused:
+                skipped += 1
+            else:
+                ran += 1
+                save_state(name, STATE, state)
     return ran, skipped, failed
 
 
@@ -256,7 +285,7 @@ def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:
             "bench_data": bench.name, "n_cells": len(cs), "cores": CORES,
             "n_cells_planned": (1 + len(size.kappa.split()) + len(size.controls.split()))
             * len(size.seeds.split()),
-            "n_done": sum(c.state == "done" for c in cs),
+            "n_done": sum(c.state == "done" for c in cs), "setup": study_setup(name),
             "n_eval_done": sum(c.eval is not None and c.eval.state == "done" for c in cs)}
 
 
@@ -270,14 +299,73 @@ def export(name: str, meta: dict, docs: Path) -> None:
             shutil.copyfile(src, docs / t)
     if sd.report_html.is_file():
         shutil.copyfile(sd.report_html, docs / "report.html")
+    verdicts = SYNTHETIC_VERDICTS
+    if (docs / "claims.csv").is_file() and verdicts.is_file():
+        # the study's sweep has no synthetic results of its own: its synthetic claims are
+        # judged from the committed synthetic experiment's per-seed verdicts (docs/SYNTHETIC.md)
+        from analysis.claims import rejudge_synthetic
+
+        rejudge_synthetic(docs / "claims.csv", verdicts)
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():
                 shutil.copyfile(DOCS / f, docs / f)
+    latent_docs(name, docs)
     rows = [{k: getattr(c, k) for k in ("cell", "arm", "kappa_bits", "latent_bits", "seed",
                                          "run_id", "state")} for c in cells(name)]
     atomic_write_text(docs / "cells.json", json.dumps(rows, indent=1) + "\n")
     atomic_write_text(docs / "study.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def latent_docs(name: str, docs: Path) -> None:
+    """latent.csv (the decoder-side latent use of every probed checkpoint of every latent run:
+    the Free Transformers and the Z-cut control) and latent_over_training.png, from the probe
+    files through analysis.probe's entry points."""
+    from analysis.probe import latent_over_training_png, latent_table
+
+    lat = [c for c in cells(name) if (a := find_arm(c.arm)) is not None and a.latent
+           and c.run_id]
+    t = latent_table([RunDir.of(str(c.run_id)).path for c in lat],
+                     {str(c.run_id): c.arm for c in lat})
+    t.insert(list(t.columns).index("step"), "seed",
+             [next((c.seed for c in lat if str(c.run_id) == str(r)), None) for r in t["run_id"]])
+    atomic_write_text(docs / "latent.csv", t.to_csv(index=False))
+    png = latent_over_training_png(t)
+    if png is not None:
+        (docs / "latent_over_training.png").write_bytes(png)
+
+
+def study_setup(name: str) -> dict[str, Any]:
+    """What STUDY.md's setup states about the data, the tokenizer and the model size, read from
+    the runs' own config.yaml (the first finished baseline and Free Transformer)."""
+    out: dict[str, Any] = {}
+    for c in cells(name):
+        a = find_arm(c.arm)
+        if c.state != "done" or a is None or a.name not in (BASELINE.name, FREE.name):
+            continue
+        key = "ft" if a.latent else "baseline"
+        if key in out:
+            continue
+        try:
+            rec = RunDir.of(str(c.run_id)).record()
+        except Exception:  # an unreadable record leaves the fact unstated, never invented
+            continue
+        model, acc = dict(rec.model), dict(rec.accounting)
+        prov, data = dict(rec.provenance), dict(rec.data)
+        params = dict(acc.get("params") or {})
+        out[key] = {"params_total": params.get("total"), "params_embedding":
+                    params.get("embedding"), "params_latent": params.get("latent")}
+        if key == "baseline":
+            out["model"] = {k: model.get(k) for k in ("preset", "vocab_size", "dim", "n_layers",
+                                                      "n_heads", "n_kv_heads", "ffn_dim",
+                                                      "max_seq_len", "tie_embeddings")}
+            out["data"] = {"source": data.get("source"), "max_bytes": data.get("max_bytes"),
+                           "val_fraction": data.get("val_fraction"),
+                           "val_tokens": data.get("val_tokens"),
+                           "python": (prov.get("versions") or {}).get("python"),
+                           "checksums": sorted((prov.get("data_checksums") or {}).values()),
+                           "tokenizer_sha256": prov.get("tokenizer_sha256")}
+    return out
 
 
 def docs_dir(given: str, size: str, name: str) -> Path | None:
@@ -312,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
                          "'-' = do not export)")
     ap.add_argument("--jobs", default="", help="parallel training jobs (default: sweeps' own)")
     ap.add_argument("--dry", action="store_true", help="print the sweep's plan only")
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="train even from uncommitted changes to tracked source (the cells are "
+                         "marked: sweep's dirty.json, each run's git_dirty)")
     a = ap.parse_args(argv)
     try:
         if a.cmd == "render":
@@ -346,6 +437,13 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
     req = sweep_request(size, name, bench, jobs)
     if a.dry:
         return sweep(req, dry=True)
+    todo = [c.run_id for c in api.plan(req).cells if not RunDir(c.run_dir).finished]
+    if todo:  # nothing trains from a dirty tree unless asked; reusing finished runs is fine
+        try:
+            refuse_dirty("study", bool(getattr(a, "allow_dirty", False)), name, todo)
+        except DirtyTreeError as e:
+            print(f"study: error: {e}", file=sys.stderr)
+            return 2
     prog = Progress(size)
     n = 4
     prog.stage(1, n, "sweep", f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "

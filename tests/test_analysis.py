@@ -266,8 +266,11 @@ def test_claims_verdicts_on_known_data(sweep, tables):
     assert flops == ["supported"]
     mbpp = cl[cl.index.str.contains("on MBPP")]
     assert (mbpp["verdict"] == "inconclusive").all()  # not evaluated
-    assert cl.loc[cl.index.str.startswith("Synthetic"), "evidence"].iloc[0] == \
-        "synthetic experiment not run"
+    # no synthetic results in this sweep: said as such, never "not run" (it may have run
+    # elsewhere: docs/SYNTHETIC.md judges the committed one)
+    syn = cl.loc[cl.index.str.startswith("Synthetic"), "evidence"].iloc[0]
+    assert syn.startswith("no synthetic experiment among this report's results")
+    assert "not run" not in syn
 
 
 def test_eval_file_choice_posterior_and_subtasks(tmp_path):

@@ -197,12 +197,14 @@ def test_plus1_control_is_compared_in_both_forms(tmp_path):
     comps, _ = comparisons(data)
     assert [(c.view, c.reference, c.role) for c in comps] == [
         ("tokens", "baseline", "reference"), ("tokens", "baseline_plus1", "parameter control"),
+        ("tokens", "baseline", "controls against the baseline"),
         ("flops", "baseline_flops", "reference"),
         ("flops", "baseline_plus1_flops", "parameter control")]
     assert "5 layers vs the arms' 4" in comps[1].title
+    assert comps[2].key == "tokens:baseline:controls"
     for view in ("tokens", "flops"):
         t = paper_table(data, view, n_boot=N_BOOT)
-        for comp in (c for c in comps if c.view == view):
+        for comp in (c for c in comps if c.view == view and not c.tag):
             ft = t[(t["comparison"] == comp.key) & (t["arm"] == "free") & (t["task"] == "gsm8k")]
             assert len(ft) == 2 and ft["delta"].notna().all()  # its own Δ column per FT
     # the Δ against baseline_plus1 is the direct paired difference with the plus1 runs
@@ -212,6 +214,13 @@ def test_plus1_control_is_compared_in_both_forms(tmp_path):
     ft = np.stack([_items(tmp_path, data, f"free-k0.5-H16-s{s}") for s in (0, 1)])
     ref = np.stack([_items(tmp_path, data, f"baseline_plus1-s{s}") for s in (0, 1)])
     assert row["delta"] == pytest.approx((ft - ref).mean())
+    # the control itself against the baseline, paired by seed (its own Holm family)
+    row = t[(t["comparison"] == "tokens:baseline:controls") & (t["column"] == "baseline_plus1")
+            & (t["task"] == "gsm8k")].iloc[0]
+    base = np.stack([_items(tmp_path, data, f"baseline-s{s}") for s in (0, 1)])
+    assert row["delta"] == pytest.approx((ref - base).mean())
+    assert row["holm_family"].startswith("tokens:baseline:controls / gsm8k") or \
+        row["holm_family"].startswith("none")
 
 
 # ---- wall-clock comparability and single seeds ---------------------------------------------------

@@ -24,7 +24,8 @@ SMOKE = ROOT / "experiments" / "eval" / "smoke_data"
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(tmp_path / "results"),
-            "FTBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+            "FTBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+            "FTBENCH_ALLOW_DIRTY": "1"}  # tests may run from a tree under edit (cells marked)
 
 
 def _paper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

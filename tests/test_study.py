@@ -66,6 +66,13 @@ def plant(d: Path, probe: bool = True) -> dict:
         _row(c, "FT k=0.5", "free", 0.5, "mbpp_plus_gold_bpb", "gold_bpb", 0, math.nan,
              math.nan, math.nan, status="missing: every evaluation failed (null, not 0)"),
     ]
+    c3 = "tokens:baseline:controls"  # the control against the baseline, paired by seed:
+    # its interval excludes 0 while Holm does not reject (the verdict must say so)
+    rows.append(_row(c3, "baseline", "baseline", math.nan, "val", "val_ce", 5, 4.31717, 4.30101,
+                     4.33333))
+    rows.append(_row(c3, "baseline_plus1", "baseline_plus1", math.nan, "val", "val_ce", 5,
+                     4.30303, 4.29, 4.31, -0.01414, -0.02121, -0.00707, 0.06061, False, None,
+                     0.01919))
     c2 = "tokens:baseline_plus1"  # the same FT columns against the control: other deltas
     rows.append(_row(c2, "baseline_plus1", "baseline_plus1", math.nan, "val", "val_ce", 5,
                      4.30303, 4.29, 4.31))
@@ -128,6 +135,11 @@ def _allowed(d: Path, meta: dict) -> set[str]:
     ok.add(f"{meta['budget_min'] * meta['cores'] / meta['n_cells_planned']:.4f}")
     ok.add(f"{2.78e14 / (7.86e6 * 10271) / meta['cores'] / 60:.4f}")
     ok |= {"95%", "5%", "80%"}  # the report's stated level and power (analysis/stats.py)
+    ok |= {"90%", "0.05", "0.01"}  # the TOST interval, ALPHA, the active-bit threshold
+    if "arm" in tt:  # the best-kappa row: the span of the planted FT means
+        m = tt[(tt["arm"] == "free") & (tt["comparison"] == "tokens:baseline")
+               & (tt["task"] == "val")]["mean"]
+        ok.add(f"{m.max() - m.min():.4f}")
     return ok - {""}
 
 
@@ -143,10 +155,14 @@ def test_render_every_number_comes_from_the_tables(tmp_path):
     assert not stray, stray
     # each row carries its own numbers (no mixing of columns or kappas)
     assert "| FT k=1 | 4.3258 [4.3000, 4.3516] | 5 | +0.0086 [-0.0136, +0.0309] | 0.4134 | " \
-           "0.0288 | inconclusive |" in md
+           "0.0288 |  | inconclusive (the interval includes 0) |" in md
     assert "| FT k=2 | 4.3945 [4.3777, 4.4112] | 3 (missing: 2 of 5 seeds failed) | " in md
     assert "| FT k=0.5 | 4.5291 [4.5000, 4.5556] | 5 | +0.2120 [+0.1987, +0.2252] | 0.0002 | " \
-           "0.0223 | worse |" in md
+           "0.0223 |  | worse |" in md
+    # an interval that excludes 0 without a Holm rejection says why it is inconclusive
+    assert "| baseline_plus1 | 4.3030 [4.2900, 4.3100] | 5 | -0.0141 [-0.0212, -0.0071] | " \
+           "0.0606 | 0.0192 |  | inconclusive: the interval excludes 0 but Holm p 0.0606 is not " \
+           "under 0.05 |" in md
     # MDE: the largest of the FT rows, judged against the target
     assert "is 0.0441 against the target 0.0300: NOT met" in md
     assert "one job per core, is 28.6965 wall minutes" in md
@@ -159,18 +175,21 @@ def test_render_every_number_comes_from_the_tables(tmp_path):
            "0.6999 |" in md
     assert "| FT k=1 H=8 | 1 | | | | | | not comparable: rows differ | | |" in md
     assert "4.0100" not in md
-    # the probe: collapse counted per kappa over the seeds with a known flag
-    assert "- kappa 0.5: 1 of 2 seeds collapse." in md
-    assert "- kappa 1: 0 of 1 seeds collapse." in md
+    # the probe: the leak (collapse in the paper's sense) counted per kappa over the seeds
+    # with a known flag; no latent.csv: the decoder-side section says it has not run
+    assert "- kappa 0.5: 1 of 2 seeds leak (collapse in the paper's sense)." in md
+    assert "- kappa 1: 0 of 1 seeds leak (collapse in the paper's sense)." in md
+    assert "not yet run (docs/study/latent.csv absent)." in md
     # beside bryanvine: theirs stated as theirs, ours computed from our table
     assert "about 0.19 nats/token worse" in md
     assert f"kappa 0.5: {100 * math.expm1(0.21196):+.1f}%" in md
-    assert "control 4.3030 [4.2900, 4.3100] vs baseline 4.3172 [4.3010, 4.3333] nats/token: " \
-           "inside the baseline's seed interval" in md
+    assert "paired Δ (control minus baseline, 5 seeds) -0.0141 [-0.0212, -0.0071] nats/token" \
+           in md
     # the control's comparison never leaks into the FT-vs-baseline figures or the MDE
     assert "+0.2261" not in md.split("## What the data")[1]
     assert "0.1000" not in md.split("## What the data")[1].split("## The latent")[0]
-    assert "kappa 1 (lowest mean 4.3258 nats/token)" in md
+    assert "lowest mean at kappa 1 (4.3258 nats/token; the means span 0.2033, the largest MDE " \
+           "is 0.0441): a ranking of means, not a test" in md
     # no equal-FLOPs table planted: said, not invented
     assert "### Equal FLOPs\n\nnot yet run" in md
 
@@ -231,7 +250,8 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
 @pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
 def test_study_tiny_end_to_end_then_no_work(tmp_path):
     env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"),
-           "FTBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+           "FTBENCH_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "FTBENCH_ALLOW_DIRTY": "1"}  # a test may run from a working tree under edit
     extra = [] if "mk/study.mk" in (ROOT / "Makefile").read_text() else ["-f", "Makefile",
                                                                           "-f", "mk/study.mk"]
     cmd = ["make", *extra, "-W", ".venv/.setup-stamp", "-o", "setup", "study",
@@ -255,7 +275,11 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     # 3 kappas + flops + plus1 + zcut + baseline, x 2 seeds
     assert "14 cells, 14 done, 0 to run" in second.stdout, second.stdout[-3000:]
-    assert "probes run 0, reused 6, failed 0" in second.stdout
+    # 6 Free Transformers and 2 Z-cut controls, each at its final and its mid-training
+    # evaluation checkpoint
+    assert "probes run 0, reused 16, failed 0" in second.stdout
+    lat = pd.read_csv(docs / "study" / "latent.csv")
+    assert len(lat) == 16 and set(lat["arm"]) == {"free", "free_zcut"}
     assert "report up to date" in second.stdout
     assert _snapshot(tmp_path / "results") == before  # no run file written or touched
     assert (docs / "STUDY.md").read_text() == md

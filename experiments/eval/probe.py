@@ -52,6 +52,18 @@ ACTIVE_THRESHOLD_BITS = 0.01
 COLLAPSE_MARGIN_FRAC = 0.5
 COLLAPSE_MARGIN_MIN_BITS = 0.1
 COLLAPSE_RECOVERED_FRAC = 0.5
+DEAD_SHARE = 0.05
+"""Dead latent: the decoder recovers under this share of the KL (the upper end of its interval),
+or the encoder sends under DEAD_INFO_BITS of information. Live latents recover 50-99% of it
+(the synthetic task, bryanvine's 51M runs); 5% is an order of magnitude below that and far
+above the probe's noise at 8 rows."""
+DEAD_INFO_BITS = 0.01
+"""Below this mutual information (bits/token) the encoder's codes do not depend on the text:
+nothing is there for the decoder to use (the same 1% of a bit as ACTIVE_THRESHOLD_BITS)."""
+LATENT_USE_VERSION = 1
+"""Written into the spec: probe files from before the latent-use record get a new file."""
+MI_CODE_CHUNK = 4096
+"""Codes per chunk of the (tokens x 2^H) code probabilities: H = 16 never builds the whole."""
 LEAKING = ("LEAKING: Z from the encoder, which reads the scored tokens; a diagnostic of how much "
            "the decoder can use Z, never a score of the model")
 DEFAULTS: dict[str, Any] = {"rows": 16, "seed": 12345, "draws": 4, "n_boot": 2000,
@@ -130,13 +142,109 @@ def collapse_rule(kl_bits: float, kappa_bits: float, ce_prior: float | None,
     flag = None if cashed is None else bool(over and cashed)
     return {
         "flag": flag, "latent_unused": n_active == 0,
-        "rule": (f"collapse when mean KL > kappa + max({COLLAPSE_MARGIN_FRAC} x kappa, "
+        "kind": "leaking: the posterior carries the text (not a dead latent: see latent_use)",
+        "rule": (f"collapse (leaking) when mean KL > kappa + max({COLLAPSE_MARGIN_FRAC} x kappa, "
                  f"{COLLAPSE_MARGIN_MIN_BITS} bit) AND CE_prior - CE_posterior > "
                  f"{COLLAPSE_RECOVERED_FRAC} x mean KL (nats); latent_unused when no bit is "
                  "active"),
         "kl_bits": kl_bits, "kappa_bits": kappa_bits, "margin_bits": margin,
         "kl_over_budget": bool(over), "ce_gap_prior_minus_posterior_nats": gap,
         "gap_over_kl": None if gap is None or kl_bits <= 0 else gap / (kl_bits * LN2),
+    }
+
+
+# ------------------------------------------------------------------------ latent use
+@torch.no_grad()
+def code_marginal_kl(bit_logits: torch.Tensor, chunk: int = MI_CODE_CHUNK) -> dict[str, Any]:
+    """Encoder bit logits (N, T, H) -> the mean code distribution q_bar(d) = mean over tokens of
+    q(d | token) over all 2^H codes, and its KL to the uniform prior, in bits, with the KL split
+    into information and marginal bias:
+
+        mean_t KL(q_t || u) = mean_t KL(q_t || q_bar) + KL(q_bar || u)
+                            =  I(Z; token)           +  marginal bias
+
+    I is the mutual information between a token's code and which token it is (its text), over
+    the probed tokens (a plug-in estimate: at most log2 of the number of tokens). A bit biased
+    the same way on every token pays KL to the uniform prior but carries no information; the
+    decoder can only use I. The per-bit split (independent bits, q_bar's bit marginals) is given
+    beside it: sum_h I_h >= I because the joint q_bar may correlate bits."""
+    o = bit_logits.double().flatten(0, 1)  # (M, H)
+    M, H = o.shape
+    lp1, lp0 = F.logsigmoid(o), F.logsigmoid(-o)  # log p(bit = 1), log p(bit = 0)
+    qbar = torch.empty(2 ** H, dtype=torch.float64)
+    shifts = torch.arange(H)
+    for s in range(0, 2 ** H, chunk):  # the code d's bit h is (d >> h) & 1, as the mapper reads it
+        d = torch.arange(s, min(s + chunk, 2 ** H))
+        bits = ((d[:, None] >> shifts) & 1).double()  # (C, H)
+        logq = lp1.to("cpu") @ bits.T + lp0.to("cpu") @ (1 - bits).T  # (M, C)
+        qbar[s:s + len(d)] = logq.exp().mean(0)
+    qbar = qbar / qbar.sum()  # float rounding only: each row of q sums to 1
+    nz = qbar > 0
+    bias = float((qbar[nz] * (qbar[nz].log() + H * LN2)).sum()) / LN2
+    per = kl_to_uniform(o.unsqueeze(-1)) / LN2  # (M, H)
+    mean_kl = float(per.sum(-1).mean())
+    p1 = torch.sigmoid(o).mean(0)
+    hb = -(p1 * p1.clamp_min(1e-300).log() + (1 - p1) * (1 - p1).clamp_min(1e-300).log())
+    bias_bit = (1.0 - hb / LN2).clamp_min(0.0)
+    info_bit = per.mean(0) - bias_bit
+    return {"unit": "bits per token", "mean_kl_bits": mean_kl,
+            "information_bits": max(0.0, mean_kl - bias), "marginal_bias_bits": bias,
+            "per_bit_information_bits": info_bit.tolist(),
+            "per_bit_marginal_bias_bits": bias_bit.tolist(),
+            "n_tokens": M, "max_information_bits": math.log2(M) if M else None,
+            "what": "mean KL(q_t || uniform) = I(Z; token) + KL(q_bar || uniform), q_bar the "
+                    "mean code distribution over the probed tokens (all 2^H codes)"}
+
+
+def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
+               ce_posterior: float | None, posterior_delta: dict[str, Any] | None,
+               split: dict[str, Any], leaking: bool | None) -> dict[str, Any]:
+    """Latent use measured on the decoder's side, with its flags and their rules.
+
+    recovered_share = (CE_prior - CE_posterior) / KL, both in nats per token: the share of what
+    the encoder spends that the decoder turns into a lower CE (its interval from the posterior
+    ablation's bootstrap over rows). state: `leaking` (the collapse flag: KL over budget and more
+    than COLLAPSE_RECOVERED_FRAC recovered: the posterior carries the text, prior generation
+    breaks); `dead` (the decoder ignores Z: the share's upper end under DEAD_SHARE, or the
+    encoder sends under DEAD_INFO_BITS of information); `used` (neither, and the share's
+    interval is above 0); else `undetermined`. Missing CE gives null, never a state."""
+    kl_nats = kl_bits * LN2
+    gap = None if ce_prior is None or ce_posterior is None else ce_prior - ce_posterior
+    share = None if gap is None or kl_nats <= 0 else gap / kl_nats
+    pd_ = posterior_delta or {}
+    lo = hi = None
+    if kl_nats > 0 and pd_.get("lo") is not None and pd_.get("hi") is not None:
+        lo, hi = -float(pd_["hi"]) / kl_nats, -float(pd_["lo"]) / kl_nats
+    info = split.get("information_bits")
+    top = hi if hi is not None else share
+    if share is None:
+        state = None
+    elif leaking:
+        state = "leaking"
+    elif (top is not None and top < DEAD_SHARE) or (info is not None and info < DEAD_INFO_BITS):
+        state = "dead"
+    elif lo is not None and lo > 0:
+        state = "used"
+    else:
+        state = "undetermined"
+    return {
+        "recovered_share": share, "recovered_share_lo": lo, "recovered_share_hi": hi,
+        "recovered_nats_per_token": gap, "kl_nats_per_token": kl_nats,
+        "kappa_bits": kappa_bits, **{k: split.get(k) for k in
+                                     ("information_bits", "marginal_bias_bits",
+                                      "max_information_bits")},
+        "recovered_over_information": None if gap is None or not info else gap / (info * LN2),
+        "state": state, "dead": None if state is None else state == "dead",
+        "leaking": None if state is None else state == "leaking",
+        "used": None if state is None else state == "used",
+        "rule": (f"recovered_share = (CE_prior - CE_posterior) / KL (nats/token; interval from "
+                 f"the posterior ablation's bootstrap over rows). leaking = the collapse flag "
+                 f"(KL > kappa + margin AND recovered_share > {COLLAPSE_RECOVERED_FRAC}): the "
+                 f"posterior carries the text, prior generation breaks. dead = the decoder "
+                 f"ignores Z: recovered_share's upper end < {DEAD_SHARE}, or information < "
+                 f"{DEAD_INFO_BITS} bit/token. used = neither, and recovered_share's interval "
+                 f"is above 0. Otherwise undetermined."),
+        "split": split,
     }
 
 
@@ -328,15 +436,21 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
         abl = ablation_summary(ces, int(o["n_boot"]), seed, int(o["draws"]))
         coll = collapse_rule(kl["mean_bits_per_token"], kappa, abl["prior_ce_nats_per_token"],
                              abl["modes"]["posterior"]["ce_nats_per_token"], kl["n_active"])
+        use = latent_use(kl["mean_bits_per_token"], kappa, abl["prior_ce_nats_per_token"],
+                         abl["modes"]["posterior"]["ce_nats_per_token"],
+                         abl["modes"]["posterior"]["delta_vs_prior"],
+                         code_marginal_kl(bit_logits), coll["flag"])
         n_p, lp = int(o["prompts"]), int(o["prompt_len"])
         steer = steering_probe(m, val_x[:n_p, :lp], int(o["gen_tokens"]), int(o["group_size"]),
                                int(o["groups"]), float(o["temperature"]), seed,
                                int(o["n_boot"]))
         lap("steering_s")
         return {"arm": arms.of_model(m.cfg.latent_bits).name, "latent_bits": m.cfg.latent_bits,
+                "z_cut": bool(getattr(m.cfg, "z_cut", False)),  # the Z-cut control: Z * 0
                 "kappa_bits": kappa, "n_rows": int(val_x.shape[0]),
                 "seq_len": int(val_x.shape[1]), "n_tokens": int(val_y.numel()),
-                "kl": kl, "collapse": coll, "ablations": abl, "steering": steer,
+                "kl": kl, "collapse": coll, "latent_use": use, "ablations": abl,
+                "steering": steer,
                 "timings": timings}
     finally:
         m.train(was)
@@ -348,6 +462,7 @@ def spec_of(o: dict[str, Any]) -> dict[str, Any]:
     return {"suite": "probe", **{k: o[k] for k in DEFAULTS},
             "active_threshold_bits": ACTIVE_THRESHOLD_BITS,
             "collapse": [COLLAPSE_MARGIN_FRAC, COLLAPSE_MARGIN_MIN_BITS, COLLAPSE_RECOVERED_FRAC],
+            "latent_use": [LATENT_USE_VERSION, DEAD_SHARE, DEAD_INFO_BITS],
             "rows_source": "corpus validation rows (val_x, val_y), the first `rows`; prompts: "
                            "the first `prompt_len` tokens of the first `prompts` of them"}
 
