@@ -91,15 +91,25 @@ def _num(x: object, fmt: str = "{:.3g}") -> str:
     return esc(x)
 
 
-def frame_html(df: pd.DataFrame, cols: list[str] | None = None) -> str:
-    """A plain HTML table; NaN shows as a grey dash, never 0."""
+def frame_html(df: pd.DataFrame, cols: list[str] | None = None,
+               index: RunIndex | None = None, label: str = "") -> str:
+    """A plain HTML table; NaN shows as a grey dash, never 0. With `index`, a `run_ids`
+    column is not shown: each row links to its runs in the appendix instead (`label` names
+    the table there)."""
     if df is None or df.empty:
         return '<p class="missing">no rows</p>'
     cols = cols or list(df.columns)
+    links = index is not None and "run_ids" in df
+    if links:
+        cols = [c for c in cols if c != "run_ids"]
     out = ['<div class="wide"><table><tr>' + "".join(f"<th>{esc(c)}</th>" for c in cols)
-           + "</tr>"]
-    for _, r in df.iterrows():
-        out.append("<tr>" + "".join(f"<td>{_num(r[c])}</td>" for c in cols) + "</tr>")
+           + ("<th>runs</th>" if links else "") + "</tr>"]
+    for i, (_, r) in enumerate(df.iterrows()):
+        cell = ""
+        if links:
+            a = index.link(r["run_ids"], f"{label} row {i + 1}")
+            cell = f'<td><a href="#{a}">runs</a></td>' if a else "<td></td>"
+        out.append("<tr>" + "".join(f"<td>{_num(r[c])}</td>" for c in cols) + cell + "</tr>")
     return "\n".join(out + ["</table></div>"])
 
 
@@ -361,8 +371,8 @@ def _summary_html(data: SweepData) -> str:
             f"chance on these benchmarks (chance: {chance}), so accuracy differences are mostly "
             "noise and the smooth metrics (bits per byte of gold answers, validation CE in nats) "
             "carry the signal. A verdict of 'inconclusive' is the expected outcome of a demo; "
-            "the minimum detectable effect under each table says what the sweep could have "
-            "seen.</p>")
+            "the minimum detectable effect beside each verdict (and in Signal and noise) says "
+            "what the sweep could have seen.</p>")
 
 
 class ReportError(ValueError):
@@ -442,29 +452,40 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame | None = Non
                t3["last_third"], t3["last_third_lo"], t3["last_third_hi"], strict=True)]})
     cols = ["group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
             "last third [95% CI over seeds]", "steps", "ci_method"]
-    at_floor = [(t, m) in floor for t, m in zip(view["task"], view["metric"], strict=True)]
+    zero = {k for k, g in t3.groupby(["task", "metric"])
+            if (pd.to_numeric(g["final"], errors="coerce").fillna(0) == 0).all()}
+    at_floor = [(t, m) in floor | zero
+                for t, m in zip(view["task"], view["metric"], strict=True)]
     shown = view[[not f for f in at_floor]]
     fl = sorted(set(view.loc[at_floor, "benchmark"]))
-    fold = (f'<p class="fold">At the floor (not shown, not drawn): {esc(", ".join(fl))}</p>'
-            if fl else "")
+    fold = (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
+            f'{esc(", ".join(fl))}</p>' if fl else "")
+    if png is None and not len(shown):
+        png_note = "every evaluated checkpoint's score is at the floor"
+    else:
+        png_note = "fewer than two steps"
     return (head + "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
             "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
             "n_points of them, steps listed); then the mean over seeds with a t interval over "
             "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
-            + f"<details><summary>Table 3 ({len(shown)} rows)</summary>"
-            + frame_html(shown, cols) + "</details>" + fold
-            + img_html(png, "benchmark curves vs training tokens", "fewer than two steps")
+            + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>"
+               + frame_html(shown, cols) + "</details>" if len(shown) else "") + fold
+            + img_html(png, "benchmark curves vs training tokens", png_note)
             + "<p>Files: report/table3.csv, report/benchmark_curves.png</p></section>")
 
 
 def _without(data: SweepData, floor: set) -> SweepData:
-    """The sweep with the checkpoint points of the floor rows dropped (for the curves)."""
+    """The sweep with the checkpoint points of the floor rows dropped (for the curves): the
+    main table's floor rows and any (task, metric) whose every point is 0 (an all-zero curve
+    says nothing)."""
     import dataclasses
 
     p = data.points
-    if not floor or p.empty:
+    if p.empty:
         return data
-    keep = [(t, m) not in floor for t, m in zip(p["task"], p["metric"], strict=True)]
+    zero = {k for k, g in p.groupby(["task", "metric"]) if (g["value"].fillna(0) == 0).all()}
+    drop = floor | zero
+    keep = [(t, m) not in drop for t, m in zip(p["task"], p["metric"], strict=True)]
     return dataclasses.replace(data, points=p[keep])
 
 
@@ -655,11 +676,11 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
         + img_html(figs["training_curves"], "training curves", "no training metrics yet")
         + img_html(figs["val_ce_vs_kappa"], "validation CE vs kappa",
                    "no Free Transformer validation CE yet")
-        + "<h3>Collapse check</h3>" + frame_html(ct)
+        + "<h3>Collapse check</h3>" + frame_html(ct, index=index, label="collapse check")
         + img_html(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
                    "no benchmark scores off the floor yet")
         + img_html(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
-        + "<h3>Overhead</h3>" + frame_html(ot) + "</section>")
+        + "<h3>Overhead</h3>" + frame_html(ot, index=index, label="overhead") + "</section>")
     sections.append(f'<section id="synthetic"><h2>Synthetic task (paper §4.1)</h2>'
                     f"{_synthetic_html(synth)}</section>")
     sections.append(f'<section id="appendix"><h2>Appendix: run-ids, cells and provenance</h2>'
