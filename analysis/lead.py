@@ -50,9 +50,10 @@ BETTER, WORSE = "FT better", "FT worse"
 NONE_SEEN = "no difference detected"
 HOLM_ONLY = "not after Holm (raw interval excludes 0)"
 NO_DATA = "no data"
+ONE_SEED = "one seed: no verdict"
 COLORS = {BETTER: "#1a9641", WORSE: "#d7191c", NONE_SEEN: "#555555", HOLM_ONLY: "#b8860b",
           IDENTICAL: "#000000",
-          ROUNDING: "#000000", NO_DATA: "#bbbbbb"}
+          ROUNDING: "#000000", NO_DATA: "#bbbbbb", ONE_SEED: "#8c8cd9"}
 FOREST_COLS = ["key", "comparison", "reference", "column", "kappa_bits", "latent_bits", "task",
                "metric", "label", "unit", "higher_is_better", "delta", "lo", "hi", "p_holm",
                "mde", "n_seeds", "delta_unit", "degenerate", "verdict", "scale", "source"]
@@ -81,9 +82,10 @@ def metric_label(task: str, metric: str) -> tuple[str, str]:
 
 
 def verdict(delta: float, lo: float, hi: float, degenerate: bool, significant_holm: bool,
-            better: object, scale: float = math.nan) -> str:
+            better: object, scale: float = math.nan, unit: str = "seed") -> str:
     """A row's verdict in words, from its own test (Holm-corrected); `scale` is the magnitude
-    of the values compared (for the float32-rounding rule)."""
+    of the values compared (for the float32-rounding rule); `unit` "item" (one seed: the
+    interval leaves the seed variance out) never gives a verdict."""
     if not _fin(delta):
         return NO_DATA
     if degenerate and delta == 0:  # every seed's difference exactly 0: the same numbers
@@ -91,6 +93,8 @@ def verdict(delta: float, lo: float, hi: float, degenerate: bool, significant_ho
     ends = [abs(x) for x in (delta, lo, hi) if _fin(x)]
     if _fin(scale) and scale > 0 and max(ends) <= FLOAT32_RTOL * abs(scale):
         return ROUNDING
+    if unit == "item":
+        return ONE_SEED
     if significant_holm:
         return BETTER if better is True or better == "True" else WORSE
     if _fin(lo) and _fin(hi) and (lo > 0 or hi < 0):
@@ -187,7 +191,7 @@ def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) ->
                         "verdict": verdict(float(r.delta), float(r.delta_lo),
                                            float(r.delta_hi), bool(r.degenerate),
                                            bool(r.significant_holm), r.better,
-                                           abs(float(r.mean))),
+                                           abs(float(r.mean)), r.delta_unit or "seed"),
                         "scale": abs(float(r.mean)),
                         "source": f"table_{r.view}.csv ({comp})"})
     return out
@@ -259,7 +263,7 @@ def zcut_rows(data: SweepData, keys: list[tuple[str, str]], n_boot: int = 2000) 
             sig = bool(r.pop("significant") and _fin(pa) and pa < ALPHA)
             r["p_holm"] = float(pa)
             r["verdict"] = verdict(r["delta"], r["lo"], r["hi"], r["degenerate"], sig,
-                                   (r["delta"] > 0) == hib, r["scale"])
+                                   (r["delta"] > 0) == hib, r["scale"], r["delta_unit"])
             r.pop("p")
         base = done & (c["arm"] == arms.BASELINE.name)
         d, scale = _delta(data, zc, base, task, metric, n_boot)
@@ -269,7 +273,7 @@ def zcut_rows(data: SweepData, keys: list[tuple[str, str]], n_boot: int = 2000) 
             sig = bool(r.pop("significant") and _fin(r["p"]) and r["p"] < ALPHA)
             r["p_holm"] = r.pop("p")
             r["verdict"] = verdict(r["delta"], r["lo"], r["hi"], r["degenerate"], sig,
-                                   (r["delta"] > 0) == hib, r["scale"])
+                                   (r["delta"] > 0) == hib, r["scale"], r["delta_unit"])
             out.append(r)
     return out
 
@@ -336,7 +340,11 @@ def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = 
     drawn = draw_forest(list(axes[0]), forest, metrics)
     handles = [plt.Line2D([], [], color=COLORS[k], marker="D" if k == IDENTICAL else "o",
                           ls="-" if k != IDENTICAL else "", label=k)
-               for k in (BETTER, WORSE, NONE_SEEN, HOLM_ONLY, IDENTICAL)]
+               for k in (BETTER, WORSE, NONE_SEEN, HOLM_ONLY, IDENTICAL)
+               if k in set(forest["verdict"]) | {BETTER, WORSE, NONE_SEEN}
+               or (k == IDENTICAL and ROUNDING in set(forest["verdict"]))]
+    if ONE_SEED in set(forest["verdict"]):
+        handles.append(plt.Line2D([], [], color=COLORS[ONE_SEED], marker="o", label=ONE_SEED))
     handles.append(plt.Rectangle((0, 0), 1, 1, color="#e6e6e6", label="±MDE (80% power)"))
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, -0.01))

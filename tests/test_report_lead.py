@@ -72,6 +72,8 @@ def test_verdict_words_and_rounding_rule():
     assert lead.verdict(-0.02, -0.04, -0.001, False, False, None) == lead.HOLM_ONLY
     assert lead.verdict(-0.01, -0.02, 0.01, False, False, None) == lead.NONE_SEEN
     assert lead.verdict(math.nan, math.nan, math.nan, False, False, None) == lead.NO_DATA
+    # one seed: an item-level interval leaves the seed variance out: never a verdict
+    assert lead.verdict(0.2, 0.1, 0.3, False, True, True, unit="item") == lead.ONE_SEED
 
 
 def test_forest_numbers_are_the_tables_numbers(built):
