@@ -107,12 +107,15 @@ def facts(data: SweepData, forest: pd.DataFrame | None = None) -> list[tuple[str
     wall = done["wall_s"].astype(float) if "wall_s" in done else pd.Series(dtype=float)
     threads = done["threads"].astype(float) if "threads" in done else pd.Series(dtype=float)
     core_h = float((wall * threads.fillna(1)).sum()) / 3600 if wall.notna().any() else math.nan
-    gpu = any("cu" in str(v) for v in torch_v) and "cuda" in " ".join(map(str, torch_v))
+    gpu = any("+cu" in str(v) or "rocm" in str(v) for v in torch_v)  # the CUDA/ROCm builds
     sweep_wall = local.get("wall_s")
     cost = (f"sweep wall-clock {sweep_wall / 60:.0f} min; " if _fin(sweep_wall) else "") + (
-        f"training {wall.sum() / 3600:.2f} h summed over runs, {core_h:.2f} core-hours"
-        if wall.notna().any() else f"training time {NOT_RECORDED}") + (
-        "" if gpu else "; 0 GPU-hours (CPU runs)")
+        f"training {wall.sum() / 3600:.2f} h summed over runs" if wall.notna().any()
+        else f"training time {NOT_RECORDED}")
+    if gpu:  # the runs record their wall time, not their GPU count
+        cost += "; GPU-hours = these hours x GPUs per run"
+    elif wall.notna().any():
+        cost += f", {core_h:.2f} core-hours (x threads per run); 0 GPU-hours (CPU runs)"
     out.append(("wall-clock, cost", cost + " (training only; evaluation and probes not "
                                            "included)"))
     if forest is not None and len(forest):
