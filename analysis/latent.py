@@ -28,7 +28,7 @@ import pandas as pd
 
 from common.kappa import kappa_label
 
-from .probe import ProbeFileError, probe_files, probe_html, probe_row, read_probe
+from .probe import TABLE_COLS, ProbeFileError, probe_files, probe_html, probe_row, read_probe
 from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -172,7 +172,10 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     agg = aggregate(runs)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        runs.drop(columns=["per_bit"]).to_csv(Path(out_dir) / "probe.csv", index=False)
+        # probe.TABLE_COLS first, in its order (the probe table as before), then what is added
+        cols = [c for c in TABLE_COLS if c in runs] + [c for c in runs if c not in TABLE_COLS
+                                                       and c != "per_bit"]
+        runs[cols].to_csv(Path(out_dir) / "probe.csv", index=False)
         agg.to_csv(Path(out_dir) / "probe_by_kappa.csv", index=False)
     parts = [head, notes,
              "<p>From each Free Transformer's probe file (experiments/eval/probe.py, "
