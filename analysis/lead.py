@@ -27,6 +27,7 @@ import math
 
 import matplotlib
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
@@ -299,6 +300,8 @@ def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
     if not has_zcut_table:
         rows += zcut_rows(data, keys, n_boot)
     df = pd.DataFrame(rows, columns=FOREST_COLS)
+    # a comparison whose reference has no run has no Δ: its table says why; nothing to draw
+    df = df[np.isfinite(df["delta"].astype(float))]
     # validation CE first (the study's primary metric), then the other rows in table order
     keys = sorted(keys, key=lambda k: (k[0] != "val", k[1] != "val_ce"))
     order = {k: i for i, k in enumerate(keys)}
@@ -400,6 +403,7 @@ def draw_forest(axes: list, forest: pd.DataFrame, metrics: list[tuple[str, str]]
         hib = bool(sub["higher_is_better"].iloc[0]) if len(sub) else True
         ax.set_title(f"{label}\nΔ in {unit}; FT better: {'→' if hib else '←'}", fontsize=8)
         ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(5))
         ax.grid(axis="x", color="#eeeeee", lw=0.6)
         ax.set_ylim(-0.7, n - 0.3)
         if j == 0:
