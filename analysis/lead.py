@@ -297,8 +297,9 @@ def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
     rows = _table_rows(tables, keys)
     has_zcut_table = any(arms.find(str(r["reference"])) is not None
                          and arms.find(str(r["reference"])).z_cut for r in rows)
-    if not has_zcut_table:
-        rows += zcut_rows(data, keys, n_boot)
+    # FT vs Z-cut from the tables when they carry it; the Z-cut vs baseline check from here
+    rows += [r for r in zcut_rows(data, keys, n_boot)
+             if not has_zcut_table or r["key"] == f"{ZCUT}:check"]
     df = pd.DataFrame(rows, columns=FOREST_COLS)
     # a comparison whose reference has no run has no Δ: its table says why; nothing to draw
     df = df[np.isfinite(df["delta"].astype(float))]
@@ -516,6 +517,7 @@ def can_cannot(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
     if not_evaluated:
         cannot.append(f"anything about {len(not_evaluated)} benchmarks not evaluated")
     cannot.append("effects smaller than the MDE")
+    parts = [p[:1].upper() + p[1:] for p in parts]  # each is a sentence
     return ". ".join(parts) + ". It cannot say " + "; nor ".join(cannot) + "."
 
 
