@@ -18,14 +18,18 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-REQUIRED_SECTIONS = ["summary", "claims", "table-tokens", "table-flops", "table3", "likelihood",
-                     "eval-completeness",
-                     "figures", "synthetic", "runs", "provenance"]
+REQUIRED_SECTIONS = ["lead", "card", "summary", "signal-noise", "verdicts", "table-tokens",
+                     "table-flops", "claims", "table3", "likelihood", "probe",
+                     "eval-completeness", "figures", "synthetic", "appendix", "runs",
+                     "provenance"]
 """Section ids every report has; the report's CHECK_JS and `check_report` look for each."""
+MEASURED = ["lead", "card"]
+"""Elements whose position on the page the check records (data-top-<id>: px from the top of
+the page at the window's width), beside the page's height (data-page-height)."""
 
 CHECK_JS = """
 window.addEventListener('load', function () {
-  var required = %s;
+  var required = %s, measured = %s;
   var imgs = Array.prototype.slice.call(document.images);
   var broken = imgs.filter(function (i) { return !i.complete || i.naturalWidth === 0; });
   broken.forEach(function (i) { i.setAttribute('data-broken', '1'); });
@@ -33,11 +37,20 @@ window.addEventListener('load', function () {
   document.body.setAttribute('data-images', imgs.length);
   document.body.setAttribute('data-broken-images', broken.length);
   document.body.setAttribute('data-missing-sections', missing.join(','));
+  document.body.setAttribute('data-page-height', document.documentElement.scrollHeight);
+  measured.forEach(function (id) {
+    var e = document.getElementById(id);
+    if (e) {
+      var top = Math.round(e.getBoundingClientRect().top + window.scrollY);
+      document.body.setAttribute('data-top-' + id, top);
+    }
+  });
   document.body.setAttribute('data-check', broken.length || missing.length ? 'fail' : 'ok');
 });
 """
-"""The script the report embeds (formatted with REQUIRED_SECTIONS as a JSON list): on `load` it
-marks <body> with what `check_report` reads."""
+"""The script the report embeds (formatted with REQUIRED_SECTIONS and MEASURED as JSON lists):
+on `load` it marks <body> with what `check_report` reads: broken images, missing sections, the
+page height and the top of each MEASURED element, in CSS px at the window's width."""
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -61,9 +74,11 @@ def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 
 def check_report(html_path: str | os.PathLike, screenshot: str | os.PathLike | None = None,
-                 width: int = 1400, height: int = 4000, timeout: float = 90) -> dict:
-    """Render the report; return {"ok", "images", "broken_images", "missing_sections",
-    "screenshot"}. Raises FileNotFoundError when no Chromium is installed."""
+                 width: int = 1400, height: int = 1000, timeout: float = 90) -> dict:
+    """Render the report at `width` px; return {"ok", "images", "broken_images",
+    "missing_sections", "page_height", "top" ({id: px} of MEASURED), "screenshot" (the first
+    `height` px: what a reader sees without scrolling)}. Raises FileNotFoundError when no
+    Chromium is installed."""
     exe = find_chromium()
     if exe is None:
         raise FileNotFoundError("no chromium on PATH (apt-get install -y chromium)")
@@ -86,7 +101,10 @@ def check_report(html_path: str | os.PathLike, screenshot: str | os.PathLike | N
            "missing_sections": missing or [s for s in attrs.get("data-missing-sections",
                                                                   "").split(",") if s],
            "screenshot": str(shot) if shot and shot.is_file() else None,
-           "dom_chars": len(dom.stdout)}
+           "dom_chars": len(dom.stdout),
+           "page_height": int(attrs.get("data-page-height", -1) or -1),
+           "top": {k.removeprefix("data-top-"): int(v) for k, v in attrs.items()
+                   if k.startswith("data-top-")}}
     if not m:
         res["stderr"] = dom.stderr[-2000:]
     return res

@@ -114,11 +114,19 @@ def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
 
 
 def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> plt.Figure | None:
-    """Each benchmark's primary score against kappa with its 95% CI; baseline as a band."""
+    """Each benchmark's primary score against kappa with its 95% CI; baseline as a band. Rows
+    at the floor (every arm 0, or at chance: lead.at_floor) are not drawn: a flat line at 0
+    says nothing the report's one line about them does not."""
+    from .lead import row_status
+
     t = table if table is not None else paper_table(data, "tokens", n_boot=200)
     if len(t) and "comparison" in t:  # the view's first comparison (its reference arm)
         t = t[t["comparison"] == t["comparison"].dropna().iloc[0]]
     t = t[(t["column"] != "") & t["n_seeds"].fillna(0).gt(0)] if len(t) else t
+    if len(t):
+        st = row_status(t)
+        floor = {(r.task, r.metric) for r in st.itertuples() if r.floor}
+        t = t[[(a, b) not in floor for a, b in zip(t["task"], t["metric"], strict=True)]]
     if t.empty:
         return None
     order = [task for _, tasks in GROUPS for task in tasks]

@@ -27,14 +27,14 @@ from common.io import atomic_write_text, unwritable
 from common.paths import RunDir, SweepDir, results_root, sweeps_dir
 from common.text import one_line
 
+from . import card as rcard
 from . import checkpoints as ckpts
-from . import figures
-from .browser import CHECK_JS, REQUIRED_SECTIONS, check_report
+from . import figures, lead
+from .browser import CHECK_JS, MEASURED, REQUIRED_SECTIONS, check_report
 from .claims import checklist
 from .derived import collapse_table, overhead_table
 from .frame import SweepData, load_sweep
-from .probe import probe_section
-from .stats import NO_VARIATION
+from .latent import latent_section
 from .tables import (
     LEGEND,
     VIEWS,
@@ -65,6 +65,13 @@ th{background:#f3f3f3} td.grp{background:#fafafa;font-weight:600}
 img{max-width:100%;border:1px solid #ddd;margin:6px 0}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px}
 footer{font-size:11px;color:#444} .wide{overflow-x:auto;max-width:100%}
+.lead-row{display:flex;gap:16px;align-items:flex-start}
+.lead-fig{flex:0 0 62%} .lead-fig img{width:100%;margin:0}
+.lead-side{flex:1 1 auto;font-size:12px} .lead-side table{font-size:11.5px}
+table.card th{text-align:left;white-space:nowrap;width:1%} table.card{font-size:11.5px;width:100%}
+.fold{font-size:12px;color:#444;margin:2px 0} a.cell{color:inherit;text-decoration:none}
+a.cell:hover{text-decoration:underline} details{margin:6px 0} summary{cursor:pointer}
+.cannot{background:#fff7e0;border-left:4px solid #d9a400;padding:6px 10px;font-size:12.5px}
 """
 
 def esc(x: object) -> str:
@@ -84,68 +91,126 @@ def _num(x: object, fmt: str = "{:.3g}") -> str:
     return esc(x)
 
 
-def frame_html(df: pd.DataFrame, cols: list[str] | None = None) -> str:
-    """A plain HTML table; NaN shows as a grey dash, never 0."""
+def frame_html(df: pd.DataFrame, cols: list[str] | None = None,
+               index: RunIndex | None = None, label: str = "") -> str:
+    """A plain HTML table; NaN shows as a grey dash, never 0. With `index`, a `run_ids`
+    column is not shown: each row links to its runs in the appendix instead (`label` names
+    the table there)."""
     if df is None or df.empty:
         return '<p class="missing">no rows</p>'
     cols = cols or list(df.columns)
+    links = index is not None and "run_ids" in df
+    if links:
+        cols = [c for c in cols if c != "run_ids"]
     out = ['<div class="wide"><table><tr>' + "".join(f"<th>{esc(c)}</th>" for c in cols)
-           + "</tr>"]
-    for _, r in df.iterrows():
-        out.append("<tr>" + "".join(f"<td>{_num(r[c])}</td>" for c in cols) + "</tr>")
+           + ("<th>runs</th>" if links else "") + "</tr>"]
+    for i, (_, r) in enumerate(df.iterrows()):
+        cell = ""
+        if links:
+            a = index.link(r["run_ids"], f"{label} row {i + 1}")
+            cell = f'<td><a href="#{a}">runs</a></td>' if a else "<td></td>"
+        out.append("<tr>" + "".join(f"<td>{_num(r[c])}</td>" for c in cols) + cell + "</tr>")
     return "\n".join(out + ["</table></div>"])
 
 
-def table_html(long: pd.DataFrame) -> str:
-    """The paper-style table of ONE comparison from its long form; hover a cell for its
-    run-ids, eval files and spec, and its interval methods."""
+class RunIndex:
+    """The appendix's index of run-id sets: every table cell that needs its runs links to one
+    anchor here (`link`), and `html` renders the appendix table (one row per distinct set)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict] = {}
+
+    def link(self, run_ids: object, label: str, files: object = "") -> str:
+        ids = " ".join(sorted(str(run_ids).split())) if isinstance(run_ids, str) else ""
+        if not ids:
+            return ""
+        import hashlib
+
+        anchor = "ids-" + hashlib.sha1(ids.encode()).hexdigest()[:10]
+        r = self.rows.setdefault(anchor, {"anchor": anchor, "labels": [], "run_ids": ids,
+                                          "files": set()})
+        if label not in r["labels"]:
+            r["labels"].append(label)
+        if isinstance(files, str) and files:
+            r["files"].update(files.split())
+        return anchor
+
+    def html(self) -> str:
+        if not self.rows:
+            return '<p class="missing">no table cell names runs</p>'
+        out = ["<table><tr><th>runs of</th><th>run-ids</th><th>eval files</th></tr>"]
+        for r in self.rows.values():
+            out.append(f'<tr id="{r["anchor"]}"><td>{esc("; ".join(r["labels"][:6]))}'
+                       f'{" ..." if len(r["labels"]) > 6 else ""}</td>'
+                       f'<td class="mono">{esc(r["run_ids"])}</td>'
+                       f'<td class="mono">{esc(" ".join(sorted(r["files"])))}</td></tr>')
+        return "\n".join(out + ["</table>"])
+
+
+def _fold_lines(st: pd.DataFrame) -> list[str]:
+    """The one-line summaries under a table: rows not evaluated (one line per reason) and rows
+    at the floor."""
+    out = []
+    if st.empty:
+        return out
+    ne = st[~st["evaluated"].astype(bool)]
+    for why, g in ne.groupby("why", sort=False):
+        names = ", ".join(dict.fromkeys(g["benchmark"].fillna(g["task"]).astype(str)))
+        out.append(f'<p class="fold">{esc(why)}: {esc(names)}</p>')
+    fl = st[st["floor"].astype(bool)]
+    if len(fl):
+        names = ", ".join(f"{b} ({m})" for b, m in zip(fl["benchmark"].fillna(fl["task"]),
+                                                        fl["metric"], strict=True))
+        out.append(f'<p class="fold">At the floor (every arm scores 0, or holds chance in '
+                   f"its interval; not drawn, no verdict possible): {esc(names)}</p>")
+    return out
+
+
+def table_html(long: pd.DataFrame, index: RunIndex | None = None) -> str:
+    """The paper-style table of ONE comparison from its long form, showing only the rows that
+    were evaluated and are off the floor (the others are one line each under the table). Each
+    cell links to its run-ids in the appendix; hover it for its eval files, spec and interval
+    methods."""
     cols = [c for c in dict.fromkeys(long["column"]) if c]
+    st = lead.row_status(long[long["column"] != ""]) if cols else lead.row_status(long.iloc[:0])
+    keep = {(r.task, r.metric) for r in st.itertuples() if r.evaluated and not r.floor}
+    # rows with no column at all (a benchmark the suite cannot run) are folded too
+    nocol = long[long["column"] == ""]
+    if len(nocol):
+        extra = pd.DataFrame([{"group": r["group"], "benchmark": r["benchmark"],
+                               "task": r["task"], "metric": r["metric"], "evaluated": False,
+                               "floor": False, "why": r["status"] or "no score"}
+                              for _, r in nocol.iterrows()])
+        st = pd.concat([st, extra], ignore_index=True)
     out = ["<table><tr><th>group</th><th>benchmark</th>"
            + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr>"]
     seen: dict[tuple[str, str], list[str]] = {}
     for _, r in long.iterrows():
+        if not r["column"] or (r["task"], r["metric"]) not in keep:
+            continue
         key = (r["group"], row_label(r))
         cells = seen.setdefault(key, [])
-        if not r["column"]:
-            cells.extend(f'<td class="missing">{esc(r["status"])}</td>' for _ in cols)
-            continue
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
-        title = (f"runs: {r['run_ids'] or 'none'}; eval files: {r.get('files') or 'n/a'}; "
+        title = (f"eval files: {r.get('files') or 'n/a'}; "
                  f"spec: {r.get('spec_ids') or 'n/a'}; CI: {r['ci_method'] or 'n/a'}; "
                  f"delta: {r['delta_method'] or 'n/a'}; items: {r['n_items']}")
         nt, nr = r.get("n_truncated", math.nan), r.get("n_requests", math.nan)
         if isinstance(nr, float) and math.isfinite(nr):
             title += f"; generation prompts cut: {nt:g}/{nr:g} (see Evaluation completeness)"
-        cells.append(f'<td class="{cls}" title="{esc(title)}">{esc(cell_text(r))}</td>')
+        text = esc(cell_text(r))
+        anchor = index.link(r.get("run_ids"), str(r["column"]), r.get("files")) if index else ""
+        if anchor:
+            text = f'<a class="cell" href="#{anchor}">{text}</a>'
+        cells.append(f'<td class="{cls}" title="{esc(title)}">{text}</td>')
     prev = None
     for (group, label), cells in seen.items():
         g = esc(group) if group != prev else ""
         prev = group
         out.append(f'<tr><td class="grp">{g}</td><td>{esc(label)}</td>{"".join(cells)}</tr>')
-    return "\n".join(out + ["</table>"])
-
-
-def mde_html(table: pd.DataFrame) -> str:
-    """Per comparison and benchmark row: the minimum detectable effect at 80% power (median over
-    the Free Transformer columns) next to the largest observed |Δ|."""
-    t = table[(table["arm"] == FREE.name) & table["mde"].notna()] if len(table) else table
-    if t.empty:
-        return ('<p class="missing">minimum detectable effect: no comparison has an interval '
-                f"yet (one seed without items, or {esc(NO_VARIATION)})</p>")
-    rows = []
-    for (comp, task, metric), g in t.groupby(["comparison", "task", "metric"], sort=False):
-        rows.append({"comparison": comp, "benchmark": f"{task} ({metric})",
-                     "MDE at 80% power": float(g["mde"].median()),
-                     "largest |Δ| observed": float(g["delta"].abs().max()),
-                     "n (items x seeds)": f"{int(g['delta_n_items'].max())}x"
-                                          f"{int(g['delta_n_seeds'].max())}",
-                     "unit": "seed" if (g["delta_unit"] == "seed").all() else
-                             "item (one seed)"})
-    return ("<p>Minimum detectable effect (two-sided 5%, 80% power, from the observed variance; "
-            "uncorrected, Holm across m kappas needs more): a true Δ smaller than this would "
-            "usually be missed, so an 'inconclusive' here cannot rule out the paper's gains.</p>"
-            + frame_html(pd.DataFrame(rows)))
+    body = "\n".join(out + ["</table>"]) if seen else \
+        '<p class="missing">no benchmark row was evaluated off the floor</p>'
+    return body + "".join(_fold_lines(st))
 
 
 def completeness_html(data: SweepData) -> str:
@@ -217,9 +282,8 @@ def _status_html(data: SweepData) -> str:
 
 def _provenance_html(data: SweepData, synth: Path | None) -> str:
     m = data.manifest
-    out = ["<p>Every number above comes from the runs of its column: hover a table cell for its "
-           "run-ids; the CSV tables carry a <code>run_ids</code> column. The run-id is the hash "
-           "of the resolved training config (docs/RESULTS.md).</p>",
+    out = ["<p>Every number above comes from the runs of its column: a table cell links to its "
+           "run-ids above; the CSV tables carry a <code>run_ids</code> column.</p>",
            f"<p>sweep <b>{esc(m.get('name'))}</b>, created {esc(m.get('created'))}, launcher "
            f"{esc(m.get('launcher'))}, git commit <code>{esc(m.get('git_commit'))}</code>; "
            f"manifest <code>{esc(data.root / 'sweeps' / data.name / 'manifest.json')}</code></p>",
@@ -238,7 +302,8 @@ def _provenance_html(data: SweepData, synth: Path | None) -> str:
                          "tokenizer_sha256": _short(r.get("tokenizer_sha256"), 16),
                          "launcher": r.get("launcher"), "threads": r.get("threads"),
                          "host": r.get("host")})
-        out.append("<h3>Runs</h3>" + frame_html(pd.DataFrame(rows)))
+        out.append(f"<details><summary>Runs ({len(rows)}): config hash, commit, tree state, "
+                   "versions, host</summary>" + frame_html(pd.DataFrame(rows)) + "</details>")
     if data.evals:
         ev = pd.DataFrame([{
             "file": e.get("file"), "suite": e.get("suite"), "z_mode": e.get("z_mode"),
@@ -249,7 +314,8 @@ def _provenance_html(data: SweepData, synth: Path | None) -> str:
             "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
             "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}
             for e in data.evals])
-        out.append("<h3>Evaluations (harness versions)</h3>" + frame_html(ev))
+        out.append(f"<details><summary>Evaluations ({len(ev)} files: harness versions, specs, "
+                   "checksums)</summary>" + frame_html(ev) + "</details>")
     sums: dict[str, str] = dict(m.get("data_checksums") or {})
     for d in c.get("data_checksums", pd.Series(dtype=object)).dropna():
         sums.update(d if isinstance(d, dict) else {})
@@ -305,8 +371,8 @@ def _summary_html(data: SweepData) -> str:
             f"chance on these benchmarks (chance: {chance}), so accuracy differences are mostly "
             "noise and the smooth metrics (bits per byte of gold answers, validation CE in nats) "
             "carry the signal. A verdict of 'inconclusive' is the expected outcome of a demo; "
-            "the minimum detectable effect under each table says what the sweep could have "
-            "seen.</p>")
+            "the minimum detectable effect beside each verdict (and in Signal and noise) says "
+            "what the sweep could have seen.</p>")
 
 
 class ReportError(ValueError):
@@ -359,11 +425,16 @@ def _fmt_ci(m: float, lo: float, hi: float) -> str:
     return s + (f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and math.isfinite(lo) else "")
 
 
-def _table3_html(data: SweepData, out_dir: Path) -> str:
-    """The paper's Table-3 pair and Figures 5-7 from the evaluated checkpoints."""
+def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame | None = None) -> str:
+    """The paper's Table-3 pair and Figures 5-7 from the evaluated checkpoints; rows at the
+    floor in the main table (every arm 0 or at chance) are one line, and not drawn."""
     t3 = ckpts.table3(data)
     t3.to_csv(out_dir / "table3.csv", index=False)
-    fig = ckpts.curves_figure(data)
+    floor: set = set()
+    if main is not None and len(main):
+        st = lead.row_status(main[main["column"] != ""])
+        floor = {(r.task, r.metric) for r in st.itertuples() if r.floor}
+    fig = ckpts.curves_figure(_without(data, floor))
     png = figures.png_bytes(fig) if fig is not None else None
     if png:
         (out_dir / "benchmark_curves.png").write_bytes(png)
@@ -381,13 +452,41 @@ def _table3_html(data: SweepData, out_dir: Path) -> str:
                t3["last_third"], t3["last_third_lo"], t3["last_third_hi"], strict=True)]})
     cols = ["group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
             "last third [95% CI over seeds]", "steps", "ci_method"]
+    zero = {k for k, g in t3.groupby(["task", "metric"])
+            if (pd.to_numeric(g["final"], errors="coerce").fillna(0) == 0).all()}
+    at_floor = [(t, m) in floor | zero
+                for t, m in zip(view["task"], view["metric"], strict=True)]
+    shown = view[[not f for f in at_floor]]
+    fl = sorted(set(view.loc[at_floor, "benchmark"]))
+    fold = (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
+            f'{esc(", ".join(fl))}</p>' if fl else "")
+    if png is None and not len(shown):
+        png_note = "every evaluated checkpoint's score is at the floor"
+    else:
+        png_note = "fewer than two steps"
     return (head + "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
             "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
             "n_points of them, steps listed); then the mean over seeds with a t interval over "
             "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
-            + frame_html(view, cols)
-            + img_html(png, "benchmark curves vs training tokens", "fewer than two steps")
+            + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>"
+               + frame_html(shown, cols) + "</details>" if len(shown) else "") + fold
+            + img_html(png, "benchmark curves vs training tokens", png_note)
             + "<p>Files: report/table3.csv, report/benchmark_curves.png</p></section>")
+
+
+def _without(data: SweepData, floor: set) -> SweepData:
+    """The sweep with the checkpoint points of the floor rows dropped (for the curves): the
+    main table's floor rows and any (task, metric) whose every point is 0 (an all-zero curve
+    says nothing)."""
+    import dataclasses
+
+    p = data.points
+    if p.empty:
+        return data
+    zero = {k for k, g in p.groupby(["task", "metric"]) if (g["value"].fillna(0) == 0).all()}
+    drop = floor | zero
+    keep = [(t, m) not in drop for t, m in zip(p["task"], p["metric"], strict=True)]
+    return dataclasses.replace(data, points=p[keep])
 
 
 def _likelihood_html(data: SweepData, out_dir: Path) -> str:
@@ -407,12 +506,109 @@ def _likelihood_html(data: SweepData, out_dir: Path) -> str:
             "_iwae variant replaces the ELBO by the IWAE bound. The posterior-Z CE is "
             "<b>leaking</b> (Z from an encoder that reads the scored tokens): it is not a "
             "likelihood and is never compared with the baseline's CE.</p>"
-            + frame_html(lt) + "<p>File: report/likelihood.csv</p></section>")
+            + _likelihood_line(lt)
+            + f"<details><summary>Per Free Transformer and seed ({len(lt)} rows)</summary>"
+            + frame_html(lt) + "</details><p>File: report/likelihood.csv</p></section>")
+
+
+def _likelihood_line(lt: pd.DataFrame) -> str:
+    """Per column: the mean gap (nats/token) and KL spend recovered over its seeds."""
+    if lt.empty or "column" not in lt:
+        return ""
+    parts = []
+    for col, g in lt.groupby("column", sort=False):
+        gap = pd.to_numeric(g.get("gap_nats_per_token"), errors="coerce")
+        rec = pd.to_numeric(g.get("kl_spend_recovered"), errors="coerce")
+        parts.append(f"{col}: gap {gap.mean():+.4f} nats/token, KL spend recovered "
+                     f"{100 * rec.mean():.2g}% (mean of {gap.notna().sum()} seeds)")
+    return f"<p>{esc('; '.join(parts))}</p>"
+
+
+def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataFrame],
+               out_dir: Path, card_lines: list[tuple[str, str]]) -> tuple[str, list[dict]]:
+    """The first screen: the forest (lead figure) beside the verdicts in words and what the
+    sweep can and cannot say; the report card below. Returns (HTML, what the forest drew)."""
+    fig, drawn = lead.forest_figure(forest)
+    png = figures.png_bytes(fig) if fig is not None else None
+    if png:
+        (out_dir / "lead_forest.png").write_bytes(png)
+    forest.to_csv(out_dir / "lead.csv", index=False)
+    st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values()
+                    if len(t)] or [lead.row_status(pd.DataFrame())])
+    not_eval = sorted(set(st.loc[~st["evaluated"].astype(bool), "benchmark"].dropna()))
+    words = lead.verdict_words(forest)
+    side = ('<table><tr><th>comparison</th><th>verdict (all kappas, every measured metric)'
+            "</th></tr>" + "".join(f"<tr><td>{esc(c)}</td><td>{esc(v)}</td></tr>"
+                                    for c, v in words) + "</table>") if words else \
+        '<p class="missing">no comparison has a Δ yet</p>'
+    cc = lead.can_cannot(data, forest, tables, not_eval)
+    fig_html = img_html(png, "lead figure: forest of Δ per comparison, kappa and metric",
+                        "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
+    lead_html = (f'<section id="lead"><div class="lead-row"><div class="lead-fig">{fig_html}'
+                 f'</div><div class="lead-side"><b>Verdicts</b> (Holm across kappas; grey band '
+                 f"= ±MDE at 80% power){side}"
+                 f'<p class="cannot"><b>What this sweep can and cannot say.</b> {esc(cc)}</p>'
+                 "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
+                 "<a href=\"#table-tokens\">tables</a>, <a href=\"#signal-noise\">signal and "
+                 "noise</a>, <a href=\"#probe\">the latent</a>, <a href=\"#appendix\">run-ids "
+                 "and provenance</a>. Files: report/lead.csv, report/lead_forest.png, "
+                 "report/summary.png</p></div></div></section>")
+    return lead_html, drawn
+
+
+def _card_html(lines: list[tuple[str, str]], summary_png: bytes | None) -> str:
+    shot = ("<details><summary>summary.png (this card and the headline forest as one "
+            "picture, for a review)</summary>"
+            + img_html(summary_png, "report card (summary.png)", "not drawn") + "</details>")
+    return (f'<section id="card"><h2>Report card</h2>{rcard.card_html(lines)}{shot}</section>')
+
+
+def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:
+    counts = claims["verdict"].value_counts() if len(claims) else pd.Series(dtype=int)
+    head = ", ".join(f"{n} {v}" for v, n in counts.items())
+    rows, unjudged = [], []
+    for r in claims.itertuples():
+        if isinstance(r.evidence, str) and r.evidence.endswith(": not evaluated in this sweep"):
+            unjudged.append(r.claim.removeprefix("The Free Transformer beats the baseline "))
+            continue
+        a = index.link(r.run_ids, f"claim: {r.claim[:60]}") if isinstance(r.run_ids, str) \
+            else ""
+        runs = f'<a href="#{a}">runs</a>' if a else ""
+        rows.append(f'<tr><td>{esc(r.claim)}</td><td class="{esc(r.verdict)}"><b>'
+                    f"{esc(r.verdict)}</b></td><td>{esc(r.evidence)}</td><td>{esc(r.source)}"
+                    f"</td><td>{runs}</td></tr>")
+    return ('<section id="claims"><h2>Paper claims checklist</h2>'
+            f"<details><summary>{len(claims)} claims: {esc(head)} (open for the evidence)"
+            "</summary><table><tr><th>claim</th><th>verdict</th><th>our evidence</th>"
+            "<th>source</th><th>runs</th></tr>" + "".join(rows) + "</table>"
+            + (f'<p class="fold">Inconclusive, the benchmark not evaluated in this sweep: '
+               f'{esc("; ".join(unjudged))}</p>' if unjudged else "")
+            + "</details><p>File: report/claims.csv</p></section>")
+
+
+def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
+    if sn.empty:
+        body = '<p class="missing">no metric with scores yet</p>'
+    else:
+        view = sn.rename(columns={"seed_sd": "seed SD", "spread_across_arms":
+                                  "spread across arms and kappas (SD of means)",
+                                  "signal_to_noise": "signal / noise", "mde": "MDE (median)",
+                                  "n_seeds": "seeds"})
+        body = ("<p>Per metric: the seed SD (pooled over every arm's column), the spread of the "
+                "columns' means across arms and kappas, and their ratio (the signal-to-noise of "
+                "Heineman et al. 2025, <i>Signal and Noise</i>: a benchmark tells models apart "
+                "when the spread is large against the seed noise), beside the median minimum "
+                "detectable effect of the lead figure's comparisons.</p>" + frame_html(view))
+    return ('<section id="signal-noise"><h2>Signal and noise per metric</h2>' + body
+            + '</section><section id="verdicts"><h2>Verdicts by metric</h2>'
+            + frame_html(verdicts) + "<p>File: report/lead.csv (every Δ of the lead figure, "
+            "with its source table)</p></section>")
 
 
 def build_report(name: str, root: str | Path | None = None, synthetic: str | None = None,
                  n_boot: int = 2000) -> Path:
-    """Write report.html (and report/ with tables, figures, checklist); return its path."""
+    """Write report.html (and report/ with tables, figures, checklist, summary.png); return
+    its path."""
     root = results_root(root)
     data = load_sweep(name, root)
     out_dir = SweepDir.of(name, root).report_dir
@@ -422,29 +618,33 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     comps, _ = comparisons(data)
     claims = checklist(data, tables, synth, notes)
     claims.to_csv(out_dir / "claims.csv", index=False)
+    index = RunIndex()
+    forest = lead.forest_frame(data, tables, n_boot=n_boot)
+    lines = rcard.facts(data, forest)
+    sfig, _ = rcard.summary_figure(lines, forest, name)
+    summary_png = figures.png_bytes(sfig)
+    (out_dir / "summary.png").write_bytes(summary_png)
+    lead_html, _ = _lead_html(data, forest, tables, out_dir, lines)
+    sn = lead.signal_noise(data, tables, forest)
+    sn.to_csv(out_dir / "signal_noise.csv", index=False)
     ct = collapse_table(data)
     ot = overhead_table(data)
     figs = {}
+    main_table = tables["tokens"] if len(tables["tokens"]) else tables["flops"]
     for key, fn in (("training_curves", figures.training_curves),
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
                     ("benchmarks_vs_kappa",
-                     lambda d: figures.benchmarks_vs_kappa(
-                         d, tables["tokens"] if len(tables["tokens"]) else tables["flops"])),
+                     lambda d: figures.benchmarks_vs_kappa(d, main_table)),
                     ("overhead", figures.overhead)):
         fig = fn(data)
         figs[key] = figures.png_bytes(fig) if fig is not None else None
         if figs[key]:
             (out_dir / f"{key}.png").write_bytes(figs[key])
-    claims_rows = "\n".join(
-        f'<tr><td>{esc(r.claim)}</td><td class="{esc(r.verdict)}"><b>{esc(r.verdict)}</b></td>'
-        f'<td>{esc(r.evidence)}</td><td>{esc(r.source)}</td>'
-        f'<td class="mono">{esc(r.run_ids)}</td></tr>' for r in claims.itertuples())
     view_head = {"tokens": "Equal tokens (the paper's protocol)", "flops": "Equal FLOPs"}
-    sections = [
-        f'<section id="summary"><h2>Summary</h2>{_summary_html(data)}</section>',
-        '<section id="claims"><h2>Paper claims checklist</h2><table><tr><th>claim</th>'
-        '<th>verdict</th><th>our evidence</th><th>source</th><th>run-ids</th></tr>'
-        f"{claims_rows}</table></section>"]
+    sections = [lead_html, _card_html(lines, summary_png),
+                f'<section id="summary"><h2>How to read this report</h2>{_summary_html(data)}'
+                "</section>",
+                _signal_noise_html(sn, lead.verdict_table(forest))]
     for view in VIEWS:
         t = tables[view]
         body = [f'<p class="note">{esc(notes.get(view, ""))}</p>']
@@ -455,21 +655,20 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
             if part.empty:
                 continue
             title = comp.title if comp is not None else "reference missing"
-            body.append(f"<h3>{esc(title)}</h3>{table_html(part)}")
+            body.append(f"<h3>{esc(title)}</h3>{table_html(part, index)}")
         specs = specs_used(data, t) if len(t) else []
         if specs:
             body.append("<p>Eval specs of these cells (one per suite; never mixed): "
                         + "; ".join(f"<code>{esc(x)}</code>" for x in specs) + "</p>")
-        if len(t):
-            body.append(mde_html(t))
         sections.append(f'<section id="table-{view}"><h2>{esc(view_head[view])}</h2>'
-                        + "".join(body) + f"<p>Files: report/table_{view}.csv, .md, .tex</p>"
-                        "</section>")
-    sections.append(_table3_html(data, out_dir))
+                        + "".join(body) + f"<p>Files: report/table_{view}.csv, .md, .tex "
+                        "(every row, for pasting)</p></section>")
+    sections.append(_claims_html(claims, index))
+    sections.append(_table3_html(data, out_dir, main_table))
     sections.append(_likelihood_html(data, out_dir))
     free_runs = [RunDir.of(str(r), data.root).path for r in
                  data.cells.loc[data.cells["arm"] == FREE.name, "run_id"].dropna()]
-    sections.append(probe_section(free_runs, out_dir))  # one block per FT with a probe file
+    sections.append(latent_section(free_runs, out_dir))  # one figure per kappa, runs folded
     sections.append('<section id="eval-completeness"><h2>Evaluation completeness: truncation '
                     f"and missing scores</h2>{completeness_html(data)}</section>")
     sections.append(
@@ -477,19 +676,25 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
         + img_html(figs["training_curves"], "training curves", "no training metrics yet")
         + img_html(figs["val_ce_vs_kappa"], "validation CE vs kappa",
                    "no Free Transformer validation CE yet")
-        + "<h3>Collapse check</h3>" + frame_html(ct)
-        + img_html(figs["benchmarks_vs_kappa"], "benchmarks vs kappa", "no benchmark scores yet")
+        + "<h3>Collapse check</h3>" + frame_html(ct, index=index, label="collapse check")
+        + img_html(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
+                   "no benchmark scores off the floor yet")
         + img_html(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
-        + "<h3>Overhead</h3>" + frame_html(ot) + "</section>")
+        + "<h3>Overhead</h3>" + frame_html(ot, index=index, label="overhead") + "</section>")
     sections.append(f'<section id="synthetic"><h2>Synthetic task (paper §4.1)</h2>'
                     f"{_synthetic_html(synth)}</section>")
-    sections.append(f'<section id="runs"><h2>Cells and their state</h2>{_status_html(data)}'
-                    "</section>")
-    sections.append(f'<footer id="provenance"><h2>Provenance</h2>'
-                    f"{_provenance_html(data, synth)}</footer>")
+    sections.append(f'<section id="appendix"><h2>Appendix: run-ids, cells and provenance</h2>'
+                    "<h3>Run-ids of every table cell</h3><p>Each table cell links here; the "
+                    "run-id is the hash of the resolved training config (docs/RESULTS.md).</p>"
+                    f"{index.html()}"
+                    f'<div id="runs"><details><summary>Cells and their state '
+                    f"({len(data.cells)})</summary>{_status_html(data)}</details></div>"
+                    f'<footer id="provenance"><h3>Provenance</h3>'
+                    f"{_provenance_html(data, synth)}</footer></section>")
     doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            f"<title>Free Transformer benchmark: {esc(name)}</title><style>{CSS}</style>"
-           f"<script>{CHECK_JS % json.dumps(REQUIRED_SECTIONS)}</script></head><body>"
+           f"<script>{CHECK_JS % (json.dumps(REQUIRED_SECTIONS), json.dumps(MEASURED))}</script>"
+           "</head><body>"
            f"<h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
            + "\n".join(sections) + "</body></html>\n")
     return atomic_write_text(SweepDir.of(name, root).report_html, doc)

@@ -1,6 +1,8 @@
 """The HTML report: built on a fabricated partial sweep, self-contained, and rendered in headless
-Chromium (Debian's `chromium`) with no broken image or missing section. The screenshot is kept
-as a test artifact at $FTBENCH_ARTIFACTS/report.png (default results/test-artifacts/)."""
+Chromium (Debian's `chromium`) with no broken image or missing section, the lead figure and the
+report card inside the first 1000 px at 1400 px wide, and (on the study's results, when they
+are here) a page at most a third as tall as before issue 39. The screenshot of the first screen
+is kept as a test artifact at $FTBENCH_ARTIFACTS/report.png (default results/test-artifacts/)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,9 @@ from analysis.figures import png_bytes
 from analysis.report import build_report
 
 ARTIFACTS = Path(os.environ.get("FTBENCH_ARTIFACTS", "results/test-artifacts"))
+BEFORE_PX = 56_000
+"""docs/study/report.html before issue 39, rendered at 1400 px wide: about 56,000 px tall
+(57,464 measured in headless Chromium); the report must be at most a third of that."""
 
 
 def _fake_synthetic(root: Path) -> Path:
@@ -51,11 +56,14 @@ def test_report_is_self_contained_and_complete(report):
     for sec in REQUIRED_SECTIONS:
         assert f'id="{sec}"' in html
     srcs = re.findall(r'<img[^>]*src="([^"]*)"', html)
-    assert len(srcs) == 5 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    # lead forest, summary.png, training curves, val CE vs kappa, benchmarks vs kappa,
+    # overhead, synthetic figure
+    assert len(srcs) == 7 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert (report.parent / "report" / "summary.png").stat().st_size > 10_000
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from a network
     # partial sweep: missing cells say so; the provenance footer has run-ids and checksums
     assert "missing: 1 pending" in html
-    assert "not evaluated in this sweep" in html
+    assert 1 <= html.count("not evaluated in this sweep") <= 4  # 3 tables + the claims
     foot = html[html.index('id="provenance"'):]
     assert "lm_eval=0.4.13" in foot and "c" * 16 in foot and "f" * 12 in foot
     run_ids = json.loads((report.parent / "manifest.json").read_text())["cells"]
@@ -81,11 +89,33 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     res = check_report(report, shot)
     assert res["check"] == "ok", res
     assert res["ok"] and res["broken_images"] == 0 and res["missing_sections"] == []
-    assert res["images"] == 5
+    assert res["images"] == 7
+    # the answer first: the lead figure and the report card on the first screen at 1400 px
+    assert 0 <= res["top"]["lead"] < 1000 and 0 <= res["top"]["card"] < 1000, res["top"]
+    assert 0 < res["page_height"] < BEFORE_PX / 3, res["page_height"]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shutil.copy(shot, ARTIFACTS / "report.png")
+
+
+STUDY = Path(os.environ.get("FTBENCH_RESULTS", "results")) / "sweeps" / "study" / "manifest.json"
+
+
+@pytest.mark.slow  # builds the 49-run study's report (minutes on 2 cores)
+@needs_chromium
+@pytest.mark.skipif(not STUDY.is_file(), reason=f"the study's results are not here ({STUDY})")
+def test_study_report_answers_on_the_first_screen(tmp_path):
+    """The study's own report: lead figure and card inside the first 1000 px, no broken image,
+    the page at most a third of its height before issue 39."""
+    root = tmp_path / "results"  # the report is written here; the runs are only read
+    (root / "sweeps" / "study").mkdir(parents=True)
+    (root / "runs").symlink_to(STUDY.parents[2].resolve() / "runs")
+    shutil.copy(STUDY, root / "sweeps" / "study" / "manifest.json")
+    res = check_report(build_report("study", root, n_boot=200), tmp_path / "s.png")
+    assert res["ok"] and res["broken_images"] == 0, res
+    assert res["top"]["lead"] < 1000 and res["top"]["card"] < 1000, res["top"]
+    assert 0 < res["page_height"] <= BEFORE_PX / 3, res["page_height"]
 
 
 @needs_chromium
@@ -106,7 +136,9 @@ def test_report_on_a_sweep_with_nothing_done(tmp_path):
     for sec in REQUIRED_SECTIONS:
         assert f'id="{sec}"' in html
     assert "no training metrics yet" in html and "2 pending" in html
-    assert "<img" not in html  # no empty plots; each missing figure is a sentence
+    # no empty plots, each missing figure is a sentence; the one picture is the report card
+    # (summary.png: the sweep's question and its 2 pending cells, every report has one)
+    assert re.findall(r'<img alt="([^"]*)"', html) == ["report card (summary.png)"]
 
 
 @pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)

@@ -1,0 +1,215 @@
+"""The latent across seeds: one figure per kappa from every Free Transformer's probe file, with
+each run's own block (analysis/probe.py) folded beneath.
+
+Per kappa (and H), over the seeds' probe files (experiments/eval/probe.py; docs/PROBE.md):
+- KL per latent bit (the encoder's posterior against the uniform prior, bits), mean over seeds
+  with a t interval over seeds;
+- the decoder's recovered share of the KL = (CE with prior Z - CE with posterior Z) / KL, both
+  in nats per token, per seed, then the mean with a t interval over seeds: the fraction of the
+  information the encoder spends that the decoder turns into better predictions (the posterior
+  CE leaks, so this is a diagnostic of latent use, never a score);
+- the Z ablations (one code per sequence, Z zeroed, the posterior: LEAKING) as CE changes
+  against prior Z, mean over seeds with a t interval over seeds.
+Only the probe files' existing columns are read (`probe.probe_row`); nothing is re-measured.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from common.kappa import kappa_label
+
+from .probe import TABLE_COLS, ProbeFileError, probe_files, probe_html, probe_row, read_probe
+from .stats import mean_ci
+
+matplotlib.use("Agg")  # PNGs only, never a display
+
+LN2 = math.log(2)
+ABLATION_COLS = (("d_fixed", "one code\nper sequence"), ("d_zeroed", "Z zeroed"),
+                 ("d_posterior_LEAKING", "posterior\n(LEAKING)"))
+AGG_COLS = ["kappa_bits", "latent_bits", "n_seeds", "kl_bits", "kl_bits_lo", "kl_bits_hi",
+            "share", "share_lo", "share_hi", "d_fixed", "d_fixed_lo", "d_fixed_hi", "d_zeroed",
+            "d_zeroed_lo", "d_zeroed_hi", "d_posterior_LEAKING", "d_posterior_LEAKING_lo",
+            "d_posterior_LEAKING_hi", "run_ids"]
+
+
+def recovered_share(row: dict) -> float:
+    """(prior-Z CE - posterior-Z CE) / KL, from one probe row: the posterior Δ is
+    CE_posterior - CE_prior (nats/token), the KL is in bits/token. NaN when either is missing
+    or the KL is 0."""
+    d, kl = row.get("d_posterior_LEAKING"), row.get("kl_bits")
+    if not (isinstance(d, float) and math.isfinite(d) and isinstance(kl, float)
+            and math.isfinite(kl) and kl > 0):
+        return math.nan
+    return -d / (kl * LN2)
+
+
+def per_run(docs: Iterable[dict]) -> pd.DataFrame:
+    """One row per probe file: its probe_row plus the recovered share and the per-bit KL."""
+    rows = []
+    for doc in docs:
+        r = probe_row(doc)
+        r["share"] = recovered_share(r)
+        r["per_bit"] = [float(x) if isinstance(x, (int, float)) else math.nan
+                        for x in ((doc.get("kl") or {}).get("per_bit_bits") or [])]
+        rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def aggregate(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per (kappa, H): means over seeds with 95% t intervals over seeds (AGG_COLS)."""
+    out = []
+    if runs.empty:
+        return pd.DataFrame(columns=AGG_COLS)
+    for (k, h), g in runs.groupby(["kappa_bits", "latent_bits"], sort=True):
+        r: dict = {"kappa_bits": float(k), "latent_bits": h, "n_seeds": len(g),
+                   "run_ids": " ".join(map(str, g["run_id"]))}
+        for col in ("kl_bits", "share", "d_fixed", "d_zeroed", "d_posterior_LEAKING"):
+            m, lo, hi = mean_ci(g[col].to_numpy(dtype=float))
+            r[col], r[f"{col}_lo"], r[f"{col}_hi"] = m, lo, hi
+        out.append(r)
+    return pd.DataFrame(out, columns=AGG_COLS)
+
+
+def kappa_figure(g: pd.DataFrame, agg: pd.Series) -> plt.Figure:
+    """One kappa's figure over its seeds: KL per bit, the recovered share, the ablations."""
+    fig, axes = plt.subplots(1, 3, figsize=(12, 2.9), gridspec_kw={"width_ratios": [3, 1.2, 2]})
+    bits = np.array([b for b in g["per_bit"] if b], dtype=float) if len(g) else np.zeros((0, 0))
+    ax = axes[0]
+    if bits.ndim == 2 and bits.size:
+        m = np.nanmean(bits, axis=0)
+        ci = [mean_ci(bits[:, j]) for j in range(bits.shape[1])]
+        # error bars from each bit's own t interval (clipped at 0: rounding, never negative)
+        lo = np.array([max(0.0, m[j] - c[1]) if math.isfinite(c[1]) else 0
+                       for j, c in enumerate(ci)])
+        hi = np.array([max(0.0, c[2] - m[j]) if math.isfinite(c[2]) else 0
+                       for j, c in enumerate(ci)])
+        ax.bar(range(len(m)), m, yerr=[lo, hi], capsize=3, color="tab:blue")
+        for row in bits:
+            ax.plot(range(len(row)), row, ".", color="k", ms=3, alpha=0.5)
+    ax.set(xlabel="latent bit h", ylabel="KL to uniform (bits)")
+    ax.set_title(f"KL per bit, mean over {len(g)} seeds (dots: seeds); total "
+                 f"{agg['kl_bits']:.3g} bits/token", fontsize=8)
+    ax = axes[1]
+    s = g["share"].to_numpy(dtype=float)
+    ax.plot(np.zeros(len(s)) + np.linspace(-0.1, 0.1, len(s)), 100 * s, ".", color="k", ms=4)
+    if math.isfinite(agg["share"]):
+        lo = agg["share_lo"] if math.isfinite(agg["share_lo"]) else agg["share"]
+        hi = agg["share_hi"] if math.isfinite(agg["share_hi"]) else agg["share"]
+        ax.errorbar([0.3], [100 * agg["share"]], yerr=[[max(0.0, 100 * (agg["share"] - lo))],
+                                                      [max(0.0, 100 * (hi - agg["share"]))]],
+                    fmt="o", color="tab:red", capsize=4)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlim(-0.5, 0.6)
+    ax.set_xticks([])
+    ax.set_ylabel("% of the KL recovered")
+    ax.set_title("decoder's recovered share\n(prior CE − posterior CE) / KL", fontsize=8)
+    ax = axes[2]
+    for i, (col, _) in enumerate(ABLATION_COLS):
+        m, lo, hi = agg[col], agg[f"{col}_lo"], agg[f"{col}_hi"]
+        if not math.isfinite(m):
+            continue
+        err = [[max(0.0, m - lo) if math.isfinite(lo) else 0],
+               [max(0.0, hi - m) if math.isfinite(hi) else 0]]
+        ax.errorbar([i], [m], yerr=err, fmt="o", capsize=4,
+                    color="tab:red" if "LEAKING" in col else "tab:blue")
+        ax.plot(np.zeros(len(g)) + i + 0.15, g[col].to_numpy(dtype=float), ".", color="k",
+                ms=3, alpha=0.5)
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xticks(range(len(ABLATION_COLS)), [lab for _, lab in ABLATION_COLS], fontsize=7)
+    ax.set_ylabel("CE − CE(prior Z), nats/token")
+    ax.set_title("Z ablations, mean over seeds (95% t interval)", fontsize=8)
+    fig.suptitle(f"kappa = {kappa_label(agg['kappa_bits'])} bit, H = {agg['latent_bits']}: "
+                 f"{len(g)} seeds", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _png(fig: plt.Figure) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _ci(m: float, lo: float, hi: float, pct: bool = False) -> str:
+    f = 100.0 if pct else 1.0
+    u = "%" if pct else ""
+    if not math.isfinite(m):
+        return "—"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{f * m:.3g}{u} (no interval)"
+    return f"{f * m:.3g}{u} [{f * lo:.3g}, {f * hi:.3g}]"
+
+
+def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:
+    """The report's probe section: per kappa one aggregate figure and a line of numbers with
+    intervals over seeds; every run's own block (probe.probe_html) folded in <details>. Writes
+    <out_dir>/probe.csv (one row per file) and probe_by_kappa.csv (the aggregates)."""
+    docs, bad = [], []
+    for f in probe_files(run_dirs):
+        try:
+            docs.append(read_probe(f))
+        except ProbeFileError as e:
+            bad.append(str(e))
+    head = '<section id="probe"><h2>The latent across seeds: does the decoder use Z?</h2>'
+    notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
+    if not docs:
+        return (head + notes + '<p class="missing">no probe files (run <code>make probe '
+                "CKPT=&lt;run dir&gt;</code> on a Free Transformer)</p></section>")
+    runs = per_run(docs)
+    agg = aggregate(runs)
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        # probe.TABLE_COLS first, in its order (the probe table as before), then what is added
+        cols = [c for c in TABLE_COLS if c in runs] + [c for c in runs if c not in TABLE_COLS
+                                                       and c != "per_bit"]
+        runs[cols].to_csv(Path(out_dir) / "probe.csv", index=False)
+        agg.to_csv(Path(out_dir) / "probe_by_kappa.csv", index=False)
+    parts = [head, notes,
+             "<p>From each Free Transformer's probe file (experiments/eval/probe.py, "
+             "docs/PROBE.md), aggregated over seeds: KL in bits per token; the decoder's "
+             "recovered share of the KL = (CE with prior Z − CE with posterior Z) / KL, in "
+             "nats per token; the ablations as CE changes against prior Z. Intervals: 95% t "
+             "over seeds. The posterior is <b>LEAKING</b> (the encoder reads the scored "
+             "tokens): a diagnostic of latent use, never a score. A live latent recovers a "
+             "large share (tens of %); a share near 0 means the decoder ignores Z.</p>"]
+    for _, a in agg.iterrows():
+        g = runs[(runs["kappa_bits"] == a["kappa_bits"])
+                 & (runs["latent_bits"] == a["latent_bits"])]
+        png = _png(kappa_figure(g, a))
+        if out_dir is not None:
+            (Path(out_dir) / f"probe_kappa{kappa_label(a['kappa_bits'])}_H{a['latent_bits']}"
+             ".png").write_bytes(png)
+        b64 = base64.b64encode(png).decode("ascii")
+        parts.append(
+            f"<h3>kappa = {kappa_label(a['kappa_bits'])} bit, H = {a['latent_bits']} "
+            f"({a['n_seeds']} seeds)</h3><p>KL "
+            f"{_ci(a['kl_bits'], a['kl_bits_lo'], a['kl_bits_hi'])} bits/token; recovered share "
+            f"{_ci(a['share'], a['share_lo'], a['share_hi'], True)}"
+            f"; Δ CE one code per sequence {_ci(a['d_fixed'], a['d_fixed_lo'], a['d_fixed_hi'])}"
+            f", Z zeroed {_ci(a['d_zeroed'], a['d_zeroed_lo'], a['d_zeroed_hi'])}, posterior "
+            "(LEAKING) "
+            + _ci(a["d_posterior_LEAKING"], a["d_posterior_LEAKING_lo"],
+                  a["d_posterior_LEAKING_hi"]) + " nats/token</p>"
+            f'<img alt="probe across seeds, kappa {kappa_label(a["kappa_bits"])}" '
+            f'src="data:image/png;base64,{b64}">')
+    blocks = "".join(f"<details><summary>run {html.escape(str(d.get('run_id')))} (kappa "
+                     f"{html.escape(str(d.get('kappa_bits')))}, step "
+                     f"{html.escape(str(d.get('checkpoint_step')))})</summary>"
+                     f"{probe_html(d)}</details>" for d in docs)
+    parts.append(f"<details><summary>Each run's probe: numbers and four figures "
+                 f"({len(docs)} runs)</summary>{blocks}</details>"
+                 "<p>Files: report/probe.csv (per run), report/probe_by_kappa.csv</p>")
+    return "\n".join(parts) + "</section>"

@@ -1,0 +1,208 @@
+"""The report's first screen (issue 39): the lead forest, the verdicts in words, the report card
+and summary.png, the Z-cut control's "identical", floors and unevaluated rows as one line, the
+latent across seeds, signal and noise. Built on fabricated sweeps (tests/fake.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from fake import write_fake_sweep
+
+from analysis import card, lead
+from analysis.frame import load_sweep
+from analysis.report import build_report
+from analysis.tables import paper_table
+
+
+def _add_zcut(root: Path, name: str) -> None:
+    """Give a fabricated sweep a Z-cut arm whose every number is its seed's baseline's (what the
+    study measured: with Z cut the model trains the baseline)."""
+    man_path = root / "sweeps" / name / "manifest.json"
+    man = json.loads(man_path.read_text())
+    for c in [c for c in man["cells"] if c["arm"] == "baseline"]:
+        rid = ("z" + c["run_id"])[:12]
+        shutil.copytree(root / "runs" / c["run_id"], root / "runs" / rid)
+        man["cells"].append({**c, "cell": f"free_zcut-H16-s{c['seed']}", "arm": "free_zcut",
+                             "kappa_bits": 0.5, "latent_bits": 16, "run_id": rid})
+    man_path.write_text(json.dumps(man))
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("lead")
+    write_fake_sweep(root, "lead", kappas=(0.5, 2.0), seeds=(0, 1, 2),
+                     controls=("baseline_flops",))
+    _add_zcut(root, "lead")
+    return root, "lead"
+
+
+@pytest.fixture(scope="module")
+def built(sweep):
+    root, name = sweep
+    data = load_sweep(name, root)
+    tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
+    forest = lead.forest_frame(data, tables, n_boot=50)
+    return data, tables, forest
+
+
+def test_zcut_identical_to_baseline_reads_identical_with_no_p(built):
+    _, _, forest = built
+    chk = forest[forest["key"] == "zcut:check"]
+    assert len(chk) and (chk["verdict"] == lead.IDENTICAL).all()
+    assert (chk["delta"] == 0).all() and chk["p_holm"].isna().all() and chk["lo"].isna().all()
+    # FT vs Z-cut is then FT vs baseline, number for number
+    z = forest[forest["key"].str.startswith("zcut:FT")].set_index(["column", "task", "metric"])
+    b = forest[forest["key"] == "tokens:baseline"].set_index(["column", "task", "metric"])
+    common = z.index.intersection(b.index)
+    assert len(common) >= 4
+    assert np.allclose(z.loc[common, "delta"], b.loc[common, "delta"])
+
+
+def test_verdict_words_and_rounding_rule():
+    assert lead.verdict(0.0, math.nan, math.nan, True, False, None) == lead.IDENTICAL
+    assert lead.verdict(2e-8, -1e-7, 1.4e-7, False, False, None, 5.3) == lead.ROUNDING
+    assert lead.verdict(0.15, 0.14, 0.16, False, True, False) == lead.WORSE
+    assert lead.verdict(-0.02, -0.04, -0.001, False, False, None) == lead.HOLM_ONLY
+    assert lead.verdict(-0.01, -0.02, 0.01, False, False, None) == lead.NONE_SEEN
+    assert lead.verdict(math.nan, math.nan, math.nan, False, False, None) == lead.NO_DATA
+    # one seed: an item-level interval leaves the seed variance out: never a verdict
+    assert lead.verdict(0.2, 0.1, 0.3, False, True, True, unit="item") == lead.ONE_SEED
+
+
+def test_forest_numbers_are_the_tables_numbers(built):
+    """Every Δ the lead figure draws from a table comparison is that table row's Δ."""
+    _, tables, forest = built
+    fig, drawn = lead.forest_figure(forest)
+    assert fig is not None and drawn
+    _check_against_tables(drawn, tables)
+
+
+def _check_against_tables(drawn: list[dict], tables: dict[str, pd.DataFrame]) -> int:
+    both = pd.concat([t for t in tables.values() if len(t)])
+    n = 0
+    for d in drawn:
+        if d["key"].startswith("zcut:"):
+            continue
+        r = both[(both["comparison"] == d["key"]) & (both["column"] == d["column"])
+                 & (both["task"] == d["task"]) & (both["metric"] == d["metric"])]
+        assert len(r) == 1, d
+        r = r.iloc[0]
+        for k, col in (("delta", "delta"), ("lo", "delta_lo"), ("hi", "delta_hi"),
+                       ("mde", "mde")):
+            assert (math.isnan(d[k]) and math.isnan(r[col])) or d[k] == r[col], (d, k)
+        n += 1
+    return n
+
+
+def test_summary_png_draws_the_tables_deltas(sweep, built):
+    """summary.png exists beside the report and the Δs it draws equal the tables' (read back
+    from the CSVs the report wrote, as a reviewer would)."""
+    data, tables, forest = built
+    lines = card.facts(data, forest)
+    labels = [k for k, _ in lines]
+    for want in ("question", "arms", "cells", "data, tokenizer", "tokens, FLOPs per run (mean)",
+                 "commit", "hardware", "wall-clock, cost", "headline Δ"):
+        assert want in labels
+    assert "clean tree" in dict(lines)["commit"]
+    fig, drawn = card.summary_figure(lines, forest, "lead")
+    assert drawn and _check_against_tables(drawn, tables) >= 4
+    root, name = sweep
+    html_path = build_report(name, root, n_boot=50)
+    out = html_path.parent / "report"
+    png = (out / "summary.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = {v: pd.read_csv(out / f"table_{v}.csv", keep_default_na=True) for v in
+           ("tokens", "flops")}
+    for d in drawn:
+        if d["key"].startswith("zcut:"):
+            continue
+        t = csv[d["key"].split(":")[0]]
+        r = t[(t["comparison"] == d["key"]) & (t["column"] == d["column"])
+              & (t["task"] == d["task"]) & (t["metric"] == d["metric"])].iloc[0]
+        assert math.isclose(d["delta"], r["delta"], rel_tol=1e-12, abs_tol=1e-15)
+
+
+def test_first_screen_order_and_folds(sweep):
+    root, name = sweep
+    html = build_report(name, root, n_boot=50).read_text(encoding="utf-8")
+    body = html[html.index("<body>"):]
+    ids = re.findall(r'<section id="([^"]+)"', body)
+    assert ids[:2] == ["lead", "card"]
+    # unevaluated benchmarks: one line per table, never a row per cell
+    n_tables = len(re.findall(r"<h3>Equal (tokens|FLOPs)", body)) + 1  # + the claims table
+    assert 0 < body.count("not evaluated in this sweep") <= n_tables
+    # run-ids live in the appendix; cells link there
+    anchors = set(re.findall(r'href="#(ids-[0-9a-f]+)"', body))
+    assert anchors and all(f'id="{a}"' in body for a in anchors)
+    assert body.index('id="appendix"') > body.index('id="table-flops"')
+    assert "What this sweep can and cannot say" in body
+    assert "identical" in body[:body.index('id="summary"')]
+
+
+def test_floor_rows_are_one_line_and_not_drawn(tmp_path):
+    """pass@1 at 0 for every arm: one 'At the floor' line, no table row, no curve panel."""
+    write_fake_sweep(tmp_path, "floor", kappas=(0.5,), seeds=(0, 1), controls=(),
+                     prob=lambda arm, kappa, h, seed: 0.0)
+    data = load_sweep("floor", tmp_path)
+    tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
+    measured, floor = lead.measured_metrics(tables)
+    assert ("humaneval_plus", "pass@1_plus") in floor and ("gsm8k", "exact_match") in floor
+    assert all(m not in measured for m in floor)
+    forest = lead.forest_frame(data, tables, n_boot=50)
+    assert not forest["metric"].isin(["pass@1_plus", "exact_match"]).any()
+    html = build_report("floor", tmp_path, n_boot=50).read_text(encoding="utf-8")
+    sec = html[html.index('id="table-tokens"'):html.index('id="table-flops"')]
+    assert "At the floor" in sec and "humaneval_plus (pass@1_plus" not in sec
+    cc = lead.can_cannot(data, forest, tables, [])
+    assert "humaneval_plus pass@1_plus" in cc and "floor" in cc
+
+
+def test_signal_noise_per_metric(built):
+    data, tables, forest = built
+    sn = lead.signal_noise(data, tables, forest)
+    assert len(sn) and set(lead.SN_COLS) <= set(sn.columns)
+    v = sn[sn["metric"].str.startswith("validation CE")].iloc[0]
+    assert v["n_seeds"] == 3 and v["seed_sd"] > 0
+    assert math.isclose(v["signal_to_noise"], v["spread_across_arms"] / v["seed_sd"])
+
+
+def test_latent_section_aggregates_seeds(tmp_path):
+    from analysis.latent import aggregate, latent_section, per_run, recovered_share
+
+    assert math.isclose(recovered_share({"d_posterior_LEAKING": -math.log(2) * 0.1,
+                                         "kl_bits": 1.0}), 0.1)
+    assert math.isnan(recovered_share({"d_posterior_LEAKING": -0.1, "kl_bits": 0.0}))
+    docs = []
+    for seed in range(3):
+        d = tmp_path / f"r{seed}" / "eval"
+        d.mkdir(parents=True)
+        doc = {"schema": "ftbench-probe-v1", "run_id": f"r{seed}", "checkpoint_step": 10,
+               "latent_bits": 4, "kappa_bits": 1.0, "n_rows": 8,
+               "kl": {"mean_bits_per_token": 1.0 + 0.1 * seed,
+                      "per_bit_bits": [0.25, 0.25, 0.25, 0.25 + 0.1 * seed],
+                      "per_position_bits": [1.0] * 4, "active_threshold_bits": 0.01},
+               "collapse": {"flag": False, "rule": "r"},
+               "ablations": {"prior_ce_nats_per_token": 5.0, "modes": {
+                   "posterior": {"delta_vs_prior": {"mean": -0.01 * (seed + 1),
+                                                    "lo": -0.01 * (seed + 2),
+                                                    "hi": -0.01 * seed}},
+                   "zeroed": {"delta_vs_prior": {"mean": 0.001, "lo": 0.0, "hi": 0.002}}}},
+               "steering": {}}
+        (d / "probe.aaaaaaaaaaaa.step10.json").write_text(json.dumps(doc))
+        docs.append({**doc, "file": "x"})
+    agg = aggregate(per_run(docs))
+    assert len(agg) == 1 and agg["n_seeds"].iloc[0] == 3
+    shares = [0.01 * (s + 1) / ((1.0 + 0.1 * s) * math.log(2)) for s in range(3)]
+    assert math.isclose(agg["share"].iloc[0], float(np.mean(shares)))
+    html = latent_section([tmp_path / f"r{s}" for s in range(3)], tmp_path / "out")
+    assert html.count("<details>") == 4  # one fold holding the three runs' own blocks
+    assert (tmp_path / "out" / "probe_by_kappa.csv").is_file()
+    top = html[:html.index("<details>")]
+    assert top.count("<img") == 1  # one aggregate figure for the one kappa
