@@ -62,6 +62,7 @@ def test_the_fsdp_shard_estimate_matches_fsdp2s_dim0_shards_of_the_8b_preset(met
 def test_dry_run_prints_memory_fit_gpu_hours_and_the_papers_implied_mfu(tmp_path, capsys):
     rc = T.main(["model=8B", "train.seq_len=4096", "train.batch_size=256",
                  "train.micro_batch_size=1", "train.tokens=47e9", "train.plan_world_size=32",
+                 "data.max_epochs=2000",  # a paper shape, not the stdlib corpus
                  "train.parallel=ddp", f"paths.results={tmp_path}", "train.dry_run=true"])
     out = capsys.readouterr().out
     assert rc == 0 and not (tmp_path / "runs").exists()
