@@ -170,3 +170,38 @@ def test_training_loss_is_chunked_where_a_micro_batch_exceeds_one_chunk() -> Non
     # bit as before; the paper's (1 x 4096 x 2^17: 2.1 GB) is chunked
     assert not chunked_loss(small, 16, 256)
     assert chunked_loss(small.replace(vocab_size=131072), 1, 4096)
+
+
+@pytest.mark.slow
+def test_trainer_validation_at_the_paper_shape_under_8_gb(tmp_path: Path) -> None:
+    """The trainer's own validation (`evaluate`, both passes of the Free Transformer) on
+    logging.val_batch_size = 16 rows x 4096 tokens at vocabulary 2^17 under an 8 GB
+    address-space limit: before chunked scoring it asked for 34 GB (16 x 4096 x 2^17 float32)
+    in one allocation. `make train` at this shape is the documented run (docs/BENCH.md)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import resource, torch
+        from experiments.train.trainer import evaluate
+        from model import ModelConfig, build_model
+        torch.manual_seed(0)
+        torch.set_num_threads(1)
+        V, T = 131072, 4096
+        m = build_model(ModelConfig(vocab_size=V, dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                                    ffn_dim=64, max_seq_len=T, latent_bits=4))
+        class C:
+            token_bytes = torch.ones(V, dtype=torch.long)
+            def val_batches(self, bs):
+                x = torch.randint(0, V, (16, T + 1), generator=torch.Generator().manual_seed(1))
+                yield x[:, :-1], x[:, 1:]
+        import contextlib
+        r = evaluate(m, C(), 16, 0.5, contextlib.nullcontext)
+        assert r["val_tokens"] == 16 * T and r["val_ce"] == r["val_ce"], r
+        print("peak_rss_mib", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+    """)
+    r = subprocess.run(["prlimit", f"--as={8 * 10**9}", sys.executable, "-c", script],
+                       capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert int(r.stdout.split("peak_rss_mib")[1]) * 2**20 < 8e9
