@@ -44,11 +44,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import hashlib
 import json
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -59,7 +61,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from experiments.train import parallel as par
 from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
-from experiments.train.plan import RunPlan, dry_parallel, plan, planning_world
+from experiments.train.plan import RunPlan, chunked_loss, dry_parallel, plan, planning_world
 
 PHASES = ("train", "validation", "eval", "save")
 DEVICE_TYPES = ("cuda", "cpu")
@@ -325,6 +327,7 @@ def _setup(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str
 
     dev = torch.device("cpu")
     model, init = par.build_on_meta(p.model)
+    model.chunked_loss = chunked_loss(p.model, p.micro_batch_size, p.seq_len)  # the trainer's
     if cfg.train.activation_checkpointing:
         par.checkpoint_blocks(model)
     if mode == "fsdp":
@@ -649,6 +652,141 @@ def format_table(records: Sequence[PhasePeak], capacity_bytes: float | None = No
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- the dry run
+MEASURED_CODE = ("model", "experiments/train", "experiments/memory.py",
+                 "experiments/eval/lm_adapter.py")
+"""The code the phases run: a change in any of it invalidates the cached measurements."""
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _code_hash() -> str:
+    h = hashlib.sha256()
+    for rel in MEASURED_CODE:
+        path = ROOT / rel
+        for f in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            h.update(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def measure_key(cfg: TrainConfig, world: int, mode: str, device_type: str, eval_rows: int,
+                accum_measured: int | None) -> str:
+    """Everything the measured figures depend on: the model, the shape of every phase's
+    batch, the world and its parallelism, the precision, activation checkpointing, the export
+    dtype, the FSDP2 reduce-scatter rule, torch's version and the code the phases run."""
+    p = plan(cfg, world)
+    key = {"model": dataclasses.asdict(p.model), "world": world, "parallel": mode,
+           "micro_batch_size": p.micro_batch_size, "grad_accum": p.grad_accum,
+           "seq_len": p.seq_len, "val_batch_size": cfg.logging.val_batch_size,
+           "val_rows": cfg.data.val_tokens, "precision": str(cfg.train.precision),
+           "checkpointing": cfg.train.activation_checkpointing, "device_type": device_type,
+           "export": export_dtype(cfg, device_type), "eval_rows": eval_rows,
+           "accum_measured": accum_measured, "fsdp_every": par.FSDP_REDUCE_EVERY_MICRO_BATCH,
+           "torch": torch.__version__, "code": _code_hash()}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def measure_cached(cfg: TrainConfig, *, world_size: int | None = None, device_type: str = "cuda",
+                   eval_rows: int = 16, accum_measured: int | None = 3,
+                   cache: Path | None = None) -> tuple[list[PhasePeak], Path | None]:
+    """`measure` of every phase, read from `cache/memory/<key>.json` when that exact
+    measurement was made before (`measure_key`: an 8B model takes minutes of CPU on fake
+    tensors), else measured and written there (atomically). (records, the cache file)."""
+    world = world_size or planning_world(cfg)[0]
+    p = plan(cfg, world)
+    mode = "none" if world <= 1 else dry_parallel(cfg, p)
+    path = None
+    if cache is not None:
+        key = measure_key(cfg, world, mode, device_type, eval_rows, accum_measured)
+        path = cache / "memory" / f"{key}.json"
+        if path.is_file():
+            try:
+                return [PhasePeak(**r) for r in json.loads(path.read_text())], path
+            except (ValueError, TypeError):
+                pass  # unreadable: measured again and rewritten
+    recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type,
+                   eval_rows=eval_rows, accum_measured=accum_measured)
+    if path is not None:
+        from common.io import atomic_write_text
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps([r.to_json() for r in recs], indent=1) + "\n")
+    return recs, path
+
+
+def dry_device_type(cfg: TrainConfig) -> str:
+    """What a dry run models: a CPU run where train.device is cpu, else a GPU run (the plan's
+    GPUs of train.gpu_memory_gb, whatever this machine has)."""
+    return "cpu" if str(cfg.train.device) == "cpu" else "cuda"
+
+
+def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int = 16,
+             cache: Path | None = None, label: str = "") -> str:
+    """The dry run's memory section: the measured per-process peak of every phase beside the
+    GPU's capacity (train.gpu_memory_gb), which phases do not fit, and the hand estimate
+    (plan.memory_estimate) of the training step as a cross-check with its difference."""
+    from experiments.train.plan import memory_estimate
+
+    world, source = (world_size, "given") if world_size else planning_world(cfg)
+    device_type = dry_device_type(cfg)
+    t0 = time.time()
+    recs, path = measure_cached(cfg, world_size=world, device_type=device_type,
+                                eval_rows=eval_rows, cache=cache)
+    took = time.time() - t0
+    cuda = device_type == "cuda"
+    cap = cfg.train.gpu_memory_gb * GB if cuda else None
+    r0 = recs[0]
+    how = (f"read from {path}" if path is not None and took < 0.5 * sum(r.seconds for r in recs)
+           else f"measured in {sum(r.seconds for r in recs):.0f} s of CPU"
+           + (f", cached in {path}" if path is not None else ""))
+    lines = [f"memory{(' ' + label) if label else ''}: measured peak per "
+             f"{'GPU' if cuda else 'process'} on fake tensors (experiments/memory.py: torch's "
+             f"MemTracker/FSDPMemTracker, a fake process group of {world}; {how})",
+             f"  {cfg.model.preset} {r0.arm} ({r0.params:,} params), "
+             f"{'GPU run modelled' if cuda else 'CPU run'}{', bf16' if r0.bf16 else ', fp32'}"
+             + (f"; capacity {cfg.train.gpu_memory_gb:g} GB (train.gpu_memory_gb)" if cuda
+                else ""),
+             *("  " + ln for ln in format_table(recs, cap).splitlines())]
+    if cap:
+        over = [f"{r.phase} ({_size(r.peak_bytes)})" for r in recs if r.peak_bytes > cap]
+        lines.append("  fits the GPU: " + ("every phase" if not over else
+                                          "NO: " + ", ".join(over) + f" over {_size(cap)}"))
+        lines.append("  not tracked: the CUDA context and NCCL buffers (about 1-3 GB), the "
+                     "allocator's fragmentation, kernels' workspaces (make gpu-check measures "
+                     "them)")
+    train = next((r for r in recs if r.phase == "train"), None)
+    if train is not None:
+        est = memory_estimate(plan(cfg, world), train.parallel, cuda=cuda)
+        hand = est["total_checkpointed" if cfg.train.activation_checkpointing else "total"]
+        diff = (hand - train.peak_bytes) / train.peak_bytes if train.peak_bytes else float("nan")
+        lines.append(f"  cross-check: the hand estimate (plan.memory_estimate) of the training "
+                     f"step is {_size(hand)}, {diff:+.0%} against the measured "
+                     f"{_size(train.peak_bytes)}; it counts weights, gradients, AdamW and one "
+                     "micro-batch's activations only (validation, evaluation and saves are "
+                     "measured only)")
+    return "\n".join(lines)
+
+
+def _dry_main(overrides: list[str], eval_rows: int) -> int:
+    """The trainer's dry run, then `dry_text` of the same config: the one place both are
+    printed (experiments.train does not import this module: the measurement runs the
+    evaluator's code too)."""
+    from experiments.train.trainer import main as train_main
+
+    overrides = [o for o in overrides if not o.startswith("train.dry_run=")]
+    rc = train_main([*overrides, "train.dry_run=true"])
+    if rc != 0:
+        return rc
+    try:
+        cfg = compose(overrides)
+        if dist.is_initialized() and dist.get_rank() != 0:
+            return 0
+        print(dry_text(cfg, eval_rows=eval_rows, cache=Path(cfg.paths.cache)), flush=True)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(
@@ -665,7 +803,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all-micro-batches", action="store_true",
                     help="run every micro-batch of the step (default: 3 of them)")
     ap.add_argument("--json", default=None, help="also write the records to this file")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="make train DRY=1: the trainer's dry run (its plan), then the measured "
+                         "peaks of the planned run (cached under paths.cache/memory)")
     a = ap.parse_args(args)
+    if a.dry_run:
+        return _dry_main(a.overrides, a.eval_rows)
     try:
         cfg = compose(a.overrides)
         phases = [x for x in a.phases.split(",") if x]

@@ -6,7 +6,9 @@
 #                            (run the same command on every node, NODE_RANK its own)
 # DRY=1 prints params, FLOPs/token of both arms, FT overhead, tokens, steps, batch, memory per
 # GPU, checkpoint size and an estimated wall time for NPROC x NNODES GPUs (else the cluster
-# file's, else one), then exits; it launches nothing. NPROC=n runs n processes through torchrun
+# file's, else one), then the measured peak memory of each phase (training step, validation, an
+# evaluation batch, a save; experiments/memory.py, on fake tensors, cached under paths.cache)
+# beside the GPU's capacity, then exits; it launches nothing. NPROC=n runs n processes through torchrun
 # (gloo on CPU, nccl on GPUs). OVERRIDES is hydra's override list: quote it whole. DRY and HELP
 # are booleans (1/true/yes, 0/false/no or empty; docs/MAKE.md).
 .PHONY: train
@@ -20,7 +22,7 @@ TRAIN_LAUNCH = $(if $(or $(call given,NPROC),$(call given,NNODES)),$(PY) -m torc
   $(PY) -m experiments.train)
 # the dry run plans for the GPUs the launch would have, from one process
 TRAIN_DRY = FTBENCH_PLAN_NPROC=$(call shq,$(call arg,NPROC)) \
-  FTBENCH_PLAN_NNODES=$(call shq,$(call arg,NNODES)) $(PY) -m experiments.train
+  FTBENCH_PLAN_NNODES=$(call shq,$(call arg,NNODES)) $(PY) -m experiments.memory --dry-run
 
 train: setup ## train one run: OVERRIDES="model=1M model.latent_bits=16 ..." [DRY=1] [NPROC=2] [NNODES NODE_RANK MASTER_ADDR MASTER_PORT] [HELP=1]
 	@$(if $(and $(call given,NNODES),$(if $(call on,DRY),,1)),test -n $(call shq,$(call arg,MASTER_ADDR)) \

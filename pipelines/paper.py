@@ -202,6 +202,7 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     lines.append(f"disk under the results root: at most {disk['run'] / 1e9:.4g} GB per cell "
                  f"(checkpoints, kept evaluation points, export) x {n_cells} cells = "
                  f"{disk['run'] * n_cells / 1e9:.4g} GB, plus the corpus")
+    lines += ["", *memory_text(rec, a)]
     lines += ["", *eval_cost_text(rec, rate[:2] if rate else None, fwd, n_cells)]
     pts = rec.table3_points()
     last = Fraction(rec.eval.average_last).limit_denominator(1000)
@@ -209,6 +210,20 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
               f"{last} of training)", "",
               f"sweep {name} (python -m sweeps run --recipe {rec.name} --dry 1):"]
     return "\n".join(lines)
+
+
+def memory_text(rec: Any, a: argparse.Namespace) -> list[str]:
+    """The dry run's measured per-GPU peak of every phase (experiments/memory.py, on fake
+    tensors, cached under paths.cache/memory) for the costliest cell (the Free Transformer at
+    the grid's largest H) at the recipe's micro-batch for the GPU type; nothing without one."""
+    if not a.gpu:
+        return []
+    from experiments.memory import dry_text as measured
+    from pipelines.recipe_memory import cell_config
+
+    cfg = cell_config(rec, a.gpu, shlex.split(a.overrides),
+                      int(a.gpus) if a.gpus.strip() else None)
+    return measured(cfg, cache=Path(cfg.paths.cache), label=f"on {a.gpu}").splitlines()
 
 
 def report_stage(name: str) -> tuple[str, int]:

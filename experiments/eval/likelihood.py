@@ -69,10 +69,9 @@ def _unwrap(model: torch.nn.Module) -> Transformer:
 def _upper_logp(m: FreeTransformer, x_mid: torch.Tensor, codes: torch.Tensor,
                 targets: torch.Tensor) -> torch.Tensor:
     """x_mid (N, T, D) (forward_lower's hidden), pinned codes (N, T), targets (N, T) -> (N,)
-    sum_t log p(target_t | codes)."""
-    logits = m.forward_upper(x_mid, codes).float()
-    return -F.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                            reduction="none").view(targets.shape).sum(-1)
+    sum_t log p(target_t | codes), the readout over chunks of tokens (`score_upper`): no
+    (N, T, V) logits."""
+    return m.score_upper(x_mid, targets, codes).logprob.sum(-1)
 
 
 def _code_log_q(bit_logits: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
@@ -107,16 +106,16 @@ def log_likelihood_bound(model: torch.nn.Module, tokens: torch.Tensor, method: s
     method "iwae": log (1/k) sum_j p(x | z_j) p(z_j) / q(z_j | x), z_j from the encoder.
     For the baseline both are exact (k draws would all be equal; one pass is run).
     Draws come from `generator` (its device may differ from the model's). At most
-    `chunk_elems` logits (draw-rows x positions x vocab) exist at once.
+    `chunk_elems` logits (draw-rows x positions x vocab) exist at once, and fewer: the readout
+    runs over chunks of tokens (model/readout.py), so `chunk_elems` bounds the draw-rows of
+    one upper-half pass. float32 (float64 for a float64 model).
     """
     _check(tokens, method, k)
     m = _unwrap(model)
     inp, tgt = tokens[:, :-1].to(m.device), tokens[:, 1:].to(m.device)
     B, T = inp.shape
     if not isinstance(m, FreeTransformer):
-        logits = m(inp).logits.float()
-        return -F.cross_entropy(logits.flatten(0, 1), tgt.flatten(),
-                                reduction="none").view(B, T).sum(-1)
+        return m.score(inp, tgt).logprob.sum(-1)  # over chunks of tokens: no (B, T, V) logits
     H = m.cfg.latent_bits
     low = m.forward_lower(inp)  # the encoder sees every position, as in training
     x_mid, bit_logits = low.hidden, low.bit_logits
@@ -128,11 +127,12 @@ def log_likelihood_bound(model: torch.nn.Module, tokens: torch.Tensor, method: s
         log_ratio = -T * H * LN2 - _code_log_q(bit_logits, codes)  # log p(z) - log q(z|x)
     rows = max(1, chunk_elems // (T * m.cfg.vocab_size))  # draw-rows per upper-half pass
     flat_codes = codes.reshape(k * B, T)
-    logp = torch.empty(k * B, device=m.device)
+    parts = []
     for s in range(0, k * B, rows):
         e = min(k * B, s + rows)
         idx = torch.arange(s, e, device=m.device) % B  # draw-row -> row of the batch
-        logp[s:e] = _upper_logp(m, x_mid[idx], flat_codes[s:e], tgt[idx])
+        parts.append(_upper_logp(m, x_mid[idx], flat_codes[s:e], tgt[idx]))
+    logp = torch.cat(parts)
     log_w = logp.view(k, B) + log_ratio
     return torch.logsumexp(log_w, 0) - math.log(k)
 
@@ -207,7 +207,7 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         ce = kl = 0.0
         for s in range(0, N, batch_size):
             x, y = val_x[s:s + batch_size].to(m.device), val_y[s:s + batch_size].to(m.device)
-            q = m(x, targets=y, z="posterior", generator=g)
+            q = m(x, targets=y, z="posterior", generator=g, scores=True)  # chunked readout
             ce += float(q.ce) * y.numel()
             kl += float(q.kl_tokens.float().sum())
         out["posterior"] = {"ce_nats_per_token": ce / n_tok, "kl_nats_per_token": kl / n_tok,

@@ -66,7 +66,6 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import Collator, handle_stop_sequences
@@ -78,6 +77,7 @@ from common import arms
 from common.paths import RunDir, checkpoint_step_of
 from experiments.corpus.tokenizer import TextTokenizer, tokenizer_from_ref
 from model.checkpoint import load_weights
+from model.transformer import Transformer
 
 Z_MODES = ("prior", "prior-k", "posterior")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -546,15 +546,17 @@ class FTBenchLM(TemplateLM):
         context and the row, so every score equals the score of the request alone."""
         wins = [self._window(*p) for p in pieces]
         draws = self.k if self.arm.latent else 1  # the baseline is deterministic
-        # (n_cont, V) log-probs live only until their piece's draws are all in: each group of
-        # pieces is reduced to (per-draw sum, greedy) at once, so memory does not grow with the
-        # number of requests (a task's full set of vocabulary-wide rows is tens of GB)
+        # Each piece keeps its continuation's readout inputs, (n_cont, D) per draw, never
+        # vocabulary-wide rows: they live only until the piece's draws are all in, then are
+        # scored over chunks of tokens (`score_hidden`, mixture over the draws) and reduced to
+        # (per-draw sum, greedy) at once, so memory grows neither with the number of requests
+        # nor with the vocabulary (2^17 x 4 bytes per continuation token before)
         lps: list[list[torch.Tensor]] = [[] for _ in pieces]
         res: list[tuple[list[float], bool] | None] = [None] * len(pieces)
 
         def reduce(members: list[int]) -> None:
             for i in members:
-                res[i] = _reduce_draws(pieces[i][1], lps[i])
+                res[i] = _reduce_draws(self.model, pieces[i][1], lps[i])
                 lps[i] = []
 
         bar = tqdm(total=len(pieces) * draws, desc="loglikelihood",
@@ -572,14 +574,13 @@ class FTBenchLM(TemplateLM):
                     continue
                 for d in range(draws):  # each draw's generator is keyed: the order is free
                     lf = min(len(inp) - wins[i][2] for i in members)
-                    logits = self.model(torch.tensor([inp], device=self.device), z="posterior",
-                                        generator=self._gen_for(d, "posterior", inp),
-                                        logits_from=lf).logits[0]
+                    hid = self.model(torch.tensor([inp], device=self.device), z="posterior",
+                                     generator=self._gen_for(d, "posterior", inp),
+                                     logits_from=lf, readout=False).hidden[0]
                     self.n_forward_tokens += len(inp)
                     for i in members:
                         n = wins[i][2]
-                        lps[i].append(F.log_softmax(logits[len(inp) - n - lf:].float()
-                                                    [:n], -1))
+                        lps[i].append(hid[len(inp) - n - lf:][:n])
                     bar.update(len(members))
                 reduce(members)
         else:
@@ -636,7 +637,7 @@ class FTBenchLM(TemplateLM):
                        pieces: list[tuple[list[int], list[int], int]], draw: int,
                        head: list | None, h: int, lps: list[list[torch.Tensor]]) -> None:
         """Run one context window (from a cached shared prefix of h tokens when given), then
-        its continuation rows in batches; append each member's (n_cont, V) log-probs."""
+        its continuation rows in batches; append each member's (n_cont, D) readout inputs."""
         c_in, pre = key
         m, dev = self.model, self.device
         tails: dict[tuple[int, ...], list[int]] = {}
@@ -647,7 +648,7 @@ class FTBenchLM(TemplateLM):
         if head is not None:
             cache = m.fork_cache(head, 1, cap)
             out = m.extend(torch.tensor([c_in[h:]], device=dev), cache,
-                           logits_from=len(c_in) - h - 1)
+                           logits_from=len(c_in) - h - 1, readout=False)
             self.n_forward_tokens += len(c_in) - h
         else:
             cache = m.new_cache(1, cap)
@@ -656,9 +657,9 @@ class FTBenchLM(TemplateLM):
                 kw = {"z": "prior", "prefix_len": torch.tensor([pre], device=dev),
                       "generator": self._gen_for(draw, "context", c_in, pre)}
             out = m.extend(torch.tensor([c_in], device=dev), cache,
-                           logits_from=len(c_in) - 1, **kw)
+                           logits_from=len(c_in) - 1, readout=False, **kw)
             self.n_forward_tokens += len(c_in)
-        last = out.logits[0, -1:]  # (1, V): predicts the continuation's first token
+        last = out.hidden[0, -1:]  # (1, D): predicts the continuation's first token
         rows = [t for t in tails if t]
         for s in range(0, len(rows), self.batch_size):
             chunk = rows[s:s + self.batch_size]
@@ -676,14 +677,15 @@ class FTBenchLM(TemplateLM):
                     codes[b, :len(t)] = ftm.uniform_codes(
                         (1, len(t)), H, self._gen_for(draw, "tail", c_in, pre, t), dev)[0]
                 kw = {"z": codes.to(dev)}
-            ext = m.extend(toks.to(dev), m.fork_cache(cache, len(chunk), cap), **kw).logits
+            ext = m.extend(toks.to(dev), m.fork_cache(cache, len(chunk), cap), readout=False,
+                           **kw).hidden
             self.n_forward_tokens += len(chunk) * T
             for b, t in enumerate(chunk):
-                lp = F.log_softmax(torch.cat([last, ext[b, :len(t)]]).float(), -1)
+                hb = torch.cat([last, ext[b, :len(t)]])
                 for i in tails[t]:
-                    lps[i].append(lp)
+                    lps[i].append(hb)
         for i in tails.get((), []):
-            lps[i].append(F.log_softmax(last.float(), -1))
+            lps[i].append(last)
 
     def loglikelihood_pairs(self, pairs: Sequence[tuple[str, str]],
                             disable_tqdm: bool = False) -> list[tuple[float, bool]]:
@@ -817,15 +819,15 @@ class FTBenchLM(TemplateLM):
         return out
 
 
-def _reduce_draws(cont: list[int], lp: list[torch.Tensor]) -> tuple[list[float], bool]:
-    """k draws of (n, V) log-probs of a continuation -> (its log-likelihood per draw, whether
-    it is the greedy continuation under the draws' mean distribution)."""
-    lp_k = torch.stack(lp)  # (k, n, V)
-    k, n, _ = lp_k.shape
-    tgt = torch.tensor(cont, device=lp_k.device)
-    per_draw = lp_k.gather(-1, tgt[None, :, None].expand(k, n, 1)).sum((1, 2))
-    greedy = bool((lp_k.exp().mean(0).argmax(-1) == tgt).all())
-    return [float(x) for x in per_draw], greedy
+def _reduce_draws(model: Transformer, cont: list[int], hs: list[torch.Tensor]
+                  ) -> tuple[list[float], bool]:
+    """k draws of a continuation's (n, D) readout inputs -> (its log-likelihood per draw,
+    whether it is the greedy continuation under the draws' mean distribution), the readout
+    over chunks of tokens (`score_hidden`): no (k, n, V) tensor."""
+    h_k = torch.stack(hs)  # (k, n, D)
+    tgt = torch.tensor(cont, device=h_k.device)
+    s = model.score_hidden(h_k, tgt, mixture=True)
+    return [float(x) for x in s.logprob.sum(-1)], bool(s.greedy.all())
 
 
 def _logmeanexp(xs: Sequence[float]) -> float:

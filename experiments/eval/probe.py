@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: F401
 
 from common import arms
 from common.paths import RunDir
@@ -269,10 +269,10 @@ def row_ce(m: FreeTransformer, hidden: torch.Tensor, codes: torch.Tensor,
     """Upper half from pinned codes -> (N,) cross-entropy per row, nats per token."""
     out = []
     for s in range(0, len(hidden), batch_size):
-        logits = m.forward_upper(hidden[s:s + batch_size], codes[s:s + batch_size]).float()
         tg = targets[s:s + batch_size]
-        ce = F.cross_entropy(logits.flatten(0, 1), tg.flatten(), reduction="none")
-        out.append(ce.view(tg.shape).mean(1))
+        # the readout over chunks of tokens: no (rows, T, V) logits (model/readout.py)
+        ce = -m.score_upper(hidden[s:s + batch_size], tg, codes[s:s + batch_size]).logprob
+        out.append(ce.mean(1))
     return torch.cat(out).double().cpu()
 
 

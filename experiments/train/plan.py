@@ -307,6 +307,19 @@ def _encoder_blocks(mc: ModelConfig) -> int:
     return int(arms.of_model(mc.latent_bits).latent)
 
 
+def chunked_loss(mc: ModelConfig, micro_batch_size: int, seq_len: int) -> bool:
+    """Whether the training step computes its cross-entropy over chunks of tokens
+    (`Transformer.chunked_loss`, model/readout.py): when one micro-batch's float32 logits
+    exceed one readout chunk (`READOUT_CHUNK_BYTES`, 256 MB). Below that the whole micro-batch
+    is one chunk and nothing is saved, so the unchunked `F.cross_entropy` stays (the same values
+    bit for bit as before the chunked loss existed: 16 x 256 x 8192 is 134 MB). At the paper's
+    shape (1 x 4096 x 2^17: 2.1 GB of float32 logits, as much again for the log-softmax's
+    gradient, beside the bf16 logits) it is on."""
+    from model.readout import READOUT_CHUNK_BYTES
+
+    return micro_batch_size * seq_len * mc.vocab_size * 4 > READOUT_CHUNK_BYTES
+
+
 def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, float]:
     """Bytes a training forward keeps for the backward, per token, by part. Counted from what
     the layers save: per block the two RMSNorm inputs (fp32), the normed inputs, q, k, v and
@@ -349,11 +362,18 @@ def memory_estimate(p: RunPlan, parallel: str, *, cuda: bool = True) -> dict[str
     tokens = p.micro_batch_size * p.seq_len
     per_tok = _activation_bytes_per_token(mc, act_b)
     mapper = mc.mapper_chunk_bytes if _encoder_blocks(mc) else 0  # the backward's dL/dG buffer
-    act = tokens * (per_tok["blocks"] + per_tok["readout"]) + mapper
+    readout = tokens * per_tok["readout"]
+    if chunked_loss(mc, p.micro_batch_size, p.seq_len):
+        # the chunked loss: one chunk's float32 logits, their exp and the chunk's gradient
+        # (about 2x the chunk budget), and the readout weight's float32 gradient, computed in
+        # the forward and held to the backward (model/readout.py)
+        from model.readout import READOUT_CHUNK_BYTES
+
+        readout = 2 * READOUT_CHUNK_BYTES + 4 * mc.vocab_size * mc.dim
+    act = tokens * per_tok["blocks"] + readout + mapper
     n_blocks = mc.n_layers + _encoder_blocks(mc)
     # checkpointing keeps each block's input; the backward recomputes one block at a time
-    act_ckpt = tokens * (n_blocks * per_tok["block_input"] + per_tok["block"]
-                         + per_tok["readout"]) + mapper
+    act_ckpt = tokens * (n_blocks * per_tok["block_input"] + per_tok["block"]) + readout + mapper
     state = weights + grads + optim + gathered
     return {"parallel": parallel, "world_size": p.world_size, "params": total,
             "params_local": local, "weights": weights, "grads": grads, "optimizer": optim,

@@ -80,6 +80,7 @@ from .config import ConfigError, TrainConfig, compose, config_help, export_dtype
 from .plan import (
     RunPlan,
     auto_parallel,
+    chunked_loss,
     dry_run,
     format_plan,
     plain,
@@ -198,13 +199,15 @@ def evaluate(model: torch.nn.Module, corpus: Any, batch_size: int, kappa_bits: f
         x, y = x.to(m.device), y.to(m.device)
         k = y.numel()
         with autocast():
-            out = m(x, targets=y, z="prior" if free else None, generator=g)
+            # scores=True: the CE over chunks of tokens (model/readout.py), never the
+            # (B, T, V) logits and their fp32 copy (34 GB at 16 x 4096 x 2^17)
+            out = m(x, targets=y, z="prior" if free else None, generator=g, scores=True)
         s_prior += float(out.ce) * k
         nbytes += int(corpus.token_bytes[y.cpu()].sum())
         n_tok += k
         if free:
             with autocast():
-                q = m(x, targets=y, z="posterior", generator=g)
+                q = m(x, targets=y, z="posterior", generator=g, scores=True)
             s_post += float(q.ce) * k
             kl = q.kl_tokens.float()
             s_kl += float(kl.sum())
@@ -371,6 +374,9 @@ class Trainer:
         # parameters on the meta device (no rank builds the whole fp32 model in host memory),
         # materialised after sharding with today's init (par.materialize)
         self.model, init = par.build_on_meta(p.model, build_model)
+        # the training CE over chunks of tokens where a micro-batch's logits exceed one chunk
+        # (plan.chunked_loss): never the (mb, T, V) logits and their float32 copies at 2^17
+        self.model.chunked_loss = chunked_loss(p.model, p.micro_batch_size, p.seq_len)
         # weights and state load in Checkpointer.resume, after sharding and the optimizer
         self.found = checkpointer.newest()
         if cfg.train.activation_checkpointing:
@@ -382,7 +388,8 @@ class Trainer:
         torch.manual_seed(cfg.train.seed)  # the init of build_model(p.model) after this seed,
         par.materialize(self.model, init, device)  # one parameter at a time, FSDP: its shards
         log(f"parallel: {self.mode} over {n_world} process(es)"
-            + (", activation checkpointing" if cfg.train.activation_checkpointing else ""),
+            + (", activation checkpointing" if cfg.train.activation_checkpointing else "")
+            + (", chunked training loss" if self.model.chunked_loss else ""),
             echo=False)
         self.opt = torch.optim.AdamW(
             param_groups(self.model, cfg.optim.weight_decay), lr=cfg.optim.lr,

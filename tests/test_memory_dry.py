@@ -1,0 +1,48 @@
+"""`make train DRY=1` (python -m experiments.memory --dry-run): the trainer's plan, then the
+measured peak of every phase beside the GPU's capacity and the hand estimate as a cross-check;
+the measurement is cached by everything it depends on (issue 36)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments import memory
+from experiments.train.config import compose
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+BASE = ["model=1M", "model.vocab_size=512", "train.seq_len=64", "train.batch_size=4",
+        "train.micro_batch_size=2", "logging.val_batch_size=4", "train.cpu_tokens_per_s=10"]
+
+
+def test_dry_run_prints_the_plan_then_measured_peaks_and_caches_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ov = [*BASE, f"paths.results={tmp_path / 'r'}", f"paths.cache={tmp_path / 'c'}"]
+    assert memory.main(["--dry-run", *ov]) == 0
+    out = capsys.readouterr().out
+    assert "memory/GPU" in out  # the trainer's plan first
+    assert "memory: measured peak per GPU on fake tensors" in out
+    for phase in memory.PHASES:
+        assert any(line.strip().startswith(phase) for line in out.splitlines()), phase
+    assert "fits the GPU: every phase" in out
+    assert "cross-check: the hand estimate (plan.memory_estimate)" in out
+    cached = list((tmp_path / "c" / "memory").glob("*.json"))
+    assert len(cached) == 1
+    recs = json.loads(cached[0].read_text())
+    assert [r["phase"] for r in recs] == list(memory.PHASES)
+    # the second dry run reads the same figures back; a changed shape measures again
+    cfg = compose(ov)
+    again, path = memory.measure_cached(cfg, device_type="cuda", cache=tmp_path / "c")
+    assert path == cached[0] and [r.to_json() for r in again] == recs
+    other = compose([*ov, "logging.val_batch_size=2"])
+    _, path2 = memory.measure_cached(other, device_type="cuda", cache=tmp_path / "c")
+    assert path2 != cached[0] and path2.is_file()
+
+
+def test_a_phase_over_the_gpu_is_named(tmp_path: Path) -> None:
+    cfg = compose([*BASE, "train.gpu_memory_gb=0.001", f"paths.results={tmp_path}"])
+    text = memory.dry_text(cfg, world_size=1)
+    assert "fits the GPU: NO: train" in text
