@@ -28,7 +28,15 @@ import pandas as pd
 
 from common.kappa import kappa_label
 
-from .probe import TABLE_COLS, ProbeFileError, probe_files, probe_html, probe_row, read_probe
+from .probe import (
+    TABLE_COLS,
+    ProbeFileError,
+    final_docs,
+    probe_files,
+    probe_html,
+    probe_row,
+    read_probe,
+)
 from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -163,6 +171,7 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
             docs.append(read_probe(f))
         except ProbeFileError as e:
             bad.append(str(e))
+    docs = final_docs(docs)  # one probe per run, of its last weights (the curve is latent.csv)
     head = '<section id="probe"><h2>The latent across seeds: does the decoder use Z?</h2>'
     notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
     if not docs:
@@ -173,8 +182,11 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         # probe.TABLE_COLS first, in its order (the probe table as before), then what is added
+        # "share" is the probe's own recovered_share (same quantity) when the file has it:
+        # one name per thing in the file
+        dup = {"per_bit"} | ({"share"} if "recovered_share" in runs else set())
         cols = [c for c in TABLE_COLS if c in runs] + [c for c in runs if c not in TABLE_COLS
-                                                       and c != "per_bit"]
+                                                       and c not in dup]
         runs[cols].to_csv(Path(out_dir) / "probe.csv", index=False)
         agg.to_csv(Path(out_dir) / "probe_by_kappa.csv", index=False)
     parts = [head, notes,

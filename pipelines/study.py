@@ -68,7 +68,7 @@ SYNTHETIC_VERDICTS = ROOT / "docs" / "synthetic" / "cpu" / "verdicts.csv"
 CORES = 2
 """The machine the sizes are planned for (docs/STUDY.md)."""
 TABLES = ("table_tokens.csv", "table_flops.csv", "likelihood.csv", "table3.csv", "probe.csv",
-          "claims.csv", "per_seed.csv")
+          "claims.csv", "per_seed.csv", "lead.csv", "signal_noise.csv", "summary.png")
 """What the report writes under report/ that docs/study/ keeps (the HTML is kept too)."""
 
 
