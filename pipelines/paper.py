@@ -14,7 +14,10 @@ running) does only what is missing:
      every seed), each kept checkpoint (EVAL_POINTS = the recipe's points) and the final one
      evaluated on the recipe's tasks with Z from the prior, and the honest likelihood bound;
   3. report: analysis.report's build_report once every cell and evaluation is done (Table 3
-     averages the recipe's last third of the points), rebuilt only when its inputs changed.
+     averages the recipe's last third of the points), rebuilt only when its inputs changed;
+     with LAUNCHER=slurm a job of its own through the same launcher (the cluster file's report
+     role), submitted at once to run after every training and evaluation job has ended, so
+     one `make paper` runs the whole protocol and the next one finds it done.
 
     python -m pipelines.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
         [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
@@ -214,6 +217,64 @@ def report_stage(name: str) -> tuple[str, int]:
     return "built", 0
 
 
+class ReportJob:
+    """The report stage as a job of its own (SLURM): the sweep's manifest refreshed from facts
+    (nobody else may have looked since the jobs ended), then `report_stage`. Fails, with the
+    count in its one line, when cells or evaluations are still not done (one of them failed):
+    the next `make paper` submits it again once they are."""
+
+    def __init__(self, name: str, env: dict[str, str]) -> None:
+        self.name, self.env = name, dict(env)
+
+    def __call__(self) -> dict[str, Any]:
+        import os
+
+        os.environ.update(self.env)  # the results root the submitting command wrote to
+        api.status(self.name)
+        how, left = report_stage(self.name)
+        if how == "waiting":
+            raise RuntimeError(f"{left} cell(s) of sweep {self.name} not trained and evaluated "
+                               "when the report ran (see make sweep-status)")
+        return {"state": "done", "report": how}
+
+
+def report_submit(name: str, a: argparse.Namespace) -> tuple[str, str | None]:
+    """Stage 3 on SLURM: the report as a job through the one launcher, in the cluster file's
+    report role, after every training and evaluation job still queued or running has ended
+    (afterany: a failed one must not leave the report pending forever). Returns (what
+    happened, job id): 'reused' (up to date: nothing submitted), 'queued' (a report job
+    submitted before is still pending or running), 'submitted', or 'failed' (cells or
+    evaluations failed and nothing is left running: nothing to wait for)."""
+    import os
+
+    from sweeps.launcher import make_launcher
+
+    cs = cells(name)
+    state = load_state(name, STATE)
+    html = SweepDir.of(name).report_html
+    done = bool(cs) and all(c.state == "done" and c.eval is not None
+                            and c.eval.state == "done" for c in cs)
+    if done and state.get("report_inputs") == inputs_fingerprint(name) and html.is_file():
+        return "reused", None
+    launcher = make_launcher("slurm", SweepDir.of(name).jobs_dir, cluster_file=a.cluster or None,
+                             job_name=f"paper-{name}-report")
+    old = state.get("report_job")
+    if old and launcher.alive(old):
+        return "queued", str(old)
+    waits = [j for c in cs for j in (c.job_id if c.state == "running" else None,
+                                     c.eval.job_id if c.eval is not None
+                                     and c.eval.state == "running" else None) if j]
+    if not done and not waits:
+        return "failed", None
+    env = {k: os.environ[k] for k in ("FTBENCH_RESULTS", "FTBENCH_CACHE", "PYTHONPATH")
+           if k in os.environ}
+    job = launcher.submit(ReportJob(name, env), role="report", name=f"paper-{name}-report",
+                          after_any=sorted(set(waits)))
+    state["report_job"] = str(job.job_id)
+    save_state(name, STATE, state)
+    return "submitted", str(job.job_id)
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m pipelines.paper", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -321,6 +382,8 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
     if rc in (2, 130):
         return rc  # refused before anything ran (its line is above), or interrupted
     _say(3, n, "report", t0)
+    if a.launcher == "slurm":
+        return _report_slurm(name, a, rc)
     try:
         how, left = report_stage(name)
     except RuntimeError as e:
@@ -334,6 +397,31 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
     html = SweepDir.of(name).report_html
     print(f"[paper done {_now()}] report {'up to date' if how == 'reused' else 'built'}: "
           f"{html.resolve()}", flush=True)
+    return 0 if rc == 0 else 1
+
+
+def _report_slurm(name: str, a: argparse.Namespace, rc: int) -> int:
+    """Stage 3 on SLURM (`report_submit`), said in one line; the exit status."""
+    from sweeps.errors import SweepError
+
+    try:
+        how, job = report_submit(name, a)
+    except SweepError as e:
+        print(f"paper: error: {e}", file=sys.stderr)
+        return 2
+    html = SweepDir.of(name).report_html.resolve()
+    if how == "reused":
+        print(f"[paper done {_now()}] report up to date: {html}", flush=True)
+    elif how == "failed":
+        left = sum(c.state != "done" or c.eval is None or c.eval.state != "done"
+                   for c in cells(name))
+        print(f"paper: {left} cell(s) or evaluation(s) failed and nothing is running; see "
+              f"make sweep-status NAME={name} (RETRY_FAILED=1 retries them)", flush=True)
+        return 1
+    else:
+        print(f"paper: report job {job} {'submitted' if how == 'submitted' else 'still queued'}"
+              f": it writes {html} once every training and evaluation job has ended (SLURM jobs "
+              "run on; re-run this command to see where they are)", flush=True)
     return 0 if rc == 0 else 1
 
 
