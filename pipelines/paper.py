@@ -159,6 +159,28 @@ def eval_cost_text(rec: Any, rate: tuple[float, int] | None, fwd_flops_per_token
     return lines
 
 
+def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> str:
+    """The sweep's disk under the results root: per cell the rotated step checkpoints and the
+    one being written (weights and AdamW), and the weights-only exports of the recipe's
+    evaluation points (the last is final.pt's hard link); the corpus once, every cell reads the
+    same one (counted per cell, and the exports as full checkpoints, the 8B sweep asked for
+    12.8 TB where about 3.6 TB is needed)."""
+    from sweeps import backend
+
+    ck = backend.checkpoint_sizes(cfg, gpus)
+    if ck is None:
+        return "disk under the results root: not estimated (not the trainer's config)"
+    keep = cfg.logging.keep_checkpoints + 1
+    points = max(1, rec.eval.points)
+    cell = keep * ck["full"] + points * ck["export"]
+    return (f"disk under the results root: at most {cell / 1e9:.4g} GB per cell ({keep} step "
+            f"checkpoints of {ck['full'] / 1e9:.4g} GB: rotated and in flight; {points} "
+            f"weights-only exports of {ck['export'] / 1e9:.4g} GB: the evaluation points and "
+            f"final.pt) x {n_cells} cells = {cell * n_cells / 1e9:.4g} GB, plus the corpus once "
+            + (f"(at least {corpus / 1e9:.4g} GB) = {(cell * n_cells + corpus) / 1e9:.4g} GB"
+               if corpus else "(built)"))
+
+
 def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     """The whole plan; the sweep's own dry run is printed after it by the caller."""
     from experiments.train.plan import disk_bytes
@@ -184,9 +206,8 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     if not c["built"]:
         lines.append(f"  its token shards: at least {disk['corpus'] / 1e9:.4g} GB (the trainer's "
                      "estimate: the training tokens at the token width, over data.max_epochs)")
-    lines.append(f"disk under the results root: at most {disk['run'] / 1e9:.4g} GB per cell "
-                 f"(checkpoints, kept evaluation points, export) x {n_cells} cells = "
-                 f"{disk['run'] * n_cells / 1e9:.4g} GB, plus the corpus")
+    lines.append(disk_text(rec, cfg, n_cells, 0 if c["built"] else disk["corpus"],
+                           gpus=bool(a.gpu)))
     lines += ["", *eval_cost_text(rec, rate[:2] if rate else None, fwd, n_cells)]
     pts = rec.table3_points()
     last = Fraction(rec.eval.average_last).limit_denominator(1000)
