@@ -365,15 +365,21 @@ def main(argv: list[str] | None = None) -> int:
         rec_arg = a.recipe.strip()
         if not a.gpu.strip() and rec.train.gpus > 1:
             a.gpu = DEFAULT_GPU  # the paper's GPUs; the recipe's micro-batch table needs one
-        if a.dry:
-            print(dry_text(rec, a, name), flush=True)
+        head = dry_text(rec, a, name) if a.dry else ""
     except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
         print(f"paper: error: {one_line(e)}", file=sys.stderr)
         return 2
     # each stage runs here; the jobs it submits inherit what they did as processes of their own
     with environment(OFFLINE_ENV if a.bench_data else {}):
-        if a.dry:
-            return sweep(sweep_request(rec_arg, a, name), dry=True)
+        if a.dry:  # the sweep's plan first: a refusal (a world the batch does not split) is
+            # one line with nothing printed before it
+            try:
+                tail = api.dry_run(sweep_request(rec_arg, a, name))
+            except api.SweepError as e:
+                print(f"sweep: error: {e}", file=sys.stderr, flush=True)
+                return 2
+            print(head, tail, sep="\n", flush=True)
+            return 0
         return run_paper(a, rec, rec_arg, name)
 
 

@@ -85,7 +85,8 @@ def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
     req = int(cluster.or_default("max_num_timeout"))
     allowed = t_h * (req + 1)
     if rate is None or not todo:
-        return Check("time", True, f"time: nothing to train (limit {allowed:.4g} h per cell)")
+        why = "every cell is trained" if not todo else "no FLOP rate (not the trainer's config)"
+        return Check("time", True, f"time: not checked, {why} (limit {allowed:.4g} h per cell)")
     n = cluster.tasks
     big = max(todo, key=lambda c: c.flops)
     hours = big.flops / (rate[0] * n) / 3600
