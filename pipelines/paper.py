@@ -175,8 +175,9 @@ def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> s
     cell = keep * ck["full"] + points * ck["export"]
     return (f"disk under the results root: at most {cell / 1e9:.4g} GB per cell ({keep} step "
             f"checkpoints of {ck['full'] / 1e9:.4g} GB: rotated and in flight; {points} "
-            f"weights-only exports of {ck['export'] / 1e9:.4g} GB: the evaluation points and "
-            f"final.pt) x {n_cells} cells = {cell * n_cells / 1e9:.4g} GB, plus the corpus once "
+            f"weights-only exports of {ck['export'] / 1e9:.4g} GB: the evaluation points, the "
+            f"last of them the final weights) x {n_cells} cells = {cell * n_cells / 1e9:.4g} "
+            "GB, plus the corpus once "
             + (f"(at least {corpus / 1e9:.4g} GB) = {(cell * n_cells + corpus) / 1e9:.4g} GB"
                if corpus else "(built)"))
 
