@@ -14,7 +14,10 @@ running) does only what is missing:
      every seed), each kept checkpoint (EVAL_POINTS = the recipe's points) and the final one
      evaluated on the recipe's tasks with Z from the prior, and the honest likelihood bound;
   3. report: analysis.report's build_report once every cell and evaluation is done (Table 3
-     averages the recipe's last third of the points), rebuilt only when its inputs changed.
+     averages the recipe's last third of the points), rebuilt only when its inputs changed;
+     with LAUNCHER=slurm a job of its own through the same launcher (the cluster file's report
+     role), submitted at once to run after every training and evaluation job has ended, so
+     one `make paper` runs the whole protocol and the next one finds it done.
 
     python -m pipelines.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
         [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
@@ -173,6 +176,29 @@ def eval_cost_text(rec: Any, rate: tuple[float, int] | None, fwd_flops_per_token
     return lines
 
 
+def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> str:
+    """The sweep's disk under the results root: per cell the rotated step checkpoints and the
+    one being written (weights and AdamW), and the weights-only exports of the recipe's
+    evaluation points (the last is final.pt's hard link); the corpus once, every cell reads the
+    same one (counted per cell, and the exports as full checkpoints, the 8B sweep asked for
+    12.8 TB where about 3.6 TB is needed)."""
+    from sweeps import backend
+
+    ck = backend.checkpoint_sizes(cfg, gpus)
+    if ck is None:
+        return "disk under the results root: not estimated (not the trainer's config)"
+    keep = cfg.logging.keep_checkpoints + 1
+    points = max(1, rec.eval.points)
+    cell = keep * ck["full"] + points * ck["export"]
+    return (f"disk under the results root: at most {cell / 1e9:.4g} GB per cell ({keep} step "
+            f"checkpoints of {ck['full'] / 1e9:.4g} GB: rotated and in flight; {points} "
+            f"weights-only exports of {ck['export'] / 1e9:.4g} GB: the evaluation points, the "
+            f"last of them the final weights) x {n_cells} cells = {cell * n_cells / 1e9:.4g} "
+            "GB, plus the corpus once "
+            + (f"(at least {corpus / 1e9:.4g} GB) = {(cell * n_cells + corpus) / 1e9:.4g} GB"
+               if corpus else "(built)"))
+
+
 def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     """The whole plan; the sweep's own dry run is printed after it by the caller."""
     from experiments.train.plan import disk_bytes
@@ -199,9 +225,8 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     if not c["built"]:
         lines.append(f"  its token shards: at least {disk['corpus'] / 1e9:.4g} GB (the trainer's "
                      "estimate: the training tokens at the token width, over data.max_epochs)")
-    lines.append(f"disk under the results root: at most {disk['run'] / 1e9:.4g} GB per cell "
-                 f"(checkpoints, kept evaluation points, export) x {n_cells} cells = "
-                 f"{disk['run'] * n_cells / 1e9:.4g} GB, plus the corpus")
+    lines.append(disk_text(rec, cfg, n_cells, 0 if c["built"] else disk["corpus"],
+                           gpus=bool(a.gpu)))
     lines += ["", *memory_text(rec, a)]
     lines += ["", *eval_cost_text(rec, rate[:2] if rate else None, fwd, n_cells)]
     pts = rec.table3_points()
@@ -245,6 +270,64 @@ def report_stage(name: str) -> tuple[str, int]:
     state["report_inputs"] = fp
     save_state(name, STATE, state)
     return "built", 0
+
+
+class ReportJob:
+    """The report stage as a job of its own (SLURM): the sweep's manifest refreshed from facts
+    (nobody else may have looked since the jobs ended), then `report_stage`. Fails, with the
+    count in its one line, when cells or evaluations are still not done (one of them failed):
+    the next `make paper` submits it again once they are."""
+
+    def __init__(self, name: str, env: dict[str, str]) -> None:
+        self.name, self.env = name, dict(env)
+
+    def __call__(self) -> dict[str, Any]:
+        import os
+
+        os.environ.update(self.env)  # the results root the submitting command wrote to
+        api.status(self.name)
+        how, left = report_stage(self.name)
+        if how == "waiting":
+            raise RuntimeError(f"{left} cell(s) of sweep {self.name} not trained and evaluated "
+                               "when the report ran (see make sweep-status)")
+        return {"state": "done", "report": how}
+
+
+def report_submit(name: str, a: argparse.Namespace) -> tuple[str, str | None]:
+    """Stage 3 on SLURM: the report as a job through the one launcher, in the cluster file's
+    report role, after every training and evaluation job still queued or running has ended
+    (afterany: a failed one must not leave the report pending forever). Returns (what
+    happened, job id): 'reused' (up to date: nothing submitted), 'queued' (a report job
+    submitted before is still pending or running), 'submitted', or 'failed' (cells or
+    evaluations failed and nothing is left running: nothing to wait for)."""
+    import os
+
+    from sweeps.launcher import make_launcher
+
+    cs = cells(name)
+    state = load_state(name, STATE)
+    html = SweepDir.of(name).report_html
+    done = bool(cs) and all(c.state == "done" and c.eval is not None
+                            and c.eval.state == "done" for c in cs)
+    if done and state.get("report_inputs") == inputs_fingerprint(name) and html.is_file():
+        return "reused", None
+    launcher = make_launcher("slurm", SweepDir.of(name).jobs_dir, cluster_file=a.cluster or None,
+                             job_name=f"paper-{name}-report")
+    old = state.get("report_job")
+    if old and launcher.alive(old):
+        return "queued", str(old)
+    waits = [j for c in cs for j in (c.job_id if c.state == "running" else None,
+                                     c.eval.job_id if c.eval is not None
+                                     and c.eval.state == "running" else None) if j]
+    if not done and not waits:
+        return "failed", None
+    env = {k: os.environ[k] for k in ("FTBENCH_RESULTS", "FTBENCH_CACHE", "PYTHONPATH")
+           if k in os.environ}
+    job = launcher.submit(ReportJob(name, env), role="report", name=f"paper-{name}-report",
+                          after_any=sorted(set(waits)))
+    state["report_job"] = str(job.job_id)
+    save_state(name, STATE, state)
+    return "submitted", str(job.job_id)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -316,17 +399,23 @@ def main(argv: list[str] | None = None) -> int:
         rec_arg = a.recipe.strip()
         if not a.gpu.strip() and rec.train.gpus > 1:
             a.gpu = DEFAULT_GPU  # the paper's GPUs; the recipe's micro-batch table needs one
-        if a.dry:
-            print(dry_text(rec, a, name), flush=True)
-        else:  # the corpus against the budget, before anything is built or submitted
+        head = dry_text(rec, a, name) if a.dry else ""
+        if not a.dry:  # the corpus against the budget, before anything is built or submitted
             corpus_budget_lines(rec, corpus_stage(rec, overrides(a)))
     except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
         print(f"paper: error: {one_line(e)}", file=sys.stderr)
         return 2
     # each stage runs here; the jobs it submits inherit what they did as processes of their own
     with environment(OFFLINE_ENV if a.bench_data else {}):
-        if a.dry:
-            return sweep(sweep_request(rec_arg, a, name), dry=True)
+        if a.dry:  # the sweep's plan first: a refusal (a world the batch does not split) is
+            # one line with nothing printed before it
+            try:
+                tail = api.dry_run(sweep_request(rec_arg, a, name))
+            except api.SweepError as e:
+                print(f"sweep: error: {e}", file=sys.stderr, flush=True)
+                return 2
+            print(head, tail, sep="\n", flush=True)
+            return 0
         return run_paper(a, rec, rec_arg, name)
 
 
@@ -357,6 +446,8 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
     if rc in (2, 130):
         return rc  # refused before anything ran (its line is above), or interrupted
     _say(3, n, "report", t0)
+    if a.launcher == "slurm":
+        return _report_slurm(name, a, rc)
     try:
         how, left = report_stage(name)
     except RuntimeError as e:
@@ -370,6 +461,31 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
     html = SweepDir.of(name).report_html
     print(f"[paper done {_now()}] report {'up to date' if how == 'reused' else 'built'}: "
           f"{html.resolve()}", flush=True)
+    return 0 if rc == 0 else 1
+
+
+def _report_slurm(name: str, a: argparse.Namespace, rc: int) -> int:
+    """Stage 3 on SLURM (`report_submit`), said in one line; the exit status."""
+    from sweeps.errors import SweepError
+
+    try:
+        how, job = report_submit(name, a)
+    except SweepError as e:
+        print(f"paper: error: {e}", file=sys.stderr)
+        return 2
+    html = SweepDir.of(name).report_html.resolve()
+    if how == "reused":
+        print(f"[paper done {_now()}] report up to date: {html}", flush=True)
+    elif how == "failed":
+        left = sum(c.state != "done" or c.eval is None or c.eval.state != "done"
+                   for c in cells(name))
+        print(f"paper: {left} cell(s) or evaluation(s) failed and nothing is running; see "
+              f"make sweep-status NAME={name} (RETRY_FAILED=1 retries them)", flush=True)
+        return 1
+    else:
+        print(f"paper: report job {job} {'submitted' if how == 'submitted' else 'still queued'}"
+              f": it writes {html} once every training and evaluation job has ended (SLURM jobs "
+              "run on; re-run this command to see where they are)", flush=True)
     return 0 if rc == 0 else 1
 
 

@@ -70,6 +70,8 @@ class Seed:
     """The launcher's job handle once started."""
     rc: int | None = None
     started: float = field(default_factory=time.time)
+    slot: int | None = None
+    """The launcher slot it runs in (its GPU set on a GPU machine)."""
 
     def progress(self) -> tuple[int, str | None, float]:
         """(arms done, the arm training now or None, arms done plus the training arm's share of
@@ -183,9 +185,10 @@ def run(seeds: list[Seed], jobs: int, interval: float) -> int:
     while waiting or running:
         while waiting and len(running) < jobs:
             s = waiting.pop(0)
+            s.slot = min(set(range(jobs)) - {r.slot for r in running})
             s.job = launcher.submit(CommandJob(
                 s.name, [sys.executable, "-m", "experiments.synthetic", *s.argv], str(s.log),
-                cwd=os.getcwd(), env=env))
+                cwd=os.getcwd(), env=dict(env)), slot=s.slot)
             s.started = time.time()
             print(f"[synthetic-seeds] seed {s.seed}: started, log {s.log}", flush=True)
             running.append(s)

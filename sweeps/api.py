@@ -30,6 +30,7 @@ from common.paths import SweepDir
 from common.text import one_line
 
 from . import backend
+from . import checks as C
 from . import plan as P
 from .cluster import ClusterConfig, load_cluster
 from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
@@ -183,6 +184,36 @@ class _Resolved:
     plan: P.Plan
     eval_args: list[str]
     cluster: ClusterConfig | None
+    cluster_file: str | None = None
+
+
+def cluster_file(req: SweepRequest) -> str:
+    """The cluster file the request reads (CLUSTER=, else FTBENCH_CLUSTER, else
+    sweeps/cluster.yaml), as its messages name it."""
+    import os
+
+    from .cluster import CLUSTER_FILE
+
+    return req.cluster.strip() or os.environ.get("FTBENCH_CLUSTER") or str(CLUSTER_FILE)
+
+
+WORLD_KEY = "train.plan_world_size"
+
+
+def _cluster_world(overrides: str, cluster: ClusterConfig, file: str) -> str:
+    """The cluster file is the source of the world size: every cell plans for its nodes x GPUs
+    per node (the ranks a training job gets), not the recipe's train.gpus; a different world
+    asked for in OVERRIDES (GPUS=) is refused in one line."""
+    try:
+        given = [o for o in shlex.split(overrides) if o.startswith(f"{WORLD_KEY}=")]
+    except ValueError as e:
+        raise SweepError(f"OVERRIDES: {e}") from e
+    n = cluster.tasks
+    if given and given[-1].split("=", 1)[1].strip() != str(n):
+        raise SweepError(f"{given[-1]} (GPUS=) but {file} gives {cluster.or_default('nodes')} "
+                         f"node(s) x {max(1, int(cluster.or_default('gpus_per_node')))} GPU(s) "
+                         f"= {n}: change nodes or gpus_per_node there, or leave GPUS out")
+    return f"{overrides} {WORLD_KEY}={n}".strip()
 
 
 def _resolve(req: SweepRequest) -> _Resolved:
@@ -214,6 +245,14 @@ def _resolve(req: SweepRequest) -> _Resolved:
                              f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
                              "spaced checkpoints to evaluate")
         overrides = f"{overrides} {key}={eval_points}".strip()
+    kind = req.launcher.strip() or "local"
+    if kind not in ("local", "slurm"):
+        raise SweepError(f"LAUNCHER: {kind!r} is not local or slurm")
+    # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
+    cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
+        if kind == "slurm" or req.cluster.strip() else None
+    if cluster is not None:
+        overrides = _cluster_world(overrides, cluster, cluster_file(req))
     if rec is None:
         spec = SweepSpec.from_text(kappa=grid["kappa"], h=grid["h"], seeds=grid["seeds"],
                                    preset=grid["preset"], data=grid["data"],
@@ -221,12 +260,8 @@ def _resolve(req: SweepRequest) -> _Resolved:
                                    controls=grid["controls"], overrides=overrides)
     else:
         spec = recipe_spec(rec, req, overrides)
-    if (req.launcher.strip() or "local") not in ("local", "slurm"):
-        raise SweepError(f"LAUNCHER: {req.launcher.strip()!r} is not local or slurm")
     if req.jobs is not None and req.jobs < 1:
         raise SweepError(f"JOBS: {req.jobs!r} must be a positive integer")
-    cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
-        if req.launcher.strip() == "slurm" else None
     try:
         args = shlex.split(eval_args)
     except ValueError as e:
@@ -234,10 +269,12 @@ def _resolve(req: SweepRequest) -> _Resolved:
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(args) if req.evaluate or args else None
     p = P.plan(spec, req.name.strip() or None)
+    if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
+        raise SweepError(why)
     if req.evaluate and parsed is not None:
         p.eval_specs = P.eval_specs(parsed, p)
         p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
-    return _Resolved(p, args, cluster)
+    return _Resolved(p, args, cluster, cluster_file(req) if cluster is not None else None)
 
 
 def plan(req: SweepRequest) -> P.Plan:
@@ -246,8 +283,13 @@ def plan(req: SweepRequest) -> P.Plan:
 
 
 def dry_run(req: SweepRequest) -> str:
-    """What `make sweep DRY=1` prints: the grid, FLOPs, the eval specs, the costliest cell."""
-    return P.dry_run_text(plan(req))
+    """What `make sweep DRY=1` prints: the grid, FLOPs, the eval specs, the costliest cell,
+    and the pre-submission checks (sweeps.checks) against the cluster file or this host."""
+    r = _resolve(req)
+    cs = C.checks(r.plan, r.cluster, r.cluster_file)
+    if r.cluster is None:  # a local plan: this host's limits, said only when they fail
+        cs = [c for c in cs if not c.ok]
+    return "\n".join([P.dry_run_text(r.plan), *C.text(cs)])
 
 
 def run(req: SweepRequest, *, log: Callable[[str], None] = print,
@@ -258,6 +300,11 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     r = _resolve(req)
     p = r.plan
     kind = req.launcher.strip() or "local"
+    # before anything is written or submitted: the checks the dry run lists (a local run
+    # checks this host's limits only: its cluster file, if any, is not where the cells run)
+    # (the disk check is the driver's, beside the results root's location: _check_scratch)
+    C.refuse([c for c in C.checks(p, r.cluster if kind == "slurm" else None, r.cluster_file)
+              if c.name != "disk"])
     launcher = make_launcher(kind, SweepDir(p.folder).jobs_dir, jobs=req.jobs, cluster=r.cluster,
                              job_name=f"sweep-{p.name}", executor_factory=executor_factory)
     from common.io import unwritable

@@ -193,6 +193,57 @@ def disk_need(cfg: Any) -> int | None:
     return P.disk_bytes(cfg, P.plan(cfg, 1))["total"]  # the same bytes for any world
 
 
+def batch_refusal(cfg: Any, world: int) -> str | None:
+    """Why `cfg`'s global batch does not split over `world` ranks (the trainer's one line, with
+    the nearest valid batch and world sizes), None when it does or `cfg` is not the trainer's."""
+    if not isinstance(cfg, TrainConfig):
+        return None
+    try:
+        P.plan(cfg, world)
+    except ConfigError as e:
+        return one_line(e)
+    return None
+
+
+def checkpoint_sizes(cfg: Any, gpus: bool) -> dict[str, int] | None:
+    """Bytes of one resumable step checkpoint ('full') and of one weights-only export
+    ('export': final.pt, eval_step_<N>.pt) at the dtype the trainer writes on GPUs (`gpus`) or
+    CPUs; None for a config that is not the trainer's."""
+    if not isinstance(cfg, TrainConfig):
+        return None
+    ck = P.checkpoint_bytes(P.plan(cfg, 1))
+    dt = str(cfg.logging.export_dtype)
+    bf16 = dt == "bf16" or (dt != "fp32" and gpus)  # auto: bf16 on GPUs (trainer.export_dtype)
+    return {"full": ck["full"], "export": ck["bf16_export"] if bf16 else ck["weights_fp32"]}
+
+
+def corpus_of(cfg: Any) -> dict[str, Any] | None:
+    """The corpus a run of `cfg` reads: its directory, whether it is built, its shard files
+    (None: unknown before it is built) and bytes on disk, and where the figures come from; None
+    for a config that is not the trainer's or synthetic data."""
+    if not isinstance(cfg, TrainConfig) or cfg.data.source == "synthetic":
+        return None
+    import math
+
+    from experiments.corpus.build import read_manifest
+    from experiments.train.data import corpus_dir
+
+    d = corpus_dir(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
+    man = read_manifest(d)
+    if man is not None:
+        shards = man.get("shards") or []
+        size = sum(f.stat().st_size for f in d.glob("*.bin") if f.is_file())
+        return {"dir": d, "built": True, "shards": len(shards), "bytes": size,
+                "source": f"its manifest ({d})"}
+    text = cfg.data.hf_max_bytes if cfg.data.source == "hf" else cfg.data.max_bytes
+    units = math.ceil(text / cfg.data.shard_bytes) if text else None
+    return {"dir": d, "built": False, "shards": 2 * units if units else None,
+            "bytes": P.disk_bytes(cfg, P.plan(cfg, 1))["corpus"],
+            "source": (f"{units:,} units of data.shard_bytes={cfg.data.shard_bytes:,} text bytes "
+                       f"(a train and a val shard each) over {text:,} bytes, before the build"
+                       if units else "unknown before the build (no byte cap)")}
+
+
 def space_refusal(root: Any, need: int) -> str | None:
     """One line when `root`'s file system has less than `need` bytes free."""
     return P.space_refusal(root, need)

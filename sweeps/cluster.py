@@ -30,21 +30,27 @@ from .grid import SweepError
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
 FREE_FORM = ("setup", "additional")
-SECTIONS = ("eval", "corpus")
+SECTIONS = ("eval", "corpus", "report")
 """The per-role sections (JobOverrides) beside the main settings."""
-ROLES = ("train", "eval", "corpus")
+ROLES = ("train", "eval", "corpus", "report")
 """What a job is, for the cluster: a training cell (also a synthetic seed: it trains), an
-evaluation (a chained evaluation or an evaluation point), a corpus unit."""
+evaluation (a chained evaluation or an evaluation point), a corpus unit, the report of a
+`make paper` sweep."""
 CORPUS_DEFAULTS: dict[str, Any] = {"gpus_per_node": 0, "cpus_per_task": 1, "timeout_min": 240,
                                    "mem_gb": None}
 """A corpus unit before the file's `corpus` section: it tokenizes one shard in one process, so
 no GPU, one core and the partition's default memory (a training cell's 400 GB would idle), and
 4 hours (the old corpus array's limit; a unit of the default size takes minutes)."""
-ONE_NODE = {"eval": "an evaluation job", "corpus": "a corpus unit"}
+REPORT_DEFAULTS: dict[str, Any] = {"gpus_per_node": 0, "cpus_per_task": 1, "timeout_min": 60,
+                                   "mem_gb": None}
+"""The report job before the file's `report` section: tables, figures and bootstrap intervals
+from result files in one process (no GPU; minutes for the paper's sweeps)."""
+ROLE_DEFAULTS = {"corpus": CORPUS_DEFAULTS, "report": REPORT_DEFAULTS}
+ONE_NODE = {"eval": "an evaluation job", "corpus": "a corpus unit", "report": "the report job"}
 """Roles whose job is one process group on one node: more nodes would only repeat it."""
 """Keys whose values pass through untyped (shell lines; any other sbatch option)."""
 _COUNTS = ("gpus_per_node", "nodes", "cpus_per_task", "timeout_min", "array_parallelism",
-           "signal_delay_s", "max_num_timeout")
+           "signal_delay_s", "max_num_timeout", "nofile", "max_map_count")
 
 
 @dataclass
@@ -119,8 +125,10 @@ class ClusterConfig:
     timeout_min: int | None = 24 * 60
     """Time limit of one attempt, minutes; on timeout or preemption the job checkpoints and
     requeues."""
-    signal_delay_s: int | None = 120
-    """USR2 this many seconds before the time limit: time to write a checkpoint."""
+    signal_delay_s: int | None = 300
+    """USR2 this many seconds before the time limit: the trainer gets this less
+    sweeps.job.GRACE_MARGIN_S to write its checkpoint and exit (checked against the planned
+    save time before submitting)."""
     max_num_timeout: int | None = 20
     """Requeues allowed per cell."""
     array_parallelism: int | None = 64
@@ -140,12 +148,21 @@ class ClusterConfig:
     write_gbps: float | None = 2.0
     """Write bandwidth in GB/s one job gets from that file system: the dry run's checkpoint
     save-time estimate."""
+    nofile: int | None = None
+    """Open files a process may hold on the compute nodes (`ulimit -n` there); null: the
+    submitting host's limit. Checked against the corpus shards each rank opens."""
+    max_map_count: int | None = None
+    """Memory maps a process may hold on the compute nodes (`sysctl vm.max_map_count`);
+    null: the submitting host's. Checked against the shards each rank maps."""
     eval: JobOverrides = field(default_factory=JobOverrides)
     """What EVAL=1 jobs (chained evaluations, evaluation points) ask for instead (keys as
     above but max_num_timeout)."""
     corpus: JobOverrides = field(default_factory=JobOverrides)
     """What corpus units (`make corpus|paper LAUNCHER=slurm`) ask for instead (keys as above but
     max_num_timeout; before this section: no GPU, one core, 240 minutes)."""
+    report: JobOverrides = field(default_factory=JobOverrides)
+    """What `make paper`'s report job asks for instead (keys as eval's; before this section:
+    no GPU, one core, 60 minutes)."""
 
     def __post_init__(self) -> None:
         _check(self, required_partition=True)
@@ -165,16 +182,23 @@ class ClusterConfig:
 
     def for_role(self, role: str) -> ClusterConfig:
         """The settings of one role's jobs (ROLES): a training cell's are the main settings;
-        an evaluation's the eval section over them; a corpus unit's CORPUS_DEFAULTS, then the
-        corpus section, over them. Evaluations and corpus units take one node always."""
+        an evaluation's the eval section over them; a corpus unit's (the report's)
+        CORPUS_DEFAULTS (REPORT_DEFAULTS), then its section, over them. Every role but
+        training takes one node always."""
         if role == "train":
             return self
         if role not in ONE_NODE:
             raise ValueError(f"role {role!r}: not one of {', '.join(ROLES)}")
-        base = CORPUS_DEFAULTS if role == "corpus" else {}
+        base = ROLE_DEFAULTS.get(role, {})
         section: JobOverrides = getattr(self, role)
         return dataclasses.replace(self, **{**base, **section.given(), "nodes": 1},
-                                   eval=JobOverrides(), corpus=JobOverrides())
+                                   **{s: JobOverrides() for s in SECTIONS})
+
+    @property
+    def tasks(self) -> int:
+        """Tasks (= ranks) of one training job: nodes x GPUs per node, one task on a CPU node
+        (what slurm_parameters asks for)."""
+        return int(self.or_default("nodes")) * max(1, int(self.or_default("gpus_per_node")))
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ClusterConfig)

@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.paths import RunDir, SweepDir
+from common.paths import SweepDir
 
 from . import backend
+from . import checks as C
 from .cluster import ClusterConfig
 from .errors import SweepError
 from .grid import Cell
-from .job import CellJob, PointWatch
+from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
 from .manifest import TRAINING_FAILED, SweepCell, SweepManifest, locked, point_record
 from .plan import Plan
@@ -127,12 +128,12 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
 
 
 def _train_job(c: SweepCell, threads: int | None, launcher: str = "local",
-               points: PointWatch | None = None) -> CellJob:
+               points: PointWatch | None = None, grace_s: float = GRACE_S) -> CellJob:
     cell = Cell(c.cell, c.arm, c.seed or 0, tuple(c.overrides))
     # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
     return CellJob(c.cell, backend.train_argv(cell), run_dir=c.run_dir, threads=threads,
                    cwd=os.getcwd(),
-                   env={"FTBENCH_LAUNCHER": launcher}, points=points)
+                   env={"FTBENCH_LAUNCHER": launcher}, points=points, grace_s=grace_s)
 
 
 def _points_on(evaluate: bool, m: SweepManifest) -> bool:
@@ -223,7 +224,7 @@ def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Local
                     _train_job(c, threads) if kind == "train"
                     else _point_job(c, m, eval_args, step, threads) if step is not None
                     else _eval_job(c, eval_args, threads, m=m),
-                    role="train" if kind == "train" else "eval")
+                    role="train" if kind == "train" else "eval", slot=slot)
                 started = time.time()
                 if kind == "train":
                     c.job_started(job.job_id, slot=slot)
@@ -305,7 +306,7 @@ def _cold_cache(c: SweepCell) -> bool:
 def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     """Before anything is submitted: the cells' run directories are under the cluster file's
     results root (when it names one), and its file system has room for the cells not done
-    yet (checkpoints, export, corpus); SweepError, one line, otherwise."""
+    yet (checkpoints, exports, and the corpus once); SweepError, one line, otherwise."""
     roots = {Path(c.run_dir).parent.parent for c in p.cells}  # <results>/runs/<run-id>
     if cluster.results:
         want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
@@ -314,11 +315,9 @@ def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
             raise SweepError(f"cluster.yaml results={cluster.results} but this sweep writes "
                              f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
         roots = {want}
-    need = 0
-    for c in p.cells:
-        if RunDir(c.run_dir).finished:
-            continue
-        need += backend.disk_need(backend.compose(c.cell)) or 0
+    # the cells still to run with the corpus counted once (sweeps.checks.disk_need): counted
+    # per cell, a 6-cell 8B sweep asked for 12.8 TB where 3.6 TB is needed
+    need = C.disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)["total"]
     for r in roots:
         if need and (why := backend.space_refusal(r, need)) is not None:
             raise SweepError(why)
@@ -330,7 +329,11 @@ def _submit_slurm(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Sl
     if todo:
         watch = (lambda c: _point_watch(p, c, m, eval_args, launcher)) \
             if _points_on(evaluate, m) else (lambda c: None)
-        jobs = launcher.submit_array([_train_job(c, None, "slurm", watch(c)) for c in todo],
+        # the trainer's grace to checkpoint lies inside the signal's lead (sweeps.job.grace_for)
+        grace = grace_for(float(launcher.cluster.or_default("signal_delay_s"))) \
+            if launcher.cluster is not None else GRACE_S
+        jobs = launcher.submit_array([_train_job(c, None, "slurm", watch(c), grace)
+                                      for c in todo],
                                      role="train", name=f"sweep-{p.name}")  # one job array
         for c, j in zip(todo, jobs, strict=True):
             c.job_started(j.job_id)

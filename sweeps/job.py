@@ -3,26 +3,30 @@
 `CellJob` runs one command (`python -m experiments.train <overrides>` or the eval CLI) as a child
 process and knows nothing about the model. Training code knows nothing about submitit:
 
+- W&B: a training child gets WANDB_RUN_ID = its run-id and WANDB_RESUME=allow, so a requeued
+  cell goes on logging to the same W&B run;
 - threads: the child gets OMP/MKL threads = the job's share of the cores (local sweeps);
 - multi-GPU: with several tasks per job, submitit's JobEnvironment is mapped to the torchrun
   variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which
   train.py reads for DDP/FSDP;
 - preemption/timeout: submitit calls `checkpoint()` on its signal (USR2). It sends SIGTERM to the
-  trainer, which writes a checkpoint and exits, then returns a `DelayedSubmission` of a fresh
-  copy of this job: submitit requeues it and the trainer resumes from that checkpoint. The child
-  ignores USR2 itself (SLURM signals every process of the step; only this wrapper may act on it).
+  trainer, which writes a checkpoint and exits (within `grace_s`, inside the signal's lead),
+  then returns a `DelayedSubmission` of a fresh copy of this job: submitit requeues it and the
+  trainer resumes from that checkpoint. The child ignores USR2 itself (SLURM signals every
+  process of the step; only this wrapper may act on it).
 
 A requeue that makes no progress is not repeated forever: when two attempts in a row end with
 the run's newest checkpoint at the step they started from, `checkpoint()` raises CellFailed
 naming the slot length and where the trainer was (submitit would otherwise requeue a preempted
 job without limit, and a timed-out one until max_num_timeout).
 
-Point evaluations (EVAL_POINTS on SLURM): a training job given a `PointWatch` looks for new
+Point evaluations (EVAL_POINTS on SLURM): the global rank 0 of a training job given a
+`PointWatch` (every task of a multi-GPU job runs this wrapper; one submits) looks for new
 kept checkpoints (`RunDir.points_ready`) every WATCH_S while its trainer runs, and submits
 each one's evaluation as a job of its own (through the sweep's launcher, in the eval role:
-one node), listing them in
-the sweep's `points/<cell>.json` for the manifest. The local driver does the same from its
-polling loop instead (a job it did not start would escape its JOBS slots).
+one node), listing them in the sweep's `points/<cell>.json` for the manifest. The local
+driver does the same from its polling loop instead (a job it did not start would escape its
+JOBS slots).
 
 Outcome: `{"state": "done"}`; `{"state": "interrupted", "reason": ...}` when the child was
 killed (it resumes on the next run); an exception (the job fails) when the child exits with an
@@ -49,7 +53,12 @@ from common.io import atomic_write_text
 from common.paths import RunDir
 
 GRACE_S = 120.0
-"""How long `checkpoint()` waits for the trainer to save and exit before killing it."""
+"""How long `checkpoint()` waits for the trainer to save and exit before killing it, when the
+job is not given its own (a SLURM training job gets `grace_for(signal_delay_s)`)."""
+GRACE_MARGIN_S = 30.0
+"""What the signal's lead over the time limit keeps back beyond the trainer's grace: submitit's
+requeue call (scontrol) and the wrapper's own exit must also happen before SLURM kills the job.
+With a grace equal to the lead (the old 120 s and 120 s), a slow save raced the kill."""
 EXIT_PREEMPTED = 75
 """train.py's exit code after SIGTERM/SIGUSR1 once its checkpoint is written (EX_TEMPFAIL)."""
 INTERRUPT_CODES = {130, 137, 143, 138, 140}
@@ -58,6 +67,24 @@ MAX_STALLS = 2
 """Attempts in a row without a newer checkpoint before the cell fails instead of requeueing."""
 WATCH_S = 30.0
 """How often a training job's PointWatch looks for new kept checkpoints."""
+
+
+def grace_for(signal_delay_s: float) -> float:
+    """The trainer's grace inside a `signal_delay_s` lead: the lead less GRACE_MARGIN_S (at
+    least a tenth of the lead, for a very short lead)."""
+    return max(signal_delay_s - GRACE_MARGIN_S, signal_delay_s / 10)
+
+
+def is_global_rank0() -> bool:
+    """True outside a multi-task submitit job, and in its global rank 0: the one task of a
+    training job that submits its evaluation points (every task runs this wrapper; without the
+    guard each of 8 tasks submitted its own copy of every point)."""
+    try:
+        import submitit
+
+        return submitit.JobEnvironment().global_rank == 0
+    except RuntimeError:  # not inside a submitit job
+        return True
 
 
 class PointWatch:
@@ -136,7 +163,7 @@ class CellJob:
                  threads: int | None = None,
                  cwd: str | None = None, env: dict[str, str] | None = None,
                  kind: str = "train", stalls: int = 0,
-                 points: PointWatch | None = None) -> None:
+                 points: PointWatch | None = None, grace_s: float = GRACE_S) -> None:
         self.cell = cell
         self.argv = list(argv)
         self.run_dir = run_dir
@@ -149,7 +176,10 @@ class CellJob:
         self.stalls = stalls
         """Attempts in a row, before this one, that ended without a newer checkpoint."""
         self.points = points
-        """SLURM training with EVAL_POINTS: submit each kept checkpoint's evaluation."""
+        """SLURM training with EVAL_POINTS: submit each kept checkpoint's evaluation (global
+        rank 0 only)."""
+        self.grace_s = grace_s
+        """How long `checkpoint()` lets the trainer save and exit (inside the signal's lead)."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._started: float | None = None
         self._step0: int | None = None
@@ -158,7 +188,9 @@ class CellJob:
     def __call__(self) -> dict[str, Any]:
         if self.is_done():
             return {"state": "done", "cell": self.cell, "skipped": True}
-        env = {**os.environ, **self.env, **self._thread_env(), **self._dist_env()}
+        env = {**os.environ, **self.env, **self._thread_env(), **self._dist_env(),
+               **self._tracker_env()}
+        points = self.points if is_global_rank0() else None
         print(f"[sweeps] {self.kind} {self.cell}: {' '.join(self.argv)}", flush=True)
         sys.stdout.flush()
         usr = _submitit_signal()
@@ -169,10 +201,10 @@ class CellJob:
         # poll, never a blocking wait(): checkpoint() may run in a signal handler meanwhile
         watched = 0.0
         while (rc := self._proc.poll()) is None:
-            if self.points is not None and time.monotonic() - watched >= WATCH_S:
+            if points is not None and time.monotonic() - watched >= WATCH_S:
                 watched = time.monotonic()
                 try:
-                    self.points.poll()
+                    points.poll()
                 except Exception as e:  # never stop a training over its evaluations
                     print(f"[sweeps] {self.cell}: looking for kept checkpoints failed: "
                           f"{type(e).__name__}: {e}", flush=True)
@@ -186,7 +218,7 @@ class CellJob:
             print(f"[sweeps] {self.cell}: preempted/timed out; asking the trainer to checkpoint",
                   flush=True)
             p.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + GRACE_S
+            deadline = time.monotonic() + self.grace_s
             while p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.2)
             if p.poll() is None:
@@ -207,7 +239,7 @@ class CellJob:
     def fresh(self) -> CellJob:
         return CellJob(self.cell, self.argv, run_dir=self.run_dir,
                        threads=self.threads, cwd=self.cwd, env=self.env, kind=self.kind,
-                       stalls=self.stalls, points=self.points)
+                       stalls=self.stalls, points=self.points, grace_s=self.grace_s)
 
     def latest_step(self) -> int | None:
         """Step of the run's newest checkpoint (None before the first)."""
@@ -270,6 +302,14 @@ class CellJob:
             return {}
         t = str(self.threads)
         return {"OMP_NUM_THREADS": t, "MKL_NUM_THREADS": t, "FTBENCH_THREADS": t}
+
+    def _tracker_env(self) -> dict[str, str]:
+        """A training job's W&B run id is its run-id, resumed when it exists: every attempt of
+        a requeued cell logs to one W&B run instead of starting a new one (wandb.init reads
+        WANDB_RUN_ID and WANDB_RESUME when it is given no id; the trainer gives none)."""
+        if self.kind != "train" or not self.run_dir:
+            return {}
+        return {"WANDB_RUN_ID": Path(self.run_dir).name, "WANDB_RESUME": "allow"}
 
     def _dist_env(self) -> dict[str, str]:
         """torchrun's variables from submitit's job environment (only for multi-task jobs)."""

@@ -14,8 +14,9 @@ SLURM: sweep cells, chained evaluations and evaluation points, corpus units, syn
 
 Roles (sweeps.cluster.ROLES): "train" (a cell, a synthetic seed), "eval" (a chained evaluation
 or an evaluation point: the cluster file's eval section, one node), "corpus" (a corpus unit: the
-corpus section, no GPU by default). Local jobs have no cluster: each runs as a process of this
-machine, `slots` of them at a time as the caller schedules them, with `threads` torch threads.
+corpus section, no GPU by default), "report" (`make paper`'s report: the report section, no GPU
+by default). Local jobs have no cluster: each runs as a process of this machine, `slots` of
+them at a time as the caller schedules them, with `threads` torch threads and its slot's GPUs.
 
 Why submitit for local jobs too: the same job object, pickle and result file serve both
 launchers, so a local job's outcome (done, failed with its last error line, interrupted) is
@@ -93,6 +94,33 @@ def local_jobs(jobs: int | None) -> tuple[int, int]:
     return n, max(1, cores // n)
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process may hand to its jobs: CUDA_VISIBLE_DEVICES's entries when it is set
+    (empty or -1: none), else every device torch counts (0 on a machine without CUDA)."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        ids = [d.strip() for d in env.split(",") if d.strip()]
+        return [] if not ids or ids[0] == "-1" else ids
+    try:
+        import torch
+
+        return [str(i) for i in range(torch.cuda.device_count())]
+    except Exception:  # no usable torch build: no GPUs to hand out
+        return []
+
+
+def gpu_sets(gpus: Sequence[str], slots: int) -> list[str | None]:
+    """CUDA_VISIBLE_DEVICES of each local slot: the GPUs split into `slots` equal contiguous
+    sets (a remainder left unused, so every cell gets the same hardware); with fewer GPUs than
+    slots, slot i shares GPU i mod n. None for every slot on a machine without GPUs."""
+    if not gpus:
+        return [None] * slots
+    if len(gpus) < slots:
+        return [gpus[i % len(gpus)] for i in range(slots)]
+    k = len(gpus) // slots
+    return [",".join(gpus[i * k:(i + 1) * k]) for i in range(slots)]
+
+
 def pid_alive(pid: int) -> bool:
     """A zombie (finished, not yet reaped) counts as dead; one we may not inspect as alive."""
     try:
@@ -124,7 +152,11 @@ class Launcher:
 
     # ---- submitting ------------------------------------------------------------------------
     def submit(self, job: Callable[[], Any], *, role: str = "train", name: str = "",
-               after: str | None = None) -> Any:
+               after: str | None = None, after_any: Sequence[str] = (),
+               slot: int | None = None) -> Any:
+        """`after`: a job id this job runs after once it succeeded (afterok); `after_any`: job
+        ids it runs after however they ended (afterany); `slot`: the local slot it runs in
+        (its GPU set)."""
         raise NotImplementedError
 
     def submit_array(self, jobs: Sequence[Callable[[], Any]], *, role: str = "train",
@@ -195,16 +227,24 @@ class Launcher:
 class LocalLauncher(Launcher):
     """Jobs as processes of this machine, through submitit's local executor; `slots` of them at
     a time (the caller schedules: the local executor would start every job at once), each with
-    `threads` torch threads."""
+    `threads` torch threads and, on a GPU machine, its own GPU set (`gpu_sets`: a job given its
+    slot sees only that set through CUDA_VISIBLE_DEVICES; without it every cell ran on GPU 0).
+    On a GPU machine JOBS defaults to one job per GPU."""
 
     kind = "local"
 
     def __init__(self, folder: str | os.PathLike, *, jobs: int | None = None,
-                 job_name: str = "",
+                 job_name: str = "", gpus: Sequence[str] | None = None,
                  executor_factory: Callable[[Path], Any] | None = None) -> None:
         super().__init__(folder, job_name=job_name, executor_factory=executor_factory)
-        self.slots, self.threads = local_jobs(jobs)
+        self.gpus = list(visible_gpus() if gpus is None else gpus)
+        """The GPUs the slots share out (tests: a list of ids)."""
+        self.slots, self.threads = local_jobs(jobs or len(self.gpus) or None)
         self._executor: Any = None
+
+    def devices(self, slot: int) -> str | None:
+        """CUDA_VISIBLE_DEVICES of `slot`'s jobs (None without GPUs)."""
+        return gpu_sets(self.gpus, self.slots)[slot % self.slots]
 
     def executor(self) -> Any:
         if self._executor is None:
@@ -219,8 +259,12 @@ class LocalLauncher(Launcher):
         return self._executor
 
     def submit(self, job: Callable[[], Any], *, role: str = "train", name: str = "",
-               after: str | None = None) -> Any:
-        # `after`: the local caller starts a job only once its dependency is done
+               after: str | None = None, after_any: Sequence[str] = (),
+               slot: int | None = None) -> Any:
+        # `after`, `after_any`: the local caller starts a job only once its dependencies ended
+        dev = self.devices(slot) if slot is not None else None
+        if dev is not None and isinstance(getattr(job, "env", None), dict):
+            job.env["CUDA_VISIBLE_DEVICES"] = dev  # type: ignore[attr-defined]
         return self.executor().submit(job)
 
     def submit_array(self, jobs: Sequence[Callable[[], Any]], *, role: str = "train",
@@ -271,9 +315,12 @@ class SlurmLauncher(Launcher):
         return slurm_parameters(self.cluster, role)
 
     def executor(self, role: str = "train", *, name: str = "", after: str | None = None,
-                 parallelism: int | None = None) -> Any:
+                 after_any: Sequence[str] = (), parallelism: int | None = None) -> Any:
         """A submitit executor with `role`'s parameters; `after`: a job id this job waits for
-        (sbatch --dependency=afterok)."""
+        (sbatch --dependency=afterok); `after_any`: job ids it waits for however they end
+        (afterany). A dependent job is cancelled when its dependency can no longer be met
+        (--kill-on-invalid-dep): an evaluation whose training failed would otherwise pend
+        forever, and with it the report waiting for the evaluations."""
         if self.executor_factory is not None:
             return self.executor_factory(self.folder)
         import submitit
@@ -283,9 +330,12 @@ class SlurmLauncher(Launcher):
         params = self.parameters(role)
         if parallelism:
             params["slurm_array_parallelism"] = int(parallelism)
-        if after:
+        deps = ([f"afterok:{after}"] if after else []) \
+            + ([f"afterany:{':'.join(map(str, after_any))}"] if after_any else [])
+        if deps:
             params["slurm_additional_parameters"] = {
-                **params.get("slurm_additional_parameters", {}), "dependency": f"afterok:{after}"}
+                **params.get("slurm_additional_parameters", {}), "dependency": ",".join(deps),
+                "kill_on_invalid_dep": "yes"}
         ex = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster_name,
                                    **slurm_executor_args(self.cluster))
         if self.cluster_name != "slurm":  # a stand-in cluster: only what every executor takes
@@ -294,8 +344,10 @@ class SlurmLauncher(Launcher):
         return ex
 
     def submit(self, job: Callable[[], Any], *, role: str = "train", name: str = "",
-               after: str | None = None) -> Any:
-        return self.executor(role, name=name, after=after).submit(job)
+               after: str | None = None, after_any: Sequence[str] = (),
+               slot: int | None = None) -> Any:
+        # `slot`: SLURM binds each job's GPUs itself
+        return self.executor(role, name=name, after=after, after_any=after_any).submit(job)
 
     def submit_array(self, jobs: Sequence[Callable[[], Any]], *, role: str = "train",
                      name: str = "") -> list[Any]:

@@ -24,11 +24,11 @@ EXAMPLE = ROOT / "sweeps" / "cluster.example.yaml"
 # slurm_parameters(load_cluster(EXAMPLE)) as the dict-based loader computed it (main, eval)
 EXAMPLE_PARAMS = (
     {"slurm_partition": "gpu", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 8,
-     "tasks_per_node": 8, "cpus_per_task": 10, "slurm_signal_delay_s": 120,
+     "tasks_per_node": 8, "cpus_per_task": 10, "slurm_signal_delay_s": 300,
      "slurm_array_parallelism": 64, "mem_gb": 400.0, "slurm_account": "my-project",
      "slurm_setup": ["source .venv/bin/activate"]},
     {"slurm_partition": "gpu", "timeout_min": 240, "nodes": 1, "gpus_per_node": 1,
-     "tasks_per_node": 1, "cpus_per_task": 10, "slurm_signal_delay_s": 120,
+     "tasks_per_node": 1, "cpus_per_task": 10, "slurm_signal_delay_s": 300,
      "slurm_array_parallelism": 64, "mem_gb": 400.0, "slurm_account": "my-project",
      "slurm_setup": ["source .venv/bin/activate"]},
 )
@@ -77,7 +77,7 @@ def test_zero_or_null_means_the_default_as_before(tmp_path: Path) -> None:
                           "max_num_timeout: 0\nmem_gb: 0\naccount: null\nsetup: null\n"
                           "additional: null\neval: null\n")
     want = {"slurm_partition": "p", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 0,
-            "tasks_per_node": 1, "cpus_per_task": 8, "slurm_signal_delay_s": 120,
+            "tasks_per_node": 1, "cpus_per_task": 8, "slurm_signal_delay_s": 300,
             "slurm_array_parallelism": 64}
     assert L.slurm_parameters(cfg) == want == L.slurm_parameters(cfg, "eval")
     assert cfg.or_default("max_num_timeout") == 20

@@ -207,6 +207,7 @@ def test_a_slurm_sweep_checks_the_scratch_root_before_submitting(monkeypatch, tm
         L._check_scratch(p, ClusterConfig(partition="p", results="/scratch/x"))
     need = [backend.disk_need(backend.compose(c.cell)) for c in p.cells]
     assert all(n and n > 0 for n in need)
-    monkeypatch.setattr(backend, "disk_need", lambda cfg: 10**18)
+    monkeypatch.setattr(backend, "checkpoint_sizes", lambda cfg, gpus: {"full": 10**18,
+                                                                        "export": 1})
     with pytest.raises(SweepError, match=r"free on its file system, the plan needs"):
         L._check_scratch(p, ClusterConfig(partition="p"))

@@ -2,7 +2,9 @@
 """Sweeps on a real single-node SLURM cluster (ci/slurm/start.sh): `make sweep LAUNCHER=slurm`
 runs a job array with chained evals and `make report` reads it; a cell preempted through
 submitit (SIGUSR2) checkpoints, is requeued, resumes and ends with the weights of an
-uninterrupted run; a cell whose trainer fails is reported failed with its reason.
+uninterrupted run; a cell whose trainer fails is reported failed with its reason; `make paper
+RECIPE=cpu-mini LAUNCHER=slurm`, corpus not prebuilt, submits the corpus units, the sweep, its
+evaluations and the report through the one launcher, and a second run does no work.
 
 Runs when FTBENCH_SLURM_TEST=1, or by default as root where slurmctld is installed
 (FTBENCH_SLURM_TEST=0 skips it). The cluster is started once for the module and its daemons are
@@ -195,6 +197,56 @@ def test_a_failing_cell_is_reported_failed_with_its_reason(cluster):
         assert c["state"] == "failed" and "exited with code 2" in (c["reason"] or ""), c
         assert "validation split" in c["reason"], c["reason"]
         assert "\n" not in c["reason"]
+
+
+def _jobs() -> list[tuple[str, str, str]]:
+    """(id, name, state) of every job this cluster has run (its ids restart at each start)."""
+    out = subprocess.run(["sacct", "-X", "-n", "-P", "-o", "JobID,JobName,State"],
+                         capture_output=True, text=True, check=True).stdout
+    return [tuple(ln.split("|")) for ln in out.splitlines() if ln.strip()]  # type: ignore[misc]
+
+
+def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
+    env = _env(cluster, "paper")
+    env["FTBENCH_CACHE"] = str(cluster / "paper-cache")  # the corpus is not built yet
+    kv = {"RECIPE": "cpu-mini", "LAUNCHER": "slurm", "CLUSTER": str(cluster / "cluster.yaml"),
+          "BENCH_DATA": str(ROOT / "experiments" / "eval" / "smoke_data"),
+          "EVAL_ARGS": "--limit 2"}
+    before = {j[0] for j in _jobs()}
+    r = _make("paper", env, **kv)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "corpus: building" in out and "slurm: submitted array" in out, out[-3000:]
+    assert "report job" in out and "submitted" in out, out[-3000:]
+    corpus = [j for j in _jobs() if j[0] not in before and j[1] == "corpus"]
+    assert corpus and all(j[2] == "COMPLETED" for j in corpus), corpus  # its units' array
+    html = cluster / "paper" / "sweeps" / "cpu-mini" / "report.html"
+    t0 = time.time()
+    while not html.is_file():  # the report job runs once every cell and evaluation ended
+        if time.time() - t0 > 600:
+            q = subprocess.run(["squeue"], capture_output=True, text=True).stdout
+            pytest.fail(f"no report after 600 s: {_manifest(env, 'cpu-mini')['cells']}\n{q}")
+        time.sleep(3)
+    m = _manifest(env, "cpu-mini")
+    assert len(m["cells"]) == 5 and all(
+        c["state"] == "done" and c["eval"]["state"] == "done" for c in m["cells"]), m["cells"]
+    ran = [j for j in _jobs() if j[0] not in before]
+    names = {j[1] for j in ran}
+    assert {"corpus", "sweep-cpu-mini", "sweep-cpu-mini-eval", "paper-cpu-mini-report"} \
+        <= names, ran
+    t0 = time.time()
+    while any(j[2] in ("PENDING", "RUNNING", "COMPLETING") for j in _jobs()):
+        assert time.time() - t0 < 60, _jobs()
+        time.sleep(1)
+    assert all(j[2] == "COMPLETED" for j in _jobs() if j[0] not in before), _jobs()
+    n_jobs, stamp = len(_jobs()), html.stat().st_mtime_ns
+
+    r = _make("paper", env, **kv)  # everything is done: nothing built, submitted or rewritten
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "built; nothing to do" in out and "5 done, 0 to run" in out, out[-3000:]
+    assert "report up to date" in out, out[-3000:]
+    assert len(_jobs()) == n_jobs and html.stat().st_mtime_ns == stamp
 
 
 if __name__ == "__main__":

@@ -262,7 +262,7 @@ def test_slurm_parameters_make_an_sbatch_script(tmp_path: Path,
     ex.update_parameters(**L.slurm_parameters(cfg))
     text = ex._executor._make_submission_file_text("python -m x", "uid")
     for line in ("--partition=gpu", "--account=my-project", "--gpus-per-node=8",
-                 "--ntasks-per-node=8", "--signal=USR2@120", "--time=1440"):
+                 "--ntasks-per-node=8", "--signal=USR2@300", "--time=1440"):
         assert f"#SBATCH {line}" in text, line
 
 
