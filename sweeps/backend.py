@@ -226,6 +226,7 @@ def corpus_of(cfg: Any) -> dict[str, Any] | None:
     import math
 
     from experiments.corpus.build import read_manifest
+    from experiments.corpus.shards import MAX_OPEN_SHARDS
     from experiments.train.data import corpus_dir
 
     d = corpus_dir(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
@@ -234,10 +235,11 @@ def corpus_of(cfg: Any) -> dict[str, Any] | None:
         shards = man.get("shards") or []
         size = sum(f.stat().st_size for f in d.glob("*.bin") if f.is_file())
         return {"dir": d, "built": True, "shards": len(shards), "bytes": size,
-                "source": f"its manifest ({d})"}
+                "open_bound": MAX_OPEN_SHARDS, "source": f"its manifest ({d})"}
     text = cfg.data.hf_max_bytes if cfg.data.source == "hf" else cfg.data.max_bytes
     units = math.ceil(text / cfg.data.shard_bytes) if text else None
     return {"dir": d, "built": False, "shards": 2 * units if units else None,
+            "open_bound": MAX_OPEN_SHARDS,
             "bytes": P.disk_bytes(cfg, P.plan(cfg, 1))["corpus"],
             "source": (f"{units:,} units of data.shard_bytes={cfg.data.shard_bytes:,} text bytes "
                        f"(a train and a val shard each) over {text:,} bytes, before the build"

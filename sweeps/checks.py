@@ -143,7 +143,8 @@ def host_limits() -> tuple[int | None, int | None]:
 
 
 def files(p: Plan, cluster: ClusterConfig | None, file: str | None) -> Check:
-    """The corpus shards every rank maps (one open file and one memory map each, kept open)
+    """The corpus shards a rank keeps open (one file and one memory map each; at most the
+    shard reader's LRU bound, experiments/corpus/shards.py's MAX_OPEN_SHARDS)
     against the compute nodes' limits (the cluster file's nofile / max_map_count) or this
     host's."""
     corpus = backend.corpus_of(backend.compose(_costliest(p).cell)) if p.cells else None
@@ -155,7 +156,8 @@ def files(p: Plan, cluster: ClusterConfig | None, file: str | None) -> Check:
     maps = (cluster.max_map_count if cluster is not None else None) or host_maps
     where = (lambda key, v: f"{key}={v:,} ({file})" if cluster is not None
              and getattr(cluster, key) else f"this host's {v:,}")
-    n = corpus["shards"]
+    total = corpus["shards"]
+    n = min(total, corpus.get("open_bound") or total)  # a rank keeps at most the LRU's bound open
     want_f, want_m = n + PROCESS_FILES, n + PROCESS_MAPS
     bad = []
     if nofile is not None and want_f > nofile:
@@ -163,7 +165,8 @@ def files(p: Plan, cluster: ClusterConfig | None, file: str | None) -> Check:
     if maps is not None and want_m > maps:
         bad.append(f"memory maps {want_m:,} > {where('max_map_count', maps)} "
                    "(vm.max_map_count)")
-    head = (f"files: each rank maps {n:,} corpus shards ({corpus['source']}) + about "
+    head = (f"files: each rank keeps at most {n:,} of {total:,} corpus shards open "
+            f"({corpus['source']}) + about "
             f"{PROCESS_FILES} files and {PROCESS_MAPS} maps of its own")
     if not bad:
         lim = (f"; limits {nofile or 'unknown'} open files, {maps or 'unknown'} maps")

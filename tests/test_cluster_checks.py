@@ -75,8 +75,8 @@ def test_time_signal_files_and_disk_say_their_values_and_what_to_change(tmp_path
     assert not s.ok and f"leaves the trainer {60 - GRACE_MARGIN_S:.0f} s" in s.line
     assert f"signal_delay_s={60 * math.ceil((2 * save + GRACE_MARGIN_S) / 60)}" in s.line
     f = cs["files"]
-    assert not f.ok and "each rank maps 200 corpus shards" in f.line
-    assert "open files 456 > nofile=300" in f.line and "data.shard_bytes" in f.line
+    assert not f.ok and "each rank keeps at most 64 of 200 corpus shards open" in f.line
+    assert "open files 320 > nofile=300" in f.line and "data.shard_bytes" in f.line
     d = cs["disk"]
     assert d.ok and "+ the corpus once" in d.line
     for c in cs.values():
@@ -93,7 +93,7 @@ def test_without_a_cluster_file_the_files_check_uses_this_hosts_limits(tmp_path,
     over = SMALL + " data.max_bytes=100000 data.shard_bytes=1000"
     monkeypatch.setattr(C, "host_limits", lambda: (300, 100_000))
     dry = api.dry_run(_req("", over))
-    assert "FAILS files:" in dry and "open files 456 > this host's 300" in dry
+    assert "FAILS files:" in dry and "open files 320 > this host's 300" in dry
     monkeypatch.setattr(C, "host_limits", lambda: (100_000, 100_000))
     assert "pre-submission" not in api.dry_run(_req("", over))  # local and fine: silent
 

@@ -687,11 +687,13 @@ class Trainer:
             sc["memory/peak_reserved_bytes"] = float(torch.cuda.max_memory_reserved(
                 self.device))
         else:
-            import resource
+            from common.provenance import peak_rss_mb
 
-            # ru_maxrss is in KiB on Linux: the process's peak resident memory
-            sc["memory/peak_rss_bytes"] = float(
-                resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+            # VmHWM: this process's own peak (ru_maxrss would carry a sweep driver's RSS
+            # across fork + exec)
+            mb = peak_rss_mb()
+            if mb is not None:
+                sc["memory/peak_rss_bytes"] = float(mb * (1 << 20))
         self.tracker.log(sc, step)
 
 
