@@ -152,3 +152,29 @@ def test_bad_input_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert err.startswith("alive: error:") and "\n" not in err
     assert not (tmp_path / "o").exists()
     assert alive.main(["tables", "--sweep", "nope", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_unfinished_runs_are_listed_not_counted(tmp_path: Path) -> None:
+    kl = 0.5
+    good = [_probe(-0.4 * kl * LN2, -0.4 * kl * LN2 - 0.01, -0.4 * kl * LN2 + 0.01, kl, 10)]
+    runs = [_run(tmp_path, "f0", "free", 0, [6.0, 5.0], good),
+            _run(tmp_path, "f1", "free", 1, [6.0, 5.0], good), tmp_path / "never-started"]
+    lines = (runs[1] / "metrics.jsonl").read_text().splitlines()[:-1]  # no final line yet
+    (runs[1] / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    v = alive.write_tables(runs, out)["verdict"]
+    assert v["n_seeds"] == 1 and v["n_alive"] == 1 and not v["alive"]
+    assert v["unfinished_runs"] == ["f1", "never-started"]
+    seeds = pd.read_csv(out / "seeds.csv").set_index("run_id")
+    assert not seeds.loc["f1", "finished"] and seeds.loc["f0", "finished"]
+    # a second block, from a subdirectory of the tables, renders from there
+    doc = tmp_path / "ALIVE.md"
+    sub = alive.BEGIN_PREFIX + "docs/alive/pilot -->"
+    doc.write_text(f"{alive.BEGIN}\nx\n{alive.END}\nmid\n{sub}\ny\n{alive.END}\n")
+    tables = tmp_path / "tables"
+    alive.write_tables(runs[:1], tables / "pilot")
+    alive.write_tables(runs, tables)
+    assert alive.main(["render-doc", "--tables", str(tables), "--doc", str(doc)]) == 0
+    text = doc.read_text()
+    assert text.count(alive.END) == 2 and "\nmid\n" in text and sub in text
+    assert "not counted): f1, never-started" in text and "(training)" in text
