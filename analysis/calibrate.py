@@ -46,8 +46,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from common import arms, benchmarks
 from common.io import atomic_write_text
-from common.paths import runs_dir
+from common.paths import METRICS, RUN_RECORD, RunDir, SweepDir
 from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord
 
 from . import stats as S
@@ -55,6 +56,14 @@ from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
 from .frame import load_sweep
 from .stats import ALPHA
 from .tables import comparisons, paper_table
+
+TASK = benchmarks.tasks(suite="lm-eval", scoring="generate", default=True)[0]
+"""The planted lm-eval benchmark (GSM8K: a generation task of the default set)."""
+TASK_NAME = benchmarks.benchmark(TASK).name
+CODE_TASK = benchmarks.tasks(suite="evalplus")[0]
+"""The planted evalplus benchmark (HumanEval+), with sandbox-crashed items."""
+EVAL_FILE = "lm-eval.limit.json"
+"""The planted eval file's name (the legacy name: its spec is in the file)."""
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
 """Seed-to-seed SD of an arm's score, in probability (1, 3, 5, 8 points)."""
@@ -263,66 +272,69 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
     d = sc.design
     q = rng.uniform(0.25, 0.75, d.n_items)
     tokens, fpt0 = 200_000, 1.0e6
-    arms: list[tuple[str, str, float | None, int, float]] = [
-        (f"baseline-s{s}", "baseline", None, 0, 0.0) for s in range(d.n_seeds)]
+    base, free, flops = arms.BASELINE.name, arms.FREE.name, arms.BASELINE_FLOPS.name
+    plan: list[tuple[str, str, float | None, int, float]] = [
+        (f"{base}-s{s}", base, None, 0, 0.0) for s in range(d.n_seeds)]
     for h in sc.hs:
         for k in d.kappas:
-            arms += [(f"free-k{k:g}-H{h}-s{s}", "free", k, h, sc.effects.get(k, 0.0))
+            plan += [(f"{free}-k{k:g}-H{h}-s{s}", free, k, h, sc.effects.get(k, 0.0))
                      for s in range(d.n_seeds)]
     if sc.flops_budget is None:
         for h in sc.hs:
-            arms += [(f"baseline_flops-H{h}-s{s}", "baseline_flops", None, h,
+            plan += [(f"{flops}-H{h}-s{s}", flops, None, h,
                       sc.control_effect.get(h, 0.0)) for s in range(d.n_seeds)]
-    spec = EvalSpec.from_args("lm-eval", ["gsm8k", "humaneval_plus"], d.n_items, "prior", 1,
-                              None, 256, {"gsm8k/test.jsonl": "0" * 64})
+    spec = EvalSpec.from_args("lm-eval", [TASK, CODE_TASK], d.n_items, "prior", 1,
+                              None, 256, {benchmarks.benchmark(TASK).offline[0]: "0" * 64})
     cells, outcomes = [], {}
-    for cell, arm, kappa, h, eff in arms:
+    for cell, arm, kappa, h, eff in plan:
+        rec = arms.arm(arm)
         seed = int(cell.rsplit("-s", 1)[1])
         rid = f"{sc.name}-{cell}"
         state = "done"
-        if sc.missing and cell in (f"free-k{d.kappas[0]:g}-H{sc.hs[0]}-s0", "baseline-s1"):
-            state = "pending" if arm == "free" else "failed"
-        matched = arm == "baseline_flops"
+        if sc.missing and cell in (f"{free}-k{d.kappas[0]:g}-H{sc.hs[0]}-s0", f"{base}-s1"):
+            state = "pending" if rec.latent else "failed"
+        matched = rec.flops_matched
+        rd = RunDir.of(rid, root)
         cells.append(ManifestCell(cell=cell, arm=arm, kappa_bits=kappa,
-                                  latent_bits=h if arm == "free" else 0,
+                                  latent_bits=h if rec.latent else 0,
                                   match_latent_bits=h if matched else None, seed=seed,
                                   run_id=rid, state=state,
-                                  eval={"state": state, "file": "eval/lm-eval.limit.json"}))
+                                  eval={"state": state, "file": str(
+                                      rd.eval_file(EVAL_FILE).relative_to(rd.path))}))
         if state != "done":
             continue
-        ovh = 0.3 * h / 16 if arm == "free" else 0.0
+        ovh = 0.3 * h / 16 if rec.latent else 0.0
         fpt = fpt0 * (1 + ovh)
         if sc.flops_budget is not None:
             tok = sc.flops_budget / fpt
-        elif arm == "baseline_flops":
+        elif matched:
             tok = tokens * (1 + 0.3 * h / 16)
         else:
             tok = tokens
-        rd = runs_dir(root) / rid
         cfg = RunRecord(
-            run_id=rid, arm="free" if arm == "free" else "baseline",
-            model={"n_layers": 4, "latent_bits": h if arm == "free" else 0},
+            run_id=rid, arm=rec.model_kind,
+            model={"n_layers": 4, "latent_bits": h if rec.latent else 0},
             optim={"lr": 1e-3},
             train={"seed": seed, "tokens": tok, "flops": sc.flops_budget,
-                   "compute_match": "flops" if arm == "baseline_flops" else "none",
+                   "compute_match": "flops" if matched else "none",
                    "match_latent_bits": h or 16, "batch_size": 16, "seq_len": 256},
             accounting={"flops_per_token": fpt, "flops_per_token_baseline_part": fpt0,
                         "flops_overhead": ovh, "tokens": tok, "flops": tok * fpt,
                         "tokens_per_step": 4096},
             provenance={"host": "sim", "threads": 1, "launcher": "direct"})
-        _write_json(rd / "config.yaml", cfg.to_json())  # JSON is YAML
+        _write_json(rd.record_path, cfg.to_json())  # JSON is YAML
         u = rng.normal(0.0, sc.sd, 2)
         y = (rng.random(d.n_items) < np.clip(q + eff + u[0], 0, 1)).astype(float)
         yc = (rng.random(d.n_items) < np.clip(q + eff + u[1], 0, 1)).astype(float)
         crashed = rng.random(d.n_items) < sc.crash
         yc[crashed] = np.nan
-        outcomes[cell] = {"gsm8k": y, "humaneval_plus": yc}
+        outcomes[cell] = {TASK: y, CODE_TASK: yc}
         val = 3.0 - eff + rng.normal(0, 0.01)
         lines = [{"kind": "train", "step": 1, "tokens": tok, "flops": tok * fpt, "ce": val,
                   "tokens_per_s": 1000.0},
                  {"kind": "val", "step": 1, "tokens": tok, "flops": tok * fpt, "val_ce": val},
                  {"kind": "final", "step": 1, "tokens": tok, "flops": tok * fpt, "wall_s": 1.0}]
-        (rd / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines),
+        rd.metrics_path.write_text("".join(json.dumps(x) + "\n" for x in lines),
                                           encoding="utf-8")
         he_items = [{"doc_id": i, "plus": None if np.isnan(v) else float(v),
                      "base": None if np.isnan(v) else float(v)}
@@ -330,11 +342,11 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
                     for i, v in enumerate(yc)]
         scored = yc[np.isfinite(yc)]
         tasks = {
-            "gsm8k": {"primary": "exact_match", "higher_is_better": True, "n": d.n_items,
+            TASK: {"primary": "exact_match", "higher_is_better": True, "n": d.n_items,
                       "metrics": {"exact_match": {"value": float(y.mean()), "n": d.n_items}},
                       "items": [{"doc_id": i, "exact_match": float(v)} for i, v in
                                 enumerate(y)]},
-            "humaneval_plus": {
+            CODE_TASK: {
                 "primary": "pass@1_plus", "higher_is_better": True, "n": int(scored.size),
                 "metrics": {"pass@1_plus": {
                     "value": float(scored.mean()) if scored.size else None,
@@ -343,20 +355,20 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         ev = EvalFile(suite="lm-eval", spec=spec, spec_id=spec.id, run_id=rid,
                       checkpoint_step=1, z_mode="prior", k=1, leaks=False, limit=d.n_items,
                       tasks=tasks)
-        _write_json(rd / "eval" / "lm-eval.limit.json", ev.to_json())
-        if sc.stray_limit and cell == "baseline-s0":  # a LIMIT-10 re-run: must be excluded
+        _write_json(rd.eval_file(EVAL_FILE), ev.to_json())
+        if sc.stray_limit and cell == f"{base}-s0":  # a LIMIT-10 re-run: must be excluded
             s2 = replace(spec, limit=10)
             stray = replace(ev, limit=10, spec=s2, spec_id=s2.id, tasks={
-                "gsm8k": dict(tasks["gsm8k"], metrics={"exact_match": {"value": 1.0, "n": 10}},
-                              items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
-            _write_json(rd / "eval" / "lm-eval.limit10.json", stray.to_json())
+                TASK: dict(tasks[TASK], metrics={"exact_match": {"value": 1.0, "n": 10}},
+                           items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
+            _write_json(rd.eval_file("lm-eval.limit10.json"), stray.to_json())
     man = Manifest(name=sc.name, cells=tuple(cells),
                    grid={"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
                          "seeds": list(range(d.n_seeds)),
                          "tokens": None if sc.flops_budget else tokens,
                          "flops": sc.flops_budget},
                    eval_spec=spec, eval_spec_id=spec.id)
-    _write_json(root / "sweeps" / sc.name / "manifest.json", man.to_json())
+    _write_json(SweepDir.of(sc.name, root).manifest_path, man.to_json())
     return {"q": q, "outcomes": outcomes}
 
 
@@ -418,13 +430,13 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
             for view, ref in views.items():
                 t = paper_table(data, view, n_boot=n_boot)
                 t = t[t["comparison"] == f"{view}:{ref}"]
-                for task in ("gsm8k", "humaneval_plus"):
+                for task in (TASK, CODE_TASK):
                     rows = t[(t["task"] == task) & (t["column"] != "")]
                     for r in rows.itertuples():
                         fp.intervals += 2
                         fp.out_of_range += (not _in_range(r.lo, r.hi, S.UNIT)) + (
                             not _in_range(r.delta_lo, r.delta_hi, (-1.0, 1.0)))
-                        if r.arm != "free":
+                        if not arms.arm(r.arm).is_treatment:
                             continue
                         exp = _expected(sim, sc, int(r.latent_bits), float(r.kappa_bits), task,
                                         ref)
@@ -446,7 +458,7 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
                             fp.coverage.add(math.isfinite(r.delta_lo)
                                             and r.delta_lo <= truth <= r.delta_hi)
                 if view == "tokens" and not sc.effects:
-                    cl = _benchmark_claim(t, "gsm8k", "GSM8K", "tokens")
+                    cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                     fp.supported_null.add(cl["verdict"] == SUPPORTED)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -548,11 +560,11 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
                 data = load_sweep(sc.name, tmp)
                 for view in ("tokens", "flops"):
                     t = paper_table(data, view, n_boot=n_boot)
-                    g = t[(t["task"] == "gsm8k") & (t["arm"] == "free")]
+                    g = t[(t["task"] == TASK) & t["arm"].isin(arms.names(treatment=True))]
                     for row in g.itertuples():
                         r.full_rows.add(bool(row.significant or row.significant_holm))
                     if view == "tokens":
-                        cl = _benchmark_claim(t, "gsm8k", "GSM8K", "tokens")
+                        cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                         r.full_supported.add(cl["verdict"] == SUPPORTED)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -562,11 +574,11 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
 def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: int) -> None:
     """Rewrite the gsm8k items of every run of a written sweep: seed s's references pass the
     same k_s items, each Free Transformer those plus `gain` more."""
-    man = json.loads((root / "sweeps" / name / "manifest.json").read_text(encoding="utf-8"))
+    man = SweepDir.of(name, root).manifest_json()
     n = int(man["eval_spec"]["limit"])
     per_seed = {}
     for c in man["cells"]:
-        path = root / "runs" / c["run_id"] / "eval" / "lm-eval.limit.json"
+        path = RunDir.of(c["run_id"], root).eval_file(EVAL_FILE)
         if c["state"] != "done" or not path.is_file():
             continue
         if c["seed"] not in per_seed:
@@ -574,20 +586,181 @@ def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: i
             per_seed[c["seed"]] = (k, rng.permutation(n))
         k, order = per_seed[c["seed"]]
         y = np.zeros(n)
-        y[order[:k + (gain if c["arm"] == "free" else 0)]] = 1
+        y[order[:k + (gain if arms.arm(c["arm"]).is_treatment else 0)]] = 1
         ev = json.loads(path.read_text(encoding="utf-8"))
-        ev["tasks"]["gsm8k"]["items"] = [{"doc_id": i, "exact_match": float(v)}
-                                         for i, v in enumerate(y)]
-        ev["tasks"]["gsm8k"]["metrics"]["exact_match"]["value"] = float(y.mean())
+        ev["tasks"][TASK]["items"] = [{"doc_id": i, "exact_match": float(v)}
+                                      for i, v in enumerate(y)]
+        ev["tasks"][TASK]["metrics"]["exact_match"]["value"] = float(y.mean())
         _write_json(path, ev)
+
+
+# ---- equivalence (TOST) on planted truth -----------------------------------------------------
+
+TOST_ITEM_MARGIN = 0.05
+"""Margin of the 0/1-item designs: 5 points."""
+TOST_CE_MARGIN = 0.02
+"""Margin of the per-seed continuous metric (validation CE, nats): the study's MDE scale."""
+TOST_CE_SDS = (0.01, 0.03)
+"""SD of a per-seed paired CE difference (nats): about the study's pilot and realised seed SDs."""
+TOST_CE_SEEDS = (3, 5, 10)
+POWER_SHOWN = 0.80
+"""The doc lists the TOST settings whose power at Δ = 0 reaches this."""
+
+
+@dataclass
+class TostCell:
+    """TOST on one setting: 'equivalent' when the true |Δ| equals the margin (must be <= 5%:
+    the test's level) and when the true Δ is 0 (power)."""
+
+    at_margin: Tally = field(default_factory=Tally)
+    at_zero: Tally = field(default_factory=Tally)
+
+
+def tost_items(design: Design, sd: float, n_sweeps: int, seed: int = 0,
+               margin: float = TOST_ITEM_MARGIN) -> TostCell:
+    """0/1 items (the bulk model above): per sweep, an FT whose true difference to its baseline
+    is exactly +-margin (the planted effect's expected difference over the sweep's items, by
+    quadrature, is used as the margin, so clipping cannot blur it), and one with effect 0;
+    `stats.tost` over the per-seed mean differences (what `stats.paired_tost` runs)."""
+    rng = np.random.default_rng([seed, design.n_items, design.n_seeds, int(sd * 1000), 38])
+    c = TostCell()
+    for i in range(n_sweeps):
+        q = rng.uniform(0.25, 0.75, design.n_items)
+        sign = 1.0 if i % 2 == 0 else -1.0  # both boundaries, in turn
+        truth = expected_score(q, sign * margin, sd) - expected_score(q, 0.0, sd)
+        base = draw(rng, q, 0.0, sd, design.n_seeds)
+        y = draw(rng, q, sign * margin, sd, design.n_seeds)
+        c.at_margin.add(S.tost(S.per_seed_diffs(y - base), abs(truth), scale=1.0).equivalent)
+        base = draw(rng, q, 0.0, sd, design.n_seeds)
+        y = draw(rng, q, 0.0, sd, design.n_seeds)
+        c.at_zero.add(S.tost(S.per_seed_diffs(y - base), abs(truth), scale=1.0).equivalent)
+    return c
+
+
+def tost_ce(n_seeds: int, sd: float, n_sweeps: int, seed: int = 0,
+            margin: float = TOST_CE_MARGIN) -> TostCell:
+    """A per-seed continuous metric (validation CE): paired differences ~ N(Δ, sd), Δ = +-margin
+    or 0, through `stats.tost` (what `stats.seed_tost` runs)."""
+    rng = np.random.default_rng([seed, n_seeds, int(sd * 1e4), 38])
+    c = TostCell()
+    for i in range(n_sweeps):
+        sign = 1.0 if i % 2 == 0 else -1.0
+        c.at_margin.add(S.tost(rng.normal(sign * margin, sd, n_seeds), margin).equivalent)
+        c.at_zero.add(S.tost(rng.normal(0.0, sd, n_seeds), margin).equivalent)
+    return c
+
+
+def tost_calibration(n_sweeps: int, seed: int = 0,
+                     settings: list[tuple[str, float]] | None = None) -> dict:
+    """{("items", design, sd): TostCell, ("ce", n_seeds, sd): TostCell}."""
+    out: dict = {}
+    for name, sd in settings or [(n, sd) for n in ("demo", "paper") for sd in SEED_SDS]:
+        if DESIGNS[name].n_seeds >= 2:
+            out[("items", name, sd)] = tost_items(DESIGNS[name], sd, n_sweeps, seed)
+    for n in TOST_CE_SEEDS:
+        for sd in TOST_CE_SDS:
+            out[("ce", n, sd)] = tost_ce(n, sd, n_sweeps, seed)
+    return out
+
+
+# ---- the synthetic task's gaps (analysis.synthetic.gap_tests) on planted samples -------------
+
+GAP_SCENARIOS: dict[str, tuple[float, float]] = {
+    "null (Z carries nothing)": (0.0, 0.0),
+    "weak, every Z (pi ~ Beta(20, 113), mean 0.15)": (20.0, 113.0),
+    "mixed (pi ~ Beta(1, 4), mean 0.2)": (1.0, 4.0),
+    "strong (pi ~ Beta(5, 2), mean 0.71)": (5.0, 2.0),
+    "rare (pi ~ Beta(0.3, 3): a few Z carry much)": (0.3, 3.0),
+}
+"""Planted encoders: each shared Z group g gets a strength pi_g; each of its rows puts the run
+at the group's start with probability pi_g (else a uniform start) and takes the group's '!' set
+with probability pi_g (else its own, each character '!' with probability 1/16); 10% of rows
+carry no run (invalid)."""
+
+
+def _planted_body(start: int | None, noise: np.ndarray) -> str:
+    b = ["_"] * 64
+    if start is not None:
+        b[start:start + 8] = ["T"] * 8
+    for i in noise:
+        b[int(i)] = "!"
+    return "".join(b)
+
+
+def planted_samples(rng: np.random.Generator, a: float, b: float, n_prompts: int = 4,
+                    n_shared: int = 4, rows: int = 8, p_valid: float = 0.9) -> list[dict]:
+    """One model's samples in samples.jsonl's layout (the experiment's default shape)."""
+    out = []
+    for p in range(n_prompts):
+        for g in range(n_shared + 1):
+            pi = 0.0 if g == 0 or a == 0 else float(rng.beta(a, b))
+            start = int(rng.integers(57))
+            noise = np.flatnonzero(rng.random(64) < 1 / 16)
+            for r in range(rows):
+                st = start if rng.random() < pi else int(rng.integers(57))
+                nz = noise if rng.random() < pi else np.flatnonzero(rng.random(64) < 1 / 16)
+                out.append({"prompt_idx": p, "group": g, "row": r, "letter": "T",
+                            "group_kind": "shared" if g else "per_sequence",
+                            "text": _planted_body(st if rng.random() < p_valid else None, nz)})
+    return out
+
+
+NULL_SIMS_FACTOR = 4
+"""The null scenario runs this many times the others' planted models."""
+
+
+@dataclass
+class GapCell:
+    """One planted scenario: the population gaps (pooled pair sums of `n_truth` independent
+    models), coverage of the 95% intervals, share with permutation p < 0.05, mean width."""
+
+    truth: dict[str, float] = field(default_factory=dict)
+    coverage: dict[str, Tally] = field(default_factory=dict)
+    detected: dict[str, Tally] = field(default_factory=dict)
+    width: dict[str, list[float]] = field(default_factory=dict)
+
+
+def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, GapCell]:
+    from . import synthetic as SY
+
+    kinds = ("pos", "noise")
+    keys = ("pos", "pos_n", "noise", "noise_n")
+    out = {}
+    for j, (name, (a, b)) in enumerate(GAP_SCENARIOS.items()):
+        rng = np.random.default_rng([seed, j, 3838])
+        w = dict.fromkeys(keys, 0.0)
+        t = dict.fromkeys(keys, 0.0)
+        n = n_sims * (NULL_SIMS_FACTOR if a == 0 else 1)  # the level needs the most precision
+        for _ in range(n_sims):  # the truth: pair sums pooled over independent models
+            for pp in SY._prompt_pairs(planted_samples(rng, a, b)):
+                blk = SY._blocks(pp)
+                for k in keys:
+                    w[k] += float(np.trace(blk[k])) / 2
+                    t[k] += float(blk[k].sum()) / 2
+        c = GapCell(truth={k: SY._gap_of(w, t, k) or 0.0 for k in kinds},
+                    coverage={k: Tally() for k in kinds}, detected={k: Tally() for k in kinds},
+                    width={k: [] for k in kinds})
+        for _ in range(n):
+            g = SY.gap_tests(planted_samples(rng, a, b), n_perm=n_perm,
+                             seed=int(rng.integers(2**31)))
+            for k in kinds:
+                lo, hi = g[f"{k}_lo"], g[f"{k}_hi"]
+                c.coverage[k].add(lo is not None and lo <= c.truth[k] <= hi)
+                c.detected[k].add(g[f"{k}_p"] is not None and g[f"{k}_p"] < ALPHA)
+                if lo is not None:
+                    c.width[k].append(hi - lo)
+        out[name] = c
+    return out
 
 
 # ---- the report -------------------------------------------------------------------------------
 
 def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
-        settings: list[tuple[str, float]] | None = None, n_boot: int = 500) -> dict:
-    """All figures: {"bulk": {(design, sd): Cell}, "full": FullPath, "seconds": ...}.
-    settings: (design, seed SD) pairs; default every design at every SD in SEED_SDS."""
+        settings: list[tuple[str, float]] | None = None, n_boot: int = 500,
+        gap_sims: int = 0) -> dict:
+    """All figures: {"bulk": {(design, sd): Cell}, "full": FullPath, "tost": {...}, "gaps":
+    {...}, "seconds": ...}. settings: (design, seed SD) pairs; default every design at every SD
+    in SEED_SDS. gap_sims: planted models per synthetic-gap scenario (0: not run)."""
     t0 = time.time()
     res: dict = {"bulk": {}, "n_sweeps": n_sweeps, "n_full": n_full, "seed": seed}
     settings = settings or [(n, sd) for n in DESIGNS for sd in SEED_SDS]
@@ -598,6 +771,9 @@ def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
                                        n_boot=n_boot)
     res["full"] = full_path(scenarios(n_full, DESIGNS["demo"], SEED_SDS), seed=seed)
     res["rounding"] = rounding(n_sweeps, n_full=max(1, n_full // 10), seed=seed, n_boot=n_boot)
+    res["tost"] = tost_calibration(n_sweeps, seed, settings=settings)
+    if gap_sims:
+        res["gaps"] = gap_calibration(gap_sims, seed)
     res["seconds"] = time.time() - t0
     return res
 
@@ -631,6 +807,25 @@ def failures(res: dict) -> list[str]:
                                                       rd.full_supported)):
             if t.k:
                 out.append(f"rounding case ({what}): {t.text()} significant; must be none")
+    tost_cells = res.get("tost", {})
+    for key, tc in tost_cells.items():
+        # at the boundary the rate is alpha exactly (one side rejects with probability alpha,
+        # the other almost surely when the test has power), so a per-cell 95% MC interval
+        # would flag a correct test in about 1 cell in 40: Bonferroni over the cells
+        lv = 1 - 0.05 / max(1, len(tost_cells))
+        if tc.at_margin.n and S.clopper_pearson(tc.at_margin.k, tc.at_margin.n,
+                                                lv)[0] > TARGETS["fpr_max"]:
+            out.append(f"TOST {_tost_tag(key)}: false 'equivalent' at |Δ| = margin "
+                       f"{tc.at_margin.text()} > 5%")
+    for name, gc in res.get("gaps", {}).items():
+        for k, t in gc.detected.items():
+            # an exact permutation test sits at its level (p = (1 + hits) / (1 + n) makes it
+            # a hair below), so a plain 95% MC interval would flag a correct test in one cell
+            # in forty: Bonferroni over the null's two cells (position, noise)
+            if name.startswith("null") and t.n and S.clopper_pearson(
+                    t.k, t.n, 1 - 0.05 / len(gc.detected))[0] > TARGETS["fpr_max"]:
+                out.append(f"synthetic gaps, {name}: permutation p < 0.05 in "
+                           f"{t.text()} of {k} gaps with no encoding > 5%")
     fp = res["full"]
     out += [f"full path: {m}" for m in fp.mismatches[:10]]
     if fp.out_of_range:
@@ -642,6 +837,12 @@ def failures(res: dict) -> list[str]:
         if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
             out.append(f"full path: coverage {fp.coverage.text()} outside 93-98%")
     return out
+
+
+def _tost_tag(key: tuple) -> str:
+    if key[0] == "items":
+        return f"0/1 items, {key[1]}, seed SD {100 * key[2]:g} pts"
+    return f"per-seed CE, {key[1]} seeds, SD of a difference {key[2]:g} nats"
 
 
 def _md(rows: list[dict[str, str]]) -> str:
@@ -672,7 +873,7 @@ def markdown(res: dict, command: str) -> str:
         "## How it runs the real analysis",
         "",
         f"- **Full path**: {fp.sweeps} synthetic sweeps written as result files (manifest, "
-        "config.yaml, metrics.jsonl, eval JSON with `spec`/`spec_id`) and read by "
+        f"{RUN_RECORD}, {METRICS}, eval JSON with `spec`/`spec_id`) and read by "
         "`analysis.frame.load_sweep`, `analysis.tables.comparisons`/`paper_table` and "
         "`analysis.claims._benchmark_claim`: multi-H sweeps (H = 4 and 16, each H's "
         "equal-FLOPs control of a different strength), FLOPs-budget sweeps, missing cells (a "
@@ -721,6 +922,71 @@ def markdown(res: dict, command: str) -> str:
                   f"82 items, both views) {rd.full_rows.text()} of table rows, 'supported' "
                   f"{rd.full_supported.text()}. Target: none (no interval: every seed's "
                   "difference is the same count).", ""]
+    tc = res.get("tost")
+    if tc:
+        lines += [
+            "## Equivalence (TOST)", "",
+            "`stats.tost` (what `stats.seed_tost` and `stats.paired_tost` run): two one-sided "
+            "paired t-tests over the per-seed differences, 'equivalent' when both one-sided p "
+            "< 5%, i.e. the 90% interval of Δ lies inside ±margin. Planted: a true difference "
+            "exactly at the margin (+margin and -margin in turn; for the 0/1 items the margin "
+            "is the planted effect's exact expected difference, so clipping cannot blur it) and "
+            "a true difference of 0. False 'equivalent' at |Δ| = margin must be <= 5% (the "
+            "test's level); 'equivalent' at Δ = 0 is its power. Margins: "
+            f"{100 * TOST_ITEM_MARGIN:g} points for the 0/1 items (seed SD as above), "
+            f"{TOST_CE_MARGIN:g} nats for a per-seed CE whose paired difference has SD "
+            f"{' or '.join(f'{x:g}' for x in TOST_CE_SDS)} nats.", "",
+            _md([{"data": ("0/1 items, " + f"{k[1]} ({DESIGNS[k[1]].n_items} items, "
+                           f"{DESIGNS[k[1]].n_seeds} seeds), seed SD {100 * k[2]:g} pts")
+                  if k[0] == "items" else f"per-seed CE, {k[1]} seeds, SD {k[2]:g} nats",
+                  "margin": f"{100 * TOST_ITEM_MARGIN:g} pts" if k[0] == "items"
+                  else f"{TOST_CE_MARGIN:g} nats",
+                  "false 'equivalent' at |Δ| = margin": c.at_margin.text(),
+                  "'equivalent' at Δ = 0 (power)": c.at_zero.text()}
+                 for k, c in tc.items()]), "",
+            "Target: false 'equivalent' at |Δ| = margin <= 5% in every row (checked with a "
+            "Monte-Carlo interval Bonferroni-corrected over the rows: at the boundary the rate "
+            "is 5% exactly for normal differences once the other side has power, so a plain "
+            "95% interval would flag a correct test in one row in forty). Power of 80% or more "
+            "at Δ = 0 in: " + ("; ".join(_tost_tag(k) for k, c in tc.items()
+                                        if c.at_zero.n and c.at_zero.rate >= POWER_SHOWN)
+                                or "no row") + "; everywhere else a 'differs little' "
+            "claim will usually read 'not shown' even when the truth is Δ = 0, so 'not shown' "
+            "is not evidence of a difference either.", ""]
+    gp = res.get("gaps")
+    if gp:
+        n_sims = min(gc.coverage["pos"].n for gc in gp.values())
+        lines += [
+            "## The synthetic task's gaps", "",
+            "`analysis.synthetic.gap_tests` (docs/SYNTHETIC.md's intervals and p) on planted "
+            f"models in samples.jsonl's layout ({n_sims} per scenario, {NULL_SIMS_FACTOR} "
+            "times as many for the null: 4 prompts x (1 + 4 "
+            "shared-Z groups) x 8 rows). Each shared Z group gets a strength pi; each of its "
+            "rows puts the run at the group's start with probability pi (else uniform) and "
+            "takes the group's '!' set with probability pi (else its own); 10% of rows carry "
+            "no run. Truth: the population gap, from pair sums pooled over as many independent "
+            "planted models. Coverage of the 95% jackknife interval over the 16 shared groups; "
+            "'p < 0.05': share of models whose one-sided permutation p (999 shuffles) is below "
+            "0.05 (under the null, the test's level; otherwise its power).", "",
+            _md([{"scenario": name,
+                  "true gap pos / noise": f"{gc.truth['pos']:.4f} / {gc.truth['noise']:.4f}",
+                  "coverage pos": gc.coverage["pos"].text(),
+                  "coverage noise": gc.coverage["noise"].text(),
+                  "p < 0.05 pos": gc.detected["pos"].text(),
+                  "p < 0.05 noise": gc.detected["noise"].text(),
+                  "mean width pos / noise": (
+                      f"{np.mean(gc.width['pos']):.3f} / {np.mean(gc.width['noise']):.3f}"
+                      if gc.width["pos"] and gc.width["noise"] else "n/a")}
+                 for name, gc in gp.items()]), "",
+            "Target: the permutation test's level (the null row) <= 5% (Monte-Carlo "
+            "interval Bonferroni-corrected over its two cells: an exact test sits at its "
+            "level). The interval's "
+            "coverage is reported, not a target; its Monte-Carlo interval lies below 95% in: "
+            + ("; ".join(f"{name} ({k})" for name, gc in gp.items() for k in ("pos", "noise")
+                         if gc.coverage[k].n and _ci(gc.coverage[k].k, gc.coverage[k].n)[1]
+                         < 0.95) or "no scenario")
+            + ". The synthetic rules decide 'encoded' by the permutation p, whose level is "
+            "exact, and use the interval only for 'negligible' (docs/SYNTHETIC.md).", ""]
     old = [(k, c) for k, c in res["bulk"].items() if c.old_fpr.n]
     if old:
         lines += ["### For reference: the old two-level bootstrap on the same data", "",
@@ -742,7 +1008,11 @@ def markdown(res: dict, command: str) -> str:
         "(comparison by comparison);",
         "- every interval inside the metric's range (cells in [0, 1], Δ in [-1, 1]);",
         "- one seed: no verdict is ever drawn (the demo-1seed rows: its item-level FPR shows "
-        "why: seed-to-seed variance is not in an item bootstrap).",
+        "why: seed-to-seed variance is not in an item bootstrap);",
+        "- TOST: false 'equivalent' at |Δ| = margin <= 5% in every row (Monte-Carlo interval "
+        "Bonferroni-corrected over the rows);",
+        "- the synthetic gaps' permutation test: p < 0.05 in <= 5% of models with no encoding "
+        "(Monte-Carlo interval Bonferroni-corrected over its two cells).",
         "",
         "Result: " + ("all targets met." if not failures(res) else
                       "TARGETS MISSED: " + "; ".join(failures(res))),
@@ -771,13 +1041,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--old", type=int, default=100,
                     help="sweeps per SD that also run the old two-level bootstrap (demo)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--gap-sims", type=int, default=400,
+                    help="planted models per synthetic-gap scenario (0: skip that section)")
     ap.add_argument("--out", default=None, help="write the Markdown here (docs/CALIBRATION.md)")
     a = ap.parse_args(argv)
-    if a.sweeps < 1 or a.full_path < 0 or a.old < 0:
-        print("calibrate: --sweeps must be >= 1, --full-path and --old >= 0", file=sys.stderr)
+    if a.sweeps < 1 or a.full_path < 0 or a.old < 0 or a.gap_sims < 0:
+        print("calibrate: --sweeps must be >= 1, --full-path, --old and --gap-sims >= 0",
+              file=sys.stderr)
         return 2
     cmd = "python -m analysis.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
-    res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed)
+    res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed, gap_sims=a.gap_sims)
     md = markdown(res, cmd.strip())
     if a.out:
         out = atomic_write_text(a.out, md)

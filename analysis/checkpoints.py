@@ -27,6 +27,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from common.arms import FREE
 from common.kappa import kappa_label
 
 from .frame import SweepData
@@ -42,7 +43,7 @@ T3_COLS = ["group", "benchmark", "paper_metric", "task", "metric", "column", "ar
 
 
 def _column(r: pd.Series) -> str:
-    if r["arm"] == "free":
+    if r["arm"] == FREE.name:
         return f"FT k={kappa_label(r['kappa_bits'])} H={r['latent_bits']:g}"
     return str(r["arm"])
 
@@ -165,7 +166,7 @@ def likelihood_table(data: SweepData) -> pd.DataFrame:
         "run_id", keep="last")
     base = recs[recs["arm"] == "baseline"]
     out = []
-    for _, r in recs[recs["arm"] == "free"].iterrows():
+    for _, r in recs[recs["arm"] == FREE.name].iterrows():
         b = base[base["seed"] == r["seed"]]
         row = {"column": _column(r), "seed": r["seed"], "n_tokens": r.get("n_tokens"),
                "spread_bpb": r.get("spread_bpb"), "files": r["file"]}

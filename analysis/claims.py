@@ -32,7 +32,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common import benchmarks
+from common.arms import BASELINE, FREE
 from common.kappa import kappa_label
+from common.paths import RUN_RECORD
 
 from .derived import collapse_table, overhead_table
 from .frame import SweepData
@@ -97,7 +100,7 @@ def _benchmark_claim(table: pd.DataFrame, task: str, label: str, view: str,
                       INCONCLUSIVE)
     t = table[(table["task"] == task) & (table["column"] != "")]
     ref = t[t["column"] == t["reference"]] if len(t) else t  # reference columns name themselves
-    ft = t[(t["arm"] == "free") & (t["kappa_bits"] <= PAPER_KAPPAS_MAX)] if len(t) else t
+    ft = t[(t["arm"] == FREE.name) & (t["kappa_bits"] <= PAPER_KAPPAS_MAX)] if len(t) else t
     ft = ft[ft["n_seeds"].fillna(0) > 0] if len(ft) else ft
     if t.empty or ref.empty or ft.empty or not ref["n_seeds"].fillna(0).gt(0).any():
         if t.empty:
@@ -146,7 +149,7 @@ def _collapse_claim(ct: pd.DataFrame, table: pd.DataFrame) -> dict:
     ev = (f"val CE prior Z {r.ce_prior:.3f}, posterior Z {r.ce_posterior:.3f} (leaks), baseline "
           f"{r.baseline_ce:.3f} nats; KL {r.kl_bits:.2f} bits/token; tol {r.tol:.3f}")
     table = primary(table)
-    t = table[(table["arm"] == "free") & np.isclose(table["kappa_bits"].astype(float).fillna(-1),
+    t = table[(table["arm"] == FREE.name) & np.isclose(table["kappa_bits"].astype(float).fillna(-1),
                                                      4.0)] if len(table) else table
     worse = t[t["better"].eq(False)]["task"].tolist() if len(t) else []
     if worse:
@@ -169,7 +172,7 @@ def _collapse_claim(ct: pd.DataFrame, table: pd.DataFrame) -> dict:
 def _overhead_claims(data: SweepData) -> list[dict]:
     ot = overhead_table(data)
     out = []
-    for col, what in (("flops_overhead", "FLOPs (analytic accounting in config.yaml)"),
+    for col, what in (("flops_overhead", f"FLOPs (analytic accounting in {RUN_RECORD})"),
                       ("wallclock_overhead", "wall-clock (median tokens/s, baseline vs FT)")):
         claim = f"The Free Transformer's extra cost is about 1/L: {what}"
         source = "paper §4 (one extra block: 1/28 = 3.6%, 1/32 = 3.1%)"
@@ -268,10 +271,10 @@ def _protocol_claim(data: SweepData) -> dict:
     source = "paper §4.2"
     c = data.cells
     if c.empty or "optim_json" not in c or not c["optim_json"].notna().any():
-        return _claim(claim, source, "no config.yaml yet", INCONCLUSIVE)
+        return _claim(claim, source, f"no {RUN_RECORD} yet", INCONCLUSIVE)
     done = c[c["optim_json"].notna()]
     optims = done["optim_json"].unique()
-    trains = done[done["arm"].isin(["baseline", "free"])]["train_json"].unique()
+    trains = done[done["arm"].isin([BASELINE.name, FREE.name])]["train_json"].unique()
     ev = f"{len(optims)} distinct optim section(s), {len(trains)} distinct train section(s) " \
          "(seed and tokens excluded) over baseline and FT runs. Deterministic (config files)."
     verdict = SUPPORTED if len(optims) == 1 and len(trains) <= 1 else CONTRADICTED
@@ -302,7 +305,7 @@ def checklist(data: SweepData, tables: dict[str, pd.DataFrame],
     if notes is None:
         notes = view_notes(data)
     ct = collapse_table(data)
-    benches = (("humaneval_plus", "HumanEval+"), ("mbpp_plus", "MBPP+"), ("gsm8k", "GSM8K"))
+    benches = [(b.task, b.name) for b in benchmarks.by_group()[benchmarks.CODE_MATH] if b.task]
     rows = [_benchmark_claim(tables["tokens"], t, lab, "tokens", notes.get("tokens", ""))
             for t, lab in benches]
     rows.append(_collapse_claim(ct, tables["tokens"] if len(tables["tokens"])

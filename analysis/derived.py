@@ -16,6 +16,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from common.arms import FREE
+from common.paths import RUN_RECORD
+
 from .frame import SweepData
 
 CE_TOL = 0.02
@@ -33,7 +36,8 @@ def _at(df: pd.DataFrame, h: float, k: float) -> pd.Series:
     """Values of the Free Transformer (H=h, kappa=k) rows of a scores slice."""
     if df.empty:
         return pd.Series(dtype=float)
-    m = (df["arm"] == "free") & np.isclose(df["kappa_bits"], k) & np.isclose(df["latent_bits"], h)
+    m = (df["arm"] == FREE.name) & np.isclose(df["kappa_bits"], k) \
+        & np.isclose(df["latent_bits"], h)
     return df[m]["value"]
 
 
@@ -49,10 +53,10 @@ def collapse_table(data: SweepData) -> pd.DataFrame:
     base = base[base["arm"] == "baseline"] if len(base) else base
     b_mean = float(base["value"].mean()) if len(base) else math.nan
     b_sd = float(base["value"].std(ddof=1)) if len(base) > 1 else math.nan
-    if prior.empty or not (prior["arm"] == "free").any():
+    if prior.empty or not (prior["arm"] == FREE.name).any():
         return pd.DataFrame()
     rows = []
-    for (h, k), g in prior[prior["arm"] == "free"].groupby(["latent_bits", "kappa_bits"]):
+    for (h, k), g in prior[prior["arm"] == FREE.name].groupby(["latent_bits", "kappa_bits"]):
         pv, qv, kv = g["value"], _at(post, h, k), _at(kl, h, k)
         sds = [x for x in (b_sd, pv.std(ddof=1) if len(pv) > 1 else math.nan) if
                math.isfinite(x)]
@@ -101,8 +105,8 @@ def wallclock_pairs(ft: pd.DataFrame, base: pd.DataFrame) -> tuple[list[float], 
             continue
         pf, pb = _prov(f), _prov(b)
         if pf is None or pb is None:
-            reasons.add("config.yaml lacks launcher/threads/host provenance (an older run), so "
-                        "the runs cannot be shown to share a machine and thread count")
+            reasons.add(f"{RUN_RECORD} lacks launcher/threads/host provenance (an older run), "
+                        "so the runs cannot be shown to share a machine and thread count")
             continue
         if pf != pb:
             diff = [f"{k} {x} vs {y}" for k, x, y in zip(PROVENANCE_KEYS, pf, pb, strict=True)
@@ -124,7 +128,7 @@ def overhead_table(data: SweepData) -> pd.DataFrame:
         return pd.DataFrame()
     base = c[c["arm"] == "baseline"]
     rows = []
-    free = c[c["arm"] == "free"]
+    free = c[c["arm"] == FREE.name]
     for (h, k), g in free.groupby(["latent_bits", "kappa_bits"]):
         n_layers = g["n_layers"].median() if "n_layers" in g else math.nan
         if "tokens_per_s" in g:

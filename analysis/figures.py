@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from common.arms import FREE
 from common.kappa import kappa_label
 
 from .derived import collapse_table, overhead_table
@@ -24,7 +25,7 @@ LN2 = math.log(2)
 
 
 def arm_label(arm: str, kappa: float, h: float) -> str:
-    if arm == "free":
+    if arm == FREE.name:
         return f"FT k={kappa_label(kappa)} H={int(h)}"
     return arm
 
@@ -69,7 +70,7 @@ def training_curves(data: SweepData) -> plt.Figure | None:
         axes[0].plot(g["flops"], g["ce"], **kw)
         kl = g["kl_bits"] if "kl_bits" in g else g.get("kl_nats", 0) / LN2
         axes[1].plot(g["flops"], kl, **kw)
-    for k in sorted(c[c["arm"] == "free"]["kappa_bits"].dropna().unique()):
+    for k in sorted(c[c["arm"] == FREE.name]["kappa_bits"].dropna().unique()):
         axes[1].axhline(k, color="grey", ls=":", lw=0.8)
     axes[0].set(xlabel="training FLOPs", ylabel="train CE (nats/token)", xscale="log",
                 title="Training cross-entropy (FT: Z from the encoder)")
@@ -129,7 +130,7 @@ def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> p
     fig, axes = plt.subplots(nrow, ncol, figsize=(3.4 * ncol, 2.8 * nrow), squeeze=False)
     for ax, (task, metric) in zip(axes.flat, keys, strict=False):
         g = t[(t["task"] == task) & (t["metric"] == metric)]
-        ft = g[g["arm"] == "free"].sort_values("kappa_bits")
+        ft = g[g["arm"] == FREE.name].sort_values("kappa_bits")
         for h, gh in ft.groupby("latent_bits"):
             x = kappa_x(gh["kappa_bits"])
             lo = (gh["mean"] - gh["lo"]).fillna(0).clip(lower=0)

@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
+from common import arms
 from common.io import sha256_file
-from common.paths import results_root, runs_dir, sweeps_dir
+from common.paths import RunDir, SweepDir, read_jsonl, results_root
 from common.records import (
     FLOPS_MATCHED_ARMS,
     EvalFile,
@@ -59,8 +59,6 @@ from common.records import (
 )
 from common.text import one_line
 
-ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops")
-CONTROL_ARMS = ("baseline_flops", "baseline_plus1", "baseline_plus1_flops")
 CELL_COLS = ["cell", "arm", "kappa_bits", "latent_bits", "match_h", "seed", "run_id"]
 TRUNCATION_KEYS = ("n_requests", "n_truncated", "max_tokens_cut", "min_prompt_tokens_kept",
                    "gen_budget_min", "n_budget_shrunk", "gen_budget_requested")
@@ -75,26 +73,11 @@ SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
 
 
 def list_sweeps(root: str | os.PathLike | None = None) -> list[str]:
-    return sorted(p.parent.name for p in sweeps_dir(root).glob("*/manifest.json"))
+    return SweepDir.names(root)
 
 
 _num = nan_if_none
 """JSON number or null -> float (null -> NaN, never 0)."""
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """Lines of a JSONL file; a truncated last line (a run still writing) is skipped."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
 
 
 @dataclass
@@ -250,18 +233,18 @@ def _cell_row(root: Path, cell: ManifestCell,
         "eval_state": (cell.eval or {}).get("state"),
     }
     row["match_h"] = _num(cell.match_latent_bits)
-    if row["arm"] in ("baseline", *CONTROL_ARMS):
+    known = arms.find(row["arm"])
+    if known is not None and not known.latent:  # kappa means nothing without a latent
         row["kappa_bits"] = math.nan
     cfg = None
-    run_dir = runs_dir(root) / str(run_id) if run_id else None
-    cfg_path = run_dir / "config.yaml" if run_dir else None
-    row["has_config"] = bool(cfg_path and cfg_path.is_file())
-    if row["has_config"]:
+    run = RunDir.of(str(run_id), root) if run_id else None
+    cfg_path = run.record_path if run else None
+    row["has_config"] = bool(run and run.has_record)
+    if run is not None and row["has_config"]:
         try:
-            cfg = RunRecord.from_json(yaml.safe_load(cfg_path.read_text(encoding="utf-8")) or {},
-                                      str(cfg_path))
-        except (yaml.YAMLError, RecordError) as e:
-            warnings.append(f"{cfg_path}: unreadable config.yaml ({e})")
+            cfg = run.record()
+        except RecordError as e:
+            warnings.append(f"{cfg_path}: unreadable {cfg_path.name} ({e})")
             cfg = None
     if cfg is not None:
         model, acc, prov, train = cfg.model, cfg.accounting, cfg.provenance, cfg.train
@@ -299,11 +282,10 @@ def _cell_row(root: Path, cell: ManifestCell,
     return row, cfg
 
 
-def _read_evals(root: Path, run_dir: Path, warnings: list[str]) -> list[dict]:
+def _read_evals(root: Path, run: RunDir, warnings: list[str]) -> list[dict]:
     """Every eval/*.json of a run with its spec (no selection yet)."""
-    eval_dir = run_dir / "eval"
     out = []
-    for epath in sorted(eval_dir.glob("*.json")) if eval_dir.is_dir() else []:
+    for epath in run.eval_files():
         try:
             ev = json.loads(epath.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -362,12 +344,13 @@ def _choose_specs(per_cell: list[list[dict]], manifest: Manifest) -> tuple[dict,
 def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     """Read results/sweeps/<name>/manifest.json and every file its cells point to."""
     root = results_root(root)
-    man_path = sweeps_dir(root) / name / "manifest.json"
-    if not man_path.is_file():
-        raise FileNotFoundError(f"no manifest at {man_path} (sweeps here: {list_sweeps(root)})")
+    sweep = SweepDir.of(name, root)
+    if not sweep.exists():
+        raise FileNotFoundError(f"no manifest at {sweep.manifest_path} (sweeps here: "
+                                f"{list_sweeps(root)})")
     # the launcher replaces the manifest atomically, so a running sweep's is always whole
-    manifest = json.loads(man_path.read_text(encoding="utf-8"))
-    man = Manifest.from_json(manifest, str(man_path))
+    manifest = sweep.manifest_json()
+    man = Manifest.from_json(manifest, str(sweep.manifest_path))
     warnings: list[str] = []
     cell_rows, score_rows, item_frames, curve_frames, evals = [], [], [], [], []
     task_rows: list[dict] = []
@@ -376,10 +359,10 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
         row, cfg = _cell_row(root, cell, warnings)
         row["tokens_per_step"] = _num(cfg.accounting.get("tokens_per_step")) if cfg else math.nan
         ident = {k: row[k] for k in CELL_COLS}
-        run_dir = runs_dir(root) / str(row["run_id"])
+        run = RunDir.of(str(row["run_id"]), root)
         # metrics.jsonl: curves, the last val line, the final line
-        mpath = run_dir / "metrics.jsonl"
-        row["has_metrics"] = mpath.is_file()
+        mpath = run.metrics_path
+        row["has_metrics"] = run.has_metrics
         row["final_tokens"] = row["final_flops"] = row["wall_s"] = math.nan
         row["tokens_per_s"] = math.nan
         if row["has_metrics"]:
@@ -418,19 +401,17 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                                        "spread": math.nan, "eval_seed": math.nan,
                                        "step": last.get("step"), "tokens": last.get("tokens"),
                                        "spec_id": "", "spec_key": "",
-                                       "file": "metrics.jsonl"})
-        row["eval_files"] = sorted(p.name for p in (run_dir / "eval").glob("*.json")) \
-            if (run_dir / "eval").is_dir() else []
-        per_cell_evals.append(_read_evals(root, run_dir, warnings))
+                                       "file": mpath.name})
+        row["eval_files"] = [p.name for p in run.eval_files()]
+        per_cell_evals.append(_read_evals(root, run, warnings))
         cell_rows.append((row, ident))
     chosen, excluded = _choose_specs(per_cell_evals, man)
     point_rows: list[dict] = []
     other_rows: list[dict] = []
     likelihood: list[dict] = []
     for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
-        run_dir = runs_dir(root) / str(row["run_id"])
-        for lp in sorted((run_dir / "eval").glob("likelihood.*.json")) \
-                if (run_dir / "eval").is_dir() else []:
+        run = RunDir.of(str(row["run_id"]), root)
+        for lp in run.eval_files("likelihood.*.json"):
             try:
                 raw = json.loads(lp.read_text(encoding="utf-8"))
             except (json.JSONDecodeError, UnicodeDecodeError) as e:

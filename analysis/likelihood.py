@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from common.arms import BASELINE, FREE
+
 
 def kl_spend_recovered(ce_baseline: float | None, ce_posterior: float | None,
                        kl_nats: float | None) -> float | None:
@@ -42,7 +44,7 @@ def compare_arms(baseline: dict[str, Any], free: dict[str, Any]) -> dict[str, An
     (ELBO based). "kl_spend_recovered_iwae": the same with the ELBO replaced by the IWAE NLL at
     the largest k, 1 - (NLL_iwae - CE_baseline) / KL = (CE_baseline - (NLL_iwae - KL)) / KL.
     """
-    if baseline.get("arm") != "baseline" or free.get("arm") != "free":
+    if baseline.get("arm") != BASELINE.name or free.get("arm") != FREE.name:
         raise ValueError("compare_arms takes (baseline record, free transformer record)")
     if (baseline["n_tokens"], baseline["n_bytes"]) != (free["n_tokens"], free["n_bytes"]):
         raise ValueError("the two records are not over the same validation rows "

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.io import atomic_write
+from common.paths import RunDir
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -68,7 +69,7 @@ def probe_files(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            ev = p / "eval" if (p / "eval").is_dir() else p
+            ev = RunDir(p).eval_dir if RunDir(p).eval_dir.is_dir() else p
             out.extend(sorted(ev.glob("probe.*.json")))
         else:
             out.append(p)

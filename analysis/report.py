@@ -21,8 +21,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from common import benchmarks
+from common.arms import FREE
 from common.io import atomic_write_text, unwritable
-from common.paths import results_root, runs_dir, sweeps_dir
+from common.paths import RunDir, SweepDir, results_root, sweeps_dir
 from common.text import one_line
 
 from . import checkpoints as ckpts
@@ -46,9 +48,9 @@ from .tables import (
     write_tables,
 )
 
-CHANCE = {"mmlu": 0.25, "arc_easy": 0.25, "arc_challenge": 0.25, "commonsense_qa": 0.2,
-          "gsm8k": 0.0, "humaneval_plus": 0.0, "mbpp_plus": 0.0}
-"""Accuracy of a random guesser (4-way, 4-way, 4-way, 5-way; 0 for generation)."""
+CHANCE = {b.task: b.chance for b in benchmarks.BENCHMARKS if b.task and b.chance is not None}
+"""Accuracy of a random guesser (common.benchmarks: 4-way for MMLU and ARC, 5-way for CSQA, 0
+for generation)."""
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
@@ -127,7 +129,7 @@ def table_html(long: pd.DataFrame) -> str:
 def mde_html(table: pd.DataFrame) -> str:
     """Per comparison and benchmark row: the minimum detectable effect at 80% power (median over
     the Free Transformer columns) next to the largest observed |Δ|."""
-    t = table[(table["arm"] == "free") & table["mde"].notna()] if len(table) else table
+    t = table[(table["arm"] == FREE.name) & table["mde"].notna()] if len(table) else table
     if t.empty:
         return ('<p class="missing">minimum detectable effect: no comparison has an interval '
                 f"yet (one seed without items, or {esc(NO_VARIATION)})</p>")
@@ -319,11 +321,10 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
     if not name.strip() or "/" in name or name in (".", ".."):
         raise ReportError(f"NAME {name!r} is not a sweep name (a folder under results/sweeps)")
     root = results_root(root)
-    sdir = sweeps_dir(root) / name
-    man = sdir / "manifest.json"
-    if not man.is_file():
-        known = sorted(p.name for p in sweeps_dir(root).glob("*")
-                       if (p / "manifest.json").is_file()) if sweeps_dir(root).is_dir() else []
+    sdir = SweepDir.of(name, root)
+    man = sdir.manifest_path
+    if not sdir.exists():
+        known = SweepDir.names(root)
         raise ReportError(f"no sweep {name!r}: {man} does not exist; sweeps under "
                           f"{sweeps_dir(root)}: {' '.join(known) or 'none'}")
     try:
@@ -341,12 +342,12 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
         Manifest.from_json(m, str(man))
     except RecordError as e:
         raise ReportError(str(e)) from None
-    for d in (sdir, sdir / "report"):
+    for d in (sdir.path, sdir.report_dir):
         bad = unwritable(d)
         if bad is not None:
             raise ReportError(f"cannot write the report: {bad.blocker} is not a writable directory "
                               f"({bad}; fix its permissions or set FTBENCH_RESULTS)")
-    f = sdir / "report.html"
+    f = sdir.report_html
     if f.exists() and unwritable(f, file=True) is not None:
         raise ReportError(f"cannot write the report: {f} is not a writable file")
 
@@ -414,7 +415,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     """Write report.html (and report/ with tables, figures, checklist); return its path."""
     root = results_root(root)
     data = load_sweep(name, root)
-    out_dir = sweeps_dir(root) / name / "report"
+    out_dir = SweepDir.of(name, root).report_dir
     tables = write_tables(data, out_dir, n_boot=n_boot)
     synth = find_synthetic(root, name, synthetic)
     notes = view_notes(data)
@@ -466,8 +467,8 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
                         "</section>")
     sections.append(_table3_html(data, out_dir))
     sections.append(_likelihood_html(data, out_dir))
-    free_runs = [runs_dir(data.root) / str(r) for r in
-                 data.cells.loc[data.cells["arm"] == "free", "run_id"].dropna()]
+    free_runs = [RunDir.of(str(r), data.root).path for r in
+                 data.cells.loc[data.cells["arm"] == FREE.name, "run_id"].dropna()]
     sections.append(probe_section(free_runs, out_dir))  # one block per FT with a probe file
     sections.append('<section id="eval-completeness"><h2>Evaluation completeness: truncation '
                     f"and missing scores</h2>{completeness_html(data)}</section>")
@@ -491,7 +492,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
            f"<script>{CHECK_JS % json.dumps(REQUIRED_SECTIONS)}</script></head><body>"
            f"<h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
            + "\n".join(sections) + "</body></html>\n")
-    return atomic_write_text(sweeps_dir(root) / name / "report.html", doc)
+    return atomic_write_text(SweepDir.of(name, root).report_html, doc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,13 @@ The report's statistics, in one place (docs/CALIBRATION.md measures them):
   (three seeds each +1 item of 82 give sd ~1e-17, which a plain t turns into p ~ 1e-30).
   Each Δ carries its minimum detectable effect at 80% power (`mde`).
 - `holm`: Holm's step-down adjustment across the kappas (and H) of one comparison.
+- `tost` (with `seed_tost`, `paired_tost`): the equivalence test behind every "differs little"
+  / "no cost" claim: two one-sided paired t-tests over per-seed differences against a margin
+  stated in advance, H0: |Δ| >= margin. "Equivalent" iff both one-sided p < ALPHA, i.e. the
+  1 - 2·ALPHA (90%) interval lies inside (-margin, +margin). A Δ whose interval includes 0 is
+  NOT evidence of "no difference"; only this is. `seed_diffs` gives the per-seed paired
+  differences themselves (for tables that print them). docs/CALIBRATION.md measures its false
+  "equivalent" rate at |Δ| = margin and its power at Δ = 0.
 - `mean_ci`, `wilson`, `clopper_pearson`, `paired_bootstrap`, `bootstrap_stats`: the building
   blocks (the two-level bootstrap is kept for reference: the calibration shows why it is not the
   seed-level interval, see docs/CALIBRATION.md).
@@ -430,3 +437,113 @@ def holm(p: Sequence[float] | np.ndarray) -> np.ndarray:
         running = max(running, min(1.0, (m - rank) * p[i]))
         out[i] = running
     return out
+
+
+# ---- equivalence (TOST) ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Equivalence:
+    """TOST of Δ = test - reference against `margin` (H0: |Δ| >= margin; H1: |Δ| < margin).
+
+    lo, hi: the 1 - 2·alpha interval (90% at alpha 0.05) of Δ: equivalent iff it lies inside
+    (-margin, +margin), the same as p = max(p_lower, p_upper) < alpha. Degenerate (every seed's
+    difference equal on the data's resolution): no interval and never equivalent."""
+
+    delta: float
+    lo: float
+    hi: float
+    margin: float
+    p: float
+    p_lower: float
+    """One-sided p of H0: Δ <= -margin."""
+    p_upper: float
+    """One-sided p of H0: Δ >= +margin."""
+    n_seeds: int
+    method: str
+    alpha: float = ALPHA
+    se: float = math.nan
+    df: float = math.nan
+    degenerate: bool = False
+
+    @property
+    def equivalent(self) -> bool:
+        return bool(not self.degenerate and math.isfinite(self.p) and self.p < self.alpha)
+
+    @property
+    def verdict(self) -> str:
+        """'equivalent' (|Δ| < margin shown), 'not shown' (the test could not show it), or
+        '' (no test: fewer than 2 seeds)."""
+        if self.n_seeds < 2 or not math.isfinite(self.margin):
+            return ""
+        return "equivalent" if self.equivalent else "not shown"
+
+
+def _empty_equivalence(margin: float, n_seeds: int = 0, why: str = "",
+                       alpha: float = ALPHA) -> Equivalence:
+    return Equivalence(math.nan, math.nan, math.nan, margin, math.nan, math.nan, math.nan,
+                       n_seeds, why, alpha)
+
+
+def tost(diffs: np.ndarray | Sequence[float], margin: float, alpha: float = ALPHA,
+         scale: float | None = None) -> Equivalence:
+    """Two one-sided paired t-tests over per-seed differences (the seed is the unit, df = n - 1).
+
+    `diffs[s]` = test - reference on seed s; `margin` > 0, in the metric's units, stated before
+    looking; `scale`: the magnitude of the values subtracted (differences whose spread is within
+    `RTOL` of it are equal: no interval, never equivalent). p_lower is the one-sided p of
+    H0: Δ <= -margin (t = (mean + margin) / se), p_upper of H0: Δ >= margin; p = max of the
+    two. Exactly scipy.stats.ttest_1samp(diffs, ±margin, alternative=...) for each side."""
+    if not (math.isfinite(margin) and margin > 0):
+        raise ValueError(f"tost margin {margin!r}: must be a finite number > 0, stated in the "
+                         "metric's units before looking at the data")
+    x = np.asarray(diffs, dtype=float)
+    x = x[np.isfinite(x)]
+    n = int(x.size)
+    if n < 2:
+        return _empty_equivalence(margin, n, "fewer than 2 seeds: no equivalence test", alpha)
+    m, sd = float(x.mean()), float(x.std(ddof=1))
+    what = f"TOST, paired t over {n} seeds, margin ±{margin:g}"
+    if no_variation(x, scale) or not sd > 0:
+        return Equivalence(m, math.nan, math.nan, margin, math.nan, math.nan, math.nan, n,
+                           f"{what}: {NO_VARIATION}", alpha, 0.0, n - 1, True)
+    se = sd / math.sqrt(n)
+    df = n - 1
+    p_lower = float(stats.t.sf((m + margin) / se, df))
+    p_upper = float(stats.t.cdf((m - margin) / se, df))
+    half = float(stats.t.ppf(1 - alpha, df)) * se
+    return Equivalence(m, m - half, m + half, margin, max(p_lower, p_upper), p_lower, p_upper,
+                       n, what, alpha, se, df)
+
+
+def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
+    """Per-seed paired differences test - ref from per-seed values (columns seed, value; several
+    rows of a seed are averaged): (seeds both have, differences in that order)."""
+    t = test.groupby("seed")["value"].mean()
+    r = ref.groupby("seed")["value"].mean()
+    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    return common, (t[common] - r[common]).to_numpy(dtype=float)
+
+
+def seed_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
+              alpha: float = ALPHA) -> Equivalence:
+    """TOST from per-seed values only (columns seed, value; e.g. validation CE), paired by
+    seed: the equivalence counterpart of `seed_delta`."""
+    seeds, d = seed_diffs(test, ref)
+    if not seeds:
+        return _empty_equivalence(margin, 0, "no seed in both arms", alpha)
+    t = test.groupby("seed")["value"].mean()[seeds]
+    r = ref.groupby("seed")["value"].mean()[seeds]
+    return tost(d, margin, alpha, scale=_scale(t, r))
+
+
+def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
+                alpha: float = ALPHA) -> Equivalence:
+    """TOST from per-item rows (columns seed, doc_id, value), paired by (seed, doc_id) as
+    `paired_delta` pairs them; the test runs over the per-seed mean differences (>= 2 seeds;
+    one seed: no test, item-level equivalence would leave the seed variance out)."""
+    d, seeds, _ = paired_matrix(test, ref)
+    if d.size == 0 or d.shape[0] < 2:
+        return _empty_equivalence(margin, len(seeds), "fewer than 2 seeds: no equivalence "
+                                  "test", alpha)
+    return tost(per_seed_diffs(d), margin, alpha, scale=_scale(test["value"], ref["value"]))
+

@@ -4,7 +4,7 @@
 
 Every number in the Markdown comes from a file in the tables directory, or is computed here
 from them (the perplexity ratio, the planned MDE, the collapse counts); nothing is typed. The
-files read (all written by `python -m experiments.study`, except the two hand-measured inputs,
+files read (all written by `python -m pipelines.study`, except the two hand-measured inputs,
 which say where each number came from):
 
 - study.json: the study's settings and how many cells are done;
@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from common import benchmarks
+from common.arms import FREE
 from common.io import atomic_write_text
 from common.text import one_line
 
@@ -35,8 +37,9 @@ from .stats import ALPHA, LEVEL, POWER
 from .stats import mde as mde_of
 
 NOT_RUN = "not yet run"
-FT_TASKS = ("humaneval_plus", "mbpp_plus", "gsm8k")
-GOLD = tuple(f"{t}_gold_bpb" for t in FT_TASKS)
+FT_TASKS = tuple(b.task for b in benchmarks.by_group()[benchmarks.CODE_MATH] if b.task)
+"""The paper's headline benchmarks (generative code and math), in its order."""
+GOLD = benchmarks.gold_tasks(FT_TASKS)
 VAL_ROWS = (("val", "val_ce"), ("val", "val_bpb"))
 PRIMARY = "tokens:baseline"
 """The paper's comparison: each Free Transformer against the plain baseline, equal tokens."""
@@ -95,7 +98,7 @@ def _truthy(x: object) -> bool:
 def verdict(r: pd.Series) -> str:
     """A row's verdict from the table's own Holm-corrected test."""
     if not math.isfinite(_num(r.get("delta"))):
-        return "reference" if str(r.get("arm")) != "free" else "no Δ"
+        return "reference" if str(r.get("arm")) != FREE.name else "no Δ"
     if _truthy(r.get("significant_holm")):
         return "better" if _truthy(r.get("better")) else "worse"
     return "inconclusive"
@@ -178,7 +181,7 @@ def val_mde(t: pd.DataFrame | None) -> float:
     t = primary(t)
     if t is None or t.empty or "metric" not in t.columns:
         return math.nan
-    sel = t[(t["task"] == "val") & (t["metric"] == "val_ce") & (t["arm"] == "free")]
+    sel = t[(t["task"] == "val") & (t["metric"] == "val_ce") & (t["arm"] == FREE.name)]
     v = pd.to_numeric(sel["mde"], errors="coerce").dropna()
     return float(v.max()) if len(v) else math.nan
 
@@ -197,7 +200,7 @@ def mde_section(t: pd.DataFrame | None, meta: dict) -> list[str]:
                f"{f4(target)}: {met}. A true difference smaller than the MDE would usually be "
                "missed, so an 'inconclusive' verdict does not show the arms are equal.")
     t = primary(t)
-    gold = t[t["task"].isin(GOLD) & (t["arm"] == "free")] if t is not None else pd.DataFrame(
+    gold = t[t["task"].isin(GOLD) & (t["arm"] == FREE.name)] if t is not None else pd.DataFrame(
         columns=["task", "mde"])
     for task, g in gold.groupby("task", sort=False):
         v = pd.to_numeric(g["mde"], errors="coerce").dropna()
@@ -345,14 +348,14 @@ def _row(t: pd.DataFrame | None, task: str, metric: str, arm: str,
 def ours(key: str, t: pd.DataFrame | None, probe: pd.DataFrame | None) -> str:
     """Our side of one bryanvine row, from our tables; NOT_RUN when they do not have it."""
     if key == "latent_cost":
-        sel = _row(t, "val", "val_ce", "free")
+        sel = _row(t, "val", "val_ce", FREE.name)
         if sel.empty:
             return NOT_RUN
         return "; ".join(f"kappa {kappa_text(r['kappa_bits'])}: {s4(r['delta'])} "
                          f"[{s4(r['delta_lo'])}, {s4(r['delta_hi'])}] nats/token"
                          for _, r in sel.iterrows())
     if key == "ppl_ratio":
-        sel = _row(t, "val", "val_ce", "free")
+        sel = _row(t, "val", "val_ce", FREE.name)
         sel = sel[pd.to_numeric(sel["delta"], errors="coerce").notna()] if len(sel) else sel
         if sel.empty:
             return NOT_RUN
@@ -378,7 +381,7 @@ def ours(key: str, t: pd.DataFrame | None, probe: pd.DataFrame | None) -> str:
         known = g["collapse"].map(_flag) != "?"
         return f"{collapse_count(g)} of {int(known.sum())}" if int(known.sum()) else NOT_RUN
     if key == "best_kappa":
-        sel = _row(t, "val", "val_ce", "free")
+        sel = _row(t, "val", "val_ce", FREE.name)
         if sel.empty:
             return NOT_RUN
         b = sel.loc[pd.to_numeric(sel["mean"], errors="coerce").idxmin()]
@@ -425,7 +428,7 @@ def render(tables: Path) -> str:
     """The Markdown of docs/STUDY.md from the files in `tables`."""
     mp = tables / "study.json"
     if not mp.is_file():
-        raise StudyRenderError(f"{mp}: missing; run `python -m experiments.study` (or "
+        raise StudyRenderError(f"{mp}: missing; run `python -m pipelines.study` (or "
                                "`... docs`) first")
     try:
         meta = json.loads(mp.read_text(encoding="utf-8"))

@@ -36,7 +36,13 @@ mean over the measured runs and n per number, the regime's pass/fail counts), `c
 per token over training, from each arm's metrics.jsonl, binned), `agreement.csv` (per run, model
 and kept checkpoint: the held-out KL, CE, validity and agreement gaps; empty when the runs kept
 no checkpoints), `aggregate.json` (provenance: the sources with their sha256, settings, wall
-times and load), `summary.md`, `kl_curves.png`, `agreement.png`.
+times and load), `summary.md`, `kl_curves.png`, `agreement.png`, and `gaps.csv`: every gap
+(position and noise, shared - across) per run, model and measured step with its 95% jackknife
+interval over the shared Z groups and a one-sided permutation p, n stated (groups, rows, pairs),
+plus validity minus the same seed's baseline and CE with prior Z, each with its interval
+(GAP_COLUMNS; the statistics are described at `gap_tests`).
+`intervals DIR [DIR ...]` recomputes gaps.csv of committed folders from their committed samples
+(`DIR/samples/<name>.samples.jsonl.gz`, each checked against aggregate.json's sha256).
 A name with no samples.jsonl yet is missing: its rows are empty and every count says n.
 `render-doc [--doc docs/SYNTHETIC.md] [--check]` rewrites the doc's generated blocks from such
 folders (committed under docs/synthetic/), so no number in the doc is typed by hand.
@@ -59,12 +65,15 @@ from typing import Any
 
 import matplotlib
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
+from scipy import stats
 
+from common.arms import FREE
 from common.io import atomic_write_text
 from common.kappa import kappa_label as common_kappa_label
-from common.paths import results_root
+from common.paths import RunDir, results_root
 from common.text import one_line
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -179,19 +188,24 @@ def group_metrics(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def read_kinds(path: str | os.PathLike) -> tuple[dict, dict[str, list[dict]]]:
     """samples.jsonl in one read -> (meta, records by kind: model, sample, point,
     point_sample; the last two empty in files written before kept checkpoints existed)."""
+    with open(path, encoding="utf-8") as f:
+        return read_kinds_lines(f)
+
+
+def read_kinds_lines(lines: Iterable[str]) -> tuple[dict, dict[str, list[dict]]]:
+    """read_kinds on the lines of a samples.jsonl (e.g. a committed .gz, decompressed)."""
     meta: dict[str, Any] = {}
     by_kind: dict[str, list[dict]] = {k: [] for k in ("model", "sample", "point",
                                                       "point_sample")}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            r = json.loads(line)
-            kind = r.get("kind")
-            if kind == "meta":
-                meta = r
-            elif kind in by_kind:
-                by_kind[kind].append(r)
+    for line in lines:
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        kind = r.get("kind")
+        if kind == "meta":
+            meta = r
+        elif kind in by_kind:
+            by_kind[kind].append(r)
     return meta, by_kind
 
 
@@ -223,7 +237,7 @@ def acceptance(df: pd.DataFrame) -> list[dict[str, Any]]:
     """The issue's expected pattern, checked on the measured table (pass, fail or n/a)."""
 
     def row_at(kappa: float) -> dict | None:
-        hit = df[(df["arm"] == "free") & ((df["kappa_bits"] - kappa).abs() < 1e-9)]
+        hit = df[(df["arm"] == FREE.name) & ((df["kappa_bits"] - kappa).abs() < 1e-9)]
         return None if hit.empty else hit.iloc[0].to_dict()
 
     def gap(r: dict | None) -> float | None:
@@ -404,7 +418,8 @@ REGIMES = (
            f"position gap >= {CLEARLY_HIGHER_MARGIN}"),
     Regime(1.0, "position and noise",
            f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {NOISE_MARGIN}"),
-    Regime(8.0, "collapse", f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
+    Regime(8.0, "collapse (leaking)",
+           f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
 )
 
 # per-seed columns: the measured numbers (None where not measured, never 0)
@@ -496,11 +511,407 @@ def agreement_rows(models: list[dict], samples: list[dict], points: list[dict],
     return out
 
 
+# --------------------------------------------------------------------------- intervals
+# Every gap (shared Z - across Z) carries a 95% interval and a permutation p (issue 38).
+# - p: one-sided permutation test of "Z does not matter": within each prompt the shared rows'
+#   group labels are shuffled (group sizes kept), N_PERM times; p = (1 + #{shuffled gap >=
+#   observed}) / (1 + N_PERM). Exact under the null (the rows of a prompt's shared groups are
+#   exchangeable when Z carries nothing), whatever the dependence between pairs.
+# - interval: delete-one-group jackknife over the shared Z groups (the unit Z is drawn for),
+#   gap +- t(n_groups - 1) * se. Pairs share rows, so a plain binomial interval over pairs would
+#   be far too narrow; the groups are the independent draws. docs/CALIBRATION.md measures its
+#   coverage on planted truth (a percentile bootstrap over groups covered less; see there).
+# - validity minus the same seed's baseline: the same jackknife over all groups of each arm
+#   (the arms are independent), se added in quadrature, t with min(n_groups) - 1 df.
+# - CE with prior Z: mean +- t * sd / sqrt(n_eval) where the run recorded the per-sequence SD
+#   (`ce_prior_sd`, written since issue 38); older runs have no interval (said, never invented).
+# scipy/numpy have no permutation test for a pair statistic with this blocked design
+# (scipy.stats.permutation_test permutes samples, not group labels of pairs), hence the code.
+GAP_ALPHA = 0.05
+GAP_LEVEL = 0.95
+N_PERM = 9999
+PERM_SEED = 38  # one fixed stream: the same shuffles for every model, rerunnable
+GAP_KINDS = ("pos", "noise")
+
+GAP_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "step", "final",
+               "n_groups", "n_rows", "pos_gap", "pos_lo", "pos_hi", "pos_p", "n_pos_within",
+               "n_pos_across", "noise_gap", "noise_lo", "noise_hi", "noise_p",
+               "n_noise_within", "n_noise_across", "validity", "validity_lo", "validity_hi",
+               "n_groups_all", "n_rows_all", "validity_base", "validity_diff",
+               "validity_diff_lo", "validity_diff_hi", "ce_prior",
+               "ce_prior_lo", "ce_prior_hi", "n_perm")
+
+
+@dataclass
+class _PromptPairs:
+    """One prompt's shared-Z rows: group index per row and the pair matrices (zero diagonal):
+    pos = both valid and the same start, pos_n = both valid, noise = Jaccard of the '!' sets
+    when both are full length, noise_n = both full length."""
+
+    labels: np.ndarray
+    mats: dict[str, np.ndarray]
+
+
+def _prompt_pairs(samples: Iterable[dict[str, Any]]) -> list[_PromptPairs]:
+    rows: dict[int, list[tuple[int, Parsed]]] = defaultdict(list)
+    for s in samples:
+        if s["group_kind"] == "shared":
+            rows[int(s["prompt_idx"])].append((int(s["group"]),
+                                               parse_body(s["text"], s["letter"])))
+    out = []
+    for p in sorted(rows):
+        groups = sorted({g for g, _ in rows[p]})
+        labels = np.array([groups.index(g) for g, _ in rows[p]])
+        ps = [x for _, x in rows[p]]
+        n = len(ps)
+        m = {k: np.zeros((n, n)) for k in ("pos", "pos_n", "noise", "noise_n")}
+        for i, j in combinations(range(n), 2):
+            a, b = ps[i], ps[j]
+            if a.valid and b.valid:
+                m["pos_n"][i, j] = m["pos_n"][j, i] = 1.0
+                m["pos"][i, j] = m["pos"][j, i] = float(a.start == b.start)
+            if a.full_length and b.full_length:
+                m["noise_n"][i, j] = m["noise_n"][j, i] = 1.0
+                m["noise"][i, j] = m["noise"][j, i] = jaccard(a.noise, b.noise)
+        out.append(_PromptPairs(labels, m))
+    return out
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def _gap_of(within: dict[str, float], total: dict[str, float], kind: str) -> float | None:
+    """shared - across from summed pair values: within[k] over same-group pairs, total[k] over
+    all pairs of a prompt's shared rows (across = total - within)."""
+    w = _ratio(within[kind], within[kind + "_n"])
+    a = _ratio(total[kind] - within[kind], total[kind + "_n"] - within[kind + "_n"])
+    return None if w is None or a is None else w - a
+
+
+def _blocks(pp: _PromptPairs) -> dict[str, np.ndarray]:
+    """Per matrix, the group-by-group sums L^T M L (G x G; the diagonal counts each within
+    pair twice, an off-diagonal cell the pairs between two groups)."""
+    L = np.eye(int(pp.labels.max()) + 1)[pp.labels]
+    return {k: L.T @ m @ L for k, m in pp.mats.items()}
+
+
+def gap_tests(samples: Sequence[dict[str, Any]], n_perm: int = N_PERM,
+              seed: int = PERM_SEED, level: float = GAP_LEVEL) -> dict[str, Any]:
+    """Position and noise gaps of one model's samples (one checkpoint) with their jackknife
+    interval over the shared Z groups and one-sided permutation p; n stated (groups, rows,
+    pairs). A gap with no pair on one side is None, and so are its interval and p."""
+    prompts = [pp for pp in _prompt_pairs(samples) if pp.labels.size]
+    keys = ("pos", "pos_n", "noise", "noise_n")
+    blocks = [_blocks(pp) for pp in prompts]
+    within = {k: sum(float(np.trace(b[k])) / 2 for b in blocks) for k in keys}
+    total = {k: sum(float(b[k].sum()) / 2 for b in blocks) for k in keys}
+    n_groups = sum(int(pp.labels.max()) + 1 for pp in prompts)
+    out: dict[str, Any] = {"n_groups": n_groups,
+                           "n_rows": sum(int(pp.labels.size) for pp in prompts),
+                           "n_perm": n_perm}
+    for kind in GAP_KINDS:
+        out[f"n_{kind}_within"] = int(within[kind + "_n"])
+        out[f"n_{kind}_across"] = int(total[kind + "_n"] - within[kind + "_n"])
+    # jackknife: drop one (prompt, group) at a time
+    loo: dict[str, list[float]] = {kind: [] for kind in GAP_KINDS}
+    for b in blocks:
+        for g in range(b["pos"].shape[0]):
+            w = {k: within[k] - float(b[k][g, g]) / 2 for k in keys}
+            t = {k: total[k] - float(b[k][g].sum()) + float(b[k][g, g]) / 2 for k in keys}
+            for kind in GAP_KINDS:
+                v = _gap_of(w, t, kind)
+                if v is not None:
+                    loo[kind].append(v)
+    # permutations: the same shuffles for both gaps
+    rng = np.random.default_rng(seed)
+    perm_w = {k: np.zeros(n_perm) for k in keys}
+    for pp in prompts:
+        G = int(pp.labels.max()) + 1
+        lab = rng.permuted(np.tile(pp.labels, (n_perm, 1)), axis=1)
+        L = np.eye(G)[lab]  # (n_perm, rows, G)
+        for k in keys:
+            perm_w[k] += (L * (pp.mats[k] @ L)).sum(axis=(1, 2)) / 2
+    for kind in GAP_KINDS:
+        g = _gap_of(within, total, kind)
+        lo = hi = p = None
+        if g is not None:
+            jk = np.asarray(loo[kind])
+            n = jk.size
+            if n >= 2:
+                se = math.sqrt((n - 1) / n * float(((jk - jk.mean()) ** 2).sum()))
+                half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+                lo, hi = max(-1.0, g - half), min(1.0, g + half)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                pw = perm_w[kind] / perm_w[kind + "_n"]
+                pa = ((total[kind] - perm_w[kind])
+                      / (total[kind + "_n"] - perm_w[kind + "_n"]))
+            pg = pw - pa
+            # a shuffle with no pair on one side counts against the finding (conservative)
+            hits = int(np.sum(~np.isfinite(pg) | (pg >= g - 1e-12)))
+            p = (1 + hits) / (1 + n_perm)
+        out.update({f"{kind}_gap": g, f"{kind}_lo": lo, f"{kind}_hi": hi, f"{kind}_p": p})
+    return out
+
+
+def _validity_jackknife(samples: Sequence[dict[str, Any]]
+                        ) -> tuple[float | None, float, int, int]:
+    """Validity over all rows, its delete-one-group jackknife variance, groups, rows."""
+    groups: dict[tuple[int, int], list[bool]] = defaultdict(list)
+    for s in samples:
+        groups[(int(s["prompt_idx"]), int(s["group"]))].append(
+            parse_body(s["text"], s["letter"]).valid)
+    k = np.array([sum(v) for v in groups.values()], dtype=float)
+    n = np.array([len(v) for v in groups.values()], dtype=float)
+    if n.sum() == 0:
+        return None, math.nan, 0, 0
+    v = float(k.sum() / n.sum())
+    m = k.size
+    if m < 2:
+        return v, math.nan, m, int(n.sum())
+    jk = (k.sum() - k) / (n.sum() - n)
+    var = (m - 1) / m * float(((jk - jk.mean()) ** 2).sum())
+    return v, var, m, int(n.sum())
+
+
+def validity_diff(ft: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+                  level: float = GAP_LEVEL) -> dict[str, Any]:
+    """Validity of `ft` minus the baseline's (same seed, same step), with its interval."""
+    v, var, m, _ = _validity_jackknife(ft)
+    vb, varb, mb, _ = _validity_jackknife(base)
+    if v is None or vb is None:
+        return {"validity_diff": None, "validity_diff_lo": None, "validity_diff_hi": None}
+    d = v - vb
+    if not (math.isfinite(var) and math.isfinite(varb)) or min(m, mb) < 2:
+        return {"validity_diff": d, "validity_diff_lo": None, "validity_diff_hi": None}
+    half = float(stats.t.ppf(0.5 + level / 2, min(m, mb) - 1)) * math.sqrt(var + varb)
+    return {"validity_diff": d, "validity_diff_lo": max(-1.0, d - half),
+            "validity_diff_hi": min(1.0, d + half)}
+
+
+def ce_interval(rec: dict[str, Any], level: float = GAP_LEVEL) -> tuple[float | None,
+                                                                         float | None]:
+    """CE with prior Z +- t * sd / sqrt(n_eval), from the per-sequence SD the run recorded
+    (`ce_prior_sd`); (None, None) for runs that did not record it."""
+    ce, sd, n = _num(rec.get("ce_prior")), _num(rec.get("ce_prior_sd")), _num(rec.get("n_eval"))
+    if ce is None or sd is None or n is None or n < 2:
+        return None, None
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
+    return ce - half, ce + half
+
+
+def gap_rows(name: str, seed: Any, models: list[dict], samples: list[dict],
+             points: list[dict], point_samples: list[dict],
+             n_perm: int = N_PERM) -> list[dict[str, Any]]:
+    """One row per model and measured step (every kept checkpoint, then the final model):
+    the gaps with intervals and p, validity minus the same seed's baseline at the same step,
+    and CE with prior Z with its interval where recorded (GAP_COLUMNS)."""
+    by: dict[tuple[str, int | None], list[dict]] = defaultdict(list)
+    for s in samples:
+        by[(s["model"], None)].append(s)
+    for s in point_samples:
+        by[(s["model"], int(s["step"]))].append(s)
+    base = next((m["model"] for m in models if m.get("arm") == "baseline"), None)
+    final_step = {m["model"]: m.get("steps") for m in models}
+    out = []
+    units: list[tuple[dict, int | None]] = [(p, int(p["step"])) for p in points]
+    units += [(m, None) for m in models]
+    for rec, step in units:
+        smp = by[(rec["model"], step)]
+        if not smp:
+            continue
+        g = gap_tests(smp, n_perm=n_perm)
+        base_key = None
+        if base is not None:
+            base_key = (base, step) if (base, step) in by else None
+        vd = (validity_diff(smp, by[base_key]) if base_key is not None and
+              rec["model"] != base else {"validity_diff": None, "validity_diff_lo": None,
+                                         "validity_diff_hi": None})
+        v, var, m_all, n_all = _validity_jackknife(smp)
+        v_lo = v_hi = None
+        if v is not None and math.isfinite(var) and m_all >= 2:
+            half = float(stats.t.ppf(0.5 + GAP_LEVEL / 2, m_all - 1)) * math.sqrt(var)
+            v_lo, v_hi = max(0.0, v - half), min(1.0, v + half)
+        vb = (_validity_jackknife(by[base_key])[0] if base_key is not None
+              and rec["model"] != base else None)
+        lo, hi = ce_interval(rec)
+        st = final_step.get(rec["model"]) if step is None else step
+        out.append({"name": name, "seed": seed, "model": rec["model"],
+                    "kappa_bits": None if rec.get("arm") == "baseline"
+                    else _num(rec.get("kappa_bits")),
+                    "latent_bits": rec.get("latent_bits"),
+                    "step": None if st is None else int(st), "final": step is None, **g,
+                    "validity": v, "validity_lo": v_lo, "validity_hi": v_hi,
+                    "n_groups_all": m_all, "n_rows_all": n_all, "validity_base": vb, **vd,
+                    "ce_prior": _num(rec.get("ce_prior")), "ce_prior_lo": lo,
+                    "ce_prior_hi": hi})
+    return out
+
+
+# --------------------------------------------------------------------------- rules v2
+# Issue 38's regime rules ("v2"), written and committed before any interval of the committed
+# runs was computed (their point estimates, in the tables since issue 6, and a reviewer's
+# permutation p for 1/8 bit were known). The v1 rules (REGIMES, issue 6) stay, and every table
+# shows both. Each predicate is three-valued: "yes", "no" or "unclear" (the data shows neither);
+# a rule holds when every predicate it needs has the wanted value, fails when one has the other
+# value, and is unclear otherwise. A rule is an intersection of tests, so it needs no
+# multiplicity correction (it holds only if each test does at its own 5%).
+NEGLIGIBLE_MARGIN = NO_BETTER_MARGIN  # 0.05: a gap below this is too small to call encoding
+LEAK_VALIDITY_DROP = VALIDITY_DROP  # 0.2: validity this far below the baseline's is broken
+_P_LETTER = RUN_LEN / BODY_LEN * (1 - 1 / 16)
+_P_BLANK = (BODY_LEN - RUN_LEN) / BODY_LEN * (1 - 1 / 16)
+UNIGRAM_CE = -sum(p * math.log(p) for p in (_P_LETTER, 1 / 16, _P_BLANK))
+"""0.587 nats/char: CE of a predictor that knows the prompt's letter and how often each
+character occurs, but nothing of where the run is (a task constant, not a measurement). A model
+whose CE with prior Z is above it predicts the real sequences worse than that: the Z it draws
+from the prior misleads its decoder, i.e. generation from the prior breaks."""
+
+PREDICATES: dict[str, str] = {
+    "pos_encoded": (f"Z encodes the position: yes if the position gap's permutation p < "
+                    f"{GAP_ALPHA}; no if p >= {GAP_ALPHA} and its 95% interval lies below "
+                    f"{NEGLIGIBLE_MARGIN}; unclear otherwise"),
+    "noise_encoded": "Z encodes the noise: the same on the noise gap",
+    "pos_negligible": (f"the position gap is negligible: yes if its 95% interval lies below "
+                       f"{NEGLIGIBLE_MARGIN}; no if it lies above {NEGLIGIBLE_MARGIN}; "
+                       "unclear otherwise"),
+    "noise_negligible": "the noise gap is negligible: the same on the noise gap",
+    "validity_drop": (f"validity is broken: yes if the 95% interval of validity minus the same "
+                      f"seed's baseline's lies below -{LEAK_VALIDITY_DROP}; no if it lies above "
+                      f"-{LEAK_VALIDITY_DROP} (with no baseline arm: no if the validity's own "
+                      f"interval lies above 1 - {LEAK_VALIDITY_DROP}); unclear otherwise"),
+    "ce_broken": (f"CE with prior Z is broken: yes if it is above {UNIGRAM_CE:.3f} nats/char "
+                  "(the task's unigram CE: the prompt's letter and the character frequencies, "
+                  "nothing of the position) by its 95% interval; no if below it; unclear "
+                  "otherwise; runs that recorded no per-sequence SD are judged on the point "
+                  "estimate"),
+    "leaking": ("leaking (the encoder passes the tokens through Z; generation with Z from the "
+                "prior breaks): validity is broken or CE with prior Z is broken (yes if either "
+                "is yes, no if both are no, unclear otherwise)"),
+}
+
+
+@dataclass(frozen=True)
+class RuleV2:
+    kappa_bits: float
+    regime: str  # what the paper shows at this kappa, in this file's words
+    needs: tuple[tuple[str, bool], ...]  # (predicate, wanted: True = yes, False = no)
+    text: str  # the rule in words, as the doc and tables print it
+
+
+REGIMES_V2 = (
+    RuleV2(1 / 64, "Z unused", (("pos_negligible", True), ("noise_negligible", True)),
+           "position gap negligible and noise gap negligible"),
+    RuleV2(1 / 8, "position",
+           (("pos_encoded", True), ("noise_negligible", True), ("leaking", False)),
+           "Z encodes the position, the noise gap is negligible, and not leaking"),
+    RuleV2(1.0, "position and noise",
+           (("pos_encoded", True), ("noise_encoded", True), ("leaking", False)),
+           "Z encodes the position and the noise, and not leaking"),
+    RuleV2(8.0, "leaking (the paper's collapse)", (("leaking", True),), "leaking"),
+)
+
+VERDICT_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "kl_penalty",
+                   "regime", "result_v1", "result_v2", *PREDICATES, "why_v2")
+
+
+def rule_v2_for(kappa_bits: float | None) -> RuleV2 | None:
+    if kappa_bits is None:
+        return None
+    return next((r for r in REGIMES_V2 if abs(r.kappa_bits - kappa_bits) < 1e-12), None)
+
+
+def _yes_no(yes: bool | None, no: bool | None) -> str:
+    """'yes' / 'no' / 'unclear' from two conditions (None: not measurable)."""
+    if yes:
+        return "yes"
+    if no:
+        return "no"
+    return "unclear"
+
+
+def _or3(a: str, b: str) -> str:
+    if "yes" in (a, b):
+        return "yes"
+    return "no" if a == b == "no" else "unclear"
+
+
+def predicates(row: dict[str, Any]) -> dict[str, str]:
+    """The v2 predicates of one final-model row of gaps.csv (PREDICATES says each rule)."""
+    out: dict[str, str] = {}
+    for kind in GAP_KINDS:
+        p, lo, hi = (_num(row.get(f"{kind}_{k}")) for k in ("p", "lo", "hi"))
+        below = None if hi is None else hi < NEGLIGIBLE_MARGIN
+        above = None if lo is None else lo > NEGLIGIBLE_MARGIN
+        detected = None if p is None else p < GAP_ALPHA
+        out[f"{kind}_encoded"] = _yes_no(detected, (detected is False) and below)
+        out[f"{kind}_negligible"] = _yes_no(below, above)
+    d_lo, d_hi = _num(row.get("validity_diff_lo")), _num(row.get("validity_diff_hi"))
+    if d_lo is not None and d_hi is not None:
+        out["validity_drop"] = _yes_no(d_hi < -LEAK_VALIDITY_DROP, d_lo > -LEAK_VALIDITY_DROP)
+    else:  # no baseline at this step: no baseline can sit 0.2 above a validity above 0.8
+        v_lo = _num(row.get("validity_lo"))
+        out["validity_drop"] = _yes_no(None, None if v_lo is None
+                                       else v_lo > 1 - LEAK_VALIDITY_DROP)
+    ce = _num(row.get("ce_prior"))
+    c_lo, c_hi = _num(row.get("ce_prior_lo")), _num(row.get("ce_prior_hi"))
+    if ce is None:
+        out["ce_broken"] = "unclear"
+    else:
+        lo_, hi_ = (c_lo, c_hi) if c_lo is not None and c_hi is not None else (ce, ce)
+        out["ce_broken"] = _yes_no(lo_ > UNIGRAM_CE, hi_ <= UNIGRAM_CE)
+    out["leaking"] = _or3(out["validity_drop"], out["ce_broken"])
+    return out
+
+
+def judge_v2(kappa_bits: float | None, preds: dict[str, str]) -> tuple[str | None, str]:
+    """('holds' | 'fails' | 'unclear', why) for the kappa's v2 rule; (None, '') without one."""
+    rule = rule_v2_for(kappa_bits)
+    if rule is None:
+        return None, ""
+    parts, bad, unsure = [], False, False
+    for pred, want in rule.needs:
+        v = preds[pred]
+        parts.append(f"{pred.replace('_', ' ')}: {v}")
+        bad |= v == ("no" if want else "yes")
+        unsure |= v == "unclear"
+    return ("fails" if bad else "unclear" if unsure else "holds"), "; ".join(parts)
+
+
+def result_v1(kappa_bits: float | None, row: dict[str, Any]) -> str | None:
+    """The issue-6 rule (regime_result) from a gaps.csv row's point estimates."""
+    return regime_result(kappa_bits, row, _num(row.get("validity_base")))
+
+
+def verdicts(gaps: pd.DataFrame) -> pd.DataFrame:
+    """Per run and model (final models only): the v1 and v2 results side by side, with every
+    v2 predicate and why (VERDICT_COLUMNS)."""
+    rows = []
+    for _, r in gaps[gaps["final"].astype(bool)].iterrows():
+        k = _num(r["kappa_bits"])
+        if k is None:
+            continue
+        row = r.to_dict()
+        preds = predicates(row)
+        res, why = judge_v2(k, preds)
+        h = _num(r.get("latent_bits"))
+        rule = rule_v2_for(k)
+        rows.append({"name": r["name"], "seed": r["seed"], "model": r["model"],
+                     "kappa_bits": k, "latent_bits": None if h is None else int(h),
+                     # KL <= H bits, so max(0, KL - kappa) is identically 0 when kappa >= H
+                     "kl_penalty": ("none (kappa >= H)" if h is not None and k >= h
+                                    else "free bits"),
+                     "regime": rule.regime if rule else None,
+                     "result_v1": result_v1(k, row), "result_v2": res, **preds,
+                     "why_v2": why})
+    return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+
+
 def _run_metrics_path(model: dict, root: Path) -> Path | None:
     """The arm's metrics.jsonl: at its recorded run_dir, else under <results>/runs/<run_id>."""
-    for d in (model.get("run_dir"), model.get("run_id") and root / "runs" / model["run_id"]):
-        if d and (Path(d) / "metrics.jsonl").is_file():
-            return Path(d) / "metrics.jsonl"
+    for run in (model.get("run_dir") and RunDir(Path(model["run_dir"])),
+                model.get("run_id") and RunDir.of(model["run_id"], root)):
+        if run and run.has_metrics:
+            return run.metrics_path
     return None
 
 
@@ -535,6 +946,7 @@ class SeedAggregate:
     curves: pd.DataFrame  # KL over training per (name, model, step)
     meta: dict[str, Any]  # provenance: sources, settings, wall times
     agreement: pd.DataFrame  # held-out measures per (name, model, kept checkpoint)
+    gaps: pd.DataFrame | None = None  # gaps with intervals and p per (name, model, step)
 
 
 def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
@@ -550,6 +962,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
     rows: list[dict[str, Any]] = []
     curve_rows: list[dict[str, Any]] = []
     agree_rows: list[dict[str, Any]] = []
+    gap_rows_all: list[dict[str, Any]] = []
     sources: list[dict[str, Any]] = []
     labels: dict[str, float | None] = {}
     missing: list[str] = []
@@ -567,6 +980,8 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
         seed = st.get("seed")
         agree_rows += [{"name": name, "seed": seed, **r} for r in
                        agreement_rows(models, samples, kinds["point"], kinds["point_sample"])]
+        gap_rows_all += gap_rows(name, seed, models, samples, kinds["point"],
+                                 kinds["point_sample"])
         df = build_table(models, samples)
         base = df[df["arm"] == "baseline"]
         base_v = _num(base.iloc[0]["validity"]) if not base.empty else None
@@ -596,6 +1011,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                         "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                         "created": meta.get("created"), "seed": seed,
                         "setting": st.get("setting"), "latent_bits": st.get("latent_bits"),
+                        "high_latent_bits": st.get("high_latent_bits"),
                         "kappas": st.get("kappas"), "baseline": st.get("baseline"),
                         "train_overrides": st.get("train_overrides"),
                         "extra_overrides": st.get("overrides"),
@@ -635,7 +1051,8 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                             "validity_drop": VALIDITY_DROP},
                 "curve_points": CURVE_POINTS}
     agreement = pd.DataFrame(agree_rows, columns=list(AGREEMENT_COLUMNS))
-    return SeedAggregate(per_seed, summary, curves, meta_out, agreement)
+    gaps = pd.DataFrame(gap_rows_all, columns=list(GAP_COLUMNS))
+    return SeedAggregate(per_seed, summary, curves, meta_out, agreement, gaps)
 
 
 def _sum_or_none(xs: Sequence[float | None]) -> float | None:
@@ -675,6 +1092,9 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     agg.summary.to_csv(out["summary.csv"], index=False, float_format="%.6g")
     agg.curves.to_csv(out["curves.csv"], index=False, float_format="%.6g")
     agg.agreement.to_csv(out["agreement.csv"], index=False, float_format="%.6g")
+    if agg.gaps is not None:
+        out.update(write_gaps(agg.gaps, d))
+    out.update(copy_samples(agg.meta, d))
     out["aggregate.json"].write_text(json.dumps(agg.meta, indent=1) + "\n", encoding="utf-8")
     out["summary.md"].write_text(render_block(d), encoding="utf-8")
     render_kl_curves(agg.curves, out["kl_curves.png"])
@@ -684,6 +1104,90 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
     else:
         render_agreement(agg.agreement, out["agreement.png"])
     return out
+
+
+def _model_order(df: pd.DataFrame) -> pd.DataFrame:
+    """Baseline first, then by kappa; within a model by run name and step (final last)."""
+    if df.empty:
+        return df
+    k = [-1.0 if _num(x) is None else float(x) for x in df["kappa_bits"]]
+    names = list(dict.fromkeys(df["name"]))
+    order = df.assign(_k=k, _n=[names.index(n) for n in df["name"]],
+                      _s=[math.inf if f else float(st) for f, st in
+                          zip(df["final"], df["step"], strict=True)])
+    return order.sort_values(["_k", "_n", "_s"], kind="stable").drop(
+        columns=["_k", "_n", "_s"]).reset_index(drop=True)
+
+
+def write_gaps(gaps: pd.DataFrame, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """gaps.csv (every gap with its interval and p, per run, model and measured step) and
+    verdicts.csv (per run and model: the v1 and v2 regime results, v2's predicates)."""
+    d = Path(out_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    out = {"gaps.csv": d / "gaps.csv", "verdicts.csv": d / "verdicts.csv"}
+    _model_order(gaps).to_csv(out["gaps.csv"], index=False, float_format="%.6g")
+    # judged from the file as written, so anyone re-judging gaps.csv gets the same verdicts
+    verdicts(pd.read_csv(out["gaps.csv"])).to_csv(out["verdicts.csv"], index=False,
+                                                  float_format="%.6g")
+    return out
+
+
+def copy_samples(meta: dict[str, Any], out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Every measured run's samples.jsonl, gzipped (mtime 0: the same bytes every time) into
+    `<out>/samples/<name>.samples.jsonl.gz`, so the folder holds what its tables came from and
+    `intervals` can recompute them there (each decompresses to aggregate.json's sha256)."""
+    import gzip
+    import hashlib
+
+    out = {}
+    for src in meta.get("sources", []):
+        if src.get("status") != "measured":
+            continue
+        raw = Path(src["path"]).read_bytes()
+        if hashlib.sha256(raw).hexdigest() != src["sha256"]:
+            raise ValueError(f"{src['path']} changed while its tables were written; rerun")
+        gz = Path(out_dir) / "samples" / f"{src['name']}.samples.jsonl.gz"
+        gz.parent.mkdir(parents=True, exist_ok=True)
+        gz.write_bytes(gzip.compress(raw, mtime=0))
+        out[f"samples/{gz.name}"] = gz
+    return out
+
+
+def committed_samples(agg_dir: str | os.PathLike) -> dict[str, list[str]]:
+    """The samples.jsonl lines of every measured run of a committed aggregate folder, from
+    `<dir>/samples/<name>.samples.jsonl.gz`, each checked against the sha256 that
+    aggregate.json names. ValueError (one line) when one is absent or differs."""
+    import gzip
+    import hashlib
+
+    d = Path(agg_dir)
+    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
+    out = {}
+    for src in meta["sources"]:
+        if src.get("status") != "measured":
+            continue
+        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
+        if not gz.is_file():
+            raise ValueError(f"{gz}: not committed, so the gaps of {src['name']} cannot be "
+                             "recomputed here; commit the run's samples.jsonl gzipped there")
+        raw = gzip.decompress(gz.read_bytes())
+        if hashlib.sha256(raw).hexdigest() != src["sha256"]:
+            raise ValueError(f"{gz}: sha256 differs from aggregate.json's for {src['name']}; "
+                             "the tables were made from other samples")
+        out[src["name"]] = raw.decode("utf-8").splitlines()
+    return out
+
+
+def intervals_from_committed(agg_dir: str | os.PathLike,
+                             n_perm: int = N_PERM) -> pd.DataFrame:
+    """gaps.csv's rows recomputed from a committed folder's samples (committed_samples)."""
+    rows: list[dict[str, Any]] = []
+    for name, lines in committed_samples(agg_dir).items():
+        meta, kinds = read_kinds_lines(lines)
+        seed = meta.get("settings", {}).get("seed")
+        rows += gap_rows(name, seed, kinds["model"], kinds["sample"], kinds["point"],
+                         kinds["point_sample"], n_perm=n_perm)
+    return pd.DataFrame(rows, columns=list(GAP_COLUMNS))
 
 
 def render_agreement(agreement: pd.DataFrame, path: str | os.PathLike) -> Path:
@@ -754,6 +1258,9 @@ def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
 def render_block(agg_dir: str | os.PathLike) -> str:
     """The generated Markdown for one aggregate directory, from its committed files only."""
     d = Path(agg_dir)
+    if not (d / "aggregate.json").is_file():  # a block reserved for runs not made yet
+        return (f"Not run yet: no tables in `{d.parent.name}/{d.name}/` (its aggregate.json "
+                "is absent); the runs' command is in the text above this block.\n")
     per_seed = pd.read_csv(d / "per_seed.csv")
     summary = pd.read_csv(d / "summary.csv")
     curves = pd.read_csv(d / "curves.csv")
@@ -765,26 +1272,14 @@ def render_block(agg_dir: str | os.PathLike) -> str:
     seeds = ", ".join(f"{s['name']} (seed {s['seed']})" for s in srcs)
     L.append(f"Runs: {len(srcs)} of {n_all} measured: {seeds}."
              + (f" Missing (not finished): {', '.join(missing)}." if missing else ""))
-    settings = sorted({(s.get("setting"), s.get("latent_bits"),
+    settings = sorted({(s.get("setting"), s.get("latent_bits"), s.get("high_latent_bits") or 0,
                         " ".join(s.get("train_overrides") or []),
                         " ".join(s.get("extra_overrides") or [])) for s in srcs})
-    for setting, h, ov, extra in settings:
-        L.append(f"Setting `{setting}`, H = {h}: `{ov}`"
+    for setting, h, high, ov, extra in settings:
+        hs = f"H = {h}" + (f" (H = {high} for kappa >= {h})" if high else "")
+        L.append(f"Setting `{setting}`, {hs}: `{ov}`"
                  + (f", plus `{extra}`" if extra else "") + ".")
-    L += ["", "Regimes (one rule per kappa, judged per seed; gap = shared Z - across Z):", "",
-          "| kappa (bits) | paper's regime | rule | holds in |", "|---|---|---|---|"]
-    for _, r in summary.iterrows():
-        if not isinstance(r["regime"], str):
-            continue
-        reg = regime_for(float(r["kappa_bits"]))
-        judged = int(r["regime_pass"]) + int(r["regime_fail"])
-        na = int(r["regime_na"])
-        held = f"{int(r['regime_pass'])}/{judged} seeds" + (f", {na} not measurable"
-                                                            if na else "")
-        if int(r["n_measured"]) < n_all:
-            held += f" ({n_all - int(r['n_measured'])} missing)"
-        L.append(f"| {kappa_label(float(r['kappa_bits']))} | {r['regime']} | "
-                 f"{reg.rule if reg else '–'} | {held} |")
+    L += _regimes_block(summary, d / "verdicts.csv", n_all)
     cols = [("kl_bits", "KL bits/token"), ("pos_agree_within", "pos. shared"),
             ("pos_agree_across", "pos. across"), ("pos_gap", "pos. gap"),
             ("noise_jaccard_within", "noise shared"), ("noise_jaccard_across", "noise across"),
@@ -801,7 +1296,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                  + " | ".join(_cell(r[c], int(r[f'{c}_n']), int(r["n_measured"]))
                               for c, _ in cols) + " |")
     L += ["", "Per seed:", "",
-          "| model | run | steps | " + " | ".join(h for _, h in cols) + " | regime |",
+          "| model | run | steps | " + " | ".join(h for _, h in cols) + " | regime (v1) |",
           "|---|---|---|" + "---|" * (len(cols) + 1)]
     for _, r in per_seed.iterrows():
         res = r["regime_result"] if isinstance(r["regime_result"], str) else "–"
@@ -834,6 +1329,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                 L.append(f"| {m} | " + " | ".join(_cell(v, n, len(srcs)) for v, n in cells)
                          + " |")
     L += _agreement_block(d / "agreement.csv", len(srcs))
+    L += _gaps_block(d / "gaps.csv")
     L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average "
           "at start and end, on a machine with the given CPUs):", "",
           "| run | arms | training s (sum) | whole run s | threads | CPUs | load |",
@@ -845,6 +1341,56 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                  f"{_secs(s.get('wall_s'))} | {s.get('threads') or '–'} | "
                  f"{s.get('cpu_count') or '–'} | {load} |")
     return "\n".join(L) + "\n"
+
+
+def _regimes_block(summary: pd.DataFrame, verdicts_path: Path, n_all: int) -> list[str]:
+    """The regimes table: the v1 rules (issue 6, point estimates) and their counts from
+    summary.csv beside the v2 rules (issue 38, intervals and p) and theirs from verdicts.csv,
+    then one row per run with both results and v2's reasons."""
+    # "n/a" is a result here, not a missing value
+    ver = (pd.read_csv(verdicts_path, keep_default_na=False, na_values=[""])
+           if verdicts_path.is_file() else None)
+    L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
+         "point estimates, fixed before any run; v2: the rules of issue 38 on the intervals "
+         "and permutation p, fixed before the intervals were computed (this file's section "
+         "on the rules says each predicate):", "",
+         "| kappa (bits) | paper's regime | v1 rule | v1 holds in | v2 rule | v2 holds / "
+         "fails / unclear |", "|---|---|---|---|---|---|"]
+    for _, r in summary.iterrows():
+        if not isinstance(r["regime"], str):
+            continue
+        k = float(r["kappa_bits"])
+        reg, rule = regime_for(k), rule_v2_for(k)
+        judged = int(r["regime_pass"]) + int(r["regime_fail"])
+        na = int(r["regime_na"])
+        held = f"{int(r['regime_pass'])}/{judged} seeds" + (f", {na} not measurable"
+                                                            if na else "")
+        if int(r["n_measured"]) < n_all:
+            held += f" ({n_all - int(r['n_measured'])} missing)"
+        if ver is None:
+            v2 = "not judged (no gaps.csv)"
+        else:
+            g = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
+            res = list(g["result_v2"])
+            v2 = (f"{res.count('holds')} / {res.count('fails')} / {res.count('unclear')} of "
+                  f"{len(res)} seeds")
+            if any(str(x).startswith("none") for x in g["kl_penalty"]):
+                v2 += " (no KL penalty: kappa >= H)"
+        L.append(f"| {kappa_label(k)} | {rule.regime if rule else r['regime']} | "
+                 f"{reg.rule if reg else '–'} | {held} | {rule.text if rule else '–'} | "
+                 f"{v2} |")
+    if ver is None or ver.empty:
+        return L
+    L += ["", "Per run (v2's predicates: yes / no / unclear, as each rule needs them):", "",
+          "| model | run | H | KL penalty | v1 | v2 | why (v2) |", "|---|---|---|---|---|---|---|"]
+    for _, r in ver.iterrows():
+        h = _num(r["latent_bits"])
+        pen = "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits"
+        v1 = r["result_v1"] if isinstance(r["result_v1"], str) else "–"
+        v2 = r["result_v2"] if isinstance(r["result_v2"], str) else "–"
+        L.append(f"| {r['model']} | {r['name']} | {'–' if h is None else int(h)} | {pen} | "
+                 f"{v1} | **{v2}** | {r['why_v2'] if isinstance(r['why_v2'], str) else ''} |")
+    return L
 
 
 def _agreement_block(path: Path, n_runs: int) -> list[str]:
@@ -871,6 +1417,75 @@ def _agreement_block(path: Path, n_runs: int) -> list[str]:
                 v = [x for x in (_num(y) for y in g[g["step"] == st][col]) if x is not None]
                 cells.append(_cell(_mean(v), len(v), n_runs))
             L.append(f"| {m} | {label} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _ci_cell(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
+    x, a, b = _num(v), _num(lo), _num(hi)
+    if x is None:
+        return "–"
+    s = f"{x:.{digits}f}"
+    return s if a is None or b is None else f"{s} [{a:.{digits}f}, {b:.{digits}f}]"
+
+
+def _p_cell(v: Any) -> str:
+    x = _num(v)
+    return "–" if x is None else f"{x:.4f}"
+
+
+def _gaps_block(path: Path) -> list[str]:
+    """Every gap with its interval and p, from gaps.csv (absent: said, never zeros)."""
+    if not path.is_file():
+        if (path.parent / "samples").is_dir():
+            return ["", "Gaps with intervals: not computed yet (`python -m analysis.synthetic "
+                    "intervals DIR` computes them from the committed samples)."]
+        return ["", "Gaps with intervals: not computed (the samples behind these tables are not "
+                "committed, so no interval can be recomputed from them)."]
+    g = pd.read_csv(path)
+    if g.empty:
+        return []
+    fin = g[g["final"].astype(bool)]
+    n_perm = sorted({int(x) for x in g["n_perm"]})
+    ns = sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"], strict=True)})
+    n_text = ", ".join(f"{a} groups of {b // a if a else 0} rows" for a, b in ns)
+    L = ["", "Gaps with 95% intervals and permutation p (final models; gap = shared Z - across "
+         f"Z; interval: jackknife over the shared-Z groups, n = {n_text} per model; p: "
+         f"one-sided, {', '.join(map(str, n_perm))} shuffles of the group labels within each "
+         "prompt, so the smallest p is "
+         f"{1 / (1 + max(n_perm)):.4f}; validity minus the same seed's baseline with the "
+         "jackknife over every group of both arms; CE with prior Z with its interval where "
+         "the run recorded the per-sequence SD; pair counts per row in gaps.csv):", "",
+         "| model | run | position gap [95% CI] | p | noise gap [95% CI] | p | "
+         "validity - baseline [95% CI] | CE prior Z [95% CI] |",
+         "|---|---|---|---|---|---|---|---|"]
+    for _, r in fin.iterrows():
+        L.append(f"| {r['model']} | {r['name']} | "
+                 f"{_ci_cell(r['pos_gap'], r['pos_lo'], r['pos_hi'])} | {_p_cell(r['pos_p'])} | "
+                 f"{_ci_cell(r['noise_gap'], r['noise_lo'], r['noise_hi'])} | "
+                 f"{_p_cell(r['noise_p'])} | "
+                 f"{_ci_cell(r['validity_diff'], r['validity_diff_lo'], r['validity_diff_hi'])}"
+                 f" | {_ci_cell(r['ce_prior'], r['ce_prior_lo'], r['ce_prior_hi'])} |")
+    pts = g[~g["final"].astype(bool)]
+    if pts.empty:
+        return L + ["", "Gaps over training: not measured (no checkpoints kept along training)."]
+    steps = sorted({int(x) for x in g["step"].dropna()})
+    for kind, label in (("pos", "Position"), ("noise", "Noise")):
+        L += ["", f"{label} gap over training, per run (95% interval; * = p < {GAP_ALPHA}; "
+              "the last step is the final model):", "",
+              "| model | run | " + " | ".join(f"step {st}" for st in steps) + " |",
+              "|---|---|" + "---|" * len(steps)]
+        for (m, name), gr in g.groupby(["model", "name"], sort=False):
+            cells = []
+            for st in steps:
+                hit = gr[gr["step"] == st]
+                if hit.empty:
+                    cells.append("–")
+                    continue
+                r = hit.iloc[-1]
+                star = "*" if (_num(r[f"{kind}_p"]) or 1.0) < GAP_ALPHA else ""
+                cells.append(_ci_cell(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], 2)
+                             + star)
+            L.append(f"| {m} | {name} | " + " | ".join(cells) + " |")
     return L
 
 
@@ -901,6 +1516,114 @@ DOC_BEGIN = "<!-- BEGIN GENERATED by `python -m analysis.synthetic render-doc` f
 DOC_END = "<!-- END GENERATED -->"
 
 
+RULES_BLOCK = "rules"
+"""A generated block `from rules` holds the regime rules, rendered from the code that judges."""
+
+
+def render_rules() -> str:
+    """The v1 and v2 regime rules in words, from REGIMES, REGIMES_V2 and PREDICATES."""
+    L = ["v1 (issue 6, on point estimates; a regime holds or fails):", ""]
+    L += [f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.expected}: {r.rule}." for r in REGIMES]
+    L += ["", f"v2 (issue 38, on the 95% intervals and one-sided permutation p, alpha = "
+          f"{GAP_ALPHA}; each predicate is yes, no or unclear; a rule holds when every "
+          "predicate it needs has the wanted value, fails when one has the other value, and "
+          "is unclear otherwise):", ""]
+    L += [f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.regime}: {r.text}; needs "
+          + ", ".join(f"{p.replace('_', ' ')} = {'yes' if w else 'no'}" for p, w in r.needs)
+          + "." for r in REGIMES_V2]
+    L += ["", "The predicates:", ""]
+    L += [f"- {name.replace('_', ' ')}: {text}." for name, text in PREDICATES.items()]
+    L += ["", f"Constants: negligible margin {NEGLIGIBLE_MARGIN}, validity drop "
+          f"{LEAK_VALIDITY_DROP}, unigram CE {UNIGRAM_CE:.4f} nats/char (from the task: "
+          f"letter {_P_LETTER:.4f}, '!' {1 / 16:.4f}, '_' {_P_BLANK:.4f} per body character), "
+          f"{N_PERM} permutations per gap."]
+    return "\n".join(L) + "\n"
+
+
+FINDINGS_SUFFIX = "#findings"
+"""A block `from DIR#findings` holds the verdict counts and ranges per kappa, from DIR's
+verdicts.csv and gaps.csv: the sentences that count seeds are generated, never typed."""
+
+
+def _span(xs: Sequence[float | None], digits: int = 3) -> str:
+    """'lo to hi' over the measured values, '(n=k)' when some were not measurable."""
+    v = sorted(x for x in xs if x is not None)
+    if not v:
+        return "not measurable"
+    s = f"{v[0]:.{digits}f}" if len(v) == 1 or v[0] == v[-1] \
+        else f"{v[0]:.{digits}f} to {v[-1]:.{digits}f}"
+    return s if len(v) == len(xs) else f"{s} (n={len(v)})"
+
+
+def render_findings(agg_dir: str | os.PathLike) -> str:
+    """Per kappa: how many seeds each rule set holds in, and the ranges over seeds of the
+    measures its v2 rule reads (gap, its interval's ends, p; validity minus baseline; CE)."""
+    d = Path(agg_dir)
+    vp, gp = d / "verdicts.csv", d / "gaps.csv"
+    if not vp.is_file() or not gp.is_file():
+        return "No findings: this folder has no verdicts.csv and gaps.csv.\n"
+    ver = pd.read_csv(vp, keep_default_na=False, na_values=[""])
+    gaps = pd.read_csv(gp)
+    fin = gaps[gaps["final"].astype(bool)]
+    L = []
+    for k in sorted({float(x) for x in ver["kappa_bits"]}):
+        v = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
+        g = fin[(fin["kappa_bits"] - k).abs() < 1e-12]
+        rule, n = rule_v2_for(k), len(v)
+        r2 = list(v["result_v2"])
+        r1 = [x for x in v["result_v1"] if isinstance(x, str)]
+        head = (f"- **kappa = {kappa_label(k)} bit, {rule.regime if rule else '?'}**: v2 holds "
+                f"in {r2.count('holds')} of {n} seeds, fails in {r2.count('fails')}, unclear in "
+                f"{r2.count('unclear')}; v1 passed in {r1.count('pass')} of {n}"
+                + (f" ({r1.count('n/a')} not measurable)" if r1.count("n/a") else "") + ".")
+        parts = []
+        for kind, word in (("pos", "Position"), ("noise", "noise")):
+            col = [_num(x) for x in g[f"{kind}_gap"]]
+            if all(x is None for x in col):
+                parts.append(f"{word} gap not measurable (no valid pair)")
+                continue
+            parts.append(
+                f"{word} gap {_span(col)} over seeds (interval ends "
+                f"{_span([_num(x) for x in g[f'{kind}_lo']])} / "
+                f"{_span([_num(x) for x in g[f'{kind}_hi']])}; permutation p "
+                f"{_span([_num(x) for x in g[f'{kind}_p']], 4)})")
+        vd = [_num(x) for x in g["validity_diff"]]
+        parts.append("validity minus the baseline's "
+                     + (_span(vd) if any(x is not None for x in vd) else "not measured "
+                        "(no baseline arm)"))
+        parts.append(f"CE with prior Z {_span([_num(x) for x in g['ce_prior']])} nats/char "
+                     f"(unigram CE {UNIGRAM_CE:.3f})")
+        leak = list(v["leaking"])
+        parts.append(f"leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, unclear "
+                     f"in {leak.count('unclear')}")
+        if any(str(x).startswith("none") for x in v["kl_penalty"]):
+            parts.append("trained with no KL penalty (kappa >= H)")
+        L.append(head + " " + "; ".join(parts) + ".")
+    base = gaps[gaps["kappa_bits"].isna()]
+    if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
+
+        def null(rows: pd.DataFrame) -> str:
+            ps = [x for x in (_num(v) for c in ("pos_p", "noise_p") for v in rows[c])
+                  if x is not None]
+            cover = sum(_num(lo) <= 0 <= _num(hi) for c in GAP_KINDS
+                        for lo, hi in zip(rows[f"{c}_lo"], rows[f"{c}_hi"], strict=True)
+                        if _num(lo) is not None and _num(hi) is not None)
+            n_ci = sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])
+            return (f"permutation p < {GAP_ALPHA} in {sum(p < GAP_ALPHA for p in ps)} of "
+                    f"{len(ps)} gaps (about {GAP_ALPHA * len(ps):.1f} expected by chance), the "
+                    f"95% interval containing 0 in {cover} of {n_ci}")
+
+        fb = base[base["final"].astype(bool)]
+        line = (f"- **baseline (no Z, so its 'shared' groups are independent samples: a null "
+                f"check of the statistics)**: final models: {null(fb)}.")
+        if len(base) > len(fb):
+            line += (f" Every measured step: {null(base)}; these are not independent tests "
+                     "(every checkpoint of a run generates from the same prompts and the same "
+                     "sampling draws, so one unlucky draw repeats along training).")
+        L.append(line)
+    return "\n".join(L) + "\n"
+
+
 def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
     """The doc with every generated block re-rendered: `<!-- BEGIN GENERATED ... from DIR -->`
     ... `<!-- END GENERATED -->`, DIR relative to the doc's folder. Returns (text, dirs)."""
@@ -917,7 +1640,13 @@ def render_doc(doc: str | os.PathLike) -> tuple[str, list[str]]:
                              f"by {DOC_END}")
         rel = text[b + len(DOC_BEGIN):head_end].strip().strip("`").strip()
         dirs.append(rel)
-        out.append(text[pos:head_end + 3] + "\n" + render_block(p.parent / rel))
+        if rel == RULES_BLOCK:
+            body = render_rules()
+        elif rel.endswith(FINDINGS_SUFFIX):
+            body = render_findings(p.parent / rel[:-len(FINDINGS_SUFFIX)])
+        else:
+            body = render_block(p.parent / rel)
+        out.append(text[pos:head_end + 3] + "\n" + body)
         pos = e
     out.append(text[pos:])
     return "".join(out), dirs
@@ -1004,10 +1733,39 @@ def _main_seeds(names: list[str], out: str | None) -> None:
         print(f"wrote {k}: {v}")
 
 
+def _main_intervals(argv: list[str]) -> None:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.synthetic intervals",
+        description="recompute gaps.csv (every gap with its interval and p) of committed "
+                    "aggregate folders from their committed samples (sha256 checked)")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="e.g. docs/synthetic/cpu")
+    p.add_argument("--n-perm", type=int, default=N_PERM)
+    a = p.parse_args(argv)
+    if a.n_perm < 1:
+        _fail(f"--n-perm {a.n_perm}: must be >= 1")
+    done = []
+    for d in a.dirs:  # every folder checked before any is written
+        if not (Path(d) / "aggregate.json").is_file():
+            _fail(f"{d}: no aggregate.json; give a folder written by --names ... --out")
+    computed = {}
+    for d in a.dirs:  # every folder computed before any file is written
+        try:
+            computed[d] = intervals_from_committed(d, n_perm=a.n_perm)
+        except (OSError, ValueError, KeyError) as e:
+            _fail(f"{d}: {one_line(e)}")
+    for d, gaps in computed.items():
+        done += [str(f) for f in write_gaps(gaps, d).values()]
+    for f in done:
+        print(f"wrote {f}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["render-doc"]:
         _main_render_doc(argv[1:])
+        return
+    if argv[:1] == ["intervals"]:
+        _main_intervals(argv[1:])
         return
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="results/synthetic/<name>")

@@ -42,14 +42,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from common import benchmarks
+from common.arms import FREE
 from common.kappa import kappa_label
+from common.paths import RUN_RECORD
 
 from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status, spec_text
 from .paper_groups import PAPER_GROUPS
 from .stats import ALPHA, NO_VARIATION, cell_interval, holm, paired_delta, seed_delta
 
-SMOOTH_GROUP = ("Smooth metrics (lower is better)",
-                ["humaneval_plus_gold_bpb", "mbpp_plus_gold_bpb", "gsm8k_gold_bpb", "val"])
+SMOOTH_GROUP = ("Smooth metrics (lower is better)", [*benchmarks.gold_tasks(), "val"])
 GROUPS: list[tuple[str, list[str]]] = [
     *[(g, [r["task"] for r in rows if r["task"]]) for g, rows in PAPER_GROUPS.items()],
     SMOOTH_GROUP]
@@ -112,7 +114,7 @@ class Basis:
     def text(self) -> str:
         if not self.n_pairs:
             return f"{self.arm}: no run with tokens/FLOPs to compare yet"
-        src = "planned (config.yaml; some runs unfinished)" if self.planned else "actual"
+        src = f"planned ({RUN_RECORD}; some runs unfinished)" if self.planned else "actual"
         return (f"{self.arm} vs the Free Transformers it pairs with ({self.n_pairs} pairs, "
                 f"{src}): tokens differ by up to {100 * self.tokens_diff:.2f}%, FLOPs by up to "
                 f"{100 * self.flops_diff:.2f}% (equal means within {100 * self.tol:.2f}%)")
@@ -145,7 +147,7 @@ def _free_hs(data: SweepData) -> list[float]:
     c = data.cells
     if c.empty:
         return []
-    return sorted(set(c[c["arm"] == "free"]["latent_bits"].dropna().astype(float)))
+    return sorted(set(c[c["arm"] == FREE.name]["latent_bits"].dropna().astype(float)))
 
 
 def _ref_mask(df: pd.DataFrame, arm: str, h: float, hs: list[float]) -> pd.Series:
@@ -164,7 +166,7 @@ def basis(data: SweepData, arm: str) -> Basis | None:
     if c.empty or not (c["arm"] == arm).any():
         return None
     hs = _free_hs(data)
-    free = c[c["arm"] == "free"]
+    free = c[c["arm"] == FREE.name]
     dt, df_, tols, planned, n = [], [], [], False, 0
     for _, ft in free.iterrows():
         refs = c[_ref_mask(c, arm, float(ft["latent_bits"]), hs) & (c["seed"] == ft["seed"])]
@@ -207,7 +209,7 @@ def _columns(data: SweepData, ref_arm: str) -> list[Column]:
     """Reference column(s) first (one per H for a FLOPs-matched control in a multi-H sweep),
     then one column per Free Transformer (H, kappa), each pointing at its reference column."""
     cells = data.cells
-    free = cells[cells["arm"] == "free"][["latent_bits", "kappa_bits"]].drop_duplicates() \
+    free = cells[cells["arm"] == FREE.name][["latent_bits", "kappa_bits"]].drop_duplicates() \
         if len(cells) else pd.DataFrame(columns=["latent_bits", "kappa_bits"])
     hs = _free_hs(data)
     per_h = ref_arm in FLOPS_MATCHED_ARMS and len(hs) > 1
@@ -221,7 +223,7 @@ def _columns(data: SweepData, ref_arm: str) -> list[Column]:
     cols = list(dict.fromkeys(refs.values()))
     for h, k in sorted(map(tuple, free.to_numpy(dtype=float))):
         label = f"FT k={kappa_label(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
-        cols.append(Column(label, "free", float(k), float(h), ref=refs[h]))
+        cols.append(Column(label, FREE.name, float(k), float(h), ref=refs[h]))
     return cols
 
 
@@ -236,7 +238,7 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
     c = data.cells
     if len(c) and "n_layers" in c:
         p1 = c[c["arm"].isin(["baseline_plus1", "baseline_plus1_flops"])]["n_layers"].dropna()
-        ft = c[c["arm"] == "free"]["n_layers"].dropna()
+        ft = c[c["arm"] == FREE.name]["n_layers"].dropna()
         if len(p1):
             n_layers = f" ({int(p1.iloc[0])} layers" + (
                 f" vs the arms' {int(ft.iloc[0])})" if len(ft) else ")")
@@ -291,8 +293,8 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
 def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
     if df.empty:
         return df
-    if col.arm == "free":
-        m = (df["arm"] == "free") & np.isclose(df["kappa_bits"].astype(float), col.kappa_bits)
+    if col.arm == FREE.name:
+        m = (df["arm"] == FREE.name) & np.isclose(df["kappa_bits"].astype(float), col.kappa_bits)
         m &= np.isclose(df["latent_bits"].astype(float), col.latent_bits)
         return df[m]
     if col.arm in FLOPS_MATCHED_ARMS and math.isfinite(col.match_h):
@@ -424,7 +426,7 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
     it = _honest(data.items, ["run_id", "task", "metric", "doc_id"])
     rows = []
     ref_cols = list(dict.fromkeys(c.ref.label for c in cols if c.ref is not None)) or [
-        c.label for c in cols if c.arm != "free"]
+        c.label for c in cols if c.arm != FREE.name]
     row_ref = ref_cols[0] if len(ref_cols) == 1 else ""
     for key in _row_keys(data):
         task, metric, hib = key["task"], key["metric"], key["higher_is_better"]
@@ -457,7 +459,7 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             ci = cell_interval(per_seed.to_numpy(dtype=float), iv, metric, se)
             have = set(per_seed[np.isfinite(per_seed)].index)
             status = _missing(c_cells, have, c_s, other_spec_files(data, task))
-            if ci.n_seeds == 0 and c_cells.empty and col.arm != "free":
+            if ci.n_seeds == 0 and c_cells.empty and col.arm != FREE.name:
                 status = f"missing: no {col.arm} control arm in this sweep"
             r = {**base, "reference": col.ref.label if col.ref is not None else col.label,
                  "column": col.label, "arm": col.arm, "kappa_bits": col.kappa_bits,

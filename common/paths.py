@@ -1,20 +1,62 @@
-"""Where runs write: the results root, run directories and checkpoint names (docs/RESULTS.md).
+"""Where runs and sweeps write: the results root and the two directories every result file
+lives in, `RunDir` and `SweepDir` (docs/RESULTS.md). This module is the only code that spells
+the layout (the file and folder names below); everything else asks a RunDir or a SweepDir for a
+path, a typed record or a checkpoint.
 
-Checkpoint file names are spelled here only: step_<N>.pt (rotated), eval_step_<N>.pt (kept for
-evaluation) and final.pt (the run is finished), all under <run>/checkpoints/. An eval file of
-checkpoint step N under spec_id S matches <run>/eval/*.S.stepN.json (`point_evaluated`)."""
+A run directory, results/runs/<run-id>/:
+
+    config.yaml          the run record (RunRecord), written once when the run starts
+    metrics.jsonl        one MetricsLine per line (train, val, final)
+    train.log            the trainer's log (starts with argv)
+    tb/                  TensorBoard event files
+    checkpoints/         step_<N>.pt (rotated), eval_step_<N>.pt (kept for evaluation) and
+                         final.pt (the run is finished)
+    eval/                eval files (<suite>...<spec_id>.step<N>.json), likelihood.<spec_id>.
+                         step<N>.json, probe.<spec_id>.step<N>.json, and the evaluators' work
+
+A sweep directory, results/sweeps/<name>/: manifest.json, jobs/ (submitit's folders),
+points/<cell>.json (the point jobs submitted per cell), report.html and report/ (tables,
+figures).
+
+An eval file of checkpoint step N under spec_id S matches <run>/eval/*.S.stepN.json
+(`RunDir.point_evaluated`). Reading YAML (config.yaml) imports PyYAML when asked, so the module
+itself needs only the standard library.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from .records import Manifest, MetricsLine, RecordError, RunRecord
+
+_RUNS = "runs"
+_SWEEPS = "sweeps"
+_CACHE = "cache"
+RUN_RECORD = "config.yaml"
+"""A run directory's run record (RunRecord, as YAML)."""
+METRICS = "metrics.jsonl"
+"""A run directory's metrics lines (MetricsLine)."""
+_TRAIN_LOG = "train.log"
+_TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 """A run directory's checkpoint folder."""
 FINAL_CHECKPOINT = "final.pt"
 """The last step's checkpoint; its presence marks a run finished."""
+_EVAL = "eval"
+"""A run directory's folder of eval, likelihood and probe files."""
+_MANIFEST = "manifest.json"
+"""A sweep directory's manifest (Manifest)."""
+_REPORT_HTML = "report.html"
+_REPORT = "report"
+_JOBS = "jobs"
+_POINTS = "points"
+_LOCK = ".lock"
 _STEP = re.compile(r"step_(\d+)\.pt")
 _EVAL_STEP = re.compile(r"eval_step_(\d+)\.pt")
 
@@ -27,36 +69,29 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
 
 
 def runs_dir(root: str | os.PathLike | None = None) -> Path:
-    return results_root(root) / "runs"
+    """<results root>/runs: where every RunDir lives."""
+    return results_root(root) / _RUNS
 
 
 def sweeps_dir(root: str | os.PathLike | None = None) -> Path:
-    return results_root(root) / "sweeps"
+    """<results root>/sweeps: where every SweepDir lives."""
+    return results_root(root) / _SWEEPS
 
 
 def cache_dir(root: str | os.PathLike | None = None) -> Path:
     """$FTBENCH_CACHE, else <results root>/cache (tokenizers, tokenized corpora)."""
     env = os.environ.get("FTBENCH_CACHE")
-    return Path(env) if env else results_root(root) / "cache"
+    return Path(env) if env else results_root(root) / _CACHE
 
 
-def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / CHECKPOINTS
-
-
-def final_checkpoint(run_dir: str | os.PathLike) -> Path:
-    """<run_dir>/checkpoints/final.pt (it may not exist)."""
-    return checkpoint_dir(run_dir) / FINAL_CHECKPOINT
-
-
-def checkpoint_name(step: int) -> str:
+def _checkpoint_name(step: int) -> str:
     """A rotated checkpoint's file name."""
     return f"step_{step}.pt"
 
 
-def eval_checkpoint_name(step: int) -> str:
+def _eval_checkpoint_name(step: int) -> str:
     """A checkpoint kept for evaluation outside the rotation (logging.keep_eval_checkpoints)."""
-    return f"eval_{checkpoint_name(step)}"
+    return f"eval_{_checkpoint_name(step)}"
 
 
 def _numbered(ckdir: str | os.PathLike, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
@@ -67,9 +102,341 @@ def _numbered(ckdir: str | os.PathLike, pattern: re.Pattern[str]) -> list[tuple[
     return sorted(found)
 
 
-def step_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """`step_<N>.pt` files in `ckdir`, oldest first (other names, temporaries included, ignored)."""
-    return _numbered(ckdir, _STEP)
+def checkpoint_step_of(path: str | os.PathLike) -> int | None:
+    """The step a rotated checkpoint's file name holds (step_<N>.pt), else None (an eval or
+    final checkpoint records its step inside)."""
+    m = _STEP.fullmatch(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The JSON lines of a file; a line that does not parse (the truncated last line of a
+    file still being written) is skipped, and so is a blank one."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+# ------------------------------------------------------------------------------ runs
+@dataclass(frozen=True)
+class RunDir:
+    """results/runs/<run-id>/: a run's files, its typed records and its checkpoints.
+
+    `RunDir.of(run_id)` names one under the results root; `RunDir.at(path)` takes what a user
+    gives (a run directory, or a checkpoint file inside one, or a lone .pt elsewhere, whose
+    run directory is then its folder), and `.target` keeps a checkpoint file so given.
+    Nothing here creates a directory; writers create what they write."""
+
+    path: Path
+    target: Path | None = None
+    """The checkpoint file the user named (None: the directory itself was named)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+        if self.target is not None:
+            object.__setattr__(self, "target", Path(self.target))
+
+    @classmethod
+    def of(cls, run_id: str, root: str | os.PathLike | None = None) -> RunDir:
+        """<results root>/runs/<run_id>."""
+        return cls(runs_dir(root) / str(run_id))
+
+    @classmethod
+    def at(cls, where: str | os.PathLike) -> RunDir:
+        """A run directory (or its checkpoints/ folder), or the run directory of a checkpoint
+        file: <run>/checkpoints/<x>.pt -> <run>; a .pt anywhere else -> its folder (a copied
+        checkpoint has no run record there, which `has_record` says). The file is kept as
+        `target`; a folder holding checkpoints itself (no checkpoints/ in it) targets its
+        final.pt, else its newest step_<N>.pt."""
+        p = Path(where)
+        if p.is_dir():
+            if (p / CHECKPOINTS).is_dir():
+                return cls(p)
+            if p.name == CHECKPOINTS:  # a run's checkpoints/ folder names its run
+                return cls(p.parent)
+            # a folder of checkpoints that is not a run's: its final.pt, else its newest step
+            loose = p / FINAL_CHECKPOINT
+            steps = _numbered(p, _STEP)
+            if loose.is_file() or steps:
+                return cls(p, target=loose if loose.is_file() else steps[-1][1])
+            return cls(p)
+        run = p.parent.parent if p.parent.name == CHECKPOINTS else p.parent
+        return cls(run, target=p)
+
+    @property
+    def run_id(self) -> str:
+        """The directory's name (the run-id for a run under results/runs/)."""
+        return self.path.name
+
+    @property
+    def root(self) -> Path:
+        """The results root of a run under <root>/runs/<run-id> (where its cache lives)."""
+        return self.path.parent.parent
+
+    # ---- files
+    @property
+    def record_path(self) -> Path:
+        """<run>/config.yaml."""
+        return self.path / RUN_RECORD
+
+    @property
+    def metrics_path(self) -> Path:
+        """<run>/metrics.jsonl."""
+        return self.path / METRICS
+
+    @property
+    def log_path(self) -> Path:
+        """<run>/train.log."""
+        return self.path / _TRAIN_LOG
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        """<run>/tb."""
+        return self.path / _TENSORBOARD
+
+    @property
+    def lock_path(self) -> Path:
+        """<run>/.lock: held by the one trainer of the run."""
+        return self.path / _LOCK
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        """<run>/checkpoints."""
+        return self.path / CHECKPOINTS
+
+    @property
+    def final_checkpoint(self) -> Path:
+        """<run>/checkpoints/final.pt (it may not exist)."""
+        return self.checkpoints_dir / FINAL_CHECKPOINT
+
+    @property
+    def eval_dir(self) -> Path:
+        """<run>/eval."""
+        return self.path / _EVAL
+
+    def exists(self) -> bool:
+        return self.path.is_dir()
+
+    @property
+    def has_record(self) -> bool:
+        """config.yaml is there."""
+        return self.record_path.is_file()
+
+    @property
+    def has_metrics(self) -> bool:
+        return self.metrics_path.is_file()
+
+    @property
+    def finished(self) -> bool:
+        """final.pt is there: the run is finished."""
+        return self.final_checkpoint.exists()
+
+    # ---- typed records
+    def record_json(self) -> dict[str, Any]:
+        """config.yaml's content as a dict ({} for an empty file). FileNotFoundError when
+        absent; RecordError (one line naming the file) when it is not YAML or not a mapping."""
+        import yaml
+
+        try:
+            d = yaml.safe_load(self.record_path.read_text(encoding="utf-8")) or {}
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise RecordError(f"{self.record_path} is corrupt: {first}") from None
+        if not isinstance(d, dict):
+            raise RecordError(f"{self.record_path}: not a run record (top level is "
+                              f"{type(d).__name__})")
+        return d
+
+    def record(self) -> RunRecord:
+        """The run record (config.yaml) as a RunRecord; FileNotFoundError when absent,
+        RecordError when unreadable."""
+        return RunRecord.from_json(self.record_json(), str(self.record_path))
+
+    def write_record(self, rec: RunRecord) -> Path:
+        """Write config.yaml (atomically; JSON is YAML: a RunRecord's content as YAML)."""
+        import yaml
+
+        from .io import atomic_write_text
+
+        return atomic_write_text(self.record_path,
+                                 yaml.safe_dump(rec.to_json(), sort_keys=False))
+
+    def metrics(self) -> list[MetricsLine]:
+        """metrics.jsonl's lines, typed ([] when absent). A truncated last line is skipped;
+        a line that is not a metrics line raises RecordError."""
+        if not self.has_metrics:
+            return []
+        return [MetricsLine.from_json(x) for x in read_jsonl(self.metrics_path)]
+
+    def metrics_json(self) -> list[dict[str, Any]]:
+        """metrics.jsonl's lines as written ([] when absent; a truncated last line skipped)."""
+        return read_jsonl(self.metrics_path) if self.has_metrics else []
+
+    # ---- checkpoints
+    def step_checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, path) of every `step_<N>.pt`, oldest first (temporaries ignored)."""
+        return _numbered(self.checkpoints_dir, _STEP)
+
+    def eval_checkpoints(self) -> list[tuple[int, Path]]:
+        """(step, path) of every `eval_step_<N>.pt`, oldest first."""
+        return _numbered(self.checkpoints_dir, _EVAL_STEP)
+
+    def latest_step(self) -> int | None:
+        """The newest step_<N>.pt's step (None: none yet)."""
+        found = self.step_checkpoints()
+        return found[-1][0] if found else None
+
+    def step_checkpoint(self, step: int) -> Path:
+        """<run>/checkpoints/step_<step>.pt (it may not exist)."""
+        return self.checkpoints_dir / _checkpoint_name(step)
+
+    def eval_checkpoint(self, step: int) -> Path:
+        """<run>/checkpoints/eval_step_<step>.pt (it may not exist)."""
+        return self.checkpoints_dir / _eval_checkpoint_name(step)
+
+    def checkpoint(self) -> Path:
+        """What an evaluator loads: `target` when a file was named, else final.pt, else the
+        newest step_<N>.pt. FileNotFoundError (one line) when there is none."""
+        if self.target is not None:
+            if self.target.is_file():
+                return self.target
+            raise FileNotFoundError(f"no checkpoint at {self.target}")
+        if self.final_checkpoint.is_file():
+            return self.final_checkpoint
+        steps = self.step_checkpoints()
+        if steps:
+            return steps[-1][1]
+        raise FileNotFoundError(f"no checkpoint at {self.path} (looked for "
+                                f"{CHECKPOINTS}/{FINAL_CHECKPOINT} and step_<N>.pt)")
+
+    def final_or_target(self) -> Path:
+        """`target` when a file was named, else final.pt (neither need exist): what the
+        likelihood bound and the probe measure, a finished run's last weights only."""
+        return self.target if self.target is not None else self.final_checkpoint
+
+    # ---- eval files
+    def eval_file(self, name: str) -> Path:
+        """<run>/eval/<name> (an eval, likelihood or probe file's name from its record)."""
+        return self.eval_dir / name
+
+    def eval_files(self, pattern: str = "*.json") -> list[Path]:
+        """The files of <run>/eval matching `pattern`, sorted ([] without the folder)."""
+        return sorted(self.eval_dir.glob(pattern)) if self.eval_dir.is_dir() else []
+
+    def point_evaluated(self, step: int, spec_ids: Sequence[str]) -> bool:
+        """Step `step` has an eval file (`eval/*.<spec_id>.step<N>.json`) for every spec_id."""
+        return all(self.eval_files(f"*.{sid}.step{step}.json") for sid in spec_ids)
+
+    def points_ready(self, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
+        """Kept checkpoints (`eval_step_<N>.pt`, written atomically: present means complete)
+        without their eval files while the run trains (no final.pt), oldest first: what a
+        point job may evaluate now. Once final.pt exists the rest are the chained
+        evaluation's (the last kept checkpoint is final.pt's step, whose file the final
+        evaluation writes)."""
+        if self.finished:
+            return []
+        return [(step, ck) for step, ck in self.eval_checkpoints()
+                if not self.point_evaluated(step, spec_ids)]
+
+
+# ------------------------------------------------------------------------------ sweeps
+@dataclass(frozen=True)
+class SweepDir:
+    """results/sweeps/<name>/: a sweep's manifest, job folders and report."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    @classmethod
+    def of(cls, name: str, root: str | os.PathLike | None = None) -> SweepDir:
+        """<results root>/sweeps/<name>."""
+        return cls(sweeps_dir(root) / name)
+
+    @staticmethod
+    def names(root: str | os.PathLike | None = None) -> list[str]:
+        """The sweeps under the results root that have a manifest, sorted."""
+        return sorted(p.parent.name for p in sweeps_dir(root).glob(f"*/{_MANIFEST}"))
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def root(self) -> Path:
+        """The results root this sweep lives under."""
+        return self.path.parent.parent
+
+    @property
+    def manifest_path(self) -> Path:
+        """<sweep>/manifest.json."""
+        return self.path / _MANIFEST
+
+    @property
+    def jobs_dir(self) -> Path:
+        """<sweep>/jobs: submitit's job folders."""
+        return self.path / _JOBS
+
+    @property
+    def lock_path(self) -> Path:
+        """<sweep>/.lock: held by the one driver of the sweep."""
+        return self.path / _LOCK
+
+    def points_record(self, cell: str) -> Path:
+        """<sweep>/points/<cell>.json: the point jobs submitted for a cell."""
+        return self.path / _POINTS / f"{cell}.json"
+
+    @property
+    def report_html(self) -> Path:
+        """<sweep>/report.html."""
+        return self.path / _REPORT_HTML
+
+    @property
+    def report_dir(self) -> Path:
+        """<sweep>/report: the report's tables and figures."""
+        return self.path / _REPORT
+
+    def exists(self) -> bool:
+        """The sweep has a manifest."""
+        return self.manifest_path.is_file()
+
+    def manifest_json(self) -> dict[str, Any]:
+        """manifest.json as written (FileNotFoundError when absent). The launcher replaces it
+        atomically, so a running sweep's is always whole."""
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+    def manifest(self) -> Manifest:
+        """manifest.json as a Manifest (FileNotFoundError when absent, RecordError when it
+        is not a manifest this code reads)."""
+        try:
+            d = self.manifest_json()
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{self.manifest_path}: not JSON ({e})") from None
+        return Manifest.from_json(d, str(self.manifest_path))
+
+    def runs(self) -> list[RunDir]:
+        """The run directories of the manifest's cells that have a run-id, in cell order."""
+        m = self.manifest()
+        return [RunDir.of(c.run_id, self.root) for c in m.cells if c.run_id]
+
+
+# ------------------------------------------------------------------------------ the old helpers
+# thin wrappers kept only while sweeps/ moves to RunDir (its manifest, job and backend use them);
+# nothing else does
+def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
+    """RunDir(run_dir).checkpoints_dir."""
+    return RunDir(Path(run_dir)).checkpoints_dir
 
 
 def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
@@ -78,23 +445,16 @@ def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
 
 
 def latest_step(ckdir: str | os.PathLike) -> int | None:
-    found = step_checkpoints(ckdir)
+    """The newest `step_<N>.pt`'s step in a checkpoints folder (RunDir.latest_step)."""
+    found = _numbered(ckdir, _STEP)
     return found[-1][0] if found else None
 
 
 def point_evaluated(run_dir: str | os.PathLike, step: int, spec_ids: Sequence[str]) -> bool:
-    """Step `step` of the run has an eval file (`eval/*.<spec_id>.step<N>.json`) for every
-    spec_id."""
-    ev = Path(run_dir) / "eval"
-    return all(any(ev.glob(f"*.{sid}.step{step}.json")) for sid in spec_ids)
+    """RunDir(run_dir).point_evaluated(step, spec_ids)."""
+    return RunDir(Path(run_dir)).point_evaluated(step, spec_ids)
 
 
 def points_ready(run_dir: str | os.PathLike, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
-    """Kept checkpoints (`eval_step_<N>.pt`, written atomically: present means complete) without
-    their eval files while the run trains (no final.pt), oldest first: what a point job may
-    evaluate now. Once final.pt exists the rest are the chained evaluation's (the last kept
-    checkpoint is final.pt's step, whose file the final evaluation writes)."""
-    if final_checkpoint(run_dir).exists():
-        return []
-    return [(step, ck) for step, ck in eval_checkpoints(checkpoint_dir(run_dir))
-            if not point_evaluated(run_dir, step, spec_ids)]
+    """RunDir(run_dir).points_ready(spec_ids)."""
+    return RunDir(Path(run_dir)).points_ready(spec_ids)

@@ -7,8 +7,9 @@ records rides in `extra` untouched ("writers add fields freely"). Legacy formats
 `from_json` and nowhere else, so readers never see them:
 
 - one name per concept: `arm` ("baseline" | "free" | a control; never "free_transformer"),
-  `latent_bits` (a model's own H: 0 for every baseline and control), `match_latent_bits` (the H a
-  FLOPs-matched control is matched to, explicit; None otherwise) and `z_mode` (never null);
+  `latent_bits` (a model's own H: 0 for every baseline and baseline control, common.arms),
+  `match_latent_bits` (the H a FLOPs-matched control is matched to, explicit; None otherwise)
+  and `z_mode` (never null);
 - an eval file without `spec` (written before specs) gets its spec derived from its fields and
   name, and an evalplus entry of such a file whose own `sandbox` record says the evaluation was
   killed, timed out or scored nothing is missing (null metrics, `error` says why), whatever its
@@ -32,19 +33,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from . import arms, benchmarks
+
 SCHEMAS = {"run": "ftbench-run-v1", "eval": "ftbench-eval-v1",
            "likelihood": "ftbench-likelihood-v1", "manifest": "ftbench-manifest-v1",
            "metrics": "ftbench-metrics-v1"}
 """The schema each record writes (the newest this code reads)."""
 
 Z_MODES = ("prior", "prior-k", "posterior")
-LM_EVAL_TASKS = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa")
-EVALPLUS_TASKS = ("humaneval_plus", "mbpp_plus")
-LOGLIK_TASKS = ("mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "hellaswag",
-                "winogrande", "openbookqa", "piqa", "race", "boolq")
+LM_EVAL_TASKS = benchmarks.tasks(suite="lm-eval", default=True)
+"""The default lm-eval tasks (common.benchmarks)."""
+EVALPLUS_TASKS = benchmarks.tasks(suite="evalplus")
+LOGLIK_TASKS = benchmarks.tasks(scoring="loglik")
 """Stock tasks scored by log-likelihood only: no generation length in their spec."""
-FLOPS_MATCHED_ARMS = ("baseline_flops", "baseline_plus1_flops")
-"""Controls trained to the FLOPs of the FT with H = match_latent_bits."""
+FLOPS_MATCHED_ARMS = arms.names(compute="flops")
+"""Controls trained to the FLOPs of the FT with H = match_latent_bits (common.arms)."""
 
 
 class RecordError(ValueError):
@@ -542,9 +545,10 @@ CELL_KEYS = ("cell", "arm", "kappa_bits", "latent_bits", "match_latent_bits", "s
 
 @dataclass(frozen=True)
 class ManifestCell:
-    """One cell of a sweep. `latent_bits` is the model's own H (0 for every baseline and
-    control); `match_latent_bits` the H a FLOPs-matched control is matched to (None: not such a
-    control, or an old manifest that did not record it: see RunRecord.match_latent_bits)."""
+    """One cell of a sweep. `latent_bits` is the model's own H (0 for every arm whose record has
+    no latent: the baseline and its controls); `match_latent_bits` the H a FLOPs-matched control
+    is matched to (None: not such a control, or an old manifest that did not record it: see
+    RunRecord.match_latent_bits)."""
 
     cell: str
     arm: str
@@ -577,8 +581,9 @@ class ManifestCell:
             match, lb = (lb or None), 0
         else:
             match = None
-        if arm is not None and arm != "free":
-            lb = 0  # a baseline or control has no latent
+        known = arms.find(arm)
+        if known is not None and not known.latent:
+            lb = 0  # a baseline or a baseline control has no latent
         return cls(cell=d.get("cell"), arm=arm, kappa_bits=d.get("kappa_bits"), latent_bits=lb,
                    seed=d.get("seed"), run_id=d.get("run_id"), match_latent_bits=match,
                    state=d.get("state", "unknown"), reason=d.get("reason"),

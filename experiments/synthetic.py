@@ -1,7 +1,7 @@
 """`make synthetic`: the paper's synthetic experiment (§4.1, Figure 4), measured.
 
 Trains Free Transformers at several free-bits thresholds kappa (default 1/64, 1/8, 1 and 8 bits)
-plus a baseline on the synthetic task (`experiments/synthetic_data.py`) with the same training
+plus a baseline on the synthetic task (`experiments/train/synthetic_data.py`) with the same training
 loop as the LM runs (`experiments.train`, `data=synthetic`), then, for every trained model:
 
 - scores held-out sequences teacher-forced: CE with Z from the uniform prior (honest), CE with Z
@@ -18,15 +18,18 @@ into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
 Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
 - `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 6400 steps of batch 32, lr 3e-3,
   8 checkpoints along training measured like the final model; five runs, one thread; wall times
-  as measured, with the load, in docs/SYNTHETIC.md;
-- `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8;
+  as measured, with the load, in docs/SYNTHETIC.md; the 8-bit arm at H = 8 (kappa = H: no KL
+  penalty; `--high-latent-bits 16` gives it H = 16 at about five times the step cost);
+- `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8 and H = 16 for
+  every arm whose kappa >= 8 (`high_latent_bits`), 8 checkpoints measured;
 - `smoke`: a few steps, for tests.
 Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
 
-Bad input (an unknown setting, a kappa that is not a number of bits >= 0, an unknown or
-malformed override, a --name that is not a plain directory name, an unwritable results
-directory, a --reuse that names no arm or no finished run) is one line on stderr and exit 2,
-found before any training and before any file is written.
+Bad input (an unknown setting, a kappa that is not a number of bits >= 0, a --high-latent-bits
+that would leave an arm's KL penalty zero, an unknown or malformed override, a --name that is
+not a plain directory name, an unwritable results directory, a --reuse that names no arm or no
+finished run) is one line on stderr and exit 2, found before any training and before any file
+is written.
 """
 
 from __future__ import annotations
@@ -45,13 +48,14 @@ from typing import Any
 
 import torch
 
+from common import arms
 from common.io import atomic_write_text, unwritable
 from common.kappa import KappaError, kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
-from common.paths import final_checkpoint, results_root, runs_dir
+from common.paths import RunDir, results_root, runs_dir
 from common.provenance import loadavg
 from common.text import one_line
-from experiments.synthetic_data import (
+from experiments.train.synthetic_data import (
     BODY_LEN,
     LETTERS,
     SEQ_LEN,
@@ -105,6 +109,12 @@ class SyntheticPreset:
     points: int = 0
     """logging.keep_eval_checkpoints: checkpoints kept evenly along training, each measured as
     the final model is (the agreement over training); 0 = the final model only."""
+    high_latent_bits: int | None = None
+    """H of every arm whose kappa is >= the run's H (`--latent-bits`): the KL to the uniform
+    prior is at most H bits per token, so with kappa >= H the free-bits penalty
+    max(0, KL - kappa) is identically zero and the arm trains with no KL penalty at all.
+    None: every arm at the run's H (the committed CPU runs' layout; H = 16 costs about five
+    times the H = 8 step on a CPU core: docs/SYNTHETIC.md)."""
 
     def __post_init__(self) -> None:
         for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "batch_size", "steps"):
@@ -112,6 +122,8 @@ class SyntheticPreset:
                 raise ValueError(f"{k}: {getattr(self, k)} must be >= 1")
         if self.lr is not None and not self.lr > 0:
             raise ValueError(f"lr: {self.lr} must be > 0")
+        if self.high_latent_bits is not None and self.high_latent_bits < 1:
+            raise ValueError(f"high_latent_bits: {self.high_latent_bits} must be >= 1")
 
     @property
     def tokens(self) -> int:
@@ -137,10 +149,11 @@ PRESETS: dict[str, SyntheticPreset] = {
     "cpu": SyntheticPreset(dim=64, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=192,
                            batch_size=32, steps=6400, lr=3e-3, val_every=800, ckpt_every=800,
                            points=8),
-    # 8 layers, dim 256; 20000 steps of 128 sequences per arm.
+    # 8 layers, dim 256; 20000 steps of 128 sequences per arm; the 8-bit arm at H = 16 (the
+    # paper's H), so its kappa is below H and the KL penalty acts.
     "gpu": SyntheticPreset(dim=256, n_layers=8, n_heads=8, n_kv_heads=4, ffn_dim=768,
                            batch_size=128, steps=20000, lr=1e-3, val_every=2000,
-                           ckpt_every=2000, points=8),
+                           ckpt_every=2000, points=8, high_latent_bits=16),
     # a few steps of a tiny model, for tests.
     "smoke": SyntheticPreset(dim=32, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=64,
                              batch_size=8, steps=3, val_tokens=650, val_every=0,
@@ -155,6 +168,9 @@ class SyntheticSettings:
     kappas: tuple[float, ...] = DEFAULT_KAPPAS
     baseline: bool = True
     latent_bits: int = 8
+    high_latent_bits: int | None = None
+    """H of the arms whose kappa >= latent_bits; None: the setting's (SyntheticPreset), 0: none
+    (every arm at latent_bits)."""
     overrides: list[str] = field(default_factory=list)
     n_prompts: int = 4
     n_shared_groups: int = 4
@@ -199,6 +215,14 @@ def model_label(latent_bits: int, kappa_bits: float | None) -> str:
     return f"kappa={kappa_label(kappa_bits)}"
 
 
+def measure_device() -> str:
+    """Where the trained models are measured: the GPU when there is one (the gpu setting's
+    measurement of 9 checkpoints x 5 arms per seed would take hours on one CPU thread), else
+    the CPU. The random draws come from CPU generators either way (the model draws on the
+    generator's device), so prompts, Z and sampling are the same on both."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 # --------------------------------------------------------------------------- training
 def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float,
                                  st: SyntheticSettings) -> Trained:
@@ -210,14 +234,14 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     ov = arm_overrides(st, latent_bits, kappa_bits)
     cfg = compose(ov)
     t0 = time.time()
-    run_dir = Path(train(cfg))
+    run = RunDir(Path(train(cfg)))
     wall = time.time() - t0
-    ck = load_checkpoint(final_checkpoint(run_dir))
+    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
     steps = None
-    final = _final_record(run_dir / "metrics.jsonl")
+    final = _final_record(run)
     if final is not None:
         steps = final.get("step")
-    return Trained(ck.model, {"run_id": run_dir.name, "run_dir": str(run_dir), "overrides": ov,
+    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "overrides": ov,
                               "steps": steps, "train_wall_s": final.get("wall_s", wall)
                               if final else wall})
 
@@ -226,44 +250,51 @@ def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
                       kappa_bits: float) -> Trained:
     """A run experiments.train already finished (`--reuse label=run_dir`), checked against the
     arm it stands for; for when the run-id of the same settings has since changed."""
-    import yaml
-
     from model import load_checkpoint
 
-    rd = Path(run_dir)
-    ck = load_checkpoint(final_checkpoint(rd))
+    run = RunDir(Path(run_dir))
+    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
     cfg = ck.config
     if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
-        raise ValueError(f"{rd}: latent_bits={cfg.latent_bits}, kappa_bits={cfg.kappa_bits}; "
-                         f"expected {latent_bits}, {kappa_bits}")
-    conf = yaml.safe_load((rd / "config.yaml").read_text(encoding="utf-8"))
-    final = _final_record(rd / "metrics.jsonl") or {}
-    return Trained(ck.model, {"run_id": rd.name, "run_dir": str(rd), "reused": True,
-                              "data": conf.get("data", {}).get("source"),
+        raise ValueError(f"{run.path}: latent_bits={cfg.latent_bits}, kappa_bits="
+                         f"{cfg.kappa_bits}; expected {latent_bits}, {kappa_bits}")
+    conf = run.record()
+    final = _final_record(run) or {}
+    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "reused": True,
+                              "data": conf.data.get("source"),
                               "steps": final.get("step"), "train_wall_s": final.get("wall_s")})
 
 
-def _final_record(path: Path) -> dict | None:
-    if not path.is_file():
-        return None
-    last = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if '"final"' in line:
-            last = json.loads(line)
-    return last
+def _final_record(run: RunDir) -> dict | None:
+    """The run's last `final` metrics line as written (None: not finished)."""
+    finals = [x for x in run.metrics_json() if x.get("kind") == "final"]
+    return finals[-1] if finals else None
 
 
 # --------------------------------------------------------------------------- measurement
+def _seq_ce(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(B, T, V) logits and (B, T) targets (-100: not scored) -> (B,) mean CE per sequence."""
+    ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
+                                           ignore_index=-100, reduction="none")
+    keep = (targets != -100).float()
+    return (ce.view_as(keep) * keep).sum(1) / keep.sum(1)
+
+
 @torch.no_grad()
 def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) -> dict[str, Any]:
-    """Teacher-forced CE over the 64 body characters (nats/char) and KL per token (bits)."""
+    """Teacher-forced CE over the 64 body characters (nats/char) and KL per token (bits), with
+    the SD over the held-out sequences of each CE (`ce_prior_sd`, `ce_encoder_sd`: the
+    analysis's interval on CE is mean +- t * sd / sqrt(n_eval); each sequence draws its own
+    prior Z, so the SD includes the prior draw)."""
     model.eval()
     x = eval_batch(seed, n_eval).to(model.device)
     inp, tgt = x[:, :-1], x[:, 1:].clone()
     tgt[:, 0] = -100  # '>' follows the prompt letter deterministically; score the body only
-    free = model.cfg.is_free
+    free = arms.of_model(model.cfg.latent_bits).latent
     g = torch.Generator(device="cpu").manual_seed(seed + 17)
-    ce_p = ce_e = kl = 0.0
+    per_p: list[torch.Tensor] = []
+    per_e: list[torch.Tensor] = []
+    kl = 0.0
     n = 0
     for s in range(0, n_eval, batch_size):
         xi, ti = inp[s:s + batch_size], tgt[s:s + batch_size]
@@ -271,14 +302,20 @@ def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) 
         if free:
             op = model(xi, targets=ti, z="prior", generator=g)
             oe = model(xi, targets=ti, z="posterior", generator=g)
-            ce_p += float(op.ce) * w
-            ce_e += float(oe.ce) * w
+            per_p.append(_seq_ce(op.logits, ti).cpu())
+            per_e.append(_seq_ce(oe.logits, ti).cpu())
             kl += float(oe.kl_tokens.mean()) * w
         else:
-            ce_p += float(model(xi, targets=ti).ce) * w
+            per_p.append(_seq_ce(model(xi, targets=ti).logits, ti).cpu())
         n += w
     ln2 = float(torch.log(torch.tensor(2.0)))
-    return {"ce_prior": ce_p / n, "ce_encoder": ce_e / n if free else None,
+    cp = torch.cat(per_p).double()
+    ce = torch.cat(per_e).double() if free else None
+    # every sequence scores the same 64 characters, so the mean of the per-sequence CEs is the
+    # CE over all scored characters (what the ModelOutput's ce averages)
+    return {"ce_prior": float(cp.mean()), "ce_prior_sd": float(cp.std()) if n > 1 else None,
+            "ce_encoder": float(ce.mean()) if ce is not None else None,
+            "ce_encoder_sd": float(ce.std()) if ce is not None and n > 1 else None,
             "kl_bits": kl / n / ln2 if free else None, "ce_scope": "body, nats/char",
             "n_eval": n_eval}
 
@@ -297,7 +334,7 @@ def generate_groups(model: Transformer, letters: Sequence[str], n_shared_groups:
     n_groups = 1 + n_shared_groups
     rows_per_prompt = n_groups * group_size
     z: object = "prior"
-    if model.cfg.is_free:
+    if arms.of_model(model.cfg.latent_bits).latent:
         C, T = model.cfg.n_codes, P + BODY_LEN
         parts = []
         for _ in letters:
@@ -333,18 +370,17 @@ def measure_points(label: str, trained: Trained, latent_bits: int, kappa_bits: f
     step, measured exactly as the final model is: the same held-out sequences, prompts and
     pinned codes, so a change over steps is the model's, not the draw's. The last kept
     checkpoint is the final weights; its record is the model record."""
-    from common.paths import checkpoint_dir, eval_checkpoints
     from model import load_checkpoint
 
     run_dir, final_step = trained.info.get("run_dir"), trained.info.get("steps")
     if not run_dir:
         return []
     recs: list[dict[str, Any]] = []
-    for step, path in eval_checkpoints(checkpoint_dir(run_dir)):
+    for step, path in RunDir(Path(run_dir)).eval_checkpoints():
         if final_step is not None and step >= int(final_step):
             continue
         t0 = time.time()
-        model = load_checkpoint(path).model
+        model = load_checkpoint(path, map_location=measure_device()).model
         pts = _measure_model(model, label, latent_bits, kappa_bits, st,
                              {"kind": "point", "step": step, "run_id": trained.info.get(
                                  "run_id"), "checkpoint": path.name}, "point_sample")
@@ -358,7 +394,7 @@ def _measure_model(m: Transformer, label: str, latent_bits: int, kappa_bits: flo
                    sample_kind: str) -> list[dict[str, Any]]:
     ev = evaluate(m, st.n_eval, st.seed)
     rec: dict[str, Any] = {"kind": head["kind"], "model": label,
-                           "arm": "free" if latent_bits else "baseline",
+                           "arm": arms.of_model(latent_bits).name,
                            "kappa_bits": kappa_bits if latent_bits else None,
                            "latent_bits": latent_bits,
                            **{k: v for k, v in head.items() if k != "kind"}, **ev}
@@ -383,6 +419,10 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     out_dir = results_root() / "synthetic" / st.name
     t0 = time.time()
     load_start = loadavg()  # wall times are comparable only at a known load (shared CPUs)
+    for label in no_penalty_arms(arms):
+        print(f"[synthetic] warning: {label} has kappa >= H = {st.latent_bits}, so its KL "
+              "penalty is identically zero (KL <= H bits); --high-latent-bits 16 gives it one",
+              flush=True)
     records: list[dict[str, Any]] = []
     for H, k in arms:
         label = model_label(H, k)
@@ -400,7 +440,9 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
     meta = {"kind": "meta", "name": st.name, "created": datetime.now(timezone.utc).isoformat(),
             "settings": {**asdict(st), "kappas": list(st.kappas),
                          "train_overrides": PRESETS[st.setting].overrides(),
-                         "seq_len": SEQ_LEN},
+                         "seq_len": SEQ_LEN,
+                         "high_latent_bits": resolved_high_latent_bits(st),
+                         "arm_latent_bits": {model_label(h, k): h for h, k in arms}},
             "wall_s": time.time() - t0, "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "loadavg_start": load_start, "loadavg_end": loadavg()}
@@ -414,6 +456,25 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
 # Keys the driver sets per arm; an override of them would silently train other arms.
 OWN_KEYS = {"data": "the synthetic task is the data", "model.latent_bits": "use --latent-bits",
             "model.kappa_bits": "use --kappa"}
+
+
+def resolved_high_latent_bits(st: SyntheticSettings) -> int | None:
+    """--high-latent-bits, else the setting's; None when off (0 or unset everywhere)."""
+    h = PRESETS[st.setting].high_latent_bits if st.high_latent_bits is None \
+        else st.high_latent_bits
+    return h or None
+
+
+def arm_latent_bits(st: SyntheticSettings, kappa_bits: float) -> int:
+    """H of the arm at `kappa_bits`: the high H where kappa >= the run's H and one is set."""
+    high = resolved_high_latent_bits(st)
+    return high if high is not None and kappa_bits >= st.latent_bits else st.latent_bits
+
+
+def no_penalty_arms(arms: Sequence[tuple[int, float | None]]) -> list[str]:
+    """Labels of the Free Transformer arms with kappa >= H: KL <= H bits per token, so their
+    free-bits penalty is identically zero."""
+    return [model_label(h, k) for h, k in arms if h and k is not None and k >= h]
 
 
 def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) -> list[str]:
@@ -456,8 +517,16 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
         if key in OWN_KEYS:
             raise SyntheticArgsError(f"override {ov!r}: {key} is set per arm here "
                                      f"({OWN_KEYS[key]})")
+    high = resolved_high_latent_bits(st)
+    if high is not None:
+        over = [k for k in st.kappas if k >= st.latent_bits]
+        if high <= st.latent_bits or any(k >= high for k in over):
+            raise SyntheticArgsError(
+                f"--high-latent-bits {high}: must exceed --latent-bits {st.latent_bits} and "
+                f"every kappa it applies to ({', '.join(kappa_label(k) for k in over) or '-'}), "
+                "or else the KL penalty stays zero; e.g. 16")
     arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
-    arms += [(st.latent_bits, k) for k in st.kappas]
+    arms += [(arm_latent_bits(st, k), k) for k in st.kappas]
     if not arms:
         raise SyntheticArgsError("nothing to train: --no-baseline with no --kappa")
     labels = [model_label(h, k) for h, k in arms]
@@ -465,9 +534,9 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
         if label not in labels:
             raise SyntheticArgsError(f"--reuse {label}={rd}: {label!r} is no arm here; "
                                      f"arms: {labels}")
-        if not final_checkpoint(rd).is_file():
+        if not (final := RunDir(Path(rd)).final_checkpoint).is_file():
             raise SyntheticArgsError(f"--reuse {label}={rd}: no finished run there "
-                                     "(checkpoints/final.pt missing)")
+                                     f"({final.relative_to(rd)} missing)")
     check_writable(results_root() / "synthetic" / st.name, "results directory")
     if compose_arms:  # hydra's own checks (types, ranges) and where each run will go
         from experiments.train.config import compose
@@ -495,6 +564,9 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
                    help="free-bits thresholds in bits, space separated (fractions allowed)")
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--latent-bits", type=int, default=8, help="H")
+    p.add_argument("--high-latent-bits", type=int, default=None,
+                   help="H of the arms whose kappa >= --latent-bits (else their KL penalty is "
+                        "identically zero); default: the setting's (gpu: 16, cpu: off); 0: off")
     p.add_argument("--n-prompts", type=int, default=4)
     p.add_argument("--n-shared-groups", type=int, default=4)
     p.add_argument("--group-size", type=int, default=8)
@@ -513,6 +585,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
                                  "--reuse kappa=1=results/runs/<run-id>")
     return SyntheticSettings(name=a.name, setting=a.setting, kappas=kappas,
                              baseline=not a.no_baseline, latent_bits=a.latent_bits,
+                             high_latent_bits=a.high_latent_bits,
                              overrides=list(a.overrides), n_prompts=a.n_prompts,
                              n_shared_groups=a.n_shared_groups, group_size=a.group_size,
                              temperature=a.temperature, n_eval=a.n_eval, seed=a.seed,

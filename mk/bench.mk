@@ -18,7 +18,7 @@ bench-eval: setup ## time the full evaluation of one checkpoint per benchmark: C
 	@test -n $(call shq,$(call arg,CKPT)) -a -n $(call shq,$(call arg,BENCH_DATA)) || { echo \
 	  "usage: make bench-eval CKPT=<run dir or checkpoint> BENCH_DATA=<benchmarks dir>" \
 	  "[TASKS=original|all|a,b] [WORKERS=2] [THREADS=1] [LIMIT=n] [OUT=<dir>]"; exit 2; }
-	$(PY) -m experiments.bench.full_eval $(call shq,$(CKPT)) \
+	$(PY) -m pipelines.full_eval $(call shq,$(CKPT)) \
 	  --data=$(call shq,$(abspath $(BENCH_DATA))) $(call opt,TASKS,--tasks) \
 	  $(call opt,WORKERS,--workers) $(call opt,THREADS,--threads) $(call opt,LIMIT,--limit) \
 	  $(call opt,OUT,--out)

@@ -9,5 +9,5 @@
 .PHONY: gpu-check
 
 gpu-check: setup ## smoke-test a GPU node: bf16, flash, compile, DDP, FSDP, MFU [PRESET STEPS TOL GPU_CHECK_CPU=1]
-	$(PY) -m experiments.gpu_check $(call opt,PRESET,--preset) $(call opt,STEPS,--steps) \
+	$(PY) -m pipelines.gpu_check $(call opt,PRESET,--preset) $(call opt,STEPS,--steps) \
 	  $(call opt,TOL,--tol) $(if $(call on,GPU_CHECK_CPU),--cpu)

@@ -1,4 +1,4 @@
-# The paper as one command (experiments/paper.py, docs/RECIPES.md): corpus -> sweep with the
+# The paper as one command (pipelines/paper.py, docs/RECIPES.md): corpus -> sweep with the
 # evaluations along training -> report, each stage resumable; a second run does no work.
 #   make paper RECIPE=paper-1.5B DRY=1                 the whole plan: what the recipe fills in,
 #                                                      corpus, cells, GPU-hours, disk, eval cost
@@ -13,5 +13,5 @@ PAPER_VARS := RECIPE:recipe NAME:name LAUNCHER:launcher CLUSTER:cluster JOBS:job
   WORKERS:workers OVERRIDES:overrides
 
 paper: setup ## the paper's protocol in one command: RECIPE=paper-1.5B|paper-8B|paper-8B-1T|cpu-mini [LAUNCHER=slurm CLUSTER= GPU= DRY=1]
-	$(PY) -m experiments.paper $(foreach v,$(PAPER_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
+	$(PY) -m pipelines.paper $(foreach v,$(PAPER_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
 	  $(if $(call on,RETRY_FAILED),--retry-failed) $(if $(call on,DRY),--dry)

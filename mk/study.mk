@@ -8,13 +8,13 @@
 # every seed; each run evaluated (gold-answer bits per byte, pass@1 / accuracy, the honest
 # likelihood bound, curves), every Free Transformer probed, the report built, its tables copied
 # to docs/study/ and docs/STUDY.md rendered from them. Re-running does only what is missing
-# (experiments/study.py). `make study-render` re-renders docs/STUDY.md from docs/study/.
+# (pipelines/study.py). `make study-render` re-renders docs/STUDY.md from docs/study/.
 # BENCH_DATA: else $FTBENCH_DATA, else (tiny) the repository's sample, else ../shared/benchmarks.
 .PHONY: study study-render
 STUDY_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 
 study: setup ## the first finding, offline, resumable (~90 min on 2 cores): [STUDY_SIZE=full|tiny STUDY_NAME= BENCH_DATA= JOBS= DRY=1]
-	$(STUDY_OFFLINE) $(PY) -m experiments.study run $(call opt,STUDY_SIZE,--size) \
+	$(STUDY_OFFLINE) $(PY) -m pipelines.study run $(call opt,STUDY_SIZE,--size) \
 	  $(call opt,STUDY_NAME,--name) $(call opt,BENCH_DATA,--bench-data) \
 	  $(call opt,JOBS,--jobs) $(call opt,STUDY_DOCS,--docs) $(if $(call on,DRY),--dry)
 

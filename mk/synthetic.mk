@@ -26,7 +26,7 @@ synthetic-report: setup ## re-render table + figure from results/synthetic/$(SYN
 	$(PY) -m analysis.synthetic --name $(call shq,$(SYN_NAME))
 
 synthetic-seeds: setup ## synthetic task once per seed in SYN_SEEDS (SYN_JOBS at once, default all), then per-seed and mean tables
-	$(PY) -m experiments.synthetic_seeds --name $(call shq,$(SYN_NAME)) --seeds $(call shq,$(SYN_SEEDS)) \
+	$(PY) -m pipelines.synthetic_seeds --name $(call shq,$(SYN_NAME)) --seeds $(call shq,$(SYN_SEEDS)) \
 	  $(call opt,SYN_JOBS,--jobs) --setting $(call shq,$(SYN_SETTING)) --kappa $(call shq,$(SYN_KAPPA)) \
 	  $(call arg,OVERRIDES)
 	$(PY) -m analysis.synthetic --names $(syn_seed_names) \

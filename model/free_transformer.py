@@ -18,7 +18,8 @@ Design choices:
 - `forward_lower` / `forward_upper` (the split forward, shared with the baseline) cut the pass at
   the injection block: the lower half returns block L/2's output and the encoder's bit logits
   over every position (as training and z="posterior" compute them), the upper half runs from
-  pinned codes to logits, so a caller can draw many Z for one lower pass;
+  pinned codes to logits (or, `score_upper`, to per-token scores over chunks of tokens), so a
+  caller can draw many Z for one lower pass;
 - KL to the uniform prior per token in nats, sum_h (ln 2 - H_b(sigmoid(o_h))), and the free-bits
   penalty mean_t max(0, KL_t - kappa_bits * ln 2) with no weight, as in the paper.
 """
@@ -295,13 +296,16 @@ class FreeTransformer(Transformer):
         return low
 
     def forward_upper(self, hidden: torch.Tensor, codes: torch.Tensor | None = None,
-                      logits_from: int = 0) -> torch.Tensor:
+                      logits_from: int = 0, readout: bool = True) -> torch.Tensor:
         """`forward_lower(tokens).hidden` and pinned codes (B, T) -> the logits of
-        `forward(tokens, z=codes)`."""
+        `forward(tokens, z=codes)` (readout=False: the readout's input). `score_upper` scores
+        targets from the same pass without the logits."""
+        return super().forward_upper(hidden, codes, logits_from, readout)
+
+    def _check_codes(self, codes: torch.Tensor | None) -> None:
         if not isinstance(codes, torch.Tensor):
-            raise ValueError("forward_upper needs pinned codes, a (B, T) LongTensor in "
+            raise ValueError("the upper half needs pinned codes, a (B, T) LongTensor in "
                              f"[0, 2^{self.cfg.latent_bits}), got {type(codes).__name__}")
-        return self._upper(hidden, codes, logits_from)
 
     def encode(self, x: torch.Tensor, ctx: _Ctx) -> torch.Tensor:
         """Block-L/2 output (B, T, D) -> bit logits (B, T, H); non-causal over ctx.enc_mask."""

@@ -11,7 +11,14 @@ Design choices:
   Transformer's Z enters), so a caller can run the lower half once and the upper half per draw
   of Z (the likelihood bound) without reaching into the trunk; tested equal to `forward`;
 - batched generation left-pads internally with per-row RoPE positions and a key mask, so a row's
-  output does not depend on the other rows or on which side the caller padded.
+  output does not depend on the other rows or on which side the caller padded;
+- scoring never holds (B, T, V) logits: `score` / `forward(..., scores=True)` (teacher-forced),
+  `score_upper` (the split forward) and `score_hidden` (any readout input: `forward`, `extend`
+  and `forward_upper` with `readout=False` return it) run the readout and the log-softmax over
+  chunks of tokens (model/readout.py) and return per-token log-probs and greedy flags. The
+  training loss takes the same chunked path when `chunked_loss` is on. The chunk budget,
+  `readout_chunk_bytes`, is a memory knob of the instance, not of the config: same values, and
+  run-ids and checkpoints do not see it.
 """
 
 from __future__ import annotations
@@ -25,16 +32,27 @@ from torch import nn
 
 from .config import ModelConfig
 from .layers import Block, KVCache, RMSNorm, rope_table
+from .readout import (
+    IGNORE_INDEX,
+    READOUT_CHUNK_BYTES,
+    TokenScores,
+    float_dtype,
+    linear_cross_entropy,
+    score_readout,
+)
 
 
 @dataclass
 class ModelOutput:
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor | None  # (B, T, V); None where not computed (readout=False,
+    # scores=True, or the chunked training loss)
     loss: torch.Tensor | None = None  # ce + free-bits penalty
     ce: torch.Tensor | None = None  # mean cross-entropy in nats
     kl: torch.Tensor | None = None  # mean KL per token in nats (0 for the baseline)
     codes: torch.Tensor | None = None  # (B, T) latent codes used, Free Transformer only
     kl_tokens: torch.Tensor | None = None  # (B, T) KL per token when the encoder ran
+    hidden: torch.Tensor | None = None  # (B, T, D) the readout's input, with readout=False
+    scores: TokenScores | None = None  # per-token scores of the targets, with scores=True
 
 
 @dataclass
@@ -80,7 +98,39 @@ class Transformer(nn.Module):
         cos, sin = rope_table(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        self._readout_chunk_bytes = READOUT_CHUNK_BYTES
+        self._chunked_loss = False
         self.reset_parameters()
+
+    # ------------------------------------------------------------------ memory knobs
+    @property
+    def readout_chunk_bytes(self) -> int:
+        """Budget of the one float32 (tokens x V) buffer of a readout chunk when scoring (and in
+        the training loss with `chunked_loss`): chunks of budget // (V x 4) tokens. A memory
+        knob only, set per instance (a run's trainer or evaluator sets it; the config, the
+        run-id and checkpoints do not hold it). Default `model.readout.READOUT_CHUNK_BYTES`."""
+        return self._readout_chunk_bytes
+
+    @readout_chunk_bytes.setter
+    def readout_chunk_bytes(self, value: int) -> None:
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"readout_chunk_bytes={value!r} must be a positive integer "
+                             "(bytes of one chunk's float32 tokens x vocabulary buffer)")
+        self._readout_chunk_bytes = value
+
+    @property
+    def chunked_loss(self) -> bool:
+        """`forward(tokens, targets)` computes the cross-entropy over chunks of tokens
+        (`model.readout.linear_cross_entropy`, its gradients made in the forward), so no
+        (B, T, V) logits exist and `ModelOutput.logits` is None. Off by default: the unchunked
+        path, unchanged. Same values and gradients (tested in float64)."""
+        return self._chunked_loss
+
+    @chunked_loss.setter
+    def chunked_loss(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"chunked_loss={value!r} must be true or false")
+        self._chunked_loss = value
 
     # ------------------------------------------------------------------ init
     def reset_parameters(self) -> None:
@@ -115,11 +165,15 @@ class Transformer(nn.Module):
             x = blk(x, ctx.rope, kv_in=kv, mask=ctx.mask, cache=cache)
         return x
 
-    def _run(self, tokens: torch.Tensor, ctx: _Ctx, logits_from: int = 0) -> torch.Tensor:
+    def _hidden(self, tokens: torch.Tensor, ctx: _Ctx, logits_from: int = 0) -> torch.Tensor:
+        """The readout's input (the final RMSNorm's output) at positions >= logits_from."""
         x = self.tok_emb(tokens)  # (B, T, D)
         x = self._trunk(x, ctx)
+        return self.norm(x[:, logits_from:])  # (B, T - logits_from, D)
+
+    def _run(self, tokens: torch.Tensor, ctx: _Ctx, logits_from: int = 0) -> torch.Tensor:
         # the readout (D x V per position) only where logits are wanted
-        return self.output(self.norm(x[:, logits_from:]))  # (B, T - logits_from, V)
+        return self.output(self._hidden(tokens, ctx, logits_from))  # (B, T - logits_from, V)
 
     def _check_len(self, T: int) -> None:
         if T > self.cfg.max_seq_len:
@@ -128,28 +182,81 @@ class Transformer(nn.Module):
     # ------------------------------------------------------------------ forward
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor | None = None, z: object = None,
                 prefix_len: torch.Tensor | None = None,
-                generator: torch.Generator | None = None, logits_from: int = 0) -> ModelOutput:
+                generator: torch.Generator | None = None, logits_from: int = 0,
+                readout: bool = True, scores: bool = False) -> ModelOutput:
         """Full teacher-forced pass. `z` and `prefix_len` matter only to the Free Transformer.
 
         targets: (B, T) with -100 for positions not scored. logits_from: return logits (and
         score targets) for positions >= logits_from only, sparing the readout elsewhere.
+        readout=False: no logits; `hidden` holds the readout's input (for `score_hidden`).
+        scores=True (with targets, without gradient): no (B, T, V) logits; `scores` holds the
+        targets' per-token log-probs and greedy flags (`score_hidden`), and `ce` / `loss` are
+        computed from them. With `chunked_loss` on, targets alone also skip the logits.
         """
         B, T = tokens.shape
         self._check_len(T)
         if not 0 <= logits_from < T:
             raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
+        if scores and targets is None:
+            raise ValueError("scores=True needs targets (B, T)")
+        if not readout and (targets is not None or scores):
+            raise ValueError("readout=False returns the readout's input: pass no targets and "
+                             "scores=False")
+        if scores and torch.is_grad_enabled():
+            raise ValueError("scores=True is an evaluation path without gradient: call it "
+                             "under torch.no_grad() or torch.inference_mode()")
         ctx = _Ctx(rope=self._rope(None, T), z=z, prefix_len=prefix_len, generator=generator)
-        logits = self._run(tokens, ctx, logits_from)
+        h = self._hidden(tokens, ctx, logits_from)
         if targets is not None:
             targets = targets[:, logits_from:]
+        chunked = targets is not None and (scores or self._chunked_loss)
+        logits = self.output(h) if readout and not chunked else None
         out = ModelOutput(logits=logits, codes=ctx.codes, kl_tokens=ctx.kl_tokens,
                           kl=ctx.kl_tokens.mean() if ctx.kl_tokens is not None
-                          else logits.new_zeros(()))
-        if targets is not None:
-            out.ce = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                     ignore_index=-100)
-            out.loss = out.ce + self._latent_penalty(ctx)
+                          else h.new_zeros(()))
+        if not readout:
+            out.hidden = h
+        if targets is None:
+            return out
+        if scores:
+            out.scores = self.score_hidden(h, targets)
+            n = (targets != IGNORE_INDEX).sum()
+            out.ce = -out.scores.logprob.sum() / n  # the mean over scored targets, as below
+        elif chunked:
+            out.ce = linear_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten(),
+                                          self._readout_chunk_bytes)
+        else:
+            # at least float32 (bf16 logits under autocast), float64 for a float64 model
+            out.ce = F.cross_entropy(logits.flatten(0, 1).to(float_dtype(logits.dtype)),
+                                     targets.flatten(), ignore_index=IGNORE_INDEX)
+        out.loss = out.ce + self._latent_penalty(ctx)
         return out
+
+    # ------------------------------------------------------------------ scoring
+    def score(self, tokens: torch.Tensor, targets: torch.Tensor, z: object = None,
+              prefix_len: torch.Tensor | None = None, generator: torch.Generator | None = None,
+              logits_from: int = 0) -> TokenScores:
+        """`forward(tokens, targets, ..., scores=True).scores`, through the module's call (so
+        DDP/FSDP hooks run): per-token log p(target) and greedy flags (B, T - logits_from), Z as
+        in `forward` (the FT's codes and KL: call `forward(..., scores=True)`). No gradient."""
+        with torch.no_grad():
+            out = self(tokens, targets, z=z, prefix_len=prefix_len, generator=generator,
+                       logits_from=logits_from, scores=True)
+        assert out.scores is not None
+        return out.scores
+
+    def score_hidden(self, hidden: torch.Tensor, targets: torch.Tensor,
+                     mixture: bool = False) -> TokenScores:
+        """Readout inputs (`forward` / `extend` / `forward_upper` with readout=False) -> the
+        targets' per-token log-probs and greedy flags, over chunks of `readout_chunk_bytes`
+        (no (tokens x V) tensor for more than one chunk). No gradient.
+
+        hidden (..., D), targets (...) long, -100 = not scored (log-prob 0, greedy True).
+        mixture=True: hidden (k, ..., D) holds k draws of Z for the same positions; logprob is
+        (k, ...), one row per draw, and greedy (...) is under the mean of the k distributions.
+        """
+        return score_readout(self.output, hidden, targets, self.cfg.vocab_size,
+                             self._readout_chunk_bytes, mixture=mixture)
 
     def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:
         return torch.zeros((), device=self.device)
@@ -170,22 +277,42 @@ class Transformer(nn.Module):
         return LowerHalf(hidden=self._trunk(self.tok_emb(tokens), ctx, 0, self.split_at))
 
     def forward_upper(self, hidden: torch.Tensor, codes: torch.Tensor | None = None,
-                      logits_from: int = 0) -> torch.Tensor:
+                      logits_from: int = 0, readout: bool = True) -> torch.Tensor:
         """`forward_lower(tokens).hidden` -> the logits of `forward(tokens)` (B, T - logits_from,
-        V). The baseline has no latent, so `codes` must be None (the Free Transformer pins them)."""
+        V); readout=False: the readout's input (B, T - logits_from, D) instead. The baseline has
+        no latent, so `codes` must be None (the Free Transformer pins them)."""
+        self._check_codes(codes)
+        h = self._upper(hidden, codes, logits_from)
+        return self.output(h) if readout else h
+
+    def score_upper(self, hidden: torch.Tensor, targets: torch.Tensor,
+                    codes: torch.Tensor | None = None, logits_from: int = 0) -> TokenScores:
+        """`forward_upper`'s counterpart of `score`: hidden (B, T, D) from `forward_lower`,
+        targets (B, T) (-100 = not scored), codes as in `forward_upper` -> per-token scores
+        (B, T - logits_from), over chunks (`score_hidden`). No gradient. It does not go through
+        the module's call: for an unwrapped model (evaluation loads weights-only exports)."""
+        self._check_codes(codes)
+        if targets.shape != hidden.shape[:2]:
+            raise ValueError(f"targets must have shape {tuple(hidden.shape[:2])}, got "
+                             f"{tuple(targets.shape)}")
+        with torch.no_grad():
+            h = self._upper(hidden, codes, logits_from)
+        return self.score_hidden(h, targets[:, logits_from:])
+
+    def _check_codes(self, codes: torch.Tensor | None) -> None:
         if codes is not None:
             raise ValueError("the baseline has no latent codes: forward_upper takes codes=None")
-        return self._upper(hidden, None, logits_from)
 
     def _upper(self, hidden: torch.Tensor, codes: torch.Tensor | None,
                logits_from: int) -> torch.Tensor:
+        """Blocks [split_at, L) from pinned codes -> the readout's input at >= logits_from."""
         T = hidden.shape[1]
         self._check_len(T)
         if not 0 <= logits_from < T:
             raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
         ctx = _Ctx(rope=self._rope(None, T), z=codes)
         x = self._trunk(hidden, ctx, self.split_at)
-        return self.output(self.norm(x[:, logits_from:]))
+        return self.norm(x[:, logits_from:])
 
     # ------------------------------------------------------------------ shared-context scoring
     def fork_cache(self, cache: list[KVCache], rows: int, max_len: int) -> list[KVCache]:
@@ -205,12 +332,13 @@ class Transformer(nn.Module):
     @torch.no_grad()
     def extend(self, tokens: torch.Tensor, cache: list[KVCache], z: object = None,
                prefix_len: torch.Tensor | None = None, generator: torch.Generator | None = None,
-               logits_from: int = 0) -> ModelOutput:
+               logits_from: int = 0, readout: bool = True) -> ModelOutput:
         """Run tokens (B, T) at positions cache.len .. cache.len + T - 1 on top of a KV cache
         (empty = a prefill), appending their keys/values: the scoring path of `forward`, split
         at any point (tested equal to the full forward). Rows may be right-padded: the trunk is
         causal, so padding never reaches an earlier position. z/prefix_len as in `forward`; the
-        Free Transformer's encoder runs only from an empty cache."""
+        Free Transformer's encoder runs only from an empty cache. readout=False: `hidden` holds
+        the readout's input (B, T - logits_from, D) instead of logits (for `score_hidden`)."""
         B, T = tokens.shape
         s0 = cache[0].len
         self._check_len(s0 + T)
@@ -220,8 +348,10 @@ class Transformer(nn.Module):
         mask = None if s0 == 0 or T == 1 else _causal_mask(s0, T, self.device)[None, None]
         ctx = _Ctx(rope=rope, mask=mask, cache=cache, z=z, prefix_len=prefix_len,
                    generator=generator)
-        logits = self._run(tokens, ctx, logits_from)
-        return ModelOutput(logits=logits, codes=ctx.codes)
+        h = self._hidden(tokens, ctx, logits_from)
+        if not readout:
+            return ModelOutput(logits=None, hidden=h, codes=ctx.codes)
+        return ModelOutput(logits=self.output(h), codes=ctx.codes)
 
     # ------------------------------------------------------------------ generation
     def new_cache(self, batch: int, max_len: int) -> list[KVCache]:

@@ -1,6 +1,5 @@
 """What sweeps/ needs from experiments/, in one place: no other module of sweeps/ imports
-experiments (tests/test_sweep.py checks it, sparing only the bodies of build_manifest,
-eval_specs, eval_files and spec_id_of, which are being rewritten elsewhere).
+experiments (tests/test_sweep.py checks it).
 
 The contract used: `experiments.train.config.compose(overrides) -> TrainConfig` (raises
 ConfigError(ValueError)), `experiments.train.plan.run_id/run_dir/plan` and its dry-run estimate,
@@ -21,9 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
-from common import paths
 from common.text import one_line
 from experiments.eval import chain as _chain
 from experiments.train import config as _config
@@ -41,8 +37,6 @@ chain_argv = _chain.chain_argv
 kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
-points_ready = _chain.points_ready
-point_evaluated = _chain.point_evaluated
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
 # the plan and the memory estimate, and parallel's DDP-fits rule
 DATA_SOURCES = _config.DATA_SOURCES
@@ -76,8 +70,6 @@ class Cell(Protocol):
 
 TRAIN_MODULE = "experiments.train"
 EVAL_MODULE = "experiments.eval"
-DONE_FILE = f"{paths.CHECKPOINTS}/{paths.FINAL_CHECKPOINT}"
-"""A run is finished when its final checkpoint exists (docs/RESULTS.md)."""
 IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
@@ -135,26 +127,6 @@ def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", EVAL_MODULE, str(run), *extra]
 
 
-def is_done(run: Path) -> bool:
-    return (run / DONE_FILE).exists()
-
-
-def latest_step(run: Path) -> int | None:
-    return paths.latest_step(run / "checkpoints")
-
-
-def provenance(run: Path) -> dict[str, Any]:
-    """The finished run's recorded provenance (data checksums, tokenizer, commit), if any."""
-    p = run / "config.yaml"
-    if not p.exists():
-        return {}
-    try:
-        d = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError:
-        return {}
-    return d.get("provenance") or {}
-
-
 # ------------------------------------------------------------------------------- evaluation
 def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
@@ -165,6 +137,18 @@ def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     try:
         return validate_args(list(argv))
     except (EvalArgsError, benchdata.DataError) as e:
+        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
+
+
+def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[str, dict[str, Any]]:
+    """{suite: spec} experiments.eval will write for these (checked) arguments in a window of
+    `max_len` tokens; SweepError (one line) when its offline data cannot be read."""
+    from experiments.eval import benchdata
+    from experiments.eval.run import planned_specs
+
+    try:
+        return planned_specs(args, max_len)
+    except benchdata.DataError as e:
         raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
 
 

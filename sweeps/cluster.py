@@ -1,10 +1,14 @@
-"""SLURM settings for `make sweep LAUNCHER=slurm`: a typed structured config.
+"""SLURM settings for every job the suite submits (`make sweep|paper|corpus LAUNCHER=slurm`): the
+one cluster schema, a typed structured config. sweeps/launcher.py translates it to submitit's
+parameters (`slurm_parameters`), in that one place.
 
 The file is sweeps/cluster.yaml (git-ignored), or the path in CLUSTER=... / FTBENCH_CLUSTER;
-sweeps/cluster.example.yaml shows every key. It is read through OmegaConf's structured merge onto
-`ClusterConfig`, so an unknown key or a value of the wrong type is one line naming the file and
-the key (SweepError). `setup` and `additional` stay free-form: they are kept out of OmegaConf,
-whose `${...}` interpolation would otherwise claim the shell's `${VAR}`.
+sweeps/cluster.example.yaml shows every key. The main settings are a training cell's; the `eval`
+and `corpus` sections say what evaluation jobs and corpus units ask for instead (`for_role`).
+The file is read through OmegaConf's structured merge onto `ClusterConfig`, so an unknown key
+or a value of the wrong type is one line naming the file and the key (SweepError). `setup` and
+`additional` stay free-form: they are kept out of OmegaConf, whose `${...}` interpolation would
+otherwise claim the shell's `${VAR}`.
 
 Cluster settings never enter the training config: they do not change a run's id.
 """
@@ -26,44 +30,57 @@ from .grid import SweepError
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
 FREE_FORM = ("setup", "additional")
+SECTIONS = ("eval", "corpus")
+"""The per-role sections (JobOverrides) beside the main settings."""
+ROLES = ("train", "eval", "corpus")
+"""What a job is, for the cluster: a training cell (also a synthetic seed: it trains), an
+evaluation (a chained evaluation or an evaluation point), a corpus unit."""
+CORPUS_DEFAULTS: dict[str, Any] = {"gpus_per_node": 0, "cpus_per_task": 1, "timeout_min": 240,
+                                   "mem_gb": None}
+"""A corpus unit before the file's `corpus` section: it tokenizes one shard in one process, so
+no GPU, one core and the partition's default memory (a training cell's 400 GB would idle), and
+4 hours (the old corpus array's limit; a unit of the default size takes minutes)."""
+ONE_NODE = {"eval": "an evaluation job", "corpus": "a corpus unit"}
+"""Roles whose job is one process group on one node: more nodes would only repeat it."""
 """Keys whose values pass through untyped (shell lines; any other sbatch option)."""
 _COUNTS = ("gpus_per_node", "nodes", "cpus_per_task", "timeout_min", "array_parallelism",
            "signal_delay_s", "max_num_timeout")
 
 
 @dataclass
-class EvalOverrides:
-    """What EVAL=1 jobs ask for instead of the main settings. A key left out inherits the main
-    value; a key set to null falls back to the built-in default, as it would at the top level."""
+class JobOverrides:
+    """What one role's jobs (the `eval` or the `corpus` section) ask for instead of the main
+    settings. A key left out inherits the main value (for corpus units: CORPUS_DEFAULTS first);
+    a key set to null falls back to the built-in default, as it would at the top level."""
 
     partition: str | None = MISSING
-    """sbatch --partition for evaluation jobs."""
+    """sbatch --partition for these jobs."""
     account: str | None = MISSING
-    """sbatch --account for evaluation jobs."""
+    """sbatch --account for these jobs."""
     qos: str | None = MISSING
-    """sbatch --qos for evaluation jobs."""
+    """sbatch --qos for these jobs."""
     gpus_per_node: int | None = MISSING
-    """GPUs (= tasks) per node for evaluation jobs."""
+    """GPUs (= tasks) per node for these jobs."""
     nodes: int | None = MISSING
-    """Nodes per evaluation job."""
+    """Nodes per job (these jobs take one node: more is refused)."""
     cpus_per_task: int | None = MISSING
-    """CPU cores per task for evaluation jobs."""
+    """CPU cores per task for these jobs."""
     mem_gb: float | None = MISSING
-    """Memory per node in GB for evaluation jobs."""
+    """Memory per node in GB for these jobs."""
     timeout_min: int | None = MISSING
-    """Time limit of one evaluation attempt, minutes."""
+    """Time limit of one attempt, minutes."""
     signal_delay_s: int | None = MISSING
-    """USR2 this many seconds before an evaluation job's time limit."""
+    """USR2 this many seconds before the job's time limit."""
     array_parallelism: int | None = MISSING
-    """Jobs of an array running at once (evaluation jobs are single jobs)."""
+    """Jobs of an array running at once (corpus units; evaluation jobs are single jobs)."""
     constraint: str | None = MISSING
-    """sbatch --constraint for evaluation jobs."""
+    """sbatch --constraint for these jobs."""
     exclude: str | None = MISSING
-    """sbatch --exclude for evaluation jobs."""
+    """sbatch --exclude for these jobs."""
     setup: Any = MISSING
-    """Shell lines run before an evaluation job (free-form list)."""
+    """Shell lines run before the job (free-form list)."""
     additional: Any = MISSING
-    """Other sbatch options for evaluation jobs (free-form mapping)."""
+    """Other sbatch options for these jobs (free-form mapping)."""
 
     def __post_init__(self) -> None:
         _check(self, required_partition=False)
@@ -72,6 +89,10 @@ class EvalOverrides:
         """The keys the file sets (null included), with their values."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if not _missing(getattr(self, f.name))}
+
+
+EvalOverrides = JobOverrides
+"""The `eval` section's type (its name before the corpus section shared it)."""
 
 
 @dataclass
@@ -119,11 +140,19 @@ class ClusterConfig:
     write_gbps: float | None = 2.0
     """Write bandwidth in GB/s one job gets from that file system: the dry run's checkpoint
     save-time estimate."""
-    eval: EvalOverrides = field(default_factory=EvalOverrides)
-    """What EVAL=1 jobs ask for instead (keys as above)."""
+    eval: JobOverrides = field(default_factory=JobOverrides)
+    """What EVAL=1 jobs (chained evaluations, evaluation points) ask for instead (keys as
+    above but max_num_timeout)."""
+    corpus: JobOverrides = field(default_factory=JobOverrides)
+    """What corpus units (`make corpus|paper LAUNCHER=slurm`) ask for instead (keys as above but
+    max_num_timeout; before this section: no GPU, one core, 240 minutes)."""
 
     def __post_init__(self) -> None:
         _check(self, required_partition=True)
+        for role, what in ONE_NODE.items():
+            n = getattr(getattr(self, role, None), "nodes", None)
+            if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+                raise ValueError(f"{role}.nodes={n}: {what} takes one node")
 
     def or_default(self, name: str) -> Any:
         """The setting, or its field's default when it is null or 0."""
@@ -132,8 +161,20 @@ class ClusterConfig:
     def for_eval(self) -> ClusterConfig:
         """The settings of an evaluation job: the eval section over the main settings, on one
         node always (an evaluation is one process group; more nodes would repeat it)."""
-        return dataclasses.replace(self, **{**self.eval.given(), "nodes": 1},
-                                   eval=EvalOverrides())
+        return self.for_role("eval")
+
+    def for_role(self, role: str) -> ClusterConfig:
+        """The settings of one role's jobs (ROLES): a training cell's are the main settings;
+        an evaluation's the eval section over them; a corpus unit's CORPUS_DEFAULTS, then the
+        corpus section, over them. Evaluations and corpus units take one node always."""
+        if role == "train":
+            return self
+        if role not in ONE_NODE:
+            raise ValueError(f"role {role!r}: not one of {', '.join(ROLES)}")
+        base = CORPUS_DEFAULTS if role == "corpus" else {}
+        section: JobOverrides = getattr(self, role)
+        return dataclasses.replace(self, **{**base, **section.given(), "nodes": 1},
+                                   eval=JobOverrides(), corpus=JobOverrides())
 
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(ClusterConfig)
@@ -154,8 +195,6 @@ def _check(c: ClusterConfig | EvalOverrides, *, required_partition: bool) -> Non
             continue
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ValueError(f"{k} must be a non-negative integer, got {v!r}")
-    if isinstance(c, EvalOverrides) and isinstance(c.nodes, int) and c.nodes > 1:
-        raise ValueError(f"nodes={c.nodes}: an evaluation job takes one node")
     wb = getattr(c, "write_gbps", None)
     if wb is not None and not (isinstance(wb, (int, float)) and wb >= 0):
         raise ValueError(f"write_gbps must be a non-negative number, got {wb!r}")
@@ -176,38 +215,45 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
     if not path.is_file():
         raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
                          f"and set partition/account/GPUs/time")
-    raw = read_yaml_mapping(path, SweepError)
-    raw = dict(raw)
-    ev = raw.pop("eval", None)
-    if ev is None:  # `eval:` with nothing under it: no overrides
-        ev = {}
-    if not isinstance(ev, dict):
-        raise SweepError(f"{path}: eval must be a mapping of settings, got {ev!r}")
+    raw = dict(read_yaml_mapping(path, SweepError))
+    sections: dict[str, dict[str, Any]] = {}
+    sections_free: dict[str, dict[str, Any]] = {}
+    for s in SECTIONS:
+        sec = raw.pop(s, None)
+        if sec is None:  # `eval:` with nothing under it: no overrides
+            sec = {}
+        if not isinstance(sec, dict):
+            raise SweepError(f"{path}: {s} must be a mapping of settings, got {sec!r}")
+        sec = dict(sec)
+        sections_free[s] = {k: sec.pop(k) for k in FREE_FORM if k in sec}
+        sections[s] = sec
     free = {k: raw.pop(k) for k in FREE_FORM if k in raw}
-    ev = dict(ev)
-    ev_free = {k: ev.pop(k) for k in FREE_FORM if k in ev}
     try:
         merged = OmegaConf.merge(OmegaConf.structured(ClusterConfig),
-                                 OmegaConf.create({**raw, "eval": ev}))
+                                 OmegaConf.create({**raw, **sections}))
         data: dict[str, Any] = OmegaConf.to_container(merged, throw_on_missing=False)  # type: ignore[assignment]
     except ConfigKeyError as e:
         key = str(e.full_key)
-        allowed = _allowed(EvalOverrides if key.startswith("eval.") else ClusterConfig)
+        sec_key = key.split(".")[0] in SECTIONS and "." in key
+        allowed = _allowed(JobOverrides if sec_key else ClusterConfig)
         raise SweepError(f"{path}: unknown key {key!r}; allowed: {allowed}") from None
     except OmegaConfBaseException as e:
         where = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise SweepError(f"{path}: {where + ': ' if where else ''}{msg}") from None
+    overrides: dict[str, JobOverrides] = {}
+    for s in SECTIONS:
+        try:
+            overrides[s] = JobOverrides(**{**data.pop(s), **sections_free[s]})
+        except ValueError as e:
+            raise SweepError(f"{path}: {s}.{e}") from None
     try:
-        overrides = EvalOverrides(**{**data.pop("eval"), **ev_free})
-    except ValueError as e:
-        raise SweepError(f"{path}: eval.{e}") from None
-    try:
-        cfg = ClusterConfig(**{**data, **free}, eval=overrides)
+        cfg = ClusterConfig(**{**data, **free}, **overrides)
     except ValueError as e:
         raise SweepError(f"{path}: {e}") from None
-    try:
-        cfg.for_eval()  # the merged eval settings are checked now, not at submission
-    except ValueError as e:
-        raise SweepError(f"{path}: eval: {e}") from None
+    for s in SECTIONS:
+        try:
+            cfg.for_role(s)  # the merged settings are checked now, not at submission
+        except ValueError as e:
+            raise SweepError(f"{path}: {s}: {e}") from None
     return cfg

@@ -32,19 +32,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from common import kappa
+from common import arms, kappa
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
 
 from .backend import parse_amount as config_parse_amount
 from .errors import SweepError
 
-ARMS = ("baseline", "free", "baseline_flops", "baseline_plus1", "baseline_plus1_flops",
-        "free_zcut")
-CONTROLS = {"flops": "baseline_flops", "plus1": "baseline_plus1",
-            "plus1_flops": "baseline_plus1_flops", "zcut": "free_zcut"}
+ARMS = tuple(a.name for a in arms.ARMS)
+"""Every arm's name (common.arms: one record per arm), in the grid's cell order."""
+CONTROLS = {a.control: a.name for a in arms.ARMS if a.control}
 """User-facing control names (CONTROLS="flops plus1 plus1_flops zcut") -> arm names."""
-FLOPS_MATCHED = ("baseline_flops", "baseline_plus1_flops")
+FLOPS_MATCHED = arms.names(compute="flops")
 
 ARCH_KNOBS = ("model.latent_bits", "model.kappa_bits", "model.n_layers", "model.z_cut")
 """The only settings arms may differ in (besides the seed, a grid axis)."""
@@ -220,13 +219,20 @@ def resolved_layers(spec: SweepSpec, arm: str = "free") -> int:
     return n
 
 
+def duplicated_by(name: str) -> str:
+    """The arm a FLOPs-matched control becomes under a FLOPs budget: the plain decoder with the
+    same layers, trained to the grid's horizon (baseline_flops -> baseline)."""
+    a = arms.arm(name)
+    return next(b.name for b in arms.ARMS if not b.latent and b.compute == "tokens"
+                and b.extra_layer == a.extra_layer)
+
+
 def skipped_controls(spec: SweepSpec) -> dict[str, str]:
     """Controls asked for but not made, with the reason (one line each)."""
     if spec.flops is None:
         return {}
     return {arm: (f"{arm}: not trained: with FLOPS={spec.flops:g} every arm already trains to "
-                  f"the same FLOPs, so it would duplicate "
-                  f"{'baseline' if arm == 'baseline_flops' else 'baseline_plus1'}")
+                  f"the same FLOPs, so it would duplicate {duplicated_by(arm)}")
             for arm in spec.controls if arm in FLOPS_MATCHED}
 
 
@@ -334,14 +340,15 @@ def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
 
 def _check_plus1(cells: Sequence[Cell], flat: Sequence[Mapping[str, Any]]) -> None:
     """The +1-layer controls must have exactly one layer more than the arms, as resolved."""
-    arms = {f.get("model.n_layers") for c, f in zip(cells, flat, strict=True)
-            if c.arm in ("baseline", "free")}
-    arms.discard(None)
-    if len(arms) != 1:
+    main = {f.get("model.n_layers") for c, f in zip(cells, flat, strict=True)
+            if (a := arms.find(c.arm)) is not None and a.control is None}  # the main arms
+    main.discard(None)
+    if len(main) != 1:
         return
-    want = next(iter(arms)) + 1
+    want = next(iter(main)) + 1
     for c, f in zip(cells, flat, strict=True):
         got = f.get("model.n_layers")
-        if c.arm.startswith("baseline_plus1") and got is not None and got != want:
+        a = arms.find(c.arm)
+        if a is not None and a.extra_layer and got is not None and got != want:
             raise SweepError(f"{c.name}: model.n_layers is {got} but the arms have {want - 1} "
                              f"layers; the +1-layer control must have {want}")

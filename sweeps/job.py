@@ -18,8 +18,9 @@ naming the slot length and where the trainer was (submitit would otherwise reque
 job without limit, and a timed-out one until max_num_timeout).
 
 Point evaluations (EVAL_POINTS on SLURM): a training job given a `PointWatch` looks for new
-kept checkpoints (`common.paths.points_ready`) every WATCH_S while its trainer runs, and submits
-each one's evaluation as a job of its own (the eval job's parameters: one node), listing them in
+kept checkpoints (`RunDir.points_ready`) every WATCH_S while its trainer runs, and submits
+each one's evaluation as a job of its own (through the sweep's launcher, in the eval role:
+one node), listing them in
 the sweep's `points/<cell>.json` for the manifest. The local driver does the same from its
 polling loop instead (a job it did not start would escape its JOBS slots).
 
@@ -45,7 +46,7 @@ from typing import Any
 from submitit.helpers import DelayedSubmission
 
 from common.io import atomic_write_text
-from common.paths import latest_step, points_ready
+from common.paths import RunDir
 
 GRACE_S = 120.0
 """How long `checkpoint()` waits for the trainer to save and exit before killing it."""
@@ -62,18 +63,18 @@ WATCH_S = 30.0
 class PointWatch:
     """Submits the evaluation of each kept checkpoint of a training job's run as it appears
     (SLURM): `argv_prefix + [step] + argv_suffix` is the point job's command (`python -m sweeps
-    eval-run RUN --spec-ids .. --point N -- <eval argv>`), run through a submitit executor on
-    `folder` with `params` (the eval job's). `record` lists what was submitted (read back on a
-    requeue, so nothing is submitted twice)."""
+    eval-run RUN --spec-ids .. --point N -- <eval argv>`), submitted through `launcher` (the
+    sweep's, in the eval role). `record` lists what was submitted (read back on a requeue, so
+    nothing is submitted twice)."""
 
     def __init__(self, cell: str, run_dir: str, spec_ids: list[str], argv_prefix: list[str],
-                 argv_suffix: list[str], *, folder: str, params: dict[str, Any], record: str,
-                 cwd: str | None = None, env: dict[str, str] | None = None,
-                 cluster: str = "slurm") -> None:
+                 argv_suffix: list[str], *, launcher: Any, record: str,
+                 cwd: str | None = None, env: dict[str, str] | None = None) -> None:
         self.cell, self.run_dir, self.spec_ids = cell, run_dir, list(spec_ids)
         self.argv_prefix, self.argv_suffix = list(argv_prefix), list(argv_suffix)
-        self.folder, self.params, self.record = folder, dict(params), record
-        self.cwd, self.env, self.cluster = cwd, dict(env or {}), cluster
+        self.launcher, self.record = launcher, record
+        """A sweeps.launcher.SlurmLauncher (picklable: it travels in the job array's pickle)."""
+        self.cwd, self.env = cwd, dict(env or {})
 
     def submitted(self) -> dict[str, Any]:
         try:
@@ -86,19 +87,15 @@ class PointWatch:
         """Submit the kept checkpoints ready and not submitted yet; their steps. A failed
         submission is listed with its reason (the chain evaluates that point after training)
         and never stops the training."""
-        import submitit
-
         done = self.submitted()
-        new = [s for s, _ in points_ready(Path(self.run_dir), self.spec_ids)
+        new = [s for s, _ in RunDir(Path(self.run_dir)).points_ready(self.spec_ids)
                if str(s) not in done]
         for step in new:
             job = CellJob(self.cell, [*self.argv_prefix, str(step), *self.argv_suffix],
                           cwd=self.cwd, env=self.env, kind="point")
             try:
                 with _submission_env():
-                    ex = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster)
-                    ex.update_parameters(**self.params)
-                    j = ex.submit(job)
+                    j = self.launcher.submit(job, role="eval")
                 done[str(step)] = {"job_id": str(j.job_id), "submitted": _utc_now()}
                 print(f"[sweeps] {self.cell}: step {step} kept; its evaluation is job "
                       f"{j.job_id}", flush=True)
@@ -112,21 +109,39 @@ class PointWatch:
         return new
 
 
+class CommandJob:
+    """A command run to its end as one job, its output (stdout and stderr) written to `log`:
+    a synthetic seed (pipelines/synthetic_seeds.py). Its result is the exit status, read by the
+    caller (a failing command is the caller's to report, with its log's last lines)."""
+
+    def __init__(self, name: str, argv: list[str], log: str, *, cwd: str | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.name, self.argv, self.log = name, list(argv), log
+        self.cwd, self.env = cwd, dict(env or {})
+
+    def __call__(self) -> dict[str, Any]:
+        Path(self.log).parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "w", encoding="utf-8") as fh:  # the child owns it from here
+            rc = subprocess.run(self.argv, cwd=self.cwd, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, **self.env}, check=False).returncode
+        return {"name": self.name, "rc": rc}
+
+
 class CellFailed(RuntimeError):
     """The child exited with an error code; the message's last line is the manifest reason."""
 
 
 class CellJob:
     def __init__(self, cell: str, argv: list[str], *, run_dir: str | None = None,
-                 done_file: str | None = None, threads: int | None = None,
+                 threads: int | None = None,
                  cwd: str | None = None, env: dict[str, str] | None = None,
                  kind: str = "train", stalls: int = 0,
                  points: PointWatch | None = None) -> None:
         self.cell = cell
         self.argv = list(argv)
         self.run_dir = run_dir
-        self.done_file = done_file
-        """Relative to run_dir: the file whose presence means the cell is finished."""
+        """A training job's run directory: finished when its final checkpoint is there
+        (common.paths.RunDir); None for an evaluation."""
         self.threads = threads
         self.cwd = cwd
         self.env = dict(env or {})
@@ -190,18 +205,18 @@ class CellJob:
 
     # ---- helpers ---------------------------------------------------------------------------
     def fresh(self) -> CellJob:
-        return CellJob(self.cell, self.argv, run_dir=self.run_dir, done_file=self.done_file,
+        return CellJob(self.cell, self.argv, run_dir=self.run_dir,
                        threads=self.threads, cwd=self.cwd, env=self.env, kind=self.kind,
                        stalls=self.stalls, points=self.points)
 
     def latest_step(self) -> int | None:
         """Step of the run's newest checkpoint (None before the first)."""
-        return latest_step(Path(self.run_dir or ".") / "checkpoints")
+        return RunDir(Path(self.run_dir or ".")).latest_step()
 
     def _stall_reason(self, stalls: int, slot: float | None) -> str:
         """`slot`: seconds from this attempt's start to the preemption signal."""
         step = "no checkpoint yet" if self._step0 is None else f"step {self._step0}"
-        last = _last_log_line(Path(self.run_dir or ".") / "train.log")
+        last = _last_log_line(RunDir(Path(self.run_dir or ".")).log_path)
         return (f"no progress in {stalls} attempts in a row: the slot of "
                 f"{f'{slot:.0f} s' if slot is not None else 'unknown length'} ends before "
                 f"startup + one training step (still at {step}"
@@ -215,16 +230,15 @@ class CellJob:
         return d
 
     def is_done(self) -> bool:
-        return bool(self.run_dir and self.done_file
-                    and (Path(self.run_dir) / self.done_file).exists())
+        return bool(self.run_dir) and RunDir(Path(self.run_dir or ".")).finished
 
     def _outcome(self, rc: int) -> dict[str, Any]:
-        if rc == 0 and (self.done_file is None or self.is_done()):
+        if rc == 0 and (self.run_dir is None or self.is_done()):
             return {"state": "done", "cell": self.cell}
         if rc == 0:  # the trainer says finished, but not where the sweep planned it
             return {"state": "interrupted", "cell": self.cell,
                     "reason": f"interrupted: the {self.kind} command exited 0 but "
-                              f"{Path(self.run_dir or '.') / (self.done_file or '')} is missing "
+                              f"{RunDir(Path(self.run_dir or '.')).final_checkpoint} is missing "
                               f"(did the code change the run-id since the sweep was planned? "
                               f"re-run the command to re-plan)"}
         if rc == EXIT_PREEMPTED:

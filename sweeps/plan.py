@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from common.kappa import kappa_label
-from common.text import one_line
+from common.paths import RunDir, SweepDir
 
 from . import backend
 from .errors import SweepError
@@ -24,8 +24,9 @@ from .grid import Cell, SweepSpec, expand, shared_settings, skipped_controls
 
 
 def sweep_dir(results: Path, name: str) -> Path:
-    """A sweep's folder: results/sweeps/<name>/ (manifest.json, jobs/, the report)."""
-    return results / "sweeps" / name
+    """A sweep's folder under a results root (common.paths.SweepDir: its manifest, job folders
+    and report)."""
+    return SweepDir.of(name, results).path
 
 
 @dataclass
@@ -57,7 +58,7 @@ class Plan:
 
     @property
     def manifest_path(self) -> Path:
-        return self.folder / "manifest.json"
+        return SweepDir(self.folder).manifest_path
 
 
 def plan(spec: SweepSpec, name: str | None = None) -> Plan:
@@ -89,16 +90,9 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
 # ------------------------------------------------------------------------------- eval spec
 def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     """{suite: spec} the chained evaluation of this plan's cells will write."""
-    from experiments.eval import benchdata
-    from experiments.eval.run import planned_specs
-
     # the evaluation window is the trained seq_len (experiments.eval.run.trained_context)
     lens = {(c.config.get("train") or {}).get("seq_len") for c in p.cells}
-    max_len = lens.pop() if len(lens) == 1 else None
-    try:
-        return planned_specs(args, max_len)
-    except benchdata.DataError as e:
-        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
+    return backend.planned_eval_specs(args, lens.pop() if len(lens) == 1 else None)
 
 
 def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -138,7 +132,7 @@ def dry_run_text(p: Plan) -> str:
     rows = [("cell", "arm", "kappa", "H", "seed", "run-id", "FLOPs/tok", "tokens", "FLOPs",
              *(("GPU-h",) if rate else ()), "status")]
     for c in p.cells:
-        done = backend.is_done(c.run_dir)
+        done = RunDir(c.run_dir).finished
         rows.append((c.cell.name, c.cell.arm,
                      kappa_label(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
                      str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
@@ -147,7 +141,7 @@ def dry_run_text(p: Plan) -> str:
                      "done" if done else "to run"))
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(v.ljust(n) for v, n in zip(r, w, strict=True)).rstrip() for r in rows]
-    todo = [c for c in p.cells if not backend.is_done(c.run_dir)]
+    todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
     s = p.spec
     head = (f"sweep {p.name}: preset {s.preset}, data {s.data}, kappa "
             f"{' '.join(map(kappa_label, s.kappa_bits))}, H {' '.join(map(str, s.latent_bits))}, "

@@ -143,7 +143,10 @@ class CorpusSpec:
 
 
 @dataclass(frozen=True)
-class EvalSpec:
+class RecipeEval:
+    """A recipe's evaluation section: which tasks, how many shots, at how many points. Not an
+    eval file's spec (common.records.EvalSpec): experiments.eval derives that from these."""
+
     tasks: tuple[str, ...]
     fewshot: Mapping[str, int]
     """task -> shots, for the tasks whose count is set; absent: the stock task's own count."""
@@ -195,7 +198,7 @@ class Recipe:
     optim: OptimSpec
     grid: GridSpec
     corpus: CorpusSpec
-    eval: EvalSpec
+    eval: RecipeEval
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
     """'<section>.<key>' -> where the value comes from (every key has one)."""
 
@@ -728,10 +731,11 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
                               bytes_per_token=values["corpus.bytes_per_token"],
                               max_bytes=values["corpus.max_bytes"],
                               val_tokens=values["corpus.val_tokens"]),
-            eval=EvalSpec(tasks=seq("eval.tasks"), fewshot=dict(fewshot),
-                          points=values["eval.points"],
-                          average_last=kappa("eval.average_last", values["eval.average_last"]),
-                          z=values["eval.z"]),
+            eval=RecipeEval(tasks=seq("eval.tasks"), fewshot=dict(fewshot),
+                            points=values["eval.points"],
+                            average_last=kappa("eval.average_last",
+                                               values["eval.average_last"]),
+                            z=values["eval.z"]),
             provenance=prov)
     except TypeError as e:  # a value of a type the dataclasses cannot even hold
         raise RecipeError(f"{path}: {one_line(e)}") from None

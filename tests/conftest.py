@@ -43,7 +43,7 @@ def _corpus() -> list[str]:
 
 def _toy_checkpoint(path: Path, free: bool = False, seed: int = 0, vocab: int = 600,
                     preset: str = "1M", **over: object) -> Path:
-    from experiments.train.tokenizer import tokenizer_ref, train_bpe
+    from experiments.corpus.tokenizer import tokenizer_ref, train_bpe
     from model import build_model, get_preset, save_checkpoint
 
     # train_bpe caches by corpus checksum, so every test shares one trained tokenizer

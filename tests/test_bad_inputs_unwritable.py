@@ -66,7 +66,7 @@ def test_train_results_and_cache(tmp_path):
 
 
 def test_tokenizer_cache_error_is_one_line(tmp_path):
-    from experiments.train.tokenizer import CacheError, train_bpe
+    from experiments.corpus.tokenizer import CacheError, train_bpe
 
     with pytest.raises(CacheError, match="tokenizer cache .*not writable"):
         train_bpe(["some text " * 50], 300, cache_dir=BAD)

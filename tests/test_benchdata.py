@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.eval.benchdata import DataError, pinned_checksums, require, verify
+from experiments.eval.tasks.benchdata import DataError, pinned_checksums, require, verify
 
 SIX = ["gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
        "mbpp_plus"]

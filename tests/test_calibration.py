@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow  # the module fixture runs hundreds of simulated s
 
 @pytest.fixture(scope="module")
 def res():
-    return C.run(n_sweeps=200, n_full=3, seed=11, settings=SETTINGS)
+    return C.run(n_sweeps=200, n_full=3, seed=11, settings=SETTINGS, gap_sims=40)
 
 
 def test_calibration_targets_hold(res):
@@ -52,3 +52,26 @@ def test_full_path_matches_the_statistics_and_the_special_shapes(res):
     assert fp.sweeps == 12 and fp.mismatches == [], fp.mismatches[:3]
     assert fp.comparisons > 100 and fp.out_of_range == 0
     assert fp.coverage.n > 50 and fp.coverage.rate >= 0.85
+
+
+def test_tost_level_at_the_margin_and_power_at_zero(res):
+    """Issue 38: TOST's false 'equivalent' rate at |Δ| = margin stays at its level; its power
+    at Δ = 0 grows with seeds and shrinks with seed noise; it never decides from one seed."""
+    t = res["tost"]
+    assert {k[1] for k in t if k[0] == "items"} == {"demo", "paper"}  # demo-1seed: no test
+    for key, c in t.items():
+        assert c.at_margin.n == 200 and c.at_margin.rate <= 0.10, (key, c.at_margin.text())
+    assert t[("ce", 10, 0.01)].at_zero.rate > 0.9 > t[("ce", 3, 0.03)].at_zero.rate
+    assert t[("items", "demo", 0.03)].at_zero.rate < 0.1  # 30 items: no equivalence shown
+    md = C.markdown(res, "test")
+    assert "## Equivalence (TOST)" in md and "## The synthetic task's gaps" in md
+
+
+def test_synthetic_gap_permutation_level_and_power(res):
+    g = res["gaps"]
+    null = next(c for name, c in g.items() if name.startswith("null"))
+    strong = next(c for name, c in g.items() if name.startswith("strong"))
+    for k in ("pos", "noise"):
+        assert null.detected[k].n == 40 * C.NULL_SIMS_FACTOR and null.detected[k].rate <= 0.12
+        assert strong.detected[k].rate == 1.0 and strong.coverage[k].rate >= 0.8
+        assert abs(null.truth[k]) < 0.01

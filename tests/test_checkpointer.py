@@ -201,8 +201,11 @@ def test_names_are_shared_with_the_readers(tmp_path):
     """Evaluation finds what the Checkpointer writes: final.pt first, else the newest step by
     number (step_10 after step_9), never a temporary or an eval link."""
     pytest.importorskip("lm_eval")
+    from common.paths import RunDir
     from experiments.eval.chain import kept_checkpoints
-    from experiments.eval.lm_adapter import resolve_checkpoint
+
+    def resolve_checkpoint(p):  # what every evaluator loads (lm_adapter, run, hf_export)
+        return RunDir.at(p).checkpoint()
 
     ckdir = tmp_path / "checkpoints"
     ckdir.mkdir()

@@ -44,20 +44,21 @@ def test_example_gives_the_same_sbatch_parameters_as_before() -> None:
     cfg = C.load_cluster(EXAMPLE)
     assert isinstance(cfg, C.ClusterConfig)
     assert L.slurm_parameters(cfg) == EXAMPLE_PARAMS[0]
-    assert L.slurm_parameters(cfg, for_eval=True) == EXAMPLE_PARAMS[1]
+    assert L.slurm_parameters(cfg, "eval") == EXAMPLE_PARAMS[1]
     assert cfg.or_default("max_num_timeout") == 20
-    import sweeps.__main__ as M
+    import sweeps.api as A
 
-    assert M.load_cluster is C.load_cluster  # the one loader, as make sweep reaches it
+    assert A.load_cluster is C.load_cluster  # the one loader, as make sweep reaches it
 
 
 def test_example_names_every_key_and_only_known_ones() -> None:
     raw = yaml.safe_load(EXAMPLE.read_text())
     assert set(raw) == {f.name for f in dataclasses.fields(C.ClusterConfig)}
-    assert set(raw["eval"]) <= {f.name for f in dataclasses.fields(C.EvalOverrides)}
+    assert set(raw["eval"]) <= {f.name for f in dataclasses.fields(C.JobOverrides)}
+    assert set(raw["corpus"]) <= {f.name for f in dataclasses.fields(C.JobOverrides)}
 
 
-@pytest.mark.parametrize("cls", [C.ClusterConfig, C.EvalOverrides])
+@pytest.mark.parametrize("cls", [C.ClusterConfig, C.JobOverrides])
 def test_every_field_has_a_docstring(cls: type) -> None:
     body = ast.parse(inspect.getsource(cls)).body[0]
     assert isinstance(body, ast.ClassDef)
@@ -78,7 +79,7 @@ def test_zero_or_null_means_the_default_as_before(tmp_path: Path) -> None:
     want = {"slurm_partition": "p", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 0,
             "tasks_per_node": 1, "cpus_per_task": 8, "slurm_signal_delay_s": 120,
             "slurm_array_parallelism": 64}
-    assert L.slurm_parameters(cfg) == want == L.slurm_parameters(cfg, for_eval=True)
+    assert L.slurm_parameters(cfg) == want == L.slurm_parameters(cfg, "eval")
     assert cfg.or_default("max_num_timeout") == 20
 
 
@@ -87,7 +88,7 @@ def test_eval_section_omitted_inherits_null_resets(tmp_path: Path) -> None:
                           "setup: [a, b]\nadditional: {x: 1}\n"
                           "eval: {qos: null, timeout_min: null, mem_gb: 3, additional: {y: 2},"
                           " setup: []}\n")
-    main, ev = L.slurm_parameters(cfg), L.slurm_parameters(cfg, for_eval=True)
+    main, ev = L.slurm_parameters(cfg), L.slurm_parameters(cfg, "eval")
     assert (main["slurm_qos"], main["timeout_min"], main["mem_gb"]) == ("q", 99, 12.5)
     assert main["slurm_setup"] == ["a", "b"] and main["slurm_additional_parameters"] == {"x": 1}
     assert "slurm_qos" not in ev and "slurm_setup" not in ev  # null / [] drop them
@@ -222,7 +223,7 @@ def test_multi_node_cells_ask_one_task_per_gpu_and_eval_jobs_one_node(tmp_path: 
                           "eval: {gpus_per_node: 1}\n")
     main = L.slurm_parameters(cfg)
     assert (main["nodes"], main["gpus_per_node"], main["tasks_per_node"]) == (4, 8, 8)
-    ev = L.slurm_parameters(cfg, for_eval=True)
+    ev = L.slurm_parameters(cfg, "eval")
     assert (ev["nodes"], ev["gpus_per_node"], ev["tasks_per_node"]) == (1, 1, 1)
     with pytest.raises(SweepError, match=r"cluster\.yaml: eval\.nodes=2: an evaluation job "
                                          r"takes one node$"):
@@ -235,3 +236,47 @@ def test_scratch_results_and_write_bandwidth_keys(tmp_path: Path) -> None:
     assert _load(tmp_path, "partition: gpu\n").or_default("write_gbps") == 2.0
     with pytest.raises(SweepError, match=r"cluster\.yaml: write_gbps must be a non-negative"):
         _load(tmp_path, "partition: gpu\nwrite_gbps: -1\n")
+
+
+def test_corpus_units_take_the_corpus_section_over_their_defaults(tmp_path: Path) -> None:
+    """A corpus unit tokenizes one shard in one process: no GPU, one core, one node, 240 min and
+    the partition's memory unless the corpus section says otherwise (a training cell's settings
+    would hold a GPU node idle)."""
+    cfg = _load(tmp_path, "partition: gpu\ngpus_per_node: 8\nnodes: 4\nmem_gb: 400\n"
+                          "timeout_min: 1440\naccount: a\ncorpus: {partition: cpu}\n")
+    p = L.slurm_parameters(cfg, "corpus")
+    assert (p["slurm_partition"], p["gpus_per_node"], p["tasks_per_node"], p["cpus_per_task"],
+            p["nodes"], p["timeout_min"], p["slurm_account"]) == ("cpu", 0, 1, 1, 1, 240, "a")
+    assert "mem_gb" not in p
+    cfg = _load(tmp_path, "partition: gpu\ncorpus: {cpus_per_task: 2, timeout_min: 30, "
+                          "mem_gb: 8}\n")
+    p = L.slurm_parameters(cfg, "corpus")
+    assert (p["cpus_per_task"], p["timeout_min"], p["mem_gb"]) == (2, 30, 8.0)
+    assert L.slurm_parameters(cfg) == L.slurm_parameters(cfg, "train")  # the main settings
+    with pytest.raises(SweepError, match=r"cluster\.yaml: corpus\.nodes=2: a corpus unit "
+                                         r"takes one node$"):
+        _load(tmp_path, "partition: gpu\ncorpus: {nodes: 2}\n")
+    with pytest.raises(SweepError, match=r"unknown key 'corpus\.max_num_timeout'"):
+        _load(tmp_path, "partition: gpu\ncorpus: {max_num_timeout: 3}\n")
+    with pytest.raises(ValueError, match="role 'gpu'"):
+        cfg.for_role("gpu")
+
+
+def test_every_role_gives_parameters_slurm_takes(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each role's jobs go through the one translation into an sbatch script (no srun here:
+    pretend), the requeue budget into the executor, never a cluster key as it is."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    from sweeps.launcher import SlurmLauncher
+
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))
+    cfg = C.load_cluster(EXAMPLE)
+    for role, gpus in (("train", 8), ("eval", 1), ("corpus", 0)):
+        ex = SlurmLauncher(tmp_path / role, cfg).executor(role, after="12" if role == "eval"
+                                                          else None)
+        assert ex._executor.max_num_timeout == 20
+        text = ex._executor._make_submission_file_text("python -m x", "uid")
+        assert "#SBATCH --partition=gpu" in text and "#SBATCH --account=my-project" in text
+        assert f"#SBATCH --gpus-per-node={gpus}\n" in text, (role, text)
+        assert ("#SBATCH --dependency=afterok:12" in text) == (role == "eval")

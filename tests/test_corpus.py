@@ -330,25 +330,57 @@ def test_val_split_rule_holds_in_the_shards(files_root, built):
 
 
 def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_path, monkeypatch):
-    """LAUNCHER=slurm's code path (a submitit job array), run by submitit's local executor here;
-    the lead runs it on the SLURM test cluster (ci/slurm)."""
-    import functools
-
+    """LAUNCHER=slurm's code path (`make corpus LAUNCHER=slurm`: the units as one submitit job
+    array through the one launcher, with the cluster file's corpus settings), run by submitit's
+    local executor here; the lead runs it on the SLURM test cluster (ci/slurm). The shipped
+    example cluster file goes through the schema: handed to submitit as it is, a cluster file
+    crashed the build with "Unknown executor 'max' in parameter 'max_num_timeout'" (issue 37)."""
     import submitit
 
-    monkeypatch.setattr(submitit, "AutoExecutor",
-                        functools.partial(submitit.AutoExecutor, cluster="local"))
-    man = build(_files_cfg(files_root), tmp_path / "s", vocab_size=300, workers=3,
-                launcher="slurm", slurm={"timeout_min": 10})
+    from pipelines.corpus import launcher_for
+
+    real, asked = submitit.AutoExecutor, []
+
+    def local(folder, cluster=None, **kw):  # every parameter checked by AutoExecutor, run here
+        asked.append(cluster)
+        return real(folder, cluster="local", **kw)
+
+    monkeypatch.setattr(submitit, "AutoExecutor", local)
+    example = Path(__file__).resolve().parents[1] / "sweeps" / "cluster.example.yaml"
+    runner = launcher_for("slurm", tmp_path / "s", workers=3, cluster=example)
+    man = build(_files_cfg(files_root), tmp_path / "s", vocab_size=300, workers=3, runner=runner)
+    assert asked == ["slurm"]  # one job array
     assert man == open_manifest(built) and _shard_bytes(tmp_path / "s") == _shard_bytes(built)
     assert list((tmp_path / "s" / "slurm").iterdir())  # submitit's job folder
+    with pytest.raises(NameError, match="Unknown executor 'max'"):  # the raw file, as before
+        real(tmp_path / "raw", cluster="local").update_parameters(partition="ci",
+                                                                   max_num_timeout=3)
+
+
+def test_make_corpus_takes_the_launcher_and_the_cluster_file(files_root, tmp_path, capsys):
+    """`python -m pipelines.corpus` (make corpus): experiments.corpus's command with --launcher
+    and --cluster; a bad cluster file is one line and exit 2, before the scan writes anything."""
+    from pipelines.corpus import main as make_corpus
+
+    args = ["--data", "files", f"paths=[{files_root}/r0.jsonl]", "--vocab-size", "300",
+            "--quiet"]
+    assert make_corpus([*args, "--out", str(tmp_path / "a"), "--workers", "2"]) == 0
+    assert open_manifest(tmp_path / "a")["documents"]["train"] > 0
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("partition: ci\nmax_num_timeouts: 3\n")
+    out = tmp_path / "b"
+    assert make_corpus([*args, "--out", str(out), "--launcher", "slurm", "--cluster",
+                        str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown key 'max_num_timeouts'" in err
+    assert not out.exists()
 
 
 def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
     """Existing results stay comparable: tokenizer, train order and val rows equal what the
     in-memory path computed (BPE on the training documents, each tokenized + eos, concatenated,
     PackedData over the array)."""
-    from experiments.train.tokenizer import train_bpe
+    from experiments.corpus.tokenizer import train_bpe
 
     dcfg = DataConfig(source="stdlib", max_bytes=150_000, val_tokens=512)
     c = build_corpus(dcfg, vocab_size=400, seq_len=32, seed=3, cache_dir=tmp_path / "a")

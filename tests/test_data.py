@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.synthetic_data import ALPHABET, SEQ_LEN
 from experiments.train.config import DataConfig, HFSource
 from experiments.train.data import (
     DataError,
@@ -20,6 +19,7 @@ from experiments.train.data import (
     stdlib_docs,
     stdlib_root,
 )
+from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
 
 
 def _words(rng: random.Random, n: int) -> str:

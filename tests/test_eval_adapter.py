@@ -190,7 +190,7 @@ def test_registered_with_lm_eval(free_ckpt: Path) -> None:
     cls = get_model("ftbench")
     assert cls is FTBenchLM
     lm = cls.create_from_arg_string(f"checkpoint={free_ckpt},z=prior-k,k=2,seed=5,batch_size=4")
-    assert (lm.z, lm.k, lm.seed, lm.batch_size, lm.is_free) == ("prior-k", 2, 5, 4, True)
+    assert (lm.z, lm.k, lm.seed, lm.batch_size, lm.arm.latent) == ("prior-k", 2, 5, 4, True)
 
 
 def test_continuation_longer_than_the_window_is_scored_in_sliding_pieces(base_ckpt: Path) -> None:

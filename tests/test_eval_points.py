@@ -147,18 +147,22 @@ def test_eval_chain_failure_is_reported(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
-    from sweeps.launcher import _eval_job
+    from common.records import EvalSpec
+    from sweeps.driver import _eval_job
+    from sweeps.manifest import SweepCell, SweepManifest
 
-    c = {"cell": "x", "run_dir": str(tmp_path)}
-    m = {"eval_points": 3, "likelihood_rows": 16,
-         "eval_specs": {"lm-eval": {"spec": fake_spec(), "spec_id": spec_id(fake_spec())}}}
+    c = SweepCell(cell="x", arm="free", run_dir=str(tmp_path))
+    m = SweepManifest(name="m", eval_points=3, likelihood_rows=16,
+                      eval_specs={"lm-eval": EvalSpec.from_json(fake_spec())})
+    assert m.spec_ids() == [spec_id(fake_spec())]
     argv = _eval_job(c, ["--limit", "2"], None, m=m).argv
     i = argv.index("--")
     assert argv[1:4] == ["-m", "sweeps", "eval-run"] and "--points" in argv[:i]
     assert argv[argv.index("--likelihood-rows") + 1] == "16"
     assert argv[i + 1:][-3:] == [str(tmp_path), "--limit", "2"]
     # without points or likelihood: the plain eval command, as before
-    assert _eval_job(c, [], None, m={}).argv[1:3] == ["-m", "experiments.eval"]
+    assert _eval_job(c, [], None, m=SweepManifest(name="m")).argv[1:3] == [
+        "-m", "experiments.eval"]
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -185,9 +189,10 @@ def test_eval_points_needs_the_trainer_key(tmp_path: Path, capsys: pytest.Captur
     """Without train.keep_eval_checkpoints the trainer keeps no evenly spaced checkpoints: the
     sweep says so instead of evaluating whatever two checkpoints happen to be left."""
     import sweeps.__main__ as M
+    from sweeps import api
 
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    monkeypatch.setattr(M, "keep_eval_key", lambda: None)
+    monkeypatch.setattr(api, "keep_eval_key", lambda: None)
     rc = M.main(["run", "--dry", "1", "--kappa", "2", "--h", "4", "--eval", "1",
                  "--eval-points", "3"])
     assert rc == 2 and "has no keep_eval_checkpoints key" in capsys.readouterr().err
@@ -198,7 +203,8 @@ def test_eval_points_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     """A real tiny sweep with EVAL=1 EVAL_POINTS=3 (real training, real evaluation of each kept
     checkpoint on 2 offline arc_easy items, real likelihood on 2 rows) whose report has the
     curves and the last-third column."""
-    from sweeps.__main__ import keep_eval_key, main
+    from sweeps.__main__ import main
+    from sweeps.api import keep_eval_key
 
     if not keep_eval_key():
         pytest.skip("experiments/train/config.py has no keep_eval_checkpoints key yet")

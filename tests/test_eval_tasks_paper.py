@@ -20,12 +20,12 @@ import datasets
 import pytest
 from test_eval_tasks import _jsonl, _requests
 
-from experiments.eval import benchdata
 from experiments.eval.tasks import (
     NO_FEWSHOT_SOURCE,
     OFFLINE_TASKS,
     PARTIAL,
     STOCK,
+    benchdata,
     fewshot_error,
     offline_task_manager,
 )
@@ -187,7 +187,8 @@ def test_generative_tasks_and_partial_label(tasks: tuple[dict, dict], bench_dir:
         "Question: Which Lloyd Webber musical premiered in the US on 10th December 1993??\nAnswer:"
     # the stock mmlu tasks read test/dev only; validation is there on request (own checksums)
     assert set(ours["mmlu_anatomy"].dataset) == {"test", "dev"}
-    assert len(ou.mmlu_dataset(str(bench_dir), "anatomy", validation=True)["validation"]) == 14
+    val = ou.mmlu_dataset(str(bench_dir), "anatomy", "mmlu", validation=True)["validation"]
+    assert len(val) == 14
 
 
 def test_new_tasks_are_offline_and_fewshot_guarded() -> None:
@@ -252,9 +253,9 @@ def test_conversions_refuse_malformed_rows(tmp_path: Path) -> None:
     (tmp_path / "piqa/valid.jsonl").write_text('{"goal": "g", "sol1": "a", "sol2": "b"}\n' * 2)
     (tmp_path / "piqa/valid-labels.lst").write_text("0\n")
     with pytest.raises(ValueError, match="2 questions but 1 labels"):
-        ou.piqa_dataset(str(tmp_path))
+        ou.piqa_dataset(str(tmp_path), "piqa/valid.jsonl", "piqa/valid-labels.lst")
     (tmp_path / "boolq").mkdir()
     (tmp_path / "boolq/val.jsonl").write_text(
         '{"question": "q", "passage": "p", "idx": 0, "label": "maybe"}\n')
     with pytest.raises(ValueError, match="not true/false"):
-        ou.boolq_dataset(str(tmp_path))
+        ou.boolq_dataset(str(tmp_path), "boolq/val.jsonl")

@@ -1,4 +1,4 @@
-"""`python -m experiments.bench.full_eval`: per-benchmark processes, timing, resume, honest nulls.
+"""`python -m pipelines.full_eval`: per-benchmark processes, timing, resume, honest nulls.
 
 The fast tests replace the per-benchmark process with a stand-in that writes an eval file (or
 dies); the slow one runs the real `python -m experiments.eval` on a toy checkpoint.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from experiments.bench import full_eval
+from pipelines import full_eval
 
 
 def _fake_eval(out_dir: Path, task: str, value: float | None, error: str | None = None) -> None:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from experiments import gpu_check as G
+from pipelines import gpu_check as G
 
 pytestmark = pytest.mark.slow
 

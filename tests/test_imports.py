@@ -1,5 +1,8 @@
-"""No import cycle among the project's packages, counting imports inside functions too (a
-function-level import hides a cycle from Python, not from the design)."""
+"""The direction of dependencies (docs/DESIGN.md, "Layout"): a rule for every top-level package,
+no import cycle between modules and none between packages (a package is a directory:
+experiments.train and experiments.corpus are two), counting imports inside functions too (a
+function-level import hides a cycle from Python, not from the design), and no name private to
+another package used."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "model", "experiments", "sweeps", "analysis")
+PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
 
 
 def _modules() -> dict[str, Path]:
@@ -104,18 +107,73 @@ def test_no_import_cycle() -> None:
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
-# ---------------------------------------------------------------- the direction of dependencies
-ALLOWED = {  # top-level package -> the project packages it may import (docs/DESIGN.md)
-    "common": {"common"},
-    "model": {"model", "common"},
-    "analysis": {"analysis", "common"},
-}
-
-
 def _package(module: str, path: Path) -> str:
     """The package a module belongs to (its directory): 'experiments.train' for
     experiments.train.trainer, 'model' for model.free_transformer and for model/__init__."""
     return module if path.name == "__init__.py" else module.rpartition(".")[0] or module
+
+
+def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Package -> the other packages its modules import (anywhere in their bodies)."""
+    mods = _modules() if root == ROOT else _modules_under(root)
+    known = set(mods)
+    out: dict[str, set[str]] = {}
+    pkg = {n: _package(n, p) for n, p in mods.items()}
+    for name, path in mods.items():
+        deps = out.setdefault(pkg[name], set())
+        deps.update(pkg[t] for t in _imports(name, path, known) if pkg[t] != pkg[name])
+    return out
+
+
+def _modules_under(root: Path) -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((root / pkg).rglob("*.py")):
+            parts = list(p.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = p
+    return out
+
+
+def test_the_package_walker_sees_a_cycle_through_two_directories(tmp_path: Path) -> None:
+    """experiments.corpus -> experiments.train -> experiments.corpus is a package cycle even
+    though no two modules import each other."""
+    files = {"experiments/__init__.py": "", "experiments/train/__init__.py": "",
+             "experiments/train/config.py": "", "experiments/train/data.py":
+             "from experiments.corpus import build\n",
+             "experiments/corpus/__init__.py": "",
+             "experiments/corpus/build.py": "def f():\n    from experiments.train import config\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    g = package_graph(tmp_path)
+    assert find_cycles(g) == [["experiments.corpus", "experiments.train",
+                               "experiments.corpus"]]
+    assert find_cycles({n: set() for n in graph()}) == []
+
+
+def test_no_package_cycle() -> None:
+    cycles = find_cycles(package_graph())
+    assert not cycles, "package cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+# ---------------------------------------------------------------- the direction of dependencies
+ALLOWED = {  # top-level package -> the project packages it may import (docs/DESIGN.md)
+    "common": {"common"},
+    "model": {"model", "common"},
+    "experiments": {"experiments", "model", "common"},
+    "sweeps": {"sweeps", "experiments", "model", "common"},
+    "pipelines": {"pipelines", "sweeps", "experiments", "model", "analysis", "common"},
+    "analysis": {"analysis", "common"},
+}
+"""Every arrow points down the floors: pipelines (what drives the others) -> sweeps (grids,
+launchers) -> experiments (entry points and their parts) -> model -> common; analysis reads
+result files only (common and itself)."""
+
+
+def test_every_package_has_a_rule() -> None:
+    assert set(ALLOWED) == set(PACKAGES)
 
 
 def _private(name: str) -> bool:

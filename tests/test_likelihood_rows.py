@@ -17,6 +17,7 @@ import yaml
 import experiments.eval.likelihood as L
 import experiments.train.data as D
 import experiments.train.trainer as T
+from common.paths import RunDir
 from experiments.corpus.build import build
 from experiments.corpus.shards import TokenStream
 from experiments.train.config import DataConfig, compose
@@ -65,11 +66,11 @@ def test_shard_rows_are_the_trainers_rows(run):
     rd, args = run
     trainer = T._corpus(compose(args))  # what the trainer validated on
     assert len(trainer.val_x) >= 4
-    vx, vy, tb, how = L.validation_rows(rd, _cfg(rd), None)
+    vx, vy, tb, how = L.validation_rows(RunDir(rd), None)
     assert how["path"] == "shards" and how["rows"] == len(trainer.val_x)
     assert torch.equal(vx, trainer.val_x) and torch.equal(vy, trainer.val_y)
     assert torch.equal(tb, trainer.token_bytes)
-    vx3, vy3, _, how3 = L.validation_rows(rd, _cfg(rd), 3)
+    vx3, vy3, _, how3 = L.validation_rows(RunDir(rd), 3)
     assert how3["rows"] == 3 and how3["val_sequences"] == len(trainer.val_x)
     assert torch.equal(vx3, trainer.val_x[:3]) and torch.equal(vy3, trainer.val_y[:3])
 
@@ -100,7 +101,7 @@ def test_likelihood_values_unchanged_and_the_path_recorded(run):
     doc = json.loads(out.read_text())
     assert doc["rows_read"]["path"] == "shards" and doc["rows_read"]["rows"] == 3
     # the old path: the corpus rebuilt (here: reopened) through build_corpus
-    old = L._run_corpus(rd, _cfg(rd))
+    old = L.run_corpus(RunDir(rd))
     m = load_weights(rd / "checkpoints" / "final.pt").model
     want = L.validation_likelihood(m, old.val_x[:3], old.val_y[:3], old.token_bytes,
                                    ks=[1, 2], batch_size=2)
@@ -129,12 +130,12 @@ def test_a_cache_built_run_reads_shards_then_rebuilds_once_the_cache_is_gone(tmp
     args = _args(tmp_path, "data=stdlib", "data.max_bytes=60000", "model.latent_bits=0")
     rd = T.train(compose(args))
     trainer = T._corpus(compose(args))
-    vx, vy, _, how = L.validation_rows(rd, _cfg(rd), None)
+    vx, vy, _, how = L.validation_rows(RunDir(rd), None)
     assert how["path"] == "shards" and torch.equal(vx, trainer.val_x)
     kw = {"ks": [1], "max_rows": 4, "batch_size": 2, "device": "cpu"}
     a = json.loads(Path(L.measure_run(rd, **kw)).read_text())
     shutil.rmtree(Path(_cfg(rd)["corpus"]["dir"]))
-    vx2, vy2, _, how2 = L.validation_rows(rd, _cfg(rd), None)
+    vx2, vy2, _, how2 = L.validation_rows(RunDir(rd), None)
     assert how2["path"] == "rebuilt"
     assert torch.equal(vx2, trainer.val_x) and torch.equal(vy2, trainer.val_y)
     assert Path(_cfg(rd)["corpus"]["dir"]).is_dir()  # built again where the trainer had it
@@ -151,6 +152,6 @@ def test_synthetic_runs_are_rebuilt(tmp_path):
             "data.val_tokens=260", "logging.progress=false", "logging.val_every=0",
             "optim.warmup_steps=1", "train.tokens=520", f"paths.results={tmp_path}"]
     rd = T.train(compose(args))
-    vx, _, _, how = L.validation_rows(rd, _cfg(rd), 2)
+    vx, _, _, how = L.validation_rows(RunDir(rd), 2)
     assert how == {"path": "rebuilt", "corpus_dir": None, "rows": 2, "val_sequences": 4}
     assert torch.equal(vx, T._corpus(compose(args)).val_x[:2])

@@ -1,4 +1,4 @@
-"""`make paper RECIPE=...` (experiments/paper.py) and `make sweep RECIPE=...` (sweeps --recipe).
+"""`make paper RECIPE=...` (pipelines/paper.py) and `make sweep RECIPE=...` (sweeps --recipe).
 
 The plan of every paper recipe on 1, 32 and 256 GPUs prints without a traceback; bad input is one
 line and exit 2 before anything is written; a recipe's sweep is the recipe's own grid; and (slow
@@ -28,7 +28,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _paper(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.paper", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "pipelines.paper", *args], cwd=ROOT,
                           capture_output=True, text=True, env=_env(tmp_path), check=False)
 
 
@@ -39,13 +39,10 @@ def test_merge_overrides_lets_the_later_key_win() -> None:
 
 
 def test_recipe_sweep_is_the_recipes_grid() -> None:
-    import argparse
-
-    from sweeps.__main__ import _recipe_spec  # the CLI's own builder
+    from sweeps.api import SweepRequest, recipe_spec  # the front door's own builder
 
     rec = load("cpu-mini")
-    a = argparse.Namespace(seeds=None, gpu="", overrides="optim.lr=5e-4")
-    spec = _recipe_spec(rec, a)
+    spec = recipe_spec(rec, SweepRequest(overrides="optim.lr=5e-4"))
     ref = rec.sweep_spec()
     assert spec.kappa_bits == ref.kappa_bits == (0.5, 2.0)
     assert spec.latent_bits == ref.latent_bits and spec.seeds == ref.seeds
@@ -82,7 +79,7 @@ def test_paper_recipes_plan_on_any_world(tmp_path: Path, name: str, gpus: str) -
 ])
 def test_bad_input_one_line_exit_2_nothing_written(tmp_path: Path, args, needle, capsys,
                                                    monkeypatch) -> None:
-    from experiments.paper import main
+    from pipelines.paper import main
 
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))

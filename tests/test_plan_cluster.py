@@ -192,7 +192,7 @@ def test_the_free_space_check_is_one_line_when_short(tmp_path):
 
 def test_a_slurm_sweep_checks_the_scratch_root_before_submitting(monkeypatch, tmp_path):
     from sweeps import backend
-    from sweeps import launcher as L
+    from sweeps import driver as L
     from sweeps import plan as SP
     from sweeps.cluster import ClusterConfig
     from sweeps.grid import SweepError, SweepSpec

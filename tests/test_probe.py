@@ -23,8 +23,8 @@ import pytest
 import torch
 import yaml
 
-from experiments import synthetic_data as sd
 from experiments.eval import probe as P
+from experiments.train import synthetic_data as sd
 from model import ModelConfig, build_model
 from model.checkpoint import save_checkpoint
 
@@ -385,10 +385,11 @@ def test_analysis_reads_the_file_table_figures_section(tmp_path: Path,
 def test_benchmark_reader_skips_probe_files(tmp_path: Path) -> None:
     # analysis.frame reads every eval/*.json of a run as a benchmark file; a probe file is not one
     from analysis.frame import _read_evals
+    from common.paths import RunDir
 
     ev = tmp_path / "runs" / "r" / "eval"
     ev.mkdir(parents=True)
     (ev / "probe.0123456789ab.step5.json").write_text(json.dumps(
         {"schema": P.SCHEMA, "suite": "probe", "spec": {"suite": "probe"}, "spec_id": "x"}))
     warnings: list[str] = []
-    assert _read_evals(tmp_path, ev.parent, warnings) == [] and warnings == []
+    assert _read_evals(tmp_path, RunDir(ev.parent), warnings) == [] and warnings == []

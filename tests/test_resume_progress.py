@@ -81,7 +81,7 @@ def _job(tmp_path: Path, stalls: int = 0) -> J.CellJob:
     (run / "train.log").write_text("[00:00:01] resumed from step_3.pt (step 3/10)\n")
     # a child that just sleeps: checkpoint() SIGTERMs it
     return J.CellJob("c", [sys.executable, "-c", "import time; time.sleep(60)"],
-                     run_dir=str(run), done_file="checkpoints/final.pt", stalls=stalls)
+                     run_dir=str(run), stalls=stalls)
 
 
 def _attempt(job: J.CellJob, new_step: int | None) -> object:

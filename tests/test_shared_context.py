@@ -84,7 +84,7 @@ def _full_forward_ll(lm: FTBenchLM, ctx: list[int], cont: list[int], draw: int) 
     m = lm.model
     inp = torch.tensor([ctx + cont[:-1]])
     kw: dict[str, object] = {}
-    if lm.is_free:
+    if lm.arm.latent:
         pre = torch.tensor([len(ctx)])
         with torch.no_grad():
             c_codes = m(torch.tensor([ctx]), z="prior", prefix_len=pre,

@@ -1,4 +1,4 @@
-"""`make study` (experiments/study.py) and docs/STUDY.md's renderer (analysis/study.py).
+"""`make study` (pipelines/study.py) and docs/STUDY.md's renderer (analysis/study.py).
 
 The render tests plant tables with unusual values and check every number in the Markdown
 against numbers computed here from the planted files (formatting, the perplexity ratio, the
@@ -215,7 +215,7 @@ def test_bad_size_and_name_refused_before_anything(tmp_path):
     for args, word in ((["--size", "huge"], "STUDY_SIZE"), (["--name", "a/b"], "STUDY_NAME"),
                        (["--bench-data", str(tmp_path / "no")], "BENCH_DATA"),
                        (["--jobs", "0"], "--jobs")):
-        res = subprocess.run([sys.executable, "-m", "experiments.study", "run", *args],
+        res = subprocess.run([sys.executable, "-m", "pipelines.study", "run", *args],
                              cwd=ROOT, capture_output=True, text=True, env=env, check=False)
         assert res.returncode == 2 and word in res.stderr, res.stderr
         assert len(res.stderr.strip().splitlines()) == 1
@@ -253,7 +253,8 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     before = _snapshot(tmp_path / "results")
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    assert "12 cells, 12 done, 0 to run" in second.stdout, second.stdout[-3000:]
+    # 3 kappas + flops + plus1 + zcut + baseline, x 2 seeds
+    assert "14 cells, 14 done, 0 to run" in second.stdout, second.stdout[-3000:]
     assert "probes run 0, reused 6, failed 0" in second.stdout
     assert "report up to date" in second.stdout
     assert _snapshot(tmp_path / "results") == before  # no run file written or touched

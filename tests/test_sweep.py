@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sweeps import backend
+from sweeps import driver as D
 from sweeps import launcher as L
 from sweeps import manifest as SM
 from sweeps import plan as P
@@ -245,7 +246,7 @@ def test_cluster_config(tmp_path: Path) -> None:
     assert params["tasks_per_node"] == params["gpus_per_node"] == ex.gpus_per_node
     assert params["slurm_partition"] == ex.partition
     assert isinstance(params["timeout_min"], int)
-    assert L.slurm_parameters(ex, for_eval=True)["gpus_per_node"] == ex.eval.gpus_per_node
+    assert L.slurm_parameters(ex, "eval")["gpus_per_node"] == ex.eval.gpus_per_node
 
 
 
@@ -305,7 +306,7 @@ def test_requeue_through_submitit_checkpoint(tmp_path: Path) -> None:
     ex = submitit.LocalExecutor(folder=tmp_path / "jobs", max_num_timeout=5)
     ex.update_parameters(timeout_min=1, signal_delay_s=56)
     job = ex.submit(CellJob("standin", [sys.executable, str(script), str(run)],
-                            run_dir=str(run), done_file="checkpoints/final.pt", threads=1))
+                            run_dir=str(run), threads=1))
     t0 = time.time()
     while not job.done() and time.time() - t0 < 60:
         time.sleep(0.3)
@@ -324,11 +325,10 @@ def test_killed_child_is_interrupted_not_failed(tmp_path: Path) -> None:
     """A trainer killed by a signal leaves the cell resumable; an error exit fails it."""
     run = tmp_path / "run"
     j = CellJob("c", [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"],
-                run_dir=str(run), done_file="final.pt")
+                run_dir=str(run))
     r = j()
     assert r["state"] == "interrupted" and "SIGKILL" in r["reason"]
-    bad = CellJob("c", [sys.executable, "-c", "raise SystemExit(3)"], run_dir=str(run),
-                  done_file="final.pt")
+    bad = CellJob("c", [sys.executable, "-c", "raise SystemExit(3)"], run_dir=str(run))
     with pytest.raises(RuntimeError, match="exited with code 3"):
         bad()
 
@@ -433,9 +433,9 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
     _use_fake(monkeypatch, Train())
-    monkeypatch.setattr(L, "POLL_S", 0.0)
+    monkeypatch.setattr(D, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
-    monkeypatch.setattr(L, "_cold_cache", lambda c: False)
+    monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     # --likelihood-rows 0: the fake trainer writes no checkpoint to measure (the chained
     # likelihood is covered by tests/test_eval_points.py and test_sweep_e2e.py)
     base = ["run", "--kappa", "1", "--h", "4", "--tokens", "1k", "--name", "ev", "--eval", "1",
@@ -453,7 +453,7 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
            "0 done, 2 failed" in out
     assert "eval: eval c exited with code 2: error: boom" in out
     assert ("train", {"FTBENCH_LAUNCHER": "local"}) in _Ex.envs
-    assert "eval: 0 pending, 0 running, 0 done, 2 failed" in SM.status("ev", tmp_path)
+    assert "eval: 0 pending, 0 running, 0 done, 2 failed" in SM.table(SM.status("ev", tmp_path))
     m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
     from experiments.eval.run import spec_id
 
@@ -522,9 +522,9 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
 
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
     _use_fake(monkeypatch, Train())
-    monkeypatch.setattr(L, "POLL_S", 0.0)
+    monkeypatch.setattr(D, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
-    monkeypatch.setattr(L, "_cold_cache", lambda c: False)
+    monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     args = ["run", "--kappa", "1", "--h", "4", "--flops", "1e9", "--controls", "flops plus1",
             "--name", "sk"]
     why = skipped_controls(spec(kappa="1", h="4", seeds="0", flops="1e9",
@@ -542,7 +542,8 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
     assert m["skipped_controls"] == why
     # every train job tells the trainer how it was launched
     assert [e for k, e in _Ex.envs if k == "train"] == [{"FTBENCH_LAUNCHER": "local"}] * 3
-    assert L._train_job(m["cells"][0], None, "slurm").env == {"FTBENCH_LAUNCHER": "slurm"}
+    cell = SM.SweepCell.from_json(m["cells"][0])
+    assert D._train_job(cell, None, "slurm").env == {"FTBENCH_LAUNCHER": "slurm"}
 
 
 def test_trainer_records_the_launcher_in_config_provenance(
@@ -597,7 +598,7 @@ def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
          "job_id": "1", "run_dir": str(run), "tokens": 90_000},
         {"cell": "b", "arm": "baseline", "run_id": "y", "state": "pending", "step": None,
          "job_id": None, "run_dir": str(tmp_path / "none"), "tokens": 90_000}]}
-    rows = M.table(m).splitlines()
+    rows = M.table(M.SweepManifest.from_json(m)).splitlines()
     assert rows[1].split()[:7] == ["cell", "arm", "run-id", "state", "step", "tok/s", "ETA"]
     assert rows[2].split()[3:7] == ["running", "30", "500", "2m00s"]
     assert rows[3].split()[3:7] == ["pending", "-", "-", "-"]
@@ -605,27 +606,19 @@ def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ layout (issue 23)
-VERBATIM_ELSEWHERE = {"build_manifest", "eval_specs", "eval_files", "spec_id_of"}
-"""Bodies being rewritten as typed records on another branch; moved verbatim, inline imports
-included, until that merge routes them through backend.py."""
-
-
 def test_backend_is_the_only_door_into_experiments() -> None:
-    """Every `import experiments...` in sweeps/ is in backend.py (or in a verbatim body above)."""
+    """Every `import experiments...` in sweeps/ is in backend.py (no exemption)."""
     import ast
 
     offenders = []
     for path in sorted((ROOT / "sweeps").glob("*.py")):
         if path.name == "backend.py":
             continue
-        tree = ast.parse(path.read_text())
-        spared = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
-                  and f.name in VERBATIM_ELSEWHERE for n in ast.walk(f)}
-        for node in ast.walk(tree):
+        for node in ast.walk(ast.parse(path.read_text())):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level \
                 else []
-            if any(m.split(".")[0] == "experiments" for m in mods) and id(node) not in spared:
+            if any(m.split(".")[0] == "experiments" for m in mods):
                 offenders.append(f"{path.name}:{node.lineno}")
     assert offenders == []
 
@@ -641,26 +634,32 @@ def test_cell_states_are_written_by_the_manifest_only() -> None:
 
 
 def test_manifest_transitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """started / finished / eval_started / eval_finished write exactly what the driver used to."""
-    c = {"cell": "x", "run_dir": str(tmp_path), "state": "pending", "attempts": 1, "slot": 7,
-         "step": 3}
-    SM.started(c, 123)
-    assert (c["state"], c["job_id"], c["reason"], c["attempts"], c["slot"]) == \
+    """The cell's transitions write exactly what the driver's dict updates used to."""
+    c = SM.SweepCell(cell="x", arm="free", run_dir=str(tmp_path), attempts=1, slot=7, step=3)
+    c.job_started("123")
+    assert (c.state, c.job_id, c.reason, c.attempts, c.slot) == \
         ("running", "123", None, 2, 7)  # SLURM: no slot, the old one is left
-    SM.started(c, 124, slot=0)
-    assert c["slot"] == 0 and c["attempts"] == 3
-    SM.finished(c, "failed", "boom", 12.34)
-    assert (c["state"], c["reason"], c["wall_s"], c["step"]) == ("failed", "boom", 12.3, 3)
-    m = {"eval_spec_id": "abc", "eval_specs": {}}
-    SM.eval_started(c, m, 9)
-    assert c["eval"] == {"state": "running", "job_id": "9", "spec_id": "abc"}
-    assert SM.eval_finished(c, m, "pending", "killed", 1.0) == ("failed", "killed")
-    assert SM.needs_eval(c, m)
-    c["eval"].update(state="done")
-    assert not SM.needs_eval(c, m) and SM.needs_eval(c, {"eval_spec_id": "other"})
-    cells = [{"state": s} for s in ("pending", "running", "done", "failed")]
-    assert SM.select({"cells": cells}, False) == [cells[0]]
-    assert SM.select({"cells": cells}, True) == [cells[0], cells[3]]
+    assert c.started is not None
+    c.job_started("124", slot=0)
+    assert c.slot == 0 and c.attempts == 3
+    c.job_ended("failed", "boom", 12.34)
+    assert (c.state, c.reason, c.wall_s, c.step) == ("failed", "boom", 12.3, 3)
+    m = SM.SweepManifest(name="m", eval_spec_id="abc", eval_specs={})
+    c.eval_started(m, "9")
+    assert c.to_json()["eval"] == {"state": "running", "job_id": "9", "spec_id": "abc"}
+    assert c.eval_ended(m, "pending", "killed", 1.0) == ("failed", "killed")
+    assert c.needs_eval(m)
+    assert c.eval is not None
+    c.eval.state = "done"
+    assert not c.needs_eval(m) and c.needs_eval(SM.SweepManifest(name="m", eval_spec_id="o"))
+    cells = [SM.SweepCell(cell=s, arm="baseline", state=s)
+             for s in ("pending", "running", "done", "failed")]
+    m = SM.SweepManifest(name="m", cells=cells)
+    assert m.select(False) == [cells[0]]
+    assert m.select(True) == [cells[0], cells[3]]
+    # the file round trip keeps every key, the unknown ones included
+    d = {**cells[3].to_json(), "from_a_newer_version": 1}
+    assert SM.SweepCell.from_json(d).to_json() == d
 
 
 @pytest.mark.parametrize("args, var, bad", [

@@ -22,7 +22,7 @@ import pytest
 from test_sweep import _fake_to_dict, _FakeTrain, _use_fake  # noqa: F401 (autouse fixture)
 
 from sweeps import backend
-from sweeps import launcher as L
+from sweeps import driver as D
 from sweeps import manifest as SM
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,8 +98,8 @@ def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> _Train:
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
     fake = _Train(tmp)
     _use_fake(monkeypatch, fake)
-    monkeypatch.setattr(L, "POLL_S", 0.2)
-    monkeypatch.setattr(L, "_cold_cache", lambda c: False)
+    monkeypatch.setattr(D, "POLL_S", 0.2)
+    monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     (tmp / "train.py").write_text(TRAIN)
     (tmp / "eval.py").write_text(EVAL)
     monkeypatch.setattr(backend, "train_argv", lambda cell: [
@@ -154,7 +154,7 @@ def test_points_evaluated_while_training_runs_once_and_resumably(
     assert {s: (p["state"], p["reason"]) for s, p in c["points"].items()} == {
         "2": ("done", None), "4": ("done", None)}
     assert c["points"]["2"]["job_id"] and c["points"]["2"]["job_id"] != c["job_id"]
-    assert "(2/2 points)" in SM.table(m)
+    assert "(2/2 points)" in SM.table(SM.SweepManifest.from_json(m))
 
     # the same command again: nothing trains, nothing is evaluated
     assert main([*ARGS, "--jobs", "2"]) == 0
@@ -165,11 +165,12 @@ def test_points_evaluated_while_training_runs_once_and_resumably(
     assert m2["cells"][0]["points"] == c["points"]
 
     # a point job for an evaluated point does nothing; for a missing checkpoint: exit 2
-    argv = L._point_argv(c, m, ["--limit", "2"], 2)
+    tm = SM.SweepManifest.from_json(m)
+    argv = D._point_argv(tm.cells[0], tm, ["--limit", "2"], 2)
     assert argv[argv.index("--point") + 1] == "2"
     assert main(argv[3:]) == 0
     assert sorted((run / "calls.log").read_text().split()) == ["2", "4"]
-    assert main(L._point_argv(c, m, [], 3)[3:]) == 2
+    assert main(D._point_argv(tm.cells[0], tm, [], 3)[3:]) == 2
 
 
 @pytest.mark.parametrize("mode, seen", [("fail", True), ("fail-at-once", False)])
@@ -188,13 +189,13 @@ def test_failed_training_leaves_points_not_evaluated(
     assert c["state"] == "failed" and "boom" in c["reason"]
     assert not (run / "calls.log").exists() and not list(run.glob("eval/*.json"))
     assert c.get("eval") is None  # no chained evaluation of an unfinished run
-    if seen:
+    if seen:  # (queued points have no start time: the key is left out)
         assert c["points"] == {"2": {"state": "skipped", "job_id": None,
-                                     "reason": SM.TRAINING_FAILED, "started": None}}
+                                     "reason": SM.TRAINING_FAILED}}
     else:
         assert "points" not in c
     # the status refresh keeps it so
-    assert "(0/1 points)" in SM.status("pts", tmp_path) or not seen
+    assert "(0/1 points)" in SM.table(SM.status("pts", tmp_path)) or not seen
 
 
 def test_points_ready_and_the_lock(tmp_path: Path) -> None:
@@ -251,8 +252,8 @@ def test_points_ready_and_the_lock(tmp_path: Path) -> None:
 def test_slurm_training_job_submits_its_points(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The SLURM path: the training job's PointWatch (as pickled into the job array) submits
-    each kept checkpoint's evaluation with the eval job's parameters (one node) and lists it;
-    the manifest reads that list. Submitted here to submitit's local executor."""
+    each kept checkpoint's evaluation through the sweep's launcher in the eval role (one node)
+    and lists it; the manifest reads that list. Submitted here to submitit's local executor."""
     import pickle
 
     from sweeps.cluster import load_cluster
@@ -263,8 +264,8 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     cluster = load_cluster(cl)
     fake = _setup(tmp_path, monkeypatch, "ok")
     _only_free(monkeypatch)
-    monkeypatch.setattr(L, "POINT_CLUSTER", "local")
-    monkeypatch.setattr(L, "_check_scratch", lambda p, c: None)
+    monkeypatch.setattr(D, "POINT_CLUSTER", "local")
+    monkeypatch.setattr(D, "_check_scratch", lambda p, c: None)
     submitted: list[CellJob] = []
 
     class Ex:  # records what the sweep submits; nothing runs
@@ -296,20 +297,23 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     p.eval_specs = P.eval_specs(backend.validate_eval_args(
         ["--tasks", "arc_easy", "--limit", "2", "--data", str(BENCH)]), p)
     p.eval_points = 2
-    L.run(p, launcher="slurm", evaluate=True, eval_args=["--limit", "2"], cluster=cluster,
-          log=lambda s: None, executor_factory=Ex)
+    from sweeps.launcher import SlurmLauncher
+
+    D.run(p, SlurmLauncher(p.folder / "jobs", cluster, executor_factory=Ex), evaluate=True,
+          eval_args=["--limit", "2"], log=lambda s: None)
     train = [j for j in submitted if j.kind == "train"]
     assert len(train) == 1 and train[0].points is not None
     watch = pickle.loads(pickle.dumps(train[0])).points  # as the job array's pickle has it
-    assert watch.params["nodes"] == 1 and watch.params["gpus_per_node"] == 8
-    assert watch.params["timeout_min"] and watch.cluster == "local"
+    params = watch.launcher.parameters("eval")
+    assert params["nodes"] == 1 and params["gpus_per_node"] == 8
+    assert params["timeout_min"] and watch.launcher.cluster_name == "local"
 
     # the job runs (here, in this process): the stand-in trainer keeps step 2 and goes on until
     # it is evaluated; the job's watch submits that evaluation meanwhile
     monkeypatch.setattr("sweeps.job.WATCH_S", 0.2)
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "77")  # the training is an array task
-    job = pickle.loads(pickle.dumps(train[0]))
-    job.points.params = {"timeout_min": 5}  # the local executor takes no SLURM options
+    job = pickle.loads(pickle.dumps(train[0]))  # (the local executor takes no SLURM options:
+    # the launcher gives a stand-in cluster the time limit only)
     run = Path(job.run_dir)
     assert run == fake.run_dir(fake.compose(list(p.cells[0].cell.overrides)))
     assert job()["state"] == "done"
@@ -328,43 +332,50 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     (run / "eval" / f"lm-eval.{sid}.step2.json").unlink()
     assert watch.poll() == []
     (run / "eval" / f"lm-eval.{sid}.step2.json").write_text("{}")
-    m = SM.refresh(json.loads(p.manifest_path.read_text()) | {"launcher": "local"}, p.folder)
-    pts = m["cells"][0]["points"]
-    assert pts["2"]["state"] == "done" and pts["2"]["job_id"] == rec["2"]["job_id"]
-    assert set(pts) == {"2"}
+    m = SM.SweepManifest.load(p.manifest_path)
+    m.launcher = "local"
+    pts = m.refresh(p.folder).cells[0].points
+    assert pts[2].state == "done" and pts[2].job_id == rec["2"]["job_id"]
+    assert set(pts) == {2}
 
 
 def test_point_states_are_derived_from_facts(tmp_path: Path) -> None:
     """settle_points: done from files (whoever wrote them, every spec_id), pending once the
     spec changes, failed / pending for a job that ended without files, skipped while the
     training is failed and pending again once retried; rotated step_<N>.pt are no points."""
+    from common.records import EvalSpec
+    from sweeps.launcher import LocalLauncher
+
+    spec = EvalSpec.from_args("lm-eval", ["arc_easy"], 2, "prior", 1, None, None)
+    other = EvalSpec.from_args("evalplus", ["humaneval_plus"], 2, "prior", 1, None, 8)
     run = tmp_path / "runs" / "r"
     ck = run / "checkpoints"
     ck.mkdir(parents=True)
     for name in ("eval_step_2.pt", "eval_step_4.pt", "step_3.pt"):
         (ck / name).write_text("x")
     (run / "eval").mkdir()
-    (run / "eval" / f"lm-eval.{'a' * 12}.step2.json").write_text("{}")
-    m = {"launcher": "local", "eval_points": 2,
-         "eval_specs": {"lm-eval": {"spec_id": "a" * 12}}}
-    c = {"cell": "x", "run_dir": str(run), "state": "running",
-         "points": {"4": {"state": "running", "job_id": "999999999", "reason": None}}}
-    SM.settle_points(c, m, tmp_path)
-    assert {s: p["state"] for s, p in c["points"].items()} == {"2": "done", "4": "pending"}
-    assert c["points"]["4"]["reason"].startswith("interrupted")
-    c["state"] = "failed"
-    SM.settle_points(c, m, tmp_path)
-    assert c["points"]["4"] == {"state": "skipped", "job_id": "999999999",
-                                "reason": SM.TRAINING_FAILED}
-    assert c["points"]["2"]["state"] == "done"  # evaluated before the failure: kept
-    c["state"] = "running"  # RETRY_FAILED=1
-    SM.settle_points(c, m, tmp_path)
-    assert c["points"]["4"]["state"] == "pending"
-    m["eval_specs"]["evalplus"] = {"spec_id": "b" * 12}  # another spec: not done under it
-    SM.settle_points(c, m, tmp_path)
-    assert c["points"]["2"]["state"] == "pending"
-    assert not any(isinstance(v, (int, float)) for p in c["points"].values() for v in p.values())
+    (run / "eval" / f"lm-eval.{spec.id}.step2.json").write_text("{}")
+    m = SM.SweepManifest(name="m", eval_points=2, eval_specs={"lm-eval": spec})
+    jobs = LocalLauncher(tmp_path / "jobs")
+    c = SM.SweepCell(cell="x", arm="free", run_dir=str(run), state="running",
+                     points={4: SM.PointState(state="running", job_id="999999999")})
+    c.settle_points(m, tmp_path, jobs)
+    assert {s: p.state for s, p in c.points.items()} == {2: "done", 4: "pending"}
+    assert c.points[4].reason.startswith("interrupted")
+    c.state = "failed"
+    c.settle_points(m, tmp_path, jobs)
+    assert c.to_json()["points"]["4"] == {"state": "skipped", "job_id": "999999999",
+                                          "reason": SM.TRAINING_FAILED}
+    assert c.points[2].state == "done"  # evaluated before the failure: kept
+    c.state = "running"  # RETRY_FAILED=1
+    c.settle_points(m, tmp_path, jobs)
+    assert c.points[4].state == "pending"
+    m.eval_specs = {"lm-eval": spec, "evalplus": other}  # another spec: not done under it
+    c.settle_points(m, tmp_path, jobs)
+    assert c.points[2].state == "pending"
+    assert not any(isinstance(v, (int, float)) for p in c.to_json()["points"].values()
+                   for v in p.values())
     # without EVAL_POINTS nothing is recorded
-    c2 = {"cell": "y", "run_dir": str(run), "state": "done"}
-    SM.settle_points(c2, {"launcher": "local", "eval_specs": m["eval_specs"]}, tmp_path)
-    assert "points" not in c2
+    c2 = SM.SweepCell(cell="y", arm="free", run_dir=str(run), state="done")
+    c2.settle_points(SM.SweepManifest(name="m", eval_specs=m.eval_specs), tmp_path, jobs)
+    assert "points" not in c2.to_json()

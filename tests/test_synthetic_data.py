@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from experiments.synthetic_data import (
+from experiments.train.synthetic_data import (
     ALPHABET,
     BODY_LEN,
     LETTERS,

@@ -211,7 +211,7 @@ def test_make_synthetic_seeds_names_one_run_per_seed() -> None:
                           "SYN_SEEDS=3 4"], cwd=REPO, capture_output=True, text=True, env=env,
                          check=False)
     assert res.returncode == 0, res.stderr
-    assert "-m experiments.synthetic_seeds --name 'mid' --seeds '3 4'" in res.stdout
+    assert "-m pipelines.synthetic_seeds --name 'mid' --seeds '3 4'" in res.stdout
     assert "--jobs" not in res.stdout  # default: every seed at once
     assert "--names 'mid-s3' 'mid-s4'" in res.stdout
     assert "--names 'mid-s3' 'mid-s4'" in res.stdout

@@ -1,5 +1,5 @@
-"""`python -m experiments.synthetic_seeds` (make synthetic-seeds): seeds at once, progress, and
-what a bad option or a failing seed does."""
+"""`python -m pipelines.synthetic_seeds` (make synthetic-seeds): seeds at once through the local
+launcher, progress from the runs' records, and what a bad option or a failing seed does."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments import synthetic_seeds as R
+from pipelines import synthetic_seeds as R
 
 
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatch,
@@ -25,26 +25,46 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatc
     assert not (tmp_path / "res").exists()
 
 
-def test_progress_reads_the_logs(tmp_path: Path, monkeypatch) -> None:
-    log = tmp_path / "x.log"
-    s = R.Seed(0, "x", log, [], arms=3)
+def test_progress_reads_the_runs_records(tmp_path: Path) -> None:
+    """Arms done from their runs' final checkpoints, the training arm's share of its steps from
+    its run's last training record: the seed's log is never read."""
+    runs = [R.ArmRun(label, tmp_path / label, steps)
+            for label, steps in (("baseline", 100), ("kappa=1/8", 200), ("kappa=8", 200))]
+    s = R.Seed(0, "x", tmp_path / "x.log", [], arms=3, runs=runs)
     assert s.progress() == (0, None, 0.0)
-    log.write_text("budget ...\n[synthetic] baseline: training\n[synthetic] baseline: "
-                   "ce_prior=0.3 ...\n[synthetic] kappa=1/8: training\n")
-    assert s.progress() == (1, "kappa=1/8", 1.0)
-    s.proc = object()  # type: ignore[assignment]
-    line = R.status_line([s], t0=0.0)
-    assert "s0: 1/3 training kappa=1/8" in line and "1/3 arms done, 33% of all steps" in line
-    # the training arm's own steps count: its run-id and step count from the trainer's plan
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    with log.open("a") as f:
-        f.write("run-id      abc  (free, preset 1M)\ntokens      4,160 = 200 steps x 20\n")
-    run = tmp_path / "runs" / "abc"
+    (tmp_path / "x.log").write_text("[synthetic] kappa=8: training\n")  # a log says nothing
+    assert s.progress() == (0, None, 0.0)
+    ck = tmp_path / "baseline" / "checkpoints"
+    ck.mkdir(parents=True)
+    (ck / "final.pt").write_text("x")
+    assert s.progress() == (1, None, 1.0)  # the next arm has logged no training step yet
+    run = tmp_path / "kappa=1/8"
     run.mkdir(parents=True)
     (run / "metrics.jsonl").write_text('{"kind": "train", "step": 50, "ce": 1.0}\n'
                                        '{"kind": "val", "step": 60}\n')
-    assert s.progress()[2] == pytest.approx(1.25)
-    assert "42% of all steps, ETA" in R.status_line([s], t0=0.0)
+    assert s.progress() == (1, "kappa=1/8", 1.25)
+    s.job = object()
+    line = R.status_line([s], t0=0.0)
+    assert "s0: 1/3 training kappa=1/8" in line and "1/3 arms done, 42% of all steps" in line
+    reused = R.Seed(1, "y", tmp_path / "y.log", [], arms=1,
+                    runs=[R.ArmRun("baseline", tmp_path / "none", 0, reused=True)])
+    assert reused.progress() == (1, None, 1.0)
+
+
+def test_the_plan_names_each_arms_run_before_it_starts(tmp_path: Path, monkeypatch) -> None:
+    """Each arm's run directory and step count come from the trainer's own config and plan."""
+    from experiments import synthetic as S
+    from experiments.train.config import compose
+    from experiments.train.plan import plan, run_dir
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    a, rest = R.parse(["--name", "t", "--seeds", "3", "--setting", "smoke", "--kappa", "8"])
+    (seed,) = R.plan(a, rest)
+    assert [r.label for r in seed.runs] == ["baseline", "kappa=8"] and seed.arms == 2
+    st = S.parse_args(seed.argv)
+    cfg = compose(S.arm_overrides(st, st.latent_bits, 8.0))
+    assert seed.runs[1].run_dir == run_dir(cfg) and seed.runs[1].steps == plan(cfg, 1).steps
+    assert not (tmp_path / "runs").exists()  # nothing written
 
 
 def test_a_failing_seed_is_reported_and_the_others_finish(tmp_path: Path,

@@ -1,4 +1,4 @@
-"""experiments/train/tokenizer.py: byte-level BPE, its cache, the checkpoint reference."""
+"""experiments/corpus/tokenizer.py: byte-level BPE, its cache, the checkpoint reference."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from experiments.synthetic_data import ALPHABET
-from experiments.train.tokenizer import (
+from experiments.corpus.tokenizer import (
     EOS,
     CharTokenizer,
     tokenizer_from_ref,
     tokenizer_ref,
     train_bpe,
 )
+from experiments.train.synthetic_data import ALPHABET
 
 TEXTS = [
     "def add(a, b):\n    return a + b\n",

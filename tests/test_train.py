@@ -19,9 +19,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import experiments.train.trainer as T
 from common.io import flocked
+from experiments.corpus.tokenizer import tokenizer_from_ref
 from experiments.train.config import CONF_DIR, compose
 from experiments.train.plan import plan, run_dir, run_id
-from experiments.train.tokenizer import tokenizer_from_ref
 from model import build_model, load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent

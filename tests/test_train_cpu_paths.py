@@ -83,7 +83,7 @@ def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
     import sys
 
     root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-m", "experiments.gpu_check", "--results",
+    r = subprocess.run([sys.executable, "-m", "pipelines.gpu_check", "--results",
                         str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120,
                        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert r.returncode == 2 and r.stdout == ""

@@ -121,8 +121,8 @@ def exported_baseline(ctx: Ctx, workdir: Path) -> Exported:
     (the path a user takes) and load the export with ``from_pretrained`` (sdpa)."""
     from transformers import LlamaForCausalLM
 
+    from experiments.corpus.tokenizer import tokenizer_ref
     from experiments.eval.hf_export import export
-    from experiments.train.tokenizer import tokenizer_ref
 
     cfg = our_config(ctx.size)
     tok, texts = bench_tokenizer(cfg.vocab_size, 8 if ctx.size.preset == "1M" else 60)
@@ -139,10 +139,10 @@ def exported_baseline(ctx: Ctx, workdir: Path) -> Exported:
 
 
 def bench_tokenizer(vocab_size: int, n_files: int) -> Any:
-    """A byte-level BPE (experiments.train.tokenizer.train_bpe, cached) on stdlib sources."""
+    """A byte-level BPE (experiments.corpus.tokenizer.train_bpe, cached) on stdlib sources."""
     import sysconfig
 
-    from experiments.train.tokenizer import train_bpe
+    from experiments.corpus.tokenizer import train_bpe
 
     files = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))[:n_files]
     texts = [f.read_text(encoding="utf-8", errors="ignore") for f in files]

@@ -105,7 +105,7 @@ def pure(tok: Path, files: list[Path], workers: int, fast: bool = False) -> floa
 
 def ours(tok: Path, src: Path, out: Path, workers: int) -> tuple[float, float]:
     from experiments.corpus.build import PLAN, build
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
 
     shutil.rmtree(out, ignore_errors=True)
     dcfg = DataConfig(source="files", paths=[str(src / "*.parquet")], tokenizer=str(tok),
@@ -191,7 +191,7 @@ def steady(tok: Path, files: list[Path], d: Path, reps: int) -> dict[str, list[f
     from tokenizers import Tokenizer
 
     from experiments.corpus.build import build_unit, scan
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
 
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     t = Tokenizer.from_file(str(tok))
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     tput_files = generate(d / f"text-{a.tput_mb}", a.tput_mb)
     tok = d / f"bpe{a.vocab}.json"
     if not tok.is_file():
-        from experiments.train.tokenizer import train_bpe
+        from experiments.corpus.tokenizer import train_bpe
 
         sample = _texts(tput_files[0])
         train_bpe(sample, a.vocab, cache_dir=d / "cache").save(str(tok))

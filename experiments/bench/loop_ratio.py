@@ -13,7 +13,6 @@ the Free Transformer runs only (e.g. the bf16 mapper).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -21,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common.paths import cache_dir, runs_dir
+from common.paths import RunDir, cache_dir, runs_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TOKENS_PER_STEP = 8 * 256
@@ -40,8 +39,8 @@ def step_s(bits: int, root: Path, env: dict[str, str], extra: tuple[str, ...] = 
                            capture_output=True, text=True, check=False)
         if p.returncode:
             raise RuntimeError(f"H={bits} exited {p.returncode}: {p.stderr[-500:]}")
-        (metrics,) = runs_dir(root).glob("*/metrics.jsonl")
-        recs = [json.loads(line) for line in metrics.read_text().splitlines()]
+        (run,) = [r for p in runs_dir(root).iterdir() if (r := RunDir(p)).has_metrics]
+        recs = run.metrics_json()
         return statistics.median(TOKENS_PER_STEP / r["tokens_per_s"] for r in recs
                                  if r.get("kind") == "train" and 3 <= r["step"] <= 10)
     finally:

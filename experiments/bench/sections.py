@@ -361,8 +361,8 @@ def section_eval(ctx: Ctx) -> dict[str, Any]:
     """MC loglikelihood requests/s: experiments.eval.lm_adapter vs lm-eval's hf backend."""
     from lm_eval.models.huggingface import HFLM
 
+    from experiments.corpus.tokenizer import BPETokenizer
     from experiments.eval.lm_adapter import FTBenchLM
-    from experiments.train.tokenizer import BPETokenizer
 
     s, dev = ctx.size, ctx.device
     cfg = our_config(s)

@@ -1,5 +1,7 @@
 """python -m experiments.corpus --data <name|path.yaml> --out <dir> [--vocab-size N] [--workers N]
-[--launcher local|slurm] [key=value ...]: build a sharded, pre-tokenized corpus (see build.py).
+[key=value ...]: build a sharded, pre-tokenized corpus here (see build.py). `make corpus` runs
+`python -m pipelines.corpus`, the same command with --launcher local|slurm and --cluster: its
+units go through the one launcher (sweeps/launcher.py), here they run in this machine's processes.
 
 `--data` is a data config: a name under experiments/train/conf/data (stdlib, files, hf) or a YAML
 file anywhere holding the keys of the `data` section (experiments/train/config.py DataConfig);
@@ -26,7 +28,7 @@ CONF_DATA = Path(__file__).resolve().parents[1] / "train" / "conf" / "data"
 
 def load_data_config(spec: str, overrides: list[str]) -> Any:
     """The DataConfig a name or a YAML path describes, with key=value overrides."""
-    from experiments.train.config import DataConfig, HFSource
+    from experiments.corpus.config import DataConfig, HFSource
 
     p = CONF_DATA / f"{spec}.yaml" if "/" not in spec and not spec.endswith((".yaml", ".yml")) \
         else Path(spec).expanduser()
@@ -54,8 +56,9 @@ def load_data_config(spec: str, overrides: list[str]) -> Any:
         raise DataError(f"{p}: {str(e).splitlines()[0]}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.corpus", description=__doc__,
+def parser(prog: str = "python -m experiments.corpus") -> argparse.ArgumentParser:
+    """The command line of a corpus build (pipelines.corpus adds the launcher's options)."""
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default="stdlib", help="data config name or YAML path")
     ap.add_argument("--out", required=True, help="output directory (resumed if a build is there)")
@@ -63,14 +66,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="BPE vocabulary to train (the paper: 131072); ignored with data.tokenizer")
     ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)),
                     help="worker processes (local) or array tasks at once (slurm)")
-    ap.add_argument("--launcher", choices=["local", "slurm"], default="local")
-    ap.add_argument("--cluster", default=None,
-                    help="slurm: a YAML of submitit slurm_* parameters (e.g. slurm_partition)")
     ap.add_argument("--verify", action="store_true", help="re-hash every shard against the "
                     "manifest at the end")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("overrides", nargs="*", help="data key=value overrides")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def run(a: argparse.Namespace, runner: Any = None) -> int:
+    """Build the corpus the parsed arguments describe (its units through `runner`, a
+    build.UnitRunner, when given) and print its summary; bad input: one line, exit 2."""
     from .build import build, verify
 
     try:
@@ -80,11 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if dcfg.tokenizer is None and a.vocab_size is None:
             raise DataError("give --vocab-size N (the paper's presets: 131072) or "
                             "data.tokenizer=<tokenizer.json>")
-        slurm = None
-        if a.cluster:
-            slurm = yaml.safe_load(Path(a.cluster).read_text()) or {}
         man = build(dcfg, a.out, vocab_size=a.vocab_size, workers=a.workers,
-                    launcher=a.launcher, progress=not a.quiet, slurm=slurm)
+                    progress=not a.quiet, runner=runner)
         if a.verify:
             bad = verify(a.out)
             if bad:
@@ -98,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
           f"({man['dtype']}, {len(man['shards']) // 2} units, "
           f"tokenizer {man['tokenizer']['sha256'][:12]}, vocab {man['tokenizer']['vocab_size']})")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ tiny-corpus rule holding out the lowest-hash document needs the whole corpus) an
 sample (the training documents of lowest sample hash up to `tokenizer_sample_bytes`: every
 training document, in order, when the corpus is smaller); this is where bad input is found, before
 any shard exists. (2) the tokenizer: given, or trained on the sample. (3) units, on N worker
-processes or a SLURM array; each unit's shards are written to temporary files and renamed, then
-its record (`units/unit-NNNNN.json`: tokens, documents, sha256) is written last, so a killed build
-resumes with the units that have a record and produces the same bytes. (4) `corpus.json`, the
-manifest, written atomically last: its presence means the corpus is complete.
+processes or through a launcher (`make corpus LAUNCHER=slurm`: a SLURM job array); each unit's
+shards are written to temporary files and renamed, then its record (`units/unit-NNNNN.json`:
+tokens, documents, sha256) is written last, so a killed build resumes with the units that have
+a record and produces the same bytes. (4) `corpus.json`, the manifest, written atomically last:
+its presence means the corpus is complete.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -56,7 +57,7 @@ from .sources import (
 )
 
 if TYPE_CHECKING:
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
 
 FORMAT = 1  # bump when the shard layout or the recipe changes
 MANIFEST = "corpus.json"
@@ -266,7 +267,7 @@ def make_tokenizer(dcfg: DataConfig, vocab_size: int | None, sample: list[str],
     train_bpe always did)."""
     from tokenizers import Tokenizer
 
-    from experiments.train.tokenizer import EOS, train_bpe
+    from .tokenizer import EOS, train_bpe
 
     if dcfg.tokenizer:
         p = Path(dcfg.tokenizer).expanduser()
@@ -336,7 +337,7 @@ def build_unit(out: str, unit: dict[str, Any], text_field: str, val_fraction: fl
         if unit_record_ok(outp, rec, dt.itemsize):
             return rec
     tok = _load_tok(outp / TOKENIZER)
-    from experiments.train.tokenizer import EOS
+    from .tokenizer import EOS
 
     eos = np.asarray([tok.token_to_id(EOS)], dtype=dt)
     forced = set(forced_val)
@@ -419,11 +420,20 @@ def read_manifest(out: str | os.PathLike) -> dict[str, Any] | None:
     return json.loads(p.read_text()) if p.is_file() else None
 
 
+class UnitRunner(Protocol):
+    """Runs the tokenizing units somewhere else (sweeps.launcher's launchers: a local process
+    pool, or a SLURM job array): `fn(*args)` for each argument tuple, results as they come."""
+
+    def map(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], *,
+            parallelism: int | None = None) -> Iterable[Any]: ...
+
+
 def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
-          workers: int = 1, launcher: str = "local", progress: bool = False,
+          workers: int = 1, progress: bool = False,
           cache_dir: str | os.PathLike | None = None,
-          slurm: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Build (or finish, or return) the corpus in `out`; return its manifest.
+          runner: UnitRunner | None = None) -> dict[str, Any]:
+    """Build (or finish, or return) the corpus in `out`; return its manifest. The units run
+    through `runner` when given (`workers` at once), else here (`workers` processes).
 
     DataError on bad input; a build that failed in its scan leaves nothing behind."""
     outp = Path(out).expanduser().resolve()
@@ -439,8 +449,7 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
     try:
         with flocked(outp / LOCK):  # one builder per directory; a killed one leaves no lock
             return _build_locked(dcfg, outp, req, vocab_size=vocab_size, workers=workers,
-                                 launcher=launcher, progress=progress, cache_dir=cache_dir,
-                                 slurm=slurm)
+                                 progress=progress, cache_dir=cache_dir, runner=runner)
     except DataError:
         if created and not (outp / PLAN).exists():  # bad input: leave nothing behind
             shutil.rmtree(outp, ignore_errors=True)
@@ -448,9 +457,8 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
 
 
 def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_size: int | None,
-                  workers: int, launcher: str, progress: bool,
-                  cache_dir: str | os.PathLike | None, slurm: dict[str, Any] | None
-                  ) -> dict[str, Any]:
+                  workers: int, progress: bool, cache_dir: str | os.PathLike | None,
+                  runner: UnitRunner | None) -> dict[str, Any]:
     man = read_manifest(outp)
     if man is not None:  # another builder finished it while we waited
         return man
@@ -487,7 +495,7 @@ def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_si
                 "dtype": dtype_for(vocab).str}
         atomic_write_json(plan_path, plan)
     recs = run_units(outp, plan, dcfg.text_field, dcfg.val_fraction, workers=workers,
-                     launcher=launcher, progress=progress, slurm=slurm)
+                     progress=progress, runner=runner)
     man = manifest_of(dcfg, plan, recs)
     atomic_write_json(outp / MANIFEST, man)
     shutil.rmtree(outp / "text", ignore_errors=True)  # the parts live on in the shards
@@ -495,8 +503,8 @@ def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_si
 
 
 def run_units(out: Path, plan: dict[str, Any], text_field: str, val_fraction: float, *,
-              workers: int, launcher: str, progress: bool,
-              slurm: dict[str, Any] | None) -> list[dict[str, Any]]:
+              workers: int, progress: bool,
+              runner: UnitRunner | None = None) -> list[dict[str, Any]]:
     units = plan["units"]
     itemsize = np.dtype(plan["dtype"]).itemsize
     recs: dict[int, dict[str, Any]] = {}
@@ -521,16 +529,10 @@ def run_units(out: Path, plan: dict[str, Any], text_field: str, val_fraction: fl
             bar.set_postfix(docs=f"{docs:,}", tokens=f"{toks:,}", refresh=False)
             bar.update(rec["bytes"])
 
-    if launcher == "slurm" and todo:
-        import submitit
-
-        ex = submitit.AutoExecutor(folder=str(out / "slurm"))
-        ex.update_parameters(**{"slurm_array_parallelism": workers, "cpus_per_task": 1,
-                                "timeout_min": 240, **(slurm or {})})
-        jobs = ex.map_array(build_unit, [str(out)] * len(todo), todo,
-                            *[[a] * len(todo) for a in args])
-        for j in jobs:
-            done(j.result())
+    if runner is not None and todo:  # a launcher's: every unit is one job of its own
+        for rec in runner.map(build_unit, [(str(out), u, *args) for u in todo],
+                              parallelism=workers):
+            done(rec)
     elif workers > 1 and len(todo) > 1:
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor, as_completed

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from common.io import sha256_file
 
 if TYPE_CHECKING:  # the config imports torch through model/; workers do not need it
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
 
 
 class DataError(ValueError):

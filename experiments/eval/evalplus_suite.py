@@ -25,10 +25,14 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from common import benchmarks
 from experiments.eval import codecheck
 
-DATASETS = {"humaneval_plus": ("humaneval", "humanevalplus/HumanEvalPlus-v0.1.10.jsonl"),
-            "mbpp_plus": ("mbpp", "mbppplus/MbppPlus-v0.2.0.jsonl")}
+DATASETS = {b.task: (str(b.stock), b.offline[0]) for b in benchmarks.BENCHMARKS
+            if b.suite == "evalplus" and b.task}
+"""task -> (evalplus's dataset name, its offline file): each row of common.benchmarks."""
+OVERRIDE_VARS = {"humaneval": "HUMANEVAL_OVERRIDE_PATH", "mbpp": "MBPP_OVERRIDE_PATH"}
+"""evalplus's dataset name -> the variable that points evalplus at a local copy."""
 # evalplus's stop strings for base models, and the Codex paper's for a new top-level statement
 STOP = ["<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main(", "\nprint(",
         "\nclass ", "\ndef ", "\n#", "\nassert ", '\n"""', "\n```"]
@@ -169,6 +173,5 @@ def set_override_env(data_dir: Path | None) -> None:
     """Point evalplus at the offline files; must run before evalplus is imported."""
     if data_dir is None:
         return
-    for task, var in (("humaneval_plus", "HUMANEVAL_OVERRIDE_PATH"),
-                      ("mbpp_plus", "MBPP_OVERRIDE_PATH")):
-        os.environ.setdefault(var, str(data_dir / DATASETS[task][1]))
+    for name, rel in DATASETS.values():
+        os.environ.setdefault(OVERRIDE_VARS[name], str(data_dir / rel))

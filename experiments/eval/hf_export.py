@@ -23,10 +23,11 @@ from pathlib import Path
 
 import torch
 
+from common import arms
 from common.io import unwritable
+from common.paths import RunDir
 from common.text import one_line
-from experiments.eval.lm_adapter import resolve_checkpoint
-from experiments.train.tokenizer import EOS
+from experiments.corpus.tokenizer import EOS
 from model import load_checkpoint
 from model.checkpoint import CheckpointError
 
@@ -80,7 +81,7 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
     from transformers import LlamaForCausalLM
 
     cfg = model.cfg
-    if cfg.is_free:
+    if arms.of_model(cfg.latent_bits).latent:  # only the baseline's class is a Llama
         raise ValueError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
                          "export a baseline (latent_bits=0)")
     hc = llama_config(cfg, eos_id)
@@ -113,16 +114,17 @@ def _umask_files(out: Path) -> None:
             f.chmod(0o666 & ~mask)
 
 
-def export(ckpt: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
+def export(ckpt: RunDir | str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write a LlamaForCausalLM (safetensors) and a fast tokenizer to out_dir."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     out = Path(out_dir)
     _check_out(out)
-    ck = load_checkpoint(resolve_checkpoint(ckpt))
+    run = ckpt if isinstance(ckpt, RunDir) else RunDir.at(ckpt)
+    ck = load_checkpoint(run.checkpoint())
     cfg = ck.config
-    if cfg.is_free:
+    if arms.of_model(cfg.latent_bits).latent:
         raise ExportError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
                           "export a baseline (latent_bits=0)")
     ref = ck.tokenizer

@@ -45,6 +45,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common import arms
+from common.paths import RunDir
+from common.records import RecordError, RunRecord
 from model.free_transformer import FreeTransformer, sample_codes, uniform_codes
 from model.transformer import Transformer
 
@@ -168,7 +171,7 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         n_bytes = int(token_bytes[val_y].sum())
         free = isinstance(m, FreeTransformer)
         out: dict[str, Any] = {
-            "arm": "free" if free else "baseline",
+            "arm": arms.of_model(free).name,
             "n_sequences": N, "n_tokens": n_tok, "n_bytes": n_bytes, "seed": seed,
             "provenance": "experiments/eval/likelihood.py validation_likelihood on the "
                           "corpus' fixed validation rows (val_x, val_y)"}
@@ -237,46 +240,53 @@ def spec_of(ks: Sequence[int], max_rows: int | None, seed: int) -> dict[str, Any
     return LikelihoodFile.spec_of(list(ks), max_rows, seed)
 
 
-def likelihood_file(run: Path, spec: dict[str, Any], step: int | None) -> Path:
+def likelihood_file(run: RunDir, spec: dict[str, Any], step: int | None) -> Path:
     """<run>/eval/likelihood.<spec_id>.step<N>.json (spec_id as for eval files)."""
     from common.records import LikelihoodFile
 
-    return run / "eval" / LikelihoodFile.file_name(spec, step)
+    return run.eval_file(LikelihoodFile.file_name(spec, step))
 
 
-def _run_corpus(run: Path, cfg: dict[str, Any]) -> Any:
-    """The run's corpus rebuilt from its config.yaml (same data section -> same val rows)."""
+def _corpus_info(rec: RunRecord) -> dict[str, Any]:
+    """The run record's `corpus` block (what the trainer's corpus was), {} when absent."""
+    info = rec.extra.get("corpus")
+    return dict(info) if isinstance(info, dict) else {}
+
+
+def run_corpus(run: RunDir, rec: RunRecord | None = None) -> Any:
+    """The run's corpus rebuilt from its run record (same data section -> same val rows);
+    `rec`: the record, when the caller read it already."""
     from dataclasses import fields
 
     from omegaconf import OmegaConf
 
     from common.paths import cache_dir
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
     from experiments.train.data import build_corpus
 
+    rec = rec if rec is not None else run.record()
     names = {f.name for f in fields(DataConfig)}
-    data = {k: v for k, v in (cfg.get("data") or {}).items() if k in names}
+    data = {k: v for k, v in rec.data.items() if k in names}
     dcfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), data))
-    train = cfg.get("train") or {}
-    return build_corpus(dcfg, vocab_size=int(cfg["model"]["vocab_size"]),
-                        seq_len=int(train.get("seq_len", 256)), seed=int(train.get("seed", 0)),
-                        cache_dir=cache_dir(run.parent.parent))
+    return build_corpus(dcfg, vocab_size=int(rec.model["vocab_size"]),
+                        seq_len=int(rec.train.get("seq_len", 256)),
+                        seed=int(rec.train.get("seed", 0)), cache_dir=cache_dir(run.root))
 
 
-def _corpus_mismatch(cfg: dict[str, Any], man: dict[str, Any], d: Path,
+def _corpus_mismatch(rec: RunRecord, man: dict[str, Any], d: Path,
                      n_val: int) -> str | None:
     """Why the corpus in `d` (manifest `man`, `n_val` validation rows) is not the one the run
-    of `cfg` (its config.yaml) trained on, else None: the same manifest file, or else the same
-    tokenizer, source checksums and validation rows as the run recorded (a value the run did
-    not record is not compared)."""
+    of `rec` trained on, else None: the same manifest file, or else the same tokenizer, source
+    checksums and validation rows as the run recorded (a value the run did not record is not
+    compared)."""
     from common.io import sha256_file
     from experiments.corpus.build import MANIFEST
 
-    info = cfg.get("corpus") if isinstance(cfg.get("corpus"), dict) else {}
+    info = _corpus_info(rec)
     want = info.get("manifest_sha256")
     if want and (d / MANIFEST).is_file() and sha256_file(d / MANIFEST) == want:
         return None
-    sums = (cfg.get("provenance") or {}).get("data_checksums")
+    sums = rec.provenance.get("data_checksums")
     for what, ran, here in (
             ("tokenizer sha256", info.get("tokenizer_sha256"),
              (man.get("tokenizer") or {}).get("sha256")),
@@ -287,31 +297,31 @@ def _corpus_mismatch(cfg: dict[str, Any], man: dict[str, Any], d: Path,
     return None
 
 
-def validation_rows(rdir: Path, cfg: dict[str, Any], max_rows: int | None = None
+def validation_rows(run: RunDir, max_rows: int | None = None, rec: RunRecord | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, Any]]:
     """The run's fixed validation rows (the first `max_rows`, None: all) as the trainer
     validated on them, the UTF-8 bytes of each token id, and how they were read (the
     likelihood file's `rows_read`):
 
     - "shards": the run's corpus is a built one still on disk (data.corpus, or the cache
-      directory config.yaml's `corpus.dir` names) and is the one it trained on
+      directory the run record's `corpus.dir` names) and is the one it trained on
       (`_corpus_mismatch`): only the scored rows are read from the memory-mapped val shards
       (`experiments.train.data.open_val_rows`), nothing tokenized, memory independent of the
       corpus' size; bytes per token from its tokenizer file.
-    - "rebuilt": otherwise (synthetic data; a cache since deleted): `_run_corpus`, the run's
+    - "rebuilt": otherwise (synthetic data; a cache since deleted): `run_corpus`, the run's
       data section built again as training builds it (a cached corpus is only opened), then
-      checked the same way. LikelihoodError when the corpus is not the run's."""
+      checked the same way. LikelihoodError when the corpus is not the run's. `rec`: the run
+      record, when the caller read it already."""
     from tokenizers import Tokenizer
 
     from experiments.corpus.build import MANIFEST, TOKENIZER
-    from experiments.train.config import DataConfig
+    from experiments.corpus.config import DataConfig
+    from experiments.corpus.tokenizer import BPETokenizer
     from experiments.train.data import DataError, open_val_rows
-    from experiments.train.tokenizer import BPETokenizer
 
-    data = cfg.get("data") if isinstance(cfg.get("data"), dict) else {}
-    info = cfg.get("corpus") if isinstance(cfg.get("corpus"), dict) else {}
-    train = cfg.get("train") or {}
-    seq_len = int(train.get("seq_len", 256))
+    rec = rec if rec is not None else run.record()
+    data, info = rec.data, _corpus_info(rec)
+    seq_len = int(rec.train.get("seq_len", 256))
     named = data.get("corpus")
     where = named or info.get("dir")
     d = Path(where).expanduser() if where else None
@@ -321,7 +331,7 @@ def validation_rows(rdir: Path, cfg: dict[str, Any], max_rows: int | None = None
                                         seq_len, max_rows)
         except DataError as e:
             raise LikelihoodError(str(e)) from None
-        why = _corpus_mismatch(cfg, man, d, man["val_sequences"])
+        why = _corpus_mismatch(rec, man, d, man["val_sequences"])
         if why is None:
             tok = BPETokenizer(Tokenizer.from_file(str(d / TOKENIZER)))
             tb = torch.tensor(tok.token_bytes(), dtype=torch.long)
@@ -329,9 +339,9 @@ def validation_rows(rdir: Path, cfg: dict[str, Any], max_rows: int | None = None
                                 "rows": int(vx.shape[0]),
                                 "val_sequences": man["val_sequences"]}
         if named:  # a named corpus is only ever opened: rebuilding reads the same directory
-            raise LikelihoodError(f"{d}: not the corpus run {rdir.name} trained on ({why})")
+            raise LikelihoodError(f"{d}: not the corpus run {run.run_id} trained on ({why})")
     try:
-        corpus = _run_corpus(rdir, cfg)
+        corpus = run_corpus(run, rec)
     except DataError as e:
         raise LikelihoodError(str(e)) from None
     vx, vy = corpus.val_x, corpus.val_y
@@ -340,21 +350,22 @@ def validation_rows(rdir: Path, cfg: dict[str, Any], max_rows: int | None = None
     if built:
         from experiments.train.data import read_manifest
 
-        why = _corpus_mismatch(cfg, read_manifest(built) or {}, Path(built), n_val)
+        why = _corpus_mismatch(rec, read_manifest(built) or {}, Path(built), n_val)
     else:  # synthetic: generated from fixed seeds; its row count is what the run recorded
         want = info.get("val_sequences")
         why = None if want is None or want == n_val else "its validation rows differ"
     if why is not None:
-        raise LikelihoodError(f"the corpus rebuilt from {rdir / 'config.yaml'} is not the one "
-                              f"run {rdir.name} trained on ({why})")
+        raise LikelihoodError(f"the corpus rebuilt from {run.record_path} is not the one "
+                              f"run {run.run_id} trained on ({why})")
     if max_rows is not None:
         vx, vy = vx[:max_rows], vy[:max_rows]
     return vx, vy, corpus.token_bytes, {"path": "rebuilt", "corpus_dir": built,
                                         "rows": int(vx.shape[0]), "val_sequences": n_val}
 
 
-def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None = None,
-                seed: int = 12345, batch_size: int = 8, device: str | None = None) -> Path:
+def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
+                max_rows: int | None = None, seed: int = 12345, batch_size: int = 8,
+                device: str | None = None) -> Path:
     """Validation likelihood of a finished run's final checkpoint -> the file written.
 
     The model's weights only (never the optimizer state) load straight onto `device` (None:
@@ -363,25 +374,20 @@ def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None 
     come from CPU generators, so the numbers do not depend on the device's RNG."""
     import json
 
-    import yaml
-
     from common.io import atomic_write_text
-    from common.paths import final_checkpoint
     from common.records import LikelihoodFile
     from model.checkpoint import CheckpointError, load_weights
 
-    run = Path(run)
-    ck = final_checkpoint(run) if run.is_dir() else run
-    rdir = ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
+    run = run if isinstance(run, RunDir) else RunDir.at(run)
+    ck = run.final_or_target()
     if not ck.is_file():
         raise LikelihoodError(f"no checkpoint at {ck} (train the run first, or pass a .pt)")
-    cpath = rdir / "config.yaml"
-    if not cpath.is_file():
-        raise LikelihoodError(f"no config.yaml in {rdir}: not a run directory")
+    if not run.has_record:
+        raise LikelihoodError(f"no {run.record_path.name} in {run.path}: not a run directory")
     try:
-        cfg = yaml.safe_load(cpath.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise LikelihoodError(f"{cpath} is corrupt: {str(e).splitlines()[0]}") from None
+        cfg = run.record()
+    except RecordError as e:
+        raise LikelihoodError(str(e)) from None
     if device in (None, "", "auto"):
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -391,14 +397,14 @@ def measure_run(run: Path, ks: Sequence[int] = DEFAULT_KS, max_rows: int | None 
     step = loaded.extra.get("step")
     step = int(step) if isinstance(step, int) else None
     spec = spec_of(ks, max_rows, seed)
-    out = likelihood_file(rdir, spec, step)
-    vx, vy, token_bytes, rows_read = validation_rows(rdir, cfg, max_rows)
+    out = likelihood_file(run, spec, step)
+    vx, vy, token_bytes, rows_read = validation_rows(run, max_rows, cfg)
     rec = validation_likelihood(loaded.model, vx, vy, token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)
     doc = LikelihoodFile.from_json({
         **rec, "rows_read": rows_read,
         "suite": "likelihood", "spec": spec, "spec_id": out.name.split(".")[1],
-        "checkpoint_step": step, "run_id": rdir.name, "checkpoint": str(ck),
+        "checkpoint_step": step, "run_id": run.run_id, "checkpoint": str(ck),
         "unit": "nats per token (nll), bits per byte (bpb); bounds: the NLL is an upper "
                 "bound on the true NLL for the Free Transformer, exact for the baseline"})
     return atomic_write_text(out, json.dumps(doc.to_json(), indent=1, sort_keys=True) + "\n")
@@ -427,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m experiments.eval.likelihood",
         description="Validation bits per byte with honest bounds (FT: IWAE at each k; baseline: "
                     "exact) -> <run>/eval/likelihood.<spec_id>.step<N>.json")
-    ap.add_argument("run", help="run dir (its checkpoints/final.pt) or a checkpoint .pt")
+    ap.add_argument("run", help="run dir (its final checkpoint) or a checkpoint .pt")
     ap.add_argument("--k", default=",".join(map(str, DEFAULT_KS)),
                     help="IWAE sample counts, e.g. 1,8,64")
     ap.add_argument("--max-rows", type=int, default=None,
@@ -444,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise LikelihoodError(f"{flag}: {v} must be >= 1")
         if not Path(a.run).exists():
             raise LikelihoodError(f"{a.run}: no such run directory or checkpoint")
-        path = measure_run(Path(a.run), ks, a.max_rows, a.seed, a.batch_size,
+        path = measure_run(RunDir.at(a.run), ks, a.max_rows, a.seed, a.batch_size,
                            _device(a.device))
     except (LikelihoodError, ValueError) as e:
         print(f"likelihood: error: {' '.join(str(e).split())}", file=sys.stderr)

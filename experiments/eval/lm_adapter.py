@@ -61,7 +61,6 @@ import hashlib
 import logging
 import math
 import os
-import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -75,8 +74,9 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from tqdm import tqdm
 
 import model.free_transformer as ftm
-from common.paths import FINAL_CHECKPOINT, step_checkpoints
-from experiments.train.tokenizer import TextTokenizer, tokenizer_from_ref
+from common import arms
+from common.paths import RunDir, checkpoint_step_of
+from experiments.corpus.tokenizer import TextTokenizer, tokenizer_from_ref
 from model.checkpoint import load_weights
 
 Z_MODES = ("prior", "prior-k", "posterior")
@@ -173,17 +173,9 @@ def text_stop(until: Sequence[str],
 
 
 def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint file, or a run dir -> its checkpoints/final.pt, else the newest step_N.pt."""
-    p = Path(path)
-    if p.is_file():
-        return p
-    ck = p / "checkpoints" if (p / "checkpoints").is_dir() else p
-    if (ck / FINAL_CHECKPOINT).is_file():
-        return ck / FINAL_CHECKPOINT
-    steps = step_checkpoints(ck)
-    if steps:
-        return steps[-1][1]
-    raise FileNotFoundError(f"no checkpoint at {path} (looked for final.pt and step_N.pt)")
+    """`RunDir.at(path).checkpoint()`: kept only for bench/full_eval.py until it takes a
+    RunDir (the one resolver is common.paths.RunDir)."""
+    return RunDir.at(path).checkpoint()
 
 
 def _bool(v: Any) -> bool:
@@ -195,8 +187,7 @@ def checkpoint_step(path: str | os.PathLike, extra: dict[str, Any] | None) -> in
     step = (extra or {}).get("step")
     if isinstance(step, int) and not isinstance(step, bool):
         return step
-    m = re.fullmatch(r"step_(\d+)\.pt", Path(path).name)
-    return int(m.group(1)) if m else None
+    return checkpoint_step_of(path)
 
 
 def share(costs: Sequence[float], world: int) -> list[int]:
@@ -271,7 +262,8 @@ def local_device(device: str) -> str:
 class FTBenchLM(TemplateLM):
     """Scores our baseline / Free Transformer checkpoints under lm-eval."""
 
-    def __init__(self, checkpoint: str | None = None, model: torch.nn.Module | None = None,
+    def __init__(self, checkpoint: str | RunDir | None = None,
+                 model: torch.nn.Module | None = None,
                  tokenizer: TextTokenizer | dict | None = None, z: str = "prior", k: int = 1,
                  seed: int = 0, batch_size: int | str = 16, max_gen_toks: int | None = None,
                  device: str = "cpu", max_length: int | None = None,
@@ -281,8 +273,9 @@ class FTBenchLM(TemplateLM):
         if z not in Z_MODES:
             raise ValueError(f"z={z!r}: allowed {Z_MODES}")
         self.checkpoint_step: int | None = None
-        if checkpoint is not None:
-            path = resolve_checkpoint(checkpoint)
+        if checkpoint is not None:  # a RunDir, or what lm-eval's --model_args names: a run or a .pt
+            run = checkpoint if isinstance(checkpoint, RunDir) else RunDir.at(checkpoint)
+            path = run.checkpoint()
             ck = load_weights(path, device)  # weights only: never the optimizer state
             model, tokenizer = ck.model, ck.tokenizer
             self.checkpoint_step = checkpoint_step(path, ck.extra)
@@ -291,7 +284,8 @@ class FTBenchLM(TemplateLM):
         self.model = model.eval()
         self.tok = tokenizer if isinstance(tokenizer, TextTokenizer) else \
             tokenizer_from_ref(tokenizer)
-        self.is_free = bool(getattr(self.model.cfg, "is_free", False))
+        # the model's kind (its Arm record): whether it has a Z to draw, and what its files say
+        self.arm = arms.of_model(int(getattr(self.model.cfg, "latent_bits", 0) or 0))
         self.z = z
         self.k = int(k) if z == "prior-k" else 1
         if self.k < 1:
@@ -375,11 +369,11 @@ class FTBenchLM(TemplateLM):
 
     @property
     def leaks(self) -> bool:
-        return self.is_free and self.z == "posterior"
+        return self.arm.latent and self.z == "posterior"
 
     def protocol(self) -> dict[str, str]:
         """What Z saw, per request type (written into every eval file as `protocol`)."""
-        if not self.is_free:
+        if not self.arm.latent:
             return dict.fromkeys(REQUEST_TYPES, "no latent Z (baseline model)")
         draws = f"; {self.k} draws of Z per request, likelihoods averaged" if self.k > 1 else ""
         gen = ("encoder: the prompt only (cut from the left only if it alone fills the window); "
@@ -551,7 +545,7 @@ class FTBenchLM(TemplateLM):
         generator keyed by the context, a continuation row's prior codes from one keyed by the
         context and the row, so every score equals the score of the request alone."""
         wins = [self._window(*p) for p in pieces]
-        draws = self.k if self.is_free else 1  # the baseline is deterministic
+        draws = self.k if self.arm.latent else 1  # the baseline is deterministic
         # (n_cont, V) log-probs live only until their piece's draws are all in: each group of
         # pieces is reduced to (per-draw sum, greedy) at once, so memory does not grow with the
         # number of requests (a task's full set of vocabulary-wide rows is tens of GB)
@@ -565,7 +559,7 @@ class FTBenchLM(TemplateLM):
 
         bar = tqdm(total=len(pieces) * draws, desc="loglikelihood",
                    disable=disable_tqdm or not self.progress)
-        if self.is_free and self.z == "posterior":
+        if self.arm.latent and self.z == "posterior":
             # the leaking diagnostic: the encoder reads the scored tokens, so nothing is shared
             # but identical inputs; one row per input, each with its own generator
             rows: dict[tuple[int, ...], list[int]] = {}
@@ -621,7 +615,7 @@ class FTBenchLM(TemplateLM):
         """Sorted context keys -> runs of consecutive contexts with the length of the prefix
         they all share (0 = none). Baseline only: the Free Transformer's encoder reads the
         whole context, so its codes (hence every block from L/2 on) differ per context."""
-        if self.is_free:
+        if self.arm.latent:
             return [([k], 0) for k in keys]
         runs: list[tuple[list[tuple[tuple[int, ...], int]], int]] = []
         for k in keys:
@@ -658,7 +652,7 @@ class FTBenchLM(TemplateLM):
         else:
             cache = m.new_cache(1, cap)
             kw: dict[str, Any] = {}
-            if self.is_free:
+            if self.arm.latent:
                 kw = {"z": "prior", "prefix_len": torch.tensor([pre], device=dev),
                       "generator": self._gen_for(draw, "context", c_in, pre)}
             out = m.extend(torch.tensor([c_in], device=dev), cache,
@@ -673,7 +667,7 @@ class FTBenchLM(TemplateLM):
             for b, t in enumerate(chunk):
                 toks[b, :len(t)] = torch.tensor(t, dtype=torch.long)
             kw = {}
-            if self.is_free:
+            if self.arm.latent:
                 # every continuation position gets its own prior code (pinned here so the draw
                 # is the row's, whatever it is batched with); padding's code is never read
                 H = m.cfg.latent_bits

@@ -19,8 +19,8 @@ import argparse
 import sys
 
 from common.text import one_line
-from experiments.eval import benchdata
 from experiments.eval.run import EvalArgsError, resolve_device
+from experiments.eval.tasks import benchdata
 from model.checkpoint import CheckpointError
 
 
@@ -49,7 +49,7 @@ def _drop(argv: list[str], name: str) -> list[str]:
 def build_argv(argv: list[str]) -> list[str]:
     """Our flags resolved into the lm-eval argv (EvalArgsError / DataError / FileNotFoundError
     on bad input, before anything loads)."""
-    from experiments.eval.lm_adapter import resolve_checkpoint
+    from common.paths import RunDir
 
     ours = argparse.ArgumentParser(add_help=False)
     ours.add_argument("--ckpt")
@@ -57,7 +57,7 @@ def build_argv(argv: list[str]) -> list[str]:
     a, rest = ours.parse_known_args(argv)
     rest = [x for x in rest if x != "run"]
     if a.ckpt:
-        ck = resolve_checkpoint(a.ckpt)  # FileNotFoundError: one line
+        ck = RunDir.at(a.ckpt).checkpoint()  # FileNotFoundError: one line
         if "," in str(ck):
             raise EvalArgsError(f"--ckpt {ck}: a path with a comma cannot go into --model_args")
         given = _flag(rest, "--model_args")

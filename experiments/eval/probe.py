@@ -41,6 +41,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from common import arms
+from common.paths import RunDir
 from model.free_transformer import FreeTransformer, kl_to_uniform, sample_codes, uniform_codes
 
 SCHEMA = "ftbench-probe-v1"
@@ -331,7 +333,7 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
                                int(o["groups"]), float(o["temperature"]), seed,
                                int(o["n_boot"]))
         lap("steering_s")
-        return {"arm": "free", "latent_bits": m.cfg.latent_bits,
+        return {"arm": arms.of_model(m.cfg.latent_bits).name, "latent_bits": m.cfg.latent_bits,
                 "kappa_bits": kappa, "n_rows": int(val_x.shape[0]),
                 "seq_len": int(val_x.shape[1]), "n_tokens": int(val_y.numel()),
                 "kl": kl, "collapse": coll, "ablations": abl, "steering": steer,
@@ -400,40 +402,39 @@ def _reusable(path: Path, sid: str, ident: str) -> bool:
         and doc.get("checkpoint_identity") == ident
 
 
-def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | None = None,
-              device: str | None = None) -> tuple[Path, bool]:
-    """Probe a run's final checkpoint (or a given .pt) -> (file, reused). Raises ProbeError."""
-    import yaml
-
+def probe_run(run: RunDir | str | Path, opts: dict[str, Any] | None = None,
+              out_dir: Path | None = None, device: str | None = None) -> tuple[Path, bool]:
+    """Probe a run's final checkpoint (or the .pt it was given as: `RunDir.at`) -> (file,
+    reused). Raises ProbeError."""
     from common.io import atomic_write_text, unwritable
     from common.provenance import git_state, loadavg, peak_rss_mb, versions
-    from experiments.eval.likelihood import _run_corpus
+    from common.records import RecordError
+    from experiments.eval.likelihood import run_corpus
     from experiments.eval.run import ckpt_identity
     from model.checkpoint import CheckpointError, load_checkpoint
 
     o = {**DEFAULTS, **(opts or {})}
     _check_opts(o)
-    run = Path(run)
-    if not run.exists():
-        raise ProbeError(f"{run}: no such run directory or checkpoint")
-    ck = run / "checkpoints" / "final.pt" if run.is_dir() else run
-    rdir = ck.parent.parent if ck.parent.name == "checkpoints" else ck.parent
+    given = (run.target or run.path) if isinstance(run, RunDir) else Path(run)
+    if not given.exists():
+        raise ProbeError(f"{given}: no such run directory or checkpoint")
+    run = run if isinstance(run, RunDir) else RunDir.at(run)
+    ck = run.final_or_target()
     if not ck.is_file():
         raise ProbeError(f"no checkpoint at {ck} (train the run first, or pass a .pt)")
-    cpath = rdir / "config.yaml"
-    if not cpath.is_file():
-        raise ProbeError(f"no config.yaml in {rdir}: not a run directory (the probe reads the "
-                         "run's validation rows)")
+    if not run.has_record:
+        raise ProbeError(f"no {run.record_path.name} in {run.path}: not a run directory (the "
+                         "probe reads the run's validation rows)")
     try:
-        cfg = yaml.safe_load(cpath.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ProbeError(f"{cpath} is corrupt: {str(e).splitlines()[0]}") from None
-    if not isinstance(cfg, dict) or not isinstance(cfg.get("model"), dict):
-        raise ProbeError(f"{cpath} has no model section: not a run's config")
-    if int(cfg["model"].get("latent_bits") or 0) == 0:
-        raise ProbeError(f"{rdir.name} is a baseline (latent_bits=0): the probes measure a Free "
-                         "Transformer's latent Z; give a Free Transformer run")
-    out_dir = Path(out_dir) if out_dir is not None else rdir / "eval"
+        rec = run.record()
+    except RecordError as e:
+        raise ProbeError(str(e)) from None
+    if not rec.model:
+        raise ProbeError(f"{run.record_path} has no model section: not a run's config")
+    if not arms.of_model(rec.latent_bits).latent:
+        raise ProbeError(f"{run.run_id} is a baseline (latent_bits=0): the probes measure a "
+                         "Free Transformer's latent Z; give a Free Transformer run")
+    out_dir = Path(out_dir) if out_dir is not None else run.eval_dir
     bad = unwritable(out_dir)
     if bad is not None:
         raise ProbeError(f"--out: {bad}")
@@ -455,7 +456,7 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
     step = int(step) if isinstance(step, int) else None
     dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = loaded.model.to(dev)
-    corpus = _run_corpus(rdir, cfg)
+    corpus = run_corpus(run, rec)
     n_avail, T = corpus.val_x.shape
     if o["rows"] > n_avail:
         raise ProbeError(f"--rows: {o['rows']} exceeds the run's {n_avail} validation rows")
@@ -467,7 +468,7 @@ def probe_run(run: Path, opts: dict[str, Any] | None = None, out_dir: Path | Non
     rec = probe_model(model, corpus.val_x[:o["rows"]], corpus.val_y[:o["rows"]], o)
     commit, dirty = git_state()
     doc = {"schema": SCHEMA, "suite": "probe", "spec": spec, "spec_id": sid,
-           "run_id": rdir.name, "checkpoint": str(ck), "checkpoint_step": step,
+           "run_id": run.run_id, "checkpoint": str(ck), "checkpoint_step": step,
            "checkpoint_identity": ident, **rec,
            "elapsed_s": round(time.time() - t0, 2),
            "provenance": {"git_commit": commit, "git_dirty": dirty,
@@ -494,7 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m experiments.eval.probe",
         description="Does the decoder use Z? KL per bit and position, Z ablations, steering -> "
                     "<run>/eval/probe.<spec_id>.step<N>.json (docs/PROBE.md)")
-    ap.add_argument("run", help="run dir (its checkpoints/final.pt) or a checkpoint .pt in it")
+    ap.add_argument("run", help="run dir (its final checkpoint) or a checkpoint .pt in it")
     ap.add_argument("--rows", type=int, default=DEFAULTS["rows"],
                     help="validation rows probed (the first N)")
     ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
@@ -513,7 +514,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     opts = {k: getattr(a, k) for k in DEFAULTS}
     try:
-        path, reused = probe_run(Path(a.run), opts, Path(a.out) if a.out else None, a.device)
+        path, reused = probe_run(a.run, opts, Path(a.out) if a.out else None, a.device)
     except (ProbeError, ValueError) as e:
         print(f"probe: error: {one_line(e)}", file=sys.stderr)
         return 2

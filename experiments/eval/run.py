@@ -5,7 +5,7 @@ Design choices:
 - the model is wrapped natively for lm-eval (`experiments.eval.lm_adapter.FTBenchLM`); the
   stock task names and their prompts, few-shot defaults and metrics are used as they are.
   Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
-  the files are checked against the pinned sha256 sums (`experiments.eval.benchdata`);
+  the files are checked against the pinned sha256 sums (`experiments.eval.tasks.benchdata`);
 - Free Transformer modes (docs/DESIGN.md, "Honest evaluation"): `prior` (default; one draw of
   Z, seed recorded), `prior-k` (likelihood averaged over k draws, spread reported),
   `posterior` (leaks; the result file says `"leaks": true`);
@@ -47,31 +47,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from common import benchmarks
 from common.io import atomic_write_text, unwritable
+from common.paths import RunDir
 from common.provenance import git_commit, versions
-from common.records import (  # noqa: F401 - the task sets, spec_id, suite_file: importers
-    EVALPLUS_TASKS,
-    LM_EVAL_TASKS,
-    LOGLIK_TASKS,
+from common.records import (  # noqa: F401 - spec_id, suite_file: importers
     SCHEMAS,
     Z_MODES,
     EvalFile,
     EvalRequest,
     EvalRuntime,
     EvalSpec,
+    RecordError,
     spec_id,
     suite_file,
     suites_of,
 )
 from common.text import one_line
-from experiments.eval import benchdata
+from experiments.eval.tasks import benchdata
 from model.checkpoint import CheckpointError
 
-DEFAULT_TASKS = LM_EVAL_TASKS + EVALPLUS_TASKS
-# The rest of the paper's table, through stock task names; not in the default set. All but race
-# also run offline (experiments.eval.tasks.OFFLINE_TASKS); race has no offline copy.
-ONLINE_EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "race", "boolq",
-                "nq_open", "triviaqa")
+DEFAULT_TASKS = benchmarks.tasks(default=True, order="run")
+"""The default set (common.benchmarks): the lm-eval suite's, then evalplus's."""
+ONLINE_EXTRA = benchmarks.tasks(default=False)
+"""The rest of the paper's table, through stock task names; not in the default set. Each
+runs offline too where its row has an offline copy (`offline_ready`); race has none."""
 SCHEMA = SCHEMAS["eval"]
 VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 """Packages whose versions an eval file records."""
@@ -82,31 +82,23 @@ class EvalArgsError(ValueError):
 
 
 # ---------------------------------------------------------------------------- helpers
-def run_paths(ckpt: Path) -> tuple[str, Path]:
-    """(run_id, eval dir) for a checkpoint at <run dir>/checkpoints/<name>.pt."""
-    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    return run_dir.name, run_dir / "eval"
-
-
-def trained_context(ckpt: Path) -> int | None:
-    """The window a checkpoint's model was trained at: its run record's train.seq_len
-    (`<run dir>/config.yaml`); None when the checkpoint has no run record (the model's
-    max_seq_len is then used). A run record that cannot be read is an EvalArgsError."""
-    import yaml
-
-    run_dir = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
-    rec = run_dir / "config.yaml"
-    if not rec.is_file():
+def trained_context(run: RunDir | str | os.PathLike) -> int | None:
+    """The window a run's model was trained at: its run record's train.seq_len; None when the
+    checkpoint has no run record (the model's max_seq_len is then used). A run record that
+    cannot be read is an EvalArgsError. A path is read as `RunDir.at(path)`."""
+    run = run if isinstance(run, RunDir) else RunDir.at(run)
+    if not run.has_record:
         return None
     try:
-        cfg = yaml.safe_load(rec.read_text(encoding="utf-8")) or {}
-        seq = (cfg.get("train") or {}).get("seq_len") if isinstance(cfg, dict) else None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise EvalArgsError(f"run record {rec} is unreadable: {one_line(e)[:200]}") from None
+        seq = run.record().train.get("seq_len")
+    except (OSError, RecordError) as e:
+        raise EvalArgsError(f"run record {run.record_path} is unreadable: "
+                            f"{one_line(e)[:200]}") from None
     if seq is None:
         return None
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 2:
-        raise EvalArgsError(f"run record {rec}: train.seq_len={seq!r} is not a window length")
+        raise EvalArgsError(f"run record {run.record_path}: train.seq_len={seq!r} is not a "
+                            "window length")
     return seq
 
 
@@ -152,13 +144,11 @@ def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------- lm-eval suite
-# the metric each task's table row shows (analysis/paper_groups.py: the paper's metric, or the
-# closest stock one); any other task: acc
-_PRIMARY = {"gsm8k": ("exact_match,strict-match", True), "mmlu": ("acc,none", True),
-            "nq_open": ("exact_match,remove_whitespace", True),
-            "triviaqa": ("exact_match,remove_whitespace", True),
-            **{t: ("acc_norm,none", True) for t in ("hellaswag", "piqa", "openbookqa",
-                                                     "arc_easy", "arc_challenge")}}
+def primary_metric(task: str) -> str:
+    """The metric a task's entry marks primary: its benchmark row's (common.benchmarks); any
+    other stock task: acc."""
+    row = benchmarks.find(task)
+    return row.primary if row is not None else "acc"
 
 
 def _task_entry(name: str, res: dict, samples: list[dict], n: int, fewshot: int,
@@ -171,7 +161,7 @@ def _task_entry(name: str, res: dict, samples: list[dict], n: int, fewshot: int,
         mname = metric if filt == "none" else f"{metric},{filt}"
         metrics[mname] = {"value": _num(val), "stderr": _num(res.get(f"{metric}_stderr,{filt}")),
                           "n": n}
-    primary = _PRIMARY.get(name, ("acc,none", True))[0].replace(",none", "")
+    primary = primary_metric(name)
     if primary not in metrics and metrics:
         primary = next(iter(metrics))
     items: dict[Any, dict] = {}
@@ -234,12 +224,10 @@ class _DropCustomDatasetNotice(logging.Filter):
 
 def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> dict:
     """A task whose run died: its metrics are missing (null), never 0."""
-    if name.endswith("_gold_bpb"):
+    if name.endswith(benchmarks.GOLD_BPB_SUFFIX):
         primary, hib = "bpb", False
-    elif name in EVALPLUS_TASKS:
-        primary, hib = "pass@1_plus", True
     else:
-        primary, hib = _PRIMARY.get(name, ("acc,none", True))[0].replace(",none", ""), True
+        primary, hib = primary_metric(name), True
     msg = err if isinstance(err, str) else f"{type(err).__name__}: {err}"
     line = one_line(msg)[:300] or "unknown error"
     return {"primary": primary, "higher_is_better": hib, "n": None, "fewshot": fewshot,
@@ -274,8 +262,6 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
     import lm_eval
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    from experiments.eval.tasks import PARTIAL
-
     native: list[dict] = []
     if data is not None:
         from experiments.eval.tasks import offline_task_manager
@@ -306,26 +292,30 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
                 n = nsam.get(t, {}).get("effective", len(smp))
                 fs = shots.get(t, 0)
             entries[t] = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
-            if data is not None and t in PARTIAL:  # offline copy is not the whole eval set
-                entries[t]["partial"] = PARTIAL[t]
+            partial = (row := benchmarks.find(t)) and row.partial
+            if data is not None and partial:  # the offline copy is not the whole eval set
+                entries[t]["partial"] = partial
             gen = _gen_args(smp)
             if gen:
                 entries[t]["truncation"] = lm.truncation_record(gen)
         except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
             logging.getLogger(__name__).exception("task %s failed", t)
             entries[t] = _error_entry(t, e, fewshot)
-    if "gsm8k" in tasks:
+    for t in tasks:  # the gold answers' bits per byte, for the rows that score them
+        gold = (row := benchmarks.find(t)) and row.task == t and row.gold_task
+        if not gold:
+            continue
         try:
-            task = get_task_dict(["gsm8k"], tm)["gsm8k"]
+            task = get_task_dict([t], tm)[t]
             docs = list(task.eval_docs)[: limit or None]
             delim = task.config.target_delimiter
             pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
             from experiments.eval.evalplus_suite import gold_bpb
 
-            entries["gsm8k_gold_bpb"] = gold_bpb(lm, pairs)
+            entries[gold] = gold_bpb(lm, pairs)
         except Exception as e:  # noqa: BLE001
-            logging.getLogger(__name__).exception("gsm8k_gold_bpb failed")
-            entries["gsm8k_gold_bpb"] = _error_entry("gsm8k_gold_bpb", e, 0)
+            logging.getLogger(__name__).exception("%s failed", gold)
+            entries[gold] = _error_entry(gold, e, 0)
     if native_dir is not None and native:
         write_native(native, native_dir, run_id)
     return entries
@@ -370,17 +360,14 @@ def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- main entry
-def run_eval(ckpt: str | os.PathLike, request: EvalRequest,
+def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
              runtime: EvalRuntime | None = None) -> dict[str, Path]:
-    """Evaluate a checkpoint as `request` asks (what decides the numbers); `runtime` says how
-    (device, batch size, output folder: nothing that changes a number). Returns {suite: path of
-    the result JSON}. Each suite's spec is `request.specs(...)`, as `planned_specs` builds it."""
-    from experiments.eval.lm_adapter import (
-        DataParallel,
-        FTBenchLM,
-        local_device,
-        resolve_checkpoint,
-    )
+    """Evaluate a run's checkpoint (`run.checkpoint()`: the named .pt, else final.pt, else the
+    newest step; a path is read as `RunDir.at(path)`) as `request` asks (what decides the
+    numbers); `runtime` says how (device, batch size, output folder: nothing that changes a
+    number). Returns {suite: path of the result JSON}. Each suite's spec is
+    `request.specs(...)`, as `planned_specs` builds it."""
+    from experiments.eval.lm_adapter import DataParallel, FTBenchLM, local_device
 
     runtime = runtime or EvalRuntime()
     req = request if request.tasks else dataclasses.replace(request, tasks=DEFAULT_TASKS)
@@ -389,12 +376,12 @@ def run_eval(ckpt: str | os.PathLike, request: EvalRequest,
     ddir = benchdata.data_dir(req.data)
     check_tasks(tasks, ddir, fewshot)
     device = resolve_device(runtime.device)
-    ck = resolve_checkpoint(ckpt)
-    run_id, eval_dir = run_paths(ck)
-    if runtime.out_dir is not None:
-        eval_dir = Path(runtime.out_dir)
+    run = run if isinstance(run, RunDir) else RunDir.at(run)
+    ck = run.checkpoint()
+    run_id = run.run_id
+    eval_dir = Path(runtime.out_dir) if runtime.out_dir is not None else run.eval_dir
     check_writable(eval_dir)
-    context = trained_context(ck)
+    context = trained_context(run)
     # under torchrun every process loads the model; rank 0 runs lm-eval and writes every file,
     # the others score their share of each batch of requests (lm_adapter.DataParallel)
     device = local_device(device)
@@ -483,8 +470,8 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
         nreq = _request_count(lm) - n0
         doc = EvalFile(
             suite=suite, spec=spec, spec_id=spec.id, run_id=run_id, checkpoint=str(ck),
-            checkpoint_step=lm.checkpoint_step, arm="free" if lm.is_free else "baseline",
-            z_mode=z if lm.is_free else "prior", k=k, leaks=lm.leaks, seed=seed, limit=limit,
+            checkpoint_step=lm.checkpoint_step, arm=lm.arm.name,
+            z_mode=z if lm.arm.latent else "prior", k=k, leaks=lm.leaks, seed=seed, limit=limit,
             tasks=entries,
             extra=head | {"data_checksums": dict(spec.data_checksums),
                           "elapsed_s": round(elapsed, 2), "requests": nreq,
@@ -614,9 +601,7 @@ def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None)
     known = DEFAULT_TASKS + ONLINE_EXTRA
     unknown = [t for t in tasks if t not in known]
     if unknown and ddir is not None:
-        from experiments.eval.tasks import OFFLINE_TASKS
-
-        unknown = [t for t in unknown if t not in OFFLINE_TASKS]
+        unknown = [t for t in unknown if t not in benchmarks.tasks(offline_ready=True)]
     if unknown:  # maybe a stock lm-eval task: ask lm-eval's index (slow, so only now)
         every = _all_lm_eval_tasks()
         typos = [t for t in unknown if t not in every]
@@ -626,9 +611,9 @@ def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None)
                                 f"{', '.join(known)} (or any stock lm-eval task name)")
     if ddir is None:
         return
-    from experiments.eval.tasks import OFFLINE_TASKS, fewshot_error
+    from experiments.eval.tasks import fewshot_error
 
-    offline = tuple(OFFLINE_TASKS) + EVALPLUS_TASKS
+    offline = benchmarks.tasks(offline_ready=True, order="run")
     online_only = [t for t in tasks if t not in offline]
     if online_only:
         raise EvalArgsError(f"--tasks: no offline data for {', '.join(online_only)}: "

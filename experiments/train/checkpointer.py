@@ -42,14 +42,7 @@ import torch
 import torch.distributed as dist
 
 from common.io import atomic_write_text
-from common.paths import (
-    FINAL_CHECKPOINT,
-    checkpoint_dir,
-    checkpoint_name,
-    eval_checkpoint_name,
-    final_checkpoint,
-    step_checkpoints,
-)
+from common.paths import RunDir
 from model.checkpoint import (
     FORMAT,
     CheckpointError,
@@ -62,7 +55,6 @@ from . import parallel as par
 from .config import ConfigError, TrainConfig
 from .plan import RunPlan
 
-METRICS = "metrics.jsonl"
 EXPORT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 """logging.export_dtype's resolved values (config.export_dtype) as the dtype of the exports."""
 SHARDS = ".dcp"
@@ -73,9 +65,9 @@ def shard_dir(marker: Path) -> Path:
     return marker.with_suffix(SHARDS)
 
 
-def finished(rd: Path) -> bool:
+def finished(rd: Path | RunDir) -> bool:
     """A run with final.pt is finished (train() returns at once unless train.force=true)."""
-    return final_checkpoint(rd).exists()
+    return (rd if isinstance(rd, RunDir) else RunDir(rd)).finished
 
 
 # ====================================================================== state
@@ -188,9 +180,10 @@ class Checkpointer:
                  tokenizer: dict[str, Any] | None = None, async_save: bool = True,
                  storage_writer: Callable[[Path], Any] | None = None,
                  export_dtype: torch.dtype | None = None) -> None:
-        self.rd, self.ckdir = rd, checkpoint_dir(rd)
-        self.metrics_path = rd / METRICS
-        self.final = self.ckdir / FINAL_CHECKPOINT
+        self.rd, self.run = rd, RunDir(rd)  # every name under the run comes from RunDir
+        self.ckdir = self.run.checkpoints_dir
+        self.metrics_path = self.run.metrics_path
+        self.final = self.run.final_checkpoint
         self.steps = p.steps
         self.every = cfg.logging.ckpt_every
         self.keep = cfg.logging.keep_checkpoints
@@ -211,7 +204,7 @@ class Checkpointer:
 
     @property
     def finished(self) -> bool:
-        return finished(self.rd)
+        return self.run.finished
 
     @property
     def last_good(self) -> Path | None:
@@ -238,7 +231,7 @@ class Checkpointer:
         """(payload, path) of the newest complete step checkpoint whose state names its step;
         unreadable ones (cut by kill -9) and markers whose shards are gone are skipped with a
         log line."""
-        for step, p in reversed(step_checkpoints(self.ckdir)):
+        for step, p in reversed(self.run.step_checkpoints()):
             try:
                 payload = read_checkpoint(p)
             except CheckpointError as e:
@@ -273,7 +266,7 @@ class Checkpointer:
             self.log(f"resumed from {path.name} (step {state.step}/{self.steps}"
                      + (", its validation done" if state.val_done else "") + ")",
                      echo=self.main)
-            if not (self.ckdir / eval_checkpoint_name(state.step)).exists():
+            if not self.run.eval_checkpoint(state.step).exists():
                 self.keep_for_eval(state.step, state)  # killed before its export
         elif self.main:
             self.metrics_path.unlink(missing_ok=True)
@@ -281,7 +274,7 @@ class Checkpointer:
             for d in self.ckdir.glob(f"step_*{SHARDS}"):
                 if not d.with_suffix(".pt").exists():
                     shutil.rmtree(d, ignore_errors=True)
-        found_steps = step_checkpoints(self.ckdir)
+        found_steps = self.run.step_checkpoints()
         self._last_good = found_steps[-1][1] if found_steps else None
 
     def due(self, step: int) -> bool:
@@ -304,7 +297,7 @@ class Checkpointer:
     def save_final(self, state: TrainState) -> Path:
         """final.pt at the last step, its validation done: the run is finished. Waits for any
         step checkpoint in flight first."""
-        return self.save(self.steps, state, FINAL_CHECKPOINT, val_done=True)
+        return self.save(self.steps, state, self.final.name, val_done=True)
 
     def save(self, step: int, state: TrainState, name: str | None = None,
              val_done: bool = False) -> Path:
@@ -325,12 +318,16 @@ class Checkpointer:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-        marker = self.ckdir / checkpoint_name(step)
+        marker = self.run.step_checkpoint(step)
         d = shard_dir(marker)
         meta = state.meta()  # now: the step, the RNG and the schedule move on during the write
         config = getattr(model, "module", model).cfg.to_dict()
         done = threading.Event()
-        sd = par.training_state(model, state.opt)
+        # DDP: each rank stages and writes its share of the replicated state (no full host copy
+        # on every rank); FSDP: each rank's shards
+        share = ((dist.get_rank(), self.world)
+                 if state.mode == "ddp" and self.world > 1 and dist.is_initialized() else None)
+        sd = par.training_state(model, state.opt, share=share)
         kw: dict[str, Any] = {"checkpoint_id": str(d), "process_group": self._group()}
         if self.storage_writer is not None:
             kw["storage_writer"] = self.storage_writer(d)
@@ -367,7 +364,7 @@ class Checkpointer:
                 atomic_torch_save({"format": FORMAT, "config": config,
                                    "tokenizer": self.tokenizer, "extra": meta,
                                    "dcp": shard_dir(marker).name}, marker)
-                for _, old in step_checkpoints(self.ckdir)[:-self.keep]:
+                for _, old in self.run.step_checkpoints()[:-self.keep]:
                     old.unlink(missing_ok=True)  # the marker first: then it no longer counts
                     shutil.rmtree(shard_dir(old), ignore_errors=True)
             with self._lock:
@@ -400,7 +397,7 @@ class Checkpointer:
         state without optimizer): gathered on rank 0, a collective under FSDP."""
         model = state.model
         assert model is not None
-        weights = par.full_weights(model, state.mode)
+        weights = par.full_weights(model, state.mode, main=self.main)
         if self.main:
             save_weights(path, model, tokenizer=self.tokenizer, extra=state.meta(),
                          state_dict=weights, dtype=self.export_dtype)
@@ -413,7 +410,7 @@ class Checkpointer:
         fail), else a weights-only export of the model as it is now. Every rank calls it."""
         if step not in self._eval_steps:
             return
-        dst = self.ckdir / eval_checkpoint_name(step)
+        dst = self.run.eval_checkpoint(step)
         if src is None:
             self.export(dst, state)
             return

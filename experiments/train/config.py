@@ -26,27 +26,18 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from common.text import one_line
+from experiments.corpus.config import (  # noqa: F401 - the data section's home; re-exported
+    DATA_SOURCES,
+    Choice,
+    DataConfig,
+    DataSource,
+    HFSource,
+    check_choice,
+    check_positive,
+)
 from model import PRESETS, ModelConfig
 
 CONF_DIR = Path(__file__).resolve().parent / "conf"
-
-
-class Choice(str, Enum):
-    """A config choice: compares, prints and serialises as its plain string value (OmegaConf
-    lists the members as the allowed values)."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
-
-class DataSource(Choice):
-    stdlib = "stdlib"
-    files = "files"
-    hf = "hf"
-    synthetic = "synthetic"
 
 
 class Precision(Choice):
@@ -78,7 +69,6 @@ class ExportDtype(Choice):
     fp32 = "fp32"
 
 
-DATA_SOURCES = tuple(DataSource)
 PRECISIONS = tuple(Precision)
 DEVICES = tuple(Device)
 COMPUTE_MATCH = tuple(ComputeMatch)
@@ -111,10 +101,7 @@ def parse_amount(text: str | float | int | None, var: str) -> float | None:
 
 
 def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
-    v = getattr(obj, name)
-    if v not in allowed:
-        raise ValueError(f"{_section(obj)}.{name}={v!r}: allowed values "
-                         f"{[str(a) for a in allowed]}")
+    check_choice(obj, name, allowed, _section(obj))
 
 
 def _section(obj: Any) -> str:
@@ -125,15 +112,8 @@ def _section(obj: Any) -> str:
 
 def _positive(obj: Any, *names: str, allow_zero: bool = False,
               allow_none: bool = False) -> None:
-    for name in names:
-        v = getattr(obj, name)
-        if v is None and allow_none:
-            continue
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (
-            v >= 0 if allow_zero else v > 0)
-        if not ok:
-            raise ValueError(f"{_section(obj)}.{name}={v!r}: must be a finite number "
-                             f"{'>= 0' if allow_zero else '> 0'}")
+    check_positive(obj, *names, section=_section(obj), allow_zero=allow_zero,
+                   allow_none=allow_none)
 
 
 # ---------------------------------------------------------------- model
@@ -154,77 +134,6 @@ def model_config(section: Any) -> ModelConfig:
     """The frozen model.ModelConfig of a model section (ValueError on a bad value)."""
     d = {f.name: getattr(section, f.name) for f in dataclasses.fields(ModelConfig)}
     return ModelConfig(**d)
-
-
-# ---------------------------------------------------------------- data
-@dataclass
-class HFSource:
-    path: str = ""
-    """`datasets.load_dataset` path: a hub name ("HuggingFaceFW/fineweb-edu") or a builder
-    ("json", "text", "parquet") with `data_files`."""
-    name: str | None = None
-    """Dataset config name (e.g. "sample-10BT")."""
-    split: str = "train"
-    field: str = "text"
-    """Column holding the document text."""
-    weight: float = 1.0
-    """Relative sampling weight in the mixture."""
-    data_files: list[str] | None = None
-
-    def __post_init__(self) -> None:
-        if not self.path:
-            raise ValueError("data.hf_sources[].path is required (a hub name or a builder)")
-        _positive(self, "weight")
-
-
-@dataclass
-class DataConfig:
-    source: DataSource = DataSource.stdlib
-    """stdlib (offline default: this interpreter's standard-library .py files) | files | hf |
-    synthetic (the paper's §4.1 sequences, character-level)."""
-    paths: list[str] = field(default_factory=list)
-    """files: glob patterns of .txt / .jsonl / .json files (jsonl: one JSON object per line)."""
-    text_field: str = "text"
-    """files: the JSONL field holding a document."""
-    hf_sources: list[HFSource] = field(default_factory=list)
-    """hf: the mixture, each entry streamed with `datasets.load_dataset(..., streaming=True)`."""
-    hf_max_bytes: int | None = 200_000_000
-    """hf: stop streaming after this many bytes of text; null: the whole stream (the first
-    source of a mixture to run out ends it). A run may still read it only data.max_epochs times."""
-    max_bytes: int | None = None
-    """Cap on the corpus (documents in a fixed order until the cap); None = everything."""
-    val_fraction: float = 0.05
-    """Share of documents held out for validation, chosen by a hash of each document's key."""
-    val_tokens: int = 65_536
-    """Size of the fixed validation set in tokens (first chunks of the held-out stream)."""
-    corpus: str | None = None
-    """A corpus directory built by `make corpus` (python -m experiments.corpus): training opens
-    its shards and tokenizer, and the other keys of this section are not read. null: the
-    section's corpus is built under paths.cache on first use (one builder; other ranks wait)."""
-    tokenizer: str | None = None
-    """A tokenizers JSON file (with <|endoftext|>) used instead of training a BPE; model.vocab_size
-    must equal its size."""
-    tokenizer_sample_bytes: int = 1_000_000_000
-    """The BPE is trained on the training documents of lowest sample hash up to this many bytes
-    (every training document, in order, when the corpus is smaller)."""
-    shard_bytes: int = 64_000_000
-    """Text per shard (a unit of parallel, resumable work; the token stream does not depend on
-    it)."""
-    max_epochs: float = 1.0
-    """Passes over the training corpus a run may make; a run asking for more is refused at plan
-    time, naming the corpus size and the tokens asked."""
-
-    def __post_init__(self) -> None:
-        _choice(self, "source", DATA_SOURCES)
-        _positive(self, "hf_max_bytes", allow_none=True)
-        _positive(self, "val_tokens", "tokenizer_sample_bytes", "shard_bytes", "max_epochs")
-        _positive(self, "max_bytes", allow_none=True)
-        if not 0.0 < self.val_fraction < 1.0:
-            raise ValueError(f"data.val_fraction={self.val_fraction!r}: must be in (0, 1)")
-        if self.source == "files" and not self.paths:
-            raise ValueError("data=files needs data.paths=[glob,...] (text, jsonl or json files)")
-        if self.source == "hf" and not self.hf_sources:
-            raise ValueError("data=hf needs data.hf_sources=[{path:...,field:text,weight:1},...]")
 
 
 # ---------------------------------------------------------------- optim
@@ -509,7 +418,7 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
         restore_gh_from_backup(backup)
     assert isinstance(cfg, TrainConfig)
     if cfg.data.source == "synthetic":
-        from experiments import synthetic_data as sd
+        from . import synthetic_data as sd
 
         cfg.model.vocab_size = len(sd.ALPHABET)
         cfg.train.seq_len = sd.SEQ_LEN - 1

@@ -32,6 +32,7 @@ import torch
 
 from common.io import flocked, sha256_file
 from experiments.corpus.build import TOKENIZER, build, read_manifest, request_of
+from experiments.corpus.config import DataConfig
 from experiments.corpus.shards import EpochOrder, TokenStream, open_manifest, split_stream
 from experiments.corpus.sources import (  # noqa: F401  (re-exported: the old home of these)
     DataError,
@@ -43,9 +44,7 @@ from experiments.corpus.sources import (  # noqa: F401  (re-exported: the old ho
     stdlib_docs,
     stdlib_root,
 )
-
-from .config import DataConfig
-from .tokenizer import BPETokenizer, CharTokenizer, TextTokenizer
+from experiments.corpus.tokenizer import BPETokenizer, CharTokenizer, TextTokenizer
 
 
 # ---------------------------------------------------------------- datasets
@@ -80,7 +79,7 @@ class SyntheticData:
     """The paper's §4.1 sequences: sample g is drawn from its own seeded RNG (random access)."""
 
     def __init__(self, seed: int, split: str) -> None:
-        from experiments import synthetic_data as sd
+        from . import synthetic_data as sd
 
         self.sd = sd
         self.seed = seed
@@ -196,7 +195,7 @@ def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
                  cache_dir: str | os.PathLike) -> Corpus:
     """Everything training needs from the data section (tokenizer, train stream, fixed val)."""
     if dcfg.source == "synthetic":
-        from experiments import synthetic_data as sd
+        from . import synthetic_data as sd
 
         tok = CharTokenizer(sd.ALPHABET, name="synthetic")
         train = SyntheticData(seed, "train")

@@ -2,16 +2,24 @@
 """Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
 
     resolve(mode, world, device, n_params) -> "none" | "ddp" | "fsdp"
+    build_on_meta(cfg, build=None) -> (model on the meta device, InitRecipe)
+    materialize(model, recipe, device)   parameters (FSDP2: this rank's shards) with today's
+                                    init, one full parameter at a time on the host
     checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
-    shard(model, device, world)     FSDP2 in place (before the optimizer is built)
+    mesh_for(device, world)         the 1-D DeviceMesh
+    shard(model, device, world, mesh=None, bf16=None)   FSDP2 in place (before the optimizer)
     ddp(fwd, device)                DistributedDataParallel
-    accumulate(fwd, mode, last)     context: gradient sync only on a step's last micro-batch
+    accumulate(fwd, mode, last)     context: DDP syncs on a step's last micro-batch, FSDP2
+                                    reduce-scatters every one (FSDP_REDUCE_EVERY_MICRO_BATCH)
     gather_state(model, opt, mode)  -> (model state or None, optimizer state, format); collective
                                     under FSDP: every rank calls it, rank 0 writes the result
     load_optimizer(model, opt, state, fmt, mode)   (both: the old single-file checkpoints)
-    training_state(model, opt)      {"model", "optim"} for torch.distributed.checkpoint (sharded)
+    training_state(model, opt, share=None)   {"model", "optim"} for torch.distributed.checkpoint
+                                    (FSDP: this rank's shards; DDP saves: this rank's share)
+    owned_names(weights, rank, world)   the names a DDP rank saves (balanced by bytes)
     load_training_state(model, opt, path)   any world size's DCP directory; every rank calls it
-    full_weights(model, mode)       full weights on CPU for the weights-only export (collective)
+    full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
+                                    the writing rank only (a collective under FSDP)
     load_full_weights(model, weights, mode)
     as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
     as_tensor(x)                    the same as a plain tensor on its device (no host sync)
@@ -29,22 +37,31 @@ function gathers its columns) instead of calling the Linear, so a unit of its ow
 unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
 a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
 
+No rank builds the whole fp32 model in host memory: the trainer builds it on the meta device
+(`build_on_meta`), checkpoints, compiles and shards it there, and `materialize` allocates the
+parameters on the training device and replays the constructor's init ops on the CPU generator,
+one full parameter at a time, so every rank and every world size starts from the weights of
+`torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise).
+
 Step checkpoints are sharded with torch.distributed.checkpoint (DCP): each rank writes its own
 shards of the weights and AdamW state (`training_state`), and DCP reshards on load, so a resume
-runs at any world size (`load_training_state`). Only the weights-only export (eval steps and
-final.pt) is gathered on rank 0 (`full_weights`). Old single-file checkpoints stored the
-optimizer state keyed by parameter name ("fqn") under FSDP, by index ("ids") otherwise; either
-still loads under either mode (`gather_state`/`load_optimizer`).
+runs at any world size (`load_training_state`). Under DDP the replicated state is split by
+parameter between the ranks (`owned_names`), so each stages and writes 1/world of it. Only the
+weights-only export (eval steps and final.pt) is gathered on rank 0 (`full_weights`). Old
+single-file checkpoints stored the optimizer state keyed by parameter name ("fqn") under FSDP,
+by index ("ids") otherwise; either still loads under either mode (`gather_state`/`load_optimizer`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 MODES = ("auto", "ddp", "fsdp")
 DDP_BYTES_PER_PARAM = 16
@@ -69,6 +86,155 @@ def resolve(mode: str, world: int, device: torch.device, n_params: int) -> str:
     return "ddp"
 
 
+# ---------------------------------------------------------------- meta build, materialised
+_INIT_OPS = {"normal_", "uniform_", "fill_", "zero_", "random_", "bernoulli_", "exponential_",
+             "cauchy_", "log_normal_", "geometric_"}
+"""In-place ops that overwrite a whole tensor without reading it: a parameter's value is its
+last one, and replaying each on a fresh tensor of the same shape draws from the CPU generator
+exactly as the original construction did."""
+
+
+@dataclass
+class InitRecipe:
+    """What `build_on_meta` saw the model's constructor do to its parameters, in order: each
+    parameter's value as its constructor made it (`torch.ones` of an RMSNorm gain) and each
+    whole-tensor init op after it (normal_, uniform_, fill_, ...) with its arguments, the
+    parameter hit (kept as its meta tensor); the names of the parameters in the model; the
+    buffers. Replaying it on fresh CPU tensors after `torch.manual_seed(s)` gives every
+    parameter the value `torch.manual_seed(s); build_model(cfg)` gives it, one at a time."""
+
+    ops: list[tuple[Any, torch.Tensor, tuple[Any, ...], dict[str, Any], torch.Tensor | None]]
+    """(op or None, meta parameter, args, kwargs, constructed value when op is None)."""
+    names: dict[int, list[str]]
+    """id(meta parameter) -> its names in the model (several for a tied parameter)."""
+    buffers: dict[str, torch.Tensor]
+    """The buffers' values as built (RoPE tables): to_empty does not keep them."""
+
+
+class _RecordInit(TorchDispatchMode):
+    """Records whole-tensor init ops on meta tensors; refuses any other in-place op on one (the
+    replay would not know its value) and any init op on a real tensor (it would draw from the
+    generator now, out of the replay's order)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[Any, torch.Tensor, tuple[Any, ...], dict[str, Any],
+                             torch.Tensor | None]] = []
+
+    def value(self, target: torch.Tensor, value: torch.Tensor) -> None:
+        self.ops.append((None, target, (), {}, value))
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        target = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if target is not None and name.endswith("_") and not name.startswith("_"):
+            meta = target.device.type == "meta"  # (a fake tensor's own device, not is_meta)
+            if name not in _INIT_OPS and meta:
+                raise NotImplementedError(f"build_on_meta: {name} on a parameter cannot be "
+                                          "replayed (only whole-tensor init ops can)")
+            if name in _INIT_OPS:
+                if not meta:
+                    raise NotImplementedError(f"build_on_meta: {name} on a real tensor during "
+                                              "construction would draw out of the replay's order")
+                # a whole overwrite: the constructed value it replaces is never read (dropped
+                # now, so at most one constructed tensor is held at a time)
+                self.ops = [o for o in self.ops if not (o[0] is None and o[1] is target)]
+                self.ops.append((func, target, tuple(args[1:]), dict(kwargs), None))
+        return func(*args, **kwargs)
+
+
+def build_on_meta(cfg: Any, build: Any = None) -> tuple[nn.Module, InitRecipe]:
+    """`model.build_model(cfg)` with every parameter on the meta device (no host memory) and
+    its buffers real, and the recipe `materialize` replays to give the parameters the values
+    `torch.manual_seed(seed); build_model(cfg)` would (accelerate's init_empty_weights, plus a
+    record of the init ops: torch has no deferred init that keeps the CPU generator's order).
+    Activation checkpointing, compile and FSDP2's fully_shard work on the meta model;
+    `materialize` comes after them. `build`: the builder (default `model.build_model`)."""
+    if build is None:
+        from model import build_model as build
+
+    register = nn.Module.register_parameter
+    rec = _RecordInit()
+
+    def to_meta(mod: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None and param.device.type != "meta":
+            value = param.detach()
+            param = nn.Parameter(value.to("meta"), requires_grad=param.requires_grad)
+            rec.value(param, value)  # its value unless a whole-tensor init op follows
+        register(mod, name, param)
+
+    from torch._guards import active_fake_mode
+
+    # no constructor may draw from the CPU generator outside the recorded ops (under a
+    # FakeTensorMode, as experiments/memory.py builds, nothing draws: no check)
+    rng = torch.get_rng_state() if active_fake_mode() is None else None
+    nn.Module.register_parameter = to_meta  # type: ignore[method-assign]
+    try:
+        with rec:
+            model = build(cfg)
+    finally:
+        nn.Module.register_parameter = register  # type: ignore[method-assign]
+    if rng is not None and not torch.equal(rng, torch.get_rng_state()):
+        raise NotImplementedError("build_on_meta: the constructor drew from the CPU generator "
+                                  "outside the recorded init ops")
+    names: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    live = {id(p) for p in model.parameters()}
+    # the values of parameters no longer in the model (a Linear's readout replaced by the tied
+    # embedding) are never needed: only ops draw from the generator
+    ops = [o for o in rec.ops if o[0] is not None or id(o[1]) in live]
+    missing = live - {id(t) for _, t, _, _, _ in ops}
+    if missing:  # a parameter made on the meta device by the constructor itself
+        raise NotImplementedError(f"build_on_meta: {len(missing)} parameter(s) have no value "
+                                  "or init op to replay")
+    bufs = {n: b.detach().clone() for n, b in model.named_buffers()}
+    return model, InitRecipe(ops, names, bufs)
+
+
+def materialize(model: nn.Module, recipe: InitRecipe, device: torch.device) -> None:
+    """Allocate the meta model's parameters (FSDP2: this rank's shards only) and buffers on
+    `device` and replay `recipe` on the CPU generator, in order: each parameter gets today's
+    value (`torch.manual_seed(s); build_model(cfg)`, after the caller's manual_seed) while the
+    host holds one full parameter at a time, and the generator ends in the same state. An op
+    whose parameter is overwritten later (a Linear's own kaiming init) or was dropped (the
+    readout tied to the embedding) is replayed on a scratch tensor for its draws only."""
+    from torch.distributed.tensor import DTensor, distribute_tensor
+
+    last: dict[int, int] = {id(t): i for i, (_, t, _, _, _) in enumerate(recipe.ops)}
+    if any(isinstance(q, DTensor) for q in model.parameters()):
+        model.to_empty(device=device)  # FSDP2 allocates its padded shards (and keeps ties)
+    else:  # what to_empty does, one Parameter per meta parameter: a tied one stays tied
+        new: dict[int, nn.Parameter] = {}
+        for mod in model.modules():
+            for n, q in list(mod.named_parameters(recurse=False)):
+                if id(q) not in new:
+                    new[id(q)] = nn.Parameter(torch.empty_like(q, device=device),
+                                              requires_grad=q.requires_grad)
+                setattr(mod, n, new[id(q)])
+    with torch.no_grad():
+        for n, b in recipe.buffers.items():
+            mod_name, _, attr = n.rpartition(".")
+            setattr(model.get_submodule(mod_name), attr, b.to(device, copy=True))
+        for i, (func, t, args, kwargs, value) in enumerate(recipe.ops):
+            if func is None:
+                full = value
+            else:
+                full = torch.empty(t.shape, dtype=t.dtype)  # on the CPU: its generator, its draws
+                func(full, *args, **kwargs)
+            group = recipe.names.get(id(t))
+            if last[id(t)] != i or group is None:
+                continue  # overwritten later, or no longer in the model: its draws only
+            p = model.get_parameter(group[0])
+            if isinstance(p, DTensor):  # this rank's shard of the full value, no collective
+                p.copy_(distribute_tensor(full, p.device_mesh, p.placements,
+                                          src_data_rank=None))
+            else:
+                p.copy_(full)
+            del full
+
+
 def _units(model: nn.Module) -> list[nn.Module]:
     """The modules sharded as units of their own: each block, and the FT's encoder block."""
     units = list(getattr(model, "blocks", []))
@@ -87,16 +253,29 @@ def checkpoint_blocks(model: nn.Module) -> None:
         checkpoint(m)
 
 
-def shard(model: nn.Module, device: torch.device, world: int) -> None:
-    """FSDP2 in place: a unit per block and for the encoder block, the root for the rest.
-    The parameters become sharded DTensors: build the optimizer after this call."""
+def mesh_for(device: torch.device, world: int) -> Any:
+    """The 1-D data-parallel DeviceMesh of `world` processes on `device`'s type. Built outside
+    any FakeTensorMode (experiments/memory.py builds it before entering one)."""
     from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh(device.type, (world,))
+
+
+def shard(model: nn.Module, device: torch.device, world: int, *, mesh: Any = None,
+          bf16: bool | None = None) -> None:
+    """FSDP2 in place: a unit per block and for the encoder block, the root for the rest.
+    The parameters become sharded DTensors: build the optimizer after this call. `mesh`:
+    `mesh_for(device, world)` unless given; `bf16`: bf16 all-gathers and compute with fp32
+    gradient reduction (default: on CUDA only; the memory measurement sets it to model a GPU
+    on fake CPU tensors)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh(device.type, (world,))
+    mesh = mesh_for(device, world) if mesh is None else mesh
+    if bf16 is None:
+        bf16 = device.type == "cuda"
     # bf16 compute and all-gathers on GPUs, gradients reduced in fp32; CPU stays fp32
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-          if device.type == "cuda" else MixedPrecisionPolicy())
+          if bf16 else MixedPrecisionPolicy())
     for m in _units(model):
         fully_shard(m, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
@@ -110,14 +289,25 @@ def ddp(fwd: nn.Module, device: torch.device) -> nn.Module:
         gradient_as_bucket_view=True)
 
 
+FSDP_REDUCE_EVERY_MICRO_BATCH = True
+"""FSDP2 reduce-scatters the gradients after every micro-batch (torchtitan's way), so a rank
+holds only its fp32 gradient shard between micro-batches. False (sync on the last micro-batch
+only, as before) keeps every parameter's unsharded fp32 gradient on every rank for the whole
+step: +4 bytes per parameter per GPU, 30 GB at 8B (experiments/memory.py measures both:
+`python -m experiments.memory model=8B ... --fsdp-sync both`). The cost of True is one
+reduce-scatter per micro-batch instead of per step; the sums are the same up to float order."""
+
+
 @contextlib.contextmanager
 def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
-    """Reduce gradients across processes only on the last micro-batch of a step."""
+    """DDP: all-reduce gradients on the last micro-batch of a step only (its gradients are full
+    anyway). FSDP: reduce-scatter after every micro-batch (FSDP_REDUCE_EVERY_MICRO_BATCH)."""
     if mode == "ddp" and not last:
         with fwd.no_sync():  # type: ignore[operator]
             yield
     elif mode == "fsdp":
-        fwd.set_requires_gradient_sync(last)  # type: ignore[operator]
+        fwd.set_requires_gradient_sync(  # type: ignore[operator]
+            last or FSDP_REDUCE_EVERY_MICRO_BATCH)
         yield
     else:
         yield
@@ -200,16 +390,51 @@ def load_optimizer(model: nn.Module, opt: torch.optim.Optimizer, state: dict[str
 
 
 # ---------------------------------------------------------------- sharded checkpoints (DCP)
-def training_state(model: nn.Module, opt: torch.optim.Optimizer) -> dict[str, Any]:
+def training_state(model: nn.Module, opt: torch.optim.Optimizer,
+                   share: tuple[int, int] | None = None) -> dict[str, Any]:
     """{"model", "optim"} keyed by parameter name, as torch.distributed.checkpoint saves it:
-    each rank holds only its shards under FSDP (DTensors), the full tensors otherwise (DCP
-    writes a replicated tensor once). Not a collective."""
+    each rank holds only its shards under FSDP (DTensors), the full tensors otherwise. Not a
+    collective. `share=(rank, world)` (DDP saves): only the parameters this rank owns
+    (`owned_names`), their weights and AdamW state, so each rank stages and writes 1/world of
+    the replicated state instead of every rank copying all of it to host memory; DCP's
+    metadata joins the ranks' keys, and a load asks for every key (no `share`)."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     if not opt.state:  # before the first step: get_state_dict would run a zero-lr AdamW step
-        return {"model": get_model_state_dict(model)}  # to make a state, moving `step` to 1
-    msd, osd = get_state_dict(model, opt)
-    return {"model": msd, "optim": osd}
+        sd: dict[str, Any] = {"model": get_model_state_dict(model)}  # to make a state
+    else:
+        msd, osd = get_state_dict(model, opt)
+        sd = {"model": msd, "optim": osd}
+    if share is None:
+        return sd
+    def nbytes(v: Any) -> int:
+        if isinstance(v, torch.Tensor):
+            return v.numel() * v.element_size()
+        return sum(map(nbytes, v.values())) if isinstance(v, dict) else 0
+
+    optim = sd.get("optim", {}).get("state", {})
+    # a parameter's weight and its AdamW moments go to one rank: weigh them together
+    own = owned_names({k: nbytes(v) + nbytes(optim.get(k, {})) for k, v in sd["model"].items()},
+                      *share)
+    sd["model"] = {k: v for k, v in sd["model"].items() if k in own}
+    if "optim" in sd:
+        sd["optim"] = {**sd["optim"],
+                       "state": {k: v for k, v in sd["optim"]["state"].items() if k in own}}
+    return sd
+
+
+def owned_names(sizes: dict[str, int], rank: int, world: int) -> set[str]:
+    """The names (of a state dict, with their bytes) that `rank` of `world` saves under DDP:
+    the largest first, each to the rank with the fewest bytes so far (ties to the lowest rank),
+    the same on every rank, so the ranks' shares of a save differ by at most one entry."""
+    load = [0] * world
+    own: set[str] = set()
+    for k, size in sorted(sizes.items(), key=lambda x: (-x[1], x[0])):
+        r = min(range(world), key=lambda i: (load[i], i))
+        load[r] += size
+        if r == rank:
+            own.add(k)
+    return own
 
 
 def load_training_state(model: nn.Module, opt: torch.optim.Optimizer, path: str,
@@ -238,10 +463,14 @@ def load_training_state(model: nn.Module, opt: torch.optim.Optimizer, path: str,
     set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
 
 
-def full_weights(model: nn.Module, mode: str) -> dict[str, torch.Tensor]:
-    """The full model weights on CPU (what a weights-only export holds): an all-gather under
-    FSDP, so every rank calls it; the optimizer state is not touched."""
+def full_weights(model: nn.Module, mode: str, main: bool = True) -> dict[str, torch.Tensor]:
+    """The full model weights on CPU (what a weights-only export holds) on the writing rank
+    (`main`); {} on the others. An all-gather under FSDP, so every rank calls it (rank 0 keeps
+    the gathered copy); without FSDP only `main` copies (no full host copy on every rank);
+    the optimizer state is not touched."""
     if mode != "fsdp":
+        if not main:
+            return {}
         m = getattr(model, "module", model)
         return {k: v.detach().cpu() for k, v in m.state_dict().items()}
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

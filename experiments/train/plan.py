@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 import model as M
+from common import arms
 from common.io import read_yaml_mapping
 from common.kappa import kappa_label
-from common.paths import runs_dir
+from common.paths import RunDir
 from common.text import one_line
 from model import ModelConfig, train_flops_per_token
 
@@ -71,7 +72,8 @@ def run_id(cfg: TrainConfig) -> str:
 
 
 def run_dir(cfg: TrainConfig) -> Path:
-    return runs_dir(cfg.paths.results) / run_id(cfg)
+    """<paths.results>/runs/<run-id>: where this config's run writes (its RunDir's path)."""
+    return RunDir.of(run_id(cfg), cfg.paths.results).path
 
 
 def world() -> tuple[int, int]:
@@ -201,9 +203,10 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
     mc = model_config(cfg.model)
     t = cfg.train
     T = t.seq_len
+    kind = arms.of_model(mc.latent_bits)  # the model's own arm: what config.yaml records
     base = mc.replace(latent_bits=0)
     free: ModelConfig | None = mc
-    if not mc.is_free:  # the matching FT; none for an odd layer count (e.g. the L+1 control)
+    if not kind.latent:  # the matching FT; none for an odd layer count (e.g. the L+1 control)
         # unless train.match_n_layers names the FT's layers (the L+1 control at the FT's FLOPs)
         ft_layers = t.match_n_layers or mc.n_layers
         free = None if ft_layers % 2 else mc.replace(latent_bits=t.match_latent_bits,
@@ -220,7 +223,7 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
     tokens_per_step = t.batch_size * T
     if t.flops is not None:
         budget_flops = float(t.flops)
-    elif t.compute_match == "flops" and not mc.is_free:
+    elif t.compute_match == "flops" and not kind.latent:
         if ff is None:
             raise ConfigError("train.compute_match=flops needs an even layer count for the "
                               "matching FT (model.n_layers, or train.match_n_layers)")
@@ -233,7 +236,7 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
     warm = cfg.optim.warmup_steps
     warmup = max(1, round(0.05 * steps)) if warm is None else min(warm, steps)
     return RunPlan(
-        arm="free" if mc.is_free else "baseline",
+        arm=kind.name,
         model=mc, seq_len=T,
         params=M.param_count(mc),
         params_baseline=M.param_count(base)["total"],
@@ -296,6 +299,12 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _encoder_blocks(mc: ModelConfig) -> int:
+    """The blocks a model has beyond its n_layers: the Free Transformer's one encoder block
+    (its arm has a latent), none for a baseline."""
+    return int(arms.of_model(mc.latent_bits).latent)
+
+
 def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, float]:
     """Bytes a training forward keeps for the backward, per token, by part. Counted from what
     the layers save: per block the two RMSNorm inputs (fp32), the normed inputs, q, k, v and
@@ -306,7 +315,7 @@ def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, fl
     block = 2 * 4 * D + act_bytes * (4 * D + 2 * kv + 4 * F)
     readout = (act_bytes + 8) * mc.vocab_size
     return {"block": float(block), "readout": float(readout),
-            "blocks": float(block * (mc.n_layers + (1 if mc.is_free else 0))),
+            "blocks": float(block * (mc.n_layers + _encoder_blocks(mc))),
             "block_input": float(4 * D)}
 
 
@@ -333,13 +342,13 @@ def memory_estimate(p: RunPlan, parallel: str, *, cuda: bool = True) -> dict[str
         # prefetched one) at a time; each with its unsharded gradient before the reduce-scatter
         from model.accounting import block_params
 
-        root = total - mc.n_layers * block_params(mc) - (block_params(mc) if mc.is_free else 0)
+        root = total - (mc.n_layers + _encoder_blocks(mc)) * block_params(mc)
         gathered = (root + 2 * block_params(mc)) * (act_b + 4)
     tokens = p.micro_batch_size * p.seq_len
     per_tok = _activation_bytes_per_token(mc, act_b)
-    mapper = mc.mapper_chunk_bytes if mc.is_free else 0  # the backward's one dL/dG buffer
+    mapper = mc.mapper_chunk_bytes if _encoder_blocks(mc) else 0  # the backward's dL/dG buffer
     act = tokens * (per_tok["blocks"] + per_tok["readout"]) + mapper
-    n_blocks = mc.n_layers + (1 if mc.is_free else 0)
+    n_blocks = mc.n_layers + _encoder_blocks(mc)
     # checkpointing keeps each block's input; the backward recomputes one block at a time
     act_ckpt = tokens * (n_blocks * per_tok["block_input"] + per_tok["block"]
                          + per_tok["readout"]) + mapper
@@ -541,12 +550,10 @@ def start_refusal(cfg: TrainConfig, p: RunPlan, rd: Path) -> str | None:
     sweep's submission check) less what its checkpoints already hold (a resume), plus the
     corpus where it is not built yet, counted against the cache's file system (the results
     root's when they share one)."""
-    from common.paths import checkpoint_dir
-
     from .data import DataError, built_manifest
 
     d = disk_bytes(cfg, p)
-    ck = checkpoint_dir(rd)
+    ck = RunDir(rd).checkpoints_dir
     held = sum(f.stat().st_size for f in ck.rglob("*") if f.is_file()) if ck.is_dir() else 0
     run = max(0, d["run"] - held)
     corpus = d["corpus"]

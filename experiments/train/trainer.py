@@ -64,12 +64,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import yaml
 
-from common.io import LockHeld, atomic_write_text, flocked
-from common.paths import final_checkpoint
+from common import arms
+from common.io import LockHeld, flocked
+from common.paths import FINAL_CHECKPOINT, RunDir
 from common.provenance import git_state, versions
 from common.text import one_line
+from experiments.corpus.tokenizer import tokenizer_ref, tokenizer_sha256
 from model import build_model
 from model.free_transformer import SequenceKeys
 
@@ -88,7 +89,6 @@ from .plan import (
     start_refusal,
     world,
 )
-from .tokenizer import tokenizer_ref, tokenizer_sha256
 
 EXIT_PREEMPTED = 75
 LN2 = math.log(2.0)
@@ -188,7 +188,7 @@ def evaluate(model: torch.nn.Module, corpus: Any, batch_size: int, kappa_bits: f
     m = getattr(model, "module", model)
     was = m.training
     m.eval()
-    free = m.cfg.is_free
+    free = arms.of_model(m.cfg.latent_bits).latent  # a Z to draw from the prior
     n_tok = 0
     nbytes = 0
     s_prior = s_post = s_kl = 0.0
@@ -290,10 +290,10 @@ def _run_lock(rd: Path) -> Iterator[None]:
     drops the flock when the holder dies, so kill -9 leaves no stale lock."""
     with ExitStack() as stack:
         try:
-            stack.enter_context(flocked(rd / ".lock", wait=False))
+            stack.enter_context(flocked(RunDir(rd).lock_path, wait=False))
         except LockHeld:
             raise ConfigError(f"run {rd.name} is being trained by another process "
-                              f"({rd / '.lock'} is held)") from None
+                              f"({RunDir(rd).lock_path} is held)") from None
         yield
 
 
@@ -368,8 +368,9 @@ class Trainer:
             # the dry run's rule (activations counted), so the plan and the run choose alike
             self.mode = auto_parallel(p, torch.cuda.get_device_properties(device).total_memory,
                                       cfg.train.activation_checkpointing)
-        torch.manual_seed(cfg.train.seed)
-        self.model = build_model(p.model).to(device)
+        # parameters on the meta device (no rank builds the whole fp32 model in host memory),
+        # materialised after sharding with today's init (par.materialize)
+        self.model, init = par.build_on_meta(p.model, build_model)
         # weights and state load in Checkpointer.resume, after sharding and the optimizer
         self.found = checkpointer.newest()
         if cfg.train.activation_checkpointing:
@@ -378,6 +379,8 @@ class Trainer:
             if cfg.train.compile:  # per block before sharding: FSDP2's hooks stay eager
                 par.compile_units(self.model)
             par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
+        torch.manual_seed(cfg.train.seed)  # the init of build_model(p.model) after this seed,
+        par.materialize(self.model, init, device)  # one parameter at a time, FSDP: its shards
         log(f"parallel: {self.mode} over {n_world} process(es)"
             + (", activation checkpointing" if cfg.train.activation_checkpointing else ""),
             echo=False)
@@ -432,39 +435,49 @@ class Trainer:
             while step < p.steps:
                 last = self.train_step(fwd, step)  # device tensors: read on logging steps
                 step += 1
+                # log every log_every steps and at the last: a host sync per step would stall
+                # the GPU, one per log_every is noise
                 log_now = step % cfg.logging.log_every == 0 or step == p.steps
+                # the skipped-step count lives on the device too: it is read where the loop
+                # syncs anyway (logging, validation), so K bad steps stop the run that soon
                 stop = (self.check_nonfinite() if log_now or self.val_due(step)
                         else None)  # K skipped steps in a row: diverged
                 if log_now or stop is not None:
                     rec = self.read(last)  # the one host sync of these steps
-                    tps = self.window.tokens_per_s()
-                    self.log_train(step, rec, tps, t0)
-                    if bar is not None:
+                    tps = self.window.tokens_per_s()  # over the window: warm-up and pauses out
+                    self.log_train(step, rec, tps, t0)  # metrics.jsonl + tracker, rank 0
+                    if bar is not None:  # the bar shows only what was just read: no extra sync
                         loss = rec["loss"]
                         bar.set_postfix(loss="nan" if loss is None else f"{loss:.3f}",
                                         tok_s=f"{tps:,.0f}")
-                if stop is not None:
+                if stop is not None:  # the line above says why; the exit code says diverged
                     raise TrainingDiverged(stop)
                 if bar is not None:
                     bar.update(1)
+                # every step, agreed by all ranks (one tiny all-reduce): SLURM's preemption
+                # notice is answered within a step of its grace period, every rank at one step
                 sig = self.pending_signal()
                 # validate before a checkpoint at the same step, so the checkpoint can say it
                 # ran; a signal already pending skips it (the next attempt validates first)
                 ran_val = sig is None and step < p.steps and self.val_due(step)
-                if ran_val:
+                if ran_val:  # every val_every steps: the honest (prior-Z) curve the report plots
                     self.validate(step)
                     sig = self.pending_signal()  # one that arrived during the validation
                 if sig is not None:
                     self.check_nonfinite()  # skipped steps reach train.log before the exit
+                # every ckpt_every steps (and the kept eval steps): the most work a crash or
+                # a preemption can cost; the write is async, its time kept out of tokens/s
                 with self.window.paused():  # a preemption writes one whatever the step
                     ckpt.maybe_save(step, self.state, val_done=ran_val, force=sig is not None)
-                if sig is not None:
+                if sig is not None:  # exit 75 after the checkpoint: the launcher requeues
                     self.preempt(sig, step)
             self.validate(p.steps)  # truncation on resume removed any earlier val at this step
             wall = time.time() - t0
+            # the final line's tokens and FLOPs are what the report's "equal tokens" and
+            # "equal FLOPs" are checked on: written once, after the last validation
             self.emit({"kind": "final", "step": p.steps, "tokens": p.tokens_at(p.steps),
                        "flops": p.flops_at(p.steps), "wall_s": wall})
-            ckpt.save_final(self.state)
+            ckpt.save_final(self.state)  # last: final.pt's presence marks the run finished
             self.log(f"finished {p.steps} steps in {wall:.1f}s -> {ckpt.final}", echo=self.main)
 
     # ---------------------------------------------------------------- its parts
@@ -524,7 +537,7 @@ class Trainer:
                     self.tracker.log({f"val/{k}": v for k, v in r.items()}, step)
                 self.log(f"step {step}: val_ce {r['val_ce']:.4f} val_bpb {r['val_bpb']:.4f}"
                          + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
-                            f"{r['val_kl_bits']:.3f} bits)" if self.p.model.is_free else ""),
+                            f"{r['val_kl_bits']:.3f} bits)" if arms.arm(self.p.arm).latent else ""),
                          echo=False)
             self.barrier()
 
@@ -682,7 +695,7 @@ class _Tracker:
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.tb = SummaryWriter(str(rd / "tb"))
+        self.tb = SummaryWriter(str(RunDir(rd).tensorboard_dir))
         self.ext: Any = None
         if cfg.logging.tracker != "none":
             import importlib
@@ -733,7 +746,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
         stop = stack.enter_context(_signals_to_flag())
         if finished(rd) and not cfg.train.force:
             if main:
-                print(f"run {rd.name} is finished ({final_checkpoint(rd)}); "
+                print(f"run {rd.name} is finished ({RunDir(rd).final_checkpoint}); "
                       f"train.force=true retrains", file=sys.stderr)
             return rd
         check_tracker(cfg)
@@ -748,7 +761,8 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
             stack.enter_context(_run_lock(rd))  # creates the run dir
 
         # ---- setup
-        log = stack.enter_context(contextlib.closing(_Log(rd / "train.log" if main else None)))
+        log = stack.enter_context(contextlib.closing(_Log(RunDir(rd).log_path if main
+                                                          else None)))
         export = export_dtype(cfg, device.type)  # of final.pt and eval_step_<N>.pt
         checkpointer = Checkpointer(
             rd, cfg, p, main=main, world=n_world, log=log,
@@ -756,12 +770,12 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
             export_dtype=EXPORT_DTYPES[export])
         checkpointer.prepare(fresh=cfg.train.force)
         if main and cfg.train.force:
-            (rd / "config.yaml").unlink(missing_ok=True)  # new provenance for the new run
+            RunDir(rd).record_path.unlink(missing_ok=True)  # new provenance for the new run
         if n_world > 1:
             dist.barrier()
         log(f"argv: {' '.join(argv if argv is not None else sys.argv)}", echo=False)
         log(format_plan(cfg, p), echo=main)
-        log(f"exports (final.pt, eval_step_<N>.pt): {export} weights "
+        log(f"exports ({FINAL_CHECKPOINT}, eval_step_<N>.pt): {export} weights "
             f"(logging.export_dtype={cfg.logging.export_dtype})", echo=False)
         trainer = Trainer(cfg, p, corpus, checkpointer, device, rank, n_world, stop, log)
         if main:
@@ -781,9 +795,9 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
 def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
                   argv: list[str] | None, parallel: str = "none",
                   export: str | None = None) -> None:
-    path = rd / "config.yaml"
+    run = RunDir(rd)
     created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    if path.exists():  # a resume keeps the first provenance; record the restart in the log only
+    if run.has_record:  # a resume keeps the first provenance; record the restart in the log only
         return
     from common.records import RunRecord
 
@@ -811,7 +825,7 @@ def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
         # export_dtype: logging.export_dtype resolved (the exports' dtype; auto is in logging)
         extra={"logging": plain(asdict(cfg.logging)), "export_dtype": export,
                "corpus": corpus.info})
-    atomic_write_text(path, yaml.safe_dump(doc.to_json(), sort_keys=False))
+    run.write_record(doc)
 
 
 # ====================================================================== CLI

@@ -16,28 +16,35 @@ Few-shot: the offline copies hold only the split each stock task evaluates (no t
 a task in NO_FEWSHOT_SOURCE is exact only at its stock 0 shots; `fewshot_error` names them for a
 few-shot request instead of letting lm-eval draw examples from the evaluation split.
 RACE has no offline copy: it runs online only.
+
+What each task is (its stock YAML, its files, whether it has an offline copy, a few-shot
+source, a partial label) is its row in common/benchmarks.py; this module is the loader that
+turns a row's files into the YAML lm-eval reads (tests check that every file a YAML names is
+one its row pins).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
-import lm_eval
 import yaml
 
+from common import benchmarks
 from common.io import atomic_write_text
 
-STOCK = Path(lm_eval.__file__).parent / "tasks"
-OFFLINE_TASKS = ("gsm8k", "arc_easy", "arc_challenge", "commonsense_qa", "mmlu", "hellaswag",
-                 "winogrande", "openbookqa", "piqa", "boolq", "nq_open", "triviaqa")
-# Offline data that is not the whole stock evaluation set: task -> the label every table and
-# file must carry (the scores are not comparable with stock numbers).
-PARTIAL = {"triviaqa": "partial (7,993 of 17,944)"}
-# Stock few-shot examples come from a train split the offline copies do not have (ARC's train
-# split is missing too); MMLU (dev), GSM8K and CommonsenseQA (train) have theirs.
-NO_FEWSHOT_SOURCE = ("arc_easy", "arc_challenge", "hellaswag", "winogrande", "openbookqa",
-                     "piqa", "boolq", "nq_open", "triviaqa")
+STOCK = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks"
+"""lm-eval's stock task YAMLs (found without importing lm-eval: `benchdata`, in this package,
+is read at a sweep's plan time)."""
+OFFLINE_TASKS = benchmarks.tasks(suite="lm-eval", offline_ready=True)
+"""The lm-eval tasks with an offline copy (common.benchmarks), in the paper's order."""
+PARTIAL = {b.task: b.partial for b in benchmarks.BENCHMARKS if b.task and b.partial}
+"""Offline data that is not the whole stock evaluation set: task -> the label every table and
+file must carry (the scores are not comparable with stock numbers)."""
+NO_FEWSHOT_SOURCE = benchmarks.tasks(suite="lm-eval", offline_ready=True, fewshot_source=False)
+"""Stock few-shot examples come from a train split these offline copies do not have (ARC's
+train split is missing too); MMLU (dev), GSM8K and CommonsenseQA (train) have theirs."""
 _U = "experiments.eval.tasks.offline_utils"
 
 
@@ -49,17 +56,8 @@ yaml.SafeDumper.add_representer(_Fn, lambda d, v: d.represent_scalar("!function"
 
 
 def stock_yaml(task: str) -> Path:
-    return {"gsm8k": STOCK / "gsm8k" / "gsm8k.yaml",
-            "arc_easy": STOCK / "arc" / "arc_easy.yaml",
-            "arc_challenge": STOCK / "arc" / "arc_challenge.yaml",
-            "commonsense_qa": STOCK / "commonsense_qa" / "default.yaml",
-            "hellaswag": STOCK / "hellaswag" / "hellaswag.yaml",
-            "winogrande": STOCK / "winogrande" / "default.yaml",
-            "openbookqa": STOCK / "openbookqa" / "openbookqa.yaml",
-            "piqa": STOCK / "piqa" / "piqa.yaml",
-            "boolq": STOCK / "super_glue" / "boolq" / "default.yaml",
-            "nq_open": STOCK / "nq_open" / "nq_open.yaml",
-            "triviaqa": STOCK / "triviaqa" / "default.yaml"}[task]
+    """The stock lm-eval YAML of a task (its benchmark row's `stock`)."""
+    return STOCK / str(benchmarks.benchmark(task).stock)
 
 
 def fewshot_error(tasks: list[str], fewshot: int | None) -> str | None:
@@ -111,13 +109,14 @@ def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
                                    splits={"validation": "hellaswag/validation"})
     out["winogrande.yaml"] = custom("winogrande", "arrow_dataset",
                                     splits={"validation": "winogrande/validation"})
-    out["openbookqa.yaml"] = custom("openbookqa", "openbookqa_dataset") | {
-        "validation_split": None}
-    out["piqa.yaml"] = custom("piqa", "piqa_dataset")
-    out["boolq.yaml"] = custom("boolq", "boolq_dataset")
+    out["openbookqa.yaml"] = custom("openbookqa", "openbookqa_dataset",
+                                    test="openbookqa/test.tsv") | {"validation_split": None}
+    out["piqa.yaml"] = custom("piqa", "piqa_dataset", questions="piqa/valid.jsonl",
+                              labels="piqa/valid-labels.lst")
+    out["boolq.yaml"] = custom("boolq", "boolq_dataset", validation="boolq/val.jsonl")
     out["triviaqa.yaml"] = custom("triviaqa", "arrow_dataset", splits={
         "validation": "triviaqa/rc.wikipedia.nocontext_validation"}) | {
-        "task_alias": f"triviaqa, {PARTIAL['triviaqa']}"}
+        "task_alias": f"triviaqa, {benchmarks.benchmark('triviaqa').partial}"}
     out["nq_open.yaml"] = {
         "include": str(stock_yaml("nq_open")), "dataset_path": "json", "dataset_name": None,
         "dataset_kwargs": {"data_files": {"validation": jf("nq_open/NQ-open.dev.jsonl")}},
@@ -127,7 +126,7 @@ def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
             "include": str(STOCK / "mmlu" / "default" / f"mmlu_{subj}.yaml"),
             "dataset_path": None, "dataset_name": None,
             "custom_dataset": _Fn(f"{_U}.mmlu_dataset"),
-            "dataset_kwargs": {"data_dir": str(d), "subject": subj}}
+            "dataset_kwargs": {"data_dir": str(d), "subject": subj, "folder": "mmlu"}}
     for grp in ("_mmlu", "_mmlu_stem", "_mmlu_other", "_mmlu_social_sciences",
                 "_mmlu_humanities"):
         out[f"mmlu/{grp}.yaml"] = yaml.safe_load(
@@ -162,7 +161,7 @@ def write_task_dir(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> P
     verified against its sha256 pin (a directory may hold only some benchmarks, as the smoke
     data does). DataError on an altered file or when no task's files are there,
     NotADirectoryError when out_dir is a file; both before anything is written."""
-    from experiments.eval import benchdata
+    from experiments.eval.tasks import benchdata
 
     out = Path(out_dir)
     probe = out

@@ -8,8 +8,7 @@ from __future__ import annotations
 import sys
 
 from common.text import one_line
-from experiments.eval import benchdata
-from experiments.eval.tasks import default_tasks_dir, write_task_dir
+from experiments.eval.tasks import benchdata, default_tasks_dir, write_task_dir
 
 
 def main(argv: list[str] | None = None) -> None:

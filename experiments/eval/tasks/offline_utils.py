@@ -1,7 +1,8 @@
 """Map the offline benchmark files to the document schema the stock lm-eval tasks expect.
 
 Each function turns one file format into the exact fields the stock task's Jinja templates read,
-so the stock `doc_to_text` / `doc_to_choice` / `doc_to_target` apply unchanged.
+so the stock `doc_to_text` / `doc_to_choice` / `doc_to_target` apply unchanged. The files are
+named by the task YAMLs (experiments/eval/tasks/__init__.py), relative to the data directory.
 """
 
 from __future__ import annotations
@@ -73,13 +74,14 @@ def read_mmlu_csv(path: str | Path, subject: str) -> list[dict[str, Any]]:
             for r in rows]
 
 
-def mmlu_dataset(data_dir: str, subject: str, validation: bool = False,
+def mmlu_dataset(data_dir: str, subject: str, folder: str, validation: bool = False,
                  **_: Any) -> datasets.DatasetDict:
     """`custom_dataset` for one MMLU subject: cais/mmlu's test and dev splits from the offline
-    csvs, and with `validation=True` its validation split from the `save_to_disk` copy (pinned
-    under the benchdata key `mmlu_validation`). The stock mmlu tasks read test (and dev for
-    few-shot) only, so they do not open, or depend on, the validation copies."""
-    root = Path(data_dir) / "mmlu"
+    csvs under `folder`, and with `validation=True` its validation split from the
+    `save_to_disk` copy (pinned under the benchdata key `mmlu_validation`). The stock mmlu
+    tasks read test (and dev for few-shot) only, so they do not open, or depend on, the
+    validation copies."""
+    root = Path(data_dir) / folder
     out = {split: datasets.Dataset.from_list(
         read_mmlu_csv(root / split / f"{subject}_{split}.csv", subject))
         for split in ("test", "dev")}
@@ -113,9 +115,9 @@ def openbookqa_row(r: dict[str, str]) -> dict[str, Any]:
             "choices": {"text": texts, "label": labels}, "answerKey": r["Answer Key"]}
 
 
-def openbookqa_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
+def openbookqa_dataset(data_dir: str, test: str, **_: Any) -> datasets.DatasetDict:
     """`custom_dataset` for OpenBookQA: the test split (the stock eval split) from the TSV."""
-    with open(Path(data_dir) / "openbookqa" / "test.tsv", newline="", encoding="utf-8") as f:
+    with open(Path(data_dir) / test, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     return datasets.DatasetDict(
         {"test": datasets.Dataset.from_list([openbookqa_row(r) for r in rows])})
@@ -126,13 +128,13 @@ def _jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def piqa_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
+def piqa_dataset(data_dir: str, questions: str, labels: str,
+                 **_: Any) -> datasets.DatasetDict:
     """`custom_dataset` for PIQA: valid.jsonl {goal, sol1, sol2} + valid-labels.lst (one 0/1 per
     line, aligned by line) -> baber/piqa validation {goal, sol1, sol2, label}."""
-    root = Path(data_dir) / "piqa"
-    docs = _jsonl(root / "valid.jsonl")
-    labels = [x.strip() for x in (root / "valid-labels.lst").read_text().splitlines()
-              if x.strip()]
+    root = Path(data_dir)
+    docs = _jsonl(root / questions)
+    labels = [x.strip() for x in (root / labels).read_text().splitlines() if x.strip()]
     if len(labels) != len(docs) or set(labels) - {"0", "1"}:
         raise ValueError(f"PIQA: {len(docs)} questions but {len(labels)} labels, or a label "
                          "other than 0/1")
@@ -144,11 +146,11 @@ def piqa_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
 _BOOL = {"false": 0, "true": 1, False: 0, True: 1}
 
 
-def boolq_dataset(data_dir: str, **_: Any) -> datasets.DatasetDict:
+def boolq_dataset(data_dir: str, validation: str, **_: Any) -> datasets.DatasetDict:
     """`custom_dataset` for BoolQ: SuperGLUE val.jsonl (label the string "true"/"false") ->
     aps/super_glue boolq validation {question, passage, idx, label 0/1}."""
     rows = []
-    for d in _jsonl(Path(data_dir) / "boolq" / "val.jsonl"):
+    for d in _jsonl(Path(data_dir) / validation):
         if d["label"] not in _BOOL:
             raise ValueError(f"BoolQ row {d.get('idx')}: label {d['label']!r} is not true/false")
         rows.append({"question": d["question"], "passage": d["passage"], "idx": int(d["idx"]),

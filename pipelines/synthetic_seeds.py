@@ -1,15 +1,20 @@
 """`make synthetic-seeds`: one `make synthetic` run per seed, several at once, with progress.
 
-    python -m experiments.synthetic_seeds --name default --seeds "0 1 2" [--jobs N]
+    python -m pipelines.synthetic_seeds --name default --seeds "0 1 2" [--jobs N]
         [--interval 60] [experiments.synthetic options and overrides...]
 
-Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` in
-its own process (one torch thread, experiments.synthetic's default), writing its output to
+Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` as
+one job of the local launcher (sweeps/launcher.py), writing its output to
 `<results>/synthetic/<name>-s<seed>.log`. `--jobs` seeds run at once (default: all of them; each
 uses one thread, so on C cores up to C run at full speed, and more only share the cores). Every
 `--interval` seconds one line says, per seed, the arms done and the arm training, with an ETA
-from the arms finished so far. A seed that fails prints its log's last lines; the others run to
-the end and the exit status is 1.
+from the share of all arms' steps done. A seed that fails prints its log's last lines; the
+others run to the end and the exit status is 1.
+
+Progress is read from the records the runs write, never from the logs: each arm's run-id and
+step count come from the trainer's plan (the seed's settings are composed before anything
+starts), an arm is done when its run is finished, and the training arm's step is the last
+training record of its run (sweeps.manifest.live_progress, as `make sweep-status` reads it).
 
 Every seed's options are checked before any process starts (a bad one: one line, exit 2, nothing
 written). A second call redoes no training: the trainer returns at once for a finished run, so
@@ -21,24 +26,35 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from common.paths import results_root
+from common.paths import RunDir, results_root
 from common.text import one_line
-
-_TRAINING = re.compile(r"^\[synthetic\] (\S+): training")
-_DONE = re.compile(r"^\[synthetic\] (\S+): ce_prior=")
-_RUN_ID = re.compile(r"^run-id\s+(\S+)")  # the trainer's plan, printed as each arm starts
-_STEPS = re.compile(r"^tokens\s+.*= ([\d,]+) steps")
+from sweeps.job import CommandJob
+from sweeps.launcher import LocalLauncher
+from sweeps.manifest import live_progress
 
 
 class SeedsArgsError(ValueError):
     """Bad input: one line; raised before any process starts."""
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    """One arm of a seed's synthetic run, as the trainer's plan names it."""
+
+    label: str
+    """experiments.synthetic's model label (baseline, kappa=1/8, ...)."""
+    run_dir: Path
+    steps: int
+    """Training steps the trainer's plan gives it."""
+    reused: bool = False
+    """Given by --reuse: never trained here (counts as done)."""
 
 
 @dataclass
@@ -48,51 +64,32 @@ class Seed:
     log: Path
     argv: list[str]
     arms: int
-    proc: subprocess.Popen | None = None
+    runs: list[ArmRun] = field(default_factory=list)
+    """The arms in training order (experiments.synthetic trains them one after another)."""
+    job: Any = None
+    """The launcher's job handle once started."""
     rc: int | None = None
     started: float = field(default_factory=time.time)
 
     def progress(self) -> tuple[int, str | None, float]:
         """(arms done, the arm training now or None, arms done plus the training arm's share of
-        its steps), from one read of the seed's log and the training arm's metrics.jsonl."""
-        done, now, run = self._read()
-        frac = float(done)
-        if now is not None and run is not None:
-            step = _last_step(results_root() / "runs" / run[0] / "metrics.jsonl")
-            frac += min(1.0, step / run[1]) if step and run[1] else 0.0
-        return done, now, frac
-
-    def _read(self) -> tuple[int, str | None, tuple[str, int] | None]:
-        done, now, run_id, run = 0, None, None, None
-        if self.log.is_file():
-            for line in self.log.read_text(encoding="utf-8", errors="replace").splitlines():
-                if m := _DONE.match(line):
-                    done, now, run = done + 1, None, None
-                elif m := _TRAINING.match(line):
-                    now, run = m.group(1), None
-                elif m := _RUN_ID.match(line):
-                    run_id = m.group(1)
-                elif (m := _STEPS.match(line)) and run_id:
-                    run = (run_id, int(m.group(1).replace(",", "")))
-        return done, now, run
-
-
-def _last_step(path: Path) -> int | None:
-    """The step of the last training record in a metrics.jsonl (its tail only)."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - 4096))
-            tail = f.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(tail):
-        if m := re.search(r'"kind": "train", "step": (\d+)', line):
-            return int(m.group(1))
-    return None
+        its steps), from the runs' records: an arm is done when its run is finished; the first
+        arm not done is training once its run has logged a training step."""
+        done = 0
+        for arm in self.runs:
+            if arm.reused or RunDir(arm.run_dir).finished:
+                done += 1
+                continue
+            live = live_progress(arm.run_dir, None)
+            step = live.get("step") if live else None
+            if not isinstance(step, int):
+                return done, None, float(done)
+            return done, arm.label, done + (min(1.0, step / arm.steps) if arm.steps else 0.0)
+        return done, None, float(done)
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    p = argparse.ArgumentParser(prog="python -m experiments.synthetic_seeds", allow_abbrev=False,
+    p = argparse.ArgumentParser(prog="python -m pipelines.synthetic_seeds", allow_abbrev=False,
                                 description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default")
     p.add_argument("--seeds", default="0 1 2", help="space separated, e.g. '0 1 2'")
@@ -103,6 +100,25 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
         if any(r == flag or r.startswith(flag + "=") for r in rest):
             raise SeedsArgsError(f"{flag} is set per seed here; give --seeds and --name")
     return a, rest
+
+
+def arm_runs(st: Any, arms: list[tuple[int, float | None]]) -> list[ArmRun]:
+    """Each arm's run directory and planned steps, from the trainer's own config and plan (what
+    the run will be named and how long it trains, before it starts)."""
+    from experiments import synthetic as S
+    from experiments.train.config import compose
+    from experiments.train.plan import plan as run_plan
+    from experiments.train.plan import run_dir
+
+    out = []
+    for h, k in arms:
+        label = S.model_label(h, k)
+        if label in st.reuse:
+            out.append(ArmRun(label, Path(st.reuse[label]), 0, reused=True))
+            continue
+        cfg = compose(S.arm_overrides(st, h, 0.0 if k is None else k))
+        out.append(ArmRun(label, run_dir(cfg), run_plan(cfg, 1).steps))
+    return out
 
 
 def plan(a: argparse.Namespace, rest: list[str]) -> list[Seed]:
@@ -123,7 +139,7 @@ def plan(a: argparse.Namespace, rest: list[str]) -> list[Seed]:
         st = S.parse_args(argv)
         arms = S.check(st)
         out.append(Seed(s, st.name, results_root() / "synthetic" / f"{st.name}.log", argv,
-                        len(arms)))
+                        len(arms), arm_runs(st, arms)))
     return out
 
 
@@ -134,7 +150,7 @@ def status_line(seeds: list[Seed], t0: float) -> str:
     for s in seeds:
         done, now, frac = s.progress()
         done_all, share = done_all + done, share + frac
-        state = ("waiting" if s.proc is None and s.rc is None else
+        state = ("waiting" if s.job is None and s.rc is None else
                  "done" if s.rc == 0 else f"failed (exit {s.rc})" if s.rc is not None else
                  f"training {now}" if now else "starting")
         parts.append(f"s{s.seed}: {done}/{s.arms} {state}")
@@ -146,31 +162,43 @@ def status_line(seeds: list[Seed], t0: float) -> str:
             + "; ".join(parts) + f" | {done_all}/{total} arms done, {eta}")
 
 
+def _exit_status(launcher: LocalLauncher, job: Any) -> int:
+    """The seed command's exit status (1 when its job itself ended without a result)."""
+    state, _ = launcher.outcome(job)
+    if state != "done":
+        return 1
+    res = job.result()
+    return int(res.get("rc", 1)) if isinstance(res, dict) else 1
+
+
 def run(seeds: list[Seed], jobs: int, interval: float) -> int:
+    """The seeds as jobs of the local launcher, `jobs` at once (0: all), with a progress line
+    every `interval` seconds; 1 when a seed failed."""
     t0 = time.time()
     jobs = jobs or len(seeds)
+    launcher = LocalLauncher(seeds[0].log.parent / ".jobs", jobs=jobs, job_name="synthetic-seed")
+    env = {"PYTHONUNBUFFERED": "1"}  # the log shows each line as the seed prints it
     waiting, running = list(seeds), []
     last = 0.0
     while waiting or running:
         while waiting and len(running) < jobs:
             s = waiting.pop(0)
-            s.log.parent.mkdir(parents=True, exist_ok=True)
-            with s.log.open("w", encoding="utf-8") as fh:  # the child owns it from here
-                s.proc = subprocess.Popen([sys.executable, "-m", "experiments.synthetic",
-                                           *s.argv], stdout=fh, stderr=subprocess.STDOUT,
-                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            s.job = launcher.submit(CommandJob(
+                s.name, [sys.executable, "-m", "experiments.synthetic", *s.argv], str(s.log),
+                cwd=os.getcwd(), env=env))
             s.started = time.time()
             print(f"[synthetic-seeds] seed {s.seed}: started, log {s.log}", flush=True)
             running.append(s)
         for s in list(running):
-            if s.proc is not None and (rc := s.proc.poll()) is not None:
-                s.rc = rc
+            if s.job is not None and s.job.done():
+                s.rc = rc = _exit_status(launcher, s.job)
                 running.remove(s)
                 mins = (time.time() - s.started) / 60
                 if rc == 0:
                     print(f"[synthetic-seeds] seed {s.seed}: done in {mins:.1f} min", flush=True)
                 else:
-                    tail = s.log.read_text(encoding="utf-8", errors="replace").splitlines()[-8:]
+                    tail = s.log.read_text(encoding="utf-8", errors="replace").splitlines()[-8:] \
+                        if s.log.is_file() else ["(no log)"]
                     print(f"[synthetic-seeds] seed {s.seed}: FAILED (exit {rc}); the end of "
                           f"{s.log}:\n  " + "\n  ".join(tail), flush=True)
         if time.time() - last >= interval and running:

@@ -15,7 +15,7 @@ steps through experiments/train/trainer.py:
 Writes <results>/gpu_check/<UTC timestamp>.json (`make bench` can cite it) and prints a summary.
 Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one line).
 
-    python -m experiments.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
+    python -m pipelines.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from common.io import atomic_write_text
-from common.paths import results_root, runs_dir
+from common.paths import RunDir, results_root, runs_dir
 
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0,
                     "A10G": 70.0, "L4": 121.0, "B200": 2250.0}
@@ -44,16 +44,16 @@ def peak_tflops(name: str) -> tuple[float | None, str]:
     for key, v in PEAK_BF16_TFLOPS.items():
         if key in name:
             return v, f"datasheet dense bf16 peak of {key}"
-    return None, f"unknown GPU {name!r}: no bf16 peak in experiments/gpu_check.py"
+    return None, f"unknown GPU {name!r}: no bf16 peak in pipelines/gpu_check.py"
 
 
 def _losses(run: Path) -> list[float]:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = RunDir(run).metrics_json()
     return [r["loss"] for r in rows if r["kind"] == "train"]
 
 
 def _tokens_per_s(run: Path) -> float | None:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    rows = RunDir(run).metrics_json()
     tps = [r["tokens_per_s"] for r in rows if r["kind"] == "train"][3:]  # past compilation
     return sorted(tps)[len(tps) // 2] if tps else None
 
@@ -118,7 +118,7 @@ def _max_rel(a: list[float], b: list[float]) -> float:
 
 def _weights(run: Path) -> dict[str, torch.Tensor] | None:
     """The final weights of a run (the trainer's final checkpoint), None if absent."""
-    final = run / "checkpoints" / "final.pt"
+    final = RunDir(run).final_checkpoint
     if not final.is_file():
         return None
     state = torch.load(final, map_location="cpu", weights_only=True)
@@ -130,21 +130,27 @@ def _resume_round_trip(args: list[str], results: Path, ref: Path, run: Any) -> d
     finished run, drop its final checkpoint and every step checkpoint but the oldest kept one,
     rerun the same command (the trainer resumes from what is left) and compare the resumed
     run's final weights and losses with the uninterrupted reference."""
-    import re
     import shutil
+
+    from experiments.train.checkpointer import shard_dir
 
     d = run(args, results)[0]
     if d is None:
         return {"resume": "failed: the first run did not finish"}
-    ck = d / "checkpoints"
-    steps = sorted((int(m.group(1)), p) for p in ck.iterdir()
-                   if (m := re.search(r"(\d+)", p.name)) and "final" not in p.name)
+    rd = RunDir(d)
+    steps = rd.step_checkpoints()
     if len(steps) < 2:
         return {"resume": f"skipped: {len(steps)} step checkpoint(s) kept, need 2"}
+    # as if the run had stopped right after its oldest kept checkpoint: every later step
+    # checkpoint (its marker and its shards), every later export and the final one go
+    first = steps[0][0]
     for _, p in steps[1:]:
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
-    for p in ck.glob("final*"):
-        shutil.rmtree(p) if p.is_dir() else p.unlink()
+        shutil.rmtree(shard_dir(p), ignore_errors=True)
+        p.unlink()
+    for step, p in rd.eval_checkpoints():
+        if step > first:
+            p.unlink()
+    rd.final_checkpoint.unlink(missing_ok=True)
     d2, why = run([a for a in args if a != "train.force=true"], results)  # resume, not redo
     if d2 is None:
         return {"resume": why}

@@ -1,6 +1,6 @@
 """The full evaluation of one checkpoint, timed per benchmark (issue 18).
 
-    python -m experiments.bench.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
+    python -m pipelines.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
         [--workers 2] [--threads 1] [--limit N] [--batch-size 16] [--out DIR]
 
 Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process (the real
@@ -28,22 +28,21 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common import benchmarks
 from common.io import atomic_write_json, atomic_write_text
 from common.paths import results_root
 from common.provenance import git_state, versions
 from common.text import one_line
 
-REPO = Path(__file__).resolve().parents[2]
-ORIGINAL = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
-            "mbpp_plus")
-EXTRA = ("hellaswag", "winogrande", "openbookqa", "piqa", "boolq", "nq_open", "triviaqa")
-# Rough cost on the 16M preset (minutes on one 2-core machine thread), measured with this
-# command (docs/BENCH.md). It orders the queue, longest first, and weights the ETA; nothing
-# else reads it.
-COST_MIN = {"mmlu": 14.0, "gsm8k": 12.0, "hellaswag": 10.0, "triviaqa": 8.0, "nq_open": 4.0,
-            "mbpp_plus": 5.0, "humaneval_plus": 3.0, "boolq": 3.0, "arc_easy": 2.0,
-            "piqa": 2.0, "commonsense_qa": 1.5, "winogrande": 1.0, "arc_challenge": 1.0,
-            "openbookqa": 0.5}
+REPO = Path(__file__).resolve().parents[1]
+ORIGINAL = benchmarks.tasks(default=True)
+"""The default set (the paper's benchmarks this suite runs): TASKS=original."""
+EXTRA = benchmarks.tasks(default=False, offline_ready=True)
+"""The other benchmarks with an offline copy: TASKS=all adds them."""
+COST_MIN = {t: c for t in ORIGINAL + EXTRA if (c := benchmarks.benchmark(t).cost_min)}
+"""Rough cost on the 16M preset (minutes on one 2-core machine thread), measured with this
+command (the registry's `cost_min`, docs/BENCH.md). It orders the queue, longest first, and
+weights the ETA; nothing else reads it."""
 
 
 class ArgsError(ValueError):
@@ -147,7 +146,7 @@ def render(doc: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench.full_eval",
+    p = argparse.ArgumentParser(prog="python -m pipelines.full_eval",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("ckpt")
     p.add_argument("--data", required=True, help="offline benchmark dir")

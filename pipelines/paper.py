@@ -1,20 +1,22 @@
-"""`make paper RECIPE=...` / `python -m experiments.paper`: the paper's protocol as one command.
+"""`make paper RECIPE=...` / `python -m pipelines.paper`: the paper's protocol as one command.
 
 A recipe (sweeps/recipes/<name>.yaml, docs/RECIPES.md) holds every setting, each with its
-source. This command only orchestrates public commands, each resumable on its own, so a re-run
-(after an interruption, or while SLURM jobs are still running) does only what is missing:
+source. This command runs each stage in this process through the stage's public entry point,
+each resumable on its own, so a re-run (after an interruption, or while SLURM jobs are still
+running) does only what is missing:
 
-  1. corpus: `python -m experiments.corpus` builds the recipe's corpus once, in the directory
-     where the trainer looks for it (experiments.train.data.corpus_dir), so every cell opens it
-     instead of building it, and run-ids are those of `make sweep RECIPE=...`;
-  2. sweep: `python -m sweeps run --recipe ... --eval 1`: every cell of the grid (baseline, Free
-     Transformers at each kappa and H, the controls, every seed), each kept checkpoint
-     (EVAL_POINTS = the recipe's points) and the final one evaluated on the recipe's tasks with Z
-     from the prior, and the honest likelihood bound;
-  3. report: `python -m analysis.report` once every cell and evaluation is done (Table 3 averages
-     the recipe's last third of the points), rebuilt only when its inputs changed.
+  1. corpus: the recipe's corpus is built once (pipelines.corpus: its units through the same
+     launcher as the sweep), in the directory where the trainer looks for it
+     (experiments.train.data.corpus_dir), so every cell opens it instead of building it, and
+     run-ids are those of `make sweep RECIPE=...`;
+  2. sweep: sweeps' front door (`sweeps.api.run`, what `make sweep RECIPE=... EVAL=1` runs):
+     every cell of the grid (baseline, Free Transformers at each kappa and H, the controls,
+     every seed), each kept checkpoint (EVAL_POINTS = the recipe's points) and the final one
+     evaluated on the recipe's tasks with Z from the prior, and the honest likelihood bound;
+  3. report: analysis.report's build_report once every cell and evaluation is done (Table 3
+     averages the recipe's last third of the points), rebuilt only when its inputs changed.
 
-    python -m experiments.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
+    python -m pipelines.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
         [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
         [--eval-args "..."] [--likelihood-rows N] [--workers N] [--overrides "..."] [--dry]
 
@@ -28,35 +30,35 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import subprocess
 import sys
 import time
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from common.paths import results_root, sweeps_dir
+from common import benchmarks
+from common.paths import SweepDir
 from common.text import one_line
-from experiments.pipeline import (
+from pipelines.shared import (
     OFFLINE_ENV,
+    cells,
+    environment,
     inputs_fingerprint,
     load_state,
-    read_manifest,
+    report,
     save_state,
+    sweep,
 )
-from experiments.pipeline import env as pipeline_env
+from sweeps import api
 
-ROOT = Path(__file__).resolve().parents[1]
 STATE = "paper-state.json"
 """Beside the sweep's manifest: the fingerprint of the inputs the report was last built from."""
 
-EVAL_REQUESTS: dict[str, int] = {
-    "mmlu": 56168, "gsm8k": 2638, "mbpp_plus": 756, "humaneval_plus": 328, "arc_easy": 9504,
-    "arc_challenge": 4688, "commonsense_qa": 6105, "hellaswag": 40168, "boolq": 6540,
-    "piqa": 3676, "winogrande": 2534, "nq_open": 3610, "openbookqa": 2000}
-"""Requests per benchmark on its full split, as measured in docs/BENCH.md (the full-benchmark
-evaluation table: each generation task's gold-answer bits-per-byte requests included). triviaqa
-(a partial copy was measured) and race were not measured: their cost is reported as unknown."""
+EVAL_REQUESTS: dict[str, int] = {b.task: b.requests for b in benchmarks.BENCHMARKS
+                                  if b.task and b.requests}
+"""Requests per benchmark on its full split, as measured in docs/BENCH.md (the registry's
+`requests`: each generation task's gold-answer bits-per-byte requests included). triviaqa (a
+partial copy was measured) and race were not measured: their cost is reported as unknown."""
 
 
 DEFAULT_GPU = "H100-80GB"
@@ -77,14 +79,10 @@ def _say(i: int, n: int, text: str, t0: float) -> None:
           flush=True)
 
 
-def _run(argv: list[str], env: dict[str, str]) -> int:
-    return subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
-
-
 # ------------------------------------------------------------------------------- the stages
 def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     """Where the trainer will look for the recipe's corpus, whether it is built, and the
-    `python -m experiments.corpus` command that builds it there."""
+    `python -m pipelines.corpus` arguments that build it there."""
     from experiments.corpus.build import read_manifest as read_corpus
     from experiments.corpus.build import request_of
     from experiments.train.config import compose
@@ -96,33 +94,27 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     man = read_corpus(d) if cfg.data.source != "synthetic" else None
     data_ov = [o for o in merge_overrides(rec.corpus_overrides(), extra)
                if o.startswith("data.") and not o.startswith("data.corpus=")]
-    argv = [sys.executable, "-m", "experiments.corpus", "--data", cfg.data.source,
-            "--out", str(d), "--vocab-size", str(cfg.model.vocab_size), *data_ov]
+    argv = ["--data", cfg.data.source, "--out", str(d), "--vocab-size",
+            str(cfg.model.vocab_size), *data_ov]
     return {"dir": d, "built": man is not None, "manifest": man, "argv": argv, "cfg": cfg,
             "request": request_of(cfg.data, cfg.model.vocab_size), "named": bool(cfg.data.corpus),
             "source": cfg.data.source}
 
 
-def sweep_argv(rec_arg: str, a: argparse.Namespace, name: str, dry: bool) -> list[str]:
-    argv = [sys.executable, "-m", "sweeps", "run", "--recipe", rec_arg, "--name", name,
-            "--eval", "1", "--launcher", a.launcher]
-    for flag, v in (("--seeds", a.seeds), ("--gpu", a.gpu), ("--cluster", a.cluster),
-                    ("--jobs", a.jobs), ("--likelihood-rows", a.likelihood_rows)):
-        if v is not None and str(v).strip():
-            argv += [flag, str(v)]
+def sweep_request(rec_arg: str, a: argparse.Namespace, name: str) -> api.SweepRequest:
+    """The recipe's sweep with every kept checkpoint and the final one evaluated, for sweeps'
+    front door (what `make sweep RECIPE=... EVAL=1` asks)."""
     extra = a.eval_args
     if a.bench_data:
         extra = f"--data {shlex.quote(str(a.bench_data))} {extra}"
-    if extra.strip():
-        argv += ["--eval-args", extra.strip()]
-    ov = overrides(a)
-    if ov:
-        argv += ["--overrides", shlex.join(ov)]
-    if a.retry_failed:
-        argv += ["--retry-failed", "1"]
-    if dry:
-        argv += ["--dry", "1"]
-    return argv
+    rows = a.likelihood_rows.strip()
+    return api.SweepRequest(
+        recipe=rec_arg, name=name, evaluate=True, launcher=a.launcher,
+        seeds=a.seeds if a.seeds.strip() else None, gpu=a.gpu.strip(), cluster=a.cluster,
+        jobs=int(a.jobs) if a.jobs.strip() else None,
+        likelihood_rows=int(rows) if rows else api.DEFAULT_LIKELIHOOD_ROWS,
+        eval_args=extra.strip(), overrides=shlex.join(overrides(a)),
+        retry_failed=bool(a.retry_failed))
 
 
 def _seeds(a: argparse.Namespace) -> tuple[int, ...] | None:
@@ -185,7 +177,7 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     disk = disk_bytes(cfg, run_plan(cfg, 1))  # the same bytes for any world
     lines += ["", f"corpus ({c['source']}): {c['dir']}  "
               + ("built" if c["built"] else "to build, once, by stage 1 (`python -m "
-                 "experiments.corpus`)")]
+                 "pipelines.corpus`)")]
     if not c["built"]:
         lines.append(f"  its token shards: at least {disk['corpus'] / 1e9:.4g} GB (the trainer's "
                      "estimate: the training tokens at the token width, over data.max_epochs)")
@@ -201,22 +193,21 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     return "\n".join(lines)
 
 
-def report_stage(name: str, env: dict[str, str]) -> tuple[str, int]:
+def report_stage(name: str) -> tuple[str, int]:
     """('waiting', n) while n cells or evaluations are not done; ('reused'|'built', 0) after;
     RuntimeError when the sweep has no manifest or the report fails."""
-    cells = read_manifest(name)["cells"]
-    if not cells:
+    cs = cells(name)
+    if not cs:
         raise RuntimeError(f"sweep {name} wrote no manifest (see its lines above)")
-    left = sum(c.get("state") != "done" or (c.get("eval") or {}).get("state") != "done"
-               for c in cells)
+    left = sum(c.state != "done" or c.eval is None or c.eval.state != "done" for c in cs)
     if left:
         return "waiting", left
     state = load_state(name, STATE)
     fp = inputs_fingerprint(name)
-    report = sweeps_dir(results_root()) / name / "report.html"
-    if state.get("report_inputs") == fp and report.is_file():
+    html = SweepDir.of(name).report_html
+    if state.get("report_inputs") == fp and html.is_file():
         return "reused", 0
-    if _run([sys.executable, "-m", "analysis.report", "--name", name], env) != 0:
+    if not report(name):
         raise RuntimeError("the report failed (see above)")
     state["report_inputs"] = fp
     save_state(name, STATE, state)
@@ -224,7 +215,7 @@ def report_stage(name: str, env: dict[str, str]) -> tuple[str, int]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m experiments.paper", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m pipelines.paper", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="", help="a recipe name (sweeps/recipes) or file")
     ap.add_argument("--name", default="", help="sweep name (default: the recipe's name)")
@@ -275,6 +266,16 @@ def check(a: argparse.Namespace) -> tuple[Any, str]:
     return rec, name
 
 
+def corpus_build(c: dict[str, Any], a: argparse.Namespace) -> int:
+    """Stage 1: the recipe's corpus through pipelines.corpus (its units through the sweep's
+    launcher kind and cluster file); its exit status."""
+    from pipelines.corpus import main as corpus_main
+
+    argv = [*c["argv"], *(["--workers", a.workers] if a.workers else []),
+            "--launcher", a.launcher, *(["--cluster", a.cluster] if a.cluster else [])]
+    return corpus_main(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     try:
@@ -287,9 +288,15 @@ def main(argv: list[str] | None = None) -> int:
     except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
         print(f"paper: error: {one_line(e)}", file=sys.stderr)
         return 2
-    env = pipeline_env(OFFLINE_ENV if a.bench_data else {})
-    if a.dry:
-        return _run(sweep_argv(rec_arg, a, name, dry=True), env)
+    # each stage runs here; the jobs it submits inherit what they did as processes of their own
+    with environment(OFFLINE_ENV if a.bench_data else {}):
+        if a.dry:
+            return sweep(sweep_request(rec_arg, a, name), dry=True)
+        return run_paper(a, rec, rec_arg, name)
+
+
+def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
+    """The three stages (module docstring)."""
     t0, n = time.time(), 3
     c = corpus_stage(rec, overrides(a))
     if c["built"] or c["named"]:
@@ -297,12 +304,7 @@ def main(argv: list[str] | None = None) -> int:
              "nothing to do", t0)
     else:
         _say(1, n, f"corpus: building {c['dir']} (resumable)", t0)
-        argv = list(c["argv"])
-        if a.workers:
-            argv += ["--workers", a.workers]
-        if a.launcher == "slurm":
-            argv += ["--launcher", "slurm", *(["--cluster", a.cluster] if a.cluster else [])]
-        rc = _run(argv, env)
+        rc = corpus_build(c, a)
         if rc != 0:
             print(f"paper: error: the corpus build failed (exit {rc}); re-run to resume",
                   file=sys.stderr)
@@ -315,12 +317,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     _say(2, n, f"sweep {name}: {len(_seeds(a) or rec.grid.seeds)} seed(s) of the recipe's "
          f"grid, each cell evaluated at {rec.eval.points} points and its end", t0)
-    rc = _run(sweep_argv(rec_arg, a, name, dry=False), env)
-    if rc == 2:
-        return 2  # refused before anything ran: its line is above
+    rc = sweep(sweep_request(rec_arg, a, name))
+    if rc in (2, 130):
+        return rc  # refused before anything ran (its line is above), or interrupted
     _say(3, n, "report", t0)
     try:
-        how, left = report_stage(name, env)
+        how, left = report_stage(name)
     except RuntimeError as e:
         print(f"paper: error: {e}", file=sys.stderr)
         return 1
@@ -329,9 +331,9 @@ def main(argv: list[str] | None = None) -> int:
               + (" (SLURM jobs run on; re-run this command to continue: it resumes)"
                  if a.launcher == "slurm" else "; see the sweep's summary above"), flush=True)
         return 0 if a.launcher == "slurm" and rc == 0 else 1
-    report = sweeps_dir(results_root()) / name / "report.html"
+    html = SweepDir.of(name).report_html
     print(f"[paper done {_now()}] report {'up to date' if how == 'reused' else 'built'}: "
-          f"{report.resolve()}", flush=True)
+          f"{html.resolve()}", flush=True)
     return 0 if rc == 0 else 1
 
 

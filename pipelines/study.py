@@ -1,21 +1,22 @@
-"""`make study` / `python -m experiments.study`: the suite's first finding, one command, offline.
+"""`make study` / `python -m pipelines.study`: the suite's first finding, one command, offline.
 
-It only orchestrates public commands, each resumable on its own, so a re-run (or a run after an
-interruption) does only what is missing:
+It runs each stage in this process through the stage's public entry point, each resumable on
+its own, so a re-run (or a run after an interruption) does only what is missing:
 
-  1. the sweep (`python -m sweeps run`): baseline, Free Transformers at kappa 1/2, 1, 2 bits, the
-     +1-layer and FLOPs-matched controls, every seed, each run evaluated when it finishes (EVAL=1:
-     gold-answer bits per byte and pass@1 / accuracy on GSM8K, HumanEval+, MBPP+ from the offline
-     benchmark files, the honest likelihood bound on LIKELIHOOD_ROWS rows, EVAL_POINTS for the
-     curves). sweeps skips done cells and resumes interrupted ones;
-  2. the latent probe (`python -m experiments.eval.probe`) of every finished Free Transformer;
+  1. the sweep (sweeps' front door, `sweeps.api.run`): baseline, Free Transformers at kappa
+     1/2, 1, 2 bits, the +1-layer, FLOPs-matched and Z-cut controls, every seed, each run
+     evaluated when it finishes (EVAL=1: gold-answer bits per byte and pass@1 / accuracy on
+     GSM8K, HumanEval+, MBPP+ from the offline benchmark files, the honest likelihood bound on
+     LIKELIHOOD_ROWS rows, EVAL_POINTS for the curves). sweeps skips done cells and resumes
+     interrupted ones;
+  2. the latent probe (`experiments.eval.probe.probe_run`) of every finished Free Transformer;
      a run whose probe file is recorded (and still there) is skipped;
-  3. the report (`python -m analysis.report`), rebuilt only when its inputs changed;
+  3. the report (analysis.report's build_report), rebuilt only when its inputs changed;
   4. the report's tables and HTML copied to docs/study/ with the study's settings (study.json),
-     and docs/STUDY.md rendered from them (`python -m analysis.study render`).
+     and docs/STUDY.md rendered from them (analysis.study's render).
 
-    python -m experiments.study [--size full|tiny] [--name study] [--bench-data DIR]
-                                [--docs DIR] [--jobs N] [--dry]
+    python -m pipelines.study [--size full|tiny] [--name study] [--bench-data DIR]
+                              [--docs DIR] [--jobs N] [--dry]
 
 Bad input gets one line on stderr, exit 2, nothing written. The sizes, and why `full` is what
 it is, are in SIZES and docs/STUDY.md.
@@ -26,31 +27,35 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
+from common.arms import find as find_arm
 from common.io import atomic_write_text
-from common.paths import results_root, runs_dir, sweeps_dir
-from experiments.pipeline import (
+from common.paths import RunDir, SweepDir
+from common.text import one_line
+from pipelines.shared import (
     OFFLINE_ENV,
+    cells,
+    environment,
     inputs_fingerprint,
     load_state,
-    read_manifest,
+    report,
     save_state,
+    sweep,
 )
-from experiments.pipeline import env as pipeline_env
+from sweeps import api
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
 SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
 STATE = "study-state.json"
-TO_RUN = re.compile(r"cells, \d+ done, (\d+) to run")
-"""The sweep's plan line (sweeps/launcher.py): how many cells it will train."""
 CORES = 2
 """The machine the sizes are planned for (docs/STUDY.md)."""
 TABLES = ("table_tokens.csv", "table_flops.csv", "likelihood.csv", "table3.csv", "probe.csv",
@@ -151,80 +156,93 @@ def find_bench(given: str | None, size: Size) -> Path:
                      "docs/BENCHMARKS.md> (or set FTBENCH_DATA)")
 
 
-def sweep_argv(size: Size, name: str, bench: Path, jobs: int | None, dry: bool) -> list[str]:
-    """`python -m sweeps run ...` for this size."""
+def sweep_request(size: Size, name: str, bench: Path, jobs: int | None) -> api.SweepRequest:
+    """The sweep of this size, for sweeps' front door."""
     eval_args = (f"--tasks {size.tasks} --limit {size.limit} --max-gen-toks {size.gen_toks} "
                  f"--threads 1 --data {bench}")
-    argv = [sys.executable, "-m", "sweeps", "run", "--kappa", size.kappa, "--h", str(size.h),
-            "--seeds", size.seeds, "--preset", size.preset, "--data", "stdlib",
-            "--tokens", size.tokens, "--controls", size.controls, "--overrides", size.overrides,
-            "--name", name, "--eval", "1", "--eval-args", eval_args,
-            "--eval-points", str(size.eval_points),
-            "--likelihood-rows", str(size.likelihood_rows)]
-    if jobs:
-        argv += ["--jobs", str(jobs)]
-    if dry:
-        argv += ["--dry", "1"]
-    return argv
+    return api.SweepRequest(kappa=size.kappa, h=str(size.h), seeds=size.seeds, preset=size.preset,
+                            data="stdlib", tokens=size.tokens, controls=size.controls,
+                            overrides=size.overrides, name=name, evaluate=True,
+                            eval_args=eval_args, eval_points=size.eval_points,
+                            likelihood_rows=size.likelihood_rows, jobs=jobs)
 
 
-def _env() -> dict[str, str]:
-    return pipeline_env(OFFLINE_ENV)
+class SweepEta:
+    """After each job the sweep reports ended, one line with an ETA: the mean wall time of the
+    jobs ended so far times the jobs left (each cell to train = a training and its chained
+    evaluation; a trained cell whose evaluation is not done = one job). Fed the sweep's typed
+    events (sweeps.driver)."""
+
+    def __init__(self) -> None:
+        self.t0, self.total, self.finished = time.time(), 0, 0
+
+    def __call__(self, ev: api.Event) -> None:
+        if isinstance(ev, api.Planned):
+            self.total = 2 * ev.to_run + ev.evals_to_run
+        elif isinstance(ev, api.JobEnded):
+            self.finished += 1
+            self.total = max(self.total, self.finished)
+            eta = (time.time() - self.t0) / self.finished * (self.total - self.finished) / 60
+            print(f"[study {_now()}] sweep: {self.finished}/{self.total} jobs finished; ETA of "
+                  f"the sweep ~{eta:.0f} min", flush=True)
 
 
-def _run(argv: list[str]) -> int:
-    return subprocess.run(argv, cwd=ROOT, env=_env(), check=False).returncode
+PROBE_TYPES = {"rows": int, "seed": int, "draws": int, "n_boot": int, "prompts": int,
+               "prompt_len": int, "gen_tokens": int, "group_size": int, "groups": int,
+               "temperature": float}
+"""The probe's options a size's probe_args may set (`--prompt-len 8` is prompt_len=8)."""
 
 
-def run_sweep(argv: list[str], name: str) -> int:
-    """Run the sweep, echoing its lines, with an ETA after each finished job: the mean wall
-    time of the jobs finished so far times the jobs left (each cell to run = a training and its
-    chained evaluation; a trained cell whose evaluation is not done = one job)."""
-    evals = sum(c.get("state") == "done" and (c.get("eval") or {}).get("state") != "done"
-                for c in read_manifest(name)["cells"])
-    t0, total, finished = time.time(), 0, 0
-    proc = subprocess.Popen(argv, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, bufsize=1)
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        print(line, end="", flush=True)
-        m = TO_RUN.search(line)
-        if m:
-            total = 2 * int(m.group(1)) + evals
-        elif " -> " in line and "slot " in line:
-            finished += 1
-            total = max(total, finished)
-            eta = (time.time() - t0) / finished * (total - finished) / 60
-            print(f"[study {_now()}] sweep: {finished}/{total} jobs finished; ETA of the sweep "
-                  f"~{eta:.0f} min", flush=True)
-    return proc.wait()
+def probe_options(args: str) -> dict[str, Any]:
+    """A size's probe_args ('--rows 8 --draws 2 ...') as experiments.eval.probe's options."""
+    toks, out = args.split(), {}
+    for flag, value in zip(toks[::2], toks[1::2], strict=True):
+        key = flag.removeprefix("--").replace("-", "_")
+        out[key] = PROBE_TYPES[key](value)
+    return out
+
+
+@contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """n torch threads while the probe runs here (it ran as a process of OMP_NUM_THREADS)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     """Probe every finished Free Transformer not yet probed with these arguments: (ran, skipped,
     failures)."""
+    from experiments.eval.probe import ProbeError, probe_run
+
     done = state.setdefault("probes", {})
     ran = skipped = 0
     failed: list[str] = []
-    for c in read_manifest(name)["cells"]:
-        if c.get("arm") != "free" or c.get("state") != "done":
+    opts = probe_options(size.probe_args)
+    for c in cells(name):
+        a = find_arm(c.arm)  # the arm under test only: a control's Z is not what is asked
+        if a is None or not a.is_treatment or c.state != "done":
             continue
-        rid = str(c["run_id"])
+        rid = str(c.run_id)
         rec = done.get(rid) or {}
         if rec.get("args") == size.probe_args and Path(rec.get("file", "")).is_file():
             skipped += 1
             continue
-        run_dir = runs_dir(results_root()) / rid
-        argv = [sys.executable, "-m", "experiments.eval.probe", str(run_dir),
-                *size.probe_args.split()]
-        out = subprocess.run(argv, cwd=ROOT, env=_env(), capture_output=True, text=True,
-                             check=False)
-        line = (out.stdout.strip().splitlines() or [""])[-1]
-        if out.returncode != 0 or not line.startswith("probe: "):
-            failed.append(f"{c['cell']}: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+        try:
+            with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
+                path, _ = probe_run(RunDir.of(rid).path, opts)
+        except (ProbeError, ValueError) as e:
+            failed.append(f"{c.cell}: probe: error: {one_line(e)}")
             continue
-        path = line.removeprefix("probe: ").removeprefix("reused (same spec, same checkpoint) ")
-        done[rid] = {"args": size.probe_args, "file": path}
+        except Exception as e:  # a crash of one probe fails it, not the study
+            failed.append(f"{c.cell}: {type(e).__name__}: {one_line(e)}")
+            continue
+        done[rid] = {"args": size.probe_args, "file": str(path)}
         save_state(name, STATE, state)
         ran += 1
     return ran, skipped, failed
@@ -232,33 +250,33 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
 
 def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:
     """The settings docs/STUDY.md states, with the cells' planned tokens and FLOPs."""
-    cells = read_manifest(name)["cells"]
+    cs = cells(name)
     return {"name": name, "size": size_name, **{k: v for k, v in asdict(size).items()
                                                    if k not in ("bench", "stages")},
-            "bench_data": bench.name, "n_cells": len(cells), "cores": CORES,
+            "bench_data": bench.name, "n_cells": len(cs), "cores": CORES,
             "n_cells_planned": (1 + len(size.kappa.split()) + len(size.controls.split()))
             * len(size.seeds.split()),
-            "n_done": sum(c.get("state") == "done" for c in cells),
-            "n_eval_done": sum((c.get("eval") or {}).get("state") == "done" for c in cells)}
+            "n_done": sum(c.state == "done" for c in cs),
+            "n_eval_done": sum(c.eval is not None and c.eval.state == "done" for c in cs)}
 
 
 def export(name: str, meta: dict, docs: Path) -> None:
     """Copy the report's tables and HTML into docs/study/ and write study.json beside them."""
-    rep = sweeps_dir(results_root()) / name
+    sd = SweepDir.of(name)
     docs.mkdir(parents=True, exist_ok=True)
     for t in TABLES:
-        src = rep / "report" / t
+        src = sd.report_dir / t
         if src.is_file():
             shutil.copyfile(src, docs / t)
-    if (rep / "report.html").is_file():
-        shutil.copyfile(rep / "report.html", docs / "report.html")
+    if sd.report_html.is_file():
+        shutil.copyfile(sd.report_html, docs / "report.html")
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():
                 shutil.copyfile(DOCS / f, docs / f)
-    cells = [{k: c.get(k) for k in ("cell", "arm", "kappa_bits", "latent_bits", "seed",
-                                    "run_id", "state")} for c in read_manifest(name)["cells"]]
-    atomic_write_text(docs / "cells.json", json.dumps(cells, indent=1) + "\n")
+    rows = [{k: getattr(c, k) for k in ("cell", "arm", "kappa_bits", "latent_bits", "seed",
+                                         "run_id", "state")} for c in cells(name)]
+    atomic_write_text(docs / "cells.json", json.dumps(rows, indent=1) + "\n")
     atomic_write_text(docs / "study.json", json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
@@ -269,11 +287,18 @@ def docs_dir(given: str, size: str, name: str) -> Path | None:
         return None
     if given:
         return Path(given)
-    return DOCS if size == "full" else sweeps_dir(results_root()) / name / "docs" / "study"
+    return DOCS if size == "full" else SweepDir.of(name).path / "docs" / "study"
+
+
+def render(docs: Path) -> int:
+    """docs/STUDY.md (beside `docs`) from the tables in `docs`: analysis.study's entry point."""
+    from analysis.study import main as render_main
+
+    return render_main(["render", "--tables", str(docs), "--out", str(docs.parent / "STUDY.md")])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.study", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m pipelines.study", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", nargs="?", default="run", choices=("run", "render", "docs"),
                     help="run (default): the whole study; render: docs/STUDY.md from docs/study/;"
@@ -290,9 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         if a.cmd == "render":
-            docs = Path(a.docs) if a.docs and a.docs != "-" else DOCS
-            return _run([sys.executable, "-m", "analysis.study", "render", "--tables",
-                         str(docs), "--out", str(docs.parent / "STUDY.md")])
+            return render(Path(a.docs) if a.docs and a.docs != "-" else DOCS)
         if a.size not in SIZES:
             raise StudyError(f"STUDY_SIZE={a.size!r}: not one of {', '.join(SIZES)}")
         size = SIZES[a.size]
@@ -312,20 +335,26 @@ def main(argv: list[str] | None = None) -> int:
             print("study: error: --docs=-: nothing to export", file=sys.stderr)
             return 2
         export(name, study_meta(name, a.size, size, bench), docs)
-        return _run([sys.executable, "-m", "analysis.study", "render", "--tables", str(docs),
-                     "--out", str(docs.parent / "STUDY.md")])
-    sw = sweep_argv(size, name, bench, int(jobs) if jobs else None, a.dry)
+        return render(docs)
+    with environment(OFFLINE_ENV):  # what its jobs inherit, as when each stage was a process
+        return run_study(a, size, name, bench, docs, int(jobs) if jobs else None)
+
+
+def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: Path | None,
+              jobs: int | None) -> int:
+    """The four stages (module docstring), each in this process."""
+    req = sweep_request(size, name, bench, jobs)
     if a.dry:
-        return _run(sw)
+        return sweep(req, dry=True)
     prog = Progress(size)
     n = 4
     prog.stage(1, n, "sweep", f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "
                f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
                f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
                f"docs) with the likelihood on {size.likelihood_rows} rows")
-    rc = run_sweep(sw, name)
-    if rc == 2:  # bad input, refused before anything ran
-        return 2
+    rc = sweep(req, on_event=SweepEta())
+    if rc in (2, 130):  # bad input, refused before anything ran; or interrupted (Ctrl-C)
+        return rc
     state = load_state(name, STATE)
     prog.stage(2, n, "probe", "latent probe of every finished Free Transformer")
     ran, skipped, failed = probe_all(name, size, state)
@@ -333,12 +362,11 @@ def main(argv: list[str] | None = None) -> int:
           + "".join(f"\n  {f}" for f in failed), flush=True)
     prog.stage(3, n, "report", "report")
     fp = inputs_fingerprint(name)
-    report = sweeps_dir(results_root()) / name / "report.html"
-    if state.get("report_inputs") == fp and report.is_file():
+    html = SweepDir.of(name).report_html
+    if state.get("report_inputs") == fp and html.is_file():
         print("study: report up to date (inputs unchanged)", flush=True)
     else:
-        if _run([sys.executable, "-m", "analysis.report", "--name", name, "--n-boot",
-                 "2000"]) != 0:
+        if not report(name, n_boot=2000):
             print("study: error: the report failed (see above)", file=sys.stderr)
             return 1
         state["report_inputs"] = fp
@@ -346,10 +374,9 @@ def main(argv: list[str] | None = None) -> int:
     if docs is not None:
         prog.stage(4, n, "docs", f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
         export(name, study_meta(name, a.size, size, bench), docs)
-        if _run([sys.executable, "-m", "analysis.study", "render", "--tables", str(docs),
-                 "--out", str(docs.parent / "STUDY.md")]) != 0:
+        if render(docs) != 0:
             return 1
-    print(f"[study done {_now()}] report: {report.resolve()}", flush=True)
+    print(f"[study done {_now()}] report: {html.resolve()}", flush=True)
     return 1 if rc != 0 or failed else 0
 
 

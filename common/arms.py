@@ -1,0 +1,163 @@
+"""The arms a sweep trains, one typed record each: the one place that says what an arm is.
+
+An arm is what a sweep cell trains (the manifest cell's `arm`, the report's columns): the
+baseline decoder, the Free Transformer, and the controls each is compared with. Code that must
+know something about an arm asks its record (`arm(name).latent`, `.compute`, `.extra_layer`,
+...) instead of testing its name, so adding an arm is one row here plus its own code (the
+grid's cells in sweeps/grid.py, and whatever comparison the analysis makes of it; see
+docs/DESIGN.md, "Adding an arm").
+
+Two names mean different things and both live here:
+- the *arm* of a cell (any name in ARMS), and
+- the *model kind* a run's own files record (config.yaml, eval and likelihood files: `arm` is
+  "baseline" or "free", from the model alone: `of_model`). A Z-cut control is a Free
+  Transformer model (kind "free") in the arm "free_zcut"; a FLOPs-matched control is a
+  baseline model (kind "baseline") in the arm "baseline_flops".
+
+Standard library only, so `analysis/` reads it without torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MODEL_CLASSES = ("Transformer", "FreeTransformer")
+"""The model classes of model/ an arm may train (model.build picks one from latent_bits)."""
+COMPUTE = ("tokens", "flops")
+"""What an arm's training horizon is matched on: the grid's tokens (or FLOPs budget), or the
+FLOPs of the Free Transformer of its H (`train.compute_match=flops`)."""
+
+
+class ArmError(ValueError):
+    """An arm name no record has (one line naming it and the known ones)."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One arm of a sweep."""
+
+    name: str
+    """The cell's `arm` in manifests, frames and tables."""
+    latent: bool
+    """The model has a latent Z (a Free Transformer: encoder, KL, binary mapper,
+    post-sampler); False for a plain decoder."""
+    model_class: str
+    """The class of model/ it trains (one of MODEL_CLASSES)."""
+    matched_to: str
+    """What it is matched to, in words (the report's and the docs' phrase)."""
+    compute: str = "tokens"
+    """'flops': trained to the FLOPs of the Free Transformer of its H (a FLOPs-matched
+    control, `train.compute_match=flops`); 'tokens': the grid's own horizon."""
+    extra_layer: bool = False
+    """One layer more than the arms' resolved layer count (the +1-layer parameter control)."""
+    z_cut: bool = False
+    """Z is cut from the decoder (`model.z_cut=true`): the encoder, its KL and the FLOPs are
+    kept, nothing of Z reaches the decoder."""
+    control: str | None = None
+    """The user-facing CONTROLS name that adds it (None: a main arm, always trained)."""
+    axes: tuple[str, ...] = ("seed",)
+    """The grid axes it gets one cell per (its cell-name order): 'kappa', 'H', 'seed'."""
+
+    def __post_init__(self) -> None:
+        if self.model_class not in MODEL_CLASSES:
+            raise ArmError(f"arm {self.name}: model_class {self.model_class!r} is not one of "
+                           f"{MODEL_CLASSES}")
+        if self.latent != (self.model_class == "FreeTransformer"):
+            raise ArmError(f"arm {self.name}: latent={self.latent} disagrees with model_class "
+                           f"{self.model_class}")
+        if self.compute not in COMPUTE:
+            raise ArmError(f"arm {self.name}: compute {self.compute!r} is not one of {COMPUTE}")
+        if self.z_cut and not self.latent:
+            raise ArmError(f"arm {self.name}: z_cut needs a latent (a baseline has no Z)")
+
+    @property
+    def flops_matched(self) -> bool:
+        """Trained to the FLOPs of the Free Transformer of its H (its cells carry
+        `match_latent_bits`)."""
+        return self.compute == "flops"
+
+    @property
+    def is_treatment(self) -> bool:
+        """The arm the suite measures (the Free Transformer with Z reaching the decoder): the
+        one every other arm is a reference or a control for."""
+        return self.latent and not self.z_cut
+
+    @property
+    def model_kind(self) -> str:
+        """What the run's own files record as `arm` (`of_model(self.latent).name`)."""
+        return of_model(self.latent).name
+
+
+BASELINE = Arm("baseline", latent=False, model_class="Transformer",
+               matched_to="every Free Transformer of its seed, at equal tokens (the paper's "
+                          "reference)")
+FREE = Arm("free", latent=True, model_class="FreeTransformer",
+           matched_to="the baseline of its seed (the arm under test)",
+           axes=("kappa", "H", "seed"))
+BASELINE_FLOPS = Arm("baseline_flops", latent=False, model_class="Transformer",
+                     matched_to="the FLOPs of the Free Transformer of its H and seed (more "
+                                "tokens)",
+                     compute="flops", control="flops", axes=("H", "seed"))
+BASELINE_PLUS1 = Arm("baseline_plus1", latent=False, model_class="Transformer",
+                     matched_to="the Free Transformers of its seed at equal tokens, with one "
+                                "layer more than the arms (a parameter control)",
+                     extra_layer=True, control="plus1")
+BASELINE_PLUS1_FLOPS = Arm("baseline_plus1_flops", latent=False, model_class="Transformer",
+                           matched_to="the FLOPs of the Free Transformer of its H and seed, "
+                                      "with one layer more than the arms",
+                           compute="flops", extra_layer=True, control="plus1_flops",
+                           axes=("H", "seed"))
+FREE_ZCUT = Arm("free_zcut", latent=True, model_class="FreeTransformer",
+                matched_to="the Free Transformers of its H and seed (same FLOPs, Z cut from "
+                           "the decoder), at the grid's smallest kappa",
+                z_cut=True, control="zcut", axes=("H", "seed"))
+
+ARMS: tuple[Arm, ...] = (BASELINE, FREE, BASELINE_FLOPS, BASELINE_PLUS1, BASELINE_PLUS1_FLOPS,
+                         FREE_ZCUT)
+"""Every arm, in the grid's cell order (baselines, Free Transformers, then the controls in the
+order sweeps/grid.py makes them)."""
+_BY_NAME = {a.name: a for a in ARMS}
+
+
+def arm(name: str) -> Arm:
+    """The record of an arm name; ArmError (one line) for a name no record has."""
+    try:
+        return _BY_NAME[name]
+    except (KeyError, TypeError):
+        raise ArmError(f"arm {name!r}: not a known arm (known: "
+                       f"{', '.join(_BY_NAME)})") from None
+
+
+def find(name: object) -> Arm | None:
+    """The record of an arm name, or None (an unknown name, None or NaN in a frame)."""
+    return _BY_NAME.get(name) if isinstance(name, str) else None
+
+
+def names(*, latent: bool | None = None, compute: str | None = None,
+          extra_layer: bool | None = None, control: bool | None = None,
+          treatment: bool | None = None) -> tuple[str, ...]:
+    """The names of the arms with the given properties, in ARMS order (None: any).
+    `control=True`: arms added by CONTROLS; `treatment=True`: the arm under test."""
+    return tuple(a.name for a in ARMS
+                 if (latent is None or a.latent == latent)
+                 and (compute is None or a.compute == compute)
+                 and (extra_layer is None or a.extra_layer == extra_layer)
+                 and (control is None or (a.control is not None) == control)
+                 and (treatment is None or a.is_treatment == treatment))
+
+
+def by_control(control: str) -> Arm:
+    """The arm a CONTROLS name adds ('flops' -> baseline_flops); ArmError for another."""
+    for a in ARMS:
+        if a.control == control:
+            return a
+    known = ", ".join(a.control for a in ARMS if a.control)
+    raise ArmError(f"control {control!r}: not a known control (known: {known})")
+
+
+def of_model(latent_bits: int | bool) -> Arm:
+    """The arm a run's own files name from its model alone (config.yaml, eval and likelihood
+    files record its name as `arm`): FREE with a latent (latent_bits > 0), else BASELINE,
+    whatever the cell's arm (a Z-cut control's files say "free", a FLOPs-matched control's
+    "baseline")."""
+    return FREE if latent_bits else BASELINE

@@ -1,0 +1,698 @@
+"""Measured per-GPU peak memory of every phase of a run, at the real shape, without the hardware.
+
+    measure(cfg, world_size=None, parallel=None, device_type="cuda", phases=PHASES, ...)
+        -> list[PhasePeak]                   one record per phase
+    format_table(records, capacity_bytes) -> str
+    python -m experiments.memory key=value ... [--phases train,validation,eval,save]
+        [--eval-rows 16] [--device-type cuda|cpu] [--fsdp-sync every|last|both] [--json PATH]
+
+How (torchtitan's scripts/estimate/estimation.py is the model): a fake process group of the
+planned world size ("fake" backend over torch's FakeStore), every tensor a FakeTensor (shapes,
+dtypes and storages, no data), and torch's own trackers (`torch.distributed._tools`:
+FSDPMemTracker under FSDP2, MemTracker otherwise) counting every storage the phase allocates on
+this process, which is rank 0 of the planned world. Each phase runs the trainer's and the
+evaluator's own code, so a change in the model (a chunked loss, say) changes these figures with
+no edit here:
+- train: `Trainer.train_step` itself (forward, backward, gradient clipping, the fused AdamW step,
+  the DDP/FSDP accumulation of `parallel.accumulate`) at the plan's micro-batch, with AdamW's
+  moments already allocated (a second step: the first allocates them);
+- validation: `trainer.evaluate` itself on one batch of logging.val_batch_size rows at
+  train.seq_len (Z from the prior and, for the Free Transformer, the posterior pass);
+- eval: the evaluator (`FTBenchLM.loglikelihood_pairs`, lm-eval's request path) on one batch at
+  the trained window: one context of seq_len/2 tokens and `eval_rows` continuations of seq_len/2
+  tokens, run as one batch on a forked KV cache; the model in fp32 as evaluation loads it, one
+  whole copy per GPU (evaluation never shards: its parallel is "none");
+- save: what the Checkpointer does: `parallel.training_state` (the DCP state this rank stages to
+  host memory) and `parallel.full_weights` (the weights-only export gathered on rank 0).
+
+The model is built the trainer's way (`parallel.build_on_meta`, activation checkpointing,
+`parallel.shard`, `parallel.materialize`, `parallel.ddp`). device_type "cuda" models a GPU run
+on this machine's fake CPU tensors: bf16 autocast (the CPU's) where the run trains in bf16 and
+FSDP2's bf16 all-gathers with fp32 gradient reduction. What the trackers do not see: the CUDA
+context and NCCL's buffers (about 1-3 GB per GPU), the caching allocator's fragmentation, and
+kernels' internal workspaces (cuBLAS, flash attention) that never become tensors; a GPU run
+confirms them (`make gpu-check`).
+
+The number of micro-batches per step does not change a step's peak after the second (each
+later one allocates and frees what the second did; the last adds DDP's all-reduce or FSDP's
+reduce-scatter, measured): `accum_measured` (default 3: first, one middle, last) keeps an 8B
+measurement to seconds; None runs all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from experiments.train import parallel as par
+from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
+from experiments.train.plan import RunPlan, dry_parallel, plan, planning_world
+
+PHASES = ("train", "validation", "eval", "save")
+DEVICE_TYPES = ("cuda", "cpu")
+FSDP_SYNC = ("every", "last", "both")
+GB = 1e9  # decimal, as GPU memory is quoted (H100: 80 GB)
+
+
+@dataclass(frozen=True)
+class PhasePeak:
+    """The measured peak of one phase on one process (rank 0) of the planned world."""
+
+    phase: str
+    """train | validation | eval | save."""
+    parallel: str
+    """none | ddp | fsdp (eval: none, one whole model per GPU)."""
+    world_size: int
+    micro_batch_size: int
+    grad_accum: int
+    """The plan's micro-batches per step (`accum_measured` of them were run)."""
+    rows: int
+    """Sequences in the phase's batch (train: the micro-batch; save: 0)."""
+    seq_len: int
+    device_type: str
+    """What was modelled: "cuda" (a GPU's dtypes on fake tensors) or "cpu"."""
+    bf16: bool
+    """bf16 autocast (and FSDP2's bf16 all-gathers) modelled."""
+    peak_bytes: int
+    """Peak of the tracked device memory of this process during the phase."""
+    by_kind: dict[str, int] = field(default_factory=dict)
+    """The tracker's categories at that peak (parameters, gradients, optimizer state, ...)."""
+    resident_bytes: int = 0
+    """Of the tracked memory, what was held when the phase began (weights, AdamW state, DDP's
+    buckets; evaluation: the weights)."""
+    host_bytes: int | None = None
+    """Host memory the phase adds on this process (save: the DCP staging copy and, on rank 0,
+    the weights-only export); None where the phase holds nothing on the host."""
+    arm: str = ""
+    params: int = 0
+    accum_measured: int = 0
+    fsdp_reduce_every: bool | None = None
+    """FSDP2 only: gradients reduce-scattered after every micro-batch (False: last only)."""
+    seconds: float = 0.0
+    """CPU time this phase's measurement took here (process time: what a busy machine's wall
+    clock would inflate)."""
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ---------------------------------------------------------------- fake world and trackers
+@contextlib.contextmanager
+def fake_world(world: int) -> Iterator[None]:
+    """A default process group of `world` ranks, this process rank 0, over torch's fake backend
+    (collectives return at once with tensors of the right shapes). Refuses to replace a real
+    process group."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        raise RuntimeError("memory.measure needs its own (fake) process group; call it outside "
+                           "a distributed run")
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class _Scalars(TorchDispatchMode):
+    """A fake tensor has no value: `float(t)`, `int(t)`, `bool(t)` and `.tolist()` (which the
+    phases' bookkeeping calls) read 0 of the tensor's type. Only the memory is measured."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # DTensor first: its local ops come back through here
+        if func is torch.ops.aten._local_scalar_dense.default:
+            t = args[0]
+            return False if t.dtype == torch.bool else (0.0 if t.is_floating_point() else 0)
+        return func(*args, **(kwargs or {}))
+
+
+def _trackers() -> tuple[type, type]:
+    """MemTracker and FSDPMemTracker that allow the root module to run again in one tracked
+    region (micro-batches, the FT's two validation passes): the module-wise statistics of the
+    previous call are dropped (only the peak is read here); torch's raise otherwise."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed._tools.mod_tracker import ModTracker
+    from torch.utils._pytree import tree_map_only
+
+    class Mods(ModTracker):
+        def _fw_pre_hook(self, mod: torch.nn.Module, input: Any) -> None:
+            if not torch.is_grad_enabled():
+                # no backward follows: hide requires_grad from the inputs, or torch's hook fails
+                # on a no_grad view of a parameter (the FT's zeta.expand), "Expected gradient
+                # function to be set"; the storages are the same
+                input = tree_map_only(torch.Tensor, lambda t: t.detach(), input)
+            super()._fw_pre_hook(mod, input)
+
+    class Mem(MemTracker):
+        def __init__(self) -> None:
+            super().__init__()
+            self._mod_tracker = Mods()
+
+        def _pre_fw_hook(self, module: torch.nn.Module, inputs: Any) -> None:
+            name = self._mod_tracker.get_known_fqn(module)
+            if (module in self.memory_tracking and not self._mod_tracker.is_bw
+                    and self._mod_tracker.parents - {name} == {"Global"}):
+                self.reset_mod_stats()
+            super()._pre_fw_hook(module, inputs)
+
+    class FSDPMem(FSDPMemTracker):
+        def __init__(self, mod: torch.nn.Module, optm: Any = None) -> None:
+            super().__init__(mod, optm)
+            self._mod_tracker = Mods()
+
+        def _fsdp_state_pre_forward(self, fsdp_mod: Any, orig: Any) -> Any:
+            inner = super()._fsdp_state_pre_forward(fsdp_mod, orig)
+
+            def wrapped(*args: Any, **kwargs: Any) -> Any:
+                if (fsdp_mod is self._root_mod and fsdp_mod in self.memory_tracking
+                        and not self._mod_tracker.is_bw):
+                    self.reset_mod_stats()
+                return inner(*args, **kwargs)
+
+            return wrapped
+
+    return Mem, FSDPMem
+
+
+def _peak(tracker: Any) -> tuple[int, dict[str, int]]:
+    """(total, by category) of the tracker's peak on the one device it saw."""
+    snap = tracker.get_tracker_snapshot("peak")
+    if not snap:
+        return 0, {}
+    dev = max(snap, key=lambda d: snap[d]["Total"])
+    kinds = {(k.value if hasattr(k, "value") else str(k)): int(v) for k, v in snap[dev].items()
+             if k != "Total" and v}
+    return int(snap[dev]["Total"]), kinds
+
+
+def _current(tracker: Any) -> int:
+    snap = tracker.get_tracker_snapshot("current")
+    return int(sum(s["Total"] for s in snap.values()))
+
+
+def _storage(t: torch.Tensor) -> int:
+    """A storage's identity (its C++ object: a fake tensor's data pointer is 0 for all)."""
+    return int(t.untyped_storage()._cdata)
+
+
+def _nbytes(x: Any) -> int:
+    """Bytes of the tensors in a (nested) state dict, each storage once (a DTensor: its local
+    shard, what this rank holds)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+
+    def walk(v: Any) -> None:
+        nonlocal total
+        if isinstance(v, DTensor):
+            v = v.to_local()
+        if isinstance(v, torch.Tensor):
+            key = (_storage(v), v.storage_offset())
+            if key not in seen:
+                seen.add(key)
+                total += v.numel() * v.element_size()
+        elif isinstance(v, dict):
+            for w in v.values():
+                walk(w)
+        elif isinstance(v, (list, tuple)):
+            for w in v:
+                walk(w)
+
+    walk(x)
+    return total
+
+
+# ---------------------------------------------------------------- stand-ins for the data
+class _Batches:
+    """The training data's `get(start, n)` and the validation set's `val_batches(bs)`: fresh
+    (n, T) int64 tensors each call, as the real loaders hand over."""
+
+    def __init__(self, vocab: int, seq_len: int, val_rows: int, on_batch: Any = None) -> None:
+        self.vocab, self.T, self.val_rows = vocab, seq_len, val_rows
+        self.token_bytes = torch.ones(vocab, dtype=torch.int64)
+        self.train = self
+        self.on_batch = on_batch
+
+    def get(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x = torch.randint(0, self.vocab, (n, self.T))
+        return x, torch.randint(0, self.vocab, (n, self.T))
+
+    def val_batches(self, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        yield self.get(0, min(batch_size, self.val_rows))
+
+
+class _DDPLayout(torch.nn.Module):
+    """DistributedDataParallel(gradient_as_bucket_view=True)'s memory on one rank, for fake
+    tensors: DDP's constructor reads the parameters' data in C++ (its shape check across ranks),
+    which a fake tensor has not, so torch cannot build it here (torchtitan's estimator skips
+    DDP for the same reason). Like DDP's reducer it allocates the gradient buckets, one fp32
+    element per parameter, when wrapping and holds them for the run, and makes each gradient a
+    view of its bucket as it arrives (a new gradient is copied in, then freed; later micro-batches
+    accumulate in place). The all-reduce is in place on the buckets: no memory of its own."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+        params = [q for q in module.parameters() if q.requires_grad]
+        self.bucket = torch.empty(sum(q.numel() for q in params), dtype=params[0].dtype)
+        views: dict[int, torch.Tensor] = {}
+        off = 0
+        for q in params:
+            views[id(q)] = self.bucket[off:off + q.numel()].view_as(q)
+            off += q.numel()
+
+        def into_bucket(q: torch.Tensor) -> None:
+            v = views[id(q)]
+            if q.grad is not v:
+                v.copy_(q.grad)
+                q.grad = v
+
+        for q in params:
+            q.register_post_accumulate_grad_hook(into_bucket)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        yield  # the gradients accumulate in their buckets either way
+
+
+def _autocast(bf16: bool) -> Any:
+    # the CPU's bf16 autocast stands in for CUDA's on fake CPU tensors: both run matmuls and
+    # attention in bf16; the model itself casts the norms' statistics and the loss to fp32
+    return (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
+
+
+# ---------------------------------------------------------------- the phases
+@dataclass
+class _Run:
+    """One process of a run, set up the trainer's way: what every phase runs on."""
+
+    cfg: TrainConfig
+    p: RunPlan
+    mode: str
+    bf16: bool
+    device_type: str
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    sched: Any
+    fwd: torch.nn.Module
+    data: _Batches
+
+
+def _setup(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str,
+           mesh: Any = None, tracker_for: Any = None) -> tuple[_Run, Any]:
+    """Build the model, its optimizer (AdamW's moments allocated, as after a first step) and
+    the module the steps call, as the trainer does; `tracker_for(model, opt)` makes the tracker
+    that sees the moments and DDP's buckets allocated (None: no tracker)."""
+    from experiments.train.trainer import lr_factor, param_groups
+
+    dev = torch.device("cpu")
+    model, init = par.build_on_meta(p.model)
+    if cfg.train.activation_checkpointing:
+        par.checkpoint_blocks(model)
+    if mode == "fsdp":
+        par.shard(model, dev, p.world_size, mesh=mesh, bf16=device_type == "cuda")
+    torch.manual_seed(cfg.train.seed)
+    par.materialize(model, init, dev)
+    opt = torch.optim.AdamW(param_groups(model, cfg.optim.weight_decay), lr=cfg.optim.lr,
+                            betas=(cfg.optim.beta1, cfg.optim.beta2), eps=cfg.optim.eps,
+                            fused=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_factor(s, p.steps, p.warmup_steps, cfg.optim.min_lr_ratio))
+    tracker = tracker_for(model, opt) if tracker_for is not None else None
+    with tracker if tracker is not None else contextlib.nullcontext():
+        for q in model.parameters():  # AdamW's moments: zero gradients, one update
+            q.grad = torch.zeros_like(q)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        fwd = _DDPLayout(model) if mode == "ddp" else model  # par.ddp's memory layout
+    data = _Batches(p.model.vocab_size, p.seq_len, cfg.logging.val_batch_size)
+    return _Run(cfg, p, mode, bf16, device_type, model, opt, sched, fwd, data), tracker
+
+
+def _train(r: _Run, accum: int) -> None:
+    """`Trainer.train_step` itself, on `accum` micro-batches of the plan's size."""
+    from experiments.train.trainer import Trainer
+
+    host = SimpleNamespace(cfg=r.cfg, p=dataclasses.replace(r.p, grad_accum=accum),
+                           device=torch.device("cpu"), world=r.p.world_size, rank=0,
+                           corpus=r.data, model=r.model, opt=r.opt, mode=r.mode,
+                           state=SimpleNamespace(sched=r.sched), pending=[],
+                           window=SimpleNamespace(tokens=0), autocast=_autocast(r.bf16))
+    Trainer.train_step(host, r.fwd, 1)  # type: ignore[arg-type]
+
+
+def _validation(r: _Run) -> None:
+    """`trainer.evaluate` itself, on one batch of logging.val_batch_size rows."""
+    from experiments.train.trainer import evaluate
+
+    evaluate(r.model, r.data, r.cfg.logging.val_batch_size, r.p.model.kappa_bits,
+             _autocast(r.bf16))
+
+
+def _save(r: _Run) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """What the Checkpointer takes on rank 0: the DCP state it stages (`training_state`, its
+    share under DDP) and the weights-only export (`full_weights`)."""
+    share = (0, r.p.world_size) if r.mode == "ddp" else None
+    return (par.training_state(r.model, r.opt, share=share),
+            par.full_weights(r.model, r.mode, main=True))
+
+
+def _eval_lm(p: RunPlan, bf16: bool, rows: int) -> tuple[Any, list[tuple[str, str]]]:
+    """The evaluator (`FTBenchLM`) on the model as evaluation loads it (fp32, whole) and one
+    loglikelihood batch at the trained window: one context of T/2 tokens and `rows` distinct
+    continuations of T/2 tokens (its rows run as one batch on a forked KV cache)."""
+    from experiments.eval.lm_adapter import FTBenchLM
+
+    model, init = par.build_on_meta(p.model)
+    par.materialize(model, init, torch.device("cpu"))
+    lm = FTBenchLM(model=model, tokenizer=_chars_tokenizer(p.model.vocab_size), batch_size=rows,
+                   device="cpu", precision="bf16" if bf16 else "fp32", max_length=p.seq_len,
+                   progress=False)
+    T = p.seq_len
+    ctx = "".join(chr(97 + i % 26) for i in range(T // 2))
+    pairs = [(ctx, chr(200 + r) + "b" * (T - T // 2 - 1)) for r in range(rows)]  # distinct
+    return lm, pairs
+
+
+def _training_phases(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str,
+                     phases: Sequence[str], accum_measured: int | None,
+                     fsdp_reduce_every: bool) -> list[PhasePeak]:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dev = torch.device("cpu")
+    accum = p.grad_accum if accum_measured is None else min(p.grad_accum, accum_measured)
+    mesh = par.mesh_for(dev, p.world_size) if mode == "fsdp" else None  # outside fake mode
+    Mem, FSDPMem = _trackers()
+
+    def tracker_for(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Any:
+        if mode == "fsdp":
+            return FSDPMem(model, opt)
+        t = Mem()
+        t.track_external(model)
+        return t
+
+    base = {"parallel": mode, "world_size": p.world_size, "micro_batch_size": p.micro_batch_size,
+            "grad_accum": p.grad_accum, "seq_len": p.seq_len, "device_type": device_type,
+            "bf16": bf16, "arm": p.arm, "params": p.params["total"], "accum_measured": accum,
+            "fsdp_reduce_every": fsdp_reduce_every if mode == "fsdp" else None}
+    out: list[PhasePeak] = []
+    old_every = par.FSDP_REDUCE_EVERY_MICRO_BATCH
+    par.FSDP_REDUCE_EVERY_MICRO_BATCH = fsdp_reduce_every
+    try:
+        with FakeTensorMode():
+            t0 = time.process_time()
+            r, tracker = _setup(cfg, p, mode, bf16, device_type, mesh, tracker_for)
+            setup_s = time.process_time() - t0
+
+            def run(phase: str, rows: int, fn: Any, note: str, extra_s: float = 0.0) -> Any:
+                t0 = time.process_time()
+                resident = _current(tracker)
+                with tracker, _Scalars():
+                    res = fn()
+                peak, kinds = _peak(tracker)
+                out.append(PhasePeak(phase, rows=rows, peak_bytes=peak, by_kind=kinds,
+                                     resident_bytes=resident, note=note,
+                                     seconds=time.process_time() - t0 + extra_s, **base))
+                return res
+
+            if "train" in phases:
+                run("train", p.micro_batch_size, lambda: _train(r, accum),
+                    f"{accum} of {p.grad_accum} micro-batches run", setup_s)
+            if "validation" in phases:
+                run("validation", cfg.logging.val_batch_size, lambda: _validation(r),
+                    "one batch of logging.val_batch_size rows; under DDP rank 0 alone "
+                    "validates")
+            if "save" in phases:
+                sd, weights = run("save", 0, lambda: _save(r), "")
+                out[-1] = _save_record(cfg, r, out[-1], sd, weights)
+    finally:
+        par.FSDP_REDUCE_EVERY_MICRO_BATCH = old_every
+    return out
+
+
+def _save_record(cfg: TrainConfig, r: _Run, rec: PhasePeak, sd: dict[str, Any],
+                 weights: dict[str, torch.Tensor]) -> PhasePeak:
+    """The save's device peak and host bytes from what `_save` returned."""
+    params = {_storage(q) for q in r.model.state_dict().values()
+              if isinstance(q, torch.Tensor) and not isinstance(q, DTensor)}
+    # The export's all-gathered tensors go to the host one by one (cpu_offload); on fake CPU
+    # tensors that move is a no-op and they pile up in the tracked total: take them out, less
+    # the largest one (on the GPU when it is copied).
+    gathered = [v for v in weights.values()
+                if isinstance(v, torch.Tensor) and _storage(v) not in params]
+    held = _nbytes(gathered)
+    largest = max((v.numel() * v.element_size() for v in gathered), default=0)
+    device_peak = max(rec.resident_bytes, rec.peak_bytes - held + largest)
+    staged = _nbytes(sd)  # DCP's async save copies each of these to host memory
+    # on a GPU every exported tensor is a host copy; a CPU run's export aliases its weights
+    export = _nbytes(weights) if r.device_type == "cuda" else held
+    out_dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[export_dtype(cfg, r.device_type)]
+    cast = 0 if out_dtype == torch.float32 else _nbytes(
+        [v for v in weights.values() if v.is_floating_point()]) // 2  # save_weights' bf16 copy
+    share = {"ddp": "share", "fsdp": "shards"}.get(r.mode, "state")
+    # Checkpointer.save exports first (eval steps), then stages the DCP state, held until its
+    # write completes: the host peak is the larger of the two
+    return dataclasses.replace(
+        rec, peak_bytes=device_peak, host_bytes=max(staged, export + cast),
+        note=f"host: DCP staging {_size(staged)} (this rank's {share}) + export on rank 0 "
+             f"{_size(export)}" + (f" + its bf16 copy {_size(cast)}" if cast else ""))
+
+
+def _chars_tokenizer(vocab: int) -> Any:
+    """One token per character (id: its code point modulo `vocab`, one byte each): the texts of
+    the evaluation batch become exactly the token counts asked for."""
+    from experiments.corpus.tokenizer import TextTokenizer
+
+    class Chars(TextTokenizer):
+        name = "chars"
+        eos_id, bos_id, vocab_size = 0, None, vocab
+
+        def encode(self, text: str) -> list[int]:
+            return [ord(c) % vocab for c in text]
+
+        def decode(self, ids: Sequence[int]) -> str:
+            return "".join(map(chr, ids))
+
+        def token_bytes(self) -> list[int]:
+            return [1] * vocab
+
+    return Chars()
+
+
+def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
+                rows: int) -> PhasePeak:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    t0 = time.process_time()
+    Mem, _ = _trackers()
+    with FakeTensorMode():
+        lm, pairs = _eval_lm(p, bf16, rows)
+        tracker = Mem()
+        tracker.track_external(lm.model)
+        resident = _current(tracker)
+        with tracker, _Scalars():
+            lm.loglikelihood_pairs(pairs, disable_tqdm=True)
+        peak, kinds = _peak(tracker)
+    T = p.seq_len
+    return PhasePeak("eval", parallel="none", world_size=1, micro_batch_size=p.micro_batch_size,
+                     grad_accum=p.grad_accum, rows=rows, seq_len=T, device_type=device_type,
+                     bf16=bf16, peak_bytes=peak, by_kind=kinds, resident_bytes=resident,
+                     arm=p.arm, params=p.params["total"], seconds=time.process_time() - t0,
+                     note=f"fp32 weights; context {T // 2} + {rows} continuations of "
+                          f"{T - T // 2} tokens, one batch")
+
+
+# ---------------------------------------------------------------- the real run (validation)
+def _rss() -> tuple[int, int]:
+    """(current, peak since the last reset) resident bytes of this process (Linux)."""
+    vals = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                vals[k] = int(v.split()[0]) * 1024
+    return vals["VmRSS"], vals["VmHWM"]
+
+
+def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
+                 accum_measured: int | None = 3) -> int:
+    """The bytes `phase` adds to this process' peak when it runs for real on this CPU (one
+    process, fp32 or CPU bf16 as train.precision says): the resident set's high-water mark
+    during the phase (reset first through /proc/self/clear_refs) less the resident set before
+    it. The same setup and phase code as `measure`'s, on real tensors; the save also stages
+    and writes its DCP checkpoint (torch.distributed.checkpoint.async_save) to a temporary
+    directory, as the Checkpointer does. Linux only; run it in a fresh process per phase (the
+    C allocator keeps freed memory of earlier phases), with MALLOC_MMAP_THRESHOLD_ fixed so
+    large blocks go back to the system when freed."""
+    import gc
+    import tempfile
+    from pathlib import Path
+
+    p = plan(cfg, 1)
+    bf16 = trains_bf16(cfg.train, "cpu")
+    accum = p.grad_accum if accum_measured is None else min(p.grad_accum, accum_measured)
+    if phase == "eval":
+        lm, pairs = _eval_lm(p, bf16, eval_rows)
+        fn: Any = lambda: lm.loglikelihood_pairs(pairs, disable_tqdm=True)  # noqa: E731
+    else:
+        r, _ = _setup(cfg, p, "none", bf16, "cpu")
+        if phase == "train":
+            fn = lambda: _train(r, accum)  # noqa: E731
+        elif phase == "validation":
+            fn = lambda: _validation(r)  # noqa: E731
+        elif phase == "save":
+            def fn() -> None:
+                import torch.distributed.checkpoint as dcp
+                from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+                from model.checkpoint import save_weights
+
+                sd, weights = _save(r)
+                out = {"bf16": torch.bfloat16, "fp32": None}[export_dtype(cfg, "cpu")]
+                with tempfile.TemporaryDirectory() as d:  # the Checkpointer's order
+                    save_weights(Path(d) / "export.pt", r.model, state_dict=weights, dtype=out)
+                    del weights
+                    dcp.async_save(sd, checkpoint_id=d, async_checkpointer_type=(
+                        AsyncCheckpointerType.THREAD)).result()
+        else:
+            raise ConfigError(f"phase {phase!r}: allowed {list(PHASES)}")
+    gc.collect()
+    before, _ = _rss()
+    with open("/proc/self/clear_refs", "w") as f:  # this process' peak RSS := its current RSS
+        f.write("5")
+    fn()
+    _, peak = _rss()
+    return peak - before
+
+
+# ---------------------------------------------------------------- public entry
+def measure(cfg: TrainConfig, *, world_size: int | None = None, parallel: str | None = None,
+            device_type: str = "cuda", phases: Sequence[str] = PHASES, eval_rows: int = 16,
+            accum_measured: int | None = 3, fsdp_reduce_every: bool | None = None
+            ) -> list[PhasePeak]:
+    """The peak memory of each phase in `phases` on one process of the run `cfg` plans.
+
+    world_size: the planned world (default: `plan.planning_world(cfg)`); parallel: none | ddp |
+    fsdp (default: the dry run's choice, `plan.dry_parallel`); device_type: "cuda" models a GPU
+    run (bf16 where train.precision says so, FSDP2's bf16 all-gathers), "cpu" a CPU run;
+    eval_rows: continuations in the evaluation batch (the evaluator's --batch-size);
+    accum_measured: micro-batches run of the plan's grad_accum (None: all);
+    fsdp_reduce_every: parallel.FSDP_REDUCE_EVERY_MICRO_BATCH for this measurement (default:
+    the trainer's setting). ConfigError on a bad value."""
+    if device_type not in DEVICE_TYPES:
+        raise ConfigError(f"device_type={device_type!r}: allowed {list(DEVICE_TYPES)}")
+    bad = [x for x in phases if x not in PHASES]
+    if bad:
+        raise ConfigError(f"phases {bad}: allowed {list(PHASES)}")
+    if eval_rows < 1:
+        raise ConfigError(f"eval_rows={eval_rows}: must be at least 1")
+    world = world_size or planning_world(cfg)[0]
+    p = plan(cfg, world)
+    mode = parallel or dry_parallel(cfg, p)
+    if world <= 1:
+        mode = "none"
+    if mode not in ("none", "ddp", "fsdp"):
+        raise ConfigError(f"parallel={mode!r}: allowed none, ddp, fsdp")
+    bf16 = trains_bf16(cfg.train, device_type)
+    every = par.FSDP_REDUCE_EVERY_MICRO_BATCH if fsdp_reduce_every is None else fsdp_reduce_every
+    out: list[PhasePeak] = []
+    trained = [x for x in phases if x != "eval"]
+    if trained:
+        with fake_world(world):
+            out += _training_phases(cfg, p, mode, bf16, device_type, trained, accum_measured,
+                                    every)
+    if "eval" in phases:
+        out.append(_eval_phase(cfg, p, bf16, device_type, eval_rows))
+    order = {x: i for i, x in enumerate(PHASES)}
+    return sorted(out, key=lambda r: order[r.phase])
+
+
+def _size(b: float) -> str:
+    return f"{b / GB:.1f} GB" if b >= 0.1 * GB else f"{b / 1e6:.1f} MB"
+
+
+def format_table(records: Sequence[PhasePeak], capacity_bytes: float | None = None) -> str:
+    """The measured peaks as a text table, each beside `capacity_bytes` (a GPU's memory)."""
+    head = (f"{'phase':<11}{'parallel':<9}{'world':>6}  {'batch':<22}{'peak/GPU':>10}"
+            + (f"{'of GPU':>9}" if capacity_bytes else "") + f"{'host/proc':>11}  note")
+    lines = [head]
+    for r in records:
+        batch = (f"{r.rows} x {r.seq_len}" + (f", accum {r.grad_accum}" if r.phase == "train"
+                                              else "")) if r.rows else "-"
+        fit = ""
+        if capacity_bytes:
+            frac = r.peak_bytes / capacity_bytes
+            fit = f"{frac:>8.0%}" + ("!" if frac > 1 else " ")
+        host = f"{_size(r.host_bytes):>11}" if r.host_bytes is not None else f"{'-':>11}"
+        sync = ("" if r.fsdp_reduce_every is None or r.phase != "train" else
+                f"; reduce-scatter {'every micro-batch' if r.fsdp_reduce_every else 'last only'}")
+        lines.append(f"{r.phase:<11}{r.parallel:<9}{r.world_size:>6}  {batch:<22}"
+                     f"{_size(r.peak_bytes):>10}{fit}{host}  {r.note}{sync}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.memory",
+        description="Measured per-GPU peak memory per phase (fake tensors, fake process group); "
+                    "positional key=value are the trainer's overrides (model=8B ...).")
+    ap.add_argument("overrides", nargs="*")
+    ap.add_argument("--phases", default=",".join(PHASES))
+    ap.add_argument("--eval-rows", type=int, default=16)
+    ap.add_argument("--device-type", default="cuda", choices=DEVICE_TYPES)
+    ap.add_argument("--parallel", default=None, choices=("none", "ddp", "fsdp"))
+    ap.add_argument("--fsdp-sync", default=None, choices=FSDP_SYNC,
+                    help="FSDP2 gradient reduce-scatter: every micro-batch, last only, or both")
+    ap.add_argument("--all-micro-batches", action="store_true",
+                    help="run every micro-batch of the step (default: 3 of them)")
+    ap.add_argument("--json", default=None, help="also write the records to this file")
+    a = ap.parse_args(args)
+    try:
+        cfg = compose(a.overrides)
+        phases = [x for x in a.phases.split(",") if x]
+        syncs: list[bool | None] = [None]
+        if a.fsdp_sync is not None:
+            syncs = {"every": [True], "last": [False], "both": [False, True]}[a.fsdp_sync]
+        recs: list[PhasePeak] = []
+        for s in syncs:
+            recs += measure(cfg, parallel=a.parallel, device_type=a.device_type, phases=phases,
+                            eval_rows=a.eval_rows, fsdp_reduce_every=s,
+                            accum_measured=None if a.all_micro_batches else 3)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    cap = cfg.train.gpu_memory_gb * GB
+    r0 = recs[0]
+    print(f"{cfg.model.preset} {r0.arm} ({r0.params:,} params), {r0.device_type} modelled"
+          f"{', bf16' if r0.bf16 else ', fp32'}; GPU capacity {cfg.train.gpu_memory_gb:g} GB "
+          f"(train.gpu_memory_gb); measured on fake tensors in "
+          f"{sum(r.seconds for r in recs):.0f} s of CPU time")
+    print(format_table(recs, cap))
+    if a.json:
+        from pathlib import Path
+
+        Path(a.json).write_text(json.dumps([r.to_json() for r in recs], indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

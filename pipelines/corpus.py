@@ -1,0 +1,55 @@
+"""`make corpus` / `python -m pipelines.corpus`: a sharded, pre-tokenized corpus built once
+(experiments/corpus), its tokenizing units submitted through the one launcher: local, WORKERS
+processes of this machine; slurm, a job array with the cluster file's `corpus` section
+(sweeps/cluster.py: no GPU, one core, 240 minutes unless the section says otherwise).
+
+    python -m pipelines.corpus --data <name|path.yaml> --out <dir> [--vocab-size N]
+        [--workers N] [--launcher local|slurm] [--cluster FILE] [--verify] [--quiet]
+        [key=value ...]
+
+Everything but --launcher and --cluster is `python -m experiments.corpus`'s. Bad input: one
+line, exit 2, nothing written (a bad cluster file too, before the scan starts).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from experiments.corpus.__main__ import parser
+from experiments.corpus.__main__ import run as build_here
+from sweeps.errors import SweepError
+from sweeps.launcher import Launcher, make_launcher
+
+JOBS = "slurm"
+"""The corpus's submitit folder, inside the output directory (the job array's scripts and
+logs; the build's own files never use this name)."""
+
+
+def launcher_for(kind: str, out: str | Path, *, workers: int,
+                 cluster: str | Path | None = None) -> Launcher:
+    """The launcher a corpus build's units go through: WORKERS at once on this machine, or a
+    SLURM job array with the cluster file's corpus settings. SweepError on a bad kind or file."""
+    return make_launcher(kind, Path(out).expanduser().resolve() / JOBS, jobs=workers,
+                         cluster_file=cluster or None, job_name="corpus")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = parser("python -m pipelines.corpus")
+    ap.description = __doc__
+    ap.add_argument("--launcher", choices=["local", "slurm"], default="local",
+                    help="where the units run: local processes, or a SLURM job array")
+    ap.add_argument("--cluster", default=None,
+                    help="slurm: the cluster file (sweeps/cluster.example.yaml; default "
+                         "FTBENCH_CLUSTER or sweeps/cluster.yaml)")
+    a = ap.parse_args(argv)
+    try:
+        runner = launcher_for(a.launcher, a.out, workers=max(1, a.workers), cluster=a.cluster)
+    except SweepError as e:
+        print(f"corpus: {e}", file=sys.stderr)
+        return 2
+    return build_here(a, runner)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

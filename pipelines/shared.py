@@ -1,0 +1,125 @@
+"""What the one-command pipelines (`make study`, `make paper`) share: the environment their jobs
+run in, the sweep stage through sweeps' front door, the report stage through analysis' entry
+point, a small state file beside the sweep, and the fingerprint of the inputs a report reads (so
+an unchanged sweep is not re-reported)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from common.io import atomic_write_text
+from common.paths import RunDir, SweepDir
+from sweeps import api
+
+ROOT = Path(__file__).resolve().parents[1]
+OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The jobs' environment: this checkout first on the path, one torch thread unless the user
+    set OMP_NUM_THREADS (the jobs run side by side, one per core)."""
+    return {**os.environ, **(extra or {}), "PYTHONPATH": str(ROOT),
+            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+            "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")}
+
+
+@contextlib.contextmanager
+def environment(extra: dict[str, str] | None = None) -> Iterator[None]:
+    """This process's environment set to `env(extra)` while a stage runs in it, so the jobs it
+    submits (each inherits it) run as they did when the stage was a process of its own; put
+    back afterwards."""
+    before = dict(os.environ)
+    os.environ.update(env(extra))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+def manifest(name: str) -> api.SweepManifest | None:
+    """The sweep's typed manifest as written (None before its first run)."""
+    return api.load(name)
+
+
+def cells(name: str) -> list[api.SweepCell]:
+    """The sweep's cells ([] before its first run)."""
+    m = manifest(name)
+    return list(m.cells) if m is not None else []
+
+
+def sweep(req: api.SweepRequest, *, dry: bool = False,
+          on_event: Callable[[api.Event], None] = api.ignore_event) -> int:
+    """The sweep stage in this process, through the front door, printing what `make sweep`
+    prints: the dry run, or the plan's lines and the final status table. Its exit status: 0
+    done (or submitted), 1 a cell or evaluation not done, 2 refused before anything ran, 130
+    interrupted."""
+    try:
+        if dry:
+            print(api.dry_run(req), flush=True)
+            return 0
+        done = api.run(req, log=lambda s: print(s, flush=True), on_event=on_event)
+    except api.SweepError as e:
+        print(f"sweep: error: {e}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("sweep: interrupted; re-run the same command to resume", file=sys.stderr)
+        return 130
+    print(api.table(done.manifest), flush=True)
+    return 0 if done.ok else 1
+
+
+def report(name: str, n_boot: int = 2000) -> bool:
+    """The report stage: analysis' entry point in this process; prints the report's path as
+    `make report` does, or its one error line. True when written."""
+    from analysis.report import ReportError, build_report, preflight
+    from common.text import one_line
+
+    try:
+        preflight(name, None, n_boot)
+        path = build_report(name, None, None, n_boot)
+    except ReportError as e:
+        print(f"report: error: {one_line(e)}", file=sys.stderr, flush=True)
+        return False
+    print(f"report: {path.resolve()}", flush=True)
+    return True
+
+
+def _state_path(name: str, file: str) -> Path:
+    return SweepDir.of(name).path / file
+
+
+def load_state(name: str, file: str) -> dict:
+    p = _state_path(name, file)
+    try:
+        return json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+    except json.JSONDecodeError:
+        return {}  # a torn state file only costs redoing cheap checks
+
+
+def save_state(name: str, file: str, state: dict) -> None:
+    atomic_write_text(_state_path(name, file), json.dumps(state, indent=1, sort_keys=True) + "\n")
+
+
+def inputs_fingerprint(name: str) -> str:
+    """A hash of what the report reads: the manifest's cells and every run's eval/metrics files
+    (name, size, mtime)."""
+    h = hashlib.sha256()
+    m = manifest(name)
+    cs = list(m.cells) if m is not None else []
+    h.update(json.dumps([(c.run_id, c.state, c.eval.state if c.eval is not None else None)
+                         for c in cs]).encode())
+    for c in cs:
+        rd = RunDir.of(str(c.run_id))
+        for p in sorted([rd.metrics_path, *rd.eval_files("*.json")] if rd.exists() else []):
+            if p.is_file():
+                st = p.stat()
+                h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    h.update(str(m is not None).encode())
+    return h.hexdigest()[:16]

@@ -1,0 +1,288 @@
+"""The typed, in-process front door of sweeps: what `make sweep` / `make sweep-status` (through
+`python -m sweeps`) and every pipeline (pipelines/) call.
+
+    SweepRequest          what to sweep: the make variables, typed (grid text as make passes it,
+                          so a bad value is refused naming its variable)
+    plan(request)         -> Plan: every cell composed and checked, the evaluation's arguments
+                          and specs checked and attached; writes and submits nothing
+    dry_run(request)      -> str: what DRY=1 prints
+    run(request, ...)     -> SweepRun: plan, check the directories, submit what is missing
+                          through the launcher LAUNCHER names; its typed manifest; `on_event`
+                          receives typed events (driver.Planned, JobStarted, JobEnded) as jobs
+                          start and end, for a caller that follows progress
+    status(name)          -> SweepManifest, refreshed from facts (saved when no driver holds it)
+    table(manifest)       -> the status table `make sweep-status` prints
+
+Every input problem is a SweepError (one line naming the value) raised before anything is
+written or submitted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from common.paths import SweepDir
+from common.text import one_line
+
+from . import backend
+from . import plan as P
+from .cluster import ClusterConfig, load_cluster
+from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
+from .driver import run as drive
+from .errors import SweepError
+from .grid import SweepSpec
+from .launcher import make_launcher
+from .manifest import SweepCell, SweepManifest, table
+from .manifest import status as _status
+
+__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "SweepCell",
+           "SweepError", "SweepManifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
+           "keep_eval_key", "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
+           "status", "table"]
+
+DEFAULT_H = "8"
+"""CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
+token, about 4x the FLOPs of the whole 1M baseline."""
+DEFAULT_TOKENS = "131072"
+"""32 optimizer steps of train.py's default batch (16 x 256): a CPU-sized default."""
+DEFAULT_LIKELIHOOD_ROWS = 8
+"""Validation rows the chained likelihood uses by default (measured: 8 rows of 256 tokens took
+62 s for a 1M Free Transformer, k = 1, 8, 64, on 2 shared CPU cores; the baseline 10 s). The
+rows are recorded in the file's spec."""
+GRID_DEFAULTS = {"kappa": "0.5 2 4", "h": DEFAULT_H, "seeds": "0", "preset": "1M",
+                 "data": "stdlib", "tokens": DEFAULT_TOKENS, "flops": "", "controls": ""}
+"""The grid's values when neither they nor a recipe are given."""
+GRID_VARS = {"kappa": "KAPPA", "h": "H", "preset": "PRESET", "data": "DATA", "tokens": "TOKENS",
+             "flops": "FLOPS", "controls": "CONTROLS"}
+"""What a recipe sets and a make variable may not contradict (SEEDS may replace its seeds)."""
+KEEP_EVAL_KEY = "keep_eval_checkpoints"
+"""The trainer's key (<section>.<key>=n) that keeps n checkpoints evenly spaced by tokens."""
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What `make sweep` asks for. A grid value None is 'not given' (the default applies, or the
+    recipe's); given, it is the text make passes (KAPPA="0.5 2"), parsed and checked by plan()."""
+
+    kappa: str | None = None
+    h: str | None = None
+    seeds: str | None = None
+    """With a recipe: replaces the recipe's seeds."""
+    preset: str | None = None
+    data: str | None = None
+    tokens: str | None = None
+    """'' = train.py's own default."""
+    flops: str | None = None
+    controls: str | None = None
+    recipe: str = ""
+    """A recipe (sweeps/recipes/<name>.yaml or a file): its grid, settings, tasks and points;
+    the grid values above (but seeds) cannot be given with it."""
+    gpu: str = ""
+    """With a recipe: the GPU type whose micro-batch, parallelism and checkpointing cells take."""
+    overrides: str = ""
+    """Extra hydra overrides for every cell, split as a shell splits them."""
+    name: str = ""
+    """The sweep's name ('' = from the grid's content)."""
+    launcher: str = "local"
+    jobs: int | None = None
+    """Local jobs at once (None: one per core)."""
+    cluster: str = ""
+    """The cluster file (LAUNCHER=slurm; '' = FTBENCH_CLUSTER or sweeps/cluster.yaml)."""
+    evaluate: bool = False
+    """Evaluate every final checkpoint (and the points) as further jobs."""
+    eval_args: str = ""
+    """Arguments for experiments.eval, checked before anything trains."""
+    eval_points: int | None = None
+    """Keep this many evenly spaced checkpoints and evaluate each (needs evaluate)."""
+    likelihood_rows: int | None = DEFAULT_LIKELIHOOD_ROWS
+    """Validation rows for the chained likelihood when evaluating (0 or None: skip it)."""
+    retry_failed: bool = False
+
+
+@dataclass
+class SweepRun:
+    """What `run` did: the sweep's typed manifest after submitting."""
+
+    manifest: SweepManifest
+    launcher: str
+    evaluate: bool
+
+    @property
+    def ok(self) -> bool:
+        """Local: every cell done and, with EVAL=1, evaluated (a failed evaluation is a failure).
+        SLURM: submitted (the jobs run on; `status` follows them)."""
+        if self.launcher != "local":
+            return True
+        m = self.manifest
+        return all(c.state == "done" for c in m.cells) and not any(
+            self.evaluate and (c.eval is None or c.eval.state != "done") for c in m.cells)
+
+
+def keep_eval_key() -> str | None:
+    """The full config key of keep_eval_checkpoints in this checkout ('logging.' or 'train.'),
+    None when the trainer does not have it."""
+    for section in ("logging", "train"):
+        if KEEP_EVAL_KEY in {f.name for f in dataclasses.fields(backend.GROUPS[section])}:
+            return f"{section}.{KEEP_EVAL_KEY}"
+    return None
+
+
+def load_recipe(req: SweepRequest) -> Any:
+    """The recipe the request names (None without one); SweepError on a bad recipe or a grid
+    value that would contradict it."""
+    if not req.recipe.strip():
+        return None
+    from . import recipe as R
+
+    try:
+        rec = R.load(req.recipe)
+    except R.RecipeError as e:
+        raise SweepError(f"RECIPE: {one_line(e)}") from e
+    given = [var for k, var in GRID_VARS.items() if getattr(req, k) is not None]
+    if given:
+        raise SweepError(f"RECIPE={rec.name} sets the grid and the budget; {', '.join(given)} "
+                         "cannot be given with it (SEEDS and OVERRIDES can)")
+    return rec
+
+
+def recipe_eval(rec: Any) -> list[str]:
+    """The recipe's evaluation arguments: one group (the tasks at their stock few-shot counts)."""
+    runs = rec.eval_runs()
+    if len(runs) != 1:
+        raise SweepError(f"RECIPE={rec.name}: its tasks need {len(runs)} few-shot groups; a sweep "
+                         "evaluates one group (give every task the stock count)")
+    return runs[0]
+
+
+def recipe_spec(rec: Any, req: SweepRequest, overrides: str | None = None) -> SweepSpec:
+    """The recipe's grid with the request's seeds, GPU type and overrides."""
+    from . import recipe as R
+
+    seeds = None
+    if req.seeds is not None:
+        seeds = SweepSpec.from_text(kappa="1", h="1", seeds=req.seeds).seeds
+    gpu = req.gpu.strip() or None
+    if gpu is not None and gpu not in R.GPU_TYPES:
+        raise SweepError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
+    try:
+        return rec.sweep_spec(seeds=seeds, gpu=gpu, extra=shlex.split(
+            req.overrides if overrides is None else overrides))
+    except R.RecipeError as e:
+        raise SweepError(f"RECIPE: {one_line(e)}") from e
+    except ValueError as e:  # shlex
+        raise SweepError(f"OVERRIDES: {e}") from e
+
+
+@dataclass
+class _Resolved:
+    plan: P.Plan
+    eval_args: list[str]
+    cluster: ClusterConfig | None
+
+
+def _resolve(req: SweepRequest) -> _Resolved:
+    """The request checked and planned: every SweepError before anything is written."""
+    rec = load_recipe(req)
+    grid = {k: getattr(req, k) for k in GRID_DEFAULTS}
+    eval_args, eval_points, overrides = req.eval_args, req.eval_points, req.overrides
+    if rec is None:
+        if req.gpu.strip():
+            raise SweepError("GPU: a GPU type is read from a recipe's micro-batch table; "
+                             "give RECIPE=<name> (or set train.micro_batch_size in OVERRIDES)")
+        if (grid["flops"] or "").strip() and grid["tokens"] is None:
+            grid["tokens"] = ""  # FLOPS given: it is the budget
+        grid = {k: GRID_DEFAULTS[k] if v is None else v for k, v in grid.items()}
+    elif req.evaluate:
+        if not eval_points:
+            eval_points = rec.eval.points
+        eval_args = shlex.join(recipe_eval(rec)) + " " + eval_args
+    if eval_points:
+        if not req.evaluate:
+            raise SweepError(f"EVAL_POINTS={eval_points} evaluates kept checkpoints: it needs "
+                             "EVAL=1")
+        if eval_points < 2:
+            raise SweepError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
+                             "points; the final checkpoint is always evaluated)")
+        key = keep_eval_key()
+        if key is None:
+            raise SweepError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
+                             f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
+                             "spaced checkpoints to evaluate")
+        overrides = f"{overrides} {key}={eval_points}".strip()
+    if rec is None:
+        spec = SweepSpec.from_text(kappa=grid["kappa"], h=grid["h"], seeds=grid["seeds"],
+                                   preset=grid["preset"], data=grid["data"],
+                                   tokens=grid["tokens"], flops=grid["flops"],
+                                   controls=grid["controls"], overrides=overrides)
+    else:
+        spec = recipe_spec(rec, req, overrides)
+    if (req.launcher.strip() or "local") not in ("local", "slurm"):
+        raise SweepError(f"LAUNCHER: {req.launcher.strip()!r} is not local or slurm")
+    if req.jobs is not None and req.jobs < 1:
+        raise SweepError(f"JOBS: {req.jobs!r} must be a positive integer")
+    cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
+        if req.launcher.strip() == "slurm" else None
+    try:
+        args = shlex.split(eval_args)
+    except ValueError as e:
+        raise SweepError(f"EVAL_ARGS: {e}") from e
+    # the evaluation's arguments and task names are checked now, before any training
+    parsed = backend.validate_eval_args(args) if req.evaluate or args else None
+    p = P.plan(spec, req.name.strip() or None)
+    if req.evaluate and parsed is not None:
+        p.eval_specs = P.eval_specs(parsed, p)
+        p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
+    return _Resolved(p, args, cluster)
+
+
+def plan(req: SweepRequest) -> P.Plan:
+    """Every cell composed and checked, the evaluation attached (EVAL=1); nothing written."""
+    return _resolve(req).plan
+
+
+def dry_run(req: SweepRequest) -> str:
+    """What `make sweep DRY=1` prints: the grid, FLOPs, the eval specs, the costliest cell."""
+    return P.dry_run_text(plan(req))
+
+
+def run(req: SweepRequest, *, log: Callable[[str], None] = print,
+        on_event: Callable[[Event], None] = ignore_event,
+        executor_factory: Callable[[Path], Any] | None = None) -> SweepRun:
+    """Plan, check the directories, then submit the missing cells through the launcher: local
+    blocks until they end, slurm returns once submitted. Returns the typed manifest."""
+    r = _resolve(req)
+    p = r.plan
+    kind = req.launcher.strip() or "local"
+    launcher = make_launcher(kind, SweepDir(p.folder).jobs_dir, jobs=req.jobs, cluster=r.cluster,
+                             job_name=f"sweep-{p.name}", executor_factory=executor_factory)
+    from common.io import unwritable
+    from common.paths import cache_dir, runs_dir
+
+    for what, d in (("sweep", p.folder), ("runs", runs_dir()), ("cache", cache_dir())):
+        if (why := unwritable(d)) is not None:  # before anything is submitted
+            raise SweepError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
+                             "FTBENCH_CACHE) to a writable directory")
+    m = drive(p, launcher, evaluate=req.evaluate, eval_args=r.eval_args,
+              retry_failed=req.retry_failed, log=log, on_event=on_event)
+    return SweepRun(m, launcher.kind, req.evaluate)
+
+
+def status(name: str, results: Path | None = None) -> SweepManifest:
+    """The sweep's typed manifest, refreshed from facts; SweepError when there is none."""
+    if not name.strip():
+        raise SweepError("NAME is required: make sweep-status NAME=<sweep>")
+    return _status(name.strip(), results)
+
+
+def load(name: str, results: Path | None = None) -> SweepManifest | None:
+    """The sweep's typed manifest as written (None before its first run); nothing refreshed."""
+    from .manifest import manifest_path
+
+    path = manifest_path(name, results)
+    return SweepManifest.load(path) if path.is_file() else None
+
