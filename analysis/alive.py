@@ -41,13 +41,12 @@ from typing import Any
 import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
-import yaml
 from scipy import stats
 
-from analysis.frame import read_jsonl
 from analysis.probe import ProbeFileError, read_probe
 from common.io import atomic_write, atomic_write_text
-from common.paths import results_root, runs_dir, sweeps_dir
+from common.paths import RunDir, SweepDir, results_root, runs_dir
+from common.records import RecordError
 
 matplotlib.use("Agg")  # PNGs only
 
@@ -91,12 +90,12 @@ def _num(x: Any) -> float:
 def run_info(run_dir: Path) -> dict[str, Any]:
     """Identity of a run from its config.yaml: arm (baseline | free | free_zcut), seed, kappa,
     H, lr, tokens per step and planned tokens."""
-    p = Path(run_dir) / "config.yaml"
+    run = RunDir(Path(run_dir))
     try:
-        cfg = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
+        cfg = run.record_json()
         m, t = cfg["model"], cfg["train"]
-    except (OSError, yaml.YAMLError, KeyError, TypeError) as e:
-        raise AliveError(f"{p}: not a run's config.yaml ({type(e).__name__})") from None
+    except (OSError, RecordError, KeyError, TypeError) as e:
+        raise AliveError(f"{run.record_path}: not a run record ({type(e).__name__})") from None
     h = int(m.get("latent_bits") or 0)
     arm = "baseline" if h == 0 else ("free_zcut" if m.get("z_cut") else "free")
     return {"run_id": Path(run_dir).name, "arm": arm, "seed": t.get("seed"),
@@ -110,8 +109,7 @@ def val_curve(run_dir: Path) -> pd.DataFrame:
     """The run's validation lines: honest val_ce and, for the latent arms, the posterior CE,
     KL and the share on the validation rows (one draw: a point estimate)."""
     rows = []
-    path = Path(run_dir) / "metrics.jsonl"
-    for r in read_jsonl(path) if path.is_file() else []:
+    for r in RunDir(Path(run_dir)).metrics_json():
         if r.get("kind") != "val":
             continue
         kl = _num(r.get("val_kl_nats"))
@@ -125,9 +123,8 @@ def val_curve(run_dir: Path) -> pd.DataFrame:
 
 
 def final_wall(run_dir: Path) -> float:
-    """The run's whole training wall seconds (metrics.jsonl's final line); NaN if not finished."""
-    path = Path(run_dir) / "metrics.jsonl"
-    for r in read_jsonl(path) if path.is_file() else []:
+    """The run's whole training wall seconds (the metrics' final line); NaN if not finished."""
+    for r in RunDir(Path(run_dir)).metrics_json():
         if r.get("kind") == "final":
             return _num(r.get("wall_s"))
     return math.nan
@@ -226,7 +223,7 @@ def t_interval(x: Iterable[float], level: float = 0.95) -> tuple[float, float, f
 def sweep_runs(name: str, root: Path | None = None) -> list[Path]:
     """The run directories of a sweep's cells, from its manifest."""
     root = Path(root) if root is not None else results_root()
-    path = sweeps_dir(root) / name / "manifest.json"
+    path = SweepDir.of(name, root).manifest_path
     try:
         man = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -239,7 +236,7 @@ def collect(runs: Sequence[Path]) -> dict[str, pd.DataFrame]:
     """probe_points, val_curves and seeds frames of the given runs."""
     pts, curves, seeds = [], [], []
     for rd in runs:
-        if not (Path(rd) / "config.yaml").is_file():
+        if not RunDir(Path(rd)).has_record:
             continue  # not started: listed by write_tables as missing
         info = run_info(rd)
         ident = {k: info[k] for k in ("arm", "seed", "run_id")}
@@ -413,7 +410,7 @@ def write_tables(runs: Sequence[Path], out: Path, lr_runs: Sequence[Path] = (),
     free = done[done["arm"] == "free"] if len(done) else done
     verdict = setting_verdict(list(free["came_alive_tokens"]), len(free))
     verdict["unfinished_runs"] = sorted(
-        [str(Path(r).name) for r in runs if not (Path(r) / "config.yaml").is_file()]
+        [str(Path(r).name) for r in runs if not RunDir(Path(r)).has_record]
         + [str(r) for r in seeds[~seeds["finished"]]["run_id"]] if len(seeds) else [])
     zc = zcut_check(tabs["probe_points"])
     if zc["ok"] is False:
@@ -580,8 +577,8 @@ def main(argv: list[str] | None = None) -> int:
             given = [Path(x) for x in a.runs]
             runs = (sweep_runs(a.sweep) if a.sweep else []) + given  # a sweep's cell not
             for rd in [*given, *map(Path, a.lr_runs)]:  # started yet is listed as unfinished
-                if not (rd / "config.yaml").is_file():
-                    raise AliveError(f"{rd}: not a run directory (no config.yaml)")
+                if not RunDir(rd).has_record:
+                    raise AliveError(f"{rd}: not a run directory (no run record)")
             s = write_tables(runs, Path(a.out), [Path(x) for x in a.lr_runs], a.title)
             print(json.dumps(s["verdict"]))
             return 0
