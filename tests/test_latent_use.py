@@ -95,6 +95,10 @@ def test_latent_states_follow_their_written_rule():
     leak = _use(3.0, 0.9 * 3.0 * LN2, 0.8 * 3.0 * LN2, 3.0 * LN2, leaking=True)
     assert leak["state"] == "leaking" and leak["leaking"] and not leak["dead"]
     assert str(COLLAPSE_RECOVERED_FRAC) in leak["rule"] and str(DEAD_SHARE) in leak["rule"]
+    # more than the whole KL recovered is leaking without the KL flag (docs/ALIVE.md's latent)
+    over = _use(kl, share(1.5), share(1.45), share(1.55))
+    assert over["state"] == "leaking" and over["leaking"]
+    assert _use(kl, share(1.05), share(0.95), share(1.15))["state"] == "used"  # interval: 1
     missing = latent_use(1.0, 1.0, None, None, None, {"information_bits": 0.5}, None)
     assert missing["state"] is None and missing["dead"] is None  # missing is never a state
 

@@ -57,6 +57,12 @@ DEAD_SHARE = 0.05
 or the encoder sends under DEAD_INFO_BITS of information. Live latents recover 50-99% of it
 (the synthetic task, bryanvine's 51M runs); 5% is an order of magnitude below that and far
 above the probe's noise at 8 rows."""
+LEAK_SHARE = 1.0
+"""Leaking, seen from the decoder: the lower end of the recovered share above this. The prior-Z
+CE then exceeds the posterior-Z CE by more than the whole KL: the decoder leans on Z so much that
+a code drawn from the prior misleads it (prior generation breaks), whether or not the KL is over
+its budget (docs/ALIVE.md: KL at kappa, shares 1.5-2.1, honest CE 0.77 nats above the
+baseline's; the KL-based collapse flag stays silent there)."""
 DEAD_INFO_BITS = 0.01
 """Below this mutual information (bits/token) the encoder's codes do not depend on the text:
 nothing is there for the decoder to use (the same 1% of a bit as ACTIVE_THRESHOLD_BITS)."""
@@ -204,9 +210,10 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
     recovered_share = (CE_prior - CE_posterior) / KL, both in nats per token: the share of what
     the encoder spends that the decoder turns into a lower CE (its interval from the posterior
     ablation's bootstrap over rows). state: `leaking` (the collapse flag: KL over budget and more
-    than COLLAPSE_RECOVERED_FRAC recovered: the posterior carries the text, prior generation
-    breaks); `dead` (the decoder ignores Z: the share's upper end under DEAD_SHARE, or the
-    encoder sends under DEAD_INFO_BITS of information); `used` (neither, and the share's
+    than COLLAPSE_RECOVERED_FRAC recovered; or more than the whole KL recovered, LEAK_SHARE:
+    the posterior carries the text, prior generation breaks); `dead` (the decoder ignores Z:
+    the share's upper end under DEAD_SHARE, or the encoder sends under DEAD_INFO_BITS of
+    information); `used` (neither, and the share's
     interval is above 0); else `undetermined`. Missing CE gives null, never a state."""
     kl_nats = kl_bits * LN2
     gap = None if ce_prior is None or ce_posterior is None else ce_prior - ce_posterior
@@ -219,7 +226,7 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
     top = hi if hi is not None else share
     if share is None:
         state = None
-    elif leaking:
+    elif leaking or (lo is not None and lo > LEAK_SHARE):
         state = "leaking"
     elif (top is not None and top < DEAD_SHARE) or (info is not None and info < DEAD_INFO_BITS):
         state = "dead"
@@ -239,8 +246,9 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
         "used": None if state is None else state == "used",
         "rule": (f"recovered_share = (CE_prior - CE_posterior) / KL (nats/token; interval from "
                  f"the posterior ablation's bootstrap over rows). leaking = the collapse flag "
-                 f"(KL > kappa + margin AND recovered_share > {COLLAPSE_RECOVERED_FRAC}): the "
-                 f"posterior carries the text, prior generation breaks. dead = the decoder "
+                 f"(KL > kappa + margin AND recovered_share > {COLLAPSE_RECOVERED_FRAC}), or "
+                 f"recovered_share's lower end > {LEAK_SHARE}: the posterior carries the text, "
+                 f"prior generation breaks. dead = the decoder "
                  f"ignores Z: recovered_share's upper end < {DEAD_SHARE}, or information < "
                  f"{DEAD_INFO_BITS} bit/token. used = neither, and recovered_share's interval "
                  f"is above 0. Otherwise undetermined."),
