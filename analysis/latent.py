@@ -30,12 +30,9 @@ from common.kappa import kappa_label
 
 from .probe import (
     TABLE_COLS,
-    ProbeFileError,
-    final_docs,
-    probe_files,
     probe_html,
     probe_row,
-    read_probe,
+    read_final,
 )
 from .stats import mean_ci
 
@@ -165,13 +162,8 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     """The report's probe section: per kappa one aggregate figure and a line of numbers with
     intervals over seeds; every run's own block (probe.probe_html) folded in <details>. Writes
     <out_dir>/probe.csv (one row per file) and probe_by_kappa.csv (the aggregates)."""
-    docs, bad = [], []
-    for f in probe_files(run_dirs):
-        try:
-            docs.append(read_probe(f))
-        except ProbeFileError as e:
-            bad.append(str(e))
-    docs = final_docs(docs)  # one probe per run, of its last weights (the curve is latent.csv)
+    docs, bad = read_final(run_dirs)  # one probe per run, of its last weights (the curve over
+    # training is latent.csv)
     head = '<section id="probe"><h2>The latent across seeds: does the decoder use Z?</h2>'
     notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
     if not docs:

@@ -2,8 +2,9 @@
 them as `<run>/eval/probe.<spec_id>.step<N>.json`; docs/PROBE.md says how to read them).
 
 Plain reading of JSON (no torch, no model): `probe_table` is one row per probe file,
-`write_figures` writes the four PNGs of one file beside it, `probe_section` is the report's HTML
-section, one block per Free Transformer (`probe_html`). A null in a file is NaN here and a grey
+`write_figures` writes the four PNGs of one file beside it, `read_final` gives one file per run
+to the report's probe section (analysis/latent.py), which folds one block per Free Transformer
+(`probe_html`). A null in a file is NaN here and a grey
 dash in HTML, never 0.
 
     python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
@@ -363,37 +364,16 @@ def probe_html(doc: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def probe_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:
-    """The report's section: per Free Transformer with a probe file, its KL, collapse flag,
-    ablations and steering with intervals and its four figures (embedded); the table is also
-    written to <out_dir>/probe.csv when out_dir is given. Unreadable files are named, not
-    skipped silently."""
+def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The probe files of the given runs, one per run of its last weights (`final_docs`), and
+    one line per unreadable file (named, never skipped silently)."""
     docs, bad = [], []
     for f in probe_files(run_dirs):
         try:
             docs.append(read_probe(f))
         except ProbeFileError as e:
             bad.append(str(e))
-    docs = final_docs(docs)
-    head = '<section id="probe"><h2>The latent, measured: does the decoder use Z?</h2>'
-    notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
-    if not docs:
-        return (head + notes + '<p class="missing">no probe files (run <code>make probe '
-                "CKPT=&lt;run dir&gt;</code> on a Free Transformer)</p></section>")
-    table = probe_table(docs)
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        table.to_csv(Path(out_dir) / "probe.csv", index=False)
-    parts = [head, notes,
-             "<p>From experiments/eval/probe.py (docs/PROBE.md). KL: the encoder's posterior, "
-             "bits per token. Ablations: honest CE change against prior Z (a fresh uniform code "
-             "per token), nats per token, 95% bootstrap over rows. The posterior row is "
-             "<b>LEAKING</b> (the encoder reads the scored tokens): a diagnostic, never a score. "
-             "Steering: within-group agreement of generations with one Z per group against "
-             "independent Z.</p>"]
-    for doc in docs:
-        parts.append(probe_html(doc))
-    return "\n".join(parts) + "</section>"
+    return final_docs(docs), bad
 
 
 def cost_markdown(docs: Iterable[dict[str, Any]]) -> str:
