@@ -63,7 +63,8 @@ def per_run(docs: Iterable[dict]) -> pd.DataFrame:
     rows = []
     for doc in docs:
         r = probe_row(doc)
-        r["share"] = recovered_share(r)
+        own = r.get("recovered_share")  # the probe's latent_use record, when the file has it
+        r["share"] = own if isinstance(own, float) and math.isfinite(own) else recovered_share(r)
         r["per_bit"] = [float(x) if isinstance(x, (int, float)) else math.nan
                         for x in ((doc.get("kl") or {}).get("per_bit_bits") or [])]
         rows.append(r)
