@@ -68,6 +68,18 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("FTBENCH_RESULTS") or "results")
 
 
+GPU_CHECK = "gpu_check"
+"""`make gpu-check`'s folder: <results root>/gpu_check/ (every run) and the repository's
+docs/gpu_check/ (the committed ones, `--out docs/gpu_check`)."""
+
+
+def gpu_check_dirs(root: str | os.PathLike | None = None) -> list[Path]:
+    """Where `make gpu-check` files are read from, committed ones first: the repository's
+    docs/gpu_check/ and <results root>/gpu_check/."""
+    repo = Path(__file__).resolve().parent.parent
+    return [repo / "docs" / GPU_CHECK, results_root(root) / GPU_CHECK]
+
+
 def runs_dir(root: str | os.PathLike | None = None) -> Path:
     """<results root>/runs: where every RunDir lives."""
     return results_root(root) / _RUNS

@@ -378,16 +378,17 @@ def _save(r: _Run) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
             par.full_weights(r.model, r.mode, main=True))
 
 
-def _eval_lm(p: RunPlan, bf16: bool, rows: int) -> tuple[Any, list[tuple[str, str]]]:
+def _eval_lm(p: RunPlan, bf16: bool, rows: int, device: str = "cpu"
+             ) -> tuple[Any, list[tuple[str, str]]]:
     """The evaluator (`FTBenchLM`) on the model as evaluation loads it (fp32, whole) and one
     loglikelihood batch at the trained window: one context of T/2 tokens and `rows` distinct
     continuations of T/2 tokens (its rows run as one batch on a forked KV cache)."""
     from experiments.eval.lm_adapter import FTBenchLM
 
     model, init = par.build_on_meta(p.model)
-    par.materialize(model, init, torch.device("cpu"))
+    par.materialize(model, init, torch.device(device))
     lm = FTBenchLM(model=model, tokenizer=_chars_tokenizer(p.model.vocab_size), batch_size=rows,
-                   device="cpu", precision="bf16" if bf16 else "fp32", max_length=p.seq_len,
+                   device=device, precision="bf16" if bf16 else "fp32", max_length=p.seq_len,
                    progress=False)
     T = p.seq_len
     ctx = "".join(chr(97 + i % 26) for i in range(T // 2))
@@ -584,6 +585,29 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
     fn()
     _, peak = _rss()
     return peak - before
+
+
+def measure_eval_on_device(cfg: TrainConfig, device: str = "cuda", *, eval_rows: int = 16
+                           ) -> dict[str, int]:
+    """`measure`'s evaluation phase run for real on a GPU (the same model, as evaluation loads
+    it, and the same batch): {"allocated", "reserved"}, the CUDA caching allocator's peaks during
+    the phase (weights included, as `measure`'s peak includes them). `make gpu-check RECIPE=..`
+    sets it beside the fake-tensor figure."""
+    if not str(device).startswith("cuda"):
+        raise ConfigError(f"device={device!r}: the allocator's peaks are CUDA's (a CPU run: "
+                          "measure_real)")
+    p = plan(cfg, 1)
+    lm, pairs = _eval_lm(p, trains_bf16(cfg.train, "cuda"), eval_rows, device)
+    dev = torch.device(device)
+    torch.cuda.synchronize(dev)
+    torch.cuda.reset_peak_memory_stats(dev)
+    lm.loglikelihood_pairs(pairs, disable_tqdm=True)
+    torch.cuda.synchronize(dev)
+    out = {"allocated": int(torch.cuda.max_memory_allocated(dev)),
+           "reserved": int(torch.cuda.max_memory_reserved(dev))}
+    del lm
+    torch.cuda.empty_cache()
+    return out
 
 
 # ---------------------------------------------------------------- public entry

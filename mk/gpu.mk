@@ -6,8 +6,20 @@
 # GPU_CHECK_CPU=1: the reduced mode on CPU (gloo, preset 1M): DDP and FSDP on 1 node and on 2
 # nodes simulated as two torchrun agents on localhost (c10d), the checkpoint resume round trip
 # and the bf16 export -> results/gpu_check/cpu-<ts>.json
+#
+# The paper's shape, the first command on a new cluster (under 10 min at paper-1.5B):
+#   make gpu-check RECIPE=paper-1.5B [STEPS=20]  -> docs/gpu_check/<ts>-<gpu>-<recipe>.json
+# the recipe's vocabulary, context, micro-batch per GPU, precision, compile and parallelism on
+# random tokens, for STEPS steps with validations, a checkpoint and a resume from it; the
+# allocator's peak per phase (train, validation, evaluation batch, save) beside the plan's
+# fake-tensor figures (experiments/memory.py), tokens/s and MFU, which the dry runs then read
+# (train.mfu). A model that does not fit the GPUs present (8B on one) keeps its widths and loses
+# layers, and says so. With GPU_CHECK_CPU=1 it rehearses the flow on CPU (no peaks, no speed),
+# e.g. at a tiny width: OVERRIDES="model=1M model.vocab_size=4096 train.seq_len=256
+# model.max_seq_len=256".
 .PHONY: gpu-check
 
-gpu-check: setup ## smoke-test a GPU node: bf16, flash, compile, DDP, FSDP, MFU [PRESET STEPS TOL GPU_CHECK_CPU=1]
+gpu-check: setup ## smoke-test a GPU node: bf16, flash, compile, DDP, FSDP, MFU [RECIPE= PRESET STEPS TOL GPU_CHECK_CPU=1 OVERRIDES]
 	$(PY) -m pipelines.gpu_check $(call opt,PRESET,--preset) $(call opt,STEPS,--steps) \
-	  $(call opt,TOL,--tol) $(if $(call on,GPU_CHECK_CPU),--cpu)
+	  $(call opt,TOL,--tol) $(call opt,RECIPE,--recipe) $(if $(call on,GPU_CHECK_CPU),--cpu) \
+	  $(if $(call given,OVERRIDES),--set $(call arg,OVERRIDES))

@@ -299,10 +299,329 @@ def _flash_and_mapper(preset: str, micro: int, seq: int) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------- RECIPE=..: the real shape
+RECIPE_ACCUM = 2
+"""Micro-batches per step in the recipe check: the recipe's micro-batch per GPU, accumulated
+twice (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both run), rather than
+the recipe's whole global batch (1,024 sequences would make 20 steps take an hour)."""
+SLICE_FIT = 0.75
+"""A layer-sliced model must fit this share of the GPU by the hand estimate (which runs up to
+15% low against the fake-tensor measurement at these presets)."""
+
+
+def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
+    """(key of sweeps.recipe.GPU_TYPES whose micro-batch the check uses, why) for a device."""
+    from sweeps.recipe import GPU_TYPES
+
+    gb = total_bytes / 1e9
+    named = [k for k in GPU_TYPES if k.split("-")[0].lower() in name.lower()]
+    pool = named or list(GPU_TYPES)
+    key = min(pool, key=lambda k: abs(GPU_TYPES[k] - gb))
+    why = ("by name and memory" if named else
+           f"{name!r} is not a recipe GPU type: the nearest in memory")
+    return key, f"{key} ({why}, {gb:.0f} GB on the device)"
+
+
+def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: float,
+                extra: list[str] | None = None, disk_free: float | None = None
+                ) -> tuple[list[str], dict[str, Any]]:
+    """The trainer's overrides for the recipe check and what they keep of the recipe: the
+    recipe's model (the costliest arm: its largest H, first kappa), vocabulary, context,
+    precision, parallelism, activation checkpointing and micro-batch per GPU for `gpu_type`;
+    data=random (no corpus, no hub: memory and speed do not depend on the tokens' values);
+    RECIPE_ACCUM micro-batches per step on `n` processes; a validation of one batch at
+    `steps` // 2 and `steps`, step checkpoints at `steps` // 2 + 1 (resumed from) and at the
+    last step (both kept: the trainer always writes the last). A model whose state does not fit
+    `capacity_gb` on `n` GPUs (by the hand estimate), or whose two step checkpoints and export
+    do not fit SLICE_FIT of `disk_free` bytes, keeps its widths and loses layers until they do
+    ("layer_sliced")."""
+    from experiments.train.config import compose
+    from experiments.train.plan import checkpoint_bytes, memory_estimate, plan
+    from sweeps.recipe import merge_overrides
+
+    base = [o for o in recipe.training_overrides(gpu=gpu_type)
+            if not (o.startswith("data=") or o.startswith("data."))]
+    mb = int(next(o for o in base if o.startswith("train.micro_batch_size=")).split("=")[1])
+    h, kappa = max(recipe.grid.latent_bits), float(recipe.grid.kappa_bits[0])
+    half = max(1, steps // 2)
+    batch = mb * n * RECIPE_ACCUM
+    ov = [f"model.latent_bits={h}", f"model.kappa_bits={kappa:g}", "data=random",
+          f"train.batch_size={batch}",
+          f"train.plan_world_size={n}", f"optim.warmup_steps={half}", "logging.log_every=1",
+          # one step checkpoint, inside the run (the last step's would be the only one kept)
+          f"logging.val_every={half}", f"logging.ckpt_every={half + 1}",
+          "logging.keep_checkpoints=2", "logging.keep_eval_checkpoints=0",
+          "logging.progress=false", "train.force=true", f"train.gpu_memory_gb={capacity_gb:g}"]
+    args = list(merge_overrides(base, [*ov, *(extra or [])]))
+    cfg = compose(args)
+    vb, T = cfg.logging.val_batch_size, cfg.train.seq_len  # `extra` may change either
+    args = list(merge_overrides(args, [f"data.val_tokens={vb * T}",
+                                       f"train.tokens={steps * batch * T}"]))
+    cfg = compose(args)
+    L = cfg.model.n_layers
+    sliced = None
+    mode = "none" if n == 1 else str(cfg.train.parallel)
+
+    def need(layers: int) -> tuple[float, float]:
+        """(per-GPU memory by the hand estimate, disk of two step checkpoints + the export)"""
+        c = compose([*args, f"model.n_layers={layers}"])
+        rp = plan(c, n)
+        est = memory_estimate(rp, mode)
+        ck = checkpoint_bytes(rp)
+        return (est["total_checkpointed" if c.train.activation_checkpointing else "total"],
+                2 * ck["full"] + ck["weights_fp32"])
+
+    def fits(layers: int) -> bool:
+        mem, disk = need(layers)
+        return (mem <= SLICE_FIT * capacity_gb * 1e9
+                and (disk_free is None or disk <= SLICE_FIT * disk_free))
+
+    if not fits(L):
+        k = L - 2
+        while k > 2 and not fits(k):
+            k -= 2
+        mem, disk = need(L)
+        if not fits(k):
+            m2, d2 = need(k)
+            raise ValueError(
+                f"even {k} of the model's {L} layers need ~{m2 / 1e9:.0f} GB per GPU and "
+                f"~{d2 / 1e9:.0f} GB of checkpoints; {SLICE_FIT:.0%} of {capacity_gb:g} GB and "
+                + (f"of {disk_free / 1e9:.0f} GB free disk" if disk_free is not None else "")
+                + " are allowed: free disk under the results root (FTBENCH_RESULTS) or use "
+                  "more GPUs")
+        args.append(f"model.n_layers={k}")
+        sliced = {"layers": k, "of": L, "why": (
+            f"the {L}-layer model needs ~{mem / 1e9:.0f} GB per GPU on {n} GPU(s) (hand "
+            f"estimate; {SLICE_FIT:.0%} of {capacity_gb:g} GB allowed) and ~{disk / 1e9:.0f} GB "
+            f"of checkpoints (" + (f"{SLICE_FIT:.0%} of {disk_free / 1e9:.0f} GB free allowed"
+                                   if disk_free is not None else "disk not checked")
+            + f"): {k} of its {L} layers at the same widths")}
+    shape = {"micro_batch_size": mb, "grad_accum": RECIPE_ACCUM, "global_batch": batch,
+             "seq_len": cfg.train.seq_len, "vocab_size": cfg.model.vocab_size,
+             "latent_bits": h, "kappa_bits": kappa, "precision": str(cfg.train.precision),
+             "compile": bool(cfg.train.compile), "parallel": mode,
+             "activation_checkpointing": bool(cfg.train.activation_checkpointing),
+             "val_batch_size": vb, "steps": steps, "layer_sliced": sliced}
+    return args, shape
+
+
+def _final_line(run: Path) -> dict[str, Any]:
+    rows = RunDir(run).metrics_json()
+    return next((r for r in reversed(rows) if r.get("kind") == "final"), {})
+
+
+def _resume_from_half(args: list[str], results: Path, run: Path, nproc: int, tol: float
+                      ) -> dict[str, Any]:
+    """Resume the finished reference run from its oldest kept step checkpoint (the later one
+    and the final export removed): the resumed steps' losses and the final weights against the
+    reference's."""
+    import shutil
+
+    from experiments.train.checkpointer import shard_dir
+
+    rd = RunDir(run)
+    steps = rd.step_checkpoints()
+    if len(steps) < 2:
+        return {"resume": f"failed: the reference run kept {len(steps)} step checkpoint(s), "
+                          "need 2 (one inside the run)"}
+    ref_losses = {r["step"]: r["loss"] for r in rd.metrics_json() if r["kind"] == "train"}
+    ref_w = _weights(run)
+    kept = steps[0][0]
+    for _, p in steps[1:]:
+        shutil.rmtree(shard_dir(p), ignore_errors=True)
+        p.unlink()
+    rd.final_checkpoint.unlink(missing_ok=True)
+    t0 = time.time()
+    d2, why = _train([a for a in args if a != "train.force=true"], results, nproc=nproc)
+    if d2 is None:
+        return {"resume": why}
+    new = {r["step"]: r["loss"] for r in RunDir(d2).metrics_json()
+           if r["kind"] == "train" and r["step"] > kept}
+    common = sorted(set(new) & set(ref_losses))
+    out: dict[str, Any] = {"resumed_from_step": kept, "resumed_steps": len(common),
+                           "resume_wall_s": time.time() - t0}
+    if not common:
+        out["resume"] = "failed: the resumed run logged no step after its checkpoint"
+        return out
+    rel = max(abs(new[s] - ref_losses[s]) / max(abs(ref_losses[s]), 1e-12) for s in common)
+    out["resume_loss_max_rel"] = rel
+    w = _weights(d2)
+    if ref_w is not None and w is not None:
+        out["resume_weights_max_abs"] = max((ref_w[k].float() - w[k].float()).abs().max().item()
+                                            for k in ref_w)
+    out["resume"] = "ok" if rel <= tol else f"failed: resumed losses differ by {rel:.3g} > {tol}"
+    return out
+
+
+def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None],
+                 cap_bytes: float | None) -> list[dict[str, Any]]:
+    """One row per phase: the plan's fake-tensor peak beside the allocator's measured peak."""
+    rows = []
+    for r in plan_recs:
+        m = measured.get(r.phase)
+        row: dict[str, Any] = {"phase": r.phase, "plan_bytes": r.peak_bytes,
+                               "plan_parallel": r.parallel, "plan_note": r.note}
+        if m is None:
+            row["measured"] = None
+            row["why_not"] = ("no CUDA allocator on this device" if cap_bytes is None
+                              else "the phase did not run")
+        else:
+            row.update(measured_allocated=m["allocated"], measured_reserved=m["reserved"],
+                       measured_over_plan=m["allocated"] / r.peak_bytes if r.peak_bytes
+                       else None)
+            if cap_bytes:
+                row["reserved_of_gpu"] = m["reserved"] / cap_bytes
+        rows.append(row)
+    return rows
+
+
+def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
+                out: str | None, cpu: bool = False, extra: list[str] | None = None) -> int:
+    """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (CPU with
+    `cpu`: the same flow, for rehearsal; no allocator peaks, no speed figures)."""
+    from experiments import memory as MEM
+    from experiments.train.config import ConfigError, compose
+    from experiments.train.plan import plan
+    from sweeps.recipe import RecipeError, load
+
+    t_start = time.time()
+    try:
+        rec = load(recipe_name)
+    except RecipeError as e:
+        print(f"error: RECIPE={recipe_name}: {e}", file=sys.stderr)
+        return 2
+    gpu = not cpu
+    if gpu and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
+        print("error: no CUDA device visible (make gpu-check needs a GPU node; "
+              "GPU_CHECK_CPU=1 rehearses it on CPU)", file=sys.stderr)
+        return 2
+    n = torch.cuda.device_count() if gpu else 1
+    name = torch.cuda.get_device_name(0) if gpu else "cpu"
+    total = torch.cuda.get_device_properties(0).total_memory if gpu else int(80e9)
+    gtype, gwhy = _gpu_type(name, total) if gpu else ("H100-80GB", "H100-80GB (CPU rehearsal)")
+    cap = total if gpu else None
+    try:
+        import shutil
+
+        root = results_root(results)
+        root.mkdir(parents=True, exist_ok=True)
+        args, shape = recipe_args(rec, gtype, n, steps, total / 1e9,
+                                  [*(extra or []), *(["train.device=cpu"] if cpu else [])],
+                                  disk_free=shutil.disk_usage(root).free)
+        cfg = compose(args)
+    except (RecipeError, ConfigError, ValueError) as e:
+        print(f"error: RECIPE={recipe_name}: {e}", file=sys.stderr)
+        return 2
+    work = root / "gpu_check" / f"recipe-{rec.name}"  # a results root of its own
+
+    def say(msg: str) -> None:
+        print(f"[gpu-check {time.time() - t_start:5.0f} s] {msg}", flush=True)
+
+    say(f"{rec.name} on {n} x {name} as {gwhy}: micro-batch {shape['micro_batch_size']} x "
+        f"{shape['seq_len']} tokens x {RECIPE_ACCUM} accumulated, vocabulary "
+        f"{shape['vocab_size']:,}, {shape['precision']}, compile {shape['compile']}, "
+        f"{shape['parallel']}" + (f"; LAYER-SLICED: {shape['layer_sliced']['why']}"
+                                  if shape["layer_sliced"] else ""))
+    p = plan(cfg, n)
+    say("the plan's per-phase peaks on fake tensors (experiments/memory.py) ...")
+    plan_recs, _ = MEM.measure_cached(cfg, world_size=n, device_type="cuda" if gpu else "cpu",
+                                      cache=Path(cfg.paths.cache))  # what the dry run reads
+    say(f"training {steps} steps (validation at {steps // 2} and {steps}, a checkpoint at "
+        f"{steps // 2 + 1}) ...")
+    t0 = time.time()
+    ref, why = _train(args, work, nproc=n)
+    doc: dict[str, Any] = {
+        "mode": "recipe", "recipe": rec.name, "preset": cfg.model.preset,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "gpu": name, "gpu_type": gtype, "n_gpus": n, "device": "cuda" if gpu else "cpu",
+        "capacity_bytes": cap, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "host": os.uname().nodename, "params": p.params["total"],
+        "flops_per_token": p.flops_per_token, "tolerance": tol, "train": why,
+        "train_wall_s": time.time() - t0, **shape, "overrides": args}
+    ok = ref is not None
+    measured: dict[str, dict[str, int] | None] = {}
+    if ref is not None:
+        rows = RunDir(ref).metrics_json()
+        doc["val_steps"] = [r["step"] for r in rows if r["kind"] == "val"]
+        ok &= len(doc["val_steps"]) >= 2
+        fin = _final_line(ref)
+        measured.update(fin.get("cuda_peak_bytes") or {})
+        doc["cuda_outside_torch_bytes"] = fin.get("cuda_outside_torch_bytes")
+        tps = _tokens_per_s(ref)
+        peak, peak_src = peak_tflops(name) if gpu else (None, "CPU: no speed figures")
+        doc.update(tokens_per_s=tps if gpu else None, peak_bf16_tflops=peak,
+                   peak_source=peak_src,
+                   mfu=(tps * p.flops_per_token / (n * peak * 1e12)
+                        if gpu and tps and peak else None),
+                   mfu_basis="tokens/s (median of the train lines past the third) x the plan's "
+                             "FLOPs per token / (GPUs x dense bf16 peak)")
+        if gpu:
+            say("the evaluation batch on the GPU (experiments.memory.measure_eval_on_device) ...")
+            try:
+                measured["eval"] = MEM.measure_eval_on_device(cfg, "cuda")
+            except torch.cuda.OutOfMemoryError as e:
+                doc["eval_error"] = f"out of memory: {str(e).splitlines()[0][:200]}"
+                ok = False
+        say("resume from the kept checkpoint ...")
+        doc.update(_resume_from_half(args, work, ref, n, tol))
+        ok &= doc.get("resume") == "ok"
+    doc["phases"] = _phase_table(plan_recs, measured if gpu else {}, cap)
+    if cap:
+        over = [r["phase"] for r in doc["phases"] if (r.get("measured_reserved") or 0) > cap]
+        doc["fits"] = not over
+        ok &= not over
+    doc["passed"] = bool(ok)
+    doc["wall_s"] = time.time() - t_start
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    tag = name.split()[1].lower() if gpu and len(name.split()) > 1 else ("gpu" if gpu else "cpu")
+    where = Path(out) if out else (Path(__file__).resolve().parents[1] / "docs" / "gpu_check"
+                                   if gpu else root / "gpu_check")
+    path = where / f"{stamp}-{tag}-{rec.name}.json"
+    atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    print(_recipe_summary(doc))
+    print(f"{'passed' if ok else 'FAILED'} in {doc['wall_s']:.0f} s; wrote {path}")
+    return 0 if ok else 1
+
+
+def _recipe_summary(doc: dict[str, Any]) -> str:
+    gb = 1e9
+    lines = [f"{'phase':<11}{'plan (fake)':>12}{'allocated':>11}{'reserved':>10}"
+             f"{'meas/plan':>10}  note"]
+    for r in doc["phases"]:
+        if r.get("measured") is None and "measured_allocated" not in r:
+            lines.append(f"{r['phase']:<11}{r['plan_bytes'] / gb:>10.1f}GB{'-':>11}{'-':>10}"
+                         f"{'-':>10}  not measured: {r.get('why_not')}")
+            continue
+        lines.append(f"{r['phase']:<11}{r['plan_bytes'] / gb:>10.1f}GB"
+                     f"{r['measured_allocated'] / gb:>9.1f}GB{r['measured_reserved'] / gb:>8.1f}GB"
+                     f"{r['measured_over_plan']:>10.2f}")
+    if doc.get("cuda_outside_torch_bytes") is not None:
+        lines.append(f"outside torch's allocator (CUDA context, NCCL, workspaces): "
+                     f"{doc['cuda_outside_torch_bytes'] / gb:.1f} GB")
+    if doc.get("tokens_per_s") is not None:
+        mfu = doc.get("mfu")
+        lines.append(f"tokens/s {doc['tokens_per_s']:,.0f} on {doc['n_gpus']} GPU(s); MFU "
+                     + (f"{mfu:.1%}" if mfu is not None else f"unknown ({doc['peak_source']})"))
+    lines.append(f"resume: {doc.get('resume')} (from step {doc.get('resumed_from_step')}, "
+                 f"loss max rel {doc.get('resume_loss_max_rel')}, weights max abs "
+                 f"{doc.get('resume_weights_max_abs')})")
+    if doc.get("layer_sliced"):
+        lines.append(f"layer-sliced: {doc['layer_sliced']['why']}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="16M")
-    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--recipe", default=None,
+                    help="a recipe (sweeps/recipes/): its real shape for --steps (default 20) "
+                         "steps with a validation, a checkpoint and a resume; per-phase memory "
+                         "beside the plan's, tokens/s, MFU -> docs/gpu_check/")
+    ap.add_argument("--out", default=None, help="with --recipe: where the JSON goes")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="with --recipe: trainer overrides over the recipe's (a rehearsal "
+                         "at a smaller width, say)")
+    ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--tol", type=float, default=0.05,
                     help="largest relative difference of a bf16 step's loss from fp32's")
     ap.add_argument("--results", default=None)
@@ -310,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="reduced mode on CPU (GPU_CHECK_CPU=1): DDP/FSDP on 1 and 2 simulated "
                          "nodes, resume round trip, bf16 export; gloo, preset 1M")
     a = ap.parse_args(argv)
+    if a.recipe:
+        return recipe_main(a.recipe, a.steps or 20, a.tol, a.results, a.out, a.cpu, a.set)
+    a.steps = a.steps or 30
     if a.cpu:
         return cpu_main(a.results, min(a.steps, 4), a.tol)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:

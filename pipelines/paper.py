@@ -89,13 +89,14 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     `python -m pipelines.corpus` arguments that build it there."""
     from experiments.corpus.build import read_manifest as read_corpus
     from experiments.corpus.build import request_of
+    from experiments.corpus.config import GENERATED_SOURCES
     from experiments.train.config import compose
     from experiments.train.data import corpus_dir
     from sweeps.recipe import merge_overrides
 
     cfg = compose(list(merge_overrides(rec.training_overrides(), extra)))
     d = corpus_dir(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
-    man = read_corpus(d) if cfg.data.source != "synthetic" else None
+    man = read_corpus(d) if cfg.data.source not in GENERATED_SOURCES else None
     data_ov = [o for o in merge_overrides(rec.corpus_overrides(), extra)
                if o.startswith("data.") and not o.startswith("data.corpus=")]
     argv = ["--data", cfg.data.source, "--out", str(d), "--vocab-size",

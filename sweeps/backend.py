@@ -25,7 +25,7 @@ from experiments.corpus import budget as _corpus_budget
 from experiments.eval import chain as _chain
 from experiments.train import config as _config
 from experiments.train import plan as P
-from experiments.train.config import ConfigError, TrainConfig, model_config
+from experiments.train.config import GENERATED_SOURCES, ConfigError, TrainConfig, model_config
 from experiments.train.config import compose as compose_config
 
 from .errors import SweepError
@@ -176,13 +176,15 @@ def estimate_text(cfg: Any) -> str | None:
             + P.format_estimate(cfg, rp, P.dry_parallel(cfg, rp)))
 
 
-def gpu_rate(cfg: Any) -> tuple[float, int, str] | None:
-    """(sustained FLOP/s per GPU = train.mfu x train.gpu_peak_tflops, the planning world, where
-    that world comes from) for `cfg`; None for a config that is not the trainer's."""
+def gpu_rate(cfg: Any) -> tuple[float, int, str, str] | None:
+    """(sustained FLOP/s per GPU = MFU x train.gpu_peak_tflops, the planning world, where that
+    world comes from, where the MFU comes from: given, measured by make gpu-check or assumed,
+    `plan.planned_mfu`) for `cfg`; None for a config that is not the trainer's."""
     if not isinstance(cfg, TrainConfig):
         return None
     n, source = P.planning_world(cfg)
-    return cfg.train.mfu * cfg.train.gpu_peak_tflops * 1e12, n, source
+    mfu, mfu_source = P.planned_mfu(cfg)
+    return mfu * cfg.train.gpu_peak_tflops * 1e12, n, source, mfu_source
 
 
 def disk_need(cfg: Any) -> int | None:
@@ -221,7 +223,7 @@ def corpus_of(cfg: Any) -> dict[str, Any] | None:
     """The corpus a run of `cfg` reads: its directory, whether it is built, its shard files
     (None: unknown before it is built) and bytes on disk, and where the figures come from; None
     for a config that is not the trainer's or synthetic data."""
-    if not isinstance(cfg, TrainConfig) or cfg.data.source == "synthetic":
+    if not isinstance(cfg, TrainConfig) or cfg.data.source in GENERATED_SOURCES:
         return None
     import math
 

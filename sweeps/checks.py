@@ -90,8 +90,9 @@ def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
     n = cluster.tasks
     big = max(todo, key=lambda c: c.flops)
     hours = big.flops / (rate[0] * n) / 3600
-    head = (f"time: cell {big.cell.name} needs ~{hours:,.4g} h on {n} GPU(s) (at train.mfu x "
-            f"train.gpu_peak_tflops = {rate[0] / 1e12:.4g} TFLOP/s per GPU), and timeout_min="
+    head = (f"time: cell {big.cell.name} needs ~{hours:,.4g} h on {n} GPU(s) (at MFU x "
+            f"train.gpu_peak_tflops = {rate[0] / 1e12:.4g} TFLOP/s per GPU; MFU {rate[3]}), and "
+            f"timeout_min="
             f"{int(cluster.or_default('timeout_min'))} x (max_num_timeout={req} + 1) allows "
             f"{allowed:,.4g} h")
     if hours <= allowed:

@@ -116,7 +116,7 @@ def human(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _rate(p: Plan) -> tuple[float, int, str] | None:
+def _rate(p: Plan) -> tuple[float, int, str, str] | None:
     """The sweep's GPU rate and world (backend.gpu_rate of its costliest cell; every cell shares
     the world and the MFU assumption), None for a stand-in trainer or an unplannable world."""
     if not p.cells:
@@ -152,8 +152,9 @@ def dry_run_text(p: Plan) -> str:
     if rate:
         gh, n = left / rate[0] / 3600, rate[1]
         gpu = (f"GPU time to run: {gh:.4g} GPU-hours = {gh / n:.4g} h wall on {n} GPU(s) "
-               f"({rate[2]}), at {rate[0] / 1e12:.4g} TFLOP/s per GPU sustained (train.mfu x "
-               f"train.gpu_peak_tflops); all cells {total / rate[0] / 3600:.4g} GPU-hours\n")
+               f"({rate[2]}), at {rate[0] / 1e12:.4g} TFLOP/s per GPU sustained (MFU x "
+               f"train.gpu_peak_tflops; MFU {rate[3]}); all cells "
+               f"{total / rate[0] / 3600:.4g} GPU-hours\n")
     tail = (f"total: {len(p.cells)} cells, {human(sum(c.tokens for c in p.cells))} tokens, "
             f"{human(total)} FLOPs; to run: {len(todo)} cells, {human(left)} FLOPs\n{gpu}"
             f"manifest: {p.manifest_path}  (DRY=1: nothing submitted)")

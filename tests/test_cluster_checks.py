@@ -62,7 +62,8 @@ def test_time_signal_files_and_disk_say_their_values_and_what_to_change(tmp_path
     r = api._resolve(_req(cl, over))
     big = max(r.plan.cells, key=lambda c: c.flops)
     # a rate at which the costliest cell needs 10 h on its 8 GPUs: 3 h allowed
-    monkeypatch.setattr(backend, "gpu_rate", lambda cfg: (big.flops / (10 * 3600 * 8), 8, "x"))
+    monkeypatch.setattr(backend, "gpu_rate", lambda cfg: (big.flops / (10 * 3600 * 8), 8, "x",
+                                                             "assumed"))
     cs = {c.name: c for c in C.checks(r.plan, r.cluster, r.cluster_file)}
     t = cs["time"]
     assert not t.ok and "needs ~10 h on 8 GPU(s)" in t.line

@@ -372,7 +372,8 @@ def test_every_config_composes_and_run_id_is_content_addressed(tmp_path):
 
 BAD = [
     (["model=17M"], "unknown model preset '17M'; allowed: ['1M', '16M', '1.5B', '8B']"),
-    (["data=web"], "unknown data source 'web'; allowed: ['stdlib', 'files', 'hf', 'synthetic']"),
+    (["data=web"], "unknown data source 'web'; allowed: ['stdlib', 'files', 'hf', 'synthetic', "
+                   "'random']"),
     (["train.sed=1"], "unknown key 'train.sed'; allowed keys in train: ["),
     (["optim.lr=-1"], "optim.lr=-1.0: must be a finite number > 0"),
     (["train.seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),

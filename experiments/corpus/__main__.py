@@ -21,6 +21,7 @@ import yaml
 
 from common.io import read_yaml_mapping
 
+from .config import GENERATED_SOURCES
 from .sources import DataError
 
 CONF_DATA = Path(__file__).resolve().parents[1] / "train" / "conf" / "data"
@@ -33,7 +34,8 @@ def load_data_config(spec: str, overrides: list[str]) -> Any:
     p = CONF_DATA / f"{spec}.yaml" if "/" not in spec and not spec.endswith((".yaml", ".yml")) \
         else Path(spec).expanduser()
     if not p.is_file():
-        names = sorted(q.stem for q in CONF_DATA.glob("*.yaml") if q.stem != "synthetic")
+        names = sorted(q.stem for q in CONF_DATA.glob("*.yaml")
+                       if q.stem not in GENERATED_SOURCES)
         raise DataError(f"--data {spec!r}: no such file or config (names: {names})")
     d = read_yaml_mapping(p, DataError, "data keys")
     d = {k: v for k, v in d.items() if k != "defaults"}
@@ -46,8 +48,8 @@ def load_data_config(spec: str, overrides: list[str]) -> Any:
     bad = sorted(set(d) - names)
     if bad:
         raise DataError(f"{p}: unknown data key {bad[0]!r}; allowed: {sorted(names)}")
-    if d.get("source") == "synthetic":
-        raise DataError("data=synthetic is generated on the fly; it has no corpus to build")
+    if d.get("source") in GENERATED_SOURCES:
+        raise DataError(f"data={d['source']} is generated on the fly; it has no corpus to build")
     try:
         if d.get("hf_sources"):
             d["hf_sources"] = [HFSource(**s) for s in d["hf_sources"]]

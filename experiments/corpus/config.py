@@ -28,9 +28,15 @@ class DataSource(Choice):
     files = "files"
     hf = "hf"
     synthetic = "synthetic"
+    random = "random"
 
 
 DATA_SOURCES = tuple(DataSource)
+GENERATED_SOURCES = (DataSource.synthetic, DataSource.random)
+"""Sources drawn on the fly, sample by sample from a seeded stream: no corpus on disk, no
+tokenizer to train, no passes to count. `random`: uniform tokens at model.vocab_size and
+train.seq_len (what `make gpu-check RECIPE=..` trains on: memory and speed do not depend on the
+tokens' values)."""
 
 
 def check_choice(obj: Any, name: str, allowed: tuple[str, ...], section: str) -> None:

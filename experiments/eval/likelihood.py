@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from common import arms
 from common.paths import RunDir
 from common.records import RecordError, RunRecord
+from experiments.corpus.config import GENERATED_SOURCES
 from model.free_transformer import FreeTransformer, sample_codes, uniform_codes
 from model.transformer import Transformer
 
@@ -325,7 +326,7 @@ def validation_rows(run: RunDir, max_rows: int | None = None, rec: RunRecord | N
     named = data.get("corpus")
     where = named or info.get("dir")
     d = Path(where).expanduser() if where else None
-    if data.get("source") != "synthetic" and d is not None and (d / MANIFEST).is_file():
+    if data.get("source") not in GENERATED_SOURCES and d is not None and (d / MANIFEST).is_file():
         try:
             vx, vy, man = open_val_rows(d, int(data.get("val_tokens", DataConfig.val_tokens)),
                                         seq_len, max_rows)

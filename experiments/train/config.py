@@ -28,6 +28,7 @@ from hydra.core.config_store import ConfigStore
 from common.text import one_line
 from experiments.corpus.config import (  # noqa: F401 - the data section's home; re-exported
     DATA_SOURCES,
+    GENERATED_SOURCES,
     Choice,
     DataConfig,
     DataSource,
@@ -78,7 +79,7 @@ EXPORT_DTYPES = tuple(ExportDtype)
 # not part of the run-id
 NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
                            "activation_checkpointing", "gpu_memory_gb", "gpu_peak_tflops", "mfu",
-                           "cpu_tokens_per_s", "plan_world_size", "max_nonfinite_steps")
+                           "gpu_name", "cpu_tokens_per_s", "plan_world_size", "max_nonfinite_steps")
 TRACKERS = ("none", "wandb", "trackio")
 AMOUNT_KEYS = ("train.tokens", "train.flops")
 """Keys that take a count with a suffix: 20k, 2M, 1.5G/1.5B, 1e6 (as sweeps' TOKENS does)."""
@@ -207,8 +208,13 @@ class LoopConfig:
     """Dry run: the memory of one GPU the per-GPU estimate is checked against (H100: 80)."""
     gpu_peak_tflops: float = 989.0
     """Dry run: one GPU's dense bf16 peak in TFLOP/s (H100 SXM: 989) for the wall-time estimate."""
-    mfu: float = 0.35
-    """Dry run: the model-FLOPs utilisation assumed for the GPU wall-time estimate."""
+    mfu: float | None = None
+    """Dry run: the model-FLOPs utilisation of the GPU wall-time estimate; None = the newest
+    `make gpu-check RECIPE=..` measurement on a train.gpu_name GPU at this preset (docs/gpu_check/
+    or <results>/gpu_check/, plan.planned_mfu), else ASSUMED_MFU, said so in the dry run."""
+    gpu_name: str = "H100"
+    """Dry run: the GPU planned for, as a part of its device name (H100, A100, H200): which
+    `make gpu-check` measurements give train.mfu."""
     plan_world_size: int | None = None
     """Dry run: plan for this many GPUs/processes (e.g. 32) instead of this launch's world."""
     cpu_tokens_per_s: float | None = None
@@ -235,7 +241,7 @@ class LoopConfig:
         _positive(self, "gpu_memory_gb", "gpu_peak_tflops")
         _positive(self, "cpu_tokens_per_s", "plan_world_size", allow_none=True)
         _positive(self, "max_nonfinite_steps")
-        if not 0.0 < self.mfu <= 1.0:
+        if self.mfu is not None and not 0.0 < self.mfu <= 1.0:
             raise ValueError(f"train.mfu={self.mfu!r}: must be in (0, 1]")
         if self.tokens is None and self.flops is None:
             raise ValueError("train.tokens and train.flops are both null: set one budget")

@@ -32,7 +32,7 @@ import torch
 
 from common.io import flocked, sha256_file
 from experiments.corpus.build import TOKENIZER, build, read_manifest, request_of
-from experiments.corpus.config import DataConfig
+from experiments.corpus.config import GENERATED_SOURCES, DataConfig
 from experiments.corpus.shards import EpochOrder, TokenStream, open_manifest, split_stream
 from experiments.corpus.sources import (  # noqa: F401  (re-exported: the old home of these)
     DataError,
@@ -97,10 +97,41 @@ class SyntheticData:
         return a[:, :-1], a[:, 1:]
 
 
+class RandomTokens:
+    """Uniform random tokens over the vocabulary: sample g of a split is drawn from its own
+    seeded generator (random access, so a resumed run reads what the uninterrupted one would).
+    Nothing to learn beyond the unigram: it exists for measuring memory and speed at any
+    vocabulary and context (`make gpu-check RECIPE=..`)."""
+
+    def __init__(self, vocab_size: int, seq_len: int, seed: int, split: str) -> None:
+        self.vocab, self.seq_len, self.seed, self.split = vocab_size, seq_len, seed, split
+        self.salt = {"train": 0, "val": 1}[split]
+        self.n = None
+
+    def get(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        # numpy's SeedSequence takes the whole (seed, split, sample) key; torch's CPU generator
+        # keeps only 32 bits of a seed, so keys that differ above them would draw alike
+        rows = [np.random.default_rng((self.seed, self.salt, i)).integers(
+            0, self.vocab, self.seq_len + 1) for i in range(start, start + count)]
+        a = torch.from_numpy(np.stack(rows).astype(np.int64))
+        return a[:, :-1], a[:, 1:]
+
+
+def random_alphabet(vocab_size: int) -> str:
+    """`vocab_size` distinct characters, one per token id (code points from U+0100, surrogates
+    skipped so every one has a UTF-8 spelling): the tokenizer of data=random."""
+    out, c = [], 0x100
+    while len(out) < vocab_size:
+        if not 0xD800 <= c <= 0xDFFF:
+            out.append(chr(c))
+        c += 1
+    return "".join(out)
+
+
 @dataclass
 class Corpus:
     tokenizer: TextTokenizer
-    train: PackedData | SyntheticData
+    train: PackedData | SyntheticData | RandomTokens
     val_x: torch.Tensor  # (N, T) fixed validation inputs
     val_y: torch.Tensor  # (N, T) targets
     token_bytes: torch.Tensor  # (V,) UTF-8 bytes per token id, for bits per byte
@@ -133,7 +164,7 @@ def corpus_dir(dcfg: DataConfig, vocab_size: int, cache_dir: str | os.PathLike) 
 def built_manifest(dcfg: DataConfig, vocab_size: int, cache_dir: str | os.PathLike
                    ) -> dict[str, Any] | None:
     """The corpus' manifest if it is built already (for the dry run), else None."""
-    if dcfg.source == "synthetic":
+    if dcfg.source in GENERATED_SOURCES:
         return None
     if dcfg.corpus:  # named: it must exist
         return open_manifest(corpus_dir(dcfg, vocab_size, cache_dir))
@@ -206,6 +237,13 @@ def build_corpus(dcfg: DataConfig, *, vocab_size: int, seq_len: int, seed: int,
         return Corpus(tok, train, vx, vy, torch.tensor(tok.token_bytes()),
                       {"synthetic_data.py": hashlib.sha256(src).hexdigest()},
                       {"val_sequences": n_val})
+    if dcfg.source == "random":
+        tok = CharTokenizer(random_alphabet(vocab_size), name=f"random{vocab_size}")
+        rt = RandomTokens(vocab_size, seq_len, seed, "train")
+        n_val = max(1, dcfg.val_tokens // seq_len)
+        vx, vy = RandomTokens(vocab_size, seq_len, 0, "val").get(0, n_val)
+        return Corpus(tok, rt, vx, vy, torch.tensor(tok.token_bytes()), {},
+                      {"val_sequences": n_val, "random_tokens": vocab_size})
     d = corpus_dir(dcfg, vocab_size, cache_dir)
     if dcfg.corpus:  # built by `make corpus`: only opened, never built here
         man = open_manifest(d)

@@ -21,8 +21,9 @@ import model as M
 from common import arms
 from common.io import read_yaml_mapping
 from common.kappa import kappa_label
-from common.paths import RunDir
+from common.paths import RunDir, gpu_check_dirs
 from common.text import one_line
+from experiments.corpus.config import GENERATED_SOURCES
 from model import ModelConfig, train_flops_per_token
 
 from .config import NON_SEMANTIC_TRAIN_KEYS, ConfigError, TrainConfig, model_config
@@ -388,6 +389,61 @@ def gpu_time_estimate(p: RunPlan, n_gpus: int, peak_tflops: float, mfu: float) -
     return {"seconds": secs, "gpu_hours": secs * n_gpus / 3600.0}
 
 
+ASSUMED_MFU = 0.35
+"""The MFU a GPU plan assumes when neither train.mfu nor a `make gpu-check RECIPE=..` measurement
+on the planned GPU at the planned preset gives one (about what the paper's 1.5B run implies)."""
+
+
+def measured_mfu(gpu_name: str, preset: str, results: str | None = None
+                 ) -> dict[str, Any] | None:
+    """The newest passed `make gpu-check RECIPE=..` measurement of MFU on a GPU whose device
+    name contains `gpu_name` (case-insensitive) at model preset `preset`: {"mfu", "path",
+    "created", "gpu", "n_gpus", "recipe", "sliced"}; None when there is none. Reads
+    docs/gpu_check/ and <results>/gpu_check/ (common.paths.gpu_check_dirs); files of the other
+    modes (the 16M smoke test, the CPU rehearsal) and unreadable files are not measurements of
+    this shape and are passed over."""
+    best: dict[str, Any] | None = None
+    for d in gpu_check_dirs(results):
+        for path in sorted(d.glob("*.json")) if d.is_dir() else []:
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(doc, dict) or doc.get("mode") != "recipe":
+                continue
+            mfu = doc.get("mfu")
+            if (doc.get("passed") is not True or doc.get("preset") != preset
+                    or gpu_name.lower() not in str(doc.get("gpu", "")).lower()
+                    or not isinstance(mfu, (int, float)) or not 0.0 < mfu <= 1.0):
+                continue
+            rec = {"mfu": float(mfu), "path": str(path), "created": str(doc.get("created", "")),
+                   "gpu": doc.get("gpu"), "n_gpus": doc.get("n_gpus"),
+                   "recipe": doc.get("recipe"), "sliced": doc.get("layer_sliced")}
+            if best is None or rec["created"] > best["created"]:
+                best = rec
+    return best
+
+
+def planned_mfu(cfg: TrainConfig) -> tuple[float, str]:
+    """(MFU, where it comes from) for a GPU plan of `cfg`: train.mfu when set ("given"), else
+    the newest measured one (`measured_mfu`), else ASSUMED_MFU ("assumed")."""
+    t = cfg.train
+    if t.mfu is not None:
+        return t.mfu, "given (train.mfu)"
+    m = measured_mfu(t.gpu_name, cfg.model.preset, getattr(cfg.paths, "results", None))
+    if m is None:
+        return ASSUMED_MFU, (f"assumed: no make gpu-check RECIPE=.. measurement on {t.gpu_name} "
+                             f"at preset {cfg.model.preset} (train.mfu sets one)")
+    where = m["path"]
+    try:
+        where = str(Path(where).resolve().relative_to(Path(__file__).resolve().parents[2]))
+    except ValueError:
+        pass
+    sliced = " (layer-sliced model)" if m["sliced"] else ""
+    return m["mfu"], (f"measured by make gpu-check RECIPE={m['recipe']} on {m['n_gpus']} x "
+                      f"{m['gpu']}{sliced}, {m['created']}, {where}")
+
+
 def paper_implied_mfu(seq_len: int | None = None) -> dict[str, Any]:
     """The MFU the paper's 1.5B baseline run implies: its training FLOPs (this module's count
     at the preset's context length) over 32 H100s x 12 h x the dense bf16 peak."""
@@ -454,7 +510,7 @@ def checkpoint_bytes(p: RunPlan) -> dict[str, int]:
 
 def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
                     cpu_rate: tuple[float, str] | None = None) -> str:
-    """The dry run's memory, fit, wall-time and GPU-hour lines (GPU: at train.mfu of
+    """The dry run's memory, fit, wall-time and GPU-hour lines (GPU: at `planned_mfu` of
     train.gpu_peak_tflops; CPU: `cpu_rate` = (tokens/s, where that figure comes from))."""
     t = cfg.train
     m = memory_estimate(p, parallel)
@@ -484,12 +540,13 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
         fs = memory_estimate(p, "fsdp")
         lines.append(f"            under FSDP: {_gb(fs['total'])} "
                      f"({_gb(fs['total_checkpointed'])} checkpointed)")
-    g = gpu_time_estimate(p, p.world_size, t.gpu_peak_tflops, t.mfu)
+    mfu, mfu_src = planned_mfu(cfg)
+    g = gpu_time_estimate(p, p.world_size, t.gpu_peak_tflops, mfu)
     paper = paper_implied_mfu()
     lines.append(
         f"GPU time    {duration(g['seconds'])} on {p.world_size} GPU(s), "
-        f"{g['gpu_hours']:.3g} GPU-hours, at MFU {t.mfu:.0%} of {t.gpu_peak_tflops:g} TFLOP/s "
-        f"(train.mfu, train.gpu_peak_tflops)")
+        f"{g['gpu_hours']:.3g} GPU-hours, at MFU {mfu:.0%} of {t.gpu_peak_tflops:g} TFLOP/s "
+        f"(train.gpu_peak_tflops); MFU {mfu_src}")
     lines.append(
         f"            beside it, the paper's 1.5B run (47B tokens, 32 H100 x 12 h) implies MFU "
         f"{paper['mfu_6n']:.0%} at 6N FLOPs/token, {paper['mfu']:.0%} with attention over "
@@ -513,7 +570,7 @@ def disk_bytes(cfg: TrainConfig, p: RunPlan) -> dict[str, int]:
     runs = (lg.keep_checkpoints + 1 + lg.keep_eval_checkpoints + 1) * ck["full"] \
         + ck["bf16_export"]
     corpus = 0
-    if cfg.data.source != "synthetic" and not cfg.data.corpus:
+    if cfg.data.source not in GENERATED_SOURCES and not cfg.data.corpus:
         width = 2 if p.model.vocab_size <= 1 << 16 else 4
         corpus = int(p.tokens * width / max(1.0, float(cfg.data.max_epochs or 1)))
     return {"run": runs, "corpus": corpus, "total": runs + corpus}
@@ -651,8 +708,8 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
     """The dry run's passes over the corpus (refused beyond data.max_epochs when it is built)."""
     from .data import DataError, built_manifest, check_epochs
 
-    if cfg.data.source == "synthetic":
-        return "epochs      n/a (synthetic: every sample is drawn fresh)"
+    if cfg.data.source in GENERATED_SOURCES:
+        return f"epochs      n/a ({cfg.data.source}: every sample is drawn fresh)"
     try:
         man = built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache)
         if man is None:

@@ -76,7 +76,15 @@ from model.free_transformer import SequenceKeys
 
 from . import parallel as par
 from .checkpointer import EXPORT_DTYPES, Checkpointer, TrainState, finished
-from .config import ConfigError, TrainConfig, compose, config_help, export_dtype, trains_bf16
+from .config import (
+    GENERATED_SOURCES,
+    ConfigError,
+    TrainConfig,
+    compose,
+    config_help,
+    export_dtype,
+    trains_bf16,
+)
 from .plan import (
     RunPlan,
     auto_parallel,
@@ -261,7 +269,7 @@ def _corpus(cfg: TrainConfig, p: RunPlan | None = None) -> Any:
         raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
                           f"{corpus.tokenizer.vocab_size} tokens (corpus too small for this "
                           f"vocabulary?); set model.vocab_size={corpus.tokenizer.vocab_size}")
-    if p is not None and cfg.data.source != "synthetic":  # passes over the corpus: explicit
+    if p is not None and cfg.data.source not in GENERATED_SOURCES:  # passes: explicit
         try:
             ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len,
                               corpus.info["train_tokens"])
@@ -355,6 +363,52 @@ class _Window:
         return tps
 
 
+class _DevicePeaks:
+    """The CUDA caching allocator's peak of each phase on this rank (train steps, validation,
+    checkpoint saves): the allocator's statistics are reset as a phase begins and read as it
+    ends, and each phase keeps its largest. `make gpu-check RECIPE=..` sets them beside
+    experiments/memory.py's fake-tensor figures of the same phases. Off CUDA it records nothing
+    (a process's resident set cannot be split by phase this way)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.dev = device if device.type == "cuda" else None
+        self.peaks: dict[str, dict[str, int]] = {}
+
+    def note(self, phase: str) -> None:
+        """Fold the peak since the last reset into `phase`'s, then reset."""
+        if self.dev is None:
+            return
+        torch.cuda.synchronize(self.dev)
+        old = self.peaks.get(phase, {"allocated": 0, "reserved": 0})
+        self.peaks[phase] = {
+            "allocated": max(old["allocated"], torch.cuda.max_memory_allocated(self.dev)),
+            "reserved": max(old["reserved"], torch.cuda.max_memory_reserved(self.dev))}
+        torch.cuda.reset_peak_memory_stats(self.dev)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[dict[str, bool]]:
+        """Measure the block as phase `name`; the block sets `keep["kept"] = False` when it did
+        nothing of the phase (a checkpoint that was not due)."""
+        keep = {"kept": True}
+        self.note("train")  # the steps before it
+        try:
+            yield keep
+        finally:
+            if self.dev is not None:
+                self.note(name if keep["kept"] else "train")
+
+    def summary(self) -> dict[str, Any] | None:
+        """{"cuda_peak_bytes": {phase: {allocated, reserved}}, "cuda_outside_torch_bytes": the
+        device memory in use that torch's allocator does not hold (the CUDA context, NCCL's
+        buffers, libraries' workspaces)}; None off CUDA."""
+        if self.dev is None:
+            return None
+        free, total = torch.cuda.mem_get_info(self.dev)
+        return {"cuda_peak_bytes": dict(self.peaks),
+                "cuda_outside_torch_bytes": int(total - free
+                                                - torch.cuda.memory_reserved(self.dev))}
+
+
 class Trainer:
     """One training run on this process: the model (checkpointed, sharded or wrapped as the
     config says), its optimizer and LR schedule (`state`, a TrainState), the corpus and the
@@ -403,6 +457,7 @@ class Trainer:
         self.use_bf16 = trains_bf16(cfg.train, device.type)
         self.metrics: Any = None
         self.window = _Window()
+        self.device_peaks = _DevicePeaks(device)
         self.tracker: Any = None  # _Tracker on rank 0 (TensorBoard, maybe W&B / trackio)
         self.peak = peak_flops(device, cfg.logging.peak_tflops)
         # non-finite steps: (step, per-micro-batch flags, step flag) on the device until read
@@ -474,8 +529,10 @@ class Trainer:
                     self.check_nonfinite()  # skipped steps reach train.log before the exit
                 # every ckpt_every steps (and the kept eval steps): the most work a crash or
                 # a preemption can cost; the write is async, its time kept out of tokens/s
-                with self.window.paused():  # a preemption writes one whatever the step
-                    ckpt.maybe_save(step, self.state, val_done=ran_val, force=sig is not None)
+                with self.window.paused(), self.device_peaks.phase("save") as did:
+                    # a preemption writes one whatever the step
+                    did["kept"] = ckpt.maybe_save(step, self.state, val_done=ran_val,
+                                                  force=sig is not None) is not None
                 if sig is not None:  # exit 75 after the checkpoint: the launcher requeues
                     self.preempt(sig, step)
             self.validate(p.steps)  # truncation on resume removed any earlier val at this step
@@ -483,7 +540,8 @@ class Trainer:
             # the final line's tokens and FLOPs are what the report's "equal tokens" and
             # "equal FLOPs" are checked on: written once, after the last validation
             self.emit({"kind": "final", "step": p.steps, "tokens": p.tokens_at(p.steps),
-                       "flops": p.flops_at(p.steps), "wall_s": wall})
+                       "flops": p.flops_at(p.steps), "wall_s": wall,
+                       **(self.device_peaks.summary() or {})})  # CUDA: per-phase peaks
             ckpt.save_final(self.state)  # last: final.pt's presence marks the run finished
             self.log(f"finished {p.steps} steps in {wall:.1f}s -> {ckpt.final}", echo=self.main)
 
@@ -533,7 +591,7 @@ class Trainer:
             dist.barrier()
 
     def validate(self, step: int) -> None:
-        with self.window.paused():
+        with self.window.paused(), self.device_peaks.phase("validation"):
             if self.main or self.mode == "fsdp":  # under FSDP every rank takes part in gathers
                 r = evaluate(self.model, self.corpus, self.cfg.logging.val_batch_size,
                              self.p.model.kappa_bits, self.autocast)

@@ -1,0 +1,175 @@
+"""`make gpu-check RECIPE=..` (issue 36): the recipe's real shape on the GPUs present, and what
+a CPU can check of it. Its GPU half (the allocator's per-phase peaks, tokens/s, MFU) needs a GPU;
+here: the shape it trains (the recipe's micro-batch, vocabulary, context, precision; random
+tokens; layer slicing where the model does not fit), the whole flow rehearsed on CPU at a tiny
+width (validation, checkpoint, resume), the per-phase bookkeeping of the trainer on a stand-in
+CUDA allocator, the random-token source, and the dry run reading the measured MFU back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from experiments.train import plan as P
+from experiments.train import trainer as TR
+from experiments.train.config import compose
+from experiments.train.data import RandomTokens, build_corpus
+from pipelines import gpu_check as G
+from sweeps import recipe as R
+
+TINY = ["model=1M", "model.vocab_size=4096", "train.seq_len=256", "model.max_seq_len=256"]
+
+
+def _value(args: list[str], key: str) -> str:
+    return next(a for a in args if a.startswith(key + "=")).split("=", 1)[1]
+
+
+def test_the_recipe_shape_is_the_recipes_own_on_random_tokens():
+    rec = R.load("paper-1.5B")
+    args, shape = G.recipe_args(rec, "H100-80GB", 1, 20, 80.0, disk_free=1e15)
+    cfg = compose(args)
+    mb = rec.micro_batches()["H100-80GB"]
+    assert cfg.data.source == "random" and not any(a.startswith("data.hf") for a in args)
+    assert cfg.model.vocab_size == 131072 and cfg.train.seq_len == 4096
+    assert cfg.model.preset == "1.5B" and cfg.model.n_layers == 28 and shape["layer_sliced"] is None
+    assert cfg.model.latent_bits == max(rec.grid.latent_bits)
+    assert cfg.train.micro_batch_size == mb.micro_batch_size == shape["micro_batch_size"]
+    assert cfg.train.batch_size == mb.micro_batch_size * G.RECIPE_ACCUM
+    assert str(cfg.train.precision) == rec.train.precision
+    p = P.plan(cfg, 1)
+    assert p.steps == 20 and p.grad_accum == G.RECIPE_ACCUM
+    assert cfg.data.val_tokens == cfg.logging.val_batch_size * 4096  # one validation batch
+    assert cfg.logging.ckpt_every == 11 and cfg.logging.val_every == 10
+
+
+def test_8b_on_one_gpu_is_layer_sliced_at_the_same_widths_and_says_so():
+    rec = R.load("paper-8B")
+    args, shape = G.recipe_args(rec, "H100-80GB", 1, 20, 80.0, disk_free=200e9)
+    cfg = compose(args)
+    full = compose(["model=8B"])
+    s = shape["layer_sliced"]
+    assert s is not None and s["of"] == full.model.n_layers and s["layers"] < s["of"]
+    assert cfg.model.n_layers == s["layers"] and s["layers"] % 2 == 0
+    assert cfg.model.dim == full.model.dim and cfg.model.ffn_dim == full.model.ffn_dim
+    assert "same widths" in s["why"] and "200 GB free" in s["why"]
+    p = P.plan(cfg, 1)
+    est = P.memory_estimate(p, "none")["total"]
+    ck = P.checkpoint_bytes(p)
+    assert est <= G.SLICE_FIT * 80e9
+    assert 2 * ck["full"] + ck["weights_fp32"] <= G.SLICE_FIT * 200e9
+    # two more layers would not have fitted (the largest slice that does)
+    more = P.plan(compose([*args, f"model.n_layers={s['layers'] + 2}"]), 1)
+    ck2 = P.checkpoint_bytes(more)
+    assert (P.memory_estimate(more, "none")["total"] > G.SLICE_FIT * 80e9
+            or 2 * ck2["full"] + ck2["weights_fp32"] > G.SLICE_FIT * 200e9)
+    # a disk that holds not even the 2-layer slice's checkpoints: refused in one line
+    with pytest.raises(ValueError, match="even 2 of the model's 32 layers"):
+        G.recipe_args(rec, "H100-80GB", 1, 20, 80.0, disk_free=40e9)
+
+
+def test_random_tokens_are_a_function_of_the_sample_index():
+    a = RandomTokens(131072, 64, seed=3, split="train")
+    x, y = a.get(5, 4)
+    assert x.shape == (4, 64) and torch.equal(x[:, 1:], y[:, :-1])
+    assert int(x.max()) < 131072 and int(x.min()) >= 0
+    x2, _ = a.get(7, 1)  # random access: sample 7 alone is sample 7 of the batch above
+    assert torch.equal(x2[0], x[2])
+    assert not torch.equal(RandomTokens(131072, 64, 4, "train").get(5, 1)[0][0], x[0])
+    assert not torch.equal(RandomTokens(131072, 64, 3, "val").get(5, 1)[0][0], x[0])
+    cfg = compose(["data=random", *TINY, "data.val_tokens=1024"])
+    c = build_corpus(cfg.data, vocab_size=4096, seq_len=256, seed=0, cache_dir="/nonexistent")
+    assert c.tokenizer.vocab_size == 4096 and len(c.token_bytes) == 4096
+    assert c.val_x.shape == (4, 256)
+    assert all(0xD800 > ord(ch) or ord(ch) > 0xDFFF for ch in c.tokenizer.alphabet)
+
+
+def test_the_trainer_keeps_each_phases_allocator_peak(monkeypatch):
+    """_DevicePeaks on a stand-in CUDA allocator: each phase keeps its own largest peak, the
+    steps between phases count as train, a checkpoint that was not due counts as nothing."""
+    state = {"peak": 0, "now": 10}
+
+    def alloc(n: int) -> None:
+        state["peak"] = max(state["peak"], state["now"] + n)
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda d=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d=None: state["peak"])
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d=None: state["peak"] + 1)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda d=None: state.update(peak=state["now"]))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda d=None: (50, 100))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda d=None: 30)
+    dp = TR._DevicePeaks(torch.device("cuda"))
+    alloc(90)  # training steps
+    with dp.phase("validation"):
+        alloc(40)
+    alloc(20)
+    with dp.phase("save") as did:
+        alloc(500)
+        did["kept"] = False  # not due: what ran counts as train
+    with dp.phase("save"):
+        alloc(60)
+    alloc(5)
+    dp.note("train")
+    s = dp.summary()
+    assert s["cuda_peak_bytes"] == {"train": {"allocated": 510, "reserved": 511},
+                                    "validation": {"allocated": 50, "reserved": 51},
+                                    "save": {"allocated": 70, "reserved": 71}}
+    assert s["cuda_outside_torch_bytes"] == 100 - 50 - 30
+    assert TR._DevicePeaks(torch.device("cpu")).summary() is None  # absent on CPU, never 0
+
+
+def _doc(tmp: Path, name: str, **kw) -> None:
+    base = {"mode": "recipe", "recipe": "paper-1.5B", "preset": "1.5B", "passed": True,
+            "gpu": "NVIDIA H100 80GB HBM3", "n_gpus": 1, "mfu": 0.41,
+            "created": "2026-12-01T00:00:00+00:00", "layer_sliced": None}
+    (tmp / "gpu_check").mkdir(parents=True, exist_ok=True)
+    (tmp / "gpu_check" / name).write_text(json.dumps({**base, **kw}))
+
+
+def test_the_dry_run_reads_the_newest_measured_mfu_for_its_gpu_and_preset(tmp_path):
+    ov = ["model=1.5B", "train.seq_len=4096", "train.batch_size=64", "train.tokens=1e9",
+          "train.plan_world_size=32", f"paths.results={tmp_path}"]
+    mfu, src = P.planned_mfu(compose(ov))
+    assert mfu == P.ASSUMED_MFU and src.startswith("assumed")
+    _doc(tmp_path, "a.json", mfu=0.30, created="2026-11-30T00:00:00+00:00")
+    _doc(tmp_path, "b.json", mfu=0.41)  # the newest
+    _doc(tmp_path, "c.json", mfu=0.9, created="2027-01-01", passed=False)  # failed
+    _doc(tmp_path, "d.json", mfu=0.8, created="2027-01-01", preset="8B")  # another preset
+    _doc(tmp_path, "e.json", mfu=0.7, created="2027-01-01", gpu="NVIDIA A100-SXM4-80GB")
+    _doc(tmp_path, "f.json", mfu=0.6, created="2027-01-01", mode=None)  # the 16M smoke test
+    _doc(tmp_path, "g.json", mfu=None, created="2027-01-01")  # missing is not a measurement
+    (tmp_path / "gpu_check" / "h.json").write_text("{not json")
+    mfu, src = P.planned_mfu(compose(ov))
+    assert mfu == 0.41 and "measured by make gpu-check RECIPE=paper-1.5B" in src
+    assert "b.json" in src and "H100" in src
+    mfu, src = P.planned_mfu(compose([*ov, "train.gpu_name=A100"]))
+    assert mfu == 0.7
+    mfu, src = P.planned_mfu(compose([*ov, "train.mfu=0.5"]))
+    assert (mfu, src) == (0.5, "given (train.mfu)")
+    text = P.format_estimate(compose(ov), P.plan(compose(ov), 32), "ddp")
+    assert "at MFU 41% of 989 TFLOP/s" in text and "measured by make gpu-check" in text
+
+
+@pytest.mark.slow
+def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
+    """The whole flow at a tiny width on CPU: the recipe's micro-batch and precision, random
+    tokens, validations, a checkpoint inside the run, the resume from it matching the
+    uninterrupted run exactly; no allocator peaks and no speed figures (null, with why)."""
+    rc = G.main(["--recipe", "paper-1.5B", "--cpu", "--steps", "4", "--results",
+                 str(tmp_path), "--set", *TINY])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    doc = json.loads(next((tmp_path / "gpu_check").glob("*-cpu-paper-1.5B.json")).read_text())
+    assert doc["mode"] == "recipe" and doc["device"] == "cpu" and doc["passed"] is True
+    assert doc["val_steps"] == [0, 2, 4] and doc["resumed_from_step"] == 3
+    assert doc["resume"] == "ok" and doc["resume_loss_max_rel"] == 0.0
+    assert doc["resume_weights_max_abs"] == 0.0
+    assert doc["mfu"] is None and doc["tokens_per_s"] is None
+    assert {r["phase"] for r in doc["phases"]} == {"train", "validation", "eval", "save"}
+    assert all(r["measured"] is None and r["why_not"] for r in doc["phases"])
+    # a CPU rehearsal is not a measurement of MFU: the dry run does not read it
+    assert P.measured_mfu("cpu", "1M", str(tmp_path)) is None
+    assert "resume: ok (from step 3" in out
