@@ -207,6 +207,15 @@ def batch_refusal(cfg: Any, world: int) -> str | None:
     return None
 
 
+def run_disk(cfg: Any, gpus: bool) -> int | None:
+    """Bytes one run of `cfg` writes under the results root at most on GPUs (`gpus`) or CPUs
+    (plan.disk_bytes' run part: the trainer's own dry run says the same); None for a config
+    that is not the trainer's."""
+    if not isinstance(cfg, TrainConfig):
+        return None
+    return P.disk_bytes(cfg, P.plan(cfg, 1), "cuda" if gpus else "cpu")["run"]
+
+
 def checkpoint_sizes(cfg: Any, gpus: bool) -> dict[str, int] | None:
     """Bytes of one resumable step checkpoint ('full') and of one weights-only export
     ('export': final.pt, eval_step_<N>.pt) at the dtype the trainer writes on GPUs (`gpus`) or

@@ -189,12 +189,10 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
     cells, corpora = 0, {}
     for c in todo:
         cfg = backend.compose(c.cell)
-        ck = backend.checkpoint_sizes(cfg, gpus)
-        if ck is None:
+        need = backend.run_disk(cfg, gpus)
+        if need is None:
             continue
-        lg = cfg.logging
-        cells += (lg.keep_checkpoints + 1) * ck["full"] + max(1, lg.keep_eval_checkpoints) \
-            * ck["export"]
+        cells += need
         corpus = backend.corpus_of(cfg)
         if corpus is not None and not corpus["built"]:
             corpora[str(corpus["dir"])] = corpus["bytes"]

@@ -187,7 +187,11 @@ def test_the_free_space_check_is_one_line_when_short(tmp_path):
     cfg = compose(["model=1M", "logging.keep_checkpoints=3"])
     p = P.plan(cfg, 1)
     d = P.disk_bytes(cfg, p)
-    assert d["run"] == (3 + 1 + 0 + 1) * P.checkpoint_bytes(p)["full"] + 2 * p.params["total"]
+    # 3 rotated + 1 in flight, and one weights-only export (final.pt; bf16: auto on a GPU)
+    assert d["run"] == (3 + 1) * P.checkpoint_bytes(p)["full"] + 2 * p.params["total"]
+    cpu = P.disk_bytes(compose(["model=1M", "logging.keep_checkpoints=3",
+                                "logging.keep_eval_checkpoints=5", "train.device=cpu"]), p)
+    assert cpu["run"] == 4 * P.checkpoint_bytes(p)["full"] + 5 * 4 * p.params["total"]
     assert d["total"] == d["run"] + d["corpus"]
 
 
@@ -207,7 +211,6 @@ def test_a_slurm_sweep_checks_the_scratch_root_before_submitting(monkeypatch, tm
         L._check_scratch(p, ClusterConfig(partition="p", results="/scratch/x"))
     need = [backend.disk_need(backend.compose(c.cell)) for c in p.cells]
     assert all(n and n > 0 for n in need)
-    monkeypatch.setattr(backend, "checkpoint_sizes", lambda cfg, gpus: {"full": 10**18,
-                                                                        "export": 1})
+    monkeypatch.setattr(backend, "run_disk", lambda cfg, gpus: 10**18)
     with pytest.raises(SweepError, match=r"free on its file system, the plan needs"):
         L._check_scratch(p, ClusterConfig(partition="p"))

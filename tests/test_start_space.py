@@ -28,11 +28,13 @@ TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "mode
 
 
 def need_bytes(cfg) -> int:
-    """The run's checkpoints, counted independently: (keep + 1 in flight + eval + final) full
-    checkpoints (fp32 weights + two AdamW moments = 12 bytes a parameter) + a bf16 export."""
+    """The run's checkpoints, counted independently: (keep + 1 in flight) full checkpoints
+    (fp32 weights + two AdamW moments = 12 bytes a parameter) and the weights-only exports (the
+    kept evaluation checkpoints, the last of them final.pt's hard link, or final.pt alone), fp32
+    on this CPU (4 bytes a parameter)."""
     n = P.plan(cfg, 1).params["total"]
     lg = cfg.logging
-    return (lg.keep_checkpoints + 1 + lg.keep_eval_checkpoints + 1) * 12 * n + 2 * n
+    return (lg.keep_checkpoints + 1) * 12 * n + max(1, lg.keep_eval_checkpoints) * 4 * n
 
 
 def free(monkeypatch, n: int) -> None:

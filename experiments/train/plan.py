@@ -560,15 +560,22 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
     return "\n".join(lines)
 
 
-def disk_bytes(cfg: TrainConfig, p: RunPlan) -> dict[str, int]:
+def disk_bytes(cfg: TrainConfig, p: RunPlan, device_type: str | None = None
+               ) -> dict[str, int]:
     """What a run of this plan writes under the results root at most: the rotated step
-    checkpoints plus the one being written, the kept evaluation checkpoints, the final weights
-    and the bf16 export; and the corpus it reads when it is not built yet (the plan's tokens at
-    the corpus' token width over data.max_epochs passes: a lower bound of what gets built)."""
+    checkpoints plus the one being written (full: weights and AdamW), and the weights-only
+    exports at the dtype the trainer writes on `device_type` (default: train.device's; auto is
+    a GPU): the kept evaluation checkpoints, of which the last is final.pt's hard link, or
+    final.pt alone; and the corpus it reads when it is not built yet (the plan's tokens at the
+    corpus' token width over data.max_epochs passes: a lower bound of what gets built). The
+    cluster check (sweeps/checks.py) sums the same per cell."""
+    from .config import export_dtype
+
     ck = checkpoint_bytes(p)
     lg = cfg.logging
-    runs = (lg.keep_checkpoints + 1 + lg.keep_eval_checkpoints + 1) * ck["full"] \
-        + ck["bf16_export"]
+    dev = device_type or ("cpu" if str(cfg.train.device) == "cpu" else "cuda")
+    export = ck["bf16_export"] if export_dtype(cfg, dev) == "bf16" else ck["weights_fp32"]
+    runs = (lg.keep_checkpoints + 1) * ck["full"] + max(1, lg.keep_eval_checkpoints) * export
     corpus = 0
     if cfg.data.source not in GENERATED_SOURCES and not cfg.data.corpus:
         width = 2 if p.model.vocab_size <= 1 << 16 else 4
@@ -591,8 +598,9 @@ def checkpoint_lines(cfg: TrainConfig, p: RunPlan) -> list[str]:
         f"{_gb(ck['bf16_export'])}; save ~{duration(ck['full'] / (gbps * 1e9))} at "
         f"{gbps:g} GB/s ({src})",
         f"disk        {_gb(d['total'])} under the results root: {cfg.logging.keep_checkpoints}+1 "
-        f"rotated, {cfg.logging.keep_eval_checkpoints} eval and the final checkpoint, the "
-        f"export" + (f", the corpus {_gb(d['corpus'])}" if d["corpus"] else ""),
+        f"step checkpoints (rotated, in flight), {max(1, cfg.logging.keep_eval_checkpoints)} "
+        f"weights-only export(s) (kept for evaluation, the last final.pt)"
+        + (f", the corpus {_gb(d['corpus'])}" if d["corpus"] else ""),
         f"            {'SHORT: ' + short if short else f'{root}: enough free space'}",
     ]
 
@@ -631,7 +639,8 @@ def start_refusal(cfg: TrainConfig, p: RunPlan, rd: Path) -> str | None:
     root's when they share one)."""
     from .data import DataError, built_manifest
 
-    d = disk_bytes(cfg, p)
+    on_gpu = str(cfg.train.device) != "cpu" and torch.cuda.is_available()  # where it will run
+    d = disk_bytes(cfg, p, "cuda" if on_gpu else "cpu")
     ck = RunDir(rd).checkpoints_dir
     held = sum(f.stat().st_size for f in ck.rglob("*") if f.is_file()) if ck.is_dir() else 0
     run = max(0, d["run"] - held)
