@@ -6,6 +6,8 @@
 #   make paper RECIPE=cpu-mini BENCH_DATA=experiments/eval/smoke_data EVAL_ARGS="--limit 2"
 # Other knobs: NAME SEEDS GPUS (plan for this many GPUs) JOBS WORKERS (corpus) OVERRIDES
 # LIKELIHOOD_ROWS RETRY_FAILED=1. Without BENCH_DATA the benchmarks are the stock online ones.
+# ALLOW_DIRTY=1: train from a working tree with uncommitted changes to tracked source (refused
+# otherwise); the cells are marked with the diff's hash (dirty.json).
 .PHONY: paper
 
 PAPER_VARS := RECIPE:recipe NAME:name LAUNCHER:launcher CLUSTER:cluster JOBS:jobs SEEDS:seeds \
@@ -13,5 +15,5 @@ PAPER_VARS := RECIPE:recipe NAME:name LAUNCHER:launcher CLUSTER:cluster JOBS:job
   WORKERS:workers OVERRIDES:overrides
 
 paper: setup ## the paper's protocol in one command: RECIPE=paper-1.5B|paper-8B|paper-8B-1T|cpu-mini [LAUNCHER=slurm CLUSTER= GPU= DRY=1]
-	$(PY) -m pipelines.paper $(foreach v,$(PAPER_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
+	$(if $(call on,ALLOW_DIRTY),FTBENCH_ALLOW_DIRTY=1) $(PY) -m pipelines.paper $(foreach v,$(PAPER_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
 	  $(if $(call on,RETRY_FAILED),--retry-failed) $(if $(call on,DRY),--dry)

@@ -1,7 +1,9 @@
 # The study (docs/STUDY.md): the suite's first finding, one command, offline, on 2 CPU cores.
 #   make study                          STUDY_SIZE=full (~90 min), sweep "study"
 #   make study STUDY_SIZE=tiny          the same pipeline at a test size (CI), sweep "study-tiny"
-#   make study STUDY_NAME=x BENCH_DATA=<dir> JOBS=n STUDY_DOCS=<dir> DRY=1
+#   make study STUDY_NAME=x BENCH_DATA=<dir> JOBS=n STUDY_DOCS=<dir> DRY=1 ALLOW_DIRTY=1
+# ALLOW_DIRTY=1 trains from a working tree with uncommitted changes to tracked source (refused
+# otherwise) and marks the cells with the diff's hash (dirty.json).
 # The tables go to docs/study/ (full) or results/sweeps/<name>/docs/study/ (other sizes, so a
 # test run never overwrites the committed ones); STUDY.md is written beside that directory.
 # Baseline, Free Transformers at kappa 1/2, 1, 2 bits, the +1-layer and FLOPs-matched controls,
@@ -16,7 +18,8 @@ STUDY_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 study: setup ## the first finding, offline, resumable (~90 min on 2 cores): [STUDY_SIZE=full|tiny STUDY_NAME= BENCH_DATA= JOBS= DRY=1]
 	$(STUDY_OFFLINE) $(PY) -m pipelines.study run $(call opt,STUDY_SIZE,--size) \
 	  $(call opt,STUDY_NAME,--name) $(call opt,BENCH_DATA,--bench-data) \
-	  $(call opt,JOBS,--jobs) $(call opt,STUDY_DOCS,--docs) $(if $(call on,DRY),--dry)
+	  $(call opt,JOBS,--jobs) $(call opt,STUDY_DOCS,--docs) $(if $(call on,DRY),--dry) \
+	  $(if $(call on,ALLOW_DIRTY),--allow-dirty)
 
 study-render: setup ## docs/STUDY.md from the committed tables in docs/study/
 	$(PY) -m analysis.study render --tables docs/study --out docs/STUDY.md
