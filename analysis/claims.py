@@ -41,7 +41,7 @@ from common.arms import BASELINE, FREE
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
 
-from .derived import collapse_table, overhead_table
+from .derived import leak_table, overhead_table
 from .frame import SweepData
 from .stats import ALPHA, holm, no_variation, seed_delta, seed_t, seed_tost, tost
 from .tables import view_notes
@@ -158,7 +158,7 @@ def _collapse_claim(ct: pd.DataFrame, table: pd.DataFrame) -> dict:
     worse = t[t["better"].eq(False)]["task"].tolist() if len(t) else []
     if worse:
         ev += f"; significantly worse than baseline (after Holm) on: {', '.join(worse)}"
-    if r.collapsed:
+    if r.leaking:
         verdict = SUPPORTED
     elif math.isfinite(r.kl_bits) and r.kl_bits < 0.5 * COLLAPSE_KAPPA:
         verdict = INCONCLUSIVE
@@ -282,7 +282,7 @@ def _ce_spread_claim(ct: pd.DataFrame, data: SweepData | None = None) -> dict:
     claim = ("Validation cross-entropy differs little across kappa in the paper's range "
              "(differences of about 0.01)")
     source = "issue 7 / paper training curves"
-    ok = ct[(ct["kappa_bits"] <= PAPER_KAPPAS_MAX) & ~ct["collapsed"]] if len(ct) else ct
+    ok = ct[(ct["kappa_bits"] <= PAPER_KAPPAS_MAX) & ~ct["leaking"]] if len(ct) else ct
     if len(ok) < 2:
         return _claim(claim, source, "fewer than two kappa <= 2 with validation CE",
                       INCONCLUSIVE)
@@ -459,7 +459,7 @@ def checklist(data: SweepData, tables: dict[str, pd.DataFrame],
     is absent (e.g. no equal-tokens table in a FLOPs-budget sweep)."""
     if notes is None:
         notes = view_notes(data)
-    ct = collapse_table(data)
+    ct = leak_table(data)
     benches = [(b.task, b.name) for b in benchmarks.by_group()[benchmarks.CODE_MATH] if b.task]
     rows = [_benchmark_claim(tables["tokens"], t, lab, "tokens", notes.get("tokens", ""))
             for t, lab in benches]

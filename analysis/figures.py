@@ -15,7 +15,7 @@ import pandas as pd
 from common.arms import FREE
 from common.kappa import kappa_label
 
-from .derived import collapse_table, overhead_table
+from .derived import leak_table, overhead_table
 from .frame import SweepData
 from .tables import GROUPS, paper_table
 
@@ -83,8 +83,9 @@ def training_curves(data: SweepData) -> plt.Figure | None:
 
 def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
     """Validation CE with Z from the prior (the honest number) against kappa, posterior CE
-    (leaks) beside it, the baseline as a band; collapsed kappas circled in red."""
-    ct = collapse_table(data)
+    (leaks) beside it, the baseline as a band; leaking kappas (the paper's
+    "collapse") circled in red."""
+    ct = leak_table(data)
     if ct.empty:
         return None
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -101,10 +102,10 @@ def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
         sd = ct["baseline_ce_sd"].iloc[0]
         if math.isfinite(sd):
             ax.axhspan(base - sd, base + sd, color="k", alpha=0.1)
-    col = ct[ct["collapsed"]]
+    col = ct[ct["leaking"]]
     if len(col):
-        ax.scatter(x[ct["collapsed"].to_numpy()], col["ce_prior"], s=250, facecolors="none",
-                   edgecolors="red", lw=2, label="collapse (see checklist)", zorder=5)
+        ax.scatter(x[ct["leaking"].to_numpy()], col["ce_prior"], s=250, facecolors="none",
+                   edgecolors="red", lw=2, label="leaking (the paper's collapse)", zorder=5)
     ax.set_xticks(x, [kappa_label(k) for k in ks])
     ax.set(xlabel="kappa (bits, log scale)", ylabel="validation CE (nats/token)",
            title="Validation CE against the free-bits threshold")

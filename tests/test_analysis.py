@@ -12,7 +12,7 @@ import pytest
 from fake import write_fake_sweep
 from scipy import stats
 
-from analysis.claims import checklist, collapse_table
+from analysis.claims import checklist, leak_table
 from analysis.frame import load_sweep
 from analysis.stats import clopper_pearson, mean_ci, paired_bootstrap, paired_matrix, wilson
 from analysis.tables import cell_text, paper_table, to_latex, to_markdown, wide
@@ -254,8 +254,8 @@ def test_equal_flops_view_uses_the_control_arm(tmp_path):
 
 def test_claims_verdicts_on_known_data(sweep, tables):
     _, data = sweep
-    ct = collapse_table(data).set_index("kappa_bits")
-    assert bool(ct.loc[4.0, "collapsed"]) and not bool(ct.loc[0.5, "collapsed"])
+    ct = leak_table(data).set_index("kappa_bits")
+    assert bool(ct.loc[4.0, "leaking"]) and not bool(ct.loc[0.5, "leaking"])
     cl = checklist(data, tables).set_index("claim")
     got = {k[:60]: v for k, v in cl["verdict"].items()}
     assert set(cl["verdict"]) <= {"supported", "contradicted", "inconclusive"}
