@@ -168,19 +168,29 @@ def _comparison_name(comp: str, reference: str) -> str:
     return "equal FLOPs" if view == "flops" else "equal tokens"
 
 
+def _zcut_check_rows(t: pd.DataFrame) -> pd.DataFrame:
+    """The tables' rows of a Z-cut control against the baseline (the controls' comparison,
+    paired by seed): the forest's `zcut:check`, one computation of it."""
+    cut = [a.name for a in arms.ARMS if a.z_cut]
+    return t[t["arm"].isin(cut) & (t["reference"] == arms.BASELINE.name)
+             & (t["column"] != "")]
+
+
 def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) -> list[dict]:
     out = []
     for t in tables.values():
         if t.empty:
             continue
         ft = t[(t["arm"] == FREE.name) & (t["column"] != "")]
-        for comp, g in ft.groupby("comparison", sort=False):
+        chk = _zcut_check_rows(t).assign(comparison=f"{ZCUT}:check")
+        for comp, g in pd.concat([ft, chk]).groupby("comparison", sort=False):
             for task, metric in keys:
                 for r in g[(g["task"] == task) & (g["metric"] == metric)].itertuples():
                     label, unit = metric_label(task, metric)
                     hib = bool(r.higher_is_better)
                     out.append({
-                        "key": comp, "comparison": _comparison_name(comp, r.reference),
+                        "key": comp, "comparison": "Z-cut vs baseline"
+                        if comp == f"{ZCUT}:check" else _comparison_name(comp, r.reference),
                         "reference": r.reference, "column": r.column,
                         "kappa_bits": float(r.kappa_bits), "latent_bits": float(r.latent_bits),
                         "task": task, "metric": metric, "label": label, "unit": unit,
@@ -297,9 +307,11 @@ def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
     rows = _table_rows(tables, keys)
     has_zcut_table = any(arms.find(str(r["reference"])) is not None
                          and arms.find(str(r["reference"])).z_cut for r in rows)
-    # FT vs Z-cut from the tables when they carry it; the Z-cut vs baseline check from here
+    has_check = any(r["key"] == f"{ZCUT}:check" for r in rows)
+    # both Z-cut comparisons from the tables when they carry them (one computation of each
+    # number); computed here only for tables written before they did
     rows += [r for r in zcut_rows(data, keys, n_boot)
-             if not has_zcut_table or r["key"] == f"{ZCUT}:check"]
+             if not (has_check if r["key"] == f"{ZCUT}:check" else has_zcut_table)]
     df = pd.DataFrame(rows, columns=FOREST_COLS)
     # a comparison whose reference has no run has no Δ: its table says why; nothing to draw
     df = df[np.isfinite(df["delta"].astype(float))]

@@ -52,7 +52,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from common import benchmarks
+from common import arms, benchmarks
 from common.arms import BASELINE, BASELINE_PLUS1, FREE, FREE_ZCUT
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
@@ -256,6 +256,17 @@ def _role_of(data: SweepData, arm: str) -> tuple[str | None, Basis | None]:
     return _designed(data, arm), b
 
 
+def _own_h(data: SweepData, arm: str) -> float:
+    """A reference arm's own H: 0 for the baselines; a latent one (the Z-cut) has its cells' H
+    when they share one, else none (NaN: missing is not 0)."""
+    a = arms.find(arm)
+    if a is None or not a.latent:
+        return 0.0
+    c = data.cells
+    hs = sorted(set(c[c["arm"] == arm]["latent_bits"].dropna().astype(float))) if len(c) else []
+    return hs[0] if len(hs) == 1 else math.nan
+
+
 def _columns(data: SweepData, ref_arm: str) -> list[Column]:
     """Reference column(s) first (one per H for a FLOPs-matched control in a multi-H sweep),
     then one column per Free Transformer (H, kappa), each pointing at its reference column."""
@@ -264,12 +275,13 @@ def _columns(data: SweepData, ref_arm: str) -> list[Column]:
         if len(cells) else pd.DataFrame(columns=["latent_bits", "kappa_bits"])
     hs = _free_hs(data)
     per_h = ref_arm in FLOPS_MATCHED_ARMS and len(hs) > 1
+    own = _own_h(data, ref_arm)
     refs: dict[float, Column] = {}
     if per_h:
         for h in hs:
-            refs[h] = Column(f"{ref_arm} (H={int(h)})", ref_arm, math.nan, 0.0, match_h=h)
+            refs[h] = Column(f"{ref_arm} (H={int(h)})", ref_arm, math.nan, own, match_h=h)
     else:
-        col = Column(ref_arm, ref_arm, math.nan, 0.0, match_h=hs[0] if len(hs) == 1 else math.nan)
+        col = Column(ref_arm, ref_arm, math.nan, own, match_h=hs[0] if len(hs) == 1 else math.nan)
         refs = {h: col for h in hs} or {math.nan: col}
     cols = list(dict.fromkeys(refs.values()))
     for h, k in sorted(map(tuple, free.to_numpy(dtype=float))):
@@ -329,7 +341,7 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
     ctl = [a for a in (BASELINE_PLUS1.name, FREE_ZCUT.name) if roles[a][0] == "tokens"]
     if roles["baseline"][0] == "tokens" and ctl:  # the controls' own cost, paired by seed
         ref = Column(BASELINE.name, BASELINE.name, math.nan, 0.0)
-        cols = [ref, *(Column(a, a, math.nan, 0.0, ref=ref) for a in ctl)]
+        cols = [ref, *(Column(a, a, math.nan, _own_h(data, a), ref=ref) for a in ctl)]
         out.append(Comparison("tokens", BASELINE.name, "controls against the baseline",
                               "Equal tokens, the controls against the baseline: Δ = control "
                               "minus baseline, paired by seed", roles["baseline"][1], cols,
