@@ -131,8 +131,10 @@ def final_wall(run_dir: Path) -> float:
 
 
 def share_of(doc: dict[str, Any]) -> dict[str, float]:
-    """The recovered share of one probe file: s = -d / (KL ln 2), interval [-hi, -lo] / (KL ln 2)
-    with KL held fixed; NaN where the file has no number (or KL is 0)."""
+    """The recovered share of one probe file: the probe's own `latent_use.recovered_share` (and
+    its interval) when the file has one; for files written before it, s = -d / (KL ln 2),
+    interval [-hi, -lo] / (KL ln 2) with KL held fixed (the same formula); NaN where the file
+    has no number (or KL is 0)."""
     kl = doc.get("kl") or {}
     kl_bits = _num(kl.get("mean_bits_per_token"))
     d = (((doc.get("ablations") or {}).get("modes") or {}).get("posterior") or {}).get(
@@ -140,11 +142,16 @@ def share_of(doc: dict[str, Any]) -> dict[str, float]:
     mean, lo, hi = _num(d.get("mean")), _num(d.get("lo")), _num(d.get("hi"))
     kl_nats = kl_bits * LN2
     ok = kl_nats > 0
+    use = doc.get("latent_use") or {}
+    own = "recovered_share" in use  # one computation of the share: the probe's
     return {"kl_bits": kl_bits, "kl_se_bits": _num(kl.get("se_over_rows")),
             "d_posterior": mean, "d_lo": lo, "d_hi": hi,
-            "share": -mean / kl_nats if ok else math.nan,
-            "share_lo": -hi / kl_nats if ok else math.nan,
-            "share_hi": -lo / kl_nats if ok else math.nan,
+            "share": _num(use.get("recovered_share")) if own
+            else (-mean / kl_nats if ok else math.nan),
+            "share_lo": _num(use.get("recovered_share_lo")) if own
+            else (-hi / kl_nats if ok else math.nan),
+            "share_hi": _num(use.get("recovered_share_hi")) if own
+            else (-lo / kl_nats if ok else math.nan),
             "prior_ce": _num((doc.get("ablations") or {}).get("prior_ce_nats_per_token")),
             "n_rows": doc.get("n_rows")}
 
