@@ -21,6 +21,7 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -362,6 +363,7 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
     sliced = None
     mode = "none" if n == 1 else str(cfg.train.parallel)
 
+    @functools.cache
     def need(layers: int) -> tuple[float, float]:
         """(per-GPU memory by the hand estimate, disk of two step checkpoints + the export)"""
         c = compose([*args, f"model.n_layers={layers}"])
