@@ -21,7 +21,7 @@ import model as M
 from common import arms
 from common.io import read_yaml_mapping
 from common.kappa import kappa_label
-from common.paths import RunDir, gpu_check_dirs
+from common.paths import FINAL_CHECKPOINT, RunDir, gpu_check_dirs
 from common.text import one_line
 from experiments.corpus.config import GENERATED_SOURCES
 from model import ModelConfig, train_flops_per_token
@@ -599,7 +599,7 @@ def checkpoint_lines(cfg: TrainConfig, p: RunPlan) -> list[str]:
         f"{gbps:g} GB/s ({src})",
         f"disk        {_gb(d['total'])} under the results root: {cfg.logging.keep_checkpoints}+1 "
         f"step checkpoints (rotated, in flight), {max(1, cfg.logging.keep_eval_checkpoints)} "
-        f"weights-only export(s) (kept for evaluation, the last final.pt)"
+        f"weights-only export(s) (kept for evaluation, the last {FINAL_CHECKPOINT})"
         + (f", the corpus {_gb(d['corpus'])}" if d["corpus"] else ""),
         f"            {'SHORT: ' + short if short else f'{root}: enough free space'}",
     ]
