@@ -77,16 +77,19 @@ def test_compiling_the_blocks_keeps_every_name(latent_bits):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("latent_bits", [0, 4], ids=["baseline", "free"])
-def test_compiled_blocks_train_as_eager_in_one_process(tmp_path, inductor_cache, latent_bits):
+@pytest.mark.parametrize("latent_bits,extra", [(0, []), (4, []), (
+    4, ["train.activation_checkpointing=true"])], ids=["baseline", "free", "free-act-ckpt"])
+def test_compiled_blocks_train_as_eager_in_one_process(tmp_path, inductor_cache, latent_bits,
+                                                       extra):
     """4 steps of a tiny model, fp32 on the CPU, eager vs train.compile=true: the same losses
     (rel/abs 1e-4: inductor fuses and reorders float ops, so not bitwise), the same validations
     and final weights within 1e-3; the blocks compile to one graph per variant (the baseline's
     blocks share 1; the FT adds the injection block, whose keys/values get Z, and the encoder
-    block), so a 32-layer model does not compile 32 graphs nor hit dynamo's recompile limit."""
+    block), so a 32-layer model does not compile 32 graphs nor hit dynamo's recompile limit.
+    With activation checkpointing (its hooks applied before compiling) the same holds."""
     from torch._dynamo.utils import counters
 
-    args = [*TINY, f"model.latent_bits={latent_bits}", f"train.tokens={4 * 4 * 65}"]
+    args = [*TINY, f"model.latent_bits={latent_bits}", f"train.tokens={4 * 4 * 65}", *extra]
     eager = T.train(compose([*args, f"paths.results={tmp_path / 'eager'}"]))
     torch._dynamo.reset()
     counters.clear()
