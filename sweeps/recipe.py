@@ -59,8 +59,8 @@ USABLE_FRACTION = 0.9
 the CUDA context, NCCL buffers and allocator fragmentation (a few GB), so 10% stays free."""
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
-    "model": ("preset",),
-    "train": ("tokens", "seq_len", "batch_size", "precision", "gpus"),
+    "model": ("preset", "mapper_bf16"),
+    "train": ("tokens", "seq_len", "batch_size", "precision", "gpus", "compile"),
     "optim": ("lr", "schedule", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip",
               "beta1", "beta2", "eps"),
     "grid": ("kappa_bits", "latent_bits", "seeds", "controls"),
@@ -103,6 +103,8 @@ class TrainSpec:
     precision: str
     gpus: int
     """The world size the recipe is planned for (train.plan_world_size; non-semantic)."""
+    compile: bool
+    """train.compile: torch.compile each block (inductor; non-semantic, same results)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,9 @@ class Recipe:
     path: str
     description: str
     preset: str
+    mapper_bf16: bool
+    """model.mapper_bf16: the binary mapper's dense backward matmul from bf16 inputs (part of
+    the run-id when on)."""
     train: TrainSpec
     optim: OptimSpec
     grid: GridSpec
@@ -230,6 +235,10 @@ class Recipe:
         if allowed is not None and v not in allowed:
             raise self._bad(key, v, f"allowed values {list(allowed)}")
 
+    def _bool(self, key: str, v: Any) -> None:
+        if not isinstance(v, bool):
+            raise self._bad(key, v, "must be true or false")
+
     def _seq(self, key: str, v: Any) -> None:
         if not isinstance(v, tuple) or not v:
             raise self._bad(key, v, "must be a non-empty list")
@@ -246,12 +255,14 @@ class Recipe:
         from .grid import CONTROLS
 
         self._str("model.preset", self.preset, list(PRESETS))
+        self._bool("model.mapper_bf16", self.mapper_bf16)
         t = self.train
         self._num("train.tokens", t.tokens, lo_open=True)
         self._int("train.seq_len", t.seq_len)
         self._int("train.batch_size", t.batch_size)
         self._str("train.precision", t.precision, [str(p) for p in PRECISIONS])
         self._int("train.gpus", t.gpus)
+        self._bool("train.compile", t.compile)
         if t.batch_size % t.gpus:
             raise self._bad("train.batch_size", t.batch_size,
                             f"must be a multiple of train.gpus={t.gpus}")
@@ -437,12 +448,14 @@ class Recipe:
         GPU_TYPES whose micro-batch, parallelism and checkpointing are added."""
         t, o, c = self.train, self.optim, self.corpus
         ov: list[str] = [f"model={self.preset}", f"data={c.data}"] if groups else []
-        ov += [f"model.vocab_size={c.vocab_size}"]
+        ov += [f"model.vocab_size={c.vocab_size}",
+               f"model.mapper_bf16={str(self.mapper_bf16).lower()}"]
         ov += self.corpus_overrides()
         ov += [f"train.seq_len={t.seq_len}", f"train.batch_size={t.batch_size}"]
         if budget:
             ov.append(f"train.tokens={_fmt(t.tokens)}")
         ov += [f"train.precision={t.precision}", f"train.plan_world_size={t.gpus}",
+               f"train.compile={str(t.compile).lower()}",
                f"optim.lr={_fmt(o.lr)}", f"optim.min_lr_ratio={_fmt(o.min_lr_ratio)}",
                f"optim.warmup_steps={o.warmup_steps}",
                f"optim.weight_decay={_fmt(o.weight_decay)}",
@@ -642,6 +655,8 @@ def _show(v: Any) -> str:
         return "[" + ", ".join(_show(x) for x in v) + "]" if v else "[]"
     if isinstance(v, Mapping):
         return "{" + ", ".join(f"{k}: {x}" for k, x in v.items()) + "}" if v else "{} (stock)"
+    if isinstance(v, bool):
+        return str(v).lower()  # as the YAML and the overrides write it
     if isinstance(v, float):
         return f"{v:g}"
     return "null" if v is None else str(v)
@@ -787,10 +802,11 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
     try:
         return Recipe(
             name=name, path=path, description=" ".join(desc.split()),
-            preset=values["model.preset"],
+            preset=values["model.preset"], mapper_bf16=values["model.mapper_bf16"],
             train=TrainSpec(tokens=tokens, seq_len=values["train.seq_len"],
                             batch_size=values["train.batch_size"],
-                            precision=values["train.precision"], gpus=values["train.gpus"]),
+                            precision=values["train.precision"], gpus=values["train.gpus"],
+                            compile=values["train.compile"]),
             optim=OptimSpec(**{k: values[f"optim.{k}"] for k in _SECTIONS["optim"]}),
             grid=GridSpec(kappa_bits=seq("grid.kappa_bits", kappa),
                           latent_bits=seq("grid.latent_bits"), seeds=seq("grid.seeds"),

@@ -125,6 +125,76 @@ def test_mapper_bf16_gradient_is_close_to_float64(H, N):
     assert cos.min() > 0.999
 
 
+@pytest.mark.parametrize("H,N", [(8, 300), (13, 200)])
+def test_under_bf16_autocast_mapper_bf16_adds_little_to_the_gradient_error(H, N):
+    """The trainer calls backward inside bf16 autocast (train.precision=bf16), where autocast
+    also runs the mapper backward's batched mat-vecs and bit sums in bf16; only the dense
+    dL/dG = grad_r @ W, written with out=, stays float32 unless mapper_bf16. So under autocast
+    mapper_bf16 changes the bit-logit gradient's error against float64 little (measured here:
+    6.7e-3 -> 7.3e-3 at H=8, 6.3e-3 -> 7.0e-3 at H=13; 4.9e-3 -> 5.6e-3 at H=16, N=64): it may
+    add at most half of autocast's own error, and the direction stays (min cosine > 0.998)."""
+    torch.manual_seed(H)
+    o = torch.randn(N, H) * 2
+    w = torch.randn(64, 1 << H) * 0.02
+    g = torch.randn(N, 64) * 1e-3
+    codes = sample_codes(o)
+    o64, w64 = o.double().requires_grad_(), w.double().requires_grad_()
+    (dense_latent(o64, w64, codes) * g.double()).sum().backward()
+    err, cos = {}, {}
+    for bf16 in (False, True):
+        o1, w1 = o.clone().requires_grad_(), w.clone().requires_grad_()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = latent_embedding(o1, w1, codes, chunk_bytes=64 * (1 << H) * 4, bf16=bf16)
+            (out.float() * g).sum().backward()
+        err[bf16] = float((o1.grad.double() - o64.grad).norm() / o64.grad.norm())
+        cos[bf16] = float(F.cosine_similarity(o1.grad.double(), o64.grad, dim=1).min())
+    assert 1e-3 < err[False] < 2e-2, err  # autocast's bf16 really ran in the backward
+    assert err[True] < 1.5 * err[False], err
+    assert min(cos.values()) > 0.998, cos
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["logits", "chunked-loss"])
+def test_under_bf16_autocast_the_mapper_is_the_only_float32_matmul_of_a_step(chunked):
+    """A Free Transformer training step as the trainer runs it under train.precision=bf16
+    (forward and backward inside autocast): every matmul (blocks, attention, encoder bit
+    logits, readout or chunked cross-entropy, their gradients) runs in bf16 except the
+    mapper's dense dL/dG, and mapper_bf16 takes that one too. So TF32 would speed up nothing
+    in such a step: the recipes do not set it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from model.free_transformer import SequenceKeys
+
+    class Float32Matmuls(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[tuple[str, tuple]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            ts = [a for a in args if isinstance(a, torch.Tensor)]
+            if (name in ("mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear")
+                    or "scaled_dot_product" in name) and any(
+                    t.dtype == torch.float32 for t in ts[:2]):
+                self.seen.append((name, tuple(tuple(t.shape) for t in ts[:2])))
+            return func(*args, **(kwargs or {}))
+
+    x = torch.randint(0, 97, (2, 32))
+    y = torch.randint(0, 97, (2, 32))
+    seen = {}
+    for bf16 in (False, True):
+        torch.manual_seed(0)
+        m = build_model(tiny(latent_bits=8, mapper_bf16=bf16)).train()
+        m.chunked_loss = chunked
+        log = Float32Matmuls()
+        with torch.autocast("cpu", dtype=torch.bfloat16), log:
+            out = m(x, targets=y, generator=SequenceKeys.for_batch(0, 0, 0, 2, x.device))
+            out.loss.backward()
+        seen[bf16] = log.seen
+    # off: dL/dG = grad_r (tokens, D) @ W (D, 2^H), in float32; on: nothing in float32
+    assert seen[False] == [("mm", ((2 * 32, 32), (32, 1 << 8)))]
+    assert seen[True] == []
+
+
 def test_mapper_bf16_is_in_the_run_id_only_when_on():
     from experiments.train.config import compose
     from experiments.train.plan import run_id, semantic

@@ -164,6 +164,36 @@ def test_paper_8b_1t_cells_all_compose_and_share_settings(recipes) -> None:
     assert p.shared["model.vocab_size"] == 2 ** 17 and p.shared["train.seq_len"] == 4096
 
 
+def test_paper_recipes_compile_and_run_the_mapper_backward_in_bf16(recipes, composed) -> None:
+    """Issue 36: the paper recipes (bf16) compile each block and set model.mapper_bf16 (the
+    results tests: tests/test_compile.py, tests/test_mapper_bf16.py); cpu-mini (fp32, CPU)
+    sets neither. mapper_bf16 is semantic: it is in the paper cells' run-ids (this changed
+    them); compile is not."""
+    from experiments.train.plan import run_id, semantic
+
+    for n, r in recipes.items():
+        cfg = composed[n]
+        on = n in PAPER
+        assert r.mapper_bf16 is on and r.train.compile is on, n
+        assert cfg.model.mapper_bf16 is on and cfg.train.compile is on, n
+        assert r.provenance["model.mapper_bf16"].basis == "ours"
+        assert r.provenance["train.compile"].basis == "ours"
+        if on:
+            assert str(cfg.train.precision) == "bf16", n
+            src = r.provenance["model.mapper_bf16"].source
+            assert "tests/test_mapper_bf16.py" in src and "tests/test_model.py" in src
+            assert "tests/test_compile.py" in r.provenance["train.compile"].source
+        for c in expand(r.sweep_spec()):
+            cell = compose(list(c.overrides))
+            assert cell.model.mapper_bf16 is on and cell.train.compile is on, c.name
+            assert ("mapper_bf16" in semantic(cell)["model"]) is on, c.name
+    cell = compose([*recipes["paper-1.5B"].training_overrides(), "model.latent_bits=16"])
+    assert run_id(cell) != run_id(compose([*recipes["paper-1.5B"].training_overrides(),
+                                           "model.latent_bits=16", "model.mapper_bf16=false"]))
+    assert run_id(cell) == run_id(compose([*recipes["paper-1.5B"].training_overrides(),
+                                           "model.latent_bits=16", "train.compile=false"]))
+
+
 def test_plus1_control_of_the_1p5b_recipe_has_29_layers(recipes) -> None:
     cells = {c.arm: c for c in expand(recipes["paper-1.5B"].sweep_spec())}
     cfg = compose(list(cells["baseline_plus1"].overrides))
@@ -291,6 +321,10 @@ BAD = [
     ("H too big", _edit("grid", "latent_bits", [21]), "grid.latent_bits=21: must be <= 20"),
     ("control", _edit("grid", "controls", ["plus2"]), "grid.controls='plus2': allowed"),
     ("preset", _edit("model", "preset", "70B"), "model.preset='70B': allowed values"),
+    ("mapper_bf16 text", _edit("model", "mapper_bf16", "yes"),
+     "model.mapper_bf16='yes': must be true or false"),
+    ("compile an int", _edit("train", "compile", 1), "train.compile=1: must be true or false"),
+    ("missing compile", lambda raw: raw["train"].pop("compile"), "train.compile: missing"),
     ("data source", _edit("corpus", "data", "web"), "corpus.data='web'"),
     ("hf without sources", _edit("corpus", "data", "hf"), "corpus.sources=(): must be"),
     ("bytes_per_token off hf", _edit("corpus", "bytes_per_token", 4.0),

@@ -243,10 +243,11 @@ def test_baseline_writes_no_per_bit_kl(tmp_path):
 
 
 @pytest.mark.slow
-def test_ddp_compiled_after_the_wrap_trains_as_one_eager_process(tmp_path, tmp_path_factory):
-    """train.compile=true under DDP: torch.compile wraps the DDP module (so DDP's buckets split
-    the graph and all-reduces overlap the backward; was compile, then DDP) and 2 processes train
-    the same FT as one eager process. Inductor's cache is shared by this test session."""
+def test_ddp_with_compiled_blocks_trains_as_one_eager_process(tmp_path, tmp_path_factory):
+    """train.compile=true under DDP: each block and the encoder block is compiled before DDP
+    wraps the model (its gradient hooks stay outside the graphs; was torch.compile of the
+    DDP-wrapped model) and 2 processes train the same FT as one eager process. Inductor's cache
+    is shared by this test session."""
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
         tmp_path_factory.getbasetemp() / "inductor-cache")
     args = [*BASE, "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
@@ -259,7 +260,8 @@ def test_ddp_compiled_after_the_wrap_trains_as_one_eager_process(tmp_path, tmp_p
         text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     r2 = tmp_path / "c" / "runs" / r1.name
-    assert "compile: the DDP-wrapped model" in (r2 / "train.log").read_text()
+    assert "compile: each block and the encoder block, before DDP" in (r2 / "train.log"
+                                                                        ).read_text()
     assert [r["loss"] for r in lines(r2)] == pytest.approx([r["loss"] for r in lines(r1)],
                                                            rel=1e-4, abs=1e-4)
     assert max_dw(weights(r1), weights(r2)) < 1e-3

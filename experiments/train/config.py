@@ -196,8 +196,8 @@ class LoopConfig:
     """auto (bf16 autocast on CUDA, fp32 on CPU) | fp32 | bf16 (autocast to bfloat16 on
     whatever device trains: CUDA, or the CPU's own bf16 autocast)."""
     compile: bool = False
-    """torch.compile the model (inductor; on CPU it needs a C++ compiler and about a minute
-    cold)."""
+    """torch.compile each block and the encoder block, before DDP or FSDP2 (inductor; on CPU it
+    needs a C++ compiler and about a minute cold); validation runs them eager."""
     parallel: Parallel = Parallel.auto
     """With several processes (torchrun): ddp | fsdp (FSDP2, one shard unit per block and for
     the encoder block) | auto (fsdp when DDP's 16 bytes per parameter exceed 80% of a GPU's

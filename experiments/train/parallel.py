@@ -23,11 +23,17 @@
     load_full_weights(model, weights, mode)
     as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
     as_tensor(x)                    the same as a plain tensor on its device (no host sync)
-    compile_units(model)            torch.compile each block in place (FSDP: before sharding)
+    compile_units(model)            torch.compile each block in place (before DDP or sharding)
 
-Compile order (train.compile): DDP wraps first and torch.compile wraps the DDP module, so the
-compiled graph is split at DDP's buckets and gradient all-reduces overlap the backward; under
-FSDP each block is compiled before `shard` and FSDP2's hooks stay outside the graphs.
+Compile order (train.compile), one path for every parallelism, as torchtitan does: each
+transformer block and the Free Transformer's encoder block is compiled in place
+(`compile_units`), before DDP wraps the model or FSDP2 shards it, so DDP's gradient hooks and
+FSDP2's all-gather / reduce-scatter hooks stay outside the graphs and fire per block as its
+backward finishes (the all-reduces and reduce-scatters overlap the rest of the backward). What
+lies between the blocks (embedding, the latent path with the binary mapper's custom autograd
+function, the chunked readout) runs eager. The blocks share one code object, so one graph (per
+input shape and grad mode) serves them all. tests/test_compile.py: compiled runs train as
+eager ones (both arms, one process and 2-process DDP), parameter names unchanged.
 
 FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
 Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
@@ -314,7 +320,9 @@ def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
 
 
 def compile_units(model: nn.Module) -> None:
-    """torch.compile each sharding unit in place (`Module.compile`: names unchanged)."""
+    """torch.compile each block and the encoder block in place (`Module.compile`: parameter and
+    state-dict names unchanged). Call it before `ddp` or `shard` (and after
+    `checkpoint_blocks`): the data-parallel hooks then stay outside the compiled graphs."""
     for m in _units(model):
         m.compile()
 

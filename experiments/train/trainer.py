@@ -435,9 +435,9 @@ class Trainer:
         self.found = checkpointer.newest()
         if cfg.train.activation_checkpointing:
             par.checkpoint_blocks(self.model)
+        if cfg.train.compile:  # per block, before DDP or FSDP2: their hooks stay eager
+            par.compile_units(self.model)
         if self.mode == "fsdp":
-            if cfg.train.compile:  # per block before sharding: FSDP2's hooks stay eager
-                par.compile_units(self.model)
             par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
         torch.manual_seed(cfg.train.seed)  # the init of build_model(p.model) after this seed,
         par.materialize(self.model, init, device)  # one parameter at a time, FSDP: its shards
@@ -547,18 +547,16 @@ class Trainer:
 
     # ---------------------------------------------------------------- its parts
     def wrap(self) -> torch.nn.Module:
-        """The module the steps call: DDP-wrapped, then compiled (train.compile), so the
-        compiled graph is split at DDP's buckets and gradient all-reduces overlap the backward.
-        Under FSDP the blocks were compiled one by one before sharding (__init__)."""
+        """The module the steps call: the model, DDP-wrapped under DDP. With train.compile its
+        blocks were compiled one by one before DDP or sharding (__init__, par.compile_units)."""
         fwd: torch.nn.Module = self.model
         if self.mode == "ddp":
             fwd = par.ddp(fwd, self.device)
-        if self.cfg.train.compile and self.mode != "fsdp":  # inductor: CUDA, or C++ on the CPU
-            fwd = torch.compile(fwd)  # type: ignore[assignment]
-        if self.cfg.train.compile:
-            self.log("compile: " + {"ddp": "the DDP-wrapped model (all-reduces overlap the "
-                                           "backward)", "fsdp": "each block, before sharding",
-                                    "none": "the model"}[self.mode], echo=False)
+        if self.cfg.train.compile:  # inductor: CUDA, or a C++ compiler on the CPU
+            self.log("compile: each block" + (" and the encoder block" if self.p.model.is_free
+                                              else "") + ", before "
+                     + {"ddp": "DDP", "fsdp": "sharding", "none": "training"}[self.mode]
+                     + " (the data-parallel hooks outside the graphs)", echo=False)
         return fwd
 
     def progress_bar(self, stack: ExitStack) -> Any:
@@ -591,7 +589,13 @@ class Trainer:
             dist.barrier()
 
     def validate(self, step: int) -> None:
-        with self.window.paused(), self.device_peaks.phase("validation"):
+        # train.compile: validation runs the blocks eager. Compiled, it would add a no-grad
+        # graph per block variant (3 for the FT) at step 0, a graph per odd last-batch shape,
+        # and bring the blocks' code object near dynamo's recompile limit (8); it is a small
+        # share of a run's forwards (65,536 tokens per validation by default)
+        eager = (torch.compiler.set_stance("force_eager") if self.cfg.train.compile
+                 else contextlib.nullcontext())
+        with self.window.paused(), self.device_peaks.phase("validation"), eager:
             if self.main or self.mode == "fsdp":  # under FSDP every rank takes part in gathers
                 r = evaluate(self.model, self.corpus, self.cfg.logging.val_batch_size,
                              self.p.model.kappa_bits, self.autocast)
