@@ -204,6 +204,10 @@ def test_mapper_bf16_is_in_the_run_id_only_when_on():
     assert "mapper_bf16" not in semantic(base)["model"]  # old run-ids stay valid
     assert semantic(on)["model"]["mapper_bf16"] is True
     assert run_id(on) != run_id(base)
+    # a baseline has no mapper: the flag trains the same model, so it is the same run
+    b0 = compose(["model=1M", "model.latent_bits=0"])
+    b1 = compose(["model=1M", "model.latent_bits=0", "model.mapper_bf16=true"])
+    assert run_id(b0) == run_id(b1)
     with pytest.raises(ValueError, match="mapper_bf16"):
         tiny(latent_bits=4, mapper_bf16=1)
 

@@ -55,6 +55,8 @@ def semantic(cfg: TrainConfig) -> dict[str, Any]:
     for k in ("mapper_bf16", "z_cut"):  # added later: off, they leave old run-ids valid
         if not d["model"].get(k):
             d["model"].pop(k, None)
+    if not d["model"].get("latent_bits"):  # a model without a latent has no mapper to round:
+        d["model"].pop("mapper_bf16", None)  # the same training, the same run
     # data keys added with experiments/corpus: at their defaults they stay out (old run-ids stay
     # valid); max_epochs is a guard, never what is trained; shard_bytes does not change the stream
     for k, default in (("corpus", None), ("tokenizer", None),
