@@ -33,45 +33,104 @@ DEFAULT_GPUS = ("H100-80GB",)
 
 def cell_config(rec: Any, gpu: str, overrides: Sequence[str] = (), gpus: int | None = None
                 ) -> Any:
-    """The TrainConfig of the recipe's costliest cell at its micro-batch for GPU type `gpu`."""
+    """The TrainConfig of the recipe's costliest cell at its micro-batch for GPU type `gpu`
+    (`overrides` win over the recipe's, e.g. another micro-batch)."""
     from sweeps.backend import compose_overrides
+    from sweeps.recipe import merge_overrides
 
-    ov = [*rec.training_overrides(gpu=gpu), f"model.latent_bits={max(rec.grid.latent_bits)}",
+    ov = [f"model.latent_bits={max(rec.grid.latent_bits)}",
           f"model.kappa_bits={float(rec.grid.kappa_bits[0])}", *overrides]
     if gpus:
         ov.append(f"train.plan_world_size={gpus}")
-    return compose_overrides(ov)
+    return compose_overrides(list(merge_overrides(rec.training_overrides(gpu=gpu), ov)))
+
+
+FIT_PHASES = ("train", "validation", "save")
+"""The phases a training micro-batch must fit (evaluation's batch is the evaluator's own: it is
+measured and shown, not what the micro-batch is chosen by)."""
+
+
+def candidates(rec: Any, hand: Any) -> list[tuple[int, bool]]:
+    """(micro-batch, activation checkpointing) to measure, in order: the hand estimate's pick,
+    then every smaller divisor of the per-GPU batch, then (when the pick had none) each with
+    activation checkpointing from the largest."""
+    per_gpu = rec.train.batch_size // rec.train.gpus
+    divs = [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]
+    start = hand.micro_batch_size or per_gpu
+    out = [(m, bool(hand.activation_checkpointing)) for m in divs if m <= start]
+    if not hand.activation_checkpointing:
+        out += [(m, True) for m in divs]
+    return out
 
 
 def measure_recipes(recipes: Sequence[str], gpus: Sequence[str]) -> list[dict[str, Any]]:
-    """One entry per (recipe, GPU type): its micro-batch and the measured phases."""
+    """One entry per (recipe, GPU type): the largest micro-batch whose measured training,
+    validation and save peaks fit USABLE_FRACTION of the GPU, starting from the hand
+    estimate's pick (`candidates`), with every try and the measured phases of the choice."""
     from experiments.memory import measure_cached
-    from sweeps.recipe import load
+    from experiments.train.plan import memory_estimate, plan
+    from sweeps.recipe import GPU_TYPES, USABLE_FRACTION, load
 
     out = []
     for name in recipes:
         rec = load(name)
-        table = rec.micro_batches()
+        hand, key = rec.hand_micro_batches(), rec.memory_key()
         for gpu in gpus:
-            mb = table[gpu]
-            cfg = cell_config(rec, gpu)
-            recs, _ = measure_cached(cfg, device_type="cuda", cache=Path(cfg.paths.cache))
-            out.append({"recipe": name, "gpu": gpu, "memory_gb": mb.memory_gb,
-                        "parallel": mb.parallel, "micro_batch_size": mb.micro_batch_size,
-                        "grad_accum": mb.grad_accum,
-                        "activation_checkpointing": mb.activation_checkpointing,
-                        "estimate_gb": mb.estimate_gb,
-                        "phases": [r.to_json() for r in recs]})
+            h = hand[gpu]
+            cap = USABLE_FRACTION * GPU_TYPES[gpu] * 1e9
+            tries: list[dict[str, Any]] = []
+            chosen = None
+            for m, ck in candidates(rec, h):
+                cfg = cell_config(rec, gpu, [f"train.micro_batch_size={m}",
+                                             f"train.activation_checkpointing={str(ck).lower()}"])
+                recs, _ = measure_cached(cfg, device_type="cuda", cache=Path(cfg.paths.cache))
+                worst = max(r.peak_bytes for r in recs if r.phase in FIT_PHASES)
+                tries.append({"micro_batch_size": m, "activation_checkpointing": ck,
+                              "measured_gb": worst / 1e9})
+                print(f"recipe_memory: {name} {gpu}: micro-batch {m}"
+                      f"{' with act. ckpt' if ck else ''}: {worst / 1e9:.1f} GB of "
+                      f"{cap / 1e9:.0f} GB allowed", file=sys.stderr, flush=True)
+                if worst <= cap:
+                    chosen = (m, ck, cfg, recs, worst)
+                    break
+            entry: dict[str, Any] = {
+                "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu], "recipe_key": key,
+                "basis": "measured", "fits": chosen is not None, "parallel": h.parallel,
+                "hand": {"micro_batch_size": h.micro_batch_size,
+                         "activation_checkpointing": h.activation_checkpointing,
+                         "estimate_gb": h.estimate_gb},
+                "tries": tries}
+            if chosen is not None:
+                m, ck, cfg, recs, worst = chosen
+                p = plan(cfg, rec.train.gpus)
+                est = memory_estimate(p, recs[0].parallel)
+                entry.update(parallel=recs[0].parallel, micro_batch_size=m,
+                             grad_accum=p.grad_accum, activation_checkpointing=ck,
+                             measured_gb=worst / 1e9,
+                             estimate_gb=est["total_checkpointed" if ck else "total"] / 1e9,
+                             phases=[r.to_json() for r in recs])
+            out.append(entry)
     return out
 
 
 def block(entries: Sequence[dict[str, Any]]) -> str:
     """The markdown block (between the markers) from the records."""
     rows = [BEGIN, "",
-            "| recipe | GPU | parallel x world | micro-batch | train | validation | eval | "
-            "save | host at save | hand estimate (train) |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
+            "| recipe | GPU | parallel x world | micro-batch (measured) | hand estimate's pick | "
+            "train | validation | eval | save | host at save | hand estimate (train) |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
+        hd = e.get("hand") or {}
+        pick = (f"{hd.get('micro_batch_size')}"
+                + (", act. ckpt" if hd.get("activation_checkpointing") else "")
+                + (f" ({hd['estimate_gb']:.1f} GB est.)" if hd.get("estimate_gb") else ""))
+        if not e.get("fits", True):
+            tried = "; ".join(
+                f"{t['micro_batch_size']}{' ckpt' if t['activation_checkpointing'] else ''}: "
+                f"{t['measured_gb']:.1f} GB" for t in e.get("tries", []))
+            rows.append(f"| {e['recipe']} | {e['gpu']} | {e.get('parallel', '-')} | does not "
+                        f"fit ({tried}) | {pick} | - | - | - | - | - | - |")
+            continue
         ph = {p["phase"]: p for p in e["phases"]}
 
         def cell(phase: str, ph: dict[str, Any] = ph, cap: float = e["memory_gb"] * 1e9) -> str:
@@ -86,17 +145,21 @@ def block(entries: Sequence[dict[str, Any]]) -> str:
         ck = ", act. ckpt" if e["activation_checkpointing"] else ""
         rows.append(f"| {e['recipe']} | {e['gpu']} | {tr.get('parallel', '-')} x "
                     f"{tr.get('world_size', '-')} | {e['micro_batch_size']} x accum "
-                    f"{e['grad_accum']}{ck} | {cell('train')} | {cell('validation')} | "
+                    f"{e['grad_accum']}{ck} | {pick} | {cell('train')} | {cell('validation')} | "
                     f"{cell('eval')} | {cell('save')} | {host} | {e['estimate_gb']:.1f} GB |")
     gpus = sorted({e["gpu"] for e in entries})
     rows += ["", f"Measured per GPU (rank 0; percentages of the GPU's memory) on fake tensors by "
              "`experiments/memory.py` (torch's MemTracker / FSDPMemTracker under a fake process "
-             "group of the recipe's world), for the H=16 Free Transformer at the micro-batch "
-             "`Recipe.micro_batches` picks from the hand estimate (last column); GPU types "
+             "group of the recipe's world), for the H=16 Free Transformer at the largest "
+             "micro-batch whose measured train, validation and save peaks fit 90% of the GPU, "
+             "tried from the hand estimate's pick down (`Recipe.micro_batches` trains with it; "
+             "the hand estimate of the training step is the last column); GPU types "
              f"measured: {', '.join(gpus)}. Train: a step of 3 micro-batches (the peak does not "
              "grow after the second) with AdamW's state allocated; validation: one batch of "
              "logging.val_batch_size rows; eval: one loglikelihood batch of 16 continuations at "
-             "the trained window, fp32 weights, one whole model per GPU; save: the DCP staging "
+             "the trained window, fp32 weights, one whole model per GPU (the evaluator's batch, "
+             "not the micro-batch's: over 100% it does not fit, and the evaluation needs a "
+             "smaller --batch-size or a larger GPU); save: the DCP staging "
              "and the weights-only export (host at save: what rank 0 adds in host memory). Not "
              "tracked: the CUDA context and NCCL buffers (about 1-3 GB), the allocator's "
              "fragmentation, kernels' workspaces: `make gpu-check` measures them on a GPU. "

@@ -25,6 +25,8 @@ show|table NAME` prints a recipe (exit 2 and one line on bad input).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import re
 import sys
@@ -51,6 +53,9 @@ to lr x optim.min_lr_ratio). Another one needs a config key first."""
 Z_MODES = ("prior", "prior-k")
 """How Z is drawn when scoring; `posterior` leaks the scored tokens and is no protocol."""
 
+MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "docs" / "memory" / "recipes.json"
+"""pipelines/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
+and the micro-batch it chose by them (`Recipe.measured_micro_batches`)."""
 GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
                                "H200-141GB": 141.0}
 """GPU memory in decimal GB as the vendors quote it (NVIDIA data sheets)."""
@@ -176,6 +181,12 @@ class MicroBatch:
     activation_checkpointing: bool
     estimate_gb: float | None
     """The estimate (decimal GB) of the costliest arm at this micro-batch."""
+    basis: str = "hand estimate"
+    """How it was chosen: "hand estimate" (memory_estimate, not measured at this recipe's
+    present settings) or "measured" (the largest whose fake-tensor peaks of training,
+    validation and save fit USABLE_FRACTION, pipelines/recipe_memory.py, MEASURED_RECORDS)."""
+    measured_gb: float | None = None
+    """With basis "measured": the largest measured peak of those phases, decimal GB."""
 
 
 def _quote(text: str) -> str:
@@ -537,7 +548,42 @@ class Recipe:
             runs.append(argv)
         return runs
 
+    def memory_key(self) -> str:
+        """What the measured micro-batches were measured for: a hash of every training override
+        but the micro-batch settings (a changed recipe is not the one measured)."""
+        ov = self.training_overrides(budget=False)
+        return hashlib.sha256(json.dumps(list(ov)).encode()).hexdigest()[:16]
+
     def micro_batches(self) -> dict[str, MicroBatch]:
+        """Per GPU type: the measured choice (`measured_micro_batches`) where the committed
+        records hold one for this recipe as it is now, else the hand estimate's
+        (`hand_micro_batches`)."""
+        out = self.hand_micro_batches()
+        out.update(self.measured_micro_batches())
+        return out
+
+    def measured_micro_batches(self) -> dict[str, MicroBatch]:
+        """The micro-batch per GPU type that pipelines/recipe_memory.py chose by measurement
+        (MEASURED_RECORDS), for this recipe as it is now (`memory_key`); a GPU type it did not
+        measure, or a changed recipe, is absent."""
+        try:
+            entries = json.loads(MEASURED_RECORDS.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        key, out = self.memory_key(), {}
+        for e in entries if isinstance(entries, list) else []:
+            if not isinstance(e, dict) or e.get("recipe") != self.name \
+                    or e.get("recipe_key") != key or e.get("basis") != "measured":
+                continue
+            gpu = e.get("gpu")
+            if gpu in GPU_TYPES and e.get("fits") is True:
+                out[gpu] = MicroBatch(gpu, GPU_TYPES[gpu], str(e["parallel"]),
+                                      int(e["micro_batch_size"]), int(e["grad_accum"]),
+                                      bool(e["activation_checkpointing"]), e.get("estimate_gb"),
+                                      basis="measured", measured_gb=e.get("measured_gb"))
+        return out
+
+    def hand_micro_batches(self) -> dict[str, MicroBatch]:
         """Per GPU type: parallelism (experiments.train.parallel's auto rule), the largest
         micro-batch dividing the per-GPU batch whose memory_estimate fits USABLE_FRACTION of the
         GPU, for the costliest arm of the grid (the H=max Free Transformer, and the +1-layer
@@ -847,22 +893,26 @@ def show(r: Recipe) -> str:
             lines.append(f"  {mb.gpu:<11} does not fit, even at 1 with activation checkpointing")
         else:
             ck = ", activation checkpointing" if mb.activation_checkpointing else ""
+            how = (f"{mb.measured_gb:.1f} GB measured" if mb.basis == "measured"
+                   and mb.measured_gb is not None else f"{mb.estimate_gb:.1f} GB estimated")
             lines.append(f"  {mb.gpu:<11} {mb.parallel}, micro {mb.micro_batch_size} x accum "
-                         f"{mb.grad_accum}{ck} ({mb.estimate_gb:.1f} GB estimated)")
+                         f"{mb.grad_accum}{ck} ({how})")
     return "\n".join(lines)
 
 
 def micro_table(r: Recipe) -> str:
     """Markdown table of micro_batches() for docs/RECIPES.md."""
-    rows = ["| GPU | parallel | micro-batch | grad accum | act. ckpt | estimate |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| GPU | parallel | micro-batch | grad accum | act. ckpt | chosen by | peak |",
+            "|---|---|---|---|---|---|---|"]
     for mb in r.micro_batches().values():
         if mb.micro_batch_size is None:
-            rows.append(f"| {mb.gpu} | {mb.parallel} | does not fit | - | - | - |")
+            rows.append(f"| {mb.gpu} | {mb.parallel} | does not fit | - | - | {mb.basis} | - |")
         else:
+            peak = (f"{mb.measured_gb:.1f} GB measured" if mb.basis == "measured"
+                    and mb.measured_gb is not None else f"{mb.estimate_gb:.1f} GB estimated")
             rows.append(f"| {mb.gpu} | {mb.parallel} | {mb.micro_batch_size} | {mb.grad_accum}"
-                        f" | {'yes' if mb.activation_checkpointing else 'no'} | "
-                        f"{mb.estimate_gb:.1f} GB |")
+                        f" | {'yes' if mb.activation_checkpointing else 'no'} | {mb.basis} | "
+                        f"{peak} |")
     return "\n".join(rows)
 
 
