@@ -16,6 +16,15 @@ Writes <results>/gpu_check/<UTC timestamp>.json (`make bench` can cite it) and p
 Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one line).
 
     python -m pipelines.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
+
+With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape on
+the GPUs present instead (docs/RECIPES.md "Confirming it on the GPUs"): 20 steps with
+validations, a checkpoint and a resume on random tokens, each phase's allocator peak beside the
+fake-tensor plan (experiments/memory.py), tokens/s and MFU -> docs/gpu_check/<stamp>-<gpu>-
+<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu).
+
+    python -m pipelines.gpu_check --recipe paper-1.5B [--steps 20] [--out DIR]
+        [--cpu] [--set key=value ...]
 """
 
 from __future__ import annotations
