@@ -17,6 +17,15 @@ BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 """The offline benchmark files (pinned by their README's sha256 table)."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # `make test` runs the fast tier under pytest-xdist, one worker per core: a worker that also
+    # used every core for torch's intra-op threads (and let its subprocesses do the same) would
+    # oversubscribe the CPU, and OpenMP's spinning threads slow down badly when oversubscribed
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
 @pytest.fixture(scope="session")
 def bench_dir() -> Path:
     return BENCH
