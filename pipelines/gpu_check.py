@@ -45,16 +45,12 @@ import torch
 from common.io import atomic_write_text
 from common.paths import RunDir, results_root, runs_dir
 
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "GH200": 989.0, "A100": 312.0, "L40S": 362.0,
-                    "A10G": 70.0, "L4": 121.0, "B200": 2250.0}
-"""Dense bf16 peak per GPU (vendor datasheets, SXM where there are variants), by name part."""
-
 
 def peak_tflops(name: str) -> tuple[float | None, str]:
-    for key, v in PEAK_BF16_TFLOPS.items():
-        if key in name:
-            return v, f"datasheet dense bf16 peak of {key}"
-    return None, f"unknown GPU {name!r}: no bf16 peak in pipelines/gpu_check.py"
+    """A GPU's dense bf16 peak and its source (experiments.train.config.GPU_PEAK_TFLOPS)."""
+    from experiments.train.config import gpu_peak_tflops
+
+    return gpu_peak_tflops(name)
 
 
 def _losses(run: Path) -> list[float]:

@@ -25,7 +25,13 @@ from experiments.corpus import budget as _corpus_budget
 from experiments.eval import chain as _chain
 from experiments.train import config as _config
 from experiments.train import plan as P
-from experiments.train.config import GENERATED_SOURCES, ConfigError, TrainConfig, model_config
+from experiments.train.config import (  # noqa: F401 - gpu_peak_tflops: for sweeps.recipe
+    GENERATED_SOURCES,
+    ConfigError,
+    TrainConfig,
+    gpu_peak_tflops,
+    model_config,
+)
 from experiments.train.config import compose as compose_config
 
 from .errors import SweepError

@@ -481,7 +481,12 @@ class Recipe:
             if mb.micro_batch_size is None:
                 raise RecipeError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
                                   "at micro-batch 1 with activation checkpointing")
-            ov += [f"train.micro_batch_size={mb.micro_batch_size}",
+            from .backend import gpu_peak_tflops
+
+            name = gpu.split("-")[0]  # "A100-40GB" -> A100: its device names contain it
+            peak, _ = gpu_peak_tflops(name)
+            ov += [f"train.micro_batch_size={mb.micro_batch_size}", f"train.gpu_name={name}",
+                   *([f"train.gpu_peak_tflops={_fmt(peak)}"] if peak else []),
                    f"train.gpu_memory_gb={_fmt(mb.memory_gb)}", f"train.parallel={mb.parallel}",
                    f"train.activation_checkpointing={str(mb.activation_checkpointing).lower()}"]
         return tuple(ov)

@@ -81,6 +81,23 @@ NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
                            "activation_checkpointing", "gpu_memory_gb", "gpu_peak_tflops", "mfu",
                            "gpu_name", "cpu_tokens_per_s", "plan_world_size", "max_nonfinite_steps")
 TRACKERS = ("none", "wandb", "trackio")
+GPU_PEAK_TFLOPS: dict[str, float] = {
+    "GH200": 989.0, "H200": 989.0, "H100": 989.0, "B200": 2250.0, "A100": 312.0, "L40S": 362.0,
+    "L4": 121.0, "A10G": 70.0}
+"""Dense bf16 peak TFLOP/s per GPU by a part of its device name (vendor datasheets, SXM where
+there are variants; first match wins, so L40S is tried before L4): the MFU denominator of the
+trainer and `make gpu-check`, and the planned peak of a recipe's GPU type."""
+
+
+def gpu_peak_tflops(name: str) -> tuple[float | None, str]:
+    """(dense bf16 peak TFLOP/s, where it comes from) of a GPU by its device or type name;
+    (None, why) for one not in GPU_PEAK_TFLOPS (no MFU then, never 0)."""
+    for key, v in GPU_PEAK_TFLOPS.items():
+        if key.lower() in name.lower():
+            return v, f"datasheet dense bf16 peak of {key}"
+    return None, f"unknown GPU {name!r}: no bf16 peak in experiments/train/config.py"
+
+
 AMOUNT_KEYS = ("train.tokens", "train.flops")
 """Keys that take a count with a suffix: 20k, 2M, 1.5G/1.5B, 1e6 (as sweeps' TOKENS does)."""
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12, "p": 10**15}

@@ -83,6 +83,7 @@ from .config import (
     compose,
     config_help,
     export_dtype,
+    gpu_peak_tflops,
     trains_bf16,
 )
 from .plan import (
@@ -125,20 +126,13 @@ def _z_keys(seed: int, step: int, first: int, n: int, device: torch.device) -> S
     return SequenceKeys.for_batch(seed, step, first, n, device)
 
 
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 70.0}
-"""Dense bf16 peak TFLOP/s per GPU by name fragment: the MFU denominator when
-logging.peak_tflops is unset (unknown device: no MFU, never 0)."""
-
-
 def peak_flops(device: torch.device, configured: float | None) -> float | None:
     """One device's peak FLOP/s: the configured figure, else a known GPU's, else None."""
     if configured:
         return configured * 1e12
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-        for k, v in PEAK_TFLOPS.items():
-            if k in name:
-                return v * 1e12
+    if device.type == "cuda":  # a known GPU's datasheet peak (config.GPU_PEAK_TFLOPS)
+        peak, _ = gpu_peak_tflops(torch.cuda.get_device_name(device))
+        return peak * 1e12 if peak else None
     return None
 
 
