@@ -380,16 +380,13 @@ class _DevicePeaks:
         torch.cuda.reset_peak_memory_stats(self.dev)
 
     @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[dict[str, bool]]:
-        """Measure the block as phase `name`; the block sets `keep["kept"] = False` when it did
-        nothing of the phase (a checkpoint that was not due)."""
-        keep = {"kept": True}
-        self.note("train")  # the steps before it
+    def phase(self, name: str) -> Iterator[None]:
+        """Measure the block as phase `name` (the steps before it count as train)."""
+        self.note("train")
         try:
-            yield keep
+            yield
         finally:
-            if self.dev is not None:
-                self.note(name if keep["kept"] else "train")
+            self.note(name)
 
     def summary(self) -> dict[str, Any] | None:
         """{"cuda_peak_bytes": {phase: {allocated, reserved}}, "cuda_outside_torch_bytes": the
@@ -523,10 +520,12 @@ class Trainer:
                     self.check_nonfinite()  # skipped steps reach train.log before the exit
                 # every ckpt_every steps (and the kept eval steps): the most work a crash or
                 # a preemption can cost; the write is async, its time kept out of tokens/s
-                with self.window.paused(), self.device_peaks.phase("save") as did:
-                    # a preemption writes one whatever the step
-                    did["kept"] = ckpt.maybe_save(step, self.state, val_done=ran_val,
-                                                  force=sig is not None) is not None
+                # a preemption writes one whatever the step; the allocator's peak is read
+                # only around a save that happens (two device syncs, not one every step)
+                saving = sig is not None or ckpt.due(step)
+                with self.window.paused(), (self.device_peaks.phase("save") if saving
+                                            else contextlib.nullcontext()):
+                    ckpt.maybe_save(step, self.state, val_done=ran_val, force=sig is not None)
                 if sig is not None:  # exit 75 after the checkpoint: the launcher requeues
                     self.preempt(sig, step)
             self.validate(p.steps)  # truncation on resume removed any earlier val at this step
