@@ -187,7 +187,12 @@ def test_visible_gpus_follow_cuda_visible_devices(monkeypatch) -> None:
     assert visible_gpus() == []
 
 
-def test_dependent_slurm_jobs_and_the_report_role(tmp_path: Path) -> None:
+def test_dependent_slurm_jobs_and_the_report_role(tmp_path: Path, monkeypatch) -> None:
+    from submitit.slurm.slurm import SlurmExecutor
+
+    # submitit 1.5.4 refuses a SLURM executor where no `srun` is on PATH: pretend, as
+    # test_cluster_config does (nothing is submitted here)
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))
     cl = tmp_path / "cluster.yaml"
     cl.write_text("partition: gpu\ngpus_per_node: 8\nnodes: 3\nsignal_delay_s: null\n"
                   "report:\n  timeout_min: 30\n")
