@@ -276,8 +276,10 @@ def external(a: argparse.Namespace, pyproject: Path) -> int:
         return 2
     r = _ask(py, "check", "--external", "--pyproject", str(pyproject), "--bundle", *a.bundle)
     if r.returncode:
-        print(f"setup: PYTHON={a.python} lacks {r.stdout.strip() or r.stderr.strip()[-300:]}; "
-              "carry them in with make offline-bundle (docs/MAKE.md)", file=sys.stderr)
+        what = r.stdout.strip() or r.stderr.strip()[-300:]
+        fix = ("PYTHON= is for an environment that holds torch" if what.startswith("torch")
+               else "carry them in with make offline-bundle")
+        print(f"setup: PYTHON={a.python} lacks {what}; {fix} (docs/MAKE.md)", file=sys.stderr)
         return 2
     return gpu_check(py, external=True)
 

@@ -220,3 +220,10 @@ def test_the_command_lines_the_readme_and_mk_files_show_are_accepted() -> None:
     for target, names in wanted.items():
         known, _ = _trace(target, *BRANCHES.get(target, [[]])[0])
         assert names <= known, (target, sorted(names - known))
+
+
+def test_help_writes_plain_text_into_a_pipe_and_sweeps_lists_the_sweeps() -> None:
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout  # a pipe: `make help | cat`
+    assert "\x1b" not in out and "  sweeps " in out, out
+    assert "-m sweeps list" in _make("sweeps").stdout
