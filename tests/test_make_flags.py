@@ -25,12 +25,19 @@ FALSE = ("0", "false", "no", "")
 BAD = ("maybe", "TRUE", "on", "2", "1 0", "yes please")
 
 
-def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+# the make a user starts: under `make test` pytest inherits the outer make's level and flags, and a
+# make at level 1 is a sub-make, whose variables are not checked
+MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+
+
+def _make(*args: str, env: dict[str, str] | None = None, dry: bool = True
+          ) -> subprocess.CompletedProcess:
+    """`make -n` by default: the command lines only, setup neither run nor printed."""
     e = {k: v for k, v in os.environ.items() if k not in ("DRY", "HELP", "EVAL", "CHECK",
-                                                          "RETRY_FAILED", "MAKEFLAGS")}
-    return subprocess.run(["make", "-s", "-n", "-W", ".venv/.setup-stamp", "-o", "setup", *args],
-                          cwd=ROOT, capture_output=True, text=True, env={**e, **(env or {})},
-                          check=False)
+                                                          "RETRY_FAILED", *MAKE_ENV)}
+    flags = ["-n", "-W", ".venv/.setup-stamp", "-o", "setup"] if dry else []
+    return subprocess.run(["make", "-s", *flags, *args], cwd=ROOT, capture_output=True,
+                          text=True, env={**e, **(env or {})}, check=False)
 
 
 def _reads(res: subprocess.CompletedProcess, var: str) -> bool:
@@ -165,17 +172,14 @@ def test_a_variable_no_goal_takes_is_refused_naming_the_intended_one(args, line)
 
 def test_a_refused_variable_stops_make_before_setup_or_any_recipe(tmp_path: Path) -> None:
     """Not a dry run: setup (which would start python and maybe pip) and the sweep never run."""
-    env = {k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
-    res = subprocess.run(["make", "sweep", "KAPA=1", "DRY=1", f"VENV={tmp_path / 'venv'}"],
-                         cwd=ROOT, capture_output=True, text=True, check=False,
-                         env={**env, "FTBENCH_RESULTS": str(tmp_path / "results")})
+    res = _make("sweep", "KAPA=1", "DRY=1", f"VENV={tmp_path / 'venv'}", dry=False,
+                env={"FTBENCH_RESULTS": str(tmp_path / "results")})
     assert res.returncode == 2 and "did you mean KAPPA?" in res.stderr, res.stderr
     assert list(tmp_path.iterdir()) == []  # no venv created, no results root
 
 
 def _targets() -> list[str]:
-    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+    out = _make("help", dry=False).stdout
     return [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ")]
 
 
@@ -223,7 +227,6 @@ def test_the_command_lines_the_readme_and_mk_files_show_are_accepted() -> None:
 
 
 def test_help_writes_plain_text_into_a_pipe_and_sweeps_lists_the_sweeps() -> None:
-    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout  # a pipe: `make help | cat`
+    out = _make("help", dry=False).stdout  # into a pipe: `make help | cat`
     assert "\x1b" not in out and "  sweeps " in out, out
     assert "-m sweeps list" in _make("sweeps").stdout

@@ -43,7 +43,8 @@ exec {sys.executable} "$@"
 
 def _env(tmp_path: Path, gpu: dict[str, str] | None = None) -> dict[str, str]:
     """No GPU anywhere unless `gpu` says so (a fake nvidia-smi first on PATH, or variables)."""
-    env = {k: v for k, v in os.environ.items() if k not in GPU_VARS and k != "MAKEFLAGS"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*GPU_VARS, "MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     path = [p for p in env["PATH"].split(os.pathsep)
             if not (Path(p) / "nvidia-smi").exists()]  # a real driver tool would answer
     env["PATH"] = os.pathsep.join([str(tmp_path / "bin"), *path])
@@ -173,7 +174,7 @@ def test_which_hosts_count_as_having_gpus(env: dict[str, str], why: str | None,
 
 
 def test_the_offline_bundle_downloads_the_pinned_wheels_for_the_nodes_python() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MAKEFLAGS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     out = subprocess.run(["make", "-s", "-n", "-W", ".venv/.setup-stamp", "-o", "setup",
                           "offline-bundle", "OUT=/b", "PY_VERSION=3.12"], cwd=ROOT,
                          capture_output=True, text=True, env=env, check=True).stdout
