@@ -7,6 +7,7 @@
 CALIB_ARGS :=
 CALIB_OUT := docs/CALIBRATION.md
 .PHONY: calibrate
+KNOWN_calibrate := CALIB_ARGS CALIB_OUT
 
 calibrate: setup ## calibrate the report's intervals and verdicts on planted truth -> docs/CALIBRATION.md
 	$(PY) -m analysis.calibrate --out $(call shq,$(CALIB_OUT)) $(CALIB_ARGS)

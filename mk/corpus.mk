@@ -9,6 +9,7 @@
 #            default sweeps/cluster.yaml: its corpus section, sweeps/cluster.example.yaml)
 #   OVERRIDES data key=value overrides, e.g. OVERRIDES="max_bytes=1000000 hf_max_bytes=null"
 .PHONY: corpus
+KNOWN_corpus := OUT DATA VOCAB WORKERS LAUNCHER CLUSTER OVERRIDES
 
 corpus: setup ## build a sharded, pre-tokenized corpus once: OUT= DATA= VOCAB= WORKERS= LAUNCHER=
 	@$(if $(call arg,OUT),,echo "make corpus: set OUT=<directory>" >&2; exit 2)

@@ -39,6 +39,9 @@ DEMO_CHECK := $(if $(shell command -v chromium chromium-browser 2>/dev/null),1,0
 DEMO_NOW = $$(date -u +%H:%M:%S)
 DEMO_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 .PHONY: demo
+# BENCH_DATA, the knobs above, and OVERRIDES, which reaches its sweep (the synthetic step sets its own)
+KNOWN_demo := BENCH_DATA OVERRIDES DEMO_NAME DEMO_KAPPA DEMO_H DEMO_SEEDS DEMO_PRESET DEMO_TOKENS \
+  DEMO_CONTROLS DEMO_TASKS DEMO_LIMIT DEMO_GEN_TOKS DEMO_SYN_KAPPA DEMO_SYN_TOKENS DEMO_CHECK
 
 demo: setup ## whole pipeline on the embedded default, offline, CPU (~30 min; re-run reuses): BENCH_DATA=<benchmarks dir>
 	@echo "[demo 1/5 $(DEMO_NOW)] setup: done ($(VENV)); results under $${FTBENCH_RESULTS:-results}/"

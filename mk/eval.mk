@@ -26,6 +26,10 @@
 # items equal one process's. The window is the run's trained train.seq_len (recorded in the
 # spec as `context`); on CUDA the model runs under bf16 autocast; only the weights load.
 .PHONY: eval hf-export lm-eval tasks
+KNOWN_eval := CKPT NPROC BENCH_DATA TASKS LIMIT Z K FEWSHOT SEED GEN BS THREADS
+KNOWN_hf-export := CKPT OUT
+KNOWN_lm-eval := CKPT ARGS BENCH_DATA
+KNOWN_tasks := BENCH_DATA OUT
 EVAL_LAUNCH = $(if $(call arg,NPROC),$(PY) -m torch.distributed.run --standalone \
   --nproc_per_node $(call shq,$(NPROC)) -m experiments.eval,$(PY) -m experiments.eval)
 EVAL_OPTS = $(call opt,TASKS,--tasks) $(call opt,LIMIT,--limit) $(call opt,Z,--z) \
@@ -34,7 +38,7 @@ EVAL_OPTS = $(call opt,TASKS,--tasks) $(call opt,LIMIT,--limit) $(call opt,Z,--z
   $(call opt,SEED,--seed) $(call opt,GEN,--max-gen-toks) $(call opt,BS,--batch-size) \
   $(call opt,THREADS,--threads)
 
-eval: setup ## score a checkpoint: CKPT=<run dir|.pt> [TASKS= LIMIT= Z= K= FEWSHOT= BENCH_DATA= NPROC=]
+eval: setup ## score a checkpoint: CKPT=<run dir|.pt> [TASKS= LIMIT=n (per task; per subject in mmlu) Z= K= FEWSHOT= BENCH_DATA= NPROC=]
 	@test -n $(call shq,$(call arg,CKPT)) || { echo "usage: make eval CKPT=<run dir or checkpoint>" \
 	  "[TASKS=...] [LIMIT=n] [Z=prior|prior-k|posterior] [K=k] [FEWSHOT=n]" \
 	  "[BENCH_DATA=<benchmarks dir>]"; exit 2; }

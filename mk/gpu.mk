@@ -18,6 +18,7 @@
 # e.g. at a tiny width: OVERRIDES="model=1M model.vocab_size=4096 train.seq_len=256
 # model.max_seq_len=256".
 .PHONY: gpu-check
+KNOWN_gpu-check := PRESET STEPS TOL RECIPE GPU_CHECK_CPU OVERRIDES
 
 gpu-check: setup ## smoke-test a GPU node: bf16, flash, compile, DDP, FSDP, MFU [RECIPE= PRESET STEPS TOL GPU_CHECK_CPU=1 OVERRIDES]
 	$(PY) -m pipelines.gpu_check $(call opt,PRESET,--preset) $(call opt,STEPS,--steps) \

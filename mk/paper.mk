@@ -13,6 +13,7 @@
 PAPER_VARS := RECIPE:recipe NAME:name LAUNCHER:launcher CLUSTER:cluster JOBS:jobs SEEDS:seeds \
   GPU:gpu GPUS:gpus BENCH_DATA:bench-data EVAL_ARGS:eval-args LIKELIHOOD_ROWS:likelihood-rows \
   WORKERS:workers OVERRIDES:overrides
+KNOWN_paper := $(call names,$(PAPER_VARS)) RETRY_FAILED DRY ALLOW_DIRTY
 
 paper: setup ## the paper's protocol in one command: RECIPE=paper-1.5B|paper-8B|paper-8B-1T|cpu-mini [LAUNCHER=slurm CLUSTER= GPU= DRY=1]
 	$(if $(call on,ALLOW_DIRTY),FTBENCH_ALLOW_DIRTY=1) $(PY) -m pipelines.paper $(foreach v,$(PAPER_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \

@@ -6,6 +6,7 @@
 # <run>/eval/probe.<spec_id>.step<N>.json, then its four PNGs beside it (analysis/probe.py).
 # The same spec on the same checkpoint reuses the file. A baseline is refused (one line, exit 2).
 .PHONY: probe
+KNOWN_probe := CKPT ROWS SEED OUT PROBE_ARGS
 
 probe: setup ## does the decoder use Z? KL per bit, Z ablations, steering: CKPT=<FT run dir|.pt> [ROWS=16]
 	@test -n $(call shq,$(call arg,CKPT)) || { echo "usage: make probe CKPT=<Free Transformer" \

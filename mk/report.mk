@@ -5,6 +5,8 @@
 # make report NAME=demo SYN_NAME=default    embed results/synthetic/default
 .PHONY: report report-check
 REPORT_NBOOT := 2000
+KNOWN_report := NAME SYN_NAME CHECK REPORT_NBOOT
+KNOWN_report-check := NAME
 
 report: setup ## HTML report of a sweep: NAME=<sweep> [SYN_NAME=<synthetic name>] [CHECK=1]
 	@test -n $(call shq,$(call arg,NAME)) || { echo "usage: make report NAME=<sweep>; sweeps here:" \

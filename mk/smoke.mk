@@ -11,6 +11,8 @@ SMOKE_LIMIT := 5
 SMOKE_DATA := $(CURDIR)/experiments/eval/smoke_data
 SMOKE_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 .PHONY: smoke
+# its sweep takes OVERRIDES and the rest from here: none of the user's reach it
+KNOWN_smoke := SMOKE_NAME SMOKE_TOKENS SMOKE_TASKS SMOKE_LIMIT SMOKE_DATA
 
 smoke: setup ## the whole pipeline in < 2 min, offline, nothing outside the repo: train, eval, report
 	$(SMOKE_OFFLINE) $(MAKE) --no-print-directory sweep NAME=$(SMOKE_NAME) KAPPA=2 H=4 SEEDS=0 \

@@ -14,6 +14,8 @@
 # BENCH_DATA: else $FTBENCH_DATA, else (tiny) the repository's sample, else ../shared/benchmarks.
 .PHONY: study study-render
 STUDY_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
+KNOWN_study := STUDY_SIZE STUDY_NAME BENCH_DATA JOBS STUDY_DOCS DRY ALLOW_DIRTY
+KNOWN_study-render :=
 
 study: setup ## the first finding, offline, resumable (~90 min on 2 cores): [STUDY_SIZE=full|tiny STUDY_NAME= BENCH_DATA= JOBS= DRY=1]
 	$(STUDY_OFFLINE) $(PY) -m pipelines.study run $(call opt,STUDY_SIZE,--size) \

@@ -15,19 +15,23 @@
 #     evaluation (docs/RECIPES.md); KAPPA H PRESET DATA TOKENS FLOPS CONTROLS come from it
 #   make sweep-status NAME=main                                pending/running (live step from
 #                                                              metrics.jsonl, tokens/s, ETA)/done/failed
+#   make sweeps                                                the sweeps present (python -m sweeps list)
 # Re-running the same command skips done cells, resumes interrupted ones, and reruns failed ones
 # only with RETRY_FAILED=1. Variables not given take the defaults of `python -m sweeps run -h`;
 # given but empty (KAPPA="") they are passed on, and rejected as an empty grid. EVAL, DRY and
 # RETRY_FAILED are booleans (1/true/yes, 0/false/no or empty; docs/MAKE.md), passed as 1 or 0.
 # Other knobs: PRESET DATA (training corpus) TOKENS|FLOPS OVERRIDES="optim.lr=..."
 # EVAL_ARGS="--limit 20" CLUSTER=...
-.PHONY: sweep sweep-status
+.PHONY: sweep sweep-status sweeps
 
 SWEEP_VARS := KAPPA:kappa H:h SEEDS:seeds PRESET:preset DATA:data TOKENS:tokens FLOPS:flops \
   CONTROLS:controls OVERRIDES:overrides NAME:name LAUNCHER:launcher JOBS:jobs \
   EVAL_ARGS:eval-args EVAL_POINTS:eval-points LIKELIHOOD_ROWS:likelihood-rows CLUSTER:cluster \
   RECIPE:recipe GPU:gpu
 SWEEP_FLAGS := EVAL:eval DRY:dry RETRY_FAILED:retry-failed
+KNOWN_sweep := $(call names,$(SWEEP_VARS) $(SWEEP_FLAGS))
+KNOWN_sweep-status := NAME
+KNOWN_sweeps :=
 SWEEP_OPTS = $(foreach v,$(SWEEP_VARS),$(call opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v)))) \
   $(foreach v,$(SWEEP_FLAGS),$(call flag_opt,$(word 1,$(subst :, ,$v)),--$(word 2,$(subst :, ,$v))))
 
@@ -38,3 +42,6 @@ sweep-status: setup ## a sweep's pending, running (live step, tokens/s, ETA), do
 	@test -n $(call shq,$(call arg,NAME)) || { echo "usage: make sweep-status NAME=<sweep>; sweeps here:" \
 	  $$(ls $${FTBENCH_RESULTS:-results}/sweeps 2>/dev/null); exit 2; }
 	@$(PY) -m sweeps status $(call shq,$(NAME))
+
+sweeps: setup ## the sweeps present: name, grid, cells done, last change
+	@$(PY) -m sweeps list

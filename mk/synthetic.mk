@@ -13,6 +13,11 @@ SYN_KAPPA := 1/64 1/8 1 8
 SYN_SEEDS := 0 1 2
 syn_seed_names = $(foreach s,$(SYN_SEEDS),$(call shq,$(SYN_NAME)-s$(s)))
 .PHONY: synthetic synthetic-report synthetic-gpu synthetic-seeds synthetic-doc
+KNOWN_synthetic := SYN_NAME SYN_SETTING SYN_KAPPA OVERRIDES
+KNOWN_synthetic-gpu := SYN_KAPPA OVERRIDES
+KNOWN_synthetic-report := SYN_NAME
+KNOWN_synthetic-seeds := SYN_NAME SYN_SEEDS SYN_JOBS SYN_SETTING SYN_KAPPA OVERRIDES
+KNOWN_synthetic-doc := SYN_NAME SYN_SEEDS SYN_SETTING
 
 synthetic: setup ## synthetic task: train FT at each kappa + baseline, then table + Figure-4 PNG
 	$(PY) -m experiments.synthetic --name $(call shq,$(SYN_NAME)) \

@@ -5,6 +5,10 @@
 .PHONY: test test-all lint clean
 PYTEST_ARGS :=
 TEST_JOBS := 2
+KNOWN_test := TEST_JOBS PYTEST_ARGS
+KNOWN_test-all := PYTEST_ARGS
+KNOWN_lint :=
+KNOWN_clean :=
 
 test: setup ## the fast test tier (not marked slow) on TEST_JOBS=2 workers (~3 min on 2 cores)
 	$(PY) -m pytest -m "not slow" -n $(TEST_JOBS) $(PYTEST_ARGS)
@@ -13,7 +17,7 @@ test-all: setup ## every test, the slow tier included, in one process (what CI r
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup ## ruff check
-	$(VENV)/bin/ruff check .
+	$(PY) -m ruff check .
 
 clean: ## remove the venv and caches (results/ is kept)
 	rm -rf $(VENV) .pytest_cache

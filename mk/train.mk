@@ -12,6 +12,7 @@
 # (gloo on CPU, nccl on GPUs). OVERRIDES is hydra's override list: quote it whole. DRY and HELP
 # are booleans (1/true/yes, 0/false/no or empty; docs/MAKE.md).
 .PHONY: train
+KNOWN_train := OVERRIDES DRY HELP NPROC NNODES NODE_RANK MASTER_ADDR MASTER_PORT
 TRAIN_PORT = $(or $(call arg,MASTER_PORT),29500)
 TRAIN_RDZV = $(if $(call given,NNODES),--nnodes $(call shq,$(NNODES)) \
   --node_rank $(call shq,$(or $(call arg,NODE_RANK),0)) --rdzv_backend c10d \

@@ -1,5 +1,6 @@
 """Make reads every boolean one way, names hydra overrides and the synthetic sweep one way on
-every target, and refuses the old names (issue 23; docs/MAKE.md).
+every target, refuses the old names (issue 23) and any variable no goal takes, naming the nearest
+one (issue 43); `make help` writes plain text into a pipe (issue 46). docs/MAKE.md.
 
 Only command lines are looked at: `make -n -W .venv/.setup-stamp -o setup ...` neither runs
 `setup` (no install) nor any recipe.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,12 +25,19 @@ FALSE = ("0", "false", "no", "")
 BAD = ("maybe", "TRUE", "on", "2", "1 0", "yes please")
 
 
-def _make(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+# the make a user starts: under `make test` pytest inherits the outer make's level and flags, and a
+# make at level 1 is a sub-make, whose variables are not checked
+MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
+
+
+def _make(*args: str, env: dict[str, str] | None = None, dry: bool = True
+          ) -> subprocess.CompletedProcess:
+    """`make -n` by default: the command lines only, setup neither run nor printed."""
     e = {k: v for k, v in os.environ.items() if k not in ("DRY", "HELP", "EVAL", "CHECK",
-                                                          "RETRY_FAILED", "MAKEFLAGS")}
-    return subprocess.run(["make", "-s", "-n", "-W", ".venv/.setup-stamp", "-o", "setup", *args],
-                          cwd=ROOT, capture_output=True, text=True, env={**e, **(env or {})},
-                          check=False)
+                                                          "RETRY_FAILED", *MAKE_ENV)}
+    flags = ["-n", "-W", ".venv/.setup-stamp", "-o", "setup"] if dry else []
+    return subprocess.run(["make", "-s", *flags, *args], cwd=ROOT, capture_output=True,
+                          text=True, env={**e, **(env or {})}, check=False)
 
 
 def _reads(res: subprocess.CompletedProcess, var: str) -> bool:
@@ -132,3 +141,92 @@ def test_syn_name_names_the_synthetic_sweep_on_every_target() -> None:
     assert "--synthetic" not in _make("report", "NAME=x").stdout  # not given: none embedded
     out = _make("demo", "DEMO_CHECK=0", "BENCH_DATA=/tmp").stdout
     assert "SYN_NAME=demo" in out and "SYNTH" not in out and "SYN_ARGS" not in out, out
+
+
+# ------------------------------------------------------------- mistyped variables (issue 43)
+TYPOS = [  # command line -> the one line's start (the nearest known name, else who takes it)
+    (["sweep", "KAPA=1", "DRY=1"], "KAPA: unknown variable for make sweep; did you mean KAPPA?"),
+    (["sweep", "SEED=1", "DRY=1"], "SEED: unknown variable for make sweep; did you mean SEEDS?"),
+    (["sweep", "kappa=1", "DRY=1"], "kappa: unknown variable for make sweep; did you mean KAPPA?"),
+    (["eval", "CKP=x"], "CKP: unknown variable for make eval; did you mean CKPT?"),
+    (["train", "OVERRIDE=model=1M"], "OVERRIDE: unknown variable for make train; did you mean "
+                                     "OVERRIDES?"),
+    (["eval", "CKPT=x", "DATA=/corpus"], "DATA: unknown variable for make eval; make corpus"),
+    (["train", "KAPPA=1"], "KAPPA: unknown variable for make train; make sweep takes it"),
+    (["sweep", "report", "NAME=x", "SYN_NAM=y"], "SYN_NAM: unknown variable for make sweep "
+                                                  "report; did you mean SYN_NAME?"),
+    (["help", "FOO=1"], "FOO: unknown variable for make help"),
+    ([], "FOO: unknown variable for make help"),  # no goal: help
+    (["sweep", "FTBENCH_RESULTS=/tmp/x"], "FTBENCH_RESULTS: an environment setting, not a make "
+                                         "variable; put it before make"),
+]
+
+
+@pytest.mark.parametrize("args, line", TYPOS, ids=[" ".join(a) for a, _ in TYPOS])
+def test_a_variable_no_goal_takes_is_refused_naming_the_intended_one(args, line) -> None:
+    res = _make(*args, *(["FOO=1"] if not args else []))
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].split("*** ", 1)[1].startswith(line), res.stderr
+
+
+def test_a_refused_variable_stops_make_before_setup_or_any_recipe(tmp_path: Path) -> None:
+    """Not a dry run: setup (which would start python and maybe pip) and the sweep never run."""
+    res = _make("sweep", "KAPA=1", "DRY=1", f"VENV={tmp_path / 'venv'}", dry=False,
+                env={"FTBENCH_RESULTS": str(tmp_path / "results")})
+    assert res.returncode == 2 and "did you mean KAPPA?" in res.stderr, res.stderr
+    assert list(tmp_path.iterdir()) == []  # no venv created, no results root
+
+
+def _targets() -> list[str]:
+    out = _make("help", dry=False).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.startswith("  ")]
+
+
+def _trace(target: str, *args: str) -> tuple[set[str], set[str]]:
+    """(the variables the target takes, those its recipe asked `given` about) in this make."""
+    res = _make(target, "_TRACE_VARS=1", *args)
+    assert res.returncode == 0, res.stderr
+    known = next(ln for ln in res.stdout.splitlines() if ln.startswith("known:")).split()[1:]
+    asked = {ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("given[0]:")}
+    return set(known), asked
+
+
+BRANCHES = {  # the variables that open a recipe's other branches (make expands only the taken one)
+    "train": [["DRY=1"], ["HELP=1"], ["NNODES=2", "MASTER_ADDR=h", "NPROC=2"]],
+    "eval": [["CKPT=x", "NPROC=2", "BENCH_DATA=/b"]],
+    "demo": [["BENCH_DATA=/b"]], "offline-bundle": [["OUT=/o"]],
+}
+
+
+@pytest.mark.parametrize("target", _targets() if shutil.which("make") else [])
+def test_every_variable_a_recipe_reads_is_in_its_targets_table(target: str) -> None:
+    """KNOWN_<target> cannot drift from the recipe: what the recipe asks `given` about (every
+    `arg`, `opt`, `flag` goes through it), on each branch, is in the table."""
+    for args in [[], *BRANCHES.get(target, [])]:
+        known, asked = _trace(target, *args)
+        assert asked <= known, (target, args, sorted(asked - known))
+
+
+def test_the_command_lines_the_readme_and_mk_files_show_are_accepted() -> None:
+    """Every `make <target> VAR=...` in README.md and in the mk/*.mk usage comments."""
+    snippets = re.findall(r"`(make [a-z][^`]*)`", (ROOT / "README.md").read_text())
+    for f in sorted((ROOT / "mk").glob("*.mk")):
+        snippets += re.findall(r"^#\s+(make [a-z][a-z-]*(?: [A-Z_]+=(?:\"[^\"]*\"|\S*))*)",
+                               f.read_text(), flags=re.M)
+    targets, wanted = set(_targets()), {}
+    for s in snippets:
+        words = shlex.split(s.replace("\\|", "|").replace("[", " ").replace("]", " "))
+        if words[1] in targets:
+            wanted.setdefault(words[1], set()).update(
+                w.split("=")[0] for w in words[2:] if re.match(r"[A-Za-z_]\w*=", w))
+    assert {"sweep", "train", "eval", "paper"} <= set(wanted)  # the scan sees the commands
+    for target, names in wanted.items():
+        known, _ = _trace(target, *BRANCHES.get(target, [[]])[0])
+        assert names <= known, (target, sorted(names - known))
+
+
+def test_help_writes_plain_text_into_a_pipe_and_sweeps_lists_the_sweeps() -> None:
+    out = _make("help", dry=False).stdout  # into a pipe: `make help | cat`
+    assert "\x1b" not in out and "  sweeps " in out, out
+    assert "-m sweeps list" in _make("sweeps").stdout
