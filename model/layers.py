@@ -5,6 +5,13 @@ Design choices:
   baseline exports to it by copying weights), SwiGLU MLP, grouped-query attention, no biases;
 - attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels on
   CUDA); the causal, no-padding training path passes `is_causal=True` and no mask;
+- a mask tensor never meets grouped-query attention (`Attention.forward`): CUDA's flash kernel
+  takes no mask and the memory-efficient one no grouped heads, so together they leave only
+  cuDNN's (H100 with a recent torch) or the math kernel with its float32 score tensor. A causal
+  step on a filled KV cache passes `causal_lower_right` (flash with grouped heads); a mask that
+  is the same for every query (a key-padding mask: the encoder's prefix, a decode step) folds
+  each group's query heads into the query axis of its KV head; any other mask (a left-padded
+  prompt's prefill) attends to KV heads expanded to the query heads;
 - a block takes separate query and key/value inputs, `block(x, kv_in)`, because the Free
   Transformer feeds `x + r` to the keys/values of block L/2+1 only, and its encoder block takes a
   learned query vector. For ordinary blocks `kv_in is x` and the norm is computed once;
@@ -16,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.bias import CausalBias
 
 from .config import ModelConfig
 
@@ -95,10 +103,27 @@ class Attention(nn.Module):
         if self.causal and mask is None and s0 > 0 and Tq > 1:
             raise ValueError("a multi-token step on a filled KV cache needs an explicit mask")
         is_causal = self.causal and mask is None and s0 == 0 and Tq > 1
-        # enable_gqa: KV heads are shared by groups of query heads without copying them
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           enable_gqa=self.n_kv != self.n_heads)
-        return self.wo(y.transpose(1, 2).reshape(B, Tq, self.n_heads * self.hd))
+        return self.wo(self._sdpa(q, k, v, mask, is_causal).transpose(1, 2)
+                       .reshape(B, Tq, self.n_heads * self.hd))
+
+    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        """q (B, nh, Tq, hd), k/v (B, nkv, S, hd) -> (B, nh, Tq, hd), in a form CUDA's fused
+        kernels take: a mask tensor never goes with grouped heads (module docstring)."""
+        g = self.n_heads // self.n_kv
+        if mask is None or isinstance(mask, CausalBias) or g == 1:
+            # enable_gqa: KV heads are shared by groups of query heads without copying them
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                  enable_gqa=g > 1)
+        B, _, Tq, hd = q.shape
+        if mask.shape[-2] == 1 or mask.stride(-2) == 0:
+            # every query sees the same keys: query head h = j * g + i reads KV head j, so the
+            # g heads of group j become g * Tq queries of KV head j (one copy of q, none of K/V)
+            y = F.scaled_dot_product_attention(q.reshape(B, self.n_kv, g * Tq, hd), k, v,
+                                               attn_mask=mask[..., :1, :])
+            return y.view(B, self.n_heads, Tq, hd)
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1),
+                                              v.repeat_interleave(g, 1), attn_mask=mask)
 
 
 class SwiGLU(nn.Module):

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.bias import causal_lower_right
 
 from .config import ModelConfig
 from .layers import Block, KVCache, RMSNorm, rope_table
@@ -75,10 +76,11 @@ class _Ctx:
     """Everything one pass of `_run` needs besides the tokens; the FT hook reads and writes it."""
 
     rope: tuple[torch.Tensor, torch.Tensor]
-    mask: torch.Tensor | None = None  # (B, 1, Tq, S) bool, None = plain causal
+    mask: torch.Tensor | None = None  # (B, 1, Tq, S) bool or a CausalBias, None = plain causal
     cache: list[KVCache] | None = None
     z: object = None  # "posterior" | "prior" | LongTensor (B, Tq)
-    enc_mask: torch.Tensor | None = None  # (B, 1, Tq, Tq) bool for the encoder, None = all
+    enc_mask: torch.Tensor | None = None  # (B, 1, Tq, Tq) bool for the encoder, None = all;
+    # a key-padding mask (the same row for every query, expanded) so no tensor meets GQA
     prefix_len: torch.Tensor | None = None  # (B,) encoder sees only tokens before this
     generator: torch.Generator | None = None
     codes: torch.Tensor | None = None
@@ -345,7 +347,9 @@ class Transformer(nn.Module):
         if not 0 <= logits_from < T:
             raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
         rope = self.rope_cos[s0:s0 + T, None, :], self.rope_sin[s0:s0 + T, None, :]
-        mask = None if s0 == 0 or T == 1 else _causal_mask(s0, T, self.device)[None, None]
+        # query i (absolute s0 + i) sees keys 0..s0 + i: the causal mask aligned to the lower
+        # right, which CUDA's flash kernel applies itself, with grouped heads and no mask tensor
+        mask = None if s0 == 0 or T == 1 else causal_lower_right(T, s0 + T)
         ctx = _Ctx(rope=rope, mask=mask, cache=cache, z=z, prefix_len=prefix_len,
                    generator=generator)
         h = self._hidden(tokens, ctx, logits_from)
@@ -444,20 +448,16 @@ class Transformer(nn.Module):
         if padded and isinstance(z_prompt, torch.Tensor):
             raise ValueError("pinning prompt codes needs prompts of equal length")
 
-        def mask_for(s0: int, tq: int) -> torch.Tensor | None:
-            if not padded:
-                return None if s0 == 0 or tq == 1 else _causal_mask(s0, tq, dev)[None, None]
-            q = t_idx[s0:s0 + tq, None]
-            k = t_idx[None, :s0 + tq]
-            m = valid[:, None, :s0 + tq] & (k <= q)[None]
-            return (m | (k == q)[None])[:, None]  # the diagonal keeps pad rows finite
-
-        cache = self.new_cache(B, total)
-        enc_mask = None
+        mask = enc_mask = None  # unpadded: the prefill is plain causal, the encoder sees all
         if padded:
-            km = valid[:, None, :P]
-            enc_mask = (km | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
-        ctx = _Ctx(rope=self._rope(pos[:, :P], P), mask=mask_for(0, P), cache=cache,
+            q, k = t_idx[:P, None], t_idx[None, :P]
+            mask = ((valid[:, None, :P] & (k <= q)[None])  # the diagonal keeps pad rows finite
+                    | (k == q)[None])[:, None]
+            # every query of the encoder sees the row's real keys (pad queries too: their codes
+            # are dropped); the same row for every query, expanded without a copy
+            enc_mask = valid[:, None, None, :P].expand(B, 1, P, P)
+        cache = self.new_cache(B, total)
+        ctx = _Ctx(rope=self._rope(pos[:, :P], P), mask=mask, cache=cache,
                    z="posterior" if z_prompt is None else z_prompt, enc_mask=enc_mask,
                    generator=generator)
         logits = self._run(toks, ctx, P - 1)[:, -1]
@@ -526,13 +526,6 @@ class Transformer(nn.Module):
             code_rows = [pc[b][P - len(r):] + new_codes[b][:len(out[b])]
                          for b, r in enumerate(rows)]
         return Generation(tokens=out, codes=code_rows, stopped=stopped)
-
-
-def _causal_mask(s0: int, tq: int, device: torch.device) -> torch.Tensor:
-    """(tq, s0+tq) bool: query i (absolute s0+i) sees keys 0..s0+i."""
-    k = torch.arange(s0 + tq, device=device)
-    q = torch.arange(s0, s0 + tq, device=device)
-    return k[None, :] <= q[:, None]
 
 
 def count_parameters(model: nn.Module) -> int:
