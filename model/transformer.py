@@ -102,6 +102,7 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         self._readout_chunk_bytes = READOUT_CHUNK_BYTES
         self._chunked_loss = False
+        self._compile_loss = False
         self.reset_parameters()
 
     # ------------------------------------------------------------------ memory knobs
@@ -133,6 +134,20 @@ class Transformer(nn.Module):
         if not isinstance(value, bool):
             raise ValueError(f"chunked_loss={value!r} must be true or false")
         self._chunked_loss = value
+
+    @property
+    def compile_loss(self) -> bool:
+        """On CUDA, the chunked training loss runs each chunk's work after its matmul compiled
+        (`model.readout.compiled_chunk_loss`: one fused pass where eager writes a float32 logits
+        chunk and rewrites it in a dozen kernels). Off by default; `compile_units`
+        (train.compile) turns it on. Elsewhere the chunks stay eager: CPU values are unchanged."""
+        return self._compile_loss
+
+    @compile_loss.setter
+    def compile_loss(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"compile_loss={value!r} must be true or false")
+        self._compile_loss = value
 
     # ------------------------------------------------------------------ init
     def reset_parameters(self) -> None:
@@ -226,7 +241,8 @@ class Transformer(nn.Module):
             out.ce = -out.scores.logprob.sum() / n  # the mean over scored targets, as below
         elif chunked:
             out.ce = linear_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten(),
-                                          self._readout_chunk_bytes)
+                                          self._readout_chunk_bytes,
+                                          compiled=self._compile_loss and h.is_cuda)
         else:
             # at least float32 (bf16 logits under autocast), float64 for a float64 model
             out.ce = F.cross_entropy(logits.flatten(0, 1).to(float_dtype(logits.dtype)),

@@ -31,9 +31,11 @@ transformer block and the Free Transformer's encoder block is compiled in place
 FSDP2's all-gather / reduce-scatter hooks stay outside the graphs and fire per block as its
 backward finishes (the all-reduces and reduce-scatters overlap the rest of the backward). What
 lies between the blocks (embedding, the latent path with the binary mapper's custom autograd
-function, the chunked readout) runs eager. The blocks share one code object, so one graph (per
-input shape and grad mode) serves them all. tests/test_compile.py: compiled runs train as
-eager ones (both arms, one process and 2-process DDP), parameter names unchanged.
+function, the chunked readout) runs eager, but for the chunked loss's per-chunk work on CUDA
+(`Transformer.compile_loss`, one fused pass over each chunk's logits). The blocks share one
+code object, so one graph (per input shape and grad mode) serves them all.
+tests/test_compile.py: compiled runs train as eager ones (both arms, one process and 2-process
+DDP), parameter names unchanged.
 
 FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
 Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
@@ -321,10 +323,13 @@ def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
 
 def compile_units(model: nn.Module) -> None:
     """torch.compile each block and the encoder block in place (`Module.compile`: parameter and
-    state-dict names unchanged). Call it before `ddp` or `shard` (and after
+    state-dict names unchanged), and on CUDA the chunked loss's per-chunk work
+    (`Transformer.compile_loss`). Call it before `ddp` or `shard` (and after
     `checkpoint_blocks`): the data-parallel hooks then stay outside the compiled graphs."""
     for m in _units(model):
         m.compile()
+    if hasattr(model, "compile_loss"):
+        model.compile_loss = True
 
 
 def as_tensor(x: torch.Tensor) -> torch.Tensor:
