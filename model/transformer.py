@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.attention.bias import causal_lower_right
 
 from .config import ModelConfig
 from .layers import Block, KVCache, RMSNorm, rope_table
@@ -76,7 +75,7 @@ class _Ctx:
     """Everything one pass of `_run` needs besides the tokens; the FT hook reads and writes it."""
 
     rope: tuple[torch.Tensor, torch.Tensor]
-    mask: torch.Tensor | None = None  # (B, 1, Tq, S) bool or a CausalBias, None = plain causal
+    mask: torch.Tensor | None = None  # (B, 1, Tq, S) bool, None = plain causal
     cache: list[KVCache] | None = None
     z: object = None  # "posterior" | "prior" | LongTensor (B, Tq)
     enc_mask: torch.Tensor | None = None  # (B, 1, Tq, Tq) bool for the encoder, None = all;
@@ -363,11 +362,9 @@ class Transformer(nn.Module):
         if not 0 <= logits_from < T:
             raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
         rope = self.rope_cos[s0:s0 + T, None, :], self.rope_sin[s0:s0 + T, None, :]
-        # query i (absolute s0 + i) sees keys 0..s0 + i: the causal mask aligned to the lower
-        # right, which CUDA's flash kernel applies itself, with grouped heads and no mask tensor
-        mask = None if s0 == 0 or T == 1 else causal_lower_right(T, s0 + T)
-        ctx = _Ctx(rope=rope, mask=mask, cache=cache, z=z, prefix_len=prefix_len,
-                   generator=generator)
+        # no mask: query i (absolute s0 + i) sees keys 0..s0 + i (Attention: causal aligned to
+        # the lower right on a filled cache, a form CUDA's flash kernel takes with grouped heads)
+        ctx = _Ctx(rope=rope, cache=cache, z=z, prefix_len=prefix_len, generator=generator)
         h = self._hidden(tokens, ctx, logits_from)
         if not readout:
             return ModelOutput(logits=None, hidden=h, codes=ctx.codes)

@@ -120,6 +120,20 @@ def test_extend_on_a_filled_cache_equals_the_full_forward_in_float64(H):
     torch.testing.assert_close(tail, full[:1, 10:].expand(3, -1, -1), rtol=1e-12, atol=1e-12)
 
 
+def test_extend_under_bf16_autocast_with_a_float32_cache():
+    """Evaluation's case: float32 weights (so a float32 KV cache) under bf16 autocast. The
+    lower-right causal bias takes the attention call before autocast would cast q, k, v; the
+    extend still runs, and equals the full forward to bf16 rounding."""
+    m = seeded(tiny())
+    x = torch.randint(0, 97, (2, 24))
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        full = m(x).logits.float()
+        cache = m.new_cache(2, 24)
+        parts = [m.extend(x[:, a:b], cache).logits.float() for a, b in ((0, 9), (9, 24))]
+    assert cache[0].k.dtype == torch.float32
+    torch.testing.assert_close(torch.cat(parts, 1), full, rtol=2e-2, atol=2e-2)
+
+
 def _old_prefix_mask(prefix_len: torch.Tensor, T: int) -> torch.Tensor:
     """The encoder's mask before issue 45: keys < prefix_len and the diagonal, (B, 1, T, T)."""
     k = torch.arange(T)
