@@ -24,7 +24,6 @@
     full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
                                     the writing rank only (a collective under FSDP)
     load_full_weights(model, weights, mode)
-    as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
     as_tensor(x)                    the same as a plain tensor on its device (no host sync)
     compile_units(model)            torch.compile each block in place (before DDP or sharding)
 
@@ -390,11 +389,6 @@ def as_tensor(x: torch.Tensor) -> torch.Tensor:
     """A gradient norm (maybe a DTensor) as a plain tensor on its device, no host sync."""
     full = getattr(x, "full_tensor", None)
     return full() if callable(full) else x
-
-
-def as_float(x: torch.Tensor) -> float:
-    full = getattr(x, "full_tensor", None)  # a DTensor (FSDP's clip_grad_norm_)
-    return float(full() if callable(full) else x)
 
 
 # ---------------------------------------------------------------- checkpoints
