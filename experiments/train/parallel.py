@@ -7,7 +7,7 @@
                                     init, one full parameter at a time on the host
     checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
     hsdp_shape(world, replicate)    (replicas, shards) of HSDP, or None: 1-D FSDP
-    mesh_for(device, world, replicate=None)   the 1-D DeviceMesh, or the 2-D one of HSDP
+    mesh_for(device, world, replicate=None, local=None)   the 1-D DeviceMesh, or HSDP's 2-D one
     shard(model, device, world, mesh=None, bf16=None, replicate=None)   FSDP2 (HSDP on a 2-D
                                     mesh) in place (before the optimizer); returns the mesh
     describe_mesh(mesh)             the mesh in words, for the log
@@ -297,14 +297,16 @@ def hsdp_shape(world: int, replicate: int | None = None,
     return None if replicate == 1 else (replicate, world // replicate)
 
 
-def mesh_for(device: torch.device, world: int, replicate: int | None = None) -> Any:
+def mesh_for(device: torch.device, world: int, replicate: int | None = None,
+             local: int | None = None) -> Any:
     """The data-parallel DeviceMesh of `world` processes on `device`'s type: 1-D ("dp_shard"),
-    or 2-D ("dp_replicate", "dp_shard") for HSDP (`hsdp_shape(world, replicate)`; fully_shard
-    shards over the second dimension and replicates over the first). Built outside any
+    or 2-D ("dp_replicate", "dp_shard") for HSDP (`hsdp_shape(world, replicate, local)`;
+    fully_shard shards over the second dimension and replicates over the first). `local`: the
+    processes per node where torchrun does not say (a plan for a cluster). Built outside any
     FakeTensorMode (experiments/memory.py builds it before entering one)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    shape = hsdp_shape(world, replicate)
+    shape = hsdp_shape(world, replicate, local)
     if shape is None:
         return init_device_mesh(device.type, (world,), mesh_dim_names=("dp_shard",))
     return init_device_mesh(device.type, shape, mesh_dim_names=("dp_replicate", "dp_shard"))
