@@ -179,11 +179,8 @@ def load_weights(path: str | os.PathLike, device: str | torch.device = "cpu") ->
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # noqa: BLE001 - torch raises several types for foreign files
-        if "mmap" in str(e):  # a legacy (non-zip) torch file cannot be mapped: read it whole
-            payload = read_checkpoint(path, "cpu")
-        else:
-            raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
-                                  f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
+                              f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
     try:

@@ -112,12 +112,6 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in fields(cls)}
-        if "mapper_chunk_elems" in d:
-            # older checkpoints counted float32 elements; the knob never changed the maths
-            d = dict(d)
-            elems = d.pop("mapper_chunk_elems")
-            if isinstance(elems, int) and not isinstance(elems, bool):
-                d.setdefault("mapper_chunk_bytes", 4 * elems)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"ModelConfig: unknown field(s) {unknown}; known: {sorted(known)}")

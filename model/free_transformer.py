@@ -388,8 +388,11 @@ class FreeTransformer(Transformer):
 
 
 def _prefix_mask(prefix_len: torch.Tensor, T: int) -> torch.Tensor:
-    """(B, 1, T, T): every query sees keys < prefix_len (and itself, to stay finite)."""
+    """(B, 1, T, T) bool, the same row for every query (a key-padding mask, expanded without a
+    copy, so attention folds the query heads instead of meeting GQA with a mask): every query
+    sees the keys before prefix_len, which is all an encoder output that is kept reads. Outputs
+    at and after prefix_len are replaced by prior codes; a row with prefix_len 0 sees key 0
+    only so that its (replaced) outputs stay finite."""
     k = torch.arange(T, device=prefix_len.device)
-    m = k[None, None, :] < prefix_len[:, None, None]  # (B, 1, T)
-    return (m | torch.eye(T, dtype=torch.bool, device=prefix_len.device)[None])[:, None]
-
+    m = k[None, :] < prefix_len.clamp(min=1)[:, None]  # (B, T)
+    return m[:, None, None, :].expand(-1, 1, T, T)

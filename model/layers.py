@@ -5,6 +5,13 @@ Design choices:
   baseline exports to it by copying weights), SwiGLU MLP, grouped-query attention, no biases;
 - attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels on
   CUDA); the causal, no-padding training path passes `is_causal=True` and no mask;
+- a mask tensor never meets grouped-query attention (`Attention._sdpa`): CUDA's flash kernel
+  takes no mask and the memory-efficient one no grouped heads, so together they leave only
+  cuDNN's (H100 with a recent torch) or the math kernel with its float32 score tensor. A causal
+  step on a filled KV cache takes `causal_lower_right` (flash with grouped heads); a mask that
+  is the same for every query (a key-padding mask: the encoder's prefix, a decode step) folds
+  each group's query heads into the query axis of its KV head; any other mask (a left-padded
+  prompt's prefill) attends to KV heads expanded to the query heads;
 - a block takes separate query and key/value inputs, `block(x, kv_in)`, because the Free
   Transformer feeds `x + r` to the keys/values of block L/2+1 only, and its encoder block takes a
   learned query vector. For ordinary blocks `kv_in is x` and the norm is computed once;
@@ -16,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention.bias import CausalBias, causal_lower_right
 
 from .config import ModelConfig
 
@@ -91,14 +99,48 @@ class Attention(nn.Module):
         if cache is not None:
             s0 = cache.len
             k, v = cache.append(k, v)
-        # With no mask: plain causal from an empty cache; one query after s0 keys sees them all.
-        if self.causal and mask is None and s0 > 0 and Tq > 1:
-            raise ValueError("a multi-token step on a filled KV cache needs an explicit mask")
+        # With no mask, causal: from an empty cache, is_causal; a multi-token step on a filled
+        # cache holds the last Tq positions, so causal aligned to the lower right (CUDA's flash
+        # kernel applies it itself, with grouped heads); one query after s0 keys sees them all.
         is_causal = self.causal and mask is None and s0 == 0 and Tq > 1
-        # enable_gqa: KV heads are shared by groups of query heads without copying them
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                           enable_gqa=self.n_kv != self.n_heads)
-        return self.wo(y.transpose(1, 2).reshape(B, Tq, self.n_heads * self.hd))
+        if self.causal and mask is None and s0 > 0 and Tq > 1:
+            mask = _lower_right(Tq, s0 + Tq)
+        return self.wo(self._sdpa(q, k, v, mask, is_causal).transpose(1, 2)
+                       .reshape(B, Tq, self.n_heads * self.hd))
+
+    def _sdpa(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+              mask: torch.Tensor | None, is_causal: bool) -> torch.Tensor:
+        """q (B, nh, Tq, hd), k/v (B, nkv, S, hd) -> (B, nh, Tq, hd), in a form CUDA's fused
+        kernels take: a mask tensor never goes with grouped heads (module docstring)."""
+        g = self.n_heads // self.n_kv
+        dev = q.device.type
+        if isinstance(mask, CausalBias) and torch.is_autocast_enabled(dev):
+            # a CausalBias takes the call before autocast would cast q, k, v (and refuses a
+            # float32 KV cache beside bf16 queries): cast them as autocast would
+            q, k, v = (t.to(torch.get_autocast_dtype(dev)) for t in (q, k, v))
+        if mask is None or isinstance(mask, CausalBias) or g == 1:
+            # enable_gqa: KV heads are shared by groups of query heads without copying them
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                  enable_gqa=g > 1)
+        B, _, Tq, hd = q.shape
+        if mask.shape[-2] == 1 or mask.stride(-2) == 0:
+            # every query sees the same keys: query head h = j * g + i reads KV head j, so the
+            # g heads of group j become g * Tq queries of KV head j (one copy of q, none of K/V)
+            y = F.scaled_dot_product_attention(q.reshape(B, self.n_kv, g * Tq, hd), k, v,
+                                               attn_mask=mask[..., :1, :])
+            return y.view(B, self.n_heads, Tq, hd)
+        return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1),
+                                              v.repeat_interleave(g, 1), attn_mask=mask)
+
+
+def _lower_right(tq: int, s: int) -> torch.Tensor:
+    """`causal_lower_right(tq, s)`, made outside any dispatch mode: a CausalBias is a tensor
+    subclass (without data) that a mode (experiments/memory.py's fake tensors and memory
+    tracker) cannot construct; the attention call itself still runs under the modes."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes():
+        return causal_lower_right(tq, s)
 
 
 class SwiGLU(nn.Module):

@@ -21,6 +21,7 @@ readout runs over chunks of tokens whose float32 (tokens x V) buffer fits a memo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -134,6 +135,41 @@ def _compute_dtype(h: torch.Tensor, w: torch.Tensor) -> torch.dtype:
     return torch.promote_types(h.dtype, w.dtype)
 
 
+def _chunk_loss(hc: torch.Tensor, wc: torch.Tensor, tgt: torch.Tensor, kc: torch.Tensor,
+                scale: torch.Tensor, fdt: torch.dtype, need_grad: bool
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One chunk of `_ChunkedLinearCE`: hc (n, D) and wc (V, D) in the compute dtype ->
+    (the chunk's summed loss in fdt, dL/dlogits in the compute dtype or None). The logits are
+    `.float()` of the unchunked path's, in place below when no copy was made (nothing else
+    reads them). Eager everywhere but CUDA; there `compiled_chunk_loss` fuses what follows the
+    matmul (one pass over the logits for the max, one for the sum, one for the gradient)."""
+    lf = torch.mm(hc, wc.t()).to(fdt)
+    picked = lf.gather(1, tgt[:, None]).squeeze(1)
+    mx = lf.amax(-1, keepdim=True)
+    p = lf.sub_(mx).exp_()  # exp(logit - max), in place
+    se = p.sum(-1)
+    lse = mx.squeeze(1) + se.log()
+    loss = torch.where(kc, lse - picked, 0.0).sum()
+    if not need_grad:
+        return loss, None
+    # dL/dlogits = (softmax - one_hot(target)) / n on scored rows, 0 elsewhere
+    p.div_(se[:, None])
+    p.scatter_add_(1, tgt[:, None], torch.full((hc.shape[0], 1), -1.0, dtype=fdt,
+                                               device=hc.device))
+    p.mul_((kc.to(fdt) * scale)[:, None])
+    return loss, p.to(hc.dtype)
+
+
+@functools.cache
+def compiled_chunk_loss() -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
+    """`_chunk_loss` compiled (inductor, one graph per chunk length and grad mode: the last
+    chunk may be shorter). Eager, a chunk writes its float32 (tokens x V) logits and reads or
+    rewrites them about 8 times in 12 kernels; compiled, the bf16 logits are read three times
+    and the gradient written once. Values equal the eager chunk's to float rounding
+    (tests/test_model_readout.py runs the float64 equalities through it on the CPU)."""
+    return torch.compile(_chunk_loss, dynamic=False, fullgraph=True)
+
+
 class _ChunkedLinearCE(torch.autograd.Function):
     """mean_{t: target != -100} [logsumexp(h_t W^T) - (h_t W^T)[target_t]] over chunks.
 
@@ -145,11 +181,12 @@ class _ChunkedLinearCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, step: int,
-                cdt: torch.dtype) -> torch.Tensor:
+                cdt: torch.dtype, compiled: bool = False) -> torch.Tensor:
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dev = h.device
         fdt = float_dtype(cdt)
         N = h.shape[0]
+        chunk = compiled_chunk_loss() if compiled else _chunk_loss
         with torch.autocast(dev.type, enabled=False):
             keep = targets != IGNORE_INDEX
             # 1/n as a tensor (no host sync); n = 0 gives nan, as F.cross_entropy's mean does
@@ -162,22 +199,9 @@ class _ChunkedLinearCE(torch.autograd.Function):
             for s in range(0, N, step):
                 e = min(N, s + step)
                 hc = h[s:e].to(cdt)
-                lf = torch.mm(hc, wc.t()).to(fdt)  # the chunk's logits, as `.float()` of the
-                # unchunked path's (in place below when no copy was made: nothing else reads them)
-                kc = keep[s:e]
-                picked = lf.gather(1, tgt[s:e, None]).squeeze(1)
-                mx = lf.amax(-1, keepdim=True)
-                p = lf.sub_(mx).exp_()  # exp(logit - max), in place
-                se = p.sum(-1)
-                lse = mx.squeeze(1) + se.log()
-                total += torch.where(kc, lse - picked, 0.0).sum()
-                if need_h or need_w:
-                    # dL/dlogits = (softmax - one_hot(target)) / n on scored rows, 0 elsewhere
-                    p.div_(se[:, None])
-                    p.scatter_add_(1, tgt[s:e, None], torch.full((e - s, 1), -1.0, dtype=fdt,
-                                                                 device=dev))
-                    p.mul_((kc.to(fdt) * scale)[:, None])
-                    dl = p.to(cdt)
+                loss, dl = chunk(hc, wc, tgt[s:e], keep[s:e], scale, fdt, need_h or need_w)
+                total += loss
+                if dl is not None:
                     if need_h:
                         gh[s:e] = torch.mm(dl, wc).to(h.dtype)
                     if need_w:
@@ -186,7 +210,7 @@ class _ChunkedLinearCE(torch.autograd.Function):
                             torch.addmm(gw, dl.t(), hc, out=gw)
                         else:  # the chunk's product in the compute dtype, summed in float32
                             gw.add_(torch.mm(dl.t(), hc))
-                del lf, p
+                del dl
         ctx.grads = (gh, gw.to(w.dtype) if gw is not None else None)
         return total * scale
 
@@ -202,11 +226,12 @@ class _ChunkedLinearCE(torch.autograd.Function):
             gh.mul_(g.to(gh.dtype))
         if gw is not None:
             gw.mul_(g.to(gw.dtype))
-        return gh, gw, None, None, None
+        return gh, gw, None, None, None, None
 
 
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                         chunk_bytes: int = READOUT_CHUNK_BYTES) -> torch.Tensor:
+                         chunk_bytes: int = READOUT_CHUNK_BYTES,
+                         compiled: bool = False) -> torch.Tensor:
     """Mean cross-entropy in nats of `F.linear(h, weight)` against targets, over targets != -100,
     without the (N x V) logits: chunks of tokens whose float32 (tokens x V) buffer takes at most
     chunk_bytes. Equal to `F.cross_entropy(F.linear(h, weight).float(), targets)` to float
@@ -214,6 +239,8 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
 
     h (N, D), weight (V, D), targets (N,) long. Under autocast the matmuls run in autocast's
     dtype, as `F.linear` would; the loss is float32 (float64 for float64 inputs).
+    compiled: each chunk's work after its matmul runs compiled (`compiled_chunk_loss`): the
+    fused cross-entropy a CUDA run takes (`Transformer.compile_loss`); same values to rounding.
     """
     _check_chunk_bytes(chunk_bytes)
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
@@ -223,4 +250,4 @@ def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.T
         raise ValueError(f"targets must have shape {(h.shape[0],)}, got {tuple(targets.shape)}")
     cdt = _compute_dtype(h, weight)
     step = chunk_tokens(chunk_bytes, weight.shape[0], cdt)
-    return _ChunkedLinearCE.apply(h, weight, targets, step, cdt)
+    return _ChunkedLinearCE.apply(h, weight, targets, step, cdt, compiled)

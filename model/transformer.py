@@ -78,7 +78,8 @@ class _Ctx:
     mask: torch.Tensor | None = None  # (B, 1, Tq, S) bool, None = plain causal
     cache: list[KVCache] | None = None
     z: object = None  # "posterior" | "prior" | LongTensor (B, Tq)
-    enc_mask: torch.Tensor | None = None  # (B, 1, Tq, Tq) bool for the encoder, None = all
+    enc_mask: torch.Tensor | None = None  # (B, 1, Tq, Tq) bool for the encoder, None = all;
+    # a key-padding mask (the same row for every query, expanded) so no tensor meets GQA
     prefix_len: torch.Tensor | None = None  # (B,) encoder sees only tokens before this
     generator: torch.Generator | None = None
     codes: torch.Tensor | None = None
@@ -100,6 +101,7 @@ class Transformer(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         self._readout_chunk_bytes = READOUT_CHUNK_BYTES
         self._chunked_loss = False
+        self._compile_loss = False
         self.reset_parameters()
 
     # ------------------------------------------------------------------ memory knobs
@@ -131,6 +133,20 @@ class Transformer(nn.Module):
         if not isinstance(value, bool):
             raise ValueError(f"chunked_loss={value!r} must be true or false")
         self._chunked_loss = value
+
+    @property
+    def compile_loss(self) -> bool:
+        """On CUDA, the chunked training loss runs each chunk's work after its matmul compiled
+        (`model.readout.compiled_chunk_loss`: one fused pass where eager writes a float32 logits
+        chunk and rewrites it in a dozen kernels). Off by default; `compile_units`
+        (train.compile) turns it on. Elsewhere the chunks stay eager: CPU values are unchanged."""
+        return self._compile_loss
+
+    @compile_loss.setter
+    def compile_loss(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"compile_loss={value!r} must be true or false")
+        self._compile_loss = value
 
     # ------------------------------------------------------------------ init
     def reset_parameters(self) -> None:
@@ -224,7 +240,8 @@ class Transformer(nn.Module):
             out.ce = -out.scores.logprob.sum() / n  # the mean over scored targets, as below
         elif chunked:
             out.ce = linear_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten(),
-                                          self._readout_chunk_bytes)
+                                          self._readout_chunk_bytes,
+                                          compiled=self._compile_loss and h.is_cuda)
         else:
             # at least float32 (bf16 logits under autocast), float64 for a float64 model
             out.ce = F.cross_entropy(logits.flatten(0, 1).to(float_dtype(logits.dtype)),
@@ -345,9 +362,9 @@ class Transformer(nn.Module):
         if not 0 <= logits_from < T:
             raise ValueError(f"logits_from={logits_from} must be in [0, {T})")
         rope = self.rope_cos[s0:s0 + T, None, :], self.rope_sin[s0:s0 + T, None, :]
-        mask = None if s0 == 0 or T == 1 else _causal_mask(s0, T, self.device)[None, None]
-        ctx = _Ctx(rope=rope, mask=mask, cache=cache, z=z, prefix_len=prefix_len,
-                   generator=generator)
+        # no mask: query i (absolute s0 + i) sees keys 0..s0 + i (Attention: causal aligned to
+        # the lower right on a filled cache, a form CUDA's flash kernel takes with grouped heads)
+        ctx = _Ctx(rope=rope, cache=cache, z=z, prefix_len=prefix_len, generator=generator)
         h = self._hidden(tokens, ctx, logits_from)
         if not readout:
             return ModelOutput(logits=None, hidden=h, codes=ctx.codes)
@@ -444,20 +461,16 @@ class Transformer(nn.Module):
         if padded and isinstance(z_prompt, torch.Tensor):
             raise ValueError("pinning prompt codes needs prompts of equal length")
 
-        def mask_for(s0: int, tq: int) -> torch.Tensor | None:
-            if not padded:
-                return None if s0 == 0 or tq == 1 else _causal_mask(s0, tq, dev)[None, None]
-            q = t_idx[s0:s0 + tq, None]
-            k = t_idx[None, :s0 + tq]
-            m = valid[:, None, :s0 + tq] & (k <= q)[None]
-            return (m | (k == q)[None])[:, None]  # the diagonal keeps pad rows finite
-
-        cache = self.new_cache(B, total)
-        enc_mask = None
+        mask = enc_mask = None  # unpadded: the prefill is plain causal, the encoder sees all
         if padded:
-            km = valid[:, None, :P]
-            enc_mask = (km | torch.eye(P, dtype=torch.bool, device=dev)[None])[:, None]
-        ctx = _Ctx(rope=self._rope(pos[:, :P], P), mask=mask_for(0, P), cache=cache,
+            q, k = t_idx[:P, None], t_idx[None, :P]
+            mask = ((valid[:, None, :P] & (k <= q)[None])  # the diagonal keeps pad rows finite
+                    | (k == q)[None])[:, None]
+            # every query of the encoder sees the row's real keys (pad queries too: their codes
+            # are dropped); the same row for every query, expanded without a copy
+            enc_mask = valid[:, None, None, :P].expand(B, 1, P, P)
+        cache = self.new_cache(B, total)
+        ctx = _Ctx(rope=self._rope(pos[:, :P], P), mask=mask, cache=cache,
                    z="posterior" if z_prompt is None else z_prompt, enc_mask=enc_mask,
                    generator=generator)
         logits = self._run(toks, ctx, P - 1)[:, -1]
@@ -526,13 +539,6 @@ class Transformer(nn.Module):
             code_rows = [pc[b][P - len(r):] + new_codes[b][:len(out[b])]
                          for b, r in enumerate(rows)]
         return Generation(tokens=out, codes=code_rows, stopped=stopped)
-
-
-def _causal_mask(s0: int, tq: int, device: torch.device) -> torch.Tensor:
-    """(tq, s0+tq) bool: query i (absolute s0+i) sees keys 0..s0+i."""
-    k = torch.arange(s0 + tq, device=device)
-    q = torch.arange(s0, s0 + tq, device=device)
-    return k[None, :] <= q[:, None]
 
 
 def count_parameters(model: nn.Module) -> int:

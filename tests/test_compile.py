@@ -9,6 +9,8 @@ before DDP wraps or FSDP2 shards the model, for every parallelism. Checked here:
 
 - 2 FSDP2 processes (gloo) with compiled blocks train as one eager process; the DDP one is
   tests/test_train_loop.py::test_ddp_with_compiled_blocks_trains_as_one_eager_process.
+- the graph count and no graph break under DDP and FSDP2, with and without activation
+  checkpointing (one gloo process, AOTAutograd without inductor: cheap).
 
 Inductor on a CPU needs a C++ compiler and about a minute per cold compile: the compiling tests
 are slow-tier, and share one inductor cache per test session.
@@ -167,3 +169,53 @@ def test_fsdp_with_compiled_blocks_trains_as_one_eager_process(tmp_path, inducto
     wb = torch.load(two / "checkpoints" / "final.pt", weights_only=True)["model"]
     assert list(wa) == list(wb)
     assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-3
+
+
+@pytest.fixture
+def one_gloo_process():
+    """A gloo process group of one in this process (DDP and FSDP2 need a group; at world 1
+    their hooks are the code that runs at any world, the collectives aside)."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+@pytest.mark.parametrize("ac", [False, True], ids=["", "act-ckpt"])
+def test_graph_count_and_no_graph_break_under_ddp_and_fsdp2(monkeypatch, one_gloo_process,
+                                                           mode, ac):
+    """The trainer's order (meta build, activation checkpointing, compile_units, DDP or FSDP2,
+    materialise) for the Free Transformer, two accumulated micro-batches and a validation
+    forward: three graphs for training (the plain block, the block whose keys/values get Z,
+    the encoder block), two more without gradient for validation (the plain and the Z
+    block: the encoder does not run under the prior), and no graph break, under DDP and FSDP2,
+    with and without activation checkpointing. AOTAutograd without inductor (aot_eager): the
+    graphs and breaks are dynamo's and AOT's, and a minute of C++ compiles is spared."""
+    from torch._dynamo.utils import counters
+
+    real = torch.nn.Module.compile
+    monkeypatch.setattr(torch.nn.Module, "compile",
+                        lambda self, *a, **k: real(self, *a, **{"backend": "aot_eager", **k}))
+    torch._dynamo.reset()
+    counters.clear()
+    model, init = par.build_on_meta(_tiny(4))
+    if ac:
+        par.checkpoint_blocks(model)
+    par.compile_units(model)
+    if mode == "fsdp":
+        par.shard(model, torch.device("cpu"), 1)
+    torch.manual_seed(0)
+    par.materialize(model, init, torch.device("cpu"))
+    fwd = par.ddp(model, torch.device("cpu")) if mode == "ddp" else model
+    x = torch.randint(0, 97, (2, 16))
+    for a in range(2):
+        with par.accumulate(fwd, mode, last=a == 1):
+            fwd(x, targets=x, generator=torch.Generator().manual_seed(a)).loss.backward()
+    assert counters["stats"]["unique_graphs"] == 3, dict(counters["stats"])
+    with torch.no_grad():
+        fwd.eval()(x, targets=x)
+    assert counters["stats"]["unique_graphs"] == 5, dict(counters["stats"])
+    assert not counters["graph_break"], dict(counters["graph_break"])

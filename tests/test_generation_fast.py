@@ -15,7 +15,14 @@ import pytest
 import torch
 
 from model import ModelConfig, build_model
-from model.transformer import Generation, _causal_mask, _Ctx
+from model.transformer import Generation, _Ctx
+
+
+def _causal_mask(s0: int, tq: int, device: torch.device) -> torch.Tensor:
+    """(tq, s0+tq) bool: query i (absolute s0+i) sees keys 0..s0+i (the old loop's mask)."""
+    k = torch.arange(s0 + tq, device=device)
+    q = torch.arange(s0, s0 + tq, device=device)
+    return k[None, :] <= q[:, None]
 
 
 def tiny(**kw) -> ModelConfig:

@@ -221,15 +221,11 @@ def test_mapper_chunk_is_a_memory_budget():
     assert ModelConfig().mapper_chunk_bytes == 128 << 20
 
 
-def test_mapper_chunk_bytes_is_not_semantic_and_old_field_loads():
+def test_mapper_chunk_bytes_is_not_semantic():
     cfg = tiny(latent_bits=3)
     assert cfg.replace(mapper_chunk_bytes=1 << 20) == cfg  # a memory knob, not the model
     with pytest.raises(ValueError, match="ModelConfig.mapper_chunk_bytes="):
         tiny(mapper_chunk_bytes=0)
-    # checkpoints written before the budget was in bytes counted float32 elements
-    old = {k: v for k, v in cfg.to_dict().items() if k != "mapper_chunk_bytes"}
-    ld = ModelConfig.from_dict({**old, "mapper_chunk_elems": 1 << 23})
-    assert ld == cfg and ld.mapper_chunk_bytes == 32 << 20
 
 
 def test_sample_codes_bit_order_and_rates():

@@ -448,3 +448,56 @@ def test_real_validation_at_the_paper_shape_fits_in_an_address_space_limit(tmp_p
     assert r.returncode == 0, r.stderr[-2000:]
     rss = int(r.stdout.split("peak_rss_mib")[1])
     assert rss < 2048, rss
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
+def test_the_compiled_chunk_equals_the_eager_one(tmp_path, monkeypatch):
+    """The fused cross-entropy CUDA runs take (`compiled=True`: each chunk's work after its
+    matmul compiled by inductor), here on the CPU: float64 values and gradients against
+    F.cross_entropy as the eager chunks' (a shorter last chunk, ignored targets, a gradient for
+    one input only, none), and under bf16 autocast the eager chunks' values to rounding."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch.manual_seed(0)
+    h = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 30, (50,))
+    t[::4] = -100
+    ref = F.cross_entropy(F.linear(h, w), t)
+    got = linear_cross_entropy(h, w, t, chunk_bytes=7 * 30 * 8, compiled=True)
+    torch.testing.assert_close(got, ref, rtol=1e-13, atol=1e-13)
+    for a, b in zip(torch.autograd.grad(got, (h, w)), torch.autograd.grad(ref, (h, w)),
+                    strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    # the same chunk (7 tokens, the last 1) throughout: each new length or dtype compiles again
+    c = 7 * 30 * 8
+    gw = torch.autograd.grad(linear_cross_entropy(h.detach(), w, t, c, compiled=True), w)[0]
+    torch.testing.assert_close(gw, torch.autograd.grad(F.cross_entropy(F.linear(h.detach(), w),
+                                                                       t), w)[0])
+    with torch.no_grad():
+        torch.testing.assert_close(linear_cross_entropy(h, w, t, c, compiled=True),
+                                   ref.detach())
+    h32, w32 = (x.detach().float().requires_grad_() for x in (h, w))
+    res = []
+    for compiled in (False, True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = linear_cross_entropy(h32, w32, t, 7 * 30 * 4, compiled=compiled)
+        res.append((loss.detach(), *torch.autograd.grad(loss, (h32, w32))))
+    assert res[1][0].dtype == torch.float32
+    for a, b in zip(res[1], res[0], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_compile_loss_is_a_cuda_knob_that_leaves_the_cpu_eager(monkeypatch):
+    """`compile_loss` (set by parallel.compile_units) compiles the chunks on CUDA only: on the
+    CPU the chunked loss takes the eager chunks, so CPU numbers do not move."""
+    import model.readout as ro
+
+    m = seeded(tiny(latent_bits=4))
+    m.chunked_loss = True
+    m.compile_loss = True
+    monkeypatch.setattr(ro, "compiled_chunk_loss", lambda: pytest.fail("compiled on the CPU"))
+    x, y = batch()
+    m(x, targets=y, generator=torch.Generator().manual_seed(1)).loss.backward()
+    with pytest.raises(ValueError, match="compile_loss"):
+        m.compile_loss = 1

@@ -6,8 +6,11 @@
     materialize(model, recipe, device)   parameters (FSDP2: this rank's shards) with today's
                                     init, one full parameter at a time on the host
     checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
-    mesh_for(device, world)         the 1-D DeviceMesh
-    shard(model, device, world, mesh=None, bf16=None)   FSDP2 in place (before the optimizer)
+    hsdp_shape(world, replicate)    (replicas, shards) of HSDP, or None: 1-D FSDP
+    mesh_for(device, world, replicate=None, local=None)   the 1-D DeviceMesh, or HSDP's 2-D one
+    shard(model, device, world, mesh=None, bf16=None, replicate=None)   FSDP2 (HSDP on a 2-D
+                                    mesh) in place (before the optimizer); returns the mesh
+    describe_mesh(mesh)             the mesh in words, for the log
     ddp(fwd, device)                DistributedDataParallel
     accumulate(fwd, mode, last)     context: DDP syncs on a step's last micro-batch, FSDP2
                                     reduce-scatters every one (FSDP_REDUCE_EVERY_MICRO_BATCH)
@@ -21,7 +24,6 @@
     full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
                                     the writing rank only (a collective under FSDP)
     load_full_weights(model, weights, mode)
-    as_float(x)                     a gradient norm (maybe a DTensor) as a Python float
     as_tensor(x)                    the same as a plain tensor on its device (no host sync)
     compile_units(model)            torch.compile each block in place (before DDP or sharding)
 
@@ -31,9 +33,11 @@ transformer block and the Free Transformer's encoder block is compiled in place
 FSDP2's all-gather / reduce-scatter hooks stay outside the graphs and fire per block as its
 backward finishes (the all-reduces and reduce-scatters overlap the rest of the backward). What
 lies between the blocks (embedding, the latent path with the binary mapper's custom autograd
-function, the chunked readout) runs eager. The blocks share one code object, so one graph (per
-input shape and grad mode) serves them all. tests/test_compile.py: compiled runs train as
-eager ones (both arms, one process and 2-process DDP), parameter names unchanged.
+function, the chunked readout) runs eager, but for the chunked loss's per-chunk work on CUDA
+(`Transformer.compile_loss`, one fused pass over each chunk's logits). The blocks share one
+code object, so one graph (per input shape and grad mode) serves them all.
+tests/test_compile.py: compiled runs train as eager ones (both arms, one process and 2-process
+DDP), parameter names unchanged.
 
 FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
 Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
@@ -42,6 +46,16 @@ Free Transformer reads `post_sampler.weight` directly (the binary mapper's custo
 function gathers its columns) instead of calling the Linear, so a unit of its own would never be
 unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
 a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
+
+Across nodes FSDP2 becomes HSDP (`hsdp_shape`, `mesh_for`): a 2-D mesh ("dp_replicate",
+"dp_shard") that shards within a node and replicates across nodes, as torchtitan does, chosen
+when torchrun's LOCAL_WORLD_SIZE is below WORLD_SIZE (or by an explicit replica count). Each
+micro-batch all-gathers and reduce-scatters on the node's own links; the all-reduce between
+the replicas (the only traffic across nodes) runs once per step (`accumulate`). A rank then
+holds 1/(processes per node) of the weights, gradients and AdamW state instead of 1/world.
+Checkpoints are the same DCP shards (each replicated shard written once) and resume at any
+world, HSDP or not (tests/test_hsdp.py: 2 nodes x 2 gloo processes equal one process, and
+resume at world 3).
 
 No rank builds the whole fp32 model in host memory: the trainer builds it on the meta device
 (`build_on_meta`), checkpoints, compiles and shards it there, and `materialize` allocates the
@@ -61,6 +75,7 @@ by index ("ids") otherwise; either still loads under either mode (`gather_state`
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -259,24 +274,54 @@ def checkpoint_blocks(model: nn.Module) -> None:
         checkpoint(m)
 
 
-def mesh_for(device: torch.device, world: int) -> Any:
-    """The 1-D data-parallel DeviceMesh of `world` processes on `device`'s type. Built outside
-    any FakeTensorMode (experiments/memory.py builds it before entering one)."""
+def hsdp_shape(world: int, replicate: int | None = None,
+               local: int | None = None) -> tuple[int, int] | None:
+    """(replicas, shards) of the 2-D HSDP mesh, or None for 1-D FSDP over the world.
+
+    replicate=None: automatic. A world that spans several nodes (torchrun's LOCAL_WORLD_SIZE,
+    `local`, below WORLD_SIZE and dividing it) with several processes per node shards within a
+    node and replicates across nodes (torchtitan's HSDP): the per-micro-batch all-gathers and
+    reduce-scatters stay on the node's links and only a gradient all-reduce per step crosses
+    nodes (`accumulate`). One process per node keeps 1-D FSDP (a shard group of one would hold
+    the whole model). replicate=r: r groups of world/r processes (r=1: 1-D FSDP)."""
+    if replicate is None:
+        if local is None:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        if 1 < local < world and world % local == 0:
+            return world // local, local
+        return None
+    if (not isinstance(replicate, int) or isinstance(replicate, bool) or replicate < 1
+            or world % replicate):
+        raise ValueError(f"HSDP replicas={replicate!r} must be a positive integer that divides "
+                         f"the world size {world}")
+    return None if replicate == 1 else (replicate, world // replicate)
+
+
+def mesh_for(device: torch.device, world: int, replicate: int | None = None,
+             local: int | None = None) -> Any:
+    """The data-parallel DeviceMesh of `world` processes on `device`'s type: 1-D ("dp_shard"),
+    or 2-D ("dp_replicate", "dp_shard") for HSDP (`hsdp_shape(world, replicate, local)`;
+    fully_shard shards over the second dimension and replicates over the first). `local`: the
+    processes per node where torchrun does not say (a plan for a cluster). Built outside any
+    FakeTensorMode (experiments/memory.py builds it before entering one)."""
     from torch.distributed.device_mesh import init_device_mesh
 
-    return init_device_mesh(device.type, (world,))
+    shape = hsdp_shape(world, replicate, local)
+    if shape is None:
+        return init_device_mesh(device.type, (world,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device.type, shape, mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
 def shard(model: nn.Module, device: torch.device, world: int, *, mesh: Any = None,
-          bf16: bool | None = None) -> None:
+          bf16: bool | None = None, replicate: int | None = None) -> Any:
     """FSDP2 in place: a unit per block and for the encoder block, the root for the rest.
     The parameters become sharded DTensors: build the optimizer after this call. `mesh`:
-    `mesh_for(device, world)` unless given; `bf16`: bf16 all-gathers and compute with fp32
-    gradient reduction (default: on CUDA only; the memory measurement sets it to model a GPU
-    on fake CPU tensors)."""
+    `mesh_for(device, world, replicate)` unless given (a 2-D mesh is HSDP); `bf16`: bf16
+    all-gathers and compute with fp32 gradient reduction (default: on CUDA only; the memory
+    measurement sets it to model a GPU on fake CPU tensors). Returns the mesh."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = mesh_for(device, world) if mesh is None else mesh
+    mesh = mesh_for(device, world, replicate) if mesh is None else mesh
     if bf16 is None:
         bf16 = device.type == "cuda"
     # bf16 compute and all-gathers on GPUs, gradients reduced in fp32; CPU stays fp32
@@ -285,6 +330,14 @@ def shard(model: nn.Module, device: torch.device, world: int, *, mesh: Any = Non
     for m in _units(model):
         fully_shard(m, mesh=mesh, mp_policy=mp)
     fully_shard(model, mesh=mesh, mp_policy=mp)
+    return mesh
+
+
+def describe_mesh(mesh: Any) -> str:
+    """'HSDP: 2 replicas x 4 shards' for a 2-D mesh, 'FSDP over 8' for a 1-D one (a log line)."""
+    if mesh.ndim == 2:
+        return f"HSDP: {mesh.shape[0]} replicas x {mesh.shape[1]} shards"
+    return f"FSDP over {mesh.size()}"
 
 
 def ddp(fwd: nn.Module, device: torch.device) -> nn.Module:
@@ -307,13 +360,17 @@ reduce-scatter per micro-batch instead of per step; the sums are the same up to 
 @contextlib.contextmanager
 def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
     """DDP: all-reduce gradients on the last micro-batch of a step only (its gradients are full
-    anyway). FSDP: reduce-scatter after every micro-batch (FSDP_REDUCE_EVERY_MICRO_BATCH)."""
+    anyway). FSDP: reduce-scatter after every micro-batch (FSDP_REDUCE_EVERY_MICRO_BATCH); under
+    HSDP the all-reduce across replicas (across nodes) runs on the last micro-batch only, the
+    reduce-scattered shards summing locally until then, as torchtitan does."""
     if mode == "ddp" and not last:
         with fwd.no_sync():  # type: ignore[operator]
             yield
     elif mode == "fsdp":
-        fwd.set_requires_gradient_sync(  # type: ignore[operator]
-            last or FSDP_REDUCE_EVERY_MICRO_BATCH)
+        sync = last or FSDP_REDUCE_EVERY_MICRO_BATCH
+        fwd.set_requires_gradient_sync(sync)  # type: ignore[operator]
+        if sync and not last:  # (1-D FSDP has no all-reduce: the call changes nothing there)
+            fwd.set_requires_all_reduce(False)  # type: ignore[operator]
         yield
     else:
         yield
@@ -321,21 +378,19 @@ def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
 
 def compile_units(model: nn.Module) -> None:
     """torch.compile each block and the encoder block in place (`Module.compile`: parameter and
-    state-dict names unchanged). Call it before `ddp` or `shard` (and after
+    state-dict names unchanged), and on CUDA the chunked loss's per-chunk work
+    (`Transformer.compile_loss`). Call it before `ddp` or `shard` (and after
     `checkpoint_blocks`): the data-parallel hooks then stay outside the compiled graphs."""
     for m in _units(model):
         m.compile()
+    if hasattr(model, "compile_loss"):
+        model.compile_loss = True
 
 
 def as_tensor(x: torch.Tensor) -> torch.Tensor:
     """A gradient norm (maybe a DTensor) as a plain tensor on its device, no host sync."""
     full = getattr(x, "full_tensor", None)
     return full() if callable(full) else x
-
-
-def as_float(x: torch.Tensor) -> float:
-    full = getattr(x, "full_tensor", None)  # a DTensor (FSDP's clip_grad_norm_)
-    return float(full() if callable(full) else x)
 
 
 # ---------------------------------------------------------------- checkpoints
