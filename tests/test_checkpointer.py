@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.errors import UsageError
 from experiments.train.checkpointer import Checkpointer, TrainState, finished, truncate_metrics
-from experiments.train.config import ConfigError, compose
+from experiments.train.config import compose
 from experiments.train.plan import plan, run_dir
 from experiments.train.trainer import lr_factor, param_groups
 from model import build_model
@@ -179,7 +180,7 @@ def test_a_state_from_another_data_position_is_bad_input(tmp_path):
     found = ck.newest()
     assert found is not None
     found[0]["extra"]["data"]["samples"] = 999
-    with pytest.raises(ConfigError, match=r"step_2\.pt: data position does not match"):
+    with pytest.raises(UsageError, match=r"step_2\.pt: data position does not match"):
         ck.resume(found, state)
 
 

@@ -22,15 +22,12 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from common.errors import UsageError
 from common.io import atomic_write_text, unwritable
 from common.paths import cache_dir
 
 EOS = "<|endoftext|>"
 _CACHE_VERSION = "bpe-v1"  # bump when the training recipe changes, so old caches are not reused
-
-
-class CacheError(ValueError):
-    """The tokenizer cache cannot be written (one line naming the directory)."""
 
 
 def default_cache_dir() -> Path:
@@ -63,7 +60,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *,
     if path.is_file():
         return Tokenizer.from_file(str(path))
     if (why := unwritable(path.parent)) is not None:  # before the training, not a traceback after
-        raise CacheError(f"tokenizer cache {path.parent}: {why}; set FTBENCH_CACHE (or "
+        raise UsageError(f"tokenizer cache {path.parent}: {why}; set FTBENCH_CACHE (or "
                          "FTBENCH_RESULTS) to a writable directory")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -62,7 +62,6 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -170,12 +169,6 @@ def text_stop(until: Sequence[str],
         return not any(s.startswith(text[p:]) for s in subs
                        for p in range(max(0, n - len(s) + 1), min(first, n)))
     return check
-
-
-def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """`RunDir.at(path).checkpoint()`: kept only for bench/full_eval.py until it takes a
-    RunDir (the one resolver is common.paths.RunDir)."""
-    return RunDir.at(path).checkpoint()
 
 
 def _bool(v: Any) -> bool:

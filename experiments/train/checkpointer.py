@@ -41,6 +41,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common.errors import UsageError
 from common.io import atomic_write_text
 from common.paths import RunDir
 from model.checkpoint import (
@@ -52,7 +53,7 @@ from model.checkpoint import (
 )
 
 from . import parallel as par
-from .config import ConfigError, TrainConfig
+from .config import TrainConfig
 from .plan import RunPlan
 
 EXPORT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -248,7 +249,7 @@ class Checkpointer:
         """Restore the model's weights and `state` from `found` (`newest()`), after sharding
         and after the optimizer is built: sharded checkpoints of any world size, or an old
         single file. Cut metrics.jsonl back to that checkpoint; with nothing found, start the
-        metrics afresh. Every rank calls it. ConfigError: the checkpoint does not fit this run."""
+        metrics afresh. Every rank calls it. UsageError: the checkpoint does not fit this run."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
@@ -260,7 +261,7 @@ class Checkpointer:
                     par.load_full_weights(model, payload["model"], state.mode)
                 state.load_state_dict(payload["extra"], model, state.mode)
             except (ValueError, RuntimeError, KeyError) as e:
-                raise ConfigError(f"{path}: {e}") from None
+                raise UsageError(f"{path}: {e}") from None
             if self.main:  # before the log line: a reader seeing it sees the cut file
                 truncate_metrics(self.metrics_path, state.step, state.val_done)
             self.log(f"resumed from {path.name} (step {state.step}/{self.steps}"
