@@ -62,7 +62,7 @@ def test_rotation_keeps_the_newest_and_the_eval_steps_and_final(tmp_path):
                       "logging.keep_eval_checkpoints=3")
     (ck.ckdir / "notes.txt").write_text("not a checkpoint")
     (ck.ckdir / "step_3.pt.tmp").write_text("a temporary")
-    assert ck.eval_steps() == {4, 7, 10}
+    assert ck.eval_steps == {4, 7, 10}
     for step in range(1, 11):
         assert ck.maybe_save(step, state, val_done=False) == ck.ckdir / f"step_{step}.pt"
         ck.wait()  # asynchronous: complete (its marker written) once wait() returns

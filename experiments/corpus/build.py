@@ -39,7 +39,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from common.errors import UsageError
-from common.io import atomic_write, atomic_write_json, atomic_write_text, flocked, sha256_file
+from common.io import (
+    atomic_write,
+    atomic_write_json,
+    atomic_write_text,
+    flocked,
+    sha256_file,
+    unwritable,
+)
 
 from .sources import (
     Doc,
@@ -79,7 +86,7 @@ def dtype_for(vocab_size: int) -> np.dtype:
 
 def request_of(dcfg: DataConfig, vocab_size: int | None) -> dict[str, Any]:
     """What decides the corpus' bytes (the plan of an existing build must match it)."""
-    d = {k: _plain(v) for k, v in asdict(dcfg).items()
+    d = {k: v for k, v in json.loads(json.dumps(asdict(dcfg))).items()  # choices as strings
          if k not in ("corpus", "max_epochs", "val_tokens")}
     for src in d.get("hf_sources") or []:
         # a cap on the passes decides only whether the build completes, not its bytes: a
@@ -94,16 +101,6 @@ def request_of(dcfg: DataConfig, vocab_size: int | None) -> dict[str, Any]:
     return {"format": FORMAT, "data": d,
             "tokenizer": {"file_sha256": sha256_file(tok), "path": str(tok)} if tok
             else {"train_vocab_size": vocab_size}}
-
-
-def _plain(v: Any) -> Any:
-    if hasattr(v, "value") and not isinstance(v, (str, int, float)):
-        return v.value
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
 
 
 # ---------------------------------------------------------------- units
@@ -460,16 +457,6 @@ def _bar(progress: bool, total: int | None, desc: str) -> Any:
                 dynamic_ncols=True, file=sys.stderr)
 
 
-def _check_writable(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise UsageError(f"corpus output {str(out)!r} is not writable ({e.strerror})") from None
-
-
 def read_manifest(out: str | os.PathLike) -> dict[str, Any] | None:
     p = Path(out) / MANIFEST
     return json.loads(p.read_text()) if p.is_file() else None
@@ -499,8 +486,10 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
             raise UsageError(f"{outp} holds another corpus (built from a different request); "
                             "give a new output directory")
         return man
+    if (bad := unwritable(outp)) is not None:
+        raise UsageError(f"corpus output {str(outp)!r}: {bad}")
     created = not outp.exists()
-    _check_writable(outp)
+    outp.mkdir(parents=True, exist_ok=True)
     try:
         with flocked(outp / LOCK):  # one builder per directory; a killed one leaves no lock
             return _build_locked(dcfg, outp, req, vocab_size=vocab_size, workers=workers,

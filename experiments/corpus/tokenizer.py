@@ -37,11 +37,11 @@ def default_cache_dir() -> Path:
 
 def corpus_checksum(texts: Iterable[str]) -> str:
     """sha256 over the documents, each length-prefixed so boundaries count."""
+    from .sources import corpus_checksum_update
+
     h = hashlib.sha256()
     for t in texts:
-        b = t.encode("utf-8", errors="surrogatepass")
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
+        corpus_checksum_update(h, t)
     return h.hexdigest()
 
 

@@ -93,13 +93,6 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
     return hf
 
 
-def _check_out(out: Path) -> None:
-    """UsageError unless out is (or can be made) a writable directory: before any work."""
-    if (bad := unwritable(out)) is not None:
-        raise UsageError(f"OUT={out}: {bad}" + ("; give a directory" if bad.reason == "is a file"
-                                                 else ""))
-
-
 def _umask_files(out: Path) -> None:
     """Give the written files the mode the umask allows (some writers use 0600 temp files)."""
     mask = os.umask(0)
@@ -115,7 +108,8 @@ def export(ckpt: RunDir | str | os.PathLike, out_dir: str | os.PathLike) -> Path
     from transformers import PreTrainedTokenizerFast
 
     out = Path(out_dir)
-    _check_out(out)
+    if (bad := unwritable(out)) is not None:  # before any work
+        raise UsageError(f"OUT={out}: {bad}")
     run = ckpt if isinstance(ckpt, RunDir) else RunDir.at(ckpt)
     ck = load_checkpoint(run.checkpoint())
     cfg, ref = ck.config, ck.tokenizer

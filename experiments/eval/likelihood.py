@@ -254,18 +254,13 @@ def _corpus_info(rec: RunRecord) -> dict[str, Any]:
 def run_corpus(run: RunDir, rec: RunRecord | None = None) -> Any:
     """The run's corpus rebuilt from its run record (same data section -> same val rows);
     `rec`: the record, when the caller read it already."""
-    from dataclasses import fields
-
-    from omegaconf import OmegaConf
-
     from common.paths import cache_dir
-    from experiments.corpus.config import DataConfig
+    from experiments.corpus.config import DataConfig, data_config
     from experiments.train.data import build_corpus
 
     rec = rec if rec is not None else run.record()
-    names = {f.name for f in fields(DataConfig)}
-    data = {k: v for k, v in rec.data.items() if k in names}
-    dcfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), data))
+    dcfg = data_config({k: v for k, v in rec.data.items() if k in DataConfig.__dataclass_fields__},
+                       str(run.record_path))
     return build_corpus(dcfg, vocab_size=int(rec.model["vocab_size"]),
                         seq_len=int(rec.train.get("seq_len", 256)),
                         seed=int(rec.train.get("seed", 0)), cache_dir=cache_dir(run.root))

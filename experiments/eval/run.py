@@ -52,7 +52,7 @@ from common.errors import ArgParser, UsageError, cli, positive_int
 from common.io import atomic_write_json, unwritable
 from common.paths import RunDir
 from common.provenance import git_commit, versions
-from common.records import (  # noqa: F401 - spec_id, suite_file: importers
+from common.records import (  # noqa: F401 - spec_id: sweeps/backend.py and probe.py import it here
     SCHEMAS,
     Z_MODES,
     EvalFile,
@@ -61,7 +61,6 @@ from common.records import (  # noqa: F401 - spec_id, suite_file: importers
     EvalSpec,
     RecordError,
     spec_id,
-    suite_file,
     suites_of,
 )
 from common.text import one_line
@@ -488,13 +487,9 @@ def native_dir(eval_file: Path) -> Path:
 def check_writable(d: Path) -> None:
     """UsageError unless d is (or can be made) a writable directory; run before any work,
     so a bad output directory costs nothing and leaves nothing behind."""
-    p = Path(d).absolute()
-    bad = unwritable(p)
-    if bad is not None and bad.reason == "is a file":
-        what = "is a file" if bad.blocker == p else f"cannot be created: {bad}"
-        raise UsageError(f"output directory {p} {what}; give --out-dir a directory")
-    if bad is not None:
-        raise UsageError(f"output directory {p}: {bad}; give --out-dir a writable directory")
+    if (bad := unwritable(d)) is not None:
+        raise UsageError(f"output directory {Path(d).absolute()}: {bad}; give --out-dir a "
+                         "writable directory")
 
 
 def resolve_device(device: str | None) -> str:

@@ -295,21 +295,13 @@ def _run_lock(rd: Path) -> Iterator[None]:
         yield
 
 
-def _from_rank0(msg: str | None, n_world: int, device: torch.device) -> str | None:
-    """Rank 0's `msg` (a refusal, or None) on every rank: its UTF-8 bytes broadcast on the
-    training device (NCCL has no CPU tensors)."""
-    if n_world <= 1:
-        return msg
-    data = (msg or "").encode()
-    n = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    dist.broadcast(n, src=0)
-    if int(n) == 0:
-        return None
-    buf = torch.zeros(int(n), dtype=torch.uint8, device=device)
-    if data:
-        buf.copy_(torch.tensor(list(data), dtype=torch.uint8))
-    dist.broadcast(buf, src=0)
-    return bytes(buf.cpu().tolist()).decode()
+def _from_rank0(msg: str | None, n_world: int) -> str | None:
+    """Rank 0's `msg` (a refusal, or None) on every rank (torch's object broadcast: over gloo,
+    which the process group has on GPUs too)."""
+    box = [msg]
+    if n_world > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 @contextlib.contextmanager
@@ -811,7 +803,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
         stack.enter_context(_process_group(device, n_world))
         # room for the run's checkpoints, before anything is written (a corpus build included):
         # rank 0 decides, so every rank exits alike
-        refusal = _from_rank0(start_refusal(cfg, p, rd) if main else None, n_world, device)
+        refusal = _from_rank0(start_refusal(cfg, p, rd) if main else None, n_world)
         if refusal is not None:
             raise UsageError(refusal)
         corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
