@@ -22,13 +22,12 @@ class Choice(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
 
+    @staticmethod
+    def _generate_next_value_(name: str, start: int, count: int, last: list[Any]) -> str:
+        return name  # Choice("X", "a b"): members valued by their names
 
-class DataSource(Choice):
-    stdlib = "stdlib"
-    files = "files"
-    hf = "hf"
-    synthetic = "synthetic"
-    random = "random"
+
+DataSource = Choice("DataSource", "stdlib files hf synthetic random", module=__name__)
 
 
 DATA_SOURCES = tuple(DataSource)

@@ -6,24 +6,17 @@ Design choices:
   stock task names and their prompts, few-shot defaults and metrics are used as they are.
   Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
   the files are checked against the pinned sha256 sums (`experiments.eval.tasks.benchdata`);
-- Free Transformer modes (docs/DESIGN.md, "Honest evaluation"): `prior` (default; one draw of
-  Z, seed recorded), `prior-k` (likelihood averaged over k draws, spread reported),
-  `posterior` (leaks; the result file says `"leaks": true`);
-- one file per evaluation spec (docs/RESULTS.md): a suite's `spec` (tasks, limit, z-mode, k,
-  few-shot, generation length, data checksums) hashes to `spec_id`, and the file is
-  `<run dir>/eval/<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json`, so two specs or
-  two checkpoints never share a file; suites `lm-eval` and `evalplus`;
-- every file carries the adapter's `protocol` (what Z saw per request type), and every
-  generation task its prompt `truncation` record; a task whose run died is kept as
-  `"error"` with null metrics (never 0), and the command then exits 1;
+- the Z modes (`prior`, `prior-k`, `posterior`: leaks) and what Z saw per request type
+  (`protocol`): docs/DESIGN.md, "Honest evaluation"; one file per evaluation spec, named by
+  its `spec_id`, with a prompt `truncation` record per generation task: docs/RESULTS.md. A task
+  whose run died is kept as `"error"` with null metrics (never 0), and the command exits 1;
 - arguments and task names are checked before anything loads (`validate_args`, also used by
   `make sweep EVAL=1` at plan time);
 - resumable: every finished request is written to a sqlite cache (lm-eval's CachingLM) keyed by
   checkpoint identity, z-mode, k, seed and generation length, so a re-run of the same spec
   after an interruption skips what is done;
-- lm-eval's own files too: beside each lm-eval suite file, `<file stem>.lm_eval/<run id>/`
-  holds the `results_<date>.json` and `samples_<task>_<date>.jsonl` that
-  `lm_eval --output_path ... --log_samples` writes (its EvaluationTracker), for lm-eval's tools;
+- lm-eval's own results and samples files beside each lm-eval suite file (its
+  EvaluationTracker's layout), for lm-eval's tools;
 - bad input (a flag, a value, a task name, the checkpoint, the data, an unwritable output
   directory) is one line and exit 2 before any work, and nothing is written.
 """

@@ -9,19 +9,9 @@ the run finished. File names come from common/paths.py.
         .maybe_save(step, state, val_done=, force=) / .save_final(state) / .wait() / .last_good
     TrainState(cfg, plan, run_id, opt, sched, model=, mode=)   step, val_done, meta()
 
-A step checkpoint is two things (docs/RESULTS.md):
-- step_<N>.dcp/: torch.distributed.checkpoint shards of the weights and the AdamW state, each
-  rank writing its own (`parallel.training_state`); a resume at any world size reads only its
-  slices (DCP reshards). The save is asynchronous: the state is staged to CPU memory, then a
-  thread writes it over a gloo process group of its own (torchtitan's design) while training
-  goes on; the next save, a preemption and the end of the run wait for it first.
-- step_<N>.pt: the marker, written by rank 0 atomically and last, once every rank's shards and
-  DCP's metadata are on disk; it holds the training state (step, data position, RNG, scheduler,
-  run identity), the model config and tokenizer. A checkpoint counts only with its marker.
-eval_step_<N>.pt and final.pt are weights-only exports (`model.checkpoint.save_weights`) in one
-file, gathered on rank 0 (weights only: a collective under FSDP), no optimizer state, in
-logging.export_dtype (auto: bf16 when the run trains in bf16; `EXPORT_DTYPES`), recorded in
-the file as `extra.weights_dtype`.
+What the files are (a step checkpoint: each rank's DCP shards, saved asynchronously over a gloo
+group of its own as torchtitan does, and rank 0's marker written last; final.pt and
+eval_step_<N>.pt: weights-only exports in logging.export_dtype): docs/RESULTS.md, `checkpoints/`.
 """
 
 from __future__ import annotations

@@ -42,35 +42,12 @@ from model import PRESETS, ModelConfig
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-class Precision(Choice):
-    auto = "auto"
-    fp32 = "fp32"
-    bf16 = "bf16"
-
-
-class Device(Choice):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class ComputeMatch(Choice):
-    none = "none"
-    flops = "flops"
-
-
-class Parallel(Choice):
-    auto = "auto"
-    ddp = "ddp"
-    fsdp = "fsdp"
-
-
-class ExportDtype(Choice):
-    auto = "auto"
-    bf16 = "bf16"
-    fp32 = "fp32"
-
-
+# each choice's members are its values (Choice: str enums, listed by OmegaConf on a bad value)
+Precision = Choice("Precision", "auto fp32 bf16", module=__name__)
+Device = Choice("Device", "auto cpu cuda", module=__name__)
+ComputeMatch = Choice("ComputeMatch", "none flops", module=__name__)
+Parallel = Choice("Parallel", "auto ddp fsdp", module=__name__)
+ExportDtype = Choice("ExportDtype", "auto bf16 fp32", module=__name__)
 PRECISIONS = tuple(Precision)
 DEVICES = tuple(Device)
 COMPUTE_MATCH = tuple(ComputeMatch)

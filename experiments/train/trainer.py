@@ -24,24 +24,10 @@ config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.p
 tb/ (TensorBoard event files, always; W&B or trackio beside them with logging.tracker).
 A run with final.pt is finished: train() returns at once unless train.force=true.
 
-Determinism: the initialisation, the data order and the latent samples are functions of
-train.seed. Each sequence draws its Z from a counter-based hash of (seed, step, its index in
-the global batch) on the model's device (model.free_transformer.SequenceKeys), so a resumed
-run, any micro-batch size and a DDP or FSDP run on any world size reproduce an uninterrupted
-single-process run (micro-batch, world size and activation checkpointing are not in the
-run-id). Several processes: `torchrun --nproc_per_node N -m experiments.train ...` (gloo on CPU;
-"cpu:gloo,cuda:nccl" on GPUs, so a collective on a CPU tensor has a backend too) with
-train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
-
-Host syncs: none per step. Losses, the per-bit KL and the gradient norm stay on the device and
-are read on logging steps; a non-finite loss or gradient norm skips its step through the fused
-AdamW's `found_inf` (no update, moments and step count untouched) and is recorded
-(`nonfinite_steps`: [step, [micro-batch indices]] on the next train line) when the flags are
-read on logging and validation steps.
-
-Resume never repeats finished work: a validation due at a checkpoint's step runs before that
-checkpoint is written, and the checkpoint records it (`val_done`), so a job preempted again and
-again in a short slot still advances.
+Determinism over layouts (the latent draws keyed per sequence), the absence of per-step host
+syncs, non-finite steps and a resume that repeats no finished work (`val_done`): docs/DESIGN.md,
+"Habits the code follows", and docs/RESULTS.md. Several processes: `torchrun --nproc_per_node N
+-m experiments.train ...` with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
 """
 
 from __future__ import annotations
