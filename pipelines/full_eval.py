@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
-from common.errors import ArgParser, UsageError, cli, positive_int
+from common.errors import ArgParser, cli, positive_int
 from common.io import atomic_write_json, atomic_write_text
-from common.paths import RunDir, results_root
+from common.paths import results_root
 from common.provenance import git_state, versions
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,14 +152,11 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--out")
     a = p.parse_args(argv)
     tasks = task_list(a.tasks)
-    from experiments.eval.run import ckpt_identity, validate_args
+    from experiments.eval.run import checkpoint_of, ckpt_identity, validate_args
 
     extra = ([f"--limit={a.limit}"] if a.limit else []) + (
         [f"--batch-size={a.batch_size}"] if a.batch_size else [])
-    try:
-        ck = RunDir.at(a.ckpt).checkpoint()
-    except FileNotFoundError as e:
-        raise UsageError(str(e)) from None
+    ck = checkpoint_of(a.ckpt)
     validate_args([a.ckpt, "--tasks", ",".join(tasks), "--data", a.data, *extra], ckpt=None)
     ident = ckpt_identity(ck)
     out = Path(a.out) if a.out else results_root() / "bench" / time.strftime(

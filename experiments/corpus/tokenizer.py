@@ -24,15 +24,10 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from common.errors import UsageError
 from common.io import atomic_write_text, unwritable
-from common.paths import cache_dir
+from common.paths import cache_dir as default_cache
 
 EOS = "<|endoftext|>"
 _CACHE_VERSION = "bpe-v1"  # bump when the training recipe changes, so old caches are not reused
-
-
-def default_cache_dir() -> Path:
-    """FTBENCH_CACHE, else <FTBENCH_RESULTS or results>/cache."""
-    return cache_dir()
 
 
 def corpus_checksum(texts: Iterable[str]) -> str:
@@ -55,7 +50,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *,
     if not docs:
         raise ValueError("train_bpe: empty corpus")
     key = hashlib.sha256(f"{_CACHE_VERSION}:{vocab_size}:{corpus_checksum(docs)}".encode())
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache()
     path = cache / "tokenizers" / f"bpe-{vocab_size}-{key.hexdigest()[:16]}.json"
     if path.is_file():
         return Tokenizer.from_file(str(path))

@@ -231,20 +231,6 @@ def parse_ks(text: str) -> list[int]:
     return ks
 
 
-def spec_of(ks: Sequence[int], max_rows: int | None, seed: int) -> dict[str, Any]:
-    """What the measurement did (comparable across runs); its hash names the file."""
-    from common.records import LikelihoodFile
-
-    return LikelihoodFile.spec_of(list(ks), max_rows, seed)
-
-
-def likelihood_file(run: RunDir, spec: dict[str, Any], step: int | None) -> Path:
-    """<run>/eval/likelihood.<spec_id>.step<N>.json (spec_id as for eval files)."""
-    from common.records import LikelihoodFile
-
-    return run.eval_file(LikelihoodFile.file_name(spec, step))
-
-
 def _corpus_info(rec: RunRecord) -> dict[str, Any]:
     """The run record's `corpus` block (what the trainer's corpus was), {} when absent."""
     info = rec.extra.get("corpus")
@@ -392,8 +378,8 @@ def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
         raise UsageError(str(e)) from None
     step = loaded.extra.get("step")
     step = int(step) if isinstance(step, int) else None
-    spec = spec_of(ks, max_rows, seed)
-    out = likelihood_file(run, spec, step)
+    spec = LikelihoodFile.spec_of(list(ks), max_rows, seed)  # its hash names the file
+    out = run.eval_file(LikelihoodFile.file_name(spec, step))
     vx, vy, token_bytes, rows_read = validation_rows(run, max_rows, cfg)
     rec = validation_likelihood(loaded.model, vx, vy, token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)

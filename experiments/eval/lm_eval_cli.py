@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 from common.errors import ArgParser, UsageError, cli
-from experiments.eval.run import resolve_device
+from experiments.eval.run import checkpoint_of, resolve_device
 from model.checkpoint import CheckpointError
 
 
@@ -26,18 +26,13 @@ def build_argv(argv: list[str]) -> list[str]:
     """Our flags resolved into the lm-eval argv (UsageError on bad input, before anything
     loads). lm-eval's --model, --model_args and --device are parsed here too (argparse, no
     abbreviations), to be merged with --ckpt and resolved."""
-    from common.paths import RunDir
-
     ours = ArgParser(add_help=False, allow_abbrev=False)
     for flag in ("--ckpt", "--data", "--model", "--model_args", "--device"):
         ours.add_argument(flag)
     a, rest = ours.parse_known_args(argv)
     rest = [x for x in rest if x != "run"]
     if a.ckpt:
-        try:
-            ck = RunDir.at(a.ckpt).checkpoint()
-        except FileNotFoundError as e:
-            raise UsageError(str(e)) from None
+        ck = checkpoint_of(a.ckpt)
         if "," in str(ck):
             raise UsageError(f"--ckpt {ck}: a path with a comma cannot go into --model_args")
         rest += ["--model", "ftbench", "--model_args",

@@ -44,6 +44,7 @@ import torch.nn.functional as F  # noqa: F401
 from common import arms
 from common.errors import ArgParser, UsageError, cli
 from common.paths import RunDir
+from common.records import spec_id
 from model.free_transformer import FreeTransformer, kl_to_uniform, sample_codes, uniform_codes
 
 SCHEMA = "ftbench-probe-v1"
@@ -474,12 +475,6 @@ def spec_of(o: dict[str, Any]) -> dict[str, Any]:
             "latent_use": [LATENT_USE_VERSION, DEAD_SHARE, DEAD_INFO_BITS],
             "rows_source": "corpus validation rows (val_x, val_y), the first `rows`; prompts: "
                            "the first `prompt_len` tokens of the first `prompts` of them"}
-
-
-def spec_id(spec: dict[str, Any]) -> str:
-    from experiments.eval.run import spec_id as sid
-
-    return sid(spec)
 
 
 def probe_file(out_dir: Path, spec: dict[str, Any], step: int | None) -> Path:

@@ -95,6 +95,15 @@ def trained_context(run: RunDir | str | os.PathLike) -> int | None:
     return seq
 
 
+def checkpoint_of(run: RunDir | str | os.PathLike) -> Path:
+    """The checkpoint of a run (`RunDir.checkpoint()`; a path is read as `RunDir.at(path)`);
+    UsageError naming a missing one."""
+    try:
+        return (run if isinstance(run, RunDir) else RunDir.at(run)).checkpoint()
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
+
+
 def ckpt_identity(ckpt: Path) -> str:
     st = ckpt.stat()
     return hashlib.sha256(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
@@ -366,7 +375,7 @@ def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
     check_tasks(tasks, ddir, fewshot)
     device = resolve_device(runtime.device)
     run = run if isinstance(run, RunDir) else RunDir.at(run)
-    ck = run.checkpoint()
+    ck = checkpoint_of(run)
     run_id = run.run_id
     eval_dir = Path(runtime.out_dir) if runtime.out_dir is not None else run.eval_dir
     check_writable(eval_dir)
@@ -691,7 +700,7 @@ def _main(argv: Sequence[str]) -> int:
         torch.set_num_threads(a.threads)
     try:
         written = run_eval(a.ckpt, request_of(a), runtime_of(a))
-    except (FileNotFoundError, CheckpointError) as e:  # raised before the first file is written
+    except CheckpointError as e:  # a corrupt checkpoint: before the first file is written
         raise UsageError(str(e)) from None
     bad = failed_tasks(written)
     if bad:  # the file is written; the command still fails, so a sweep counts it as failed
