@@ -143,10 +143,6 @@ def iter_file_docs(p: Path, text_field: str) -> Iterator[Doc]:
         yield str(p), p.read_text(encoding="utf-8", errors="replace")
 
 
-def file_docs(paths: list[Path], text_field: str) -> list[Doc]:
-    return [d for p in paths for d in iter_file_docs(p, text_field)]
-
-
 # ---------------------------------------------------------------- HF datasets
 def hf_name(dcfg: DataConfig) -> str:
     return "hf:" + "+".join(f"{s.path}/{s.name or ''}/{s.split}@{s.weight:g}"
@@ -313,20 +309,6 @@ class HFMixture:
             yield key, text
 
 
-def iter_hf_docs(dcfg: DataConfig) -> Iterator[Doc]:
-    """Stream the weighted mixture (`HFMixture`) until `hf_max_bytes` of text (None: until the
-    first source finishes its passes)."""
-    yield from HFMixture(dcfg)
-
-
-def hf_docs(dcfg: DataConfig) -> tuple[list[Doc], dict[str, str]]:
-    docs = list(iter_hf_docs(dcfg))
-    h = hashlib.sha256()
-    for _, t in docs:
-        corpus_checksum_update(h, t)
-    return docs, {hf_name(dcfg): h.hexdigest()}
-
-
 # ---------------------------------------------------------------- materialised (small corpora)
 def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, str]]:
     """(train docs, val docs, data checksums) of a text source, held in memory."""
@@ -338,10 +320,14 @@ def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, st
         checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
     elif dcfg.source == "files":
         paths = expand_globs(dcfg.paths)
-        docs = file_docs(paths, dcfg.text_field)
+        docs = [d for p in paths for d in iter_file_docs(p, dcfg.text_field)]
         checksums = {str(p): sha256_file(p) for p in paths}
     elif dcfg.source == "hf":
-        docs, checksums = hf_docs(dcfg)
+        docs = list(HFMixture(dcfg))  # until hf_max_bytes, or a source's last pass
+        h = hashlib.sha256()
+        for _, t in docs:
+            corpus_checksum_update(h, t)
+        checksums = {hf_name(dcfg): h.hexdigest()}
     else:
         raise UsageError(f"load_documents: {dcfg.source!r} is not a text source")
     docs = [d for d in docs if d[1]]

@@ -166,14 +166,9 @@ def built_manifest(dcfg: DataConfig, vocab_size: int, cache_dir: str | os.PathLi
     return read_manifest(corpus_dir(dcfg, vocab_size, cache_dir))
 
 
-def train_samples(train_tokens: int, seq_len: int) -> int:
-    """Chunks (samples) in one pass over a training stream of `train_tokens` tokens."""
-    return max(0, (train_tokens - 1) // seq_len)
-
-
 def check_epochs(dcfg: DataConfig, samples_asked: int, seq_len: int, train_tokens: int) -> float:
     """Passes over the corpus a run asks for; UsageError (one line) beyond data.max_epochs."""
-    n = train_samples(train_tokens, seq_len)
+    n = max(0, (train_tokens - 1) // seq_len)  # chunks (samples) in one pass
     if n < 1:
         raise UsageError(f"training stream has {train_tokens} tokens; need > seq_len={seq_len}")
     epochs = samples_asked / n
