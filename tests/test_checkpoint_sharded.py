@@ -1,8 +1,9 @@
 """Sharded, asynchronous checkpoints (issue 26): a save in flight while training goes on writes
 the state of its step, not a later one; a checkpoint counts only with its marker; the
 weights-only export evaluates like the training checkpoint; kill -9 under FSDP on 2 processes
-then a resume on 1 (and the reverse) ends where an uninterrupted run does. Expected values are computed here independently (snapshots
-of the live state, direct forward passes), not read back through the code under test."""
+then a resume on 1 (and the reverse) ends where an uninterrupted run does. Expected values are
+computed here independently (snapshots of the live state, direct forward passes), not read back
+through the code under test."""
 
 from __future__ import annotations
 
