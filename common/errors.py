@@ -9,6 +9,7 @@ instead of a traceback (exit 130). Other exceptions are bugs and keep their trac
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 
@@ -17,6 +18,25 @@ from common.text import one_line
 
 class UsageError(ValueError):
     """Bad input; the message is one line meant for the user (exit 2)."""
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse whose errors are UsageErrors: `cli` prints them as the one line (argparse's own
+    prints the usage before its error line)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1 (argparse names the flag in the error line)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
 
 
 RESUME_HINT = "re-run the same command to resume"

@@ -34,7 +34,6 @@ is written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -49,12 +48,12 @@ from typing import Any
 import torch
 
 from common import arms
+from common.errors import ArgParser, UsageError, cli, positive_int
 from common.io import atomic_write_text, unwritable
 from common.kappa import KappaError, kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
 from common.paths import RunDir, results_root, runs_dir
 from common.provenance import loadavg
-from common.text import one_line
 from experiments.train.synthetic_data import (
     BODY_LEN,
     LETTERS,
@@ -183,8 +182,8 @@ class SyntheticSettings:
     reuse: dict[str, str] = field(default_factory=dict)  # model label -> finished run dir
 
 
-class SyntheticArgsError(ValueError):
-    """Bad input: one line naming the value and what to do; raised before any work."""
+SyntheticArgsError = UsageError
+"""The old name, while pipelines/synthetic_seeds.py imports it."""
 
 
 @dataclass
@@ -202,9 +201,9 @@ def parse_kappas(text: str) -> tuple[float, ...]:
     try:
         kappas = tuple(parse_kappa_list(text, "--kappa"))
     except KappaError as e:
-        raise SyntheticArgsError(str(e)) from None
+        raise UsageError(str(e)) from None
     if not kappas:
-        raise SyntheticArgsError(f"--kappa: {text!r} holds no value; give free-bits thresholds "
+        raise UsageError(f"--kappa: {text!r} holds no value; give free-bits thresholds "
                                  "like '1/64 1/8 1 8'")
     return kappas
 
@@ -486,56 +485,52 @@ def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) ->
 def check_name(name: str) -> None:
     """--name is one directory under <results>/synthetic/, never a path."""
     if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
-        raise SyntheticArgsError(f"--name {name!r}: must be a plain directory name (no path "
+        raise UsageError(f"--name {name!r}: must be a plain directory name (no path "
                                  "separator, not empty, not . or ..), e.g. --name mid")
 
 
 def check_writable(d: Path, what: str) -> None:
-    """SyntheticArgsError unless d is, or can be made, a writable directory; creates nothing."""
+    """UsageError unless d is, or can be made, a writable directory; creates nothing."""
     p = Path(d).absolute()
     if (bad := unwritable(p)) is not None:
-        raise SyntheticArgsError(f"{what} {p}: {bad}; set FTBENCH_RESULTS to a writable "
+        raise UsageError(f"{what} {p}: {bad}; set FTBENCH_RESULTS to a writable "
                                  "directory")
 
 
 def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, float | None]]:
-    """Every input problem, before any training or file: SyntheticArgsError or ConfigError.
+    """Every input problem, before any training or file: UsageError.
     Returns the arms, (latent bits, kappa or None), baseline first."""
     check_name(st.name)
     if st.setting not in PRESETS:
-        raise SyntheticArgsError(f"--setting {st.setting!r}: allowed {sorted(PRESETS)}")
-    for flag, v, low in (("--latent-bits", st.latent_bits, 1), ("--n-prompts", st.n_prompts, 1),
-                         ("--n-shared-groups", st.n_shared_groups, 1),
-                         ("--group-size", st.group_size, 1), ("--n-eval", st.n_eval, 1),
-                         ("--threads", st.threads, 0)):
-        if v < low:
-            raise SyntheticArgsError(f"{flag}: {v} must be >= {low}")
+        raise UsageError(f"--setting {st.setting!r}: allowed {sorted(PRESETS)}")
+    if st.threads < 0:
+        raise UsageError(f"--threads: {st.threads} must be >= 0")
     if not st.temperature > 0:
-        raise SyntheticArgsError(f"--temperature: {st.temperature} must be > 0")
+        raise UsageError(f"--temperature: {st.temperature} must be > 0")
     for ov in st.overrides:
         key = ov.split("=", 1)[0].lstrip("+~")
         if key in OWN_KEYS:
-            raise SyntheticArgsError(f"override {ov!r}: {key} is set per arm here "
+            raise UsageError(f"override {ov!r}: {key} is set per arm here "
                                      f"({OWN_KEYS[key]})")
     high = resolved_high_latent_bits(st)
     if high is not None:
         over = [k for k in st.kappas if k >= st.latent_bits]
         if high <= st.latent_bits or any(k >= high for k in over):
-            raise SyntheticArgsError(
+            raise UsageError(
                 f"--high-latent-bits {high}: must exceed --latent-bits {st.latent_bits} and "
                 f"every kappa it applies to ({', '.join(kappa_label(k) for k in over) or '-'}), "
                 "or else the KL penalty stays zero; e.g. 16")
     arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
     arms += [(arm_latent_bits(st, k), k) for k in st.kappas]
     if not arms:
-        raise SyntheticArgsError("nothing to train: --no-baseline with no --kappa")
+        raise UsageError("nothing to train: --no-baseline with no --kappa")
     labels = [model_label(h, k) for h, k in arms]
     for label, rd in st.reuse.items():
         if label not in labels:
-            raise SyntheticArgsError(f"--reuse {label}={rd}: {label!r} is no arm here; "
+            raise UsageError(f"--reuse {label}={rd}: {label!r} is no arm here; "
                                      f"arms: {labels}")
         if not (final := RunDir(Path(rd)).final_checkpoint).is_file():
-            raise SyntheticArgsError(f"--reuse {label}={rd}: no finished run there "
+            raise UsageError(f"--reuse {label}={rd}: no finished run there "
                                      f"({final.relative_to(rd)} missing)")
     check_writable(results_root() / "synthetic" / st.name, "results directory")
     if compose_arms:  # hydra's own checks (types, ranges) and where each run will go
@@ -549,28 +544,21 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
     return arms
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises SyntheticArgsError (one line) instead of printing usage."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        raise SyntheticArgsError(message)
-
-
 def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
-    p = _Parser(prog="python -m experiments.synthetic", description=__doc__.splitlines()[0])
+    p = ArgParser(prog="python -m experiments.synthetic", description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="output: <results>/synthetic/<name>/")
     p.add_argument("--setting", default="cpu", choices=sorted(PRESETS))
     p.add_argument("--kappa", default="1/64 1/8 1 8",
                    help="free-bits thresholds in bits, space separated (fractions allowed)")
     p.add_argument("--no-baseline", action="store_true")
-    p.add_argument("--latent-bits", type=int, default=8, help="H")
+    p.add_argument("--latent-bits", type=positive_int, default=8, help="H")
     p.add_argument("--high-latent-bits", type=int, default=None,
                    help="H of the arms whose kappa >= --latent-bits (else their KL penalty is "
                         "identically zero); default: the setting's (gpu: 16, cpu: off); 0: off")
-    p.add_argument("--n-prompts", type=int, default=4)
-    p.add_argument("--n-shared-groups", type=int, default=4)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--n-eval", type=int, default=512)
+    p.add_argument("--n-prompts", type=positive_int, default=4)
+    p.add_argument("--n-shared-groups", type=positive_int, default=4)
+    p.add_argument("--group-size", type=positive_int, default=8)
+    p.add_argument("--n-eval", type=positive_int, default=512)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch default)")
@@ -581,7 +569,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     kappas = parse_kappas(a.kappa)
     bad = [r for r in a.reuse if "=" not in r.strip("=")]
     if bad:
-        raise SyntheticArgsError(f"--reuse {bad[0]!r}: give LABEL=RUN_DIR, e.g. "
+        raise UsageError(f"--reuse {bad[0]!r}: give LABEL=RUN_DIR, e.g. "
                                  "--reuse kappa=1=results/runs/<run-id>")
     return SyntheticSettings(name=a.name, setting=a.setting, kappas=kappas,
                              baseline=not a.no_baseline, latent_bits=a.latent_bits,
@@ -594,15 +582,14 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
                              reuse=dict(r.rsplit("=", 1) for r in a.reuse))
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from experiments.train.config import ConfigError
-
-    try:
+def main(argv: Sequence[str] | None = None) -> int:
+    def body() -> int:
         run(parse_args(sys.argv[1:] if argv is None else argv))
-    except (SyntheticArgsError, ConfigError) as e:
-        print(f"error: {one_line(str(e))}", file=sys.stderr)
-        sys.exit(2)
+        return 0
+
+    return cli("synthetic", body, "re-run the same command to resume (finished arms are not "
+               "trained again)")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from common.errors import UsageError, cli
 from experiments.corpus.__main__ import parser
 from experiments.corpus.__main__ import run as build_here
 from sweeps.errors import SweepError
@@ -34,7 +35,7 @@ def launcher_for(kind: str, out: str | Path, *, workers: int,
                          cluster_file=cluster or None, job_name="corpus")
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
     ap = parser("python -m pipelines.corpus")
     ap.description = __doc__
     ap.add_argument("--launcher", choices=["local", "slurm"], default="local",
@@ -44,11 +45,14 @@ def main(argv: list[str] | None = None) -> int:
                          "FTBENCH_CLUSTER or sweeps/cluster.yaml)")
     a = ap.parse_args(argv)
     try:
-        runner = launcher_for(a.launcher, a.out, workers=max(1, a.workers), cluster=a.cluster)
-    except SweepError as e:
-        print(f"corpus: {e}", file=sys.stderr)
-        return 2
+        runner = launcher_for(a.launcher, a.out, workers=a.workers, cluster=a.cluster)
+    except SweepError as e:  # a bad cluster file: before the scan starts
+        raise UsageError(str(e)) from None
     return build_here(a, runner)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli("corpus", lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ one is run again. Bad input is one line and exit 2 before anything runs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -29,10 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
+from common.errors import ArgParser, cli, positive_int
 from common.io import atomic_write_json, atomic_write_text
 from common.paths import results_root
 from common.provenance import git_state, versions
-from common.text import one_line
 
 REPO = Path(__file__).resolve().parents[1]
 ORIGINAL = benchmarks.tasks(default=True)
@@ -43,10 +42,6 @@ COST_MIN = {t: c for t in ORIGINAL + EXTRA if (c := benchmarks.benchmark(t).cost
 """Rough cost on the 16M preset (minutes on one 2-core machine thread), measured with this
 command (the registry's `cost_min`, docs/BENCH.md). It orders the queue, longest first, and
 weights the ETA; nothing else reads it."""
-
-
-class ArgsError(ValueError):
-    pass
 
 
 def task_list(spec: str) -> list[str]:
@@ -145,38 +140,24 @@ def render(doc: dict[str, Any]) -> str:
         f"failed: {', '.join(t['failed']) or 'none'}."])
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pipelines.full_eval",
-                                description=__doc__.split("\n\n")[0])
+def _main(argv: list[str] | None) -> int:
+    p = ArgParser(prog="python -m pipelines.full_eval", description=__doc__.split("\n\n")[0])
     p.add_argument("ckpt")
     p.add_argument("--data", required=True, help="offline benchmark dir")
     p.add_argument("--tasks", default="original", help="original | all | comma-separated")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--limit", type=int)
-    p.add_argument("--batch-size", type=int)
+    p.add_argument("--workers", type=positive_int, default=2)
+    p.add_argument("--threads", type=positive_int, default=1)
+    p.add_argument("--limit", type=positive_int)
+    p.add_argument("--batch-size", type=positive_int)
     p.add_argument("--out")
     a = p.parse_args(argv)
     tasks = task_list(a.tasks)
-    from experiments.eval.benchdata import DataError
+    from experiments.eval.run import checkpoint_of, ckpt_identity, validate_args
 
-    try:
-        from experiments.eval.run import EvalArgsError, validate_args
-
-        extra = ([f"--limit={a.limit}"] if a.limit else []) + (
-            [f"--batch-size={a.batch_size}"] if a.batch_size else [])
-        if a.workers < 1 or a.threads < 1:
-            raise ArgsError("--workers and --threads must be >= 1")
-        if not Path(a.ckpt).exists():
-            raise ArgsError(f"checkpoint {a.ckpt}: no such file or run dir")
-        validate_args([a.ckpt, "--tasks", ",".join(tasks), "--data", a.data, *extra], ckpt=None)
-    except (ArgsError, EvalArgsError, DataError, ValueError, FileNotFoundError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        return 2
-    from experiments.eval.lm_adapter import resolve_checkpoint
-    from experiments.eval.run import ckpt_identity
-
-    ck = resolve_checkpoint(a.ckpt)
+    extra = ([f"--limit={a.limit}"] if a.limit else []) + (
+        [f"--batch-size={a.batch_size}"] if a.batch_size else [])
+    ck = checkpoint_of(a.ckpt)
+    validate_args([a.ckpt, "--tasks", ",".join(tasks), "--data", a.data, *extra], ckpt=None)
     ident = ckpt_identity(ck)
     out = Path(a.out) if a.out else results_root() / "bench" / time.strftime(
         "full_eval-%Y%m%dT%H%M%SZ", time.gmtime())
@@ -224,6 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out / "full_eval.md", md + "\n")
     print(md, flush=True)
     return 1 if doc["totals"]["failed"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli("full-eval", lambda: _main(argv),
+               "re-run the same command with the same --out: finished benchmarks are reused")
 
 
 if __name__ == "__main__":

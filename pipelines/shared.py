@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from common.errors import UsageError
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
 from sweeps import api
@@ -99,8 +100,8 @@ SOURCE_EXCLUDE = ("docs",)
 """Tracked paths that are not source: regenerated documents never make a tree dirty."""
 
 
-class DirtyTreeError(RuntimeError):
-    """Uncommitted changes to tracked source and no override: one line, exit 2."""
+DirtyTreeError = UsageError
+"""The old name, while pipelines/study.py imports it."""
 
 
 def dirty_source_diff() -> str | None:
@@ -119,7 +120,7 @@ def dirty_source_diff() -> str | None:
 
 def refuse_dirty(what: str, allow: bool = False, name: str | None = None,
                  run_ids: list[str] | None = None, exit_code: int | None = None) -> str | None:
-    """Before training: refuse (DirtyTreeError) when tracked source has uncommitted changes, a
+    """Before training: refuse (UsageError) when tracked source has uncommitted changes, a
     run trained from it could not be reproduced from its recorded commit. `allow` (or
     FTBENCH_ALLOW_DIRTY=1) trains anyway and marks it: the diff's hash is returned, printed,
     and appended with `run_ids` to <sweep>/dirty.json when `name` is given. None when clean.
@@ -131,11 +132,11 @@ def refuse_dirty(what: str, allow: bool = False, name: str | None = None,
     if not allow and exit_code is not None:  # a caller without its own error path
         try:
             refuse_dirty(what, False)
-        except DirtyTreeError as e:
+        except UsageError as e:
             print(f"{what}: error: {e}", file=sys.stderr, flush=True)
             raise SystemExit(exit_code) from None
     if not allow:
-        raise DirtyTreeError(
+        raise UsageError(
             f"{what}: the working tree has uncommitted changes to tracked source (diff "
             f"{h}); commit them first, or pass --allow-dirty ({ALLOW_DIRTY_ENV}=1) to train "
             "anyway with every affected cell marked")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.eval.tasks.benchdata import DataError, pinned_checksums, require, verify
+from common.errors import UsageError
+from experiments.eval.tasks.benchdata import pinned_checksums, require, verify
 
 SIX = ["gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa", "humaneval_plus",
        "mbpp_plus"]
@@ -37,7 +38,7 @@ def test_missing_and_altered_files_named_in_one_line(bench_dir, tmp_path: Path) 
         in line
     assert "altered (sha256 differs): gsm8k/test.jsonl" in line
     assert "gsm8k/train.jsonl" not in line and "arc_easy" not in line
-    with pytest.raises(DataError, match="gsm8k/test.jsonl"):
+    with pytest.raises(UsageError, match="gsm8k/test.jsonl"):
         require(d, ["gsm8k"])
     assert verify(tmp_path / "nowhere", ["gsm8k"]).line().endswith("missing: "
                                                                     + str(tmp_path / "nowhere"))

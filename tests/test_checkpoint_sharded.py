@@ -1,9 +1,9 @@
 """Sharded, asynchronous checkpoints (issue 26): a save in flight while training goes on writes
 the state of its step, not a later one; a checkpoint counts only with its marker; the
-weights-only export evaluates like the training checkpoint; old single-file checkpoints still
-load and resume; kill -9 under FSDP on 2 processes then a resume on 1 (and the reverse) ends
-where an uninterrupted run does. Expected values are computed here independently (snapshots
-of the live state, direct forward passes), not read back through the code under test."""
+weights-only export evaluates like the training checkpoint; kill -9 under FSDP on 2 processes
+then a resume on 1 (and the reverse) ends where an uninterrupted run does. Expected values are
+computed here independently (snapshots of the live state, direct forward passes), not read back
+through the code under test."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from experiments.train.checkpointer import Checkpointer, TrainState
 from experiments.train.config import compose
 from experiments.train.plan import plan, run_dir
 from experiments.train.trainer import lr_factor, param_groups
-from model import build_model, load_checkpoint, save_checkpoint
+from model import build_model, load_checkpoint
 from model.checkpoint import CheckpointError, save_weights
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,22 +153,6 @@ def test_shards_without_their_marker_do_not_count_and_are_cleared(tmp_path):
     assert any("step_4.pt" in m and "shards" in m for m in logged)
     with pytest.raises(CheckpointError, match="shard directory"):
         load_checkpoint(ck.ckdir / "step_4.pt")
-
-
-def test_an_old_single_file_checkpoint_still_resumes_and_evaluates(tmp_path):
-    ck, state = setup(tmp_path, "logging.keep_checkpoints=5")
-    step_once(state)
-    state.step = 3
-    want = snapshot(state)
-    # the pre-issue-26 format: weights + optimizer state in one file
-    save_checkpoint(ck.ckdir / "step_3.pt", state.model, tokenizer={"kind": "test"},
-                    extra=state.state_dict())
-    ck2, fresh = setup(tmp_path, "logging.keep_checkpoints=5")
-    ck2.resume(ck2.newest(), fresh)
-    assert fresh.step == 3
-    assert_state_equals(fresh, want)
-    loaded = load_checkpoint(ck.ckdir / "step_3.pt")
-    assert all(torch.equal(v, want[0][k]) for k, v in loaded.model.state_dict().items())
 
 
 def test_export_holds_weights_only_and_bf16_halves_it(tmp_path):

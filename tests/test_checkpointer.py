@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from common.errors import UsageError
 from experiments.train.checkpointer import Checkpointer, TrainState, finished, truncate_metrics
-from experiments.train.config import ConfigError, compose
+from experiments.train.config import compose
 from experiments.train.plan import plan, run_dir
 from experiments.train.trainer import lr_factor, param_groups
 from model import build_model
@@ -61,7 +62,7 @@ def test_rotation_keeps_the_newest_and_the_eval_steps_and_final(tmp_path):
                       "logging.keep_eval_checkpoints=3")
     (ck.ckdir / "notes.txt").write_text("not a checkpoint")
     (ck.ckdir / "step_3.pt.tmp").write_text("a temporary")
-    assert ck.eval_steps() == {4, 7, 10}
+    assert ck.eval_steps == {4, 7, 10}
     for step in range(1, 11):
         assert ck.maybe_save(step, state, val_done=False) == ck.ckdir / f"step_{step}.pt"
         ck.wait()  # asynchronous: complete (its marker written) once wait() returns
@@ -179,7 +180,7 @@ def test_a_state_from_another_data_position_is_bad_input(tmp_path):
     found = ck.newest()
     assert found is not None
     found[0]["extra"]["data"]["samples"] = 999
-    with pytest.raises(ConfigError, match=r"step_2\.pt: data position does not match"):
+    with pytest.raises(UsageError, match=r"step_2\.pt: data position does not match"):
         ck.resume(found, state)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.corpus.__main__ import main as corpus_main
+from common.errors import UsageError
 from experiments.corpus.build import MANIFEST, build, dtype_for, verify
 from experiments.corpus.shards import (
     PERM_MAX,
@@ -28,7 +28,7 @@ from experiments.corpus.shards import (
     open_manifest,
     split_stream,
 )
-from experiments.corpus.sources import DataError, is_val, load_documents
+from experiments.corpus.sources import is_val, load_documents
 from experiments.train.config import DataConfig, HFSource
 from experiments.train.data import PackedData, build_corpus
 
@@ -111,7 +111,7 @@ def test_shards_hold_the_documents_in_order_with_eos_and_the_manifest_is_true(fi
     mtime = (built / MANIFEST).stat().st_mtime_ns
     assert build(_files_cfg(files_root), built, vocab_size=300) == man
     assert (built / MANIFEST).stat().st_mtime_ns == mtime
-    with pytest.raises(DataError, match="holds another corpus"):
+    with pytest.raises(UsageError, match="holds another corpus"):
         build(_files_cfg(files_root), built, vocab_size=280)
 
 
@@ -182,44 +182,6 @@ def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
     assert len(man["shards"]) >= 4 and not (tmp_path / "a" / "text").exists()
 
 
-@pytest.mark.parametrize("case,msg", [
-    ("unknown_dataset", "cannot stream 'json'"),
-    ("missing_field", "no field 'body'"),
-    ("missing_column", "no column 'body'"),
-    ("empty", "holds no (non-empty) document"),
-    ("unwritable", "is not writable"),
-    ("bad_key", "unknown data key 'nope'"),
-    ("no_vocab", "give --vocab-size"),
-    ("no_tokenizer_file", "no such file"),
-])
-def test_bad_input_one_line_exit_2_nothing_written(files_root, tmp_path, capsys, case, msg):
-    out = tmp_path / "out"
-    (tmp_path / "empty.txt").write_text("")
-    yaml_hf = tmp_path / "hf.yaml"
-    yaml_hf.write_text("source: hf\nhf_sources:\n  - {path: json, data_files: ["
-                       + str(tmp_path / "missing.jsonl") + "]}\n")
-    yaml_field = tmp_path / "field.yaml"
-    yaml_field.write_text("source: hf\nhf_sources:\n  - {path: json, field: body, data_files: ["
-                          + str(files_root / "r0.jsonl") + "]}\n")
-    args = {"unknown_dataset": ["--data", str(yaml_hf)],
-            "missing_field": ["--data", str(yaml_field)],
-            "missing_column": ["--data", "files", f"paths=[{files_root}/p.parquet]",
-                               "text_field=body"],
-            "empty": ["--data", "files", f"paths=[{tmp_path}/empty.txt]"],
-            "unwritable": ["--data", "files", f"paths=[{files_root}/r0.jsonl]"],
-            "bad_key": ["--data", "stdlib", "nope=1"],
-            "no_vocab": ["--data", "stdlib"],
-            "no_tokenizer_file": ["--data", "stdlib", f"tokenizer={tmp_path}/none.json"]}[case]
-    if case == "unwritable":
-        out = Path("/proc/ftbench-not-writable")
-    rc = corpus_main([*args, "--out", str(out), "--quiet",
-                      *([] if case == "no_vocab" else ["--vocab-size", "300"])])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and err.startswith("corpus: "), err
-    assert msg in err
-    assert not out.exists()
-
-
 def test_offline_sources_never_open_a_socket(files_root, tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the offline path opened a network connection")
@@ -275,7 +237,7 @@ def test_token_stream_slices_across_shards_like_one_array(tmp_path):
     pd_mm, pd_arr = PackedData(ts, 6, seed=2), PackedData(whole, 6, seed=2)
     assert torch.equal(pd_mm.get(3, 20)[0], pd_arr.get(3, 20)[0])
     (tmp_path / "s4.bin").write_bytes(parts[4][:-1].tobytes())
-    with pytest.raises(DataError, match="s4.bin"):
+    with pytest.raises(UsageError, match="s4.bin"):
         TokenStream(tmp_path, shards, "<u2")
 
 
@@ -310,13 +272,13 @@ def test_training_corpus_goes_through_the_build_and_epochs_are_checked(files_roo
                       seed=0, cache_dir=tmp_path / "other")
     assert torch.equal(c.train.get(0, 9)[0], c2.train.get(0, 9)[0])
     assert not (tmp_path / "other").exists()
-    with pytest.raises(DataError, match="no corpus.json"):
+    with pytest.raises(UsageError, match="no corpus.json"):
         build_corpus(DataConfig(corpus=str(tmp_path / "none")), vocab_size=300, seq_len=16,
                      seed=0, cache_dir=tmp_path)
     n = c.train.n
     assert check_epochs(dcfg, n, 16, c.info["train_tokens"]) == 1.0
     assert check_epochs(dcfg, n // 4, 16, c.info["train_tokens"]) == pytest.approx((n // 4) / n)
-    with pytest.raises(DataError, match=rf"{n + 1} .*passes|passes over the corpus"):
+    with pytest.raises(UsageError, match=rf"{n + 1} .*passes|passes over the corpus"):
         check_epochs(dcfg, n + 1, 16, c.info["train_tokens"])
     assert check_epochs(DataConfig(max_epochs=2.5), int(2.5 * n), 16,
                         c.info["train_tokens"]) == pytest.approx(int(2.5 * n) / n)

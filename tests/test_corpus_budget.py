@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.errors import UsageError
 from experiments.corpus import budget as B
 from experiments.corpus import shards as S
 from experiments.corpus import sources as SRC
@@ -82,7 +83,7 @@ def test_the_mixture_takes_each_source_by_its_byte_share_and_repeats_only_as_all
 
 def test_a_source_that_runs_dry_stops_the_stream_naming_it():
     cfg = _cfg(hf_sources=[HFSource(path="big", weight=3.0), HFSource(path="small", weight=1.0)])
-    with pytest.raises(SRC.DataError, match=r"small ran out after 1 pass\(es\).*passes: 2"):
+    with pytest.raises(UsageError, match=r"small ran out after 1 pass\(es\).*passes: 2"):
         list(SRC.HFMixture(cfg, open_source=_opener([])))
     # null byte cap: the first source to finish its passes ends the stream, no error
     docs = list(SRC.HFMixture(_cfg(hf_max_bytes=None), open_source=_opener([])))
@@ -93,7 +94,7 @@ def test_a_hub_stream_that_fails_midway_resumes_where_it_stopped(tmp_path, monke
     log: list = []
     monkeypatch.setattr(SRC, "open_hf_source", _opener(log, {"big": 100}))
     out = tmp_path / "resumed"
-    with pytest.raises(SRC.DataError, match="re-run the same command to continue"):
+    with pytest.raises(UsageError, match="re-run the same command to continue"):
         build(_cfg(), out, vocab_size=300, cache_dir=tmp_path / "cache")
     state = json.loads((out / SCAN_STATE).read_text())
     kept = sorted(p.name for p in (out / "text").glob("part-*.jsonl"))
@@ -126,7 +127,7 @@ def test_a_hub_stream_that_fails_midway_resumes_where_it_stopped(tmp_path, monke
 def test_bad_input_on_the_first_record_still_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(SRC, "open_hf_source", _opener([], {"big": 0}))
     out = tmp_path / "bad"
-    with pytest.raises(SRC.DataError):
+    with pytest.raises(UsageError):
         build(_cfg(), out, vocab_size=300, cache_dir=tmp_path / "cache")
     assert not out.exists()
 
@@ -212,12 +213,12 @@ def test_the_stdlib_token_bound_holds_and_refuses_too_many_passes(tmp_path):
 
 
 def test_make_train_dry_refuses_47B_tokens_on_the_stdlib_corpus(tmp_path, capsys):
-    from experiments.train.config import ConfigError, compose
+    from experiments.train.config import compose
     from experiments.train.plan import epochs_line, plan
 
     cfg = compose(["model=1.5B", "model.latent_bits=16", "train.tokens=47B",
                    f"paths.cache={tmp_path}"])
-    with pytest.raises(ConfigError, match="passes over the stdlib corpus"):
+    with pytest.raises(UsageError, match="passes over the stdlib corpus"):
         epochs_line(cfg, plan(cfg, 1))
 
 
@@ -349,7 +350,7 @@ def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
                            HFSource(path="json", data_files=[str(tmp_path / "b.jsonl")],
                                     weight=1.0, passes=2)])
     monkeypatch.setattr(SRC, "open_hf_source", flaky)
-    with pytest.raises(SRC.DataError, match="continue"):
+    with pytest.raises(UsageError, match="continue"):
         build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
     assert (tmp_path / "r" / SCAN_STATE).is_file()
     man = build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
@@ -361,7 +362,7 @@ def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
 
 
 def test_the_train_dry_run_shows_each_hf_sources_passes_and_refuses_one_too_small(tmp_path):
-    from experiments.train.config import ConfigError, compose
+    from experiments.train.config import compose
     from experiments.train.plan import epochs_line, plan
 
     src = ("data.hf_sources=[{path:HuggingFaceFW/fineweb-edu,name:default,weight:0.5},"
@@ -372,5 +373,5 @@ def test_the_train_dry_run_shows_each_hf_sources_passes_and_refuses_one_too_smal
     assert "HuggingFaceTB/finemath (finemath-3plus): 50.0%" in text and "1.47 passes" in text
     bad = compose(["data=hf", src.replace("%s", "1"), "train.tokens=100B",
                    "data.val_fraction=0.001", f"paths.cache={tmp_path}"])
-    with pytest.raises(ConfigError, match="passes=1; give it passes: 2"):
+    with pytest.raises(UsageError, match="passes=1; give it passes: 2"):
         epochs_line(bad, plan(bad, 1))

@@ -108,7 +108,7 @@ def test_tokens_beyond_max_epochs_are_refused_in_one_line_dry_run_included(corpu
         rc = T.main(_args(corpus_dir, f"train.tokens={too_many}", f"train.dry_run={dry}",
                           f"paths.results={tmp_path}"))
         err = capsys.readouterr().err
-        assert rc == 2 and err.count("\n") == 1 and err.startswith("error: "), err
+        assert rc == 2 and err.count("\n") == 1 and err.startswith("train: error: "), err
         assert f"{n_tok:,} training tokens" in err and "data.max_epochs=1" in err
         assert "passes over the corpus" in err
     assert not (tmp_path / "runs").exists()

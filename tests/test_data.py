@@ -9,16 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from common.errors import UsageError
+from experiments.corpus.sources import load_documents, stdlib_docs, stdlib_root
 from experiments.train.config import DataConfig, HFSource
-from experiments.train.data import (
-    DataError,
-    PackedData,
-    SyntheticData,
-    build_corpus,
-    load_documents,
-    stdlib_docs,
-    stdlib_root,
-)
+from experiments.train.data import PackedData, SyntheticData, build_corpus
 from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
 
 
@@ -65,9 +59,9 @@ def test_files_source_txt_jsonl_json(tmp_path):
     assert set(sums) == {str(p) for p in sorted(tmp_path.rglob("*.*"))}
     assert all(len(v) == 64 for v in sums.values())
     assert any(k.endswith("b.jsonl:0") for k, _ in tr + va)
-    with pytest.raises(DataError, match="no string field 'text'"):
+    with pytest.raises(UsageError, match="no string field 'text'"):
         load_documents(DataConfig(source="files", paths=[str(tmp_path / "b.jsonl")]))
-    with pytest.raises(DataError, match="no file matches"):
+    with pytest.raises(UsageError, match="no file matches"):
         load_documents(DataConfig(source="files", paths=[str(tmp_path / "nope/*.txt")]))
 
 
@@ -91,7 +85,7 @@ def test_hf_streaming_mixture_on_local_files(tmp_path):
     assert 1000 <= sum(len(t) for _, t in tr2 + va2) < 1000 + 300
     bad = DataConfig(source="hf", hf_sources=[HFSource(path="json",
                                                         data_files=[str(tmp_path / "x.jsonl")])])
-    with pytest.raises(DataError, match="cannot stream 'json'"):
+    with pytest.raises(UsageError, match="cannot stream 'json'"):
         load_documents(bad)
 
 

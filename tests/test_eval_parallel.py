@@ -49,7 +49,7 @@ def _score(lm: FTBenchLM) -> dict:
             "draws": {f"{a!r}|{b!r}": d for (a, b), d in lm.draw_logliks.items()},
             "rolling": lm.loglikelihood_rolling([_Req(s) for s in ROLLING], disable_tqdm=True),
             "gen": lm.generate_until([_Req(c, g) for c, g in GEN], disable_tqdm=True),
-            "trunc": lm.take_truncation(), "requests": lm.n_requests}
+            "trunc": lm.truncation_record(GEN), "requests": lm.n_requests}
 
 
 def _lm(ckpts: dict[str, str], arm: str, z: str, k: int, dp: DataParallel | None) -> FTBenchLM:

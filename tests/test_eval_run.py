@@ -181,10 +181,8 @@ def test_a_dead_task_is_null_not_zero(bench_dir, toy_checkpoint, tmp_path: Path,
         return real(*a, tasks=tasks, **kw)
 
     monkeypatch.setattr(lm_eval, "simple_evaluate", flaky)
-    with pytest.raises(SystemExit) as ex:
-        main([str(ck), "--tasks", "arc_easy,arc_challenge", "--limit", "2", "--data",
-              str(bench_dir)])
-    assert ex.value.code == 1
+    assert main([str(ck), "--tasks", "arc_easy,arc_challenge", "--limit", "2", "--data",
+                 str(bench_dir)]) == 1
     assert "1 task(s) failed" in capsys.readouterr().err
     (path,) = (tmp_path / "runs" / "r" / "eval").glob("lm-eval*.json")
     t = json.loads(path.read_text())["tasks"]
@@ -193,24 +191,6 @@ def test_a_dead_task_is_null_not_zero(bench_dir, toy_checkpoint, tmp_path: Path,
     assert dead["error"] == "RuntimeError: dataset went away second line"
     # arc_challenge's row shows acc_norm (analysis/paper_groups.py)
     assert dead["metrics"] == {"acc_norm": {"value": None, "stderr": None, "n": None}}
-
-
-def test_bad_arguments_exit_2_before_loading(bench_dir, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture) -> None:
-    from experiments.eval.run import main
-
-    for argv, msg in ((["--tasks", "arc_eazy", "--data", str(bench_dir)], "arc_eazy"),
-                      (["--limt", "2"], "unrecognized arguments: --limt 2"),
-                      (["--max-gen-toks", "0"], "--max-gen-toks: 0 must be >= 1")):
-        with pytest.raises(SystemExit) as ex:
-            main([str(tmp_path / "nowhere"), *argv])
-        assert ex.value.code == 2
-        err = capsys.readouterr().err
-        assert err.startswith("error: ") and msg in err and len(err.strip().splitlines()) == 1
-    with pytest.raises(SystemExit) as ex:  # the checkpoint is missing: one line too
-        main([str(tmp_path / "nowhere"), "--tasks", "arc_easy"])
-    assert ex.value.code == 2 and "no checkpoint" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
 
 
 def test_native_lm_eval_files_beside_ours(bench_dir, toy_checkpoint, tmp_path: Path) -> None:

@@ -75,19 +75,6 @@ def test_failed_benchmark_is_null_and_rerun_finished_one_is_reused(fake_runs, tm
     assert "gsm8k (resumed: partial time)" in md
 
 
-def test_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, capsys) -> None:
-    out = tmp_path / "fe"
-    assert full_eval.main([str(tmp_path / "nope.pt"), "--data", str(tmp_path),
-                           "--out", str(out)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("error: checkpoint") and "\n" not in err
-    ck = tmp_path / "final.pt"
-    ck.write_bytes(b"x")
-    assert full_eval.main([str(ck), "--data", str(tmp_path), "--workers", "0",
-                           "--out", str(out)]) == 2
-    assert not out.exists()
-
-
 def test_task_sets() -> None:
     assert full_eval.task_list("original") == list(full_eval.ORIGINAL)
     assert len(full_eval.task_list("all")) == 14

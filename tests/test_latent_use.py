@@ -20,6 +20,7 @@ import torch
 
 from analysis.stats import F32_ULPS, identical
 from analysis.study import verdict
+from common.errors import UsageError
 from experiments.eval.probe import (
     COLLAPSE_RECOVERED_FRAC,
     DEAD_INFO_BITS,
@@ -175,7 +176,7 @@ def test_refuses_to_train_from_uncommitted_source(monkeypatch, tmp_path):
     monkeypatch.setattr(sh, "dirty_source_diff", lambda: None)
     assert sh.refuse_dirty("study") is None  # clean: nothing to say
     monkeypatch.setattr(sh, "dirty_source_diff", lambda: "abc123def456")
-    with pytest.raises(sh.DirtyTreeError, match="abc123def456.*--allow-dirty"):
+    with pytest.raises(UsageError, match="abc123def456.*--allow-dirty"):
         sh.refuse_dirty("study", name="s", run_ids=["r1"])
     with pytest.raises(SystemExit) as e:
         sh.refuse_dirty("paper", name="s", exit_code=2)

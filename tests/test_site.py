@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from common import io as cio
-from experiments.train.config import ConfigError
+from common.errors import UsageError
 from experiments.train.trainer import device_index
 
 
@@ -157,7 +157,7 @@ def test_device_index_with_a_faked_device_count(local_rank, visible, want):
 
 
 def test_device_index_refuses_an_ambiguous_count_in_one_line():
-    with pytest.raises(ConfigError, match=r"LOCAL_RANK=3 but this process sees 2 GPU"):
+    with pytest.raises(UsageError, match=r"LOCAL_RANK=3 but this process sees 2 GPU"):
         device_index(3, 2)
 
 

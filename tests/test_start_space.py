@@ -16,7 +16,8 @@ import torch.multiprocessing as mp
 
 import experiments.train.plan as P
 import experiments.train.trainer as T
-from experiments.train.config import ConfigError, compose
+from common.errors import UsageError
+from experiments.train.config import compose
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -47,7 +48,7 @@ def test_too_little_space_is_one_line_exit_2_nothing_written(tmp_path, monkeypat
     free(monkeypatch, need - 1)
     assert T.main(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert err.count("\n") == 1 and err.startswith("train: error: ")
     assert "free on its file system" in err and "checkpoints" in err
     assert not (tmp_path / "res").exists()  # no run dir, no cache, no lock
 
@@ -109,7 +110,7 @@ def _rank(rank: int, world: int, port: int, results: str, out: str) -> None:
     try:
         T.train(compose([*TINY, "train.device=cpu", f"paths.results={results}"]))
         msg = "trained"
-    except ConfigError as e:
+    except UsageError as e:
         msg = f"refused: {e}"
     Path(out, f"rank{rank}").write_text(msg)
 

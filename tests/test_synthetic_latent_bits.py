@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import UsageError
 from experiments.synthetic import (
     PRESETS,
-    SyntheticArgsError,
     check,
     no_penalty_arms,
     parse_args,
@@ -44,7 +44,7 @@ def test_cpu_setting_keeps_h8_and_names_the_arm_without_penalty() -> None:
                                   ["--high-latent-bits", "12", "--kappa", "1 8 12"],
                                   ["--setting", "gpu", "--kappa", "16"]])
 def test_a_high_h_that_leaves_the_penalty_zero_is_refused(argv: list[str]) -> None:
-    with pytest.raises(SyntheticArgsError, match="--high-latent-bits"):
+    with pytest.raises(UsageError, match="--high-latent-bits"):
         arms(argv)
 
 

@@ -19,55 +19,46 @@ from typing import Any
 
 import yaml
 
+from common.errors import ArgParser, UsageError, cli, positive_int
 from common.io import read_yaml_mapping
 
 from .config import GENERATED_SOURCES
-from .sources import DataError
 
 CONF_DATA = Path(__file__).resolve().parents[1] / "train" / "conf" / "data"
 
 
 def load_data_config(spec: str, overrides: list[str]) -> Any:
     """The DataConfig a name or a YAML path describes, with key=value overrides."""
-    from experiments.corpus.config import DataConfig, HFSource
+    from .config import data_config
 
     p = CONF_DATA / f"{spec}.yaml" if "/" not in spec and not spec.endswith((".yaml", ".yml")) \
         else Path(spec).expanduser()
     if not p.is_file():
         names = sorted(q.stem for q in CONF_DATA.glob("*.yaml")
                        if q.stem not in GENERATED_SOURCES)
-        raise DataError(f"--data {spec!r}: no such file or config (names: {names})")
-    d = read_yaml_mapping(p, DataError, "data keys")
-    d = {k: v for k, v in d.items() if k != "defaults"}
+        raise UsageError(f"--data {spec!r}: no such file or config (names: {names})")
+    d = read_yaml_mapping(p, UsageError, "data keys")
+    d.pop("defaults", None)
     for ov in overrides:
         k, sep, v = ov.partition("=")
         if not sep:
-            raise DataError(f"{ov!r}: expected key=value")
+            raise UsageError(f"{ov!r}: expected key=value")
         d[k.removeprefix("data.")] = yaml.safe_load(v)
-    names = {f for f in DataConfig.__dataclass_fields__}
-    bad = sorted(set(d) - names)
-    if bad:
-        raise DataError(f"{p}: unknown data key {bad[0]!r}; allowed: {sorted(names)}")
     if d.get("source") in GENERATED_SOURCES:
-        raise DataError(f"data={d['source']} is generated on the fly; it has no corpus to build")
-    try:
-        if d.get("hf_sources"):
-            d["hf_sources"] = [HFSource(**s) for s in d["hf_sources"]]
-        return DataConfig(**d)
-    except (TypeError, ValueError) as e:
-        raise DataError(f"{p}: {str(e).splitlines()[0]}") from None
+        raise UsageError(f"data={d['source']} is generated on the fly; it has no corpus to build")
+    return data_config(d, str(p))
 
 
 def parser(prog: str = "python -m experiments.corpus") -> argparse.ArgumentParser:
     """The command line of a corpus build (pipelines.corpus adds the launcher's options)."""
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(prog=prog, description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=None, help="data config name or YAML path (default "
                     "stdlib; with --verify alone: the built corpus's own, from its manifest)")
     ap.add_argument("--out", required=True, help="output directory (resumed if a build is there)")
     ap.add_argument("--vocab-size", type=int, default=None,
                     help="BPE vocabulary to train (the paper: 131072); ignored with data.tokenizer")
-    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 1)),
+    ap.add_argument("--workers", type=positive_int, default=max(1, (os.cpu_count() or 1)),
                     help="worker processes (local) or array tasks at once (slurm)")
     ap.add_argument("--verify", action="store_true", help="re-hash every shard against the "
                     "manifest at the end; alone (no --data), verify the corpus built in --out, "
@@ -79,38 +70,27 @@ def parser(prog: str = "python -m experiments.corpus") -> argparse.ArgumentParse
 
 def run(a: argparse.Namespace, runner: Any = None) -> int:
     """Build the corpus the parsed arguments describe (its units through `runner`, a
-    build.UnitRunner, when given) and print its summary; bad input: one line, exit 2."""
+    build.UnitRunner, when given) and print its summary; UsageError on bad input."""
     from .build import MANIFEST, build, read_manifest, verify
 
-    try:
-        if a.workers < 1:
-            raise DataError(f"--workers={a.workers}: must be >= 1")
-        if a.verify and a.data is None and not a.overrides:
-            # verification needs only the manifest: no data config, no vocabulary
-            man = read_manifest(Path(a.out).expanduser())
-            if man is None:
-                raise DataError(f"--out {a.out}: no {MANIFEST} to verify (not a built corpus; "
-                                "give --data to build it)")
-            bad = verify(Path(a.out).expanduser())
-            if bad:
-                raise DataError(f"{a.out}: {len(bad)} shard(s) differ from the manifest: {bad[0]}")
-            return _summary(a.out, man, verified=True)
+    if a.verify and a.data is None and not a.overrides:
+        # verification needs only the manifest: no data config, no vocabulary
+        man = read_manifest(Path(a.out).expanduser())
+        if man is None:
+            raise UsageError(f"--out {a.out}: no {MANIFEST} to verify (not a built corpus; "
+                             "give --data to build it)")
+    else:
         dcfg = load_data_config(a.data or "stdlib", a.overrides)
         built = read_manifest(Path(a.out).expanduser())
         if a.vocab_size is None and built is not None:  # a corpus built already says its own
             a.vocab_size = built["request"]["tokenizer"].get("train_vocab_size")
         if dcfg.tokenizer is None and a.vocab_size is None:
-            raise DataError("give --vocab-size N (the paper's presets: 131072) or "
-                            "data.tokenizer=<tokenizer.json>")
+            raise UsageError("give --vocab-size N (the paper's presets: 131072) or "
+                             "data.tokenizer=<tokenizer.json>")
         man = build(dcfg, a.out, vocab_size=a.vocab_size, workers=a.workers,
                     progress=not a.quiet, runner=runner)
-        if a.verify:
-            bad = verify(a.out)
-            if bad:
-                raise DataError(f"{a.out}: {len(bad)} shard(s) differ from the manifest: {bad[0]}")
-    except DataError as e:
-        print(f"corpus: {e}", file=sys.stderr)
-        return 2
+    if a.verify and (bad := verify(Path(a.out).expanduser())):
+        raise UsageError(f"{a.out}: {len(bad)} shard(s) differ from the manifest: {bad[0]}")
     return _summary(a.out, man, verified=a.verify)
 
 
@@ -125,7 +105,7 @@ def _summary(out: str, man: dict[str, Any], verified: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parser().parse_args(argv))
+    return cli("corpus", lambda: run(parser().parse_args(argv)))
 
 
 if __name__ == "__main__":

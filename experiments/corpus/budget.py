@@ -21,7 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .sources import DataError, source_label, stdlib_docs, stdlib_root
+from common.errors import UsageError
+
+from .sources import source_label, stdlib_docs, stdlib_root
 
 if TYPE_CHECKING:
     from experiments.corpus.config import DataConfig
@@ -209,7 +211,7 @@ def token_bound(dcfg: DataConfig) -> tuple[int, int, str] | None:
 
         try:
             paths = expand_globs(dcfg.paths)
-        except DataError:
+        except UsageError:
             return None
         if any(p.suffix == ".parquet" for p in paths):
             return None  # compressed: its text is larger than the file

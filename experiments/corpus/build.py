@@ -38,10 +38,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from common.io import atomic_write, atomic_write_json, atomic_write_text, flocked, sha256_file
+from common.errors import UsageError
+from common.io import (
+    atomic_write,
+    atomic_write_json,
+    atomic_write_text,
+    flocked,
+    sha256_file,
+    unwritable,
+)
 
 from .sources import (
-    DataError,
     Doc,
     HFMixture,
     corpus_checksum_update,
@@ -79,7 +86,7 @@ def dtype_for(vocab_size: int) -> np.dtype:
 
 def request_of(dcfg: DataConfig, vocab_size: int | None) -> dict[str, Any]:
     """What decides the corpus' bytes (the plan of an existing build must match it)."""
-    d = {k: _plain(v) for k, v in asdict(dcfg).items()
+    d = {k: v for k, v in json.loads(json.dumps(asdict(dcfg))).items()  # choices as strings
          if k not in ("corpus", "max_epochs", "val_tokens")}
     for src in d.get("hf_sources") or []:
         # a cap on the passes decides only whether the build completes, not its bytes: a
@@ -89,21 +96,11 @@ def request_of(dcfg: DataConfig, vocab_size: int | None) -> dict[str, Any]:
         d["mixture"] = MIXTURE_RULE  # the documents' order of a mixture (HFMixture)
     tok = d.pop("tokenizer", None)
     if tok and not Path(tok).expanduser().is_file():
-        raise DataError(f"data.tokenizer={tok!r}: no such file")
+        raise UsageError(f"data.tokenizer={tok!r}: no such file")
     tok = tok and str(Path(tok).expanduser())
     return {"format": FORMAT, "data": d,
             "tokenizer": {"file_sha256": sha256_file(tok), "path": str(tok)} if tok
             else {"train_vocab_size": vocab_size}}
-
-
-def _plain(v: Any) -> Any:
-    if hasattr(v, "value") and not isinstance(v, (str, int, float)):
-        return v.value
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_plain(x) for x in v]
-    return v
 
 
 # ---------------------------------------------------------------- units
@@ -188,7 +185,7 @@ class _Sample:
 
 def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool = False,
          request: dict[str, Any] | None = None) -> Scan:
-    """Phase 1 (see the module docstring). Raises DataError on bad input.
+    """Phase 1 (see the module docstring). Raises UsageError on bad input.
 
     A hub stream (`source: hf`) is resumable: after each text part the scan records its
     position (`text/scan.json`: the parts so far and the mixture's state); a scan that failed
@@ -206,7 +203,7 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
         else:
             saved = read_scan_state(out)
             if saved is not None and saved["request"] != request:
-                raise DataError(f"{out} holds an unfinished scan of another corpus; give a new "
+                raise UsageError(f"{out} holds an unfinished scan of another corpus; give a new "
                                 "output directory (or delete it)")
             if saved is not None:
                 kept = [Unit(**u) for u in saved["units"]]
@@ -225,7 +222,7 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
         docs = (d for u in units for d in unit_docs(out, u, dcfg.text_field))
         checksums = {str(p): sha256_file(p) for p in paths}
     else:
-        raise DataError(f"corpus: {dcfg.source!r} is not a text source")
+        raise UsageError(f"corpus: {dcfg.source!r} is not a text source")
 
     h = hashlib.sha256()  # stdlib and hf: over the documents, as the in-memory path did
     sample = _Sample(sample_cap)
@@ -295,12 +292,12 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
     if mixture is not None:
         s.mixture = mixture.summary()
     if s.documents == 0:
-        raise DataError(f"data={dcfg.source}: the source holds no (non-empty) document")
+        raise UsageError(f"data={dcfg.source}: the source holds no (non-empty) document")
     if s.val_documents == 0 and s.documents > 1 and min_key is not None:
         s.forced_val = [min_key[1]]  # tiny corpora: still hold out one document
         s.val_documents = 1
     if s.val_documents == 0 or s.documents - s.val_documents == 0:
-        raise DataError(f"data={dcfg.source}: {s.documents} document(s); need at least one for "
+        raise UsageError(f"data={dcfg.source}: {s.documents} document(s); need at least one for "
                         "training and one for validation")
     s.sample = sample.texts(set(s.forced_val))
     s.sample_documents = len(s.sample)
@@ -329,19 +326,19 @@ def make_tokenizer(dcfg: DataConfig, vocab_size: int | None, sample: list[str],
         try:
             tok = Tokenizer.from_file(str(p))
         except Exception as e:  # tokenizers raises a bare Exception on a bad file
-            raise DataError(f"data.tokenizer={str(p)!r}: not a tokenizers JSON file "
+            raise UsageError(f"data.tokenizer={str(p)!r}: not a tokenizers JSON file "
                             f"({str(e).splitlines()[0][:120] if str(e) else type(e).__name__})"
                             ) from None
         if tok.token_to_id(EOS) is None:
-            raise DataError(f"data.tokenizer={str(p)!r}: has no {EOS} token (used as eos)")
+            raise UsageError(f"data.tokenizer={str(p)!r}: has no {EOS} token (used as eos)")
         how = {"given": str(p), "given_sha256": sha256_file(p)}
     else:
         if vocab_size is None:
-            raise DataError("corpus: give a vocabulary size (--vocab-size) or data.tokenizer")
+            raise UsageError("corpus: give a vocabulary size (--vocab-size) or data.tokenizer")
         try:
             tok = train_bpe(sample, vocab_size, cache_dir=cache_dir)
         except ValueError as e:
-            raise DataError(str(e)) from None
+            raise UsageError(str(e)) from None
         how = {"trained": "byte-level BPE", "vocab_size_asked": vocab_size,
                "sample_documents": len(sample),
                "sample_bytes": sum(len(t.encode("utf-8")) for t in sample),
@@ -460,16 +457,6 @@ def _bar(progress: bool, total: int | None, desc: str) -> Any:
                 dynamic_ncols=True, file=sys.stderr)
 
 
-def _check_writable(out: Path) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write-probe.{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        raise DataError(f"corpus output {str(out)!r} is not writable ({e.strerror})") from None
-
-
 def read_manifest(out: str | os.PathLike) -> dict[str, Any] | None:
     p = Path(out) / MANIFEST
     return json.loads(p.read_text()) if p.is_file() else None
@@ -490,22 +477,24 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
     """Build (or finish, or return) the corpus in `out`; return its manifest. The units run
     through `runner` when given (`workers` at once), else here (`workers` processes).
 
-    DataError on bad input; a build that failed in its scan leaves nothing behind."""
+    UsageError on bad input; a build that failed in its scan leaves nothing behind."""
     outp = Path(out).expanduser().resolve()
     req = request_of(dcfg, vocab_size)
     man = read_manifest(outp)
     if man is not None:
         if man["request"] != req:
-            raise DataError(f"{outp} holds another corpus (built from a different request); "
+            raise UsageError(f"{outp} holds another corpus (built from a different request); "
                             "give a new output directory")
         return man
+    if (bad := unwritable(outp)) is not None:
+        raise UsageError(f"corpus output {str(outp)!r}: {bad}")
     created = not outp.exists()
-    _check_writable(outp)
+    outp.mkdir(parents=True, exist_ok=True)
     try:
         with flocked(outp / LOCK):  # one builder per directory; a killed one leaves no lock
             return _build_locked(dcfg, outp, req, vocab_size=vocab_size, workers=workers,
                                  progress=progress, cache_dir=cache_dir, runner=runner)
-    except DataError:
+    except UsageError:
         # bad input: leave nothing behind; a hub scan that failed midway keeps what it
         # streamed (a re-run continues it)
         if created and not (outp / PLAN).exists() and not (outp / SCAN_STATE).exists():
@@ -524,13 +513,13 @@ def _build_locked(dcfg: DataConfig, outp: Path, req: dict[str, Any], *, vocab_si
     plan_path = outp / PLAN
     plan = json.loads(plan_path.read_text()) if plan_path.is_file() else None
     if plan is not None and plan["request"] != req:
-        raise DataError(f"{outp} holds an unfinished build of another corpus; give a new "
+        raise UsageError(f"{outp} holds an unfinished build of another corpus; give a new "
                         "output directory (or delete it)")
     if plan is None:
         # an empty directory, or a scan killed before its plan: start the scan again
         other = [p.name for p in outp.iterdir() if p.name not in (LOCK, "text")]
         if other:
-            raise DataError(f"{outp} is not empty and holds no corpus build ({other[0]}, ...); "
+            raise UsageError(f"{outp} is not empty and holds no corpus build ({other[0]}, ...); "
                             "give a new or empty output directory")
         if read_scan_state(outp) is None:  # no hub scan to continue: start afresh
             shutil.rmtree(outp / "text", ignore_errors=True)

@@ -22,13 +22,12 @@ class Choice(str, Enum):
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
 
+    @staticmethod
+    def _generate_next_value_(name: str, start: int, count: int, last: list[Any]) -> str:
+        return name  # Choice("X", "a b"): members valued by their names
 
-class DataSource(Choice):
-    stdlib = "stdlib"
-    files = "files"
-    hf = "hf"
-    synthetic = "synthetic"
-    random = "random"
+
+DataSource = Choice("DataSource", "stdlib files hf synthetic random", module=__name__)
 
 
 DATA_SOURCES = tuple(DataSource)
@@ -139,3 +138,18 @@ class DataConfig:
             raise ValueError("data=files needs data.paths=[glob,...] (text, jsonl or json files)")
         if self.source == "hf" and not self.hf_sources:
             raise ValueError("data=hf needs data.hf_sources=[{path:...,field:text,weight:1},...]")
+
+
+def data_config(d: dict[str, Any], where: str) -> DataConfig:
+    """The DataConfig of a mapping of data keys (a YAML file's, a run record's), checked as the
+    training config is: OmegaConf against the schema (keys, types, choices), then each
+    section's `__post_init__`. UsageError naming `where` and the first problem."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from common.errors import UsageError
+
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), d))
+    except (OmegaConfBaseException, ValueError) as e:  # e.g. "Key 'sourc' not in 'DataConfig'"
+        raise UsageError(f"{where}: {str(e).splitlines()[0]}") from None

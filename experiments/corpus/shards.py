@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from common.errors import UsageError
+
 from .build import MANIFEST
-from .sources import DataError
 
 PERM_MAX = 1 << 22  # chunks; 16 MB of int32 per rank at most
 
@@ -87,7 +88,7 @@ class TokenStream:
             p = Path(root) / s["file"]
             st = p.stat() if p.is_file() else None
             if st is None or st.st_size != s["tokens"] * self.dtype.itemsize:
-                raise DataError(f"{p}: missing or not {s['tokens']} tokens as the manifest says "
+                raise UsageError(f"{p}: missing or not {s['tokens']} tokens as the manifest says "
                                 "(rebuild the corpus)")
             self.paths.append((f"{p}:{st.st_ino}:{st.st_mtime_ns}", str(p)))
             starts.append(starts[-1] + s["tokens"])
@@ -174,7 +175,7 @@ class EpochOrder:
 def open_manifest(root: str | os.PathLike) -> dict[str, Any]:
     p = Path(root) / MANIFEST
     if not p.is_file():
-        raise DataError(f"{root}: no {MANIFEST} (not a built corpus; build it with "
+        raise UsageError(f"{root}: no {MANIFEST} (not a built corpus; build it with "
                         "`make corpus` / python -m experiments.corpus)")
     return json.loads(p.read_text())
 

@@ -1,7 +1,6 @@
 """Document sources: (key, text) documents from the stdlib, local files or HF datasets.
 
-Moved here from experiments/train/data.py (which re-exports them) so that corpus build workers
-read documents without importing torch. The rules are unchanged:
+Corpus build workers read documents without importing torch. The rules:
 - every source yields (key, text) documents; a document goes to validation iff a hash of its key
   falls under `val_fraction` (by file for stdlib and text files, by record for jsonl/parquet/hf),
   so the split does not depend on listing order, on the seed or on the number of workers;
@@ -19,14 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from common.errors import UsageError
 from common.io import sha256_file
 
 if TYPE_CHECKING:  # the config imports torch through model/; workers do not need it
     from experiments.corpus.config import DataConfig
-
-
-class DataError(ValueError):
-    """A data source that cannot be read (missing file, bad record, empty split)."""
 
 
 Doc = tuple[str, str]  # (key, text)
@@ -44,9 +40,6 @@ def key_hash(key: str) -> float:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2.0**64
 
 
-_key_hash = key_hash  # the old private name
-
-
 def is_val(key: str, val_fraction: float) -> bool:
     return key_hash(key) < val_fraction
 
@@ -62,7 +55,7 @@ def stdlib_files() -> list[Path]:
     files = sorted(p for p in root.rglob("*.py")
                    if not {"site-packages", "dist-packages"} & set(p.relative_to(root).parts))
     if not files:
-        raise DataError(f"data=stdlib: no .py files under {root}")
+        raise UsageError(f"data=stdlib: no .py files under {root}")
     return files
 
 
@@ -89,16 +82,13 @@ def stdlib_docs(max_bytes: int | None = None) -> list[Doc]:
 
 
 # ---------------------------------------------------------------- local files
-FILE_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
-
-
 def expand_globs(patterns: list[str]) -> list[Path]:
     out: list[Path] = []
     for pat in patterns:
         hits = sorted(glob.glob(os.path.expanduser(pat), recursive=True))
         hits = [h for h in hits if os.path.isfile(h)]
         if not hits:
-            raise DataError(f"data.paths: no file matches {pat!r}")
+            raise UsageError(f"data.paths: no file matches {pat!r}")
         out.extend(Path(h) for h in hits)
     return sorted(set(out))
 
@@ -112,7 +102,7 @@ def iter_file_docs(p: Path, text_field: str) -> Iterator[Doc]:
             return rec
         if isinstance(rec, dict) and isinstance(rec.get(text_field), str):
             return rec[text_field]
-        raise DataError(f"{where}: no string field {text_field!r} (set data.text_field)")
+        raise UsageError(f"{where}: no string field {text_field!r} (set data.text_field)")
 
     if p.suffix == ".jsonl":
         with open(p, encoding="utf-8") as f:
@@ -121,15 +111,15 @@ def iter_file_docs(p: Path, text_field: str) -> Iterator[Doc]:
                     try:
                         rec = json.loads(line)
                     except json.JSONDecodeError as e:
-                        raise DataError(f"{p}:{i + 1}: invalid JSON ({e.msg})") from None
+                        raise UsageError(f"{p}:{i + 1}: invalid JSON ({e.msg})") from None
                     yield f"{p}:{i}", text_of(rec, f"{p}:{i + 1}")
     elif p.suffix == ".json":
         try:
             recs = json.loads(p.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise DataError(f"{p}: invalid JSON ({e.msg})") from None
+            raise UsageError(f"{p}: invalid JSON ({e.msg})") from None
         if not isinstance(recs, list):
-            raise DataError(f"{p}: expected a JSON list of records")
+            raise UsageError(f"{p}: expected a JSON list of records")
         for i, r in enumerate(recs):
             yield f"{p}:{i}", text_of(r, f"{p}[{i}]")
     elif p.suffix == ".parquet":
@@ -138,23 +128,19 @@ def iter_file_docs(p: Path, text_field: str) -> Iterator[Doc]:
         try:
             pf = pq.ParquetFile(p)
         except Exception as e:  # pyarrow raises ArrowInvalid, OSError, ...
-            raise DataError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
+            raise UsageError(f"{p}: not a readable parquet file ({type(e).__name__})") from None
         if text_field not in pf.schema_arrow.names:
-            raise DataError(f"{p}: no column {text_field!r} (columns: "
+            raise UsageError(f"{p}: no column {text_field!r} (columns: "
                             f"{pf.schema_arrow.names[:8]}; set data.text_field)")
         i = 0
         for batch in pf.iter_batches(columns=[text_field], batch_size=1024):
             for t in batch.column(0).to_pylist():
                 if not isinstance(t, str):
-                    raise DataError(f"{p}: row {i}: {text_field!r} is not a string")
+                    raise UsageError(f"{p}: row {i}: {text_field!r} is not a string")
                 yield f"{p}:{i}", t
                 i += 1
     else:
         yield str(p), p.read_text(encoding="utf-8", errors="replace")
-
-
-def file_docs(paths: list[Path], text_field: str) -> list[Doc]:
-    return [d for p in paths for d in iter_file_docs(p, text_field)]
 
 
 # ---------------------------------------------------------------- HF datasets
@@ -169,12 +155,12 @@ def open_hf_source(s: Any) -> Any:
     try:
         import datasets
     except ImportError as e:  # pragma: no cover - datasets is a dependency
-        raise DataError(f"data=hf needs the `datasets` package: {e}") from None
+        raise UsageError(f"data=hf needs the `datasets` package: {e}") from None
     try:
         ds = datasets.load_dataset(s.path, s.name, split=s.split, streaming=True,
                                    data_files=s.data_files)
     except Exception as e:  # datasets raises many types (missing, offline, auth)
-        raise DataError(f"data.hf_sources: cannot stream {s.path!r} "
+        raise UsageError(f"data.hf_sources: cannot stream {s.path!r} "
                         f"(name={s.name!r}, split={s.split!r}): "
                         f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from None
     # one column, so that every source reads the same way whatever its field is called
@@ -262,7 +248,7 @@ class HFMixture:
                 ex = next(self._iters[k])
             except StopIteration:
                 if ss["index"] == 0:
-                    raise DataError(f"data.hf_sources: {source_label(s)} holds no document"
+                    raise UsageError(f"data.hf_sources: {source_label(s)} holds no document"
                                     ) from None
                 ss["pass_documents"].append(ss["index"])
                 ss["pass"] += 1
@@ -274,19 +260,19 @@ class HFMixture:
                     return None
                 continue
             except KeyError as e:  # the field is missing from a record
-                raise DataError(f"data.hf_sources: a record of {source_label(s)} has no field "
+                raise UsageError(f"data.hf_sources: a record of {source_label(s)} has no field "
                                 f"{e.args[0]!r} (set field: in its hf_sources entry)") from None
-            except DataError:
+            except UsageError:
                 raise
             except Exception as e:  # a file that cannot be read mid-stream, the network
-                raise DataError(f"data=hf: {source_label(s)}, pass {ss['pass'] + 1}, record "
+                raise UsageError(f"data=hf: {source_label(s)}, pass {ss['pass'] + 1}, record "
                                 f"{ss['index']}: {type(e).__name__}: "
                                 f"{str(e).splitlines()[0][:200] if str(e) else ''} (what was "
                                 "streamed is kept: re-run the same command to continue)"
                                 ) from None
             text = ex["__text"]
             if not isinstance(text, str):
-                raise DataError(f"data=hf: {source_label(s)} record {ss['index']} has a "
+                raise UsageError(f"data=hf: {source_label(s)} record {ss['index']} has a "
                                 "non-string text field")
             return text
 
@@ -301,7 +287,7 @@ class HFMixture:
                 if cap is None:
                     return  # null: the first source to finish its passes ends the stream
                 s, ss = self.sources[k], srcs[k]
-                raise DataError(
+                raise UsageError(
                     f"data.hf_sources: {source_label(s)} ran out after {ss['pass']} pass(es) "
                     f"({ss['documents']:,} documents, {ss['bytes']:,} bytes) at "
                     f"{self.st['bytes']:,} of data.hf_max_bytes={cap:,}; give it passes: "
@@ -323,20 +309,6 @@ class HFMixture:
             yield key, text
 
 
-def iter_hf_docs(dcfg: DataConfig) -> Iterator[Doc]:
-    """Stream the weighted mixture (`HFMixture`) until `hf_max_bytes` of text (None: until the
-    first source finishes its passes)."""
-    yield from HFMixture(dcfg)
-
-
-def hf_docs(dcfg: DataConfig) -> tuple[list[Doc], dict[str, str]]:
-    docs = list(iter_hf_docs(dcfg))
-    h = hashlib.sha256()
-    for _, t in docs:
-        corpus_checksum_update(h, t)
-    return docs, {hf_name(dcfg): h.hexdigest()}
-
-
 # ---------------------------------------------------------------- materialised (small corpora)
 def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, str]]:
     """(train docs, val docs, data checksums) of a text source, held in memory."""
@@ -348,12 +320,16 @@ def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, st
         checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
     elif dcfg.source == "files":
         paths = expand_globs(dcfg.paths)
-        docs = file_docs(paths, dcfg.text_field)
+        docs = [d for p in paths for d in iter_file_docs(p, dcfg.text_field)]
         checksums = {str(p): sha256_file(p) for p in paths}
     elif dcfg.source == "hf":
-        docs, checksums = hf_docs(dcfg)
+        docs = list(HFMixture(dcfg))  # until hf_max_bytes, or a source's last pass
+        h = hashlib.sha256()
+        for _, t in docs:
+            corpus_checksum_update(h, t)
+        checksums = {hf_name(dcfg): h.hexdigest()}
     else:
-        raise DataError(f"load_documents: {dcfg.source!r} is not a text source")
+        raise UsageError(f"load_documents: {dcfg.source!r} is not a text source")
     docs = [d for d in docs if d[1]]
     if dcfg.max_bytes is not None:
         # a pseudo-random but fixed subset: documents in hash order until the cap
@@ -370,6 +346,6 @@ def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, st
     vkeys = {k for k, _ in val}
     train = [d for d in docs if d[0] not in vkeys]
     if not train or not val:
-        raise DataError(f"data={dcfg.source}: {len(docs)} document(s); need at least one for "
+        raise UsageError(f"data={dcfg.source}: {len(docs)} document(s); need at least one for "
                         "training and one for validation")
     return train, val, checksums

@@ -22,29 +22,21 @@ from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from common.errors import UsageError
 from common.io import atomic_write_text, unwritable
-from common.paths import cache_dir
+from common.paths import cache_dir as default_cache
 
 EOS = "<|endoftext|>"
 _CACHE_VERSION = "bpe-v1"  # bump when the training recipe changes, so old caches are not reused
 
 
-class CacheError(ValueError):
-    """The tokenizer cache cannot be written (one line naming the directory)."""
-
-
-def default_cache_dir() -> Path:
-    """FTBENCH_CACHE, else <FTBENCH_RESULTS or results>/cache."""
-    return cache_dir()
-
-
 def corpus_checksum(texts: Iterable[str]) -> str:
     """sha256 over the documents, each length-prefixed so boundaries count."""
+    from .sources import corpus_checksum_update
+
     h = hashlib.sha256()
     for t in texts:
-        b = t.encode("utf-8", errors="surrogatepass")
-        h.update(len(b).to_bytes(8, "little"))
-        h.update(b)
+        corpus_checksum_update(h, t)
     return h.hexdigest()
 
 
@@ -58,12 +50,12 @@ def train_bpe(texts: Iterable[str], vocab_size: int, *,
     if not docs:
         raise ValueError("train_bpe: empty corpus")
     key = hashlib.sha256(f"{_CACHE_VERSION}:{vocab_size}:{corpus_checksum(docs)}".encode())
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache = Path(cache_dir) if cache_dir is not None else default_cache()
     path = cache / "tokenizers" / f"bpe-{vocab_size}-{key.hexdigest()[:16]}.json"
     if path.is_file():
         return Tokenizer.from_file(str(path))
     if (why := unwritable(path.parent)) is not None:  # before the training, not a traceback after
-        raise CacheError(f"tokenizer cache {path.parent}: {why}; set FTBENCH_CACHE (or "
+        raise UsageError(f"tokenizer cache {path.parent}: {why}; set FTBENCH_CACHE (or "
                          "FTBENCH_RESULTS) to a writable directory")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -151,7 +151,7 @@ def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[st
         items.append({"doc_id": i, "bpb": b / nb, "bits": b, "bytes": nb})
         bits += b
         nbytes += nb
-        draws = lm.draw_logliks.get(_key(lm, ctx, cont))
+        draws = lm.draw_logliks.get((ctx, cont))  # the key the adapter stores draws under
         if draws is not None and len(draws) > 1:
             per_draw = [0.0] * len(draws) if per_draw is None else per_draw
             for j, d in enumerate(draws):
@@ -162,11 +162,6 @@ def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[st
         m["spread"] = statistics.pstdev([x / nbytes for x in per_draw])
     return {"primary": "bpb", "higher_is_better": False, "n": len(items), "fewshot": fewshot,
             "metrics": {"bpb": m}, "items": items}
-
-
-def _key(lm: Any, ctx: str, cont: str) -> tuple[str, str]:
-    """The request key the adapter stores draws under (as lm-eval passes it)."""
-    return (ctx, cont)
 
 
 def set_override_env(data_dir: Path | None) -> None:

@@ -15,7 +15,6 @@ Transformer, an OUT that is a file or not writable): one line, exit 2, nothing w
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -24,16 +23,12 @@ from pathlib import Path
 import torch
 
 from common import arms
+from common.errors import ArgParser, UsageError, cli
 from common.io import unwritable
 from common.paths import RunDir
-from common.text import one_line
 from experiments.corpus.tokenizer import EOS
 from model import load_checkpoint
 from model.checkpoint import CheckpointError
-
-
-class ExportError(ValueError):
-    """Bad export input (one line)."""
 
 
 def llama_config(cfg: object, eos_id: int | None):  # -> transformers.LlamaConfig
@@ -82,7 +77,7 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
 
     cfg = model.cfg
     if arms.of_model(cfg.latent_bits).latent:  # only the baseline's class is a Llama
-        raise ValueError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
+        raise UsageError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
                          "export a baseline (latent_bits=0)")
     hc = llama_config(cfg, eos_id)
     hf = (LlamaForCausalLM(hc) if attn_implementation is None else
@@ -96,13 +91,6 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
     if cfg.tie_embeddings:
         hf.tie_weights()
     return hf
-
-
-def _check_out(out: Path) -> None:
-    """ExportError unless out is (or can be made) a writable directory: before any work."""
-    if (bad := unwritable(out)) is not None:
-        raise ExportError(f"OUT={out}: {bad}" + ("; give a directory" if bad.reason == "is a file"
-                                                 else ""))
 
 
 def _umask_files(out: Path) -> None:
@@ -120,18 +108,15 @@ def export(ckpt: RunDir | str | os.PathLike, out_dir: str | os.PathLike) -> Path
     from transformers import PreTrainedTokenizerFast
 
     out = Path(out_dir)
-    _check_out(out)
+    if (bad := unwritable(out)) is not None:  # before any work
+        raise UsageError(f"OUT={out}: {bad}")
     run = ckpt if isinstance(ckpt, RunDir) else RunDir.at(ckpt)
     ck = load_checkpoint(run.checkpoint())
-    cfg = ck.config
-    if arms.of_model(cfg.latent_bits).latent:
-        raise ExportError("hf_export: a Free Transformer has no LlamaForCausalLM equivalent; "
-                          "export a baseline (latent_bits=0)")
-    ref = ck.tokenizer
+    cfg, ref = ck.config, ck.tokenizer
+    hf = to_llama(ck.model, ref.get("eos_id") if isinstance(ref, dict) else None)
     if not (isinstance(ref, dict) and ref.get("type") == "tokenizers"):
-        raise ExportError("hf_export: needs a checkpoint with a `tokenizers` BPE tokenizer")
+        raise UsageError("hf_export: needs a checkpoint with a `tokenizers` BPE tokenizer")
     eos_id = ref.get("eos_id")
-    hf = to_llama(ck.model, eos_id)
     out.mkdir(parents=True, exist_ok=True)
     hf.save_pretrained(out)
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(ref["json"]),
@@ -153,17 +138,22 @@ def export(ckpt: RunDir | str | os.PathLike, out_dir: str | os.PathLike) -> Path
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def _main(argv: list[str] | None) -> int:
+    ap = ArgParser(prog="python -m experiments.eval.hf_export",
+                   description=__doc__.splitlines()[0])
     ap.add_argument("ckpt")
     ap.add_argument("out_dir")
     a = ap.parse_args(argv)
     try:
         print(export(a.ckpt, a.out_dir))
-    except (ExportError, CheckpointError, FileNotFoundError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        sys.exit(2)
+    except (CheckpointError, FileNotFoundError) as e:  # a missing or corrupt checkpoint
+        raise UsageError(str(e)) from None
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli("hf-export", lambda: _main(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

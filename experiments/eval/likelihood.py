@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from common import arms
+from common.errors import ArgParser, UsageError, cli, positive_int
 from common.paths import RunDir
 from common.records import RecordError, RunRecord
 from experiments.corpus.config import GENERATED_SOURCES
@@ -219,33 +220,15 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
 
 
 # ------------------------------------------------------------------------ CLI
-class LikelihoodError(ValueError):
-    """A bad run directory or argument (one line, exit 2)."""
-
-
 def parse_ks(text: str) -> list[int]:
-    """'1,8,64' -> [1, 8, 64]; LikelihoodError naming the bad value."""
+    """'1,8,64' -> [1, 8, 64]; UsageError naming the bad value."""
     try:
         ks = sorted({int(x) for x in text.split(",") if x.strip()})
     except ValueError:
-        raise LikelihoodError(f"--k: {text!r} is not a comma-separated list of integers") from None
+        raise UsageError(f"--k: {text!r} is not a comma-separated list of integers") from None
     if not ks or ks[0] < 1:
-        raise LikelihoodError(f"--k: {text!r} must list integers >= 1, e.g. 1,8,64")
+        raise UsageError(f"--k: {text!r} must list integers >= 1, e.g. 1,8,64")
     return ks
-
-
-def spec_of(ks: Sequence[int], max_rows: int | None, seed: int) -> dict[str, Any]:
-    """What the measurement did (comparable across runs); its hash names the file."""
-    from common.records import LikelihoodFile
-
-    return LikelihoodFile.spec_of(list(ks), max_rows, seed)
-
-
-def likelihood_file(run: RunDir, spec: dict[str, Any], step: int | None) -> Path:
-    """<run>/eval/likelihood.<spec_id>.step<N>.json (spec_id as for eval files)."""
-    from common.records import LikelihoodFile
-
-    return run.eval_file(LikelihoodFile.file_name(spec, step))
 
 
 def _corpus_info(rec: RunRecord) -> dict[str, Any]:
@@ -257,18 +240,13 @@ def _corpus_info(rec: RunRecord) -> dict[str, Any]:
 def run_corpus(run: RunDir, rec: RunRecord | None = None) -> Any:
     """The run's corpus rebuilt from its run record (same data section -> same val rows);
     `rec`: the record, when the caller read it already."""
-    from dataclasses import fields
-
-    from omegaconf import OmegaConf
-
     from common.paths import cache_dir
-    from experiments.corpus.config import DataConfig
+    from experiments.corpus.config import DataConfig, data_config
     from experiments.train.data import build_corpus
 
     rec = rec if rec is not None else run.record()
-    names = {f.name for f in fields(DataConfig)}
-    data = {k: v for k, v in rec.data.items() if k in names}
-    dcfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(DataConfig), data))
+    dcfg = data_config({k: v for k, v in rec.data.items() if k in DataConfig.__dataclass_fields__},
+                       str(run.record_path))
     return build_corpus(dcfg, vocab_size=int(rec.model["vocab_size"]),
                         seq_len=int(rec.train.get("seq_len", 256)),
                         seed=int(rec.train.get("seed", 0)), cache_dir=cache_dir(run.root))
@@ -311,14 +289,14 @@ def validation_rows(run: RunDir, max_rows: int | None = None, rec: RunRecord | N
       corpus' size; bytes per token from its tokenizer file.
     - "rebuilt": otherwise (synthetic data; a cache since deleted): `run_corpus`, the run's
       data section built again as training builds it (a cached corpus is only opened), then
-      checked the same way. LikelihoodError when the corpus is not the run's. `rec`: the run
+      checked the same way. UsageError when the corpus is not the run's. `rec`: the run
       record, when the caller read it already."""
     from tokenizers import Tokenizer
 
     from experiments.corpus.build import MANIFEST, TOKENIZER
     from experiments.corpus.config import DataConfig
     from experiments.corpus.tokenizer import BPETokenizer
-    from experiments.train.data import DataError, open_val_rows
+    from experiments.train.data import open_val_rows
 
     rec = rec if rec is not None else run.record()
     data, info = rec.data, _corpus_info(rec)
@@ -327,11 +305,8 @@ def validation_rows(run: RunDir, max_rows: int | None = None, rec: RunRecord | N
     where = named or info.get("dir")
     d = Path(where).expanduser() if where else None
     if data.get("source") not in GENERATED_SOURCES and d is not None and (d / MANIFEST).is_file():
-        try:
-            vx, vy, man = open_val_rows(d, int(data.get("val_tokens", DataConfig.val_tokens)),
-                                        seq_len, max_rows)
-        except DataError as e:
-            raise LikelihoodError(str(e)) from None
+        vx, vy, man = open_val_rows(d, int(data.get("val_tokens", DataConfig.val_tokens)),
+                                    seq_len, max_rows)
         why = _corpus_mismatch(rec, man, d, man["val_sequences"])
         if why is None:
             tok = BPETokenizer(Tokenizer.from_file(str(d / TOKENIZER)))
@@ -340,11 +315,8 @@ def validation_rows(run: RunDir, max_rows: int | None = None, rec: RunRecord | N
                                 "rows": int(vx.shape[0]),
                                 "val_sequences": man["val_sequences"]}
         if named:  # a named corpus is only ever opened: rebuilding reads the same directory
-            raise LikelihoodError(f"{d}: not the corpus run {run.run_id} trained on ({why})")
-    try:
-        corpus = run_corpus(run, rec)
-    except DataError as e:
-        raise LikelihoodError(str(e)) from None
+            raise UsageError(f"{d}: not the corpus run {run.run_id} trained on ({why})")
+    corpus = run_corpus(run, rec)
     vx, vy = corpus.val_x, corpus.val_y
     n_val = int(vx.shape[0])
     built = corpus.info.get("dir")
@@ -356,12 +328,31 @@ def validation_rows(run: RunDir, max_rows: int | None = None, rec: RunRecord | N
         want = info.get("val_sequences")
         why = None if want is None or want == n_val else "its validation rows differ"
     if why is not None:
-        raise LikelihoodError(f"the corpus rebuilt from {run.record_path} is not the one "
+        raise UsageError(f"the corpus rebuilt from {run.record_path} is not the one "
                               f"run {run.run_id} trained on ({why})")
     if max_rows is not None:
         vx, vy = vx[:max_rows], vy[:max_rows]
     return vx, vy, corpus.token_bytes, {"path": "rebuilt", "corpus_dir": built,
                                         "rows": int(vx.shape[0]), "val_sequences": n_val}
+
+
+def open_run(given: RunDir | str | Path) -> tuple[RunDir, Path, RunRecord]:
+    """The run a path names (`RunDir.at`), its checkpoint (final.pt, or the .pt it was given
+    as) and its run record; UsageError naming what is missing (the path, a checkpoint not
+    trained yet, a directory that is no run)."""
+    path = (given.target or given.path) if isinstance(given, RunDir) else Path(given)
+    if not path.exists():
+        raise UsageError(f"{path}: no such run directory or checkpoint")
+    run = given if isinstance(given, RunDir) else RunDir.at(given)
+    ck = run.final_or_target()
+    if not ck.is_file():
+        raise UsageError(f"no checkpoint at {ck} (train the run first, or pass a .pt)")
+    if not run.has_record:
+        raise UsageError(f"no {run.record_path.name} in {run.path}: not a run directory")
+    try:
+        return run, ck, run.record()
+    except RecordError as e:
+        raise UsageError(str(e)) from None
 
 
 def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
@@ -377,28 +368,18 @@ def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
 
     from common.io import atomic_write_text
     from common.records import LikelihoodFile
+    from experiments.eval.run import resolve_device
     from model.checkpoint import CheckpointError, load_weights
 
-    run = run if isinstance(run, RunDir) else RunDir.at(run)
-    ck = run.final_or_target()
-    if not ck.is_file():
-        raise LikelihoodError(f"no checkpoint at {ck} (train the run first, or pass a .pt)")
-    if not run.has_record:
-        raise LikelihoodError(f"no {run.record_path.name} in {run.path}: not a run directory")
+    run, ck, cfg = open_run(run)
     try:
-        cfg = run.record()
-    except RecordError as e:
-        raise LikelihoodError(str(e)) from None
-    if device in (None, "", "auto"):
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        loaded = load_weights(ck, device)
+        loaded = load_weights(ck, resolve_device(device))
     except CheckpointError as e:
-        raise LikelihoodError(str(e)) from None
+        raise UsageError(str(e)) from None
     step = loaded.extra.get("step")
     step = int(step) if isinstance(step, int) else None
-    spec = spec_of(ks, max_rows, seed)
-    out = likelihood_file(run, spec, step)
+    spec = LikelihoodFile.spec_of(list(ks), max_rows, seed)  # its hash names the file
+    out = run.eval_file(LikelihoodFile.file_name(spec, step))
     vx, vy, token_bytes, rows_read = validation_rows(run, max_rows, cfg)
     rec = validation_likelihood(loaded.model, vx, vy, token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)
@@ -411,53 +392,28 @@ def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
     return atomic_write_text(out, json.dumps(doc.to_json(), indent=1, sort_keys=True) + "\n")
 
 
-def _device(device: str | None) -> str | None:
-    """A device this machine has, else LikelihoodError naming it (None: picked later)."""
-    if device in (None, "", "auto"):
-        return None
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise LikelihoodError(f"--device {device}: not a torch device (cpu, cuda, cuda:N)"
-                              ) from None
-    if dev.type == "cuda" and (dev.index or 0) >= torch.cuda.device_count():
-        raise LikelihoodError(f"--device {device}: this machine has "
-                              f"{torch.cuda.device_count()} CUDA device(s); omit --device")
-    return device
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(
+def _main(argv: list[str] | None) -> int:
+    ap = ArgParser(
         prog="python -m experiments.eval.likelihood",
         description="Validation bits per byte with honest bounds (FT: IWAE at each k; baseline: "
                     "exact) -> <run>/eval/likelihood.<spec_id>.step<N>.json")
     ap.add_argument("run", help="run dir (its final checkpoint) or a checkpoint .pt")
     ap.add_argument("--k", default=",".join(map(str, DEFAULT_KS)),
                     help="IWAE sample counts, e.g. 1,8,64")
-    ap.add_argument("--max-rows", type=int, default=None,
+    ap.add_argument("--max-rows", type=positive_int, default=None,
                     help="use only the first N validation rows (cheap; recorded in the spec)")
     ap.add_argument("--seed", type=int, default=12345)
-    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--batch-size", type=positive_int, default=8)
     ap.add_argument("--device", default=None,
                     help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
     a = ap.parse_args(argv)
-    try:
-        ks = parse_ks(a.k)
-        for flag, v in (("--max-rows", a.max_rows), ("--batch-size", a.batch_size)):
-            if v is not None and v < 1:
-                raise LikelihoodError(f"{flag}: {v} must be >= 1")
-        if not Path(a.run).exists():
-            raise LikelihoodError(f"{a.run}: no such run directory or checkpoint")
-        path = measure_run(RunDir.at(a.run), ks, a.max_rows, a.seed, a.batch_size,
-                           _device(a.device))
-    except (LikelihoodError, ValueError) as e:
-        print(f"likelihood: error: {' '.join(str(e).split())}", file=sys.stderr)
-        return 2
+    path = measure_run(a.run, parse_ks(a.k), a.max_rows, a.seed, a.batch_size, a.device)
     print(f"likelihood: {path}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli("likelihood", lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -34,10 +34,10 @@ Design choices:
   (`plan_generation`): the generation budget shrinks first, down to 1 token, so a prompt that
   fits the window keeps every token; only a prompt that alone fills the window is cut, from
   the left (few-shot examples go first, the question at its end stays), to leave a budget of
-  min(requested, half the window). Every cut is counted (`truncation_record`,
-  `take_truncation`) and logged. The default budget (`max_gen_toks=None`) is min(256, half
-  the window). String stop sequences are
-  applied to the decoded text, and their single-encoding token ids stop the loop early;
+  min(requested, half the window). Every cut is counted (`truncation_record`) and logged.
+  The default budget (`max_gen_toks=None`) is min(256, half the window). String stop
+  sequences are applied to the decoded text, and their single-encoding token ids stop the
+  loop early;
 - every finished request goes to lm-eval's cache hook at once, so with `use_cache` (sqlite) an
   interrupted evaluation resumes from the requests it finished (under data parallelism, when
   its batch is gathered);
@@ -62,7 +62,6 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
@@ -170,12 +169,6 @@ def text_stop(until: Sequence[str],
         return not any(s.startswith(text[p:]) for s in subs
                        for p in range(max(0, n - len(s) + 1), min(first, n)))
     return check
-
-
-def resolve_checkpoint(path: str | os.PathLike) -> Path:
-    """`RunDir.at(path).checkpoint()`: kept only for bench/full_eval.py until it takes a
-    RunDir (the one resolver is common.paths.RunDir)."""
-    return RunDir.at(path).checkpoint()
 
 
 def _bool(v: Any) -> bool:
@@ -314,8 +307,6 @@ class FTBenchLM(TemplateLM):
         self.draw_logliks: dict[tuple[str, str], list[float]] = {}
         self.n_forward_tokens = 0
         self.n_requests = 0  # requests the model actually ran (cache hits excluded)
-        # (task name or None, plan) of every generation request run since take_truncation()
-        self._gen_plans: list[tuple[str | None, GenPlan]] = []
 
     # ------------------------------------------------------------------ lm-eval plumbing
     @property
@@ -738,24 +729,10 @@ class FTBenchLM(TemplateLM):
         (context, gen_kwargs), computed from the rule alone: it covers cached requests too."""
         return truncation_summary([self.plan_generation(c, g) for c, g in args])
 
-    def take_truncation(self, task: str | None = None) -> dict[str, Any]:
-        """The "truncation" record of the generation requests this adapter ran since the last
-        call (all tasks, or one task by its lm-eval name), and forget them. Requests answered
-        from a cache never reach the adapter: use `truncation_record` to cover them."""
-        take = [p for t, p in self._gen_plans if task is None or t == task]
-        self._gen_plans = [(t, p) for t, p in self._gen_plans
-                           if not (task is None or t == task)]
-        return truncation_summary(take)
-
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         reqs = [tuple(r.args) for r in requests]
-        names = [getattr(r, "task_name", None) for r in requests]
         self.n_requests += len(reqs)
-        n_cut = 0
-        for (c, g), name in zip(reqs, names, strict=True):
-            plan = self.plan_generation(c, g)
-            self._gen_plans.append((name, plan))
-            n_cut += plan.cut > 0
+        n_cut = sum(self.plan_generation(c, g).cut > 0 for c, g in reqs)
         got = self._dispatch("generate", (reqs, disable_tqdm))
         res = [got[i] for i in range(len(reqs))]
         if self.dp is not None:  # alone, each went to the cache as its batch finished

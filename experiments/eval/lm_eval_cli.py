@@ -15,83 +15,55 @@ missing or corrupt checkpoint, bad data or a bad device: one line, exit 2.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from common.text import one_line
-from experiments.eval.run import EvalArgsError, resolve_device
-from experiments.eval.tasks import benchdata
+from common.errors import ArgParser, UsageError, cli
+from experiments.eval.run import checkpoint_of, resolve_device
 from model.checkpoint import CheckpointError
 
 
-def _flag(argv: list[str], name: str) -> str | None:
-    """The value of `name` in argv (`--x v` or `--x=v`), else None."""
-    for i, a in enumerate(argv):
-        if a == name and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return None
-
-
-def _drop(argv: list[str], name: str) -> list[str]:
-    out, skip = [], False
-    for i, a in enumerate(argv):
-        if skip:
-            skip = False
-        elif a == name:
-            skip = i + 1 < len(argv)
-        elif not a.startswith(name + "="):
-            out.append(a)
-    return out
-
-
 def build_argv(argv: list[str]) -> list[str]:
-    """Our flags resolved into the lm-eval argv (EvalArgsError / DataError / FileNotFoundError
-    on bad input, before anything loads)."""
-    from common.paths import RunDir
-
-    ours = argparse.ArgumentParser(add_help=False)
-    ours.add_argument("--ckpt")
-    ours.add_argument("--data")
+    """Our flags resolved into the lm-eval argv (UsageError on bad input, before anything
+    loads). lm-eval's --model, --model_args and --device are parsed here too (argparse, no
+    abbreviations), to be merged with --ckpt and resolved."""
+    ours = ArgParser(add_help=False, allow_abbrev=False)
+    for flag in ("--ckpt", "--data", "--model", "--model_args", "--device"):
+        ours.add_argument(flag)
     a, rest = ours.parse_known_args(argv)
     rest = [x for x in rest if x != "run"]
     if a.ckpt:
-        ck = RunDir.at(a.ckpt).checkpoint()  # FileNotFoundError: one line
+        ck = checkpoint_of(a.ckpt)
         if "," in str(ck):
-            raise EvalArgsError(f"--ckpt {ck}: a path with a comma cannot go into --model_args")
-        given = _flag(rest, "--model_args")
-        rest = _drop(_drop(rest, "--model_args"), "--model")
+            raise UsageError(f"--ckpt {ck}: a path with a comma cannot go into --model_args")
         rest += ["--model", "ftbench", "--model_args",
-                 f"checkpoint={ck}" + (f",{given}" if given else "")]
+                 f"checkpoint={ck}" + (f",{a.model_args}" if a.model_args else "")]
+    else:  # lm-eval's own model: its flags go through as given
+        rest += [*(["--model", a.model] if a.model else []),
+                 *(["--model_args", a.model_args] if a.model_args else [])]
     if a.data:
         from experiments.eval.tasks import default_tasks_dir, write_task_dir
 
         rest += ["--include_path", str(write_task_dir(a.data, default_tasks_dir()))]
-    device = resolve_device(_flag(rest, "--device"))
-    return ["run", *_drop(rest, "--device"), "--device", device]
+    return ["run", *rest, "--device", resolve_device(a.device)]
 
 
-def main(argv: list[str] | None = None) -> None:
+def _main(argv: list[str]) -> int:
     import experiments.eval.lm_adapter  # noqa: F401 - registers `ftbench` with lm-eval
 
-    try:
-        args = build_argv(list(sys.argv[1:] if argv is None else argv))
-    except (EvalArgsError, benchdata.DataError, FileNotFoundError) as e:
-        _die(e)
+    args = build_argv(argv)
     from lm_eval.__main__ import cli_evaluate
 
     sys.argv = ["lm-eval", *args]
     try:
         cli_evaluate()
     except CheckpointError as e:  # raised while lm-eval builds the model: nothing written yet
-        _die(e)
+        raise UsageError(str(e)) from None
+    return 0
 
 
-def _die(e: Exception) -> None:
-    print(f"error: {one_line(e)}", file=sys.stderr)
-    sys.exit(2)
+def main(argv: list[str] | None = None) -> int:
+    return cli("lm-eval", lambda: _main(list(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -42,7 +42,9 @@ import torch
 import torch.nn.functional as F  # noqa: F401
 
 from common import arms
+from common.errors import ArgParser, UsageError, cli
 from common.paths import RunDir
+from common.records import spec_id
 from model.free_transformer import FreeTransformer, kl_to_uniform, sample_codes, uniform_codes
 
 SCHEMA = "ftbench-probe-v1"
@@ -77,8 +79,8 @@ DEFAULTS: dict[str, Any] = {"rows": 16, "seed": 12345, "draws": 4, "n_boot": 200
                             "groups": 4, "temperature": 1.0}
 
 
-class ProbeError(ValueError):
-    """A bad run directory, checkpoint or argument (one line, exit 2)."""
+ProbeError = UsageError
+"""The old name, while pipelines/study.py imports it."""
 
 
 # ------------------------------------------------------------------------ statistics
@@ -417,7 +419,7 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
     o = {**DEFAULTS, **(opts or {})}
     m = getattr(model, "module", model)
     if not isinstance(m, FreeTransformer):
-        raise ProbeError(f"the probes need a Free Transformer (latent_bits > 0), got "
+        raise UsageError(f"the probes need a Free Transformer (latent_bits > 0), got "
                          f"{type(m).__name__}")
     if val_x.shape != val_y.shape or val_x.dim() != 2:
         raise ValueError("val_x and val_y must both be (N, T)")
@@ -475,12 +477,6 @@ def spec_of(o: dict[str, Any]) -> dict[str, Any]:
                            "the first `prompt_len` tokens of the first `prompts` of them"}
 
 
-def spec_id(spec: dict[str, Any]) -> str:
-    from experiments.eval.run import spec_id as sid
-
-    return sid(spec)
-
-
 def probe_file(out_dir: Path, spec: dict[str, Any], step: int | None) -> Path:
     """<out dir>/probe.<spec_id>.step<N>.json (stepNA when the checkpoint records no step)."""
     return out_dir / f"probe.{spec_id(spec)}.step{step if step is not None else 'NA'}.json"
@@ -499,20 +495,20 @@ def finite_or_null(obj: Any) -> Any:
 
 def _check_opts(o: dict[str, Any]) -> None:
     if not isinstance(o["seed"], int) or isinstance(o["seed"], bool) or o["seed"] < 0:
-        raise ProbeError(f"--seed: {o['seed']!r} must be an integer >= 0")
+        raise UsageError(f"--seed: {o['seed']!r} must be an integer >= 0")
     for k in ("rows", "draws", "n_boot", "prompts", "prompt_len", "gen_tokens", "groups"):
         v = o[k]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ProbeError(f"--{k.replace('_', '-')}: {v!r} must be an integer >= 1")
+            raise UsageError(f"--{k.replace('_', '-')}: {v!r} must be an integer >= 1")
     if not isinstance(o["group_size"], int) or o["group_size"] < 2:
-        raise ProbeError(f"--group-size: {o['group_size']!r} must be an integer >= 2 (agreement "
+        raise UsageError(f"--group-size: {o['group_size']!r} must be an integer >= 2 (agreement "
                          "needs pairs)")
     t = o["temperature"]
     if not (isinstance(t, (int, float)) and math.isfinite(t) and t > 0):
-        raise ProbeError(f"--temperature: {t!r} must be a finite number > 0 (0 is greedy: Z "
+        raise UsageError(f"--temperature: {t!r} must be a finite number > 0 (0 is greedy: Z "
                          "could only act through the argmax)")
     if o["prompts"] > o["rows"]:
-        raise ProbeError(f"--prompts: {o['prompts']} exceeds --rows {o['rows']} (prompts are "
+        raise UsageError(f"--prompts: {o['prompts']} exceeds --rows {o['rows']} (prompts are "
                          "prefixes of the probed rows)")
 
 
@@ -528,39 +524,25 @@ def _reusable(path: Path, sid: str, ident: str) -> bool:
 def probe_run(run: RunDir | str | Path, opts: dict[str, Any] | None = None,
               out_dir: Path | None = None, device: str | None = None) -> tuple[Path, bool]:
     """Probe a run's final checkpoint (or the .pt it was given as: `RunDir.at`) -> (file,
-    reused). Raises ProbeError."""
+    reused). Raises UsageError on bad input."""
     from common.io import atomic_write_text, unwritable
     from common.provenance import git_state, loadavg, peak_rss_mb, versions
-    from common.records import RecordError
-    from experiments.eval.likelihood import run_corpus
-    from experiments.eval.run import ckpt_identity
+    from experiments.eval.likelihood import open_run, run_corpus
+    from experiments.eval.run import ckpt_identity, resolve_device
     from model.checkpoint import CheckpointError, load_checkpoint
 
     o = {**DEFAULTS, **(opts or {})}
     _check_opts(o)
-    given = (run.target or run.path) if isinstance(run, RunDir) else Path(run)
-    if not given.exists():
-        raise ProbeError(f"{given}: no such run directory or checkpoint")
-    run = run if isinstance(run, RunDir) else RunDir.at(run)
-    ck = run.final_or_target()
-    if not ck.is_file():
-        raise ProbeError(f"no checkpoint at {ck} (train the run first, or pass a .pt)")
-    if not run.has_record:
-        raise ProbeError(f"no {run.record_path.name} in {run.path}: not a run directory (the "
-                         "probe reads the run's validation rows)")
-    try:
-        rec = run.record()
-    except RecordError as e:
-        raise ProbeError(str(e)) from None
+    run, ck, rec = open_run(run)
     if not rec.model:
-        raise ProbeError(f"{run.record_path} has no model section: not a run's config")
+        raise UsageError(f"{run.record_path} has no model section: not a run's config")
     if not arms.of_model(rec.latent_bits).latent:
-        raise ProbeError(f"{run.run_id} is a baseline (latent_bits=0): the probes measure a "
+        raise UsageError(f"{run.run_id} is a baseline (latent_bits=0): the probes measure a "
                          "Free Transformer's latent Z; give a Free Transformer run")
     out_dir = Path(out_dir) if out_dir is not None else run.eval_dir
     bad = unwritable(out_dir)
     if bad is not None:
-        raise ProbeError(f"--out: {bad}")
+        raise UsageError(f"--out: {bad}")
     ident = ckpt_identity(ck)
     spec = spec_of(o)
     sid = spec_id(spec)
@@ -571,20 +553,20 @@ def probe_run(run: RunDir | str | Path, opts: dict[str, Any] | None = None,
     try:
         loaded = load_checkpoint(ck)
     except CheckpointError as e:
-        raise ProbeError(str(e)) from None
+        raise UsageError(str(e)) from None
     if not isinstance(loaded.model, FreeTransformer):
-        raise ProbeError(f"{ck} is a baseline (latent_bits=0): the probes measure a Free "
+        raise UsageError(f"{ck} is a baseline (latent_bits=0): the probes measure a Free "
                          "Transformer's latent Z; give a Free Transformer run")
     step = loaded.extra.get("step")
     step = int(step) if isinstance(step, int) else None
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(device)
     model = loaded.model.to(dev)
     corpus = run_corpus(run, rec)
     n_avail, T = corpus.val_x.shape
     if o["rows"] > n_avail:
-        raise ProbeError(f"--rows: {o['rows']} exceeds the run's {n_avail} validation rows")
+        raise UsageError(f"--rows: {o['rows']} exceeds the run's {n_avail} validation rows")
     if o["prompt_len"] >= T or o["prompt_len"] + o["gen_tokens"] > model.cfg.max_seq_len:
-        raise ProbeError(f"--prompt-len {o['prompt_len']} + --gen-tokens {o['gen_tokens']}: the "
+        raise UsageError(f"--prompt-len {o['prompt_len']} + --gen-tokens {o['gen_tokens']}: the "
                          f"prompt must be shorter than a row ({T}) and both must fit the "
                          f"window ({model.cfg.max_seq_len})")
     t0, load0 = time.time(), loadavg()  # a wall time means something only at a known load
@@ -609,12 +591,8 @@ def probe_run(run: RunDir | str | Path, opts: dict[str, Any] | None = None,
 
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import argparse
-
-    from common.text import one_line
-
-    ap = argparse.ArgumentParser(
+def _main(argv: Sequence[str] | None) -> int:
+    ap = ArgParser(
         prog="python -m experiments.eval.probe",
         description="Does the decoder use Z? KL per bit and position, Z ablations, steering -> "
                     "<run>/eval/probe.<spec_id>.step<N>.json (docs/PROBE.md)")
@@ -635,14 +613,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="directory for the file (default <run>/eval)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     a = ap.parse_args(argv)
-    opts = {k: getattr(a, k) for k in DEFAULTS}
-    try:
-        path, reused = probe_run(a.run, opts, Path(a.out) if a.out else None, a.device)
-    except (ProbeError, ValueError) as e:
-        print(f"probe: error: {one_line(e)}", file=sys.stderr)
-        return 2
+    path, reused = probe_run(a.run, {k: getattr(a, k) for k in DEFAULTS},
+                             Path(a.out) if a.out else None, a.device)
     print(f"probe: {'reused (same spec, same checkpoint) ' if reused else ''}{path}")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli("probe", lambda: _main(argv))
 
 
 if __name__ == "__main__":

@@ -6,24 +6,17 @@ Design choices:
   stock task names and their prompts, few-shot defaults and metrics are used as they are.
   Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
   the files are checked against the pinned sha256 sums (`experiments.eval.tasks.benchdata`);
-- Free Transformer modes (docs/DESIGN.md, "Honest evaluation"): `prior` (default; one draw of
-  Z, seed recorded), `prior-k` (likelihood averaged over k draws, spread reported),
-  `posterior` (leaks; the result file says `"leaks": true`);
-- one file per evaluation spec (docs/RESULTS.md): a suite's `spec` (tasks, limit, z-mode, k,
-  few-shot, generation length, data checksums) hashes to `spec_id`, and the file is
-  `<run dir>/eval/<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json`, so two specs or
-  two checkpoints never share a file; suites `lm-eval` and `evalplus`;
-- every file carries the adapter's `protocol` (what Z saw per request type), and every
-  generation task its prompt `truncation` record; a task whose run died is kept as
-  `"error"` with null metrics (never 0), and the command then exits 1;
+- the Z modes (`prior`, `prior-k`, `posterior`: leaks) and what Z saw per request type
+  (`protocol`): docs/DESIGN.md, "Honest evaluation"; one file per evaluation spec, named by
+  its `spec_id`, with a prompt `truncation` record per generation task: docs/RESULTS.md. A task
+  whose run died is kept as `"error"` with null metrics (never 0), and the command exits 1;
 - arguments and task names are checked before anything loads (`validate_args`, also used by
   `make sweep EVAL=1` at plan time);
 - resumable: every finished request is written to a sqlite cache (lm-eval's CachingLM) keyed by
   checkpoint identity, z-mode, k, seed and generation length, so a re-run of the same spec
   after an interruption skips what is done;
-- lm-eval's own files too: beside each lm-eval suite file, `<file stem>.lm_eval/<run id>/`
-  holds the `results_<date>.json` and `samples_<task>_<date>.jsonl` that
-  `lm_eval --output_path ... --log_samples` writes (its EvaluationTracker), for lm-eval's tools;
+- lm-eval's own results and samples files beside each lm-eval suite file (its
+  EvaluationTracker's layout), for lm-eval's tools;
 - bad input (a flag, a value, a task name, the checkpoint, the data, an unwritable output
   directory) is one line and exit 2 before any work, and nothing is written.
 """
@@ -48,10 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
-from common.io import atomic_write_text, unwritable
+from common.errors import ArgParser, UsageError, cli, positive_int
+from common.io import atomic_write_json, unwritable
 from common.paths import RunDir
 from common.provenance import git_commit, versions
-from common.records import (  # noqa: F401 - spec_id, suite_file: importers
+from common.records import (  # noqa: F401 - spec_id: sweeps/backend.py and probe.py import it here
     SCHEMAS,
     Z_MODES,
     EvalFile,
@@ -60,7 +54,6 @@ from common.records import (  # noqa: F401 - spec_id, suite_file: importers
     EvalSpec,
     RecordError,
     spec_id,
-    suite_file,
     suites_of,
 )
 from common.text import one_line
@@ -77,38 +70,43 @@ VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 """Packages whose versions an eval file records."""
 
 
-class EvalArgsError(ValueError):
-    """Bad evaluation arguments or task names (one line)."""
+EvalArgsError = UsageError
+"""The old name, while sweeps/backend.py imports it."""
 
 
 # ---------------------------------------------------------------------------- helpers
 def trained_context(run: RunDir | str | os.PathLike) -> int | None:
     """The window a run's model was trained at: its run record's train.seq_len; None when the
     checkpoint has no run record (the model's max_seq_len is then used). A run record that
-    cannot be read is an EvalArgsError. A path is read as `RunDir.at(path)`."""
+    cannot be read is a UsageError. A path is read as `RunDir.at(path)`."""
     run = run if isinstance(run, RunDir) else RunDir.at(run)
     if not run.has_record:
         return None
     try:
         seq = run.record().train.get("seq_len")
     except (OSError, RecordError) as e:
-        raise EvalArgsError(f"run record {run.record_path} is unreadable: "
+        raise UsageError(f"run record {run.record_path} is unreadable: "
                             f"{one_line(e)[:200]}") from None
     if seq is None:
         return None
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 2:
-        raise EvalArgsError(f"run record {run.record_path}: train.seq_len={seq!r} is not a "
+        raise UsageError(f"run record {run.record_path}: train.seq_len={seq!r} is not a "
                             "window length")
     return seq
+
+
+def checkpoint_of(run: RunDir | str | os.PathLike) -> Path:
+    """The checkpoint of a run (`RunDir.checkpoint()`; a path is read as `RunDir.at(path)`);
+    UsageError naming a missing one."""
+    try:
+        return (run if isinstance(run, RunDir) else RunDir.at(run)).checkpoint()
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from None
 
 
 def ckpt_identity(ckpt: Path) -> str:
     st = ckpt.stat()
     return hashlib.sha256(f"{ckpt.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
-
-
-def _atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, default=_json_default))
 
 
 def _json_default(o: Any) -> Any:
@@ -134,12 +132,12 @@ def eval_file_name(spec: EvalSpec | dict[str, Any], step: int | None) -> str:
 
 
 def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
-    """Verified sha256 of the offline files a suite reads ({} online); DataError if bad."""
+    """Verified sha256 of the offline files a suite reads ({} online); UsageError if bad."""
     if ddir is None:
         return {}
     chk = benchdata.verify(ddir, tasks)
     if not chk.ok:
-        raise benchdata.DataError(chk.line())
+        raise UsageError(chk.line())
     return chk.checksums
 
 
@@ -377,7 +375,7 @@ def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
     check_tasks(tasks, ddir, fewshot)
     device = resolve_device(runtime.device)
     run = run if isinstance(run, RunDir) else RunDir.at(run)
-    ck = run.checkpoint()
+    ck = checkpoint_of(run)
     run_id = run.run_id
     eval_dir = Path(runtime.out_dir) if runtime.out_dir is not None else run.eval_dir
     check_writable(eval_dir)
@@ -417,7 +415,7 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
         chk = benchdata.verify(ddir, tasks)
         print(chk.line(), flush=True)
         if not chk.ok:
-            raise benchdata.DataError(chk.line())
+            raise UsageError(chk.line())
         for suite, names in suites.items():
             need = set(benchdata.needed_files(ddir, names))
             checks[suite] = {r: h for r, h in chk.checksums.items() if r in need}
@@ -476,7 +474,7 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
             extra=head | {"data_checksums": dict(spec.data_checksums),
                           "elapsed_s": round(elapsed, 2), "requests": nreq,
                           "requests_per_s": nreq / elapsed if elapsed else None})
-        _atomic_write_json(path, doc.to_json())
+        atomic_write_json(path, doc.to_json(), default=_json_default)
         print(f"wrote {path}: " + ", ".join(
             f"{t}={_fmt(e)}" for t, e in entries.items()), flush=True)
         written[suite] = path
@@ -489,20 +487,16 @@ def native_dir(eval_file: Path) -> Path:
 
 
 def check_writable(d: Path) -> None:
-    """EvalArgsError unless d is (or can be made) a writable directory; run before any work,
+    """UsageError unless d is (or can be made) a writable directory; run before any work,
     so a bad output directory costs nothing and leaves nothing behind."""
-    p = Path(d).absolute()
-    bad = unwritable(p)
-    if bad is not None and bad.reason == "is a file":
-        what = "is a file" if bad.blocker == p else f"cannot be created: {bad}"
-        raise EvalArgsError(f"output directory {p} {what}; give --out-dir a directory")
-    if bad is not None:
-        raise EvalArgsError(f"output directory {p}: {bad}; give --out-dir a writable directory")
+    if (bad := unwritable(d)) is not None:
+        raise UsageError(f"output directory {Path(d).absolute()}: {bad}; give --out-dir a "
+                         "writable directory")
 
 
 def resolve_device(device: str | None) -> str:
     """`None`/"auto": cuda if torch sees a GPU, else cpu. A device this machine lacks is an
-    EvalArgsError naming it (not a checkpoint error from loading onto it)."""
+    UsageError naming it (not a checkpoint error from loading onto it)."""
     import torch
 
     if device in (None, "", "auto"):
@@ -510,15 +504,15 @@ def resolve_device(device: str | None) -> str:
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError):
-        raise EvalArgsError(f"--device {device}: not a torch device (cpu, cuda, cuda:N, mps; "
+        raise UsageError(f"--device {device}: not a torch device (cpu, cuda, cuda:N, mps; "
                             "omit it to pick one automatically)") from None
     if dev.type == "cuda":
         n = torch.cuda.device_count()
         if n == 0 or (dev.index or 0) >= n:
-            raise EvalArgsError(f"--device {device}: this machine has {n} CUDA device(s); "
+            raise UsageError(f"--device {device}: this machine has {n} CUDA device(s); "
                                 "omit --device to pick one automatically (cpu here)")
     elif dev.type == "mps" and not torch.backends.mps.is_available():
-        raise EvalArgsError(f"--device {device}: MPS is not available on this machine; omit "
+        raise UsageError(f"--device {device}: MPS is not available on this machine; omit "
                             "--device to pick one automatically")
     return device
 
@@ -557,30 +551,22 @@ def _fmt(e: dict) -> str:
     return "null" if v is None else f"{v:.4f}"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises one line instead of printing usage and exiting."""
-
-    def error(self, message: str) -> Any:
-        raise EvalArgsError(message)
-
-
-def build_parser(raising: bool = False) -> argparse.ArgumentParser:
-    cls = _Parser if raising else argparse.ArgumentParser
-    ap = cls(prog="python -m experiments.eval",
-             description="Evaluate a checkpoint (docs/RESULTS.md schema).")
+def build_parser() -> argparse.ArgumentParser:
+    ap = ArgParser(prog="python -m experiments.eval",
+                   description="Evaluate a checkpoint (docs/RESULTS.md schema).")
     ap.add_argument("ckpt", help="run dir or checkpoint .pt")
     ap.add_argument("--tasks", default=",".join(DEFAULT_TASKS),
                     help=f"comma-separated; default {','.join(DEFAULT_TASKS)}; online also "
                          f"{','.join(ONLINE_EXTRA)}")
-    ap.add_argument("--limit", type=int, default=None, help="first n documents per task")
+    ap.add_argument("--limit", type=positive_int, default=None, help="first n documents per task")
     ap.add_argument("--z", default="prior", choices=list(Z_MODES))
-    ap.add_argument("--k", type=int, default=4, help="draws of Z for --z prior-k")
+    ap.add_argument("--k", type=positive_int, default=4, help="draws of Z for --z prior-k")
     ap.add_argument("--fewshot", type=int, default=None, help="override the stock few-shot count")
     ap.add_argument("--data", default=None,
                     help=f"offline benchmark dir (else ${benchdata.ENV_VAR}, else online)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--max-gen-toks", type=int, default=None,
+    ap.add_argument("--batch-size", type=positive_int, default=16)
+    ap.add_argument("--max-gen-toks", type=positive_int, default=None,
                     help="generation budget in tokens (default 256, at most half the model's "
                          "window; a prompt never loses tokens to it unless it alone fills the "
                          "window)")
@@ -593,11 +579,11 @@ def build_parser(raising: bool = False) -> argparse.ArgumentParser:
 
 
 def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None) -> None:
-    """EvalArgsError naming unknown tasks (with the close name for a typo), offline the known
+    """UsageError naming unknown tasks (with the close name for a typo), offline the known
     tasks that have no offline data, and offline a few-shot count the offline data cannot
     reproduce (`fewshot_error`)."""
     if not tasks:
-        raise EvalArgsError("--tasks: no task given")
+        raise UsageError("--tasks: no task given")
     known = DEFAULT_TASKS + ONLINE_EXTRA
     unknown = [t for t in tasks if t not in known]
     if unknown and ddir is not None:
@@ -606,7 +592,7 @@ def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None)
         every = _all_lm_eval_tasks()
         typos = [t for t in unknown if t not in every]
         if typos:
-            raise EvalArgsError(f"--tasks: unknown task(s) {', '.join(typos)}"
+            raise UsageError(f"--tasks: unknown task(s) {', '.join(typos)}"
                                 f"{_did_you_mean(typos, known)}; suite tasks: "
                                 f"{', '.join(known)} (or any stock lm-eval task name)")
     if ddir is None:
@@ -616,12 +602,12 @@ def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None)
     offline = benchmarks.tasks(offline_ready=True, order="run")
     online_only = [t for t in tasks if t not in offline]
     if online_only:
-        raise EvalArgsError(f"--tasks: no offline data for {', '.join(online_only)}: "
+        raise UsageError(f"--tasks: no offline data for {', '.join(online_only)}: "
                             f"it runs online only (without --data / BENCH_DATA / "
                             f"${benchdata.ENV_VAR}); offline tasks: {', '.join(offline)}")
     line = fewshot_error(tasks, fewshot)
     if line:
-        raise EvalArgsError(f"--fewshot: {line}")
+        raise UsageError(f"--fewshot: {line}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -639,32 +625,22 @@ def _did_you_mean(bad: list[str], known: Sequence[str]) -> str:
 
 def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
                   check_data: bool = True) -> argparse.Namespace:
-    """Parse and check evaluation arguments before any compute: EvalArgsError (one line) on a
-    bad flag, value or task name, DataError on bad offline data. `ckpt`: the checkpoint to
+    """Parse and check evaluation arguments before any compute: UsageError (one line) on a
+    bad flag, value or task name, or bad offline data. `ckpt`: the checkpoint to
     add (the sweep's EVAL_ARGS have none), or None when argv holds it.
     Used by `make sweep EVAL=1 EVAL_ARGS=...` at plan time."""
     argv = list(argv)
     if ckpt is not None and any(a.startswith("--out-dir") for a in argv):
-        raise EvalArgsError("--out-dir: not allowed here (each run's eval goes to its run dir)")
-    a = build_parser(raising=True).parse_args(argv if ckpt is None else [ckpt, *argv])
-    for name in ("limit", "k", "batch_size", "max_gen_toks"):
-        v = getattr(a, name)
-        if v is not None and v < 1:
-            raise EvalArgsError(f"--{name.replace('_', '-')}: {v} must be >= 1")
+        raise UsageError("--out-dir: not allowed here (each run's eval goes to its run dir)")
+    a = build_parser().parse_args(argv if ckpt is None else [ckpt, *argv])
     if a.fewshot is not None and a.fewshot < 0:
-        raise EvalArgsError(f"--fewshot: {a.fewshot} must be >= 0")
+        raise UsageError(f"--fewshot: {a.fewshot} must be >= 0")
     a.task_list = list(dict.fromkeys(t.strip() for t in a.tasks.split(",") if t.strip()))
     ddir = benchdata.data_dir(a.data)
     check_tasks(a.task_list, ddir, a.fewshot)
     if ddir is not None and check_data:
         benchdata.require(ddir, a.task_list)
     return a
-
-
-def _die(e: Exception) -> None:
-    """Bad input: one line on stderr, exit 2, nothing written."""
-    print(f"error: {one_line(e)}", file=sys.stderr)
-    sys.exit(2)
 
 
 def request_of(a: argparse.Namespace) -> EvalRequest:
@@ -694,7 +670,7 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
 
 
 def _check_caches(tasks: list[str]) -> None:
-    """EvalArgsError (one line) when a cache outside the eval directory cannot be written:
+    """UsageError (one line) when a cache outside the eval directory cannot be written:
     HF datasets' (lm-eval suite) and evalplus's ground truth. The eval directory, which holds
     the rest, is checked by run_eval; benchmark data is only ever read."""
     from common.io import unwritable
@@ -712,29 +688,31 @@ def _check_caches(tasks: list[str]) -> None:
         dirs.append(("evalplus ground-truth cache", gt_cache_dir(), "XDG_CACHE_HOME"))
     for what, d, var in dirs:
         if (why := unwritable(d)) is not None:
-            raise EvalArgsError(f"{what} {d}: {why}; set {var} to a writable directory")
+            raise UsageError(f"{what} {d}: {why}; set {var} to a writable directory")
 
 
-def main(argv: list[str] | None = None) -> None:
-    try:
-        a = validate_args(sys.argv[1:] if argv is None else argv, ckpt=None, check_data=False)
-        _check_caches(a.task_list)
-    except EvalArgsError as e:
-        _die(e)
+def _main(argv: Sequence[str]) -> int:
+    a = validate_args(argv, ckpt=None, check_data=False)
+    _check_caches(a.task_list)
     if a.threads > 0:
         import torch
 
         torch.set_num_threads(a.threads)
     try:
         written = run_eval(a.ckpt, request_of(a), runtime_of(a))
-    except (benchdata.DataError, EvalArgsError, FileNotFoundError, CheckpointError) as e:
-        _die(e)  # all raised before the first file is written
+    except CheckpointError as e:  # a corrupt checkpoint: before the first file is written
+        raise UsageError(str(e)) from None
     bad = failed_tasks(written)
     if bad:  # the file is written; the command still fails, so a sweep counts it as failed
-        print(f"error: {len(bad)} task(s) failed (recorded with null metrics): "
+        print(f"eval: error: {len(bad)} task(s) failed (recorded with null metrics): "
               + "; ".join(bad), file=sys.stderr)
-        sys.exit(1)
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli("eval", lambda: _main(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -50,11 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiments.eval.codecheck_child import (  # noqa: F401 (install_guard: re-export)
-    LOADED_LINE,
-    READY_LINE,
-    install_guard,
-)
+from experiments.eval.codecheck_child import LOADED_LINE, READY_LINE
 
 CHILD = Path(__file__).resolve().with_name("codecheck_child.py")
 UID_BASE, UID_SPAN = 1_900_000_000, 100_000_000  # far above any account or subuid range

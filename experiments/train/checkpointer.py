@@ -9,20 +9,9 @@ the run finished. File names come from common/paths.py.
         .maybe_save(step, state, val_done=, force=) / .save_final(state) / .wait() / .last_good
     TrainState(cfg, plan, run_id, opt, sched, model=, mode=)   step, val_done, meta()
 
-A step checkpoint is two things (docs/RESULTS.md):
-- step_<N>.dcp/: torch.distributed.checkpoint shards of the weights and the AdamW state, each
-  rank writing its own (`parallel.training_state`); a resume at any world size reads only its
-  slices (DCP reshards). The save is asynchronous: the state is staged to CPU memory, then a
-  thread writes it over a gloo process group of its own (torchtitan's design) while training
-  goes on; the next save, a preemption and the end of the run wait for it first.
-- step_<N>.pt: the marker, written by rank 0 atomically and last, once every rank's shards and
-  DCP's metadata are on disk; it holds the training state (step, data position, RNG, scheduler,
-  run identity), the model config and tokenizer. A checkpoint counts only with its marker.
-eval_step_<N>.pt and final.pt are weights-only exports (`model.checkpoint.save_weights`) in one
-file, gathered on rank 0 (weights only: a collective under FSDP), no optimizer state, in
-logging.export_dtype (auto: bf16 when the run trains in bf16; `EXPORT_DTYPES`), recorded in
-the file as `extra.weights_dtype`. Old
-single-file step checkpoints (weights + optimizer) still resume.
+What the files are (a step checkpoint: each rank's DCP shards, saved asynchronously over a gloo
+group of its own as torchtitan does, and rank 0's marker written last; final.pt and
+eval_step_<N>.pt: weights-only exports in logging.export_dtype): docs/RESULTS.md, `checkpoints/`.
 """
 
 from __future__ import annotations
@@ -41,6 +30,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from common.errors import UsageError
 from common.io import atomic_write_text
 from common.paths import RunDir
 from model.checkpoint import (
@@ -52,7 +42,7 @@ from model.checkpoint import (
 )
 
 from . import parallel as par
-from .config import ConfigError, TrainConfig
+from .config import TrainConfig
 from .plan import RunPlan
 
 EXPORT_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -86,14 +76,6 @@ class TrainState:
         self.val_done = False
         """The validation due at `step` finished before this state's checkpoint was written."""
 
-    def state_dict(self, optimizer: dict[str, Any] | None = None,
-                   optimizer_format: str = "ids") -> dict[str, Any]:
-        """The old single-file form: meta() + the optimizer state (`optimizer`: one gathered
-        elsewhere, FSDP's keyed by parameter name, "fqn")."""
-        return {**self.meta(),
-                "optimizer": self.opt.state_dict() if optimizer is None else optimizer,
-                "optimizer_format": optimizer_format}
-
     def meta(self) -> dict[str, Any]:
         """Everything but the weights and the optimizer state (those are in the shards)."""
         return {"step": self.step, "val_done": self.val_done,
@@ -103,18 +85,12 @@ class TrainState:
                 "rng": _rng_state(), "run_id": self.run_id,
                 "tokens": self.plan.tokens_at(self.step), "flops": self.plan.flops_at(self.step)}
 
-    def load_state_dict(self, sd: dict[str, Any], model: torch.nn.Module | None = None,
-                        mode: str = "none") -> None:
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        """`meta()` back; the weights and the optimizer state load from the shards
+        (Checkpointer.resume)."""
         step = int(sd["step"])
         if sd["data"]["samples"] != step * self.cfg.train.batch_size:
             raise ValueError("data position does not match its step")
-        if "optimizer" not in sd:
-            pass  # a sharded checkpoint: loaded with the weights (Checkpointer.resume)
-        elif model is None:
-            self.opt.load_state_dict(sd["optimizer"])
-        else:  # whatever mode and world size wrote it
-            par.load_optimizer(model, self.opt, sd["optimizer"],
-                               sd.get("optimizer_format", "ids"), mode)
         self.sched.load_state_dict(sd["scheduler"])
         _set_rng_state(sd["rng"])
         self.step = step
@@ -190,7 +166,8 @@ class Checkpointer:
         n = cfg.logging.keep_eval_checkpoints
         # n evenly spaced by tokens, the last one the final step (every step has the same
         # tokens, so even in steps is even in tokens)
-        self._eval_steps = {math.ceil(k * p.steps / n) for k in range(1, n + 1)} if n else set()
+        self.eval_steps = {math.ceil(k * p.steps / n) for k in range(1, n + 1)} if n else set()
+        """Steps of logging.keep_eval_checkpoints=n, kept as eval_step_<N>.pt."""
         self.main, self.world, self.log = main, world, log
         self.tokenizer = tokenizer
         """The tokenizer reference written into every checkpoint (model.save_checkpoint)."""
@@ -223,21 +200,20 @@ class Checkpointer:
             self.metrics_path.unlink(missing_ok=True)
         self.ckdir.mkdir(parents=True, exist_ok=True)
 
-    def eval_steps(self) -> set[int]:
-        """Steps of logging.keep_eval_checkpoints=n, kept as eval_step_<N>.pt."""
-        return set(self._eval_steps)
-
     def newest(self) -> tuple[dict[str, Any], Path] | None:
         """(payload, path) of the newest complete step checkpoint whose state names its step;
-        unreadable ones (cut by kill -9) and markers whose shards are gone are skipped with a
-        log line."""
+        unreadable ones (cut by kill -9), markers whose shards are gone and single files from
+        before sharded checkpoints (issue 26) are skipped with a log line."""
         for step, p in reversed(self.run.step_checkpoints()):
             try:
                 payload = read_checkpoint(p)
             except CheckpointError as e:
                 self.log(f"skipping unreadable checkpoint {p.name}: {e}")
                 continue
-            if "dcp" in payload and not (p.parent / payload["dcp"] / ".metadata").is_file():
+            if "dcp" not in payload:
+                self.log(f"skipping checkpoint {p.name}: not a sharded step checkpoint")
+                continue
+            if not (p.parent / payload["dcp"] / ".metadata").is_file():
                 self.log(f"skipping checkpoint {p.name}: its shards {payload['dcp']} are gone")
                 continue
             if payload.get("extra", {}).get("step") == step:
@@ -246,21 +222,18 @@ class Checkpointer:
 
     def resume(self, found: tuple[dict[str, Any], Path] | None, state: TrainState) -> None:
         """Restore the model's weights and `state` from `found` (`newest()`), after sharding
-        and after the optimizer is built: sharded checkpoints of any world size, or an old
-        single file. Cut metrics.jsonl back to that checkpoint; with nothing found, start the
-        metrics afresh. Every rank calls it. ConfigError: the checkpoint does not fit this run."""
+        and after the optimizer is built: sharded checkpoints of any world size. Cut
+        metrics.jsonl back to that checkpoint; with nothing found, start the
+        metrics afresh. Every rank calls it. UsageError: the checkpoint does not fit this run."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
             payload, path = found
             try:
-                if "dcp" in payload:
-                    par.load_training_state(model, state.opt, str(path.parent / payload["dcp"]))
-                else:  # the old single file: full weights, then its optimizer state
-                    par.load_full_weights(model, payload["model"], state.mode)
-                state.load_state_dict(payload["extra"], model, state.mode)
+                par.load_training_state(model, state.opt, str(path.parent / payload["dcp"]))
+                state.load_state_dict(payload["extra"])
             except (ValueError, RuntimeError, KeyError) as e:
-                raise ConfigError(f"{path}: {e}") from None
+                raise UsageError(f"{path}: {e}") from None
             if self.main:  # before the log line: a reader seeing it sees the cut file
                 truncate_metrics(self.metrics_path, state.step, state.val_done)
             self.log(f"resumed from {path.name} (step {state.step}/{self.steps}"
@@ -280,7 +253,7 @@ class Checkpointer:
     def due(self, step: int) -> bool:
         """A checkpoint is written at this step: every logging.ckpt_every, the last step, and
         the steps kept for evaluation."""
-        return step % self.every == 0 or step == self.steps or step in self._eval_steps
+        return step % self.every == 0 or step == self.steps or step in self.eval_steps
 
     def maybe_save(self, step: int, state: TrainState, *, val_done: bool,
                    force: bool = False) -> Path | None:
@@ -310,7 +283,7 @@ class Checkpointer:
         state.step, state.val_done = step, val_done
         if name is not None:
             path = self.export(self.ckdir / name, state)
-            if step in self._eval_steps:
+            if step in self.eval_steps:
                 self.keep_for_eval(step, state, src=path)
             return path
         if step != self.steps:  # the last step's eval checkpoint is final.pt's
@@ -408,7 +381,7 @@ class Checkpointer:
     def keep_for_eval(self, step: int, state: TrainState, src: Path | None = None) -> None:
         """eval_step_<N>.pt, outside the rotation: a hard link to `src` (a copy where links
         fail), else a weights-only export of the model as it is now. Every rank calls it."""
-        if step not in self._eval_steps:
+        if step not in self.eval_steps:
             return
         dst = self.run.eval_checkpoint(step)
         if src is None:

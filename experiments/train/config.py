@@ -25,6 +25,7 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from common.errors import UsageError
 from common.text import one_line
 from experiments.corpus.config import (  # noqa: F401 - the data section's home; re-exported
     DATA_SOURCES,
@@ -41,35 +42,12 @@ from model import PRESETS, ModelConfig
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-class Precision(Choice):
-    auto = "auto"
-    fp32 = "fp32"
-    bf16 = "bf16"
-
-
-class Device(Choice):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class ComputeMatch(Choice):
-    none = "none"
-    flops = "flops"
-
-
-class Parallel(Choice):
-    auto = "auto"
-    ddp = "ddp"
-    fsdp = "fsdp"
-
-
-class ExportDtype(Choice):
-    auto = "auto"
-    bf16 = "bf16"
-    fp32 = "fp32"
-
-
+# each choice's members are its values (Choice: str enums, listed by OmegaConf on a bad value)
+Precision = Choice("Precision", "auto fp32 bf16", module=__name__)
+Device = Choice("Device", "auto cpu cuda", module=__name__)
+ComputeMatch = Choice("ComputeMatch", "none flops", module=__name__)
+Parallel = Choice("Parallel", "auto ddp fsdp", module=__name__)
+ExportDtype = Choice("ExportDtype", "auto bf16 fp32", module=__name__)
 PRECISIONS = tuple(Precision)
 DEVICES = tuple(Device)
 COMPUTE_MATCH = tuple(ComputeMatch)
@@ -353,41 +331,42 @@ def register() -> None:
 
 
 # ---------------------------------------------------------------- compose
-class ConfigError(ValueError):
-    """Bad input: one line naming the problem and the allowed values."""
+ConfigError = UsageError
+"""The old name, while plan.py, experiments/memory.py, pipelines/gpu_check.py,
+pipelines/synthetic_seeds.py and sweeps/backend.py import it."""
 
 
 def _check_override(ov: str) -> None:
     """Reject unknown groups, options and keys with the allowed values (hydra's own messages
     span several lines and do not always list them)."""
     if "=" not in ov:
-        raise ConfigError(f"override {ov!r} is not key=value")
+        raise UsageError(f"override {ov!r} is not key=value")
     key, value = ov.split("=", 1)
     key = key.lstrip("+~")
     if ov.startswith(("+", "~")):
-        raise ConfigError(f"override {ov!r}: adding or deleting keys is not allowed; "
+        raise UsageError(f"override {ov!r}: adding or deleting keys is not allowed; "
                           f"allowed sections: {sorted(GROUPS)}")
     parts = key.split(".")
     if parts[0] not in GROUPS:
-        raise ConfigError(f"unknown config section {parts[0]!r} in {ov!r}; allowed: "
+        raise UsageError(f"unknown config section {parts[0]!r} in {ov!r}; allowed: "
                           f"{sorted(GROUPS)}")
     if len(parts) == 1:
         if parts[0] == "model" and value not in PRESETS:
-            raise ConfigError(f"unknown model preset {value!r}; allowed: {list(PRESETS)}")
+            raise UsageError(f"unknown model preset {value!r}; allowed: {list(PRESETS)}")
         if parts[0] == "data" and value not in DATA_SOURCES:
-            raise ConfigError(f"unknown data source {value!r}; allowed: "
+            raise UsageError(f"unknown data source {value!r}; allowed: "
                               f"{[str(s) for s in DATA_SOURCES]}")
         if parts[0] not in ("model", "data"):
-            raise ConfigError(f"{parts[0]!r} is a section; set its keys, e.g. "
+            raise UsageError(f"{parts[0]!r} is a section; set its keys, e.g. "
                               f"{parts[0]}.<key>=...; allowed keys: "
                               f"{sorted(GROUPS[parts[0]].__dataclass_fields__)}")
         return
     fields = GROUPS[parts[0]].__dataclass_fields__
     if parts[1] not in fields or len(parts) > 2:
-        raise ConfigError(f"unknown key {key!r}; allowed keys in {parts[0]}: {sorted(fields)}")
+        raise UsageError(f"unknown key {key!r}; allowed keys in {parts[0]}: {sorted(fields)}")
     kind = typing.get_type_hints(GROUPS[parts[0]]).get(parts[1])
     if isinstance(kind, type) and issubclass(kind, Choice) and value not in set(kind):
-        raise ConfigError(f"{key}={value!r}: allowed values {[str(v) for v in kind]}")
+        raise UsageError(f"{key}={value!r}: allowed values {[str(v) for v in kind]}")
 
 
 def _amount(ov: str) -> str:
@@ -398,12 +377,12 @@ def _amount(ov: str) -> str:
     try:
         v = parse_amount(value, key)
     except ValueError as e:
-        raise ConfigError(str(e)) from None
+        raise UsageError(str(e)) from None
     return f"{key}={'null' if v is None else repr(v)}"
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Compose the typed config from experiments/train/conf + overrides; ConfigError on bad input.
+    """Compose the typed config from experiments/train/conf + overrides; UsageError on bad input.
 
     Also applies what the data source implies (synthetic: vocab_size = len(ALPHABET),
     seq_len = task length - 1), so the returned config is the resolved one the run-id hashes.
@@ -433,10 +412,10 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
         if cause is not None and str(cause):
             msg += ": " + str(cause).splitlines()[0]
         m = re.search(r"full_key: (\S+)", str(e))
-        raise ConfigError(one_line(msg + (f" (key {m.group(1)})" if m and m.group(1) not in msg
+        raise UsageError(one_line(msg + (f" (key {m.group(1)})" if m and m.group(1) not in msg
                                            else ""))) from None
     except ValueError as e:  # __post_init__ of a section
-        raise ConfigError(one_line(str(e))) from None
+        raise UsageError(one_line(str(e))) from None
     finally:
         restore_gh_from_backup(backup)
     assert isinstance(cfg, TrainConfig)
@@ -448,9 +427,9 @@ def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
     try:
         mc = model_config(cfg.model)
     except ValueError as e:
-        raise ConfigError(one_line(str(e))) from None
+        raise UsageError(one_line(str(e))) from None
     if cfg.train.seq_len > mc.max_seq_len:
-        raise ConfigError(f"train.seq_len={cfg.train.seq_len} exceeds model.max_seq_len="
+        raise UsageError(f"train.seq_len={cfg.train.seq_len} exceeds model.max_seq_len="
                           f"{mc.max_seq_len}; lower train.seq_len or raise model.max_seq_len")
     return cfg
 

@@ -30,21 +30,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.errors import UsageError
 from common.io import flocked, sha256_file
 from experiments.corpus.build import TOKENIZER, build, read_manifest, request_of
 from experiments.corpus.config import GENERATED_SOURCES, DataConfig
 from experiments.corpus.shards import EpochOrder, TokenStream, open_manifest, split_stream
-from experiments.corpus.sources import (  # noqa: F401  (re-exported: the old home of these)
-    DataError,
-    Doc,
-    expand_globs,
-    file_docs,
-    hf_docs,
-    load_documents,
-    stdlib_docs,
-    stdlib_root,
-)
+from experiments.corpus.sources import expand_globs, stdlib_root
 from experiments.corpus.tokenizer import BPETokenizer, CharTokenizer, TextTokenizer
+
+DataError = UsageError
+"""The old name, while plan.py imports it."""
 
 
 # ---------------------------------------------------------------- datasets
@@ -58,7 +53,7 @@ class PackedData:
         self.seed = seed
         self.n = (len(tokens) - 1) // seq_len
         if self.n < 1:
-            raise DataError(f"training stream has {len(tokens)} tokens; need > seq_len={seq_len}")
+            raise UsageError(f"training stream has {len(tokens)} tokens; need > seq_len={seq_len}")
         self.order = EpochOrder(self.n, seed)
 
     def index(self, g: int) -> int:
@@ -171,19 +166,14 @@ def built_manifest(dcfg: DataConfig, vocab_size: int, cache_dir: str | os.PathLi
     return read_manifest(corpus_dir(dcfg, vocab_size, cache_dir))
 
 
-def train_samples(train_tokens: int, seq_len: int) -> int:
-    """Chunks (samples) in one pass over a training stream of `train_tokens` tokens."""
-    return max(0, (train_tokens - 1) // seq_len)
-
-
 def check_epochs(dcfg: DataConfig, samples_asked: int, seq_len: int, train_tokens: int) -> float:
-    """Passes over the corpus a run asks for; DataError (one line) beyond data.max_epochs."""
-    n = train_samples(train_tokens, seq_len)
+    """Passes over the corpus a run asks for; UsageError (one line) beyond data.max_epochs."""
+    n = max(0, (train_tokens - 1) // seq_len)  # chunks (samples) in one pass
     if n < 1:
-        raise DataError(f"training stream has {train_tokens} tokens; need > seq_len={seq_len}")
+        raise UsageError(f"training stream has {train_tokens} tokens; need > seq_len={seq_len}")
     epochs = samples_asked / n
     if epochs > dcfg.max_epochs + 1e-9:
-        raise DataError(f"train.tokens asks for {samples_asked * seq_len:,} tokens = "
+        raise UsageError(f"train.tokens asks for {samples_asked * seq_len:,} tokens = "
                         f"{epochs:.3g} passes over the corpus ({train_tokens:,} training tokens, "
                         f"{n:,} sequences of {seq_len}); data.max_epochs={dcfg.max_epochs:g}: "
                         "use a larger corpus, fewer tokens, or raise data.max_epochs")
@@ -192,10 +182,10 @@ def check_epochs(dcfg: DataConfig, samples_asked: int, seq_len: int, train_token
 
 def val_sequences(available: int, val_tokens: int, seq_len: int) -> int:
     """Rows of the fixed validation set: the first `val_tokens` of a held-out stream of
-    `available` tokens, cut into rows of seq_len (+ one target token); DataError if none."""
+    `available` tokens, cut into rows of seq_len (+ one target token); UsageError if none."""
     n_val = min(val_tokens, available - 1) // seq_len
     if n_val < 1:
-        raise DataError(f"validation split has {available} tokens; need more than "
+        raise UsageError(f"validation split has {available} tokens; need more than "
                         f"seq_len={seq_len} (raise data.val_fraction or use more data)")
     return n_val
 
@@ -213,7 +203,7 @@ def open_val_rows(d: str | os.PathLike, val_tokens: int, seq_len: int,
                   max_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """A built corpus' fixed validation rows as `build_corpus` makes them (the first
     `max_rows`, None: all), read from its val shards without tokenizing or building anything;
-    with its manifest. DataError (one line) if `d` is not a built corpus or too small."""
+    with its manifest. UsageError (one line) if `d` is not a built corpus or too small."""
     man = open_manifest(d)
     va = split_stream(d, man, "val")
     n_val = val_sequences(len(va), val_tokens, seq_len)

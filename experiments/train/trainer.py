@@ -2,7 +2,7 @@
 `train(cfg)` sets a run up and hands it to a `Trainer`, whose `train()` is the loop; the
 `Checkpointer` (checkpointer.py) owns <run>/checkpoints and metrics.jsonl, plan.py the dry run.
 
-The config (`experiments.train.config.compose`, `ConfigError`) and the plan
+The config (`experiments.train.config.compose`) and the plan
 (`experiments.train.plan`: `RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs
 without importing this module.
 
@@ -24,24 +24,10 @@ config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.p
 tb/ (TensorBoard event files, always; W&B or trackio beside them with logging.tracker).
 A run with final.pt is finished: train() returns at once unless train.force=true.
 
-Determinism: the initialisation, the data order and the latent samples are functions of
-train.seed. Each sequence draws its Z from a counter-based hash of (seed, step, its index in
-the global batch) on the model's device (model.free_transformer.SequenceKeys), so a resumed
-run, any micro-batch size and a DDP or FSDP run on any world size reproduce an uninterrupted
-single-process run (micro-batch, world size and activation checkpointing are not in the
-run-id). Several processes: `torchrun --nproc_per_node N -m experiments.train ...` (gloo on CPU;
-"cpu:gloo,cuda:nccl" on GPUs, so a collective on a CPU tensor has a backend too) with
-train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
-
-Host syncs: none per step. Losses, the per-bit KL and the gradient norm stay on the device and
-are read on logging steps; a non-finite loss or gradient norm skips its step through the fused
-AdamW's `found_inf` (no update, moments and step count untouched) and is recorded
-(`nonfinite_steps`: [step, [micro-batch indices]] on the next train line) when the flags are
-read on logging and validation steps.
-
-Resume never repeats finished work: a validation due at a checkpoint's step runs before that
-checkpoint is written, and the checkpoint records it (`val_done`), so a job preempted again and
-again in a short slot still advances.
+Determinism over layouts (the latent draws keyed per sequence), the absence of per-step host
+syncs, non-finite steps and a resume that repeats no finished work (`val_done`): docs/DESIGN.md,
+"Habits the code follows", and docs/RESULTS.md. Several processes: `torchrun --nproc_per_node N
+-m experiments.train ...` with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
 """
 
 from __future__ import annotations
@@ -66,10 +52,10 @@ import torch
 import torch.distributed as dist
 
 from common import arms
+from common.errors import UsageError, cli
 from common.io import LockHeld, flocked
 from common.paths import FINAL_CHECKPOINT, RunDir
 from common.provenance import git_state, versions
-from common.text import one_line
 from experiments.corpus.tokenizer import tokenizer_ref, tokenizer_sha256
 from model import build_model
 from model.free_transformer import SequenceKeys
@@ -78,7 +64,6 @@ from . import parallel as par
 from .checkpointer import EXPORT_DTYPES, Checkpointer, TrainState, finished
 from .config import (
     GENERATED_SOURCES,
-    ConfigError,
     TrainConfig,
     compose,
     config_help,
@@ -231,7 +216,7 @@ def _device(cfg: TrainConfig) -> torch.device:
     d = cfg.train.device
     if d == "cuda" or (d == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
-            raise ConfigError("train.device=cuda but CUDA is not available; allowed: auto, cpu")
+            raise UsageError("train.device=cuda but CUDA is not available; allowed: auto, cpu")
         return torch.device("cuda", device_index(int(os.environ.get("LOCAL_RANK", 0)),
                                                  torch.cuda.device_count()))
     return torch.device("cpu")
@@ -241,34 +226,28 @@ def device_index(local_rank: int, visible: int) -> int:
     """The CUDA ordinal of this process: LOCAL_RANK when it sees that many GPUs (torchrun, or
     a SLURM task that sees the whole node); 0 when it sees one (sites that bind one GPU per
     task, where cuda:LOCAL_RANK is an invalid ordinal). Any other count is ambiguous (two
-    ranks would share a GPU): ConfigError, one line."""
+    ranks would share a GPU): UsageError, one line."""
     if 0 <= local_rank < visible:
         return local_rank
     if visible == 1:
         return 0
-    raise ConfigError(f"LOCAL_RANK={local_rank} but this process sees {visible} GPU(s) "
+    raise UsageError(f"LOCAL_RANK={local_rank} but this process sees {visible} GPU(s) "
                       f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')});"
                       f" give each task all of its node's GPUs or exactly one")
 
 
 def _corpus(cfg: TrainConfig, p: RunPlan | None = None) -> Any:
-    from .data import DataError, build_corpus, check_epochs
+    from .data import build_corpus, check_epochs
 
-    try:
-        corpus = build_corpus(cfg.data, vocab_size=cfg.model.vocab_size, seq_len=cfg.train.seq_len,
-                              seed=cfg.train.seed, cache_dir=cfg.paths.cache)
-    except DataError as e:
-        raise ConfigError(one_line(str(e))) from None
+    corpus = build_corpus(cfg.data, vocab_size=cfg.model.vocab_size, seq_len=cfg.train.seq_len,
+                          seed=cfg.train.seed, cache_dir=cfg.paths.cache)
     if corpus.tokenizer.vocab_size != cfg.model.vocab_size:
-        raise ConfigError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
-                          f"{corpus.tokenizer.vocab_size} tokens (corpus too small for this "
-                          f"vocabulary?); set model.vocab_size={corpus.tokenizer.vocab_size}")
+        raise UsageError(f"model.vocab_size={cfg.model.vocab_size} but the tokenizer has "
+                         f"{corpus.tokenizer.vocab_size} tokens (corpus too small for this "
+                         f"vocabulary?); set model.vocab_size={corpus.tokenizer.vocab_size}")
     if p is not None and cfg.data.source not in GENERATED_SOURCES:  # passes: explicit
-        try:
-            ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len,
-                              corpus.info["train_tokens"])
-        except DataError as e:
-            raise ConfigError(one_line(str(e))) from None
+        ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len,
+                          corpus.info["train_tokens"])
         corpus.info.update(epochs=round(ep, 6), max_epochs=cfg.data.max_epochs)
     return corpus
 
@@ -297,26 +276,18 @@ def _run_lock(rd: Path) -> Iterator[None]:
         try:
             stack.enter_context(flocked(RunDir(rd).lock_path, wait=False))
         except LockHeld:
-            raise ConfigError(f"run {rd.name} is being trained by another process "
+            raise UsageError(f"run {rd.name} is being trained by another process "
                               f"({RunDir(rd).lock_path} is held)") from None
         yield
 
 
-def _from_rank0(msg: str | None, n_world: int, device: torch.device) -> str | None:
-    """Rank 0's `msg` (a refusal, or None) on every rank: its UTF-8 bytes broadcast on the
-    training device (NCCL has no CPU tensors)."""
-    if n_world <= 1:
-        return msg
-    data = (msg or "").encode()
-    n = torch.tensor([len(data)], dtype=torch.int64, device=device)
-    dist.broadcast(n, src=0)
-    if int(n) == 0:
-        return None
-    buf = torch.zeros(int(n), dtype=torch.uint8, device=device)
-    if data:
-        buf.copy_(torch.tensor(list(data), dtype=torch.uint8))
-    dist.broadcast(buf, src=0)
-    return bytes(buf.cpu().tolist()).decode()
+def _from_rank0(msg: str | None, n_world: int) -> str | None:
+    """Rank 0's `msg` (a refusal, or None) on every rank (torch's object broadcast: over gloo,
+    which the process group has on GPUs too)."""
+    box = [msg]
+    if n_world > 1:
+        dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 @contextlib.contextmanager
@@ -546,7 +517,8 @@ class Trainer:
         if self.mode == "ddp":
             fwd = par.ddp(fwd, self.device)
         if self.cfg.train.compile:  # inductor: CUDA, or a C++ compiler on the CPU
-            self.log("compile: each block" + (" and the encoder block" if self.p.model.is_free
+            self.log("compile: each block" + (" and the encoder block"
+                                              if arms.of_model(self.p.model.latent_bits).latent
                                               else "") + ", before "
                      + {"ddp": "DDP", "fsdp": "sharding", "none": "training"}[self.mode]
                      + " (the data-parallel hooks outside the graphs)", echo=False)
@@ -785,13 +757,13 @@ class _Tracker:
 
 
 def check_tracker(cfg: TrainConfig) -> None:
-    """logging.tracker names an installed package, or ConfigError (before anything is
+    """logging.tracker names an installed package, or UsageError (before anything is
     written)."""
     import importlib.util
 
     t = cfg.logging.tracker
     if t != "none" and importlib.util.find_spec(t) is None:
-        raise ConfigError(f"logging.tracker={t} but the {t} package is not installed; "
+        raise UsageError(f"logging.tracker={t} but the {t} package is not installed; "
                           f"install it or set logging.tracker=none (TensorBoard is always on)")
 
 
@@ -817,9 +789,9 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
         stack.enter_context(_process_group(device, n_world))
         # room for the run's checkpoints, before anything is written (a corpus build included):
         # rank 0 decides, so every rank exits alike
-        refusal = _from_rank0(start_refusal(cfg, p, rd) if main else None, n_world, device)
+        refusal = _from_rank0(start_refusal(cfg, p, rd) if main else None, n_world)
         if refusal is not None:
-            raise ConfigError(refusal)
+            raise UsageError(refusal)
         corpus = _corpus(cfg, p)  # everything that can fail on bad input: before the run dir exists
         if main:
             stack.enter_context(_run_lock(rd))  # creates the run dir
@@ -895,25 +867,27 @@ def _write_config(cfg: TrainConfig, p: RunPlan, corpus: Any, rd: Path,
 # ====================================================================== CLI
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if args and args[0] in ("-h", "--help"):
-            print(__doc__)
-            print(config_help())
-            return 0
-        cfg = compose(args)
-        if not cfg.train.dry_run:  # every place a run writes, before any work: one line
-            from common.io import unwritable
+    return cli("train", lambda: _main(args),
+               "re-run the same command to resume from its last checkpoint")
 
-            for what, d in (("run", run_dir(cfg)), ("cache", Path(cfg.paths.cache))):
-                if (why := unwritable(d)) is not None:
-                    raise ConfigError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
-                                      "FTBENCH_CACHE) to a writable directory")
+
+def _main(args: list[str]) -> int:
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        print(config_help())
+        return 0
+    cfg = compose(args)
+    if not cfg.train.dry_run:  # every place a run writes, before any work: one line
+        from common.io import unwritable
+
+        for what, d in (("run", run_dir(cfg)), ("cache", Path(cfg.paths.cache))):
+            if (why := unwritable(d)) is not None:
+                raise UsageError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
+                                 "FTBENCH_CACHE) to a writable directory")
+    try:
         train(cfg, argv=[sys.argv[0], *args])
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except TrainingDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"train: error: {e}", file=sys.stderr)
         return 1
     except Preempted as e:
         return int(e.code)

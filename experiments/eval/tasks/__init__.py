@@ -159,26 +159,25 @@ def default_tasks_dir() -> Path:
 def write_task_dir(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write to out_dir the YAMLs of every offline task whose files data_dir holds, each
     verified against its sha256 pin (a directory may hold only some benchmarks, as the smoke
-    data does). DataError on an altered file or when no task's files are there,
-    NotADirectoryError when out_dir is a file; both before anything is written."""
+    data does). UsageError on an altered file or when no task's files are there,
+    or when out_dir is a file; before anything is written."""
+    from common.errors import UsageError
+    from common.io import unwritable
     from experiments.eval.tasks import benchdata
 
     out = Path(out_dir)
-    probe = out
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise NotADirectoryError(f"tasks dir {out}: {probe} is a file; give a directory")
+    if (bad := unwritable(out)) is not None:
+        raise UsageError(f"tasks dir {out}: {bad}; give a writable directory")
     present = []
     for t in OFFLINE_TASKS:
         chk = benchdata.verify(data_dir, [t])
         if chk.altered:
-            raise benchdata.DataError(chk.line())
+            raise UsageError(chk.line())
         if chk.ok:
             present.append(t)
     if not present:
-        raise benchdata.DataError(f"benchmark data {Path(data_dir).resolve()}: no offline "
-                                  f"task's files are there ({', '.join(OFFLINE_TASKS)})")
+        raise UsageError(f"benchmark data {Path(data_dir).resolve()}: no offline "
+                         f"task's files are there ({', '.join(OFFLINE_TASKS)})")
     return build_offline_tasks(data_dir, out, present).resolve()
 
 

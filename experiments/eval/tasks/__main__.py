@@ -7,23 +7,23 @@ from __future__ import annotations
 
 import sys
 
-from common.text import one_line
-from experiments.eval.tasks import benchdata, default_tasks_dir, write_task_dir
+from common.errors import ArgParser, cli
+from experiments.eval.tasks import default_tasks_dir, write_task_dir
 
 
-def main(argv: list[str] | None = None) -> None:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not 1 <= len(argv) <= 2 or argv[0].startswith("-"):
-        print("usage: python -m experiments.eval.tasks <benchmarks dir> [<out dir>]",
-              file=sys.stderr)
-        sys.exit(2)
-    try:
-        out = write_task_dir(argv[0], argv[1] if len(argv) > 1 else default_tasks_dir())
-    except (benchdata.DataError, NotADirectoryError, PermissionError) as e:
-        print(f"error: {one_line(e)}", file=sys.stderr)
-        sys.exit(2)
+def _main(argv: list[str] | None) -> int:
+    ap = ArgParser(prog="python -m experiments.eval.tasks", description=__doc__)
+    ap.add_argument("data", help="the offline benchmarks dir")
+    ap.add_argument("out", nargs="?", help="where the YAMLs go (default results/lm_eval_tasks)")
+    a = ap.parse_args(argv)
+    out = write_task_dir(a.data, a.out or default_tasks_dir())
     print(f"wrote the offline lm-eval tasks to {out}: lm_eval ... --include_path {out}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return cli("tasks", lambda: _main(argv))
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

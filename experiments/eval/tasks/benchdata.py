@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common import benchmarks
+from common.errors import UsageError
 from common.io import sha256_file
 
 ENV_VAR = "FTBENCH_DATA"
@@ -42,8 +43,8 @@ SUMS = {"SHA256SUMS": "",
 _ROW = re.compile(r"^\|\s*([^|]+?)\s*\|.*?`([0-9a-f]{64})`")
 
 
-class DataError(RuntimeError):
-    """The offline data directory is missing files or holds altered ones."""
+DataError = UsageError
+"""The old name, while sweeps/backend.py imports it (through experiments/eval/benchdata.py)."""
 
 
 @dataclass
@@ -142,8 +143,8 @@ def verify(root: str | os.PathLike, tasks: list[str]) -> DataCheck:
 
 
 def require(root: str | os.PathLike, tasks: list[str]) -> DataCheck:
-    """verify() or raise DataError with the one-line summary."""
+    """verify() or raise UsageError with the one-line summary."""
     chk = verify(root, tasks)
     if not chk.ok:
-        raise DataError(chk.line())
+        raise UsageError(chk.line())
     return chk

@@ -1,0 +1,384 @@
+"""Bad input to every entry point of experiments/ and of pipelines' corpus and full-eval, through
+the one usage-error path (common.errors.cli): exit 2 with one line `<prog>: error: ...` naming
+the value, no traceback, nothing written (working directory, results root, run directories).
+One table per entry point: argv -> a phrase the line must hold. Ctrl-C is one line with how to
+resume, exit 130."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+ROOT = Path(__file__).resolve().parents[1]
+NO_CUDA = not torch.cuda.is_available()
+TINY = ["model=1M", "model.vocab_size=512", "train.seq_len=32", "train.batch_size=8",
+        "data.max_bytes=150000", "data.val_tokens=512", "logging.progress=false"]
+PROBE = ["--rows", "4", "--prompts", "2", "--prompt-len", "4", "--gen-tokens", "3",
+         "--group-size", "2", "--groups", "2", "--draws", "1", "--n-boot", "100"]
+
+
+def _run_dir(root: Path, latent_bits: int, name: str) -> Path:
+    """A finished run on the synthetic task (character tokens: no tokenizer to train)."""
+    from experiments.train import synthetic_data as sd
+    from model import ModelConfig, build_model
+    from model.checkpoint import save_checkpoint
+
+    cfg = ModelConfig(vocab_size=len(sd.ALPHABET), dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
+                      ffn_dim=48, max_seq_len=80, latent_bits=latent_bits, kappa_bits=0.5)
+    rdir = root / "runs" / name
+    rdir.mkdir(parents=True)
+    (rdir / "config.yaml").write_text(yaml.safe_dump(
+        {"run_id": name, "model": cfg.to_dict(), "data": {"source": "synthetic",
+                                                          "val_tokens": 650},
+         "train": {"seed": 0, "seq_len": sd.SEQ_LEN - 1}}))
+    save_checkpoint(rdir / "checkpoints" / "final.pt", build_model(cfg), extra={"step": 5})
+    return rdir
+
+
+@pytest.fixture(scope="module")
+def places(toy_checkpoint, bench_dir: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> dict[str, str]:
+    """What the tables' {placeholders} stand for: checkpoints, run dirs, data files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = tmp_path_factory.mktemp("places")
+    bad = d / "runs" / "bad" / "checkpoints" / "final.pt"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not a checkpoint\n" * 10)
+    (d / "r0.jsonl").write_text("".join(json.dumps({"text": f"record {i} " + "ab cd " * 20})
+                                        + "\n" for i in range(40)))
+    pq.write_table(pa.table({"text": [f"row {i} ef gh" for i in range(20)]}), d / "p.parquet")
+    (d / "empty.txt").write_text("")
+    (d / "hf.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, data_files: "
+                               f"[{d / 'missing.jsonl'}]}}\n")
+    (d / "field.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, field: body, "
+                                  f"data_files: [{d / 'r0.jsonl'}]}}\n")
+    return {"{base}": str(toy_checkpoint(d / "runs" / "base" / "checkpoints" / "final.pt")
+                          .parent.parent),
+            "{free}": str(toy_checkpoint(d / "runs" / "free" / "checkpoints" / "final.pt",
+                                         free=True)),
+            "{bad}": str(bad), "{bench}": str(bench_dir), "{d}": str(d),
+            "{ft}": str(_run_dir(d, 4, "ft")), "{bl}": str(_run_dir(d, 0, "bl")),
+            "{cache}": str(tmp_path_factory.mktemp("cache"))}
+
+
+def _files(*roots: Path) -> set[Path]:
+    return {p for r in roots if r.exists() for p in r.rglob("*")}
+
+
+def refused(main: Callable[[list[str]], int], prog: str, argv: list[str], phrase: str,
+            places: dict[str, str], tmp: Path, capsys: pytest.CaptureFixture,
+            monkeypatch: pytest.MonkeyPatch, results: str = "{tmp}/results") -> None:
+    """`main(argv)` ({placeholders} filled, {tmp}: this test's directory, the working
+    directory, holding a file `afile`) exits 2 with the one line, writing nothing."""
+    sub = {**places, "{tmp}": str(tmp)}
+    monkeypatch.chdir(tmp)
+    monkeypatch.setenv("FTBENCH_RESULTS", results.replace("{tmp}", str(tmp)))
+    monkeypatch.setenv("FTBENCH_CACHE", places["{cache}"])
+    (tmp / "afile").write_text("x")
+    args = []
+    for a in argv:
+        for k, v in sub.items():
+            a = a.replace(k, v)
+        args.append(a)
+    watched = [tmp, Path(places["{d}"]) / "runs"]
+    before = _files(*watched)
+    try:
+        rc = main(args)
+    except SystemExit as e:  # only lm-eval's own CLI may exit by itself
+        rc = e.code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert rc == 2, err[-3000:]
+    # one line; lm-eval logs before it builds the model (a corrupt checkpoint fails there)
+    assert (len(lines) == 1 or prog == "lm-eval") and "Traceback" not in err, err[-3000:]
+    assert lines[-1].startswith(f"{prog}: error: ") and phrase in lines[-1], lines[-1]
+    assert _files(*watched) == before
+
+
+def _ids(cases: list[tuple[str, ...]]) -> list[str]:
+    return [" ".join(c[0]) for c in cases]
+
+
+def _cases(*rows: tuple[list[str], str], cuda: tuple[list[str], str] | None = None
+           ) -> list[tuple[list[str], str]]:
+    return [*rows, *([cuda] if cuda is not None and NO_CUDA else [])]
+
+
+# ---------------------------------------------------------------------- python -m experiments.train
+TRAIN = _cases(
+    (["model=17M"], "unknown model preset '17M'; allowed: ['1M', '16M', '1.5B', '8B']"),
+    (["data=web"], "unknown data source 'web'"),
+    (["foo.bar=1"], "unknown config section 'foo'"),
+    (["train.sed=1"], "unknown key 'train.sed'; allowed keys in train: ["),
+    (["+train.foo=1"], "adding or deleting keys is not allowed"),
+    (["model.dim"], "is not key=value"),
+    (["optim.lr=-1"], "optim.lr=-1.0: must be a finite number > 0"),
+    (["train.seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
+    (["train.tokens=lots"], "train.tokens='lots' is not a positive number"),
+    (["train.compute_match=tokens"], "allowed values ['none', 'flops']"),
+    (["logging.export_dtype=fp16"], "allowed values ['auto', 'bf16', 'fp32']"),
+    (["model.latent_bits=4", "model.n_layers=3"], "must be even for a Free Transformer"),
+    (["train.seq_len=512"], "exceeds model.max_seq_len=256"),
+    (["data=files"], "data=files needs data.paths"),
+    (["data=files", "data.paths=[/nonexistent/*.txt]"], "no file matches '/nonexistent/*.txt'"),
+    (["model.vocab_size=100000", "data.max_bytes=20000"], "but the tokenizer has"),
+    (["train.tokens=1e12", "train.dry_run=true"], "passes over the stdlib corpus"),
+    (["paths.results=/proc/ftbench"], "/proc is not writable"),
+    (["logging.tracker=wandb"], "logging.tracker=wandb but the wandb package is not installed"),
+    cuda=(["train.device=cuda"], "CUDA is not available"))
+
+
+@pytest.mark.parametrize("argv, phrase", TRAIN, ids=_ids(TRAIN))
+def test_train(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    import importlib.util
+
+    import experiments.train.trainer as T
+
+    real = importlib.util.find_spec  # wandb counts as not installed
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "wandb" else real(n, *a))
+    refused(T.main, "train", [*TINY, "paths.cache={cache}", *argv], phrase, places,
+            tmp_path, capsys, monkeypatch)
+
+
+# ---------------------------------------------------------------------- python -m experiments.eval
+EVAL = _cases(
+    (["{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
+    (["{bad}", "--tasks", "arc_easy", "--data", "{bench}"], "corrupt"),
+    (["{base}", "--limit", "0"], "--limit: 0 must be >= 1"),
+    (["{base}", "--limit", "two"], "--limit: invalid int value: 'two'"),
+    (["{base}", "--max-gen-toks", "0"], "--max-gen-toks: 0 must be >= 1"),
+    (["{base}", "--z", "prior-k", "--k", "0"], "--k: 0 must be >= 1"),
+    (["{base}", "--fewshot", "-1"], "--fewshot: -1 must be >= 0"),
+    (["{base}", "--limt", "2"], "unrecognized arguments: --limt 2"),
+    (["{base}", "--tasks", "nosuchbench"], "unknown task(s) nosuchbench"),
+    (["{base}", "--tasks", "hellaswg"], "did you mean hellaswag?"),
+    (["{base}", "--tasks", "arc_eazy", "--data", "{bench}"], "did you mean arc_easy?"),
+    (["{base}", "--tasks", "race", "--data", "{bench}"], "no offline data for race"),
+    (["{base}", "--tasks", "arc_easy", "--fewshot", "5", "--data", "{bench}"], "fewshot=5"),
+    (["{base}", "--tasks", "arc_easy", "--data", "{bench}", "--out-dir", "{tmp}/afile/e"],
+     "afile is a file"),
+    (["{base}", "--tasks", "arc_easy", "--data", "{bench}", "--out-dir", "/proc/ftbench"],
+     "/proc is not writable"),
+    (["{base}", "--tasks", "arc_easy", "--data", "{tmp}/nodata"], "benchmark data"),
+    cuda=(["{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
+
+
+@pytest.mark.parametrize("argv, phrase", EVAL, ids=_ids(EVAL))
+def test_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    from experiments.eval.run import main
+
+    refused(main, "eval", argv, phrase, places, tmp_path, capsys, monkeypatch)
+
+
+# ------------------------------------------------- lm-eval, hf-export, tasks, likelihood, probe
+LM_EVAL = _cases(
+    (["--ckpt", "{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
+    (["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt"),
+    (["--ckpt"], "argument --ckpt: expected one argument"),
+    cuda=(["--ckpt", "{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
+HF_EXPORT = _cases(
+    (["{free}", "{tmp}/hf"], "Free Transformer"),
+    (["{base}", "{tmp}/afile"], "afile is a file"),
+    (["{tmp}/nowhere", "{tmp}/hf"], "no checkpoint at"),
+    (["{bad}", "{tmp}/hf"], "corrupt"),
+    (["{base}"], "the following arguments are required: out_dir"))
+TASKS = _cases(
+    (["{bench}", "{tmp}/afile"], "afile is a file"),
+    (["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"),
+    ([], "the following arguments are required: data"))
+LIKELIHOOD = _cases(
+    (["{tmp}/nowhere"], "no such run directory or checkpoint"),
+    (["{d}"], "no checkpoint at"),
+    (["{ft}", "--k", "1,x"], "--k: '1,x' is not a comma-separated list"),
+    (["{ft}", "--k", "0,8"], "must list integers >= 1"),
+    (["{ft}", "--max-rows", "0"], "--max-rows: 0 must be >= 1"),
+    (["{ft}", "--device", "nodevice"], "--device nodevice: not a torch device"),
+    cuda=(["{ft}", "--device", "cuda"], "0 CUDA device"))
+PROBE_CASES = _cases(
+    (["{tmp}/nowhere"], "no such run directory or checkpoint"),
+    (["{bl}", *PROBE], "is a baseline"),
+    (["{ft}", *PROBE, "--rows", "0"], "--rows"),
+    (["{ft}", *PROBE, "--group-size", "1"], "--group-size"),
+    (["{ft}", *PROBE, "--temperature", "0"], "--temperature"),
+    (["{ft}", *PROBE, "--rows", "2", "--prompts", "3"], "--prompts"),
+    (["{ft}", *PROBE, "--rows", "100000"], "validation rows"),
+    (["{ft}", *PROBE, "--seed", "-1"], "--seed"),
+    (["{ft}", *PROBE, "--prompt-len", "70"], "--prompt-len"),
+    (["{ft}", *PROBE, "--out", "{tmp}/afile"], "--out"))
+TOOLS = [("experiments.eval.lm_eval_cli", "lm-eval", LM_EVAL),
+         ("experiments.eval.hf_export", "hf-export", HF_EXPORT),
+         ("experiments.eval.tasks.__main__", "tasks", TASKS),
+         ("experiments.eval.likelihood", "likelihood", LIKELIHOOD),
+         ("experiments.eval.probe", "probe", PROBE_CASES)]
+
+
+@pytest.mark.parametrize("module, prog, argv, phrase",
+                         [(m, p, *c) for m, p, cs in TOOLS for c in cs],
+                         ids=[f"{p}: {' '.join(c[0])}" for _, p, cs in TOOLS for c in cs])
+def test_eval_tools(module, prog, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    import importlib
+
+    refused(importlib.import_module(module).main, prog, argv, phrase, places, tmp_path, capsys,
+            monkeypatch)
+
+
+# ------------------------------------------------ python -m experiments.corpus / pipelines.corpus
+CORPUS = _cases(
+    (["--data", "{d}/hf.yaml"], "cannot stream 'json'"),
+    (["--data", "{d}/field.yaml"], "no field 'body'"),
+    (["--data", "files", "paths=[{d}/p.parquet]", "text_field=body"], "no column 'body'"),
+    (["--data", "files", "paths=[{d}/empty.txt]"], "holds no (non-empty) document"),
+    (["--data", "stdlib", "nope=1"], "Key 'nope' not in 'DataConfig'"),
+    (["--data", "stdlib", "val_fraction=2"], "data.val_fraction=2.0: must be in (0, 1)"),
+    (["--data", "nope"], "--data 'nope': no such file or config"),
+    (["--data", "synthetic"], "generated on the fly"),
+    (["--data", "stdlib", "tokenizer={tmp}/none.json"], "no such file"),
+    (["--data", "stdlib", "--workers", "0"], "--workers: 0 must be >= 1"),
+    (["--data", "stdlib"], "give --vocab-size"),
+    (["--verify"], "no corpus.json to verify"))
+
+
+@pytest.mark.parametrize("argv, phrase", CORPUS, ids=_ids(CORPUS))
+@pytest.mark.parametrize("module", ["experiments.corpus.__main__", "pipelines.corpus"])
+def test_corpus(module, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    import importlib
+
+    vocab = [] if "--vocab-size" in phrase or "--verify" in argv else ["--vocab-size", "300"]
+    refused(importlib.import_module(module).main, "corpus",
+            [*argv, *vocab, "--out", "{tmp}/out", "--quiet"], phrase, places, tmp_path, capsys,
+            monkeypatch)
+
+
+def test_corpus_unwritable_out_and_bad_launcher(places, tmp_path, capsys, monkeypatch) -> None:
+    from experiments.corpus.__main__ import main
+    from pipelines.corpus import main as pmain
+
+    refused(main, "corpus", ["--data", "stdlib", "--out", "/proc/ftbench", "--vocab-size",
+                             "300"], "is not writable", places, tmp_path, capsys, monkeypatch)
+    refused(pmain, "corpus", ["--out", "{tmp}/o", "--launcher", "pbs"],
+            "--launcher: invalid choice: 'pbs'", places, tmp_path, capsys, monkeypatch)
+    refused(pmain, "corpus", ["--out", "{tmp}/o", "--launcher", "slurm", "--cluster",
+                              "{tmp}/none.yaml"], "none.yaml", places, tmp_path, capsys,
+            monkeypatch)
+
+
+# ---------------------------------------------------------------- python -m experiments.synthetic
+SYNTHETIC = _cases(
+    (["--setting", "nope"], "--setting: invalid choice: 'nope'"),
+    (["--kappa", "1/0"], "--kappa: '1/0' is not a number of bits >= 0"),
+    (["--kappa", " , "], "--kappa: ' , ' holds no value"),
+    (["--kappa", "1/8 0.125"], "1/8 given twice"),
+    (["--setting", "smoke", "nosuch.key=1"], "unknown config section 'nosuch'"),
+    (["--setting", "smoke", "train.tokens=lots"], "train.tokens='lots'"),
+    (["data=tinystories"], "'data=tinystories': data is set per arm"),
+    (["model.latent_bits=4"], "use --latent-bits"),
+    (["--kapa", "1"], "unrecognized arguments: --kapa"),
+    (["--name", "a/b"], "--name 'a/b': must be a plain directory name"),
+    (["--name", ".."], "--name '..'"),
+    (["paths.results=/proc/ftbench"], "runs directory"),
+    (["--latent-bits", "0"], "--latent-bits: 0 must be >= 1"),
+    (["--group-size", "0"], "--group-size: 0 must be >= 1"),
+    (["--temperature", "0"], "--temperature: 0.0 must be > 0"),
+    (["--threads", "-2"], "--threads: -2 must be >= 0"),
+    (["--high-latent-bits", "4"], "--high-latent-bits 4: must exceed --latent-bits 8"),
+    (["--no-baseline", "--kappa", ""], "holds no value"),
+    (["--reuse", "somewhere"], "--reuse 'somewhere': give LABEL=RUN_DIR"),
+    (["--reuse", "kappa=3={tmp}"], "'kappa=3' is no arm here"),
+    (["--reuse", "kappa=1={tmp}/nowhere"], "no finished run there"))
+
+
+@pytest.mark.parametrize("argv, phrase", SYNTHETIC, ids=_ids(SYNTHETIC))
+def test_synthetic(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    import experiments.synthetic as syn
+
+    def refuse(*a: object, **k: object) -> None:
+        raise AssertionError("training started on bad input")
+
+    monkeypatch.setattr(syn, "train_with_experiments_train", refuse)
+    refused(syn.main, "synthetic", argv, phrase, places, tmp_path, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("results, phrase", [("{tmp}/afile", "afile is a file"),
+                                             ("/proc/ftbench", "/proc is not writable")])
+def test_synthetic_results_root_unwritable(results, phrase, places, tmp_path, capsys,
+                                           monkeypatch) -> None:
+    import experiments.synthetic as syn
+
+    refused(syn.main, "synthetic", [], phrase, places, tmp_path, capsys, monkeypatch,
+            results=results)
+
+
+# ------------------------------------------------------------- python -m pipelines.full_eval
+FULL_EVAL = _cases(
+    (["{tmp}/nope.pt", "--data", "{bench}"], "no checkpoint at"),
+    (["{base}", "--data", "{bench}", "--workers", "0"], "--workers: 0 must be >= 1"),
+    (["{base}", "--data", "{bench}", "--tasks", "arc_eazy"], "did you mean arc_easy?"),
+    (["{base}"], "the following arguments are required: --data"))
+
+
+@pytest.mark.parametrize("argv, phrase", FULL_EVAL, ids=_ids(FULL_EVAL))
+def test_full_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    from pipelines.full_eval import main
+
+    refused(main, "full-eval", [*argv, "--out", "{tmp}/fe"], phrase, places, tmp_path, capsys,
+            monkeypatch)
+
+
+# ---------------------------------------------------------------------------------- Ctrl-C
+@pytest.mark.parametrize("module, prog, where, argv", [
+    ("experiments.train.trainer", "train", "compose", ["model=1M"]),
+    ("experiments.eval.run", "eval", "run_eval", ["{base}", "--tasks", "arc_easy"]),
+    ("experiments.eval.likelihood", "likelihood", "measure_run", ["{ft}"]),
+    ("experiments.corpus.__main__", "corpus", "load_data_config", ["--out", "{tmp}/o"]),
+    ("experiments.synthetic", "synthetic", "run", []),
+])
+def test_ctrl_c_is_one_line_saying_how_to_resume(module, prog, where, argv, places, tmp_path,
+                                                 capsys, monkeypatch) -> None:
+    import importlib
+
+    def interrupted(*a: object, **k: object) -> None:
+        raise KeyboardInterrupt
+
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, where, interrupted)
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "results"))
+    args = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    args = [places.get(a, a) for a in args]
+    assert mod.main(args) == 130
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith(f"{prog}: interrupted; re-run the "
+                                                         "same command"), err
+
+
+@pytest.mark.slow  # a process per entry point
+@pytest.mark.parametrize("module, prog", [
+    ("experiments.train", "train"), ("experiments.eval", "eval"),
+    ("experiments.eval.lm_eval_cli", "lm-eval"), ("experiments.eval.hf_export", "hf-export"),
+    ("experiments.eval.tasks", "tasks"), ("experiments.eval.likelihood", "likelihood"),
+    ("experiments.eval.probe", "probe"), ("experiments.corpus", "corpus"),
+    ("experiments.synthetic", "synthetic"), ("pipelines.corpus", "corpus"),
+    ("pipelines.full_eval", "full-eval")])
+def test_the_module_entry_points_exit_2(module: str, prog: str, tmp_path: Path) -> None:
+    """`python -m ...` passes main's status on: exit 2 and the one line, nothing written."""
+    env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"), "PYTHONPATH": str(ROOT)}
+    arg = {"experiments.train": "foo=1", "experiments.eval.lm_eval_cli": "--ckpt"}.get(
+        module, "--no-such-flag")
+    r = subprocess.run([sys.executable, "-m", module, arg], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
+    assert r.stderr.startswith(f"{prog}: error: ") and r.stderr.count("\n") == 1, r.stderr
+    assert list(tmp_path.iterdir()) == []
