@@ -264,13 +264,3 @@ def test_combine_keeps_sections_and_provenance(tiny_run: tuple[dict[str, Any], P
     with pytest.raises(ValueError, match="different sizes"):
         bench.combine([str(path), str(p3)], str(md))
 
-
-def test_probes_print_their_tables(capsys: pytest.CaptureFixture) -> None:
-    from experiments.bench import probes
-
-    probes.mapper_bf16([(4, 16)])
-    probes.decode_batch([2], new=2)
-    out = capsys.readouterr().out.splitlines()
-    assert out[2].startswith("| 4 | 16 | ") and out[-1].startswith("| 2 | ")
-    rel32, rel16 = (float(v) for v in out[2].split("|")[3:5])
-    assert rel32 < 1e-5 < rel16 < 1e-2  # float32 exact, bf16 approximate but close
