@@ -68,16 +68,19 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("FTBENCH_RESULTS") or "results")
 
 
+MEASURED = Path(__file__).resolve().parent.parent / "measured"
+"""The repository's measured inputs (measured/README.md): what a measurement wrote and the code
+reads (a gpu-check's MFU, the recipes' per-GPU micro-batch records). docs/ is generated from
+here and never read."""
 GPU_CHECK = "gpu_check"
-"""`make gpu-check`'s folder: <results root>/gpu_check/ (every run) and the repository's
-docs/gpu_check/ (the committed ones, `--out docs/gpu_check`)."""
+"""`make gpu-check`'s folder: <results root>/gpu_check/ (every run) and measured/gpu_check/ (the
+committed measurements: a recipe check on a GPU writes there)."""
 
 
 def gpu_check_dirs(root: str | os.PathLike | None = None) -> list[Path]:
-    """Where `make gpu-check` files are read from, committed ones first: the repository's
-    docs/gpu_check/ and <results root>/gpu_check/."""
-    repo = Path(__file__).resolve().parent.parent
-    return [repo / "docs" / GPU_CHECK, results_root(root) / GPU_CHECK]
+    """Where `make gpu-check` files are read from, committed ones first: measured/gpu_check/
+    and <results root>/gpu_check/."""
+    return [MEASURED / GPU_CHECK, results_root(root) / GPU_CHECK]
 
 
 def runs_dir(root: str | os.PathLike | None = None) -> Path:

@@ -20,11 +20,13 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one
 With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape on
 the GPUs present instead (docs/RECIPES.md "Confirming it on the GPUs"): 20 steps with
 validations, a checkpoint and a resume on random tokens, each phase's allocator peak beside the
-fake-tensor plan (experiments/memory.py), tokens/s and MFU -> docs/gpu_check/<stamp>-<gpu>-
-<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu).
+fake-tensor plan (experiments/memory.py), tokens/s and MFU -> measured/gpu_check/<stamp>-<gpu>-
+<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu), and
+docs/gpu_check/README.md regenerated from that folder (`--doc` regenerates it alone).
 
     python -m pipelines.gpu_check --recipe paper-1.5B [--steps 20] [--out DIR]
         [--cpu] [--set key=value ...]
+    python -m pipelines.gpu_check --doc
 """
 
 from __future__ import annotations
@@ -42,8 +44,12 @@ from typing import Any
 
 import torch
 
+from common.errors import UsageError, cli
 from common.io import atomic_write_text
-from common.paths import RunDir, results_root, runs_dir
+from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
+"""The committed recipe measurements as a table (`measurements_doc`), generated."""
 
 
 def peak_tflops(name: str) -> tuple[float | None, str]:
@@ -495,13 +501,11 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     try:
         rec = load(recipe_name)
     except RecipeError as e:
-        print(f"error: RECIPE={recipe_name}: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     gpu = not cpu
     if gpu and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
-        print("error: no CUDA device visible (make gpu-check needs a GPU node; "
-              "GPU_CHECK_CPU=1 rehearses it on CPU)", file=sys.stderr)
-        return 2
+        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node; "
+                         "GPU_CHECK_CPU=1 rehearses it on CPU)")
     n = torch.cuda.device_count() if gpu else 1
     name = torch.cuda.get_device_name(0) if gpu else "cpu"
     total = torch.cuda.get_device_properties(0).total_memory if gpu else int(80e9)
@@ -517,8 +521,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                                   disk_free=shutil.disk_usage(root).free)
         cfg = compose(args)
     except (RecipeError, ConfigError, ValueError) as e:
-        print(f"error: RECIPE={recipe_name}: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     work = root / "gpu_check" / f"recipe-{rec.name}"  # a results root of its own
 
     def say(msg: str) -> None:
@@ -581,10 +584,11 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     doc["wall_s"] = time.time() - t_start
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     tag = name.split()[1].lower() if gpu and len(name.split()) > 1 else ("gpu" if gpu else "cpu")
-    where = Path(out) if out else (Path(__file__).resolve().parents[1] / "docs" / "gpu_check"
-                                   if gpu else root / "gpu_check")
+    where = Path(out) if out else (MEASURED / GPU_CHECK if gpu else root / GPU_CHECK)
     path = where / f"{stamp}-{tag}-{rec.name}.json"
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    if where == MEASURED / GPU_CHECK:
+        atomic_write_text(DOC, measurements_doc())
     print(_recipe_summary(doc))
     print(f"{'passed' if ok else 'FAILED'} in {doc['wall_s']:.0f} s; wrote {path}")
     return 0 if ok else 1
@@ -617,13 +621,53 @@ def _recipe_summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def measurements_doc(folder: Path | None = None) -> str:
+    """docs/gpu_check/README.md: one row per recipe measurement in `folder` (measured/gpu_check/),
+    oldest first; what a file does not hold is a dash, never 0."""
+    def f(v: Any, fmt: str, scale: float = 1.0) -> str:
+        return "–" if v is None else format(v / scale if scale != 1.0 else v, fmt)
+
+    L = ["# `make gpu-check RECIPE=..` measurements", "",
+         "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
+         "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
+         "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
+         "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
+         "", "| file | created | recipe | GPUs | GPU | torch | micro-batch x accum x tokens | "
+         "layers | steps | tokens/s | MFU | train | validation | eval | save | outside torch GB | "
+         "resume | passed |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted((folder or MEASURED / GPU_CHECK).glob("*.json")):
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # as the dry run's reader (plan.measured_mfu) passes it over
+        if not isinstance(d, dict) or d.get("mode") != "recipe":
+            continue
+        ph = {r["phase"]: r.get("measured_over_plan") for r in d.get("phases", [])}
+        sl = d.get("layer_sliced")
+        shape = " x ".join(f(d.get(k), "") for k in ("micro_batch_size", "grad_accum", "seq_len"))
+        L.append(" | ".join([
+            f"| {path.name}", *(f(d.get(k), "") for k in ("created", "recipe", "n_gpus")),
+            f(d.get("gpu"), ""), f(d.get("torch"), ""), shape,
+            f"{sl['layers']} of {sl['of']}" if sl else "all", f(d.get("steps"), ""),
+            f(d.get("tokens_per_s"), ",.0f"), f(d.get("mfu"), ".1%"),
+            *(f(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
+            f(d.get("cuda_outside_torch_bytes"), ".2f", 1e9), f(d.get("resume"), ""),
+            "yes |" if d.get("passed") else "**no** |"]))
+    return "\n".join(L) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    return cli("python -m pipelines.gpu_check", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="16M")
     ap.add_argument("--recipe", default=None,
                     help="a recipe (sweeps/recipes/): its real shape for --steps (default 20) "
                          "steps with a validation, a checkpoint and a resume; per-phase memory "
-                         "beside the plan's, tokens/s, MFU -> docs/gpu_check/")
+                         "beside the plan's, tokens/s, MFU -> measured/gpu_check/")
     ap.add_argument("--out", default=None, help="with --recipe: where the JSON goes")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="with --recipe: trainer overrides over the recipe's (a rehearsal "
@@ -635,15 +679,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpu", action="store_true",
                     help="reduced mode on CPU (GPU_CHECK_CPU=1): DDP/FSDP on 1 and 2 simulated "
                          "nodes, resume round trip, bf16 export; gloo, preset 1M")
+    ap.add_argument("--doc", action="store_true",
+                    help="regenerate docs/gpu_check/README.md from measured/gpu_check/")
     a = ap.parse_args(argv)
+    if a.doc:
+        atomic_write_text(DOC, measurements_doc())
+        return 0
     if a.recipe:
         return recipe_main(a.recipe, a.steps or 20, a.tol, a.results, a.out, a.cpu, a.set)
     a.steps = a.steps or 30
     if a.cpu:
         return cpu_main(a.results, min(a.steps, 4), a.tol)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        print("error: no CUDA device visible (make gpu-check needs a GPU node)", file=sys.stderr)
-        return 2
+        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node)")
     n = torch.cuda.device_count()
     name = torch.cuda.get_device_name(0)
     peak, peak_src = peak_tflops(name)

@@ -2,10 +2,10 @@
 
     python -m pipelines.recipe_memory [--gpus H100-80GB,...] [--recipes paper-1.5B,...]
         measures (experiments/memory.py, fake tensors, cached under paths.cache/memory), writes
-        docs/memory/recipes.json (the records) and the block of docs/RECIPES.md between its
+        measured/memory/recipes.json (the records) and the block of docs/RECIPES.md between its
         markers from them
     python -m pipelines.recipe_memory --check
-        exit 1 when the block is not what `block` writes from docs/memory/recipes.json
+        exit 1 when the block is not what `block` writes from measured/memory/recipes.json
 
 Each figure is the per-GPU peak of one phase of the recipe's costliest cell (the Free
 Transformer at the grid's largest H) at the recipe's micro-batch for that GPU type
@@ -24,7 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "RECIPES.md"
-RECORDS = ROOT / "docs" / "memory" / "recipes.json"
+RECORDS = ROOT / "measured" / "memory" / "recipes.json"
 BEGIN = "<!-- memory:begin (python -m pipelines.recipe_memory; do not edit by hand) -->"
 END = "<!-- memory:end -->"
 PAPER_RECIPES = ("paper-1.5B", "paper-8B", "paper-8B-1T")
@@ -163,7 +163,7 @@ def block(entries: Sequence[dict[str, Any]]) -> str:
              "and the weights-only export (host at save: what rank 0 adds in host memory). Not "
              "tracked: the CUDA context and NCCL buffers (about 1-3 GB), the allocator's "
              "fragmentation, kernels' workspaces: `make gpu-check` measures them on a GPU. "
-             "Records: docs/memory/recipes.json.", "", END]
+             "Records: measured/memory/recipes.json.", "", END]
     return "\n".join(rows)
 
 

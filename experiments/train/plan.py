@@ -401,7 +401,7 @@ def measured_mfu(gpu_name: str, preset: str, results: str | None = None
     """The newest passed `make gpu-check RECIPE=..` measurement of MFU on a GPU whose device
     name contains `gpu_name` (case-insensitive) at model preset `preset`: {"mfu", "path",
     "created", "gpu", "n_gpus", "recipe", "sliced"}; None when there is none. Reads
-    docs/gpu_check/ and <results>/gpu_check/ (common.paths.gpu_check_dirs); files of the other
+    measured/gpu_check/ and <results>/gpu_check/ (common.paths.gpu_check_dirs); files of the other
     modes (the 16M smoke test, the CPU rehearsal) and unreadable files are not measurements of
     this shape and are passed over."""
     best: dict[str, Any] | None = None
