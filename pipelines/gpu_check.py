@@ -318,7 +318,9 @@ twice (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both r
 the recipe's whole global batch (1,024 sequences would make 20 steps take an hour)."""
 SLICE_FIT = 0.75
 """A layer-sliced model must fit this share of the GPU by the hand estimate (which runs up to
-15% low against the fake-tensor measurement at these presets)."""
+15% low against the fake-tensor measurement at these presets). The slicing keeps the hand
+estimate because a measurement per candidate layer count would take minutes each of the check's
+ten; the sliced model's own phases are then measured (its plan) and printed beside the GPU's."""
 
 
 def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
