@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.bench.sections import section_generate_batch
 
     size = replace(SIZES["full"], reps=a.reps, warmup=a.warmup)
-    ctx = Ctx(size=size, device=torch.device("cpu"), gpu_peak=None)
+    ctx = Ctx(size=size, device=torch.device("cpu"))
     load0, t0 = os.getloadavg(), time.time()
     out = section_generate_batch(ctx)
     code = Path(model.__file__).resolve().parents[1]
