@@ -446,25 +446,8 @@ class SweepDir:
         return [RunDir.of(c.run_id, self.root) for c in m.cells if c.run_id]
 
 
-# ------------------------------------------------------------------------------ the old helpers
-# thin wrappers kept only while sweeps/ moves to RunDir (its manifest, job and backend use them);
-# nothing else does
-def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
-    """RunDir(run_dir).checkpoints_dir."""
-    return RunDir(Path(run_dir)).checkpoints_dir
-
-
-def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """`eval_step_<N>.pt` files in `ckdir`, oldest first."""
-    return _numbered(ckdir, _EVAL_STEP)
-
-
-def latest_step(ckdir: str | os.PathLike) -> int | None:
-    """The newest `step_<N>.pt`'s step in a checkpoints folder (RunDir.latest_step)."""
-    found = _numbered(ckdir, _STEP)
-    return found[-1][0] if found else None
-
-
+# ------------------------------------------------------------------------------ run-dir shortcuts
+# experiments/eval/chain.py's (it names a run by its directory)
 def point_evaluated(run_dir: str | os.PathLike, step: int, spec_ids: Sequence[str]) -> bool:
     """RunDir(run_dir).point_evaluated(step, spec_ids)."""
     return RunDir(Path(run_dir)).point_evaluated(step, spec_ids)
