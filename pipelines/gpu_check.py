@@ -47,16 +47,10 @@ import torch
 from common.errors import UsageError, cli
 from common.io import atomic_write_text
 from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
+from experiments.train.config import gpu_peak_tflops
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
 """The committed recipe measurements as a table (`measurements_doc`), generated."""
-
-
-def peak_tflops(name: str) -> tuple[float | None, str]:
-    """A GPU's dense bf16 peak and its source (experiments.train.config.GPU_PEAK_TFLOPS)."""
-    from experiments.train.config import gpu_peak_tflops
-
-    return gpu_peak_tflops(name)
 
 
 def _losses(run: Path) -> list[float]:
@@ -137,41 +131,49 @@ def _weights(run: Path) -> dict[str, torch.Tensor] | None:
     return state.get("model", state)
 
 
-def _resume_round_trip(args: list[str], results: Path, ref: Path, run: Any) -> dict[str, Any]:
-    """The sharded checkpoint round trip, kept generic over the checkpoint format: after a
-    finished run, drop its final checkpoint and every step checkpoint but the oldest kept one,
-    rerun the same command (the trainer resumes from what is left) and compare the resumed
-    run's final weights and losses with the uninterrupted reference."""
+def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
+            ) -> dict[str, Any]:
+    """Resume the finished run `ref` (of `args`) from its oldest kept step checkpoint (every later
+    step checkpoint, export and the final one removed) through `run(args, results)`, and compare
+    the resumed steps' losses and the final weights with the uninterrupted run's."""
     import shutil
 
     from experiments.train.checkpointer import shard_dir
 
-    d = run(args, results)[0]
-    if d is None:
-        return {"resume": "failed: the first run did not finish"}
-    rd = RunDir(d)
+    rd = RunDir(ref)
     steps = rd.step_checkpoints()
     if len(steps) < 2:
-        return {"resume": f"skipped: {len(steps)} step checkpoint(s) kept, need 2"}
-    # as if the run had stopped right after its oldest kept checkpoint: every later step
-    # checkpoint (its marker and its shards), every later export and the final one go
-    first = steps[0][0]
+        return {"resume": f"failed: the reference run kept {len(steps)} step checkpoint(s), "
+                          "need 2 (one inside the run)"}
+    ref_losses = {r["step"]: r["loss"] for r in rd.metrics_json() if r["kind"] == "train"}
+    ref_w = _weights(ref)
+    kept = steps[0][0]
     for _, p in steps[1:]:
         shutil.rmtree(shard_dir(p), ignore_errors=True)
         p.unlink()
     for step, p in rd.eval_checkpoints():
-        if step > first:
+        if step > kept:
             p.unlink()
     rd.final_checkpoint.unlink(missing_ok=True)
+    t0 = time.time()
     d2, why = run([a for a in args if a != "train.force=true"], results)  # resume, not redo
     if d2 is None:
         return {"resume": why}
-    a, b = _weights(ref), _weights(d2)
-    out: dict[str, Any] = {"resume": "ok", "resumed_from_step": steps[0][0],
-                           "resume_loss_max_rel": _max_rel(_losses(ref)[-1:], _losses(d2)[-1:])}
-    if a is not None and b is not None:
-        out["resume_weights_max_abs"] = max((a[k].float() - b[k].float()).abs().max().item()
-                                            for k in a)
+    new = {r["step"]: r["loss"] for r in RunDir(d2).metrics_json()
+           if r["kind"] == "train" and r["step"] > kept}
+    common = sorted(set(new) & set(ref_losses))
+    out: dict[str, Any] = {"resumed_from_step": kept, "resumed_steps": len(common),
+                           "resume_wall_s": time.time() - t0}
+    if not common:
+        out["resume"] = "failed: the resumed run logged no step after its checkpoint"
+        return out
+    rel = max(abs(new[s] - ref_losses[s]) / max(abs(ref_losses[s]), 1e-12) for s in common)
+    out["resume_loss_max_rel"] = rel
+    w = _weights(d2)
+    if ref_w is not None and w is not None:
+        out["resume_weights_max_abs"] = max((ref_w[k].float() - w[k].float()).abs().max().item()
+                                            for k in ref_w)
+    out["resume"] = "ok" if rel <= tol else f"failed: resumed losses differ by {rel:.3g} > {tol}"
     return out
 
 
@@ -213,10 +215,11 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
                 out[f"{key}_vs_1proc_max_rel"] = d
                 ok &= d <= tol
             ok &= w == "ok"
-    rt = _resume_round_trip(
-        [*base, "train.parallel=fsdp", "logging.ckpt_every=1", "logging.keep_checkpoints=3"],
-        work / "resume", one, lambda a, r: _train_nodes(a, r, 2, half, env, gpus)) \
-        if one is not None else {"resume": "skipped: no reference run"}
+    ck = [*base, "train.parallel=fsdp", "logging.ckpt_every=1", "logging.keep_checkpoints=3"]
+    nodes2 = functools.partial(_train_nodes, nodes=2, per_node=half, env=env, gpus=gpus)
+    ref = nodes2(ck, work / "resume")[0]
+    rt = (_resume(ck, work / "resume", ref, nodes2, tol) if ref is not None
+          else {"resume": "failed: the run to resume did not finish"})
     out.update(rt)
     ok &= rt["resume"] == "ok" and rt.get("resume_weights_max_abs", 0.0) <= 1e-4
     if one is not None:
@@ -425,49 +428,6 @@ def _final_line(run: Path) -> dict[str, Any]:
     return next((r for r in reversed(rows) if r.get("kind") == "final"), {})
 
 
-def _resume_from_half(args: list[str], results: Path, run: Path, nproc: int, tol: float
-                      ) -> dict[str, Any]:
-    """Resume the finished reference run from its oldest kept step checkpoint (the later one
-    and the final export removed): the resumed steps' losses and the final weights against the
-    reference's."""
-    import shutil
-
-    from experiments.train.checkpointer import shard_dir
-
-    rd = RunDir(run)
-    steps = rd.step_checkpoints()
-    if len(steps) < 2:
-        return {"resume": f"failed: the reference run kept {len(steps)} step checkpoint(s), "
-                          "need 2 (one inside the run)"}
-    ref_losses = {r["step"]: r["loss"] for r in rd.metrics_json() if r["kind"] == "train"}
-    ref_w = _weights(run)
-    kept = steps[0][0]
-    for _, p in steps[1:]:
-        shutil.rmtree(shard_dir(p), ignore_errors=True)
-        p.unlink()
-    rd.final_checkpoint.unlink(missing_ok=True)
-    t0 = time.time()
-    d2, why = _train([a for a in args if a != "train.force=true"], results, nproc=nproc)
-    if d2 is None:
-        return {"resume": why}
-    new = {r["step"]: r["loss"] for r in RunDir(d2).metrics_json()
-           if r["kind"] == "train" and r["step"] > kept}
-    common = sorted(set(new) & set(ref_losses))
-    out: dict[str, Any] = {"resumed_from_step": kept, "resumed_steps": len(common),
-                           "resume_wall_s": time.time() - t0}
-    if not common:
-        out["resume"] = "failed: the resumed run logged no step after its checkpoint"
-        return out
-    rel = max(abs(new[s] - ref_losses[s]) / max(abs(ref_losses[s]), 1e-12) for s in common)
-    out["resume_loss_max_rel"] = rel
-    w = _weights(d2)
-    if ref_w is not None and w is not None:
-        out["resume_weights_max_abs"] = max((ref_w[k].float() - w[k].float()).abs().max().item()
-                                            for k in ref_w)
-    out["resume"] = "ok" if rel <= tol else f"failed: resumed losses differ by {rel:.3g} > {tol}"
-    return out
-
-
 def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None],
                  cap_bytes: float | None) -> list[dict[str, Any]]:
     """One row per phase: the plan's fake-tensor peak beside the allocator's measured peak."""
@@ -560,7 +520,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         measured.update(fin.get("cuda_peak_bytes") or {})
         doc["cuda_outside_torch_bytes"] = fin.get("cuda_outside_torch_bytes")
         tps = _tokens_per_s(ref)
-        peak, peak_src = peak_tflops(name) if gpu else (None, "CPU: no speed figures")
+        peak, peak_src = gpu_peak_tflops(name) if gpu else (None, "CPU: no speed figures")
         doc.update(tokens_per_s=tps if gpu else None, peak_bf16_tflops=peak,
                    peak_source=peak_src,
                    mfu=(tps * p.flops_per_token / (n * peak * 1e12)
@@ -575,7 +535,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                 doc["eval_error"] = f"out of memory: {str(e).splitlines()[0][:200]}"
                 ok = False
         say("resume from the kept checkpoint ...")
-        doc.update(_resume_from_half(args, work, ref, n, tol))
+        doc.update(_resume(args, work, ref, functools.partial(_train, nproc=n), tol))
         ok &= doc.get("resume") == "ok"
     doc["phases"] = _phase_table(plan_recs, measured if gpu else {}, cap)
     if cap:
@@ -696,7 +656,7 @@ def _main(argv: list[str] | None) -> int:
         raise UsageError("no CUDA device visible (make gpu-check needs a GPU node)")
     n = torch.cuda.device_count()
     name = torch.cuda.get_device_name(0)
-    peak, peak_src = peak_tflops(name)
+    peak, peak_src = gpu_peak_tflops(name)
     root = results_root(a.results)
     work = runs_dir(root / "gpu_check")
     seq, batch = 256, 8 * n
