@@ -68,16 +68,19 @@ def results_root(root: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("FTBENCH_RESULTS") or "results")
 
 
+MEASURED = Path(__file__).resolve().parent.parent / "measured"
+"""The repository's measured inputs (measured/README.md): what a measurement wrote and the code
+reads (a gpu-check's MFU, the recipes' per-GPU micro-batch records). docs/ is generated from
+here and never read."""
 GPU_CHECK = "gpu_check"
-"""`make gpu-check`'s folder: <results root>/gpu_check/ (every run) and the repository's
-docs/gpu_check/ (the committed ones, `--out docs/gpu_check`)."""
+"""`make gpu-check`'s folder: <results root>/gpu_check/ (every run) and measured/gpu_check/ (the
+committed measurements: a recipe check on a GPU writes there)."""
 
 
 def gpu_check_dirs(root: str | os.PathLike | None = None) -> list[Path]:
-    """Where `make gpu-check` files are read from, committed ones first: the repository's
-    docs/gpu_check/ and <results root>/gpu_check/."""
-    repo = Path(__file__).resolve().parent.parent
-    return [repo / "docs" / GPU_CHECK, results_root(root) / GPU_CHECK]
+    """Where `make gpu-check` files are read from, committed ones first: measured/gpu_check/
+    and <results root>/gpu_check/."""
+    return [MEASURED / GPU_CHECK, results_root(root) / GPU_CHECK]
 
 
 def runs_dir(root: str | os.PathLike | None = None) -> Path:
@@ -443,25 +446,8 @@ class SweepDir:
         return [RunDir.of(c.run_id, self.root) for c in m.cells if c.run_id]
 
 
-# ------------------------------------------------------------------------------ the old helpers
-# thin wrappers kept only while sweeps/ moves to RunDir (its manifest, job and backend use them);
-# nothing else does
-def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
-    """RunDir(run_dir).checkpoints_dir."""
-    return RunDir(Path(run_dir)).checkpoints_dir
-
-
-def eval_checkpoints(ckdir: str | os.PathLike) -> list[tuple[int, Path]]:
-    """`eval_step_<N>.pt` files in `ckdir`, oldest first."""
-    return _numbered(ckdir, _EVAL_STEP)
-
-
-def latest_step(ckdir: str | os.PathLike) -> int | None:
-    """The newest `step_<N>.pt`'s step in a checkpoints folder (RunDir.latest_step)."""
-    found = _numbered(ckdir, _STEP)
-    return found[-1][0] if found else None
-
-
+# ------------------------------------------------------------------------------ run-dir shortcuts
+# experiments/eval/chain.py's (it names a run by its directory)
 def point_evaluated(run_dir: str | os.PathLike, step: int, spec_ids: Sequence[str]) -> bool:
     """RunDir(run_dir).point_evaluated(step, spec_ids)."""
     return RunDir(Path(run_dir)).point_evaluated(step, spec_ids)

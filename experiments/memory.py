@@ -59,6 +59,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from common.errors import UsageError, cli
 from experiments.train import parallel as par
 from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
 from experiments.train.plan import RunPlan, chunked_loss, dry_parallel, plan, planning_world
@@ -746,10 +747,7 @@ def dry_device_type(cfg: TrainConfig) -> str:
 def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int = 16,
              cache: Path | None = None, label: str = "") -> str:
     """The dry run's memory section: the measured per-process peak of every phase beside the
-    GPU's capacity (train.gpu_memory_gb), which phases do not fit, and the hand estimate
-    (plan.memory_estimate) of the training step as a cross-check with its difference."""
-    from experiments.train.plan import memory_estimate
-
+    GPU's capacity (train.gpu_memory_gb), and which phases do not fit."""
     world, source = (world_size, "given") if world_size else planning_world(cfg)
     device_type = dry_device_type(cfg)
     t0 = time.time()
@@ -777,16 +775,6 @@ def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int 
         lines.append("  not tracked: the CUDA context and NCCL buffers (about 1-3 GB), the "
                      "allocator's fragmentation, kernels' workspaces (make gpu-check measures "
                      "them)")
-    train = next((r for r in recs if r.phase == "train"), None)
-    if train is not None:
-        est = memory_estimate(plan(cfg, world), train.parallel, cuda=cuda)
-        hand = est["total_checkpointed" if cfg.train.activation_checkpointing else "total"]
-        diff = (hand - train.peak_bytes) / train.peak_bytes if train.peak_bytes else float("nan")
-        lines.append(f"  cross-check: the hand estimate (plan.memory_estimate) of the training "
-                     f"step is {_size(hand)}, {diff:+.0%} against the measured "
-                     f"{_size(train.peak_bytes)}; it counts weights, gradients, AdamW and one "
-                     "micro-batch's activations only (validation, evaluation and saves are "
-                     "measured only)")
     return "\n".join(lines)
 
 
@@ -800,19 +788,19 @@ def _dry_main(overrides: list[str], eval_rows: int) -> int:
     rc = train_main([*overrides, "train.dry_run=true"])
     if rc != 0:
         return rc
-    try:
-        cfg = compose(overrides)
-        if dist.is_initialized() and dist.get_rank() != 0:
-            return 0
-        print(dry_text(cfg, eval_rows=eval_rows, cache=Path(cfg.paths.cache)), flush=True)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    cfg = compose(overrides)
+    if dist.is_initialized() and dist.get_rank() != 0:
+        return 0
+    print(dry_text(cfg, eval_rows=eval_rows, cache=Path(cfg.paths.cache)), flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    return cli("python -m experiments.memory", lambda: _main(args))
+
+
+def _main(args: list[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m experiments.memory",
         description="Measured per-GPU peak memory per phase (fake tensors, fake process group); "
@@ -831,9 +819,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="make train DRY=1: the trainer's dry run (its plan), then the measured "
                          "peaks of the planned run (cached under paths.cache/memory)")
     a = ap.parse_args(args)
-    if a.dry_run:
-        return _dry_main(a.overrides, a.eval_rows)
     try:
+        if a.dry_run:
+            return _dry_main(a.overrides, a.eval_rows)
         cfg = compose(a.overrides)
         phases = [x for x in a.phases.split(",") if x]
         syncs: list[bool | None] = [None]
@@ -844,9 +832,8 @@ def main(argv: list[str] | None = None) -> int:
             recs += measure(cfg, parallel=a.parallel, device_type=a.device_type, phases=phases,
                             eval_rows=a.eval_rows, fsdp_reduce_every=s,
                             accum_measured=None if a.all_micro_batches else 3)
-    except ConfigError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except ConfigError as e:  # config.py's bad-input type (not yet a UsageError)
+        raise UsageError(str(e)) from None
     cap = cfg.train.gpu_memory_gb * GB
     r0 = recs[0]
     print(f"{cfg.model.preset} {r0.arm} ({r0.params:,} params), {r0.device_type} modelled"
@@ -855,8 +842,6 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(r.seconds for r in recs):.0f} s of CPU time")
     print(format_table(recs, cap))
     if a.json:
-        from pathlib import Path
-
         Path(a.json).write_text(json.dumps([r.to_json() for r in recs], indent=1) + "\n")
     return 0
 

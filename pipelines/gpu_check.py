@@ -20,11 +20,13 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one
 With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape on
 the GPUs present instead (docs/RECIPES.md "Confirming it on the GPUs"): 20 steps with
 validations, a checkpoint and a resume on random tokens, each phase's allocator peak beside the
-fake-tensor plan (experiments/memory.py), tokens/s and MFU -> docs/gpu_check/<stamp>-<gpu>-
-<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu).
+fake-tensor plan (experiments/memory.py), tokens/s and MFU -> measured/gpu_check/<stamp>-<gpu>-
+<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu), and
+docs/gpu_check/README.md regenerated from that folder (`--doc` regenerates it alone).
 
     python -m pipelines.gpu_check --recipe paper-1.5B [--steps 20] [--out DIR]
         [--cpu] [--set key=value ...]
+    python -m pipelines.gpu_check --doc
 """
 
 from __future__ import annotations
@@ -42,15 +44,13 @@ from typing import Any
 
 import torch
 
+from common.errors import UsageError, cli
 from common.io import atomic_write_text
-from common.paths import RunDir, results_root, runs_dir
+from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
+from experiments.train.config import gpu_peak_tflops
 
-
-def peak_tflops(name: str) -> tuple[float | None, str]:
-    """A GPU's dense bf16 peak and its source (experiments.train.config.GPU_PEAK_TFLOPS)."""
-    from experiments.train.config import gpu_peak_tflops
-
-    return gpu_peak_tflops(name)
+DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
+"""The committed recipe measurements as a table (`measurements_doc`), generated."""
 
 
 def _losses(run: Path) -> list[float]:
@@ -131,67 +131,57 @@ def _weights(run: Path) -> dict[str, torch.Tensor] | None:
     return state.get("model", state)
 
 
-def _resume_round_trip(args: list[str], results: Path, ref: Path, run: Any) -> dict[str, Any]:
-    """The sharded checkpoint round trip, kept generic over the checkpoint format: after a
-    finished run, drop its final checkpoint and every step checkpoint but the oldest kept one,
-    rerun the same command (the trainer resumes from what is left) and compare the resumed
-    run's final weights and losses with the uninterrupted reference."""
+def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
+            ) -> dict[str, Any]:
+    """Resume the finished run `ref` (of `args`) from its oldest kept step checkpoint (every later
+    step checkpoint, export and the final one removed) through `run(args, results)`, and compare
+    the resumed steps' losses and the final weights with the uninterrupted run's."""
     import shutil
 
     from experiments.train.checkpointer import shard_dir
 
-    d = run(args, results)[0]
-    if d is None:
-        return {"resume": "failed: the first run did not finish"}
-    rd = RunDir(d)
+    rd = RunDir(ref)
     steps = rd.step_checkpoints()
     if len(steps) < 2:
-        return {"resume": f"skipped: {len(steps)} step checkpoint(s) kept, need 2"}
-    # as if the run had stopped right after its oldest kept checkpoint: every later step
-    # checkpoint (its marker and its shards), every later export and the final one go
-    first = steps[0][0]
+        return {"resume": f"failed: the reference run kept {len(steps)} step checkpoint(s), "
+                          "need 2 (one inside the run)"}
+    ref_losses = {r["step"]: r["loss"] for r in rd.metrics_json() if r["kind"] == "train"}
+    ref_w = _weights(ref)
+    kept = steps[0][0]
     for _, p in steps[1:]:
         shutil.rmtree(shard_dir(p), ignore_errors=True)
         p.unlink()
     for step, p in rd.eval_checkpoints():
-        if step > first:
+        if step > kept:
             p.unlink()
     rd.final_checkpoint.unlink(missing_ok=True)
+    t0 = time.time()
     d2, why = run([a for a in args if a != "train.force=true"], results)  # resume, not redo
     if d2 is None:
         return {"resume": why}
-    a, b = _weights(ref), _weights(d2)
-    out: dict[str, Any] = {"resume": "ok", "resumed_from_step": steps[0][0],
-                           "resume_loss_max_rel": _max_rel(_losses(ref)[-1:], _losses(d2)[-1:])}
-    if a is not None and b is not None:
-        out["resume_weights_max_abs"] = max((a[k].float() - b[k].float()).abs().max().item()
-                                            for k in a)
+    new = {r["step"]: r["loss"] for r in RunDir(d2).metrics_json()
+           if r["kind"] == "train" and r["step"] > kept}
+    common = sorted(set(new) & set(ref_losses))
+    out: dict[str, Any] = {"resumed_from_step": kept, "resumed_steps": len(common),
+                           "resume_wall_s": time.time() - t0}
+    if not common:
+        out["resume"] = "failed: the resumed run logged no step after its checkpoint"
+        return out
+    rel = max(abs(new[s] - ref_losses[s]) / max(abs(ref_losses[s]), 1e-12) for s in common)
+    out["resume_loss_max_rel"] = rel
+    w = _weights(d2)
+    if ref_w is not None and w is not None:
+        out["resume_weights_max_abs"] = max((ref_w[k].float() - w[k].float()).abs().max().item()
+                                            for k in ref_w)
+    out["resume"] = "ok" if rel <= tol else f"failed: resumed losses differ by {rel:.3g} > {tol}"
     return out
-
-
-def _bf16_export(run: Path) -> dict[str, Any]:
-    """The bf16 weights-only export, where the trainer writes one: every tensor bf16 and equal
-    to the final weights rounded to bf16."""
-    found = [p for p in run.rglob("*") if p.is_file() and "export" in p.name]
-    if not found:
-        return {"bf16_export": "skipped: this trainer wrote no export file"}
-    w = _weights(run)
-    try:
-        e = torch.load(found[0], map_location="cpu", weights_only=True)
-    except Exception as ex:  # noqa: BLE001 - a format this check cannot read: say so
-        return {"bf16_export": f"skipped: {found[0].name} unreadable here ({type(ex).__name__})"}
-    e = e.get("model", e) if isinstance(e, dict) else e
-    ok = w is not None and all(
-        v.dtype == torch.bfloat16 and torch.equal(v, w[k].to(torch.bfloat16))
-        for k, v in e.items() if k in w)
-    return {"bf16_export": "ok" if ok else f"failed: {found[0].name} differs from bf16(final)"}
 
 
 def topology(base: list[str], work: Path, per_node: int, tol: float,
              env: dict[str, str] | None = None, gpus: bool = False) -> dict[str, Any]:
     """DDP and FSDP on 1 node (per_node processes) and on 2 nodes (two c10d agents of
     per_node // 2 or 1 process on this host), each against one process; the sharded
-    checkpoint round trip under FSDP over 2 nodes; the bf16 export."""
+    checkpoint round trip under FSDP over 2 nodes."""
     one, why = _train_nodes(base, work / "one", 1, 1, env, gpus)
     out: dict[str, Any] = {"one_process": why}
     ok = one is not None
@@ -207,15 +197,13 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
                 out[f"{key}_vs_1proc_max_rel"] = d
                 ok &= d <= tol
             ok &= w == "ok"
-    rt = _resume_round_trip(
-        [*base, "train.parallel=fsdp", "logging.ckpt_every=1", "logging.keep_checkpoints=3"],
-        work / "resume", one, lambda a, r: _train_nodes(a, r, 2, half, env, gpus)) \
-        if one is not None else {"resume": "skipped: no reference run"}
+    ck = [*base, "train.parallel=fsdp", "logging.ckpt_every=1", "logging.keep_checkpoints=3"]
+    nodes2 = functools.partial(_train_nodes, nodes=2, per_node=half, env=env, gpus=gpus)
+    ref = nodes2(ck, work / "resume")[0]
+    rt = (_resume(ck, work / "resume", ref, nodes2, tol) if ref is not None
+          else {"resume": "failed: the run to resume did not finish"})
     out.update(rt)
     ok &= rt["resume"] == "ok" and rt.get("resume_weights_max_abs", 0.0) <= 1e-4
-    if one is not None:
-        out.update(_bf16_export(one))
-        ok &= not str(out["bf16_export"]).startswith("failed")
     out["passed"] = bool(ok)
     return out
 
@@ -223,7 +211,7 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
 def cpu_main(results: str | None, steps: int, tol: float) -> int:
     """GPU_CHECK_CPU=1: the multi-process and multi-node code paths on this CPU (gloo), at the
     1M preset: DDP and FSDP on 1 and 2 simulated nodes against one process, the resume round
-    trip, the bf16 export. No speed figures (a CPU says nothing about a GPU's)."""
+    trip. No speed figures (a CPU says nothing about a GPU's)."""
     root = results_root(results)
     work = runs_dir(root / "gpu_check_cpu")
     base = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
@@ -312,7 +300,9 @@ twice (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both r
 the recipe's whole global batch (1,024 sequences would make 20 steps take an hour)."""
 SLICE_FIT = 0.75
 """A layer-sliced model must fit this share of the GPU by the hand estimate (which runs up to
-15% low against the fake-tensor measurement at these presets)."""
+15% low against the fake-tensor measurement at these presets). The slicing keeps the hand
+estimate because a measurement per candidate layer count would take minutes each of the check's
+ten; the sliced model's own phases are then measured (its plan) and printed beside the GPU's."""
 
 
 def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
@@ -417,49 +407,6 @@ def _final_line(run: Path) -> dict[str, Any]:
     return next((r for r in reversed(rows) if r.get("kind") == "final"), {})
 
 
-def _resume_from_half(args: list[str], results: Path, run: Path, nproc: int, tol: float
-                      ) -> dict[str, Any]:
-    """Resume the finished reference run from its oldest kept step checkpoint (the later one
-    and the final export removed): the resumed steps' losses and the final weights against the
-    reference's."""
-    import shutil
-
-    from experiments.train.checkpointer import shard_dir
-
-    rd = RunDir(run)
-    steps = rd.step_checkpoints()
-    if len(steps) < 2:
-        return {"resume": f"failed: the reference run kept {len(steps)} step checkpoint(s), "
-                          "need 2 (one inside the run)"}
-    ref_losses = {r["step"]: r["loss"] for r in rd.metrics_json() if r["kind"] == "train"}
-    ref_w = _weights(run)
-    kept = steps[0][0]
-    for _, p in steps[1:]:
-        shutil.rmtree(shard_dir(p), ignore_errors=True)
-        p.unlink()
-    rd.final_checkpoint.unlink(missing_ok=True)
-    t0 = time.time()
-    d2, why = _train([a for a in args if a != "train.force=true"], results, nproc=nproc)
-    if d2 is None:
-        return {"resume": why}
-    new = {r["step"]: r["loss"] for r in RunDir(d2).metrics_json()
-           if r["kind"] == "train" and r["step"] > kept}
-    common = sorted(set(new) & set(ref_losses))
-    out: dict[str, Any] = {"resumed_from_step": kept, "resumed_steps": len(common),
-                           "resume_wall_s": time.time() - t0}
-    if not common:
-        out["resume"] = "failed: the resumed run logged no step after its checkpoint"
-        return out
-    rel = max(abs(new[s] - ref_losses[s]) / max(abs(ref_losses[s]), 1e-12) for s in common)
-    out["resume_loss_max_rel"] = rel
-    w = _weights(d2)
-    if ref_w is not None and w is not None:
-        out["resume_weights_max_abs"] = max((ref_w[k].float() - w[k].float()).abs().max().item()
-                                            for k in ref_w)
-    out["resume"] = "ok" if rel <= tol else f"failed: resumed losses differ by {rel:.3g} > {tol}"
-    return out
-
-
 def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None],
                  cap_bytes: float | None) -> list[dict[str, Any]]:
     """One row per phase: the plan's fake-tensor peak beside the allocator's measured peak."""
@@ -495,13 +442,11 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     try:
         rec = load(recipe_name)
     except RecipeError as e:
-        print(f"error: RECIPE={recipe_name}: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     gpu = not cpu
     if gpu and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
-        print("error: no CUDA device visible (make gpu-check needs a GPU node; "
-              "GPU_CHECK_CPU=1 rehearses it on CPU)", file=sys.stderr)
-        return 2
+        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node; "
+                         "GPU_CHECK_CPU=1 rehearses it on CPU)")
     n = torch.cuda.device_count() if gpu else 1
     name = torch.cuda.get_device_name(0) if gpu else "cpu"
     total = torch.cuda.get_device_properties(0).total_memory if gpu else int(80e9)
@@ -517,8 +462,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                                   disk_free=shutil.disk_usage(root).free)
         cfg = compose(args)
     except (RecipeError, ConfigError, ValueError) as e:
-        print(f"error: RECIPE={recipe_name}: {e}", file=sys.stderr)
-        return 2
+        raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     work = root / "gpu_check" / f"recipe-{rec.name}"  # a results root of its own
 
     def say(msg: str) -> None:
@@ -555,7 +499,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         measured.update(fin.get("cuda_peak_bytes") or {})
         doc["cuda_outside_torch_bytes"] = fin.get("cuda_outside_torch_bytes")
         tps = _tokens_per_s(ref)
-        peak, peak_src = peak_tflops(name) if gpu else (None, "CPU: no speed figures")
+        peak, peak_src = gpu_peak_tflops(name) if gpu else (None, "CPU: no speed figures")
         doc.update(tokens_per_s=tps if gpu else None, peak_bf16_tflops=peak,
                    peak_source=peak_src,
                    mfu=(tps * p.flops_per_token / (n * peak * 1e12)
@@ -570,7 +514,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                 doc["eval_error"] = f"out of memory: {str(e).splitlines()[0][:200]}"
                 ok = False
         say("resume from the kept checkpoint ...")
-        doc.update(_resume_from_half(args, work, ref, n, tol))
+        doc.update(_resume(args, work, ref, functools.partial(_train, nproc=n), tol))
         ok &= doc.get("resume") == "ok"
     doc["phases"] = _phase_table(plan_recs, measured if gpu else {}, cap)
     if cap:
@@ -581,10 +525,11 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     doc["wall_s"] = time.time() - t_start
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     tag = name.split()[1].lower() if gpu and len(name.split()) > 1 else ("gpu" if gpu else "cpu")
-    where = Path(out) if out else (Path(__file__).resolve().parents[1] / "docs" / "gpu_check"
-                                   if gpu else root / "gpu_check")
+    where = Path(out) if out else (MEASURED / GPU_CHECK if gpu else root / GPU_CHECK)
     path = where / f"{stamp}-{tag}-{rec.name}.json"
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
+    if where == MEASURED / GPU_CHECK:
+        atomic_write_text(DOC, measurements_doc())
     print(_recipe_summary(doc))
     print(f"{'passed' if ok else 'FAILED'} in {doc['wall_s']:.0f} s; wrote {path}")
     return 0 if ok else 1
@@ -617,13 +562,53 @@ def _recipe_summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def measurements_doc(folder: Path | None = None) -> str:
+    """docs/gpu_check/README.md: one row per recipe measurement in `folder` (measured/gpu_check/),
+    oldest first; what a file does not hold is a dash, never 0."""
+    def f(v: Any, fmt: str, scale: float = 1.0) -> str:
+        return "–" if v is None else format(v / scale if scale != 1.0 else v, fmt)
+
+    L = ["# `make gpu-check RECIPE=..` measurements", "",
+         "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
+         "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
+         "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
+         "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
+         "", "| file | created | recipe | GPUs | GPU | torch | micro-batch x accum x tokens | "
+         "layers | steps | tokens/s | MFU | train | validation | eval | save | outside torch GB | "
+         "resume | passed |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted((folder or MEASURED / GPU_CHECK).glob("*.json")):
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # as the dry run's reader (plan.measured_mfu) passes it over
+        if not isinstance(d, dict) or d.get("mode") != "recipe":
+            continue
+        ph = {r["phase"]: r.get("measured_over_plan") for r in d.get("phases", [])}
+        sl = d.get("layer_sliced")
+        shape = " x ".join(f(d.get(k), "") for k in ("micro_batch_size", "grad_accum", "seq_len"))
+        L.append(" | ".join([
+            f"| {path.name}", *(f(d.get(k), "") for k in ("created", "recipe", "n_gpus")),
+            f(d.get("gpu"), ""), f(d.get("torch"), ""), shape,
+            f"{sl['layers']} of {sl['of']}" if sl else "all", f(d.get("steps"), ""),
+            f(d.get("tokens_per_s"), ",.0f"), f(d.get("mfu"), ".1%"),
+            *(f(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
+            f(d.get("cuda_outside_torch_bytes"), ".2f", 1e9), f(d.get("resume"), ""),
+            "yes |" if d.get("passed") else "**no** |"]))
+    return "\n".join(L) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    return cli("python -m pipelines.gpu_check", lambda: _main(argv))
+
+
+def _main(argv: list[str] | None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="16M")
     ap.add_argument("--recipe", default=None,
                     help="a recipe (sweeps/recipes/): its real shape for --steps (default 20) "
                          "steps with a validation, a checkpoint and a resume; per-phase memory "
-                         "beside the plan's, tokens/s, MFU -> docs/gpu_check/")
+                         "beside the plan's, tokens/s, MFU -> measured/gpu_check/")
     ap.add_argument("--out", default=None, help="with --recipe: where the JSON goes")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="with --recipe: trainer overrides over the recipe's (a rehearsal "
@@ -634,19 +619,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--results", default=None)
     ap.add_argument("--cpu", action="store_true",
                     help="reduced mode on CPU (GPU_CHECK_CPU=1): DDP/FSDP on 1 and 2 simulated "
-                         "nodes, resume round trip, bf16 export; gloo, preset 1M")
+                         "nodes, resume round trip; gloo, preset 1M")
+    ap.add_argument("--doc", action="store_true",
+                    help="regenerate docs/gpu_check/README.md from measured/gpu_check/")
     a = ap.parse_args(argv)
+    if a.doc:
+        atomic_write_text(DOC, measurements_doc())
+        return 0
     if a.recipe:
         return recipe_main(a.recipe, a.steps or 20, a.tol, a.results, a.out, a.cpu, a.set)
     a.steps = a.steps or 30
     if a.cpu:
         return cpu_main(a.results, min(a.steps, 4), a.tol)
     if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        print("error: no CUDA device visible (make gpu-check needs a GPU node)", file=sys.stderr)
-        return 2
+        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node)")
     n = torch.cuda.device_count()
     name = torch.cuda.get_device_name(0)
-    peak, peak_src = peak_tflops(name)
+    peak, peak_src = gpu_peak_tflops(name)
     root = results_root(a.results)
     work = runs_dir(root / "gpu_check")
     seq, batch = 256, 8 * n

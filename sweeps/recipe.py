@@ -53,7 +53,7 @@ to lr x optim.min_lr_ratio). Another one needs a config key first."""
 Z_MODES = ("prior", "prior-k")
 """How Z is drawn when scoring; `posterior` leaks the scored tokens and is no protocol."""
 
-MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "docs" / "memory" / "recipes.json"
+MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "measured" / "memory" / "recipes.json"
 """pipelines/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
 and the micro-batch it chose by them (`Recipe.measured_micro_batches`)."""
 GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,

@@ -9,8 +9,6 @@ was (per-step RoPE gather, per-step bool mask, argmax), so a difference is the n
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -226,35 +224,3 @@ def test_generate_equals_the_previous_loop_under_bf16_autocast(H):
         got = m.generate(rows, 12, generator=torch.Generator().manual_seed(2))
     _same(got, ref)
 
-
-@pytest.mark.parametrize("args", [["--threads", "0"], ["--reps", "0"], ["--warmup", "-1"]])
-def test_gen_ratio_refuses_bad_counts(args: list[str], capsys: pytest.CaptureFixture) -> None:
-    from experiments.bench import gen_ratio
-
-    assert gen_ratio.main(args) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("gen_ratio: ") and err.count("\n") == 1
-
-
-def test_gen_ratio_table_prints_the_committed_runs(tmp_path) -> None:
-    """BENCH.md's rows come from the JSON lines by `gen_ratio --table`, never typed."""
-    import json
-
-    from experiments.bench.gen_ratio import main, table
-
-    stat = {"median": 1.6, "min": 1.5, "max": 1.7, "n": 5}
-    line = {"commit": "abcdef123", "created": "2026-11-24T10:11:26Z", "threads": 2,
-            "load_start": [0.3, 0, 0], "load_end": [0.9, 0, 0], "ratio_hf_over_ours": stat,
-            "ours_s": {"median": 1.24}, "hf_s": {"median": 1.98}, "hf_rows_equal": 16,
-            "rows": 16}
-    f = tmp_path / "runs.jsonl"
-    f.write_text(json.dumps(line) + "\n\n")
-    rows = table(f).splitlines()
-    assert len(rows) == 3  # header, rule, one run (the blank line skipped)
-    assert rows[2] == ("| abcdef1 | 2026-11-24T10:11:26Z | 2 | 5 | 1.60 [1.50, 1.70] | 1.24 | "
-                       "1.98 | 16/16 | 0.3 -> 0.9 |")
-    assert main(["--table", str(tmp_path / "missing.jsonl")]) == 2
-    for doc in ("gen_ratio-2threads-quiet-20261124.jsonl", "gen_ratio-2threads-20261124.jsonl"):
-        committed = table(Path(__file__).resolve().parents[1] / "docs" / "bench" / doc)
-        bench = (Path(__file__).resolve().parents[1] / "docs" / "BENCH.md").read_text()
-        assert committed in bench, f"docs/BENCH.md's table of {doc} is not its --table output"

@@ -8,8 +8,8 @@ the dry run's `CPU time` line when it is *measured* on this CPU (tokens/s of 3 t
 its free-space line (this machine's disk). A stated rate (train.cpu_tokens_per_s) and the GPU
 estimates are analytic and kept.
 
-The GPU lines read the MFU `make gpu-check RECIPE=..` measured (docs/gpu_check/) for H100 at
-each preset, else say it is assumed: committing a measurement changes them, on purpose.
+The GPU lines read the MFU `make gpu-check RECIPE=..` measured (measured/gpu_check/) for H100
+at each preset, else say it is assumed: committing a measurement changes them, on purpose.
 
 Regenerate (only when a change of plan is intended, and say so in the commit):
     PYTHONPATH=$PWD .venv/bin/python tests/test_golden_plans.py --write

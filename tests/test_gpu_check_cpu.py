@@ -1,6 +1,6 @@
 """`make gpu-check GPU_CHECK_CPU=1`: the reduced CPU mode runs the same code paths as on a GPU
 node (DDP and FSDP on 1 node and on 2 nodes simulated as two c10d torchrun agents, the resume
-round trip, the bf16 export check) and passes; its JSON names every check."""
+round trip) and passes; its JSON names every check."""
 
 from __future__ import annotations
 

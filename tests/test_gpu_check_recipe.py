@@ -126,7 +126,11 @@ def _doc(tmp: Path, name: str, **kw) -> None:
     (tmp / "gpu_check" / name).write_text(json.dumps({**base, **kw}))
 
 
-def test_the_dry_run_reads_the_newest_measured_mfu_for_its_gpu_and_preset(tmp_path):
+def test_the_dry_run_reads_the_newest_measured_mfu_for_its_gpu_and_preset(tmp_path,
+                                                                          monkeypatch):
+    from common import paths
+
+    monkeypatch.setattr(paths, "MEASURED", tmp_path / "measured")  # not the repository's files
     ov = ["model=1.5B", "train.seq_len=4096", "train.batch_size=64", "train.tokens=1e9",
           "train.plan_world_size=32", f"paths.results={tmp_path}"]
     mfu, src = P.planned_mfu(compose(ov))
@@ -148,6 +152,15 @@ def test_the_dry_run_reads_the_newest_measured_mfu_for_its_gpu_and_preset(tmp_pa
     assert (mfu, src) == (0.5, "given (train.mfu)")
     text = P.format_estimate(compose(ov), P.plan(compose(ov), 32), "ddp")
     assert "at MFU 41% of 989 TFLOP/s" in text and "measured by make gpu-check" in text
+    # the committed folder's table: one row per recipe measurement, a dash where one is missing
+    rows = G.measurements_doc(tmp_path / "gpu_check").splitlines()[6:]
+    assert len(rows) == 6 and rows[0].startswith("| a.json | 2026-11-30")
+    assert "| – | yes |" in next(r for r in rows if r.startswith("| g.json"))
+
+
+def test_the_measurements_doc_is_generated_from_the_committed_folder():
+    assert G.DOC.read_text(encoding="utf-8") == G.measurements_doc(), \
+        "docs/gpu_check/README.md: python -m pipelines.gpu_check --doc"
 
 
 @pytest.mark.slow

@@ -284,3 +284,15 @@ def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
 def test_dependencies_point_one_way() -> None:
     bad = direction_violations()
     assert not bad, "against the design's arrows:\n" + "\n".join(bad)
+
+
+def test_no_package_imports_the_notebook() -> None:
+    """dev/ (one-off measurements, generators of finished studies) imports the packages, never
+    the reverse."""
+    bad = [f"{p.relative_to(ROOT)}:{n.lineno}" for pkg in PACKAGES
+           for p in sorted((ROOT / pkg).rglob("*.py"))
+           for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+           if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "dev" for a in n.names))
+           or (isinstance(n, ast.ImportFrom) and not n.level
+               and (n.module or "").split(".")[0] == "dev")]
+    assert not bad, bad

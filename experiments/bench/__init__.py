@@ -31,6 +31,6 @@ Markdown table (``docs/BENCH.md`` for the full size, beside the JSON otherwise).
 
 Modules: ``harness`` (sizes, interleaved timing, machine), ``contenders`` (the models and
 workloads compared), ``sections`` (one function per section), ``report`` (targets, Markdown),
-``__main__`` (the CLI, result files, ``--combine``; a bad argument is one line and exit 2),
-``loop_ratio`` (FT/baseline step time through the real training loop, by hand).
+``__main__`` (the CLI and the result files; a bad argument is one line and exit 2).
+The one-off measurements docs/BENCH.md quotes by hand are scripts in dev/bench/.
 """

@@ -23,10 +23,6 @@ SCHEMA = "ftbench-bench-v1"
 ALL_SECTIONS = ("train", "free", "mapper", "generate", "generate_batch", "eval")
 REPO = Path(__file__).resolve().parents[2]
 
-# Dense fp32 peak TFLOP/s (no tensor cores) for MFU on CUDA; override with --gpu-peak-tflops.
-GPU_FP32_PEAK_TFLOPS = {"H100": 67.0, "A100": 19.5, "L40S": 91.6, "A10": 31.2, "V100": 15.7,
-                        "T4": 8.1, "RTX 4090": 82.6, "RTX 3090": 35.6}
-
 
 @dataclass(frozen=True)
 class Size:
@@ -180,21 +176,8 @@ def machine_info(device: torch.device) -> dict[str, Any]:
     return info
 
 
-def gpu_peak_flops(device: torch.device, override_tflops: float | None) -> float | None:
-    if device.type != "cuda":
-        return None
-    if override_tflops:
-        return override_tflops * 1e12
-    name = torch.cuda.get_device_name(device)
-    for key, tf in GPU_FP32_PEAK_TFLOPS.items():
-        if key in name:
-            return tf * 1e12
-    return None
-
-
 @dataclass
 class Ctx:
     size: Size
     device: torch.device
-    gpu_peak: float | None
     notes: list[str] = field(default_factory=list)

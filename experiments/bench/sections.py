@@ -45,7 +45,7 @@ def _tokens(ctx: Ctx, vocab: int, seed: int = 0) -> torch.Tensor:
 
 
 def _train_entry(times: list[float], tokens_per_step: int, flops_per_token: float | None,
-                 matmul_flops_s: float, params: int, gpu_peak: float | None) -> dict[str, Any]:
+                 matmul_flops_s: float, params: int) -> dict[str, Any]:
     med = statistics.median(times)
     tps = tokens_per_step / med
     e: dict[str, Any] = {"step_s": summary(times), "tokens_per_s": tps, "params": params,
@@ -54,8 +54,6 @@ def _train_entry(times: list[float], tokens_per_step: int, flops_per_token: floa
         e["flops_per_token"] = flops_per_token
         e["model_flops_s"] = flops_per_token * tps
         e["frac_of_matmul"] = e["model_flops_s"] / matmul_flops_s
-        if gpu_peak:
-            e["mfu_gpu_peak"] = e["model_flops_s"] / gpu_peak
     return e
 
 
@@ -85,9 +83,8 @@ def section_train(ctx: Ctx) -> dict[str, Any]:
     fpt = ftmodel.train_flops_per_token(cfg, T).total
     out["baseline_vs_hf"] = {
         "matmul": {"n": s.matmul_n, "s": summary(times["matmul"]), "flops_s": mm_fs},
-        "ours": _train_entry(times["ours"], s.batch * T, fpt, mm_fs, n_params(ours),
-                             ctx.gpu_peak),
-        "hf": _train_entry(times["hf"], s.batch * T, fpt, mm_fs, n_params(hf), ctx.gpu_peak),
+        "ours": _train_entry(times["ours"], s.batch * T, fpt, mm_fs, n_params(ours)),
+        "hf": _train_entry(times["hf"], s.batch * T, fpt, mm_fs, n_params(hf)),
         "speedup_ours_over_hf": paired_ratio(times["hf"], times["ours"]),
         "hf_attn_implementation": hf.config._attn_implementation,
         "hf_logits_max_abs_diff_same_weights": parity,
@@ -139,13 +136,12 @@ def section_free(ctx: Ctx) -> dict[str, Any]:
         "seq_len": T,
         "matmul": {"n": s.matmul_n, "s": summary(times["matmul"]), "flops_s": mm_fs},
         "baseline": _train_entry(times["baseline"], ntok, base_flops, mm_fs,
-                                 params["baseline"], ctx.gpu_peak),
+                                 params["baseline"]),
         "bits": {}}
     for H in s.overhead_bits:
         fb = ftmodel.train_flops_per_token(cfg.replace(latent_bits=H), T)
         ov["bits"][f"H{H}"] = {
-            "H": H, **_train_entry(times[f"H{H}"], ntok, fb.total, mm_fs, params[f"H{H}"],
-                                   ctx.gpu_peak),
+            "H": H, **_train_entry(times[f"H{H}"], ntok, fb.total, mm_fs, params[f"H{H}"]),
             "step_ratio": paired_ratio(times[f"H{H}"], times["baseline"]),
             "analytic_flops_ratio": fb.total / base_flops,
             "mapper_backward_share": fb.mapper_backward / fb.total,
@@ -166,7 +162,7 @@ def section_free(ctx: Ctx) -> dict[str, Any]:
             k = f"H{H}"
             xt[k] = {"ours": ov["bits"][k] if k in ov["bits"] else None,
                      "xt": _train_entry(times[f"xt_{k}"], ntok, None, mm_fs,
-                                        params[f"xt_{k}"], ctx.gpu_peak),
+                                        params[f"xt_{k}"]),
                      "speedup_ours_over_xt": paired_ratio(times[f"xt_{k}"], times[k])}
     return {"overhead": ov, "ft_vs_xtransformers": xt}
 

@@ -337,21 +337,26 @@ def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, fl
             "block_input": float(4 * D)}
 
 
-def memory_estimate(p: RunPlan, parallel: str, *, cuda: bool = True) -> dict[str, Any]:
-    """Per-GPU bytes of one process of this plan: fp32 weights, gradients and AdamW state
-    (sharded over the world under FSDP, with its transient all-gathered units), and the
-    activations of one micro-batch with and without activation checkpointing.
+def memory_estimate(p: RunPlan, parallel: str) -> dict[str, Any]:
+    """The hand estimate of a GPU process of this plan (bf16 autocast): fp32 weights, gradients
+    and AdamW state (sharded over the world under FSDP, with its transient all-gathered units),
+    and the activations of one micro-batch with and without activation checkpointing.
 
-    `parallel`: none | ddp | fsdp. `cuda`: bf16 autocast and FSDP's bf16 all-gathers (else
-    fp32 throughout). DDP is built with gradient_as_bucket_view, so its buckets are the
-    gradients. Not counted: the CUDA context and allocator fragmentation (a few GB)."""
+    The memory model is experiments/memory.py's measurement; this estimate stays only where no
+    measurement runs: `auto_parallel` (the trainer's DDP-or-FSDP choice at start), a sweep's
+    costliest-cell line (`format_estimate`), a recipe's micro-batch before it is measured
+    (sweeps/recipe.py) and gpu-check's layer slicing. It runs low at the paper's shapes (no
+    validation or save, the step under-counted: docs/RECIPES.md's memory table).
+
+    `parallel`: none | ddp | fsdp. DDP is built with gradient_as_bucket_view, so its buckets
+    are the gradients. Not counted: the CUDA context and allocator fragmentation (a few GB)."""
     mc = p.model
     n = p.world_size if parallel == "fsdp" else 1
     counts = M.param_count(mc)
     total = counts["total"]
     # FSDP2 shards every parameter on dim 0 and pads it to a multiple of the world size
     local = total if n == 1 else _ceil_div(total, n)
-    act_b = 2 if cuda else 4
+    act_b = 2  # bf16 activations and FSDP all-gathers
     weights, grads, optim = 4 * local, 4 * local, ADAMW_STATES * 4 * local
     gathered = 0
     if parallel == "fsdp":
@@ -401,7 +406,7 @@ def measured_mfu(gpu_name: str, preset: str, results: str | None = None
     """The newest passed `make gpu-check RECIPE=..` measurement of MFU on a GPU whose device
     name contains `gpu_name` (case-insensitive) at model preset `preset`: {"mfu", "path",
     "created", "gpu", "n_gpus", "recipe", "sliced"}; None when there is none. Reads
-    docs/gpu_check/ and <results>/gpu_check/ (common.paths.gpu_check_dirs); files of the other
+    measured/gpu_check/ and <results>/gpu_check/ (common.paths.gpu_check_dirs); files of the other
     modes (the 16M smoke test, the CPU rehearsal) and unreadable files are not measurements of
     this shape and are passed over."""
     best: dict[str, Any] | None = None
@@ -511,37 +516,44 @@ def checkpoint_bytes(p: RunPlan) -> dict[str, int]:
 
 
 def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
-                    cpu_rate: tuple[float, str] | None = None) -> str:
-    """The dry run's memory, fit, wall-time and GPU-hour lines (GPU: at `planned_mfu` of
-    train.gpu_peak_tflops; CPU: `cpu_rate` = (tokens/s, where that figure comes from))."""
-    t = cfg.train
-    m = memory_estimate(p, parallel)
-    cap = t.gpu_memory_gb * 1e9
-    fits = "fits" if m["total"] <= cap else "does NOT fit"
-    fits_ck = "fits" if m["total_checkpointed"] <= cap else "does NOT fit"
-    lines = [
-        f"memory/GPU  {parallel} over {p.world_size} GPU(s), micro-batch {p.micro_batch_size} x "
-        f"{p.seq_len} tokens, bf16 autocast: weights {_gb(m['weights'])}, grads "
-        f"{_gb(m['grads'])}, AdamW {_gb(m['optimizer'])}"
-        + (f", FSDP gathered {_gb(m['fsdp_gathered'])}" if m["fsdp_gathered"] else "")
-        + f", activations {_gb(m['activations'])} "
-        f"({_gb(m['activations_checkpointed'])} with activation checkpointing)",
-        f"fit         {_gb(m['total'])} {fits} in train.gpu_memory_gb={t.gpu_memory_gb:g} GB; "
-        f"{_gb(m['total_checkpointed'])} with activation checkpointing {fits_ck}",
-    ]
-    if t.parallel == "auto" and p.world_size > 1:
-        from .parallel import FIT_FRACTION
+                    cpu_rate: tuple[float, str] | None = None, *, hand_memory: bool = True
+                    ) -> str:
+    """The dry run's parallelism, memory, wall-time and GPU-hour lines (GPU: at `planned_mfu` of
+    train.gpu_peak_tflops; CPU: `cpu_rate` = (tokens/s, where that figure comes from)).
 
-        dd = memory_estimate(p, "ddp")
-        need = dd["total_checkpointed"] if t.activation_checkpointing else dd["total"]
-        lines.append(f"parallel    auto -> {parallel}: DDP would hold {_gb(need)} per GPU "
-                     f"(state + activations{', checkpointed' if t.activation_checkpointing else ''}"
-                     f"), {'over' if parallel == 'fsdp' else 'within'} {FIT_FRACTION:.0%} of "
-                     f"{t.gpu_memory_gb:g} GB")
-    if parallel != "fsdp" and m["total"] > cap and p.world_size > 1:
-        fs = memory_estimate(p, "fsdp")
-        lines.append(f"            under FSDP: {_gb(fs['total'])} "
-                     f"({_gb(fs['total_checkpointed'])} checkpointed)")
+    Memory is experiments/memory.py's fake-tensor measurement, which `make train DRY=1` prints
+    after this plan (experiments/ cannot run it from here). `hand_memory` (a sweep's costliest
+    cell, where measuring every dry run would take minutes) adds `memory_estimate`'s figure,
+    labelled as the hand estimate it is."""
+    t = cfg.train
+    lines = []
+    if p.world_size > 1:
+        line = f"parallel    {parallel} over {p.world_size} GPU(s)"
+        if t.parallel == "auto":
+            from .parallel import FIT_FRACTION
+
+            dd = memory_estimate(p, "ddp")
+            need = dd["total_checkpointed"] if t.activation_checkpointing else dd["total"]
+            line += (f" (auto: by the hand estimate the trainer's rule uses at start, DDP "
+                     f"would hold {_gb(need)} per GPU, "
+                     f"{'over' if parallel == 'fsdp' else 'within'} {FIT_FRACTION:.0%} of "
+                     f"{t.gpu_memory_gb:g} GB)")
+        lines.append(line)
+    if not hand_memory:
+        lines.append("memory      measured per phase on fake tensors (experiments/memory.py): "
+                     "make train DRY=1 prints it after this plan")
+    else:
+        m = memory_estimate(p, parallel)
+        key = "total_checkpointed" if t.activation_checkpointing else "total"
+        fits = "fits" if m[key] <= t.gpu_memory_gb * 1e9 else "does NOT fit"
+        line = (f"memory/GPU  {_gb(m[key])} by the hand estimate (state and one micro-batch of "
+                f"{p.micro_batch_size} x {p.seq_len} tokens"
+                + (", activation checkpointing" if t.activation_checkpointing else "")
+                + f"): {fits} in train.gpu_memory_gb={t.gpu_memory_gb:g} GB")
+        if fits != "fits" and parallel != "fsdp" and p.world_size > 1:
+            line += f"; under FSDP {_gb(memory_estimate(p, 'fsdp')[key])}"
+        lines.append(line + "; not measured here: make train DRY=1 OVERRIDES=<the cell's> "
+                     "measures every phase")
     mfu, mfu_src = planned_mfu(cfg)
     g = gpu_time_estimate(p, p.world_size, t.gpu_peak_tflops, mfu)
     paper = paper_implied_mfu()
@@ -708,11 +720,11 @@ def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
     if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
         cpu = _cpu_rate(cfg, p)
         if cpu is None:
-            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
-                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
+            return (format_estimate(cfg, p, mode, hand_memory=False) + "\nCPU time    null: the "
+                    f"model has more than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
                     "train.cpu_tokens_per_s")
-        return format_estimate(cfg, p, mode, cpu)
-    return format_estimate(cfg, p, mode)
+        return format_estimate(cfg, p, mode, cpu, hand_memory=False)
+    return format_estimate(cfg, p, mode, hand_memory=False)
 
 
 def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:

@@ -3,7 +3,7 @@ per step checkpoint, sync vs async (torch.distributed.checkpoint), against the o
 save (gather + torch.save on rank 0); the bytes on disk; with `--world 2`, the bytes each FSDP
 rank writes. A measuring script, not a test: numbers depend on the machine's load.
 
-    python -m experiments.bench.checkpoint [--preset 16M] [--reps 3] [--world 2]
+    python -m dev.bench.checkpoint [--preset 16M] [--reps 3] [--world 2]
 
 Prints one JSON object (the figures docs/BENCH.md's checkpoint section quotes).
 """
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
         res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                               "--nproc_per_node", str(a.world), "-m",
-                              "experiments.bench.checkpoint", "--preset", a.preset,
+                              "dev.bench.checkpoint", "--preset", a.preset,
                               "--worker", tmp], env=env, capture_output=True, text=True)
         lines = [x for x in res.stdout.splitlines() if x.startswith("{")]
         if res.returncode != 0 or not lines:

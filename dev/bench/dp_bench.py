@@ -1,7 +1,7 @@
 """Data-parallel evaluation speed-up: the same requests scored by 1 process and by N gloo
 processes (`lm_adapter.DataParallel`), wall time of each and the ratio, with the machine's load.
 
-    python -m experiments.eval.dp_bench CKPT [--procs 2] [--n 64] [--window 128]
+    python -m dev.bench.dp_bench CKPT [--procs 2] [--n 64] [--window 128]
 
 Requests: n loglikelihood pairs (4 continuations per context, as a multiple-choice task),
 n/4 rolling strings and n/4 generations of 16 tokens, cut from the offline smoke data's text so
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 import torch.multiprocessing as mp
 
-SMOKE = Path(__file__).resolve().parent / "smoke_data"
+SMOKE = Path(__file__).resolve().parents[2] / "experiments" / "eval" / "smoke_data"
 
 
 class _Req:
@@ -92,7 +92,7 @@ def run(ckpt: str, world: int, window: int, n: int) -> tuple[float, list]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.eval.dp_bench")
+    ap = argparse.ArgumentParser(prog="python -m dev.bench.dp_bench")
     ap.add_argument("ckpt")
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--n", type=int, default=64)

@@ -1,6 +1,6 @@
 """The corpus build and the loader, measured (issue 25; docs/BENCH.md, last section).
 
-python -m experiments.bench.corpus_build --dir <scratch> [--sizes 50,400] [--workers 1,2]
+python -m dev.bench.corpus_build --dir <scratch> [--sizes 50,400] [--workers 1,2]
     [--tput-mb 24] [--reps 2]
 
 On generated offline text (parquet, Zipf-distributed words, fixed seed) and one BPE trained once on

@@ -1,6 +1,6 @@
 """FT/baseline step time through the real training loop (issue 18), 1 thread.
 
-    python -m experiments.bench.loop_ratio [--reps 5] [--bits 8,12,16,16+bf16] [--work DIR]
+    python -m dev.bench.loop_ratio [--reps 5] [--bits 8,12,16,16+bf16] [--work DIR]
         [--ft-overrides "model.mapper_bf16=true"]
 
 Each rep runs the baseline, then every H, as `python -m experiments.train` (16M, T=256, batch 8,
@@ -48,7 +48,7 @@ def step_s(bits: int, root: Path, env: dict[str, str], extra: tuple[str, ...] = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench.loop_ratio")
+    p = argparse.ArgumentParser(prog="python -m dev.bench.loop_ratio")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--bits", default="8,12,16")
     p.add_argument("--work", default="/tmp/ftbench-loop-ratio")

@@ -2,8 +2,8 @@
 unchunked vs `chunked_loss`) and a validation forward (unchunked CE vs `scores=True`), for one
 model shape, in time and in peak memory.
 
-    python -m experiments.bench.readout_chunk --preset 1M --vocab 131072 --seq 1024 --micro 1
-    python -m experiments.bench.readout_chunk --preset 16M --seq 512 --micro 8
+    python -m dev.bench.readout_chunk --preset 1M --vocab 131072 --seq 1024 --micro 1
+    python -m dev.bench.readout_chunk --preset 16M --seq 512 --micro 8
 
 Memory, two ways: torch's MemTracker on fake tensors (the allocator's view of this process's
 tensors; nothing is allocated, so it is independent of the machine's load), and the real peak:
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         row: dict[str, Any] = {"case": case, "tracked_peak_mib": tracked_peak(args, case) >> 20}
         if not args.no_time:
-            child = [sys.executable, "-m", "experiments.bench.readout_chunk", "--one", case,
+            child = [sys.executable, "-m", "dev.bench.readout_chunk", "--one", case,
                      *(argv if argv is not None else sys.argv[1:])]
             r = subprocess.run(child, capture_output=True, text=True, check=True)
             got = json.loads(r.stdout.strip().splitlines()[-1])

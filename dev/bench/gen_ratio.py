@@ -1,6 +1,6 @@
 """Batched generation, ours over HF `generate`, on a shared machine (issue 27).
 
-    python -m experiments.bench.gen_ratio [--threads 1] [--reps 5] [--warmup 1]
+    python -m dev.bench.gen_ratio [--threads 1] [--reps 5] [--warmup 1]
     PYTHONPATH=<other checkout> python <this file> ...   # the same workload on other code
 
 Runs the bench's `generate_batch` section (16M baseline, batch 16, prompts of 8-32 tokens
@@ -25,7 +25,7 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench.gen_ratio")
+    p = argparse.ArgumentParser(prog="python -m dev.bench.gen_ratio")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds before the reps")
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.bench.sections import section_generate_batch
 
     size = replace(SIZES["full"], reps=a.reps, warmup=a.warmup)
-    ctx = Ctx(size=size, device=torch.device("cpu"), gpu_peak=None)
+    ctx = Ctx(size=size, device=torch.device("cpu"))
     load0, t0 = os.getloadavg(), time.time()
     out = section_generate_batch(ctx)
     code = Path(model.__file__).resolve().parents[1]

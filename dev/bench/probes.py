@@ -1,8 +1,8 @@
 """Two one-off measurements behind docs/BENCH.md's hand-run tables (issue 18), 1 thread.
 
-    python -m experiments.bench.probes mapper-bf16   # bf16 mapper: gradient error and time
-    python -m experiments.bench.probes decode-batch  # decode ms/step and tokens/s by batch size
-    python -m experiments.bench.probes step-split    # where a 16M training step's time goes
+    python -m dev.bench.probes mapper-bf16   # bf16 mapper: gradient error and time
+    python -m dev.bench.probes decode-batch  # decode ms/step and tokens/s by batch size
+    python -m dev.bench.probes step-split    # where a 16M training step's time goes
 
 mapper-bf16: the bit-logit gradient of `latent_embedding` in float32 and with bf16 dL/dG inputs,
 against the paper's dense formula in float64 (logits ~ N(0, 4), W ~ N(0, 0.02^2), D=384): the
@@ -113,7 +113,7 @@ def step_split(bits: tuple[int, ...] = (0, 16), reps: int = 3) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench.probes",
+    p = argparse.ArgumentParser(prog="python -m dev.bench.probes",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("probe", choices=["mapper-bf16", "decode-batch", "step-split"])
     a = p.parse_args(argv)
