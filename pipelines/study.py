@@ -63,7 +63,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
 SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
 STATE = "study-state.json"
-SYNTHETIC_VERDICTS = ROOT / "docs" / "synthetic" / "cpu" / "verdicts.csv"
+SYNTHETIC_VERDICTS = ROOT / "measured" / "synthetic" / "cpu" / "verdicts.csv"
 """The committed synthetic experiment's per-seed verdicts (the CPU default, v2 rules)."""
 CORES = 2
 """The machine the sizes are planned for (docs/STUDY.md)."""
