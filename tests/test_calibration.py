@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis import calibrate as C
+import calibration as C
 
 SETTINGS = [("demo", sd) for sd in C.SEED_SDS] + [("paper", 0.03), ("demo-1seed", 0.08)]
 

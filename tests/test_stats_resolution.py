@@ -188,7 +188,7 @@ def test_csv_reference_names_the_exact_reference_column(tmp_path):
 # ---- item 7: the calibration harness's rounding case ----------------------------------------
 
 def test_calibration_rounding_case():
-    from analysis import calibrate as C
+    import calibration as C
 
     r = C.rounding(60, n_full=1, seed=5, n_boot=50)
     assert r.trials == 120 and r.spread > 30  # the adversary: most have a float spread

@@ -1,7 +1,8 @@
-"""Calibration harness: synthetic sweeps with planted truth, through the report's own statistics.
+"""Calibration harness (test support): synthetic sweeps with planted truth, through the report's
+own statistics. tests/test_calibration.py runs a fast version; the full run writes the doc:
 
-    python -m analysis.calibrate [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
-    make calibrate            (the full run; tests/test_calibration.py runs a fast one)
+    python tests/calibration.py [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
+    make calibrate            (the full run)
 
 What it does (docs/CALIBRATION.md has the figures of the last full run):
 1. Full path. It writes synthetic sweeps AS RESULT FILES (results/sweeps/<name>/manifest.json,
@@ -46,16 +47,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from common import arms, benchmarks
-from common.io import atomic_write_text
-from common.paths import METRICS, RUN_RECORD, RunDir, SweepDir
-from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord
-
-from . import stats as S
-from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
-from .frame import load_sweep
-from .stats import ALPHA
-from .tables import comparisons, paper_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: this repo's
+from analysis import stats as S  # noqa: E402
+from analysis import synthetic as SY  # noqa: E402
+from analysis.claims import SUPPORTED, _benchmark_claim, benchmark_verdict  # noqa: E402
+from analysis.frame import load_sweep  # noqa: E402
+from analysis.render import md  # noqa: E402
+from analysis.stats import ALPHA  # noqa: E402
+from analysis.tables import comparisons, paper_table  # noqa: E402
+from common import arms, benchmarks  # noqa: E402
+from common.errors import UsageError, cli  # noqa: E402
+from common.io import atomic_write_text  # noqa: E402
+from common.paths import METRICS, RUN_RECORD, RunDir, SweepDir  # noqa: E402
+from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord  # noqa: E402
 
 TASK = benchmarks.tasks(suite="lm-eval", scoring="generate", default=True)[0]
 """The planted lm-eval benchmark (GSM8K: a generation task of the default set)."""
@@ -721,8 +725,6 @@ class GapCell:
 
 
 def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, GapCell]:
-    from . import synthetic as SY
-
     kinds = ("pos", "noise")
     keys = ("pos", "pos_n", "noise", "noise_n")
     out = {}
@@ -732,8 +734,8 @@ def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, 
         t = dict.fromkeys(keys, 0.0)
         n = n_sims * (NULL_SIMS_FACTOR if a == 0 else 1)  # the level needs the most precision
         for _ in range(n_sims):  # the truth: pair sums pooled over independent models
-            for pp in SY._prompt_pairs(planted_samples(rng, a, b)):
-                blk = SY._blocks(pp)
+            for pp in SY._prompts(SY._frame(planted_samples(rng, a, b))):
+                blk = pp.blocks
                 for k in keys:
                     w[k] += float(np.trace(blk[k])) / 2
                     t[k] += float(blk[k].sum()) / 2
@@ -846,8 +848,7 @@ def _tost_tag(key: tuple) -> str:
 
 
 def _md(rows: list[dict[str, str]]) -> str:
-    """A Markdown table of text cells, kept as written."""
-    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+    return md(pd.DataFrame(rows))
 
 
 def markdown(res: dict, command: str) -> str:
@@ -1033,7 +1034,8 @@ def markdown(res: dict, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Calibrate the report's statistics (see "
+    ap = argparse.ArgumentParser(prog="python tests/calibration.py",
+                                 description="Calibrate the report's statistics (see "
                                              "docs/CALIBRATION.md)")
     ap.add_argument("--sweeps", type=int, default=1000, help="bulk sweeps per setting")
     ap.add_argument("--full-path", type=int, default=50,
@@ -1045,22 +1047,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="planted models per synthetic-gap scenario (0: skip that section)")
     ap.add_argument("--out", default=None, help="write the Markdown here (docs/CALIBRATION.md)")
     a = ap.parse_args(argv)
-    if a.sweeps < 1 or a.full_path < 0 or a.old < 0 or a.gap_sims < 0:
-        print("calibrate: --sweeps must be >= 1, --full-path, --old and --gap-sims >= 0",
-              file=sys.stderr)
-        return 2
-    cmd = "python -m analysis.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
-    res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed, gap_sims=a.gap_sims)
-    md = markdown(res, cmd.strip())
-    if a.out:
-        out = atomic_write_text(a.out, md)
-        print(f"wrote {out}")
-    else:
-        print(md)
-    bad = failures(res)
-    for b in bad:
-        print(f"calibrate: target missed: {b}", file=sys.stderr)
-    return 1 if bad else 0
+
+    def body() -> int:
+        if a.sweeps < 1 or a.full_path < 0 or a.old < 0 or a.gap_sims < 0:
+            raise UsageError("--sweeps must be >= 1, --full-path, --old and --gap-sims >= 0")
+        cmd = "python tests/calibration.py " + " ".join(
+            argv if argv is not None else sys.argv[1:])
+        res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed, gap_sims=a.gap_sims)
+        text = markdown(res, cmd.strip())
+        print(f"wrote {atomic_write_text(a.out, text)}" if a.out else text)
+        for b in failures(res):
+            print(f"calibrate: target missed: {b}", file=sys.stderr)
+        return 1 if failures(res) else 0
+
+    return cli("calibrate", body)
 
 
 if __name__ == "__main__":
