@@ -58,11 +58,11 @@ def esc(x: object) -> str:
     return _html.escape("" if x is None else str(x))
 
 
-def cell_html(x: object) -> str:
-    """One HTML cell: missing is a grey dash, a float 4 significant digits, text escaped."""
+def cell_html(x: object, spec: str = ".3g") -> str:
+    """One HTML cell: missing is a grey dash, a float formatted by `spec`, text escaped."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return '<span class="missing">—</span>'
-    return f"{x:.4g}" if isinstance(x, float) else esc(x)
+    return format(x, spec) if isinstance(x, float) else esc(x)
 
 
 def html(df: pd.DataFrame | None, raw: tuple[str, ...] = ()) -> str:
@@ -71,7 +71,7 @@ def html(df: pd.DataFrame | None, raw: tuple[str, ...] = ()) -> str:
         return '<p class="missing">no rows</p>'
     shown = df.apply(lambda c: c if c.name in raw else c.map(cell_html))
     return ('<div class="wide">' + shown.to_html(index=False, escape=False, border=0,
-                                                 classes="plain") + "</div>")
+                                                 justify="left") + "</div>")
 
 
 def img(png: bytes | None, alt: str, missing: str) -> str:
