@@ -46,7 +46,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.patches import Rectangle
-from scipy import stats
 
 from common.arms import BASELINE
 from common.errors import UsageError, cli
@@ -54,6 +53,7 @@ from common.kappa import kappa_label as common_kappa_label
 from common.paths import RunDir, results_root
 
 from .render import DASH, blocks, md, write_doc
+from .stats import t_half
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -305,10 +305,6 @@ PERM_SEED = 38  # one fixed stream: the same shuffles for every model, rerunnabl
 GAP_KINDS = ("pos", "noise")
 
 
-def _t_half(n_df: int, se: float, level: float = GAP_LEVEL) -> float:
-    return float(stats.t.ppf(0.5 + level / 2, n_df)) * se
-
-
 def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_PERM,
               seed: int = PERM_SEED, level: float = GAP_LEVEL) -> dict[str, Any]:
     """Position and noise gaps of one model's samples (one checkpoint) with their jackknife
@@ -345,7 +341,7 @@ def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_
             jk = np.asarray(loo[kind])
             n = jk.size
             if n >= 2:
-                half = _t_half(n - 1, math.sqrt((n - 1) / n * float(((jk - jk.mean()) ** 2)
+                half = t_half(n - 1, math.sqrt((n - 1) / n * float(((jk - jk.mean()) ** 2)
                                                                      .sum())), level)
                 lo, hi = max(-1.0, g - half), min(1.0, g + half)
             with np.errstate(invalid="ignore", divide="ignore"):
@@ -386,7 +382,7 @@ def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,
         return out
     out["validity_diff"] = d = v - vb
     if math.isfinite(var) and math.isfinite(varb) and min(m, mb) >= 2:
-        half = _t_half(min(m, mb) - 1, math.sqrt(var + varb), level)
+        half = t_half(min(m, mb) - 1, math.sqrt(var + varb), level)
         out.update(validity_diff_lo=max(-1.0, d - half), validity_diff_hi=min(1.0, d + half))
     return out
 
@@ -398,7 +394,7 @@ def ce_interval(rec: dict[str, Any], level: float = GAP_LEVEL
     ce, sd, n = _num(rec.get("ce_prior")), _num(rec.get("ce_prior_sd")), _num(rec.get("n_eval"))
     if ce is None or sd is None or n is None or n < 2:
         return None, None
-    half = _t_half(int(n) - 1, sd / math.sqrt(n), level)
+    half = t_half(int(n) - 1, sd / math.sqrt(n), level)
     return ce - half, ce + half
 
 
@@ -653,7 +649,7 @@ def measure_run(name: str, run: Run, n_perm: int = N_PERM) -> pd.DataFrame:
         if n_perm and len(smp):
             bs = run.of(base, key) if base is not None and u.model != base else smp.iloc[:0]
             v, var, m_all, n_all = _validity_jackknife(smp)
-            half = _t_half(m_all - 1, math.sqrt(var)) if math.isfinite(var) else math.nan
+            half = t_half(m_all - 1, math.sqrt(var)) if math.isfinite(var) else math.nan
             lo, hi = ce_interval(r)
             r.update(gap_tests(smp, n_perm=n_perm), n_groups_all=m_all, n_rows_all=n_all,
                      validity_lo=max(0.0, v - half) if math.isfinite(half) else None,
