@@ -670,9 +670,8 @@ def agreement_rows(f: pd.DataFrame) -> pd.DataFrame:
     """Per model that kept checkpoints: one row per checkpoint, then the final model (its
     last point); a model that kept none has no rows (AGREEMENT_COLUMNS)."""
     kept = set(f.loc[~f["final"], "model"])
-    parts = [g[g["step"].notna()].sort_values("final", kind="stable").assign(
-        step=lambda x: x["step"].astype(int)) for m, g in f.groupby("model", sort=False)
-        if m in kept]
+    parts = [g[g["step"].notna()].assign(step=lambda x: x["step"].astype(int)).sort_values(
+        ["final", "step"], kind="stable") for m, g in f.groupby("model", sort=False) if m in kept]
     if not parts:
         return pd.DataFrame(columns=list(AGREEMENT_COLUMNS))
     return pd.concat(parts).reindex(columns=list(AGREEMENT_COLUMNS))
