@@ -1,16 +1,8 @@
-"""The latent across seeds: one figure per kappa from every Free Transformer's probe file, with
-each run's own block (analysis/probe.py) folded beneath.
-
-Per kappa (and H), over the seeds' probe files (experiments/eval/probe.py; docs/PROBE.md):
-- KL per latent bit (the encoder's posterior against the uniform prior, bits), mean over seeds
-  with a t interval over seeds;
-- the decoder's recovered share of the KL = (CE with prior Z - CE with posterior Z) / KL, both
-  in nats per token, per seed, then the mean with a t interval over seeds: the fraction of the
-  information the encoder spends that the decoder turns into better predictions (the posterior
-  CE leaks, so this is a diagnostic of latent use, never a score);
-- the Z ablations (one code per sequence, Z zeroed, the posterior: LEAKING) as CE changes
-  against prior Z, mean over seeds with a t interval over seeds.
-Only the probe files' existing columns are read (`probe.probe_row`); nothing is re-measured.
+"""The latent across seeds in the report: one figure per kappa from every Free Transformer's probe
+file (KL per latent bit, the decoder's recovered share of the KL, the Z ablations; means over
+seeds with t intervals over seeds), each run's own block (analysis/probe.py) folded beneath.
+Only the probe files' columns are read (`probe.probe_row`); the posterior CE leaks, so the share
+is a diagnostic of latent use, never a score.
 """
 
 from __future__ import annotations
