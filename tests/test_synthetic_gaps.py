@@ -6,7 +6,6 @@ the committed-samples path and the evaluation's per-sequence CE."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import math
 import random
