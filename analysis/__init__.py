@@ -1,11 +1,7 @@
-"""Results -> tidy pandas frame -> tables, figures, claims checklist, HTML report.
-
-Reads only files under the results root (common.paths.results_root: $FTBENCH_RESULTS, default
-results/), as docs/RESULTS.md lists them. Modules, each importing only those before it:
-`stats` (intervals, paired bootstrap), `frame` (load_sweep: the tidy frame), `tables`
-(paper-style tables, CSV/Markdown/LaTeX), `derived` (collapse and overhead tables), `claims`,
-`figures`, `browser` (headless Chromium check), `report`
-(`python -m analysis.report --name <sweep>`), `synthetic` (the synthetic task's table and
-figure), `calibrate` (`make calibrate`: planted-truth sweeps through the real analysis).
-Fabricated result files for tests live in tests/fake.py.
+"""Result files -> pandas frames -> statistics -> tables -> Markdown and HTML (one renderer:
+`render`). `frame` reads sweeps, `stats` holds every interval and test, `tables` the paper-style
+comparisons, then `claims`, `lead`, `card`, `figures`, `report` (`python -m analysis.report`);
+`synthetic`, `probe`/`latent` and `study` read their own result files through the same path.
+The calibration harness is test support (tests/calibration.py); generators of finished studies
+live in dev/.
 """

@@ -1,22 +1,12 @@
 """The paper's Table-3 protocol and Figures 5-7 from the evaluated checkpoints (EVAL_POINTS), and
-the honest likelihood comparison (the files experiments/eval/likelihood.py writes, compared by
-analysis/likelihood.py).
-
-Table 3 (`table3`): per benchmark row (the paper's rows and metrics, analysis/paper_groups.py)
-and arm, two numbers per seed: the FINAL value (the highest evaluated step) and the LAST-THIRD
-average: the mean over the evaluated checkpoints whose training tokens are at least 2/3 of the
-final checkpoint's (the last third of training; with EVAL_POINTS=3 evenly spaced points, the
-2/3 and final checkpoints). Each is then averaged over seeds with a t interval over seeds
-(analysis/stats.cell_interval; one seed: no interval, said so). `n_points` is the number of
-checkpoints averaged per seed (the smallest over seeds), so every number names its n.
-
-Curves (`curves_figure`): per benchmark, the value against training tokens for each arm (mean
-over seeds; a band from the smallest to the largest seed when there are several).
-
-Likelihood (`likelihood_table`): per seed, the baseline's exact NLL and each Free Transformer's
-IWAE bounds over the same validation rows (`compare_arms`): the gap in nats per token (an upper
-bound on the true gap), validation bits per byte, the k=1..64 spread, and the "KL spend
-recovered" fraction; the posterior-Z CE is shown only with its "leaking" label.
+the honest likelihood comparison (analysis/likelihood.py on experiments/eval/likelihood.py's
+files). Table 3 (`table3`): per paper row and arm, per seed the FINAL value (highest evaluated
+step) and the LAST-THIRD mean (checkpoints with at least 2/3 of the final's tokens), then the
+mean over seeds with stats.cell_interval; `n_points` names the checkpoints averaged.
+`curves_figure`: each benchmark against training tokens per arm (a band over seeds).
+`likelihood_table`: each Free Transformer's IWAE bounds against its seed's baseline over the same
+rows: the gap in nats per token (an upper bound), bits per byte, "KL spend recovered"; the
+posterior-Z CE only with its "leaking" label.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
-"""The paper-claims checklist: each claim, our measured evidence, and a verdict.
-
-Verdicts: `supported`, `contradicted` or `inconclusive` (at this scale; also when the evidence
-is not among this report's results, which the evidence then says). Rules, stated once:
-- "differs little" / "no cost" claims are supported only by an equivalence test (TOST, paired
-  by seed, against a margin stated in advance), never from point estimates or from an interval
-  that merely includes 0;
-- no statistical claim is supported or contradicted from a single seed (its Δs are item-level:
-  seed-to-seed variance is not in them); only deterministic checks (the analytic FLOPs
-  accounting, identical settings across arms) may be judged from one run, and say so;
-- a benchmark claim ("FT beats the baseline on X") is judged on the comparison's reference arm
-  (the one whose tokens, resp. FLOPs, the data shows equal to the FT's): supported when at least
-  one Free Transformer in the paper's range (kappa <= 2 bits, any H) is significantly better
-  after Holm's correction across those kappas and H (the uncorrected p is shown beside it) and
-  none is significantly worse; contradicted in the opposite case; inconclusive otherwise, when
-  the task was not evaluated, when every arm sits at 0 (floor effect), or with fewer than two
-  seeds. The evidence names the minimum detectable effect (80% power) so "inconclusive" can be
-  read as "could not have seen it" when the MDE exceeds the paper's gain;
-- collapse at kappa = 4 bits (our operational definition, since the paper describes it in
-  words): the posterior CE (Z from the encoder) is below the baseline's validation CE by more
-  than `tol` while the honest prior CE is above it by more than `tol`, with
-  tol = max(0.02 nats, 2 x seed sd);
-- overhead: the measured overhead is within a factor 1.5 of the paper's 1/L (either way); the
-  wall-clock part only from Free Transformer / baseline pairs measured under the same launcher,
-  thread count and host (config.yaml provenance), else "not comparable" with the reason.
-Validation CE is in nats throughout.
-The paper's own table numbers are not reproduced here; claims cite the paper's text.
+"""The paper-claims checklist: each claim, our measured evidence, and a verdict: `supported`,
+`contradicted` or `inconclusive` (also when the evidence is not among this report's results).
+Each claim's evidence states its rule; the rules share three principles:
+- "differs little" / "no cost" claims are supported only by an equivalence test (TOST against a
+  margin stated in advance), never by point estimates or an interval that includes 0;
+- no statistical claim is judged from a single seed (its Δs are item-level); only deterministic
+  checks (analytic FLOPs, identical settings across arms) are judged from one run, and say so;
+- a benchmark claim is judged on the comparison's reference arm, Holm-corrected across the
+  Free Transformers in the paper's range (kappa <= 2 bits, any H), with the MDE beside it, so
+  "inconclusive" can be read as "could not have seen it".
+Validation CE is in nats throughout; the paper's own numbers are not reproduced here.
 """
 
 from __future__ import annotations

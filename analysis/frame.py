@@ -1,33 +1,18 @@
 """Result files -> pandas frames. Reads only the files docs/RESULTS.md lists, under the results
-root (`$FTBENCH_RESULTS`, default `results/`).
+root (`$FTBENCH_RESULTS`, default `results/`), each through its typed record in
+common/records.py (so nothing here knows an old layout).
 
-`load_sweep` returns a `SweepData` whose `scores` is THE tidy frame: one row per
-(cell, source, task, metric, z_mode) with the value, its stderr and n, and the cell's identity
-(arm, kappa_bits, latent_bits, seed, run_id). Sources are `eval` (eval/<suite>.json) and `val`
-(the last `kind: val` line of metrics.jsonl). Per-item scores (for the paired bootstrap) and
-training curves are long frames beside it. A cell whose run has not written a file simply has
-no rows there; `cells` keeps one row per manifest cell with its state, so tables can say
-"missing" instead of inventing a number.
+`load_sweep` returns a `SweepData` whose `scores` is THE tidy frame: one row per (cell, source,
+task, metric, z_mode) with the value, its stderr and n and the cell's identity (arm, kappa_bits,
+latent_bits, match_h: the H of the FT a FLOPs-matched control matches, seed, run_id). Sources are
+`eval` (eval/<suite>.json) and `val` (the last validation line of metrics.jsonl). Per-item scores,
+training curves, evaluated checkpoints and likelihood files are frames beside it; `cells` keeps
+one row per manifest cell with its state, so tables say "missing" instead of inventing a number.
 
-Every file is read through its record in common/records.py (`Manifest`, `RunRecord`,
-`MetricsLine`, `EvalFile`, `LikelihoodFile`), whose `from_json` upgrades legacy formats, so
-nothing here knows an old layout. Controls trained to a Free Transformer's FLOPs
-(`baseline_flops`, `baseline_plus1_flops`) carry `match_h`, the H of the FT they match (the
-manifest cell's `match_latent_bits`, else the run's `RunRecord.match_latent_bits`), so every
-comparison pairs an FT with the control of its own H.
-
-Eval specs: every eval file has a spec (top-level `spec`/`spec_id`; old files get a legacy spec
-derived from their fields). Within a sweep, one spec is used per (suite, z_mode): the manifest's
-`eval_spec_id` when it has one, else the spec covering the most cells (full runs before LIMIT
-runs); files under any other spec are listed in `evals` with `used: False` and the reason, and
-their numbers never reach a table, so no table mixes specs.
-
-Missing is never zero: a task whose run died (`"error"`, metric values null) and any null value
-or `"n": null` read as NaN with the reason kept (`error`, `n_missing`), never as 0. `tasks` keeps
-one row per (cell, used eval file, task) with the task's `error`, its unscored items
-(`n_missing`, with their reasons) and its generation `truncation` record (TRUNCATION_KEYS; NaN
-where the task generated nothing or an old file recorded nothing), so the report can show how
-many prompts were cut, by how much, and with what generation budget.
+One eval spec is used per (suite, z_mode): the manifest's `eval_spec_id` when it has one, else
+the spec covering the most cells (full runs before LIMIT runs); files under any other spec are
+listed with the reason and never reach a table. Missing is never zero: a task whose run died and
+any null value read as NaN with the reason kept (`tasks`: errors, unscored items, truncation).
 """
 
 from __future__ import annotations
@@ -70,10 +55,6 @@ POINT_COLS = CELL_COLS + ["task", "metric", "z_mode", "leaks", "higher_is_better
                           "tokens", "value", "spec_id", "file"]
 SPEC_KEYS = ("suite", "limit", "z_mode", "k", "fewshot", "gen_tokens")
 """What makes two evaluations comparable (the spec minus its task list and data checksums)."""
-
-
-def list_sweeps(root: str | os.PathLike | None = None) -> list[str]:
-    return SweepDir.names(root)
 
 
 _num = nan_if_none
@@ -130,13 +111,6 @@ def other_spec_status(data: SweepData, task: str) -> str:
     more = f" and {len(names) - 3} more" if len(names) > 3 else ""
     return ("evaluated only under another spec (never mixed into this table): "
             + ", ".join(names[:3]) + more)
-
-
-def eval_spec(ev: dict, fname: str) -> tuple[dict, str, bool]:
-    """(spec, spec_id, legacy) of an eval file's content (common.records.EvalFile: an old file
-    without `spec` gets one derived from its fields and name, legacy = True)."""
-    rec = EvalFile.from_json(ev, fname)
-    return rec.spec.to_json(), rec.spec_id, rec.legacy
 
 
 def spec_key(spec: dict) -> str:
@@ -347,7 +321,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     sweep = SweepDir.of(name, root)
     if not sweep.exists():
         raise FileNotFoundError(f"no manifest at {sweep.manifest_path} (sweeps here: "
-                                f"{list_sweeps(root)})")
+                                f"{SweepDir.names(root)})")
     # the launcher replaces the manifest atomically, so a running sweep's is always whole
     manifest = sweep.manifest_json()
     man = Manifest.from_json(manifest, str(sweep.manifest_path))
@@ -526,8 +500,3 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
                      items=items, curves=curves, evals=evals, warnings=warnings, tasks=tasks,
                      points=points, likelihood=likelihood,
                      other_specs=pd.DataFrame(other_rows, columns=OTHER_SPEC_COLS))
-
-
-def tidy_frame(name: str, root: str | os.PathLike | None = None) -> pd.DataFrame:
-    """The one tidy frame of a sweep (see `SweepData.scores`)."""
-    return load_sweep(name, root).scores

@@ -1,16 +1,8 @@
-"""The latent across seeds: one figure per kappa from every Free Transformer's probe file, with
-each run's own block (analysis/probe.py) folded beneath.
-
-Per kappa (and H), over the seeds' probe files (experiments/eval/probe.py; docs/PROBE.md):
-- KL per latent bit (the encoder's posterior against the uniform prior, bits), mean over seeds
-  with a t interval over seeds;
-- the decoder's recovered share of the KL = (CE with prior Z - CE with posterior Z) / KL, both
-  in nats per token, per seed, then the mean with a t interval over seeds: the fraction of the
-  information the encoder spends that the decoder turns into better predictions (the posterior
-  CE leaks, so this is a diagnostic of latent use, never a score);
-- the Z ablations (one code per sequence, Z zeroed, the posterior: LEAKING) as CE changes
-  against prior Z, mean over seeds with a t interval over seeds.
-Only the probe files' existing columns are read (`probe.probe_row`); nothing is re-measured.
+"""The latent across seeds in the report: one figure per kappa from every Free Transformer's probe
+file (KL per latent bit, the decoder's recovered share of the KL, the Z ablations; means over
+seeds with t intervals over seeds), each run's own block (analysis/probe.py) folded beneath.
+Only the probe files' columns are read (`probe.probe_row`); the posterior CE leaks, so the share
+is a diagnostic of latent use, never a score.
 """
 
 from __future__ import annotations
@@ -38,7 +30,6 @@ from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
-LN2 = math.log(2)
 ABLATION_COLS = (("d_fixed", "one code\nper sequence"), ("d_zeroed", "Z zeroed"),
                  ("d_posterior_LEAKING", "posterior\n(LEAKING)"))
 AGG_COLS = ["kappa_bits", "latent_bits", "n_seeds", "kl_bits", "kl_bits_lo", "kl_bits_hi",
@@ -47,24 +38,12 @@ AGG_COLS = ["kappa_bits", "latent_bits", "n_seeds", "kl_bits", "kl_bits_lo", "kl
             "d_posterior_LEAKING_hi", "run_ids"]
 
 
-def recovered_share(row: dict) -> float:
-    """(prior-Z CE - posterior-Z CE) / KL, from one probe row: the posterior Δ is
-    CE_posterior - CE_prior (nats/token), the KL is in bits/token. NaN when either is missing
-    or the KL is 0."""
-    d, kl = row.get("d_posterior_LEAKING"), row.get("kl_bits")
-    if not (isinstance(d, float) and math.isfinite(d) and isinstance(kl, float)
-            and math.isfinite(kl) and kl > 0):
-        return math.nan
-    return -d / (kl * LN2)
-
-
 def per_run(docs: Iterable[dict]) -> pd.DataFrame:
     """One row per probe file: its probe_row plus the recovered share and the per-bit KL."""
     rows = []
     for doc in docs:
         r = probe_row(doc)
-        own = r.get("recovered_share")  # the probe's latent_use record, when the file has it
-        r["share"] = own if isinstance(own, float) and math.isfinite(own) else recovered_share(r)
+        r["share"] = r["recovered_share"]  # the probe's latent_use record (NaN without one)
         r["per_bit"] = [float(x) if isinstance(x, (int, float)) else math.nan
                         for x in ((doc.get("kl") or {}).get("per_bit_bits") or [])]
         rows.append(r)
@@ -174,13 +153,9 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     agg = aggregate(runs)
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        # probe.TABLE_COLS first, in its order (the probe table as before), then what is added
-        # "share" is the probe's own recovered_share (same quantity) when the file has it:
-        # one name per thing in the file
-        dup = {"per_bit"} | ({"share"} if "recovered_share" in runs else set())
-        cols = [c for c in TABLE_COLS if c in runs] + [c for c in runs if c not in TABLE_COLS
-                                                       and c not in dup]
-        runs[cols].to_csv(Path(out_dir) / "probe.csv", index=False)
+        # probe.TABLE_COLS (share is its recovered_share: one name per thing in the file)
+        runs[[c for c in TABLE_COLS if c in runs]].to_csv(Path(out_dir) / "probe.csv",
+                                                          index=False)
         agg.to_csv(Path(out_dir) / "probe_by_kappa.csv", index=False)
     parts = [head, notes,
              "<p>From each Free Transformer's probe file (experiments/eval/probe.py, "

@@ -1,24 +1,14 @@
 """The report's first screen: what the sweep says, as a forest plot and a few words.
 
-`forest_frame` gathers, per comparison (equal tokens, equal FLOPs, the +1-layer controls, the
-Z-cut control), per Free Transformer column (kappa by kappa) and per measured metric, the Δ with
-its seed interval, the MDE and the verdict. For the comparisons of the paper-format tables
-(`tables.write_tables`) every number is copied from the table's row, so the lead figure and the
-tables can never disagree. The Z-cut control (an arm whose record says `z_cut`: the Free
-Transformer with Z multiplied by 0 before the decoder) is compared here with the same functions
-the tables use (`stats.paired_delta` on per-item scores, `stats.seed_delta` on per-seed values,
-Holm across the comparison's kappas) until the tables carry it; when a table comparison already
-takes a Z-cut arm as its reference, its rows are used instead.
-
-A Δ that is exactly 0 in every seed (the Z-cut control against the baseline: with Z cut the
-encoder's only gradient is the free-bits penalty, 0 while the KL stays under kappa, so it trains
-exactly the baseline) is "identical": no interval, no p-value.
-
-"Measured" means evaluated in this sweep and off the floor: a metric whose every cell is 0, or
-whose every cell's interval holds the benchmark's chance level, separates nothing and is named
-in one line (`floor_metrics`) instead of drawn. `signal_noise` puts each metric's seed SD beside
-the spread of its means across arms and kappas (Heineman et al. 2025, "Signal and Noise": a
-benchmark separates models when the spread is large against the seed noise) and the MDE.
+`forest_frame` takes, per comparison (equal tokens, equal FLOPs, the +1-layer controls, the
+Z-cut control), per Free Transformer column and per measured metric, the Δ with its seed
+interval, the MDE and the verdict, copied from the paper-format tables' rows
+(`tables.write_tables`), so the lead figure and the tables never disagree; the Z-cut control
+against the baseline is the controls' comparison (`zcut:check`). A Δ that is 0 in every seed
+is "identical": no interval, no p. "Measured" means evaluated and off the floor: a metric whose
+every cell is 0, or holds the benchmark's chance level, separates nothing and is named in one
+line instead of drawn. `signal_noise` puts each metric's seed SD beside the spread of its means
+across arms (Heineman et al. 2025, "Signal and Noise") and the MDE.
 """
 
 from __future__ import annotations
@@ -36,7 +26,6 @@ from common.arms import FREE
 from common.kappa import kappa_label
 
 from .frame import SweepData
-from .stats import ALPHA, holm, paired_delta, seed_delta
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -208,111 +197,12 @@ def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) ->
     return out
 
 
-def _values(data: SweepData, mask: pd.Series, task: str, metric: str
-            ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-seed values, per-item values) of the cells in `mask` on one row (honest Z only)."""
-    ids = set(data.cells.loc[mask, "run_id"].astype(str))
-    sc = data.scores
-    s = sc[sc["run_id"].astype(str).isin(ids) & (sc["task"] == task) & (sc["metric"] == metric)
-           & ~sc["leaks"].astype(bool)] if len(sc) else sc
-    it = data.items
-    i = it[it["run_id"].astype(str).isin(ids) & (it["task"] == task)
-           & (it["metric"] == metric) & ~it["leaks"].astype(bool)] if len(it) else it
-    return s, i
-
-
-def _delta(data: SweepData, test: pd.Series, ref: pd.Series, task: str, metric: str,
-           n_boot: int) -> tuple[object, float]:
-    """(the Δ, the reference's mean |value|: the scale of the rounding rule)."""
-    ts, ti = _values(data, test, task, metric)
-    rs, ri = _values(data, ref, task, metric)
-    if ts.empty or rs.empty:
-        return None, math.nan
-    if len(ti) and len(ri):
-        return paired_delta(ti[["seed", "doc_id", "value"]], ri[["seed", "doc_id", "value"]],
-                            metric, n_boot=n_boot), float(ri["value"].abs().mean())
-    return (seed_delta(ts[["seed", "value"]], rs[["seed", "value"]], metric),
-            float(rs["value"].abs().mean()))
-
-
-def zcut_rows(data: SweepData, keys: list[tuple[str, str]], n_boot: int = 2000) -> list[dict]:
-    """Each Free Transformer (kappa, H) against the Z-cut control of its H and seed (what Z
-    reaching the decoder changes, everything else equal), Holm across the kappas per metric;
-    and the Z-cut control against the baseline (what the encoder's extra block changes with Z
-    cut), key `zcut:check`."""
-    c = data.cells
-    cut = [a.name for a in arms.ARMS if a.z_cut]
-    if c.empty or not c["arm"].isin(cut).any():
-        return []
-    done = c["state"] == "done"
-    zc = done & c["arm"].isin(cut)
-    out: list[dict] = []
-    free = c[done & (c["arm"] == FREE.name)][["latent_bits", "kappa_bits"]].drop_duplicates()
-    hs = sorted(set(free["latent_bits"].astype(float)))
-    for task, metric in keys:
-        label, unit = metric_label(task, metric)
-        hib = not (metric.startswith("val_") or metric == "bpb")
-        sc = data.scores
-        hib_s = sc[(sc["task"] == task) & (sc["metric"] == metric)]["higher_is_better"]
-        if len(hib_s):
-            hib = bool(hib_s.iloc[0])
-        fam = []
-        for h, k in sorted(map(tuple, free.to_numpy(dtype=float))):
-            ft = done & (c["arm"] == FREE.name) & np.isclose(c["kappa_bits"].astype(float), k) \
-                & np.isclose(c["latent_bits"].astype(float), h)
-            ref = zc & np.isclose(c["latent_bits"].astype(float), h)
-            d, scale = _delta(data, ft, ref, task, metric, n_boot)
-            if d is None:
-                continue
-            col = f"FT k={kappa_label(k)}" + (f" H={int(h)}" if len(hs) > 1 else "")
-            fam.append(len(out))
-            out.append(_zrow(f"{ZCUT}:{col}", "vs Z-cut", "free_zcut", col, k, h, task, metric,
-                             label, unit, hib, d, scale))
-        adj = holm([out[i]["p"] for i in fam])
-        for i, pa in zip(fam, adj, strict=True):
-            r = out[i]
-            sig = bool(r.pop("significant") and _fin(pa) and pa < ALPHA)
-            r["p_holm"] = float(pa)
-            r["verdict"] = verdict(r["delta"], r["lo"], r["hi"], r["degenerate"], sig,
-                                   (r["delta"] > 0) == hib, r["scale"], r["delta_unit"])
-            r.pop("p")
-        base = done & (c["arm"] == arms.BASELINE.name)
-        d, scale = _delta(data, zc, base, task, metric, n_boot)
-        if d is not None:
-            r = _zrow(f"{ZCUT}:check", "Z-cut vs baseline", "baseline", "free_zcut",
-                      math.nan, math.nan, task, metric, label, unit, hib, d, scale)
-            sig = bool(r.pop("significant") and _fin(r["p"]) and r["p"] < ALPHA)
-            r["p_holm"] = r.pop("p")
-            r["verdict"] = verdict(r["delta"], r["lo"], r["hi"], r["degenerate"], sig,
-                                   (r["delta"] > 0) == hib, r["scale"], r["delta_unit"])
-            out.append(r)
-    return out
-
-
-def _zrow(key: str, comp: str, ref: str, col: str, k: float, h: float, task: str, metric: str,
-          label: str, unit: str, hib: bool, d: object, scale: float) -> dict:
-    return {"key": key, "comparison": comp, "reference": ref, "column": col, "kappa_bits": k,
-            "latent_bits": h, "task": task, "metric": metric, "label": label, "unit": unit,
-            "higher_is_better": hib, "delta": float(d.delta), "lo": float(d.lo),
-            "hi": float(d.hi), "p": float(d.p), "significant": d.significant,
-            "mde": float(d.mde), "n_seeds": int(d.n_seeds), "delta_unit": d.unit,
-            "degenerate": bool(d.degenerate), "scale": scale,
-            "source": "computed here (analysis/lead.py)"}
-
-
 def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
                  n_boot: int = 2000) -> pd.DataFrame:
-    """Every Δ of the lead figure (FOREST_COLS), in drawing order."""
+    """Every Δ of the lead figure (FOREST_COLS), in drawing order: the tables' own rows (one
+    computation of each number); `data` and `n_boot` are kept for the callers' signature."""
     keys, _ = measured_metrics(tables)
-    rows = _table_rows(tables, keys)
-    has_zcut_table = any(arms.find(str(r["reference"])) is not None
-                         and arms.find(str(r["reference"])).z_cut for r in rows)
-    has_check = any(r["key"] == f"{ZCUT}:check" for r in rows)
-    # both Z-cut comparisons from the tables when they carry them (one computation of each
-    # number); computed here only for tables written before they did
-    rows += [r for r in zcut_rows(data, keys, n_boot)
-             if not (has_check if r["key"] == f"{ZCUT}:check" else has_zcut_table)]
-    df = pd.DataFrame(rows, columns=FOREST_COLS)
+    df = pd.DataFrame(_table_rows(tables, keys), columns=FOREST_COLS)
     # a comparison whose reference has no run has no Δ: its table says why; nothing to draw
     df = df[np.isfinite(df["delta"].astype(float))]
     # validation CE first (the study's primary metric), then the other rows in table order

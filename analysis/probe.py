@@ -8,7 +8,6 @@ to the report's probe section (analysis/latent.py), which folds one block per Fr
 dash in HTML, never 0.
 
     python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
-    python -m analysis.probe --cost <probe file>...        the cost table (docs/PROBE.md's)
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from common.arms import FREE_ZCUT
+from common.errors import UsageError, cli
 from common.io import atomic_write
 from common.paths import RunDir
 
@@ -59,7 +59,7 @@ LATENT_COLS = ["run_id", "arm", "z_cut", "latent_bits", "kappa_bits", "step", "f
 the latent's use over training)."""
 
 
-class ProbeFileError(ValueError):
+class ProbeFileError(UsageError):
     """A file that is not a readable probe file (one line)."""
 
 
@@ -376,62 +376,27 @@ def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], li
     return final_docs(docs), bad
 
 
-def cost_markdown(docs: Iterable[dict[str, Any]]) -> str:
-    """What each probe cost, from its own file: the options that set the work, the machine and
-    its load, and the three phases' seconds (`timings`). A value the file lacks is a dash."""
-    def num(x: Any, fmt: str) -> str:
-        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
-
-    def load(pv: dict) -> str:
-        a, b = pv.get("loadavg_start"), pv.get("loadavg_end")
-        return f"{a[0]:.1f} -> {b[0]:.1f}" if a and b else "not recorded"
-
-    rows = ["| run | step | parameters | rows x tokens | draws | generation | device, threads "
-            "(CPUs) | load | lower half + KL s | ablations s | steering s | all probes s | "
-            "peak memory MB |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for d in docs:
-        sp, pv, t = d.get("spec", {}), d.get("provenance", {}), d.get("timings", {})
-        gen = (f"{sp.get('prompts')} prompts x 2 x {sp.get('groups')} x "
-               f"{sp.get('group_size')} x {sp.get('gen_tokens')} tokens")
-        rows.append(
-            f"| {d.get('run_id')} | {num(d.get('checkpoint_step'), '{}')} | "
-            f"{num(pv.get('n_params'), '{:,}')} | {d.get('n_rows')} x {d.get('seq_len')} | "
-            f"{sp.get('draws')} | {gen} | {pv.get('device')}, {pv.get('threads')} "
-            f"({num(pv.get('cpu_count'), '{}')}) | {load(pv)} | "
-            f"{num(t.get('lower_half_and_kl_s'), '{:.1f}')} | "
-            f"{num(t.get('ablations_s'), '{:.1f}')} | {num(t.get('steering_s'), '{:.1f}')} | "
-            f"{num(d.get('elapsed_s'), '{:.1f}')} | {num(pv.get('peak_rss_mb'), '{:.0f}')} |")
-    return "\n".join(rows) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import sys
 
     ap = argparse.ArgumentParser(prog="python -m analysis.probe",
                                  description="figures beside probe files, and their table")
     ap.add_argument("paths", nargs="+", help="probe files or run dirs")
-    ap.add_argument("--cost", action="store_true",
-                    help="print the cost table of the files (Markdown) and write nothing")
     a = ap.parse_args(argv)
-    files = probe_files(a.paths)
-    if not files:
-        print(f"probe: error: no probe files in {' '.join(a.paths)}", file=sys.stderr)
-        return 2
-    try:  # every file read before any figure is written: bad input leaves nothing behind
-        docs = [read_probe(f) for f in files]
-    except ProbeFileError as e:
-        print(f"probe: error: {e}", file=sys.stderr)
-        return 2
-    if a.cost:
-        print(cost_markdown(docs), end="")
+
+    def body() -> int:
+        files = probe_files(a.paths)
+        if not files:
+            raise UsageError(f"no probe files in {' '.join(a.paths)}")
+        docs = [read_probe(f) for f in files]  # every file read before any figure is written
+        for f in files:
+            for p in write_figures(f).values():
+                print(f"probe: {p}")
+        with pd.option_context("display.width", 200, "display.max_columns", 12):
+            print(probe_table(docs).drop(columns=["file"]).T.to_string(header=False))
         return 0
-    for f in files:
-        for p in write_figures(f).values():
-            print(f"probe: {p}")
-    with pd.option_context("display.width", 200, "display.max_columns", 12):
-        print(probe_table(docs).drop(columns=["file"]).T.to_string(header=False))
-    return 0
+
+    return cli("probe", body)
 
 
 if __name__ == "__main__":

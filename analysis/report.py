@@ -1,19 +1,19 @@
 """One self-contained HTML report per sweep: results/sweeps/<name>/report.html.
 
-    python -m analysis.report --name <sweep> [--synthetic <name>] [--n-boot 2000]
+    python -m analysis.report --name <sweep> [--synthetic <name>] [--n-boot 2000] [--check]
 
 Also writes the tables (CSV, Markdown, LaTeX), the figures (PNG) and the checklist (CSV) under
-results/sweeps/<name>/report/. Images are base64-embedded, there is no external script, style
-sheet or font, so the file opens offline. Works on partial sweeps: a cell with no number says
-why ("missing: 1 running", "trained, not evaluated"), never 0.
+results/sweeps/<name>/report/. Images are embedded, there is no external script, style sheet or
+font, so the file opens offline. Every table goes through analysis/render.py. A partial sweep
+works: a cell with no number says why ("missing: 1 running"), never 0.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
+import dataclasses
 import datetime as dt
-import html
+import hashlib
 import json
 import math
 import sys
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from common import benchmarks
 from common.arms import FREE
+from common.errors import UsageError, cli
 from common.io import atomic_write_text, unwritable
 from common.paths import RunDir, SweepDir, results_root, sweeps_dir
-from common.text import one_line
+from common.records import Manifest, RecordError
 
 from . import card as rcard
 from . import checkpoints as ckpts
@@ -35,6 +35,7 @@ from .claims import checklist
 from .derived import leak_table, overhead_table
 from .frame import SweepData, load_sweep
 from .latent import latent_section
+from .render import esc, html, img
 from .tables import (
     LEGEND,
     VIEWS,
@@ -44,13 +45,11 @@ from .tables import (
     row_label,
     specs_used,
     truncation_table,
-    view_notes,
     write_tables,
 )
 
-CHANCE = {b.task: b.chance for b in benchmarks.BENCHMARKS if b.task and b.chance is not None}
-"""Accuracy of a random guesser (common.benchmarks: 4-way for MMLU and ARC, 5-way for CSQA, 0
-for generation)."""
+ReportError = UsageError
+"""The report's bad input (pipelines/shared.py still names it)."""
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
@@ -58,7 +57,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;mar
 h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ccc;padding-top:8px}
 table{border-collapse:collapse;font-size:12px;margin:8px 0}
 td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
-th{background:#f3f3f3} td.grp{background:#fafafa;font-weight:600}
+th{background:#f3f3f3} .grp{font-weight:600}
 .better{background:#dff5df} .worse{background:#f8dddd} .missing{color:#888;font-style:italic}
 .supported{background:#dff5df} .contradicted{background:#f8dddd} .inconclusive{background:#f4f0d8}
 .note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px;font-size:13px}
@@ -74,48 +73,10 @@ a.cell:hover{text-decoration:underline} details{margin:6px 0} summary{cursor:poi
 .cannot{background:#fff7e0;border-left:4px solid #d9a400;padding:6px 10px;font-size:12.5px}
 """
 
-def esc(x: object) -> str:
-    return html.escape("" if x is None else str(x))
-
-
-def _short(x: object, n: int) -> str | None:
-    """First n chars of a string field; None for NaN / missing."""
-    return x[:n] if isinstance(x, str) and x else None
-
-
-def _num(x: object, fmt: str = "{:.3g}") -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return '<span class="missing">—</span>'
-    if isinstance(x, float):
-        return fmt.format(x)
-    return esc(x)
-
-
-def frame_html(df: pd.DataFrame, cols: list[str] | None = None,
-               index: RunIndex | None = None, label: str = "") -> str:
-    """A plain HTML table; NaN shows as a grey dash, never 0. With `index`, a `run_ids`
-    column is not shown: each row links to its runs in the appendix instead (`label` names
-    the table there)."""
-    if df is None or df.empty:
-        return '<p class="missing">no rows</p>'
-    cols = cols or list(df.columns)
-    links = index is not None and "run_ids" in df
-    if links:
-        cols = [c for c in cols if c != "run_ids"]
-    out = ['<div class="wide"><table><tr>' + "".join(f"<th>{esc(c)}</th>" for c in cols)
-           + ("<th>runs</th>" if links else "") + "</tr>"]
-    for i, (_, r) in enumerate(df.iterrows()):
-        cell = ""
-        if links:
-            a = index.link(r["run_ids"], f"{label} row {i + 1}")
-            cell = f'<td><a href="#{a}">runs</a></td>' if a else "<td></td>"
-        out.append("<tr>" + "".join(f"<td>{_num(r[c])}</td>" for c in cols) + cell + "</tr>")
-    return "\n".join(out + ["</table></div>"])
-
 
 class RunIndex:
     """The appendix's index of run-id sets: every table cell that needs its runs links to one
-    anchor here (`link`), and `html` renders the appendix table (one row per distinct set)."""
+    anchor here (`link`); `html` renders the appendix table (one row per distinct set)."""
 
     def __init__(self) -> None:
         self.rows: dict[str, dict] = {}
@@ -124,37 +85,42 @@ class RunIndex:
         ids = " ".join(sorted(str(run_ids).split())) if isinstance(run_ids, str) else ""
         if not ids:
             return ""
-        import hashlib
-
         anchor = "ids-" + hashlib.sha1(ids.encode()).hexdigest()[:10]
-        r = self.rows.setdefault(anchor, {"anchor": anchor, "labels": [], "run_ids": ids,
-                                          "files": set()})
+        r = self.rows.setdefault(anchor, {"labels": [], "run_ids": ids, "files": set()})
         if label not in r["labels"]:
             r["labels"].append(label)
         if isinstance(files, str) and files:
             r["files"].update(files.split())
         return anchor
 
+    def a(self, run_ids: object, label: str, text: str = "runs") -> str:
+        anchor = self.link(run_ids, label)
+        return f'<a href="#{anchor}">{text}</a>' if anchor else ""
+
     def html(self) -> str:
         if not self.rows:
             return '<p class="missing">no table cell names runs</p>'
-        out = ["<table><tr><th>runs of</th><th>run-ids</th><th>eval files</th></tr>"]
-        for r in self.rows.values():
-            out.append(f'<tr id="{r["anchor"]}"><td>{esc("; ".join(r["labels"][:6]))}'
-                       f'{" ..." if len(r["labels"]) > 6 else ""}</td>'
-                       f'<td class="mono">{esc(r["run_ids"])}</td>'
-                       f'<td class="mono">{esc(" ".join(sorted(r["files"])))}</td></tr>')
-        return "\n".join(out + ["</table>"])
+        return html(pd.DataFrame([{
+            "runs of": f'<span id="{k}"></span>' + esc("; ".join(r["labels"][:6]))
+                       + (" ..." if len(r["labels"]) > 6 else ""),
+            "run-ids": f'<span class="mono">{esc(r["run_ids"])}</span>',
+            "eval files": f'<span class="mono">{esc(" ".join(sorted(r["files"])))}</span>'}
+            for k, r in self.rows.items()]), raw=("runs of", "run-ids", "eval files"))
 
 
-def _fold_lines(st: pd.DataFrame) -> list[str]:
+def linked(df: pd.DataFrame, index: RunIndex, label: str) -> str:
+    """A table whose `run_ids` column becomes a link to the runs in the appendix."""
+    if df is None or df.empty:
+        return html(df)
+    runs = [index.a(r, f"{label} row {i + 1}") for i, r in enumerate(df["run_ids"])]
+    return html(df.drop(columns="run_ids").assign(runs=runs), raw=("runs",))
+
+
+def _fold_lines(st: pd.DataFrame) -> str:
     """The one-line summaries under a table: rows not evaluated (one line per reason) and rows
     at the floor."""
     out = []
-    if st.empty:
-        return out
-    ne = st[~st["evaluated"].astype(bool)]
-    for why, g in ne.groupby("why", sort=False):
+    for why, g in st[~st["evaluated"].astype(bool)].groupby("why", sort=False):
         names = ", ".join(dict.fromkeys(g["benchmark"].fillna(g["task"]).astype(str)))
         out.append(f'<p class="fold">{esc(why)}: {esc(names)}</p>')
     fl = st[st["floor"].astype(bool)]
@@ -163,60 +129,53 @@ def _fold_lines(st: pd.DataFrame) -> list[str]:
                                                         fl["metric"], strict=True))
         out.append(f'<p class="fold">At the floor (every arm scores 0, or holds chance in '
                    f"its interval; not drawn, no verdict possible): {esc(names)}</p>")
-    return out
+    return "".join(out)
 
 
-def table_html(long: pd.DataFrame, index: RunIndex | None = None) -> str:
-    """The paper-style table of ONE comparison from its long form, showing only the rows that
-    were evaluated and are off the floor (the others are one line each under the table). Each
-    cell links to its run-ids in the appendix; hover it for its eval files, spec and interval
-    methods."""
+def table_html(long: pd.DataFrame, index: RunIndex) -> str:
+    """The paper-style table of ONE comparison, showing the rows evaluated and off the floor
+    (the others are one line each under it). Each cell links to its run-ids in the appendix;
+    hover it for its eval files, spec and interval methods."""
     cols = [c for c in dict.fromkeys(long["column"]) if c]
-    st = lead.row_status(long[long["column"] != ""]) if cols else lead.row_status(long.iloc[:0])
+    st = lead.row_status(long[long["column"] != ""])
     keep = {(r.task, r.metric) for r in st.itertuples() if r.evaluated and not r.floor}
-    # rows with no column at all (a benchmark the suite cannot run) are folded too
-    nocol = long[long["column"] == ""]
-    if len(nocol):
-        extra = pd.DataFrame([{"group": r["group"], "benchmark": r["benchmark"],
-                               "task": r["task"], "metric": r["metric"], "evaluated": False,
-                               "floor": False, "why": r["status"] or "no score"}
-                              for _, r in nocol.iterrows()])
-        st = pd.concat([st, extra], ignore_index=True)
-    out = ["<table><tr><th>group</th><th>benchmark</th>"
-           + "".join(f"<th>{esc(c)}</th>" for c in cols) + "</tr>"]
-    seen: dict[tuple[str, str], list[str]] = {}
-    for _, r in long.iterrows():
-        if not r["column"] or (r["task"], r["metric"]) not in keep:
+    nocol = long[long["column"] == ""]  # a benchmark the suite cannot run: folded too
+    st = pd.concat([st, pd.DataFrame({"benchmark": nocol["benchmark"], "task": nocol["task"],
+                                      "metric": nocol["metric"], "evaluated": False,
+                                      "floor": False,
+                                      "why": nocol["status"].fillna("").replace("", "no score")})
+                    ], ignore_index=True)
+    rows: dict[tuple[str, str], dict[str, str]] = {}
+    for _, r in long[long["column"] != ""].iterrows():
+        if (r["task"], r["metric"]) not in keep:
             continue
-        key = (r["group"], row_label(r))
-        cells = seen.setdefault(key, [])
+        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(row_label(r))})
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
-        title = (f"eval files: {r.get('files') or 'n/a'}; "
-                 f"spec: {r.get('spec_ids') or 'n/a'}; CI: {r['ci_method'] or 'n/a'}; "
-                 f"delta: {r['delta_method'] or 'n/a'}; items: {r['n_items']}")
+        title = (f"eval files: {r.get('files') or 'n/a'}; spec: {r.get('spec_ids') or 'n/a'}; "
+                 f"CI: {r['ci_method'] or 'n/a'}; delta: {r['delta_method'] or 'n/a'}; items: "
+                 f"{r['n_items']}")
         nt, nr = r.get("n_truncated", math.nan), r.get("n_requests", math.nan)
         if isinstance(nr, float) and math.isfinite(nr):
             title += f"; generation prompts cut: {nt:g}/{nr:g} (see Evaluation completeness)"
-        text = esc(cell_text(r))
-        anchor = index.link(r.get("run_ids"), str(r["column"]), r.get("files")) if index else ""
-        if anchor:
-            text = f'<a class="cell" href="#{anchor}">{text}</a>'
-        cells.append(f'<td class="{cls}" title="{esc(title)}">{text}</td>')
-    prev = None
-    for (group, label), cells in seen.items():
-        g = esc(group) if group != prev else ""
-        prev = group
-        out.append(f'<tr><td class="grp">{g}</td><td>{esc(label)}</td>{"".join(cells)}</tr>')
-    body = "\n".join(out + ["</table>"]) if seen else \
-        '<p class="missing">no benchmark row was evaluated off the floor</p>'
-    return body + "".join(_fold_lines(st))
+        anchor = index.link(r.get("run_ids"), str(r["column"]), r.get("files"))
+        row[r["column"]] = (f'<a class="cell {cls}" href="#{anchor}" title="{esc(title)}">'
+                            f"{esc(cell_text(r))}</a>")
+    if not rows:
+        return '<p class="missing">no benchmark row was evaluated off the floor</p>' + \
+            _fold_lines(st)
+    groups = [g for g, _ in rows]
+    shown = pd.DataFrame([{"group": f'<span class="grp">{esc(g)}</span>'
+                           if i == 0 or groups[i - 1] != g else "", **row}
+                          for i, ((g, _), row) in enumerate(rows.items())],
+                         columns=["group", "benchmark", *cols])
+    return html(shown.fillna(""), raw=tuple(shown.columns)) + _fold_lines(st)
 
 
 def completeness_html(data: SweepData) -> str:
-    """What the evaluations lost: generation prompts cut to fit the window (per task: how many,
-    by how much, the generation budget) and scores that are missing (never 0)."""
-    tr = truncation_table(data)
+    """What the evaluations lost: generation prompts cut to fit the window (per task) and
+    scores that are missing (never 0)."""
+    tr, mt = truncation_table(data), missing_table(data)
     out = ["<h3>Generation prompts and budget</h3>"]
     if tr.empty:
         out.append('<p class="missing">no generation task with a truncation record in the '
@@ -229,29 +188,14 @@ def completeness_html(data: SweepData) -> str:
                    "the left (few-shot examples first, the question kept), leaving a budget of "
                    "min(requested, half the window). Counts are summed, extremes taken, over "
                    "the cells whose eval files recorded it (cells_recorded).</p>"
-                   + frame_html(tr.rename(columns={
-                       "prompts_truncated": "prompts cut", "max_tokens_cut": "max tokens cut",
-                       "min_prompt_tokens_kept": "min prompt tokens kept",
-                       "gen_budget_requested": "gen budget requested",
-                       "gen_budget_min": "gen budget min", "budgets_shrunk": "budgets shrunk",
-                       "cells_with_cuts": "cells with cuts"})))
-    mt = missing_table(data)
+                   + html(tr.rename(columns=lambda c: c.replace("_", " ").replace(
+                       "prompts truncated", "prompts cut"))))
     out.append("<h3>Missing scores (never counted as 0)</h3>")
-    if mt.empty:
-        out.append("<p>none: every task of every used eval file was scored in full</p>")
-    else:
-        out.append("<p>A task whose run died has null metrics; an item whose code check "
-                   "crashed or timed out is unscored. Tables average over scored items and "
-                   "seeds only, and each such cell says so.</p>" + frame_html(mt))
-    out.append("<p>Files: report/truncation.csv, report/missing.csv</p>")
-    return "".join(out)
-
-
-def img_html(png: bytes | None, alt: str, missing: str) -> str:
-    if not png:
-        return f'<p class="missing">{esc(alt)}: {esc(missing)}</p>'
-    b64 = base64.b64encode(png).decode("ascii")
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+    out.append("<p>none: every task of every used eval file was scored in full</p>" if mt.empty
+               else "<p>A task whose run died has null metrics; an item whose code check "
+               "crashed or timed out is unscored. Tables average over scored items and seeds "
+               "only, and each such cell says so.</p>" + html(mt))
+    return "".join(out) + "<p>Files: report/truncation.csv, report/missing.csv</p>"
 
 
 def find_synthetic(root: Path, sweep: str, name: str | None) -> Path | None:
@@ -267,61 +211,59 @@ def find_synthetic(root: Path, sweep: str, name: str | None) -> Path | None:
     return dirs[0] if len(dirs) == 1 else None
 
 
-def _status_html(data: SweepData) -> str:
-    c = data.cells
-    if c.empty:
-        return '<p class="missing">the manifest lists no cells</p>'
-    cols = [k for k in ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id", "state",
-                        "eval_state", "reason", "final_tokens", "final_flops", "wall_s",
-                        "tokens_per_s", "eval_files"] if k in c]
-    counts = c["state"].fillna("unknown").value_counts()
-    head = "<p>cells: " + ", ".join(f"{n} {esc(s)}" for s, n in counts.items()) + "</p>"
-    return head + frame_html(c.assign(eval_files=c.get("eval_files", "").map(
-        lambda x: " ".join(x) if isinstance(x, list) else x)), cols)
+def _synthetic_html(synth: Path | None) -> str:
+    if synth is None or not synth.is_dir():
+        return ('<p class="missing">synthetic experiment: no results (run '
+                '<code>make synthetic</code>)</p>')
+    read = (lambda f: (synth / f).read_bytes() if (synth / f).is_file() else None)
+    parts = [f"<p>from <code>{esc(synth)}</code></p>",
+             img(read("figure.png"), "synthetic figure", "figure.png missing"),
+             html(pd.read_csv(synth / "table.csv")) if (synth / "table.csv").is_file()
+             else '<p class="missing">table missing</p>']
+    if read("agreement.png"):  # only runs that kept checkpoints have it: no gap when absent
+        parts += ["<p>Agreement over training (every kept checkpoint measured as the final "
+                  "model; the rows are in <code>agreement.csv</code>):</p>",
+                  img(read("agreement.png"), "agreement over training", "")]
+    return "\n".join(parts)
 
 
 def _provenance_html(data: SweepData, synth: Path | None) -> str:
-    m = data.manifest
+    m, c = data.manifest, data.cells
+    short = (lambda x, n: x[:n] if isinstance(x, str) and x else None)
     out = ["<p>Every number above comes from the runs of its column: a table cell links to its "
            "run-ids above; the CSV tables carry a <code>run_ids</code> column.</p>",
            f"<p>sweep <b>{esc(m.get('name'))}</b>, created {esc(m.get('created'))}, launcher "
            f"{esc(m.get('launcher'))}, git commit <code>{esc(m.get('git_commit'))}</code>; "
            f"manifest <code>{esc(data.root / 'sweeps' / data.name / 'manifest.json')}</code></p>",
            f"<p>grid: <code>{esc(json.dumps(m.get('grid'), sort_keys=True))}</code></p>"]
-    c = data.cells
     if not c.empty:
-        rows = []
-        for _, r in c.iterrows():
-            versions = r.get("versions") if isinstance(r.get("versions"), dict) else {}
-            rows.append({"run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
-                         "config_sha256": _short(r.get("config_sha256"), 16),
-                         "git_commit": _short(r.get("git_commit"), 12),
-                         "git_dirty": r.get("git_dirty"),
-                         "versions": " ".join(f"{k}={v}" for k, v in sorted(versions.items()))
-                         or None,
-                         "tokenizer_sha256": _short(r.get("tokenizer_sha256"), 16),
-                         "launcher": r.get("launcher"), "threads": r.get("threads"),
-                         "host": r.get("host")})
-        out.append(f"<details><summary>Runs ({len(rows)}): config hash, commit, tree state, "
-                   "versions, host</summary>" + frame_html(pd.DataFrame(rows)) + "</details>")
+        runs = pd.DataFrame([{
+            "run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
+            "config_sha256": short(r.get("config_sha256"), 16),
+            "git_commit": short(r.get("git_commit"), 12), "git_dirty": r.get("git_dirty"),
+            "versions": " ".join(f"{k}={v}" for k, v in sorted((r.get("versions") if isinstance(
+                r.get("versions"), dict) else {}).items())) or None,
+            "tokenizer_sha256": short(r.get("tokenizer_sha256"), 16),
+            **{k: r.get(k) for k in ("launcher", "threads", "host")}} for _, r in c.iterrows()])
+        out.append(f"<details><summary>Runs ({len(runs)}): config hash, commit, tree state, "
+                   "versions, host</summary>" + html(runs) + "</details>")
     if data.evals:
         ev = pd.DataFrame([{
-            "file": e.get("file"), "suite": e.get("suite"), "z_mode": e.get("z_mode"),
-            "k": e.get("k"), "leaks": e.get("leaks"), "seed": e.get("seed"),
-            "limit": e.get("limit"), "spec_id": e.get("spec_id"),
+            **{k: e.get(k) for k in ("file", "suite", "z_mode", "k", "leaks", "seed", "limit",
+                                     "spec_id")},
             "spec": "legacy (derived)" if e.get("spec_legacy") else "recorded",
             "used": "yes" if e.get("used", True) else f"no: {e.get('excluded_reason')}",
             "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
             "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}
             for e in data.evals])
         out.append(f"<details><summary>Evaluations ({len(ev)} files: harness versions, specs, "
-                   "checksums)</summary>" + frame_html(ev) + "</details>")
+                   "checksums)</summary>" + html(ev) + "</details>")
     sums: dict[str, str] = dict(m.get("data_checksums") or {})
     for d in c.get("data_checksums", pd.Series(dtype=object)).dropna():
         sums.update(d if isinstance(d, dict) else {})
     for e in data.evals:
         sums.update(e.get("data_checksums") or {})
-    out.append("<h3>Data checksums (sha256)</h3>" + (frame_html(pd.DataFrame(
+    out.append("<h3>Data checksums (sha256)</h3>" + (html(pd.DataFrame(
         [{"data": k, "sha256": v} for k, v in sorted(sums.items())])) if sums else
         '<p class="missing">none recorded</p>'))
     if synth is not None:
@@ -330,44 +272,21 @@ def _provenance_html(data: SweepData, synth: Path | None) -> str:
         out.append("<h3>Warnings</h3><ul>" + "".join(f"<li>{esc(w)}</li>"
                                                      for w in data.warnings) + "</ul>")
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    out.append(f"<p>report generated {now} by analysis.report (python "
-               f"{sys.version.split()[0]}, pandas {pd.__version__}).</p>")
-    return "\n".join(out)
-
-
-def _synthetic_html(synth: Path | None) -> str:
-    if synth is None or not synth.is_dir():
-        return ('<p class="missing">synthetic experiment: no results (run '
-                '<code>make synthetic</code>)</p>')
-    parts = [f"<p>from <code>{esc(synth)}</code></p>"]
-    fig = synth / "figure.png"
-    parts.append(img_html(fig.read_bytes() if fig.is_file() else None, "synthetic figure",
-                          "figure.png missing"))
-    csv = synth / "table.csv"
-    if csv.is_file():
-        parts.append(frame_html(pd.read_csv(csv)))
-    elif (synth / "table.md").is_file():
-        parts.append(f"<pre>{esc((synth / 'table.md').read_text(encoding='utf-8'))}</pre>")
-    else:
-        parts.append('<p class="missing">table missing</p>')
-    agree = synth / "agreement.png"
-    if agree.is_file():  # only runs that kept checkpoints have it; its absence is no gap
-        parts.append("<p>Agreement over training (every kept checkpoint measured as the final "
-                     "model; the rows are in <code>agreement.csv</code>):</p>")
-        parts.append(img_html(agree.read_bytes(), "agreement over training", ""))
-    return "\n".join(parts)
+    return "\n".join(out) + (f"\n<p>report generated {now} by analysis.report (python "
+                             f"{sys.version.split()[0]}, pandas {pd.__version__}).</p>")
 
 
 def _summary_html(data: SweepData) -> str:
     c = data.cells
-    n_done = int((c["state"] == "done").sum()) if len(c) else 0
     seeds = sorted(set(c["seed"].dropna())) if len(c) else []
-    chance = ", ".join(f"{k} {v:g}" for k, v in CHANCE.items())
-    one = ('<p class="note">One seed: every Δ is an item-level bootstrap (marked †) that does '
-           "not include seed-to-seed variance, so no claim below is supported or contradicted "
-           "on it. Run SEEDS=\"0 1 2\" for verdicts.</p>") if len(seeds) < 2 else ""
-    return (f"<p>{len(c)} cells, {n_done} done; seeds {esc(seeds)}. {esc(LEGEND)}</p>{one}"
-            '<p class="note">Read small-scale numbers with care: models this small score near '
+    chance = ", ".join(f"{k} {v:g}" for k, v in lead.CHANCE.items())
+    return (f"<p>{len(c)} cells, {int((c['state'] == 'done').sum()) if len(c) else 0} done; "
+            f"seeds {esc(seeds)}. {esc(LEGEND)}</p>"
+            + ('<p class="note">One seed: every Δ is an item-level bootstrap (marked †) that does '
+               "not include seed-to-seed variance, so no claim below is supported or "
+               "contradicted on it. Run SEEDS=\"0 1 2\" for verdicts.</p>" if len(seeds) < 2
+               else "")
+            + '<p class="note">Read small-scale numbers with care: models this small score near '
             f"chance on these benchmarks (chance: {chance}), so accuracy differences are mostly "
             "noise and the smooth metrics (bits per byte of gold answers, validation CE in nats) "
             "carry the signal. A verdict of 'inconclusive' is the expected outcome of a demo; "
@@ -375,66 +294,25 @@ def _summary_html(data: SweepData) -> str:
             "what the sweep could have seen.</p>")
 
 
-class ReportError(ValueError):
-    """A bad input to the report (one line, exit 2, nothing written)."""
-
-
-def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
-    """Every check that needs no work: the sweep exists, its manifest parses, the report's
-    places are writable. Raises ReportError naming the file and what to do."""
-    if n_boot < 1:
-        raise ReportError(f"--n-boot: {n_boot} must be >= 1")
-    if not name.strip() or "/" in name or name in (".", ".."):
-        raise ReportError(f"NAME {name!r} is not a sweep name (a folder under results/sweeps)")
-    root = results_root(root)
-    sdir = SweepDir.of(name, root)
-    man = sdir.manifest_path
-    if not sdir.exists():
-        known = SweepDir.names(root)
-        raise ReportError(f"no sweep {name!r}: {man} does not exist; sweeps under "
-                          f"{sweeps_dir(root)}: {' '.join(known) or 'none'}")
-    try:
-        m = json.loads(man.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ReportError(f"{man} is corrupt ({type(e).__name__}: {e}); re-run the sweep "
-                          "command to rewrite it") from None
-    except OSError as e:
-        raise ReportError(f"{man} cannot be read ({e.strerror})") from None
-    if not isinstance(m, dict) or not isinstance(m.get("cells", []), list):
-        raise ReportError(f"{man} is not a sweep manifest (no list of cells)")
-    from common.records import Manifest, RecordError
-
-    try:  # e.g. a manifest written by a newer version of the suite
-        Manifest.from_json(m, str(man))
-    except RecordError as e:
-        raise ReportError(str(e)) from None
-    for d in (sdir.path, sdir.report_dir):
-        bad = unwritable(d)
-        if bad is not None:
-            raise ReportError(f"cannot write the report: {bad.blocker} is not a writable directory "
-                              f"({bad}; fix its permissions or set FTBENCH_RESULTS)")
-    f = sdir.report_html
-    if f.exists() and unwritable(f, file=True) is not None:
-        raise ReportError(f"cannot write the report: {f} is not a writable file")
-
-
 def _fmt_ci(m: float, lo: float, hi: float) -> str:
     if not isinstance(m, float) or not math.isfinite(m):
         return "—"
-    s = f"{m:.3f}"
-    return s + (f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and math.isfinite(lo) else "")
+    return f"{m:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and
+                         math.isfinite(lo) else "")
 
 
-def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame | None = None) -> str:
+def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     """The paper's Table-3 pair and Figures 5-7 from the evaluated checkpoints; rows at the
     floor in the main table (every arm 0 or at chance) are one line, and not drawn."""
     t3 = ckpts.table3(data)
     t3.to_csv(out_dir / "table3.csv", index=False)
-    floor: set = set()
-    if main is not None and len(main):
-        st = lead.row_status(main[main["column"] != ""])
-        floor = {(r.task, r.metric) for r in st.itertuples() if r.floor}
-    fig = ckpts.curves_figure(_without(data, floor))
+    st = lead.row_status(main[main["column"] != ""]) if len(main) else lead.row_status(main)
+    floor = {(r.task, r.metric) for r in st.itertuples() if r.floor}
+    p = data.points  # the curves leave out the floor rows and every all-zero curve
+    if len(p):
+        zero = {k for k, g in p.groupby(["task", "metric"]) if (g["value"].fillna(0) == 0).all()}
+        p = p[[(t, m) not in floor | zero for t, m in zip(p["task"], p["metric"], strict=True)]]
+    fig = ckpts.curves_figure(dataclasses.replace(data, points=p))
     png = figures.png_bytes(fig) if fig is not None else None
     if png:
         (out_dir / "benchmark_curves.png").write_bytes(png)
@@ -450,43 +328,25 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame | None = Non
             t3["final"], t3["final_lo"], t3["final_hi"], strict=True)],
            "last third [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
                t3["last_third"], t3["last_third_lo"], t3["last_third_hi"], strict=True)]})
-    cols = ["group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
-            "last third [95% CI over seeds]", "steps", "ci_method"]
     zero = {k for k, g in t3.groupby(["task", "metric"])
             if (pd.to_numeric(g["final"], errors="coerce").fillna(0) == 0).all()}
-    at_floor = [(t, m) in floor | zero
-                for t, m in zip(view["task"], view["metric"], strict=True)]
-    shown = view[[not f for f in at_floor]]
+    at_floor = [(t, m) in floor | zero for t, m in zip(view["task"], view["metric"], strict=True)]
+    shown = view[[not f for f in at_floor]][[
+        "group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
+        "last third [95% CI over seeds]", "steps", "ci_method"]]
     fl = sorted(set(view.loc[at_floor, "benchmark"]))
-    fold = (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
-            f'{esc(", ".join(fl))}</p>' if fl else "")
-    if png is None and not len(shown):
-        png_note = "every evaluated checkpoint's score is at the floor"
-    else:
-        png_note = "fewer than two steps"
     return (head + "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
             "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
             "n_points of them, steps listed); then the mean over seeds with a t interval over "
             "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
-            + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>"
-               + frame_html(shown, cols) + "</details>" if len(shown) else "") + fold
-            + img_html(png, "benchmark curves vs training tokens", png_note)
+            + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>{html(shown)}</details>"
+               if len(shown) else "")
+            + (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
+               f'{esc(", ".join(fl))}</p>' if fl else "")
+            + img(png, "benchmark curves vs training tokens",
+                  "every evaluated checkpoint's score is at the floor"
+                  if png is None and not len(shown) else "fewer than two steps")
             + "<p>Files: report/table3.csv, report/benchmark_curves.png</p></section>")
-
-
-def _without(data: SweepData, floor: set) -> SweepData:
-    """The sweep with the checkpoint points of the floor rows dropped (for the curves): the
-    main table's floor rows and any (task, metric) whose every point is 0 (an all-zero curve
-    says nothing)."""
-    import dataclasses
-
-    p = data.points
-    if p.empty:
-        return data
-    zero = {k for k, g in p.groupby(["task", "metric"]) if (g["value"].fillna(0) == 0).all()}
-    drop = floor | zero
-    keep = [(t, m) not in drop for t, m in zip(p["task"], p["metric"], strict=True)]
-    return dataclasses.replace(data, points=p[keep])
 
 
 def _likelihood_html(data: SweepData, out_dir: Path) -> str:
@@ -497,6 +357,11 @@ def _likelihood_html(data: SweepData, out_dir: Path) -> str:
         return head + ('<p class="missing">no likelihood files (the chained evaluation writes '
                        "them with EVAL=1; or run <code>python -m experiments.eval.likelihood "
                        "&lt;run dir&gt;</code>)</p></section>")
+    per = [f"{col}: gap {pd.to_numeric(g['gap_nats_per_token'], errors='coerce').mean():+.4f} "
+           "nats/token, KL spend recovered "
+           f"{100 * pd.to_numeric(g['kl_spend_recovered'], errors='coerce').mean():.2g}% (mean "
+           f"of {pd.to_numeric(g['gap_nats_per_token'], errors='coerce').notna().sum()} seeds)"
+           for col, g in lt.groupby("column", sort=False)]
     return (head + "<p>Validation bits per byte from experiments/eval/likelihood.py on the same "
             "rows for both arms: the baseline's is exact, the Free Transformer's an "
             "importance-weighted (IWAE) upper bound on its NLL at k = 1, 8, 64 (spread = how "
@@ -506,103 +371,80 @@ def _likelihood_html(data: SweepData, out_dir: Path) -> str:
             "_iwae variant replaces the ELBO by the IWAE bound. The posterior-Z CE is "
             "<b>leaking</b> (Z from an encoder that reads the scored tokens): it is not a "
             "likelihood and is never compared with the baseline's CE.</p>"
-            + _likelihood_line(lt)
-            + f"<details><summary>Per Free Transformer and seed ({len(lt)} rows)</summary>"
-            + frame_html(lt) + "</details><p>File: report/likelihood.csv</p></section>")
-
-
-def _likelihood_line(lt: pd.DataFrame) -> str:
-    """Per column: the mean gap (nats/token) and KL spend recovered over its seeds."""
-    if lt.empty or "column" not in lt:
-        return ""
-    parts = []
-    for col, g in lt.groupby("column", sort=False):
-        gap = pd.to_numeric(g.get("gap_nats_per_token"), errors="coerce")
-        rec = pd.to_numeric(g.get("kl_spend_recovered"), errors="coerce")
-        parts.append(f"{col}: gap {gap.mean():+.4f} nats/token, KL spend recovered "
-                     f"{100 * rec.mean():.2g}% (mean of {gap.notna().sum()} seeds)")
-    return f"<p>{esc('; '.join(parts))}</p>"
+            f"<p>{esc('; '.join(per))}</p><details><summary>Per Free Transformer and seed "
+            f"({len(lt)} rows)</summary>{html(lt)}</details><p>File: report/likelihood.csv</p>"
+            "</section>")
 
 
 def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataFrame],
-               out_dir: Path, card_lines: list[tuple[str, str]]) -> tuple[str, list[dict]]:
+               out_dir: Path) -> str:
     """The first screen: the forest (lead figure) beside the verdicts in words and what the
-    sweep can and cannot say; the report card below. Returns (HTML, what the forest drew)."""
-    fig, drawn = lead.forest_figure(forest)
+    sweep can and cannot say."""
+    fig, _ = lead.forest_figure(forest)
     png = figures.png_bytes(fig) if fig is not None else None
     if png:
         (out_dir / "lead_forest.png").write_bytes(png)
     forest.to_csv(out_dir / "lead.csv", index=False)
-    st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values()
-                    if len(t)] or [lead.row_status(pd.DataFrame())])
+    st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values() if len(t)]
+                   or [lead.row_status(pd.DataFrame())])
     not_eval = sorted(set(st.loc[~st["evaluated"].astype(bool), "benchmark"].dropna()))
     words = lead.verdict_words(forest)
-    side = ('<table><tr><th>comparison</th><th>verdict (all kappas, every measured metric)'
-            "</th></tr>" + "".join(f"<tr><td>{esc(c)}</td><td>{esc(v)}</td></tr>"
-                                    for c, v in words) + "</table>") if words else \
+    side = html(pd.DataFrame(words, columns=["comparison", "verdict (all kappas, every "
+                                             "measured metric)"])) if words else \
         '<p class="missing">no comparison has a Δ yet</p>'
-    cc = lead.can_cannot(data, forest, tables, not_eval)
-    fig_html = img_html(png, "lead figure: forest of Δ per comparison, kappa and metric",
-                        "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
-    lead_html = (f'<section id="lead"><div class="lead-row"><div class="lead-fig">{fig_html}'
-                 f'</div><div class="lead-side"><b>Verdicts</b> (Holm across kappas; grey band '
-                 f"= ±MDE at 80% power){side}"
-                 f'<p class="cannot"><b>What this sweep can and cannot say.</b> {esc(cc)}</p>'
-                 "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
-                 "<a href=\"#table-tokens\">tables</a>, <a href=\"#signal-noise\">signal and "
-                 "noise</a>, <a href=\"#probe\">the latent</a>, <a href=\"#appendix\">run-ids "
-                 "and provenance</a>. Files: report/lead.csv, report/lead_forest.png, "
-                 "report/summary.png</p></div></div></section>")
-    return lead_html, drawn
-
-
-def _card_html(lines: list[tuple[str, str]], summary_png: bytes | None) -> str:
-    shot = ("<details><summary>summary.png (this card and the headline forest as one "
-            "picture, for a review)</summary>"
-            + img_html(summary_png, "report card (summary.png)", "not drawn") + "</details>")
-    return (f'<section id="card"><h2>Report card</h2>{rcard.card_html(lines)}{shot}</section>')
+    return ('<section id="lead"><div class="lead-row"><div class="lead-fig">'
+            + img(png, "lead figure: forest of Δ per comparison, kappa and metric",
+                  "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
+            + '</div><div class="lead-side"><b>Verdicts</b> (Holm across kappas; grey band '
+            f"= ±MDE at 80% power){side}"
+            f'<p class="cannot"><b>What this sweep can and cannot say.</b> '
+            f"{esc(lead.can_cannot(data, forest, tables, not_eval))}</p>"
+            "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
+            "<a href=\"#table-tokens\">tables</a>, <a href=\"#signal-noise\">signal and "
+            "noise</a>, <a href=\"#probe\">the latent</a>, <a href=\"#appendix\">run-ids "
+            "and provenance</a>. Files: report/lead.csv, report/lead_forest.png, "
+            "report/summary.png</p></div></div></section>")
 
 
 def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:
     counts = claims["verdict"].value_counts() if len(claims) else pd.Series(dtype=int)
-    head = ", ".join(f"{n} {v}" for v, n in counts.items())
-    rows, unjudged = [], []
-    for r in claims.itertuples():
-        if isinstance(r.evidence, str) and r.evidence.endswith(": not evaluated in this sweep"):
-            unjudged.append(r.claim.removeprefix("The Free Transformer beats the baseline "))
-            continue
-        a = index.link(r.run_ids, f"claim: {r.claim[:60]}") if isinstance(r.run_ids, str) \
-            else ""
-        runs = f'<a href="#{a}">runs</a>' if a else ""
-        rows.append(f'<tr><td>{esc(r.claim)}</td><td class="{esc(r.verdict)}"><b>'
-                    f"{esc(r.verdict)}</b></td><td>{esc(r.evidence)}</td><td>{esc(r.source)}"
-                    f"</td><td>{runs}</td></tr>")
+    skip = claims["evidence"].astype(str).str.endswith(": not evaluated in this sweep") \
+        if len(claims) else pd.Series(dtype=bool)
+    shown = pd.DataFrame({
+        "claim": claims["claim"].map(esc),
+        "verdict": [f'<span class="{esc(v)}"><b>{esc(v)}</b></span>' for v in claims["verdict"]],
+        "our evidence": claims["evidence"].map(esc), "source": claims["source"].map(esc),
+        "runs": [index.a(r, f"claim: {c[:60]}") if isinstance(r, str) else ""
+                 for c, r in zip(claims["claim"], claims["run_ids"], strict=True)]})[~skip]
+    unjudged = [c.removeprefix("The Free Transformer beats the baseline ")
+                for c in claims.loc[skip, "claim"]]
     return ('<section id="claims"><h2>Paper claims checklist</h2>'
-            f"<details><summary>{len(claims)} claims: {esc(head)} (open for the evidence)"
-            "</summary><table><tr><th>claim</th><th>verdict</th><th>our evidence</th>"
-            "<th>source</th><th>runs</th></tr>" + "".join(rows) + "</table>"
+            f"<details><summary>{len(claims)} claims: "
+            f"{esc(', '.join(f'{n} {v}' for v, n in counts.items()))} (open for the evidence)"
+            f"</summary>{html(shown, raw=tuple(shown.columns))}"
             + (f'<p class="fold">Inconclusive, the benchmark not evaluated in this sweep: '
                f'{esc("; ".join(unjudged))}</p>' if unjudged else "")
             + "</details><p>File: report/claims.csv</p></section>")
 
 
 def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
-    if sn.empty:
-        body = '<p class="missing">no metric with scores yet</p>'
-    else:
-        view = sn.rename(columns={"seed_sd": "seed SD", "spread_across_arms":
-                                  "spread across arms and kappas (SD of means)",
-                                  "signal_to_noise": "signal / noise", "mde": "MDE (median)",
-                                  "n_seeds": "seeds"})
-        body = ("<p>Per metric: the seed SD (pooled over every arm's column), the spread of the "
-                "columns' means across arms and kappas, and their ratio (the signal-to-noise of "
-                "Heineman et al. 2025, <i>Signal and Noise</i>: a benchmark tells models apart "
-                "when the spread is large against the seed noise), beside the median minimum "
-                "detectable effect of the lead figure's comparisons.</p>" + frame_html(view))
+    body = '<p class="missing">no metric with scores yet</p>' if sn.empty else (
+        "<p>Per metric: the seed SD (pooled over every arm's column), the spread of the "
+        "columns' means across arms and kappas, and their ratio (the signal-to-noise of "
+        "Heineman et al. 2025, <i>Signal and Noise</i>: a benchmark tells models apart when "
+        "the spread is large against the seed noise), beside the median minimum detectable "
+        "effect of the lead figure's comparisons.</p>" + html(sn.rename(columns={
+            "seed_sd": "seed SD", "spread_across_arms": "spread across arms and kappas (SD of "
+            "means)", "signal_to_noise": "signal / noise", "mde": "MDE (median)",
+            "n_seeds": "seeds"})))
     return ('<section id="signal-noise"><h2>Signal and noise per metric</h2>' + body
-            + '</section><section id="verdicts"><h2>Verdicts by metric</h2>'
-            + frame_html(verdicts) + "<p>File: report/lead.csv (every Δ of the lead figure, "
-            "with its source table)</p></section>")
+            + '</section><section id="verdicts"><h2>Verdicts by metric</h2>' + html(verdicts)
+            + "<p>File: report/lead.csv (every Δ of the lead figure, with its source table)</p>"
+            "</section>")
+
+
+def _section(sid: str, title: str, body: str) -> str:
+    return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'
 
 
 def build_report(name: str, root: str | Path | None = None, synthetic: str | None = None,
@@ -614,37 +456,34 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     out_dir = SweepDir.of(name, root).report_dir
     tables = write_tables(data, out_dir, n_boot=n_boot)
     synth = find_synthetic(root, name, synthetic)
-    notes = view_notes(data)
-    comps, _ = comparisons(data)
+    comps, notes = comparisons(data)
     claims = checklist(data, tables, synth, notes)
     claims.to_csv(out_dir / "claims.csv", index=False)
     index = RunIndex()
     forest = lead.forest_frame(data, tables, n_boot=n_boot)
     lines = rcard.facts(data, forest)
-    sfig, _ = rcard.summary_figure(lines, forest, name)
-    summary_png = figures.png_bytes(sfig)
+    summary_png = figures.png_bytes(rcard.summary_figure(lines, forest, name)[0])
     (out_dir / "summary.png").write_bytes(summary_png)
-    lead_html, _ = _lead_html(data, forest, tables, out_dir, lines)
     sn = lead.signal_noise(data, tables, forest)
     sn.to_csv(out_dir / "signal_noise.csv", index=False)
-    ct = leak_table(data)
-    ot = overhead_table(data)
-    figs = {}
     main_table = tables["tokens"] if len(tables["tokens"]) else tables["flops"]
+    figs = {}
     for key, fn in (("training_curves", figures.training_curves),
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
-                    ("benchmarks_vs_kappa",
-                     lambda d: figures.benchmarks_vs_kappa(d, main_table)),
+                    ("benchmarks_vs_kappa", lambda d: figures.benchmarks_vs_kappa(d, main_table)),
                     ("overhead", figures.overhead)):
         fig = fn(data)
         figs[key] = figures.png_bytes(fig) if fig is not None else None
         if figs[key]:
             (out_dir / f"{key}.png").write_bytes(figs[key])
-    view_head = {"tokens": "Equal tokens (the paper's protocol)", "flops": "Equal FLOPs"}
-    sections = [lead_html, _card_html(lines, summary_png),
-                f'<section id="summary"><h2>How to read this report</h2>{_summary_html(data)}'
-                "</section>",
-                _signal_noise_html(sn, lead.verdict_table(forest))]
+    sections = [
+        _lead_html(data, forest, tables, out_dir),
+        _section("card", "Report card", rcard.card_html(lines) + "<details><summary>summary.png "
+                 "(this card and the headline forest as one picture, for a review)</summary>"
+                 + img(summary_png, "report card (summary.png)", "not drawn") + "</details>"),
+        _section("summary", "How to read this report", _summary_html(data)),
+        _signal_noise_html(sn, lead.verdict_table(forest))]
+    heads = {"tokens": "Equal tokens (the paper's protocol)", "flops": "Equal FLOPs"}
     for view in VIEWS:
         t = tables[view]
         body = [f'<p class="note">{esc(notes.get(view, ""))}</p>']
@@ -652,56 +491,95 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
             body.append('<p class="missing">no table for this view (see the note above)</p>')
         for comp in [c for c in comps if c.view == view] or [None]:
             part = t[t["comparison"] == comp.key] if comp is not None and len(t) else t
-            if part.empty:
-                continue
-            title = comp.title if comp is not None else "reference missing"
-            body.append(f"<h3>{esc(title)}</h3>{table_html(part, index)}")
+            if len(part):
+                body.append(f"<h3>{esc(comp.title if comp else 'reference missing')}</h3>"
+                            + table_html(part, index))
         specs = specs_used(data, t) if len(t) else []
         if specs:
             body.append("<p>Eval specs of these cells (one per suite; never mixed): "
                         + "; ".join(f"<code>{esc(x)}</code>" for x in specs) + "</p>")
-        sections.append(f'<section id="table-{view}"><h2>{esc(view_head[view])}</h2>'
-                        + "".join(body) + f"<p>Files: report/table_{view}.csv, .md, .tex "
-                        "(every row, for pasting)</p></section>")
-    sections.append(_claims_html(claims, index))
-    sections.append(_table3_html(data, out_dir, main_table))
-    sections.append(_likelihood_html(data, out_dir))
+        sections.append(_section(f"table-{view}", heads[view], "".join(body)
+                                 + f"<p>Files: report/table_{view}.csv, .md, .tex (every row, "
+                                 "for pasting)</p>"))
     free_runs = [RunDir.of(str(r), data.root).path for r in
                  data.cells.loc[data.cells["arm"] == FREE.name, "run_id"].dropna()]
-    sections.append(latent_section(free_runs, out_dir))  # one figure per kappa, runs folded
-    sections.append('<section id="eval-completeness"><h2>Evaluation completeness: truncation '
-                    f"and missing scores</h2>{completeness_html(data)}</section>")
-    sections.append(
-        '<section id="figures"><h2>Figures</h2>'
-        + img_html(figs["training_curves"], "training curves", "no training metrics yet")
-        + img_html(figs["val_ce_vs_kappa"], "validation CE vs kappa",
-                   "no Free Transformer validation CE yet")
-        + "<h3>Leak check (the paper's \"collapse\")</h3>"
-        + frame_html(ct, index=index, label="leak check")
-        + img_html(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
-                   "no benchmark scores off the floor yet")
-        + img_html(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
-        + "<h3>Overhead</h3>" + frame_html(ot, index=index, label="overhead") + "</section>")
-    sections.append(f'<section id="synthetic"><h2>Synthetic task (paper §4.1)</h2>'
-                    f"{_synthetic_html(synth)}</section>")
-    sections.append(f'<section id="appendix"><h2>Appendix: run-ids, cells and provenance</h2>'
-                    "<h3>Run-ids of every table cell</h3><p>Each table cell links here; the "
-                    "run-id is the hash of the resolved training config (docs/RESULTS.md).</p>"
-                    f"{index.html()}"
-                    f'<div id="runs"><details><summary>Cells and their state '
-                    f"({len(data.cells)})</summary>{_status_html(data)}</details></div>"
-                    f'<footer id="provenance"><h3>Provenance</h3>'
-                    f"{_provenance_html(data, synth)}</footer></section>")
+    sections += [
+        _claims_html(claims, index), _table3_html(data, out_dir, main_table),
+        _likelihood_html(data, out_dir),
+        latent_section(free_runs, out_dir),  # one figure per kappa, runs folded
+        _section("eval-completeness", "Evaluation completeness: truncation and missing scores",
+                 completeness_html(data)),
+        _section("figures", "Figures",
+                 img(figs["training_curves"], "training curves", "no training metrics yet")
+                 + img(figs["val_ce_vs_kappa"], "validation CE vs kappa",
+                       "no Free Transformer validation CE yet")
+                 + "<h3>Leak check (the paper's \"collapse\")</h3>"
+                 + linked(leak_table(data), index, "leak check")
+                 + img(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
+                       "no benchmark scores off the floor yet")
+                 + img(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
+                 + "<h3>Overhead</h3>" + linked(overhead_table(data), index, "overhead")),
+        _section("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
+    c = data.cells
+    status = '<p class="missing">the manifest lists no cells</p>' if c.empty else (
+        "<p>cells: " + ", ".join(f"{n} {esc(s)}" for s, n in
+                                 c["state"].fillna("unknown").value_counts().items()) + "</p>"
+        + html(c.assign(eval_files=c.get("eval_files", "").map(
+            lambda x: " ".join(x) if isinstance(x, list) else x))[[
+                k for k in ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id",
+                            "state", "eval_state", "reason", "final_tokens", "final_flops",
+                            "wall_s", "tokens_per_s", "eval_files"] if k in c]]))
+    sections.append(_section(
+        "appendix", "Appendix: run-ids, cells and provenance",
+        "<h3>Run-ids of every table cell</h3><p>Each table cell links here; the run-id is the "
+        "hash of the resolved training config (docs/RESULTS.md).</p>" + index.html()
+        + f'<div id="runs"><details><summary>Cells and their state ({len(c)})</summary>'
+        f"{status}</details></div>"
+        f'<footer id="provenance"><h3>Provenance</h3>{_provenance_html(data, synth)}</footer>'))
     doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            f"<title>Free Transformer benchmark: {esc(name)}</title><style>{CSS}</style>"
            f"<script>{CHECK_JS % (json.dumps(REQUIRED_SECTIONS), json.dumps(MEASURED))}</script>"
-           "</head><body>"
-           f"<h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
+           f"</head><body><h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
            + "\n".join(sections) + "</body></html>\n")
     return atomic_write_text(SweepDir.of(name, root).report_html, doc)
 
 
-def main(argv: list[str] | None = None) -> None:
+def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
+    """Every check that needs no work: the sweep exists, its manifest parses, the report's
+    places are writable. UsageError naming the file and what to do."""
+    if n_boot < 1:
+        raise UsageError(f"--n-boot: {n_boot} must be >= 1")
+    if not name.strip() or "/" in name or name in (".", ".."):
+        raise UsageError(f"NAME {name!r} is not a sweep name (a folder under results/sweeps)")
+    root = results_root(root)
+    sdir = SweepDir.of(name, root)
+    man = sdir.manifest_path
+    if not sdir.exists():
+        raise UsageError(f"no sweep {name!r}: {man} does not exist; sweeps under "
+                         f"{sweeps_dir(root)}: {' '.join(SweepDir.names(root)) or 'none'}")
+    try:
+        m = json.loads(man.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UsageError(f"{man} is corrupt ({type(e).__name__}: {e}); re-run the sweep "
+                         "command to rewrite it") from None
+    except OSError as e:
+        raise UsageError(f"{man} cannot be read ({e.strerror})") from None
+    if not isinstance(m, dict) or not isinstance(m.get("cells", []), list):
+        raise UsageError(f"{man} is not a sweep manifest (no list of cells)")
+    try:  # e.g. a manifest written by a newer version of the suite
+        Manifest.from_json(m, str(man))
+    except RecordError as e:
+        raise UsageError(str(e)) from None
+    for d in (sdir.path, sdir.report_dir):
+        bad = unwritable(d)
+        if bad is not None:
+            raise UsageError(f"cannot write the report: {bad.blocker} is not a writable directory "
+                             f"({bad}; fix its permissions or set FTBENCH_RESULTS)")
+    if sdir.report_html.exists() and unwritable(sdir.report_html, file=True) is not None:
+        raise UsageError(f"cannot write the report: {sdir.report_html} is not a writable file")
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write results/sweeps/<name>/report.html")
     ap.add_argument("--name", required=True, help="sweep name (results/sweeps/<name>)")
     ap.add_argument("--root", default=None, help="results root (default $FTBENCH_RESULTS or "
@@ -712,20 +590,20 @@ def main(argv: list[str] | None = None) -> None:
                     help="also open it in headless Chromium and keep a screenshot")
     ap.add_argument("--screenshot", default=None, help="screenshot path for --check")
     a = ap.parse_args(argv)
-    try:
+
+    def body() -> int:
         preflight(a.name, a.root, a.n_boot)
         path = build_report(a.name, a.root, a.synthetic, a.n_boot)
-    except ReportError as e:
-        print(f"report: error: {one_line(e)}", file=sys.stderr)
-        sys.exit(2)
-    print(f"report: {path.resolve()}")
-    if a.check:
-        shot = Path(a.screenshot) if a.screenshot else path.parent / "report" / "report.png"
-        res = check_report(path, shot)
-        print(f"chromium check: {res}")
-        if not res["ok"]:
-            sys.exit(1)
+        print(f"report: {path.resolve()}")
+        if a.check:
+            res = check_report(path, Path(a.screenshot) if a.screenshot
+                               else path.parent / "report" / "report.png")
+            print(f"chromium check: {res}")
+            return 0 if res["ok"] else 1
+        return 0
+
+    return cli("report", body)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

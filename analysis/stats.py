@@ -1,34 +1,24 @@
-"""Interval estimates used by the tables, the claims checklist and the calibration harness.
+"""The report's statistics, in one place (docs/CALIBRATION.md measures them).
 
-The report's statistics, in one place (docs/CALIBRATION.md measures them):
-
-- `cell_interval`: a table cell (one arm, one benchmark row). With >= 2 seeds the seed is the
-  unit: mean of the per-seed scores with a Student-t interval (S - 1 degrees of freedom),
-  intersected with the metric's range. With one seed: Clopper-Pearson over the items for a 0/1
-  metric, labelled "one seed: items only" (seed-to-seed variance is not in it), else the item
-  standard error. No variation at all -> no interval ("no variation: n too small").
-- `paired_delta`: the Δ of a Free Transformer against the arm that matches it, paired by
-  (seed, doc_id). With >= 2 seeds: a paired t over the per-seed mean differences (the seed is the
-  unit, for every metric including pass@1). With one seed: a paired bootstrap over items, marked
-  item-level. A degenerate Δ (every difference equal) has no interval and is never significant.
-  "Equal" is decided on the data's own resolution, never by `sd > 0`: where the items are
-  counts (0/1 or integer scores) the per-seed differences are compared as exact integer sums;
-  otherwise a spread within `RTOL` of the magnitude of the values subtracted is float rounding
-  (three seeds each +1 item of 82 give sd ~1e-17, which a plain t turns into p ~ 1e-30).
-  Each Δ carries its minimum detectable effect at 80% power (`mde`).
-- `identical`: paired differences that are 0 up to float32 rounding in every seed (the Z-cut
-  control against the baseline): "identical", with no interval and no p.
-- `holm`: Holm's step-down adjustment across the kappas (and H) of one comparison.
-- `tost` (with `seed_tost`, `paired_tost`): the equivalence test behind every "differs little"
-  / "no cost" claim: two one-sided paired t-tests over per-seed differences against a margin
-  stated in advance, H0: |Δ| >= margin. "Equivalent" iff both one-sided p < ALPHA, i.e. the
-  1 - 2·ALPHA (90%) interval lies inside (-margin, +margin). A Δ whose interval includes 0 is
-  NOT evidence of "no difference"; only this is. `seed_diffs` gives the per-seed paired
-  differences themselves (for tables that print them). docs/CALIBRATION.md measures its false
-  "equivalent" rate at |Δ| = margin and its power at Δ = 0.
-- `mean_ci`, `wilson`, `clopper_pearson`, `paired_bootstrap`, `bootstrap_stats`: the building
-  blocks (the two-level bootstrap is kept for reference: the calibration shows why it is not the
-  seed-level interval, see docs/CALIBRATION.md).
+- `cell_interval`: a table cell. With >= 2 seeds the seed is the unit: the mean of the per-seed
+  scores with a Student-t interval, intersected with the metric's range. With one seed:
+  Clopper-Pearson over the items for a 0/1 metric, else the item standard error, labelled "one
+  seed: items only" (seed-to-seed variance is not in it). No variation: no interval.
+- `paired_delta` / `seed_delta`: Δ of a Free Transformer against the arm that matches it, paired
+  by (seed, doc_id) or by seed. With >= 2 seeds a paired t over the per-seed differences
+  (`seed_t`); with one seed an item bootstrap, marked item-level. "Equal" is decided on the
+  data's own resolution, never by `sd > 0`: count metrics compare exact integer sums, other
+  spreads within `RTOL` of the values' magnitude are float rounding (three seeds each +1 item of
+  82 give sd ~1e-17, which a plain t turns into p ~ 1e-30). Each Δ carries its minimum
+  detectable effect at 80% power (`mde`).
+- `identical`: paired differences 0 up to float32 rounding in every seed (the Z-cut control
+  against the baseline): no interval, no p.
+- `holm`: Holm's step-down adjustment across one family.
+- `tost` (`seed_tost`, `paired_tost`): the equivalence test behind every "differs little" claim:
+  two one-sided paired t-tests against a margin stated in advance; "equivalent" iff the
+  1 - 2·ALPHA (90%) interval lies inside (-margin, +margin). An interval that merely includes 0
+  is NOT evidence of "no difference"; only this is.
+- `mean_ci`, `clopper_pearson`, `t_half`: the building blocks.
 """
 
 from __future__ import annotations
@@ -128,6 +118,11 @@ def _clip(lo: float, hi: float, rng: tuple[float, float]) -> tuple[float, float]
     return max(lo, rng[0]), min(hi, rng[1])
 
 
+def t_half(df: float, se: float, level: float = LEVEL) -> float:
+    """Half-width of a two-sided Student-t interval with `df` degrees of freedom."""
+    return float(stats.t.ppf(0.5 + level / 2, df)) * se
+
+
 def mean_ci(values: np.ndarray | list[float], level: float = LEVEL) -> tuple[float, float, float]:
     """Mean and Student-t interval over independent replicates (seeds). NaNs are dropped."""
     x = np.asarray(values, dtype=float)
@@ -141,37 +136,12 @@ def mean_ci(values: np.ndarray | list[float], level: float = LEVEL) -> tuple[flo
     return m, m - half, m + half
 
 
-def wilson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials (NaN for n = 0)."""
-    if n <= 0:
-        return math.nan, math.nan
-    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
 def clopper_pearson(k: int, n: int, level: float = LEVEL) -> tuple[float, float]:
     """Exact (Clopper-Pearson) binomial interval; conservative, right for pass@1 near 0."""
     if n <= 0:
         return math.nan, math.nan
     ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="exact")
     return float(ci.low), float(ci.high)
-
-
-@dataclass(frozen=True)
-class PairedDelta:
-    """Delta (test - reference) over paired (seed, item) scores with its two-level bootstrap
-    interval (kept as a reference method; the report uses `paired_delta`)."""
-
-    delta: float
-    lo: float
-    hi: float
-    p: float
-    n_seeds: int
-    n_items: int
-
-    @property
-    def significant(self) -> bool:  # a zero-width interval is rounding, never a finding
-        return bool(np.isfinite(self.lo) and self.hi > self.lo and (self.lo > 0 or self.hi < 0))
 
 
 def paired_matrix(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[np.ndarray, list, list]:
@@ -193,51 +163,6 @@ def paired_matrix(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[np.ndarray, li
         return np.zeros((0, 0)), seeds, docs_l
     d = t[docs_l].to_numpy(dtype=float) - r[docs_l].to_numpy(dtype=float)
     return d, seeds, docs_l
-
-
-def bootstrap_stats(d: np.ndarray, n_boot: int = 2000, seed: int = 0,
-                    chunk: int = 256) -> np.ndarray:
-    """Bootstrap replicates of mean(D) resampling rows (seeds) and columns (items) independently.
-
-    Replicate b draws seed indices `si = rng.integers(0, S, S)` then item indices
-    `ii = rng.integers(0, I, I)` and returns `D[si][:, ii].mean()`; the computation uses item
-    counts (D @ counts / I) so memory stays at chunk x I.
-    """
-    rng = np.random.default_rng(seed)
-    s_n, i_n = d.shape
-    out = np.empty(n_boot)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        counts = np.empty((stop - start, i_n))
-        sis = []
-        for j in range(stop - start):
-            si = rng.integers(0, s_n, s_n)
-            ii = rng.integers(0, i_n, i_n)
-            sis.append(si)
-            counts[j] = np.bincount(ii, minlength=i_n)
-        row_means = counts @ d.T / i_n  # (chunk, S): each seed's mean over the resampled items
-        for j, si in enumerate(sis):
-            out[start + j] = row_means[j, si].mean()
-    return out
-
-
-def paired_bootstrap(test: pd.DataFrame, ref: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
-                     level: float = LEVEL) -> PairedDelta:
-    """Paired bootstrap of mean(test - ref) over items and seeds (pairs by seed and doc_id).
-
-    The point estimate is the plain mean of the paired differences; the interval is the
-    percentile interval of `bootstrap_stats`; p is the two-sided bootstrap p-value for delta = 0.
-    """
-    d, seeds, docs = paired_matrix(test, ref)
-    if d.size == 0:
-        return PairedDelta(math.nan, math.nan, math.nan, math.nan, len(seeds), len(docs))
-    delta = float(d.mean())
-    if no_variation(d, _scale(test["value"], ref["value"])):  # no interval, never significant
-        return PairedDelta(delta, math.nan, math.nan, math.nan, *d.shape)
-    reps = bootstrap_stats(d, n_boot=n_boot, seed=seed)
-    lo, hi = np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2])
-    p = min(1.0, 2 * min(float(np.mean(reps <= 0)), float(np.mean(reps >= 0))))
-    return PairedDelta(delta, float(lo), float(hi), p, *d.shape)
 
 
 # ---- the report's statistics -----------------------------------------------------------------

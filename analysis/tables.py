@@ -1,46 +1,22 @@
-"""The paper-style benchmark tables, one per comparison, as CSV, Markdown, LaTeX.
+"""The paper-style benchmark tables, one per comparison, as long frames (CSV), Markdown, LaTeX.
 
-Rows are the paper's 16 benchmarks in its four groups (analysis/paper_groups.py: generative
-code/math; multi-choice general knowledge / common sense; multi-choice text understanding;
-culture), each labelled with the paper's metric and ours (the stock metric that is the paper's,
-or the closest stand-in, marked); a row the suite cannot run says why. Smooth metrics (bits per
-byte of the gold answers, validation CE/bpb, in nats where CE) get their own group, because a
-tiny model's accuracies sit at chance and separate nothing.
+Rows are the paper's 16 benchmarks in its four groups (analysis/paper_groups.py), each with the
+paper's metric and ours (a stand-in is marked); a row the suite cannot run says why. Smooth
+metrics (gold-answer bits per byte, validation CE in nats, bpb) are their own group.
 
-Comparisons (`comparisons`) are named from the data, never from a flag. For every candidate
-reference arm the analysis pairs each Free Transformer run with the reference run that matches
-it (same seed; for a FLOPs-matched control also the same H) and reads both runs' actual tokens
-and FLOPs (metrics.jsonl final line, else the planned numbers in config.yaml). A reference is
-"equal tokens" only when every pair's tokens agree within `EQUAL_TOL` (1%; at most one optimizer
-step more for a run under 100 steps, which cannot match closer), "equal FLOPs" likewise.
-- view `tokens` (the paper's protocol): reference `baseline` at equal tokens; also
-  `baseline_plus1` (one more layer than the arms, the bryanvine parameter control) when it is at
-  equal tokens, with its own Δ columns. A sweep trained to a FLOPs budget has no such view; the
-  notes (`view_notes`) say why.
-- view `flops`: reference `baseline_flops` (or, in a FLOPs-budget sweep, `baseline` itself), and
-  the +1-layer control at the FT's FLOPs (`baseline_plus1_flops`, or `baseline_plus1` in a
-  FLOPs-budget sweep).
+Comparisons (`comparisons`) are named from the data, never from a flag: each Free Transformer
+run is paired with the reference run that matches it (same seed; a FLOPs-matched control also
+the same H), and a reference is "equal tokens" only when every pair's actual tokens agree
+within `EQUAL_TOL` (1%; one optimizer step for a run under 100 steps), "equal FLOPs" likewise.
+View `tokens` (the paper's protocol): the baseline, the +1-layer control, the Z-cut control and
+the controls against the baseline (their own Holm family); view `flops`: the FLOPs-matched
+baseline (or the baseline of a FLOPs-budget sweep) and the +1-layer control at those FLOPs.
 
-A cell holds the arm's mean over seeds with its 95% interval and n (items x seeds); a Free
-Transformer cell also holds Δ against the reference with its interval, the p-value and the
-Holm-adjusted p-value across that comparison's Free Transformers (every kappa and H), and the
-minimum detectable effect at 80% power. `*` = significant after Holm; `†` = item-level (one
-seed: seed variance not in the interval; never the basis of a verdict). Statistics: see
-analysis/stats.py and docs/CALIBRATION.md.
-
-Bits-per-byte rows: a cell shows the task's value per seed (total bits / total bytes, as the
-eval file reports it: byte-weighted) and the Δ is taken on that same estimand, seed by seed, so
-the Δ is the difference of the two cells' means (column `delta_estimand`). Other item metrics
-pair items within a seed, then average per seed.
-
-Every Δ row also carries the TOST equivalence test against a margin stated in TOST_MARGIN
-(`tost_margin`, `tost_lo`/`tost_hi`: the 90% interval, `tost_p`, `equivalence`: "equivalent",
-"not shown", or "identical" when every paired difference is 0 up to float32 rounding in every seed
-(stats.identical: then no interval and no p, never a p of 1e-30 nor one of 0.8 from a t-test
-on rounding noise)), and its Holm family by name (`holm_family`).
-Comparisons also include the Z-cut control as a reference (`tokens:free_zcut`: does the latent
-help beyond the encoder and the extra block?) and the controls against the baseline
-(`tokens:baseline:controls`: Δ = control minus baseline, paired by seed; its own Holm family).
+A cell holds the column's mean over seeds with its 95% interval and n; a compared column also
+holds Δ against its reference (stats.paired_delta / seed_delta: bits-per-byte rows on the
+cells' own per-seed estimand, other item metrics paired by item), p, the Holm-adjusted p over
+the comparison's columns on that row (`holm_family` names it), the MDE, the TOST equivalence
+test against TOST_MARGIN, and "identical" when every seed's difference is float32 rounding.
 """
 
 from __future__ import annotations
@@ -59,6 +35,7 @@ from common.paths import RUN_RECORD
 
 from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status, spec_text
 from .paper_groups import PAPER_GROUPS
+from .render import md
 from .stats import (
     ALPHA,
     F32_ULPS,
@@ -856,21 +833,12 @@ LEGEND = ("Cells: mean over seeds [95% CI] n=items x seeds. Δ = the column (a F
           "no interval, never significant.")
 
 
-def _md_one(t: pd.DataFrame) -> str:
-    # cells are text already: keep them as written (no number parsing), pipes escaped
-    w = wide(t).astype(str).apply(lambda c: c.str.replace("|", "\\|", regex=False))
-    return w.to_markdown(index=False, disable_numparse=True) + "\n"
-
-
 def to_markdown(table: pd.DataFrame, notes: str = "", specs: list[str] | None = None) -> str:
     """Every comparison of a (stacked) table as its own Markdown table, with the legend."""
-    out = []
-    if notes:
-        out.append(notes + "\n")
-    for key, t in _by_comparison(table):
-        if len(_by_comparison(table)) > 1:
-            out.append(f"**{key}**\n")
-        out.append(_md_one(t))
+    out = [notes + "\n"] if notes else []
+    parts = _by_comparison(table)
+    for key, t in parts:
+        out += ([f"**{key}**\n"] if len(parts) > 1 else []) + [md(wide(t)) + "\n"]
     if specs:
         out.append("Eval specs: " + "; ".join(specs) + "\n")
     if len(table):

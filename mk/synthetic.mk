@@ -5,7 +5,7 @@
 # make synthetic-seeds SYN_SEEDS="0 1 2"  one run per seed (<SYN_NAME>-s<seed>), all at once (SYN_JOBS=N:
 #                                         N at once; each seed's log in results/synthetic/), then the per-seed
 #                                         and mean tables (results/synthetic/<SYN_NAME>-seeds)
-# make synthetic-doc                      those tables into docs/synthetic/<SYN_SETTING>, and
+# make synthetic-doc                      those tables into measured/synthetic/<SYN_SETTING>, and
 #                                         docs/SYNTHETIC.md re-rendered from them (docs/SYNTHETIC.md)
 SYN_NAME := default
 SYN_SETTING := cpu
@@ -37,6 +37,6 @@ synthetic-seeds: setup ## synthetic task once per seed in SYN_SEEDS (SYN_JOBS at
 	$(PY) -m analysis.synthetic --names $(syn_seed_names) \
 	  --out "$${FTBENCH_RESULTS:-results}"/synthetic/$(call shq,$(SYN_NAME))-seeds
 
-synthetic-doc: setup ## the seeds' tables into docs/synthetic/<setting>, docs/SYNTHETIC.md re-rendered
-	$(PY) -m analysis.synthetic --names $(syn_seed_names) --out docs/synthetic/$(call shq,$(SYN_SETTING))
+synthetic-doc: setup ## the seeds' tables into measured/synthetic/<setting>, docs/SYNTHETIC.md re-rendered
+	$(PY) -m analysis.synthetic --names $(syn_seed_names) --out measured/synthetic/$(call shq,$(SYN_SETTING))
 	$(PY) -m analysis.synthetic render-doc

@@ -1,29 +1,23 @@
 """`make study` / `python -m pipelines.study`: the suite's first finding, one command, offline.
 
-It runs each stage in this process through the stage's public entry point, each resumable on
-its own, so a re-run (or a run after an interruption) does only what is missing:
+Each stage runs in this process through its public entry point and is resumable on its own, so
+a re-run (or a run after an interruption) does only what is missing:
 
-  1. the sweep (sweeps' front door, `sweeps.api.run`): baseline, Free Transformers at kappa
-     1/2, 1, 2 bits, the +1-layer, FLOPs-matched and Z-cut controls, every seed, each run
-     evaluated when it finishes (EVAL=1: gold-answer bits per byte and pass@1 / accuracy on
-     GSM8K, HumanEval+, MBPP+ from the offline benchmark files, the honest likelihood bound on
-     LIKELIHOOD_ROWS rows, EVAL_POINTS for the curves). sweeps skips done cells and resumes
-     interrupted ones;
-  2. the latent probe (`experiments.eval.probe.probe_run`) of every finished Free Transformer;
-     a run whose probe file is recorded (and still there) is skipped;
+  1. the sweep (`sweeps.api.run`): baseline, Free Transformers at kappa 1/2, 1, 2 bits, the
+     +1-layer, FLOPs-matched and Z-cut controls, every seed, each run evaluated when it finishes
+     (gold-answer bits per byte and pass@1 / accuracy on GSM8K, HumanEval+, MBPP+ from the
+     offline benchmark files, the honest likelihood bound, EVAL_POINTS for the curves);
+  2. the latent probe (`experiments.eval.probe.probe_run`) of every finished latent run;
   3. the report (analysis.report's build_report), rebuilt only when its inputs changed;
   4. the report's tables and HTML copied to docs/study/ with the study's settings (study.json),
-     and docs/STUDY.md rendered from them (analysis.study's render).
+     the synthetic claims judged from measured/synthetic/, and docs/STUDY.md rendered from them.
 
-    python -m pipelines.study [--size full|tiny] [--name study] [--bench-data DIR]
-                              [--docs DIR] [--jobs N] [--dry] [--allow-dirty]
+    python -m pipelines.study [run|render|docs] [--size full|tiny] [--name study]
+        [--bench-data DIR] [--docs DIR] [--jobs N] [--dry] [--allow-dirty]
 
-It refuses to train (exit 2) from a working tree with uncommitted changes to tracked source
-(pipelines.shared.refuse_dirty) unless --allow-dirty (or FTBENCH_ALLOW_DIRTY=1), which marks
-the cells; a re-run that trains nothing does not check.
-
-Bad input gets one line on stderr, exit 2, nothing written. The sizes, and why `full` is what
-it is, are in SIZES and docs/STUDY.md.
+It refuses to train from uncommitted changes to tracked source (pipelines.shared.refuse_dirty)
+unless --allow-dirty (or FTBENCH_ALLOW_DIRTY=1), which marks the cells. Bad input: one line,
+exit 2, nothing written. The sizes, and why `full` is what it is: SIZES and docs/STUDY.md.
 """
 
 from __future__ import annotations
@@ -42,6 +36,7 @@ from typing import Any
 
 from common.arms import BASELINE, FREE
 from common.arms import find as find_arm
+from common.errors import UsageError, cli
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
 from common.text import one_line
@@ -63,7 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "study"
 SMOKE_DATA = ROOT / "experiments" / "eval" / "smoke_data"
 STATE = "study-state.json"
-SYNTHETIC_VERDICTS = ROOT / "docs" / "synthetic" / "cpu" / "verdicts.csv"
+SYNTHETIC_VERDICTS = ROOT / "measured" / "synthetic" / "cpu" / "verdicts.csv"
 """The committed synthetic experiment's per-seed verdicts (the CPU default, v2 rules)."""
 CORES = 2
 """The machine the sizes are planned for (docs/STUDY.md)."""
@@ -127,10 +122,6 @@ SIZES: dict[str, Size] = {
 }
 
 
-class StudyError(ValueError):
-    """Bad input: one line, exit 2, nothing written."""
-
-
 def _now() -> str:
     return time.strftime("%H:%M:%S", time.gmtime())
 
@@ -151,7 +142,7 @@ class Progress:
 
 def find_bench(given: str | None, size: Size) -> Path:
     """BENCH_DATA, else $FTBENCH_DATA, else the size's default, else ../shared/benchmarks (as
-    `make demo` finds it); StudyError when none is a directory."""
+    `make demo` finds it); UsageError when none is a directory."""
     tried = [given, os.environ.get("FTBENCH_DATA"), size.bench or None,
              str(ROOT.parent / "shared" / "benchmarks")]
     for t in tried:
@@ -159,9 +150,9 @@ def find_bench(given: str | None, size: Size) -> Path:
             if Path(t).is_dir():
                 return Path(t).resolve()
             if t == given:
-                raise StudyError(f"BENCH_DATA={t}: not a directory; give a directory laid out "
+                raise UsageError(f"BENCH_DATA={t}: not a directory; give a directory laid out "
                                  "as in docs/BENCHMARKS.md")
-    raise StudyError("offline benchmark files not found; give BENCH_DATA=<dir laid out as in "
+    raise UsageError("offline benchmark files not found; give BENCH_DATA=<dir laid out as in "
                      "docs/BENCHMARKS.md> (or set FTBENCH_DATA)")
 
 
@@ -404,27 +395,26 @@ def main(argv: list[str] | None = None) -> int:
                     help="train even from uncommitted changes to tracked source (the cells are "
                          "marked: sweep's dirty.json, each run's git_dirty)")
     a = ap.parse_args(argv)
-    try:
-        if a.cmd == "render":
-            return render(Path(a.docs) if a.docs and a.docs != "-" else DOCS)
-        if a.size not in SIZES:
-            raise StudyError(f"STUDY_SIZE={a.size!r}: not one of {', '.join(SIZES)}")
-        size = SIZES[a.size]
-        name = a.name.strip() or ("study" if a.size == "full" else f"study-{a.size}")
-        if not name.replace("-", "").replace("_", "").isalnum():
-            raise StudyError(f"STUDY_NAME={name!r}: use letters, digits, '-' and '_'")
-        jobs = a.jobs.strip()
-        if jobs and (not jobs.isdigit() or int(jobs) < 1):
-            raise StudyError(f"--jobs={jobs!r}: must be a positive integer")
-        bench = find_bench(a.bench_data.strip() or None, size)
-    except StudyError as e:
-        print(f"study: error: {e}", file=sys.stderr)
-        return 2
+    return cli("study", lambda: _main(a))
+
+
+def _main(a: argparse.Namespace) -> int:
+    if a.cmd == "render":
+        return render(Path(a.docs) if a.docs and a.docs != "-" else DOCS)
+    if a.size not in SIZES:
+        raise UsageError(f"STUDY_SIZE={a.size!r}: not one of {', '.join(SIZES)}")
+    size = SIZES[a.size]
+    name = a.name.strip() or ("study" if a.size == "full" else f"study-{a.size}")
+    if not name.replace("-", "").replace("_", "").isalnum():
+        raise UsageError(f"STUDY_NAME={name!r}: use letters, digits, '-' and '_'")
+    jobs = a.jobs.strip()
+    if jobs and (not jobs.isdigit() or int(jobs) < 1):
+        raise UsageError(f"--jobs={jobs!r}: must be a positive integer")
+    bench = find_bench(a.bench_data.strip() or None, size)
     docs = docs_dir(a.docs, a.size, name)
     if a.cmd == "docs":
         if docs is None:
-            print("study: error: --docs=-: nothing to export", file=sys.stderr)
-            return 2
+            raise UsageError("--docs=-: nothing to export")
         export(name, study_meta(name, a.size, size, bench), docs)
         return render(docs)
     with environment(OFFLINE_ENV):  # what its jobs inherit, as when each stage was a process
@@ -442,8 +432,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
         try:
             refuse_dirty("study", bool(getattr(a, "allow_dirty", False)), name, todo)
         except DirtyTreeError as e:
-            print(f"study: error: {e}", file=sys.stderr)
-            return 2
+            raise UsageError(str(e)) from None
     prog = Progress(size)
     n = 4
     prog.stage(1, n, "sweep", f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "

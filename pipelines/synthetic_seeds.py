@@ -33,15 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import UsageError, cli
 from common.paths import RunDir, results_root
-from common.text import one_line
 from sweeps.job import CommandJob
 from sweeps.launcher import LocalLauncher
 from sweeps.manifest import live_progress
-
-
-class SeedsArgsError(ValueError):
-    """Bad input: one line; raised before any process starts."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +96,7 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     a, rest = p.parse_known_args(argv)
     for flag in ("--seed", "--name"):
         if any(r == flag or r.startswith(flag + "=") for r in rest):
-            raise SeedsArgsError(f"{flag} is set per seed here; give --seeds and --name")
+            raise UsageError(f"{flag} is set per seed here; give --seeds and --name")
     return a, rest
 
 
@@ -129,12 +125,12 @@ def plan(a: argparse.Namespace, rest: list[str]) -> list[Seed]:
 
     toks = a.seeds.replace(",", " ").split()
     if not toks or not all(re.fullmatch(r"\d+", t) for t in toks):
-        raise SeedsArgsError(f"--seeds {a.seeds!r}: give seeds as integers >= 0, e.g. '0 1 2'")
+        raise UsageError(f"--seeds {a.seeds!r}: give seeds as integers >= 0, e.g. '0 1 2'")
     seeds = [int(t) for t in toks]
     if len(set(seeds)) != len(seeds):
-        raise SeedsArgsError(f"--seeds {a.seeds!r}: a seed is given twice")
+        raise UsageError(f"--seeds {a.seeds!r}: a seed is given twice")
     if a.jobs < 0 or a.interval <= 0:
-        raise SeedsArgsError(f"--jobs {a.jobs} must be >= 0 and --interval {a.interval} > 0")
+        raise UsageError(f"--jobs {a.jobs} must be >= 0 and --interval {a.interval} > 0")
     out = []
     for s in seeds:
         argv = ["--name", f"{a.name}-s{s}", "--seed", str(s), *rest]
@@ -216,16 +212,18 @@ def run(seeds: list[Seed], jobs: int, interval: float) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from experiments.synthetic import SyntheticArgsError
-    from experiments.train.config import ConfigError
+    def body() -> int:
+        from experiments.synthetic import SyntheticArgsError
+        from experiments.train.config import ConfigError
 
-    try:
         a, rest = parse(sys.argv[1:] if argv is None else argv)
-        seeds = plan(a, rest)
-    except (SeedsArgsError, SyntheticArgsError, ConfigError) as e:
-        print(f"error: {one_line(str(e))}", file=sys.stderr)
-        return 2
-    return run(seeds, a.jobs, a.interval)
+        try:  # every seed's options checked before any process starts
+            seeds = plan(a, rest)
+        except (SyntheticArgsError, ConfigError) as e:
+            raise UsageError(str(e)) from None
+        return run(seeds, a.jobs, a.interval)
+
+    return cli("synthetic-seeds", body)
 
 
 if __name__ == "__main__":

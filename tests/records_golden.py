@@ -106,7 +106,7 @@ def plant(root: Path) -> list[str]:
                      controls=("baseline_flops", "baseline_plus1_flops"), eval_spec_id=sid,
                      manifest="legacy")
     # 3: the calibration's planted sweep (missing cells, crashed items, a stray LIMIT re-run)
-    from analysis.calibrate import DESIGNS, Scenario, write_scenario
+    from calibration import DESIGNS, Scenario, write_scenario
 
     sc = Scenario("calib", DESIGNS["demo"], 0.05, hs=(8, 16), effects={0.5: 0.1},
                   control_effect={16: 0.05}, missing=True, crash=0.2, stray_limit=True)

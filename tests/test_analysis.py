@@ -9,12 +9,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from calibration import paired_bootstrap  # the old two-level bootstrap: CALIBRATION.md's
 from fake import write_fake_sweep
 from scipy import stats
 
 from analysis.claims import checklist, leak_table
 from analysis.frame import load_sweep
-from analysis.stats import clopper_pearson, mean_ci, paired_bootstrap, paired_matrix, wilson
+from analysis.stats import clopper_pearson, mean_ci, paired_matrix
 from analysis.tables import cell_text, paper_table, to_latex, to_markdown, wide
 
 N_BOOT = 300
@@ -40,14 +41,9 @@ def tables(sweep):
 
 # ---- intervals -------------------------------------------------------------------------------
 
-def test_wilson_and_clopper_pearson_known_values():
-    z2 = 1.959963984540054 ** 2
-    lo, hi = wilson(0, 20)
-    assert lo == 0.0 and hi == pytest.approx(z2 / (20 + z2), rel=1e-9)  # 0.1611
+def test_clopper_pearson_and_mean_ci_known_values():
     lo, hi = clopper_pearson(0, 20)
     assert lo == 0.0 and hi == pytest.approx(1 - 0.025 ** (1 / 20), rel=1e-9)  # 0.1684
-    lo, hi = wilson(10, 20)
-    assert (lo + hi) / 2 == pytest.approx(0.5) and 0.29 < lo < 0.30
     m, lo, hi = mean_ci([1.0, 2.0, 3.0])
     assert m == 2.0 and hi - m == pytest.approx(4.302652729911275 * 1 / math.sqrt(3))
     assert math.isnan(mean_ci([1.0])[1]) and math.isnan(mean_ci([])[0])
@@ -373,10 +369,10 @@ def test_seed_level_intervals_stay_in_range_and_use_the_seed():
 
     ci = cell_interval([0.0, 0.333, 0.667], np.r_[np.zeros(10), np.ones(20)], "exact_match")
     assert ci.lo == 0.0 and ci.hi <= 1.0 and ci.method == "t over 3 seeds"
-    # 2 seeds far apart: the seed-level interval is wide, a pooled Wilson would be narrow
+    # 2 seeds far apart: the seed-level interval is wide, an interval over pooled items narrow
     items = np.r_[np.ones(90), np.zeros(110)]
     ci2 = cell_interval([0.2, 0.7], items, "acc")
-    lo_w, hi_w = wilson(90, 200)
+    lo_w, hi_w = clopper_pearson(90, 200)
     assert ci2.hi - ci2.lo > 3 * (hi_w - lo_w) and ci2.method == "t over 2 seeds"
     tie = cell_interval([0.0, 0.0, 0.0], np.zeros(30), "pass@1_plus")
     assert tie.degenerate and math.isnan(tie.lo) and "no variation" in tie.method

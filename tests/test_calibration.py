@@ -5,10 +5,9 @@ same statistic functions the report calls. Fails when calibration breaks. The fu
 
 from __future__ import annotations
 
+import calibration as C
 import numpy as np
 import pytest
-
-from analysis import calibrate as C
 
 SETTINGS = [("demo", sd) for sd in C.SEED_SDS] + [("paper", 0.03), ("demo-1seed", 0.08)]
 

@@ -176,11 +176,8 @@ def test_signal_noise_per_metric(built):
 
 
 def test_latent_section_aggregates_seeds(tmp_path):
-    from analysis.latent import aggregate, latent_section, per_run, recovered_share
+    from analysis.latent import aggregate, latent_section, per_run
 
-    assert math.isclose(recovered_share({"d_posterior_LEAKING": -math.log(2) * 0.1,
-                                         "kl_bits": 1.0}), 0.1)
-    assert math.isnan(recovered_share({"d_posterior_LEAKING": -0.1, "kl_bits": 0.0}))
     docs = []
     for seed in range(3):
         d = tmp_path / f"r{seed}" / "eval"
@@ -196,7 +193,8 @@ def test_latent_section_aggregates_seeds(tmp_path):
                                                     "lo": -0.01 * (seed + 2),
                                                     "hi": -0.01 * seed}},
                    "zeroed": {"delta_vs_prior": {"mean": 0.001, "lo": 0.0, "hi": 0.002}}}},
-               "steering": {}}
+               "steering": {}, "latent_use": {"recovered_share": 0.01 * (seed + 1) / (
+                   (1.0 + 0.1 * seed) * math.log(2))}}
         (d / "probe.aaaaaaaaaaaa.step10.json").write_text(json.dumps(doc))
         docs.append({**doc, "file": "x"})
     agg = aggregate(per_run(docs))

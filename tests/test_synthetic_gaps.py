@@ -6,10 +6,10 @@ the committed-samples path and the evaluation's per-sequence CE."""
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import math
 import random
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -147,34 +147,20 @@ def test_validity_difference_and_ce_interval() -> None:
     assert SY.ce_interval({"ce_prior": 0.3, "n_eval": 512}) == (None, None)  # not recorded
 
 
-def _committed(tmp: Path, tamper: bool = False) -> Path:
-    """A committed aggregate folder: aggregate.json naming one run's samples by sha256."""
+def test_gap_rows_and_block_of_a_run_with_checkpoints() -> None:
     lines = [{"kind": "meta", "settings": {"seed": 4}}]
     for model, enc, arm in (("baseline", 0.0, "baseline"), ("kappa=1", 0.8, "free")):
         lines.append({"kind": "model", "model": model, "arm": arm, "steps": 100,
                       "kappa_bits": None if arm == "baseline" else 1.0,
                       "latent_bits": 0 if arm == "baseline" else 8, "ce_prior": 0.31,
                       "ce_prior_sd": 0.05, "n_eval": 64})
-        for step in (50,):
-            lines.append({"kind": "point", "model": model, "arm": arm, "step": step,
-                          "kappa_bits": None if arm == "baseline" else 1.0, "ce_prior": 0.4})
-            lines += [r | {"kind": "point_sample", "model": model, "step": step}
-                      for r in planted(enc / 2, seed=9)]
+        lines.append({"kind": "point", "model": model, "arm": arm, "step": 50,
+                      "kappa_bits": None if arm == "baseline" else 1.0, "ce_prior": 0.4})
+        lines += [r | {"kind": "point_sample", "model": model, "step": 50}
+                  for r in planted(enc / 2, seed=9)]
         lines += [r | {"kind": "sample", "model": model} for r in planted(enc, seed=8)]
-    raw = "".join(json.dumps(x) + "\n" for x in lines).encode()
-    d = tmp / "agg"
-    (d / "samples").mkdir(parents=True)
-    (d / "samples" / "r-s4.samples.jsonl.gz").write_bytes(gzip.compress(raw))
-    sha = hashlib.sha256(raw + (b" " if tamper else b"")).hexdigest()
-    (d / "aggregate.json").write_text(json.dumps(
-        {"sources": [{"name": "r-s4", "status": "measured", "sha256": sha}]}))
-    return d
-
-
-def test_intervals_from_committed_samples_and_render(tmp_path: Path) -> None:
-    d = _committed(tmp_path)
-    SY.main(["intervals", str(d), "--n-perm", "99"])
-    g = pd.read_csv(d / "gaps.csv")
+    run = SY.read_run(json.dumps(x) for x in lines)
+    g = SY._model_order(SY.gap_rows("r-s4", run, n_perm=99))
     assert list(g.columns) == list(SY.GAP_COLUMNS)
     assert list(zip(g["model"], g["step"], g["final"], strict=True)) == [
         ("baseline", 50, False), ("baseline", 100, True), ("kappa=1", 50, False),
@@ -184,25 +170,12 @@ def test_intervals_from_committed_samples_and_render(tmp_path: Path) -> None:
     assert fin.loc["kappa=1", "pos_p"] == pytest.approx(0.01)  # 1 / (1 + 99)
     assert fin.loc["kappa=1", "ce_prior_lo"] < 0.31 < fin.loc["kappa=1", "ce_prior_hi"]
     assert g["seed"].eq(4).all() and g["n_perm"].eq(99).all()
-    block = "\n".join(SY._gaps_block(d / "gaps.csv"))
+    with tempfile.TemporaryDirectory() as d:
+        SY.write_gaps(g, Path(d))
+        block = "\n".join(SY._gaps_block(Path(d) / "gaps.csv"))
     assert "| kappa=1 | r-s4 | " in block and "Position gap over training" in block
     assert "smallest p is 0.0100" in block
-    assert "not computed" in "\n".join(SY._gaps_block(tmp_path / "none.csv"))
-
-
-@pytest.mark.parametrize("problem", ["tamper", "missing", "no-aggregate"])
-def test_intervals_refuse_samples_that_are_not_the_tables(tmp_path: Path, problem: str,
-                                                          capsys: pytest.CaptureFixture[str]
-                                                          ) -> None:
-    d = _committed(tmp_path, tamper=problem == "tamper")
-    if problem == "missing":
-        (d / "samples" / "r-s4.samples.jsonl.gz").unlink()
-    if problem == "no-aggregate":
-        (d / "aggregate.json").unlink()
-    with pytest.raises(SystemExit) as e:
-        SY.main(["intervals", str(d)])
-    assert e.value.code == 2 and not (d / "gaps.csv").exists()
-    assert capsys.readouterr().err.count("\n") == 1  # one line
+    assert "not computed" in "\n".join(SY._gaps_block(Path("/nonexistent/gaps.csv")))
 
 
 def test_evaluate_records_the_per_sequence_sd() -> None:
@@ -340,7 +313,8 @@ def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
     assert gzip.decompress(gz.read_bytes()) == raw
     assert gz.read_bytes()[4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
     before = pd.read_csv(out / "gaps.csv")
-    SY.main(["intervals", str(out)])  # the folder recomputes its own gaps from its samples
+    run = SY.read_run(gzip.decompress(gz.read_bytes()).decode().splitlines())
+    SY.write_gaps(SY.gap_rows("a", run), out)  # the folder's samples give its gaps again
     pd.testing.assert_frame_equal(pd.read_csv(out / "gaps.csv"), before)
     assert SY.render_block(tmp_path / "docs" / "synthetic" / "gpu").startswith(
         "Not run yet: no tables in `synthetic/gpu/`")
@@ -399,7 +373,7 @@ def test_findings_count_what_the_tables_say(tmp_path: Path) -> None:
 def test_committed_gaps_and_verdicts_agree_with_the_tables(folder: str) -> None:
     """gaps.csv's final rows re-derive per_seed.csv's gaps and validity; verdicts.csv is what
     the rules make of gaps.csv, and its v1 column is per_seed.csv's regime result."""
-    d = Path(__file__).resolve().parents[1] / "docs" / "synthetic" / folder
+    d = Path(__file__).resolve().parents[1] / "measured" / "synthetic" / folder
     g = pd.read_csv(d / "gaps.csv")
     fin = g[g["final"]].set_index(["model", "name"])
     ps = pd.read_csv(d / "per_seed.csv", keep_default_na=False,

@@ -12,7 +12,6 @@ import pytest
 from analysis.synthetic import (
     DOC_BEGIN,
     DOC_END,
-    _ce_vs_baseline,
     aggregate,
     kl_curve,
     main,
@@ -20,6 +19,7 @@ from analysis.synthetic import (
     render_doc,
     write_aggregate,
 )
+from common.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 KAPPAS = {"kappa=1/64": 1 / 64, "kappa=1/8": 1 / 8, "kappa=1": 1.0, "kappa=8": 8.0}
@@ -134,9 +134,9 @@ def test_aggregate_counts_regimes_per_seed_and_missing(planted: Path) -> None:
     # 16 bins of ceil(100/16) = 7 steps: the last, (98, 100], holds step 100 alone
     assert cv.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)
     assert cv.loc[("kappa=1", 14), "kl_bits"] == pytest.approx(0.05)  # step 10 alone
-    gains = _ce_vs_baseline(agg.curves, [100])
-    assert gains["kappa=8"][0][0] == pytest.approx(-6.0 * 100 / 1000)
-    assert gains["kappa=8"][0][1] == 1  # one run (a) with both curves
+    block = render_block(write_aggregate(agg, planted / "agg")["summary.md"].parent)
+    # CE gain against the seed's baseline: one run (a) with both curves, -6.0 * 100 / 1000
+    assert "| kappa=8 | " in block and "| -0.600 (n=1) |" in block
 
 
 def test_kl_curve_bins(tmp_path: Path) -> None:
@@ -151,13 +151,14 @@ def test_kl_curve_bins(tmp_path: Path) -> None:
 
 
 def test_no_name_measured_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="none of"):
+    with pytest.raises(UsageError, match="none of"):
         aggregate(["x", "y"], root=tmp_path)
-    with pytest.raises(ValueError, match="twice"):
+    with pytest.raises(UsageError, match="twice"):
         aggregate(["x", "x"], root=tmp_path)
 
 
-def test_block_and_doc_render_from_written_tables(planted: Path) -> None:
+def test_block_and_doc_render_from_written_tables(planted: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     agg = aggregate(["a", "b", "c"], root=planted)
     out = write_aggregate(agg, planted / "docs" / "synthetic" / "t")
     block = render_block(out["summary.md"].parent)
@@ -167,20 +168,17 @@ def test_block_and_doc_render_from_written_tables(planted: Path) -> None:
     assert "| kappa=1/8 | 2/3 | 0.150 |" in block  # mean KL of the two measured seeds
     doc = planted / "docs" / "DOC.md"
     stale = block.replace("0.150", "9.999")
-    doc.write_text(f"# t\n\n{DOC_BEGIN}synthetic/t -->\n{stale}{DOC_END}\n\nprose 1.23\n")
-    new, dirs = render_doc(doc)
-    assert dirs == ["synthetic/t"] and "9.999" not in new and block in new
+    doc.write_text(f"# t\n\n{DOC_BEGIN}docs/synthetic/t -->\n{stale}{DOC_END}\n\nprose 1.23\n")
+    new, dirs = render_doc(doc, root=planted)
+    assert dirs == ["docs/synthetic/t"] and "9.999" not in new and block in new
     assert new.endswith(f"{DOC_END}\n\nprose 1.23\n")
-    with pytest.raises(SystemExit) as e:
-        main(["render-doc", "--doc", str(doc), "--check"])
-    assert e.value.code == 1 and "9.999" in doc.read_text()  # --check writes nothing
-    main(["render-doc", "--doc", str(doc)])
-    assert doc.read_text() == new
-    main(["render-doc", "--doc", str(doc), "--check"])
-    doc.write_text(f"{DOC_BEGIN}synthetic/t -->\nunclosed")
-    with pytest.raises(SystemExit) as e:
-        main(["render-doc", "--doc", str(doc)])
-    assert e.value.code == 2
+    monkeypatch.setattr("analysis.synthetic.ROOT", planted)
+    assert main(["render-doc", "--doc", str(doc), "--check"]) == 1
+    assert "9.999" in doc.read_text()  # --check writes nothing
+    assert main(["render-doc", "--doc", str(doc)]) == 0 and doc.read_text() == new
+    assert main(["render-doc", "--doc", str(doc), "--check"]) == 0
+    doc.write_text(f"{DOC_BEGIN}docs/synthetic/t -->\nunclosed")
+    assert main(["render-doc", "--doc", str(doc)]) == 2
 
 
 def test_cli_names(planted: Path, monkeypatch: pytest.MonkeyPatch,
@@ -189,14 +187,12 @@ def test_cli_names(planted: Path, monkeypatch: pytest.MonkeyPatch,
     main(["--names", "a", "c", "--out", str(planted / "agg")])
     assert pd.read_csv(planted / "agg" / "summary.csv")["n_measured"].tolist() == [1] * 5
     for bad in (["--names", "../a"], ["--names", "c"], ["--out", "x"]):
-        with pytest.raises(SystemExit) as e:
-            main(bad)
-        assert e.value.code == 2
+        assert main(bad) == 2
     assert capsys.readouterr().err.count("error:") == 3
 
 
 def test_committed_doc_is_rendered_from_committed_tables() -> None:
-    """docs/SYNTHETIC.md's numbers are exactly what render-doc makes of docs/synthetic/."""
+    """docs/SYNTHETIC.md's numbers are exactly what render-doc makes of measured/synthetic/."""
     doc = REPO / "docs" / "SYNTHETIC.md"
     new, dirs = render_doc(doc)
     assert dirs and new == doc.read_text(encoding="utf-8")
@@ -268,11 +264,11 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
 
 @pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
 def test_committed_samples_are_the_ones_the_tables_name(folder: str) -> None:
-    """docs/synthetic/<folder>/samples/*.gz decompress to the sha256 aggregate.json records."""
+    """measured/synthetic/<folder>/samples/*.gz decompress to the sha256 aggregate.json names."""
     import gzip
     import hashlib
 
-    d = REPO / "docs" / "synthetic" / folder
+    d = REPO / "measured" / "synthetic" / folder
     meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
     for src in meta["sources"]:
         gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"

@@ -21,7 +21,8 @@ def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path: Path, monkeypatc
                       (["--setting", "tpu"], "setting")):
         assert R.main(argv) == 2, argv
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("error:") and msg in err, (argv, err)
+        assert err.count("\n") == 1 and err.startswith("synthetic-seeds: error:"), (argv, err)
+        assert msg in err, (argv, err)
     assert not (tmp_path / "res").exists()
 
 

@@ -1,7 +1,8 @@
-"""Calibration harness: synthetic sweeps with planted truth, through the report's own statistics.
+"""Calibration harness (test support): synthetic sweeps with planted truth, through the report's
+own statistics. tests/test_calibration.py runs a fast version; the full run writes the doc:
 
-    python -m analysis.calibrate [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
-    make calibrate            (the full run; tests/test_calibration.py runs a fast one)
+    python tests/calibration.py [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
+    make calibrate            (the full run)
 
 What it does (docs/CALIBRATION.md has the figures of the last full run):
 1. Full path. It writes synthetic sweeps AS RESULT FILES (results/sweeps/<name>/manifest.json,
@@ -46,16 +47,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from common import arms, benchmarks
-from common.io import atomic_write_text
-from common.paths import METRICS, RUN_RECORD, RunDir, SweepDir
-from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord
-
-from . import stats as S
-from .claims import SUPPORTED, _benchmark_claim, benchmark_verdict
-from .frame import load_sweep
-from .stats import ALPHA
-from .tables import comparisons, paper_table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: this repo's
+from analysis import stats as S  # noqa: E402
+from analysis import synthetic as SY  # noqa: E402
+from analysis.claims import SUPPORTED, _benchmark_claim, benchmark_verdict  # noqa: E402
+from analysis.frame import load_sweep  # noqa: E402
+from analysis.render import md  # noqa: E402
+from analysis.stats import ALPHA  # noqa: E402
+from analysis.tables import comparisons, paper_table  # noqa: E402
+from common import arms, benchmarks  # noqa: E402
+from common.errors import UsageError, cli  # noqa: E402
+from common.io import atomic_write_text  # noqa: E402
+from common.paths import METRICS, RUN_RECORD, RunDir, SweepDir  # noqa: E402
+from common.records import EvalFile, EvalSpec, Manifest, ManifestCell, RunRecord  # noqa: E402
 
 TASK = benchmarks.tasks(suite="lm-eval", scoring="generate", default=True)[0]
 """The planted lm-eval benchmark (GSM8K: a generation task of the default set)."""
@@ -218,7 +222,7 @@ def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
                         c.power_t.add(t_sig)
                         c.power_lt_t += t_sig and not (d.significant and d.delta > 0)
                 if sweep < old and design.n_seeds >= 2 and mode != "power":
-                    pb = S.paired_bootstrap(*_long(y, base), n_boot=n_boot, seed=sweep)
+                    pb = paired_bootstrap(*_long(y, base), n_boot=n_boot, seed=sweep)
                     if mode == "null":
                         c.old_fpr.add(pb.significant)
                     else:
@@ -235,6 +239,70 @@ def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
                 c.supported_null.add(verdict == SUPPORTED)
                 c.decided_null.add(verdict != "inconclusive")
     return c
+
+
+# ---- the old two-level bootstrap (a reference method: its figures are in the doc) --------
+
+@dataclass(frozen=True)
+class PairedDelta:
+    """Delta (test - reference) over paired (seed, item) scores with its two-level bootstrap
+    interval (kept as a reference method; the report uses `paired_delta`)."""
+
+    delta: float
+    lo: float
+    hi: float
+    p: float
+    n_seeds: int
+    n_items: int
+
+    @property
+    def significant(self) -> bool:  # a zero-width interval is rounding, never a finding
+        return bool(np.isfinite(self.lo) and self.hi > self.lo and (self.lo > 0 or self.hi < 0))
+
+
+def bootstrap_stats(d: np.ndarray, n_boot: int = 2000, seed: int = 0,
+                    chunk: int = 256) -> np.ndarray:
+    """Bootstrap replicates of mean(D) resampling rows (seeds) and columns (items) independently.
+
+    Replicate b draws seed indices `si = rng.integers(0, S, S)` then item indices
+    `ii = rng.integers(0, I, I)` and returns `D[si][:, ii].mean()`; the computation uses item
+    counts (D @ counts / I) so memory stays at chunk x I.
+    """
+    rng = np.random.default_rng(seed)
+    s_n, i_n = d.shape
+    out = np.empty(n_boot)
+    for start in range(0, n_boot, chunk):
+        stop = min(n_boot, start + chunk)
+        counts = np.empty((stop - start, i_n))
+        sis = []
+        for j in range(stop - start):
+            si = rng.integers(0, s_n, s_n)
+            ii = rng.integers(0, i_n, i_n)
+            sis.append(si)
+            counts[j] = np.bincount(ii, minlength=i_n)
+        row_means = counts @ d.T / i_n  # (chunk, S): each seed's mean over the resampled items
+        for j, si in enumerate(sis):
+            out[start + j] = row_means[j, si].mean()
+    return out
+
+
+def paired_bootstrap(test: pd.DataFrame, ref: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
+                     level: float = S.LEVEL) -> PairedDelta:
+    """Paired bootstrap of mean(test - ref) over items and seeds (pairs by seed and doc_id).
+
+    The point estimate is the plain mean of the paired differences; the interval is the
+    percentile interval of `bootstrap_stats`; p is the two-sided bootstrap p-value for delta = 0.
+    """
+    d, seeds, docs = S.paired_matrix(test, ref)
+    if d.size == 0:
+        return PairedDelta(math.nan, math.nan, math.nan, math.nan, len(seeds), len(docs))
+    delta = float(d.mean())
+    if S.no_variation(d, S._scale(test["value"], ref["value"])):  # no interval, never significant
+        return PairedDelta(delta, math.nan, math.nan, math.nan, *d.shape)
+    reps = bootstrap_stats(d, n_boot=n_boot, seed=seed)
+    lo, hi = np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2])
+    p = min(1.0, 2 * min(float(np.mean(reps <= 0)), float(np.mean(reps >= 0))))
+    return PairedDelta(delta, float(lo), float(hi), p, *d.shape)
 
 
 def _long(y: np.ndarray, base: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -721,8 +789,6 @@ class GapCell:
 
 
 def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, GapCell]:
-    from . import synthetic as SY
-
     kinds = ("pos", "noise")
     keys = ("pos", "pos_n", "noise", "noise_n")
     out = {}
@@ -732,8 +798,8 @@ def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, 
         t = dict.fromkeys(keys, 0.0)
         n = n_sims * (NULL_SIMS_FACTOR if a == 0 else 1)  # the level needs the most precision
         for _ in range(n_sims):  # the truth: pair sums pooled over independent models
-            for pp in SY._prompt_pairs(planted_samples(rng, a, b)):
-                blk = SY._blocks(pp)
+            for pp in SY._prompts(SY._frame(planted_samples(rng, a, b))):
+                blk = pp.blocks
                 for k in keys:
                     w[k] += float(np.trace(blk[k])) / 2
                     t[k] += float(blk[k].sum()) / 2
@@ -846,8 +912,7 @@ def _tost_tag(key: tuple) -> str:
 
 
 def _md(rows: list[dict[str, str]]) -> str:
-    """A Markdown table of text cells, kept as written."""
-    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+    return md(pd.DataFrame(rows))
 
 
 def markdown(res: dict, command: str) -> str:
@@ -1033,7 +1098,8 @@ def markdown(res: dict, command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Calibrate the report's statistics (see "
+    ap = argparse.ArgumentParser(prog="python tests/calibration.py",
+                                 description="Calibrate the report's statistics (see "
                                              "docs/CALIBRATION.md)")
     ap.add_argument("--sweeps", type=int, default=1000, help="bulk sweeps per setting")
     ap.add_argument("--full-path", type=int, default=50,
@@ -1045,22 +1111,20 @@ def main(argv: list[str] | None = None) -> int:
                     help="planted models per synthetic-gap scenario (0: skip that section)")
     ap.add_argument("--out", default=None, help="write the Markdown here (docs/CALIBRATION.md)")
     a = ap.parse_args(argv)
-    if a.sweeps < 1 or a.full_path < 0 or a.old < 0 or a.gap_sims < 0:
-        print("calibrate: --sweeps must be >= 1, --full-path, --old and --gap-sims >= 0",
-              file=sys.stderr)
-        return 2
-    cmd = "python -m analysis.calibrate " + " ".join(argv if argv is not None else sys.argv[1:])
-    res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed, gap_sims=a.gap_sims)
-    md = markdown(res, cmd.strip())
-    if a.out:
-        out = atomic_write_text(a.out, md)
-        print(f"wrote {out}")
-    else:
-        print(md)
-    bad = failures(res)
-    for b in bad:
-        print(f"calibrate: target missed: {b}", file=sys.stderr)
-    return 1 if bad else 0
+
+    def body() -> int:
+        if a.sweeps < 1 or a.full_path < 0 or a.old < 0 or a.gap_sims < 0:
+            raise UsageError("--sweeps must be >= 1, --full-path, --old and --gap-sims >= 0")
+        cmd = "python tests/calibration.py " + " ".join(
+            argv if argv is not None else sys.argv[1:])
+        res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed, gap_sims=a.gap_sims)
+        text = markdown(res, cmd.strip())
+        print(f"wrote {atomic_write_text(a.out, text)}" if a.out else text)
+        for b in failures(res):
+            print(f"calibrate: target missed: {b}", file=sys.stderr)
+        return 1 if failures(res) else 0
+
+    return cli("calibrate", body)
 
 
 if __name__ == "__main__":
