@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UsageError
+
 MODEL_CLASSES = ("Transformer", "FreeTransformer")
 """The model classes of model/ an arm may train (model.build picks one from latent_bits)."""
 COMPUTE = ("tokens", "flops")
@@ -28,8 +30,8 @@ COMPUTE = ("tokens", "flops")
 FLOPs of the Free Transformer of its H (`train.compute_match=flops`)."""
 
 
-class ArmError(ValueError):
-    """An arm name no record has (one line naming it and the known ones)."""
+ArmError = UsageError
+"""The old name, while tests/test_common_api.py imports it."""
 
 
 @dataclass(frozen=True)
@@ -60,15 +62,15 @@ class Arm:
 
     def __post_init__(self) -> None:
         if self.model_class not in MODEL_CLASSES:
-            raise ArmError(f"arm {self.name}: model_class {self.model_class!r} is not one of "
+            raise UsageError(f"arm {self.name}: model_class {self.model_class!r} is not one of "
                            f"{MODEL_CLASSES}")
         if self.latent != (self.model_class == "FreeTransformer"):
-            raise ArmError(f"arm {self.name}: latent={self.latent} disagrees with model_class "
+            raise UsageError(f"arm {self.name}: latent={self.latent} disagrees with model_class "
                            f"{self.model_class}")
         if self.compute not in COMPUTE:
-            raise ArmError(f"arm {self.name}: compute {self.compute!r} is not one of {COMPUTE}")
+            raise UsageError(f"arm {self.name}: compute {self.compute!r} is not one of {COMPUTE}")
         if self.z_cut and not self.latent:
-            raise ArmError(f"arm {self.name}: z_cut needs a latent (a baseline has no Z)")
+            raise UsageError(f"arm {self.name}: z_cut needs a latent (a baseline has no Z)")
 
     @property
     def flops_matched(self) -> bool:
@@ -120,11 +122,11 @@ _BY_NAME = {a.name: a for a in ARMS}
 
 
 def arm(name: str) -> Arm:
-    """The record of an arm name; ArmError (one line) for a name no record has."""
+    """The record of an arm name; UsageError (one line) for a name no record has."""
     try:
         return _BY_NAME[name]
     except (KeyError, TypeError):
-        raise ArmError(f"arm {name!r}: not a known arm (known: "
+        raise UsageError(f"arm {name!r}: not a known arm (known: "
                        f"{', '.join(_BY_NAME)})") from None
 
 
@@ -147,12 +149,12 @@ def names(*, latent: bool | None = None, compute: str | None = None,
 
 
 def by_control(control: str) -> Arm:
-    """The arm a CONTROLS name adds ('flops' -> baseline_flops); ArmError for another."""
+    """The arm a CONTROLS name adds ('flops' -> baseline_flops); UsageError for another."""
     for a in ARMS:
         if a.control == control:
             return a
     known = ", ".join(a.control for a in ARMS if a.control)
-    raise ArmError(f"control {control!r}: not a known control (known: {known})")
+    raise UsageError(f"control {control!r}: not a known control (known: {known})")
 
 
 def of_model(latent_bits: int | bool) -> Arm:

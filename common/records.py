@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
 from . import arms, benchmarks
+from .errors import UsageError
 
 SCHEMAS = {"run": "ftbench-run-v1", "eval": "ftbench-eval-v1",
            "likelihood": "ftbench-likelihood-v1", "manifest": "ftbench-manifest-v1",
@@ -50,8 +51,9 @@ FLOPS_MATCHED_ARMS = arms.names(compute="flops")
 """Controls trained to the FLOPs of the FT with H = match_latent_bits (common.arms)."""
 
 
-class RecordError(ValueError):
-    """A result file this code cannot read (one line)."""
+RecordError = UsageError
+"""A result file this code cannot read (one line): the old name, which analysis/, experiments/
+and common/paths.py import."""
 
 
 def _version(d: Mapping[str, Any], kind: str, where: str = "") -> int:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
+from common.errors import UsageError, cli
 from common.paths import SweepDir
 from common.text import one_line
 from pipelines.shared import (
@@ -68,10 +69,6 @@ partial copy was measured) and race were not measured: their cost is reported as
 DEFAULT_GPU = "H100-80GB"
 """The GPU type whose micro-batch a multi-GPU recipe takes when GPU= is not given: the paper's
 (§4.2: H100s)."""
-
-
-class PaperError(ValueError):
-    """Bad input: one line, exit 2, nothing written."""
 
 
 def _now() -> str:
@@ -108,7 +105,7 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
 
 def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:
     """The recipe's corpus against its budget, per source (experiments.corpus.budget: the
-    costliest cell's tokens, each source's passes from its known size); PaperError (one line)
+    costliest cell's tokens, each source's passes from its known size); UsageError (one line)
     when the corpus cannot reach the budget, before anything is built or submitted."""
     from experiments.corpus.budget import check_budget, manifest_lines
 
@@ -117,7 +114,7 @@ def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:
     chk = check_budget(c["cfg"].data, rec.budget_tokens,
                        bytes_per_token=rec.corpus.bytes_per_token)
     if chk.refusal is not None:
-        raise PaperError(chk.refusal)
+        raise UsageError(chk.refusal)
     built = manifest_lines(c["manifest"]) if c["manifest"] else []
     return chk.lines + (["  as built (corpus.json):", *built] if built else [])
 
@@ -353,33 +350,33 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check(a: argparse.Namespace) -> tuple[Any, str]:
-    """The recipe and the sweep name; PaperError (one line) on bad input."""
-    from sweeps.recipe import RecipeError, load
+    """The recipe and the sweep name; UsageError (one line) on bad input."""
+    from sweeps.recipe import load
 
     if not a.recipe.strip():
         from sweeps.recipe import known
 
-        raise PaperError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
+        raise UsageError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
     try:
         rec = load(a.recipe)
-    except RecipeError as e:
-        raise PaperError(f"RECIPE: {one_line(e)}") from None
+    except ValueError as e:
+        raise UsageError(f"RECIPE: {one_line(e)}") from None
     name = a.name.strip() or rec.name
     if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise PaperError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
+        raise UsageError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
     if a.launcher not in ("local", "slurm"):
-        raise PaperError(f"LAUNCHER={a.launcher!r}: not local or slurm")
+        raise UsageError(f"LAUNCHER={a.launcher!r}: not local or slurm")
     for var, v in (("GPUS", a.gpus), ("WORKERS", a.workers), ("JOBS", a.jobs)):
         if v.strip() and (not v.strip().isdigit() or int(v) < 1):
-            raise PaperError(f"{var}={v!r}: must be a positive integer")
+            raise UsageError(f"{var}={v!r}: must be a positive integer")
     if a.seeds.strip() and not all(x.isdigit() for x in a.seeds.replace(",", " ").split()):
-        raise PaperError(f"SEEDS={a.seeds!r}: non-negative integers, e.g. '0 1 2'")
+        raise UsageError(f"SEEDS={a.seeds!r}: non-negative integers, e.g. '0 1 2'")
     if a.bench_data and not Path(a.bench_data).is_dir():
-        raise PaperError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
+        raise UsageError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
     try:
         shlex.split(a.overrides), shlex.split(a.eval_args)
     except ValueError as e:
-        raise PaperError(f"OVERRIDES/EVAL_ARGS: {e}") from None
+        raise UsageError(f"OVERRIDES/EVAL_ARGS: {e}") from None
     return rec, name
 
 
@@ -395,6 +392,10 @@ def corpus_build(c: dict[str, Any], a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    return cli("paper", lambda: _main(a))
+
+
+def _main(a: argparse.Namespace) -> int:
     try:
         rec, name = check(a)
         rec_arg = a.recipe.strip()
@@ -403,18 +404,15 @@ def main(argv: list[str] | None = None) -> int:
         head = dry_text(rec, a, name) if a.dry else ""
         if not a.dry:  # the corpus against the budget, before anything is built or submitted
             corpus_budget_lines(rec, corpus_stage(rec, overrides(a)))
-    except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
-        print(f"paper: error: {one_line(e)}", file=sys.stderr)
-        return 2
+    except UsageError:
+        raise
+    except ValueError as e:  # ConfigError composing the recipe: bad input too
+        raise UsageError(one_line(e)) from None
     # each stage runs here; the jobs it submits inherit what they did as processes of their own
     with environment(OFFLINE_ENV if a.bench_data else {}):
         if a.dry:  # the sweep's plan first: a refusal (a world the batch does not split) is
             # one line with nothing printed before it
-            try:
-                tail = api.dry_run(sweep_request(rec_arg, a, name))
-            except api.SweepError as e:
-                print(f"sweep: error: {e}", file=sys.stderr, flush=True)
-                return 2
+            tail = api.dry_run(sweep_request(rec_arg, a, name))
             print(head, tail, sep="\n", flush=True)
             return 0
         return run_paper(a, rec, rec_arg, name)
@@ -467,13 +465,7 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
 
 def _report_slurm(name: str, a: argparse.Namespace, rc: int) -> int:
     """Stage 3 on SLURM (`report_submit`), said in one line; the exit status."""
-    from sweeps.errors import SweepError
-
-    try:
-        how, job = report_submit(name, a)
-    except SweepError as e:
-        print(f"paper: error: {e}", file=sys.stderr)
-        return 2
+    how, job = report_submit(name, a)  # a UsageError (a bad cluster file): cli's one line
     html = SweepDir.of(name).report_html.resolve()
     if how == "reused":
         print(f"[paper done {_now()}] report up to date: {html}", flush=True)

@@ -13,7 +13,7 @@
     status(name)          -> SweepManifest, refreshed from facts (saved when no driver holds it)
     table(manifest)       -> the status table `make sweep-status` prints
 
-Every input problem is a SweepError (one line naming the value) raised before anything is
+Every input problem is a UsageError (one line naming the value) raised before anything is
 written or submitted.
 """
 
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import UsageError
 from common.paths import SweepDir
 from common.text import one_line
 
@@ -35,17 +36,18 @@ from . import plan as P
 from .cluster import ClusterConfig, load_cluster
 from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
 from .driver import run as drive
-from .errors import SweepError
 from .grid import SweepSpec
 from .launcher import make_launcher
 from .manifest import SweepCell, SweepManifest, table
 from .manifest import status as _status
 
 __all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "SweepCell",
-           "SweepError", "SweepManifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
+           "UsageError", "SweepManifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
            "keep_eval_key", "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
            "status", "table"]
 
+SweepError = UsageError
+"""The old name, while pipelines/shared.py catches `api.SweepError`."""
 DEFAULT_H = "8"
 """CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
 token, about 4x the FLOPs of the whole 1M baseline."""
@@ -134,7 +136,7 @@ def keep_eval_key() -> str | None:
 
 
 def load_recipe(req: SweepRequest) -> Any:
-    """The recipe the request names (None without one); SweepError on a bad recipe or a grid
+    """The recipe the request names (None without one); UsageError on a bad recipe or a grid
     value that would contradict it."""
     if not req.recipe.strip():
         return None
@@ -142,11 +144,11 @@ def load_recipe(req: SweepRequest) -> Any:
 
     try:
         rec = R.load(req.recipe)
-    except R.RecipeError as e:
-        raise SweepError(f"RECIPE: {one_line(e)}") from e
+    except UsageError as e:
+        raise UsageError(f"RECIPE: {one_line(e)}") from e
     given = [var for k, var in GRID_VARS.items() if getattr(req, k) is not None]
     if given:
-        raise SweepError(f"RECIPE={rec.name} sets the grid and the budget; {', '.join(given)} "
+        raise UsageError(f"RECIPE={rec.name} sets the grid and the budget; {', '.join(given)} "
                          "cannot be given with it (SEEDS and OVERRIDES can)")
     return rec
 
@@ -155,7 +157,7 @@ def recipe_eval(rec: Any) -> list[str]:
     """The recipe's evaluation arguments: one group (the tasks at their stock few-shot counts)."""
     runs = rec.eval_runs()
     if len(runs) != 1:
-        raise SweepError(f"RECIPE={rec.name}: its tasks need {len(runs)} few-shot groups; a sweep "
+        raise UsageError(f"RECIPE={rec.name}: its tasks need {len(runs)} few-shot groups; a sweep "
                          "evaluates one group (give every task the stock count)")
     return runs[0]
 
@@ -169,14 +171,14 @@ def recipe_spec(rec: Any, req: SweepRequest, overrides: str | None = None) -> Sw
         seeds = SweepSpec.from_text(kappa="1", h="1", seeds=req.seeds).seeds
     gpu = req.gpu.strip() or None
     if gpu is not None and gpu not in R.GPU_TYPES:
-        raise SweepError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
+        raise UsageError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
     try:
         return rec.sweep_spec(seeds=seeds, gpu=gpu, extra=shlex.split(
             req.overrides if overrides is None else overrides))
-    except R.RecipeError as e:
-        raise SweepError(f"RECIPE: {one_line(e)}") from e
+    except UsageError as e:
+        raise UsageError(f"RECIPE: {one_line(e)}") from e
     except ValueError as e:  # shlex
-        raise SweepError(f"OVERRIDES: {e}") from e
+        raise UsageError(f"OVERRIDES: {e}") from e
 
 
 @dataclass
@@ -207,23 +209,23 @@ def _cluster_world(overrides: str, cluster: ClusterConfig, file: str) -> str:
     try:
         given = [o for o in shlex.split(overrides) if o.startswith(f"{WORLD_KEY}=")]
     except ValueError as e:
-        raise SweepError(f"OVERRIDES: {e}") from e
+        raise UsageError(f"OVERRIDES: {e}") from e
     n = cluster.tasks
     if given and given[-1].split("=", 1)[1].strip() != str(n):
-        raise SweepError(f"{given[-1]} (GPUS=) but {file} gives {cluster.or_default('nodes')} "
+        raise UsageError(f"{given[-1]} (GPUS=) but {file} gives {cluster.or_default('nodes')} "
                          f"node(s) x {max(1, int(cluster.or_default('gpus_per_node')))} GPU(s) "
                          f"= {n}: change nodes or gpus_per_node there, or leave GPUS out")
     return f"{overrides} {WORLD_KEY}={n}".strip()
 
 
 def _resolve(req: SweepRequest) -> _Resolved:
-    """The request checked and planned: every SweepError before anything is written."""
+    """The request checked and planned: every UsageError before anything is written."""
     rec = load_recipe(req)
     grid = {k: getattr(req, k) for k in GRID_DEFAULTS}
     eval_args, eval_points, overrides = req.eval_args, req.eval_points, req.overrides
     if rec is None:
         if req.gpu.strip():
-            raise SweepError("GPU: a GPU type is read from a recipe's micro-batch table; "
+            raise UsageError("GPU: a GPU type is read from a recipe's micro-batch table; "
                              "give RECIPE=<name> (or set train.micro_batch_size in OVERRIDES)")
         if (grid["flops"] or "").strip() and grid["tokens"] is None:
             grid["tokens"] = ""  # FLOPS given: it is the budget
@@ -234,20 +236,20 @@ def _resolve(req: SweepRequest) -> _Resolved:
         eval_args = shlex.join(recipe_eval(rec)) + " " + eval_args
     if eval_points:
         if not req.evaluate:
-            raise SweepError(f"EVAL_POINTS={eval_points} evaluates kept checkpoints: it needs "
+            raise UsageError(f"EVAL_POINTS={eval_points} evaluates kept checkpoints: it needs "
                              "EVAL=1")
         if eval_points < 2:
-            raise SweepError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
+            raise UsageError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
                              "points; the final checkpoint is always evaluated)")
         key = keep_eval_key()
         if key is None:
-            raise SweepError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
+            raise UsageError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
                              f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
                              "spaced checkpoints to evaluate")
         overrides = f"{overrides} {key}={eval_points}".strip()
     kind = req.launcher.strip() or "local"
     if kind not in ("local", "slurm"):
-        raise SweepError(f"LAUNCHER: {kind!r} is not local or slurm")
+        raise UsageError(f"LAUNCHER: {kind!r} is not local or slurm")
     # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
     cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
         if kind == "slurm" or req.cluster.strip() else None
@@ -261,16 +263,16 @@ def _resolve(req: SweepRequest) -> _Resolved:
     else:
         spec = recipe_spec(rec, req, overrides)
     if req.jobs is not None and req.jobs < 1:
-        raise SweepError(f"JOBS: {req.jobs!r} must be a positive integer")
+        raise UsageError(f"JOBS: {req.jobs!r} must be a positive integer")
     try:
         args = shlex.split(eval_args)
     except ValueError as e:
-        raise SweepError(f"EVAL_ARGS: {e}") from e
+        raise UsageError(f"EVAL_ARGS: {e}") from e
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(args) if req.evaluate or args else None
     p = P.plan(spec, req.name.strip() or None)
     if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
-        raise SweepError(why)
+        raise UsageError(why)
     if req.evaluate and parsed is not None:
         p.eval_specs = P.eval_specs(parsed, p)
         p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
@@ -312,7 +314,7 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
 
     for what, d in (("sweep", p.folder), ("runs", runs_dir()), ("cache", cache_dir())):
         if (why := unwritable(d)) is not None:  # before anything is submitted
-            raise SweepError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
+            raise UsageError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
                              "FTBENCH_CACHE) to a writable directory")
     m = drive(p, launcher, evaluate=req.evaluate, eval_args=r.eval_args,
               retry_failed=req.retry_failed, log=log, on_event=on_event)
@@ -320,9 +322,9 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
 
 
 def status(name: str, results: Path | None = None) -> SweepManifest:
-    """The sweep's typed manifest, refreshed from facts; SweepError when there is none."""
+    """The sweep's typed manifest, refreshed from facts; UsageError when there is none."""
     if not name.strip():
-        raise SweepError("NAME is required: make sweep-status NAME=<sweep>")
+        raise UsageError("NAME is required: make sweep-status NAME=<sweep>")
     return _status(name.strip(), results)
 
 

@@ -6,7 +6,7 @@ The file is sweeps/cluster.yaml (git-ignored), or the path in CLUSTER=... / FTBE
 sweeps/cluster.example.yaml shows every key. The main settings are a training cell's; the `eval`
 and `corpus` sections say what evaluation jobs and corpus units ask for instead (`for_role`).
 The file is read through OmegaConf's structured merge onto `ClusterConfig`, so an unknown key
-or a value of the wrong type is one line naming the file and the key (SweepError). `setup` and
+or a value of the wrong type is one line naming the file and the key (UsageError). `setup` and
 `additional` stay free-form: they are kept out of OmegaConf, whose `${...}` interpolation would
 otherwise claim the shell's `${VAR}`.
 
@@ -24,9 +24,8 @@ from typing import Any
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from common.errors import UsageError
 from common.io import read_yaml_mapping
-
-from .grid import SweepError
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
 FREE_FORM = ("setup", "additional")
@@ -234,12 +233,12 @@ def _allowed(cls: type) -> list[str]:
 
 def load_cluster(path: Path | None = None) -> ClusterConfig:
     """Read and check the cluster file: `path`, else FTBENCH_CLUSTER, else sweeps/cluster.yaml.
-    SweepError (one line naming the file and the key) on any problem."""
+    UsageError (one line naming the file and the key) on any problem."""
     path = Path(path or os.environ.get("FTBENCH_CLUSTER") or CLUSTER_FILE)
     if not path.is_file():
-        raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
+        raise UsageError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
                          f"and set partition/account/GPUs/time")
-    raw = dict(read_yaml_mapping(path, SweepError))
+    raw = dict(read_yaml_mapping(path, UsageError))
     sections: dict[str, dict[str, Any]] = {}
     sections_free: dict[str, dict[str, Any]] = {}
     for s in SECTIONS:
@@ -247,7 +246,7 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
         if sec is None:  # `eval:` with nothing under it: no overrides
             sec = {}
         if not isinstance(sec, dict):
-            raise SweepError(f"{path}: {s} must be a mapping of settings, got {sec!r}")
+            raise UsageError(f"{path}: {s} must be a mapping of settings, got {sec!r}")
         sec = dict(sec)
         sections_free[s] = {k: sec.pop(k) for k in FREE_FORM if k in sec}
         sections[s] = sec
@@ -260,24 +259,24 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
         key = str(e.full_key)
         sec_key = key.split(".")[0] in SECTIONS and "." in key
         allowed = _allowed(JobOverrides if sec_key else ClusterConfig)
-        raise SweepError(f"{path}: unknown key {key!r}; allowed: {allowed}") from None
+        raise UsageError(f"{path}: unknown key {key!r}; allowed: {allowed}") from None
     except OmegaConfBaseException as e:
         where = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SweepError(f"{path}: {where + ': ' if where else ''}{msg}") from None
+        raise UsageError(f"{path}: {where + ': ' if where else ''}{msg}") from None
     overrides: dict[str, JobOverrides] = {}
     for s in SECTIONS:
         try:
             overrides[s] = JobOverrides(**{**data.pop(s), **sections_free[s]})
         except ValueError as e:
-            raise SweepError(f"{path}: {s}.{e}") from None
+            raise UsageError(f"{path}: {s}.{e}") from None
     try:
         cfg = ClusterConfig(**{**data, **free}, **overrides)
     except ValueError as e:
-        raise SweepError(f"{path}: {e}") from None
+        raise UsageError(f"{path}: {e}") from None
     for s in SECTIONS:
         try:
             cfg.for_role(s)  # the merged settings are checked now, not at submission
         except ValueError as e:
-            raise SweepError(f"{path}: {s}: {e}") from None
+            raise UsageError(f"{path}: {s}: {e}") from None
     return cfg

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import UsageError
 from common.paths import SweepDir
 
 from . import backend
 from . import checks as C
 from .cluster import ClusterConfig
-from .errors import SweepError
 from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
@@ -97,7 +97,7 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
     """Submit the missing cells; local blocks until they end, slurm returns once submitted."""
     if isinstance(launcher, SlurmLauncher):
         if launcher.cluster is None:
-            raise SweepError("LAUNCHER=slurm needs a cluster file to submit jobs")
+            raise UsageError("LAUNCHER=slurm needs a cluster file to submit jobs")
         _check_scratch(p, launcher.cluster)
     p.folder.mkdir(parents=True, exist_ok=True)
     with locked(p.folder, wait=False):
@@ -306,13 +306,13 @@ def _cold_cache(c: SweepCell) -> bool:
 def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     """Before anything is submitted: the cells' run directories are under the cluster file's
     results root (when it names one), and its file system has room for the cells not done
-    yet (checkpoints, exports, and the corpus once); SweepError, one line, otherwise."""
+    yet (checkpoints, exports, and the corpus once); UsageError, one line, otherwise."""
     roots = {Path(c.run_dir).parent.parent for c in p.cells}  # <results>/runs/<run-id>
     if cluster.results:
         want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
         off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
         if off:
-            raise SweepError(f"cluster.yaml results={cluster.results} but this sweep writes "
+            raise UsageError(f"cluster.yaml results={cluster.results} but this sweep writes "
                              f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
         roots = {want}
     # the cells still to run with the corpus counted once (sweeps.checks.disk_need): counted
@@ -320,7 +320,7 @@ def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     need = C.disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)["total"]
     for r in roots:
         if need and (why := backend.space_refusal(r, need)) is not None:
-            raise SweepError(why)
+            raise UsageError(why)
 
 
 def _submit_slurm(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: SlurmLauncher,

@@ -19,7 +19,7 @@ controls would duplicate `baseline` / `baseline_plus1` under another run-id: the
 (`skipped_controls` says why).
 
 Every cell is a list of hydra overrides for `experiments/train/trainer.py`. All validation here runs
-before anything is submitted and fails with one `SweepError` line naming the input at fault.
+before anything is submitted and fails with one `UsageError` line naming the input at fault.
 """
 
 from __future__ import annotations
@@ -33,12 +33,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common import arms, kappa
+from common.errors import UsageError
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
 
 from .backend import parse_amount as config_parse_amount
-from .errors import SweepError
 
+SweepError = UsageError
+"""The old name, while tests/test_plan_cluster.py imports it from here."""
 ARMS = tuple(a.name for a in arms.ARMS)
 """Every arm's name (common.arms: one record per arm), in the grid's cell order."""
 CONTROLS = {a.control: a.name for a in arms.ARMS if a.control}
@@ -56,10 +58,7 @@ COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.match_
 def parse_kappas(text: str | Iterable[Any]) -> list[float]:
     """KAPPA through the project's one kappa parser (common.kappa): '0.5 2 4' or '1/64 1/8';
     rejects non-numbers, negatives, nan/inf and a value given twice."""
-    try:
-        return kappa.parse_kappas(text, "KAPPA")
-    except kappa.KappaError as e:
-        raise SweepError(str(e)) from None
+    return kappa.parse_kappas(text, "KAPPA")
 
 
 def parse_ints(text: str | Iterable[Any], var: str, lo: int, hi: int | None = None) -> list[int]:
@@ -67,10 +66,10 @@ def parse_ints(text: str | Iterable[Any], var: str, lo: int, hi: int | None = No
     rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
     for tok in _tokens(text):
         if not re.fullmatch(r"[+-]?\d+", tok):
-            raise SweepError(f"{var}: {tok!r} is not an integer (allowed: {rng})")
+            raise UsageError(f"{var}: {tok!r} is not an integer (allowed: {rng})")
         v = int(tok)
         if v < lo or (hi is not None and v > hi):
-            raise SweepError(f"{var}: {v} is outside {rng}")
+            raise UsageError(f"{var}: {v} is outside {rng}")
         if v not in out:
             out.append(v)
     return out
@@ -82,7 +81,7 @@ def parse_amount(text: str | float | int | None, var: str) -> float | None:
     try:
         return config_parse_amount(text, var)
     except ValueError as e:
-        raise SweepError(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
 def _tokens(text: str | Iterable[Any]) -> list[str]:
@@ -99,7 +98,7 @@ def split_overrides(text: str | Iterable[Any]) -> list[str]:
     try:
         return shlex.split(text)
     except ValueError as e:  # an unclosed quote
-        raise SweepError(f"OVERRIDES: {e} in {text!r}") from None
+        raise UsageError(f"OVERRIDES: {e} in {text!r}") from None
 
 
 def _int_if_whole(v: float | None) -> float | int | None:
@@ -132,23 +131,23 @@ class SweepSpec:
         for var, vals in (("KAPPA", self.kappa_bits), ("H", self.latent_bits),
                           ("SEEDS", self.seeds)):
             if not vals:
-                raise SweepError(f"empty grid: {var} has no values")
+                raise UsageError(f"empty grid: {var} has no values")
         if self.preset not in PRESETS:
-            raise SweepError(f"PRESET: unknown preset {self.preset!r}; allowed: "
+            raise UsageError(f"PRESET: unknown preset {self.preset!r}; allowed: "
                              f"{' '.join(PRESETS)}")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.data):
-            raise SweepError(f"DATA: {self.data!r} is not a data config name")
+            raise UsageError(f"DATA: {self.data!r} is not a data config name")
         if self.tokens is not None and self.flops is not None:
-            raise SweepError("give TOKENS or FLOPS, not both")
+            raise UsageError("give TOKENS or FLOPS, not both")
         for c in self.controls:
             if c not in CONTROLS.values():
-                raise SweepError(f"CONTROLS: unknown control {c!r}")
+                raise UsageError(f"CONTROLS: unknown control {c!r}")
         for arm in self.arm_overrides:
             if arm not in ARMS:
-                raise SweepError(f"arm override for unknown arm {arm!r}; arms: {' '.join(ARMS)}")
+                raise UsageError(f"arm override for unknown arm {arm!r}; arms: {' '.join(ARMS)}")
         for o in (*self.overrides, *(o for v in self.arm_overrides.values() for o in v)):
             if "=" not in o or o.startswith("="):
-                raise SweepError(f"OVERRIDES: {o!r} is not a hydra override key=value")
+                raise UsageError(f"OVERRIDES: {o!r} is not a hydra override key=value")
 
     @classmethod
     def from_text(cls, *, kappa: str | Iterable[Any], h: str | Iterable[Any],
@@ -161,7 +160,7 @@ class SweepSpec:
             if c.lower() in ("none", "0", "no"):
                 continue
             if c not in CONTROLS and c not in CONTROLS.values():
-                raise SweepError(f"CONTROLS: unknown control {c!r}; allowed: "
+                raise UsageError(f"CONTROLS: unknown control {c!r}; allowed: "
                                  f"{' '.join(CONTROLS)} (or none)")
             arm = CONTROLS.get(c, c)
             if arm not in ctl:
@@ -215,7 +214,7 @@ def resolved_layers(spec: SweepSpec, arm: str = "free") -> int:
             try:
                 n = int(val)
             except ValueError:
-                raise SweepError(f"OVERRIDES: {o!r}: model.n_layers must be an integer") from None
+                raise UsageError(f"OVERRIDES: {o!r}: model.n_layers must be an integer") from None
     return n
 
 
@@ -309,7 +308,7 @@ def _may_differ(arm: str, key: str) -> bool:
 
 def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
                     ignore: Iterable[str] = ()) -> dict[str, Any]:
-    """The settings every arm shares (flat dotted keys). Raises SweepError if arms differ in
+    """The settings every arm shares (flat dotted keys). Raises UsageError if arms differ in
     anything but the architecture knobs (and, for the equal-FLOPs control, its horizon).
 
     `configs` are the resolved training configs (nested dicts), one per cell; keys under the
@@ -329,7 +328,7 @@ def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
         c0, v0 = strict[0]
         for c, v in strict[1:]:
             if v != v0:
-                raise SweepError(
+                raise UsageError(
                     f"arms must share every setting but {', '.join(ARCH_KNOBS)}: {key} is "
                     f"{v0!r} in {c0.name} but {v!r} in {c.name}")
         if len(strict) == len(vals) or key not in COMPUTE_KNOBS:
@@ -350,5 +349,5 @@ def _check_plus1(cells: Sequence[Cell], flat: Sequence[Mapping[str, Any]]) -> No
         got = f.get("model.n_layers")
         a = arms.find(c.arm)
         if a is not None and a.extra_layer and got is not None and got != want:
-            raise SweepError(f"{c.name}: model.n_layers is {got} but the arms have {want - 1} "
+            raise UsageError(f"{c.name}: model.n_layers is {got} but the arms have {want - 1} "
                              f"layers; the +1-layer control must have {want}")

@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from common.arms import find as find_arm
+from common.errors import UsageError
 from common.io import LockHeld, atomic_write_text, flocked
 from common.paths import RunDir, SweepDir
 from common.provenance import git_state
 from common.records import SCHEMAS, EvalSpec, Manifest
 
 from . import backend
-from .errors import SweepError
 from .grid import skipped_controls
 from .plan import Plan, combined_spec
 
@@ -58,7 +58,7 @@ the spec changed: the chain evaluates it on re-run)."""
 TRAINING_FAILED = "skipped: training failed"
 
 
-class SweepBusy(SweepError):
+class SweepBusy(UsageError):
     """Another driver holds this sweep."""
 
 
@@ -222,7 +222,7 @@ class SweepCell:
     @classmethod
     def from_json(cls, d: Any) -> SweepCell:
         if not isinstance(d, Mapping):
-            raise SweepError(f"manifest cell: expected an object, got {type(d).__name__}")
+            raise UsageError(f"manifest cell: expected an object, got {type(d).__name__}")
         pts = d.get("points") if isinstance(d.get("points"), Mapping) else {}
         return cls(cell=str(d.get("cell")), arm=str(d.get("arm")), kappa_bits=d.get("kappa_bits"),
                    latent_bits=_int(d.get("latent_bits")) or 0,
@@ -519,14 +519,12 @@ class SweepManifest:
 
     @classmethod
     def load(cls, path: Path) -> SweepManifest:
-        """The manifest at `path`; SweepError (one line) for one this code cannot read."""
-        from common.records import RecordError
-
+        """The manifest at `path`; UsageError (one line) for one this code cannot read."""
         try:
             with open(path, encoding="utf-8") as f:
                 return cls.from_json(json.load(f), str(path))
-        except (json.JSONDecodeError, RecordError) as e:
-            raise SweepError(f"{path}: {str(e).splitlines()[0]}") from None
+        except (json.JSONDecodeError, UsageError) as e:
+            raise UsageError(f"{path}: {str(e).splitlines()[0]}") from None
 
     def save(self, path: Path) -> None:
         save(path, self.to_json())
@@ -565,7 +563,7 @@ class SweepManifest:
         cell's `latent_bits` is its own H (0 for every baseline and FLOPs control),
         `match_latent_bits` the H a FLOPs-matched control is matched to."""
         if old is not None and old.grid != p.spec.to_manifest():
-            raise SweepError(f"sweep {p.name} already exists with a different grid "
+            raise UsageError(f"sweep {p.name} already exists with a different grid "
                              f"({p.manifest_path}); pick another NAME")
         prev = {c.cell: c for c in (old.cells if old is not None else [])}
         sha, dirty = git_state(untracked=False)
@@ -664,11 +662,9 @@ def build_manifest(p: Plan, launcher: str, old: dict[str, Any] | None) -> dict[s
 def run_provenance(rd: RunDir) -> dict[str, Any]:
     """A finished run's recorded provenance (data checksums, tokenizer, commit), {} when its
     run record is missing or unreadable (the manifest then simply lacks them)."""
-    from common.records import RecordError
-
     try:
         return dict(rd.record().provenance)
-    except (OSError, RecordError):
+    except (OSError, UsageError):
         return {}
 
 
@@ -800,12 +796,12 @@ def manifest_path(name: str, results: Path | None = None) -> Path:
 
 def status(name: str, results: Path | None = None) -> SweepManifest:
     """The sweep's manifest, refreshed from facts and saved when no driver holds the sweep;
-    else the driver's view plus the runs finished since. SweepError when there is none."""
+    else the driver's view plus the runs finished since. UsageError when there is none."""
     sd = SweepDir.of(name, results)
     folder, path = sd.path, sd.manifest_path
     if not path.exists():
         known = SweepDir.names(results)
-        raise SweepError(f"no sweep {name!r} under {sd.path.parent}"
+        raise UsageError(f"no sweep {name!r} under {sd.path.parent}"
                          + (f"; known: {' '.join(known)}" if known else ""))
     try:
         with locked(folder, wait=False):

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from common.errors import UsageError, cli
 from common.text import one_line
 
 if TYPE_CHECKING:
@@ -76,8 +77,8 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
 _TOP = ("description", *_SECTIONS)
 
 
-class RecipeError(ValueError):
-    """Bad recipe input: one line naming the file and the key."""
+RecipeError = UsageError
+"""The old name, while pipelines/gpu_check.py imports it."""
 
 
 @dataclass(frozen=True)
@@ -222,8 +223,8 @@ class Recipe:
     """'<section>.<key>' -> where the value comes from (every key has one)."""
 
     # ------------------------------------------------------------------ validation
-    def _bad(self, key: str, value: Any, problem: str) -> RecipeError:
-        return RecipeError(f"{self.path}: {key}={value!r}: {problem}")
+    def _bad(self, key: str, value: Any, problem: str) -> UsageError:
+        return UsageError(f"{self.path}: {key}={value!r}: {problem}")
 
     def _int(self, key: str, v: Any, lo: int = 1) -> None:
         if not isinstance(v, int) or isinstance(v, bool) or v < lo:
@@ -475,11 +476,11 @@ class Recipe:
         if gpu is not None:
             table = self.micro_batches()
             if gpu not in table:
-                raise RecipeError(f"{self.path}: unknown GPU type {gpu!r}; known: "
+                raise UsageError(f"{self.path}: unknown GPU type {gpu!r}; known: "
                                   f"{list(GPU_TYPES)}")
             mb = table[gpu]
             if mb.micro_batch_size is None:
-                raise RecipeError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
+                raise UsageError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
                                   "at micro-batch 1 with activation checkpointing")
             from .backend import gpu_peak_tflops
 
@@ -499,7 +500,7 @@ class Recipe:
         ov: list[str] = []
         if c.tokenizer is not None:
             if "tokenizer" not in {f.name for f in dataclasses.fields(C.DataConfig)}:
-                raise RecipeError(f"{self.path}: corpus.tokenizer={c.tokenizer!r}: needs key "
+                raise UsageError(f"{self.path}: corpus.tokenizer={c.tokenizer!r}: needs key "
                                   "data.tokenizer (experiments/train/config.py has none yet)")
             ov.append(f"data.tokenizer={_quote(c.tokenizer)}")
         if c.data == "hf":
@@ -730,15 +731,15 @@ def resolve(name_or_path: str | Path) -> Path:
     """A recipe name (sweeps/recipes/<name>.yaml) or a path to a file; RecipeError if neither."""
     s = str(name_or_path).strip()
     if not s:
-        raise RecipeError(f"RECIPE is empty; known recipes: {', '.join(known())}")
+        raise UsageError(f"RECIPE is empty; known recipes: {', '.join(known())}")
     p = Path(s)
     if p.suffix in (".yaml", ".yml") or "/" in s:
         if not p.is_file():
-            raise RecipeError(f"{s}: no such recipe file")
+            raise UsageError(f"{s}: no such recipe file")
         return p
     named = RECIPES_DIR / f"{s}.yaml"
     if not named.is_file():
-        raise RecipeError(f"recipe {s!r}: unknown; known recipes: {', '.join(known())} "
+        raise UsageError(f"recipe {s!r}: unknown; known recipes: {', '.join(known())} "
                           "(or give a path to a .yaml file)")
     return named
 
@@ -750,11 +751,11 @@ def load(name_or_path: str | Path) -> Recipe:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
-        raise RecipeError(f"{shown}: cannot read: {e}") from None
+        raise UsageError(f"{shown}: cannot read: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise RecipeError(f"{shown}: not valid YAML{where}") from None
+        raise UsageError(f"{shown}: not valid YAML{where}") from None
     return from_dict(raw, path=shown, name=path.stem)
 
 
@@ -769,8 +770,8 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
     """A Recipe from the parsed YAML (RecipeError naming `path` and the key)."""
     from .backend import parse_amount
 
-    def bad(key: str, problem: str) -> RecipeError:
-        return RecipeError(f"{path}: {key}: {problem}")
+    def bad(key: str, problem: str) -> UsageError:
+        return UsageError(f"{path}: {key}: {problem}")
 
     if not isinstance(raw, dict):
         raise bad("(top)", "must be a mapping of sections "
@@ -878,7 +879,7 @@ def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
                             z=values["eval.z"]),
             provenance=prov)
     except TypeError as e:  # a value of a type the dataclasses cannot even hold
-        raise RecipeError(f"{path}: {one_line(e)}") from None
+        raise UsageError(f"{path}: {one_line(e)}") from None
 
 
 # ---------------------------------------------------------------------- CLI
@@ -929,16 +930,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("command", choices=["show", "table", "micro", "list"])
     ap.add_argument("recipe", nargs="?", default="")
     a = ap.parse_args(argv)
-    try:
+
+    def body() -> int:
         if a.command == "list":
             print("\n".join(known()))
             return 0
-        r = load(a.recipe)
-        print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](r))
-    except ValueError as e:  # RecipeError, and ConfigError from composing
-        print(f"recipe: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    return 0
+        try:
+            r = load(a.recipe)
+            print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](r))
+        except UsageError:
+            raise
+        except ValueError as e:  # ConfigError from composing: bad input too
+            raise UsageError(one_line(e)) from None
+        return 0
+
+    return cli("recipe", body)
 
 
 if __name__ == "__main__":
