@@ -10,7 +10,7 @@
                           through the launcher LAUNCHER names; its typed manifest; `on_event`
                           receives typed events (driver.Planned, JobStarted, JobEnded) as jobs
                           start and end, for a caller that follows progress
-    status(name)          -> SweepManifest, refreshed from facts (saved when no driver holds it)
+    status(name)          -> Manifest, refreshed from facts (saved when no driver holds it)
     table(manifest)       -> the status table `make sweep-status` prints
 
 Every input problem is a UsageError (one line naming the value) raised before anything is
@@ -38,7 +38,7 @@ from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
 from .driver import run as drive
 from .grid import SweepSpec
 from .launcher import make_launcher
-from .manifest import SweepCell, SweepManifest, table
+from .manifest import Manifest, SweepCell, SweepManifest, table
 from .manifest import status as _status
 
 __all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "SweepCell",
@@ -111,7 +111,7 @@ class SweepRequest:
 class SweepRun:
     """What `run` did: the sweep's typed manifest after submitting."""
 
-    manifest: SweepManifest
+    manifest: Manifest
     launcher: str
     evaluate: bool
 
@@ -321,17 +321,17 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     return SweepRun(m, launcher.kind, req.evaluate)
 
 
-def status(name: str, results: Path | None = None) -> SweepManifest:
+def status(name: str, results: Path | None = None) -> Manifest:
     """The sweep's typed manifest, refreshed from facts; UsageError when there is none."""
     if not name.strip():
         raise UsageError("NAME is required: make sweep-status NAME=<sweep>")
     return _status(name.strip(), results)
 
 
-def load(name: str, results: Path | None = None) -> SweepManifest | None:
+def load(name: str, results: Path | None = None) -> Manifest | None:
     """The sweep's typed manifest as written (None before its first run); nothing refreshed."""
-    from .manifest import manifest_path
+    from .manifest import load, manifest_path
 
     path = manifest_path(name, results)
-    return SweepManifest.load(path) if path.is_file() else None
+    return load(path) if path.is_file() else None
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from common.records import Manifest, ManifestCell
 from sweeps import backend
 from sweeps import driver as D
 from sweeps import launcher as L
@@ -542,7 +543,7 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
     assert m["skipped_controls"] == why
     # every train job tells the trainer how it was launched
     assert [e for k, e in _Ex.envs if k == "train"] == [{"FTBENCH_LAUNCHER": "local"}] * 3
-    cell = SM.SweepCell.from_json(m["cells"][0])
+    cell = ManifestCell.from_json(m["cells"][0])
     assert D._train_job(cell, None, "slurm").env == {"FTBENCH_LAUNCHER": "slurm"}
 
 
@@ -598,7 +599,7 @@ def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
          "job_id": "1", "run_dir": str(run), "tokens": 90_000},
         {"cell": "b", "arm": "baseline", "run_id": "y", "state": "pending", "step": None,
          "job_id": None, "run_dir": str(tmp_path / "none"), "tokens": 90_000}]}
-    rows = M.table(M.SweepManifest.from_json(m)).splitlines()
+    rows = M.table(Manifest.from_json(m)).splitlines()
     assert rows[1].split()[:7] == ["cell", "arm", "run-id", "state", "step", "tok/s", "ETA"]
     assert rows[2].split()[3:7] == ["running", "30", "500", "2m00s"]
     assert rows[3].split()[3:7] == ["pending", "-", "-", "-"]
@@ -635,7 +636,7 @@ def test_cell_states_are_written_by_the_manifest_only() -> None:
 
 def test_manifest_transitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cell's transitions write exactly what the driver's dict updates used to."""
-    c = SM.SweepCell(cell="x", arm="free", run_dir=str(tmp_path), attempts=1, slot=7, step=3)
+    c = ManifestCell(cell="x", arm="free", run_dir=str(tmp_path), attempts=1, slot=7, step=3)
     c.job_started("123")
     assert (c.state, c.job_id, c.reason, c.attempts, c.slot) == \
         ("running", "123", None, 2, 7)  # SLURM: no slot, the old one is left
@@ -644,22 +645,22 @@ def test_manifest_transitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert c.slot == 0 and c.attempts == 3
     c.job_ended("failed", "boom", 12.34)
     assert (c.state, c.reason, c.wall_s, c.step) == ("failed", "boom", 12.3, 3)
-    m = SM.SweepManifest(name="m", eval_spec_id="abc", eval_specs={})
+    m = Manifest(name="m", eval_spec_id="abc", eval_specs={})
     c.eval_started(m, "9")
     assert c.to_json()["eval"] == {"state": "running", "job_id": "9", "spec_id": "abc"}
     assert c.eval_ended(m, "pending", "killed", 1.0) == ("failed", "killed")
     assert c.needs_eval(m)
     assert c.eval is not None
     c.eval.state = "done"
-    assert not c.needs_eval(m) and c.needs_eval(SM.SweepManifest(name="m", eval_spec_id="o"))
-    cells = [SM.SweepCell(cell=s, arm="baseline", state=s)
+    assert not c.needs_eval(m) and c.needs_eval(Manifest(name="m", eval_spec_id="o"))
+    cells = [ManifestCell(cell=s, arm="baseline", state=s)
              for s in ("pending", "running", "done", "failed")]
-    m = SM.SweepManifest(name="m", cells=cells)
+    m = Manifest(name="m", cells=cells)
     assert m.select(False) == [cells[0]]
     assert m.select(True) == [cells[0], cells[3]]
     # the file round trip keeps every key, the unknown ones included
     d = {**cells[3].to_json(), "from_a_newer_version": 1}
-    assert SM.SweepCell.from_json(d).to_json() == d
+    assert ManifestCell.from_json(d).to_json() == d
 
 
 @pytest.mark.parametrize("args, var, bad", [
