@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from common.io import unwritable
 from common.errors import UsageError
+from common.io import unwritable
 from common.kappa import kappa_label, parse_kappas
 
 ROOT = Path(__file__).resolve().parents[1]
