@@ -3,9 +3,9 @@
 An arm is what a sweep cell trains (the manifest cell's `arm`, the report's columns): the
 baseline decoder, the Free Transformer, and the controls each is compared with. Code that must
 know something about an arm asks its record (`arm(name).latent`, `.compute`, `.extra_layer`,
-...) instead of testing its name, so adding an arm is one row here plus its own code (the
-grid's cells in sweeps/grid.py, and whatever comparison the analysis makes of it; see
-docs/DESIGN.md, "Adding an arm").
+...) instead of testing its name, and each record makes its own cells of a grid (`Arm.cells`:
+names and the training settings it sets), so adding an arm is one row here plus whatever
+comparison the analysis makes of it (docs/DESIGN.md, "Adding an arm").
 
 Two names mean different things and both live here:
 - the *arm* of a cell (any name in ARMS), and
@@ -19,9 +19,11 @@ Standard library only, so `analysis/` reads it without torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .errors import UsageError
+from .kappa import kappa_id
 
 MODEL_CLASSES = ("Transformer", "FreeTransformer")
 """The model classes of model/ an arm may train (model.build picks one from latent_bits)."""
@@ -71,6 +73,8 @@ class Arm:
             raise UsageError(f"arm {self.name}: compute {self.compute!r} is not one of {COMPUTE}")
         if self.z_cut and not self.latent:
             raise UsageError(f"arm {self.name}: z_cut needs a latent (a baseline has no Z)")
+        if (self.latent or self.flops_matched) and "H" not in self.axes:
+            raise UsageError(f"arm {self.name}: a latent or FLOPs-matched arm needs the H axis")
 
     @property
     def flops_matched(self) -> bool:
@@ -88,6 +92,51 @@ class Arm:
     def model_kind(self) -> str:
         """What the run's own files record as `arm` (`of_model(self.latent).name`)."""
         return of_model(self.latent).name
+
+    def cells(self, kappas: Sequence[float], hs: Sequence[int], seeds: Sequence[int],
+              layers: int) -> list[ArmCell]:
+        """This arm's cells of a grid, in the grid's order (H, then kappa, then seed): one per
+        value of each of its axes. A latent arm without the kappa axis trains at the grid's
+        smallest kappa (the Z-cut control: with Z cut the encoder only brings its KL under
+        kappa, after which kappa barely matters). `layers`: the arms' resolved layer count."""
+        ks: Sequence[float | None] = kappas if "kappa" in self.axes else (
+            [min(kappas)] if self.latent else [None])
+        out = []
+        for h in hs if "H" in self.axes else [None]:
+            for k in ks:
+                ov = [f"model.latent_bits={h if self.latent else 0}"]
+                if k is not None:
+                    ov.append(f"model.kappa_bits={kappa_id(k)}")
+                if self.z_cut:
+                    ov.append("model.z_cut=true")
+                if self.extra_layer:
+                    ov.append(f"model.n_layers={layers + 1}")
+                if self.flops_matched:
+                    ov += ["train.compute_match=flops", f"train.match_latent_bits={h}"]
+                    if self.extra_layer:  # matched to the FT of the arms' own layers
+                        ov.append(f"train.match_n_layers={layers}")
+                head = "-".join([self.name, *([f"k{kappa_id(k)}"] if k is not None
+                                              and "kappa" in self.axes else []),
+                                 *([f"H{h}"] if h is not None else [])])
+                out += [ArmCell(f"{head}-s{s}", self.name, s, tuple(ov), k, h) for s in seeds]
+        return out
+
+
+@dataclass(frozen=True)
+class ArmCell:
+    """One cell of a grid as its arm makes it."""
+
+    name: str
+    """`<arm>[-k<kappa>][-H<H>]-s<seed>`: the cell's name in the manifest."""
+    arm: str
+    seed: int
+    settings: tuple[str, ...]
+    """What the arm sets of the training config, as hydra overrides (the grid adds the shared
+    ones and the seed)."""
+    kappa_bits: float | None = None
+    latent_bits: int | None = None
+    """The cell's H: the model's own for a latent arm, the matched one for a FLOPs-matched
+    control, None for an arm without the H axis."""
 
 
 BASELINE = Arm("baseline", latent=False, model_class="Transformer",
@@ -116,8 +165,7 @@ FREE_ZCUT = Arm("free_zcut", latent=True, model_class="FreeTransformer",
 
 ARMS: tuple[Arm, ...] = (BASELINE, FREE, BASELINE_FLOPS, BASELINE_PLUS1, BASELINE_PLUS1_FLOPS,
                          FREE_ZCUT)
-"""Every arm, in the grid's cell order (baselines, Free Transformers, then the controls in the
-order sweeps/grid.py makes them)."""
+"""Every arm, in the grid's cell order (baselines, Free Transformers, then the controls)."""
 _BY_NAME = {a.name: a for a in ARMS}
 
 

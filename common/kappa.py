@@ -10,8 +10,8 @@
   shortest decimal that reads back to the same float. Either way the label reads back to the
   same float (`parse_kappas(kappa_label(k)) == [k]`), so two thresholds never share a label.
 
-Identifiers are not labels: cell names and hydra overrides keep the plain decimal
-(sweeps.grid.fmt_num), which hydra reads as a float and a file name can hold.
+- `kappa_id`: identifiers are not labels: cell names and hydra overrides keep the plain decimal
+  ("0.015625" for 1/64), which hydra reads as a float and a file name can hold.
 """
 
 from __future__ import annotations
@@ -72,3 +72,9 @@ def kappa_label(k: float) -> str:
     if fr.denominator <= MAX_DENOMINATOR:
         return f"{fr.numerator}/{fr.denominator}"
     return short
+
+
+def kappa_id(k: float) -> str:
+    """A threshold in identifiers (cell names, hydra overrides): the shortest plain decimal that
+    reads back to it: 2.0 -> '2', 0.5 -> '0.5', 1/64 -> '0.015625'."""
+    return str(int(k)) if float(k).is_integer() else repr(float(k))

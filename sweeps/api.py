@@ -32,6 +32,7 @@ from common.text import one_line
 
 from . import backend
 from . import checks as C
+from . import grid as G
 from . import plan as P
 from .cluster import ClusterConfig, load_cluster
 from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
@@ -69,26 +70,29 @@ KEEP_EVAL_KEY = "keep_eval_checkpoints"
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """What `make sweep` asks for. A grid value None is 'not given' (the default applies, or the
-    recipe's); given, it is the text make passes (KAPPA="0.5 2"), parsed and checked by plan()."""
+    """What `make sweep` asks for, typed where it is made: a value given as text (what make
+    passes: KAPPA="0.5 2") is parsed here, once (kappa by common.kappa, the rest by
+    sweeps.grid); a grid value not given (None) takes the grid's default, or the recipe's. Bad
+    input is one UsageError line naming the variable, raised before anything else happens."""
 
-    kappa: str | None = None
-    h: str | None = None
-    seeds: str | None = None
+    kappa: tuple[float, ...] | str | None = None
+    h: tuple[int, ...] | str | None = None
+    seeds: tuple[int, ...] | str | None = None
     """With a recipe: replaces the recipe's seeds."""
     preset: str | None = None
     data: str | None = None
-    tokens: str | None = None
-    """'' = train.py's own default."""
-    flops: str | None = None
-    controls: str | None = None
+    tokens: float | str | None = None
+    """'' = train.py's own default (None once parsed)."""
+    flops: float | str | None = None
+    controls: tuple[str, ...] | str | None = None
+    """The controls' arm names (text: their CONTROLS names, "flops plus1")."""
     recipe: str = ""
     """A recipe (sweeps/recipes/<name>.yaml or a file): its grid, settings, tasks and points;
     the grid values above (but seeds) cannot be given with it."""
     gpu: str = ""
     """With a recipe: the GPU type whose micro-batch, parallelism and checkpointing cells take."""
-    overrides: str = ""
-    """Extra hydra overrides for every cell, split as a shell splits them."""
+    overrides: tuple[str, ...] | str = ()
+    """Extra hydra overrides for every cell (text: split as a shell splits it)."""
     name: str = ""
     """The sweep's name ('' = from the grid's content)."""
     launcher: str = "local"
@@ -98,13 +102,54 @@ class SweepRequest:
     """The cluster file (LAUNCHER=slurm; '' = FTBENCH_CLUSTER or sweeps/cluster.yaml)."""
     evaluate: bool = False
     """Evaluate every final checkpoint (and the points) as further jobs."""
-    eval_args: str = ""
-    """Arguments for experiments.eval, checked before anything trains."""
+    eval_args: tuple[str, ...] | str = ()
+    """Arguments for experiments.eval (text: split as a shell splits it), checked before
+    anything trains."""
     eval_points: int | None = None
     """Keep this many evenly spaced checkpoints and evaluate each (needs evaluate)."""
     likelihood_rows: int | None = DEFAULT_LIKELIHOOD_ROWS
     """Validation rows for the chained likelihood when evaluating (0 or None: skip it)."""
     retry_failed: bool = False
+
+    def __post_init__(self) -> None:
+        def put(key: str, value: Any) -> None:
+            object.__setattr__(self, key, value)
+
+        recipe = self.recipe.strip()
+        given = [var for k, var in GRID_VARS.items() if getattr(self, k) is not None]
+        if recipe and given:
+            raise UsageError(f"RECIPE={recipe} sets the grid and the budget; {', '.join(given)} "
+                             "cannot be given with it (SEEDS and OVERRIDES can)")
+        if not recipe:
+            if self.gpu.strip():
+                raise UsageError("GPU: a GPU type is read from a recipe's micro-batch table; "
+                                 "give RECIPE=<name> (or set train.micro_batch_size in "
+                                 "OVERRIDES)")
+            if self.tokens is None and str(self.flops or "").strip():
+                put("tokens", "")  # FLOPS given: it is the budget
+            for k, v in GRID_DEFAULTS.items():
+                if getattr(self, k) is None:
+                    put(k, v)
+            put("kappa", tuple(G.parse_kappas(self.kappa)))
+            put("h", tuple(G.parse_ints(self.h, "H")))
+            put("preset", str(self.preset).strip())
+            put("data", str(self.data).strip())
+            put("tokens", G.parse_amount(self.tokens, "TOKENS"))
+            put("flops", G.parse_amount(self.flops, "FLOPS"))
+            put("controls", G.parse_controls(self.controls))
+        if self.seeds is not None:
+            put("seeds", tuple(G.parse_ints(self.seeds, "SEEDS")))
+        put("overrides", G.split_overrides(self.overrides))
+        try:
+            put("eval_args", tuple(shlex.split(self.eval_args) if isinstance(self.eval_args, str)
+                                   else self.eval_args))
+        except ValueError as e:
+            raise UsageError(f"EVAL_ARGS: {e}") from None
+        put("launcher", self.launcher.strip() or "local")
+        if self.launcher not in ("local", "slurm"):
+            raise UsageError(f"LAUNCHER: {self.launcher!r} is not local or slurm")
+        if self.jobs is not None and self.jobs < 1:
+            raise UsageError(f"JOBS: {self.jobs!r} must be a positive integer")
 
 
 @dataclass
@@ -136,21 +181,15 @@ def keep_eval_key() -> str | None:
 
 
 def load_recipe(req: SweepRequest) -> Any:
-    """The recipe the request names (None without one); UsageError on a bad recipe or a grid
-    value that would contradict it."""
+    """The recipe the request names (None without one); UsageError on a bad recipe."""
     if not req.recipe.strip():
         return None
     from . import recipe as R
 
     try:
-        rec = R.load(req.recipe)
+        return R.load(req.recipe)
     except UsageError as e:
         raise UsageError(f"RECIPE: {one_line(e)}") from e
-    given = [var for k, var in GRID_VARS.items() if getattr(req, k) is not None]
-    if given:
-        raise UsageError(f"RECIPE={rec.name} sets the grid and the budget; {', '.join(given)} "
-                         "cannot be given with it (SEEDS and OVERRIDES can)")
-    return rec
 
 
 def recipe_eval(rec: Any) -> list[str]:
@@ -162,23 +201,19 @@ def recipe_eval(rec: Any) -> list[str]:
     return runs[0]
 
 
-def recipe_spec(rec: Any, req: SweepRequest, overrides: str | None = None) -> SweepSpec:
+def recipe_spec(rec: Any, req: SweepRequest,
+                overrides: tuple[str, ...] | None = None) -> SweepSpec:
     """The recipe's grid with the request's seeds, GPU type and overrides."""
     from . import recipe as R
 
-    seeds = None
-    if req.seeds is not None:
-        seeds = SweepSpec.from_text(kappa="1", h="1", seeds=req.seeds).seeds
     gpu = req.gpu.strip() or None
     if gpu is not None and gpu not in R.GPU_TYPES:
         raise UsageError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
     try:
-        return rec.sweep_spec(seeds=seeds, gpu=gpu, extra=shlex.split(
-            req.overrides if overrides is None else overrides))
+        return rec.sweep_spec(seeds=req.seeds, gpu=gpu,
+                              extra=req.overrides if overrides is None else overrides)
     except UsageError as e:
         raise UsageError(f"RECIPE: {one_line(e)}") from e
-    except ValueError as e:  # shlex
-        raise UsageError(f"OVERRIDES: {e}") from e
 
 
 @dataclass
@@ -202,38 +237,27 @@ def cluster_file(req: SweepRequest) -> str:
 WORLD_KEY = "train.plan_world_size"
 
 
-def _cluster_world(overrides: str, cluster: ClusterConfig, file: str) -> str:
+def _cluster_world(overrides: tuple[str, ...], cluster: ClusterConfig,
+                   file: str) -> tuple[str, ...]:
     """The cluster file is the source of the world size: every cell plans for its nodes x GPUs
     per node (the ranks a training job gets), not the recipe's train.gpus; a different world
     asked for in OVERRIDES (GPUS=) is refused in one line."""
-    try:
-        given = [o for o in shlex.split(overrides) if o.startswith(f"{WORLD_KEY}=")]
-    except ValueError as e:
-        raise UsageError(f"OVERRIDES: {e}") from e
+    given = [o for o in overrides if o.startswith(f"{WORLD_KEY}=")]
     n = cluster.tasks
     if given and given[-1].split("=", 1)[1].strip() != str(n):
         raise UsageError(f"{given[-1]} (GPUS=) but {file} gives {cluster.or_default('nodes')} "
                          f"node(s) x {max(1, int(cluster.or_default('gpus_per_node')))} GPU(s) "
                          f"= {n}: change nodes or gpus_per_node there, or leave GPUS out")
-    return f"{overrides} {WORLD_KEY}={n}".strip()
+    return (*overrides, f"{WORLD_KEY}={n}")
 
 
 def _resolve(req: SweepRequest) -> _Resolved:
-    """The request checked and planned: every UsageError before anything is written."""
+    """The request planned: every UsageError before anything is written."""
     rec = load_recipe(req)
-    grid = {k: getattr(req, k) for k in GRID_DEFAULTS}
     eval_args, eval_points, overrides = req.eval_args, req.eval_points, req.overrides
-    if rec is None:
-        if req.gpu.strip():
-            raise UsageError("GPU: a GPU type is read from a recipe's micro-batch table; "
-                             "give RECIPE=<name> (or set train.micro_batch_size in OVERRIDES)")
-        if (grid["flops"] or "").strip() and grid["tokens"] is None:
-            grid["tokens"] = ""  # FLOPS given: it is the budget
-        grid = {k: GRID_DEFAULTS[k] if v is None else v for k, v in grid.items()}
-    elif req.evaluate:
-        if not eval_points:
-            eval_points = rec.eval.points
-        eval_args = shlex.join(recipe_eval(rec)) + " " + eval_args
+    if rec is not None and req.evaluate:
+        eval_points = eval_points or rec.eval.points
+        eval_args = (*recipe_eval(rec), *eval_args)
     if eval_points:
         if not req.evaluate:
             raise UsageError(f"EVAL_POINTS={eval_points} evaluates kept checkpoints: it needs "
@@ -246,37 +270,26 @@ def _resolve(req: SweepRequest) -> _Resolved:
             raise UsageError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
                              f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
                              "spaced checkpoints to evaluate")
-        overrides = f"{overrides} {key}={eval_points}".strip()
-    kind = req.launcher.strip() or "local"
-    if kind not in ("local", "slurm"):
-        raise UsageError(f"LAUNCHER: {kind!r} is not local or slurm")
+        overrides = (*overrides, f"{key}={eval_points}")
     # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
     cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
-        if kind == "slurm" or req.cluster.strip() else None
+        if req.launcher == "slurm" or req.cluster.strip() else None
     if cluster is not None:
         overrides = _cluster_world(overrides, cluster, cluster_file(req))
-    if rec is None:
-        spec = SweepSpec.from_text(kappa=grid["kappa"], h=grid["h"], seeds=grid["seeds"],
-                                   preset=grid["preset"], data=grid["data"],
-                                   tokens=grid["tokens"], flops=grid["flops"],
-                                   controls=grid["controls"], overrides=overrides)
-    else:
-        spec = recipe_spec(rec, req, overrides)
-    if req.jobs is not None and req.jobs < 1:
-        raise UsageError(f"JOBS: {req.jobs!r} must be a positive integer")
-    try:
-        args = shlex.split(eval_args)
-    except ValueError as e:
-        raise UsageError(f"EVAL_ARGS: {e}") from e
+    spec = recipe_spec(rec, req, overrides) if rec is not None else SweepSpec(
+        kappa_bits=req.kappa, latent_bits=req.h, seeds=req.seeds, preset=req.preset,
+        data=req.data, tokens=req.tokens, flops=req.flops, controls=req.controls,
+        overrides=overrides)  # type: ignore[arg-type]  # typed by SweepRequest.__post_init__
     # the evaluation's arguments and task names are checked now, before any training
-    parsed = backend.validate_eval_args(args) if req.evaluate or args else None
+    parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
     p = P.plan(spec, req.name.strip() or None)
     if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
         raise UsageError(why)
     if req.evaluate and parsed is not None:
         p.eval_specs = P.eval_specs(parsed, p)
         p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
-    return _Resolved(p, args, cluster, cluster_file(req) if cluster is not None else None)
+    return _Resolved(p, list(eval_args), cluster, cluster_file(req) if cluster is not None
+                     else None)
 
 
 def plan(req: SweepRequest) -> P.Plan:
@@ -300,8 +313,7 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     """Plan, check the directories, then submit the missing cells through the launcher: local
     blocks until they end, slurm returns once submitted. Returns the typed manifest."""
     r = _resolve(req)
-    p = r.plan
-    kind = req.launcher.strip() or "local"
+    p, kind = r.plan, req.launcher
     # before anything is written or submitted: the checks the dry run lists (a local run
     # checks this host's limits only: its cluster file, if any, is not where the cells run)
     # (the disk check is the driver's, beside the results root's location: _check_scratch)

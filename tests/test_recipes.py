@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from common.kappa import kappa_id as fmt_num
 from experiments.train.config import compose
 from experiments.train.plan import plan
 from sweeps import recipe as R
-from sweeps.grid import expand, fmt_num
+from sweeps.grid import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ("paper-1.5B", "paper-8B", "paper-8B-1T")
