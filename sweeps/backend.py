@@ -62,11 +62,15 @@ def ddp_fit_rule() -> tuple[float, float]:
     return DDP_BYTES_PER_PARAM, FIT_FRACTION
 
 
-def eval_task_names() -> list[str]:
-    """Every task name experiments.eval accepts (the default set, then the online extras)."""
-    from experiments.eval.run import DEFAULT_TASKS, ONLINE_EXTRA
+def check_eval_tasks(tasks: Sequence[str]) -> None:
+    """Task names as experiments.eval checks them online (the suite's, or any stock lm-eval
+    task): UsageError (one line) naming an unknown one."""
+    from experiments.eval.run import check_tasks
 
-    return list(DEFAULT_TASKS) + list(ONLINE_EXTRA)
+    try:
+        check_tasks(list(tasks), None)
+    except ValueError as e:  # EvalArgsError
+        raise UsageError(one_line(e)) from None
 
 
 class Cell(Protocol):
