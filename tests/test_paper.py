@@ -71,8 +71,8 @@ def test_paper_recipes_plan_on_any_world(tmp_path: Path, name: str, gpus: str) -
 @pytest.mark.parametrize("args, needle", [
     (["--recipe", "nope"], "unknown; known recipes"),
     ([], "RECIPE is required"),
-    (["--recipe", "cpu-mini", "--launcher", "cloud"], "LAUNCHER='cloud'"),
-    (["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS="),
+    (["--recipe", "cpu-mini", "--launcher", "cloud"], "LAUNCHER: 'cloud'"),
+    (["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS: 'a'"),
     (["--recipe", "cpu-mini", "--bench-data", "/no/such/dir"], "BENCH_DATA="),
     (["--recipe", "cpu-mini", "--gpus", "0"], "GPUS="),
 ])
