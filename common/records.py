@@ -40,8 +40,6 @@ SCHEMAS = {"run": "ftbench-run-v1", "eval": "ftbench-eval-v1",
 """The schema each record writes (the newest this code reads)."""
 
 Z_MODES = ("prior", "prior-k", "posterior")
-LM_EVAL_TASKS = benchmarks.tasks(suite="lm-eval", default=True)
-"""The default lm-eval tasks (common.benchmarks)."""
 EVALPLUS_TASKS = benchmarks.tasks(suite="evalplus")
 LOGLIK_TASKS = benchmarks.tasks(scoring="loglik")
 """Stock tasks scored by log-likelihood only: no generation length in their spec."""

@@ -143,8 +143,8 @@ def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
 def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
     offline data): UsageError (one line) before anything trains."""
-    from experiments.eval import benchdata
     from experiments.eval.run import EvalArgsError, validate_args
+    from experiments.eval.tasks import benchdata
 
     try:
         return validate_args(list(argv))
@@ -155,20 +155,13 @@ def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
 def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[str, dict[str, Any]]:
     """{suite: spec} experiments.eval will write for these (checked) arguments in a window of
     `max_len` tokens; UsageError (one line) when its offline data cannot be read."""
-    from experiments.eval import benchdata
     from experiments.eval.run import planned_specs
+    from experiments.eval.tasks import benchdata
 
     try:
         return planned_specs(args, max_len)
     except benchdata.DataError as e:
         raise UsageError(f"EVAL_ARGS: {one_line(e)}") from e
-
-
-def spec_id(spec: dict[str, Any]) -> str:
-    """The id an eval file carries in its name for this spec (experiments.eval.run.spec_id)."""
-    from experiments.eval.run import spec_id as eval_spec_id
-
-    return eval_spec_id(spec)
 
 
 def estimate_text(cfg: Any) -> str | None:

@@ -18,6 +18,7 @@ from typing import Any
 from common.errors import UsageError
 from common.kappa import kappa_label
 from common.paths import RunDir, SweepDir
+from common.records import spec_id
 
 from . import backend
 from .grid import Cell, SweepSpec, expand, shared_settings, skipped_controls
@@ -161,7 +162,7 @@ def dry_run_text(p: Plan) -> str:
     evl = []
     if p.eval_specs:
         evl = [f"eval (checked): {s} tasks {','.join(sp['tasks'])}, limit {sp['limit']}, "
-               f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {backend.spec_id(sp)}"
+               f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
                for s, sp in p.eval_specs.items()]
     skip = [f"skipped control: {why}" for why in skipped_controls(s).values()]
     return "\n".join([head, *lines, *skip, *evl, *cost_text(p), tail])
