@@ -12,7 +12,6 @@ training tokens, 2M parameters and 16 optimizer steps.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pytest
@@ -408,11 +407,3 @@ def test_a_users_file_path_loads(tmp_path: Path) -> None:
     r = R.load(_write(tmp_path, raw))
     assert r.train.tokens == 8000 and r.name == "mine"
     assert plan(compose(list(r.training_overrides())), world_size=1).steps == math.ceil(8000 / 512)
-
-
-def test_cli_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture) -> None:
-    assert R.main(["show", "nope"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and re.match(r"recipe: error: recipe 'nope': unknown", err)
-    assert R.main(["table", "cpu-mini"]) == 0
-    assert capsys.readouterr().out.startswith("| key | value | basis | source |")
