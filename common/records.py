@@ -525,12 +525,6 @@ def _opt(d: dict[str, Any], **kv: Any) -> dict[str, Any]:
     return {**d, **{k: v for k, v in kv.items() if v is not None}}
 
 
-def _rundir(path: str | Path) -> Any:
-    from .paths import RunDir  # common.paths reads these records: imported when used
-
-    return RunDir(Path(path))
-
-
 @dataclass
 class PointState:
     """The evaluation of one kept checkpoint (a cell's `points["<step>"]`)."""
@@ -608,7 +602,8 @@ class ManifestCell:
     transition is a method here, and nothing else assigns a state: the driver reports what its
     jobs did (started, ended with an outcome) and `reconcile`, `reconcile_eval` and
     `settle_points` re-derive the rest from facts (the run directory, the job's liveness and
-    result, read through the launcher that submitted it)."""
+    result, read through the launcher that submitted it). The run directory is the caller's to
+    hand in (`rd`: the cell's common.paths.RunDir; common.paths reads these records)."""
 
     cell: str
     arm: str
@@ -687,11 +682,6 @@ class ManifestCell:
     def run(self) -> Path:
         return Path(self.run_dir)
 
-    @property
-    def rundir(self) -> Any:
-        """The cell's run directory (common.paths.RunDir): its records, checkpoints and evals."""
-        return _rundir(self.run_dir)
-
     # ---- transitions of the training -------------------------------------------------------
     def job_started(self, job_id: str, *, slot: int | None = None) -> None:
         """A training job was submitted for the cell (slot: the local driver's slot)."""
@@ -703,20 +693,19 @@ class ManifestCell:
         if slot is not None:  # SLURM has no slot: the last local one is left as it was
             self.slot = slot
 
-    def job_ended(self, state: str, reason: str | None, wall_s: float) -> None:
+    def job_ended(self, state: str, reason: str | None, wall_s: float, rd: Any) -> None:
         """The cell's training job ended with `state` (done | failed | pending) and `reason`."""
         self.state, self.reason = state, reason
         self.finished, self.wall_s = now(), round(wall_s, 1)
         # the newest checkpoint is where a pending cell resumes: the table shows it
-        self.step = self.rundir.latest_step() or self.step
+        self.step = rd.latest_step() or self.step
 
-    def reconcile(self, jobs: JobProbe, provenance: dict[str, Any], *,
+    def reconcile(self, jobs: JobProbe, rd: Any, provenance: dict[str, Any], *,
                   watched: bool = False) -> None:
         """Re-derive the training state from facts: the run directory first (a finished run
         is done whoever finished it), then the job's liveness and result. `watched`: the
         calling driver watches the job itself (its outcome is reported by `job_ended`);
         `provenance` receives a finished run's recorded provenance."""
-        rd = self.rundir
         self.step = rd.latest_step() or self.step
         if rd.finished:
             if self.state != "done":
@@ -754,8 +743,8 @@ class ManifestCell:
         self.eval = EvalState(state="running", job_id=str(job_id), slot=slot,
                               spec_id=m.eval_spec_id)
 
-    def eval_ended(self, m: Manifest, state: str, reason: str | None,
-                   wall_s: float) -> tuple[str, str | None]:
+    def eval_ended(self, m: Manifest, state: str, reason: str | None, wall_s: float,
+                   rd: Any) -> tuple[str, str | None]:
         """The cell's evaluation job ended; done only if it wrote every suite's file
         (settle_eval). Returns the cell's eval (state, reason)."""
         ev = self.eval if self.eval is not None else EvalState()
@@ -763,20 +752,20 @@ class ManifestCell:
         ev.state, ev.reason, ev.wall_s = ("failed" if state != "done" else "done"), reason, \
             round(wall_s, 1)
         self.eval = ev
-        self.settle_eval(m)
+        self.settle_eval(m, rd)
         return ev.state, ev.reason
 
-    def settle_eval(self, m: Manifest) -> None:
+    def settle_eval(self, m: Manifest, rd: Any) -> None:
         """A finished eval job counts as done only if it wrote a file for every suite of the
         sweep's eval spec (an exit status of 0 with no file is a failure, never a silent 0)."""
         ev, specs = self.eval, m.eval_specs or {}
         if ev is None or ev.state != "done" or not specs:
             return
-        ev.files = eval_files(self.run, specs)
+        ev.files = eval_files(rd, specs)
         if len(ev.files) == 1:
             ev.file = next(iter(ev.files.values()))
         if m.eval_points:  # steps with a file for every suite (the Table-3 points)
-            rd, ids = self.rundir, m.spec_ids()
+            ids = m.spec_ids()
             kept = rd.eval_checkpoints() or rd.step_checkpoints()  # experiments.eval.chain's
             ev.points = sorted(step for step, _ in kept if rd.point_evaluated(step, ids))
         missing = [s for s, f in ev.files.items() if f is None]
@@ -785,7 +774,8 @@ class ManifestCell:
             ev.reason = ("the evaluation exited 0 but wrote no file for "
                          + ", ".join(f"{s} (spec_id {specs[s].id})" for s in missing))
 
-    def reconcile_eval(self, m: Manifest, jobs: JobProbe, *, watched: bool = False) -> None:
+    def reconcile_eval(self, m: Manifest, jobs: JobProbe, rd: Any, *,
+                       watched: bool = False) -> None:
         """An evaluation job the manifest thinks is running, re-derived from its job: done (then
         settled against the files), failed with the job's reason, or pending (interrupted)."""
         ev = self.eval
@@ -796,7 +786,7 @@ class ManifestCell:
         ev.state = "done" if ok else "failed" if why else "pending"
         ev.reason = why or (None if ok else "interrupted: evaluation job ended without a "
                             "result; EVAL=1 runs it again")
-        self.settle_eval(m)
+        self.settle_eval(m, rd)
 
     # ---- transitions of the evaluation points ----------------------------------------------
     def point_started(self, step: int, job_id: str | None, *, slot: int | None = None) -> None:
@@ -808,12 +798,12 @@ class ManifestCell:
             started=None if job_id is None else now(), slot=slot)
 
     def point_ended(self, m: Manifest, step: int, state: str, reason: str | None,
-                    wall_s: float) -> tuple[str, str | None]:
+                    wall_s: float, rd: Any) -> tuple[str, str | None]:
         """A point job ended: done only if it left a file for every suite's spec_id. Returns the
         point's (state, reason)."""
         pt = self.points.setdefault(step, PointState())
         # an exit status of 0 is not enough: the files are what the report reads
-        ok = state == "done" and self.rundir.point_evaluated(step, m.spec_ids())
+        ok = state == "done" and rd.point_evaluated(step, m.spec_ids())
         pt.state, pt.wall_s = ("done" if ok else "failed"), round(wall_s, 1)
         pt.reason = None if ok else reason or ("the point's evaluation exited 0 but wrote no "
                                                "file for every suite")
@@ -836,23 +826,16 @@ class ManifestCell:
         return self.points_skipped("interrupted: the driver stopped before its evaluation "
                                    "started; the chain evaluates it on re-run", to="pending")
 
-    def settle_points(self, m: Manifest, folder: Path, jobs: JobProbe,
+    def settle_points(self, m: Manifest, rd: Any, submitted: Any, jobs: JobProbe,
                       live: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset()
                       ) -> None:
-        """Re-derive the cell's point states from facts: the jobs a SLURM watcher submitted
-        (its record in the sweep `folder`: {"<step>": {"job_id", "submitted"} | {"reason"}}),
-        the eval files (done, whoever wrote them), the jobs' liveness, the cell's training
-        failure. `live`: (cell, step) the calling driver is watching itself."""
-        from .paths import SweepDir
-
+        """Re-derive the cell's point states from facts: the jobs a SLURM watcher `submitted`
+        (its record: {"<step>": {"job_id", "submitted"} | {"reason"}}), the eval files (done,
+        whoever wrote them), the jobs' liveness, the cell's training failure. `live`:
+        (cell, step) the calling driver is watching itself."""
         ids = m.spec_ids()
         if not m.eval_points or not ids:
             return
-        try:
-            submitted = json.loads(SweepDir(folder).points_record(self.cell).read_text(
-                encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            submitted = {}
         for key, rec in (submitted if isinstance(submitted, dict) else {}).items():
             if not str(key).isdigit() or not isinstance(rec, Mapping):
                 continue
@@ -865,7 +848,6 @@ class ManifestCell:
             elif rec.get("reason") and pt is None:
                 self.points[step] = PointState(state="pending", reason=rec["reason"])
         # the trainer's kept checkpoints only (rotated step_<N>.pt come and go)
-        rd = self.rundir
         for step, _ in rd.eval_checkpoints():
             self.points.setdefault(step, PointState())
         for step, pt in self.points.items():
@@ -888,16 +870,16 @@ class ManifestCell:
             self.points_skipped()
 
 
-def eval_files(run_dir: str | Path, specs: Mapping[str, EvalSpec]) -> dict[str, str | None]:
-    """{suite: its eval file relative to the run dir (the newest for that spec_id), or None}."""
+def eval_files(rd: Any, specs: Mapping[str, EvalSpec]) -> dict[str, str | None]:
+    """{suite: its eval file relative to the run dir `rd` (common.paths.RunDir; the newest for
+    that spec_id), or None}."""
     out: dict[str, str | None] = {}
-    rd = _rundir(run_dir)
     for suite, sp in specs.items():
         # the final checkpoint's file: the highest step (EVAL_POINTS writes earlier steps too,
         # possibly later in time); stepNA (unknown) last, then the newest
         hits = sorted(rd.eval_files(f"*.{sp.id}.step*.json"),
                       key=lambda q: (_step_of(q), q.stat().st_mtime_ns))
-        out[suite] = str(hits[-1].relative_to(run_dir)) if hits else None
+        out[suite] = str(hits[-1].relative_to(rd.path)) if hits else None
     return out
 
 
@@ -909,8 +891,8 @@ def _step_of(path: Path) -> int:
 @dataclass
 class Manifest:
     """results/sweeps/<name>/manifest.json: the grid, the eval specs, the bookkeeping, the
-    cells. The driver builds it from a plan (sweeps.manifest.build), refreshes it from facts
-    (`refresh`) and writes it; analysis reads it."""
+    cells. The driver builds it from a plan, refreshes it from facts and writes it
+    (sweeps.manifest: build, refresh, save); analysis reads it."""
 
     name: str
     cells: list[ManifestCell] = field(default_factory=list)
@@ -997,27 +979,6 @@ class Manifest:
         """The cells a run submits: neither done nor running, and failed ones only on request."""
         return [c for c in self.cells if c.state not in ("done", "running")
                 and (c.state != "failed" or retry_failed)]
-
-    # ---- refreshing --------------------------------------------------------------------------
-    def refresh(self, folder: Path, jobs: JobProbe, *,
-                live: set[str] | frozenset[str] = frozenset(),
-                live_points: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset()
-                ) -> Manifest:
-        """Re-derive each cell's state from its run directory and its jobs (`jobs`: the
-        launcher that submitted them, sweeps.manifest.probe reads them without submitting);
-        `folder`: the sweep's (its point records); `live`: cells the calling driver is itself
-        watching (left as they are); `live_points`: the (cell, step) point jobs it watches."""
-        for c in self.cells:
-            prov: dict[str, Any] = {}
-            c.reconcile(jobs, prov, watched=c.cell in live)
-            # a finished run records its data and tokenizer: the report shows them per sweep
-            self.data_checksums.update(prov.get("data_checksums") or {})
-            if prov.get("tokenizer_sha256"):
-                self.tokenizer_sha256 = prov["tokenizer_sha256"]
-            c.reconcile_eval(self, jobs, watched=c.cell in live)
-            c.settle_points(self, folder, jobs, live_points)
-        self.updated = now()
-        return self
 
 
 _HEADER = ("created", "updated", "git_commit", "git_dirty", "launcher", "command", "shared",

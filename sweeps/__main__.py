@@ -47,15 +47,13 @@ def request(a: argparse.Namespace) -> tuple[api.SweepRequest, bool]:
     value the text itself rules out (the request's meaning is checked by api.plan)."""
     evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
     retry_failed = _flag("RETRY_FAILED", a.retry_failed)
-    jobs = a.jobs.strip()
-    if jobs and (not jobs.isdigit() or int(jobs) < 1):
-        raise UsageError(f"JOBS: {jobs!r} must be a positive integer")
+    jobs = _count("JOBS", a.jobs, minimum=1)
     points = _count("EVAL_POINTS", a.eval_points, minimum=1)
     rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
     req = api.SweepRequest(
         kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset, data=a.data, tokens=a.tokens,
         flops=a.flops, controls=a.controls, recipe=a.recipe, gpu=a.gpu, overrides=a.overrides,
-        name=a.name, launcher=a.launcher.strip() or "local", jobs=int(jobs) if jobs else None,
+        name=a.name, launcher=a.launcher, jobs=jobs,
         cluster=a.cluster, evaluate=evaluate, eval_args=a.eval_args, eval_points=points,
         likelihood_rows=rows, retry_failed=retry_failed)
     return req, dry

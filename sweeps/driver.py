@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import UsageError
-from common.paths import SweepDir
+from common.paths import RunDir, SweepDir
 
 from . import backend
 from . import checks as C
@@ -106,8 +106,8 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
         old = M.load(p.manifest_path) if p.manifest_path.exists() else None
         m = M.build(p, launcher.kind, old)
         # states of jobs already submitted are read through the launcher that submitted them
-        m.refresh(p.folder, M.probe(old.launcher if old is not None else launcher.kind,
-                                    p.folder))
+        M.refresh(m, p.folder, M.probe(old.launcher if old is not None else launcher.kind,
+                                       p.folder))
         todo = m.select(retry_failed)
         M.save(p.manifest_path, m)
         done = sum(c.state == "done" for c in m.cells)
@@ -214,7 +214,7 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
         while queue or active:
             if first is not None and all(k != "train" or c is not first
                                          for k, c, _ in queue) and (
-                    first.state != "running" or first.rundir.has_record):
+                    first.state != "running" or RunDir(first.run).has_record):
                 first = None
             for slot in range(n):
                 if slot in active or not queue or (first is not None and active):
@@ -247,7 +247,7 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
                 state, reason = launcher.outcome(job)
                 wall = time.time() - started
                 if kind == "train":
-                    c.job_ended(state, reason, wall)
+                    c.job_ended(state, reason, wall, RunDir(c.run))
                     if state == "done" and evaluate:
                         queue.append(("eval", c, None))
                     if state == "failed":  # its kept checkpoints are not evaluated
@@ -255,13 +255,13 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
                         if skipped := c.points_skipped():
                             log(f"{c.cell}: points {skipped} not evaluated ({TRAINING_FAILED})")
                 elif step is not None:
-                    state, reason = c.point_ended(m, step, state, reason, wall)
+                    state, reason = c.point_ended(m, step, state, reason, wall, RunDir(c.run))
                 else:
-                    state, reason = c.eval_ended(m, state, reason, wall)
+                    state, reason = c.eval_ended(m, state, reason, wall, RunDir(c.run))
                 log(f"[{time.time() - t0:6.0f}s] slot {slot}: {what(kind, c, step)} -> {state}"
                     + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
                 on_event(JobEnded(kind, c.cell, state, reason, round(wall, 1), step, slot))
-                m.refresh(p.folder, launcher, live={a[1].cell for a in active.values()},
+                M.refresh(m, p.folder, launcher, live={a[1].cell for a in active.values()},
                           live_points={(a[1].cell, a[4]) for a in active.values()
                                        if a[4] is not None})
                 M.save(p.manifest_path, m)
@@ -270,7 +270,7 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
             if step is not None:  # seen, never started: the chain's on re-run
                 c.points_unstarted()
         m.local["wall_s"] = round(time.time() - t0, 1)
-        m.refresh(p.folder, launcher, live=set())
+        M.refresh(m, p.folder, launcher, live=set())
         M.save(p.manifest_path, m)
 
 
@@ -285,7 +285,7 @@ def _queue_points(queue: list[QueueItem],
     for kind, c, *_ in list(active.values()):
         if kind != "train":
             continue
-        for step, _ in c.rundir.points_ready(ids):
+        for step, _ in RunDir(c.run).points_ready(ids):
             if (c.cell, step) in seen:
                 continue
             seen.add((c.cell, step))

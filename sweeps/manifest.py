@@ -131,6 +131,33 @@ def build(p: Plan, launcher: str, old: Manifest | None) -> Manifest:
                 "flops": sum(c.flops for c in p.cells)})
 
 
+def refresh(m: Manifest, folder: Path, jobs: JobProbe, *,
+            live: set[str] | frozenset[str] = frozenset(),
+            live_points: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset()
+            ) -> Manifest:
+    """Re-derive each cell's state from facts (the cells' transitions): its run directory, the
+    point jobs a SLURM watcher listed (`point_record`), its jobs (`jobs`: the launcher that
+    submitted them; `probe` reads them without submitting). `live`: cells the calling driver
+    is itself watching (left as they are); `live_points`: the (cell, step) point jobs it
+    watches."""
+    for c in m.cells:
+        rd, prov = RunDir(c.run), {}
+        c.reconcile(jobs, rd, prov, watched=c.cell in live)
+        # a finished run records its data and tokenizer: the report shows them per sweep
+        m.data_checksums.update(prov.get("data_checksums") or {})
+        if prov.get("tokenizer_sha256"):
+            m.tokenizer_sha256 = prov["tokenizer_sha256"]
+        c.reconcile_eval(m, jobs, rd, watched=c.cell in live)
+        try:
+            submitted = json.loads(point_record(folder, c.cell).read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            submitted = {}
+        c.settle_points(m, rd, submitted if isinstance(submitted, dict) else {}, jobs,
+                        live_points)
+    m.updated = now()
+    return m
+
+
 @contextlib.contextmanager
 def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
     """An exclusive lock on the sweep folder (one driver per sweep; status waits its turn)."""
@@ -147,7 +174,7 @@ def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
 
 def point_record(folder: Path, cell: str) -> Path:
     """Where a SLURM training job's point watcher (sweeps/job.py) lists the point jobs it
-    submitted (`{"<step>": {"job_id", "submitted"} | {"reason"}}`); read by `settle_points`."""
+    submitted (`{"<step>": {"job_id", "submitted"} | {"reason"}}`); read by `refresh`."""
     return SweepDir(folder).points_record(cell)
 
 
@@ -246,10 +273,10 @@ def status(name: str, results: Path | None = None) -> Manifest:
     try:
         with locked(folder, wait=False):
             m = load(path)
-            save(path, m.refresh(folder, probe(m.launcher, folder)))
+            save(path, refresh(m, folder, probe(m.launcher, folder)))
     except SweepBusy:  # a driver is running: show its view plus runs finished since
         m = load(path)
         jobs = probe(m.launcher, folder)
         for c in m.cells:  # every job is the driver's to watch; a finished run is done anyway
-            c.reconcile(jobs, {}, watched=True)
+            c.reconcile(jobs, RunDir(c.run), {}, watched=True)
     return m

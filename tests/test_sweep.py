@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from common.paths import RunDir
 from common.records import Manifest, ManifestCell
 from sweeps import backend
 from sweeps import driver as D
@@ -86,7 +87,7 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: ")
     ("sweeps", [*RUN, "--controls", "bigger"], "CONTROLS: unknown control 'bigger'"),
     ("sweeps", ["run", "--launcher", "pbs"], "LAUNCHER: 'pbs' is not local or slurm"),
     ("sweeps", ["run", "--launcher", "slurm", "--cluster", "/none.yaml"], "LAUNCHER=slurm needs"),
-    ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be a positive integer"),
+    ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be an integer >= 1"),
     ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
     ("sweeps", [*RUN, "--eval", "on"], "EVAL: 'on' is not a boolean"),
     ("sweeps", [*RUN, "--retry-failed", "y"], "RETRY_FAILED: 'y' is not a boolean"),
@@ -640,12 +641,12 @@ def test_manifest_transitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert c.started is not None
     c.job_started("124", slot=0)
     assert c.slot == 0 and c.attempts == 3
-    c.job_ended("failed", "boom", 12.34)
+    c.job_ended("failed", "boom", 12.34, RunDir(c.run))
     assert (c.state, c.reason, c.wall_s, c.step) == ("failed", "boom", 12.3, 3)
     m = Manifest(name="m", eval_spec_id="abc", eval_specs={})
     c.eval_started(m, "9")
     assert c.to_json()["eval"] == {"state": "running", "job_id": "9", "spec_id": "abc"}
-    assert c.eval_ended(m, "pending", "killed", 1.0) == ("failed", "killed")
+    assert c.eval_ended(m, "pending", "killed", 1.0, RunDir(c.run)) == ("failed", "killed")
     assert c.needs_eval(m)
     assert c.eval is not None
     c.eval.state = "done"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from test_sweep import _fake_to_dict, _FakeTrain, _use_fake  # noqa: F401 (autouse fixture)
 
+from common.paths import RunDir
 from common.records import EvalSpec, Manifest, ManifestCell, PointState
 from sweeps import backend
 from sweeps import driver as D
@@ -335,7 +336,7 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     (run / "eval" / f"lm-eval.{sid}.step2.json").write_text("{}")
     m = SM.load(p.manifest_path)
     m.launcher = "local"
-    pts = m.refresh(p.folder, SM.probe(m.launcher, p.folder)).cells[0].points
+    pts = SM.refresh(m, p.folder, SM.probe(m.launcher, p.folder)).cells[0].points
     assert pts[2].state == "done" and pts[2].job_id == rec["2"]["job_id"]
     assert set(pts) == {2}
 
@@ -359,23 +360,23 @@ def test_point_states_are_derived_from_facts(tmp_path: Path) -> None:
     jobs = LocalLauncher(tmp_path / "jobs")
     c = ManifestCell(cell="x", arm="free", run_dir=str(run), state="running",
                      points={4: PointState(state="running", job_id="999999999")})
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert {s: p.state for s, p in c.points.items()} == {2: "done", 4: "pending"}
     assert c.points[4].reason.startswith("interrupted")
     c.state = "failed"
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert c.to_json()["points"]["4"] == {"state": "skipped", "job_id": "999999999",
                                           "reason": SM.TRAINING_FAILED}
     assert c.points[2].state == "done"  # evaluated before the failure: kept
     c.state = "running"  # RETRY_FAILED=1
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert c.points[4].state == "pending"
     m.eval_specs = {"lm-eval": spec, "evalplus": other}  # another spec: not done under it
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert c.points[2].state == "pending"
     assert not any(isinstance(v, (int, float)) for p in c.to_json()["points"].values()
                    for v in p.values())
     # without EVAL_POINTS nothing is recorded
     c2 = ManifestCell(cell="y", arm="free", run_dir=str(run), state="done")
-    c2.settle_points(Manifest(name="m", eval_specs=m.eval_specs), tmp_path, jobs)
+    c2.settle_points(Manifest(name="m", eval_specs=m.eval_specs), RunDir(run), {}, jobs)
     assert "points" not in c2.to_json()
