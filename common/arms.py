@@ -94,7 +94,7 @@ class Arm:
         return of_model(self.latent).name
 
     def cells(self, kappas: Sequence[float], hs: Sequence[int], seeds: Sequence[int],
-              layers: int) -> list[ArmCell]:
+              layers: int) -> list[Cell]:
         """This arm's cells of a grid, in the grid's order (H, then kappa, then seed): one per
         value of each of its axes. A latent arm without the kappa axis trains at the grid's
         smallest kappa (the Z-cut control: with Z cut the encoder only brings its KL under
@@ -118,21 +118,21 @@ class Arm:
                 head = "-".join([self.name, *([f"k{kappa_id(k)}"] if k is not None
                                               and "kappa" in self.axes else []),
                                  *([f"H{h}"] if h is not None else [])])
-                out += [ArmCell(f"{head}-s{s}", self.name, s, tuple(ov), k, h) for s in seeds]
+                out += [Cell(f"{head}-s{s}", self.name, s, tuple(ov), k, h) for s in seeds]
         return out
 
 
 @dataclass(frozen=True)
-class ArmCell:
-    """One cell of a grid as its arm makes it."""
+class Cell:
+    """One cell of a grid."""
 
     name: str
     """`<arm>[-k<kappa>][-H<H>]-s<seed>`: the cell's name in the manifest."""
     arm: str
     seed: int
-    settings: tuple[str, ...]
-    """What the arm sets of the training config, as hydra overrides (the grid adds the shared
-    ones and the seed)."""
+    overrides: tuple[str, ...]
+    """Its hydra overrides: as the arm makes it, what the arm sets of the training config;
+    as the grid expands it (sweeps.grid.expand), the shared ones, those and the seed."""
     kappa_bits: float | None = None
     latent_bits: int | None = None
     """The cell's H: the model's own for a latent arm, the matched one for a FLOPs-matched

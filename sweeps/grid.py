@@ -19,10 +19,11 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common import arms, kappa
+from common.arms import Cell
 from common.errors import UsageError
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
@@ -181,16 +182,6 @@ class SweepSpec:
         return f"{self.preset}-{self.data}-{h[:8]}"
 
 
-@dataclass(frozen=True)
-class Cell:
-    name: str
-    arm: str
-    seed: int
-    overrides: tuple[str, ...]
-    kappa_bits: float | None = None
-    latent_bits: int | None = None
-
-
 def resolved_layers(spec: SweepSpec, arm: str = arms.FREE.name) -> int:
     """The layer count an arm really trains with: the preset's, then every `model=<preset>` and
     `model.n_layers=N` among the shared and the arm's overrides, in order (the last wins, as in
@@ -237,9 +228,8 @@ def expand(spec: SweepSpec) -> list[Cell]:
     base += list(spec.overrides)
     skip = skipped_controls(spec)
     layers = resolved_layers(spec)  # the arms' layers, overrides applied
-    return [Cell(c.name, c.arm, c.seed, (*base, *c.settings, f"train.seed={c.seed}",
-                                         *spec.arm_overrides.get(c.arm, ())),
-                 c.kappa_bits, c.latent_bits)
+    return [replace(c, overrides=(*base, *c.overrides, f"train.seed={c.seed}",
+                                  *spec.arm_overrides.get(c.arm, ())))
             for a in arms.ARMS if a.control is None or (a.name in spec.controls
                                                          and a.name not in skip)
             for c in a.cells(spec.kappa_bits, spec.latent_bits, spec.seeds, layers)]
