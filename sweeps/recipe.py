@@ -325,7 +325,9 @@ class Recipe:
             peak, _ = gpu_peak_tflops(name)
             ov += [f"train.micro_batch_size={mb.micro_batch_size}", f"train.gpu_name={name}",
                    *([f"train.gpu_peak_tflops={_fmt(float(peak))}"] if peak else []),
-                   f"train.gpu_memory_gb={_fmt(mb.memory_gb)}", f"train.parallel={mb.parallel}",
+                   f"train.gpu_memory_gb={_fmt(mb.memory_gb)}",
+                   # one GPU runs no parallelism: the trainer's choices are ddp and fsdp
+                   *([f"train.parallel={mb.parallel}"] if mb.parallel != "none" else []),
                    f"train.activation_checkpointing={_fmt(mb.activation_checkpointing)}"]
         return tuple(ov)
 
