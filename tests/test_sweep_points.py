@@ -206,8 +206,10 @@ def test_points_ready_and_the_lock(tmp_path: Path) -> None:
     import threading
 
     from common.io import LockHeld, flocked
-    from common.paths import points_ready
     from experiments.eval.chain import eval_chain, point_lock
+
+    def points_ready(run: Path, ids: list[str]) -> list:
+        return RunDir(run).points_ready(ids)
 
     run = tmp_path / "r"
     ck = run / "checkpoints"
