@@ -3,9 +3,9 @@
 An arm is what a sweep cell trains (the manifest cell's `arm`, the report's columns): the
 baseline decoder, the Free Transformer, and the controls each is compared with. Code that must
 know something about an arm asks its record (`arm(name).latent`, `.compute`, `.extra_layer`,
-...) instead of testing its name, so adding an arm is one row here plus its own code (the
-grid's cells in sweeps/grid.py, and whatever comparison the analysis makes of it; see
-docs/DESIGN.md, "Adding an arm").
+...) instead of testing its name, and each record makes its own cells of a grid (`Arm.cells`:
+names and the training settings it sets), so adding an arm is one row here plus whatever
+comparison the analysis makes of it (docs/DESIGN.md, "Adding an arm").
 
 Two names mean different things and both live here:
 - the *arm* of a cell (any name in ARMS), and
@@ -19,7 +19,11 @@ Standard library only, so `analysis/` reads it without torch.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from .errors import UsageError
+from .kappa import kappa_id
 
 MODEL_CLASSES = ("Transformer", "FreeTransformer")
 """The model classes of model/ an arm may train (model.build picks one from latent_bits)."""
@@ -28,8 +32,8 @@ COMPUTE = ("tokens", "flops")
 FLOPs of the Free Transformer of its H (`train.compute_match=flops`)."""
 
 
-class ArmError(ValueError):
-    """An arm name no record has (one line naming it and the known ones)."""
+ArmError = UsageError
+"""The old name, while tests/test_common_api.py imports it."""
 
 
 @dataclass(frozen=True)
@@ -60,15 +64,17 @@ class Arm:
 
     def __post_init__(self) -> None:
         if self.model_class not in MODEL_CLASSES:
-            raise ArmError(f"arm {self.name}: model_class {self.model_class!r} is not one of "
+            raise UsageError(f"arm {self.name}: model_class {self.model_class!r} is not one of "
                            f"{MODEL_CLASSES}")
         if self.latent != (self.model_class == "FreeTransformer"):
-            raise ArmError(f"arm {self.name}: latent={self.latent} disagrees with model_class "
+            raise UsageError(f"arm {self.name}: latent={self.latent} disagrees with model_class "
                            f"{self.model_class}")
         if self.compute not in COMPUTE:
-            raise ArmError(f"arm {self.name}: compute {self.compute!r} is not one of {COMPUTE}")
+            raise UsageError(f"arm {self.name}: compute {self.compute!r} is not one of {COMPUTE}")
         if self.z_cut and not self.latent:
-            raise ArmError(f"arm {self.name}: z_cut needs a latent (a baseline has no Z)")
+            raise UsageError(f"arm {self.name}: z_cut needs a latent (a baseline has no Z)")
+        if (self.latent or self.flops_matched) and "H" not in self.axes:
+            raise UsageError(f"arm {self.name}: a latent or FLOPs-matched arm needs the H axis")
 
     @property
     def flops_matched(self) -> bool:
@@ -86,6 +92,51 @@ class Arm:
     def model_kind(self) -> str:
         """What the run's own files record as `arm` (`of_model(self.latent).name`)."""
         return of_model(self.latent).name
+
+    def cells(self, kappas: Sequence[float], hs: Sequence[int], seeds: Sequence[int],
+              layers: int) -> list[Cell]:
+        """This arm's cells of a grid, in the grid's order (H, then kappa, then seed): one per
+        value of each of its axes. A latent arm without the kappa axis trains at the grid's
+        smallest kappa (the Z-cut control: with Z cut the encoder only brings its KL under
+        kappa, after which kappa barely matters). `layers`: the arms' resolved layer count."""
+        ks: Sequence[float | None] = kappas if "kappa" in self.axes else (
+            [min(kappas)] if self.latent else [None])
+        out = []
+        for h in hs if "H" in self.axes else [None]:
+            for k in ks:
+                ov = [f"model.latent_bits={h if self.latent else 0}"]
+                if k is not None:
+                    ov.append(f"model.kappa_bits={kappa_id(k)}")
+                if self.z_cut:
+                    ov.append("model.z_cut=true")
+                if self.extra_layer:
+                    ov.append(f"model.n_layers={layers + 1}")
+                if self.flops_matched:
+                    ov += ["train.compute_match=flops", f"train.match_latent_bits={h}"]
+                    if self.extra_layer:  # matched to the FT of the arms' own layers
+                        ov.append(f"train.match_n_layers={layers}")
+                head = "-".join([self.name, *([f"k{kappa_id(k)}"] if k is not None
+                                              and "kappa" in self.axes else []),
+                                 *([f"H{h}"] if h is not None else [])])
+                out += [Cell(f"{head}-s{s}", self.name, s, tuple(ov), k, h) for s in seeds]
+        return out
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a grid."""
+
+    name: str
+    """`<arm>[-k<kappa>][-H<H>]-s<seed>`: the cell's name in the manifest."""
+    arm: str
+    seed: int
+    overrides: tuple[str, ...]
+    """Its hydra overrides: as the arm makes it, what the arm sets of the training config;
+    as the grid expands it (sweeps.grid.expand), the shared ones, those and the seed."""
+    kappa_bits: float | None = None
+    latent_bits: int | None = None
+    """The cell's H: the model's own for a latent arm, the matched one for a FLOPs-matched
+    control, None for an arm without the H axis."""
 
 
 BASELINE = Arm("baseline", latent=False, model_class="Transformer",
@@ -114,17 +165,16 @@ FREE_ZCUT = Arm("free_zcut", latent=True, model_class="FreeTransformer",
 
 ARMS: tuple[Arm, ...] = (BASELINE, FREE, BASELINE_FLOPS, BASELINE_PLUS1, BASELINE_PLUS1_FLOPS,
                          FREE_ZCUT)
-"""Every arm, in the grid's cell order (baselines, Free Transformers, then the controls in the
-order sweeps/grid.py makes them)."""
+"""Every arm, in the grid's cell order (baselines, Free Transformers, then the controls)."""
 _BY_NAME = {a.name: a for a in ARMS}
 
 
 def arm(name: str) -> Arm:
-    """The record of an arm name; ArmError (one line) for a name no record has."""
+    """The record of an arm name; UsageError (one line) for a name no record has."""
     try:
         return _BY_NAME[name]
     except (KeyError, TypeError):
-        raise ArmError(f"arm {name!r}: not a known arm (known: "
+        raise UsageError(f"arm {name!r}: not a known arm (known: "
                        f"{', '.join(_BY_NAME)})") from None
 
 
@@ -147,12 +197,12 @@ def names(*, latent: bool | None = None, compute: str | None = None,
 
 
 def by_control(control: str) -> Arm:
-    """The arm a CONTROLS name adds ('flops' -> baseline_flops); ArmError for another."""
+    """The arm a CONTROLS name adds ('flops' -> baseline_flops); UsageError for another."""
     for a in ARMS:
         if a.control == control:
             return a
     known = ", ".join(a.control for a in ARMS if a.control)
-    raise ArmError(f"control {control!r}: not a known control (known: {known})")
+    raise UsageError(f"control {control!r}: not a known control (known: {known})")
 
 
 def of_model(latent_bits: int | bool) -> Arm:

@@ -10,8 +10,8 @@
   shortest decimal that reads back to the same float. Either way the label reads back to the
   same float (`parse_kappas(kappa_label(k)) == [k]`), so two thresholds never share a label.
 
-Identifiers are not labels: cell names and hydra overrides keep the plain decimal
-(sweeps.grid.fmt_num), which hydra reads as a float and a file name can hold.
+- `kappa_id`: identifiers are not labels: cell names and hydra overrides keep the plain decimal
+  ("0.015625" for 1/64), which hydra reads as a float and a file name can hold.
 """
 
 from __future__ import annotations
@@ -22,29 +22,29 @@ from collections.abc import Iterable
 from fractions import Fraction
 from typing import Any
 
+from .errors import UsageError
+
 MAX_DENOMINATOR = 1024
-
-
-class KappaError(ValueError):
-    """A bad kappa list; the message is one line naming the value."""
+KappaError = UsageError
+"""The old name, while experiments/synthetic.py imports it."""
 
 
 def parse_kappa(token: str, name: str = "kappa") -> float:
-    """One value: '1/64' -> 0.015625, '8' -> 8.0. KappaError naming `name` and the token."""
+    """One value: '1/64' -> 0.015625, '8' -> 8.0. UsageError naming `name` and the token."""
     tok = str(token).strip()
     try:
         v = float(Fraction(tok)) if "/" in tok else float(tok)
     except (ValueError, ZeroDivisionError, OverflowError):
-        raise KappaError(f"{name}: {tok!r} is not a number of bits >= 0 (e.g. 0.5 or 1/64)"
+        raise UsageError(f"{name}: {tok!r} is not a number of bits >= 0 (e.g. 0.5 or 1/64)"
                          ) from None
     if not math.isfinite(v) or v < 0:
-        raise KappaError(f"{name}: {tok!r} must be a finite number >= 0 (bits per token)")
+        raise UsageError(f"{name}: {tok!r} must be a finite number >= 0 (bits per token)")
     return v
 
 
 def parse_kappas(text: str | Iterable[Any], name: str = "kappa") -> list[float]:
     """'0.5 2 4', '1/64,1/8' or an iterable of values -> floats in the given order; [] for no
-    value (the caller says what an empty list means). KappaError on a bad or repeated value."""
+    value (the caller says what an empty list means). UsageError on a bad or repeated value."""
     toks = [t for t in re.split(r"[\s,]+", text.strip()) if t] if isinstance(text, str) \
         else [str(t) for t in text]
     out: list[float] = []
@@ -52,7 +52,7 @@ def parse_kappas(text: str | Iterable[Any], name: str = "kappa") -> list[float]:
         v = parse_kappa(tok, name)
         if v in out:
             shown = text if isinstance(text, str) else " ".join(toks)
-            raise KappaError(f"{name}: {kappa_label(v)} given twice in {shown!r}; give each "
+            raise UsageError(f"{name}: {kappa_label(v)} given twice in {shown!r}; give each "
                              "threshold once")
         out.append(v)
     return out
@@ -72,3 +72,9 @@ def kappa_label(k: float) -> str:
     if fr.denominator <= MAX_DENOMINATOR:
         return f"{fr.numerator}/{fr.denominator}"
     return short
+
+
+def kappa_id(k: float) -> str:
+    """A threshold in identifiers (cell names, hydra overrides): the shortest plain decimal that
+    reads back to it: 2.0 -> '2', 0.5 -> '0.5', 1/64 -> '0.015625'."""
+    return str(int(k)) if float(k).is_integer() else repr(float(k))

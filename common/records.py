@@ -1,39 +1,38 @@
 """Typed records for every file the suite writes (docs/RESULTS.md), standard library only, so
 that `analysis/` can import it without torch.
 
-Each record is a frozen dataclass with `to_json()` (a JSON-able dict, the file's content) and
+Each record is a dataclass with `to_json()` (a JSON-able dict, the file's content) and
 `from_json(d)` (a classmethod). The fields a reader relies on are typed; everything else a writer
-records rides in `extra` untouched ("writers add fields freely"). Legacy formats are upgraded in
-`from_json` and nowhere else, so readers never see them:
+records rides in `extra` untouched ("writers add fields freely"). One name per concept: `arm`
+("baseline" | "free" | a control), `latent_bits` (a model's own H: 0 for every baseline and
+baseline control, common.arms), `match_latent_bits` (the H a FLOPs-matched control is matched
+to; None otherwise) and `z_mode` (never null). One upgrade is left, at this edge: an eval file
+without `spec` (written before specs; analysis/ and tests/fake.py still plant them) gets its
+spec derived from its fields and name (`EvalFile.legacy`).
 
-- one name per concept: `arm` ("baseline" | "free" | a control; never "free_transformer"),
-  `latent_bits` (a model's own H: 0 for every baseline and baseline control, common.arms),
-  `match_latent_bits` (the H a FLOPs-matched control is matched to, explicit; None otherwise)
-  and `z_mode` (never null);
-- an eval file without `spec` (written before specs) gets its spec derived from its fields and
-  name, and an evalplus entry of such a file whose own `sandbox` record says the evaluation was
-  killed, timed out or scored nothing is missing (null metrics, `error` says why), whatever its
-  metrics say (it wrote 0 for unscored items then);
-- a manifest cell of a FLOPs-matched control recorded the matched H as `latent_bits` (or 0 in
-  older manifests: then `match_latent_bits` is None here and the reader takes it from the run's
-  config.yaml, `RunRecord.match_latent_bits`).
+The sweep's manifest is one schema, `Manifest` and `ManifestCell`, written by the sweep driver
+and read by analysis: a cell's running state is typed fields, and every state transition is a
+method of the cell (sweeps/manifest.py builds, locks, saves and prints it).
 
 Schema versions: each file carries `"schema": "<name>-v<N>"` (SCHEMAS); a file without one is
 read as version 1 (they were all written before versioning, in today's layout or an older one).
-A version newer than this code knows is one RecordError naming the file's and the known one.
+A version newer than this code knows is one UsageError naming the file's and the known one.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from . import arms, benchmarks
+from .errors import UsageError
 
 SCHEMAS = {"run": "ftbench-run-v1", "eval": "ftbench-eval-v1",
            "likelihood": "ftbench-likelihood-v1", "manifest": "ftbench-manifest-v1",
@@ -41,8 +40,6 @@ SCHEMAS = {"run": "ftbench-run-v1", "eval": "ftbench-eval-v1",
 """The schema each record writes (the newest this code reads)."""
 
 Z_MODES = ("prior", "prior-k", "posterior")
-LM_EVAL_TASKS = benchmarks.tasks(suite="lm-eval", default=True)
-"""The default lm-eval tasks (common.benchmarks)."""
 EVALPLUS_TASKS = benchmarks.tasks(suite="evalplus")
 LOGLIK_TASKS = benchmarks.tasks(scoring="loglik")
 """Stock tasks scored by log-likelihood only: no generation length in their spec."""
@@ -50,8 +47,9 @@ FLOPS_MATCHED_ARMS = arms.names(compute="flops")
 """Controls trained to the FLOPs of the FT with H = match_latent_bits (common.arms)."""
 
 
-class RecordError(ValueError):
-    """A result file this code cannot read (one line)."""
+RecordError = UsageError
+"""A result file this code cannot read (one line): the old name, which analysis/, experiments/
+and common/paths.py import."""
 
 
 def _version(d: Mapping[str, Any], kind: str, where: str = "") -> int:
@@ -299,44 +297,6 @@ class EvalRuntime:
 
 
 # ------------------------------------------------------------------------------ eval file
-_SANDBOX_KILLED = "the evaluation was killed"
-
-
-def sandbox_failure(t: Mapping[str, Any]) -> str | None:
-    """Why an evalplus task entry's own `sandbox` record says it has no real score (killed,
-    timed out, nothing scored), or None."""
-    sb = t.get("sandbox")
-    if not isinstance(sb, Mapping):
-        return None
-    why = []
-    rc = sb.get("returncode")
-    if isinstance(rc, int) and not isinstance(rc, bool) and rc < 0:
-        why.append(f"{_SANDBOX_KILLED} (returncode {rc})")
-    if sb.get("timed_out") is True:
-        why.append("its time budget ran out"
-                   + (f" ({sb['budget_s']} s)" if sb.get("budget_s") is not None else ""))
-    if sb.get("scored") == 0 and not isinstance(sb.get("scored"), bool):
-        why.append("it scored nothing")
-    return "; ".join(why) or None
-
-
-def _upgrade_legacy_task(name: str, t: Any) -> Any:
-    """An evalplus entry of a file from before specs whose sandbox failed: its metrics (then 0
-    for unscored items) become null, with the reason in `error`."""
-    if not isinstance(t, dict):
-        return t
-    why = sandbox_failure(t)
-    if why is None:
-        return t
-    reason = f"sandbox: {why} (legacy file: its scores were written as 0; read as missing)"
-    metrics = {m: ({**v, "value": None} if isinstance(v, dict) else {"value": None})
-               for m, v in (t.get("metrics") or {}).items()}
-    items = [{**it, **{k: None for k in ("base", "plus") if k in it},
-              "reason": it.get("reason") or reason} if isinstance(it, dict) else it
-             for it in t.get("items") or []]
-    return {**t, "metrics": metrics, "items": items, "error": t.get("error") or reason}
-
-
 @dataclass(frozen=True)
 class EvalFile:
     """<run>/eval/<suite>...json. `tasks` maps each task to its entry as written (metrics,
@@ -387,9 +347,6 @@ class EvalFile:
                             gen_tokens=_argv_int(d.get("argv"), "--max-gen-toks"),
                             data_checksums=d.get("data_checksums") or {})
             sid = spec.id
-            # evalplus entries (the only ones with a sandbox block; very old files kept them
-            # in an lm-eval suite file)
-            tasks = {n: _upgrade_legacy_task(n, t) for n, t in tasks.items()}
         else:
             spec = EvalSpec.from_json(raw)
             sid = str(d.get("spec_id") or spec_id(raw))
@@ -407,13 +364,10 @@ class EvalFile:
 
 
 # ------------------------------------------------------------------------------ likelihood
-LEGACY_LIKELIHOOD_ARMS = {"free_transformer": "free"}
-
-
 @dataclass(frozen=True)
 class LikelihoodFile:
     """<run>/eval/likelihood.<spec_id>.step<N>.json: validation likelihood of a checkpoint.
-    `arm` is "baseline" or "free" (files before records wrote "free_transformer"); the bound's
+    `arm` is "baseline" or "free"; the bound's
     numbers (nll_nats_per_token, bpb, exact, iwae, spread_bpb, prior_k1, posterior, ...) are in
     `extra`, as `validation_likelihood` returns them."""
 
@@ -452,7 +406,7 @@ class LikelihoodFile:
         spec = d.get("spec") if isinstance(d.get("spec"), dict) else {}
         arm = d.get("arm")
         return cls(spec=spec, spec_id=str(d.get("spec_id") or spec_id(spec)),
-                   arm=LEGACY_LIKELIHOOD_ARMS.get(arm, arm), run_id=d.get("run_id"),
+                   arm=arm, run_id=d.get("run_id"),
                    checkpoint=d.get("checkpoint"),
                    checkpoint_step=_int_or_none(d.get("checkpoint_step")),
                    n_tokens=d.get("n_tokens"), n_bytes=d.get("n_bytes"),
@@ -540,77 +494,440 @@ class MetricsLine:
 
 
 # ------------------------------------------------------------------------------ manifest
-CELL_KEYS = ("cell", "arm", "kappa_bits", "latent_bits", "match_latent_bits", "seed", "run_id")
+STATES = ("pending", "running", "done", "failed")
+"""A cell's training: done (its run directory holds its final checkpoint), running (its job is
+alive), failed (its job raised; retried only on request), pending (not started, or interrupted:
+a re-run resumes it from its newest checkpoint)."""
+POINT_STATES = ("pending", "queued", "running", "done", "failed", "skipped")
+"""A kept checkpoint's evaluation: queued (seen, waiting for a local slot), running (its point
+job is alive), done (a file for every suite's spec_id), failed (its job ended without them),
+skipped (the cell's training failed: never evaluated, never a value), pending (interrupted, or
+the spec changed: the chain evaluates it on re-run)."""
+TRAINING_FAILED = "skipped: training failed"
 
 
-@dataclass(frozen=True)
+class JobProbe(Protocol):
+    """What a manifest asks of the launcher that submitted a job (sweeps.launcher)."""
+
+    def alive(self, job_id: str | None) -> bool: ...
+
+    def failure(self, job_id: str | None) -> str | None: ...
+
+    def succeeded(self, job_id: str | None) -> bool: ...
+
+
+def now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _opt(d: dict[str, Any], **kv: Any) -> dict[str, Any]:
+    """d with the keys whose value is not None (optional keys are left out, as written)."""
+    return {**d, **{k: v for k, v in kv.items() if v is not None}}
+
+
+@dataclass
+class PointState:
+    """The evaluation of one kept checkpoint (a cell's `points["<step>"]`)."""
+
+    state: str = "pending"
+    job_id: str | None = None
+    reason: str | None = None
+    started: str | None = None
+    slot: int | None = None
+    wall_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return _opt({"state": self.state, "job_id": self.job_id, "reason": self.reason},
+                    started=self.started, slot=self.slot, wall_s=self.wall_s) | self.extra
+
+    @classmethod
+    def from_json(cls, d: Any) -> PointState:
+        d = dict(d) if isinstance(d, Mapping) else {}
+        return cls(state=d.pop("state", None) or "pending", job_id=_str(d.pop("job_id", None)),
+                   reason=d.pop("reason", None), started=d.pop("started", None),
+                   slot=_int_or_none(d.pop("slot", None)), wall_s=d.pop("wall_s", None),
+                   extra=d)
+
+
+@dataclass
+class EvalState:
+    """A cell's chained evaluation (`eval`): its job, the spec it ran under, the files it left."""
+
+    state: str = "pending"
+    job_id: str | None = None
+    spec_id: str | None = None
+    slot: int | None = None
+    reason: str | None = None
+    wall_s: float | None = None
+    files: dict[str, str | None] | None = None
+    """{suite: its eval file relative to the run dir, or None}: what settle_eval found."""
+    file: str | None = None
+    """The one suite's file, when the spec has one suite."""
+    points: list[int] | None = None
+    """With EVAL_POINTS: the steps with a file for every suite (the Table-3 points)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return _opt({"state": self.state, "job_id": self.job_id}, slot=self.slot) | {
+            "spec_id": self.spec_id} | _opt({}, reason=self.reason, wall_s=self.wall_s,
+                                            files=self.files, file=self.file,
+                                            points=self.points) | self.extra
+
+    @classmethod
+    def from_json(cls, d: Any) -> EvalState | None:
+        if not isinstance(d, Mapping):
+            return None
+        d = dict(d)
+        files, points = d.pop("files", None), d.pop("points", None)
+        return cls(state=d.pop("state", None) or "pending", job_id=_str(d.pop("job_id", None)),
+                   spec_id=d.pop("spec_id", None), slot=_int_or_none(d.pop("slot", None)),
+                   reason=d.pop("reason", None), wall_s=d.pop("wall_s", None),
+                   files=dict(files) if isinstance(files, Mapping) else None,
+                   file=d.pop("file", None),
+                   points=list(points) if isinstance(points, list) else None, extra=d)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The file's value of `key` (analysis/frame.py reads `eval` as the file's mapping)."""
+        return self.to_json().get(key, default)
+
+
+def _str(x: Any) -> str | None:
+    return None if x is None else str(x)
+
+
+@dataclass
 class ManifestCell:
-    """One cell of a sweep. `latent_bits` is the model's own H (0 for every arm whose record has
-    no latent: the baseline and its controls); `match_latent_bits` the H a FLOPs-matched control
-    is matched to (None: not such a control, or an old manifest that did not record it: see
-    RunRecord.match_latent_bits)."""
+    """One cell of a sweep: the plan's identity and numbers, and its running state. Every state
+    transition is a method here, and nothing else assigns a state: the driver reports what its
+    jobs did (started, ended with an outcome) and `reconcile`, `reconcile_eval` and
+    `settle_points` re-derive the rest from facts (the run directory, the job's liveness and
+    result, read through the launcher that submitted it). The run directory is the caller's to
+    hand in (`rd`: the cell's common.paths.RunDir; common.paths reads these records)."""
 
     cell: str
     arm: str
-    kappa_bits: float | None
-    latent_bits: int
-    seed: int | None
-    run_id: str | None
+    kappa_bits: float | None = None
+    latent_bits: int = 0
+    """The model's own H (0 for every arm whose record has no latent: common.arms)."""
     match_latent_bits: int | None = None
-    state: str = "unknown"
+    """The H a FLOPs-matched control is matched to (None: not such a control)."""
+    seed: int | None = None
+    run_id: str | None = None
+    state: str = "pending"
     reason: str | None = None
     job_id: str | None = None
-    eval: Mapping[str, Any] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    """The training job (a local pid or a SLURM job id)."""
+    eval: EvalState | None = None
+    run_dir: str = ""
+    overrides: list[str] = field(default_factory=list)
+    tokens: float = 0.0
+    flops: float = 0.0
+    flops_per_token: float = 0.0
+    step: int | None = None
+    """The step of the run's newest checkpoint, as last seen."""
+    attempts: int = 0
+    """Training jobs submitted for the cell, over every run of the sweep."""
+    slot: int | None = None
+    """The local driver's slot of the last training job."""
+    started: str | None = None
+    finished: str | None = None
+    wall_s: float | None = None
+    points: dict[int, PointState] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    """The resolved training config (the plan's)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Keys this version does not know, kept as they were."""
 
+    def __post_init__(self) -> None:
+        if isinstance(self.eval, Mapping):  # a planted file's {"state": ..., "file": ...}
+            self.eval = EvalState.from_json(self.eval)
+
+    # ---- the file ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
-        return {"cell": self.cell, "arm": self.arm, "kappa_bits": self.kappa_bits,
-                "latent_bits": self.latent_bits, "match_latent_bits": self.match_latent_bits,
-                "seed": self.seed, "run_id": self.run_id, "state": self.state,
-                "reason": self.reason, "job_id": self.job_id,
-                "eval": dict(self.eval) if self.eval is not None else None, **self.extra}
+        d = {f.name: getattr(self, f.name) for f in fields(self)
+             if f.name not in ("points", "config", "extra")}
+        d["eval"] = self.eval.to_json() if self.eval is not None else None
+        d["overrides"] = list(self.overrides)
+        if self.points:
+            d["points"] = {str(s): p.to_json() for s, p in sorted(self.points.items())}
+        return d | {"config": self.config} | self.extra
 
     @classmethod
     def from_json(cls, d: Any) -> ManifestCell:
         d = _obj(d, "manifest cell")
-        arm = d.get("arm")
-        lb = _int_or_none(d.get("latent_bits")) or 0
-        if "match_latent_bits" in d:
-            match = _int_or_none(d.get("match_latent_bits"))
-        elif arm in FLOPS_MATCHED_ARMS:  # legacy: latent_bits held the matched H (or 0)
-            match, lb = (lb or None), 0
-        else:
-            match = None
-        known = arms.find(arm)
-        if known is not None and not known.latent:
-            lb = 0  # a baseline or a baseline control has no latent
-        return cls(cell=d.get("cell"), arm=arm, kappa_bits=d.get("kappa_bits"), latent_bits=lb,
-                   seed=d.get("seed"), run_id=d.get("run_id"), match_latent_bits=match,
-                   state=d.get("state", "unknown"), reason=d.get("reason"),
-                   job_id=d.get("job_id"),
-                   eval=d.get("eval") if isinstance(d.get("eval"), Mapping) else None,
-                   extra={k: v for k, v in d.items() if k not in (
-                       *CELL_KEYS, "state", "reason", "job_id", "eval")})
+        pts = d.get("points") if isinstance(d.get("points"), Mapping) else {}
+        own = {f.name for f in fields(cls)}
+        known = arms.find(d.get("arm"))  # a baseline or baseline control has no latent: 0
+        lb = 0 if known is not None and not known.latent else _int_or_none(d.get("latent_bits"))
+        return cls(cell=str(d.get("cell")), arm=str(d.get("arm")), kappa_bits=d.get("kappa_bits"),
+                   latent_bits=lb or 0,
+                   match_latent_bits=_int_or_none(d.get("match_latent_bits")),
+                   seed=_int_or_none(d.get("seed")), run_id=d.get("run_id"),
+                   state=d.get("state") or "pending", reason=d.get("reason"),
+                   job_id=_str(d.get("job_id")), eval=EvalState.from_json(d.get("eval")),
+                   run_dir=str(d.get("run_dir") or ""), overrides=list(d.get("overrides") or []),
+                   tokens=d.get("tokens") or 0.0, flops=d.get("flops") or 0.0,
+                   flops_per_token=d.get("flops_per_token") or 0.0,
+                   step=_int_or_none(d.get("step")),
+                   attempts=_int_or_none(d.get("attempts")) or 0,
+                   slot=_int_or_none(d.get("slot")), started=d.get("started"),
+                   finished=d.get("finished"), wall_s=d.get("wall_s"),
+                   points={int(s): PointState.from_json(p) for s, p in pts.items()
+                           if str(s).lstrip("-").isdigit()},
+                   config=dict(d.get("config") or {}),
+                   extra={k: v for k, v in d.items() if k not in own})
+
+    @property
+    def run(self) -> Path:
+        return Path(self.run_dir)
+
+    # ---- transitions of the training -------------------------------------------------------
+    def job_started(self, job_id: str, *, slot: int | None = None) -> None:
+        """A training job was submitted for the cell (slot: the local driver's slot)."""
+        self.state, self.job_id, self.reason = "running", str(job_id), None
+        self.started = now()
+        # attempts counts submissions across re-runs: a cell that keeps being resubmitted
+        # without finishing shows it in the status table
+        self.attempts += 1
+        if slot is not None:  # SLURM has no slot: the last local one is left as it was
+            self.slot = slot
+
+    def job_ended(self, state: str, reason: str | None, wall_s: float, rd: Any) -> None:
+        """The cell's training job ended with `state` (done | failed | pending) and `reason`."""
+        self.state, self.reason = state, reason
+        self.finished, self.wall_s = now(), round(wall_s, 1)
+        # the newest checkpoint is where a pending cell resumes: the table shows it
+        self.step = rd.latest_step() or self.step
+
+    def reconcile(self, jobs: JobProbe, rd: Any, provenance: dict[str, Any], *,
+                  watched: bool = False) -> None:
+        """Re-derive the training state from facts: the run directory first (a finished run
+        is done whoever finished it), then the job's liveness and result. `watched`: the
+        calling driver watches the job itself (its outcome is reported by `job_ended`);
+        `provenance` receives a finished run's recorded provenance."""
+        self.step = rd.latest_step() or self.step
+        if rd.finished:
+            if self.state != "done":
+                self.state, self.reason = "done", None
+            try:  # a finished run records its data and tokenizer: the report shows them
+                provenance.update(rd.record().provenance)
+            except (OSError, UsageError):
+                pass  # an unreadable run record: the manifest simply lacks them
+        elif watched:
+            pass
+        elif self.state == "done":
+            # its run directory was removed since: train it again rather than report a result
+            # that no longer exists
+            self.state = "pending"
+            self.reason = f"{rd.final_checkpoint} is gone; the cell runs again"
+        elif self.state == "running" and not jobs.alive(self.job_id):
+            why = jobs.failure(self.job_id)
+            if why and "interrupted" not in why:  # the trainer raised: retried only on request
+                self.state, self.reason = "failed", why
+            else:  # killed, preempted, node lost: resumed from its checkpoint on re-run
+                self.state = "pending"
+                self.reason = (f"interrupted: job {self.job_id} ended before the run finished; "
+                               f"resumes from step {self.step or 0} on re-run")
+
+    # ---- transitions of the chained evaluation ---------------------------------------------
+    def needs_eval(self, m: Manifest) -> bool:
+        """Not evaluated yet, failed, or evaluated under another spec than the sweep's now."""
+        ev = self.eval
+        return ev is None or ev.state != "done" or ev.spec_id != m.eval_spec_id
+
+    def eval_started(self, m: Manifest, job_id: str, *, slot: int | None = None) -> None:
+        """An evaluation job was submitted for the cell, under the sweep's eval spec now (the
+        spec_id it ran under decides later whether a new spec needs another run)."""
+        # a fresh record: an earlier evaluation's files and reason belong to its own spec
+        self.eval = EvalState(state="running", job_id=str(job_id), slot=slot,
+                              spec_id=m.eval_spec_id)
+
+    def eval_ended(self, m: Manifest, state: str, reason: str | None, wall_s: float,
+                   rd: Any) -> tuple[str, str | None]:
+        """The cell's evaluation job ended; done only if it wrote every suite's file
+        (settle_eval). Returns the cell's eval (state, reason)."""
+        ev = self.eval if self.eval is not None else EvalState()
+        # an interrupted evaluation is a failure here: the driver saw it end without a result
+        ev.state, ev.reason, ev.wall_s = ("failed" if state != "done" else "done"), reason, \
+            round(wall_s, 1)
+        self.eval = ev
+        self.settle_eval(m, rd)
+        return ev.state, ev.reason
+
+    def settle_eval(self, m: Manifest, rd: Any) -> None:
+        """A finished eval job counts as done only if it wrote a file for every suite of the
+        sweep's eval spec (an exit status of 0 with no file is a failure, never a silent 0)."""
+        ev, specs = self.eval, m.eval_specs or {}
+        if ev is None or ev.state != "done" or not specs:
+            return
+        ev.files = eval_files(rd, specs)
+        if len(ev.files) == 1:
+            ev.file = next(iter(ev.files.values()))
+        if m.eval_points:  # steps with a file for every suite (the Table-3 points)
+            ids = m.spec_ids()
+            kept = rd.eval_checkpoints() or rd.step_checkpoints()  # experiments.eval.chain's
+            ev.points = sorted(step for step, _ in kept if rd.point_evaluated(step, ids))
+        missing = [s for s, f in ev.files.items() if f is None]
+        if missing:
+            ev.state = "failed"
+            ev.reason = ("the evaluation exited 0 but wrote no file for "
+                         + ", ".join(f"{s} (spec_id {specs[s].id})" for s in missing))
+
+    def reconcile_eval(self, m: Manifest, jobs: JobProbe, rd: Any, *,
+                       watched: bool = False) -> None:
+        """An evaluation job the manifest thinks is running, re-derived from its job: done (then
+        settled against the files), failed with the job's reason, or pending (interrupted)."""
+        ev = self.eval
+        if ev is None or ev.state != "running" or watched or jobs.alive(ev.job_id):
+            return
+        why, ok = jobs.failure(ev.job_id), jobs.succeeded(ev.job_id)
+        # a result says done or failed; no result means it was killed: run again, not failed
+        ev.state = "done" if ok else "failed" if why else "pending"
+        ev.reason = why or (None if ok else "interrupted: evaluation job ended without a "
+                            "result; EVAL=1 runs it again")
+        self.settle_eval(m, rd)
+
+    # ---- transitions of the evaluation points ----------------------------------------------
+    def point_started(self, step: int, job_id: str | None, *, slot: int | None = None) -> None:
+        """Kept checkpoint `step` was seen: queued for a local slot (job_id None) or submitted."""
+        # queued: the local driver saw it but its slots are full; it starts before the next
+        # training (a point is short and the curve should be whole when training ends)
+        self.points[step] = PointState(
+            state="queued" if job_id is None else "running", job_id=_str(job_id),
+            started=None if job_id is None else now(), slot=slot)
+
+    def point_ended(self, m: Manifest, step: int, state: str, reason: str | None,
+                    wall_s: float, rd: Any) -> tuple[str, str | None]:
+        """A point job ended: done only if it left a file for every suite's spec_id. Returns the
+        point's (state, reason)."""
+        pt = self.points.setdefault(step, PointState())
+        # an exit status of 0 is not enough: the files are what the report reads
+        ok = state == "done" and rd.point_evaluated(step, m.spec_ids())
+        pt.state, pt.wall_s = ("done" if ok else "failed"), round(wall_s, 1)
+        pt.reason = None if ok else reason or ("the point's evaluation exited 0 but wrote no "
+                                               "file for every suite")
+        return pt.state, pt.reason
+
+    def points_skipped(self, reason: str = TRAINING_FAILED, *, to: str = "skipped") -> list[int]:
+        """The cell's seen points neither evaluated nor being evaluated become `to` (skipped: the
+        training failed, so its checkpoints are never scored and never read as a value); their
+        steps."""
+        out = []
+        for step, pt in self.points.items():
+            if pt.state in ("queued", "pending") and pt.state != to:
+                pt.state, pt.reason = to, reason
+                out.append(step)
+        return out
+
+    def points_unstarted(self) -> list[int]:
+        """The driver stopped with the cell's points still queued: pending, the chain's on
+        re-run (the chained evaluation scores every kept checkpoint without a file)."""
+        return self.points_skipped("interrupted: the driver stopped before its evaluation "
+                                   "started; the chain evaluates it on re-run", to="pending")
+
+    def settle_points(self, m: Manifest, rd: Any, submitted: Any, jobs: JobProbe,
+                      live: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset()
+                      ) -> None:
+        """Re-derive the cell's point states from facts: the jobs a SLURM watcher `submitted`
+        (its record: {"<step>": {"job_id", "submitted"} | {"reason"}}), the eval files (done,
+        whoever wrote them), the jobs' liveness, the cell's training failure. `live`:
+        (cell, step) the calling driver is watching itself."""
+        ids = m.spec_ids()
+        if not m.eval_points or not ids:
+            return
+        for key, rec in (submitted if isinstance(submitted, dict) else {}).items():
+            if not str(key).isdigit() or not isinstance(rec, Mapping):
+                continue
+            step, pt = int(key), self.points.get(int(key))
+            if rec.get("job_id") and (pt is None or (pt.job_id != rec["job_id"]
+                                                     and pt.state != "done")):
+                # a SLURM training job's watcher submitted it: its job is the point's now
+                self.points[step] = PointState(state="running", job_id=str(rec["job_id"]),
+                                               started=rec.get("submitted"))
+            elif rec.get("reason") and pt is None:
+                self.points[step] = PointState(state="pending", reason=rec["reason"])
+        # the trainer's kept checkpoints only (rotated step_<N>.pt come and go)
+        for step, _ in rd.eval_checkpoints():
+            self.points.setdefault(step, PointState())
+        for step, pt in self.points.items():
+            if rd.point_evaluated(step, ids):
+                if pt.state != "done":  # its files exist: done, whoever wrote them
+                    pt.state, pt.reason = "done", None
+                continue
+            if pt.state == "done":  # evaluated under another spec: not under this one
+                pt.state, pt.reason = "pending", "not evaluated under the sweep's eval spec now"
+            elif pt.state == "skipped" and self.state != "failed":  # retried since
+                pt.state, pt.reason = "pending", None
+            elif pt.state == "running" and (self.cell, step) not in live and \
+                    not jobs.alive(pt.job_id):
+                why = jobs.failure(pt.job_id) if pt.job_id else None
+                pt.state = "failed" if why else "pending"
+                pt.reason = why or ("interrupted: the point's job ended without its files; "
+                                    "the chain evaluates it on re-run")
+        self.points = dict(sorted(self.points.items()))
+        if self.state == "failed":
+            self.points_skipped()
 
 
-@dataclass(frozen=True)
+def eval_files(rd: Any, specs: Mapping[str, EvalSpec]) -> dict[str, str | None]:
+    """{suite: its eval file relative to the run dir `rd` (common.paths.RunDir; the newest for
+    that spec_id), or None}."""
+    out: dict[str, str | None] = {}
+    for suite, sp in specs.items():
+        # the final checkpoint's file: the highest step (EVAL_POINTS writes earlier steps too,
+        # possibly later in time); stepNA (unknown) last, then the newest
+        hits = sorted(rd.eval_files(f"*.{sp.id}.step*.json"),
+                      key=lambda q: (_step_of(q), q.stat().st_mtime_ns))
+        out[suite] = str(hits[-1].relative_to(rd.path)) if hits else None
+    return out
+
+
+def _step_of(path: Path) -> int:
+    tail = path.name.rsplit(".step", 1)[-1].removesuffix(".json")
+    return int(tail) if tail.isdigit() else -1
+
+
+@dataclass
 class Manifest:
-    """results/sweeps/<name>/manifest.json."""
+    """results/sweeps/<name>/manifest.json: the grid, the eval specs, the bookkeeping, the
+    cells. The driver builds it from a plan, refreshes it from facts and writes it
+    (sweeps.manifest: build, refresh, save); analysis reads it."""
 
     name: str
-    cells: tuple[ManifestCell, ...] = ()
-    grid: Mapping[str, Any] = field(default_factory=dict)
+    cells: list[ManifestCell] = field(default_factory=list)
+    grid: dict[str, Any] = field(default_factory=dict)
     eval_spec: EvalSpec | None = None
     eval_spec_id: str | None = None
-    eval_specs: Mapping[str, EvalSpec] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    """created, git_commit, launcher, shared, data_checksums, totals, ... as written."""
+    eval_specs: dict[str, EvalSpec] | None = None
+    created: str | None = None
+    updated: str | None = None
+    git_commit: str | None = None
+    git_dirty: bool | None = None
+    launcher: str = "local"
+    """The launcher of the jobs in the file (their ids mean something to it only)."""
+    command: list[str] = field(default_factory=list)
+    shared: dict[str, Any] = field(default_factory=dict)
+    skipped_controls: dict[str, str] = field(default_factory=dict)
+    eval_points: int | None = None
+    likelihood_rows: int | None = None
+    data_checksums: dict[str, Any] = field(default_factory=dict)
+    tokenizer_sha256: str | None = None
+    totals: dict[str, Any] = field(default_factory=dict)
+    local: dict[str, Any] | None = None
+    """The local driver's jobs, threads and wall time (absent for SLURM)."""
+    extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.cells = list(self.cells)
+
+    # ---- the file ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         especs = None if self.eval_specs is None else {
             s: {"spec": sp.to_json(), "spec_id": sp.id} for s, sp in self.eval_specs.items()}
-        return {"schema": SCHEMAS["manifest"], "name": self.name, **self.extra,
-                "grid": dict(self.grid),
+        head = {k: getattr(self, k) for k in _HEADER}
+        return {"schema": SCHEMAS["manifest"], "name": self.name, **head,
+                **_opt({}, local=self.local), **self.extra, "grid": self.grid,
                 "eval_spec": self.eval_spec.to_json() if self.eval_spec is not None else None,
                 "eval_spec_id": self.eval_spec_id, "eval_specs": especs,
                 "cells": [c.to_json() for c in self.cells]}
@@ -619,19 +936,55 @@ class Manifest:
     def from_json(cls, d: Any, name: str = "") -> Manifest:
         d = _obj(d, name or "manifest")
         _version(d, "manifest", name)
-        es = d.get("eval_spec")
-        ess = d.get("eval_specs")
+        es, ess = d.get("eval_spec"), d.get("eval_specs")
+        head = {k: d[k] for k in _HEADER if d.get(k) is not None}
+        for k in ("eval_points", "likelihood_rows"):
+            head[k] = _int_or_none(head.get(k))
         return cls(name=str(d.get("name")),
-                   cells=tuple(ManifestCell.from_json(c) for c in d.get("cells") or []),
+                   cells=[ManifestCell.from_json(c) for c in d.get("cells") or []],
                    grid=dict(d.get("grid") or {}),
                    eval_spec=EvalSpec.from_json(es) if isinstance(es, dict) else None,
                    eval_spec_id=d.get("eval_spec_id"),
                    eval_specs={s: EvalSpec.from_json(v.get("spec")) for s, v in ess.items()
                                if isinstance(v, dict) and isinstance(v.get("spec"), dict)}
                    if isinstance(ess, dict) else None,
+                   local=d.get("local"), **head,
                    extra={k: v for k, v in d.items() if k not in (
                        "schema", "name", "cells", "grid", "eval_spec", "eval_spec_id",
-                       "eval_specs")})
+                       "eval_specs", "local", *_HEADER)})
+
+    # ---- reading -----------------------------------------------------------------------------
+    def cell(self, name: str) -> ManifestCell:
+        return next(c for c in self.cells if c.cell == name)
+
+    def spec_ids(self) -> list[str]:
+        """Every suite's spec_id: an eval file of a step counts only under one of these."""
+        return [sp.id for sp in (self.eval_specs or {}).values()]
+
+    def counts(self) -> dict[str, int]:
+        c = dict.fromkeys(STATES, 0)
+        for cell in self.cells:
+            c[cell.state] = c.get(cell.state, 0) + 1
+        return c
+
+    def eval_counts(self) -> dict[str, int]:
+        """States of the cells' chained evaluations ({} when none was ever started)."""
+        c: dict[str, int] = {}
+        for cell in self.cells:
+            if cell.eval is not None and cell.eval.state:
+                c[cell.eval.state] = c.get(cell.eval.state, 0) + 1
+        return {s: c.get(s, 0) for s in STATES} if c else {}
+
+    def select(self, retry_failed: bool) -> list[ManifestCell]:
+        """The cells a run submits: neither done nor running, and failed ones only on request."""
+        return [c for c in self.cells if c.state not in ("done", "running")
+                and (c.state != "failed" or retry_failed)]
+
+
+_HEADER = ("created", "updated", "git_commit", "git_dirty", "launcher", "command", "shared",
+           "skipped_controls", "eval_points", "likelihood_rows", "data_checksums",
+           "tokenizer_sha256", "totals")
+"""The bookkeeping keys of the file, in its order (`local` follows them for a local sweep)."""
 
 
 def nan_if_none(x: Any) -> float:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
+from common.errors import UsageError, cli
 from common.paths import SweepDir
 from common.text import one_line
 from pipelines.shared import (
@@ -68,10 +69,6 @@ partial copy was measured) and race were not measured: their cost is reported as
 DEFAULT_GPU = "H100-80GB"
 """The GPU type whose micro-batch a multi-GPU recipe takes when GPU= is not given: the paper's
 (§4.2: H100s)."""
-
-
-class PaperError(ValueError):
-    """Bad input: one line, exit 2, nothing written."""
 
 
 def _now() -> str:
@@ -108,7 +105,7 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
 
 def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:
     """The recipe's corpus against its budget, per source (experiments.corpus.budget: the
-    costliest cell's tokens, each source's passes from its known size); PaperError (one line)
+    costliest cell's tokens, each source's passes from its known size); UsageError (one line)
     when the corpus cannot reach the budget, before anything is built or submitted."""
     from experiments.corpus.budget import check_budget, manifest_lines
 
@@ -117,37 +114,9 @@ def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:
     chk = check_budget(c["cfg"].data, rec.budget_tokens,
                        bytes_per_token=rec.corpus.bytes_per_token)
     if chk.refusal is not None:
-        raise PaperError(chk.refusal)
+        raise UsageError(chk.refusal)
     built = manifest_lines(c["manifest"]) if c["manifest"] else []
     return chk.lines + (["  as built (corpus.json):", *built] if built else [])
-
-
-def sweep_request(rec_arg: str, a: argparse.Namespace, name: str) -> api.SweepRequest:
-    """The recipe's sweep with every kept checkpoint and the final one evaluated, for sweeps'
-    front door (what `make sweep RECIPE=... EVAL=1` asks)."""
-    extra = a.eval_args
-    if a.bench_data:
-        extra = f"--data {shlex.quote(str(a.bench_data))} {extra}"
-    rows = a.likelihood_rows.strip()
-    return api.SweepRequest(
-        recipe=rec_arg, name=name, evaluate=True, launcher=a.launcher,
-        seeds=a.seeds if a.seeds.strip() else None, gpu=a.gpu.strip(), cluster=a.cluster,
-        jobs=int(a.jobs) if a.jobs.strip() else None,
-        likelihood_rows=int(rows) if rows else api.DEFAULT_LIKELIHOOD_ROWS,
-        eval_args=extra.strip(), overrides=shlex.join(overrides(a)),
-        retry_failed=bool(a.retry_failed))
-
-
-def _seeds(a: argparse.Namespace) -> tuple[int, ...] | None:
-    return tuple(int(x) for x in a.seeds.replace(",", " ").split()) or None
-
-
-def overrides(a: argparse.Namespace) -> list[str]:
-    """The user's OVERRIDES, then the planning world when --gpus is given."""
-    ov = shlex.split(a.overrides)
-    if a.gpus:
-        ov.append(f"train.plan_world_size={a.gpus}")
-    return ov
 
 
 def eval_cost_text(rec: Any, rate: tuple[float, int] | None, fwd_flops_per_token: float,
@@ -200,7 +169,7 @@ def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> s
                if corpus else "(built)"))
 
 
-def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
+def dry_text(rec: Any, req: api.SweepRequest) -> str:
     """The whole plan; the sweep's own dry run is printed after it by the caller."""
     from experiments.train.plan import disk_bytes
     from experiments.train.plan import plan as run_plan
@@ -208,16 +177,16 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
     from sweeps.grid import expand
 
     lines = [f"paper recipe {rec.name} ({rec.path}): {' '.join(rec.description.split())}",
-             f"GPU type: {a.gpu or 'none (one process)'}"
-             + (" (the default; GPU= changes it)" if a.gpu == DEFAULT_GPU else ""), "",
+             f"GPU type: {req.gpu or 'none (one process)'}"
+             + (" (the default; GPU= changes it)" if req.gpu == DEFAULT_GPU else ""), "",
              "filled in by the recipe (the paper does not state these; docs/RECIPES.md):"]
     for key, v, basis, source in rec.filled():
         lines.append(f"  {key} = {v}  [{basis}] {source}")
-    c = corpus_stage(rec, overrides(a))
+    c = corpus_stage(rec, list(req.overrides))
     cfg = c["cfg"]  # the recipe's training config, composed once
     rate = backend.gpu_rate(cfg)
     fwd = backend.flops_per_token(cfg) / 3
-    n_cells = len(expand(rec.sweep_spec(seeds=_seeds(a))))
+    n_cells = len(expand(rec.sweep_spec(seeds=req.seeds)))
     disk = disk_bytes(cfg, run_plan(cfg, 1))  # the same bytes for any world
     lines += ["", f"corpus ({c['source']}): {c['dir']}  "
               + ("built" if c["built"] else "to build, once, by stage 1 (`python -m "
@@ -227,29 +196,28 @@ def dry_text(rec: Any, a: argparse.Namespace, name: str) -> str:
         lines.append(f"  its token shards: at least {disk['corpus'] / 1e9:.4g} GB (the trainer's "
                      "estimate: the training tokens at the token width, over data.max_epochs)")
     lines.append(disk_text(rec, cfg, n_cells, 0 if c["built"] else disk["corpus"],
-                           gpus=bool(a.gpu)))
-    lines += ["", *memory_text(rec, a)]
+                           gpus=bool(req.gpu)))
+    lines += ["", *memory_text(rec, req)]
     lines += ["", *eval_cost_text(rec, rate[:2] if rate else None, fwd, n_cells)]
     pts = rec.table3_points()
     last = Fraction(rec.eval.average_last).limit_denominator(1000)
     lines += [f"  Table 3 averages points {list(pts)} of 1..{rec.eval.points} (the last "
               f"{last} of training)", "",
-              f"sweep {name} (python -m sweeps run --recipe {rec.name} --dry 1):"]
+              f"sweep {req.name} (python -m sweeps run --recipe {rec.name} --dry 1):"]
     return "\n".join(lines)
 
 
-def memory_text(rec: Any, a: argparse.Namespace) -> list[str]:
+def memory_text(rec: Any, req: api.SweepRequest) -> list[str]:
     """The dry run's measured per-GPU peak of every phase (experiments/memory.py, on fake
     tensors, cached under paths.cache/memory) for the costliest cell (the Free Transformer at
     the grid's largest H) at the recipe's micro-batch for the GPU type; nothing without one."""
-    if not a.gpu:
+    if not req.gpu:
         return []
     from experiments.memory import dry_text as measured
     from pipelines.recipe_memory import cell_config
 
-    cfg = cell_config(rec, a.gpu, shlex.split(a.overrides),
-                      int(a.gpus) if a.gpus.strip() else None)
-    return measured(cfg, cache=Path(cfg.paths.cache), label=f"on {a.gpu}").splitlines()
+    cfg = cell_config(rec, req.gpu, req.overrides)
+    return measured(cfg, cache=Path(cfg.paths.cache), label=f"on {req.gpu}").splitlines()
 
 
 def report_stage(name: str) -> tuple[str, int]:
@@ -352,35 +320,38 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def check(a: argparse.Namespace) -> tuple[Any, str]:
-    """The recipe and the sweep name; PaperError (one line) on bad input."""
-    from sweeps.recipe import RecipeError, load
+def check(a: argparse.Namespace) -> tuple[Any, api.SweepRequest]:
+    """The recipe, and its sweep as sweeps' front door takes it (every kept checkpoint and the
+    final one evaluated: what `make sweep RECIPE=... EVAL=1` asks); UsageError (one line) on
+    bad input, the request's own checks included (LAUNCHER, SEEDS, OVERRIDES, EVAL_ARGS)."""
+    from sweeps.recipe import known, load
 
     if not a.recipe.strip():
-        from sweeps.recipe import known
-
-        raise PaperError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
+        raise UsageError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
     try:
         rec = load(a.recipe)
-    except RecipeError as e:
-        raise PaperError(f"RECIPE: {one_line(e)}") from None
+    except ValueError as e:
+        raise UsageError(f"RECIPE: {one_line(e)}") from None
     name = a.name.strip() or rec.name
     if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise PaperError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
-    if a.launcher not in ("local", "slurm"):
-        raise PaperError(f"LAUNCHER={a.launcher!r}: not local or slurm")
-    for var, v in (("GPUS", a.gpus), ("WORKERS", a.workers), ("JOBS", a.jobs)):
-        if v.strip() and (not v.strip().isdigit() or int(v) < 1):
-            raise PaperError(f"{var}={v!r}: must be a positive integer")
-    if a.seeds.strip() and not all(x.isdigit() for x in a.seeds.replace(",", " ").split()):
-        raise PaperError(f"SEEDS={a.seeds!r}: non-negative integers, e.g. '0 1 2'")
+        raise UsageError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
+    for var, v, lo in (("GPUS", a.gpus, 1), ("WORKERS", a.workers, 1), ("JOBS", a.jobs, 1),
+                       ("LIKELIHOOD_ROWS", a.likelihood_rows, 0)):
+        if v.strip() and (not v.strip().isdigit() or int(v) < lo):
+            raise UsageError(f"{var}={v!r}: must be an integer >= {lo}")
     if a.bench_data and not Path(a.bench_data).is_dir():
-        raise PaperError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
-    try:
-        shlex.split(a.overrides), shlex.split(a.eval_args)
-    except ValueError as e:
-        raise PaperError(f"OVERRIDES/EVAL_ARGS: {e}") from None
-    return rec, name
+        raise UsageError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
+    gpu = a.gpu.strip() or (DEFAULT_GPU if rec.train.gpus > 1 else "")  # the paper's GPUs
+    bench = f"--data {shlex.quote(str(a.bench_data))} " if a.bench_data else ""
+    world = f" train.plan_world_size={a.gpus.strip()}" if a.gpus.strip() else ""
+    rows = a.likelihood_rows.strip()
+    return rec, api.SweepRequest(
+        recipe=a.recipe.strip(), name=name, evaluate=True, launcher=a.launcher,
+        seeds=a.seeds if a.seeds.strip() else None, gpu=gpu, cluster=a.cluster,
+        jobs=int(a.jobs) if a.jobs.strip() else None,
+        likelihood_rows=int(rows) if rows else api.DEFAULT_LIKELIHOOD_ROWS,
+        eval_args=(bench + a.eval_args).strip(), overrides=a.overrides + world,
+        retry_failed=bool(a.retry_failed))
 
 
 def corpus_build(c: dict[str, Any], a: argparse.Namespace) -> int:
@@ -395,36 +366,34 @@ def corpus_build(c: dict[str, Any], a: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
+    return cli("paper", lambda: _main(a))
+
+
+def _main(a: argparse.Namespace) -> int:
     try:
-        rec, name = check(a)
-        rec_arg = a.recipe.strip()
-        if not a.gpu.strip() and rec.train.gpus > 1:
-            a.gpu = DEFAULT_GPU  # the paper's GPUs; the recipe's micro-batch table needs one
-        head = dry_text(rec, a, name) if a.dry else ""
+        rec, req = check(a)
+        head = dry_text(rec, req) if a.dry else ""
         if not a.dry:  # the corpus against the budget, before anything is built or submitted
-            corpus_budget_lines(rec, corpus_stage(rec, overrides(a)))
-    except (PaperError, ValueError) as e:  # ValueError: ConfigError composing the recipe
-        print(f"paper: error: {one_line(e)}", file=sys.stderr)
-        return 2
+            corpus_budget_lines(rec, corpus_stage(rec, list(req.overrides)))
+    except UsageError:
+        raise
+    except ValueError as e:  # ConfigError composing the recipe: bad input too
+        raise UsageError(one_line(e)) from None
     # each stage runs here; the jobs it submits inherit what they did as processes of their own
     with environment(OFFLINE_ENV if a.bench_data else {}):
         if a.dry:  # the sweep's plan first: a refusal (a world the batch does not split) is
             # one line with nothing printed before it
-            try:
-                tail = api.dry_run(sweep_request(rec_arg, a, name))
-            except api.SweepError as e:
-                print(f"sweep: error: {e}", file=sys.stderr, flush=True)
-                return 2
+            tail = api.dry_run(req)
             print(head, tail, sep="\n", flush=True)
             return 0
-        return run_paper(a, rec, rec_arg, name)
+        return run_paper(a, rec, req)
 
 
-def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
+def run_paper(a: argparse.Namespace, rec: Any, req: api.SweepRequest) -> int:
     """The three stages (module docstring)."""
-    t0, n = time.time(), 3
+    t0, n, name = time.time(), 3, req.name
     refuse_dirty("paper", name=name, exit_code=2)  # FTBENCH_ALLOW_DIRTY=1: train, cells marked
-    c = corpus_stage(rec, overrides(a))
+    c = corpus_stage(rec, list(req.overrides))
     if c["built"] or c["named"]:
         _say(1, n, f"corpus {c['dir']}: {'built' if c['built'] else 'named by data.corpus'}; "
              "nothing to do", t0)
@@ -441,13 +410,13 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
             print(f"paper: error: the corpus build ended but {c['dir']} has no manifest",
                   file=sys.stderr)
             return 1
-    _say(2, n, f"sweep {name}: {len(_seeds(a) or rec.grid.seeds)} seed(s) of the recipe's "
+    _say(2, n, f"sweep {name}: {len(req.seeds or rec.grid.seeds)} seed(s) of the recipe's "
          f"grid, each cell evaluated at {rec.eval.points} points and its end", t0)
-    rc = sweep(sweep_request(rec_arg, a, name))
+    rc = sweep(req)
     if rc in (2, 130):
         return rc  # refused before anything ran (its line is above), or interrupted
     _say(3, n, "report", t0)
-    if a.launcher == "slurm":
+    if req.launcher == "slurm":
         return _report_slurm(name, a, rc)
     try:
         how, left = report_stage(name)
@@ -455,10 +424,9 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
         print(f"paper: error: {e}", file=sys.stderr)
         return 1
     if how == "waiting":
-        print(f"paper: {left} cell(s) not yet trained and evaluated"
-              + (" (SLURM jobs run on; re-run this command to continue: it resumes)"
-                 if a.launcher == "slurm" else "; see the sweep's summary above"), flush=True)
-        return 0 if a.launcher == "slurm" and rc == 0 else 1
+        print(f"paper: {left} cell(s) not yet trained and evaluated; see the sweep's summary "
+              "above", flush=True)
+        return 1
     html = SweepDir.of(name).report_html
     print(f"[paper done {_now()}] report {'up to date' if how == 'reused' else 'built'}: "
           f"{html.resolve()}", flush=True)
@@ -467,13 +435,7 @@ def run_paper(a: argparse.Namespace, rec: Any, rec_arg: str, name: str) -> int:
 
 def _report_slurm(name: str, a: argparse.Namespace, rc: int) -> int:
     """Stage 3 on SLURM (`report_submit`), said in one line; the exit status."""
-    from sweeps.errors import SweepError
-
-    try:
-        how, job = report_submit(name, a)
-    except SweepError as e:
-        print(f"paper: error: {e}", file=sys.stderr)
-        return 2
+    how, job = report_submit(name, a)  # a UsageError (a bad cluster file): cli's one line
     html = SweepDir.of(name).report_html.resolve()
     if how == "reused":
         print(f"[paper done {_now()}] report up to date: {html}", flush=True)

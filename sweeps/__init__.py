@@ -2,10 +2,12 @@
 
     api.py       the typed front door: SweepRequest -> plan / dry_run / run / status, returning
                  the typed manifest; `python -m sweeps` and every pipeline go through it
-    grid.py      parse/validate the make variables, expand arms into cells, shared-settings guard
+    grid.py      the typed grid (SweepSpec): make's text parsed once, each arm's cells
+                 (common.arms), the shared-settings guard
     plan.py      compose the cells, their eval specs, the dry-run text (submits nothing)
-    manifest.py  results/sweeps/<name>/manifest.json, typed (SweepManifest, SweepCell): every
-                 state transition of a cell is a method; refresh from facts; the status table
+    manifest.py  results/sweeps/<name>/manifest.json (its schema, every state transition a
+                 method: common.records.Manifest): build, lock, save, refresh from facts, the
+                 status table
     driver.py    drives a plan's cells through a launcher: local slots (JOBS at once) or one
                  SLURM job array; typed events as jobs start and end
     launcher.py  the one launcher interface (LocalLauncher, SlurmLauncher): every job the suite
@@ -13,7 +15,7 @@
     cluster.py   the cluster schema (sweeps/cluster.yaml): main settings, eval and corpus sections
     job.py       the submitit callable: runs the trainer/evaluator, checkpoint() -> requeue
     backend.py   the only door into experiments/ (config, plan, eval specs, eval chain)
-    recipe.py    the paper's setups as data files (recipes/)
-    errors.py    SweepError
+    recipe.py    the paper's setups as data files (recipes/): experiments of the training config
+    errors.py    SweepError, the old name of common.errors.UsageError (pipelines/corpus.py)
     __main__.py  `python -m sweeps run|status|eval-run` behind `make sweep` / `make sweep-status`
 """

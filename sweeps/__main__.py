@@ -12,18 +12,19 @@ import os
 import sys
 from pathlib import Path
 
+from common.errors import UsageError, cli
+
 from . import api, backend
 from .api import DEFAULT_H, DEFAULT_LIKELIHOOD_ROWS, DEFAULT_TOKENS, GRID_DEFAULTS
-from .errors import SweepError
 
 
 def _count(name: str, text: str, minimum: int) -> int | None:
-    """'' -> None; an integer >= minimum; else SweepError naming the variable."""
+    """'' -> None; an integer >= minimum; else UsageError naming the variable."""
     t = str(text or "").strip()
     if not t:
         return None
     if not t.isdigit() or int(t) < minimum:
-        raise SweepError(f"{name}: {t!r} must be an integer >= {minimum}")
+        raise UsageError(f"{name}: {t!r} must be an integer >= {minimum}")
     return int(t)
 
 
@@ -33,28 +34,26 @@ FALSE_WORDS = ("0", "false", "no", "")
 
 
 def _flag(name: str, v: str | None) -> bool:
-    """1/true/yes -> True; 0/false/no/empty -> False; else SweepError naming the variable."""
+    """1/true/yes -> True; 0/false/no/empty -> False; else UsageError naming the variable."""
     t = str(v or "").strip()
     if t in TRUE_WORDS or t in FALSE_WORDS:
         return t in TRUE_WORDS
-    raise SweepError(f"{name}: {t!r} is not a boolean; use 1/true/yes for true, 0/false/no or "
+    raise UsageError(f"{name}: {t!r} is not a boolean; use 1/true/yes for true, 0/false/no or "
                      "empty for false")
 
 
 def request(a: argparse.Namespace) -> tuple[api.SweepRequest, bool]:
-    """The command line's `run` arguments as the front door's request, and DRY; SweepError on a
+    """The command line's `run` arguments as the front door's request, and DRY; UsageError on a
     value the text itself rules out (the request's meaning is checked by api.plan)."""
     evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
     retry_failed = _flag("RETRY_FAILED", a.retry_failed)
-    jobs = a.jobs.strip()
-    if jobs and (not jobs.isdigit() or int(jobs) < 1):
-        raise SweepError(f"JOBS: {jobs!r} must be a positive integer")
+    jobs = _count("JOBS", a.jobs, minimum=1)
     points = _count("EVAL_POINTS", a.eval_points, minimum=1)
     rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
     req = api.SweepRequest(
         kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset, data=a.data, tokens=a.tokens,
         flops=a.flops, controls=a.controls, recipe=a.recipe, gpu=a.gpu, overrides=a.overrides,
-        name=a.name, launcher=a.launcher.strip() or "local", jobs=int(jobs) if jobs else None,
+        name=a.name, launcher=a.launcher, jobs=jobs,
         cluster=a.cluster, evaluate=evaluate, eval_args=a.eval_args, eval_points=points,
         likelihood_rows=rows, retry_failed=retry_failed)
     return req, dry
@@ -126,10 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                                       [x for x in a.spec_ids.split(",") if x], final_argv)
         return backend.eval_chain(Path(a.run), [x for x in a.spec_ids.split(",") if x], a.points,
                                   a.likelihood_rows, final_argv)
-    try:
+
+    def body() -> int:
         if a.cmd == "status":
-            m = api.status(a.name, Path(a.results) if a.results else None)
-            print(api.table(m))
+            print(api.table(api.status(a.name, Path(a.results) if a.results else None)))
             return 0
         req, dry = request(a)
         if dry:
@@ -138,12 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         done = api.run(req)
         print(api.table(done.manifest))
         return 0 if done.ok else 1
-    except SweepError as e:
-        print(f"sweep: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("sweep: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
+
+    return cli("sweep", body)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@
                           through the launcher LAUNCHER names; its typed manifest; `on_event`
                           receives typed events (driver.Planned, JobStarted, JobEnded) as jobs
                           start and end, for a caller that follows progress
-    status(name)          -> SweepManifest, refreshed from facts (saved when no driver holds it)
+    status(name)          -> Manifest, refreshed from facts (saved when no driver holds it)
     table(manifest)       -> the status table `make sweep-status` prints
 
-Every input problem is a SweepError (one line naming the value) raised before anything is
+Every input problem is a UsageError (one line naming the value) raised before anything is
 written or submitted.
 """
 
@@ -26,26 +26,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import UsageError
 from common.paths import SweepDir
 from common.text import one_line
 
 from . import backend
 from . import checks as C
+from . import grid as G
 from . import plan as P
 from .cluster import ClusterConfig, load_cluster
 from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
 from .driver import run as drive
-from .errors import SweepError
 from .grid import SweepSpec
 from .launcher import make_launcher
-from .manifest import SweepCell, SweepManifest, table
+from .manifest import Manifest, SweepCell, SweepManifest, table
 from .manifest import status as _status
 
 __all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "SweepCell",
-           "SweepError", "SweepManifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
+           "UsageError", "SweepManifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
            "keep_eval_key", "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
            "status", "table"]
 
+SweepError = UsageError
+"""The old name, while pipelines/shared.py catches `api.SweepError`."""
 DEFAULT_H = "8"
 """CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
 token, about 4x the FLOPs of the whole 1M baseline."""
@@ -67,26 +70,29 @@ KEEP_EVAL_KEY = "keep_eval_checkpoints"
 
 @dataclass(frozen=True)
 class SweepRequest:
-    """What `make sweep` asks for. A grid value None is 'not given' (the default applies, or the
-    recipe's); given, it is the text make passes (KAPPA="0.5 2"), parsed and checked by plan()."""
+    """What `make sweep` asks for, typed where it is made: a value given as text (what make
+    passes: KAPPA="0.5 2") is parsed here, once (kappa by common.kappa, the rest by
+    sweeps.grid); a grid value not given (None) takes the grid's default, or the recipe's. Bad
+    input is one UsageError line naming the variable, raised before anything else happens."""
 
-    kappa: str | None = None
-    h: str | None = None
-    seeds: str | None = None
+    kappa: tuple[float, ...] | str | None = None
+    h: tuple[int, ...] | str | None = None
+    seeds: tuple[int, ...] | str | None = None
     """With a recipe: replaces the recipe's seeds."""
     preset: str | None = None
     data: str | None = None
-    tokens: str | None = None
-    """'' = train.py's own default."""
-    flops: str | None = None
-    controls: str | None = None
+    tokens: float | str | None = None
+    """'' = train.py's own default (None once parsed)."""
+    flops: float | str | None = None
+    controls: tuple[str, ...] | str | None = None
+    """The controls' arm names (text: their CONTROLS names, "flops plus1")."""
     recipe: str = ""
     """A recipe (sweeps/recipes/<name>.yaml or a file): its grid, settings, tasks and points;
     the grid values above (but seeds) cannot be given with it."""
     gpu: str = ""
     """With a recipe: the GPU type whose micro-batch, parallelism and checkpointing cells take."""
-    overrides: str = ""
-    """Extra hydra overrides for every cell, split as a shell splits them."""
+    overrides: tuple[str, ...] | str = ()
+    """Extra hydra overrides for every cell (text: split as a shell splits it)."""
     name: str = ""
     """The sweep's name ('' = from the grid's content)."""
     launcher: str = "local"
@@ -96,20 +102,61 @@ class SweepRequest:
     """The cluster file (LAUNCHER=slurm; '' = FTBENCH_CLUSTER or sweeps/cluster.yaml)."""
     evaluate: bool = False
     """Evaluate every final checkpoint (and the points) as further jobs."""
-    eval_args: str = ""
-    """Arguments for experiments.eval, checked before anything trains."""
+    eval_args: tuple[str, ...] | str = ()
+    """Arguments for experiments.eval (text: split as a shell splits it), checked before
+    anything trains."""
     eval_points: int | None = None
     """Keep this many evenly spaced checkpoints and evaluate each (needs evaluate)."""
     likelihood_rows: int | None = DEFAULT_LIKELIHOOD_ROWS
     """Validation rows for the chained likelihood when evaluating (0 or None: skip it)."""
     retry_failed: bool = False
 
+    def __post_init__(self) -> None:
+        def put(key: str, value: Any) -> None:
+            object.__setattr__(self, key, value)
+
+        recipe = self.recipe.strip()
+        given = [var for k, var in GRID_VARS.items() if getattr(self, k) is not None]
+        if recipe and given:
+            raise UsageError(f"RECIPE={recipe} sets the grid and the budget; {', '.join(given)} "
+                             "cannot be given with it (SEEDS and OVERRIDES can)")
+        if not recipe:
+            if self.gpu.strip():
+                raise UsageError("GPU: a GPU type is read from a recipe's micro-batch table; "
+                                 "give RECIPE=<name> (or set train.micro_batch_size in "
+                                 "OVERRIDES)")
+            if self.tokens is None and str(self.flops or "").strip():
+                put("tokens", "")  # FLOPS given: it is the budget
+            for k, v in GRID_DEFAULTS.items():
+                if getattr(self, k) is None:
+                    put(k, v)
+            put("kappa", tuple(G.parse_kappas(self.kappa)))
+            put("h", tuple(G.parse_ints(self.h, "H")))
+            put("preset", str(self.preset).strip())
+            put("data", str(self.data).strip())
+            put("tokens", G.parse_amount(self.tokens, "TOKENS"))
+            put("flops", G.parse_amount(self.flops, "FLOPS"))
+            put("controls", G.parse_controls(self.controls))
+        if self.seeds is not None:
+            put("seeds", tuple(G.parse_ints(self.seeds, "SEEDS")))
+        put("overrides", G.split_overrides(self.overrides))
+        try:
+            put("eval_args", tuple(shlex.split(self.eval_args) if isinstance(self.eval_args, str)
+                                   else self.eval_args))
+        except ValueError as e:
+            raise UsageError(f"EVAL_ARGS: {e}") from None
+        put("launcher", self.launcher.strip() or "local")
+        if self.launcher not in ("local", "slurm"):
+            raise UsageError(f"LAUNCHER: {self.launcher!r} is not local or slurm")
+        if self.jobs is not None and self.jobs < 1:
+            raise UsageError(f"JOBS: {self.jobs!r} must be a positive integer")
+
 
 @dataclass
 class SweepRun:
     """What `run` did: the sweep's typed manifest after submitting."""
 
-    manifest: SweepManifest
+    manifest: Manifest
     launcher: str
     evaluate: bool
 
@@ -134,49 +181,39 @@ def keep_eval_key() -> str | None:
 
 
 def load_recipe(req: SweepRequest) -> Any:
-    """The recipe the request names (None without one); SweepError on a bad recipe or a grid
-    value that would contradict it."""
+    """The recipe the request names (None without one); UsageError on a bad recipe."""
     if not req.recipe.strip():
         return None
     from . import recipe as R
 
     try:
-        rec = R.load(req.recipe)
-    except R.RecipeError as e:
-        raise SweepError(f"RECIPE: {one_line(e)}") from e
-    given = [var for k, var in GRID_VARS.items() if getattr(req, k) is not None]
-    if given:
-        raise SweepError(f"RECIPE={rec.name} sets the grid and the budget; {', '.join(given)} "
-                         "cannot be given with it (SEEDS and OVERRIDES can)")
-    return rec
+        return R.load(req.recipe)
+    except UsageError as e:
+        raise UsageError(f"RECIPE: {one_line(e)}") from e
 
 
 def recipe_eval(rec: Any) -> list[str]:
     """The recipe's evaluation arguments: one group (the tasks at their stock few-shot counts)."""
     runs = rec.eval_runs()
     if len(runs) != 1:
-        raise SweepError(f"RECIPE={rec.name}: its tasks need {len(runs)} few-shot groups; a sweep "
+        raise UsageError(f"RECIPE={rec.name}: its tasks need {len(runs)} few-shot groups; a sweep "
                          "evaluates one group (give every task the stock count)")
     return runs[0]
 
 
-def recipe_spec(rec: Any, req: SweepRequest, overrides: str | None = None) -> SweepSpec:
+def recipe_spec(rec: Any, req: SweepRequest,
+                overrides: tuple[str, ...] | None = None) -> SweepSpec:
     """The recipe's grid with the request's seeds, GPU type and overrides."""
     from . import recipe as R
 
-    seeds = None
-    if req.seeds is not None:
-        seeds = SweepSpec.from_text(kappa="1", h="1", seeds=req.seeds).seeds
     gpu = req.gpu.strip() or None
     if gpu is not None and gpu not in R.GPU_TYPES:
-        raise SweepError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
+        raise UsageError(f"GPU: {gpu!r} is not one of {', '.join(R.GPU_TYPES)}")
     try:
-        return rec.sweep_spec(seeds=seeds, gpu=gpu, extra=shlex.split(
-            req.overrides if overrides is None else overrides))
-    except R.RecipeError as e:
-        raise SweepError(f"RECIPE: {one_line(e)}") from e
-    except ValueError as e:  # shlex
-        raise SweepError(f"OVERRIDES: {e}") from e
+        return rec.sweep_spec(seeds=req.seeds, gpu=gpu,
+                              extra=req.overrides if overrides is None else overrides)
+    except UsageError as e:
+        raise UsageError(f"RECIPE: {one_line(e)}") from e
 
 
 @dataclass
@@ -200,81 +237,59 @@ def cluster_file(req: SweepRequest) -> str:
 WORLD_KEY = "train.plan_world_size"
 
 
-def _cluster_world(overrides: str, cluster: ClusterConfig, file: str) -> str:
+def _cluster_world(overrides: tuple[str, ...], cluster: ClusterConfig,
+                   file: str) -> tuple[str, ...]:
     """The cluster file is the source of the world size: every cell plans for its nodes x GPUs
     per node (the ranks a training job gets), not the recipe's train.gpus; a different world
     asked for in OVERRIDES (GPUS=) is refused in one line."""
-    try:
-        given = [o for o in shlex.split(overrides) if o.startswith(f"{WORLD_KEY}=")]
-    except ValueError as e:
-        raise SweepError(f"OVERRIDES: {e}") from e
+    given = [o for o in overrides if o.startswith(f"{WORLD_KEY}=")]
     n = cluster.tasks
     if given and given[-1].split("=", 1)[1].strip() != str(n):
-        raise SweepError(f"{given[-1]} (GPUS=) but {file} gives {cluster.or_default('nodes')} "
+        raise UsageError(f"{given[-1]} (GPUS=) but {file} gives {cluster.or_default('nodes')} "
                          f"node(s) x {max(1, int(cluster.or_default('gpus_per_node')))} GPU(s) "
                          f"= {n}: change nodes or gpus_per_node there, or leave GPUS out")
-    return f"{overrides} {WORLD_KEY}={n}".strip()
+    return (*overrides, f"{WORLD_KEY}={n}")
 
 
 def _resolve(req: SweepRequest) -> _Resolved:
-    """The request checked and planned: every SweepError before anything is written."""
+    """The request planned: every UsageError before anything is written."""
     rec = load_recipe(req)
-    grid = {k: getattr(req, k) for k in GRID_DEFAULTS}
     eval_args, eval_points, overrides = req.eval_args, req.eval_points, req.overrides
-    if rec is None:
-        if req.gpu.strip():
-            raise SweepError("GPU: a GPU type is read from a recipe's micro-batch table; "
-                             "give RECIPE=<name> (or set train.micro_batch_size in OVERRIDES)")
-        if (grid["flops"] or "").strip() and grid["tokens"] is None:
-            grid["tokens"] = ""  # FLOPS given: it is the budget
-        grid = {k: GRID_DEFAULTS[k] if v is None else v for k, v in grid.items()}
-    elif req.evaluate:
-        if not eval_points:
-            eval_points = rec.eval.points
-        eval_args = shlex.join(recipe_eval(rec)) + " " + eval_args
+    if rec is not None and req.evaluate:
+        eval_points = eval_points or rec.eval.points
+        eval_args = (*recipe_eval(rec), *eval_args)
     if eval_points:
         if not req.evaluate:
-            raise SweepError(f"EVAL_POINTS={eval_points} evaluates kept checkpoints: it needs "
+            raise UsageError(f"EVAL_POINTS={eval_points} evaluates kept checkpoints: it needs "
                              "EVAL=1")
         if eval_points < 2:
-            raise SweepError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
+            raise UsageError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
                              "points; the final checkpoint is always evaluated)")
         key = keep_eval_key()
         if key is None:
-            raise SweepError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
+            raise UsageError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
                              f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
                              "spaced checkpoints to evaluate")
-        overrides = f"{overrides} {key}={eval_points}".strip()
-    kind = req.launcher.strip() or "local"
-    if kind not in ("local", "slurm"):
-        raise SweepError(f"LAUNCHER: {kind!r} is not local or slurm")
+        overrides = (*overrides, f"{key}={eval_points}")
     # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
     cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
-        if kind == "slurm" or req.cluster.strip() else None
+        if req.launcher == "slurm" or req.cluster.strip() else None
     if cluster is not None:
         overrides = _cluster_world(overrides, cluster, cluster_file(req))
-    if rec is None:
-        spec = SweepSpec.from_text(kappa=grid["kappa"], h=grid["h"], seeds=grid["seeds"],
-                                   preset=grid["preset"], data=grid["data"],
-                                   tokens=grid["tokens"], flops=grid["flops"],
-                                   controls=grid["controls"], overrides=overrides)
-    else:
-        spec = recipe_spec(rec, req, overrides)
-    if req.jobs is not None and req.jobs < 1:
-        raise SweepError(f"JOBS: {req.jobs!r} must be a positive integer")
-    try:
-        args = shlex.split(eval_args)
-    except ValueError as e:
-        raise SweepError(f"EVAL_ARGS: {e}") from e
+    spec = recipe_spec(rec, req, overrides) if rec is not None else SweepSpec(
+        kappa_bits=req.kappa, latent_bits=req.h, seeds=req.seeds, preset=req.preset,
+        data=req.data, tokens=req.tokens, flops=req.flops, controls=req.controls,
+        overrides=overrides)  # type: ignore[arg-type]  # typed by SweepRequest.__post_init__
     # the evaluation's arguments and task names are checked now, before any training
-    parsed = backend.validate_eval_args(args) if req.evaluate or args else None
+    parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
     p = P.plan(spec, req.name.strip() or None)
     if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
-        raise SweepError(why)
+        raise UsageError(why)
     if req.evaluate and parsed is not None:
         p.eval_specs = P.eval_specs(parsed, p)
         p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
-    return _Resolved(p, args, cluster, cluster_file(req) if cluster is not None else None)
+    return _Resolved(p, list(eval_args), cluster, cluster_file(req) if cluster is not None
+                     else None)
 
 
 def plan(req: SweepRequest) -> P.Plan:
@@ -298,8 +313,7 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     """Plan, check the directories, then submit the missing cells through the launcher: local
     blocks until they end, slurm returns once submitted. Returns the typed manifest."""
     r = _resolve(req)
-    p = r.plan
-    kind = req.launcher.strip() or "local"
+    p, kind = r.plan, req.launcher
     # before anything is written or submitted: the checks the dry run lists (a local run
     # checks this host's limits only: its cluster file, if any, is not where the cells run)
     # (the disk check is the driver's, beside the results root's location: _check_scratch)
@@ -312,24 +326,24 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
 
     for what, d in (("sweep", p.folder), ("runs", runs_dir()), ("cache", cache_dir())):
         if (why := unwritable(d)) is not None:  # before anything is submitted
-            raise SweepError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
+            raise UsageError(f"{what} directory {d}: {why}; set FTBENCH_RESULTS (and "
                              "FTBENCH_CACHE) to a writable directory")
     m = drive(p, launcher, evaluate=req.evaluate, eval_args=r.eval_args,
               retry_failed=req.retry_failed, log=log, on_event=on_event)
     return SweepRun(m, launcher.kind, req.evaluate)
 
 
-def status(name: str, results: Path | None = None) -> SweepManifest:
-    """The sweep's typed manifest, refreshed from facts; SweepError when there is none."""
+def status(name: str, results: Path | None = None) -> Manifest:
+    """The sweep's typed manifest, refreshed from facts; UsageError when there is none."""
     if not name.strip():
-        raise SweepError("NAME is required: make sweep-status NAME=<sweep>")
+        raise UsageError("NAME is required: make sweep-status NAME=<sweep>")
     return _status(name.strip(), results)
 
 
-def load(name: str, results: Path | None = None) -> SweepManifest | None:
+def load(name: str, results: Path | None = None) -> Manifest | None:
     """The sweep's typed manifest as written (None before its first run); nothing refreshed."""
-    from .manifest import manifest_path
+    from .manifest import load, manifest_path
 
     path = manifest_path(name, results)
-    return SweepManifest.load(path) if path.is_file() else None
+    return load(path) if path.is_file() else None
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from common.errors import UsageError
 from common.text import one_line
 from experiments.corpus import budget as _corpus_budget
 from experiments.eval import chain as _chain
@@ -33,8 +34,6 @@ from experiments.train.config import (  # noqa: F401 - gpu_peak_tflops: for swee
     model_config,
 )
 from experiments.train.config import compose as compose_config
-
-from .errors import SweepError
 
 # re-exported for the rest of sweeps/
 GROUPS = _config.GROUPS
@@ -63,11 +62,15 @@ def ddp_fit_rule() -> tuple[float, float]:
     return DDP_BYTES_PER_PARAM, FIT_FRACTION
 
 
-def eval_task_names() -> list[str]:
-    """Every task name experiments.eval accepts (the default set, then the online extras)."""
-    from experiments.eval.run import DEFAULT_TASKS, ONLINE_EXTRA
+def check_eval_tasks(tasks: Sequence[str]) -> None:
+    """Task names as experiments.eval checks them online (the suite's, or any stock lm-eval
+    task): UsageError (one line) naming an unknown one."""
+    from experiments.eval.run import check_tasks
 
-    return list(DEFAULT_TASKS) + list(ONLINE_EXTRA)
+    try:
+        check_tasks(list(tasks), None)
+    except ValueError as e:  # EvalArgsError
+        raise UsageError(one_line(e)) from None
 
 
 class Cell(Protocol):
@@ -88,7 +91,7 @@ def compose(cell: Cell) -> TrainConfig:
         return compose_config(list(cell.overrides))
     except ValueError as e:  # ConfigError is a ValueError
         msg = one_line(e)
-        raise SweepError(f"{cell.name}: {msg}") from e
+        raise UsageError(f"{cell.name}: {msg}") from e
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -119,7 +122,7 @@ def planned(cfg: TrainConfig) -> tuple[float, float]:
     try:
         p = P.plan(cfg)
     except ValueError as e:  # the trainer would fail the same way: refuse before submitting
-        raise SweepError(f"experiments.train.plan.plan() rejects this config: "
+        raise UsageError(f"experiments.train.plan.plan() rejects this config: "
                          f"{one_line(e)}") from e
     return float(p.tokens), float(p.flops)
 
@@ -139,33 +142,26 @@ def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
 # ------------------------------------------------------------------------------- evaluation
 def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
-    offline data): SweepError (one line) before anything trains."""
-    from experiments.eval import benchdata
+    offline data): UsageError (one line) before anything trains."""
     from experiments.eval.run import EvalArgsError, validate_args
+    from experiments.eval.tasks import benchdata
 
     try:
         return validate_args(list(argv))
     except (EvalArgsError, benchdata.DataError) as e:
-        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
+        raise UsageError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
 def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[str, dict[str, Any]]:
     """{suite: spec} experiments.eval will write for these (checked) arguments in a window of
-    `max_len` tokens; SweepError (one line) when its offline data cannot be read."""
-    from experiments.eval import benchdata
+    `max_len` tokens; UsageError (one line) when its offline data cannot be read."""
     from experiments.eval.run import planned_specs
+    from experiments.eval.tasks import benchdata
 
     try:
         return planned_specs(args, max_len)
     except benchdata.DataError as e:
-        raise SweepError(f"EVAL_ARGS: {one_line(e)}") from e
-
-
-def spec_id(spec: dict[str, Any]) -> str:
-    """The id an eval file carries in its name for this spec (experiments.eval.run.spec_id)."""
-    from experiments.eval.run import spec_id as eval_spec_id
-
-    return eval_spec_id(spec)
+        raise UsageError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
 def estimate_text(cfg: Any) -> str | None:
@@ -177,7 +173,7 @@ def estimate_text(cfg: Any) -> str | None:
         n, source = P.planning_world(cfg)  # the cluster's GPUs, not this process's
         rp = P.plan(cfg, n)
     except ConfigError as e:
-        raise SweepError(one_line(e)) from None
+        raise UsageError(one_line(e)) from None
     return (f"world       {n} GPU(s), from {source}\n"
             + P.format_estimate(cfg, rp, P.dry_parallel(cfg, rp)))
 

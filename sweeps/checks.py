@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.errors import UsageError
+
 from . import backend
 from .cluster import ClusterConfig
-from .errors import SweepError
 from .job import GRACE_MARGIN_S, grace_for
 from .plan import Plan, PlannedCell
 
@@ -235,8 +236,8 @@ def text(cs: list[Check]) -> list[str]:
 
 
 def refuse(cs: list[Check]) -> None:
-    """SweepError with the first failing check's line (the dry run shows them all)."""
+    """UsageError with the first failing check's line (the dry run shows them all)."""
     bad = [c for c in cs if not c.ok]
     if bad:
         more = f" (and {len(bad) - 1} more: DRY=1 lists them)" if len(bad) > 1 else ""
-        raise SweepError(bad[0].line + more)
+        raise UsageError(bad[0].line + more)

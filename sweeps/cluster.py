@@ -6,7 +6,7 @@ The file is sweeps/cluster.yaml (git-ignored), or the path in CLUSTER=... / FTBE
 sweeps/cluster.example.yaml shows every key. The main settings are a training cell's; the `eval`
 and `corpus` sections say what evaluation jobs and corpus units ask for instead (`for_role`).
 The file is read through OmegaConf's structured merge onto `ClusterConfig`, so an unknown key
-or a value of the wrong type is one line naming the file and the key (SweepError). `setup` and
+or a value of the wrong type is one line naming the file and the key (UsageError). `setup` and
 `additional` stay free-form: they are kept out of OmegaConf, whose `${...}` interpolation would
 otherwise claim the shell's `${VAR}`.
 
@@ -17,19 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import MISSING, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from common.errors import UsageError
 from common.io import read_yaml_mapping
-
-from .grid import SweepError
 
 CLUSTER_FILE = Path(__file__).with_name("cluster.yaml")
 FREE_FORM = ("setup", "additional")
+"""Keys whose values pass through untyped (shell lines; any other sbatch option)."""
 SECTIONS = ("eval", "corpus", "report")
 """The per-role sections (JobOverrides) beside the main settings."""
 ROLES = ("train", "eval", "corpus", "report")
@@ -48,64 +49,14 @@ from result files in one process (no GPU; minutes for the paper's sweeps)."""
 ROLE_DEFAULTS = {"corpus": CORPUS_DEFAULTS, "report": REPORT_DEFAULTS}
 ONE_NODE = {"eval": "an evaluation job", "corpus": "a corpus unit", "report": "the report job"}
 """Roles whose job is one process group on one node: more nodes would only repeat it."""
-"""Keys whose values pass through untyped (shell lines; any other sbatch option)."""
 _COUNTS = ("gpus_per_node", "nodes", "cpus_per_task", "timeout_min", "array_parallelism",
            "signal_delay_s", "max_num_timeout", "nofile", "max_map_count")
 
 
 @dataclass
-class JobOverrides:
-    """What one role's jobs (the `eval` or the `corpus` section) ask for instead of the main
-    settings. A key left out inherits the main value (for corpus units: CORPUS_DEFAULTS first);
-    a key set to null falls back to the built-in default, as it would at the top level."""
-
-    partition: str | None = MISSING
-    """sbatch --partition for these jobs."""
-    account: str | None = MISSING
-    """sbatch --account for these jobs."""
-    qos: str | None = MISSING
-    """sbatch --qos for these jobs."""
-    gpus_per_node: int | None = MISSING
-    """GPUs (= tasks) per node for these jobs."""
-    nodes: int | None = MISSING
-    """Nodes per job (these jobs take one node: more is refused)."""
-    cpus_per_task: int | None = MISSING
-    """CPU cores per task for these jobs."""
-    mem_gb: float | None = MISSING
-    """Memory per node in GB for these jobs."""
-    timeout_min: int | None = MISSING
-    """Time limit of one attempt, minutes."""
-    signal_delay_s: int | None = MISSING
-    """USR2 this many seconds before the job's time limit."""
-    array_parallelism: int | None = MISSING
-    """Jobs of an array running at once (corpus units; evaluation jobs are single jobs)."""
-    constraint: str | None = MISSING
-    """sbatch --constraint for these jobs."""
-    exclude: str | None = MISSING
-    """sbatch --exclude for these jobs."""
-    setup: Any = MISSING
-    """Shell lines run before the job (free-form list)."""
-    additional: Any = MISSING
-    """Other sbatch options for these jobs (free-form mapping)."""
-
-    def __post_init__(self) -> None:
-        _check(self, required_partition=False)
-
-    def given(self) -> dict[str, Any]:
-        """The keys the file sets (null included), with their values."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if not _missing(getattr(self, f.name))}
-
-
-EvalOverrides = JobOverrides
-"""The `eval` section's type (its name before the corpus section shared it)."""
-
-
-@dataclass
-class ClusterConfig:
-    """SLURM settings for one sweep: sbatch parameters and submitit's requeue budget.
-
-    For the integer settings, null or 0 means the built-in default (the field's default)."""
+class JobSettings:
+    """What a SLURM job asks for: sbatch parameters. For the integer settings, null or 0 means
+    the built-in default (the field's default)."""
 
     partition: str | None = None
     """Required: sbatch --partition."""
@@ -129,8 +80,6 @@ class ClusterConfig:
     """USR2 this many seconds before the time limit: the trainer gets this less
     sweeps.job.GRACE_MARGIN_S to write its checkpoint and exit (checked against the planned
     save time before submitting)."""
-    max_num_timeout: int | None = 20
-    """Requeues allowed per cell."""
     array_parallelism: int | None = 64
     """Cells of the job array running at once."""
     constraint: str | None = None
@@ -141,6 +90,34 @@ class ClusterConfig:
     """Shell lines run before the job (modules, venv): a free-form list."""
     additional: Any = None
     """Any other sbatch option, e.g. {reservation: myres, mail-type: END}: a free-form mapping."""
+
+    def __post_init__(self) -> None:
+        _check(self, required_partition=isinstance(self, ClusterConfig))
+
+    def given(self) -> dict[str, Any]:
+        """The keys the file sets (null included), with their values."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if not _missing(getattr(self, f.name))}
+
+
+JobOverrides = make_dataclass(
+    "JobOverrides", [(f.name, t, field(default=MISSING))
+                     for f, t in zip(dataclasses.fields(JobSettings),
+                                     typing.get_type_hints(JobSettings).values(), strict=True)],
+    bases=(JobSettings,), namespace={"__module__": __name__, "__doc__": (
+        "What one role's jobs (the `eval`, `corpus` or `report` section) ask for instead of the "
+        "main settings (JobSettings' keys). A key left out inherits the main value (for corpus "
+        "units and the report: ROLE_DEFAULTS first); a key set to null falls back to the "
+        "built-in default, as it would at the top level.")})
+
+
+@dataclass
+class ClusterConfig(JobSettings):
+    """SLURM settings for one sweep: the sbatch parameters of a training cell (JobSettings),
+    submitit's requeue budget, the scratch file system, and what the other roles ask for."""
+
+    max_num_timeout: int | None = 20
+    """Requeues allowed per cell."""
     results: str | None = None
     """The results root on the cluster's scratch file system (runs, checkpoints, corpora): the
     sweep's jobs write there, and its free space is checked against the plan's checkpoint and
@@ -165,7 +142,7 @@ class ClusterConfig:
     no GPU, one core, 60 minutes)."""
 
     def __post_init__(self) -> None:
-        _check(self, required_partition=True)
+        super().__post_init__()
         for role, what in ONE_NODE.items():
             n = getattr(getattr(self, role, None), "nodes", None)
             if isinstance(n, int) and not isinstance(n, bool) and n > 1:
@@ -174,11 +151,6 @@ class ClusterConfig:
     def or_default(self, name: str) -> Any:
         """The setting, or its field's default when it is null or 0."""
         return getattr(self, name) or _DEFAULTS[name]
-
-    def for_eval(self) -> ClusterConfig:
-        """The settings of an evaluation job: the eval section over the main settings, on one
-        node always (an evaluation is one process group; more nodes would repeat it)."""
-        return self.for_role("eval")
 
     def for_role(self, role: str) -> ClusterConfig:
         """The settings of one role's jobs (ROLES): a training cell's are the main settings;
@@ -209,7 +181,7 @@ def _missing(v: Any) -> bool:
     return isinstance(v, str) and v == MISSING
 
 
-def _check(c: ClusterConfig | EvalOverrides, *, required_partition: bool) -> None:
+def _check(c: JobSettings, *, required_partition: bool) -> None:
     """ValueError (one line, naming the key) for a value the types cannot rule out."""
     if required_partition and not c.partition:
         raise ValueError("'partition' is required")
@@ -234,12 +206,12 @@ def _allowed(cls: type) -> list[str]:
 
 def load_cluster(path: Path | None = None) -> ClusterConfig:
     """Read and check the cluster file: `path`, else FTBENCH_CLUSTER, else sweeps/cluster.yaml.
-    SweepError (one line naming the file and the key) on any problem."""
+    UsageError (one line naming the file and the key) on any problem."""
     path = Path(path or os.environ.get("FTBENCH_CLUSTER") or CLUSTER_FILE)
     if not path.is_file():
-        raise SweepError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
+        raise UsageError(f"LAUNCHER=slurm needs {path}: copy sweeps/cluster.example.yaml there "
                          f"and set partition/account/GPUs/time")
-    raw = dict(read_yaml_mapping(path, SweepError))
+    raw = dict(read_yaml_mapping(path, UsageError))
     sections: dict[str, dict[str, Any]] = {}
     sections_free: dict[str, dict[str, Any]] = {}
     for s in SECTIONS:
@@ -247,7 +219,7 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
         if sec is None:  # `eval:` with nothing under it: no overrides
             sec = {}
         if not isinstance(sec, dict):
-            raise SweepError(f"{path}: {s} must be a mapping of settings, got {sec!r}")
+            raise UsageError(f"{path}: {s} must be a mapping of settings, got {sec!r}")
         sec = dict(sec)
         sections_free[s] = {k: sec.pop(k) for k in FREE_FORM if k in sec}
         sections[s] = sec
@@ -260,24 +232,24 @@ def load_cluster(path: Path | None = None) -> ClusterConfig:
         key = str(e.full_key)
         sec_key = key.split(".")[0] in SECTIONS and "." in key
         allowed = _allowed(JobOverrides if sec_key else ClusterConfig)
-        raise SweepError(f"{path}: unknown key {key!r}; allowed: {allowed}") from None
+        raise UsageError(f"{path}: unknown key {key!r}; allowed: {allowed}") from None
     except OmegaConfBaseException as e:
         where = getattr(e, "full_key", None)
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SweepError(f"{path}: {where + ': ' if where else ''}{msg}") from None
+        raise UsageError(f"{path}: {where + ': ' if where else ''}{msg}") from None
     overrides: dict[str, JobOverrides] = {}
     for s in SECTIONS:
         try:
             overrides[s] = JobOverrides(**{**data.pop(s), **sections_free[s]})
         except ValueError as e:
-            raise SweepError(f"{path}: {s}.{e}") from None
+            raise UsageError(f"{path}: {s}.{e}") from None
     try:
         cfg = ClusterConfig(**{**data, **free}, **overrides)
     except ValueError as e:
-        raise SweepError(f"{path}: {e}") from None
+        raise UsageError(f"{path}: {e}") from None
     for s in SECTIONS:
         try:
             cfg.for_role(s)  # the merged settings are checked now, not at submission
         except ValueError as e:
-            raise SweepError(f"{path}: {s}: {e}") from None
+            raise UsageError(f"{path}: {s}: {e}") from None
     return cfg

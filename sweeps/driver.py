@@ -24,16 +24,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.paths import SweepDir
+from common.errors import UsageError
+from common.paths import RunDir, SweepDir
 
 from . import backend
 from . import checks as C
+from . import manifest as M
 from .cluster import ClusterConfig
-from .errors import SweepError
 from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
-from .manifest import TRAINING_FAILED, SweepCell, SweepManifest, locked, point_record
+from .manifest import TRAINING_FAILED, Manifest, ManifestCell, locked, point_record
 from .plan import Plan
 
 POLL_S = 1.0
@@ -93,23 +94,22 @@ def ignore_event(_: Event) -> None:
 # ------------------------------------------------------------------------------- running
 def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Sequence[str] = (),
         retry_failed: bool = False, log: Callable[[str], None] = print,
-        on_event: Callable[[Event], None] = ignore_event) -> SweepManifest:
+        on_event: Callable[[Event], None] = ignore_event) -> Manifest:
     """Submit the missing cells; local blocks until they end, slurm returns once submitted."""
     if isinstance(launcher, SlurmLauncher):
         if launcher.cluster is None:
-            raise SweepError("LAUNCHER=slurm needs a cluster file to submit jobs")
+            raise UsageError("LAUNCHER=slurm needs a cluster file to submit jobs")
         _check_scratch(p, launcher.cluster)
     p.folder.mkdir(parents=True, exist_ok=True)
     with locked(p.folder, wait=False):
         SweepDir(p.folder).lock_path.write_text(f"pid {os.getpid()}\n")  # who drives it
-        old = SweepManifest.load(p.manifest_path) if p.manifest_path.exists() else None
-        m = SweepManifest.build(p, launcher.kind, old)
-        if old is not None and old.launcher != launcher.kind:
-            m.launcher = old.launcher  # states of jobs already submitted need the old one
-        m.refresh(p.folder)
-        m.launcher = launcher.kind
+        old = M.load(p.manifest_path) if p.manifest_path.exists() else None
+        m = M.build(p, launcher.kind, old)
+        # states of jobs already submitted are read through the launcher that submitted them
+        M.refresh(m, p.folder, M.probe(old.launcher if old is not None else launcher.kind,
+                                       p.folder))
         todo = m.select(retry_failed)
-        m.save(p.manifest_path)
+        M.save(p.manifest_path, m)
         done = sum(c.state == "done" for c in m.cells)
         failed = [c.cell for c in m.cells if c.state == "failed" and not retry_failed]
         evals = [c for c in m.cells if evaluate and c.state == "done" and c.needs_eval(m)]
@@ -127,7 +127,7 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
         return m
 
 
-def _train_job(c: SweepCell, threads: int | None, launcher: str = "local",
+def _train_job(c: ManifestCell, threads: int | None, launcher: str = "local",
                points: PointWatch | None = None, grace_s: float = GRACE_S) -> CellJob:
     cell = Cell(c.cell, c.arm, c.seed or 0, tuple(c.overrides))
     # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
@@ -136,12 +136,12 @@ def _train_job(c: SweepCell, threads: int | None, launcher: str = "local",
                    env={"FTBENCH_LAUNCHER": launcher}, points=points, grace_s=grace_s)
 
 
-def _points_on(evaluate: bool, m: SweepManifest) -> bool:
+def _points_on(evaluate: bool, m: Manifest) -> bool:
     """Kept checkpoints are evaluated as they appear: EVAL=1 with EVAL_POINTS and a spec."""
     return evaluate and bool(m.eval_points) and bool(m.spec_ids())
 
 
-def _point_argv(c: SweepCell, m: SweepManifest, eval_args: Sequence[str],
+def _point_argv(c: ManifestCell, m: Manifest, eval_args: Sequence[str],
                 step: int) -> list[str]:
     """A point job's command: `python -m sweeps eval-run RUN --spec-ids .. --point N -- <eval
     argv>` (the final evaluation's argv, the checkpoint in place of the run dir)."""
@@ -149,13 +149,13 @@ def _point_argv(c: SweepCell, m: SweepManifest, eval_args: Sequence[str],
                               entry=CHAIN_ENTRY, point=step)
 
 
-def _point_job(c: SweepCell, m: SweepManifest, eval_args: Sequence[str], step: int,
+def _point_job(c: ManifestCell, m: Manifest, eval_args: Sequence[str], step: int,
                threads: int | None, launcher: str = "local") -> CellJob:
     return CellJob(c.cell, _point_argv(c, m, eval_args, step), threads=threads,
                    cwd=os.getcwd(), kind="point", env={"FTBENCH_LAUNCHER": launcher})
 
 
-def _point_watch(p: Plan, c: SweepCell, m: SweepManifest, eval_args: Sequence[str],
+def _point_watch(p: Plan, c: ManifestCell, m: Manifest, eval_args: Sequence[str],
                  launcher: SlurmLauncher) -> PointWatch:
     """What a SLURM training job needs to submit its kept checkpoints' evaluations: the point
     command around its step, a launcher for the eval role (one node) and where to list them."""
@@ -168,8 +168,8 @@ def _point_watch(p: Plan, c: SweepCell, m: SweepManifest, eval_args: Sequence[st
                       cwd=os.getcwd(), env={"FTBENCH_LAUNCHER": "slurm"})
 
 
-def _eval_job(c: SweepCell, eval_args: Sequence[str], threads: int | None,
-              launcher: str = "local", m: SweepManifest | None = None) -> CellJob:
+def _eval_job(c: ManifestCell, eval_args: Sequence[str], threads: int | None,
+              launcher: str = "local", m: Manifest | None = None) -> CellJob:
     """The chained evaluation: experiments.eval on the final checkpoint; with the sweep's
     EVAL_POINTS also on every kept step checkpoint, and with LIKELIHOOD_ROWS the validation
     likelihood (`chain_argv`)."""
@@ -181,11 +181,11 @@ def _eval_job(c: SweepCell, eval_args: Sequence[str], threads: int | None,
                    cwd=os.getcwd(), kind="eval", env={"FTBENCH_LAUNCHER": launcher})
 
 
-QueueItem = tuple[str, SweepCell, "int | None"]
+QueueItem = tuple[str, ManifestCell, "int | None"]
 """(kind, cell, step): a job the local driver has yet to start."""
 
 
-def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: LocalLauncher,
+def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLauncher,
                evaluate: bool, eval_args: Sequence[str], log: Callable[[str], None],
                on_event: Callable[[Event], None]) -> None:
     n, threads = launcher.slots, launcher.threads
@@ -197,24 +197,24 @@ def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Local
         queue += [("eval", c, None) for c in m.cells if c.state == "done" and c.needs_eval(m)]
     points = _points_on(evaluate, m)
     seen: set[tuple[str, int]] = set()  # (cell, step) points queued or run by this driver
-    active: dict[int, tuple[str, SweepCell, Any, float, int | None]] = {}  # slot -> job
+    active: dict[int, tuple[str, ManifestCell, Any, float, int | None]] = {}  # slot -> job
     log(f"local: {n} parallel job(s), {threads} thread(s) each; jobs in {launcher.folder}")
     t0 = time.time()
     # With a cold data cache, the first cell runs alone until its corpus and tokenizer are
     # built and cached (its run record appears): every cell shares them, and parallel cells
     # would each build them from scratch.
-    first: SweepCell | None = None
+    first: ManifestCell | None = None
     if todo and _cold_cache(todo[0]):
         first = next((c for k, c, _ in queue if k == "train"), None)
 
-    def what(kind: str, c: SweepCell, step: int | None) -> str:
+    def what(kind: str, c: ManifestCell, step: int | None) -> str:
         return f"{kind} {c.cell}" + (f" step {step}" if step is not None else "")
 
     try:
         while queue or active:
             if first is not None and all(k != "train" or c is not first
                                          for k, c, _ in queue) and (
-                    first.state != "running" or first.rundir.has_record):
+                    first.state != "running" or RunDir(first.run).has_record):
                 first = None
             for slot in range(n):
                 if slot in active or not queue or (first is not None and active):
@@ -236,10 +236,10 @@ def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Local
                 log(f"[{time.time() - t0:6.0f}s] slot {slot}: start {what(kind, c, step)} "
                     f"(job {job.job_id})")
                 on_event(JobStarted(kind, c.cell, str(job.job_id), step, slot))
-                m.save(p.manifest_path)
+                M.save(p.manifest_path, m)
             time.sleep(POLL_S)
             if points and _queue_points(queue, active, seen, m, log, t0):
-                m.save(p.manifest_path)
+                M.save(p.manifest_path, m)
             for slot, (kind, c, job, started, step) in list(active.items()):
                 if not job.done():
                     continue
@@ -247,7 +247,7 @@ def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Local
                 state, reason = launcher.outcome(job)
                 wall = time.time() - started
                 if kind == "train":
-                    c.job_ended(state, reason, wall)
+                    c.job_ended(state, reason, wall, RunDir(c.run))
                     if state == "done" and evaluate:
                         queue.append(("eval", c, None))
                     if state == "failed":  # its kept checkpoints are not evaluated
@@ -255,28 +255,28 @@ def _run_local(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Local
                         if skipped := c.points_skipped():
                             log(f"{c.cell}: points {skipped} not evaluated ({TRAINING_FAILED})")
                 elif step is not None:
-                    state, reason = c.point_ended(m, step, state, reason, wall)
+                    state, reason = c.point_ended(m, step, state, reason, wall, RunDir(c.run))
                 else:
-                    state, reason = c.eval_ended(m, state, reason, wall)
+                    state, reason = c.eval_ended(m, state, reason, wall, RunDir(c.run))
                 log(f"[{time.time() - t0:6.0f}s] slot {slot}: {what(kind, c, step)} -> {state}"
                     + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
                 on_event(JobEnded(kind, c.cell, state, reason, round(wall, 1), step, slot))
-                m.refresh(p.folder, launcher, live={a[1].cell for a in active.values()},
+                M.refresh(m, p.folder, launcher, live={a[1].cell for a in active.values()},
                           live_points={(a[1].cell, a[4]) for a in active.values()
                                        if a[4] is not None})
-                m.save(p.manifest_path)
+                M.save(p.manifest_path, m)
     finally:
         for _, c, step in queue:
             if step is not None:  # seen, never started: the chain's on re-run
                 c.points_unstarted()
         m.local["wall_s"] = round(time.time() - t0, 1)
-        m.refresh(p.folder, launcher, live=set())
-        m.save(p.manifest_path)
+        M.refresh(m, p.folder, launcher, live=set())
+        M.save(p.manifest_path, m)
 
 
 def _queue_points(queue: list[QueueItem],
-                  active: dict[int, tuple[str, SweepCell, Any, float, int | None]],
-                  seen: set[tuple[str, int]], m: SweepManifest, log: Callable[[str], None],
+                  active: dict[int, tuple[str, ManifestCell, Any, float, int | None]],
+                  seen: set[tuple[str, int]], m: Manifest, log: Callable[[str], None],
                   t0: float) -> bool:
     """Queue the evaluation of every kept checkpoint that appeared in a training cell's run,
     ahead of the trainings and chains waiting (a point is short, and the curve should be
@@ -285,7 +285,7 @@ def _queue_points(queue: list[QueueItem],
     for kind, c, *_ in list(active.values()):
         if kind != "train":
             continue
-        for step, _ in c.rundir.points_ready(ids):
+        for step, _ in RunDir(c.run).points_ready(ids):
             if (c.cell, step) in seen:
                 continue
             seen.add((c.cell, step))
@@ -298,7 +298,7 @@ def _queue_points(queue: list[QueueItem],
     return added
 
 
-def _cold_cache(c: SweepCell) -> bool:
+def _cold_cache(c: ManifestCell) -> bool:
     cache = (c.config or {}).get("paths", {}).get("cache")
     return bool(cache) and not any(Path(cache).glob("corpora/*"))
 
@@ -306,13 +306,13 @@ def _cold_cache(c: SweepCell) -> bool:
 def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     """Before anything is submitted: the cells' run directories are under the cluster file's
     results root (when it names one), and its file system has room for the cells not done
-    yet (checkpoints, exports, and the corpus once); SweepError, one line, otherwise."""
+    yet (checkpoints, exports, and the corpus once); UsageError, one line, otherwise."""
     roots = {Path(c.run_dir).parent.parent for c in p.cells}  # <results>/runs/<run-id>
     if cluster.results:
         want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
         off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
         if off:
-            raise SweepError(f"cluster.yaml results={cluster.results} but this sweep writes "
+            raise UsageError(f"cluster.yaml results={cluster.results} but this sweep writes "
                              f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
         roots = {want}
     # the cells still to run with the corpus counted once (sweeps.checks.disk_need): counted
@@ -320,10 +320,10 @@ def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     need = C.disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)["total"]
     for r in roots:
         if need and (why := backend.space_refusal(r, need)) is not None:
-            raise SweepError(why)
+            raise UsageError(why)
 
 
-def _submit_slurm(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: SlurmLauncher,
+def _submit_slurm(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: SlurmLauncher,
                   evaluate: bool, eval_args: Sequence[str], log: Callable[[str], None],
                   on_event: Callable[[Event], None]) -> None:
     if todo:
@@ -338,7 +338,7 @@ def _submit_slurm(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Sl
         for c, j in zip(todo, jobs, strict=True):
             c.job_started(j.job_id)
             on_event(JobStarted("train", c.cell, str(j.job_id)))
-        m.save(p.manifest_path)
+        M.save(p.manifest_path, m)
         log(f"slurm: submitted array {jobs[0].job_id.split('_')[0]} with {len(jobs)} cells")
     if evaluate:
         for c in m.cells:
@@ -354,5 +354,5 @@ def _submit_slurm(p: Plan, m: SweepManifest, todo: list[SweepCell], launcher: Sl
                                 after=c.job_id if c.state == "running" else None)
             c.eval_started(m, j.job_id)
             on_event(JobStarted("eval", c.cell, str(j.job_id)))
-        m.save(p.manifest_path)
+        M.save(p.manifest_path, m)
     log(f"watch it with: make sweep-status NAME={p.name}")

@@ -1,6 +1,3 @@
-"""SweepError, in a module of its own so that grid.py and backend.py can both raise it without
-importing each other in a cycle (grid.py reaches experiments/ only through backend.py)."""
+"""The old name of common.errors.UsageError, while pipelines/corpus.py imports it from here."""
 
-
-class SweepError(ValueError):
-    """Bad sweep input; the message is one line meant for the user."""
+from common.errors import UsageError as SweepError  # noqa: F401

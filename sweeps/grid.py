@@ -1,25 +1,15 @@
-"""The grid: parse and validate what the user typed, expand it into cells, guard shared settings.
+"""The grid: the typed values of a sweep (SweepSpec), checked, expanded into cells, and the
+guard that the arms share every setting but their own.
 
-Arms:
+Each arm makes its own cells (common.arms: `Arm.cells`, one per value of its axes, with what it
+sets of the training config); the grid adds the shared overrides (preset, data, budget, the
+user's OVERRIDES), the seed, and asks every arm the CONTROLS name. With a FLOPs budget
+(FLOPS=...) every arm already trains to the same FLOPs, so the FLOPs-matched controls would
+duplicate the plain baselines under another run-id: they are not made (`skipped_controls`).
 
-    baseline              one per seed (it depends on neither kappa nor H)
-    free                  one Free Transformer per (kappa, H, seed)
-    baseline_flops        control: a baseline trained to the FLOPs of the H-bit Free Transformer
-                          (`train.compute_match=flops`), one per (H, seed)
-    baseline_plus1        control: a baseline with one more layer than the arms' RESOLVED layer
-                          count (overrides applied), at equal tokens; one per seed
-    baseline_plus1_flops  the same +1-layer baseline trained to the FLOPs of the H-bit Free
-                          Transformer (`train.match_n_layers` = the arms' layers); per (H, seed)
-    free_zcut             control: a Free Transformer with Z cut from the decoder
-                          (`model.z_cut=true`: encoder, KL and FLOPs kept, nothing of Z reaches
-                          the decoder), at the grid's smallest kappa; one per (H, seed)
-
-With a FLOPs budget (FLOPS=...) every arm already trains to the same FLOPs, so the FLOPs-matched
-controls would duplicate `baseline` / `baseline_plus1` under another run-id: they are not made
-(`skipped_controls` says why).
-
-Every cell is a list of hydra overrides for `experiments/train/trainer.py`. All validation here runs
-before anything is submitted and fails with one `SweepError` line naming the input at fault.
+A text value (what make passes: KAPPA="0.5 2") is parsed once, where a request is made
+(sweeps.api.SweepRequest, `SweepSpec.from_text`): kappa by common.kappa, the rest here. Every
+check runs before anything is submitted and fails with one UsageError line naming the input.
 """
 
 from __future__ import annotations
@@ -29,16 +19,19 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from common import arms, kappa
+from common.arms import Cell
+from common.errors import UsageError
 from model import PRESETS
 from model.config import MAX_LATENT_BITS
 
 from .backend import parse_amount as config_parse_amount
-from .errors import SweepError
 
+SweepError = UsageError
+"""The old name, while tests/test_plan_cluster.py imports it from here."""
 ARMS = tuple(a.name for a in arms.ARMS)
 """Every arm's name (common.arms: one record per arm), in the grid's cell order."""
 CONTROLS = {a.control: a.name for a in arms.ARMS if a.control}
@@ -53,26 +46,26 @@ COMPUTE_KNOBS = ("train.compute_match", "train.match_latent_bits", "train.match_
 """What the equal-FLOPs control changes on purpose: its training horizon, nothing else."""
 
 
+# ------------------------------------------------------------------------------- text
+def _tokens(text: str | Iterable[Any]) -> list[str]:
+    if isinstance(text, str):
+        return [t for t in re.split(r"[\s,]+", text.strip()) if t]
+    return [str(t) for t in text]
+
+
 def parse_kappas(text: str | Iterable[Any]) -> list[float]:
-    """KAPPA through the project's one kappa parser (common.kappa): '0.5 2 4' or '1/64 1/8';
-    rejects non-numbers, negatives, nan/inf and a value given twice."""
-    try:
-        return kappa.parse_kappas(text, "KAPPA")
-    except kappa.KappaError as e:
-        raise SweepError(str(e)) from None
+    """KAPPA through the project's one kappa parser (common.kappa)."""
+    return kappa.parse_kappas(text, "KAPPA")
 
 
-def parse_ints(text: str | Iterable[Any], var: str, lo: int, hi: int | None = None) -> list[int]:
+def parse_ints(text: str | Iterable[Any], var: str) -> list[int]:
+    """'8 16' -> [8, 16] (a value given twice counts once); the range is SweepSpec's check."""
     out: list[int] = []
-    rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
     for tok in _tokens(text):
         if not re.fullmatch(r"[+-]?\d+", tok):
-            raise SweepError(f"{var}: {tok!r} is not an integer (allowed: {rng})")
-        v = int(tok)
-        if v < lo or (hi is not None and v > hi):
-            raise SweepError(f"{var}: {v} is outside {rng}")
-        if v not in out:
-            out.append(v)
+            raise UsageError(f"{var}: {tok!r} is not an integer")
+        if int(tok) not in out:
+            out.append(int(tok))
     return out
 
 
@@ -82,38 +75,38 @@ def parse_amount(text: str | float | int | None, var: str) -> float | None:
     try:
         return config_parse_amount(text, var)
     except ValueError as e:
-        raise SweepError(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
-def _tokens(text: str | Iterable[Any]) -> list[str]:
-    if isinstance(text, str):
-        return [t for t in re.split(r"[\s,]+", text.strip()) if t]
-    return [str(t) for t in text]
+def parse_controls(text: str | Iterable[str]) -> tuple[str, ...]:
+    """CONTROLS="flops plus1" -> their arm names (an arm name is taken too; none/0/no: none)."""
+    out: list[str] = []
+    for c in _tokens(text):
+        if c.lower() in ("none", "0", "no"):
+            continue
+        if c not in CONTROLS and c not in CONTROLS.values():
+            raise UsageError(f"CONTROLS: unknown control {c!r}; allowed: {' '.join(CONTROLS)} "
+                             "(or none)")
+        if CONTROLS.get(c, c) not in out:
+            out.append(CONTROLS.get(c, c))
+    return tuple(out)
 
 
-def split_overrides(text: str | Iterable[Any]) -> list[str]:
+def split_overrides(text: str | Iterable[Any]) -> tuple[str, ...]:
     """OVERRIDES as a shell splits them: on whitespace, quotes kept together, never on commas
     (hydra's `data.data_files=[a.txt,b.txt]` is one override, and so is `key='a b'`)."""
     if not isinstance(text, str):
-        return [str(t) for t in text]
+        return tuple(str(t) for t in text)
     try:
-        return shlex.split(text)
+        return tuple(shlex.split(text))
     except ValueError as e:  # an unclosed quote
-        raise SweepError(f"OVERRIDES: {e} in {text!r}") from None
+        raise UsageError(f"OVERRIDES: {e} in {text!r}") from None
 
 
-def _int_if_whole(v: float | None) -> float | int | None:
-    return int(v) if v is not None and float(v).is_integer() else v
-
-
-def fmt_num(v: float) -> str:
-    """Shortest exact text for a number: 2.0 -> '2', 0.5 -> '0.5', 1/64 -> '0.015625'."""
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
-
-
+# ------------------------------------------------------------------------------- the grid
 @dataclass(frozen=True)
 class SweepSpec:
-    """What the user asked for (make variables), validated."""
+    """What a sweep trains: typed values, checked here (the make variables' and a recipe's)."""
 
     kappa_bits: tuple[float, ...]
     latent_bits: tuple[int, ...]
@@ -123,6 +116,7 @@ class SweepSpec:
     tokens: float | None = None
     flops: float | None = None
     controls: tuple[str, ...] = ()
+    """Arm names of the controls (common.arms)."""
     overrides: tuple[str, ...] = ()
     """Extra hydra overrides applied to every cell (OVERRIDES="optim.lr=1e-3 ...")."""
     arm_overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -132,23 +126,33 @@ class SweepSpec:
         for var, vals in (("KAPPA", self.kappa_bits), ("H", self.latent_bits),
                           ("SEEDS", self.seeds)):
             if not vals:
-                raise SweepError(f"empty grid: {var} has no values")
+                raise UsageError(f"empty grid: {var} has no values")
+            if len(set(vals)) != len(vals):
+                raise UsageError(f"{var}: a value is given twice in {list(vals)}")
+        parse_kappas(self.kappa_bits)  # finite, >= 0 (common.kappa's one rule)
+        for var, vals, lo, hi in (("H", self.latent_bits, 1, MAX_LATENT_BITS),
+                                  ("SEEDS", self.seeds, 0, None)):
+            for v in vals:
+                if not isinstance(v, int) or isinstance(v, bool) or v < lo or (
+                        hi is not None and v > hi):
+                    rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+                    raise UsageError(f"{var}: {v!r} is outside {rng}")
         if self.preset not in PRESETS:
-            raise SweepError(f"PRESET: unknown preset {self.preset!r}; allowed: "
+            raise UsageError(f"PRESET: unknown preset {self.preset!r}; allowed: "
                              f"{' '.join(PRESETS)}")
         if not re.fullmatch(r"[A-Za-z0-9_.-]+", self.data):
-            raise SweepError(f"DATA: {self.data!r} is not a data config name")
+            raise UsageError(f"DATA: {self.data!r} is not a data config name")
         if self.tokens is not None and self.flops is not None:
-            raise SweepError("give TOKENS or FLOPS, not both")
+            raise UsageError("give TOKENS or FLOPS, not both")
         for c in self.controls:
             if c not in CONTROLS.values():
-                raise SweepError(f"CONTROLS: unknown control {c!r}")
+                raise UsageError(f"CONTROLS: unknown control {c!r}")
         for arm in self.arm_overrides:
             if arm not in ARMS:
-                raise SweepError(f"arm override for unknown arm {arm!r}; arms: {' '.join(ARMS)}")
+                raise UsageError(f"arm override for unknown arm {arm!r}; arms: {' '.join(ARMS)}")
         for o in (*self.overrides, *(o for v in self.arm_overrides.values() for o in v)):
             if "=" not in o or o.startswith("="):
-                raise SweepError(f"OVERRIDES: {o!r} is not a hydra override key=value")
+                raise UsageError(f"OVERRIDES: {o!r} is not a hydra override key=value")
 
     @classmethod
     def from_text(cls, *, kappa: str | Iterable[Any], h: str | Iterable[Any],
@@ -156,34 +160,21 @@ class SweepSpec:
                   tokens: str | float | None = None, flops: str | float | None = None,
                   controls: str | Iterable[str] = "", overrides: str | Iterable[str] = "",
                   arm_overrides: Mapping[str, Iterable[str]] | None = None) -> SweepSpec:
-        ctl: list[str] = []
-        for c in _tokens(controls):
-            if c.lower() in ("none", "0", "no"):
-                continue
-            if c not in CONTROLS and c not in CONTROLS.values():
-                raise SweepError(f"CONTROLS: unknown control {c!r}; allowed: "
-                                 f"{' '.join(CONTROLS)} (or none)")
-            arm = CONTROLS.get(c, c)
-            if arm not in ctl:
-                ctl.append(arm)
-        return cls(
-            kappa_bits=tuple(parse_kappas(kappa)),
-            latent_bits=tuple(parse_ints(h, "H", 1, MAX_LATENT_BITS)),
-            seeds=tuple(parse_ints(seeds, "SEEDS", 0)),
-            preset=preset.strip(), data=data.strip(),
-            tokens=parse_amount(tokens, "TOKENS"), flops=parse_amount(flops, "FLOPS"),
-            controls=tuple(ctl), overrides=tuple(split_overrides(overrides)),
-            arm_overrides={k: tuple(v) for k, v in (arm_overrides or {}).items()},
-        )
+        """The spec of make's text values (KAPPA="0.5 2", H="8 16", TOKENS="2M", ...)."""
+        return cls(kappa_bits=tuple(parse_kappas(kappa)), latent_bits=tuple(parse_ints(h, "H")),
+                   seeds=tuple(parse_ints(seeds, "SEEDS")), preset=preset.strip(),
+                   data=data.strip(), tokens=parse_amount(tokens, "TOKENS"),
+                   flops=parse_amount(flops, "FLOPS"), controls=parse_controls(controls),
+                   overrides=split_overrides(overrides),
+                   arm_overrides={k: tuple(v) for k, v in (arm_overrides or {}).items()})
 
     def to_manifest(self) -> dict[str, Any]:
-        d = asdict(self)
         return {"kappa_bits": list(self.kappa_bits), "latent_bits": list(self.latent_bits),
                 "seeds": list(self.seeds), "preset": self.preset, "data": self.data,
-                "tokens": _int_if_whole(self.tokens), "flops": self.flops,
-                "controls": list(self.controls),
-                "overrides": list(self.overrides),
-                "arm_overrides": {k: list(v) for k, v in d["arm_overrides"].items()}}
+                "tokens": int(self.tokens) if self.tokens is not None
+                and float(self.tokens).is_integer() else self.tokens, "flops": self.flops,
+                "controls": list(self.controls), "overrides": list(self.overrides),
+                "arm_overrides": {k: list(v) for k, v in self.arm_overrides.items()}}
 
     def default_name(self) -> str:
         """Named by content (dora-style), never by time: the same command -> the same sweep."""
@@ -191,17 +182,7 @@ class SweepSpec:
         return f"{self.preset}-{self.data}-{h[:8]}"
 
 
-@dataclass(frozen=True)
-class Cell:
-    name: str
-    arm: str
-    seed: int
-    overrides: tuple[str, ...]
-    kappa_bits: float | None = None
-    latent_bits: int | None = None
-
-
-def resolved_layers(spec: SweepSpec, arm: str = "free") -> int:
+def resolved_layers(spec: SweepSpec, arm: str = arms.FREE.name) -> int:
     """The layer count an arm really trains with: the preset's, then every `model=<preset>` and
     `model.n_layers=N` among the shared and the arm's overrides, in order (the last wins, as in
     hydra)."""
@@ -215,7 +196,7 @@ def resolved_layers(spec: SweepSpec, arm: str = "free") -> int:
             try:
                 n = int(val)
             except ValueError:
-                raise SweepError(f"OVERRIDES: {o!r}: model.n_layers must be an integer") from None
+                raise UsageError(f"OVERRIDES: {o!r}: model.n_layers must be an integer") from None
     return n
 
 
@@ -237,59 +218,24 @@ def skipped_controls(spec: SweepSpec) -> dict[str, str]:
 
 
 def expand(spec: SweepSpec) -> list[Cell]:
-    """The grid's cells, baselines first, in a stable order."""
+    """The grid's cells in the arms' order (common.arms.ARMS): the main arms, then the
+    controls asked for and not skipped, each arm's cells as the arm makes them."""
     base = [f"model={spec.preset}", f"data={spec.data}"]
     if spec.tokens is not None:
         base.append(f"train.tokens={int(spec.tokens)}")
     if spec.flops is not None:
         base.append(f"train.flops={spec.flops:.6g}")
     base += list(spec.overrides)
-
-    def mk(name: str, arm: str, seed: int, arch: list[str], **kw: Any) -> Cell:
-        ov = [*base, *arch, f"train.seed={seed}", *spec.arm_overrides.get(arm, ())]
-        return Cell(name=name, arm=arm, seed=seed, overrides=tuple(ov), **kw)
-
     skip = skipped_controls(spec)
-    cells: list[Cell] = []
-    for s in spec.seeds:
-        cells.append(mk(f"baseline-s{s}", "baseline", s, ["model.latent_bits=0"]))
-    for h in spec.latent_bits:
-        for k in spec.kappa_bits:
-            for s in spec.seeds:
-                cells.append(mk(f"free-k{fmt_num(k)}-H{h}-s{s}", "free", s,
-                                [f"model.latent_bits={h}", f"model.kappa_bits={fmt_num(k)}"],
-                                kappa_bits=k, latent_bits=h))
-    if "baseline_flops" in spec.controls and "baseline_flops" not in skip:
-        for h in spec.latent_bits:
-            for s in spec.seeds:
-                cells.append(mk(f"baseline_flops-H{h}-s{s}", "baseline_flops", s,
-                                ["model.latent_bits=0", "train.compute_match=flops",
-                                 f"train.match_latent_bits={h}"], latent_bits=h))
-    if "free_zcut" in spec.controls:
-        # one Z-cut per (H, seed), like the baseline: with Z cut the encoder has nothing to do but
-        # bring its KL under kappa, after which the penalty and its gradient are 0, so kappa
-        # barely matters; it trains at the grid's smallest kappa and pairs with every FT of its H
-        k = min(spec.kappa_bits)
-        for h in spec.latent_bits:
-            for s in spec.seeds:
-                cells.append(mk(f"free_zcut-H{h}-s{s}", "free_zcut", s,
-                                [f"model.latent_bits={h}", f"model.kappa_bits={fmt_num(k)}",
-                                 "model.z_cut=true"], kappa_bits=k, latent_bits=h))
-    layers = resolved_layers(spec, "free")  # the arms' layers, overrides applied
-    if "baseline_plus1" in spec.controls:
-        for s in spec.seeds:
-            cells.append(mk(f"baseline_plus1-s{s}", "baseline_plus1", s,
-                            ["model.latent_bits=0", f"model.n_layers={layers + 1}"]))
-    if "baseline_plus1_flops" in spec.controls and "baseline_plus1_flops" not in skip:
-        for h in spec.latent_bits:
-            for s in spec.seeds:
-                cells.append(mk(f"baseline_plus1_flops-H{h}-s{s}", "baseline_plus1_flops", s,
-                                ["model.latent_bits=0", f"model.n_layers={layers + 1}",
-                                 "train.compute_match=flops", f"train.match_latent_bits={h}",
-                                 f"train.match_n_layers={layers}"], latent_bits=h))
-    return cells
+    layers = resolved_layers(spec)  # the arms' layers, overrides applied
+    return [replace(c, overrides=(*base, *c.overrides, f"train.seed={c.seed}",
+                                  *spec.arm_overrides.get(c.arm, ())))
+            for a in arms.ARMS if a.control is None or (a.name in spec.controls
+                                                         and a.name not in skip)
+            for c in a.cells(spec.kappa_bits, spec.latent_bits, spec.seeds, layers)]
 
 
+# ------------------------------------------------------------------------------- the guard
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in d.items():
@@ -309,7 +255,7 @@ def _may_differ(arm: str, key: str) -> bool:
 
 def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
                     ignore: Iterable[str] = ()) -> dict[str, Any]:
-    """The settings every arm shares (flat dotted keys). Raises SweepError if arms differ in
+    """The settings every arm shares (flat dotted keys). Raises UsageError if arms differ in
     anything but the architecture knobs (and, for the equal-FLOPs control, its horizon).
 
     `configs` are the resolved training configs (nested dicts), one per cell; keys under the
@@ -329,7 +275,7 @@ def shared_settings(cells: Sequence[Cell], configs: Sequence[Mapping[str, Any]],
         c0, v0 = strict[0]
         for c, v in strict[1:]:
             if v != v0:
-                raise SweepError(
+                raise UsageError(
                     f"arms must share every setting but {', '.join(ARCH_KNOBS)}: {key} is "
                     f"{v0!r} in {c0.name} but {v!r} in {c.name}")
         if len(strict) == len(vals) or key not in COMPUTE_KNOBS:
@@ -350,5 +296,5 @@ def _check_plus1(cells: Sequence[Cell], flat: Sequence[Mapping[str, Any]]) -> No
         got = f.get("model.n_layers")
         a = arms.find(c.arm)
         if a is not None and a.extra_layer and got is not None and got != want:
-            raise SweepError(f"{c.name}: model.n_layers is {got} but the arms have {want - 1} "
+            raise UsageError(f"{c.name}: model.n_layers is {got} but the arms have {want - 1} "
                              f"layers; the +1-layer control must have {want}")

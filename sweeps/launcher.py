@@ -35,8 +35,9 @@ from typing import Any
 
 import psutil
 
+from common.errors import UsageError
+
 from .cluster import ClusterConfig, load_cluster
-from .errors import SweepError
 
 KINDS = ("local", "slurm")
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
@@ -311,7 +312,7 @@ class SlurmLauncher(Launcher):
 
     def parameters(self, role: str = "train") -> dict[str, Any]:
         if self.cluster is None:
-            raise SweepError("LAUNCHER=slurm needs a cluster file to submit jobs")
+            raise UsageError("LAUNCHER=slurm needs a cluster file to submit jobs")
         return slurm_parameters(self.cluster, role)
 
     def executor(self, role: str = "train", *, name: str = "", after: str | None = None,
@@ -326,7 +327,7 @@ class SlurmLauncher(Launcher):
         import submitit
 
         if self.cluster is None:
-            raise SweepError("LAUNCHER=slurm needs a cluster file to submit jobs")
+            raise UsageError("LAUNCHER=slurm needs a cluster file to submit jobs")
         params = self.parameters(role)
         if parallelism:
             params["slurm_array_parallelism"] = int(parallelism)
@@ -380,10 +381,10 @@ def make_launcher(kind: str, folder: str | os.PathLike, *, jobs: int | None = No
                   executor_factory: Callable[[Path], Any] | None = None) -> Launcher:
     """The launcher LAUNCHER names: local (JOBS at once) or slurm (the cluster file: `cluster`,
     else `cluster_file`, else FTBENCH_CLUSTER or sweeps/cluster.yaml; `load=False` for a
-    launcher that only reads what became of jobs). SweepError (one line) on a bad name or file."""
+    launcher that only reads what became of jobs). UsageError (one line) on a bad name or file."""
     kind = (kind or "local").strip()
     if kind not in KINDS:
-        raise SweepError(f"LAUNCHER: {kind!r} is not local or slurm")
+        raise UsageError(f"LAUNCHER: {kind!r} is not local or slurm")
     if kind == "local":
         return LocalLauncher(folder, jobs=jobs, job_name=job_name,
                              executor_factory=executor_factory)

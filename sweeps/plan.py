@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.errors import UsageError
 from common.kappa import kappa_label
 from common.paths import RunDir, SweepDir
+from common.records import spec_id
 
 from . import backend
-from .errors import SweepError
 from .grid import Cell, SweepSpec, expand, shared_settings, skipped_controls
 
 
@@ -62,28 +63,28 @@ class Plan:
 
 
 def plan(spec: SweepSpec, name: str | None = None) -> Plan:
-    """Compose and check every cell; raises SweepError (one line) on any problem."""
+    """Compose and check every cell; raises UsageError (one line) on any problem."""
     cells = expand(spec)
     planned: list[PlannedCell] = []
     for c in cells:
         cfg = backend.compose(c)
         try:
             tokens, flops = backend.planned(cfg)
-        except SweepError as e:
-            raise SweepError(f"{c.name}: {e}") from e
+        except UsageError as e:
+            raise UsageError(f"{c.name}: {e}") from e
         planned.append(PlannedCell(c, backend.to_dict(cfg), backend.run_id(cfg),
                                    backend.run_dir(cfg), tokens, flops,
                                    backend.flops_per_token(cfg)))
     ids = [p.run_id for p in planned]
     if len(set(ids)) != len(ids):
         dup = next(p.cell.name for p in planned if ids.count(p.run_id) > 1)
-        raise SweepError(f"two cells resolve to the same config (run-id of {dup}); "
+        raise UsageError(f"two cells resolve to the same config (run-id of {dup}); "
                          f"is an override masking an axis?")
     shared = shared_settings(cells, [p.config for p in planned], backend.IGNORED_PREFIXES)
     results = Path(planned[0].config["paths"]["results"])
     name = name or spec.default_name()
     if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise SweepError(f"NAME: {name!r} may use letters, digits, '.', '_' and '-' only")
+        raise UsageError(f"NAME: {name!r} may use letters, digits, '.', '_' and '-' only")
     return Plan(name, spec, sweep_dir(results, name), results, planned, shared)
 
 
@@ -123,7 +124,7 @@ def _rate(p: Plan) -> tuple[float, int, str, str] | None:
         return None
     try:
         return backend.gpu_rate(backend.compose(max(p.cells, key=lambda c: c.flops).cell))
-    except (SweepError, ValueError):
+    except ValueError:  # a UsageError too
         return None
 
 
@@ -161,7 +162,7 @@ def dry_run_text(p: Plan) -> str:
     evl = []
     if p.eval_specs:
         evl = [f"eval (checked): {s} tasks {','.join(sp['tasks'])}, limit {sp['limit']}, "
-               f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {backend.spec_id(sp)}"
+               f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
                for s, sp in p.eval_specs.items()]
     skip = [f"skipped control: {why}" for why in skipped_controls(s).values()]
     return "\n".join([head, *lines, *skip, *evl, *cost_text(p), tail])

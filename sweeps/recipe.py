@@ -1,25 +1,23 @@
 """Recipes: the paper's protocol (or a small stand-in) as one data file, every value sourced.
 
-A recipe is `sweeps/recipes/<name>.yaml` (or a user's file). Every leaf is written as
+A recipe is `sweeps/recipes/<name>.yaml` (or a user's file): an experiment of the suite's hydra
+config. Every leaf is written as
 
     key: {value: <the value>, basis: paper | reference | ours, source: "<where it comes from>"}
 
 so a value cannot enter a recipe without saying where it comes from (docs/RECIPES.md prints the
-tables). Sections: model, train, optim, grid, corpus, eval; unknown or missing keys are refused.
+tables). Nothing here validates a value itself: the file's shape is OmegaConf's structured
+check of `Leaf` (every section and key written, nothing else); the training keys (model,
+train, optim, corpus: `TRAIN_KEYS` names the `make train` key of each) compose through
+experiments/train/config.py, the one config schema `make train` uses; the grid is the sweep's
+(sweeps.grid.SweepSpec, kappa by common.kappa); the tasks are the evaluator's.
 
 `load(name_or_path) -> Recipe` and the Recipe's methods turn it into what the suite's parts take:
-
-- `training_overrides()`: hydra overrides for `python -m experiments.train` (real keys of
-  experiments/train/config.py only; a value with no key there is refused with "needs key");
-- `sweep_spec()`: a `sweeps.grid.SweepSpec` (kappa, H, seeds, controls; the overrides above);
-- `corpus()`: the corpus settings (data source, mixture, vocabulary or tokenizer.json path);
-- `eval_runs()`, `eval.points`, `table3_points()`: the evaluation (suite task names, few-shot
-  groups, the evenly spaced checkpoints and the ones Table 3 averages);
-- `micro_batches()`: the micro-batch per GPU type from experiments.train.plan.memory_estimate
-  (gradient accumulation keeps the global batch, so it never changes what is trained).
-
-Bad input raises RecipeError: one line naming the file and the key. `python -m sweeps.recipe
-show|table NAME` prints a recipe (exit 2 and one line on bad input).
+`training_overrides()` (the `make train` overrides), `sweep_spec()` (the grid), `corpus` and
+`corpus_overrides()`, `eval_runs()`, `eval.points`, `table3_points()`, and `micro_batches()`
+(the micro-batch per GPU type: measured where pipelines/recipe_memory.py measured it, else the
+hand estimate; gradient accumulation keeps the global batch, so it never changes what is
+trained). Bad input is one UsageError line naming the file and the key.
 """
 
 from __future__ import annotations
@@ -31,28 +29,29 @@ import math
 import re
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
+from enum import Enum
 from fractions import Fraction
+from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from omegaconf import MISSING, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from common import arms
+from common.errors import UsageError, cli
+from common.io import read_yaml_mapping
+from common.kappa import kappa_label, parse_kappas
 from common.text import one_line
 
 if TYPE_CHECKING:
     from .grid import SweepSpec
 
+RecipeError = UsageError
+"""The old name, while pipelines/gpu_check.py imports it."""
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
-BASES = ("paper", "reference", "ours")
-"""paper: stated by Fleuret 2025 (arXiv 2510.17558); reference: filled from a named public
-report or config; ours: our choice, the source says why."""
-SCHEDULES = ("cosine",)
-"""Schedules the trainer implements (experiments/train/trainer.py: linear warmup, cosine decay
-to lr x optim.min_lr_ratio). Another one needs a config key first."""
-Z_MODES = ("prior", "prior-k")
-"""How Z is drawn when scoring; `posterior` leaks the scored tokens and is no protocol."""
-
 MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "measured" / "memory" / "recipes.json"
 """pipelines/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
 and the micro-batch it chose by them (`Recipe.measured_micro_batches`)."""
@@ -62,8 +61,24 @@ GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB"
 USABLE_FRACTION = 0.9
 """Share of a GPU's memory a micro-batch may fill by memory_estimate: that estimate leaves out
 the CUDA context, NCCL buffers and allocator fragmentation (a few GB), so 10% stays free."""
+SCHEDULES = ("cosine",)
+"""Schedules the trainer implements (experiments/train/trainer.py: linear warmup, cosine decay
+to lr x optim.min_lr_ratio). Another one needs a config key first."""
+Z_MODES = ("prior", "prior-k")
+"""How Z is drawn when scoring; `posterior` leaks the scored tokens and is no protocol."""
 
-_SECTIONS: dict[str, tuple[str, ...]] = {
+
+class Basis(str, Enum):
+    """paper: stated by Fleuret 2025 (arXiv 2510.17558); reference: filled from a named public
+    report or config; ours: our choice, the source says why."""
+
+    paper = "paper"
+    reference = "reference"
+    ours = "ours"
+
+
+BASES = tuple(b.value for b in Basis)
+SECTIONS: dict[str, tuple[str, ...]] = {
     "model": ("preset", "mapper_bf16"),
     "train": ("tokens", "seq_len", "batch_size", "precision", "gpus", "compile"),
     "optim": ("lr", "schedule", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip",
@@ -73,98 +88,41 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
                "max_bytes", "val_tokens", "val_fraction"),
     "eval": ("tasks", "fewshot", "points", "average_last", "z"),
 }
-_TOP = ("description", *_SECTIONS)
+"""Every key a recipe writes, in its table's order."""
+TRAIN_KEYS: dict[str, str] = {
+    "model.preset": "model", "corpus.data": "data", "corpus.vocab_size": "model.vocab_size",
+    "model.mapper_bf16": "model.mapper_bf16", "corpus.tokenizer": "data.tokenizer",
+    "corpus.sources": "data.hf_sources", "corpus.paths": "data.paths",
+    "corpus.max_bytes": "data.max_bytes", "corpus.val_tokens": "data.val_tokens",
+    "corpus.val_fraction": "data.val_fraction", "train.seq_len": "train.seq_len",
+    "train.batch_size": "train.batch_size", "train.tokens": "train.tokens",
+    "train.precision": "train.precision", "train.gpus": "train.plan_world_size",
+    "train.compile": "train.compile",
+    **{f"optim.{k}": f"optim.{k}" for k in SECTIONS["optim"] if k != "schedule"}}
+"""The `make train` key each training value of a recipe sets, in the overrides' order (a null
+value sets none: the trainer's default). optim.schedule and corpus.bytes_per_token have none
+(the one schedule the trainer has; the text to stream per token, data.hf_max_bytes's factor)."""
+QUOTED = ("data.tokenizer", "data.paths")
+"""Keys whose text is quoted in an override, so ',', ':', '=' or spaces cannot split it."""
 
 
-class RecipeError(ValueError):
-    """Bad recipe input: one line naming the file and the key."""
+@dataclass
+class Leaf:
+    value: Any = MISSING
+    basis: Basis = MISSING
+    source: str = MISSING
+
+
+SCHEMA = make_dataclass("RecipeFile", [("description", str, ""), *(
+    (s, make_dataclass(s, [(k, Leaf, MISSING) for k in keys]), MISSING)
+    for s, keys in SECTIONS.items())])
+"""The file's shape, for OmegaConf: every section and key written as a Leaf, nothing else."""
 
 
 @dataclass(frozen=True)
 class Provenance:
     basis: str
     source: str
-
-
-@dataclass(frozen=True)
-class HFSourceSpec:
-    """One entry of an `hf` mixture (the trainer's data.hf_sources[] fields)."""
-
-    path: str
-    weight: float
-    name: str | None = None
-    split: str = "train"
-    field: str = "text"
-    category: str = ""
-    """What share of the mixture it stands for (general, math, code): documentation only."""
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    tokens: float
-    seq_len: int
-    batch_size: int
-    """Global batch in sequences per optimizer step."""
-    precision: str
-    gpus: int
-    """The world size the recipe is planned for (train.plan_world_size; non-semantic)."""
-    compile: bool
-    """train.compile: torch.compile each block (inductor; non-semantic, same results)."""
-
-
-@dataclass(frozen=True)
-class OptimSpec:
-    lr: float
-    schedule: str
-    min_lr_ratio: float
-    warmup_steps: int
-    weight_decay: float
-    grad_clip: float
-    beta1: float
-    beta2: float
-    eps: float
-
-
-@dataclass(frozen=True)
-class GridSpec:
-    kappa_bits: tuple[float, ...]
-    latent_bits: tuple[int, ...]
-    seeds: tuple[int, ...]
-    controls: tuple[str, ...]
-    """User-facing control names of sweeps.grid.CONTROLS: flops, plus1, plus1_flops."""
-
-
-@dataclass(frozen=True)
-class CorpusSpec:
-    data: str
-    """A data source of experiments/train/config.py (stdlib | files | hf | synthetic)."""
-    sources: tuple[HFSourceSpec, ...]
-    paths: tuple[str, ...]
-    vocab_size: int
-    tokenizer: str | None
-    """A tokenizer.json path to use instead of training a BPE (data.tokenizer)."""
-    bytes_per_token: float | None
-    """hf: text bytes per token, to stream enough text for one pass over the token budget."""
-    max_bytes: int | None
-    val_tokens: int | None
-    val_fraction: float | None = None
-    """data.val_fraction (null: the trainer's default): the held-out share, sized to what
-    validation reads (data.val_tokens) rather than 5% of a 47B-token corpus."""
-
-
-@dataclass(frozen=True)
-class RecipeEval:
-    """A recipe's evaluation section: which tasks, how many shots, at how many points. Not an
-    eval file's spec (common.records.EvalSpec): experiments.eval derives that from these."""
-
-    tasks: tuple[str, ...]
-    fewshot: Mapping[str, int]
-    """task -> shots, for the tasks whose count is set; absent: the stock task's own count."""
-    points: int
-    """Evenly spaced checkpoints evaluated (sweeps' EVAL_POINTS)."""
-    average_last: float
-    """Table 3 averages the benchmarks over this last fraction of training."""
-    z: str
 
 
 @dataclass(frozen=True)
@@ -190,8 +148,7 @@ class MicroBatch:
 
 
 def _quote(text: str) -> str:
-    """A string as a quoted hydra override value, so ',', ':', '=' or spaces in a path or a
-    dataset name cannot split it."""
+    """A string as a quoted hydra override value."""
     # hydra's rule: inside quotes only a quote, and backslashes right before one (or before
     # the closing quote), are escaped
     body = re.sub(r"(\\*)('|$)",
@@ -199,172 +156,40 @@ def _quote(text: str) -> str:
     return f"'{body}'"
 
 
-def _fmt(v: float) -> str:
-    """Shortest exact text of a number for an override: 2.0 -> '2', 4e-4 -> '0.0004'."""
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
+def _fmt(v: Any) -> str:
+    """A value as override text: 2.0 -> '2', 4e-4 -> '0.0004', True -> 'true'."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else repr(v)
+    return str(v)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Recipe:
+    """A loaded recipe: its values as typed by the checks above (`values`, key -> value), each
+    value's basis and source (`provenance`), and views by section (`r.train.batch_size`,
+    `r.grid.kappa_bits`, `r.corpus.sources`, `r.eval.points`, ...)."""
+
     name: str
     path: str
     description: str
-    preset: str
-    mapper_bf16: bool
-    """model.mapper_bf16: the binary mapper's dense backward matmul from bf16 inputs (part of
-    the run-id when on)."""
-    train: TrainSpec
-    optim: OptimSpec
-    grid: GridSpec
-    corpus: CorpusSpec
-    eval: RecipeEval
+    values: dict[str, Any]
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
     """'<section>.<key>' -> where the value comes from (every key has one)."""
 
-    # ------------------------------------------------------------------ validation
-    def _bad(self, key: str, value: Any, problem: str) -> RecipeError:
-        return RecipeError(f"{self.path}: {key}={value!r}: {problem}")
+    def __getattr__(self, section: str) -> SimpleNamespace:
+        if section not in SECTIONS:
+            raise AttributeError(section)
+        return SimpleNamespace(**{k: self.values[f"{section}.{k}"] for k in SECTIONS[section]})
 
-    def _int(self, key: str, v: Any, lo: int = 1) -> None:
-        if not isinstance(v, int) or isinstance(v, bool) or v < lo:
-            raise self._bad(key, v, f"must be an integer >= {lo}")
+    @property
+    def preset(self) -> str:
+        return self.values["model.preset"]
 
-    def _num(self, key: str, v: Any, lo: float = 0.0, hi: float | None = None,
-             lo_open: bool = False, hi_open: bool = False) -> None:
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-        ok = ok and (v > lo if lo_open else v >= lo)
-        if ok and hi is not None:
-            ok = v < hi if hi_open else v <= hi
-        if not ok:
-            rng = f"{'(' if lo_open else '['}{lo:g}, {'inf' if hi is None else f'{hi:g}'}" \
-                  f"{')' if hi_open or hi is None else ']'}"
-            raise self._bad(key, v, f"must be a finite number in {rng}")
-
-    def _str(self, key: str, v: Any, allowed: Sequence[str] | None = None) -> None:
-        if not isinstance(v, str) or not v.strip():
-            raise self._bad(key, v, "must be a non-empty string")
-        if allowed is not None and v not in allowed:
-            raise self._bad(key, v, f"allowed values {list(allowed)}")
-
-    def _bool(self, key: str, v: Any) -> None:
-        if not isinstance(v, bool):
-            raise self._bad(key, v, "must be true or false")
-
-    def _seq(self, key: str, v: Any) -> None:
-        if not isinstance(v, tuple) or not v:
-            raise self._bad(key, v, "must be a non-empty list")
-        if not all(isinstance(x, (str, int, float, HFSourceSpec)) for x in v):
-            raise self._bad(key, list(v), "must be a list of plain values")
-        if len(set(v)) != len(v):
-            raise self._bad(key, v, "has a repeated value")
-
-    def __post_init__(self) -> None:
-        from model import PRESETS
-        from model.config import MAX_LATENT_BITS
-
-        from .backend import DATA_SOURCES, PRECISIONS
-        from .grid import CONTROLS
-
-        self._str("model.preset", self.preset, list(PRESETS))
-        self._bool("model.mapper_bf16", self.mapper_bf16)
-        t = self.train
-        self._num("train.tokens", t.tokens, lo_open=True)
-        self._int("train.seq_len", t.seq_len)
-        self._int("train.batch_size", t.batch_size)
-        self._str("train.precision", t.precision, [str(p) for p in PRECISIONS])
-        self._int("train.gpus", t.gpus)
-        self._bool("train.compile", t.compile)
-        if t.batch_size % t.gpus:
-            raise self._bad("train.batch_size", t.batch_size,
-                            f"must be a multiple of train.gpus={t.gpus}")
-        if t.seq_len > PRESETS[self.preset].max_seq_len:
-            raise self._bad("train.seq_len", t.seq_len, f"exceeds the {self.preset} preset's "
-                            f"max_seq_len={PRESETS[self.preset].max_seq_len}")
-        o = self.optim
-        self._num("optim.lr", o.lr, lo_open=True)
-        self._str("optim.schedule", o.schedule)
-        if o.schedule not in SCHEDULES:
-            raise self._bad("optim.schedule", o.schedule, f"needs key optim.schedule: the "
-                            f"trainer implements {list(SCHEDULES)} only")
-        self._num("optim.min_lr_ratio", o.min_lr_ratio, hi=1.0)
-        self._int("optim.warmup_steps", o.warmup_steps, lo=0)
-        self._num("optim.weight_decay", o.weight_decay)
-        self._num("optim.grad_clip", o.grad_clip)
-        self._num("optim.beta1", o.beta1, hi=1.0, hi_open=True)
-        self._num("optim.beta2", o.beta2, hi=1.0, hi_open=True)
-        self._num("optim.eps", o.eps, lo_open=True)
-        g = self.grid
-        for key, vals in (("grid.kappa_bits", g.kappa_bits), ("grid.latent_bits", g.latent_bits),
-                          ("grid.seeds", g.seeds)):
-            self._seq(key, vals)
-        for k in g.kappa_bits:
-            self._num("grid.kappa_bits", k)
-        for h in g.latent_bits:
-            self._int("grid.latent_bits", h)
-            if h > MAX_LATENT_BITS:
-                raise self._bad("grid.latent_bits", h, f"must be <= {MAX_LATENT_BITS}")
-        for s in g.seeds:
-            self._int("grid.seeds", s, lo=0)
-        if not isinstance(g.controls, tuple) or len(set(g.controls)) != len(g.controls):
-            raise self._bad("grid.controls", g.controls, "must be a list without repeats")
-        for c in g.controls:
-            self._str("grid.controls", c, list(CONTROLS))
-        if PRESETS[self.preset].n_layers % 2:
-            raise self._bad("model.preset", self.preset, "a Free Transformer needs an even "
-                            "layer count")
-        c = self.corpus
-        self._str("corpus.data", c.data, [str(s) for s in DATA_SOURCES])
-        self._int("corpus.vocab_size", c.vocab_size, lo=258)  # byte-level BPE: 256 + eos + 1
-        if c.tokenizer is not None:
-            self._str("corpus.tokenizer", c.tokenizer)
-        if c.data == "hf":
-            self._seq("corpus.sources", c.sources)
-            for s in c.sources:
-                self._str("corpus.sources[].path", s.path)
-                self._num("corpus.sources[].weight", s.weight, lo_open=True)
-            if c.bytes_per_token is None:
-                raise self._bad("corpus.bytes_per_token", None, "data=hf needs it (how much "
-                                "text one pass over train.tokens streams)")
-            self._num("corpus.bytes_per_token", c.bytes_per_token, lo_open=True)
-        else:
-            if c.sources:
-                raise self._bad("corpus.sources", "[...]", f"only data=hf takes a mixture "
-                                f"(data={c.data})")
-            if c.bytes_per_token is not None:
-                raise self._bad("corpus.bytes_per_token", c.bytes_per_token,
-                                f"only data=hf streams text by the byte (data={c.data})")
-        if c.data == "files" and not c.paths:
-            raise self._bad("corpus.paths", list(c.paths), "data=files needs glob patterns")
-        if c.data != "files" and c.paths:
-            raise self._bad("corpus.paths", list(c.paths), "only data=files takes paths")
-        if c.max_bytes is not None:
-            self._int("corpus.max_bytes", c.max_bytes)
-        if c.val_tokens is not None:
-            self._int("corpus.val_tokens", c.val_tokens)
-        if c.val_fraction is not None:
-            self._num("corpus.val_fraction", c.val_fraction, lo_open=True, hi=1.0, hi_open=True)
-        e = self.eval
-        from .backend import eval_task_names
-
-        known = eval_task_names()
-        self._seq("eval.tasks", e.tasks)
-        for task in e.tasks:
-            self._str("eval.tasks", task, list(known))
-        for task, n in e.fewshot.items():
-            if task not in e.tasks:
-                raise self._bad("eval.fewshot", task, "names a task not in eval.tasks")
-            self._int(f"eval.fewshot.{task}", n, lo=0)
-        self._int("eval.points", e.points, lo=2)  # a curve needs two points (as EVAL_POINTS)
-        self._num("eval.average_last", e.average_last, lo_open=True, hi=1.0)
-        self._str("eval.z", e.z, list(Z_MODES))
-        if not self.table3_points():
-            raise self._bad("eval.points", e.points, f"no evaluation point falls in the last "
-                            f"{e.average_last:g} of training that Table 3 averages")
-        for key in _leaf_keys(self):
-            p = self.provenance.get(key)
-            if p is None or p.basis not in BASES or not p.source.strip():
-                raise self._bad(key, "(provenance)", f"needs basis in {list(BASES)} and a "
-                                "non-empty source")
+    @property
+    def mapper_bf16(self) -> bool:
+        return self.values["model.mapper_bf16"]
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -388,17 +213,15 @@ class Recipe:
 
         T, tps = self.train.seq_len, self.tokens_per_step
         mc = PRESETS[self.preset].replace(vocab_size=self.corpus.vocab_size)
-        steps = self.steps
-        L = mc.n_layers
-        for c in self.grid.controls:
-            if not c.endswith("flops"):
-                continue  # the +1-layer control trains the equal tokens
-            arm = mc.replace(latent_bits=0, n_layers=L + 1 if c.startswith("plus1") else L)
-            fa = train_flops_per_token(arm, T).total
+        steps, L = self.steps, mc.n_layers
+        for arm in map(arms.by_control, self.grid.controls):
+            if not arm.flops_matched:
+                continue  # an equal-tokens control trains the equal tokens
+            fa = train_flops_per_token(mc.replace(latent_bits=0,
+                                                  n_layers=L + int(arm.extra_layer)), T).total
             for h in self.grid.latent_bits:
                 ff = train_flops_per_token(mc.replace(latent_bits=h, n_layers=L), T).total
-                budget = self.steps * tps * ff
-                steps = max(steps, math.ceil(budget / (fa * tps) - 1e-9))
+                steps = max(steps, math.ceil(self.steps * tps * ff / (fa * tps) - 1e-9))
         return steps * tps
 
     def data_config(self) -> Any:
@@ -445,11 +268,38 @@ class Recipe:
     def table3_points(self) -> tuple[int, ...]:
         """The evaluation points k = 1..points (checkpoint at ceil(k x steps / points)) that lie
         in the last `average_last` of training, which Table 3 averages over."""
-        n = self.eval.points
-        start = Fraction(1) - Fraction(self.eval.average_last).limit_denominator(1000)
+        n, start = self.eval.points, 1 - self.eval.average_last
         return tuple(k for k in range(1, n + 1) if Fraction(k, n) > start)
 
     # ------------------------------------------------------------------ outputs
+    def _overrides(self, keys: Sequence[str], derived: bool = True) -> list[str]:
+        """The `make train` overrides of these recipe keys (TRAIN_KEYS), in TRAIN_KEYS' order;
+        `derived`: hf sources with their passes and data.hf_max_bytes (the budget's)."""
+        out = []
+        for key, train_key in TRAIN_KEYS.items():
+            v = self.values[key]
+            if key not in keys or v is None or v in ((), []):
+                continue
+            if key == "corpus.sources":
+                out += self._hf_overrides(derived)
+            elif train_key in QUOTED:
+                out.append(f"{train_key}=" + (_quote(v) if isinstance(v, str) else
+                                               f"[{','.join(_quote(p) for p in v)}]"))
+            else:
+                out.append(f"{train_key}={_fmt(v)}")
+        return out
+
+    def _hf_overrides(self, derived: bool) -> list[str]:
+        passes = self.source_passes if derived else (1,) * len(self.corpus.sources)
+        items = []
+        for s, n in zip(self.corpus.sources, passes, strict=True):
+            d = {"path": _quote(s.path), "name": s.name and _quote(s.name),
+                 "split": _quote(s.split), "field": _quote(s.field), "weight": _fmt(s.weight),
+                 "passes": str(n)}
+            items.append("{" + ",".join(f"{k}:{v}" for k, v in d.items() if v is not None) + "}")
+        return [f"data.hf_sources=[{','.join(items)}]",
+                *([f"data.hf_max_bytes={self.hf_max_bytes}"] if derived else [])]
+
     def training_overrides(self, *, groups: bool = True, budget: bool = True,
                            gpu: str | None = None) -> tuple[str, ...]:
         """Hydra overrides for experiments.train (either arm: the grid adds latent_bits, kappa).
@@ -457,84 +307,48 @@ class Recipe:
         groups: lead with `model=<preset>` and `data=<source>` (False for SweepSpec, which
         writes them itself); budget: include train.tokens (False for SweepSpec); gpu: a key of
         GPU_TYPES whose micro-batch, parallelism and checkpointing are added."""
-        t, o, c = self.train, self.optim, self.corpus
-        ov: list[str] = [f"model={self.preset}", f"data={c.data}"] if groups else []
-        ov += [f"model.vocab_size={c.vocab_size}",
-               f"model.mapper_bf16={str(self.mapper_bf16).lower()}"]
-        ov += self.corpus_overrides()
-        ov += [f"train.seq_len={t.seq_len}", f"train.batch_size={t.batch_size}"]
-        if budget:
-            ov.append(f"train.tokens={_fmt(t.tokens)}")
-        ov += [f"train.precision={t.precision}", f"train.plan_world_size={t.gpus}",
-               f"train.compile={str(t.compile).lower()}",
-               f"optim.lr={_fmt(o.lr)}", f"optim.min_lr_ratio={_fmt(o.min_lr_ratio)}",
-               f"optim.warmup_steps={o.warmup_steps}",
-               f"optim.weight_decay={_fmt(o.weight_decay)}",
-               f"optim.grad_clip={_fmt(o.grad_clip)}", f"optim.beta1={_fmt(o.beta1)}",
-               f"optim.beta2={_fmt(o.beta2)}", f"optim.eps={_fmt(o.eps)}"]
+        keys = [k for k in TRAIN_KEYS if (groups or "." in TRAIN_KEYS[k])
+                and (budget or k != "train.tokens")]
+        ov = self._overrides(keys)
         if gpu is not None:
             table = self.micro_batches()
             if gpu not in table:
-                raise RecipeError(f"{self.path}: unknown GPU type {gpu!r}; known: "
-                                  f"{list(GPU_TYPES)}")
+                raise UsageError(f"{self.path}: unknown GPU type {gpu!r}; known: "
+                                 f"{list(GPU_TYPES)}")
             mb = table[gpu]
             if mb.micro_batch_size is None:
-                raise RecipeError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
-                                  "at micro-batch 1 with activation checkpointing")
+                raise UsageError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
+                                 "at micro-batch 1 with activation checkpointing")
             from .backend import gpu_peak_tflops
 
             name = gpu.split("-")[0]  # "A100-40GB" -> A100: its device names contain it
             peak, _ = gpu_peak_tflops(name)
             ov += [f"train.micro_batch_size={mb.micro_batch_size}", f"train.gpu_name={name}",
-                   *([f"train.gpu_peak_tflops={_fmt(peak)}"] if peak else []),
-                   f"train.gpu_memory_gb={_fmt(mb.memory_gb)}", f"train.parallel={mb.parallel}",
-                   f"train.activation_checkpointing={str(mb.activation_checkpointing).lower()}"]
+                   *([f"train.gpu_peak_tflops={_fmt(float(peak))}"] if peak else []),
+                   f"train.gpu_memory_gb={_fmt(mb.memory_gb)}",
+                   # one GPU runs no parallelism: the trainer's choices are ddp and fsdp
+                   *([f"train.parallel={mb.parallel}"] if mb.parallel != "none" else []),
+                   f"train.activation_checkpointing={_fmt(mb.activation_checkpointing)}"]
         return tuple(ov)
 
     def corpus_overrides(self) -> list[str]:
         """The data.* overrides of the corpus settings (without `data=<source>`)."""
-        from . import backend as C  # C.DataConfig: the trainer's data keys
-
-        c = self.corpus
-        ov: list[str] = []
-        if c.tokenizer is not None:
-            if "tokenizer" not in {f.name for f in dataclasses.fields(C.DataConfig)}:
-                raise RecipeError(f"{self.path}: corpus.tokenizer={c.tokenizer!r}: needs key "
-                                  "data.tokenizer (experiments/train/config.py has none yet)")
-            ov.append(f"data.tokenizer={_quote(c.tokenizer)}")
-        if c.data == "hf":
-            items = []
-            for s, passes in zip(c.sources, self.source_passes, strict=True):
-                d = {"path": _quote(s.path), "name": s.name and _quote(s.name),
-                     "split": _quote(s.split), "field": _quote(s.field),
-                     "weight": _fmt(s.weight), "passes": str(passes)}
-                items.append("{" + ",".join(f"{k}:{v}" for k, v in d.items() if v is not None)
-                             + "}")
-            ov.append(f"data.hf_sources=[{','.join(items)}]")
-            ov.append(f"data.hf_max_bytes={self.hf_max_bytes}")
-        if c.paths:
-            ov.append(f"data.paths=[{','.join(_quote(p) for p in c.paths)}]")
-        if c.max_bytes is not None:
-            ov.append(f"data.max_bytes={c.max_bytes}")
-        if c.val_tokens is not None:
-            ov.append(f"data.val_tokens={c.val_tokens}")
-        if c.val_fraction is not None:
-            ov.append(f"data.val_fraction={_fmt(c.val_fraction)}")
-        return ov
+        return [o for o in self._overrides([k for k in TRAIN_KEYS if k.startswith("corpus.")])
+                if o.startswith("data.")]
 
     def sweep_spec(self, *, seeds: Sequence[int] | None = None, gpu: str | None = None,
                    extra: Sequence[str] = ()) -> SweepSpec:
         """The recipe's grid as a sweeps.grid.SweepSpec. seeds: replace the recipe's; gpu: a key
         of GPU_TYPES whose micro-batch settings are added; extra: overrides that win over the
         recipe's own for the same key (e.g. train.plan_world_size=256, a user's OVERRIDES)."""
-        from .grid import CONTROLS, SweepSpec
+        from .grid import SweepSpec, parse_controls
 
+        g = self.grid
         return SweepSpec(
-            kappa_bits=tuple(float(k) for k in self.grid.kappa_bits),
-            latent_bits=self.grid.latent_bits,
-            seeds=tuple(seeds) if seeds is not None else self.grid.seeds,
-            preset=self.preset, data=self.corpus.data, tokens=float(self.train.tokens),
-            controls=tuple(CONTROLS[c] for c in self.grid.controls),
+            kappa_bits=g.kappa_bits, latent_bits=g.latent_bits,
+            seeds=tuple(seeds) if seeds is not None else g.seeds, preset=self.preset,
+            data=self.corpus.data, tokens=float(self.train.tokens),
+            controls=parse_controls(g.controls),
             overrides=merge_overrides(self.training_overrides(groups=False, budget=False,
                                                               gpu=gpu), extra))
 
@@ -547,10 +361,8 @@ class Recipe:
             groups.setdefault(e.fewshot.get(task), []).append(task)
         runs = []
         for n in sorted(groups, key=lambda x: -1 if x is None else x):
-            argv = ["--tasks", ",".join(groups[n]), "--z", e.z]
-            if n is not None:
-                argv += ["--fewshot", str(n)]
-            runs.append(argv)
+            runs.append(["--tasks", ",".join(groups[n]), "--z", e.z,
+                         *(["--fewshot", str(n)] if n is not None else [])])
         return runs
 
     def memory_key(self) -> str:
@@ -563,9 +375,7 @@ class Recipe:
         """Per GPU type: the measured choice (`measured_micro_batches`) where the committed
         records hold one for this recipe as it is now, else the hand estimate's
         (`hand_micro_batches`)."""
-        out = self.hand_micro_batches()
-        out.update(self.measured_micro_batches())
-        return out
+        return {**self.hand_micro_batches(), **self.measured_micro_batches()}
 
     def measured_micro_batches(self) -> dict[str, MicroBatch]:
         """The micro-batch per GPU type that pipelines/recipe_memory.py chose by measurement
@@ -588,11 +398,8 @@ class Recipe:
                                       basis="measured", measured_gb=e.get("measured_gb"))
         return out
 
-    def hand_micro_batches(self) -> dict[str, MicroBatch]:
-        """Per GPU type: parallelism (experiments.train.parallel's auto rule), the largest
-        micro-batch dividing the per-GPU batch whose memory_estimate fits USABLE_FRACTION of the
-        GPU, for the costliest arm of the grid (the H=max Free Transformer, and the +1-layer
-        baseline when that control is on), without activation checkpointing when possible."""
+    @cached_property
+    def _hand(self) -> dict[str, MicroBatch]:
         import model as M
 
         from .backend import compose_overrides as compose
@@ -600,68 +407,54 @@ class Recipe:
         from .backend import run_plan as plan
 
         DDP_BYTES_PER_PARAM, FIT_FRACTION = ddp_fit_rule()
-
-        cfg = compose(list(self.training_overrides()))
-        base = plan(cfg, world_size=self.train.gpus)
+        base = plan(compose(list(self.training_overrides())), world_size=self.train.gpus)
         mc = base.model
-        arms = [mc.replace(latent_bits=max(self.grid.latent_bits),
-                           kappa_bits=float(self.grid.kappa_bits[0]))]
-        if any(c.startswith("plus1") for c in self.grid.controls):
-            arms.append(mc.replace(n_layers=mc.n_layers + 1))
+        cands = [mc.replace(latent_bits=max(self.grid.latent_bits),
+                            kappa_bits=float(self.grid.kappa_bits[0]))]
+        if any(arms.by_control(c).extra_layer for c in self.grid.controls):
+            cands.append(mc.replace(n_layers=mc.n_layers + 1))
         per_gpu = self.train.batch_size // self.train.gpus
+        biggest = max(M.param_count(a)["total"] for a in cands)
         out: dict[str, MicroBatch] = {}
         for gpu, gb in GPU_TYPES.items():
-            cap = USABLE_FRACTION * gb * 1e9
-            biggest = max(M.param_count(a)["total"] for a in arms)
             par = "none" if self.train.gpus == 1 else (
                 "fsdp" if DDP_BYTES_PER_PARAM * biggest > FIT_FRACTION * gb * 1e9 else "ddp")
-            choice: MicroBatch | None = None
-            for ckpt in (False, True):
-                for m in (d for d in range(per_gpu, 0, -1) if per_gpu % d == 0):
-                    worst = 0.0
-                    for a in arms:
-                        p = dataclasses.replace(base, model=a, micro_batch_size=m,
-                                                grad_accum=per_gpu // m)
-                        est = memory_estimate(p, par)
-                        worst = max(worst, est["total_checkpointed" if ckpt else "total"])
-                    if worst <= cap:
-                        choice = MicroBatch(gpu, gb, par, m, per_gpu // m, ckpt, worst / 1e9)
-                        break
-                if choice is not None:
+            out[gpu] = MicroBatch(gpu, gb, par, None, None, True, None)
+            for ckpt, m in ((c, m) for c in (False, True) for m in range(per_gpu, 0, -1)
+                            if per_gpu % m == 0):
+                worst = max(memory_estimate(dataclasses.replace(
+                    base, model=a, micro_batch_size=m, grad_accum=per_gpu // m), par)[
+                    "total_checkpointed" if ckpt else "total"] for a in cands)
+                if worst <= USABLE_FRACTION * gb * 1e9:
+                    out[gpu] = MicroBatch(gpu, gb, par, m, per_gpu // m, ckpt, worst / 1e9)
                     break
-            out[gpu] = choice or MicroBatch(gpu, gb, par, None, None, True, None)
         return out
+
+    def hand_micro_batches(self) -> dict[str, MicroBatch]:
+        """Per GPU type: parallelism (experiments.train.parallel's auto rule), the largest
+        micro-batch dividing the per-GPU batch whose memory_estimate fits USABLE_FRACTION of the
+        GPU, for the costliest arm of the grid (the H=max Free Transformer, and the +1-layer
+        baseline when that control is on), without activation checkpointing when possible."""
+        return dict(self._hand)
 
     def filled(self) -> list[tuple[str, str, str, str]]:
         """(key, value, basis, source) of every value the paper does not state (basis reference
         or ours): what a reviewer must know was chosen for it."""
-        out = []
-        for key in _leaf_keys(self):
-            p = self.provenance[key]
-            if p.basis != "paper":
-                v = _value_of(self, key)
-                out.append((key, _show(_fraction(v)) if key in _FRACTION_KEYS else _show(v),
-                            p.basis, p.source))
-        return out
+        return [(key, _show(key, self.values[key]), p.basis, p.source)
+                for key, p in self.provenance.items() if p.basis != Basis.paper]
 
     def table(self) -> str:
         """Markdown: every value with its basis and source, then the derived values."""
         rows = ["| key | value | basis | source |", "|---|---|---|---|"]
-        for key in _leaf_keys(self):
-            p = self.provenance[key]
-            v = _value_of(self, key)
-            shown = _show(_fraction(v)) if key in _FRACTION_KEYS else _show(v)
-            rows.append(f"| {key} | {shown} | {p.basis} | {p.source} |")
-        gbt = self.tokens_per_step
+        rows += [f"| {key} | {_show(key, self.values[key])} | {p.basis} | {p.source} |"
+                 for key, p in self.provenance.items()]
+        gbt, t = self.tokens_per_step, self.train
         rows += ["", "| derived | value |", "|---|---|",
-                 f"| global batch | {self.train.batch_size:,} sequences x {self.train.seq_len:,}"
-                 f" = {gbt:,} tokens |",
-                 f"| steps (equal-tokens arms) | {self.steps:,} "
-                 f"({self.steps * gbt:,} tokens) |",
+                 f"| global batch | {t.batch_size:,} sequences x {t.seq_len:,} = {gbt:,} tokens |",
+                 f"| steps (equal-tokens arms) | {self.steps:,} ({self.steps * gbt:,} tokens) |",
                  f"| warmup share | {self.optim.warmup_steps:,} steps = "
                  f"{min(1.0, self.optim.warmup_steps / self.steps):.1%} of the steps |",
-                 f"| per-GPU batch | {self.train.batch_size // self.train.gpus} sequences on "
-                 f"{self.train.gpus} GPU(s) |",
+                 f"| per-GPU batch | {t.batch_size // t.gpus} sequences on {t.gpus} GPU(s) |",
                  f"| Table 3 points | {list(self.table3_points())} of 1..{self.eval.points} |"]
         if self.budget_tokens != self.steps * gbt:
             rows.append(f"| training tokens of the costliest cell | {self.budget_tokens:,} "
@@ -675,35 +468,16 @@ class Recipe:
         return "\n".join(rows)
 
 
-def _leaf_keys(r: Recipe) -> list[str]:
-    return [f"{s}.{k}" for s, keys in _SECTIONS.items() for k in keys]
-
-
-def _value_of(r: Recipe, key: str) -> Any:
-    section, k = key.split(".")
-    if section == "model":
-        return getattr(r, k)
-    return getattr(getattr(r, section), k)
-
-
-_FRACTION_KEYS = ("grid.kappa_bits", "eval.average_last")
-"""Shown as the paper writes them (1/4, 1/3)."""
-
-
-def _fraction(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return tuple(_fraction(x) for x in v)
-    f = Fraction(v).limit_denominator(64)
-    return str(f) if abs(float(f) - v) < 1e-9 else v
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, tuple) and v and isinstance(v[0], HFSourceSpec):
+def _show(key: str, v: Any) -> str:
+    """A value as the tables print it (kappa by common.kappa's label)."""
+    if key == "grid.kappa_bits":
+        return "[" + ", ".join(map(kappa_label, v)) + "]"
+    if key == "corpus.sources" and v:
         return "<br>".join(f"{s.path}" + (f" ({s.name})" if s.name else "")
                            + f", field {s.field}, weight {s.weight:g}"
                            + (f" [{s.category}]" if s.category else "") for s in v)
-    if isinstance(v, tuple):
-        return "[" + ", ".join(_show(x) for x in v) + "]" if v else "[]"
+    if isinstance(v, (tuple, list)):
+        return "[" + ", ".join(_show("", x) for x in v) + "]"
     if isinstance(v, Mapping):
         return "{" + ", ".join(f"{k}: {x}" for k, x in v.items()) + "}" if v else "{} (stock)"
     if isinstance(v, bool):
@@ -727,158 +501,146 @@ def known() -> list[str]:
 
 
 def resolve(name_or_path: str | Path) -> Path:
-    """A recipe name (sweeps/recipes/<name>.yaml) or a path to a file; RecipeError if neither."""
+    """A recipe name (sweeps/recipes/<name>.yaml) or a path to a file; UsageError if neither."""
     s = str(name_or_path).strip()
     if not s:
-        raise RecipeError(f"RECIPE is empty; known recipes: {', '.join(known())}")
+        raise UsageError(f"RECIPE is empty; known recipes: {', '.join(known())}")
     p = Path(s)
     if p.suffix in (".yaml", ".yml") or "/" in s:
         if not p.is_file():
-            raise RecipeError(f"{s}: no such recipe file")
+            raise UsageError(f"{s}: no such recipe file")
         return p
     named = RECIPES_DIR / f"{s}.yaml"
     if not named.is_file():
-        raise RecipeError(f"recipe {s!r}: unknown; known recipes: {', '.join(known())} "
-                          "(or give a path to a .yaml file)")
+        raise UsageError(f"recipe {s!r}: unknown; known recipes: {', '.join(known())} "
+                         "(or give a path to a .yaml file)")
     return named
 
 
 def load(name_or_path: str | Path) -> Recipe:
-    """The validated Recipe of a shipped name or a file path (RecipeError: one line)."""
+    """The checked Recipe of a shipped name or a file path (UsageError: one line naming the
+    file and the key)."""
     path = resolve(name_or_path)
-    shown = _display(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as e:
-        raise RecipeError(f"{shown}: cannot read: {e}") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise RecipeError(f"{shown}: not valid YAML{where}") from None
-    return from_dict(raw, path=shown, name=path.stem)
-
-
-def _display(path: Path) -> str:
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
+        shown = str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
-        return str(path)
-
-
-def from_dict(raw: Any, *, path: str, name: str) -> Recipe:
-    """A Recipe from the parsed YAML (RecipeError naming `path` and the key)."""
-    from .backend import parse_amount
-
-    def bad(key: str, problem: str) -> RecipeError:
-        return RecipeError(f"{path}: {key}: {problem}")
-
-    if not isinstance(raw, dict):
-        raise bad("(top)", "must be a mapping of sections "
-                  f"{list(_SECTIONS)}")
-    unknown = sorted(set(map(str, raw)) - set(_TOP))
-    if unknown:
-        raise bad(unknown[0], f"unknown key; allowed: {list(_TOP)}")
-    values: dict[str, Any] = {}
-    prov: dict[str, Provenance] = {}
-    for section, keys in _SECTIONS.items():
-        sec = raw.get(section)
-        if not isinstance(sec, dict):
-            raise bad(section, "missing section" if sec is None else "must be a mapping")
-        extra = sorted(set(map(str, sec)) - set(keys))
-        if extra:
-            raise bad(f"{section}.{extra[0]}", f"unknown key; allowed: {list(keys)}")
-        for k in keys:
-            full = f"{section}.{k}"
-            if k not in sec:
-                raise bad(full, "missing (every key is written, with its basis and source)")
-            leaf = sec[k]
-            if not isinstance(leaf, dict) or set(leaf) != {"value", "basis", "source"}:
-                raise bad(full, "must be {value: ..., basis: paper|reference|ours, "
-                          "source: '...'}")
-            if leaf["basis"] not in BASES:
-                raise bad(full, f"basis {leaf['basis']!r}: allowed {list(BASES)}")
-            if not isinstance(leaf["source"], str) or not leaf["source"].strip():
-                raise bad(full, "source must be a non-empty string")
-            prov[full] = Provenance(leaf["basis"], " ".join(leaf["source"].split()))
-            values[full] = leaf["value"]
-    desc = raw.get("description", "")
-    if not isinstance(desc, str):
-        raise bad("description", "must be a string")
-
-    def seq(key: str, conv: Any = None) -> tuple:
-        v = values[key]
-        if v is None:
-            return ()
-        if not isinstance(v, list):
-            raise bad(key, f"{v!r} must be a list")
-        return tuple(conv(key, x) if conv else x for x in v)
-
-    def kappa(key: str, x: Any) -> float:
-        if isinstance(x, str) and "/" in x:  # 1/4, as the paper writes it
-            try:
-                return float(Fraction(x))
-            except (ValueError, ZeroDivisionError):
-                raise bad(key, f"{x!r} is not a number") from None
-        if not isinstance(x, (int, float)) or isinstance(x, bool):
-            raise bad(key, f"{x!r} is not a number")
-        return float(x)
-
-    tokens = values["train.tokens"]
-    if isinstance(tokens, str):
-        try:
-            tokens = parse_amount(tokens, "train.tokens")
-        except ValueError as e:
-            raise bad("train.tokens", str(e)) from None
-
-    def source(key: str, x: Any) -> HFSourceSpec:
-        allowed = {f.name for f in dataclasses.fields(HFSourceSpec)}
-        if not isinstance(x, dict):
-            raise bad(key, f"{x!r}: each source is a mapping with keys {sorted(allowed)}")
-        extra = sorted(set(map(str, x)) - allowed)
-        if extra:
-            raise bad(key, f"unknown key {extra[0]!r}; allowed: {sorted(allowed)}")
-        for k in ("path", "weight"):
-            if k not in x:
-                raise bad(key, f"a source needs {k!r}")
-        for k in ("path", "name", "split", "field", "category"):
-            if k in x and x[k] is not None and not isinstance(x[k], str):
-                raise bad(key, f"{k}={x[k]!r} must be a string")
-        return HFSourceSpec(**x)
-
-    fewshot = values["eval.fewshot"]
-    if fewshot is None:
-        fewshot = {}
-    if not isinstance(fewshot, dict):
-        raise bad("eval.fewshot", f"{fewshot!r} must be a mapping task -> shots")
+        shown = str(path)
+    raw = read_yaml_mapping(path, UsageError, "recipe sections")
     try:
-        return Recipe(
-            name=name, path=path, description=" ".join(desc.split()),
-            preset=values["model.preset"], mapper_bf16=values["model.mapper_bf16"],
-            train=TrainSpec(tokens=tokens, seq_len=values["train.seq_len"],
-                            batch_size=values["train.batch_size"],
-                            precision=values["train.precision"], gpus=values["train.gpus"],
-                            compile=values["train.compile"]),
-            optim=OptimSpec(**{k: values[f"optim.{k}"] for k in _SECTIONS["optim"]}),
-            grid=GridSpec(kappa_bits=seq("grid.kappa_bits", kappa),
-                          latent_bits=seq("grid.latent_bits"), seeds=seq("grid.seeds"),
-                          controls=seq("grid.controls")),
-            corpus=CorpusSpec(data=values["corpus.data"],
-                              sources=seq("corpus.sources", source),
-                              paths=seq("corpus.paths"),
-                              vocab_size=values["corpus.vocab_size"],
-                              tokenizer=values["corpus.tokenizer"],
-                              bytes_per_token=values["corpus.bytes_per_token"],
-                              max_bytes=values["corpus.max_bytes"],
-                              val_tokens=values["corpus.val_tokens"],
-                              val_fraction=values["corpus.val_fraction"]),
-            eval=RecipeEval(tasks=seq("eval.tasks"), fewshot=dict(fewshot),
-                            points=values["eval.points"],
-                            average_last=kappa("eval.average_last",
-                                               values["eval.average_last"]),
-                            z=values["eval.z"]),
-            provenance=prov)
-    except TypeError as e:  # a value of a type the dataclasses cannot even hold
-        raise RecipeError(f"{path}: {one_line(e)}") from None
+        f = OmegaConf.merge(OmegaConf.structured(SCHEMA), raw)
+        missing = sorted(OmegaConf.missing_keys(f))
+        plain: dict[str, Any] = OmegaConf.to_container(f, resolve=False)  # type: ignore[assignment]
+    except OmegaConfBaseException as e:
+        where = getattr(e, "full_key", None)
+        raise UsageError(f"{shown}: {where + ': ' if where else ''}"
+                         f"{str(e).splitlines()[0]}") from None
+    if missing:
+        raise UsageError(f"{shown}: {missing[0]}: missing (every key is written, with its basis "
+                         "and source)")
+    leaves = {f"{s}.{k}": plain[s][k] for s, keys in SECTIONS.items() for k in keys}
+    prov = {key: Provenance(leaf["basis"].value, " ".join(str(leaf["source"]).split()))
+            for key, leaf in leaves.items()}
+    for key, p in prov.items():
+        if not p.source:
+            raise UsageError(f"{shown}: {key}: source must be a non-empty string")
+    values = {key: leaf["value"] for key, leaf in leaves.items()}
+    return _checked(Recipe(path.stem, shown, " ".join(str(plain["description"]).split()),
+                           values, prov))
+
+
+def _checked(r: Recipe) -> Recipe:
+    """Each value through its one check, its `values` typed by it: the training keys compose
+    through experiments/train/config.py (and plan on the recipe's world: the batch splits),
+    the grid is the sweep's SweepSpec (kappa by common.kappa), the tasks the evaluator's."""
+    from . import backend
+    from .grid import parse_amount, parse_controls
+
+    v, at = r.values, r.path
+
+    def bad(key: str, problem: str) -> UsageError:
+        return UsageError(f"{at}: {key}={v[key]!r}: {problem}")
+
+    try:
+        v["train.tokens"] = parse_amount(v["train.tokens"], "train.tokens")
+        v["grid.kappa_bits"] = tuple(parse_kappas(_listed(v, "grid.kappa_bits", at),
+                                                  "grid.kappa_bits"))
+        for key in ("grid.latent_bits", "grid.seeds", "grid.controls", "eval.tasks",
+                    "corpus.paths"):
+            v[key] = tuple(_listed(v, key, at, empty=key in ("grid.controls", "corpus.paths")))
+        parse_controls(v["grid.controls"])
+        v["eval.average_last"] = Fraction(str(v["eval.average_last"]))
+    except (UsageError, ValueError, ZeroDivisionError) as e:
+        raise UsageError(f"{at}: {one_line(e)}") from None
+    if v["optim.schedule"] not in SCHEDULES:
+        raise bad("optim.schedule", f"needs key optim.schedule: the trainer implements "
+                                    f"{list(SCHEDULES)} only")
+    hf = v["corpus.data"] == "hf"
+    for key, want, why in (("corpus.sources", hf, "only data=hf takes a mixture"),
+                           ("corpus.bytes_per_token", hf, "only data=hf streams text by the "
+                                                          "byte"),
+                           ("corpus.paths", v["corpus.data"] == "files",
+                            "only data=files takes glob patterns")):
+        if bool(v[key]) != want:  # a value no setting reads would be a source for nothing
+            raise bad(key, why if not want else f"data={v['corpus.data']} needs it")
+    v["corpus.sources"] = tuple(_source(s, at) for s in v["corpus.sources"] or ())
+    try:  # the training keys: the trainer's own config schema and plan
+        cfg = backend.compose_overrides(r._overrides(list(TRAIN_KEYS), derived=False))
+        backend.run_plan(cfg, world_size=cfg.train.plan_world_size)
+        r.sweep_spec()  # the grid: the sweep's SweepSpec
+    except ValueError as e:  # ConfigError, a UsageError
+        raise UsageError(f"{at}: {one_line(e)}") from None
+    for key, train_key in TRAIN_KEYS.items():  # typed as the trainer reads them
+        if v[key] is not None and key not in ("corpus.sources", "corpus.paths"):
+            got = cfg
+            for part in {"model": "model.preset", "data": "data.source"}.get(
+                    train_key, train_key).split("."):
+                got = getattr(got, part)
+            v[key] = str(got) if isinstance(got, Enum) else got
+    e = r.eval
+    fewshot = e.fewshot if e.fewshot is not None else {}
+    if not isinstance(fewshot, dict) or not all(
+            t in e.tasks and isinstance(n, int) and n >= 0 for t, n in fewshot.items()):
+        raise bad("eval.fewshot", "must map tasks of eval.tasks to shots >= 0")
+    v["eval.fewshot"] = fewshot
+    try:
+        backend.check_eval_tasks(e.tasks)
+    except UsageError as err:
+        raise bad("eval.tasks", one_line(err)) from None
+    if not isinstance(e.points, int) or isinstance(e.points, bool) or e.points < 2:
+        raise bad("eval.points", "must be an integer >= 2 (a curve needs two points)")
+    if not 0 < e.average_last <= 1:
+        raise bad("eval.average_last", "must be a fraction in (0, 1]")
+    if e.z not in Z_MODES:
+        raise bad("eval.z", f"allowed values {list(Z_MODES)}")
+    if not r.table3_points():
+        raise bad("eval.points", f"no evaluation point falls in the last {e.average_last} of "
+                                 "training that Table 3 averages")
+    return r
+
+
+def _listed(v: dict[str, Any], key: str, at: str, empty: bool = False) -> list[Any]:
+    x = v[key]
+    if x is None and empty:
+        return []
+    if not isinstance(x, list) or not all(isinstance(e, (str, int, float)) for e in x):
+        raise UsageError(f"{key}: {x!r} must be a list of plain values")
+    return x
+
+
+def _source(s: Any, at: str) -> SimpleNamespace:
+    """One corpus.sources entry: the trainer's data.hf_sources[] fields (its schema checks
+    them) and the share it stands for (`category`: documentation only)."""
+    from . import backend
+
+    if not isinstance(s, dict):
+        raise UsageError(f"{at}: corpus.sources: {s!r}: each source is a mapping")
+    s = dict(s)
+    category = s.pop("category", "")
+    try:
+        hf = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(backend.HFSource), s))
+    except (OmegaConfBaseException, ValueError) as e:
+        raise UsageError(f"{at}: corpus.sources: {str(e).splitlines()[0]}") from None
+    return SimpleNamespace(**dataclasses.asdict(hf), category=str(category or ""))
 
 
 # ---------------------------------------------------------------------- CLI
@@ -898,11 +660,14 @@ def show(r: Recipe) -> str:
             lines.append(f"  {mb.gpu:<11} does not fit, even at 1 with activation checkpointing")
         else:
             ck = ", activation checkpointing" if mb.activation_checkpointing else ""
-            how = (f"{mb.measured_gb:.1f} GB measured" if mb.basis == "measured"
-                   and mb.measured_gb is not None else f"{mb.estimate_gb:.1f} GB estimated")
             lines.append(f"  {mb.gpu:<11} {mb.parallel}, micro {mb.micro_batch_size} x accum "
-                         f"{mb.grad_accum}{ck} ({how})")
+                         f"{mb.grad_accum}{ck} ({_peak(mb)})")
     return "\n".join(lines)
+
+
+def _peak(mb: MicroBatch) -> str:
+    return (f"{mb.measured_gb:.1f} GB measured" if mb.basis == "measured"
+            and mb.measured_gb is not None else f"{mb.estimate_gb:.1f} GB estimated")
 
 
 def micro_table(r: Recipe) -> str:
@@ -913,11 +678,9 @@ def micro_table(r: Recipe) -> str:
         if mb.micro_batch_size is None:
             rows.append(f"| {mb.gpu} | {mb.parallel} | does not fit | - | - | {mb.basis} | - |")
         else:
-            peak = (f"{mb.measured_gb:.1f} GB measured" if mb.basis == "measured"
-                    and mb.measured_gb is not None else f"{mb.estimate_gb:.1f} GB estimated")
             rows.append(f"| {mb.gpu} | {mb.parallel} | {mb.micro_batch_size} | {mb.grad_accum}"
                         f" | {'yes' if mb.activation_checkpointing else 'no'} | {mb.basis} | "
-                        f"{peak} |")
+                        f"{_peak(mb)} |")
     return "\n".join(rows)
 
 
@@ -929,16 +692,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("command", choices=["show", "table", "micro", "list"])
     ap.add_argument("recipe", nargs="?", default="")
     a = ap.parse_args(argv)
-    try:
+
+    def body() -> int:
         if a.command == "list":
             print("\n".join(known()))
-            return 0
-        r = load(a.recipe)
-        print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](r))
-    except ValueError as e:  # RecipeError, and ConfigError from composing
-        print(f"recipe: error: {one_line(e)}", file=sys.stderr)
-        return 2
-    return 0
+        else:
+            print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](
+                load(a.recipe)))
+        return 0
+
+    return cli("recipe", body)
 
 
 if __name__ == "__main__":

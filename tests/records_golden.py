@@ -4,10 +4,12 @@ were captured with the code before common/records.py existed:
 
     PYTHONPATH=$PWD .venv/bin/python tests/records_golden.py --write
 
-Each sweep plants files as the suite writes them today and as it wrote them before (legacy eval
-files without `spec`, controls with manifest latent_bits 0, likelihood files with arm
-"free_transformer", evalplus entries with a sandbox block), so a reader change that alters what
-any of them means shows up as a CSV difference.
+Each sweep plants files as the suite writes them today and, where a reader still upgrades one, as
+it wrote them before (eval files without `spec`, single-H controls with manifest latent_bits 0),
+so a reader change that alters what any of them means shows up as a CSV difference. (The
+likelihood files' arm "free_transformer" and the multi-H controls' matched H in latent_bits lost
+their upgrades in issue 43: the sweeps plant what the upgrade made of them, and the goldens are
+unchanged.)
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ VOLATILE = ("config_sha256", "file_sha256")
 
 
 def _likelihood(rid: str, arm: str, seed: int, step: int = 10) -> dict:
-    """A likelihood file as experiments/eval/likelihood.py writes it (arm 'free_transformer')."""
+    """A likelihood file as experiments/eval/likelihood.py writes it."""
     spec = {"suite": "likelihood", "ks": [1, 8], "max_rows": 8, "seed": 12345,
             "rows": "corpus validation rows (val_x, val_y), the first max_rows of them"}
     base = 3.0 + 0.01 * seed
@@ -44,7 +46,7 @@ def _likelihood(rid: str, arm: str, seed: int, step: int = 10) -> dict:
     else:
         iw = {str(k): {"nll_nats_per_token": base + 0.1 / k, "se_nats_per_token": 0.01,
                        "bpb": (base + 0.1 / k) * 1024 / 3000 / math.log(2)} for k in (1, 8)}
-        rec.update(arm="free_transformer", exact=False, iwae=iw,
+        rec.update(arm="free", exact=False, iwae=iw,
                    spread_bpb=iw["1"]["bpb"] - iw["8"]["bpb"],
                    prior_k1={"nll_nats_per_token": base + 0.2, "bpb": 1.0},
                    posterior={"ce_nats_per_token": base - 0.3, "kl_nats_per_token": 0.5,
@@ -99,12 +101,11 @@ def plant(root: Path) -> list[str]:
             ev["limit"] = 20
             ev["tasks"]["arc_easy"]["metrics"]["acc"]["value"] = 0.99
             (ed / "lm-eval.limit20.json").write_text(json.dumps(ev))
-    # 2: files with specs, two H, both FLOPs controls as the launcher wrote them before
-    #    records (latent_bits = the matched H), manifest eval_spec_id
+    # 2: files with specs, two H, both FLOPs controls, manifest eval_spec_id
     sid = spec_id(fake_spec())
     write_fake_sweep(root, "spec", kappas=(0.5, 2.0), latent_bits=(8, 16), spec=True,
                      controls=("baseline_flops", "baseline_plus1_flops"), eval_spec_id=sid,
-                     manifest="legacy")
+                     manifest="records")
     # 3: the calibration's planted sweep (missing cells, crashed items, a stray LIMIT re-run)
     from calibration import DESIGNS, Scenario, write_scenario
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import UsageError
 from common.io import unwritable
-from common.kappa import KappaError, kappa_label, parse_kappas
+from common.kappa import kappa_label, parse_kappas
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -56,7 +57,7 @@ def test_parse_kappas_spellings_and_order() -> None:
     ("-1/64", "'-1/64' must be a finite number >= 0"), ("nan", "'nan' must be a finite"),
     ("inf", "'inf' must be a finite"), ("1e999", "'1e999' must be a finite")])
 def test_parse_kappas_refuses_in_one_line(text: str, msg: str) -> None:
-    with pytest.raises(KappaError, match=re.escape(msg)) as e:
+    with pytest.raises(UsageError, match=re.escape(msg)) as e:
         parse_kappas(text, "KAPPA")
     assert str(e.value).startswith("KAPPA: ") and "\n" not in str(e.value)
 

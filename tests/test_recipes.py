@@ -12,16 +12,16 @@ training tokens, 2M parameters and 16 optimizer steps.
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pytest
 import yaml
 
+from common.kappa import kappa_id as fmt_num
 from experiments.train.config import compose
 from experiments.train.plan import plan
 from sweeps import recipe as R
-from sweeps.grid import expand, fmt_num
+from sweeps.grid import expand
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ("paper-1.5B", "paper-8B", "paper-8B-1T")
@@ -29,6 +29,20 @@ SHIPPED = (*PAPER, "cpu-mini")
 # by hand: ceil(tokens / (1024 x 4096)); 47e9 / 4,194,304 = 11,205.6...
 PAPER_STEPS = {"paper-1.5B": 11_206, "paper-8B": 47_684, "paper-8B-1T": 238_419}
 PAPER_TOKENS = {"paper-1.5B": 47e9, "paper-8B": 200e9, "paper-8B-1T": 1e12}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _measured_records():
+    """The measured micro-batches the docs print, from measured/memory/recipes.json, or from
+    docs/memory/ until that file moves there (issue 43: arch-notebook moves it)."""
+    old = ROOT / "docs" / "memory" / "recipes.json"
+    if R.MEASURED_RECORDS.exists() or not old.exists():
+        yield
+        return
+    mp = pytest.MonkeyPatch()
+    mp.setattr(R, "MEASURED_RECORDS", old)
+    yield
+    mp.undo()
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +58,7 @@ def composed(recipes):
 def test_every_shipped_recipe_loads_and_every_value_has_a_source(recipes) -> None:
     assert set(SHIPPED) <= set(R.known())
     for r in recipes.values():
-        keys = [f"{s}.{k}" for s, ks in R._SECTIONS.items() for k in ks]
+        keys = [f"{s}.{k}" for s, ks in R.SECTIONS.items() for k in ks]
         assert sorted(r.provenance) == sorted(keys)
         for p in r.provenance.values():
             assert p.basis in R.BASES and len(p.source) > 10
@@ -291,53 +305,37 @@ def _edit(section: str, key: str, value):
     return f
 
 
-BAD = [
-    ("unknown top key", lambda raw: raw.update(extras={}), "extras: unknown key"),
+BAD = [  # each check once: the file's shape (OmegaConf), the trainer's config, the grid's, the
+    # evaluator's, and the few the recipe itself makes
+    ("unknown top key", lambda raw: raw.update(extras={}), "extras: Key 'extras' not in"),
     ("unknown section key", lambda raw: raw["optim"].update(
-        momentum={"value": 0.9, "basis": "ours", "source": "x"}),
-     "optim.momentum: unknown key"),
+        momentum={"value": 0.9, "basis": "ours", "source": "x"}), "optim.momentum"),
     ("missing key", lambda raw: raw["optim"].pop("eps"), "optim.eps: missing"),
-    ("missing section", lambda raw: raw.pop("grid"), "grid: missing section"),
-    ("leaf without source", lambda raw: raw["optim"]["lr"].pop("source"), "optim.lr: must be"),
-    ("bare leaf", lambda raw: raw["optim"].update(lr=1e-3), "optim.lr: must be"),
+    ("missing section", lambda raw: raw.pop("grid"), "grid: missing"),
+    ("leaf without source", lambda raw: raw["optim"]["lr"].pop("source"),
+     "optim.lr.source: missing"),
+    ("bare leaf", lambda raw: raw["optim"].update(lr=1e-3), "optim.lr: Invalid type"),
     ("bad basis", lambda raw: raw["optim"]["lr"].update(basis="folklore"),
-     "optim.lr: basis 'folklore'"),
+     "optim.lr.basis: Invalid value 'folklore'"),
     ("empty source", lambda raw: raw["optim"]["lr"].update(source="  "),
      "optim.lr: source must be"),
-    ("lr a string", _edit("optim", "lr", "fast"), "optim.lr='fast': must be a finite number"),
-    ("lr negative", _edit("optim", "lr", -1e-3), "optim.lr=-0.001"),
-    ("seq_len float", _edit("train", "seq_len", 64.5), "train.seq_len=64.5: must be an integer"),
-    ("seq_len bool", _edit("train", "seq_len", True), "train.seq_len=True"),
-    ("seq_len too long", _edit("train", "seq_len", 4096), "exceeds the 1M preset"),
+    ("lr a string", _edit("optim", "lr", "fast"), "optim.lr=fast"),
+    ("seq_len too long", _edit("train", "seq_len", 4096), "exceeds model.max_seq_len"),
     ("tokens text", _edit("train", "tokens", "lots"), "train.tokens"),
     ("precision", _edit("train", "precision", "fp8"), "train.precision='fp8': allowed values"),
-    ("batch vs gpus", _edit("train", "gpus", 3), "train.batch_size=8: must be a multiple"),
-    ("beta2 one", _edit("optim", "beta2", 1.0), "optim.beta2=1.0"),
+    ("batch vs gpus", _edit("train", "gpus", 3), "train.batch_size=8 does not split"),
     ("schedule", _edit("optim", "schedule", "wsd"), "needs key optim.schedule"),
+    ("preset", _edit("model", "preset", "70B"), "unknown model preset '70B'"),
     ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds: '0 1' must be a list"),
-    ("seeds nested", _edit("grid", "seeds", [[0], 1]), "grid.seeds=[[0], 1]: must be a list"),
-    ("tasks nested", _edit("eval", "tasks", [["arc_easy"]]), "eval.tasks=[['arc_easy']]"),
-    ("kappa 1/0", _edit("grid", "kappa_bits", ["1/0"]), "grid.kappa_bits: '1/0' is not"),
-    ("kappa negative", _edit("grid", "kappa_bits", [-1]), "grid.kappa_bits=-1.0"),
-    ("kappa repeated", _edit("grid", "kappa_bits", [0.5, "1/2"]), "repeated value"),
-    ("H too big", _edit("grid", "latent_bits", [21]), "grid.latent_bits=21: must be <= 20"),
-    ("control", _edit("grid", "controls", ["plus2"]), "grid.controls='plus2': allowed"),
-    ("preset", _edit("model", "preset", "70B"), "model.preset='70B': allowed values"),
-    ("mapper_bf16 text", _edit("model", "mapper_bf16", "yes"),
-     "model.mapper_bf16='yes': must be true or false"),
-    ("compile an int", _edit("train", "compile", 1), "train.compile=1: must be true or false"),
-    ("missing compile", lambda raw: raw["train"].pop("compile"), "train.compile: missing"),
-    ("data source", _edit("corpus", "data", "web"), "corpus.data='web'"),
-    ("hf without sources", _edit("corpus", "data", "hf"), "corpus.sources=(): must be"),
-    ("bytes_per_token off hf", _edit("corpus", "bytes_per_token", 4.0),
-     "only data=hf streams text"),
-    ("files without paths", _edit("corpus", "data", "files"), "data=files needs glob"),
-    ("paths off files", _edit("corpus", "paths", ["a.txt"]), "only data=files takes paths"),
-    ("unknown task", _edit("eval", "tasks", ["arc_easy", "squad"]), "eval.tasks='squad'"),
-    ("fewshot stray task", _edit("eval", "fewshot", {"mmlu": 5}), "names a task not in"),
-    ("fewshot negative", _edit("eval", "fewshot", {"arc_easy": -1}), "eval.fewshot.arc_easy"),
+    ("kappa repeated", _edit("grid", "kappa_bits", [0.5, "1/2"]), "grid.kappa_bits: 0.5 given "
+                                                                   "twice"),
+    ("H too big", _edit("grid", "latent_bits", [21]), "H: 21 is outside 1..20"),
+    ("control", _edit("grid", "controls", ["plus2"]), "unknown control 'plus2'"),
+    ("hf without sources", _edit("corpus", "data", "hf"), "corpus.sources=[]: data=hf needs"),
+    ("paths off files", _edit("corpus", "paths", ["a.txt"]), "only data=files takes"),
+    ("unknown task", _edit("eval", "tasks", ["arc_easy", "no_such_task"]), "no_such_task"),
+    ("fewshot stray task", _edit("eval", "fewshot", {"mmlu": 5}), "eval.fewshot"),
     ("one eval point", _edit("eval", "points", 1), "eval.points=1: must be an integer >= 2"),
-    ("average_last 0", _edit("eval", "average_last", 0), "eval.average_last=0.0"),
     ("posterior z", _edit("eval", "z", "posterior"), "eval.z='posterior': allowed values"),
 ]
 
@@ -355,17 +353,14 @@ def test_bad_recipe_files_are_one_line_errors(what, edit, msg, tmp_path: Path) -
 
 
 def test_bad_hf_source_entry(tmp_path: Path) -> None:
+    """A mixture entry is the trainer's data.hf_sources[] (its schema) and a category."""
     raw = _raw("paper-1.5B")
     raw["corpus"]["sources"]["value"][0]["mirror"] = "x"
-    with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: unknown key 'mirror'"):
-        R.load(_write(tmp_path, raw))
-    raw = _raw("paper-1.5B")
-    raw["corpus"]["sources"]["value"][0][7] = "x"
-    with pytest.raises(R.RecipeError, match=r"corpus.sources: unknown key '7'"):
+    with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: .*mirror"):
         R.load(_write(tmp_path, raw))
     raw = _raw("paper-1.5B")
     raw["corpus"]["sources"]["value"][1]["weight"] = 0
-    with pytest.raises(R.RecipeError, match=r"corpus.sources\[\].weight=0"):
+    with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: .*weight"):
         R.load(_write(tmp_path, raw))
 
 
@@ -378,10 +373,10 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     with pytest.raises(R.RecipeError, match="RECIPE is empty"):
         R.load("")
     p = _write(tmp_path, "model: {preset: [\n", "broken.yaml")
-    with pytest.raises(R.RecipeError, match=r"broken.yaml: not valid YAML \(line"):
+    with pytest.raises(R.RecipeError, match=r"broken.yaml: not valid YAML \(.*line 2"):
         R.load(p)
     p = _write(tmp_path, "- 1\n- 2\n", "list.yaml")
-    with pytest.raises(R.RecipeError, match="list.yaml: \\(top\\): must be a mapping"):
+    with pytest.raises(R.RecipeError, match="list.yaml: expected a mapping"):
         R.load(p)
 
 
@@ -412,11 +407,3 @@ def test_a_users_file_path_loads(tmp_path: Path) -> None:
     r = R.load(_write(tmp_path, raw))
     assert r.train.tokens == 8000 and r.name == "mine"
     assert plan(compose(list(r.training_overrides())), world_size=1).steps == math.ceil(8000 / 512)
-
-
-def test_cli_bad_input_is_one_line_exit_2(capsys: pytest.CaptureFixture) -> None:
-    assert R.main(["show", "nope"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and re.match(r"recipe: error: recipe 'nope': unknown", err)
-    assert R.main(["table", "cpu-mini"]) == 0
-    assert capsys.readouterr().out.startswith("| key | value | basis | source |")

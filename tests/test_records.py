@@ -17,6 +17,7 @@ from common.records import (
     Manifest,
     ManifestCell,
     MetricsLine,
+    PointState,
     RecordError,
     RunRecord,
     effective_k,
@@ -50,13 +51,14 @@ def _records() -> list:
                     extra={"logging": {"log_every": 1}})
     cells = (ManifestCell(cell="baseline_flops-H16-s0", arm="baseline_flops", kappa_bits=None,
                           latent_bits=0, seed=0, run_id="a", match_latent_bits=16,
-                          state="done", eval={"state": "done"}, extra={"run_dir": "/x"}),
+                          state="done", eval={"state": "done"}, run_dir="/x",
+                          points={4: PointState(state="done")}, extra={"newer_key": 1}),
              ManifestCell(cell="free-k1-H16-s0", arm="free", kappa_bits=1.0, latent_bits=16,
                           seed=0, run_id="b"))
     man = Manifest(name="m", cells=cells, grid={"latent_bits": [16]},
                    eval_spec=EvalSpec.union({"lm-eval": SPEC, "evalplus": EP}),
                    eval_spec_id="u", eval_specs={"lm-eval": SPEC, "evalplus": EP},
-                   extra={"created": "now"})
+                   created="now", extra={"newer_key": {"a": 1}})
     line = MetricsLine(kind="val", step=5, tokens=10.0, flops=1e6, values={"val_ce": 3.0})
     return [SPEC, ev, legacy, lik, run, *cells, man, line]
 
@@ -139,28 +141,14 @@ def test_legacy_eval_file_gets_its_derived_spec():
                               "lm-eval.json").spec.gen_tokens is None
 
 
-def test_legacy_manifest_cells_and_likelihood_arms_get_one_name():
-    # the launcher before records: a FLOPs control's latent_bits was the H it is matched to
-    c = ManifestCell.from_json({"cell": "baseline_flops-H8-s0", "arm": "baseline_flops",
-                                "latent_bits": 8, "seed": 0, "run_id": "a"})
-    assert (c.latent_bits, c.match_latent_bits) == (0, 8)
-    # older still: 0 there (the matched H is only in config.yaml)
-    c = ManifestCell.from_json({"cell": "baseline_flops-s0", "arm": "baseline_flops",
-                                "latent_bits": 0, "seed": 0, "run_id": "a"})
-    assert (c.latent_bits, c.match_latent_bits) == (0, None)
+def test_a_controls_matched_h_is_explicit_in_its_cell_and_its_run_record():
     assert RunRecord.from_json({"run_id": "a", "arm": "baseline", "train": {
         "compute_match": "flops", "match_latent_bits": 8}}).match_latent_bits == 8
     assert RunRecord.from_json({"run_id": "a", "arm": "baseline", "train": {
         "compute_match": None, "match_latent_bits": 8}}).match_latent_bits is None
-    # a record written now keeps both explicit
     new = ManifestCell.from_json({"cell": "x", "arm": "baseline_flops", "latent_bits": 0,
                                   "match_latent_bits": 16})
     assert (new.latent_bits, new.match_latent_bits) == (0, 16)
-    lik = LikelihoodFile.from_json({"suite": "likelihood", "arm": "free_transformer",
-                                    "spec": {"suite": "likelihood"}, "n_tokens": 1,
-                                    "n_bytes": 2})
-    assert lik.arm == "free" and lik.bound_record()["arm"] == "free"
-    assert lik.spec_id == _sid({"suite": "likelihood"})
 
 
 def test_metrics_line_keeps_its_order_and_rejects_an_unknown_kind():
@@ -171,7 +159,7 @@ def test_metrics_line_keeps_its_order_and_rejects_an_unknown_kind():
 
 
 def test_the_launchers_manifest_names_each_h_once_and_the_analysis_reads_it(tmp_path):
-    """build_manifest writes a FLOPs control's own H (0) as latent_bits and the H it matches as
+    """The built manifest writes a FLOPs control's own H (0) as latent_bits and the H it matches as
     match_latent_bits; the frame pairs it with that H (match_h) from the manifest alone."""
     import yaml
 
@@ -195,7 +183,7 @@ def test_the_launchers_manifest_names_each_h_once_and_the_analysis_reads_it(tmp_
         (rd / "config.yaml").write_text(yaml.safe_dump(cfg))
     p = L.Plan(name="m", spec=spec, folder=tmp_path / "sweeps" / "m", results=tmp_path,
                cells=cells)
-    m = M.build_manifest(p, "local", None)
+    m = M.build(p, "local", None).to_json()
     got = {c["cell"]: (c["arm"], c["latent_bits"], c["match_latent_bits"]) for c in m["cells"]}
     want = {c.name: (c.arm, c.latent_bits if c.arm == "free" else 0,
                      c.latent_bits if c.arm in ("baseline_flops", "baseline_plus1_flops")

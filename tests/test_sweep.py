@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from common.paths import RunDir
+from common.records import Manifest, ManifestCell
 from sweeps import backend
 from sweeps import driver as D
 from sweeps import launcher as L
@@ -68,55 +70,85 @@ def test_grid_arms_and_overrides() -> None:
     assert spec().default_name() == spec().default_name() != spec(seeds="0").default_name()
 
 
-@pytest.mark.parametrize("kw, msg", [
-    (dict(kappa="abc"), "KAPPA: 'abc' is not a number"),
-    (dict(kappa="0.5 -1"), "KAPPA: '-1' must be a finite number >= 0"),
-    (dict(kappa="nan"), "KAPPA: 'nan' must be a finite number"),
-    (dict(h="0"), "H: 0 is outside 1..20"),
-    (dict(h="21"), "H: 21 is outside 1..20"),
-    (dict(h="16.5"), "H: '16.5' is not an integer"),
-    (dict(kappa=""), "empty grid: KAPPA has no values"),
-    (dict(seeds=" "), "empty grid: SEEDS has no values"),
-    (dict(seeds="-1"), "SEEDS: -1 is outside >= 0"),
-    (dict(preset="3M"), "PRESET: unknown preset '3M'"),
-    (dict(tokens="1M", flops="1e12"), "give TOKENS or FLOPS, not both"),
-    (dict(tokens="lots"), "TOKENS='lots' is not a positive number"),
-    (dict(controls="bigger"), "CONTROLS: unknown control 'bigger'"),
-])
-def test_bad_input_one_line(kw: dict, msg: str) -> None:
-    with pytest.raises(SweepError) as e:
-        spec(**kw)
-    assert msg in str(e.value) and "\n" not in str(e.value)
+BENCH = ROOT.parent / "shared" / "benchmarks"
+RUN = ["run", "--dry", "1"]
+REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: ")
+    ("sweeps", [*RUN, "--kappa", "0.5 x"], "KAPPA: 'x' is not a number"),
+    ("sweeps", [*RUN, "--kappa", "0.5 -1"], "KAPPA: '-1' must be a finite number >= 0"),
+    ("sweeps", [*RUN, "--kappa", "nan"], "KAPPA: 'nan' must be a finite number"),
+    ("sweeps", [*RUN, "--kappa", ""], "empty grid: KAPPA has no values"),
+    ("sweeps", [*RUN, "--h", "32"], "H: 32 is outside 1..20"),
+    ("sweeps", [*RUN, "--h", "16.5"], "H: '16.5' is not an integer"),
+    ("sweeps", [*RUN, "--seeds", " "], "empty grid: SEEDS has no values"),
+    ("sweeps", [*RUN, "--seeds", "-1"], "SEEDS: -1 is outside >= 0"),
+    ("sweeps", [*RUN, "--preset", "nope"], "PRESET: unknown preset 'nope'"),
+    ("sweeps", [*RUN, "--tokens", "1M", "--flops", "1e12"], "give TOKENS or FLOPS, not both"),
+    ("sweeps", [*RUN, "--tokens", "lots"], "TOKENS='lots' is not a positive number"),
+    ("sweeps", [*RUN, "--controls", "bigger"], "CONTROLS: unknown control 'bigger'"),
+    ("sweeps", ["run", "--launcher", "pbs"], "LAUNCHER: 'pbs' is not local or slurm"),
+    ("sweeps", ["run", "--launcher", "slurm", "--cluster", "/none.yaml"], "LAUNCHER=slurm needs"),
+    ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be an integer >= 1"),
+    ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
+    ("sweeps", [*RUN, "--eval", "on"], "EVAL: 'on' is not a boolean"),
+    ("sweeps", [*RUN, "--retry-failed", "y"], "RETRY_FAILED: 'y' is not a boolean"),
+    ("sweeps", ["status", "nosuch"], "no sweep 'nosuch'"),
+    ("sweeps", [*RUN, "--gpu", "H100-80GB"], "GPU: a GPU type is read from a recipe's"),
+    ("sweeps", [*RUN, "--recipe", "cpu-mini", "--kappa", "1"],
+     "RECIPE=cpu-mini sets the grid and the budget; KAPPA cannot be given"),
+    # EVAL_ARGS are checked when the sweep is planned (DRY=1 too), before anything trains
+    *(("sweeps", [*RUN, "--kappa", "1", "--h", "4", "--eval", "1", "--eval-args", args],
+       f"EVAL_ARGS: {msg}") for args, msg in (
+        (f"--tasks arc_eazy --limit 2 --data {BENCH}",
+         "--tasks: unknown task(s) arc_eazy (did you mean arc_easy?)"),
+        ("--limt 2", "unrecognized arguments: --limt 2"),
+        ("--z prior-q", "argument --z: invalid choice: 'prior-q'"),
+        ("--limit two", "argument --limit: invalid int value: 'two'"),
+        ("--limit 0", "--limit: 0 must be >= 1"),
+        (f"--tasks arc_easy,race --data {BENCH}", "--tasks: no offline data for race"),
+        ("--tasks arc_easy --data /nonexistent/bench", "benchmark data /nonexistent/bench: "),
+        ("--tasks 'arc_easy", "No closing quotation"))),
+    ("sweeps.recipe", ["show", "nope"], "recipe 'nope': unknown"),
+    ("pipelines.paper", ["--recipe", "nope"], "RECIPE: recipe 'nope': unknown; known recipes"),
+    ("pipelines.paper", [], "RECIPE is required"),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--launcher", "cloud"], "LAUNCHER: 'cloud'"),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS: 'a'"),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--bench-data", "/no/such/dir"], "BENCH_DATA="),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--gpus", "0"], "GPUS='0'"),
+]
 
 
-def test_bad_input_cli_rejects_before_submitting(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through the CLI: one line on stderr, exit 2, nothing written under results/."""
-    from sweeps.__main__ import main
+@pytest.mark.parametrize("module, argv, msg", REFUSALS,
+                         ids=[f"{m}:{' '.join(a)}"[:60] for m, a, _ in REFUSALS])
+def test_bad_input_is_one_line_exit_2_nothing_written(module: str, argv: list[str], msg: str,
+                                                      tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one usage-error path of each entry point (common.errors.cli): exit 2, one line on
+    stderr naming the value, nothing under the results root; a real run too, not just DRY."""
+    import importlib
 
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    cases = [
-        (["--kappa", "0.5 x"], "sweep: error: KAPPA: 'x' is not a number"),
-        (["--h", "32"], "sweep: error: H: 32 is outside 1..20"),
-        (["--seeds", ""], "sweep: error: empty grid: SEEDS has no values"),
-        (["--preset", "nope"], "sweep: error: PRESET: unknown preset 'nope'"),
-        (["--launcher", "slurm", "--cluster", str(tmp_path / "none.yaml")],
-         "sweep: error: LAUNCHER=slurm needs"),
-        (["--launcher", "pbs"], "sweep: error: LAUNCHER: 'pbs' is not local or slurm"),
-        (["--jobs", "0"], "sweep: error: JOBS: '0' must be a positive integer"),
-    ]
-    for args, msg in cases:
-        assert main(["run", *args]) == 2, args
-        err = capsys.readouterr().err
-        assert err.startswith(msg) and len(err.strip().splitlines()) == 1, (args, err)
-    assert main(["status", "nosuch"]) == 2
-    assert "no sweep 'nosuch'" in capsys.readouterr().err
-    assert list(tmp_path.iterdir()) == []
-    # and the real entry point, once: exit code and a single stderr line
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("FTBENCH_DATA", raising=False)
+    main = importlib.import_module(module if "." in module else f"{module}.__main__").main
+    prog = {"sweeps": "sweep", "sweeps.recipe": "recipe", "pipelines.paper": "paper"}[module]
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{prog}: error: ") and msg in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "results").exists()
+
+
+def test_the_real_entry_point_and_make_booleans() -> None:
+    """Once through `python -m sweeps`: exit code and a single stderr line; booleans are read
+    as make reads them (docs/MAKE.md)."""
+    from sweeps.__main__ import _flag
+
     r = subprocess.run([sys.executable, "-m", "sweeps", "run", "--kappa", "-1"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         "sweep: error: KAPPA: '-1' must be a finite number >= 0 (bits per token)"]
+    assert [_flag("X", v) for v in ("1", "true", "yes", "0", "false", "no", "", None)] == \
+        [True] * 3 + [False] * 5
 
 
 # ------------------------------------------------------------------ shared-settings guard
@@ -334,39 +366,6 @@ def test_killed_child_is_interrupted_not_failed(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ chained evaluation (issue 12)
-BENCH = ROOT.parent / "shared" / "benchmarks"
-
-
-@pytest.mark.parametrize("args, msg", [
-    (f"--tasks arc_eazy --limit 2 --data {BENCH}",
-     "--tasks: unknown task(s) arc_eazy (did you mean arc_easy?)"),
-    ("--limt 2", "unrecognized arguments: --limt 2"),
-    ("--z prior-q", "argument --z: invalid choice: 'prior-q'"),
-    ("--limit two", "argument --limit: invalid int value: 'two'"),
-    ("--limit 0", "--limit: 0 must be >= 1"),
-    (f"--tasks arc_easy,race --data {BENCH}", "--tasks: no offline data for race"),
-    ("--tasks arc_easy --data /nonexistent/bench", "benchmark data /nonexistent/bench: missing"),
-    ("--tasks 'arc_easy", "EVAL_ARGS: No closing quotation"),
-])
-def test_eval_args_refused_at_plan_time_even_dry(args: str, msg: str, tmp_path: Path,
-                                                 capsys: pytest.CaptureFixture,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """A typo in EVAL_ARGS: one line, exit 2, nothing written, before anything trains (DRY=1
-    too), instead of failing every cell's evaluation after all the training."""
-    from sweeps.__main__ import main
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    monkeypatch.delenv("FTBENCH_DATA", raising=False)
-    for dry in ("1", ""):
-        rc = main(["run", "--kappa", "1", "--h", "4", "--eval", "1", "--eval-args", args,
-                   "--dry", dry])
-        err = capsys.readouterr().err
-        assert rc == 2, (args, err)
-        assert err.startswith("sweep: error: EVAL_ARGS: ") and msg in err, err
-        assert len(err.strip().splitlines()) == 1, err
-    assert list(tmp_path.iterdir()) == []
-
-
 class _Ex:
     """An in-process stand-in for submitit's local executor: train jobs write final.pt, eval
     jobs do what `eval_do` says. Records every job's environment."""
@@ -542,7 +541,7 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
     assert m["skipped_controls"] == why
     # every train job tells the trainer how it was launched
     assert [e for k, e in _Ex.envs if k == "train"] == [{"FTBENCH_LAUNCHER": "local"}] * 3
-    cell = SM.SweepCell.from_json(m["cells"][0])
+    cell = ManifestCell.from_json(m["cells"][0])
     assert D._train_job(cell, None, "slurm").env == {"FTBENCH_LAUNCHER": "slurm"}
 
 
@@ -598,7 +597,7 @@ def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
          "job_id": "1", "run_dir": str(run), "tokens": 90_000},
         {"cell": "b", "arm": "baseline", "run_id": "y", "state": "pending", "step": None,
          "job_id": None, "run_dir": str(tmp_path / "none"), "tokens": 90_000}]}
-    rows = M.table(M.SweepManifest.from_json(m)).splitlines()
+    rows = M.table(Manifest.from_json(m)).splitlines()
     assert rows[1].split()[:7] == ["cell", "arm", "run-id", "state", "step", "tok/s", "ETA"]
     assert rows[2].split()[3:7] == ["running", "30", "500", "2m00s"]
     assert rows[3].split()[3:7] == ["pending", "-", "-", "-"]
@@ -635,50 +634,31 @@ def test_cell_states_are_written_by_the_manifest_only() -> None:
 
 def test_manifest_transitions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cell's transitions write exactly what the driver's dict updates used to."""
-    c = SM.SweepCell(cell="x", arm="free", run_dir=str(tmp_path), attempts=1, slot=7, step=3)
+    c = ManifestCell(cell="x", arm="free", run_dir=str(tmp_path), attempts=1, slot=7, step=3)
     c.job_started("123")
     assert (c.state, c.job_id, c.reason, c.attempts, c.slot) == \
         ("running", "123", None, 2, 7)  # SLURM: no slot, the old one is left
     assert c.started is not None
     c.job_started("124", slot=0)
     assert c.slot == 0 and c.attempts == 3
-    c.job_ended("failed", "boom", 12.34)
+    c.job_ended("failed", "boom", 12.34, RunDir(c.run))
     assert (c.state, c.reason, c.wall_s, c.step) == ("failed", "boom", 12.3, 3)
-    m = SM.SweepManifest(name="m", eval_spec_id="abc", eval_specs={})
+    m = Manifest(name="m", eval_spec_id="abc", eval_specs={})
     c.eval_started(m, "9")
     assert c.to_json()["eval"] == {"state": "running", "job_id": "9", "spec_id": "abc"}
-    assert c.eval_ended(m, "pending", "killed", 1.0) == ("failed", "killed")
+    assert c.eval_ended(m, "pending", "killed", 1.0, RunDir(c.run)) == ("failed", "killed")
     assert c.needs_eval(m)
     assert c.eval is not None
     c.eval.state = "done"
-    assert not c.needs_eval(m) and c.needs_eval(SM.SweepManifest(name="m", eval_spec_id="o"))
-    cells = [SM.SweepCell(cell=s, arm="baseline", state=s)
+    assert not c.needs_eval(m) and c.needs_eval(Manifest(name="m", eval_spec_id="o"))
+    cells = [ManifestCell(cell=s, arm="baseline", state=s)
              for s in ("pending", "running", "done", "failed")]
-    m = SM.SweepManifest(name="m", cells=cells)
+    m = Manifest(name="m", cells=cells)
     assert m.select(False) == [cells[0]]
     assert m.select(True) == [cells[0], cells[3]]
     # the file round trip keeps every key, the unknown ones included
     d = {**cells[3].to_json(), "from_a_newer_version": 1}
-    assert SM.SweepCell.from_json(d).to_json() == d
-
-
-@pytest.mark.parametrize("args, var, bad", [
-    (["--dry", "maybe"], "DRY", "maybe"), (["--dry", "1", "--eval", "on"], "EVAL", "on"),
-    (["--dry", "1", "--retry-failed", "y"], "RETRY_FAILED", "y"),
-    (["--dry", "TRUE"], "DRY", "TRUE")])
-def test_python_reads_booleans_as_make_does(args: list[str], var: str, bad: str, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.__main__ import _flag, main
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    assert main(["run", "--kappa", "2", "--h", "4", *args]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (f"sweep: error: {var}: {bad!r} is not a boolean; use 1/true/yes for true, "
-                   "0/false/no or empty for false")
-    assert not list(tmp_path.iterdir())
-    assert [_flag("X", v) for v in ("1", "true", "yes", "0", "false", "no", "", None)] == \
-        [True] * 3 + [False] * 5
+    assert ManifestCell.from_json(d).to_json() == d
 
 
 def test_overrides_split_like_a_shell_not_on_commas() -> None:

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from test_sweep import _fake_to_dict, _FakeTrain, _use_fake  # noqa: F401 (autouse fixture)
 
+from common.paths import RunDir
+from common.records import EvalSpec, Manifest, ManifestCell, PointState
 from sweeps import backend
 from sweeps import driver as D
 from sweeps import manifest as SM
@@ -154,7 +156,7 @@ def test_points_evaluated_while_training_runs_once_and_resumably(
     assert {s: (p["state"], p["reason"]) for s, p in c["points"].items()} == {
         "2": ("done", None), "4": ("done", None)}
     assert c["points"]["2"]["job_id"] and c["points"]["2"]["job_id"] != c["job_id"]
-    assert "(2/2 points)" in SM.table(SM.SweepManifest.from_json(m))
+    assert "(2/2 points)" in SM.table(Manifest.from_json(m))
 
     # the same command again: nothing trains, nothing is evaluated
     assert main([*ARGS, "--jobs", "2"]) == 0
@@ -165,7 +167,7 @@ def test_points_evaluated_while_training_runs_once_and_resumably(
     assert m2["cells"][0]["points"] == c["points"]
 
     # a point job for an evaluated point does nothing; for a missing checkpoint: exit 2
-    tm = SM.SweepManifest.from_json(m)
+    tm = Manifest.from_json(m)
     argv = D._point_argv(tm.cells[0], tm, ["--limit", "2"], 2)
     assert argv[argv.index("--point") + 1] == "2"
     assert main(argv[3:]) == 0
@@ -204,8 +206,10 @@ def test_points_ready_and_the_lock(tmp_path: Path) -> None:
     import threading
 
     from common.io import LockHeld, flocked
-    from common.paths import points_ready
     from experiments.eval.chain import eval_chain, point_lock
+
+    def points_ready(run: Path, ids: list[str]) -> list:
+        return RunDir(run).points_ready(ids)
 
     run = tmp_path / "r"
     ck = run / "checkpoints"
@@ -317,7 +321,7 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     run = Path(job.run_dir)
     assert run == fake.run_dir(fake.compose(list(p.cells[0].cell.overrides)))
     assert job()["state"] == "done"
-    sid = SM.spec_id_of(p.eval_specs["lm-eval"])
+    sid = EvalSpec.from_json(p.eval_specs["lm-eval"]).id
     end = next(r["time_unix"] for r in _lines(run) if r["kind"] == "final")
     p2 = json.loads((run / "eval" / f"lm-eval.{sid}.step2.json").read_text())
     assert p2["started_unix"] < end
@@ -332,9 +336,9 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     (run / "eval" / f"lm-eval.{sid}.step2.json").unlink()
     assert watch.poll() == []
     (run / "eval" / f"lm-eval.{sid}.step2.json").write_text("{}")
-    m = SM.SweepManifest.load(p.manifest_path)
+    m = SM.load(p.manifest_path)
     m.launcher = "local"
-    pts = m.refresh(p.folder).cells[0].points
+    pts = SM.refresh(m, p.folder, SM.probe(m.launcher, p.folder)).cells[0].points
     assert pts[2].state == "done" and pts[2].job_id == rec["2"]["job_id"]
     assert set(pts) == {2}
 
@@ -343,7 +347,6 @@ def test_point_states_are_derived_from_facts(tmp_path: Path) -> None:
     """settle_points: done from files (whoever wrote them, every spec_id), pending once the
     spec changes, failed / pending for a job that ended without files, skipped while the
     training is failed and pending again once retried; rotated step_<N>.pt are no points."""
-    from common.records import EvalSpec
     from sweeps.launcher import LocalLauncher
 
     spec = EvalSpec.from_args("lm-eval", ["arc_easy"], 2, "prior", 1, None, None)
@@ -355,27 +358,27 @@ def test_point_states_are_derived_from_facts(tmp_path: Path) -> None:
         (ck / name).write_text("x")
     (run / "eval").mkdir()
     (run / "eval" / f"lm-eval.{spec.id}.step2.json").write_text("{}")
-    m = SM.SweepManifest(name="m", eval_points=2, eval_specs={"lm-eval": spec})
+    m = Manifest(name="m", eval_points=2, eval_specs={"lm-eval": spec})
     jobs = LocalLauncher(tmp_path / "jobs")
-    c = SM.SweepCell(cell="x", arm="free", run_dir=str(run), state="running",
-                     points={4: SM.PointState(state="running", job_id="999999999")})
-    c.settle_points(m, tmp_path, jobs)
+    c = ManifestCell(cell="x", arm="free", run_dir=str(run), state="running",
+                     points={4: PointState(state="running", job_id="999999999")})
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert {s: p.state for s, p in c.points.items()} == {2: "done", 4: "pending"}
     assert c.points[4].reason.startswith("interrupted")
     c.state = "failed"
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert c.to_json()["points"]["4"] == {"state": "skipped", "job_id": "999999999",
                                           "reason": SM.TRAINING_FAILED}
     assert c.points[2].state == "done"  # evaluated before the failure: kept
     c.state = "running"  # RETRY_FAILED=1
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert c.points[4].state == "pending"
     m.eval_specs = {"lm-eval": spec, "evalplus": other}  # another spec: not done under it
-    c.settle_points(m, tmp_path, jobs)
+    c.settle_points(m, RunDir(run), {}, jobs)
     assert c.points[2].state == "pending"
     assert not any(isinstance(v, (int, float)) for p in c.to_json()["points"].values()
                    for v in p.values())
     # without EVAL_POINTS nothing is recorded
-    c2 = SM.SweepCell(cell="y", arm="free", run_dir=str(run), state="done")
-    c2.settle_points(SM.SweepManifest(name="m", eval_specs=m.eval_specs), tmp_path, jobs)
+    c2 = ManifestCell(cell="y", arm="free", run_dir=str(run), state="done")
+    c2.settle_points(Manifest(name="m", eval_specs=m.eval_specs), RunDir(run), {}, jobs)
     assert "points" not in c2.to_json()
