@@ -15,7 +15,7 @@ experiments/train/config.py, the one config schema `make train` uses; the grid i
 `load(name_or_path) -> Recipe` and the Recipe's methods turn it into what the suite's parts take:
 `training_overrides()` (the `make train` overrides), `sweep_spec()` (the grid), `corpus` and
 `corpus_overrides()`, `eval_runs()`, `eval.points`, `table3_points()`, and `micro_batches()`
-(the micro-batch per GPU type: measured where pipelines/recipe_memory.py measured it, else the
+(the micro-batch per GPU type: measured where dev/recipe_memory.py measured it, else the
 hand estimate; gradient accumulation keeps the global batch, so it never changes what is
 trained). Bad input is one UsageError line naming the file and the key.
 """
@@ -53,7 +53,7 @@ RecipeError = UsageError
 """The old name, while pipelines/gpu_check.py imports it."""
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "measured" / "memory" / "recipes.json"
-"""pipelines/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
+"""dev/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
 and the micro-batch it chose by them (`Recipe.measured_micro_batches`)."""
 GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
                                "H200-141GB": 141.0}
@@ -142,7 +142,7 @@ class MicroBatch:
     basis: str = "hand estimate"
     """How it was chosen: "hand estimate" (memory_estimate, not measured at this recipe's
     present settings) or "measured" (the largest whose fake-tensor peaks of training,
-    validation and save fit USABLE_FRACTION, pipelines/recipe_memory.py, MEASURED_RECORDS)."""
+    validation and save fit USABLE_FRACTION, dev/recipe_memory.py, MEASURED_RECORDS)."""
     measured_gb: float | None = None
     """With basis "measured": the largest measured peak of those phases, decimal GB."""
 
@@ -378,7 +378,7 @@ class Recipe:
         return {**self.hand_micro_batches(), **self.measured_micro_batches()}
 
     def measured_micro_batches(self) -> dict[str, MicroBatch]:
-        """The micro-batch per GPU type that pipelines/recipe_memory.py chose by measurement
+        """The micro-batch per GPU type that dev/recipe_memory.py chose by measurement
         (MEASURED_RECORDS), for this recipe as it is now (`memory_key`); a GPU type it did not
         measure, or a changed recipe, is absent."""
         try:

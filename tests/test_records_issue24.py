@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from fake import write_fake_sweep
 
 from analysis.frame import load_sweep
