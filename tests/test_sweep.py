@@ -103,7 +103,7 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: ")
         ("--limt 2", "unrecognized arguments: --limt 2"),
         ("--z prior-q", "argument --z: invalid choice: 'prior-q'"),
         ("--limit two", "argument --limit: invalid int value: 'two'"),
-        ("--limit 0", "--limit: 0 must be >= 1"),
+        ("--limit 0", "argument --limit: 0 must be >= 1"),
         (f"--tasks arc_easy,race --data {BENCH}", "--tasks: no offline data for race"),
         ("--tasks arc_easy --data /nonexistent/bench", "benchmark data /nonexistent/bench: "),
         ("--tasks 'arc_easy", "No closing quotation"))),
