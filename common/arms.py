@@ -32,10 +32,6 @@ COMPUTE = ("tokens", "flops")
 FLOPs of the Free Transformer of its H (`train.compute_match=flops`)."""
 
 
-ArmError = UsageError
-"""The old name, while tests/test_common_api.py imports it."""
-
-
 @dataclass(frozen=True)
 class Arm:
     """One arm of a sweep."""

@@ -25,8 +25,6 @@ from typing import Any
 from .errors import UsageError
 
 MAX_DENOMINATOR = 1024
-KappaError = UsageError
-"""The old name, while experiments/synthetic.py imports it."""
 
 
 def parse_kappa(token: str, name: str = "kappa") -> float:

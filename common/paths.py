@@ -444,15 +444,3 @@ class SweepDir:
         """The run directories of the manifest's cells that have a run-id, in cell order."""
         m = self.manifest()
         return [RunDir.of(c.run_id, self.root) for c in m.cells if c.run_id]
-
-
-# ------------------------------------------------------------------------------ run-dir shortcuts
-# experiments/eval/chain.py's (it names a run by its directory)
-def point_evaluated(run_dir: str | os.PathLike, step: int, spec_ids: Sequence[str]) -> bool:
-    """RunDir(run_dir).point_evaluated(step, spec_ids)."""
-    return RunDir(Path(run_dir)).point_evaluated(step, spec_ids)
-
-
-def points_ready(run_dir: str | os.PathLike, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
-    """RunDir(run_dir).points_ready(spec_ids)."""
-    return RunDir(Path(run_dir)).points_ready(spec_ids)

@@ -50,7 +50,7 @@ import torch
 from common import arms
 from common.errors import ArgParser, UsageError, cli, positive_int
 from common.io import atomic_write_text, unwritable
-from common.kappa import KappaError, kappa_label
+from common.kappa import kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
 from common.paths import RunDir, results_root, runs_dir
 from common.provenance import loadavg
@@ -198,10 +198,7 @@ TrainFn = Callable[[str, int, float, SyntheticSettings], Trained]
 def parse_kappas(text: str) -> tuple[float, ...]:
     """The --kappa list (common.kappa's parser: space or comma separated, no value twice), at
     least one."""
-    try:
-        kappas = tuple(parse_kappa_list(text, "--kappa"))
-    except KappaError as e:
-        raise UsageError(str(e)) from None
+    kappas = tuple(parse_kappa_list(text, "--kappa"))
     if not kappas:
         raise UsageError(f"--kappa: {text!r} holds no value; give free-bits thresholds "
                                  "like '1/64 1/8 1 8'")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from common import arms, benchmarks
+from common.errors import UsageError
 from common.paths import RunDir, SweepDir
 from common.records import (
     EVALPLUS_TASKS,
@@ -159,10 +160,10 @@ def test_every_grid_arm_has_one_record():
         assert a.matched_to
     assert arms.find("nope") is None and arms.find(None) is None and arms.find(float("nan")) \
         is None
-    with pytest.raises(arms.ArmError, match="'nope': not a known arm"):
+    with pytest.raises(UsageError, match="'nope': not a known arm"):
         arms.arm("nope")
     assert arms.by_control("zcut") is arms.FREE_ZCUT
-    with pytest.raises(arms.ArmError, match="not a known control"):
+    with pytest.raises(UsageError, match="not a known control"):
         arms.by_control("plus2")
 
 
@@ -188,11 +189,11 @@ def test_arm_properties_match_the_grid():
 
 
 def test_an_inconsistent_arm_is_refused():
-    with pytest.raises(arms.ArmError, match="disagrees with model_class"):
+    with pytest.raises(UsageError, match="disagrees with model_class"):
         arms.Arm("x", latent=True, model_class="Transformer", matched_to="-")
-    with pytest.raises(arms.ArmError, match="z_cut needs a latent"):
+    with pytest.raises(UsageError, match="z_cut needs a latent"):
         arms.Arm("x", latent=False, model_class="Transformer", matched_to="-", z_cut=True)
-    with pytest.raises(arms.ArmError, match="compute"):
+    with pytest.raises(UsageError, match="compute"):
         arms.Arm("x", latent=False, model_class="Transformer", matched_to="-", compute="bits")
 
 

@@ -3,13 +3,12 @@ checkpoint without its eval files (EVAL_POINTS), then the validation likelihood;
 evaluation of one kept checkpoint while the run still trains (a point job).
 
 A sweep (sweeps/) runs the chain as one job per cell after training, and a point job per kept
-checkpoint as soon as it appears (`points_ready`); it knows nothing of manifests:
+checkpoint as soon as it appears (`RunDir.points_ready`); it knows nothing of manifests:
 
     chain_argv(...)                a job's command line (`<entry> RUN --spec-ids ... -- <argv>`;
                                    with `point=N`: `--point N`, that kept checkpoint only)
     kept_checkpoints(run)          the checkpoints EVAL_POINTS evaluates, oldest first
     checkpoint_evals_missing(...)  those still lacking an eval file for some spec_id
-    points_ready(...)              those a point job may evaluate now (before final.pt exists)
     eval_point(...)                evaluate one kept checkpoint unless its files exist
     eval_chain(...)                run the chain; the first failing exit code, else 0
 
@@ -28,10 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from common.io import flocked
-from common.paths import RunDir, point_evaluated, points_ready
-
-__all__ = ["chain_argv", "checkpoint_evals_missing", "eval_chain", "eval_point",
-           "kept_checkpoints", "point_evaluated", "point_lock", "points_ready"]
+from common.paths import RunDir
 
 LIKELIHOOD_MODULE = "experiments.eval.likelihood"
 

@@ -44,7 +44,7 @@ _ROW = re.compile(r"^\|\s*([^|]+?)\s*\|.*?`([0-9a-f]{64})`")
 
 
 DataError = UsageError
-"""The old name, while sweeps/backend.py imports it (through experiments/eval/benchdata.py)."""
+"""The old name, while sweeps/backend.py imports it."""
 
 
 @dataclass
