@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process umask, read without changing it where Linux allows (os.umask can only be
     read by setting it, which races with other threads creating files)."""
     try:
@@ -48,7 +48,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> 
     try:
         mode = path.stat().st_mode & 0o7777
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
+        mode = 0o666 & ~umask()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)

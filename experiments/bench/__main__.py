@@ -3,7 +3,6 @@ experiments/bench/__init__.py for the sections."""
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -12,11 +11,11 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
-from common.errors import UsageError, cli
+from common.errors import ArgParser, cli
 from common.io import atomic_write_json, atomic_write_text, unwritable
 from common.paths import results_root
 from experiments.train.plan import duration
@@ -121,19 +120,12 @@ def _write(res: dict[str, Any], json_path: Path, md: Path) -> None:
     atomic_write_text(md, render_markdown(res) + tail)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's own refusals go through the one error path (one line, exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def main(argv: list[str] | None = None) -> int:
     return cli("python -m experiments.bench", lambda: _main(argv))
 
 
 def _main(argv: list[str] | None) -> int:
-    p = _Parser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
+    p = ArgParser(prog="python -m experiments.bench", description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=sorted(SIZES), default=os.environ.get("BENCH_SIZE", "full"))
     p.add_argument("--sections", default=",".join(ALL_SECTIONS),
                    help=f"comma-separated subset of {','.join(ALL_SECTIONS)}")

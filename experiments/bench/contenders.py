@@ -53,10 +53,6 @@ def xt_free_transformer(cfg: ftmodel.ModelConfig) -> torch.nn.Module:
                rotary_emb_dim=cfg.head_dim)  # its RoPE base is fixed at 10000 (= ours)
 
 
-def n_params(m: torch.nn.Module) -> int:
-    return sum(p.numel() for p in {id(p): p for p in m.parameters()}.values())
-
-
 def make_optimizer(m: torch.nn.Module) -> torch.optim.Optimizer:
     # The same AdamW (default implementation choice) for every contender.
     return torch.optim.AdamW(m.parameters(), lr=3e-4, weight_decay=0.1, betas=(0.9, 0.95))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import importlib
 import json
 import os
 import platform
@@ -17,7 +16,7 @@ from typing import Any
 
 import torch
 
-from common.provenance import git_commit
+from common.provenance import git_commit, versions
 
 SCHEMA = "ftbench-bench-v1"
 ALL_SECTIONS = ("train", "free", "mapper", "generate", "generate_batch", "eval")
@@ -157,19 +156,8 @@ def machine_info(device: torch.device) -> dict[str, Any]:
         "device": str(device), "mkldnn": torch.backends.mkldnn.is_available(),
         "loadavg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
-    for mod in ("transformers", "x_transformers", "lm_eval"):
-        try:
-            m = importlib.import_module(mod)
-            info[mod] = getattr(m, "__version__", None)
-        except Exception:  # noqa: BLE001 - optional packages
-            info[mod] = None
-    if info["x_transformers"] is None:
-        try:
-            from importlib.metadata import version
-
-            info["x_transformers"] = version("x-transformers")
-        except Exception:  # noqa: BLE001
-            pass
+    info.update({k: v for k, v in versions("transformers", "x_transformers", "lm_eval").items()
+                 if k != "python"})  # None: not installed (optional packages)
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     info["git_commit"] = git_commit()

@@ -14,6 +14,7 @@ import torch
 
 import model as ftmodel
 from experiments.eval.hf_export import to_llama
+from model import count_parameters as n_params
 from model.free_transformer import latent_embedding, sample_codes
 
 from .contenders import (
@@ -22,7 +23,6 @@ from .contenders import (
     exported_baseline,
     mc_requests,
     mmlu_requests,
-    n_params,
     our_config,
     recompute_generate,
     train_step_fn,

@@ -23,6 +23,7 @@ import math
 import os
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from common import benchmarks
@@ -68,13 +69,8 @@ def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workd
     workdir.mkdir(parents=True, exist_ok=True)
     src = problems_file(task, data_dir)
     probs = load_problems(src, limit)
-
-    class _Req:
-        def __init__(self, a: tuple) -> None:
-            self.args = a
-
     gen_kw = {"until": STOP, "max_gen_toks": max_gen_toks, "do_sample": False}
-    reqs = [_Req((p["prompt"], gen_kw)) for p in probs]
+    reqs = [SimpleNamespace(args=(p["prompt"], gen_kw)) for p in probs]
     completions = lm.generate_until(reqs)
     samples = workdir / f"{task}_samples.jsonl"
     samples.write_text("".join(

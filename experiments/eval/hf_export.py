@@ -24,7 +24,7 @@ import torch
 
 from common import arms
 from common.errors import ArgParser, UsageError, cli
-from common.io import unwritable
+from common.io import umask, unwritable
 from common.paths import RunDir
 from experiments.corpus.tokenizer import EOS
 from model import load_checkpoint
@@ -95,8 +95,7 @@ def to_llama(model: torch.nn.Module, eos_id: int | None = None,
 
 def _umask_files(out: Path) -> None:
     """Give the written files the mode the umask allows (some writers use 0600 temp files)."""
-    mask = os.umask(0)
-    os.umask(mask)
+    mask = umask()
     for f in out.iterdir():
         if f.is_file():
             f.chmod(0o666 & ~mask)

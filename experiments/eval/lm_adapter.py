@@ -62,6 +62,7 @@ import logging
 import math
 import os
 from collections.abc import Callable, Iterable, Sequence
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import torch
@@ -681,12 +682,8 @@ class FTBenchLM(TemplateLM):
     def loglikelihood_pairs(self, pairs: Sequence[tuple[str, str]],
                             disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         """loglikelihood on bare (context, continuation) strings (no lm-eval Instance)."""
-
-        class _Req:
-            def __init__(self, a: tuple[str, str]) -> None:
-                self.args = a
-
-        return self.loglikelihood([_Req(p) for p in pairs], disable_tqdm=disable_tqdm)
+        return self.loglikelihood([SimpleNamespace(args=p) for p in pairs],
+                                  disable_tqdm=disable_tqdm)
 
     def loglikelihood_rolling(self, requests: list, disable_tqdm: bool = False) -> list[float]:
         strings = [req.args[0] for req in requests]
