@@ -1,22 +1,13 @@
-"""Typed records for every file the suite writes (docs/RESULTS.md), standard library only, so
-that `analysis/` can import it without torch.
+"""Typed records for every file the suite writes, standard library only (analysis/ imports it
+without torch); what each file holds and how schema versions read: docs/RESULTS.md, "Records
+and schema versions".
 
-Each record is a dataclass with `to_json()` (a JSON-able dict, the file's content) and
-`from_json(d)` (a classmethod). The fields a reader relies on are typed; everything else a writer
-records rides in `extra` untouched ("writers add fields freely"). One name per concept: `arm`
-("baseline" | "free" | a control), `latent_bits` (a model's own H: 0 for every baseline and
-baseline control, common.arms), `match_latent_bits` (the H a FLOPs-matched control is matched
-to; None otherwise) and `z_mode` (never null). One upgrade is left, at this edge: an eval file
-without `spec` (written before specs; analysis/ and tests/fake.py still plant them) gets its
-spec derived from its fields and name (`EvalFile.legacy`).
-
-The sweep's manifest is one schema, `Manifest` and `ManifestCell`, written by the sweep driver
-and read by analysis: a cell's running state is typed fields, and every state transition is a
-method of the cell (sweeps/manifest.py builds, locks, saves and prints it).
-
-Schema versions: each file carries `"schema": "<name>-v<N>"` (SCHEMAS); a file without one is
-read as version 1 (they were all written before versioning, in today's layout or an older one).
-A version newer than this code knows is one UsageError naming the file's and the known one.
+Every record reads and writes through one path, `_Record`: its fields in the file's order, the
+keys no field types kept in `extra` ("writers add fields freely"). One upgrade is left, at this
+edge, while tests/fake.py still plants such files: an eval file without `spec` gets its spec
+derived from its fields and name (`EvalFile.legacy`). The sweep's manifest (`Manifest`,
+`ManifestCell`) has every state transition of a cell as a method of the cell
+(sweeps/manifest.py builds, locks, saves and prints it).
 """
 
 from __future__ import annotations
@@ -26,10 +17,10 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from . import arms, benchmarks
 from .errors import UsageError
@@ -77,12 +68,6 @@ def _obj(d: Any, what: str) -> dict[str, Any]:
     return dict(d)
 
 
-def _rest(d: Mapping[str, Any], cls: type) -> dict[str, Any]:
-    """The keys of d that are not typed fields of cls (kept verbatim in `extra`)."""
-    own = {f.name for f in fields(cls)} | {"schema"}
-    return {k: v for k, v in d.items() if k not in own}
-
-
 def _int_or_none(x: Any) -> int | None:
     if x is None or isinstance(x, bool):
         return None
@@ -90,6 +75,81 @@ def _int_or_none(x: Any) -> int | None:
         return int(x)
     except (TypeError, ValueError):
         return None
+
+
+def _str(x: Any) -> str | None:
+    return None if x is None else str(x)
+
+
+def _or(default: Any) -> Callable[[Any], Any]:
+    """A reader that takes a falsy value (0, "", None) for `default`."""
+    return lambda v: v or default
+
+
+def _mapping(v: Any) -> dict[str, Any]:
+    return dict(v) if isinstance(v, Mapping) else {}
+
+
+def _json_of(v: Any) -> Any:
+    return None if v is None else v.to_json()
+
+
+def _f(default: Any = MISSING, *, factory: Callable[[], Any] | None = None,
+       load: Callable[[Any], Any] | None = None, dump: Callable[[Any], Any] | None = None,
+       omit: Callable[[Any], bool] | None = None) -> Any:
+    """A record field: how its JSON value reads (`load`, applied after a missing or null value
+    became the field's default), how it writes (`dump`) and when it is left out (`omit`)."""
+    md = {k: v for k, v in (("load", load), ("dump", dump), ("omit", omit)) if v is not None}
+    if factory is not None:
+        return field(default_factory=factory, metadata=md)
+    return field(default=default, metadata=md)
+
+
+R = TypeVar("R", bound="_Record")
+
+
+class _Record:
+    """to_json/from_json from the dataclass fields, the one path every file goes through: a
+    field's JSON key is its name, in declaration order (the files' order); the keys no field
+    types ride in the `EXTRA` field, merged where it is declared; `_f` says how a field reads,
+    writes and when it is left out. `KIND` names the file's schema (SCHEMAS), checked on
+    reading (`_version`) and written first unless `WRITES_SCHEMA` is off."""
+
+    KIND: ClassVar[str | None] = None
+    WHAT: ClassVar[str] = "record"
+    """What a file that is not a JSON object is called in the error line."""
+    EXTRA: ClassVar[str] = "extra"
+    WRITES_SCHEMA: ClassVar[bool] = True
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"schema": SCHEMAS[self.KIND]} \
+            if self.KIND and self.WRITES_SCHEMA else {}
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if f.name == self.EXTRA:
+                d.update(v)
+            elif not ("omit" in f.metadata and f.metadata["omit"](v)):
+                d[f.name] = f.metadata["dump"](v) if "dump" in f.metadata else v
+        return d
+
+    @classmethod
+    def from_json(cls: type[R], d: Any, name: str = "", **given: Any) -> R:
+        """The record of a file's content (`name`: the file, for error lines); `given`: fields
+        the caller derived itself."""
+        d = _obj(d, name or cls.WHAT)
+        if cls.KIND:
+            _version(d, cls.KIND, name)
+        kw: dict[str, Any] = {}
+        for f in fields(cls):  # type: ignore[arg-type]
+            if f.name in given or f.name == cls.EXTRA:
+                continue
+            v = d.get(f.name)
+            if v is None:  # a missing or null value is the field's default
+                v = f.default_factory() if f.default_factory is not MISSING else (
+                    None if f.default is MISSING else f.default)
+            kw[f.name] = f.metadata["load"](v) if "load" in f.metadata else v
+        own = {f.name for f in fields(cls)} | {"schema"}  # type: ignore[arg-type]
+        return cls(**kw, **given, **{cls.EXTRA: {k: v for k, v in d.items() if k not in own}})
 
 
 def spec_id(spec: Mapping[str, Any]) -> str:
@@ -147,7 +207,7 @@ def _argv_int(argv: Any, flag: str) -> int | None:
 
 # ------------------------------------------------------------------------------ eval spec
 @dataclass(frozen=True)
-class EvalSpec:
+class EvalSpec(_Record):
     """What one suite's evaluation does, comparable across runs; hashes to `spec_id`.
 
     z_mode and k are the *requested* ones (the same for every arm of a sweep, though a baseline
@@ -156,20 +216,24 @@ class EvalSpec:
     evaluated on several suites) has suite "lm-eval+evalplus" and each suite's spec in `suites`.
     """
 
-    suite: str
-    tasks: tuple[str, ...]
+    suite: str = _f(load=str)
+    tasks: tuple[str, ...] = _f(load=lambda v: tuple(v or ()), dump=list)
     limit: int | None
-    z_mode: str
-    k: int
+    z_mode: str = _f(load=_or("prior"))
+    k: int = _f(load=lambda v: 1 if v is None else v)
     fewshot: int | None
     gen_tokens: int | None
-    data_checksums: Mapping[str, str] = field(default_factory=dict)
-    suites: Mapping[str, EvalSpec] | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
-    context: int | None = None
+    data_checksums: Mapping[str, str] = _f(factory=dict, load=dict, dump=dict)
+    context: int | None = _f(None, omit=lambda v: v is None)
     """The window the evaluation scored in, in tokens: the run's train.seq_len. None: a spec
     from before the field (the model's max_seq_len then); absent from its JSON, so its id is
     unchanged."""
+    suites: Mapping[str, EvalSpec] | None = _f(
+        None, omit=lambda v: v is None, dump=lambda v: {s: sp.to_json() for s, sp in v.items()},
+        load=lambda v: {s: EvalSpec.from_json(x) for s, x in v.items() if isinstance(x, dict)}
+        if isinstance(v, dict) else None)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    WHAT: ClassVar[str] = "eval spec"
 
     @classmethod
     def from_args(cls, suite: str, tasks: list[str] | tuple[str, ...], limit: int | None,
@@ -200,32 +264,6 @@ class EvalSpec:
                                     if s.gen_tokens is not None), None),
                    data_checksums=dict(sorted(sums.items())), suites=dict(specs),
                    context=first.context)
-
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"suite": self.suite, "tasks": list(self.tasks), "limit": self.limit,
-                             "z_mode": self.z_mode, "k": self.k, "fewshot": self.fewshot,
-                             "gen_tokens": self.gen_tokens,
-                             "data_checksums": dict(self.data_checksums)}
-        if self.context is not None:
-            d["context"] = self.context
-        if self.suites is not None:
-            d["suites"] = {s: sp.to_json() for s, sp in self.suites.items()}
-        return {**d, **self.extra}
-
-    @classmethod
-    def from_json(cls, d: Any) -> EvalSpec:
-        d = _obj(d, "eval spec")
-        inner = d.get("suites")
-        return cls(suite=str(d.get("suite")), tasks=tuple(d.get("tasks") or ()),
-                   limit=d.get("limit"), z_mode=d.get("z_mode") or "prior",
-                   k=d.get("k", 1), fewshot=d.get("fewshot"), gen_tokens=d.get("gen_tokens"),
-                   data_checksums=dict(d.get("data_checksums") or {}),
-                   suites={s: cls.from_json(v) for s, v in inner.items() if isinstance(v, dict)}
-                   if isinstance(inner, dict) else None,
-                   context=d.get("context"),
-                   extra={k: v for k, v in d.items() if k not in (
-                       "suite", "tasks", "limit", "z_mode", "k", "fewshot", "gen_tokens",
-                       "data_checksums", "suites", "context")})
 
     @property
     def id(self) -> str:
@@ -297,50 +335,45 @@ class EvalRuntime:
 
 
 # ------------------------------------------------------------------------------ eval file
-@dataclass(frozen=True)
-class EvalFile:
+@dataclass(frozen=True, kw_only=True)
+class EvalFile(_Record):
     """<run>/eval/<suite>...json. `tasks` maps each task to its entry as written (metrics,
     items, truncation, sandbox, error); `legacy` is True for a file written before specs (its
     spec derived from its fields and name)."""
 
-    suite: str
-    spec: EvalSpec
-    spec_id: str
     run_id: str | None = None
     checkpoint: str | None = None
-    checkpoint_step: int | None = None
+    checkpoint_step: int | None = _f(None, load=_int_or_none)
     arm: str | None = None
-    z_mode: str = "prior"
+    z_mode: str = _f("prior", load=_or("prior"))
     k: int = 1
     leaks: bool = False
     seed: int | None = None
     limit: int | None = None
-    tasks: Mapping[str, Any] = field(default_factory=dict)
-    legacy: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
+    suite: str
+    spec: EvalSpec = _f(dump=_json_of)
+    spec_id: str
+    tasks: Mapping[str, Any] = _f(factory=dict, dump=dict,
+                                  load=lambda v: v if isinstance(v, dict) else {})
+    legacy: bool = _f(False, omit=lambda v: True)
     KIND: ClassVar[str] = "eval"
+    WHAT: ClassVar[str] = "eval file"
 
     def to_json(self) -> dict[str, Any]:
-        head = {"schema": SCHEMAS["eval"], "run_id": self.run_id, "checkpoint": self.checkpoint,
-                "checkpoint_step": self.checkpoint_step, "arm": self.arm,
-                "z_mode": self.z_mode, "k": self.k, "leaks": self.leaks, "seed": self.seed,
-                "limit": self.limit}
-        body = {"suite": self.suite, "spec": None if self.legacy else self.spec.to_json(),
-                "spec_id": None if self.legacy else self.spec_id}
+        d = super().to_json()
         if self.legacy:  # written before specs: no spec keys (from_json derives them again)
-            body = {"suite": self.suite}
-        return {**head, **self.extra, **body, "tasks": dict(self.tasks)}
+            del d["spec"], d["spec_id"]
+        return d
 
     @classmethod
-    def from_json(cls, d: Any, name: str = "") -> EvalFile:
+    def from_json(cls, d: Any, name: str = "", **given: Any) -> EvalFile:
         """An eval file's content; `name` (the file's name) completes a legacy spec."""
-        d = _obj(d, name or "eval file")
-        _version(d, "eval", name)
+        d = _obj(d, name or cls.WHAT)
         suite = d.get("suite") or name.split(".")[0]
         raw = d.get("spec")
-        legacy = not isinstance(raw, dict)
-        tasks = d.get("tasks") if isinstance(d.get("tasks"), dict) else {}
-        if legacy:
+        if legacy := not isinstance(raw, dict):
+            tasks = d.get("tasks") if isinstance(d.get("tasks"), dict) else {}
             spec = EvalSpec(suite=suite, tasks=tuple(sorted(tasks)), limit=d.get("limit"),
                             z_mode=d.get("z_mode") or "prior", k=d.get("k", 1),
                             fewshot=d.get("fewshot_override"),
@@ -351,12 +384,8 @@ class EvalFile:
             spec = EvalSpec.from_json(raw)
             sid = str(d.get("spec_id") or spec_id(raw))
         z = d.get("z_mode") or "prior"
-        return cls(suite=suite, spec=spec, spec_id=sid, run_id=d.get("run_id"),
-                   checkpoint=d.get("checkpoint"),
-                   checkpoint_step=_int_or_none(d.get("checkpoint_step")), arm=d.get("arm"),
-                   z_mode=z, k=d.get("k", 1), leaks=bool(d.get("leaks", z == "posterior")),
-                   seed=d.get("seed"), limit=d.get("limit"), tasks=tasks, legacy=legacy,
-                   extra=_rest(d, cls) | {})
+        return super().from_json(d, name, suite=suite, spec=spec, spec_id=sid, legacy=legacy,
+                                 leaks=bool(d.get("leaks", z == "posterior")), **given)
 
     def header(self) -> dict[str, Any]:
         """Everything but the tasks (the report's provenance footer)."""
@@ -364,22 +393,25 @@ class EvalFile:
 
 
 # ------------------------------------------------------------------------------ likelihood
-@dataclass(frozen=True)
-class LikelihoodFile:
+@dataclass(frozen=True, kw_only=True)
+class LikelihoodFile(_Record):
     """<run>/eval/likelihood.<spec_id>.step<N>.json: validation likelihood of a checkpoint.
     `arm` is "baseline" or "free"; the bound's
     numbers (nll_nats_per_token, bpb, exact, iwae, spread_bpb, prior_k1, posterior, ...) are in
     `extra`, as `validation_likelihood` returns them."""
 
-    spec: Mapping[str, Any]
+    spec: Mapping[str, Any] = _f(dump=dict)
     spec_id: str
     arm: str
     run_id: str | None = None
     checkpoint: str | None = None
-    checkpoint_step: int | None = None
+    checkpoint_step: int | None = _f(None, load=_int_or_none)
     n_tokens: int | None = None
     n_bytes: int | None = None
+    suite: str = _f("likelihood", load=lambda _: "likelihood")
     extra: Mapping[str, Any] = field(default_factory=dict)
+    KIND: ClassVar[str] = "likelihood"
+    WHAT: ClassVar[str] = "likelihood file"
 
     @staticmethod
     def spec_of(ks: list[int] | tuple[int, ...], max_rows: int | None,
@@ -393,24 +425,14 @@ class LikelihoodFile:
         return f"likelihood.{spec_id(spec)}.step{step if step is not None else 'NA'}.json"
 
     def to_json(self) -> dict[str, Any]:
-        d = {"schema": SCHEMAS["likelihood"], "suite": "likelihood", "spec": dict(self.spec),
-             "spec_id": self.spec_id, "checkpoint_step": self.checkpoint_step,
-             "run_id": self.run_id, "checkpoint": self.checkpoint, "arm": self.arm,
-             "n_tokens": self.n_tokens, "n_bytes": self.n_bytes, **self.extra}
-        return dict(sorted(d.items()))
+        return dict(sorted(super().to_json().items()))
 
     @classmethod
-    def from_json(cls, d: Any, name: str = "") -> LikelihoodFile:
-        d = _obj(d, name or "likelihood file")
-        _version(d, "likelihood", name)
+    def from_json(cls, d: Any, name: str = "", **given: Any) -> LikelihoodFile:
+        d = _obj(d, name or cls.WHAT)
         spec = d.get("spec") if isinstance(d.get("spec"), dict) else {}
-        arm = d.get("arm")
-        return cls(spec=spec, spec_id=str(d.get("spec_id") or spec_id(spec)),
-                   arm=arm, run_id=d.get("run_id"),
-                   checkpoint=d.get("checkpoint"),
-                   checkpoint_step=_int_or_none(d.get("checkpoint_step")),
-                   n_tokens=d.get("n_tokens"), n_bytes=d.get("n_bytes"),
-                   extra={k: v for k, v in _rest(d, cls).items() if k != "suite"})
+        return super().from_json(d, name, spec=spec,
+                                 spec_id=str(d.get("spec_id") or spec_id(spec)), **given)
 
     def bound_record(self) -> dict[str, Any]:
         """The record `compare_arms` takes (arm: "baseline" | "free", the model's kind)."""
@@ -419,39 +441,27 @@ class LikelihoodFile:
 
 
 # ------------------------------------------------------------------------------ runs
+def _section() -> Any:
+    """A config.yaml section: a mapping ({} when absent or not one)."""
+    return _f(factory=dict, load=_mapping, dump=dict)
+
+
 @dataclass(frozen=True)
-class RunRecord:
+class RunRecord(_Record):
     """results/runs/<run-id>/config.yaml (written as YAML; JSON is YAML too)."""
 
-    run_id: str
+    run_id: str = _f(load=str)
     arm: str
-    model: Mapping[str, Any] = field(default_factory=dict)
-    data: Mapping[str, Any] = field(default_factory=dict)
-    optim: Mapping[str, Any] = field(default_factory=dict)
-    train: Mapping[str, Any] = field(default_factory=dict)
-    accounting: Mapping[str, Any] = field(default_factory=dict)
-    provenance: Mapping[str, Any] = field(default_factory=dict)
+    model: Mapping[str, Any] = _section()
+    data: Mapping[str, Any] = _section()
+    optim: Mapping[str, Any] = _section()
+    train: Mapping[str, Any] = _section()
+    accounting: Mapping[str, Any] = _section()
+    provenance: Mapping[str, Any] = _section()
     extra: Mapping[str, Any] = field(default_factory=dict)
     """logging, corpus and whatever else a writer adds (kept in the file's order)."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMAS["run"], "run_id": self.run_id, "arm": self.arm,
-                "model": dict(self.model), "data": dict(self.data), "optim": dict(self.optim),
-                "train": dict(self.train), "accounting": dict(self.accounting),
-                "provenance": dict(self.provenance), **self.extra}
-
-    @classmethod
-    def from_json(cls, d: Any, name: str = "") -> RunRecord:
-        d = _obj(d, name or "config.yaml")
-        _version(d, "run", name)
-
-        def sub(k: str) -> dict[str, Any]:
-            return dict(d.get(k)) if isinstance(d.get(k), Mapping) else {}
-
-        return cls(run_id=str(d.get("run_id")), arm=d.get("arm"), model=sub("model"),
-                   data=sub("data"), optim=sub("optim"), train=sub("train"),
-                   accounting=sub("accounting"), provenance=sub("provenance"),
-                   extra=_rest(d, cls))
+    KIND: ClassVar[str] = "run"
+    WHAT: ClassVar[str] = "config.yaml"
 
     @property
     def latent_bits(self) -> int:
@@ -467,7 +477,7 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
-class MetricsLine:
+class MetricsLine(_Record):
     """One line of metrics.jsonl: kind ("train" | "val" | "final"), step, tokens, flops and the
     kind's values (docs/RESULTS.md), in the order written."""
 
@@ -476,21 +486,17 @@ class MetricsLine:
     tokens: float | None = None
     flops: float | None = None
     values: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "step": self.step, "tokens": self.tokens,
-                "flops": self.flops, **self.values}
+    KIND: ClassVar[str] = "metrics"
+    WHAT: ClassVar[str] = "metrics line"
+    EXTRA: ClassVar[str] = "values"
+    WRITES_SCHEMA: ClassVar[bool] = False  # lines carry no schema: ftbench-metrics-v1
 
     @classmethod
-    def from_json(cls, d: Any) -> MetricsLine:
-        d = _obj(d, "metrics line")
-        _version(d, "metrics")
-        if d.get("kind") not in ("train", "val", "final"):
-            raise RecordError(f"metrics line: kind {d.get('kind')!r} is not train/val/final")
-        return cls(kind=d["kind"], step=d.get("step"), tokens=d.get("tokens"),
-                   flops=d.get("flops"),
-                   values={k: v for k, v in d.items()
-                           if k not in ("kind", "step", "tokens", "flops", "schema")})
+    def from_json(cls, d: Any, name: str = "", **given: Any) -> MetricsLine:
+        line = super().from_json(d, name, **given)
+        if line.kind not in ("train", "val", "final"):
+            raise RecordError(f"metrics line: kind {line.kind!r} is not train/val/final")
+        return line
 
 
 # ------------------------------------------------------------------------------ manifest
@@ -520,84 +526,58 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _opt(d: dict[str, Any], **kv: Any) -> dict[str, Any]:
-    """d with the keys whose value is not None (optional keys are left out, as written)."""
-    return {**d, **{k: v for k, v in kv.items() if v is not None}}
+def _unset(v: Any) -> bool:
+    return v is None
 
 
 @dataclass
-class PointState:
+class PointState(_Record):
     """The evaluation of one kept checkpoint (a cell's `points["<step>"]`)."""
 
-    state: str = "pending"
-    job_id: str | None = None
+    state: str = _f("pending", load=_or("pending"))
+    job_id: str | None = _f(None, load=_str)
     reason: str | None = None
-    started: str | None = None
-    slot: int | None = None
-    wall_s: float | None = None
+    started: str | None = _f(None, omit=_unset)
+    slot: int | None = _f(None, load=_int_or_none, omit=_unset)
+    wall_s: float | None = _f(None, omit=_unset)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return _opt({"state": self.state, "job_id": self.job_id, "reason": self.reason},
-                    started=self.started, slot=self.slot, wall_s=self.wall_s) | self.extra
-
     @classmethod
-    def from_json(cls, d: Any) -> PointState:
-        d = dict(d) if isinstance(d, Mapping) else {}
-        return cls(state=d.pop("state", None) or "pending", job_id=_str(d.pop("job_id", None)),
-                   reason=d.pop("reason", None), started=d.pop("started", None),
-                   slot=_int_or_none(d.pop("slot", None)), wall_s=d.pop("wall_s", None),
-                   extra=d)
+    def from_json(cls, d: Any, name: str = "", **given: Any) -> PointState:
+        return super().from_json(d if isinstance(d, Mapping) else {}, name, **given)
 
 
 @dataclass
-class EvalState:
+class EvalState(_Record):
     """A cell's chained evaluation (`eval`): its job, the spec it ran under, the files it left."""
 
-    state: str = "pending"
-    job_id: str | None = None
+    state: str = _f("pending", load=_or("pending"))
+    job_id: str | None = _f(None, load=_str)
+    slot: int | None = _f(None, load=_int_or_none, omit=_unset)
     spec_id: str | None = None
-    slot: int | None = None
-    reason: str | None = None
-    wall_s: float | None = None
-    files: dict[str, str | None] | None = None
+    reason: str | None = _f(None, omit=_unset)
+    wall_s: float | None = _f(None, omit=_unset)
+    files: dict[str, str | None] | None = _f(
+        None, omit=_unset, load=lambda v: dict(v) if isinstance(v, Mapping) else None)
     """{suite: its eval file relative to the run dir, or None}: what settle_eval found."""
-    file: str | None = None
+    file: str | None = _f(None, omit=_unset)
     """The one suite's file, when the spec has one suite."""
-    points: list[int] | None = None
+    points: list[int] | None = _f(None, omit=_unset,
+                                  load=lambda v: list(v) if isinstance(v, list) else None)
     """With EVAL_POINTS: the steps with a file for every suite (the Table-3 points)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
-        return _opt({"state": self.state, "job_id": self.job_id}, slot=self.slot) | {
-            "spec_id": self.spec_id} | _opt({}, reason=self.reason, wall_s=self.wall_s,
-                                            files=self.files, file=self.file,
-                                            points=self.points) | self.extra
-
     @classmethod
-    def from_json(cls, d: Any) -> EvalState | None:
-        if not isinstance(d, Mapping):
-            return None
-        d = dict(d)
-        files, points = d.pop("files", None), d.pop("points", None)
-        return cls(state=d.pop("state", None) or "pending", job_id=_str(d.pop("job_id", None)),
-                   spec_id=d.pop("spec_id", None), slot=_int_or_none(d.pop("slot", None)),
-                   reason=d.pop("reason", None), wall_s=d.pop("wall_s", None),
-                   files=dict(files) if isinstance(files, Mapping) else None,
-                   file=d.pop("file", None),
-                   points=list(points) if isinstance(points, list) else None, extra=d)
+    def from_json(cls, d: Any, name: str = "", **given: Any) -> EvalState | None:
+        return super().from_json(d, name, **given) if isinstance(d, Mapping) else None
 
     def get(self, key: str, default: Any = None) -> Any:
         """The file's value of `key` (analysis/frame.py reads `eval` as the file's mapping)."""
         return self.to_json().get(key, default)
 
 
-def _str(x: Any) -> str | None:
-    return None if x is None else str(x)
-
-
 @dataclass
-class ManifestCell:
+class ManifestCell(_Record):
     """One cell of a sweep: the plan's identity and numbers, and its running state. Every state
     transition is a method here, and nothing else assigns a state: the driver reports what its
     jobs did (started, ended with an outcome) and `reconcile`, `reconcile_eval` and
@@ -605,36 +585,40 @@ class ManifestCell:
     result, read through the launcher that submitted it). The run directory is the caller's to
     hand in (`rd`: the cell's common.paths.RunDir; common.paths reads these records)."""
 
-    cell: str
-    arm: str
+    cell: str = _f(load=str)
+    arm: str = _f(load=str)
     kappa_bits: float | None = None
     latent_bits: int = 0
     """The model's own H (0 for every arm whose record has no latent: common.arms)."""
-    match_latent_bits: int | None = None
+    match_latent_bits: int | None = _f(None, load=_int_or_none)
     """The H a FLOPs-matched control is matched to (None: not such a control)."""
-    seed: int | None = None
+    seed: int | None = _f(None, load=_int_or_none)
     run_id: str | None = None
-    state: str = "pending"
+    state: str = _f("pending", load=_or("pending"))
     reason: str | None = None
-    job_id: str | None = None
+    job_id: str | None = _f(None, load=_str)
     """The training job (a local pid or a SLURM job id)."""
-    eval: EvalState | None = None
-    run_dir: str = ""
-    overrides: list[str] = field(default_factory=list)
-    tokens: float = 0.0
-    flops: float = 0.0
-    flops_per_token: float = 0.0
-    step: int | None = None
+    eval: EvalState | None = _f(None, load=lambda v: EvalState.from_json(v), dump=_json_of)
+    run_dir: str = _f("", load=str)
+    overrides: list[str] = _f(factory=list, load=list, dump=list)
+    tokens: float = _f(0.0, load=_or(0.0))
+    flops: float = _f(0.0, load=_or(0.0))
+    flops_per_token: float = _f(0.0, load=_or(0.0))
+    step: int | None = _f(None, load=_int_or_none)
     """The step of the run's newest checkpoint, as last seen."""
-    attempts: int = 0
+    attempts: int = _f(0, load=lambda v: _int_or_none(v) or 0)
     """Training jobs submitted for the cell, over every run of the sweep."""
-    slot: int | None = None
+    slot: int | None = _f(None, load=_int_or_none)
     """The local driver's slot of the last training job."""
     started: str | None = None
     finished: str | None = None
     wall_s: float | None = None
-    points: dict[int, PointState] = field(default_factory=dict)
-    config: dict[str, Any] = field(default_factory=dict)
+    points: dict[int, PointState] = _f(
+        factory=dict, omit=lambda v: not v,
+        dump=lambda v: {str(s): p.to_json() for s, p in sorted(v.items())},
+        load=lambda v: {int(s): PointState.from_json(p) for s, p in _mapping(v).items()
+                        if str(s).lstrip("-").isdigit()})
+    config: dict[str, Any] = _f(factory=dict, load=_or({}))
     """The resolved training config (the plan's)."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Keys this version does not know, kept as they were."""
@@ -643,40 +627,15 @@ class ManifestCell:
         if isinstance(self.eval, Mapping):  # a planted file's {"state": ..., "file": ...}
             self.eval = EvalState.from_json(self.eval)
 
-    # ---- the file ----------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        d = {f.name: getattr(self, f.name) for f in fields(self)
-             if f.name not in ("points", "config", "extra")}
-        d["eval"] = self.eval.to_json() if self.eval is not None else None
-        d["overrides"] = list(self.overrides)
-        if self.points:
-            d["points"] = {str(s): p.to_json() for s, p in sorted(self.points.items())}
-        return d | {"config": self.config} | self.extra
+    WHAT: ClassVar[str] = "manifest cell"
 
+    # ---- the file ----------------------------------------------------------------------------
     @classmethod
-    def from_json(cls, d: Any) -> ManifestCell:
-        d = _obj(d, "manifest cell")
-        pts = d.get("points") if isinstance(d.get("points"), Mapping) else {}
-        own = {f.name for f in fields(cls)}
+    def from_json(cls, d: Any, name: str = "", **given: Any) -> ManifestCell:
+        d = _obj(d, name or cls.WHAT)
         known = arms.find(d.get("arm"))  # a baseline or baseline control has no latent: 0
         lb = 0 if known is not None and not known.latent else _int_or_none(d.get("latent_bits"))
-        return cls(cell=str(d.get("cell")), arm=str(d.get("arm")), kappa_bits=d.get("kappa_bits"),
-                   latent_bits=lb or 0,
-                   match_latent_bits=_int_or_none(d.get("match_latent_bits")),
-                   seed=_int_or_none(d.get("seed")), run_id=d.get("run_id"),
-                   state=d.get("state") or "pending", reason=d.get("reason"),
-                   job_id=_str(d.get("job_id")), eval=EvalState.from_json(d.get("eval")),
-                   run_dir=str(d.get("run_dir") or ""), overrides=list(d.get("overrides") or []),
-                   tokens=d.get("tokens") or 0.0, flops=d.get("flops") or 0.0,
-                   flops_per_token=d.get("flops_per_token") or 0.0,
-                   step=_int_or_none(d.get("step")),
-                   attempts=_int_or_none(d.get("attempts")) or 0,
-                   slot=_int_or_none(d.get("slot")), started=d.get("started"),
-                   finished=d.get("finished"), wall_s=d.get("wall_s"),
-                   points={int(s): PointState.from_json(p) for s, p in pts.items()
-                           if str(s).lstrip("-").isdigit()},
-                   config=dict(d.get("config") or {}),
-                   extra={k: v for k, v in d.items() if k not in own})
+        return super().from_json(d, name, latent_bits=lb or 0, **given)
 
     @property
     def run(self) -> Path:
@@ -888,18 +847,13 @@ def _step_of(path: Path) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-@dataclass
-class Manifest:
+@dataclass(kw_only=True)
+class Manifest(_Record):
     """results/sweeps/<name>/manifest.json: the grid, the eval specs, the bookkeeping, the
     cells. The driver builds it from a plan, refreshes it from facts and writes it
-    (sweeps.manifest: build, refresh, save); analysis reads it."""
+    (sweeps.manifest: build, refresh, save); analysis reads it. Fields in the file's order."""
 
-    name: str
-    cells: list[ManifestCell] = field(default_factory=list)
-    grid: dict[str, Any] = field(default_factory=dict)
-    eval_spec: EvalSpec | None = None
-    eval_spec_id: str | None = None
-    eval_specs: dict[str, EvalSpec] | None = None
+    name: str = _f(load=str)
     created: str | None = None
     updated: str | None = None
     git_commit: str | None = None
@@ -909,49 +863,31 @@ class Manifest:
     command: list[str] = field(default_factory=list)
     shared: dict[str, Any] = field(default_factory=dict)
     skipped_controls: dict[str, str] = field(default_factory=dict)
-    eval_points: int | None = None
-    likelihood_rows: int | None = None
+    eval_points: int | None = _f(None, load=_int_or_none)
+    likelihood_rows: int | None = _f(None, load=_int_or_none)
     data_checksums: dict[str, Any] = field(default_factory=dict)
     tokenizer_sha256: str | None = None
     totals: dict[str, Any] = field(default_factory=dict)
-    local: dict[str, Any] | None = None
+    local: dict[str, Any] | None = _f(None, omit=_unset)
     """The local driver's jobs, threads and wall time (absent for SLURM)."""
     extra: dict[str, Any] = field(default_factory=dict)
+    grid: dict[str, Any] = _f(factory=dict, load=dict)
+    eval_spec: EvalSpec | None = _f(None, dump=_json_of, load=lambda v: EvalSpec.from_json(v)
+                                    if isinstance(v, dict) else None)
+    eval_spec_id: str | None = None
+    eval_specs: dict[str, EvalSpec] | None = _f(
+        None, dump=lambda v: None if v is None else {
+            s: {"spec": sp.to_json(), "spec_id": sp.id} for s, sp in v.items()},
+        load=lambda v: {s: EvalSpec.from_json(x["spec"]) for s, x in v.items()
+                        if isinstance(x, dict) and isinstance(x.get("spec"), dict)}
+        if isinstance(v, dict) else None)
+    cells: list[ManifestCell] = _f(factory=list, dump=lambda v: [c.to_json() for c in v],
+                                   load=lambda v: [ManifestCell.from_json(c) for c in v])
+    KIND: ClassVar[str] = "manifest"
+    WHAT: ClassVar[str] = "manifest"
 
     def __post_init__(self) -> None:
         self.cells = list(self.cells)
-
-    # ---- the file ----------------------------------------------------------------------------
-    def to_json(self) -> dict[str, Any]:
-        especs = None if self.eval_specs is None else {
-            s: {"spec": sp.to_json(), "spec_id": sp.id} for s, sp in self.eval_specs.items()}
-        head = {k: getattr(self, k) for k in _HEADER}
-        return {"schema": SCHEMAS["manifest"], "name": self.name, **head,
-                **_opt({}, local=self.local), **self.extra, "grid": self.grid,
-                "eval_spec": self.eval_spec.to_json() if self.eval_spec is not None else None,
-                "eval_spec_id": self.eval_spec_id, "eval_specs": especs,
-                "cells": [c.to_json() for c in self.cells]}
-
-    @classmethod
-    def from_json(cls, d: Any, name: str = "") -> Manifest:
-        d = _obj(d, name or "manifest")
-        _version(d, "manifest", name)
-        es, ess = d.get("eval_spec"), d.get("eval_specs")
-        head = {k: d[k] for k in _HEADER if d.get(k) is not None}
-        for k in ("eval_points", "likelihood_rows"):
-            head[k] = _int_or_none(head.get(k))
-        return cls(name=str(d.get("name")),
-                   cells=[ManifestCell.from_json(c) for c in d.get("cells") or []],
-                   grid=dict(d.get("grid") or {}),
-                   eval_spec=EvalSpec.from_json(es) if isinstance(es, dict) else None,
-                   eval_spec_id=d.get("eval_spec_id"),
-                   eval_specs={s: EvalSpec.from_json(v.get("spec")) for s, v in ess.items()
-                               if isinstance(v, dict) and isinstance(v.get("spec"), dict)}
-                   if isinstance(ess, dict) else None,
-                   local=d.get("local"), **head,
-                   extra={k: v for k, v in d.items() if k not in (
-                       "schema", "name", "cells", "grid", "eval_spec", "eval_spec_id",
-                       "eval_specs", "local", *_HEADER)})
 
     # ---- reading -----------------------------------------------------------------------------
     def cell(self, name: str) -> ManifestCell:
@@ -979,12 +915,6 @@ class Manifest:
         """The cells a run submits: neither done nor running, and failed ones only on request."""
         return [c for c in self.cells if c.state not in ("done", "running")
                 and (c.state != "failed" or retry_failed)]
-
-
-_HEADER = ("created", "updated", "git_commit", "git_dirty", "launcher", "command", "shared",
-           "skipped_controls", "eval_points", "likelihood_rows", "data_checksums",
-           "tokenizer_sha256", "totals")
-"""The bookkeeping keys of the file, in its order (`local` follows them for a local sweep)."""
 
 
 def nan_if_none(x: Any) -> float:
