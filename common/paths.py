@@ -1,26 +1,9 @@
-"""Where runs and sweeps write: the results root and the two directories every result file
-lives in, `RunDir` and `SweepDir` (docs/RESULTS.md). This module is the only code that spells
-the layout (the file and folder names below); everything else asks a RunDir or a SweepDir for a
-path, a typed record or a checkpoint.
-
-A run directory, results/runs/<run-id>/:
-
-    config.yaml          the run record (RunRecord), written once when the run starts
-    metrics.jsonl        one MetricsLine per line (train, val, final)
-    train.log            the trainer's log (starts with argv)
-    tb/                  TensorBoard event files
-    checkpoints/         step_<N>.pt (rotated), eval_step_<N>.pt (kept for evaluation) and
-                         final.pt (the run is finished)
-    eval/                eval files (<suite>...<spec_id>.step<N>.json), likelihood.<spec_id>.
-                         step<N>.json, probe.<spec_id>.step<N>.json, and the evaluators' work
-
-A sweep directory, results/sweeps/<name>/: manifest.json, jobs/ (submitit's folders),
-points/<cell>.json (the point jobs submitted per cell), report.html and report/ (tables,
-figures).
-
-An eval file of checkpoint step N under spec_id S matches <run>/eval/*.S.stepN.json
-(`RunDir.point_evaluated`). Reading YAML (config.yaml) imports PyYAML when asked, so the module
-itself needs only the standard library.
+"""Where runs and sweeps write: the results root, `RunDir` (results/runs/<run-id>/) and
+`SweepDir` (results/sweeps/<name>/). The only code that spells the layout, the file and folder
+names below (what each file holds: docs/RESULTS.md); everything else asks a RunDir or a
+SweepDir for a path, a typed record or a checkpoint. An eval file of checkpoint step N under
+spec_id S matches <run>/eval/*.S.stepN.json (`RunDir.point_evaluated`). PyYAML is imported only
+when config.yaml is read or written: the module needs only the standard library.
 """
 
 from __future__ import annotations
@@ -35,28 +18,15 @@ from typing import Any
 
 from .records import Manifest, MetricsLine, RecordError, RunRecord
 
-_RUNS = "runs"
-_SWEEPS = "sweeps"
-_CACHE = "cache"
 RUN_RECORD = "config.yaml"
 """A run directory's run record (RunRecord, as YAML)."""
 METRICS = "metrics.jsonl"
 """A run directory's metrics lines (MetricsLine)."""
-_TRAIN_LOG = "train.log"
-_TENSORBOARD = "tb"
 CHECKPOINTS = "checkpoints"
 """A run directory's checkpoint folder."""
 FINAL_CHECKPOINT = "final.pt"
 """The last step's checkpoint; its presence marks a run finished."""
-_EVAL = "eval"
-"""A run directory's folder of eval, likelihood and probe files."""
 _MANIFEST = "manifest.json"
-"""A sweep directory's manifest (Manifest)."""
-_REPORT_HTML = "report.html"
-_REPORT = "report"
-_JOBS = "jobs"
-_POINTS = "points"
-_LOCK = ".lock"
 _STEP = re.compile(r"step_(\d+)\.pt")
 _EVAL_STEP = re.compile(r"eval_step_(\d+)\.pt")
 
@@ -84,29 +54,17 @@ def gpu_check_dirs(root: str | os.PathLike | None = None) -> list[Path]:
 
 
 def runs_dir(root: str | os.PathLike | None = None) -> Path:
-    """<results root>/runs: where every RunDir lives."""
-    return results_root(root) / _RUNS
+    return results_root(root) / "runs"
 
 
 def sweeps_dir(root: str | os.PathLike | None = None) -> Path:
-    """<results root>/sweeps: where every SweepDir lives."""
-    return results_root(root) / _SWEEPS
+    return results_root(root) / "sweeps"
 
 
 def cache_dir(root: str | os.PathLike | None = None) -> Path:
     """$FTBENCH_CACHE, else <results root>/cache (tokenizers, tokenized corpora)."""
     env = os.environ.get("FTBENCH_CACHE")
-    return Path(env) if env else results_root(root) / _CACHE
-
-
-def _checkpoint_name(step: int) -> str:
-    """A rotated checkpoint's file name."""
-    return f"step_{step}.pt"
-
-
-def _eval_checkpoint_name(step: int) -> str:
-    """A checkpoint kept for evaluation outside the rotation (logging.keep_eval_checkpoints)."""
-    return f"eval_{_checkpoint_name(step)}"
+    return Path(env) if env else results_root(root) / "cache"
 
 
 def _numbered(ckdir: str | os.PathLike, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
@@ -196,46 +154,40 @@ class RunDir:
         """The results root of a run under <root>/runs/<run-id> (where its cache lives)."""
         return self.path.parent.parent
 
-    # ---- files
+    # ---- files (none of them need exist)
     @property
     def record_path(self) -> Path:
-        """<run>/config.yaml."""
         return self.path / RUN_RECORD
 
     @property
     def metrics_path(self) -> Path:
-        """<run>/metrics.jsonl."""
         return self.path / METRICS
 
     @property
     def log_path(self) -> Path:
-        """<run>/train.log."""
-        return self.path / _TRAIN_LOG
+        return self.path / "train.log"
 
     @property
     def tensorboard_dir(self) -> Path:
-        """<run>/tb."""
-        return self.path / _TENSORBOARD
+        return self.path / "tb"
 
     @property
     def lock_path(self) -> Path:
-        """<run>/.lock: held by the one trainer of the run."""
-        return self.path / _LOCK
+        """Held by the one trainer of the run."""
+        return self.path / ".lock"
 
     @property
     def checkpoints_dir(self) -> Path:
-        """<run>/checkpoints."""
         return self.path / CHECKPOINTS
 
     @property
     def final_checkpoint(self) -> Path:
-        """<run>/checkpoints/final.pt (it may not exist)."""
         return self.checkpoints_dir / FINAL_CHECKPOINT
 
     @property
     def eval_dir(self) -> Path:
-        """<run>/eval."""
-        return self.path / _EVAL
+        """Eval, likelihood and probe files, and the evaluators' work."""
+        return self.path / "eval"
 
     def exists(self) -> bool:
         return self.path.is_dir()
@@ -312,12 +264,13 @@ class RunDir:
         return found[-1][0] if found else None
 
     def step_checkpoint(self, step: int) -> Path:
-        """<run>/checkpoints/step_<step>.pt (it may not exist)."""
-        return self.checkpoints_dir / _checkpoint_name(step)
+        """A rotated checkpoint (it may not exist)."""
+        return self.checkpoints_dir / f"step_{step}.pt"
 
     def eval_checkpoint(self, step: int) -> Path:
-        """<run>/checkpoints/eval_step_<step>.pt (it may not exist)."""
-        return self.checkpoints_dir / _eval_checkpoint_name(step)
+        """A checkpoint kept for evaluation outside the rotation (logging.keep_eval_checkpoints;
+        it may not exist)."""
+        return self.checkpoints_dir / f"eval_step_{step}.pt"
 
     def checkpoint(self) -> Path:
         """What an evaluator loads: `target` when a file was named, else final.pt, else the
@@ -395,32 +348,30 @@ class SweepDir:
 
     @property
     def manifest_path(self) -> Path:
-        """<sweep>/manifest.json."""
         return self.path / _MANIFEST
 
     @property
     def jobs_dir(self) -> Path:
-        """<sweep>/jobs: submitit's job folders."""
-        return self.path / _JOBS
+        """submitit's job folders."""
+        return self.path / "jobs"
 
     @property
     def lock_path(self) -> Path:
-        """<sweep>/.lock: held by the one driver of the sweep."""
-        return self.path / _LOCK
+        """Held by the one driver of the sweep."""
+        return self.path / ".lock"
 
     def points_record(self, cell: str) -> Path:
-        """<sweep>/points/<cell>.json: the point jobs submitted for a cell."""
-        return self.path / _POINTS / f"{cell}.json"
+        """The point jobs submitted for a cell."""
+        return self.path / "points" / f"{cell}.json"
 
     @property
     def report_html(self) -> Path:
-        """<sweep>/report.html."""
-        return self.path / _REPORT_HTML
+        return self.path / "report.html"
 
     @property
     def report_dir(self) -> Path:
-        """<sweep>/report: the report's tables and figures."""
-        return self.path / _REPORT
+        """The report's tables and figures."""
+        return self.path / "report"
 
     def exists(self) -> bool:
         """The sweep has a manifest."""
