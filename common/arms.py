@@ -1,20 +1,11 @@
-"""The arms a sweep trains, one typed record each: the one place that says what an arm is.
+"""The arms a sweep trains, one typed record each: the one place that says what an arm is
+(docs/DESIGN.md, "Adding an arm"). Code asks an arm's record (`arm(name).latent`, ...) instead
+of testing its name, and each record makes its own cells of a grid (`Arm.cells`).
 
-An arm is what a sweep cell trains (the manifest cell's `arm`, the report's columns): the
-baseline decoder, the Free Transformer, and the controls each is compared with. Code that must
-know something about an arm asks its record (`arm(name).latent`, `.compute`, `.extra_layer`,
-...) instead of testing its name, and each record makes its own cells of a grid (`Arm.cells`:
-names and the training settings it sets), so adding an arm is one row here plus whatever
-comparison the analysis makes of it (docs/DESIGN.md, "Adding an arm").
-
-Two names mean different things and both live here:
-- the *arm* of a cell (any name in ARMS), and
-- the *model kind* a run's own files record (config.yaml, eval and likelihood files: `arm` is
-  "baseline" or "free", from the model alone: `of_model`). A Z-cut control is a Free
-  Transformer model (kind "free") in the arm "free_zcut"; a FLOPs-matched control is a
-  baseline model (kind "baseline") in the arm "baseline_flops".
-
-Standard library only, so `analysis/` reads it without torch.
+Two names live here: the *arm* of a cell (any name in ARMS), and the *model kind* a run's own
+files record as `arm`, "baseline" or "free" from the model alone (`of_model`): a Z-cut control
+is a "free" model in the arm "free_zcut", a FLOPs-matched control a "baseline" model in the arm
+"baseline_flops". Standard library only, so `analysis/` reads it without torch.
 """
 
 from __future__ import annotations

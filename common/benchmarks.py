@@ -1,15 +1,7 @@
-"""The benchmarks, one typed row each: the one place a benchmark's facts are written.
-
-A row says which suite runs it and how it is scored, which offline files it reads, which stock
-task (lm-eval YAML or evalplus dataset) it is, the metric its eval file marks primary and the
-one the report shows, the paper's row (label, group, metric, whether ours matches it), what a
-random guesser scores, and its measured size and cost. Every list the suite used to keep in
-parallel (the default tasks, the offline tasks, the log-likelihood-only tasks, the data files,
-the paper's groups, request counts, costs, chance levels) is derived from these rows.
-
-Adding a benchmark is one row here plus its own loader (an lm-eval YAML override in
-experiments/eval/tasks/ when its offline copy needs one); docs/DESIGN.md, "Adding a
-benchmark", says how. Standard library only, so `analysis/` reads it without torch.
+"""The benchmarks, one typed row each (`Benchmark`): the one place a benchmark's facts are
+written, and every list the suite keeps (default, offline and log-likelihood-only tasks, data
+files, the paper's groups, request counts, costs, chance levels) is derived from the rows.
+Adding one: docs/DESIGN.md, "Adding a benchmark". Standard library only (analysis/ reads it).
 
 Sources: `paper_metric` was transcribed from the paper's Tables 1-2 (Fleuret 2025, arXiv
 2510.17558) without the PDF at hand (PAPER_METRICS_CHECKED); `stock_metrics` are lm-eval

@@ -1,35 +1,17 @@
 """`make synthetic`: the paper's synthetic experiment (§4.1, Figure 4), measured.
 
-Trains Free Transformers at several free-bits thresholds kappa (default 1/64, 1/8, 1 and 8 bits)
-plus a baseline on the synthetic task (`experiments/train/synthetic_data.py`) with the same training
-loop as the LM runs (`experiments.train`, `data=synthetic`), then, for every trained model:
-
-- scores held-out sequences teacher-forced: CE with Z from the uniform prior (honest), CE with Z
-  from the encoder (leaks: the encoder has seen the targets), KL per token in bits;
-- generates, for each of `n_prompts` random prompts "<letter>>", one group of `group_size`
-  sequences where every row draws its own uniform Z ("Z per sequence") and `n_shared_groups`
-  groups where every row of a group gets the same pinned uniform code sequence ("shared Z").
-  All codes are pinned, the prompt's included, so within a shared group the rows differ only by
-  the sampling of tokens (temperature 1), and every Z comes from the prior;
-
-and writes `<results>/synthetic/<name>/samples.jsonl`. `analysis/synthetic.py` turns that file
-into `table.csv`, `table.md`, `acceptance.json` and `figure.png`.
-
-Settings (`--setting`), all passed to `experiments.train` as hydra overrides:
-- `cpu` (default): a 4-layer, dim-64 model, H = 8 latent bits, 6400 steps of batch 32, lr 3e-3,
-  8 checkpoints along training measured like the final model; five runs, one thread; wall times
-  as measured, with the load, in docs/SYNTHETIC.md; the 8-bit arm at H = 8 (kappa = H: no KL
-  penalty; `--high-latent-bits 16` gives it H = 16 at about five times the step cost);
-- `gpu`: an 8-layer, dim-256 model, 20000 steps of batch 128, lr 1e-3, H = 8 and H = 16 for
-  every arm whose kappa >= 8 (`high_latent_bits`), 8 checkpoints measured;
-- `smoke`: a few steps, for tests.
-Extra overrides go last, e.g. `python -m experiments.synthetic optim.lr=1e-3`.
-
-Bad input (an unknown setting, a kappa that is not a number of bits >= 0, a --high-latent-bits
-that would leave an arm's KL penalty zero, an unknown or malformed override, a --name that is
-not a plain directory name, an unwritable results directory, a --reuse that names no arm or no
-finished run) is one line on stderr and exit 2, found before any training and before any file
-is written.
+Trains a baseline and Free Transformers at several free-bits thresholds kappa (default 1/64,
+1/8, 1 and 8 bits) on the synthetic task (`experiments/train/synthetic_data.py`) with the LM
+runs' training loop (`experiments.train`, `data=synthetic`), then for every trained model (and
+every checkpoint it kept along training) scores held-out sequences teacher-forced (CE with Z
+from the prior, CE with Z from the encoder, which leaks, and KL per token) and generates, per
+random prompt "<letter>>", one group where every row draws its own uniform Z and groups whose
+rows share one pinned uniform code sequence (prompt included), so that within a shared group
+rows differ only by the token sampling. It writes `<results>/synthetic/<name>/samples.jsonl`
+(docs/RESULTS.md); `analysis/synthetic.py` turns it into tables and figures (docs/SYNTHETIC.md).
+The settings (`--setting cpu|gpu|smoke`) are `PRESETS`; extra hydra overrides go last, e.g.
+`python -m experiments.synthetic optim.lr=1e-3`. Bad input is one line and exit 2, found
+before any training and before any file is written (`check`).
 """
 
 from __future__ import annotations
@@ -83,18 +65,12 @@ def _lr_text(lr: float) -> str:
 class SyntheticPreset:
     """One `--setting`: the model shape and training budget of every arm."""
 
-    dim: int
-    """model.dim (the 1M preset with these sizes)."""
+    dim: int  # model.* of the 1M preset with these sizes, and train.batch_size
     n_layers: int
-    """model.n_layers."""
     n_heads: int
-    """model.n_heads."""
     n_kv_heads: int
-    """model.n_kv_heads."""
     ffn_dim: int
-    """model.ffn_dim."""
     batch_size: int
-    """train.batch_size, sequences per step."""
     steps: int
     """Optimizer steps per arm; train.tokens = steps x batch_size x TOKENS_PER_SEQ."""
     val_every: int

@@ -1,16 +1,10 @@
-"""Analytic parameter and training-FLOPs counts for both arms.
+"""Analytic parameter and training-FLOPs counts for both arms (docs/DESIGN.md, "Equal compute").
 
-Convention (the one `torch.utils.flop_counter.FlopCounterMode` uses, so the count can be checked
-against it): matmul FLOPs only, 2 per multiply-add; elementwise ops, norms, softmax and the
-cross-entropy are not counted. Attention is counted over the full T x T score matrix, as the SDPA
-kernels compute it (PaLM's 12·L·T·D). Training = forward + backward, where the backward of a
-linear layer costs twice its forward and the backward of attention twice its forward.
-
-Free Transformer extras: the encoder block (a full block; its queries come from zeta repeated T
-times), the readout to H bit logits, the post-sampler (a gather in the forward, a scatter-add in
-the backward: no matmul), and the binary mapper's backward, which is dense over the 2^H codes:
-dL/dG = grad_r @ W (2·D·2^H) per token, then dL/do from G = G_hi (x) G_lo applied as two
-batched mat-vecs over that buffer (4·2^H) plus the two half tables; G itself is never built.
+Convention (`torch.utils.flop_counter.FlopCounterMode`'s, so the count is tested against it):
+matmul FLOPs only, 2 per multiply-add; attention over the full T x T score matrix, as the SDPA
+kernels compute it; a backward costs twice its forward. The Free Transformer's post-sampler is a
+gather in the forward and a scatter-add in the backward (no matmul); its binary mapper's
+backward is dense over the 2^H codes (`train_flops_per_token`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
 """Checkpoints: weights + config + tokenizer reference (+ whatever training adds), written
-atomically (common.io.atomic_write: a reader or a restart after kill -9 sees the old file or the
-new one, never half).
-
-Three kinds of file share one format and all load with `load_checkpoint`, without
-torch.distributed:
-- a weights-only export (`save_weights`: final.pt and eval_step_<N>.pt), optionally in bf16;
-- a training step's marker (step_<N>.pt): no weights, a "dcp" key naming the sibling directory
-  of torch.distributed.checkpoint shards that hold the weights and the optimizer state; only
-  the weights are read from it;
-- the old single-file checkpoint (weights + optimizer state in "extra"), read as before.
+atomically; the formats are docs/RESULTS.md's "checkpoints/". All load with `load_checkpoint`
+without torch.distributed: a weights-only export (`save_weights`: final.pt, eval_step_<N>.pt,
+optionally bf16), a training step's marker (step_<N>.pt, its weights read from the sibling
+torch.distributed.checkpoint shards), and the old single-file checkpoint, read as before.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
-"""The Free Transformer (Fleuret 2025, arXiv 2510.17558, Algorithm 2).
-
-Design choices:
-- subclass of the baseline `Transformer`: the same L blocks, the same trunk loop. It adds exactly
-  one non-causal encoder block, the learned query zeta, an RMSNorm + linear readout to H bit
-  logits, the binary mapper and a linear post-sampler 2^H -> D. Nothing else differs;
-- Z enters only the key/value input of block L/2+1 (0-based index L/2): `block(x, kv_in=x + r)`;
-- training (or z="posterior"): the encoder reads block L/2's output non-causally and samples H
-  independent bits per token; at inference (z="prior") every token gets its own uniform code,
-  never "no Z" and never one Z shared by all positions unless the caller pins codes;
-- `prefix_len` gives the honest scoring protocol: the encoder sees only tokens before
-  prefix_len (the context); every later position gets a prior code, so Z never sees the tokens
-  being scored;
-- the binary mapper is a custom autograd function: the forward gathers one column of the
-  post-sampler per token (the value of Y @ W^T), the backward applies the exact gradient of
-  (Y + G - G.detach()) @ W^T with G dense over all 2^H codes, over chunks of tokens sized by a
-  memory budget (`mapper_chunk_bytes`), so no (tokens x 2^H) tensor exists for the whole batch;
-- `forward_lower` / `forward_upper` (the split forward, shared with the baseline) cut the pass at
-  the injection block: the lower half returns block L/2's output and the encoder's bit logits
-  over every position (as training and z="posterior" compute them), the upper half runs from
-  pinned codes to logits (or, `score_upper`, to per-token scores over chunks of tokens), so a
-  caller can draw many Z for one lower pass;
-- KL to the uniform prior per token in nats, sum_h (ln 2 - H_b(sigmoid(o_h))), and the free-bits
-  penalty mean_t max(0, KL_t - kappa_bits * ln 2) with no weight, as in the paper.
+"""The Free Transformer (Fleuret 2025, arXiv 2510.17558, Algorithm 2): docs/DESIGN.md, "The
+model", says what it adds to the baseline, the binary mapper and the loss. Here:
+- a subclass of `Transformer` that overrides the trunk's key/value hook of block L/2
+  (`_kv_input`): `block(x, kv_in=x + r)`, Z nowhere else;
+- z="posterior" (the default in training) samples H bits per token from the non-causal encoder,
+  z="prior" (the default otherwise) gives every token its own uniform code; `prefix_len` is the
+  honest scoring protocol: the encoder sees only the tokens before it, every later position
+  gets a prior code;
+- the binary mapper is a custom autograd function (`latent_embedding`): the forward gathers one
+  post-sampler column per token, the backward applies the exact gradient over chunks of tokens
+  (`mapper_chunk_bytes`), with no (tokens x 2^H) tensor for the whole batch;
+- the split forward (`forward_lower` / `forward_upper`, shared with the baseline) cuts at the
+  injection block, so one lower pass serves many draws of Z (the likelihood bound).
 """
 
 from __future__ import annotations

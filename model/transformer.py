@@ -1,24 +1,18 @@
-"""The baseline decoder (paper §4.2): a Llama-style decoder-only transformer.
+"""The baseline decoder (paper §4.2; docs/DESIGN.md, "The model"): a Llama-style decoder.
 
-Design choices:
-- token embedding -> L pre-norm blocks -> RMSNorm -> linear readout (optionally tied);
 - one trunk loop, `_trunk`, with a hook `_kv_input(i, x, ctx)` that returns the key/value input of
-  block i (None = the block's own input). The Free Transformer subclass overrides only that hook
-  to add Z after block L/2; every other line is shared by both arms;
+  block i (None = the block's own input). The Free Transformer overrides only that hook to add
+  Z after block L/2; every other line is shared by both arms;
 - `_run` is the single entry for a full forward, a prefill and a cached decode step, so the KV
   cache path is the training path (tested equal to within 1e-5);
-- `forward_lower` / `forward_upper` are `forward` cut at block `split_at` (L/2, where the Free
-  Transformer's Z enters), so a caller can run the lower half once and the upper half per draw
-  of Z (the likelihood bound) without reaching into the trunk; tested equal to `forward`;
+- `forward_lower` / `forward_upper` are `forward` cut at block `split_at` (L/2), tested equal
+  to `forward`;
 - batched generation left-pads internally with per-row RoPE positions and a key mask, so a row's
   output does not depend on the other rows or on which side the caller padded;
-- scoring never holds (B, T, V) logits: `score` / `forward(..., scores=True)` (teacher-forced),
-  `score_upper` (the split forward) and `score_hidden` (any readout input: `forward`, `extend`
-  and `forward_upper` with `readout=False` return it) run the readout and the log-softmax over
-  chunks of tokens (model/readout.py) and return per-token log-probs and greedy flags. The
-  training loss takes the same chunked path when `chunked_loss` is on. The chunk budget,
-  `readout_chunk_bytes`, is a memory knob of the instance, not of the config: same values, and
-  run-ids and checkpoints do not see it.
+- scoring never holds (B, T, V) logits: `score`, `score_upper` and `score_hidden` run the
+  readout over chunks of tokens (model/readout.py), and so does the training loss with
+  `chunked_loss`. The chunk budget, `readout_chunk_bytes`, is a memory knob of the instance:
+  the config, run-ids and checkpoints do not see it.
 """
 
 from __future__ import annotations

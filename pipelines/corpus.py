@@ -1,14 +1,7 @@
-"""`make corpus` / `python -m pipelines.corpus`: a sharded, pre-tokenized corpus built once
-(experiments/corpus), its tokenizing units submitted through the one launcher: local, WORKERS
-processes of this machine; slurm, a job array with the cluster file's `corpus` section
-(sweeps/cluster.py: no GPU, one core, 240 minutes unless the section says otherwise).
-
-    python -m pipelines.corpus --data <name|path.yaml> --out <dir> [--vocab-size N]
-        [--workers N] [--launcher local|slurm] [--cluster FILE] [--verify] [--quiet]
-        [key=value ...]
-
-Everything but --launcher and --cluster is `python -m experiments.corpus`'s. Bad input: one
-line, exit 2, nothing written (a bad cluster file too, before the scan starts).
+"""`make corpus` / `python -m pipelines.corpus`: `python -m experiments.corpus` with its
+tokenizing units submitted through the one launcher (docs/DATA.md): `--launcher local`, WORKERS
+processes of this machine; `slurm`, a job array with the cluster file's `corpus` section. Bad
+input (a bad cluster file too, before the scan starts): one line, exit 2, nothing written.
 """
 
 from __future__ import annotations

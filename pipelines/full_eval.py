@@ -1,19 +1,15 @@
-"""The full evaluation of one checkpoint, timed per benchmark (issue 18).
+"""The full evaluation of one checkpoint, timed per benchmark (issue 18; `make bench-eval`,
+docs/BENCHMARKS.md, "How long a full evaluation takes").
 
     python -m pipelines.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
         [--workers 2] [--threads 1] [--limit N] [--batch-size 16] [--out DIR]
 
-Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process (the real
-command, offline data verified against its sha256 sums), so its wall time is its own: imports,
-checkpoint load and data hashing included. `--workers` processes run at once, longest first,
-each with `--threads` torch threads (2 x 1 uses a 2-core machine fully without OpenMP contention).
-The makespan (first start to last end) is the figure a user waits for.
-
-Output in --out (default results/bench/full_eval-<timestamp>/): one folder per benchmark with
-the eval JSON and the process log, `full_eval.json` (per-task wall, status, requests, primary
-metric, load average, provenance) and `full_eval.md`. A benchmark whose folder already holds a
-successful result for the same checkpoint is not run again (`reused` in the table); a failed
-one is run again. Bad input is one line and exit 2 before anything runs.
+Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process, so its
+wall time is its own (imports, checkpoint load and data hashing included); `--workers` of them
+at once, longest first, `--threads` torch threads each. Output in --out (default
+results/bench/full_eval-<timestamp>/): a folder per benchmark (eval JSON, process log),
+`full_eval.json` and `full_eval.md`. A benchmark whose folder holds a successful result for the
+same checkpoint and arguments is reused; a failed one runs again.
 """
 
 from __future__ import annotations

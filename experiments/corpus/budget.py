@@ -1,18 +1,8 @@
-"""A corpus against its budget, before anything is built: per source, how many passes the
-recipe's token budget needs, and the size of the corpora the suite ships.
-
-- `SOURCE_SIZES`: the known size of each public source a recipe names, with its provenance
-  (the dataset card's figure, in the card's own tokenizer: an estimate of this suite's tokens,
-  which the built manifest's per-source bytes replace);
-- `plan_sources(dcfg, train_tokens)`: per source, its share of the stream, the tokens it must
-  give and the passes that takes (None where its size is unknown);
-- `check_budget(dcfg, train_tokens, bytes_per_token)`: the plan's lines and, when the corpus
-  cannot reach the budget, one line naming the source (or the byte cap) and what to change:
-  what `make paper DRY=1` prints and what it refuses on before any job is submitted;
-- `stdlib_bytes(max_bytes)` / `token_bound(dcfg)`: the default corpus's text, known in a
-  second without building it: a byte-level BPE token covers at least one byte, so its bytes
-  (plus one eos per document) bound its tokens from above, and a run asking for more passes
-  than that bound allows is refused before the corpus is built.
+"""A corpus against its budget, before anything is built (docs/DATA.md, "Epochs are
+explicit"): per hf source, the passes the token budget needs from its known size
+(`SOURCE_SIZES`, `plan_sources`, `check_budget`: what `make paper DRY=1` prints and refuses
+on), and for the corpora the suite ships an upper bound of their tokens known in a second
+(`token_bound`: a byte-level BPE token covers at least one byte, plus one eos per document).
 """
 
 from __future__ import annotations

@@ -1,25 +1,18 @@
-"""source -> tokenizer -> shards, once, in parallel, resumable.
+"""source -> tokenizer -> shards, once, in parallel, resumable (docs/DATA.md, "What `make
+corpus` does").
 
-The corpus is cut into *units*, fixed by the source alone (never by the number of workers):
-- stdlib / local files: consecutive files (in sorted order) grouped to about `shard_bytes`;
-- hf, or any corpus capped by `max_bytes`: the scan writes the selected documents, in order, into
-  text parts of about `shard_bytes` (`text/part-NNNNN.jsonl`; a hub stream cannot be re-read
-  by range, and a capped subset is known only after a full pass).
-Unit u becomes `train-NNNNN.bin` and `val-NNNNN.bin`: the tokens of its training and held-out
-documents, each followed by eos, as little-endian uint16 (vocabulary <= 2^16) or uint32. The
-training stream is the concatenation of the train shards in unit order, i.e. the training
-documents in the source's order: the stream the in-memory path produced.
+The corpus is cut into *units* fixed by the source alone, never by the number of workers:
+stdlib and local files in groups of consecutive files of about `shard_bytes`; a hub stream or a
+capped corpus written by the scan into text parts (`text/part-NNNNN.jsonl`: a hub stream cannot
+be re-read by range, a capped subset is known only after a full pass). Unit u becomes
+`train-NNNNN.bin` and `val-NNNNN.bin`, and the training stream is the train shards in unit
+order: the training documents in the source's order.
 
-Phases: (1) scan, one process: reads every document once for the checksums, the split (the
-tiny-corpus rule holding out the lowest-hash document needs the whole corpus) and the tokenizer's
-sample (the training documents of lowest sample hash up to `tokenizer_sample_bytes`: every
-training document, in order, when the corpus is smaller); this is where bad input is found, before
-any shard exists. (2) the tokenizer: given, or trained on the sample. (3) units, on N worker
-processes or through a launcher (`make corpus LAUNCHER=slurm`: a SLURM job array); each unit's
-shards are written to temporary files and renamed, then its record (`units/unit-NNNNN.json`:
-tokens, documents, sha256) is written last, so a killed build resumes with the units that have
-a record and produces the same bytes. (4) `corpus.json`, the manifest, written atomically last:
-its presence means the corpus is complete.
+Phases: (1) `scan`, one process, where bad input is found before any shard exists; (2) the
+tokenizer, given or trained on the scan's sample; (3) the units, on worker processes or through a
+launcher, each unit's record (`units/unit-NNNNN.json`) written after its shards, so a killed
+build resumes with the units that have one and produces the same bytes; (4) `corpus.json`, the
+manifest, written atomically last: its presence means the corpus is complete.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
-"""The chained evaluation of one finished run, resumable: the final checkpoint, then every kept
-checkpoint without its eval files (EVAL_POINTS), then the validation likelihood; and the
-evaluation of one kept checkpoint while the run still trains (a point job).
+"""The chained evaluation of one finished run, resumable (`eval_chain`: the final checkpoint,
+then every kept checkpoint without its eval files (EVAL_POINTS), then the validation
+likelihood), and the evaluation of one kept checkpoint while the run still trains (`eval_point`,
+a point job). A sweep runs the chain as one job per cell after training and a point job per kept
+checkpoint as it appears (`RunDir.points_ready`); this module knows nothing of manifests.
 
-A sweep (sweeps/) runs the chain as one job per cell after training, and a point job per kept
-checkpoint as soon as it appears (`RunDir.points_ready`); it knows nothing of manifests:
-
-    chain_argv(...)                a job's command line (`<entry> RUN --spec-ids ... -- <argv>`;
-                                   with `point=N`: `--point N`, that kept checkpoint only)
-    kept_checkpoints(run)          the checkpoints EVAL_POINTS evaluates, oldest first
-    checkpoint_evals_missing(...)  those still lacking an eval file for some spec_id
-    eval_point(...)                evaluate one kept checkpoint unless its files exist
-    eval_chain(...)                run the chain; the first failing exit code, else 0
-
-A point is evaluated under an exclusive lock (`<run>/eval/.point_step<N>.lock`, dropped by the
-kernel when its holder dies), and its files are looked for again once the lock is held: a
-point job and the chain, or two point jobs, never evaluate the same checkpoint twice.
-
-Every function takes the run as a `common.paths.RunDir` (a path is read as one).
+A point is evaluated under an exclusive lock (`point_lock`, dropped by the kernel when its
+holder dies) and its files are looked for again once the lock is held: a point job and the
+chain, or two point jobs, never evaluate the same checkpoint twice.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """HumanEval+ and MBPP+ through evalplus: greedy completions, pass@1 (base, plus), gold bpb.
 
-Design choices:
-- problems are read from the evalplus dataset jsonl: the offline file in the data dir, else the
-  file evalplus itself downloads (its `_ready_*_path`); with LIMIT, the first n problems;
-- completion is direct (a base model continues the prompt); generation stops at evalplus's
-  base-model stop strings plus the Codex-paper ones for a new top-level statement;
-  solution = prompt + completion, written in evalplus's samples.jsonl format;
-- each sample runs in its own bubblewrap sandbox (`experiments.eval.sandbox`) and only prints its
-  outputs; evalplus's own comparison decides pass/fail in a process that never ran model code
-  (`experiments.eval.codecheck`): pass@1 on base tests and on base + plus tests;
-- a check that could not be made (no sandbox, the sandbox broke, the canonical solution failed,
-  the wall-clock budget ran out) is missing: null with a reason, never 0; pass@1 is over the
-  scored items and carries `n_missing`. Sandbox output is never stored;
+- problems come from the evalplus dataset jsonl: the offline file, else the one evalplus
+  downloads; with LIMIT, the first n;
+- completion is direct (a base model continues the prompt), stopped by evalplus's base-model
+  stop strings plus the Codex paper's; solution = prompt + completion, in evalplus's samples
+  format;
+- each sample runs in its own sandbox and evalplus's comparison decides in a process that never
+  ran model code (`experiments.eval.codecheck`); a check that could not be made is null with a
+  reason, never 0, and pass@1 is over the scored items with `n_missing`;
 - gold bpb: bits per UTF-8 byte of the canonical solution given the prompt, a smooth metric that
   still separates small models whose pass@1 is 0.
 """

@@ -1,57 +1,30 @@
-"""A native lm-evaluation-harness `LM` for our checkpoints, Free-Transformer aware
-(docs/DESIGN.md, "Honest evaluation").
-
-Design choices:
-- subclass of lm-eval's `TemplateLM`; context and continuation are tokenized *together* and the
-  score is the sum over the joint encoding's last n tokens, n = the continuation's token count
-  (the shortest suffix covering its characters; see `_encode_pair`);
-- each distinct context window runs once into a KV cache (`model.extend`) and every
-  continuation scored against it extends a copy (`model.fork_cache`), batched; requests with the
-  same context *and* continuation[:-1] (the answer letters of one MMLU question) share one row,
-  hence one draw of Z. Baseline contexts sharing >= 32 leading tokens (a few-shot header) run
-  them once. A draw's codes come from generators keyed by (seed, draw, context) and (seed,
-  draw, context, continuation row), so every score equals the request's score alone
-  (tests/test_shared_context.py). lm-eval's `Collator(group_by="contexts")` is not used: it
-  groups by context + continuation[:-1] alone, so ([5,6],[7,8]) and ([5,6,7],[9]) would share a
-  pass whose encoder prefix belongs to only one of them;
-- a context longer than the model's window is cut on the left, as lm-eval's hf backend does;
-- Free Transformer protocol (`protocol()`, written into every eval file): `z="prior"` (default)
-  calls the model with `prefix_len` = the number of *original context* tokens in the window,
-  so the encoder reads the context only and every continuation position gets a uniform code.
-  `prior-k` scores each request under k draws of Z and returns the log of the mean likelihood
-  (the Monte-Carlo estimate of the marginal); the k per-draw values are kept in `draw_logliks`
-  for the spread. `posterior` lets the encoder read the scored tokens: it leaks and is only a
-  diagnostic; its rows are batched by equal length so padding never enters the non-causal
-  encoder;
-- a continuation longer than the window (a long gold answer) is scored in windows of
-  max_length tokens sliding by half a window, the same windows for both arms; the encoder sees
-  the original context's tokens still inside a window and never a continuation token, even one
-  scored by an earlier window (those get prior codes like the tokens being scored);
-- rolling log-likelihood (perplexity): every token is scored, so the encoder reads only the
-  first window's EOT prefix; later windows are all prior codes;
-- generation uses the model's KV-cache `generate` (encoder prefills the prompt, a prior code per
-  new token), greedy unless the task asks to sample. Prompt and budget follow one rule
-  (`plan_generation`): the generation budget shrinks first, down to 1 token, so a prompt that
-  fits the window keeps every token; only a prompt that alone fills the window is cut, from
-  the left (few-shot examples go first, the question at its end stays), to leave a budget of
-  min(requested, half the window). Every cut is counted (`truncation_record`) and logged.
-  The default budget (`max_gen_toks=None`) is min(256, half the window). String stop
-  sequences are applied to the decoded text, and their single-encoding token ids stop the
-  loop early;
-- every finished request goes to lm-eval's cache hook at once, so with `use_cache` (sqlite) an
-  interrupted evaluation resumes from the requests it finished (under data parallelism, when
-  its batch is gathered);
-- data parallel (`DataParallel`, torchrun): rank 0 runs lm-eval; each batch of requests it hands
-  the adapter is split into the units one process forms (a run of contexts, a posterior row, a
-  rolling request, a generation batch), each rank scores its units, rank 0 gathers them. A
-  generation batch's draws come from a generator keyed by the batch's requests (the same
-  batches form at any process count), so every result equals one process's;
-- the window (`max_length`) is the length the model was trained at (run.py passes the run's
-  train.seq_len); on CUDA the model runs under bf16 autocast (`precision`, not in the spec).
-Registered as `ftbench` (alias `freetransformer`) in lm-eval's model registry, so
-`lm_eval.simple_evaluate(model="ftbench", model_args="checkpoint=...,z=prior-k,k=4")` works;
-`make lm-eval` (experiments/eval/lm_eval_cli.py) is the stock `lm_eval` CLI with this module
-imported, since lm-eval offers no plugin hook for models.
+"""A native lm-evaluation-harness `LM` for our checkpoints, Free-Transformer aware. The protocol
+(what Z sees per request type, long continuations, generation, the modes) is docs/DESIGN.md,
+"Honest evaluation"; `protocol()` writes it into every eval file. How it is implemented:
+- a `TemplateLM`; context and continuation are tokenized together and the continuation is the
+  joint encoding's shortest token suffix covering its characters (`_encode_pair`);
+- each distinct context window runs once into a KV cache (`model.extend`) and its
+  continuations extend copies (`model.fork_cache`), batched; requests with the same context and
+  continuation[:-1] share one row (one draw of Z); baseline contexts sharing >= 32 leading
+  tokens (a few-shot header) run them once. Every draw comes from a generator keyed by what is
+  scored, so a score equals the request's score alone (tests/test_shared_context.py). lm-eval's
+  `Collator(group_by="contexts")` is not used: it would share a pass between ([5,6],[7,8]) and
+  ([5,6,7],[9]), whose encoder prefixes differ;
+- `prior-k` returns the log of the mean likelihood over k draws (the per-draw values kept in
+  `draw_logliks`); `posterior` rows are batched by equal length so padding never enters the
+  non-causal encoder; a context longer than the window is cut on the left, as lm-eval's hf
+  backend does;
+- generation: prompt and budget follow `plan_generation` (the budget shrinks first; every cut is
+  counted, `truncation_record`); stop strings apply to the decoded text (`text_stop`);
+- every finished request goes to lm-eval's cache hook at once, so an interrupted evaluation
+  resumes from what it finished;
+- data parallel (`DataParallel`, torchrun): rank 0 runs lm-eval, each batch it hands the adapter
+  is split into whole units (a run of contexts, a posterior row, a rolling request, a generation
+  batch), each rank scores its share, rank 0 gathers; the results equal one process's;
+- the window (`max_length`) is the run's train.seq_len; on CUDA the model runs under bf16
+  autocast (`precision`, not in the spec).
+Registered as `ftbench` (alias `freetransformer`) in lm-eval's registry; `make lm-eval`
+(lm_eval_cli.py) is the stock `lm_eval` CLI with this module imported.
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
-"""Offline lm-eval tasks: the stock task YAMLs, pointed at a local data directory.
+"""Offline lm-eval tasks: the stock task YAMLs pointed at a local data directory
+(docs/BENCHMARKS.md). `build_offline_tasks(data_dir, out_dir)` writes one YAML per task that
+`include:`s the stock YAML by absolute path and overrides only where the data comes from
+(`dataset_path: json` with `data_files`, plus a `process_docs` mapping to the stock schema, or a
+`custom_dataset` from offline_utils), so task names, prompts, few-shot settings, filters and
+metrics stay the stock ones and a TaskManager with `include_defaults=False` resolves them.
 
-`build_offline_tasks(data_dir, out_dir)` writes one YAML per task into out_dir. Each one
-`include:`s the stock lm-eval YAML by absolute path (so the prompt template, few-shot settings,
-filters and metrics are the stock ones) and overrides only where the data comes from:
-`dataset_path: json` + absolute `data_files` (and a `process_docs` mapping to the stock schema
-for ARC and CommonsenseQA), or a `custom_dataset` (see offline_utils) for MMLU's csvs, the
-Hugging Face `save_to_disk` copies (HellaSwag, WinoGrande, TriviaQA, MMLU validation) and the
-files that need converting (OpenBookQA's TSV, PIQA's separate labels, BoolQ's string labels).
-The task names stay the stock names (gsm8k, arc_easy, ..., hellaswag, ..., triviaqa,
-mmlu_<subject>, groups mmlu, mmlu_stem, ...), so a TaskManager built with
-`include_defaults=False` on out_dir resolves them offline, and the results are comparable with
-any stock run, except where PARTIAL says otherwise.
-
-Few-shot: the offline copies hold only the split each stock task evaluates (no train split), so
-a task in NO_FEWSHOT_SOURCE is exact only at its stock 0 shots; `fewshot_error` names them for a
-few-shot request instead of letting lm-eval draw examples from the evaluation split.
-RACE has no offline copy: it runs online only.
-
-What each task is (its stock YAML, its files, whether it has an offline copy, a few-shot
-source, a partial label) is its row in common/benchmarks.py; this module is the loader that
-turns a row's files into the YAML lm-eval reads (tests check that every file a YAML names is
-one its row pins).
+The offline copies hold only the split each stock task evaluates: a task in NO_FEWSHOT_SOURCE is
+exact only at its stock 0 shots, and `fewshot_error` names them for a few-shot request instead of
+letting lm-eval draw examples from the evaluation split. What each task is (stock YAML, files,
+few-shot source, partial label) is its row in common/benchmarks.py.
 """
 
 from __future__ import annotations

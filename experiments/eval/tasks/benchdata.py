@@ -1,19 +1,9 @@
-"""Offline benchmark data: where it is, and whether it is the bytes the README pins.
-
-A data directory holds one folder per benchmark (gsm8k/, arc/, mmlu/, hellaswag/, ...; the
-file names are each benchmark's `offline` files in common/benchmarks.py;
-experiments/eval/smoke_data/ is a tiny example). It is given by the
-`BENCH_DATA=` make variable / `--data` flag, else the `FTBENCH_DATA` environment variable;
-without either, the stock (online) datasets load as usual.
-
-Checksums come from the directory's own README.md table (one sha256 per file) and `sha256sum`
-files: `SHA256SUMS` (any file, paths relative to the data directory), `mmlu/SHA256SUMS` (one
-per MMLU test/dev csv, paths relative to mmlu/) and `mmlu/validation/SHA256SUMS` (MMLU's
-validation split, `save_to_disk` copies, paths relative to the data directory). The `mmlu` task
-needs only its test/dev files (the stock tasks read no other split), so its verified checksums,
-and the spec ids built from them, do not depend on the validation copies; those are pinned
-under their own key, `mmlu_validation`, for a task that reads that split. `verify()` names every
-missing or altered file in one line, so a user sees at once which file to fetch again.
+"""Offline benchmark data: where it is (`BENCH_DATA=`, `--data`, else $FTBENCH_DATA; without
+either the stock datasets load online) and whether it is the bytes the directory pins: its
+README.md table and its sha256sum files (docs/BENCHMARKS.md, "Checksums"). The `mmlu` task needs
+only its test/dev files, so its verified checksums, and the spec ids built from them, do not
+depend on MMLU's validation copies (pinned under their own key, `mmlu_validation`). `verify()`
+names every missing or altered file in one line.
 """
 
 from __future__ import annotations
