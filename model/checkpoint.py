@@ -107,18 +107,27 @@ def sharded_weights(path: str | os.PathLike, payload: dict[str, Any],
     return sd["model"]
 
 
-def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+def read_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu",
+                    mmap: bool = False) -> dict:
+    """A checkpoint's payload (`mmap`: memory-mapped, tensors read from disk only when used)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        payload = torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # torch raises several types for truncated or foreign files
         raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
                               f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
     return payload
+
+
+def _config(path: str | os.PathLike, payload: dict) -> ModelConfig:
+    try:
+        return ModelConfig.from_dict(payload["config"])
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
 
 
 def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
@@ -128,10 +137,7 @@ def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
     With `model`, its config must equal the stored one (else CheckpointError naming the fields).
     """
     payload = read_checkpoint(path, map_location)
-    try:
-        cfg = ModelConfig.from_dict(payload["config"])
-    except (ValueError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
+    cfg = _config(path, payload)
     if model is None:
         model = build_model(cfg).to(map_location)
     else:
@@ -167,20 +173,8 @@ def load_weights(path: str | os.PathLike, device: str | torch.device = "cpu") ->
     tokens, ...), never a tensor. The one door evaluation loads through: other formats (a
     weights-only export, sharded checkpoints) belong here.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint not found: {path}")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as e:  # noqa: BLE001 - torch raises several types for foreign files
-        raise CheckpointError(f"checkpoint {path} is corrupt or unreadable: "
-                              f"{type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise CheckpointError(f"checkpoint {path} is not a {FORMAT} file")
-    try:
-        cfg = ModelConfig.from_dict(payload["config"])
-    except (ValueError, TypeError) as e:
-        raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
+    payload = read_checkpoint(path, "cpu", mmap=True)
+    cfg = _config(path, payload)
     sd = payload.get("model")
     if sd is None and "dcp" in payload:  # a training step's marker: its weights are in the shards
         sd = sharded_weights(path, payload, build_model(cfg).state_dict())  # DCP fills a template

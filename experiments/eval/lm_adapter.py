@@ -48,11 +48,11 @@ from tqdm import tqdm
 import model.free_transformer as ftm
 from common import arms
 from common.paths import RunDir, checkpoint_step_of
+from common.records import check_z, effective_k
 from experiments.corpus.tokenizer import TextTokenizer, tokenizer_from_ref
 from model.checkpoint import load_weights
 from model.transformer import Transformer
 
-Z_MODES = ("prior", "prior-k", "posterior")
 PRECISIONS = ("auto", "fp32", "bf16")
 DEFAULT_GEN_TOKS = 256
 """The generation budget asked for when neither the task nor the caller sets one; capped at
@@ -237,8 +237,7 @@ class FTBenchLM(TemplateLM):
                  progress: bool | str = True, precision: str = "auto",
                  data_parallel: DataParallel | None = None, **_: Any) -> None:
         super().__init__()
-        if z not in Z_MODES:
-            raise ValueError(f"z={z!r}: allowed {Z_MODES}")
+        check_z(z)
         self.checkpoint_step: int | None = None
         if checkpoint is not None:  # a RunDir, or what lm-eval's --model_args names: a run or a .pt
             run = checkpoint if isinstance(checkpoint, RunDir) else RunDir.at(checkpoint)
@@ -254,7 +253,7 @@ class FTBenchLM(TemplateLM):
         # the model's kind (its Arm record): whether it has a Z to draw, and what its files say
         self.arm = arms.of_model(int(getattr(self.model.cfg, "latent_bits", 0) or 0))
         self.z = z
-        self.k = int(k) if z == "prior-k" else 1
+        self.k = effective_k(z, k)
         if self.k < 1:
             raise ValueError(f"k={k}: need k >= 1")
         self.seed = int(seed)
