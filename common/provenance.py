@@ -7,7 +7,6 @@ import contextlib
 import os
 import platform
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -51,9 +50,8 @@ def loadavg() -> list[float] | None:
 
 
 def peak_rss_mb() -> float | None:
-    """This process's peak resident memory so far (MB); None where the platform has no rusage.
-
-    Linux: /proc/self/status's VmHWM, the peak of this process's own address space. Not
+    """This process's peak resident memory so far (MB; None without /proc, the suite runs on
+    Linux): /proc/self/status's VmHWM, the peak of this process's own address space. Not
     getrusage's ru_maxrss, which Linux carries across fork + exec: a run started by a large
     parent (a sweep driver, pytest) would report the parent's RSS at the fork."""
     try:
@@ -63,9 +61,4 @@ def peak_rss_mb() -> float | None:
                     return round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
-    try:
-        import resource
-    except ImportError:
-        return None
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # bytes on macOS, KB on Linux
-    return round(kb / (1 << 20) if sys.platform == "darwin" else kb / 1024, 1)
+    return None

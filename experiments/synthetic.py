@@ -209,13 +209,10 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     run = RunDir(Path(train(cfg)))
     wall = time.time() - t0
     ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
-    steps = None
-    final = _final_record(run)
-    if final is not None:
-        steps = final.get("step")
+    final = _final_record(run) or {}
     return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "overrides": ov,
-                              "steps": steps, "train_wall_s": final.get("wall_s", wall)
-                              if final else wall})
+                              "steps": final.get("step"),
+                              "train_wall_s": final.get("wall_s", wall)})
 
 
 def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,

@@ -130,6 +130,8 @@ def exported_baseline(ctx: Ctx, workdir: Path) -> Exported:
                                  tokenizer=tokenizer_ref(tok, "bench-bpe"))
     out = Path(export(ck, workdir / "hf"))
     hf = LlamaForCausalLM.from_pretrained(out, attn_implementation="sdpa", dtype=torch.float32)
+    # generation runs to the token budget (no eos) and pads with 0, as ours does
+    hf.generation_config.eos_token_id, hf.generation_config.pad_token_id = None, 0
     return Exported(ours, tok, texts, hf.to(ctx.device).eval(), out,
                     "experiments.eval.hf_export.export + LlamaForCausalLM.from_pretrained")
 

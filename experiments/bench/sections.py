@@ -89,10 +89,7 @@ def section_train(ctx: Ctx) -> dict[str, Any]:
         "hf_attn_implementation": hf.config._attn_implementation,
         "hf_logits_max_abs_diff_same_weights": parity,
     }
-    del ours, hf
-    gc.collect()
-
-    return out
+    return out  # the runner collects garbage after every section
 
 
 def section_free(ctx: Ctx) -> dict[str, Any]:
@@ -244,8 +241,6 @@ def section_generate(ctx: Ctx) -> dict[str, Any]:
     try:
         hf = exp.hf
         out["hf_export"] = exp.how
-        hf.generation_config.eos_token_id = None
-        hf.generation_config.pad_token_id = 0
         mask = torch.ones_like(prompt)
 
         def hf_gen() -> torch.Tensor:
@@ -326,8 +321,6 @@ def section_generate_batch(ctx: Ctx) -> dict[str, Any]:
         mask[b, P - len(r):] = 1
     ids, mask = ids.to(dev), mask.to(dev)
     hf = exp.hf
-    hf.generation_config.eos_token_id = None
-    hf.generation_config.pad_token_id = 0
     crit = StoppingCriteriaList([_StopSequences(stops, P)])
 
     def hf_gen() -> torch.Tensor:
