@@ -93,54 +93,19 @@ class Transformer(nn.Module):
         cos, sin = rope_table(cfg.head_dim, cfg.max_seq_len, cfg.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
-        self._readout_chunk_bytes = READOUT_CHUNK_BYTES
-        self._chunked_loss = False
-        self._compile_loss = False
+        # Memory and speed knobs of the instance, set by a run's trainer or evaluator; the
+        # config, the run-id and checkpoints never hold them (same values either way).
+        # The budget of the one float32 (tokens x V) buffer of a readout chunk when scoring
+        # (and in the chunked training loss): chunks of budget // (V x 4) tokens.
+        self.readout_chunk_bytes = READOUT_CHUNK_BYTES
+        # `forward(tokens, targets)` computes the cross-entropy over chunks of tokens
+        # (`linear_cross_entropy`, its gradients made in the forward): no (B, T, V) logits,
+        # `ModelOutput.logits` is None; same values and gradients (tested in float64).
+        self.chunked_loss = False
+        # On CUDA each chunk's work after its matmul runs compiled (`compiled_chunk_loss`: one
+        # fused pass); `compile_units` (train.compile) turns it on; CPU chunks stay eager.
+        self.compile_loss = False
         self.reset_parameters()
-
-    # ------------------------------------------------------------------ memory knobs
-    @property
-    def readout_chunk_bytes(self) -> int:
-        """Budget of the one float32 (tokens x V) buffer of a readout chunk when scoring (and in
-        the training loss with `chunked_loss`): chunks of budget // (V x 4) tokens. A memory
-        knob only, set per instance (a run's trainer or evaluator sets it; the config, the
-        run-id and checkpoints do not hold it). Default `model.readout.READOUT_CHUNK_BYTES`."""
-        return self._readout_chunk_bytes
-
-    @readout_chunk_bytes.setter
-    def readout_chunk_bytes(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"readout_chunk_bytes={value!r} must be a positive integer "
-                             "(bytes of one chunk's float32 tokens x vocabulary buffer)")
-        self._readout_chunk_bytes = value
-
-    @property
-    def chunked_loss(self) -> bool:
-        """`forward(tokens, targets)` computes the cross-entropy over chunks of tokens
-        (`model.readout.linear_cross_entropy`, its gradients made in the forward), so no
-        (B, T, V) logits exist and `ModelOutput.logits` is None. Off by default: the unchunked
-        path, unchanged. Same values and gradients (tested in float64)."""
-        return self._chunked_loss
-
-    @chunked_loss.setter
-    def chunked_loss(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise ValueError(f"chunked_loss={value!r} must be true or false")
-        self._chunked_loss = value
-
-    @property
-    def compile_loss(self) -> bool:
-        """On CUDA, the chunked training loss runs each chunk's work after its matmul compiled
-        (`model.readout.compiled_chunk_loss`: one fused pass where eager writes a float32 logits
-        chunk and rewrites it in a dozen kernels). Off by default; `compile_units`
-        (train.compile) turns it on. Elsewhere the chunks stay eager: CPU values are unchanged."""
-        return self._compile_loss
-
-    @compile_loss.setter
-    def compile_loss(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise ValueError(f"compile_loss={value!r} must be true or false")
-        self._compile_loss = value
 
     # ------------------------------------------------------------------ init
     def reset_parameters(self) -> None:
@@ -219,7 +184,7 @@ class Transformer(nn.Module):
         h = self._hidden(tokens, ctx, logits_from)
         if targets is not None:
             targets = targets[:, logits_from:]
-        chunked = targets is not None and (scores or self._chunked_loss)
+        chunked = targets is not None and (scores or self.chunked_loss)
         logits = self.output(h) if readout and not chunked else None
         out = ModelOutput(logits=logits, codes=ctx.codes, kl_tokens=ctx.kl_tokens,
                           kl=ctx.kl_tokens.mean() if ctx.kl_tokens is not None
@@ -234,8 +199,8 @@ class Transformer(nn.Module):
             out.ce = -out.scores.logprob.sum() / n  # the mean over scored targets, as below
         elif chunked:
             out.ce = linear_cross_entropy(h.flatten(0, 1), self.output.weight, targets.flatten(),
-                                          self._readout_chunk_bytes,
-                                          compiled=self._compile_loss and h.is_cuda)
+                                          self.readout_chunk_bytes,
+                                          compiled=self.compile_loss and h.is_cuda)
         else:
             # at least float32 (bf16 logits under autocast), float64 for a float64 model
             out.ce = F.cross_entropy(logits.flatten(0, 1).to(float_dtype(logits.dtype)),
@@ -267,7 +232,7 @@ class Transformer(nn.Module):
         (k, ...), one row per draw, and greedy (...) is under the mean of the k distributions.
         """
         return score_readout(self.output, hidden, targets, self.cfg.vocab_size,
-                             self._readout_chunk_bytes, mixture=mixture)
+                             self.readout_chunk_bytes, mixture=mixture)
 
     def _latent_penalty(self, ctx: _Ctx) -> torch.Tensor:
         return torch.zeros((), device=self.device)

@@ -178,13 +178,9 @@ class _Sample:
 
 def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool = False,
          request: dict[str, Any] | None = None) -> Scan:
-    """Phase 1 (see the module docstring). Raises UsageError on bad input.
-
-    A hub stream (`source: hf`) is resumable: after each text part the scan records its
-    position (`text/scan.json`: the parts so far and the mixture's state); a scan that failed
-    midway, run again with the same request, reads its kept parts back from disk (the
-    checksum, the split counts and the tokenizer's sample come out as if never interrupted)
-    and continues the stream where it stopped."""
+    """Phase 1 (see the module docstring). Raises UsageError on bad input. A hub stream is
+    resumable: after each text part it records its position (`text/scan.json`); a re-run reads
+    the kept parts back and continues the stream (docs/DATA.md, "Scan")."""
     text_parts = dcfg.source == "hf" or dcfg.max_bytes is not None
     checksums: dict[str, str] = {}
     mixture: HFMixture | None = None

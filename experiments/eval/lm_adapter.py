@@ -170,12 +170,8 @@ def share(costs: Sequence[float], world: int) -> list[int]:
 
 
 class DataParallel:
-    """Evaluation over the job's processes (torchrun: gloo on CPU; NCCL on GPU with a gloo
-    group beside it for the object collectives). Rank 0 runs lm-eval and writes every file;
-    each batch of requests it hands the adapter is split into whole units (a context's run of
-    continuations, a rolling request, a generation batch: the units one process forms), each
-    rank scores its units and the per-item results are gathered to rank 0. Every draw of Z is
-    keyed by what is scored, never by the rank, so the results equal one process's."""
+    """The job's processes (torchrun: gloo on CPU; NCCL on GPU with a gloo group beside it for
+    the object collectives); how a batch is shared out: the module docstring."""
 
     def __init__(self, rank: int, world: int, group: Any = None, owns_group: bool = False
                  ) -> None:
@@ -496,18 +492,10 @@ class FTBenchLM(TemplateLM):
     def _score_share(self, pieces: list[tuple[list[int], list[int], int]], disable_tqdm: bool,
                      rank: int = 0, world: int = 1) -> dict[int, tuple[list[float], bool]]:
         """This rank's share of `_score_tokens`, by whole units (an input row for posterior,
-        a run of contexts sharing a prefix otherwise), as {piece index: result}.
-
-        Per (ctx, cont, n_enc): the continuation's log-likelihood per draw of Z, and whether
-        it is the greedy continuation.
-
-        Each distinct context window (with its encoder span) runs once into a KV cache; the
-        continuations scored against it extend a copy of that cache, batched. Pieces with the
-        same context and continuation[:-1] read the same input: they share one row (one draw
-        of Z) and each gathers its own last token. Baseline contexts that share a long prefix
-        (a few-shot header) run the prefix once too. The context's codes are drawn from a
+        a run of contexts sharing a prefix otherwise), as {piece index: result}; how contexts,
+        rows and draws are shared: the module docstring. A context's codes come from a
         generator keyed by the context, a continuation row's prior codes from one keyed by the
-        context and the row, so every score equals the score of the request alone."""
+        context and the row."""
         wins = [self._window(*p) for p in pieces]
         draws = self.k if self.arm.latent else 1  # the baseline is deterministic
         # Each piece keeps its continuation's readout inputs, (n_cont, D) per draw, never
