@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -541,15 +541,12 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     if bad:
         raise UsageError(f"--reuse {bad[0]!r}: give LABEL=RUN_DIR, e.g. "
                                  "--reuse kappa=1=results/runs/<run-id>")
-    return SyntheticSettings(name=a.name, setting=a.setting, kappas=kappas,
-                             baseline=not a.no_baseline, latent_bits=a.latent_bits,
-                             high_latent_bits=a.high_latent_bits,
-                             overrides=list(a.overrides), n_prompts=a.n_prompts,
-                             n_shared_groups=a.n_shared_groups, group_size=a.group_size,
-                             temperature=a.temperature, n_eval=a.n_eval, seed=a.seed,
-                             threads=a.threads if a.threads < 0 else
-                             a.threads or torch.get_num_threads(),
-                             reuse=dict(r.rsplit("=", 1) for r in a.reuse))
+    same = {f.name: getattr(a, f.name) for f in fields(SyntheticSettings) if hasattr(a, f.name)}
+    return SyntheticSettings(**{**same, "kappas": kappas, "baseline": not a.no_baseline,
+                                "overrides": list(a.overrides),
+                                "threads": a.threads if a.threads < 0 else
+                                a.threads or torch.get_num_threads(),
+                                "reuse": dict(r.rsplit("=", 1) for r in a.reuse)})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

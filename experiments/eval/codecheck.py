@@ -216,12 +216,14 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
     """{"base", "base_time", "base_rt", "plus", "plus_time", "plus_rt"} (outputs decoded;
     *_rt: all each input cost the runner, decoding it and encoding its answer included), or a
     missing Check."""
+    def decoded(gt: dict) -> dict:
+        return {k: [_decode_gt(v) for v in gt[k]] if k in ("base", "plus") else gt[k]
+                for k in GT_KEYS}
+
     path = cache_dir / f"{_gt_key(problem, dataset)}.json" if cache_dir else None
     if path is not None and path.is_file():
         try:
-            gt = json.loads(path.read_text())
-            return {k: ([_decode_gt(v) for v in gt[k]] if k in ("base", "plus") else gt[k])
-                    for k in GT_KEYS}
+            return decoded(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, CodecError):
             pass  # recompute
     job = {"mode": "gt", "code": problem["prompt"] + problem["canonical_solution"],
@@ -257,8 +259,7 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
         except OSError:
             pass  # a cache only
     try:
-        return {k: ([_decode_gt(v) for v in gt[k]] if k in ("base", "plus") else gt[k])
-                for k in gt}
+        return decoded(gt)
     except CodecError:
         return Check(None, "expected outputs unavailable: undecodable")
 

@@ -39,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import torch
+import torch.distributed as dist
 from lm_eval.api.model import TemplateLM
 from lm_eval.api.registry import register_model
 from lm_eval.models.utils import Collator, handle_stop_sequences
@@ -181,8 +182,6 @@ class DataParallel:
     def from_env(cls, device: str | torch.device) -> DataParallel | None:
         """The job's process group when torchrun started several processes (WORLD_SIZE > 1),
         initialized here if nobody has; None for a single process."""
-        import torch.distributed as dist
-
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
             return None
         owns = not dist.is_initialized()
@@ -192,22 +191,16 @@ class DataParallel:
         return cls(dist.get_rank(), dist.get_world_size(), group, owns)
 
     def broadcast(self, obj: Any) -> Any:
-        import torch.distributed as dist
-
         box = [obj]
         dist.broadcast_object_list(box, src=0, group=self.group)
         return box[0]
 
     def gather(self, obj: Any) -> list[Any] | None:
-        import torch.distributed as dist
-
         out: list[Any] | None = [None] * self.world if self.rank == 0 else None
         dist.gather_object(obj, out, dst=0, group=self.group)
         return out
 
     def close(self) -> None:
-        import torch.distributed as dist
-
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
 
