@@ -218,5 +218,7 @@ if __name__ == "__main__" and "--write" in sys.argv:
         os.environ.pop("FTBENCH_DATA", None)
         os.chdir(ROOT)
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-        FIXTURE.write_text(json.dumps(capture(), indent=1) + "\n")
+        text = json.dumps(capture(), indent=1)  # a list of figures on one line
+        FIXTURE.write_text(re.sub(r"\[\s+([^][{}]*?)\s+\]", lambda m: "[" + " ".join(
+            m.group(1).split()) + "]", text) + "\n")
     print(f"wrote {FIXTURE}")
