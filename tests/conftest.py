@@ -26,6 +26,30 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+SLOW_TIMEOUT_S = 600
+"""A slow test's limit unless it names its own (@pytest.mark.timeout beside it); the fast
+tier's is pyproject's `timeout`."""
+SERIAL = {
+    # several processes of their own (gloo worlds, local job arrays, kill and resume) or
+    # measuring time: beside another test on 2 cores they slow down or lose their timing
+    "test_e2e.py", "test_slurm.py", "test_fsdp.py", "test_hsdp.py", "test_multinode.py",
+    "test_eval_parallel.py", "test_sandbox_timing.py", "test_sandbox_canonical.py",
+    "test_corpus.py", "test_checkpoint_sharded.py", "test_start_space.py",
+}
+"""Test files whose slow tests `make test-all` runs after the rest, alone (marker `serial`)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            continue
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        if item.path.name in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture(scope="session")
 def bench_dir() -> Path:
     return BENCH
