@@ -18,7 +18,6 @@ import pytest
 from sweeps.recipe import load, merge_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "experiments" / "eval" / "smoke_data"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
