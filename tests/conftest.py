@@ -30,11 +30,14 @@ SLOW_TIMEOUT_S = 600
 """A slow test's limit unless it names its own (@pytest.mark.timeout beside it); the fast
 tier's is pyproject's `timeout`."""
 SERIAL = {
-    # several processes of their own (gloo worlds, local job arrays, kill and resume) or
-    # measuring time: beside another test on 2 cores they slow down or lose their timing
-    "test_e2e.py", "test_slurm.py", "test_fsdp.py", "test_hsdp.py", "test_multinode.py",
-    "test_eval_parallel.py", "test_sandbox_timing.py", "test_sandbox_canonical.py",
-    "test_corpus.py", "test_checkpoint_sharded.py", "test_start_space.py",
+    # worlds of gloo processes, local job arrays, kill-and-resume or contending processes, and
+    # wall clocks (timing, the sandbox's limits): beside another test on 2 cores they slow
+    # down or lose their timing
+    "test_e2e.py", "test_slurm.py", "test_study.py", "test_sweep_points.py", "test_train.py",
+    "test_train_loop.py", "test_fsdp.py", "test_hsdp.py", "test_compile.py", "test_multinode.py",
+    "test_checkpoint_sharded.py", "test_start_space.py", "test_gpu_check_cpu.py",
+    "test_gpu_check_recipe.py", "test_eval_parallel.py", "test_full_eval.py", "test_corpus.py",
+    "test_site.py", "test_sandbox_timing.py", "test_sandbox_canonical.py",
 }
 """Test files whose slow tests `make test-all` runs after the rest, alone (marker `serial`)."""
 
