@@ -534,24 +534,48 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(module, prog, where, argv, plac
                                                          "same command"), err
 
 
-@pytest.mark.slow  # a process per entry point
-@pytest.mark.parametrize("module, prog", [
-    ("experiments.train", "train"), ("experiments.eval", "eval"),
-    ("experiments.eval.lm_eval_cli", "lm-eval"), ("experiments.eval.hf_export", "hf-export"),
-    ("experiments.eval.tasks", "tasks"), ("experiments.eval.likelihood", "likelihood"),
-    ("experiments.eval.probe", "probe"), ("experiments.corpus", "corpus"),
-    ("experiments.synthetic", "synthetic"), ("pipelines.corpus", "corpus"),
-    ("pipelines.full_eval", "full-eval"), ("experiments.bench", "python -m experiments.bench"),
-    ("analysis.report", "report"), ("analysis.synthetic", "synthetic"), ("sweeps", "sweep")])
-def test_the_module_entry_points_exit_2(module: str, prog: str, tmp_path: Path) -> None:
-    """`python -m ...` passes main's status on: exit 2 and the one line, nothing written."""
+ENTRY_POINTS = [  # module, prog, argv its main refuses
+    ("experiments.train", "train", ["foo=1"]), ("experiments.eval", "eval", ["--no-such-flag"]),
+    ("experiments.eval.lm_eval_cli", "lm-eval", ["--ckpt"]),
+    ("experiments.eval.hf_export", "hf-export", ["--no-such-flag"]),
+    ("experiments.eval.tasks", "tasks", ["--no-such-flag"]),
+    ("experiments.eval.likelihood", "likelihood", ["--no-such-flag"]),
+    ("experiments.eval.probe", "probe", ["--no-such-flag"]),
+    ("experiments.corpus", "corpus", ["--no-such-flag"]),
+    ("experiments.synthetic", "synthetic", ["--no-such-flag"]),
+    ("pipelines.corpus", "corpus", ["--no-such-flag"]),
+    ("pipelines.full_eval", "full-eval", ["--no-such-flag"]),
+    ("experiments.bench", "python -m experiments.bench", ["--no-such-flag"]),
+    # argparse's own parser (usage line first) in these: a value their body refuses
+    ("analysis.report", "report", ["--name", "nope"]),
+    ("analysis.synthetic", "synthetic", ["--name", "nope"]),
+    ("sweeps", "sweep", ["status", "nope"])]
+RUN_AS_MAIN = """
+import contextlib, io, json, runpy, sys
+out = []
+for module, args in json.loads(sys.argv[1]):
+    sys.argv, so, se, code = [module, *args], io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code
+    out.append([code, so.getvalue(), se.getvalue()])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # imports every entry point (one process for all: a torch import, not 15)
+def test_the_module_entry_points_exit_2(tmp_path: Path) -> None:
+    """`python -m ...` passes main's status on: exit 2 and the one line, nothing written. Each
+    module runs as __main__ the way `python -m` runs it (runpy), in one process."""
     env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"), "PYTHONPATH": str(ROOT)}
-    args = {"experiments.train": ["foo=1"], "experiments.eval.lm_eval_cli": ["--ckpt"],
-            # argparse's own parser (usage line first) in these: a value their body refuses
-            "analysis.report": ["--name", "nope"], "analysis.synthetic": ["--name", "nope"],
-            "sweeps": ["status", "nope"]}.get(module, ["--no-such-flag"])
-    r = subprocess.run([sys.executable, "-m", module, *args], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
-    assert r.stderr.startswith(f"{prog}: error: ") and r.stderr.count("\n") == 1, r.stderr
+    r = subprocess.run([sys.executable, "-c", RUN_AS_MAIN, json.dumps(
+        [(m, a) for m, _, a in ENTRY_POINTS])], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
+    for (module, prog, _), (code, out, err) in zip(ENTRY_POINTS, json.loads(r.stdout),
+                                                   strict=True):
+        assert code == 2 and out == "", (module, code, err[-2000:])
+        assert err.startswith(f"{prog}: error: ") and err.count("\n") == 1, (module, err)
     assert list(tmp_path.iterdir()) == []
