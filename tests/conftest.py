@@ -26,6 +26,33 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+SLOW_TIMEOUT_S = 600
+"""A slow test's limit unless it names its own (@pytest.mark.timeout beside it); the fast
+tier's is pyproject's `timeout`."""
+SERIAL = {
+    # worlds of gloo processes, local job arrays, kill-and-resume or contending processes, and
+    # wall clocks (timing, the sandbox's limits): beside another test on 2 cores they slow
+    # down or lose their timing
+    "test_e2e.py", "test_slurm.py", "test_study.py", "test_sweep_points.py", "test_train.py",
+    "test_train_loop.py", "test_fsdp.py", "test_hsdp.py", "test_compile.py", "test_multinode.py",
+    "test_checkpoint_sharded.py", "test_start_space.py", "test_gpu_check_cpu.py",
+    "test_gpu_check_recipe.py", "test_eval_parallel.py", "test_full_eval.py", "test_corpus.py",
+    "test_site.py", "test_sandbox_timing.py", "test_sandbox_canonical.py",
+}
+"""Test files whose slow tests `make test-all` runs after the rest, alone (marker `serial`)."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") is None:
+            continue
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT_S))
+        if item.path.name in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.fixture(scope="session")
 def bench_dir() -> Path:
     return BENCH

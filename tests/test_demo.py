@@ -47,6 +47,22 @@ def test_demo_runs_sweep_eval_synthetic_report_in_order():
         assert f"[demo {step}" in out
 
 
+@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
+def test_smoke_is_the_sweep_with_eval_on_the_shipped_sample_then_the_report():
+    """`make smoke` is tests/test_e2e.py's pipeline through make: its wiring, not its run."""
+    out = _dry("smoke")
+    sweep = re.search(r"-m sweeps run (.*)", out)
+    assert sweep, out
+    s = sweep.group(1).replace("='", " '")
+    for want in ("--kappa '2'", "--h '4'", "--seeds '0'", "--preset '1M'", "--data 'stdlib'",
+                 "--tokens '16k'", "--name 'smoke'", "--eval '1'",
+                 "--tasks arc_easy,gsm8k --limit 5", "experiments/eval/smoke_data"):
+        assert want in s, (want, s)
+    assert "HF_DATASETS_OFFLINE=1" in out and "HF_HUB_OFFLINE=1" in out
+    assert out.index("-m sweeps run") < out.index("-m analysis.report --name 'smoke'")
+    assert "smoke: done; report: " in out
+
+
 def test_report_target_requires_a_name():
     env = {**os.environ}
     env.pop("NAME", None)

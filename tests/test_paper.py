@@ -1,15 +1,14 @@
 """`make paper RECIPE=...` (pipelines/paper.py) and `make sweep RECIPE=...` (sweeps --recipe).
 
 The plan of every paper recipe on 1, 32 and 256 GPUs prints without a traceback (bad input: the
-table in tests/test_sweep.py); a recipe's sweep is the recipe's own grid; and (slow
-tier) `make paper RECIPE=cpu-mini` runs corpus, sweep with two evaluation points per cell, and
-report end to end, then a second run does no work.
+table in tests/test_sweep.py); a recipe's sweep is the recipe's own grid. `make paper
+RECIPE=cpu-mini` end to end (corpus, sweep with two evaluation points per cell, report, then a
+second run that does no work) is tests/test_slurm.py's, through the SLURM launcher.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,6 @@ import pytest
 from sweeps.recipe import load, merge_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
-SMOKE = ROOT / "experiments" / "eval" / "smoke_data"
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -66,37 +64,3 @@ def test_paper_recipes_plan_on_any_world(tmp_path: Path, name: str, gpus: str) -
     assert "GPU-hours per point and cell" in out and "disk under the results root" in out
     assert "DRY=1: nothing submitted" in out
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.json"))
-
-
-def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    """Every run file and the report (the manifest is re-read and may be re-written)."""
-    files = [*(root / "runs").rglob("*"), *(root / "sweeps").rglob("report*")]
-    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
-            for p in sorted(files) if p.is_file()}
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
-def test_make_paper_cpu_mini_end_to_end_then_no_work(tmp_path: Path) -> None:
-    cmd = ["make", "-W", ".venv/.setup-stamp", "-o", "setup", "paper", "RECIPE=cpu-mini",
-           f"BENCH_DATA={SMOKE}", "EVAL_ARGS=--limit 2 --max-gen-toks 8", "LIKELIHOOD_ROWS=2"]
-    first = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(tmp_path),
-                           check=False)
-    out = first.stdout + first.stderr
-    assert first.returncode == 0, out[-4000:]
-    assert "corpus: building" in out and "[paper done" in out
-    res = tmp_path / "results"
-    assert (res / "sweeps" / "cpu-mini" / "report.html").is_file()
-    runs = sorted((res / "runs").iterdir())
-    assert len(runs) == 5  # baseline, FT at 1/2 and 2 bits, the two controls
-    for r in runs:  # two kept points and the final checkpoint, each evaluated
-        evals = [p.name for p in (r / "eval").glob("*.json")]
-        assert sum("step" in e for e in evals) >= 2, (r.name, evals)
-    before = _snapshot(res)
-    second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=_env(tmp_path),
-                            check=False)
-    out2 = second.stdout + second.stderr
-    assert second.returncode == 0, out2[-4000:]
-    assert "nothing to do" in out2 and "5 cells, 5 done, 0 to run" in out2
-    assert "report up to date" in out2
-    assert _snapshot(res) == before  # no result file written or touched

@@ -80,13 +80,17 @@ def _files(*roots: Path) -> set[Path]:
 
 def refused(main: Callable[[list[str]], int], prog: str, argv: list[str], phrase: str,
             places: dict[str, str], tmp: Path, capsys: pytest.CaptureFixture,
-            monkeypatch: pytest.MonkeyPatch, results: str = "{tmp}/results") -> None:
+            monkeypatch: pytest.MonkeyPatch, results: str = "{tmp}/results",
+            env: dict[str, str] | None = None) -> None:
     """`main(argv)` ({placeholders} filled, {tmp}: this test's directory, the working
-    directory, holding a file `afile`) exits 2 with the one line, writing nothing."""
+    directory, holding a file `afile`; `env` set on top) exits 2 with the one line, writing
+    nothing."""
     sub = {**places, "{tmp}": str(tmp)}
     monkeypatch.chdir(tmp)
     monkeypatch.setenv("FTBENCH_RESULTS", results.replace("{tmp}", str(tmp)))
     monkeypatch.setenv("FTBENCH_CACHE", places["{cache}"])
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v.replace("{tmp}", str(tmp)))
     (tmp / "afile").write_text("x")
     args = []
     for a in argv:
@@ -219,7 +223,16 @@ PROBE_CASES = _cases(
     (["{ft}", *PROBE, "--seed", "-1"], "--seed"),
     (["{ft}", *PROBE, "--prompt-len", "70"], "--prompt-len"),
     (["{ft}", *PROBE, "--out", "{tmp}/afile"], "--out"))
-TOOLS = [("experiments.eval.lm_eval_cli", "lm-eval", LM_EVAL),
+BENCH = _cases(
+    (["--sections", "train,nope"], "nope"),
+    (["--reps", "4"], "--reps 4: every figure is a median of at least 5 reps"),
+    (["--warmup", "-1"], "--warmup -1"),
+    (["--threads", "0"], "--threads 0"),
+    (["--reps", "x"], "'x'"),
+    (["--md", "{tmp}/afile/out.md"], "afile"))
+TOOLS = [("experiments.bench.__main__", "python -m experiments.bench", BENCH),
+         ("analysis.synthetic", "synthetic", [(["--name", "nope"], "nope")]),
+         ("experiments.eval.lm_eval_cli", "lm-eval", LM_EVAL),
          ("experiments.eval.hf_export", "hf-export", HF_EXPORT),
          ("experiments.eval.tasks.__main__", "tasks", TASKS),
          ("experiments.eval.likelihood", "likelihood", LIKELIHOOD),
@@ -322,6 +335,163 @@ def test_synthetic_results_root_unwritable(results, phrase, places, tmp_path, ca
             results=results)
 
 
+def test_synthetic_good_input_passes_the_checks(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's control: valid flags and overrides pass every check (hydra composes each
+    arm) and run() writes samples.jsonl; an untrained tiny model stands in for training."""
+    import experiments.synthetic as syn
+    from model import build_model, get_preset
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    st = syn.parse_args(["--setting", "smoke", "--kappa", "1/8, 8", "--name", "ok",
+                         "--n-prompts", "1", "--n-shared-groups", "1", "--group-size", "2",
+                         "--n-eval", "4", "optim.lr=1e-3", "train.seed=1"])
+    assert syn.check(st) == [(0, None), (8, 1 / 8), (8, 8.0)]
+
+    def fake(label: str, h: int, k: float, st: syn.SyntheticSettings) -> syn.Trained:
+        cfg = get_preset("1M", vocab_size=29, dim=16, n_layers=2, n_heads=2, n_kv_heads=1,
+                         ffn_dim=32, latent_bits=h, kappa_bits=k)
+        return syn.Trained(build_model(cfg), {"run_id": label})
+
+    d = syn.run(st, train_fn=fake)
+    assert sorted(p.name for p in d.iterdir()) == ["samples.jsonl"]
+
+
+# ----------------------------------------------- python -m analysis.report, python -m sweeps status
+def _sweep_dir(root: Path, manifest: str | None = None) -> Path:
+    d = root / "sweeps" / "bad"
+    d.mkdir(parents=True)
+    if manifest is not None:
+        (d / "manifest.json").write_text(manifest, encoding="utf-8")
+    return d
+
+
+def _ok_sweep(root: Path) -> Path:
+    from fake import write_fake_sweep
+
+    write_fake_sweep(root, "ok", kappas=(2.0,), seeds=(0,), controls=())
+    return root / "sweeps" / "ok"
+
+
+RESULTS_ROOT: list[tuple[str, Callable[[Path], object], list[str], str]] = [
+    # id, what the results root holds, argv (report's unless it starts with "status"), phrase
+    ("no-sweep", lambda r: (r / "sweeps").mkdir(parents=True), ["--name", "nope"],
+     "no sweep 'nope'"),
+    ("no-results-root", lambda r: None, ["--name", "nope"], "does not exist"),
+    ("corrupt-manifest", lambda r: _sweep_dir(r, '{"name": "bad", "cells": ['),
+     ["--name", "bad"], "sweeps/bad/manifest.json is corrupt (JSONDecodeError"),
+    ("manifest-not-an-object", lambda r: _sweep_dir(r, "[1, 2]"), ["--name", "bad"],
+     "is not a sweep manifest"),
+    ("report-dir-is-a-file", lambda r: (_ok_sweep(r) / "report").write_text("x"),
+     ["--name", "ok"], "sweeps/ok/report is not a writable directory"),
+    ("report-html-is-a-dir", lambda r: (_ok_sweep(r) / "report.html").mkdir(),
+     ["--name", "ok"], "report.html is not a writable file"),
+    ("n-boot-0", lambda r: None, ["--name", "nope", "--n-boot", "0"],
+     "--n-boot: 0 must be >= 1"),
+    ("name-with-slash", lambda r: None, ["--name", "../x"], "NAME '../x' is not a sweep name"),
+    ("status-no-sweep", lambda r: (r / "sweeps").mkdir(parents=True), ["status", "nope"],
+     "no sweep 'nope'"),
+]
+
+
+@pytest.mark.parametrize("setup, argv, phrase", [c[1:] for c in RESULTS_ROOT],
+                         ids=[c[0] for c in RESULTS_ROOT])
+def test_report_and_status(setup, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    from analysis.report import main as report
+    from sweeps.__main__ import main as sweep
+
+    setup(tmp_path / "results")
+    main, prog = (sweep, "sweep") if argv[0] == "status" else (report, "report")
+    refused(main, prog, argv, phrase, places, tmp_path, capsys, monkeypatch)
+
+
+# ------------------------------------- an unwritable results root, cache or output, by environment
+BAD = "/proc/ftbench-unwritable"
+"""/proc refuses new files even to root: it stands for an unwritable place."""
+SWEEP_RUN = ["run", "--name", "t1", "--kappa", "0.5", "--h", "4", "--seeds", "0",
+             "--tokens", "4096"]
+EVAL_ARC = ["{base}", "--limit", "1", "--data", "{bench}", "--tasks"]
+ENVIRONMENT = [  # module, prog, argv, environment, phrase
+    ("experiments.train.trainer", "train", TINY, {"FTBENCH_RESULTS": BAD}, "FTBENCH_RESULTS"),
+    ("experiments.train.trainer", "train", TINY, {"FTBENCH_CACHE": BAD + "/cache"},
+     f"cache directory {BAD}"),
+    ("sweeps.__main__", "sweep", SWEEP_RUN, {"FTBENCH_RESULTS": BAD}, BAD),
+    ("sweeps.__main__", "sweep", SWEEP_RUN, {"FTBENCH_CACHE": BAD}, f"cache directory {BAD}"),
+    ("experiments.eval.run", "eval", [*EVAL_ARC, "arc_easy"], {"HF_DATASETS_CACHE": BAD},
+     "HF_DATASETS_CACHE"),
+    ("experiments.eval.run", "eval", [*EVAL_ARC, "humaneval_plus"], {"XDG_CACHE_HOME": BAD},
+     "XDG_CACHE_HOME"),
+    ("analysis.report", "report", ["--name", "t1"], {"FTBENCH_RESULTS": BAD}, "t1"),
+    ("experiments.bench.__main__", "python -m experiments.bench", [],
+     {"FTBENCH_RESULTS": "{tmp}/afile/res"}, "afile"),
+    ("experiments.bench.__main__", "python -m experiments.bench", [], {"BENCH_SIZE": "huge"},
+     "huge"),
+]
+
+
+@pytest.mark.parametrize("module, prog, argv, env, phrase", ENVIRONMENT,
+                         ids=[f"{c[1]}: {' '.join(f'{k}={v}' for k, v in c[3].items())}"
+                              for c in ENVIRONMENT])
+def test_environment(module, prog, argv, env, phrase, places, tmp_path, capsys,
+                     monkeypatch) -> None:
+    import importlib
+
+    if "HF_DATASETS_CACHE" in env:  # datasets reads it once, at import: as a new process would
+        import datasets.config
+
+        monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", env["HF_DATASETS_CACHE"])
+    refused(importlib.import_module(module).main, prog, argv, phrase, places, tmp_path, capsys,
+            monkeypatch, env=env)
+
+
+def test_unwritable_probe_creates_nothing(tmp_path: Path) -> None:
+    from common.io import unwritable
+
+    assert unwritable(tmp_path / "a" / "b") is None
+    assert not (tmp_path / "a").exists()
+    assert "/proc" in str(unwritable(BAD)) and "not writable" in str(unwritable(BAD))
+    (tmp_path / "f").write_text("x")
+    assert str(unwritable(tmp_path / "f" / "sub")) == f"{tmp_path / 'f'} is a file"
+    assert list(tmp_path.iterdir()) == [tmp_path / "f"]
+
+
+def test_tokenizer_cache_error_is_a_usage_error() -> None:
+    from common.errors import UsageError
+    from experiments.corpus.tokenizer import train_bpe
+
+    with pytest.raises(UsageError, match="tokenizer cache .*not writable"):
+        train_bpe(["some text " * 50], 300, cache_dir=BAD)
+
+
+def test_report_into_a_read_only_results_root(tmp_path: Path) -> None:
+    """An existing sweep in a read-only results root: root ignores chmod, so a read-only bind
+    mount in a private mount namespace where possible (a process of its own), else chmod."""
+    from conftest import can_mount_ro
+    from fake import write_fake_sweep
+
+    root = tmp_path / "results"
+    write_fake_sweep(root, "ro", kappas=(0.5,), controls=())
+    before = sorted(root.rglob("*"))
+    cmd = [sys.executable, "-m", "analysis.report", "--name", "ro", "--n-boot", "20"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(root),
+           "OMP_NUM_THREADS": "1"}
+    if can_mount_ro(tmp_path):
+        cmd = ["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"',
+               str(root), *cmd]
+    elif os.geteuid() == 0:
+        pytest.skip("root without a private mount namespace: cannot make a read-only dir")
+    else:
+        (root / "sweeps" / "ro").chmod(0o555)
+    try:
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        (root / "sweeps" / "ro").chmod(0o755)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert "cannot write the report" in lines[0] and "not writable" in lines[0], lines[0]
+    assert sorted(root.rglob("*")) == before
+
+
 # ------------------------------------------------------------- python -m pipelines.full_eval
 FULL_EVAL = _cases(
     (["{tmp}/nope.pt", "--data", "{bench}"], "no checkpoint at"),
@@ -364,21 +534,48 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(module, prog, where, argv, plac
                                                          "same command"), err
 
 
-@pytest.mark.slow  # a process per entry point
-@pytest.mark.parametrize("module, prog", [
-    ("experiments.train", "train"), ("experiments.eval", "eval"),
-    ("experiments.eval.lm_eval_cli", "lm-eval"), ("experiments.eval.hf_export", "hf-export"),
-    ("experiments.eval.tasks", "tasks"), ("experiments.eval.likelihood", "likelihood"),
-    ("experiments.eval.probe", "probe"), ("experiments.corpus", "corpus"),
-    ("experiments.synthetic", "synthetic"), ("pipelines.corpus", "corpus"),
-    ("pipelines.full_eval", "full-eval")])
-def test_the_module_entry_points_exit_2(module: str, prog: str, tmp_path: Path) -> None:
-    """`python -m ...` passes main's status on: exit 2 and the one line, nothing written."""
+ENTRY_POINTS = [  # module, prog, argv its main refuses
+    ("experiments.train", "train", ["foo=1"]), ("experiments.eval", "eval", ["--no-such-flag"]),
+    ("experiments.eval.lm_eval_cli", "lm-eval", ["--ckpt"]),
+    ("experiments.eval.hf_export", "hf-export", ["--no-such-flag"]),
+    ("experiments.eval.tasks", "tasks", ["--no-such-flag"]),
+    ("experiments.eval.likelihood", "likelihood", ["--no-such-flag"]),
+    ("experiments.eval.probe", "probe", ["--no-such-flag"]),
+    ("experiments.corpus", "corpus", ["--no-such-flag"]),
+    ("experiments.synthetic", "synthetic", ["--no-such-flag"]),
+    ("pipelines.corpus", "corpus", ["--no-such-flag"]),
+    ("pipelines.full_eval", "full-eval", ["--no-such-flag"]),
+    ("experiments.bench", "python -m experiments.bench", ["--no-such-flag"]),
+    # argparse's own parser (usage line first) in these: a value their body refuses
+    ("analysis.report", "report", ["--name", "nope"]),
+    ("analysis.synthetic", "synthetic", ["--name", "nope"]),
+    ("sweeps", "sweep", ["status", "nope"])]
+RUN_AS_MAIN = """
+import contextlib, io, json, runpy, sys
+out = []
+for module, args in json.loads(sys.argv[1]):
+    sys.argv, so, se, code = [module, *args], io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(so), contextlib.redirect_stderr(se):
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as e:
+            code = e.code
+    out.append([code, so.getvalue(), se.getvalue()])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # imports every entry point (one process for all: a torch import, not 15)
+def test_the_module_entry_points_exit_2(tmp_path: Path) -> None:
+    """`python -m ...` passes main's status on: exit 2 and the one line, nothing written. Each
+    module runs as __main__ the way `python -m` runs it (runpy), in one process."""
     env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"), "PYTHONPATH": str(ROOT)}
-    arg = {"experiments.train": "foo=1", "experiments.eval.lm_eval_cli": "--ckpt"}.get(
-        module, "--no-such-flag")
-    r = subprocess.run([sys.executable, "-m", module, arg], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and r.stdout == "", r.stderr[-2000:]
-    assert r.stderr.startswith(f"{prog}: error: ") and r.stderr.count("\n") == 1, r.stderr
+    r = subprocess.run([sys.executable, "-c", RUN_AS_MAIN, json.dumps(
+        [(m, a) for m, _, a in ENTRY_POINTS])], cwd=tmp_path, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
+    for (module, prog, _), (code, out, err) in zip(ENTRY_POINTS, json.loads(r.stdout),
+                                                   strict=True):
+        assert code == 2 and out == "", (module, code, err[-2000:])
+        assert err.startswith(f"{prog}: error: ") and err.count("\n") == 1, (module, err)
     assert list(tmp_path.iterdir()) == []

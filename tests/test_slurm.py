@@ -1,10 +1,11 @@
 # tests/test_slurm.py
-"""Sweeps on a real single-node SLURM cluster (ci/slurm/start.sh): `make sweep LAUNCHER=slurm`
-runs a job array with chained evals and `make report` reads it; a cell preempted through
+"""Sweeps on a real single-node SLURM cluster (ci/slurm/start.sh), the SLURM twin of the local
+end-to-end test (tests/test_e2e.py): a cell preempted through
 submitit (SIGUSR2) checkpoints, is requeued, resumes and ends with the weights of an
 uninterrupted run; a cell whose trainer fails is reported failed with its reason; `make paper
-RECIPE=cpu-mini LAUNCHER=slurm`, corpus not prebuilt, submits the corpus units, the sweep, its
-evaluations and the report through the one launcher, and a second run does no work.
+RECIPE=cpu-mini LAUNCHER=slurm`, corpus not prebuilt, submits the corpus units, the sweep (one
+job array), its chained evaluations and the report through the one launcher, and a second run
+does no work.
 
 Runs when FTBENCH_SLURM_TEST=1, or by default as root where slurmctld is installed
 (FTBENCH_SLURM_TEST=0 skips it). The cluster is started once for the module and its daemons are
@@ -28,7 +29,6 @@ import experiments.train.trainer as T
 from experiments.train.config import compose
 
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 TINY = ("train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
         "logging.val_every=0 logging.log_every=1")
 CLUSTER = """partition: ci
@@ -57,8 +57,9 @@ def _enabled() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_enabled() is not None,
-                                                   reason=_enabled() or "")]
+# the first test also starts the cluster (installing SLURM's packages where they are missing)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
+              pytest.mark.skipif(_enabled() is not None, reason=_enabled() or "")]
 
 
 def _up() -> bool:
@@ -128,26 +129,6 @@ def _sweep(cluster: Path, env: dict[str, str], name: str, **kv: str) -> None:
               PRESET="1M", KAPPA="0.5", H="4", SEEDS="0", NAME=name, **kv)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "slurm: submitted array" in r.stdout
-
-
-def test_sweep_with_chained_evals_finishes_and_the_report_reads_it(cluster):
-    env = _env(cluster, "plain")
-    _sweep(cluster, env, "plain", TOKENS="2048", OVERRIDES=TINY, EVAL="1",
-           EVAL_ARGS=f"--tasks arc_easy --limit 3 --data {BENCH} --threads 1")
-    m = _wait(env, "plain", lambda m: all(
-        c["state"] in ("done", "failed") and (c.get("eval") or {}).get("state")
-        in ("done", "failed") for c in m["cells"]))
-    assert [(c["arm"], c["state"], c["eval"]["state"]) for c in m["cells"]] == [
-        ("baseline", "done", "done"), ("free", "done", "done")], [
-        (c["cell"], c["reason"], c.get("eval")) for c in m["cells"]]
-    array = {c["job_id"].split("_")[0] for c in m["cells"]}
-    assert len(array) == 1 and all("_" in c["job_id"] for c in m["cells"])  # one job array
-    acct = subprocess.run(["sacct", "-X", "-n", "-P", "-j", array.pop(), "-o", "JobID,State"],
-                          capture_output=True, text=True, check=True).stdout.split()
-    assert len(acct) == 2 and all(x.endswith("|COMPLETED") for x in acct), acct
-    r = _make("report", env, NAME="plain")
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert (cluster / "plain" / "sweeps" / "plain" / "report.html").is_file()
 
 
 def test_preempted_cell_is_requeued_resumes_and_equals_an_uninterrupted_run(cluster):
@@ -230,6 +211,8 @@ def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
     m = _manifest(env, "cpu-mini")
     assert len(m["cells"]) == 5 and all(
         c["state"] == "done" and c["eval"]["state"] == "done" for c in m["cells"]), m["cells"]
+    array = {c["job_id"].split("_")[0] for c in m["cells"]}
+    assert len(array) == 1 and all("_" in c["job_id"] for c in m["cells"])  # one job array
     ran = [j for j in _jobs() if j[0] not in before]
     names = {j[1] for j in ran}
     assert {"corpus", "sweep-cpu-mini", "sweep-cpu-mini-eval", "paper-cpu-mini-report"} \

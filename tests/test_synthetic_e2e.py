@@ -49,21 +49,30 @@ def test_shared_groups_pin_one_code_sequence() -> None:
 
 
 @pytest.mark.slow
-def test_end_to_end_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_end_to_end_smoke_with_kept_checkpoints(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both arms trained on the smoke setting, sampled, tabled and drawn. With
+    logging.keep_eval_checkpoints=3 on 3 steps, steps 1, 2 and 3 (the final weights) are kept:
+    points at 1 and 2, each with the final model's prompts and group layout; the aggregate's
+    agreement table has steps 1, 2, 3 with the final model last."""
+    from analysis.report import _synthetic_html
+    from analysis.synthetic import aggregate
+
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
     st = SyntheticSettings(name="e2e", setting="smoke", kappas=(1 / 64, 8.0), n_prompts=1,
-                           n_shared_groups=2, group_size=4, figure_rows=4, n_eval=32)
+                           n_shared_groups=2, group_size=4, figure_rows=4, n_eval=32,
+                           overrides=["logging.keep_eval_checkpoints=3"])
     d = run(st)
     assert d == tmp_path / "synthetic" / "e2e"
     runs = sorted((tmp_path / "runs").iterdir())
     assert len(runs) == 3 and all((r / "checkpoints" / "final.pt").is_file() for r in runs)
     out = render(d)
-    for name in ("table.csv", "table.md", "acceptance.json", "figure.png"):
+    for name in ("table.csv", "table.md", "acceptance.json", "figure.png", "agreement.csv"):
         assert out[name].is_file() and out[name].stat().st_size > 0
-    assert "agreement.csv" not in out and not (d / "agreement.png").exists()  # kept none
     assert out["figure.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     df = pd.read_csv(out["table.csv"])
-    assert list(df["model"]) == ["baseline", "kappa=1/64", "kappa=8"]
+    models = ["baseline", "kappa=1/64", "kappa=8"]
+    assert list(df["model"]) == models
     assert (df["n_samples"] == 1 * 3 * 4).all()
     assert df.loc[0, "kl_bits"] != df.loc[0, "kl_bits"]  # NaN: the baseline has no Z
     assert (df.loc[1:, "kl_bits"] >= 0).all() and (df["ce_prior"] > 0).all()
@@ -74,39 +83,20 @@ def test_end_to_end_smoke(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
     assert lines[0]["kind"] == "meta" and sum(x["kind"] == "model" for x in lines) == 3
 
-
-@pytest.mark.slow
-def test_kept_checkpoints_are_measured_like_the_final_model(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
-    """logging.keep_eval_checkpoints=3 on 3 steps keeps steps 1, 2 and 3 (the final weights):
-    points at 1 and 2, each with the final model's prompts and group layout; the aggregate's
-    agreement table has steps 1, 2, 3 with the final model last."""
-    from analysis.synthetic import aggregate
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    st = SyntheticSettings(name="pts-s0", setting="smoke", kappas=(8.0,), n_prompts=1,
-                           n_shared_groups=2, group_size=2, n_eval=16,
-                           overrides=["logging.keep_eval_checkpoints=3"])
-    d = run(st)
-    lines = [json.loads(x) for x in (d / "samples.jsonl").read_text().splitlines()]
     pts = [r for r in lines if r["kind"] == "point"]
-    assert [(r["model"], r["step"]) for r in pts] == [("baseline", 1), ("baseline", 2),
-                                                       ("kappa=8", 1), ("kappa=8", 2)]
+    assert [(r["model"], r["step"]) for r in pts] == [(m, s) for m in models for s in (1, 2)]
     assert all(r["checkpoint"] == f"eval_step_{r['step']}.pt" and r["measure_s"] >= 0
                for r in pts)
-    assert pts[2]["kl_bits"] >= 0 and pts[0]["kl_bits"] is None  # the baseline has no Z
+    assert pts[-1]["kl_bits"] >= 0 and pts[0]["kl_bits"] is None  # the baseline has no Z
     final = [(r["letter"], r["group"], r["row"]) for r in lines
              if r["kind"] == "sample" and r["model"] == "kappa=8"]
     for step in (1, 2):
         assert [(r["letter"], r["group"], r["row"]) for r in lines
                 if r["kind"] == "point_sample" and r["model"] == "kappa=8"
                 and r["step"] == step] == final
-    ag = aggregate(["pts-s0"], root=tmp_path).agreement
+    ag = aggregate(["e2e"], root=tmp_path).agreement
     assert list(ag[ag["model"] == "kappa=8"]["step"]) == [1, 2, 3]
     assert list(ag[ag["model"] == "kappa=8"]["final"]) == [False, False, True]
-    out = render(d)  # one run: its agreement over training beside its table, and in the report
-    assert pd.read_csv(out["agreement.csv"])["step"].tolist() == [1, 2, 3, 1, 2, 3]
-    from analysis.report import _synthetic_html
-
+    # one run: its agreement over training beside its table, and in the report
+    assert pd.read_csv(out["agreement.csv"])["step"].tolist() == [1, 2, 3] * 3
     assert "Agreement over training" in _synthetic_html(d)
