@@ -234,7 +234,7 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     evaluation checkpoints: (ran, reused, failures). probe_run itself reuses a file of the same
     spec and checkpoint without loading the model, so a changed probe spec (a new field) probes
     again and an unchanged one costs a file read."""
-    from experiments.eval.probe import ProbeError, probe_run
+    from experiments.eval.probe import probe_run
 
     done = state.setdefault("probes", {})
     ran = skipped = 0
@@ -249,7 +249,7 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
             try:
                 with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
                     path, reused = probe_run(ck, opts)
-            except (ProbeError, ValueError) as e:
+            except (UsageError, ValueError) as e:
                 failed.append(f"{c.cell} ({ck.name}): probe: error: {one_line(e)}")
                 continue
             except Exception as e:  # a crash of one probe fails it, not the study
