@@ -152,6 +152,8 @@ def share_of(doc: dict[str, Any]) -> dict[str, float]:
             "share_hi": _num(use.get("recovered_share_hi")) if own
             else (-lo / kl_nats if ok else math.nan),
             "prior_ce": _num((doc.get("ablations") or {}).get("prior_ce_nats_per_token")),
+            "information_bits": _num(use.get("information_bits")),
+            "exact_model_share": _num(use.get("exact_model_share")),
             "n_rows": doc.get("n_rows")}
 
 
@@ -165,11 +167,11 @@ def is_stirring(p: dict[str, float]) -> bool:
     return bool(p["share"] >= STIR_MIN and p["share_lo"] > 0)
 
 
-def probe_points(run_dir: Path, tokens_per_step: int, rows: int = PROBE_ROWS,
+def probe_points(ev: Path, tokens_per_step: int, rows: int = PROBE_ROWS,
                  draws: int = PROBE_DRAWS) -> pd.DataFrame:
-    """One row per probed checkpoint of the registered spec (rows, draws), by step; two files
-    of one step (eval_step_N.pt and final.pt: the same weights) count once."""
-    ev = Path(run_dir) / "eval"
+    """One row per probed checkpoint of the registered spec (rows, draws) among the probe files
+    in `ev` (a run's eval directory), by step; two files of one step (eval_step_N.pt and
+    final.pt: the same weights) count once."""
     out: dict[int, dict[str, Any]] = {}
     for f in sorted(ev.glob("probe.*.json")) if ev.is_dir() else []:
         try:
@@ -186,7 +188,8 @@ def probe_points(run_dir: Path, tokens_per_step: int, rows: int = PROBE_ROWS,
         out[step] = {"step": step, "tokens": step * tokens_per_step, **p,
                      "alive": is_alive(p), "stirring": is_stirring(p), "file": f.name}
     cols = ["step", "tokens", "kl_bits", "kl_se_bits", "d_posterior", "d_lo", "d_hi", "share",
-            "share_lo", "share_hi", "prior_ce", "n_rows", "alive", "stirring", "file"]
+            "share_lo", "share_hi", "prior_ce", "information_bits", "exact_model_share",
+            "n_rows", "alive", "stirring", "file"]
     return pd.DataFrame([out[s] for s in sorted(out)], columns=cols)
 
 
@@ -251,7 +254,7 @@ def collect(runs: Sequence[Path]) -> dict[str, pd.DataFrame]:
                "final_d_posterior": math.nan, "came_alive_tokens": None,
                "first_stirring_tokens": None}
         if info["arm"] in LATENT:
-            pp = probe_points(rd, info["tokens_per_step"])
+            pp = probe_points(Path(rd) / "eval", info["tokens_per_step"])
             pts.append(pp.assign(**ident))
             if len(pp):
                 f = pp.iloc[-1]
@@ -450,6 +453,31 @@ def _tok(x: Any) -> str:
     return "never" if not math.isfinite(v) else f"{v / 1e6:.2f}M"
 
 
+def elbo_lines(curves: pd.DataFrame) -> list[str]:
+    """The FT's honest bound at the last validation, -ELBO = val_ce_posterior + KL (nats),
+    minus the same seed's baseline val_ce (exact), paired by seed with a t interval."""
+    if curves.empty or "val_ce_posterior" not in curves:
+        return []
+    last = curves.sort_values("step").groupby(["arm", "seed"]).tail(1).set_index(
+        ["arm", "seed"])
+    if FREE.name not in last.index.get_level_values(0):
+        return []
+    seeds = sorted(s for a, s in last.index if a == FREE.name and (BASELINE.name, s) in last.index)
+    d = [float(last.loc[(FREE.name, s), "val_ce_posterior"]
+               + last.loc[(FREE.name, s), "val_kl_bits"] * LN2
+               - last.loc[(BASELINE.name, s), "val_ce"]) for s in seeds]
+    m, lo, hi, n = t_interval(d)
+    return ["The honest likelihood bound at the end: the Free Transformer's -ELBO "
+            "(val_ce_posterior + KL, nats/token, one posterior draw on the 128 validation "
+            "rows; an upper bound on its NLL) minus the same seed's baseline's exact val_ce, "
+            "paired by seed (95% t):", "",
+            md(pd.DataFrame([["FT -ELBO - baseline", f"{_f(m, 4)} [{_f(lo, 4)}, {_f(hi, 4)}]",
+                              n, " ".join(f"{s}:{x:+.4f}" for s, x in zip(seeds, d,
+                                                                            strict=True))]],
+                            columns=["comparison", "mean Δ (nats/token) [95% t]", "n seeds",
+                                     "per seed"]))]
+
+
 def render_block(tables: Path) -> str:
     """The text of a generated block of docs/ALIVE.md from the committed files under
     `tables` (between its BEGIN and END markers)."""
@@ -497,8 +525,11 @@ def render_block(tables: Path) -> str:
              md(pd.DataFrame(per_seed, columns=[
                  "arm", "seed", "run", "lr", "tokens", "final val CE", "KL bits/token",
                  "share [95%]", "comes alive at", "first stirring", "wall s"])),
-             "", "Honest cross-entropy at the end, paired by seed (descriptive: 3 seeds are "
-             "sized for the latent's curve, not for a CE difference):", "",
+             "", *elbo_lines(pd.read_csv(tables / "val_curves.csv")),
+             "", "The prior-Z cross-entropy at the end, paired by seed: an upper bound on the "
+             "NLL (Jensen), loose exactly when the decoder uses Z, so a generation-mismatch "
+             "diagnostic, not the likelihood (3 seeds are sized for the latent's curve, not for "
+             "a CE difference):", "",
              md(pd.DataFrame([[r["comparison"], f"{_f(r['mean'], 4)} [{_f(r['lo'], 4)}, "
                                f"{_f(r['hi'], 4)}]", r["n_seeds"],
                                r["per_seed"] if isinstance(r["per_seed"], str) else "–"]

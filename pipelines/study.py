@@ -115,7 +115,7 @@ SIZES: dict[str, Size] = {
         controls="flops plus1 zcut",
         overrides="data.max_bytes=8000000 data.val_tokens=16384 logging.val_every=49",
         tasks="gsm8k,humaneval_plus,mbpp_plus", limit=16, gen_toks=48, eval_points=2,
-        likelihood_rows=8,
+        likelihood_rows=64,  # every validation row (16384 tokens / 256): issue 44; it was 8
         probe_args="--rows 8 --draws 2 --prompts 4 --gen-tokens 8 --groups 2 --n-boot 1000",
         mde_target_nats=0.03, budget_min=90.0,
         stages={"sweep": 0.85, "probe": 0.12, "report": 0.03}),
