@@ -26,6 +26,7 @@
 #
 # Rehearsal on a CPU at a tiny size (what was run before committing this script):
 #   PY=.venv/bin/python PRESET=1M TOKENS=60k MAXB=3000000 BATCH=16 VAL=16384 VALEVERY=8 \
+#     TRAIN_BUDGET=2400 BUDGET=4000 R=/tmp/k16-results \
 #     OUT=/tmp/k16 bash dev/gpu/kappa16m.sh
 set -u
 OUT=${OUT:-/tmp/kappa16m}; mkdir -p "$OUT"
@@ -44,7 +45,7 @@ echo "== setup done at ${SECONDS}s"
 OV="data.max_bytes=$MAXB data.max_epochs=2 data.val_tokens=$VAL logging.val_every=$VALEVERY"
 OV="$OV logging.progress=false logging.keep_eval_checkpoints=8 optim.lr=$LR"
 OV="$OV train.batch_size=$BATCH train.seq_len=256"
-timeout -k 10 150 $PY -m sweeps run --name k16 --kappa "0.25 0.5 1" --h 8 --seeds 0 \
+timeout -k 10 ${TRAIN_BUDGET:-150} $PY -m sweeps run --name k16 --kappa "0.25 0.5 1" --h 8 --seeds 0 \
   --preset "$PRESET" --data stdlib --tokens "$TOKENS" --jobs 1 --overrides "$OV"
 echo "== training done at ${SECONDS}s (rc $?)"
 LEFT=$((${BUDGET:-190} - SECONDS)); [ $LEFT -lt 30 ] && LEFT=30
