@@ -36,25 +36,26 @@ SCHEMA = "ftbench-probe-v1"
 ABLATIONS = ("fixed_per_sequence", "zeroed", "posterior")
 FIGURES = ("kl_bits", "kl_positions", "ablations", "steering")
 TABLE_COLS = ["run_id", "step", "latent_bits", "kappa_bits", "n_rows", "kl_bits", "n_active",
-              "active_bits", "frac_le_kappa", "collapse", "latent_unused",
+              "active_bits", "frac_le_kappa", "over_budget", "latent_unused",
               "prior_ce", "d_fixed", "d_fixed_lo", "d_fixed_hi", "d_zeroed", "d_zeroed_lo",
               "d_zeroed_hi", "d_posterior_LEAKING", "d_posterior_lo", "d_posterior_hi",
               "steer_effect", "steer_null", "steer_diff", "steer_diff_lo", "steer_diff_hi",
               "steer_n_prompts", "recovered_share", "recovered_share_lo", "recovered_share_hi",
-              "information_bits", "marginal_bias_bits", "latent_state", "dead", "leaking",
-              "z_cut", "file"]
-"""`collapse` is the probe's leak flag (KL over budget and the decoder cashes it in): the column
-`leaking` is the same rule named for what it is; `dead` is the opposite failure (the decoder
-ignores Z), from the decoder's side. `latent_unused` is the encoder-side count of active bits
-(KL > 0.01 bit to the uniform prior, which also counts biased bits that carry no information):
-kept for old files, never the flag. `latent_state` is dead | leaking | used | undetermined, with
-its rule in each file (`latent_use.rule`); a file from before the latent-use record has none
-(NaN, never a guess)."""
+              "information_bits", "marginal_bias_bits", "exact_model_share", "latent_state",
+              "dead", "z_cut", "file"]
+"""`over_budget` is the probe's encoder-side flag (KL over its budget and cashed in by the
+decoder; the file's `collapse` record); `dead` is the decoder ignoring Z. `latent_unused` is the
+encoder-side count of active bits (KL > 0.01 bit to the uniform prior, which also counts biased
+bits that carry no information), never the flag. `latent_state` is used | dead | undetermined,
+with its rule in each file (`latent_use.rule`); a file without the record, or whose rule gave
+the share-based "leaking" state (version 1, withdrawn: an exact latent model has share >= 2),
+has none (NaN, never a guess). Whether prior generation breaks is the sample test's
+(experiments/eval/samples.py), never a probe column."""
 LATENT_COLS = ["run_id", "arm", "z_cut", "latent_bits", "kappa_bits", "step", "final", "kl_bits",
                "information_bits", "marginal_bias_bits", "recovered_nats", "recovered_share",
                "recovered_share_lo", "recovered_share_hi", "d_posterior_LEAKING",
-               "d_posterior_lo", "d_posterior_hi", "steer_diff", "latent_state", "dead",
-               "leaking", "rule", "file"]
+               "d_posterior_lo", "d_posterior_hi", "steer_diff", "exact_model_share",
+               "latent_state", "dead", "rule", "file"]
 """latent.csv: one row per probe file (a run's final checkpoint and its evaluation checkpoints:
 the latent's use over training)."""
 
@@ -107,7 +108,7 @@ def probe_row(doc: dict[str, Any]) -> dict[str, Any]:
         "n_active": kl.get("n_active"),
         "active_bits": ",".join(map(str, kl.get("active_bits") or [])) or "none",
         "frac_le_kappa": _f(kl.get("frac_tokens_kl_le_kappa")),
-        "collapse": col.get("flag"), "latent_unused": col.get("latent_unused"),
+        "over_budget": col.get("flag"), "latent_unused": col.get("latent_unused"),
         "prior_ce": _f((doc.get("ablations") or {}).get("prior_ce_nats_per_token")),
         "file": doc.get("file")}
     for mode, key in (("fixed_per_sequence", "d_fixed"), ("zeroed", "d_zeroed"),
@@ -122,9 +123,10 @@ def probe_row(doc: dict[str, Any]) -> dict[str, Any]:
                 "recovered_share_hi": _f(use.get("recovered_share_hi")),
                 "information_bits": _f(use.get("information_bits")),
                 "marginal_bias_bits": _f(use.get("marginal_bias_bits")),
-                "latent_state": use.get("state"), "dead": use.get("dead"),
-                "leaking": use.get("leaking") if use else col.get("flag"),
-                "z_cut": doc.get("z_cut")})
+                "exact_model_share": _f(use.get("exact_model_share")),
+                # version 1's share-based "leaking" is withdrawn: no state, never a guess
+                "latent_state": None if use.get("state") == "leaking" else use.get("state"),
+                "dead": use.get("dead"), "z_cut": doc.get("z_cut")})
     diff = st.get("difference") or {}
     row.update({"steer_effect": _f((st.get("effect") or {}).get("mean")),
                 "steer_null": _f((st.get("null") or {}).get("mean")),
@@ -346,7 +348,8 @@ def probe_html(doc: dict[str, Any]) -> str:
         f"{_cell(r['marginal_bias_bits'])} bits/token "
         f"<span class=\"mono\">({html.escape(str((doc.get('latent_use') or {}).get('rule')))})"
         f"</span></li>"
-        f"<li>collapse (leaking): {_cell(r['collapse'])}; no active bit (encoder side): "
+        f"<li>KL over budget and cashed in (encoder side): {_cell(r['over_budget'])}; exact-"
+        f"model share of this encoder {_cell(r['exact_model_share'])}; no active bit: "
         f"{_cell(r['latent_unused'])} "
         f"<span class=\"mono\">({html.escape(str(coll.get('rule')))})</span></li>"
         f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "

@@ -130,7 +130,10 @@ def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
 
 UNIT_COLS = ["model", "arm", "kappa_bits", "latent_bits", "step", "final", "kl_bits",
              "ce_prior", "ce_encoder", "ce_prior_sd", "n_eval", "steps", "train_wall_s",
-             "run_id", "run_dir"]
+             "run_id", "run_dir", "marginal_bias_bits"]
+"""marginal_bias_bits: the prior hole, KL(q_bar || uniform) of the encoder's mean code
+distribution on the held-out sequences (experiments/synthetic.py records it since issue 44;
+absent, never 0, for older runs)."""
 
 
 @dataclass
@@ -476,7 +479,13 @@ PREDICATES: dict[str, str] = {
     "leaking": ("leaking (the encoder passes the tokens through Z; generation with Z from the "
                 "prior breaks): validity is broken or CE with prior Z is broken (yes if either "
                 "is yes, no if both are no, unclear otherwise)"),
+    "samples_break": ("prior generation breaks, judged from the samples only (issue 44): the "
+                      "validity predicate above; the CE rule is not evidence of it (an exact "
+                      "latent model's CE with prior Z exceeds its likelihood by KL(u||q))"),
 }
+CE_VS_SAMPLES = {("yes", "no"): "CE says broken, samples valid",
+                 ("no", "yes"): "CE says sound, samples broken"}
+"""Where v2's CE predicate and the samples disagree (ce_broken, samples_break): marked."""
 
 
 @dataclass(frozen=True)
@@ -499,7 +508,10 @@ REGIMES_V2 = (
     RuleV2(8.0, "leaking (the paper's collapse)", (("leaking", True),), "leaking"),
 )
 VERDICT_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "kl_penalty",
-                   "regime", "result_v1", "result_v2", *PREDICATES, "why_v2")
+                   "regime", "result_v1", "result_v2", *PREDICATES, "why_v2",
+                   "result_samples", "ce_vs_samples")
+"""result_samples: the v2 rule with `leaking` judged from the samples only (`samples_break`);
+ce_vs_samples: where v2's CE predicate disagrees with the samples (CE_VS_SAMPLES), else ''."""
 
 
 def rule_v2_for(kappa_bits: float | None) -> RuleV2 | None:
@@ -533,6 +545,7 @@ def predicates(row: dict[str, Any]) -> dict[str, str]:
     out["ce_broken"] = "unclear" if ce is None else _yes_no(lo_ > UNIGRAM_CE, hi_ <= UNIGRAM_CE)
     pair = (out["validity_drop"], out["ce_broken"])
     out["leaking"] = "yes" if "yes" in pair else "no" if pair == ("no", "no") else "unclear"
+    out["samples_break"] = out["validity_drop"]
     return out
 
 
@@ -558,6 +571,7 @@ def verdicts(gaps: pd.DataFrame) -> pd.DataFrame:
         row = r.to_dict()
         preds = predicates(row)
         res, why = judge_v2(k, preds)
+        res_s, _ = judge_v2(k, {**preds, "leaking": preds["samples_break"]})
         rule = rule_v2_for(k)
         rows.append({"name": r["name"], "seed": r["seed"], "model": r["model"], "kappa_bits": k,
                      "latent_bits": None if h is None else int(h),
@@ -565,7 +579,9 @@ def verdicts(gaps: pd.DataFrame) -> pd.DataFrame:
                      "kl_penalty": "none (kappa >= H)" if h is not None and k >= h
                      else "free bits", "regime": rule.regime if rule else None,
                      "result_v1": regime_result(k, row, _num(row.get("validity_base"))),
-                     "result_v2": res, **preds, "why_v2": why})
+                     "result_v2": res, **preds, "why_v2": why, "result_samples": res_s,
+                     "ce_vs_samples": CE_VS_SAMPLES.get((preds["ce_broken"],
+                                                         preds["samples_break"]), "")})
     return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
 
 
@@ -621,7 +637,7 @@ GAP_COLUMNS = ("name", "seed", "model", "kappa_bits", "latent_bits", "step", "fi
                "n_noise_within", "n_noise_across", "validity", "validity_lo", "validity_hi",
                "n_groups_all", "n_rows_all", "validity_base", "validity_diff",
                "validity_diff_lo", "validity_diff_hi", "ce_prior",
-               "ce_prior_lo", "ce_prior_hi", "n_perm")
+               "ce_prior_lo", "ce_prior_hi", "n_perm", "marginal_bias_bits")
 
 
 def _order(kappa: Any) -> float:
@@ -1161,21 +1177,23 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
                 + (f", {na} not measurable" if na else "")
                 + (f" ({n_all - int(r['n_measured'])} missing)" if int(r["n_measured"]) < n_all
                    else ""))
-        v2 = "not judged (no gaps.csv)"
+        v2 = by_s = "not judged (no gaps.csv)"
         if ver is not None:
             g = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
-            res = list(g["result_v2"])
-            v2 = (f"{res.count('holds')} / {res.count('fails')} / {res.count('unclear')} of "
-                  f"{len(res)} seeds" + (" (no KL penalty: kappa >= H)" if any(
-                      str(x).startswith("none") for x in g["kl_penalty"]) else ""))
+            count = (lambda res: f"{res.count('holds')} / {res.count('fails')} / "
+                     f"{res.count('unclear')} of {len(res)} seeds")
+            v2 = count(list(g["result_v2"])) + (" (no KL penalty: kappa >= H)" if any(
+                str(x).startswith("none") for x in g["kl_penalty"]) else "")
+            by_s = count(list(g["result_samples"])) if "result_samples" in g else DASH
         rows.append([kappa_label(k), rule.regime if rule else r["regime"],
-                     reg.rule if reg else DASH, held, rule.text if rule else DASH, v2])
+                     reg.rule if reg else DASH, held, rule.text if rule else DASH, v2, by_s])
     L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
          "point estimates, fixed before any run; v2: the rules of issue 38 on the intervals "
          "and permutation p, fixed before the intervals were computed (this file's section "
          "on the rules says each predicate):", "",
          md(pd.DataFrame(rows, columns=["kappa (bits)", "paper's regime", "v1 rule",
-                                        "v1 holds in", "v2 rule", "v2 holds / fails / unclear"]))]
+                                        "v1 holds in", "v2 rule", "v2 holds / fails / unclear",
+                                        "by samples holds / fails / unclear"]))]
     if ver is None or ver.empty:
         return L
     txt = (lambda x: x if isinstance(x, str) else DASH)
@@ -1183,8 +1201,11 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
         r["model"], r["name"], DASH if _num(r["latent_bits"]) is None else int(r["latent_bits"]),
         "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits",
         txt(r["result_v1"]), f"**{txt(r['result_v2'])}**",
-        r["why_v2"] if isinstance(r["why_v2"], str) else ""] for _, r in ver.iterrows()],
-        columns=["model", "run", "H", "KL penalty", "v1", "v2", "why (v2)"])
+        r["why_v2"] if isinstance(r["why_v2"], str) else "",
+        f"**{txt(r.get('result_samples'))}**", txt(r.get("ce_vs_samples")) or DASH]
+        for _, r in ver.iterrows()],
+        columns=["model", "run", "H", "KL penalty", "v1", "v2", "why (v2)", "by samples",
+                 "v2's CE rule vs the samples"])
     return L + ["", "Per run (v2's predicates: yes / no / unclear, as each rule needs them):", "",
                 md(per_run)]
 
@@ -1291,6 +1312,9 @@ def render_rules() -> str:
           + "." for r in REGIMES_V2),
         "", "The predicates:", "",
         *(f"- {name.replace('_', ' ')}: {text}." for name, text in PREDICATES.items()),
+        "", "By samples (issue 44, beside v2, which is kept): each v2 rule again with its "
+        "'leaking' predicate replaced by 'samples break' (validity only). Where v2's CE "
+        "predicate and the samples disagree, the tables mark it.",
         "", f"Constants: negligible margin {NEGLIGIBLE_MARGIN}, validity drop "
         f"{LEAK_VALIDITY_DROP}, unigram CE {UNIGRAM_CE:.4f} nats/char (from the task: letter "
         f"{_P_LETTER:.4f}, '!' {1 / 16:.4f}, '_' {_P_BLANK:.4f} per body character), {N_PERM} "
@@ -1335,8 +1359,22 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
         parts.append(f"CE with prior Z {_span(col('ce_prior'))} nats/char (unigram CE "
                      f"{UNIGRAM_CE:.3f})")
         leak = list(v["leaking"])
-        parts.append(f"leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, unclear "
-                     f"in {leak.count('unclear')}")
+        parts.append(f"v2's leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, "
+                     f"unclear in {leak.count('unclear')}")
+        if "result_samples" in v:
+            sb, rs = list(v["samples_break"]), list(v["result_samples"])
+            dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
+            parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
+                         f"(unclear in {sb.count('unclear')}), the rule holds in "
+                         f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
+                         f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
+                         f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis
+                                                  else ""))
+        mb = col("marginal_bias_bits") if "marginal_bias_bits" in g else []
+        parts.append("the prior hole (marginal bias, KL of the mean code distribution to the "
+                     "uniform prior) " + (f"{_span(mb)} bits/token" if any(
+                         x is not None for x in mb) else "not recorded by these runs "
+                         "(experiments/synthetic.py records it since issue 44)"))
         if any(str(x).startswith("none") for x in v["kl_penalty"]):
             parts.append("trained with no KL penalty (kappa >= H)")
         L.append(f"- **kappa = {kappa_label(k)} bit, {rule.regime if rule else '?'}**: v2 holds "

@@ -36,6 +36,7 @@ from common.kappa import kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
 from common.paths import RunDir, results_root, runs_dir
 from common.provenance import loadavg
+from experiments.eval.probe import code_marginal_kl
 from experiments.train.synthetic_data import (
     BODY_LEN,
     LETTERS,
@@ -265,6 +266,7 @@ def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) 
     per_e: list[torch.Tensor] = []
     kl = 0.0
     n = 0
+    logits: list[torch.Tensor] = []  # the encoder's bit logits: the prior hole (issue 44)
     for s in range(0, n_eval, batch_size):
         xi, ti = inp[s:s + batch_size], tgt[s:s + batch_size]
         w = xi.shape[0]
@@ -274,6 +276,7 @@ def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) 
             per_p.append(_seq_ce(op.logits, ti).cpu())
             per_e.append(_seq_ce(oe.logits, ti).cpu())
             kl += float(oe.kl_tokens.mean()) * w
+            logits.append(model.forward_lower(xi).bit_logits.float().cpu())
         else:
             per_p.append(_seq_ce(model(xi, targets=ti).logits, ti).cpu())
         n += w
@@ -282,7 +285,10 @@ def evaluate(model: Transformer, n_eval: int, seed: int, batch_size: int = 128) 
     ce = torch.cat(per_e).double() if free else None
     # every sequence scores the same 64 characters, so the mean of the per-sequence CEs is the
     # CE over all scored characters (what the ModelOutput's ce averages)
+    split = code_marginal_kl(torch.cat(logits)) if free else {}
     return {"ce_prior": float(cp.mean()), "ce_prior_sd": float(cp.std()) if n > 1 else None,
+            "marginal_bias_bits": split.get("marginal_bias_bits"),
+            "information_bits": split.get("information_bits"),
             "ce_encoder": float(ce.mean()) if ce is not None else None,
             "ce_encoder_sd": float(ce.std()) if ce is not None and n > 1 else None,
             "kl_bits": kl / n / ln2 if free else None, "ce_scope": "body, nats/char",

@@ -15,3 +15,14 @@ probe: setup ## does the decoder use Z? KL per bit, Z ablations, steering: CKPT=
 	  $(call opt,SEED,--seed) $(call opt,OUT,--out) $(call arg,PROBE_ARGS)) || exit $$?; \
 	  echo "$$out"; f=$${out#probe: }; f=$${f#reused (same spec, same checkpoint) }; \
 	  $(PY) -m analysis.probe "$$f"
+
+# The sample test (docs/alive/kappa/PREREGISTERED.md): does generation with Z from the prior
+# break? Prior samples of the Free Transformer, scored by the same seed's baseline, against a
+# ladder of plain decoders (another seed's baseline's kept checkpoints) as bad in likelihood as
+# the FT's ELBO: experiments/eval/samples.py. Re-running reuses every file it made.
+.PHONY: samples
+KNOWN_samples := CKPT BASELINE LADDER OUT
+
+samples: setup ## does prior generation break? CKPT=<FT run> BASELINE=<same-seed baseline run> LADDER=<other baseline run> [OUT=<dir>]
+	$(PY) -m experiments.eval.samples $(call shq,$(CKPT)) --scorer $(call shq,$(BASELINE)) \
+	  --ladder $(call shq,$(LADDER)) $(call opt,OUT,--out)

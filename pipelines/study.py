@@ -115,7 +115,7 @@ SIZES: dict[str, Size] = {
         controls="flops plus1 zcut",
         overrides="data.max_bytes=8000000 data.val_tokens=16384 logging.val_every=49",
         tasks="gsm8k,humaneval_plus,mbpp_plus", limit=16, gen_toks=48, eval_points=2,
-        likelihood_rows=8,
+        likelihood_rows=64,  # every validation row (16384 tokens / 256): issue 44; it was 8
         probe_args="--rows 8 --draws 2 --prompts 4 --gen-tokens 8 --groups 2 --n-boot 1000",
         mde_target_nats=0.03, budget_min=90.0,
         stages={"sweep": 0.85, "probe": 0.12, "report": 0.03}),
@@ -234,7 +234,7 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     evaluation checkpoints: (ran, reused, failures). probe_run itself reuses a file of the same
     spec and checkpoint without loading the model, so a changed probe spec (a new field) probes
     again and an unchanged one costs a file read."""
-    from experiments.eval.probe import ProbeError, probe_run
+    from experiments.eval.probe import probe_run
 
     done = state.setdefault("probes", {})
     ran = skipped = 0
@@ -249,7 +249,7 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
             try:
                 with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
                     path, reused = probe_run(ck, opts)
-            except (ProbeError, ValueError) as e:
+            except (UsageError, ValueError) as e:
                 failed.append(f"{c.cell} ({ck.name}): probe: error: {one_line(e)}")
                 continue
             except Exception as e:  # a crash of one probe fails it, not the study
@@ -296,7 +296,7 @@ def export(name: str, meta: dict, docs: Path) -> None:
         # judged from the committed synthetic experiment's per-seed verdicts (docs/SYNTHETIC.md)
         from analysis.claims import rejudge_synthetic
 
-        rejudge_synthetic(docs / "claims.csv", verdicts)
+        rejudge_synthetic(docs / "claims.csv", verdicts, docs / "per_seed.csv")
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():

@@ -1,6 +1,6 @@
-"""Issue 38's science round: decoder-side latent use (experiments/eval/probe.py), float32
-"identical" paired differences (analysis/stats.py, analysis/tables.py), verdicts that say why
-they are inconclusive (analysis/study.py), and the dirty-tree refusal (pipelines/shared.py).
+"""Decoder-side latent use (experiments/eval/probe.py: issue 38's record, issue 44's states and
+the exact-model reference), float32 "identical" paired differences (analysis/stats.py,
+analysis/tables.py), and the dirty-tree refusal (pipelines/shared.py).
 
 Each part is checked against an independent computation: the information / marginal-bias split
 by enumerating every code with itertools, the rules on hand-set numbers, the committed tables
@@ -19,13 +19,13 @@ import pytest
 import torch
 
 from analysis.stats import F32_ULPS, identical
-from analysis.study import verdict
 from common.errors import UsageError
 from experiments.eval.probe import (
-    COLLAPSE_RECOVERED_FRAC,
     DEAD_INFO_BITS,
     DEAD_SHARE,
+    USED_SHARE,
     code_marginal_kl,
+    exact_model_share,
     latent_use,
 )
 
@@ -71,11 +71,10 @@ def test_a_bias_shared_by_every_token_is_not_information():
     assert got["marginal_bias_bits"] > 0.5
 
 
-def _use(kl_bits, gap, lo, hi, info=0.5, leaking=False):
+def _use(kl_bits, gap, lo, hi, info=0.5):
     prior = 5.0
     return latent_use(kl_bits, 1.0, prior, prior - gap, {"lo": -hi, "hi": -lo},
-                      {"information_bits": info, "marginal_bias_bits": kl_bits - info},
-                      leaking)
+                      {"information_bits": info, "marginal_bias_bits": kl_bits - info})
 
 
 def test_latent_states_follow_their_written_rule():
@@ -90,18 +89,53 @@ def test_latent_states_follow_their_written_rule():
         "undetermined"
     used = _use(kl, share(0.3), share(0.2), share(0.4))
     assert used["state"] == "used" and used["used"]
+    assert _use(kl, share(0.2), share(0.15), share(0.25))["state"] == "undetermined"  # < 0.25
+    assert _use(kl, share(0.3), share(0.05), share(0.5))["state"] == "undetermined"  # lo < 0.1
+    assert _use(0.05, 0.3 * 0.05 * LN2, 0.2 * 0.05 * LN2, 0.4 * 0.05 * LN2,
+                info=0.04)["state"] == "undetermined"  # KL under 0.1 bit
     # an encoder that sends no information is dead whatever the CE says
     assert _use(kl, share(0.3), share(0.2), share(0.4), info=DEAD_INFO_BITS / 2)["state"] == \
         "dead"
-    leak = _use(3.0, 0.9 * 3.0 * LN2, 0.8 * 3.0 * LN2, 3.0 * LN2, leaking=True)
-    assert leak["state"] == "leaking" and leak["leaking"] and not leak["dead"]
-    assert str(COLLAPSE_RECOVERED_FRAC) in leak["rule"] and str(DEAD_SHARE) in leak["rule"]
-    # more than the whole KL recovered is leaking without the KL flag (docs/ALIVE.md's latent)
+    # docs/ALIVE.md's latents (share 1.5-2.1): used, and no state says more from the share
     over = _use(kl, share(1.5), share(1.45), share(1.55))
-    assert over["state"] == "leaking" and over["leaking"]
-    assert _use(kl, share(1.05), share(0.95), share(1.15))["state"] == "used"  # interval: 1
-    missing = latent_use(1.0, 1.0, None, None, None, {"information_bits": 0.5}, None)
+    assert over["state"] == "used" and "leaking" not in over
+    assert str(USED_SHARE) in over["rule"] and "samples" in over["rule"]
+    missing = latent_use(1.0, 1.0, None, None, None, {"information_bits": 0.5})
     assert missing["state"] is None and missing["dead"] is None  # missing is never a state
+
+
+@pytest.mark.parametrize("d", [(0.05, 0.2, 0.45), (0.3, 0.0, 0.1)])
+def test_an_exact_latent_model_is_used_with_share_at_least_two(d):
+    """A latent model that leaks nothing: x in {0,1}^H uniform, the encoder q(z_h = 1 | x) =
+    1/2 + d_h (2 x_h - 1) (aggregate posterior uniform), the decoder Bayes-consistent with it,
+    p(x | z) = p(x) q(z | x) / u(z). Every CE is enumerated over all x and z; the share is
+    1 + KL(u||q) / KL(q||u) >= 2, which the probe states beside the share
+    (`exact_model_share` of the same encoder) and calls used: never leaking."""
+    H = len(d)
+    xs = list(itertools.product((0, 1), repeat=H))
+    p1 = np.array([[0.5 + d[h] * (2 * x[h] - 1) for h in range(H)] for x in xs])  # (|X|, H)
+    q = np.array([[np.prod([p1[i, h] if z[h] else 1 - p1[i, h] for h in range(H)])
+                   for z in xs] for i in range(len(xs))])  # q(z | x), rows x, columns z
+    u, px = 1 / len(xs), 1 / len(xs)
+    assert np.allclose(px * q.sum(0), u)  # the aggregate posterior is the prior
+    nll = -np.log(px * q / u)  # -log p(x | z)
+    ce_prior = np.mean([np.sum(u * nll[i]) for i in range(len(xs))])
+    ce_post = np.mean([np.sum(q[i] * nll[i]) for i in range(len(xs))])
+    kl_qu = np.mean([np.sum(q[i] * np.log(q[i] / u))
+                     for i in range(len(xs))])
+    logits = torch.tensor(np.log(p1 / (1 - p1)))[:, None, :]  # (|X| rows, 1 token, H)
+    share = (ce_prior - ce_post) / kl_qu
+    kl_uq = np.mean([np.sum(u * np.log(u / q[i])) for i in range(len(xs))])
+    assert share == pytest.approx(1 + kl_uq / kl_qu, rel=1e-9)
+    assert share >= 2
+    assert exact_model_share(logits) == pytest.approx(share, rel=1e-9)
+    split = code_marginal_kl(logits)
+    assert split["mean_kl_bits"] == pytest.approx(kl_qu / LN2, rel=1e-9)
+    gap = ce_prior - ce_post
+    got = latent_use(kl_qu / LN2, 1.0, ce_prior, ce_post, {"lo": -gap * 1.01, "hi": -gap * 0.99},
+                     split, exact_model_share(logits))
+    assert got["state"] == "used" and got["recovered_share"] == pytest.approx(share)
+    assert got["exact_model_share"] == pytest.approx(share) and "leaking" not in got
 
 
 def test_identical_is_float32_rounding_in_every_seed():
@@ -119,51 +153,19 @@ def test_identical_is_float32_rounding_in_every_seed():
     assert len(z) >= 5 and z["identical"].astype(str).str.lower().eq("true").all()
     assert z["p"].isna().all() and z["delta_lo"].isna().all()
     assert (z["equivalence"] == "identical").all()
-    assert all(verdict(r) == "identical" for _, r in z.iterrows())
-
-
-def test_verdict_names_why_it_is_inconclusive():
-    base = {"arm": "free", "delta": -0.02, "significant_holm": False, "holm_m": 3,
-            "p_holm": 0.09}
-    excl = verdict(pd.Series({**base, "delta_lo": -0.04, "delta_hi": -0.001}))
-    assert excl.startswith("inconclusive: the interval excludes 0") and "0.0900" in excl
-    assert "3 tests" in excl
-    incl = verdict(pd.Series({**base, "delta_lo": -0.04, "delta_hi": 0.001}))
-    assert incl == "inconclusive (the interval includes 0)"
-    same = verdict(pd.Series({**base, "identical": True, "delta": 0.0}))
-    assert same == "identical"
-
-
-def test_committed_tables_every_inconclusive_row_excluding_zero_says_why():
-    """The sentence issue 38 caught ("'inconclusive' means the interval includes 0" was false
-    for two rows): every committed Δ row is rendered with a verdict that matches its interval."""
-    md = (ROOT / "docs" / "STUDY.md").read_text(encoding="utf-8")
-    assert "'inconclusive' means the interval includes 0" not in md
-    for name in ("table_tokens.csv", "table_flops.csv"):
-        t = pd.read_csv(ROOT / "docs" / "study" / name)
-        t = t[pd.to_numeric(t["delta"], errors="coerce").notna()]
-        for _, r in t.iterrows():
-            v = verdict(r)
-            lo, hi = float(r["delta_lo"]), float(r["delta_hi"])
-            if v.startswith("inconclusive") and math.isfinite(lo) and (lo > 0 or hi < 0):
-                assert "excludes 0" in v, (name, r["comparison"], r["column"], v)
-            if v == "inconclusive (the interval includes 0)":
-                assert lo <= 0 <= hi, (name, r["comparison"], r["column"])
 
 
 def test_committed_study_flags_agree_with_probe_numbers():
     """Every Free Transformer of the committed study carries a decoder-side state that its own
-    numbers give under the written rule; none reads "used"."""
+    numbers give under the dead rule (unchanged since its files were written); none is used."""
     lat = pd.read_csv(ROOT / "docs" / "study" / "latent.csv")
     fin = lat[lat["final"].astype(str).str.lower() == "true"]
     ft = fin[fin["arm"] == "free"]
-    assert len(ft) == 21 and ft["latent_state"].notna().all()
-    assert not (fin["latent_state"] == "used").any()
+    assert len(ft) == 21 and (ft["latent_state"] == "dead").all()
     for _, r in fin.iterrows():
         hi = r["recovered_share_hi"] if math.isfinite(r["recovered_share_hi"]) else \
             r["recovered_share"]
-        dead = hi < DEAD_SHARE or r["information_bits"] < DEAD_INFO_BITS
-        assert (r["latent_state"] == "dead") == (dead and r["latent_state"] != "leaking")
+        assert hi < DEAD_SHARE or r["information_bits"] < DEAD_INFO_BITS
         assert r["recovered_nats"] == pytest.approx(
             r["recovered_share"] * r["kl_bits"] * LN2, rel=1e-9, abs=1e-12)
 

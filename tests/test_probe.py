@@ -171,6 +171,7 @@ def test_decoder_that_ignores_z_every_ablation_is_zero() -> None:
         for k in ("mean", "lo", "hi"):
             assert abs(d[k]) <= 1e-6, (mode, k, d)
     assert rec["collapse"]["flag"] is False  # KL over budget, but nothing is cashed in
+    assert rec["latent_use"]["state"] == "dead"  # the decoder recovers none of the KL
     s = rec["steering"]
     assert s["per_prompt"]["shared_z"] == s["per_prompt"]["independent_z"]
     assert s["difference"]["mean"] == 0.0 and s["difference"]["lo"] == 0.0 \

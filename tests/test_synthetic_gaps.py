@@ -221,7 +221,7 @@ def test_predicates_three_valued() -> None:
     P = SY.predicates
     assert P(row()) == {"pos_encoded": "no", "pos_negligible": "yes", "noise_encoded": "no",
                         "noise_negligible": "yes", "validity_drop": "no", "ce_broken": "no",
-                        "leaking": "no"}
+                        "leaking": "no", "samples_break": "no"}
     # small but detected: encoded AND negligible
     p = P(row(pos_gap=0.03, pos_lo=0.01, pos_hi=0.045, pos_p=0.001))
     assert (p["pos_encoded"], p["pos_negligible"]) == ("yes", "yes")
@@ -244,7 +244,23 @@ def test_predicates_three_valued() -> None:
     # leaking: either breaks -> yes; unclear only when neither is yes and one is unclear
     assert P(row(ce_prior=2.25, validity_diff_lo=-0.3, validity_diff_hi=-0.1))["leaking"] == "yes"
     assert P(row(validity_diff_lo=-0.3, validity_diff_hi=-0.1))["leaking"] == "unclear"
+    # the samples alone: a CE with prior Z above the unigram CE is not a broken sample
+    p = P(row(ce_prior=2.25, validity_diff_lo=-0.05, validity_diff_hi=0.05))
+    assert (p["leaking"], p["samples_break"]) == ("yes", "no")
     assert abs(SY.UNIGRAM_CE - 0.5870) < 1e-4
+
+
+def test_verdicts_by_samples_mark_where_the_ce_rule_disagrees() -> None:
+    """The committed CPU default, judged again: kappa = 1 seed 0's prior samples are valid
+    (validity within the baseline's) while its CE with prior Z is above the unigram CE: v2
+    fails it, the samples do not, and the table says which rule disagrees."""
+    import pandas as pd
+
+    v = SY.verdicts(pd.read_csv(SY.MEASURED / "cpu" / "gaps.csv")).set_index(["model", "name"])
+    r = v.loc[("kappa=1", "default-s0")]
+    assert (r["result_v2"], r["result_samples"]) == ("fails", "holds")
+    assert r["ce_vs_samples"] == "CE says broken, samples valid"
+    assert v.loc[("kappa=1", "default-s1"), "result_samples"] == "fails"  # validity -0.46
 
 
 def test_judge_v2_known_answers() -> None:

@@ -57,7 +57,18 @@ LN2 = math.log(2.0)
 METHODS = ("prior", "iwae")
 DEFAULT_KS = (1, 8, 64)
 POSTERIOR_LABEL = ("leaking: Z from the encoder, which reads the scored tokens; "
-                   "not a likelihood, never compare it with the baseline's CE")
+                   "not a likelihood, never compare it with the baseline's CE (its sum with "
+                   "the KL, the ELBO, is an honest upper bound on the NLL)")
+PRIOR_LABEL = ("the prior-Z CE (one uniform code per token): by Jensen an upper bound on the "
+               "NLL, loose exactly when the decoder uses Z; a generation-mismatch diagnostic, "
+               "not the likelihood endpoint (the ELBO and IWAE bounds are tighter)")
+
+
+def row_t(n: int) -> float:
+    """The 95% t quantile over n rows (n - 1 degrees of freedom)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.975, n - 1))
 
 
 # ------------------------------------------------------------------------ model pieces
@@ -187,9 +198,12 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         def summary(nll: torch.Tensor) -> dict[str, float | None]:
             per_tok = nll / T
             se = float(per_tok.std() / math.sqrt(N)) if N > 1 else None
-            return {"nll_nats_per_token": float(nll.sum()) / n_tok,
+            m = float(nll.sum()) / n_tok
+            half = None if se is None else row_t(N) * se  # rows are the unit
+            return {"nll_nats_per_token": m,
                     "bpb": float(nll.sum()) / (LN2 * n_bytes) if n_bytes else None,
-                    "se_nats_per_token": se}
+                    "se_nats_per_token": se, "lo": None if half is None else m - half,
+                    "hi": None if half is None else m + half}
 
         if not free:
             out.update(summary(per_row("prior", 1, seed)))
@@ -204,16 +218,24 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         out["spread_bpb"] = lo - hi if lo is not None and hi is not None else None
         out["spread_ks"] = [ks[0], ks[-1]]
         out["prior_k1"] = summary(per_row("prior", 1, seed))
-        # posterior-Z CE and KL as training reports them (for the recovered fraction)
+        out["prior_k1"]["what"] = PRIOR_LABEL
+        # posterior-Z CE and KL as training reports them: their sum is minus the ELBO (one
+        # encoder draw), an upper bound on the NLL with its interval over rows
         g = torch.Generator().manual_seed(seed)
-        ce = kl = 0.0
+        ce_rows, kl_rows = [], []
         for s in range(0, N, batch_size):
             x, y = val_x[s:s + batch_size].to(m.device), val_y[s:s + batch_size].to(m.device)
             q = m(x, targets=y, z="posterior", generator=g, scores=True)  # chunked readout
-            ce += float(q.ce) * y.numel()
-            kl += float(q.kl_tokens.float().sum())
-        out["posterior"] = {"ce_nats_per_token": ce / n_tok, "kl_nats_per_token": kl / n_tok,
-                            "elbo_nats_per_token": (ce + kl) / n_tok, "label": POSTERIOR_LABEL}
+            ce_rows.append(-q.scores.logprob.double().sum(-1).cpu())
+            kl_rows.append(q.kl_tokens.double().sum(-1).cpu())
+        ce_r, kl_r = torch.cat(ce_rows), torch.cat(kl_rows)
+        elbo = summary(ce_r + kl_r)
+        out["posterior"] = {"ce_nats_per_token": float(ce_r.sum()) / n_tok,
+                            "kl_nats_per_token": float(kl_r.sum()) / n_tok,
+                            "elbo_nats_per_token": elbo["nll_nats_per_token"],
+                            "elbo_lo": elbo["lo"], "elbo_hi": elbo["hi"],
+                            "elbo_se_nats_per_token": elbo["se_nats_per_token"],
+                            "label": POSTERIOR_LABEL}
         return out
     finally:
         m.train(was)
@@ -357,8 +379,11 @@ def open_run(given: RunDir | str | Path) -> tuple[RunDir, Path, RunRecord]:
 
 def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
                 max_rows: int | None = None, seed: int = 12345, batch_size: int = 8,
-                device: str | None = None) -> Path:
-    """Validation likelihood of a finished run's final checkpoint -> the file written.
+                device: str | None = None, out_dir: Path | None = None,
+                reuse: bool = False) -> Path:
+    """Validation likelihood of a finished run's final checkpoint (or the .pt given) -> the
+    file written, under `out_dir` (default: the run's eval directory); with `reuse`, a file of
+    the same spec and step already there is returned without measuring.
 
     The model's weights only (never the optimizer state) load straight onto `device` (None:
     cuda when there is one, else cpu) and the bound runs there in fp32 (a bound's precision
@@ -379,7 +404,10 @@ def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
     step = loaded.extra.get("step")
     step = int(step) if isinstance(step, int) else None
     spec = LikelihoodFile.spec_of(list(ks), max_rows, seed)  # its hash names the file
-    out = run.eval_file(LikelihoodFile.file_name(spec, step))
+    name = LikelihoodFile.file_name(spec, step)
+    out = Path(out_dir) / name if out_dir is not None else run.eval_file(name)
+    if reuse and out.is_file():
+        return out
     vx, vy, token_bytes, rows_read = validation_rows(run, max_rows, cfg)
     rec = validation_likelihood(loaded.model, vx, vy, token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)
@@ -389,6 +417,7 @@ def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
         "checkpoint_step": step, "run_id": run.run_id, "checkpoint": str(ck),
         "unit": "nats per token (nll), bits per byte (bpb); bounds: the NLL is an upper "
                 "bound on the true NLL for the Free Transformer, exact for the baseline"})
+    out.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(out, json.dumps(doc.to_json(), indent=1, sort_keys=True) + "\n")
 
 
@@ -406,8 +435,10 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--batch-size", type=positive_int, default=8)
     ap.add_argument("--device", default=None,
                     help="cpu, cuda, cuda:N (default: cuda if available, else cpu)")
+    ap.add_argument("--out", default=None, help="directory for the file (default <run>/eval)")
     a = ap.parse_args(argv)
-    path = measure_run(a.run, parse_ks(a.k), a.max_rows, a.seed, a.batch_size, a.device)
+    path = measure_run(a.run, parse_ks(a.k), a.max_rows, a.seed, a.batch_size, a.device,
+                       Path(a.out) if a.out else None)
     print(f"likelihood: {path}")
     return 0
 

@@ -6,7 +6,11 @@
 - **KL**: the encoder (reading the whole row, as in training) gives H bit logits per token; the
   KL to the uniform prior, per latent bit and per token position, in bits. A bit is *active*
   when its mean KL exceeds `ACTIVE_THRESHOLD_BITS`; the share of tokens whose KL is at or under
-  kappa; and a collapse flag whose rule (`collapse_rule`) is written into the file.
+  kappa; and the over-budget flag whose rule (`collapse_rule`) is written into the file.
+- **Latent use** (`latent_use`): the decoder's recovered share of the KL and the state it gives
+  (used, dead, undetermined), with the share an exact latent model with this encoder would have
+  beside it (`exact_model_share`). No state says "leaking": only samples judge whether prior
+  generation breaks (experiments/eval/samples.py).
 - **Z ablations** (honest: Z never sees the tokens scored, except the labelled posterior): the
   change of cross-entropy, nats per token, against the model as specified (a fresh uniform code
   per token), paired over rows with a seeded bootstrap interval: one uniform code fixed per
@@ -54,22 +58,21 @@ ACTIVE_THRESHOLD_BITS = 0.01
 COLLAPSE_MARGIN_FRAC = 0.5
 COLLAPSE_MARGIN_MIN_BITS = 0.1
 COLLAPSE_RECOVERED_FRAC = 0.5
+USED_SHARE, USED_SHARE_LO, USED_KL_BITS = 0.25, 0.10, 0.1
+"""Used: the recovered share at least USED_SHARE, its 95% lower end at least USED_SHARE_LO and the
+KL at least USED_KL_BITS bit/token (docs/alive/PREREGISTERED.md's "alive", fixed before its runs;
+the kappa study applies the same numbers, docs/alive/kappa/PREREGISTERED.md)."""
 DEAD_SHARE = 0.05
-"""Dead latent: the decoder recovers under this share of the KL (the upper end of its interval),
-or the encoder sends under DEAD_INFO_BITS of information. Live latents recover 50-99% of it
-(the synthetic task, bryanvine's 51M runs); 5% is an order of magnitude below that and far
-above the probe's noise at 8 rows."""
-LEAK_SHARE = 1.0
-"""Leaking, seen from the decoder: the lower end of the recovered share above this. The prior-Z
-CE then exceeds the posterior-Z CE by more than the whole KL: the decoder leans on Z so much that
-a code drawn from the prior misleads it (prior generation breaks), whether or not the KL is over
-its budget (docs/ALIVE.md: KL at kappa, shares 1.5-2.1, honest CE 0.77 nats above the
-baseline's; the KL-based collapse flag stays silent there)."""
+"""Dead: the upper end of the recovered share's interval under this, or the encoder sends under
+DEAD_INFO_BITS of information. ALIVE's live latents recover 0.35-2.3 of their KL, the committed
+study's dead ones under 0.01."""
 DEAD_INFO_BITS = 0.01
 """Below this mutual information (bits/token) the encoder's codes do not depend on the text:
 nothing is there for the decoder to use (the same 1% of a bit as ACTIVE_THRESHOLD_BITS)."""
-LATENT_USE_VERSION = 1
-"""Written into the spec: probe files from before the latent-use record get a new file."""
+LATENT_USE_VERSION = 2
+"""Written into the spec (so into the file's spec id): a file of an older rule is never reused.
+2 (issue 44): no "leaking" state from the share (an exact latent model has share >= 2, see
+`exact_model_share`); used/dead by the thresholds above."""
 MI_CODE_CHUNK = 4096
 """Codes per chunk of the (tokens x 2^H) code probabilities: H = 16 never builds the whole."""
 LEAKING = ("LEAKING: Z from the encoder, which reads the scored tokens; a diagnostic of how much "
@@ -77,10 +80,6 @@ LEAKING = ("LEAKING: Z from the encoder, which reads the scored tokens; a diagno
 DEFAULTS: dict[str, Any] = {"rows": 16, "seed": 12345, "draws": 4, "n_boot": 2000,
                             "prompts": 8, "prompt_len": 16, "gen_tokens": 16, "group_size": 4,
                             "groups": 4, "temperature": 1.0}
-
-
-ProbeError = UsageError
-"""The old name, while pipelines/study.py imports it."""
 
 
 # ------------------------------------------------------------------------ statistics
@@ -136,13 +135,13 @@ def kl_probe(bit_logits: torch.Tensor, kappa_bits: float,
 
 def collapse_rule(kl_bits: float, kappa_bits: float, ce_prior: float | None,
                   ce_posterior: float | None, n_active: int) -> dict[str, Any]:
-    """The collapse flag and its rule (docs/PROBE.md justifies the thresholds).
+    """The encoder-side over-budget flag (the paper's collapse signature at kappa = 4 bits).
 
-    collapse (the encoder leaks the tokens, as the paper's kappa = 4 bits): the mean KL exceeds
-    kappa by more than max(COLLAPSE_MARGIN_FRAC x kappa, COLLAPSE_MARGIN_MIN_BITS) AND the
-    posterior CE is below the prior CE by more than COLLAPSE_RECOVERED_FRAC of that KL (in
-    nats): the budget is overrun and the decoder cashes it in. latent_unused (the opposite
-    failure): no active bit."""
+    flag: the mean KL exceeds kappa by more than max(COLLAPSE_MARGIN_FRAC x kappa,
+    COLLAPSE_MARGIN_MIN_BITS) AND the decoder cashes in more than COLLAPSE_RECOVERED_FRAC of that
+    KL (CE_prior - CE_posterior, nats): the budget is overrun and used. It does not say that
+    generation from the prior breaks: only samples say that (experiments/eval/samples.py).
+    latent_unused: no active bit (the encoder's side only)."""
     margin = max(COLLAPSE_MARGIN_FRAC * kappa_bits, COLLAPSE_MARGIN_MIN_BITS)
     gap = None if ce_prior is None or ce_posterior is None else ce_prior - ce_posterior
     over = kl_bits > kappa_bits + margin
@@ -150,8 +149,9 @@ def collapse_rule(kl_bits: float, kappa_bits: float, ce_prior: float | None,
     flag = None if cashed is None else bool(over and cashed)
     return {
         "flag": flag, "latent_unused": n_active == 0,
-        "kind": "leaking: the posterior carries the text (not a dead latent: see latent_use)",
-        "rule": (f"collapse (leaking) when mean KL > kappa + max({COLLAPSE_MARGIN_FRAC} x kappa, "
+        "kind": "KL over its budget and cashed in by the decoder (encoder side; whether prior "
+                "generation breaks is judged from samples only)",
+        "rule": (f"over budget when mean KL > kappa + max({COLLAPSE_MARGIN_FRAC} x kappa, "
                  f"{COLLAPSE_MARGIN_MIN_BITS} bit) AND CE_prior - CE_posterior > "
                  f"{COLLAPSE_RECOVERED_FRAC} x mean KL (nats); latent_unused when no bit is "
                  "active"),
@@ -159,6 +159,23 @@ def collapse_rule(kl_bits: float, kappa_bits: float, ce_prior: float | None,
         "kl_over_budget": bool(over), "ce_gap_prior_minus_posterior_nats": gap,
         "gap_over_kl": None if gap is None or kl_bits <= 0 else gap / (kl_bits * LN2),
     }
+
+
+def exact_model_share(bit_logits: torch.Tensor) -> float | None:
+    """The recovered share an exact latent model with this encoder would have: its decoder
+    Bayes-consistent with the encoder (p(x|z) = p(x) q(z|x) / u(z), aggregate posterior uniform)
+    gives CE_prior = -log p(x) + KL(u||q) and CE_posterior = -log p(x) - KL(q||u), so
+
+        share = 1 + E KL(u||q) / E KL(q||u)   (>= 2 for Bernoulli bits, term by term)
+
+    over the probed tokens (both KLs add over independent bits). None when KL(q||u) is 0.
+    docs/alive/kappa/PREREGISTERED.md derives it; a share above 1 is what a model that leaks
+    nothing gives, so the share alone never says "leaking"."""
+    o = bit_logits.double()
+    lp1, lp0 = F.logsigmoid(o), F.logsigmoid(-o)
+    kl_qu = (torch.sigmoid(o) * lp1 + torch.sigmoid(-o) * lp0 + LN2).sum(-1).mean()
+    kl_uq = (-LN2 - 0.5 * (lp1 + lp0)).sum(-1).mean()
+    return None if float(kl_qu) <= 0 else 1.0 + float(kl_uq) / float(kl_qu)
 
 
 # ------------------------------------------------------------------------ latent use
@@ -206,17 +223,16 @@ def code_marginal_kl(bit_logits: torch.Tensor, chunk: int = MI_CODE_CHUNK) -> di
 
 def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
                ce_posterior: float | None, posterior_delta: dict[str, Any] | None,
-               split: dict[str, Any], leaking: bool | None) -> dict[str, Any]:
-    """Latent use measured on the decoder's side, with its flags and their rules.
+               split: dict[str, Any], exact_share: float | None = None) -> dict[str, Any]:
+    """Latent use measured on the decoder's side, with its state and the rule it follows.
 
     recovered_share = (CE_prior - CE_posterior) / KL, both in nats per token: the share of what
     the encoder spends that the decoder turns into a lower CE (its interval from the posterior
-    ablation's bootstrap over rows). state: `leaking` (the collapse flag: KL over budget and more
-    than COLLAPSE_RECOVERED_FRAC recovered; or more than the whole KL recovered, LEAK_SHARE:
-    the posterior carries the text, prior generation breaks); `dead` (the decoder ignores Z:
-    the share's upper end under DEAD_SHARE, or the encoder sends under DEAD_INFO_BITS of
-    information); `used` (neither, and the share's
-    interval is above 0); else `undetermined`. Missing CE gives null, never a state."""
+    ablation's bootstrap over rows). state: `used` (share >= USED_SHARE, its lower end >=
+    USED_SHARE_LO, KL >= USED_KL_BITS), `dead` (the share's upper end under DEAD_SHARE, or
+    information under DEAD_INFO_BITS), else `undetermined`; missing CE gives null, never a
+    state. The exact-model share of this encoder (`exact_model_share`) is stated beside it: a
+    share above 1 is no sign of leaking; prior generation is judged from samples only."""
     kl_nats = kl_bits * LN2
     gap = None if ce_prior is None or ce_posterior is None else ce_prior - ce_posterior
     share = None if gap is None or kl_nats <= 0 else gap / kl_nats
@@ -228,11 +244,10 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
     top = hi if hi is not None else share
     if share is None:
         state = None
-    elif leaking or (lo is not None and lo > LEAK_SHARE):
-        state = "leaking"
     elif (top is not None and top < DEAD_SHARE) or (info is not None and info < DEAD_INFO_BITS):
         state = "dead"
-    elif lo is not None and lo > 0:
+    elif share >= USED_SHARE and lo is not None and lo >= USED_SHARE_LO \
+            and kl_bits >= USED_KL_BITS:
         state = "used"
     else:
         state = "undetermined"
@@ -243,19 +258,24 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
                                      ("information_bits", "marginal_bias_bits",
                                       "max_information_bits")},
         "recovered_over_information": None if gap is None or not info else gap / (info * LN2),
+        "exact_model_share": exact_share,
         "state": state, "dead": None if state is None else state == "dead",
-        "leaking": None if state is None else state == "leaking",
         "used": None if state is None else state == "used",
-        "rule": (f"recovered_share = (CE_prior - CE_posterior) / KL (nats/token; interval from "
-                 f"the posterior ablation's bootstrap over rows). leaking = the collapse flag "
-                 f"(KL > kappa + margin AND recovered_share > {COLLAPSE_RECOVERED_FRAC}), or "
-                 f"recovered_share's lower end > {LEAK_SHARE}: the posterior carries the text, "
-                 f"prior generation breaks. dead = the decoder "
-                 f"ignores Z: recovered_share's upper end < {DEAD_SHARE}, or information < "
-                 f"{DEAD_INFO_BITS} bit/token. used = neither, and recovered_share's interval "
-                 f"is above 0. Otherwise undetermined."),
-        "split": split,
+        "rule": rule_text(), "split": split,
     }
+
+
+def rule_text() -> str:
+    """The state rule as every probe file writes it (`latent_use.rule`)."""
+    return (f"recovered_share = (CE_prior - CE_posterior) / KL (nats/token; interval from the "
+            f"posterior ablation's bootstrap over rows). used = recovered_share >= {USED_SHARE}, "
+            f"its lower end >= {USED_SHARE_LO}, KL >= {USED_KL_BITS} bit/token. dead = "
+            f"recovered_share's upper end < {DEAD_SHARE}, or information < {DEAD_INFO_BITS} "
+            "bit/token. Otherwise undetermined. Reference: an exact latent model (decoder "
+            "Bayes-consistent with the encoder, aggregate posterior uniform) has share "
+            "1 + KL(u||q)/KL(q||u) >= 2 (exact_model_share: this encoder's), so a share above "
+            "1 is no sign of leaking; whether prior generation breaks is judged from samples "
+            f"only (experiments/eval/samples.py). Rule version {LATENT_USE_VERSION}.")
 
 
 # ------------------------------------------------------------------------ ablations
@@ -449,7 +469,7 @@ def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor
         use = latent_use(kl["mean_bits_per_token"], kappa, abl["prior_ce_nats_per_token"],
                          abl["modes"]["posterior"]["ce_nats_per_token"],
                          abl["modes"]["posterior"]["delta_vs_prior"],
-                         code_marginal_kl(bit_logits), coll["flag"])
+                         code_marginal_kl(bit_logits), exact_model_share(bit_logits))
         n_p, lp = int(o["prompts"]), int(o["prompt_len"])
         steer = steering_probe(m, val_x[:n_p, :lp], int(o["gen_tokens"]), int(o["group_size"]),
                                int(o["groups"]), float(o["temperature"]), seed,
@@ -472,7 +492,8 @@ def spec_of(o: dict[str, Any]) -> dict[str, Any]:
     return {"suite": "probe", **{k: o[k] for k in DEFAULTS},
             "active_threshold_bits": ACTIVE_THRESHOLD_BITS,
             "collapse": [COLLAPSE_MARGIN_FRAC, COLLAPSE_MARGIN_MIN_BITS, COLLAPSE_RECOVERED_FRAC],
-            "latent_use": [LATENT_USE_VERSION, DEAD_SHARE, DEAD_INFO_BITS],
+            "latent_use": [LATENT_USE_VERSION, USED_SHARE, USED_SHARE_LO, USED_KL_BITS,
+                           DEAD_SHARE, DEAD_INFO_BITS],
             "rows_source": "corpus validation rows (val_x, val_y), the first `rows`; prompts: "
                            "the first `prompt_len` tokens of the first `prompts` of them"}
 
