@@ -195,33 +195,35 @@ def test_under_bf16_autocast_the_mapper_is_the_only_float32_matmul_of_a_step(chu
     assert seen[True] == []
 
 
-def test_mapper_bf16_is_in_the_run_id_only_when_on():
+@pytest.mark.parametrize("flag", ["mapper_bf16", "z_cut"])
+def test_a_model_flag_is_in_the_run_id_only_when_on(flag):
     from experiments.train.config import compose
     from experiments.train.plan import run_id, semantic
 
     base = compose(["model=1M", "model.latent_bits=4"])
-    on = compose(["model=1M", "model.latent_bits=4", "model.mapper_bf16=true"])
-    assert "mapper_bf16" not in semantic(base)["model"]  # old run-ids stay valid
-    assert semantic(on)["model"]["mapper_bf16"] is True
+    on = compose(["model=1M", "model.latent_bits=4", f"model.{flag}=true"])
+    assert flag not in semantic(base)["model"]  # old run-ids stay valid
+    assert semantic(on)["model"][flag] is True
     assert run_id(on) != run_id(base)
-    # a baseline has no mapper: the flag trains the same model, so it is the same run
-    b0 = compose(["model=1M", "model.latent_bits=0"])
-    b1 = compose(["model=1M", "model.latent_bits=0", "model.mapper_bf16=true"])
-    assert run_id(b0) == run_id(b1)
-    with pytest.raises(ValueError, match="mapper_bf16"):
-        tiny(latent_bits=4, mapper_bf16=1)
+    if flag == "mapper_bf16":  # a baseline has no mapper: the same model, so the same run
+        b0 = compose(["model=1M", "model.latent_bits=0"])
+        b1 = compose(["model=1M", "model.latent_bits=0", "model.mapper_bf16=true"])
+        assert run_id(b0) == run_id(b1)
+        with pytest.raises(ValueError, match="mapper_bf16"):
+            tiny(latent_bits=4, mapper_bf16=1)
+    else:
+        with pytest.raises(ValueError, match="z_cut"):
+            tiny(z_cut=True)  # a baseline has no Z
+        assert not tiny(latent_bits=4, z_cut=True).replace(latent_bits=0).z_cut
 
 
-def test_mapper_chunk_is_a_memory_budget():
+def test_mapper_chunk_is_a_memory_budget_not_the_model():
     # the same budget means the same memory whatever H and dtype: tokens = bytes // (2^H x size)
     assert mapper_chunk_tokens(128 << 20, 16, 4) == 512
     assert mapper_chunk_tokens(128 << 20, 16, 2) == 1024
     assert mapper_chunk_tokens(128 << 20, 20, 4) == 32
     assert mapper_chunk_tokens(1, 20, 8) == 1  # never zero tokens
     assert ModelConfig().mapper_chunk_bytes == 128 << 20
-
-
-def test_mapper_chunk_bytes_is_not_semantic():
     cfg = tiny(latent_bits=3)
     assert cfg.replace(mapper_chunk_bytes=1 << 20) == cfg  # a memory knob, not the model
     with pytest.raises(ValueError, match="ModelConfig.mapper_chunk_bytes="):
@@ -726,17 +728,3 @@ def test_z_cut_decoder_sees_no_z_but_keeps_the_encoder_kl_and_flops():
     # the product with 0 adds B*T*D multiplications to the forward and as many to the backward
     assert counter["cut"] - counter["ft"] <= 4 * x.numel() * cfg.dim
     assert counter["cut"] >= counter["ft"]
-
-
-def test_z_cut_is_in_the_run_id_only_when_on_and_needs_a_latent():
-    from experiments.train.config import compose
-    from experiments.train.plan import run_id, semantic
-
-    base = compose(["model=1M", "model.latent_bits=4"])
-    on = compose(["model=1M", "model.latent_bits=4", "model.z_cut=true"])
-    assert "z_cut" not in semantic(base)["model"]  # old run-ids stay valid
-    assert semantic(on)["model"]["z_cut"] is True
-    assert run_id(on) != run_id(base)
-    with pytest.raises(ValueError, match="z_cut"):
-        tiny(z_cut=True)  # a baseline has no Z
-    assert not tiny(latent_bits=4, z_cut=True).replace(latent_bits=0).z_cut
