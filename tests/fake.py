@@ -254,6 +254,26 @@ def fake_spec(limit: int | None = None) -> dict:
             "data_checksums": {"gsm8k/test.jsonl": "c" * 64}}
 
 
+def tiny(**kw: object) -> object:
+    """The tests' small ModelConfig (vocabulary 97, 4 layers of width 32, GQA 4:2, 64
+    positions, untied), with `kw` over it."""
+    from model import ModelConfig
+
+    return ModelConfig(**{**dict(vocab_size=97, dim=32, n_layers=4, n_heads=4, n_kv_heads=2,
+                                 ffn_dim=64, max_seq_len=64, tie_embeddings=False), **kw})
+
+
+def seeded(cfg: object, seed: int = 0, dtype: object = None) -> object:
+    """build_model(cfg) with torch seeded at `seed`, in eval mode (and `dtype` if given)."""
+    import torch
+
+    from model import build_model
+
+    torch.manual_seed(seed)
+    m = build_model(cfg).eval()
+    return m if dtype is None else m.to(dtype)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default="results")

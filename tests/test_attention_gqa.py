@@ -17,24 +17,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.nn.functional as F
+from fake import seeded, tiny
 from torch.nn.attention.bias import CausalBias
 
-from model import ModelConfig, build_model, layers
 from model import free_transformer as ftm
+from model import layers
 
 torch.set_num_threads(1)
-
-
-def tiny(**kw) -> ModelConfig:
-    base = dict(vocab_size=97, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=64,
-                max_seq_len=64, tie_embeddings=False)
-    base.update(kw)
-    return ModelConfig(**base)
-
-
-def seeded(cfg: ModelConfig, dtype: torch.dtype = torch.float32):
-    torch.manual_seed(0)
-    return build_model(cfg).to(dtype).eval()
 
 
 @contextlib.contextmanager
@@ -102,7 +91,7 @@ def test_no_mask_meets_grouped_heads_on_any_evaluation_path(monkeypatch, H):
 def test_extend_on_a_filled_cache_equals_the_full_forward_in_float64(H):
     """A context extended in three pieces (the causal bias aligned to the lower right), and
     continuations extending forks of its cache, give the full forward's logits."""
-    m = seeded(tiny(latent_bits=H), torch.float64)
+    m = seeded(tiny(latent_bits=H), dtype=torch.float64)
     x = torch.randint(0, 97, (2, 24))
     codes = torch.randint(0, 32, (2, 24)) if H else None
 
@@ -145,7 +134,7 @@ def test_the_prefix_encoder_scores_as_before_in_float64(monkeypatch):
     """The scoring protocol (z='prior', prefix_len per row, a row without context included):
     the same codes and the same logits as with the old (B, 1, T, T) mask, full forward and
     extend from an empty cache; the encoder's outputs that are kept (before prefix_len) agree."""
-    m = seeded(tiny(latent_bits=6), torch.float64)
+    m = seeded(tiny(latent_bits=6), dtype=torch.float64)
     x = torch.randint(0, 97, (4, 16))
     pl = torch.tensor([0, 1, 9, 16])
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from fake import tiny
 
-from model import ModelConfig, build_model
+from model import build_model
 from model.transformer import Generation, _Ctx
 
 
@@ -21,13 +22,6 @@ def _causal_mask(s0: int, tq: int, device: torch.device) -> torch.Tensor:
     k = torch.arange(s0 + tq, device=device)
     q = torch.arange(s0, s0 + tq, device=device)
     return k[None, :] <= q[:, None]
-
-
-def tiny(**kw) -> ModelConfig:
-    base = dict(vocab_size=97, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=64,
-                max_seq_len=96, tie_embeddings=False)
-    base.update(kw)
-    return ModelConfig(**base)
 
 
 def _reference_sample(logits, temperature, top_p, generator):
@@ -135,7 +129,7 @@ def _rows(seed: int, n: int, lo: int, hi: int) -> list[list[int]]:
 
 def _model(H: int, seed: int = 0, sharp: bool = False):
     torch.manual_seed(seed)
-    m = build_model(tiny(latent_bits=H)).eval()
+    m = build_model(tiny(latent_bits=H, max_seq_len=96)).eval()
     if sharp:  # larger logits: greedy rows repeat themselves, so stop sequences fire early
         with torch.no_grad():
             m.output.weight.mul_(30.0)

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from fake import seeded, tiny
 
 from model import (
     PRESETS,
@@ -32,18 +33,6 @@ from model.free_transformer import (
 from model.layers import Block
 
 torch.set_num_threads(1)
-
-
-def tiny(**kw) -> ModelConfig:
-    base = dict(vocab_size=97, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=64,
-                max_seq_len=64, tie_embeddings=False)
-    base.update(kw)
-    return ModelConfig(**base)
-
-
-def seeded(cfg: ModelConfig, seed: int = 0):
-    torch.manual_seed(seed)
-    return build_model(cfg).eval()
 
 
 # ---------------------------------------------------------------- binary mapper and KL

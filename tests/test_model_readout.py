@@ -13,6 +13,8 @@ from collections.abc import Callable
 import pytest
 import torch
 import torch.nn.functional as F
+from fake import seeded as seeded32
+from fake import tiny
 
 from model import ModelConfig, TokenScores, build_model, linear_cross_entropy
 from model.readout import READOUT_CHUNK_BYTES, chunk_tokens, score_readout
@@ -22,16 +24,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 V = 97
 
 
-def tiny(**kw) -> ModelConfig:
-    base = dict(vocab_size=V, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=64,
-                max_seq_len=64, tie_embeddings=False)
-    base.update(kw)
-    return ModelConfig(**base)
-
-
-def seeded(cfg: ModelConfig, seed: int = 0):
-    torch.manual_seed(seed)
-    return build_model(cfg).double()
+def seeded(cfg: ModelConfig):
+    return seeded32(cfg, dtype=torch.float64).train()
 
 
 def chunk_bytes(tokens: int) -> int:
