@@ -536,11 +536,6 @@ def test_bad_config_raises_naming_field(kw, field):
         tiny(**kw)
 
 
-def test_unknown_preset():
-    with pytest.raises(ValueError, match="unknown model preset 'nope'; allowed"):
-        get_preset("nope")
-
-
 def test_checkpoint_roundtrip_atomic_and_errors(tmp_path):
     cfg = tiny(latent_bits=3)
     m = seeded(cfg)
