@@ -45,12 +45,23 @@ from typing import Any
 import torch
 
 from common.errors import UsageError, cli
+from common.gpus import no_silent_cpu
 from common.io import atomic_write_text
 from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
 from experiments.train.config import gpu_peak_tflops
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
 """The committed recipe measurements as a table (`measurements_doc`), generated."""
+
+
+def gpus() -> int:
+    """The GPUs torch sees; UsageError (one line) where it sees none (common.gpus: GPUs that
+    are visible but unusable are named with the driver and torch's CUDA build)."""
+    no_silent_cpu("GPU_CHECK_CPU=1 rehearses it on the CPU")
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node; "
+                         "GPU_CHECK_CPU=1 rehearses it on CPU)")
+    return torch.cuda.device_count()
 
 
 def _losses(run: Path) -> list[float]:
@@ -444,10 +455,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     except RecipeError as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     gpu = not cpu
-    if gpu and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
-        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node; "
-                         "GPU_CHECK_CPU=1 rehearses it on CPU)")
-    n = torch.cuda.device_count() if gpu else 1
+    n = gpus() if gpu else 1
     name = torch.cuda.get_device_name(0) if gpu else "cpu"
     total = torch.cuda.get_device_properties(0).total_memory if gpu else int(80e9)
     gtype, gwhy = _gpu_type(name, total) if gpu else ("H100-80GB", "H100-80GB (CPU rehearsal)")
@@ -631,9 +639,7 @@ def _main(argv: list[str] | None) -> int:
     a.steps = a.steps or 30
     if a.cpu:
         return cpu_main(a.results, min(a.steps, 4), a.tol)
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node)")
-    n = torch.cuda.device_count()
+    n = gpus()
     name = torch.cuda.get_device_name(0)
     peak, peak_src = gpu_peak_tflops(name)
     root = results_root(a.results)

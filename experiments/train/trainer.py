@@ -53,6 +53,7 @@ import torch.distributed as dist
 
 from common import arms
 from common.errors import UsageError, cli
+from common.gpus import no_silent_cpu
 from common.io import LockHeld, flocked
 from common.paths import FINAL_CHECKPOINT, RunDir
 from common.provenance import git_state, versions
@@ -213,7 +214,10 @@ def evaluate(model: torch.nn.Module, corpus: Any, batch_size: int, kappa_bits: f
 
 # ====================================================================== setup
 def _device(cfg: TrainConfig) -> torch.device:
+    """train.device resolved; never the CPU in silence where GPUs are visible (common.gpus)."""
     d = cfg.train.device
+    if d != "cpu":
+        no_silent_cpu("train.device=cpu trains on the CPU anyway")
     if d == "cuda" or (d == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise UsageError("train.device=cuda but CUDA is not available; allowed: auto, cpu")
