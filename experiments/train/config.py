@@ -467,7 +467,8 @@ def _default(f: dataclasses.Field) -> Any:
 def config_help() -> str:
     """Every config key with its default and docstring, generated from the dataclasses (the
     model section's docs are model.ModelConfig's)."""
-    lines = ["Config keys (python -m experiments.train key=value ...; defaults in brackets).",
+    lines = ["usage: make train OVERRIDES=\"key=value ...\" [DRY=1] (python -m experiments.train "
+             "key=value ...); the config keys, defaults in brackets:",
              f"Model presets: model={'|'.join(PRESETS)}; data sources: data="
              f"{'|'.join(str(s) for s in DATA_SOURCES)}. train.tokens and train.flops take "
              "suffixes: 20k, 2M, 1.5G, 1e6.", ""]

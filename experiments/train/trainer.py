@@ -876,9 +876,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__)
-        print(config_help())
+    if args and args[0] in ("-h", "--help"):  # the keys first, one usage line above them
+        try:
+            print(config_help(), flush=True)
+        except BrokenPipeError:  # `make train HELP=1 | head`: the reader left, no traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     cfg = compose(args)
     if not cfg.train.dry_run:  # every place a run writes, before any work: one line
