@@ -215,6 +215,13 @@ def render_markdown(res: dict[str, Any]) -> str:
                   "one-token answer letters (`contenders.mmlu_requests`). Batch size "
                   f"{ev['batch_size']} for both, HF model from {ev['hf_export']}."]
         L.append("")
+    sv = sec.get("save")
+    if sv:
+        L += ["## Checkpoint staging (a step checkpoint's host copy)", "",
+              f"Weights and AdamW state, {_mb(sv['bytes'])} MiB: DCP's default stager (a fresh "
+              f"copy per save) {_med(sv['dcp_default_s'])} s, the trainer's cached one "
+              f"(`experiments.train.checkpointer.stager`) {_med(sv['cached_s'])} s: "
+              f"{_x(sv['speedup'])}. Not measurable here: {sv['cpu_only']}.", ""]
     if res.get("errors"):
         L += ["## Errors", ""] + [f"- `{k}`: {v.splitlines()[-1]}" for k, v in
                                   res["errors"].items()] + [""]

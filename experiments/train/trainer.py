@@ -585,9 +585,10 @@ class Trainer:
 
     def pending_signal(self) -> int | None:
         sig = self.stop["sig"]
-        if self.world > 1:  # every rank stops at the same step
-            # on the training device: NCCL has no CPU tensors
-            flag = torch.tensor([0 if sig is None else int(sig)], device=self.device)
+        if self.world > 1:  # every rank stops at the same step: a CPU tensor, so the all-reduce
+            # runs on the process group's CPU backend (gloo) and reading it never waits for the
+            # GPU (a device flag read here was a host sync per step)
+            flag = torch.tensor([0 if sig is None else int(sig)])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             sig = int(flag) or None
         return sig
@@ -613,6 +614,8 @@ class Trainer:
         for a in range(accum):
             j = a * self.world + self.rank  # this micro-batch's index within the global batch
             x, y = self.corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
+            if dev.type == "cuda":  # pinned (torch's cached host blocks): the copy is truly
+                x, y = x.pin_memory(), y.pin_memory()  # asynchronous; pageable memory blocks
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             keys = _z_keys(cfg.train.seed, step, j * mb, mb, dev)
             # DDP/FSDP: reduce gradients only on the last micro-batch of the step
@@ -828,7 +831,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
             log(str(e), echo=main)
             raise
         finally:  # an async checkpoint in flight completes before the process group goes
-            checkpointer.wait()
+            checkpointer.close()
     return rd
 
 
