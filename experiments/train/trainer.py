@@ -74,8 +74,8 @@ from .config import (
 )
 from .plan import (
     RunPlan,
-    auto_parallel,
     chunked_loss,
+    dry_parallel,
     dry_run,
     format_plan,
     plain,
@@ -104,12 +104,6 @@ class Preempted(SystemExit):
         super().__init__(EXIT_PREEMPTED)
         self.step = step
         self.checkpoint = checkpoint
-
-
-def _z_keys(seed: int, step: int, first: int, n: int, device: torch.device) -> SequenceKeys:
-    """Latent draws of the global batch's sequences first..first+n-1 at step `step`: keyed by
-    (seed, step, sequence), so independent of micro-batch size, world size and parallelism."""
-    return SequenceKeys.for_batch(seed, step, first, n, device)
 
 
 def peak_flops(device: torch.device, configured: float | None) -> float | None:
@@ -386,11 +380,8 @@ class Trainer:
         self.cfg, self.p, self.corpus, self.checkpointer = cfg, p, corpus, checkpointer
         self.device, self.rank, self.world, self.stop, self.log = device, rank, n_world, stop, log
         self.main = rank == 0
-        self.mode = par.resolve(str(cfg.train.parallel), n_world, device, p.params["total"])
-        if str(cfg.train.parallel) == "auto" and self.mode == "ddp" and device.type == "cuda":
-            # the dry run's rule (activations counted), so the plan and the run choose alike
-            self.mode = auto_parallel(p, torch.cuda.get_device_properties(device).total_memory,
-                                      cfg.train.activation_checkpointing)
+        self.mode = dry_parallel(cfg, p, torch.cuda.get_device_properties(device).total_memory
+                                 if device.type == "cuda" else 0)  # the dry run's rule
         # parameters on the meta device (no rank builds the whole fp32 model in host memory),
         # materialised after sharding with today's init (par.materialize)
         self.model, init = par.build_on_meta(p.model, build_model)
@@ -403,11 +394,13 @@ class Trainer:
             par.checkpoint_blocks(self.model)
         if cfg.train.compile:  # per block, before DDP or FSDP2: their hooks stay eager
             par.compile_units(self.model)
-        if self.mode == "fsdp":
-            par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
+        mesh = None
+        if self.mode == "fsdp":  # in place: the optimizer sees the shards; HSDP across nodes
+            mesh = par.shard(self.model, device, n_world, replicate=cfg.train.fsdp_replicas or None)
         torch.manual_seed(cfg.train.seed)  # the init of build_model(p.model) after this seed,
         par.materialize(self.model, init, device)  # one parameter at a time, FSDP: its shards
         log(f"parallel: {self.mode} over {n_world} process(es)"
+            + (f" ({par.describe_mesh(mesh)})" if mesh is not None else "")
             + (", activation checkpointing" if cfg.train.activation_checkpointing else "")
             + (", chunked training loss" if self.model.chunked_loss else ""),
             echo=False)
@@ -617,7 +610,8 @@ class Trainer:
             if dev.type == "cuda":  # pinned (torch's cached host blocks): the copy is truly
                 x, y = x.pin_memory(), y.pin_memory()  # asynchronous; pageable memory blocks
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            keys = _z_keys(cfg.train.seed, step, j * mb, mb, dev)
+            # latent draws keyed by (seed, step, sequence): the same whatever the layout
+            keys = SequenceKeys.for_batch(cfg.train.seed, step, j * mb, mb, dev)
             # DDP/FSDP: reduce gradients only on the last micro-batch of the step
             with par.accumulate(fwd, self.mode, last=a == accum - 1):
                 with self.autocast():
