@@ -62,7 +62,14 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from common.errors import UsageError, cli
 from experiments.train import parallel as par
 from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
-from experiments.train.plan import RunPlan, chunked_loss, dry_parallel, plan, planning_world
+from experiments.train.plan import (
+    RunPlan,
+    chunked_loss,
+    dry_parallel,
+    plan,
+    planning_local,
+    planning_world,
+)
 
 PHASES = ("train", "validation", "eval", "save")
 DEVICE_TYPES = ("cuda", "cpu")
@@ -404,7 +411,9 @@ def _training_phases(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device
 
     dev = torch.device("cpu")
     accum = p.grad_accum if accum_measured is None else min(p.grad_accum, accum_measured)
-    mesh = par.mesh_for(dev, p.world_size) if mode == "fsdp" else None  # outside fake mode
+    # the mesh the run will use (HSDP across nodes shards over a node only), outside fake mode
+    mesh = par.mesh_for(dev, p.world_size, cfg.train.fsdp_replicas or None,
+                        planning_local(p.world_size)) if mode == "fsdp" else None
     Mem, FSDPMem = _trackers()
 
     def tracker_for(model: torch.nn.Module, opt: torch.optim.Optimizer) -> Any:
@@ -440,7 +449,8 @@ def _training_phases(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device
 
             if "train" in phases:
                 run("train", p.micro_batch_size, lambda: _train(r, accum),
-                    f"{accum} of {p.grad_accum} micro-batches run", setup_s)
+                    f"{accum} of {p.grad_accum} micro-batches run"
+                    + (f"; {par.describe_mesh(mesh)}" if mesh is not None else ""), setup_s)
             if "validation" in phases:
                 run("validation", cfg.logging.val_batch_size, lambda: _validation(r),
                     "one batch of logging.val_batch_size rows; under DDP rank 0 alone "
@@ -684,7 +694,7 @@ MEASURED_CODE = ("model", "experiments/train", "experiments/memory.py",
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _code_hash() -> str:
+def code_hash() -> str:
     h = hashlib.sha256()
     for rel in MEASURED_CODE:
         path = ROOT / rel
@@ -694,40 +704,62 @@ def _code_hash() -> str:
 
 
 def measure_key(cfg: TrainConfig, world: int, mode: str, device_type: str, eval_rows: int,
-                accum_measured: int | None) -> str:
+                accum_measured: int | None, *, exact: bool = True) -> str:
     """Everything the measured figures depend on: the model, the shape of every phase's
-    batch, the world and its parallelism, the precision, activation checkpointing, the export
-    dtype, the FSDP2 reduce-scatter rule, torch's version and the code the phases run."""
+    batch, the world and its mesh, the precision, activation checkpointing, the export dtype,
+    the FSDP2 reduce-scatter rule (the shape), and torch's version and the code the phases run.
+
+    exact=False: the shape alone, the key of a plan shipped under measured/memory/plans/
+    (SHIPPED). A node finds it whatever its torch or checkout: the plan is a fake-tensor model
+    of the GPU run made on a CPU, so the torch that measures is never the node's own; the file
+    records the torch and code that made it, and its reader says when the code differs."""
     p = plan(cfg, world)
-    key = {"model": dataclasses.asdict(p.model), "world": world, "parallel": mode,
+    mesh = (par.hsdp_shape(world, cfg.train.fsdp_replicas or None, planning_local(world))
+            if mode == "fsdp" else None)
+    key = {"model": dataclasses.asdict(p.model), "world": world, "parallel": mode, "mesh": mesh,
            "micro_batch_size": p.micro_batch_size, "grad_accum": p.grad_accum,
            "seq_len": p.seq_len, "val_batch_size": cfg.logging.val_batch_size,
            "val_rows": cfg.data.val_tokens, "precision": str(cfg.train.precision),
            "checkpointing": cfg.train.activation_checkpointing, "device_type": device_type,
            "export": export_dtype(cfg, device_type), "eval_rows": eval_rows,
-           "accum_measured": accum_measured, "fsdp_every": par.FSDP_REDUCE_EVERY_MICRO_BATCH,
-           "torch": torch.__version__, "code": _code_hash()}
+           "accum_measured": accum_measured, "fsdp_every": par.FSDP_REDUCE_EVERY_MICRO_BATCH}
+    if exact:
+        key.update(torch=torch.__version__, code=code_hash())
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+SHIPPED = ROOT / "measured" / "memory" / "plans"
+"""Fake-tensor plans shipped with the repository, by shape (`measure_key(exact=False)`): what
+`make gpu-check RECIPE=..` reads on a fresh node instead of measuring for minutes of CPU
+(`python -m pipelines.gpu_check --recipe NAME --ship-plan` writes one)."""
+
+
+def _read(path: Path) -> list[PhasePeak] | None:
+    try:
+        doc = json.loads(path.read_text())
+        return [PhasePeak(**r) for r in (doc["records"] if isinstance(doc, dict) else doc)]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # unreadable: measured again and rewritten
 
 
 def measure_cached(cfg: TrainConfig, *, world_size: int | None = None, device_type: str = "cuda",
                    eval_rows: int = 16, accum_measured: int | None = 3,
-                   cache: Path | None = None) -> tuple[list[PhasePeak], Path | None]:
+                   cache: Path | None = None, shipped: Path | None = None
+                   ) -> tuple[list[PhasePeak], Path | None]:
     """`measure` of every phase, read from `cache/memory/<key>.json` when that exact
     measurement was made before (`measure_key`: an 8B model takes minutes of CPU on fake
-    tensors), else measured and written there (atomically). (records, the cache file)."""
+    tensors), else from `shipped/<shape key>.json` (SHIPPED: made by another torch or
+    checkout, which the file names), else measured and written to the cache (atomically).
+    (records, the file read or written)."""
     world = world_size or planning_world(cfg)[0]
     p = plan(cfg, world)
     mode = "none" if world <= 1 else dry_parallel(cfg, p)
-    path = None
-    if cache is not None:
-        key = measure_key(cfg, world, mode, device_type, eval_rows, accum_measured)
-        path = cache / "memory" / f"{key}.json"
-        if path.is_file():
-            try:
-                return [PhasePeak(**r) for r in json.loads(path.read_text())], path
-            except (ValueError, TypeError):
-                pass  # unreadable: measured again and rewritten
+    args = (cfg, world, mode, device_type, eval_rows, accum_measured)
+    path = None if cache is None else cache / "memory" / f"{measure_key(*args)}.json"
+    ship = None if shipped is None else shipped / f"{measure_key(*args, exact=False)}.json"
+    for f in (path, ship):
+        if f is not None and f.is_file() and (recs := _read(f)) is not None:
+            return recs, f
     recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type,
                    eval_rows=eval_rows, accum_measured=accum_measured)
     if path is not None:
@@ -736,6 +768,86 @@ def measure_cached(cfg: TrainConfig, *, world_size: int | None = None, device_ty
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps([r.to_json() for r in recs], indent=1) + "\n")
     return recs, path
+
+
+def ship(cfg: TrainConfig, world: int, device_type: str = "cuda") -> Path:
+    """Measure `cfg`'s plan at `world` and write it under SHIPPED by its shape key, with the
+    torch and the code hash that made it."""
+    from common.io import atomic_write_text
+
+    mode = "none" if world <= 1 else dry_parallel(cfg, plan(cfg, world))
+    recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type)
+    key = measure_key(cfg, world, mode, device_type, 16, 3, exact=False)
+    path = SHIPPED / f"{key}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"shape_key": key, "torch": torch.__version__, "code": code_hash(),
+           "records": [r.to_json() for r in recs]}
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return path
+
+
+USABLE_FRACTION = 0.9
+"""Share of a GPU's memory (train.gpu_memory_gb) the measured training, validation and save
+peaks may fill: what the trackers do not see (the CUDA context, NCCL's buffers, the
+allocator's fragmentation; 0.8 GB outside torch on one H100, docs/gpu_check/) stays free."""
+FIT_PHASES = ("train", "validation", "save")
+"""The phases a training micro-batch must fit (evaluation's batch is the evaluator's own)."""
+
+
+@dataclass(frozen=True)
+class Fit:
+    """`fit`'s verdict: the micro-batch and activation checkpointing chosen (None: nothing fits),
+    the records of the choice (else of the last try), every try and the bytes allowed."""
+
+    micro_batch_size: int | None
+    activation_checkpointing: bool
+    records: list[PhasePeak]
+    tries: list[tuple[int, bool, int]]
+    """(micro-batch, activation checkpointing, worst of FIT_PHASES' peaks in bytes)."""
+    allowed: float
+
+    def overrides(self) -> list[str]:
+        return [f"train.micro_batch_size={self.micro_batch_size}",
+                f"train.activation_checkpointing={str(self.activation_checkpointing).lower()}"]
+
+    def line(self) -> str:
+        """The verdict in one line: every try with its worst peak against what is allowed."""
+        r = self.records[0]
+        tried = ", ".join(f"{m}{' with act. ckpt' if ck else ''} {_size(b)}"
+                          for m, ck, b in self.tries)
+        head = (f"{r.parallel} over {r.world_size} GPU(s): micro-batch (worst of "
+                f"{'/'.join(FIT_PHASES)} peaks, fake tensors) {tried}; {_size(self.allowed)} "
+                f"allowed ({USABLE_FRACTION:.0%} of train.gpu_memory_gb)")
+        if self.micro_batch_size is None:
+            return head + ": nothing fits"
+        return (head + f": micro-batch {self.micro_batch_size} x accum {r.grad_accum}"
+                + (", activation checkpointing" if self.activation_checkpointing else ""))
+
+
+def fit(cfg: TrainConfig, *, world: int | None = None, cache: Path | None = None) -> Fit:
+    """The micro-batch and activation checkpointing for `cfg`'s run at `world` (default:
+    its planning world), chosen by measurement (`measure_cached`, the mesh the run will use):
+    cfg's own choice when its training, validation and save peaks fit USABLE_FRACTION of
+    train.gpu_memory_gb, else the next smaller micro-batch that divides the per-GPU batch,
+    then each from cfg's own down with activation checkpointing (recomputation costs more than
+    a smaller micro-batch). Measured candidates are cached: a second call measures nothing."""
+    world = world or planning_world(cfg)[0]
+    p = plan(cfg, world)
+    allowed = USABLE_FRACTION * cfg.train.gpu_memory_gb * GB
+    per_gpu, ck0 = p.batch_size // world, bool(cfg.train.activation_checkpointing)
+    sizes = [m for m in range(p.micro_batch_size, 0, -1) if per_gpu % m == 0]
+    tries: list[tuple[int, bool, int]] = []
+    recs: list[PhasePeak] = []
+    for m, ck in [(m, ck0) for m in sizes] + ([(m, True) for m in sizes] if not ck0 else []):
+        c = dataclasses.replace(cfg, train=dataclasses.replace(
+            cfg.train, micro_batch_size=m, activation_checkpointing=ck))
+        recs, _ = measure_cached(c, world_size=world, device_type=dry_device_type(c),
+                                 cache=cache)
+        worst = max(r.peak_bytes for r in recs if r.phase in FIT_PHASES)
+        tries.append((m, ck, worst))
+        if worst <= allowed:
+            return Fit(m, ck, recs, tries, allowed)
+    return Fit(None, ck0, recs, tries, allowed)
 
 
 def dry_device_type(cfg: TrainConfig) -> str:

@@ -31,6 +31,7 @@ import torch
 
 from common import arms
 from common.errors import ArgParser, UsageError, cli, positive_int
+from common.gpus import no_silent_cpu
 from common.io import atomic_write_text, unwritable
 from common.kappa import kappa_label
 from common.kappa import parse_kappas as parse_kappa_list
@@ -193,6 +194,7 @@ def measure_device() -> str:
     measurement of 9 checkpoints x 5 arms per seed would take hours on one CPU thread), else
     the CPU. The random draws come from CPU generators either way (the model draws on the
     generator's device), so prompts, Z and sampling are the same on both."""
+    no_silent_cpu("CUDA_VISIBLE_DEVICES= runs it on the CPU anyway")  # issue 45
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 

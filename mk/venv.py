@@ -161,69 +161,21 @@ def check(a: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- GPUs
-HIDDEN = ("", "-1", "NoDevFiles")
-# SLURM's GPU variables: indices (0 is a GPU) and counts (0, or type:0, is none)
-SLURM_GPU_INDICES = ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS")
-SLURM_GPU_COUNTS = ("SLURM_GPUS_ON_NODE", "SLURM_GPUS", "SLURM_GPUS_PER_NODE",
-                    "SLURM_GPUS_PER_TASK")
-
-
-def _nvidia_smi(*args: str) -> str:
-    try:
-        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True, timeout=60,
-                              check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-
-
-def gpus_expected() -> str | None:
-    """Why this host should have GPUs for torch (None: it should not): nvidia-smi lists some, or
-    CUDA_VISIBLE_DEVICES / SLURM's GPU variables name some. CUDA_VISIBLE_DEVICES set empty (or
-    -1) hides them on purpose."""
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        return None if cvd.strip() in HIDDEN else f"CUDA_VISIBLE_DEVICES={cvd}"
-    for v in (*SLURM_GPU_INDICES, *SLURM_GPU_COUNTS):
-        val = os.environ.get(v, "").strip()
-        if val and not (v in SLURM_GPU_COUNTS and val.rpartition(":")[2] == "0"):
-            return f"{v}={val}"
-    if shutil.which("nvidia-smi"):
-        gpus = [ln for ln in _nvidia_smi("-L").splitlines() if ln.startswith("GPU ")]
-        if gpus:
-            return f"nvidia-smi lists {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}"
-    return None
-
-
-def driver() -> str:
-    """The NVIDIA driver's version and the newest CUDA it supports, as nvidia-smi prints them."""
-    head = _nvidia_smi() if shutil.which("nvidia-smi") else ""
-    ver = re.search(r"Driver Version:\s*(\S+)", head)
-    cuda = re.search(r"CUDA Version:\s*(\S+)", head)
-    if ver:
-        return f"driver {ver.group(1)}" + (f", CUDA <= {cuda.group(1)}" if cuda else "")
-    proc = Path("/proc/driver/nvidia/version")
-    m = re.search(r"Kernel Module\s+(\S+)", proc.read_text()) if proc.is_file() else None
-    return f"driver {m.group(1)}" if m else "no NVIDIA driver found"
+# the one rule of which hosts have GPUs, shared with training and evaluation (standard library)
+sys.path.insert(0, str(ROOT))
+from common.gpus import driver, gpus_expected, torch_sees_none  # noqa: E402
 
 
 def gpu(why: str, drv: str, external: bool) -> int:
     """Inside the interpreter to run: torch must see at least one GPU."""
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's own warning says the same at length
-        import torch
-
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n:
+    line = torch_sees_none(why, drv)
+    if line is None:
         return 0
-    build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
     fix = ("check the NVIDIA driver (nvidia-smi)" if drv.startswith("no ") else
            "run with a python whose torch matches the driver" if external else
            "install a torch built for this driver, e.g. make clean setup "
            "TORCH_INDEX=https://download.pytorch.org/whl/cu126")
-    print(f"setup: GPUs are visible ({why}; {drv}) but torch {torch.__version__} ({build}) sees "
-          f"none; {fix} (docs/MAKE.md)", file=sys.stderr)
+    print(f"setup: {line}; {fix} (docs/MAKE.md)", file=sys.stderr)
     return 2
 
 

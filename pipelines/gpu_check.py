@@ -35,6 +35,7 @@ import argparse
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -45,6 +46,7 @@ from typing import Any
 import torch
 
 from common.errors import UsageError, cli
+from common.gpus import no_silent_cpu
 from common.io import atomic_write_text
 from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
 from experiments.train.config import gpu_peak_tflops
@@ -53,30 +55,34 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
 """The committed recipe measurements as a table (`measurements_doc`), generated."""
 
 
+def gpus() -> int:
+    """The GPUs torch sees; UsageError (one line) where it sees none (common.gpus: GPUs that
+    are visible but unusable are named with the driver and torch's CUDA build)."""
+    no_silent_cpu("GPU_CHECK_CPU=1 rehearses it on the CPU")
+    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node; "
+                         "GPU_CHECK_CPU=1 rehearses it on CPU)")
+    return torch.cuda.device_count()
+
+
 def _losses(run: Path) -> list[float]:
     rows = RunDir(run).metrics_json()
     return [r["loss"] for r in rows if r["kind"] == "train"]
 
 
-def _tokens_per_s(run: Path) -> float | None:
-    rows = RunDir(run).metrics_json()
-    tps = [r["tokens_per_s"] for r in rows if r["kind"] == "train"][3:]  # past compilation
-    return sorted(tps)[len(tps) // 2] if tps else None
+WARM_STEPS = 3
+"""Train lines left out of tokens/s: compilation and the allocator's first steps."""
 
 
-def _train(args: list[str], results: Path, nproc: int = 1) -> tuple[Path | None, str]:
-    from experiments.train.config import compose
-    from experiments.train.plan import run_dir
-
-    cmd = [sys.executable, "-m", "experiments.train", *args, f"paths.results={results}"]
-    if nproc > 1:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               "--nproc_per_node", str(nproc), *cmd[1:]]
-    r = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if r.returncode != 0:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"exit {r.returncode}: {tail[:300]}"
-    return run_dir(compose([*args, f"paths.results={results}"])), "ok"
+def _tokens_per_s(run: Path) -> tuple[float | None, int]:
+    """(tokens/s over the steady state, its steps): every train line past WARM_STEPS, its
+    tokens over its time summed (each line's window excludes validation and checkpoints)."""
+    rows = [r for r in RunDir(run).metrics_json() if r["kind"] == "train"]
+    prev = [0, *(r["tokens"] for r in rows)]
+    win = [(r["tokens"] - t, r["tokens_per_s"]) for r, t in zip(rows, prev, strict=False)
+           ][WARM_STEPS:]
+    secs = sum(n / tps for n, tps in win if tps)
+    return (sum(n for n, _ in win) / secs if secs else None), len(win)
 
 
 def _free_port() -> int:
@@ -87,32 +93,41 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _train_nodes(args: list[str], results: Path, nodes: int, per_node: int,
-                 env: dict[str, str] | None = None, gpus: bool = False
-                 ) -> tuple[Path | None, str]:
-    """`nodes` torchrun agents of `per_node` processes on this host, meeting through the c10d
-    rendezvous at 127.0.0.1 (what `make train NNODES=.. NODE_RANK=.. MASTER_ADDR=..` runs on
-    each node), as a stand-in for several nodes when only one is here."""
+def _train(args: list[str], results: Path, nproc: int = 1, nodes: int = 1,
+           env: dict[str, str] | None = None, gpus: bool = False) -> tuple[Path | None, str]:
+    """`python -m experiments.train` on `nproc` processes (torchrun), or as `nodes` torchrun
+    agents of `nproc` each meeting through the c10d rendezvous at 127.0.0.1 (what `make train
+    NNODES=.. NODE_RANK=.. MASTER_ADDR=..` runs on each node: a stand-in for several nodes; on
+    GPUs each agent sees its own nproc devices, as a node would). Each process group's stderr
+    goes whole to a file under `results`, which a failure names: (run dir or None, "ok" or
+    "exit N: <its last line> (stderr: <file>)")."""
+    import tempfile
+
     from experiments.train.config import compose
     from experiments.train.plan import run_dir
 
+    results.mkdir(parents=True, exist_ok=True)
+    train = ["-m", "experiments.train", *args, f"paths.results={results}"]
     port = _free_port()
-    env = {**os.environ, **(env or {})}
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--node_rank",
-         str(r), "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
-         "--rdzv_id", f"gpu-check-{port}", "--nproc_per_node", str(per_node),
-         "-m", "experiments.train", *args, f"paths.results={results}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        # on GPUs each simulated node sees its own per_node devices, as a real node would
-        env={**env, "CUDA_VISIBLE_DEVICES": ",".join(
-            str(r * per_node + i) for i in range(per_node))} if gpus else env)
-        for r in range(nodes)]
-    errs = [p.communicate()[1] for p in procs]
-    bad = [(p.returncode, e) for p, e in zip(procs, errs, strict=True) if p.returncode]
-    if bad:
-        tail = (bad[0][1].strip().splitlines() or ["no output"])[-1]
-        return None, f"exit {bad[0][0]}: {tail[:300]}"
+    run = [sys.executable, "-m", "torch.distributed.run"]
+    cmds = ([[sys.executable, *train]] if nodes == 1 and nproc == 1 else
+            [[*run, "--standalone", "--nproc_per_node", str(nproc), *train]] if nodes == 1 else
+            [[*run, "--nnodes", str(nodes), "--node_rank", str(r), "--rdzv_backend", "c10d",
+              "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"gpu-check-{port}",
+              "--nproc_per_node", str(nproc), *train] for r in range(nodes)])
+    base = {**os.environ, **(env or {})}
+    procs = []
+    for r, cmd in enumerate(cmds):
+        fd, err = tempfile.mkstemp(prefix="train-", suffix=".stderr.txt", dir=results)
+        gpu_env = {"CUDA_VISIBLE_DEVICES": ",".join(str(r * nproc + i) for i in range(nproc))}
+        procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fd,
+                                       env={**base, **gpu_env} if gpus and nodes > 1 else base),
+                      Path(err)))
+        os.close(fd)
+    for p, err in procs:
+        if p.wait():
+            tail = (err.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
+            return None, f"exit {p.returncode}: {tail[:300]} (stderr: {err})"
     return run_dir(compose([*args, f"paths.results={results}"])), "ok"
 
 
@@ -136,8 +151,6 @@ def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
     """Resume the finished run `ref` (of `args`) from its oldest kept step checkpoint (every later
     step checkpoint, export and the final one removed) through `run(args, results)`, and compare
     the resumed steps' losses and the final weights with the uninterrupted run's."""
-    import shutil
-
     from experiments.train.checkpointer import shard_dir
 
     rd = RunDir(ref)
@@ -182,15 +195,14 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
     """DDP and FSDP on 1 node (per_node processes) and on 2 nodes (two c10d agents of
     per_node // 2 or 1 process on this host), each against one process; the sharded
     checkpoint round trip under FSDP over 2 nodes."""
-    one, why = _train_nodes(base, work / "one", 1, 1, env, gpus)
+    one, why = _train(base, work / "one", 1, 1, env, gpus)
     out: dict[str, Any] = {"one_process": why}
     ok = one is not None
     half = max(1, per_node // 2)
     for mode in ("ddp", "fsdp"):
         for nodes, per in ((1, per_node), (2, half)):
             key = f"{mode}_{nodes}node"
-            run, w = _train_nodes([*base, f"train.parallel={mode}"], work / key, nodes, per, env,
-                                  gpus)
+            run, w = _train([*base, f"train.parallel={mode}"], work / key, per, nodes, env, gpus)
             out[key] = w
             if run is not None and one is not None:
                 d = _max_rel(_losses(one), _losses(run))
@@ -198,7 +210,7 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
                 ok &= d <= tol
             ok &= w == "ok"
     ck = [*base, "train.parallel=fsdp", "logging.ckpt_every=1", "logging.keep_checkpoints=3"]
-    nodes2 = functools.partial(_train_nodes, nodes=2, per_node=half, env=env, gpus=gpus)
+    nodes2 = functools.partial(_train, nproc=half, nodes=2, env=env, gpus=gpus)
     ref = nodes2(ck, work / "resume")[0]
     rt = (_resume(ck, work / "resume", ref, nodes2, tol) if ref is not None
           else {"resume": "failed: the run to resume did not finish"})
@@ -294,15 +306,27 @@ def _flash_and_mapper(preset: str, micro: int, seq: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- RECIPE=..: the real shape
-RECIPE_ACCUM = 2
-"""Micro-batches per step in the recipe check: the recipe's micro-batch per GPU, accumulated
-twice (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both run), rather than
-the recipe's whole global batch (1,024 sequences would make 20 steps take an hour)."""
+RECIPE_ACCUM = 4
+"""Micro-batches per step in the recipe check: the recipe's micro-batch per GPU, accumulated 4
+times (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both run, and the
+step's fixed costs are shared as in a real run), rather than the recipe's whole global batch
+(1,024 sequences would make 20 steps take an hour). tokens/s and MFU are taken over the steps
+past WARM_STEPS: a window of at least RECIPE_ACCUM micro-batches."""
 SLICE_FIT = 0.75
 """A layer-sliced model must fit this share of the GPU by the hand estimate (which runs up to
 15% low against the fake-tensor measurement at these presets). The slicing keeps the hand
 estimate because a measurement per candidate layer count would take minutes each of the check's
-ten; the sliced model's own phases are then measured (its plan) and printed beside the GPU's."""
+ten; the sliced model's own phases are then measured (its plan) and printed beside the GPU's.
+Its disk is the trainer's own rule (plan.disk_bytes, what plan.start_refusal checks)."""
+BUDGET_S = 600.0
+"""gpu-check RECIPE=.. is planned to end within this (`time_plan`); a plan over it is refused."""
+FIRST_CONTACT = {"startup_s": 5.0, "build_s_per_gparam": 16.3, "compile_s": 20.0,
+                 "d2h_gbps": 55.0, "write_gbps": 2.0, "read_gbps": 1.3, "pageable_gbps": 1.5}
+"""What one H100 node gave at the first contact (dev/gpu/results/20261128T014226Z-h100-*):
+interpreter and imports 5 s; the model built on the meta device and materialised (its init
+replayed on the CPU) 27 s for 1.66e9 parameters; compiling the blocks about 20 s; a pinned
+device-to-host copy 55 GB/s, a pageable one 1.5 GB/s (the weights-only export); a 19.9 GB
+checkpoint loaded in 15 s. write_gbps: a parallel file system's share (plan.WRITE_GBPS)."""
 
 
 def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
@@ -319,20 +343,20 @@ def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
 
 
 def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: float,
-                extra: list[str] | None = None, disk_free: float | None = None
-                ) -> tuple[list[str], dict[str, Any]]:
+                extra: list[str] | None = None, disk_free: float | None = None,
+                device_type: str = "cuda") -> tuple[list[str], dict[str, Any]]:
     """The trainer's overrides for the recipe check and what they keep of the recipe: the
     recipe's model (the costliest arm: its largest H, first kappa), vocabulary, context,
     precision, parallelism, activation checkpointing and micro-batch per GPU for `gpu_type`;
     data=random (no corpus, no hub: memory and speed do not depend on the tokens' values);
     RECIPE_ACCUM micro-batches per step on `n` processes; a validation of one batch at
     `steps` // 2 and `steps`, step checkpoints at `steps` // 2 + 1 (resumed from) and at the
-    last step (both kept: the trainer always writes the last). A model whose state does not fit
-    `capacity_gb` on `n` GPUs (by the hand estimate), or whose two step checkpoints and export
-    do not fit SLICE_FIT of `disk_free` bytes, keeps its widths and loses layers until they do
-    ("layer_sliced")."""
+    last step (both kept: the trainer always writes the last). A model whose state does not
+    fit SLICE_FIT of `capacity_gb` on `n` GPUs (by the hand estimate), or whose run needs more
+    than `disk_free` bytes by the trainer's own rule (plan.disk_bytes on `device_type`: what it
+    refuses to start without), keeps its widths and loses layers until both fit ("layer_sliced")."""
     from experiments.train.config import compose
-    from experiments.train.plan import checkpoint_bytes, memory_estimate, plan
+    from experiments.train.plan import disk_bytes, memory_estimate, plan
     from sweeps.recipe import merge_overrides
 
     base = [o for o in recipe.training_overrides(gpu=gpu_type)
@@ -344,8 +368,8 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
     ov = [f"model.latent_bits={h}", f"model.kappa_bits={kappa:g}", "data=random",
           f"train.batch_size={batch}",
           f"train.plan_world_size={n}", f"optim.warmup_steps={half}", "logging.log_every=1",
-          # one step checkpoint, inside the run (the last step's would be the only one kept)
           f"logging.val_every={half}", f"logging.ckpt_every={half + 1}",
+          # one step checkpoint inside the run, resumed from (the trainer also writes the last)
           "logging.keep_checkpoints=2", "logging.keep_eval_checkpoints=0",
           "logging.progress=false", "train.force=true", f"train.gpu_memory_gb={capacity_gb:g}"]
     args = list(merge_overrides(base, [*ov, *(extra or [])]))
@@ -360,18 +384,17 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
 
     @functools.cache
     def need(layers: int) -> tuple[float, float]:
-        """(per-GPU memory by the hand estimate, disk of two step checkpoints + the export)"""
+        """(per-GPU memory by the hand estimate, the run's disk by the trainer's rule)"""
         c = compose([*args, f"model.n_layers={layers}"])
         rp = plan(c, n)
         est = memory_estimate(rp, mode)
-        ck = checkpoint_bytes(rp)
         return (est["total_checkpointed" if c.train.activation_checkpointing else "total"],
-                2 * ck["full"] + ck["weights_fp32"])
+                disk_bytes(c, rp, device_type)["run"])
 
     def fits(layers: int) -> bool:
         mem, disk = need(layers)
         return (mem <= SLICE_FIT * capacity_gb * 1e9
-                and (disk_free is None or disk <= SLICE_FIT * disk_free))
+                and (disk_free is None or disk <= disk_free))
 
     if not fits(L):
         k = L - 2
@@ -383,15 +406,15 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
             raise ValueError(
                 f"even {k} of the model's {L} layers need ~{m2 / 1e9:.0f} GB per GPU and "
                 f"~{d2 / 1e9:.0f} GB of checkpoints; {SLICE_FIT:.0%} of {capacity_gb:g} GB and "
-                + (f"of {disk_free / 1e9:.0f} GB free disk" if disk_free is not None else "")
+                + (f"{disk_free / 1e9:.0f} GB free disk" if disk_free is not None else "")
                 + " are allowed: free disk under the results root (FTBENCH_RESULTS) or use "
                   "more GPUs")
         args.append(f"model.n_layers={k}")
         sliced = {"layers": k, "of": L, "why": (
             f"the {L}-layer model needs ~{mem / 1e9:.0f} GB per GPU on {n} GPU(s) (hand "
             f"estimate; {SLICE_FIT:.0%} of {capacity_gb:g} GB allowed) and ~{disk / 1e9:.0f} GB "
-            f"of checkpoints (" + (f"{SLICE_FIT:.0%} of {disk_free / 1e9:.0f} GB free allowed"
-                                   if disk_free is not None else "disk not checked")
+            f"of checkpoints (" + (f"{disk_free / 1e9:.0f} GB free" if disk_free is not None
+                                   else "disk not checked")
             + f"): {k} of its {L} layers at the same widths")}
     shape = {"micro_batch_size": mb, "grad_accum": RECIPE_ACCUM, "global_batch": batch,
              "seq_len": cfg.train.seq_len, "vocab_size": cfg.model.vocab_size,
@@ -400,6 +423,34 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
              "activation_checkpointing": bool(cfg.train.activation_checkpointing),
              "val_batch_size": vb, "steps": steps, "layer_sliced": sliced}
     return args, shape
+
+
+def time_plan(cfg: Any, n: int, peak_tflops: float | None, planned: bool) -> dict[str, float]:
+    """Seconds per phase of the recipe check of `cfg` on `n` GPUs, from the plan's FLOPs at
+    the planned MFU (plan.planned_mfu) of `peak_tflops` and the first contact's figures
+    (FIRST_CONTACT); `planned`: the fake-tensor plan is shipped or cached (else its CPU
+    minutes count). The check refuses a plan over BUDGET_S."""
+    from experiments.train.plan import checkpoint_bytes, plan, planned_mfu
+
+    fc, p = FIRST_CONTACT, plan(cfg, n)
+    mfu = planned_mfu(cfg)[0]
+    rate = n * (peak_tflops or 989.0) * 1e12 * mfu  # model FLOP/s of the n GPUs
+    step = p.tokens_per_step * p.flops_per_token / rate
+    val = cfg.data.val_tokens * p.flops_per_token / 3 / rate * 2  # prior (and posterior) passes
+    ck = checkpoint_bytes(p)
+    gb = 1e9
+    start = fc["startup_s"] + fc["build_s_per_gparam"] * p.params["total"] / gb + fc["compile_s"]
+    save = ck["full"] / n / gb * (1 / fc["d2h_gbps"] + 1 / fc["write_gbps"])
+    export = ck["weights_fp32"] / gb / fc["pageable_gbps"] + ck["bf16_export"] / gb / fc[
+        "write_gbps"]
+    k = max(1, p.steps // 2) + 1  # the step checkpoint resumed from (and the last step's)
+    out = {"plan": 0.0 if planned else 60.0 * p.params["total"] / gb,  # ~1 min of CPU per 1e9
+           "train": start + p.steps * step + 3 * val + 2 * save + export,
+           "eval": fc["build_s_per_gparam"] * p.params["total"] / gb + val,
+           "resume": start + ck["full"] / gb / fc["read_gbps"] + (p.steps - k) * step + val
+           + export}
+    out["total"] = sum(out.values())
+    return out
 
 
 def _final_line(run: Path) -> dict[str, Any]:
@@ -429,13 +480,34 @@ def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None
     return rows
 
 
+def plan_step(cfg: Any, n: int) -> tuple[list[Any], str]:
+    """The fake-tensor plan of the check's run on `n` GPUs (experiments/memory.py): the cache,
+    else the plan shipped under measured/memory/plans/ (seconds on a fresh node), else measured
+    here (minutes of CPU at the paper's sizes). (records, where they come from)."""
+    from experiments import memory as MEM
+
+    t0 = time.time()
+    recs, path = MEM.measure_cached(cfg, world_size=n, device_type="cuda",
+                                    cache=Path(cfg.paths.cache), shipped=MEM.SHIPPED)
+    took = f"{time.time() - t0:.0f} s"
+    if path is not None and path.parent == MEM.SHIPPED:
+        made = json.loads(path.read_text())
+        return recs, (f"shipped {path.name} ({took}; measured with torch {made['torch']}, "
+                      + ("the same code)" if made["code"] == MEM.code_hash() else
+                         "older code: --ship-plan measures it again)"))
+    fresh = path is None or path.stat().st_mtime >= t0
+    return recs, f"{'measured' if fresh else 'cached'} ({took})"
+
+
 def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
-                out: str | None, cpu: bool = False, extra: list[str] | None = None) -> int:
+                out: str | None, cpu: bool = False, extra: list[str] | None = None,
+                nproc: int = 1, ship: bool = False) -> int:
     """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (CPU with
-    `cpu`: the same flow, for rehearsal; no allocator peaks, no speed figures)."""
+    `cpu`: the same flow on `nproc` gloo processes, for rehearsal; no allocator peaks, no speed
+    figures). `ship`: only measure its plan for one H100 into measured/memory/plans/."""
     from experiments import memory as MEM
     from experiments.train.config import ConfigError, compose
-    from experiments.train.plan import plan
+    from experiments.train.plan import free_bytes, plan
     from sweeps.recipe import RecipeError, load
 
     t_start = time.time()
@@ -443,27 +515,28 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         rec = load(recipe_name)
     except RecipeError as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
-    gpu = not cpu
-    if gpu and (not torch.cuda.is_available() or torch.cuda.device_count() == 0):
-        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node; "
-                         "GPU_CHECK_CPU=1 rehearses it on CPU)")
-    n = torch.cuda.device_count() if gpu else 1
+    gpu = not (cpu or ship)
+    n = gpus() if gpu else nproc
     name = torch.cuda.get_device_name(0) if gpu else "cpu"
     total = torch.cuda.get_device_properties(0).total_memory if gpu else int(80e9)
     gtype, gwhy = _gpu_type(name, total) if gpu else ("H100-80GB", "H100-80GB (CPU rehearsal)")
     cap = total if gpu else None
     try:
-        import shutil
-
         root = results_root(results)
         root.mkdir(parents=True, exist_ok=True)
+        # a shipped plan is for the node's disk, not this host's
         args, shape = recipe_args(rec, gtype, n, steps, total / 1e9,
                                   [*(extra or []), *(["train.device=cpu"] if cpu else [])],
-                                  disk_free=shutil.disk_usage(root).free)
+                                  disk_free=None if ship else free_bytes(root),
+                                  device_type="cpu" if cpu else "cuda")
         cfg = compose(args)
     except (RecipeError, ConfigError, ValueError) as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
+    if ship:  # the plan one H100 node reads (shipped): measured here, minutes of CPU
+        print(f"wrote {MEM.ship(cfg, n)}")
+        return 0
     work = root / "gpu_check" / f"recipe-{rec.name}"  # a results root of its own
+    peak, peak_src = gpu_peak_tflops(name) if gpu else gpu_peak_tflops(gtype)
 
     def say(msg: str) -> None:
         print(f"[gpu-check {time.time() - t_start:5.0f} s] {msg}", flush=True)
@@ -474,9 +547,14 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         f"{shape['parallel']}" + (f"; LAYER-SLICED: {shape['layer_sliced']['why']}"
                                   if shape["layer_sliced"] else ""))
     p = plan(cfg, n)
-    say("the plan's per-phase peaks on fake tensors (experiments/memory.py) ...")
-    plan_recs, _ = MEM.measure_cached(cfg, world_size=n, device_type="cuda" if gpu else "cpu",
-                                      cache=Path(cfg.paths.cache))  # what the dry run reads
+    plan_recs, plan_src = plan_step(cfg, n)
+    say(f"the plan's per-phase peaks on fake tensors (experiments/memory.py): {plan_src}")
+    budget = time_plan(cfg, n, peak, True)
+    say("time plan on the GPU(s): " + ", ".join(f"{k} {v:.0f} s" for k, v in budget.items())
+        + f" (BUDGET_S {BUDGET_S:.0f})")
+    if gpu and budget["total"] > BUDGET_S:
+        raise UsageError(f"RECIPE={recipe_name}: the check would take ~{budget['total']:.0f} s "
+                         f"on {n} x {name} (over {BUDGET_S:.0f} s); give fewer --steps")
     say(f"training {steps} steps (validation at {steps // 2} and {steps}, a checkpoint at "
         f"{steps // 2 + 1}) ...")
     t0 = time.time()
@@ -487,8 +565,9 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         "gpu": name, "gpu_type": gtype, "n_gpus": n, "device": "cuda" if gpu else "cpu",
         "capacity_bytes": cap, "torch": torch.__version__, "cuda": torch.version.cuda,
         "host": os.uname().nodename, "params": p.params["total"],
-        "flops_per_token": p.flops_per_token, "tolerance": tol, "train": why,
-        "train_wall_s": time.time() - t0, **shape, "overrides": args}
+        "flops_per_token": p.flops_per_token, "tolerance": tol, "plan_source": plan_src,
+        "time_plan_s": budget, "train": why, "train_wall_s": time.time() - t0, **shape,
+        "overrides": args}
     ok = ref is not None
     measured: dict[str, dict[str, int] | None] = {}
     if ref is not None:
@@ -498,24 +577,29 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         fin = _final_line(ref)
         measured.update(fin.get("cuda_peak_bytes") or {})
         doc["cuda_outside_torch_bytes"] = fin.get("cuda_outside_torch_bytes")
-        tps = _tokens_per_s(ref)
-        peak, peak_src = gpu_peak_tflops(name) if gpu else (None, "CPU: no speed figures")
-        doc.update(tokens_per_s=tps if gpu else None, peak_bf16_tflops=peak,
-                   peak_source=peak_src,
+        tps, window = _tokens_per_s(ref)
+        doc.update(tokens_per_s=tps if gpu else None, peak_bf16_tflops=peak if gpu else None,
+                   peak_source=peak_src if gpu else "CPU: no speed figures",
                    mfu=(tps * p.flops_per_token / (n * peak * 1e12)
                         if gpu and tps and peak else None),
-                   mfu_basis="tokens/s (median of the train lines past the third) x the plan's "
-                             "FLOPs per token / (GPUs x dense bf16 peak)")
+                   mfu_window={"steps": window, "micro_batches": window * RECIPE_ACCUM},
+                   mfu_basis=f"tokens over time of the train lines past the first {WARM_STEPS} "
+                             "(validation and checkpoints excluded) x the plan's FLOPs per "
+                             "token / (GPUs x dense bf16 peak)")
         if gpu:
             say("the evaluation batch on the GPU (experiments.memory.measure_eval_on_device) ...")
+            t1 = time.time()
             try:
                 measured["eval"] = MEM.measure_eval_on_device(cfg, "cuda")
             except torch.cuda.OutOfMemoryError as e:
                 doc["eval_error"] = f"out of memory: {str(e).splitlines()[0][:200]}"
                 ok = False
+            doc["eval_wall_s"] = time.time() - t1
         say("resume from the kept checkpoint ...")
         doc.update(_resume(args, work, ref, functools.partial(_train, nproc=n), tol))
         ok &= doc.get("resume") == "ok"
+    doc["stderr"] = sorted(str(f) for f in work.glob("*.stderr.txt")
+                           if f"(stderr: {f})" in f"{why} {doc.get('resume')}")
     doc["phases"] = _phase_table(plan_recs, measured if gpu else {}, cap)
     if cap:
         over = [r["phase"] for r in doc["phases"] if (r.get("measured_reserved") or 0) > cap]
@@ -527,6 +611,9 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     tag = name.split()[1].lower() if gpu and len(name.split()) > 1 else ("gpu" if gpu else "cpu")
     where = Path(out) if out else (MEASURED / GPU_CHECK if gpu else root / GPU_CHECK)
     path = where / f"{stamp}-{tag}-{rec.name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for i, f in enumerate(doc["stderr"]):  # a failed run's whole stderr, kept beside the JSON
+        doc["stderr"][i] = str(shutil.copy(f, path.with_suffix(f".stderr{i}.txt")))
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
     if where == MEASURED / GPU_CHECK:
         atomic_write_text(DOC, measurements_doc())
@@ -620,6 +707,11 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--cpu", action="store_true",
                     help="reduced mode on CPU (GPU_CHECK_CPU=1): DDP/FSDP on 1 and 2 simulated "
                          "nodes, resume round trip; gloo, preset 1M")
+    ap.add_argument("--nproc", type=int, default=1,
+                    help="with --recipe --cpu: gloo processes (the multi-GPU path: DDP or FSDP "
+                         "as train.parallel says)")
+    ap.add_argument("--ship-plan", action="store_true",
+                    help="with --recipe: measure the plan one H100 reads (measured/memory/plans/)")
     ap.add_argument("--doc", action="store_true",
                     help="regenerate docs/gpu_check/README.md from measured/gpu_check/")
     a = ap.parse_args(argv)
@@ -627,13 +719,12 @@ def _main(argv: list[str] | None) -> int:
         atomic_write_text(DOC, measurements_doc())
         return 0
     if a.recipe:
-        return recipe_main(a.recipe, a.steps or 20, a.tol, a.results, a.out, a.cpu, a.set)
+        return recipe_main(a.recipe, a.steps or 20, a.tol, a.results, a.out, a.cpu, a.set,
+                           a.nproc, a.ship_plan)
     a.steps = a.steps or 30
     if a.cpu:
         return cpu_main(a.results, min(a.steps, 4), a.tol)
-    if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
-        raise UsageError("no CUDA device visible (make gpu-check needs a GPU node)")
-    n = torch.cuda.device_count()
+    n = gpus()
     name = torch.cuda.get_device_name(0)
     peak, peak_src = gpu_peak_tflops(name)
     root = results_root(a.results)
@@ -660,7 +751,7 @@ def _main(argv: list[str] | None) -> int:
             rel = max(abs(x - y) / abs(x) for x, y in zip(a32, a16, strict=True))
             row["bf16_vs_fp32_max_rel"] = rel
             row["bf16_within_tol"] = rel <= a.tol
-            tps = _tokens_per_s(one)
+            tps = _tokens_per_s(one)[0]
             row["tokens_per_s_1gpu"] = tps
             row["mfu_1gpu"] = tps * fpt / (peak * 1e12) if tps and peak else None
         for mode in ("ddp", "fsdp"):
@@ -674,7 +765,7 @@ def _main(argv: list[str] | None) -> int:
                 d = max(abs(x - y) / abs(x)
                         for x, y in zip(_losses(one), _losses(run), strict=True))
                 row[f"{mode}_vs_1gpu_max_rel"] = d
-                tps = _tokens_per_s(run)
+                tps = _tokens_per_s(run)[0]
                 row[f"tokens_per_s_{mode}"] = tps
                 row[f"mfu_{mode}"] = tps * fpt / (n * peak * 1e12) if tps and peak else None
         ok &= all(v in ("ok",) or not isinstance(v, str) or v.startswith("skipped")

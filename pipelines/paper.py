@@ -32,6 +32,7 @@ bound on the evaluation cost per point. Bad input: one line on stderr, exit 2, n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import time
@@ -169,8 +170,10 @@ def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> s
                if corpus else "(built)"))
 
 
-def dry_text(rec: Any, req: api.SweepRequest) -> str:
-    """The whole plan; the sweep's own dry run is printed after it by the caller."""
+def dry_text(rec: Any, req: api.SweepRequest, fitted: tuple[list[str], int | None] = ([], None)
+             ) -> str:
+    """The whole plan (`fitted`: `fit_to_cluster`'s line and world); the sweep's own dry run is
+    printed after it by the caller."""
     from experiments.train.plan import disk_bytes
     from experiments.train.plan import plan as run_plan
     from sweeps import backend
@@ -197,7 +200,7 @@ def dry_text(rec: Any, req: api.SweepRequest) -> str:
                      "estimate: the training tokens at the token width, over data.max_epochs)")
     lines.append(disk_text(rec, cfg, n_cells, 0 if c["built"] else disk["corpus"],
                            gpus=bool(req.gpu)))
-    lines += ["", *memory_text(rec, req)]
+    lines += ["", *fitted[0], *memory_text(rec, req, fitted[1])]
     lines += ["", *eval_cost_text(rec, rate[:2] if rate else None, fwd, n_cells)]
     pts = rec.table3_points()
     last = Fraction(rec.eval.average_last).limit_denominator(1000)
@@ -207,17 +210,51 @@ def dry_text(rec: Any, req: api.SweepRequest) -> str:
     return "\n".join(lines)
 
 
-def memory_text(rec: Any, req: api.SweepRequest) -> list[str]:
+def memory_text(rec: Any, req: api.SweepRequest, world: int | None = None) -> list[str]:
     """The dry run's measured per-GPU peak of every phase (experiments/memory.py, on fake
     tensors, cached under paths.cache/memory) for the costliest cell (the Free Transformer at
-    the grid's largest H) at the recipe's micro-batch for the GPU type; nothing without one."""
+    the grid's largest H) at its micro-batch for the GPU type, on `world` GPUs (default: the
+    recipe's planning world); nothing without a GPU type."""
     if not req.gpu:
         return []
     from experiments.memory import dry_text as measured
     from pipelines.recipe_memory import cell_config
 
-    cfg = cell_config(rec, req.gpu, req.overrides)
+    cfg = cell_config(rec, req.gpu, req.overrides, gpus=world)
     return measured(cfg, cache=Path(cfg.paths.cache), label=f"on {req.gpu}").splitlines()
+
+
+FIT_KEYS = ("train.micro_batch_size=", "train.activation_checkpointing=")
+
+
+def fit_to_cluster(rec: Any, req: api.SweepRequest
+                   ) -> tuple[api.SweepRequest, list[str], int | None]:
+    """The micro-batch and activation checkpointing of the sweep's costliest cell for the world
+    the cluster file gives (nodes x GPUs per node), chosen by its measured peaks at that world
+    (experiments.memory.fit, the HSDP mesh across nodes included): the recipe's own (chosen for
+    its train.gpus) when it splits the per-GPU batch and fits, else the choice that does, added
+    to the request's overrides (neither is in the run-id). (request, its line, the world);
+    UsageError (one line) when nothing fits. Unchanged without a cluster file or a GPU type, or
+    when OVERRIDES set either key (the pre-submission checks measure that choice)."""
+    if not req.gpu or not (req.launcher == "slurm" or req.cluster.strip()) or any(
+            o.startswith(FIT_KEYS) for o in req.overrides):
+        return req, [], None
+    from sweeps import checks
+    from sweeps.cluster import load_cluster
+
+    world = load_cluster(Path(req.cluster) if req.cluster.strip() else None).tasks
+    own = rec.micro_batches()[req.gpu].micro_batch_size or 1  # for the recipe's train.gpus
+    per = rec.train.batch_size // world  # a world that does not split it: api refuses below
+    start = max((m for m in range(1, min(own, per) + 1) if per % m == 0), default=1)
+    req = dataclasses.replace(req, overrides=(*req.overrides, f"{FIT_KEYS[0]}{start}"))
+    f = checks.backend.memory_fit(checks.costliest_config(api.plan(req)))  # that world's cells
+    head = f"memory on the cluster file's {world} GPU(s), {f.line()}"
+    if f.micro_batch_size is None:
+        raise UsageError(f"{head}; more nodes in the cluster file, or a larger GPU type (GPU=)")
+    if (f.micro_batch_size, f.activation_checkpointing) == f.tries[0][:2] and start == own:
+        return req, [head + " (the recipe's)"], world
+    return (dataclasses.replace(req, overrides=(*req.overrides, *f.overrides())),
+            [head + f" (chosen here: the recipe's is for {rec.train.gpus} GPUs)"], world)
 
 
 def report_stage(name: str) -> tuple[str, int]:
@@ -372,9 +409,12 @@ def main(argv: list[str] | None = None) -> int:
 def _main(a: argparse.Namespace) -> int:
     try:
         rec, req = check(a)
-        head = dry_text(rec, req) if a.dry else ""
+        req, *fitted = fit_to_cluster(rec, req)  # the cluster's world, measured
+        head = dry_text(rec, req, tuple(fitted)) if a.dry else ""
         if not a.dry:  # the corpus against the budget, before anything is built or submitted
             corpus_budget_lines(rec, corpus_stage(rec, list(req.overrides)))
+            for ln in fitted[0]:
+                print(f"paper: {ln}", flush=True)
     except UsageError:
         raise
     except ValueError as e:  # ConfigError composing the recipe: bad input too

@@ -55,6 +55,14 @@ run_plan = P.plan
 memory_estimate = P.memory_estimate
 
 
+def memory_fit(cfg: TrainConfig) -> Any:
+    """experiments.memory.fit of a cell's config at its planned world (fake tensors, cached
+    under paths.cache/memory: minutes of CPU for 8B the first time, nothing after)."""
+    from experiments.memory import fit
+
+    return fit(cfg, cache=Path(cfg.paths.cache))
+
+
 def ddp_fit_rule() -> tuple[float, float]:
     """(bytes per parameter under DDP, the GPU memory share it may fill): the auto rule."""
     from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION

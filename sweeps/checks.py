@@ -6,7 +6,8 @@ them; `sweeps.api.run` refuses to submit when one fails (nothing is written or s
                                    GPUs per node must split the global batch (else the nearest
                                    node counts and batch sizes that do)
     checks(plan, cluster, file)    time (hours per cell vs timeout_min x (max_num_timeout + 1)),
-                                   signal (the trainer's grace vs the planned save time), files
+                                   signal (the trainer's grace vs the planned save time), memory
+                                   (measured per-GPU peaks at the cell's world), files
                                    (shards each rank maps vs open files and memory maps), disk
                                    (checkpoints, weights-only exports and the corpus once)
 
@@ -55,6 +56,12 @@ def _gb(b: float) -> str:
 
 def _costliest(p: Plan) -> PlannedCell:
     return max(p.cells, key=lambda c: c.flops)
+
+
+def costliest_config(p: Plan) -> Any:
+    """The training config of the plan's costliest cell (by FLOPs): what the time, signal and
+    memory checks plan for."""
+    return backend.compose(_costliest(p).cell)
 
 
 def _splits(cfg: Any, world: int) -> bool:
@@ -127,6 +134,23 @@ def _signal(p: Plan, cluster: ClusterConfig) -> Check:
     need = 60 * math.ceil((2 * save + GRACE_MARGIN_S) / 60)  # twice the planned save: margin
     return Check("signal", False, head + f"; set signal_delay_s={need} in the cluster file (or "
                                          "write_gbps to what the file system really gives)")
+
+
+def memory(p: Plan, cluster: ClusterConfig) -> Check:
+    """The costliest cell's per-GPU peaks of training, validation and save, measured on fake
+    tensors at its planned world with the mesh it will use (experiments/memory.py, cached),
+    against train.gpu_memory_gb less a margin; failing, what fits instead (the same search
+    `make paper` runs to choose it)."""
+    cfg = costliest_config(p)
+    if not int(cluster.or_default("gpus_per_node")) or str(cfg.train.device) == "cpu":
+        return Check("memory", True, "memory: not checked (a CPU job)")
+    f = backend.memory_fit(cfg)
+    own = f.tries[0][:2] == (f.micro_batch_size, f.activation_checkpointing)
+    if own:
+        return Check("memory", True, f"memory: {f.line()}")
+    fix = (f"; OVERRIDES=\"{' '.join(f.overrides())}\" fits (make paper chooses it itself)"
+           if f.micro_batch_size else "; more nodes in the cluster file, or a larger GPU")
+    return Check("memory", False, f"memory: {f.line()}{fix}")
 
 
 def host_limits() -> tuple[int | None, int | None]:
@@ -223,8 +247,8 @@ def checks(p: Plan, cluster: ClusterConfig | None, file: str | None = None) -> l
     from common.paths import RunDir
 
     todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
-    return [_time(p, cluster, todo), _signal(p, cluster), files(p, cluster, file),
-            disk(p, cluster)]
+    return [_time(p, cluster, todo), _signal(p, cluster), memory(p, cluster),
+            files(p, cluster, file), disk(p, cluster)]
 
 
 def text(cs: list[Check]) -> list[str]:

@@ -132,3 +132,57 @@ def test_paper_8b_on_three_nodes_is_refused_with_the_nearest_valid_values(tmp_pa
         api.plan(api.SweepRequest(recipe="paper-8B", gpu="H100-80GB", cluster=cl))
     assert "= 24 ranks" in str(e.value) and "nodes=2 (16 GPUs) or nodes=4 (32 GPUs)" \
         in str(e.value)
+
+
+def test_the_costliest_cell_is_measured_at_the_clusters_world_and_refused_or_rechosen(
+        tmp_path):
+    """Issue 45, plans for the cluster you have: the memory check measures the costliest cell
+    (fake tensors, experiments/memory.py, at the world the cluster file gives) and refuses a
+    micro-batch whose training, validation or save peak exceeds the GPU less a margin, naming
+    what fits (the same search `make paper` uses to choose it), or that nothing does."""
+    import dataclasses
+
+    from experiments import memory as MEM
+
+    cl = _cluster(tmp_path, "gpus_per_node: 2\nnodes: 1\n")
+    ddp = f"{SMALL} train.parallel=ddp"  # auto would turn FSDP on the smaller GPU below
+    cfg = C.costliest_config(api.plan(_req(cl, ddp)))
+    assert cfg.train.plan_world_size == 2
+    own = MEM.fit(cfg, cache=tmp_path / "cache")  # 80 GB: its own micro-batch of 8 per GPU
+    assert (own.micro_batch_size, len(own.tries)) == (8, 1)
+    four = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, micro_batch_size=4))
+    recs, _ = MEM.measure_cached(four, world_size=2, cache=tmp_path / "cache")
+    peak4 = max(r.peak_bytes for r in recs if r.phase in MEM.FIT_PHASES)
+    gb = (own.tries[0][2] + peak4) / 2 / MEM.USABLE_FRACTION / 1e9  # 8 over it, 4 within
+
+    def memory(extra: str) -> C.Check:
+        r = api._resolve(_req(cl, f"{ddp} train.gpu_memory_gb={gb!r} {extra}"))
+        return next(c for c in C.checks(r.plan, r.cluster, r.cluster_file) if c.name == "memory")
+
+    m = memory("")
+    assert not m.ok and "\n" not in m.line and "over 2 GPU(s)" in m.line
+    assert ('OVERRIDES="train.micro_batch_size=4 train.activation_checkpointing=false" fits'
+            in m.line), m.line
+    assert memory("train.micro_batch_size=4").ok
+    with pytest.raises(api.SweepError, match=r"^memory: .* fits \(make paper chooses it"):
+        api.run(_req(cl, f"{ddp} train.gpu_memory_gb={gb!r}", launcher="slurm"))
+    gb = 1e-6  # nothing fits, activation checkpointing included
+    m = memory("")
+    assert not m.ok and "nothing fits" in m.line and "with act. ckpt" in m.line
+
+
+def test_make_paper_chooses_the_micro_batch_for_the_clusters_world(tmp_path):
+    """cpu-mini's micro-batch (8, for its one GPU) does not split over a node of 2 GPUs: make
+    paper re-chooses it for that world, by measurement, and says so; run-ids do not change."""
+    import dataclasses
+
+    from pipelines import paper
+
+    cl = _cluster(tmp_path, "gpus_per_node: 2\nnodes: 1\n")
+    a = paper.parse(["--recipe", "cpu-mini", "--gpu", "H100-80GB", "--cluster", cl])
+    rec, req = paper.check(a)
+    fitted, lines, world = paper.fit_to_cluster(rec, req)
+    assert world == 2 and len(lines) == 1 and "chosen here" in lines[0], lines
+    assert "train.micro_batch_size=4" in fitted.overrides
+    ids = {c.run_id for c in api.plan(fitted).cells}
+    assert ids == {c.run_id for c in api.plan(dataclasses.replace(req, cluster="")).cells}

@@ -56,18 +56,35 @@ def test_8b_on_one_gpu_is_layer_sliced_at_the_same_widths_and_says_so():
     assert cfg.model.dim == full.model.dim and cfg.model.ffn_dim == full.model.ffn_dim
     assert "same widths" in s["why"] and "200 GB free" in s["why"]
     p = P.plan(cfg, 1)
-    est = P.memory_estimate(p, "none")["total"]
-    ck = P.checkpoint_bytes(p)
-    assert est <= G.SLICE_FIT * 80e9
-    assert 2 * ck["full"] + ck["weights_fp32"] <= G.SLICE_FIT * 200e9
+    assert P.memory_estimate(p, "none")["total"] <= G.SLICE_FIT * 80e9
+    assert P.disk_bytes(cfg, p, "cuda")["run"] <= 200e9  # the trainer's own disk rule
     # two more layers would not have fitted (the largest slice that does)
-    more = P.plan(compose([*args, f"model.n_layers={s['layers'] + 2}"]), 1)
-    ck2 = P.checkpoint_bytes(more)
+    c2 = compose([*args, f"model.n_layers={s['layers'] + 2}"])
+    more = P.plan(c2, 1)
     assert (P.memory_estimate(more, "none")["total"] > G.SLICE_FIT * 80e9
-            or 2 * ck2["full"] + ck2["weights_fp32"] > G.SLICE_FIT * 200e9)
+            or P.disk_bytes(c2, more, "cuda")["run"] > 200e9)
     # a disk that holds not even the 2-layer slice's checkpoints: refused in one line
     with pytest.raises(ValueError, match="even 2 of the model's 32 layers"):
-        G.recipe_args(rec, "H100-80GB", 1, 20, 80.0, disk_free=40e9)
+        G.recipe_args(rec, "H100-80GB", 1, 20, 80.0, disk_free=20e9)
+
+
+@pytest.mark.parametrize("recipe", ["paper-1.5B", "paper-8B"])
+def test_the_slicing_and_the_trainer_agree_on_the_disk(recipe, monkeypatch, tmp_path):
+    """One disk rule (issue 45: they disagreed between 61.9 and 63.1 GB free): gpu-check keeps
+    the whole model exactly when the trainer would start it (plan.start_refusal) on that free
+    space, and a sliced model is one the trainer starts."""
+    rec = R.load(recipe)
+    monkeypatch.setattr(P.torch.cuda, "is_available", lambda: True)  # the trainer on a GPU
+    full, _ = G.recipe_args(rec, "H100-80GB", 1, 20, 1e6, disk_free=None)  # unsliced
+    need = P.disk_bytes(compose(full), P.plan(compose(full), 1), "cuda")["run"]
+    for free in (need - 1e9, need - 1, need, need + 1e9):
+        monkeypatch.setattr(P, "free_bytes", lambda _root, f=free: int(f))
+        args, shape = G.recipe_args(rec, "H100-80GB", 1, 20, 1e6, disk_free=free)
+        cfg = compose([*args, f"paths.results={tmp_path}"])
+        refused = P.start_refusal(compose([*full, f"paths.results={tmp_path}"]),
+                                  P.plan(compose(full), 1), tmp_path / "run")
+        assert (shape["layer_sliced"] is not None) == (refused is not None), free
+        assert P.start_refusal(cfg, P.plan(cfg, 1), tmp_path / "run") is None, free
 
 
 def test_random_tokens_are_a_function_of_the_sample_index():
@@ -183,3 +200,60 @@ def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
     # a CPU rehearsal is not a measurement of MFU: the dry run does not read it
     assert P.measured_mfu("cpu", "1M", str(tmp_path)) is None
     assert "resume: ok (from step 3" in out
+
+
+def test_one_h100_at_paper_1p5b_is_planned_within_ten_minutes():
+    """gpu-check in 10 minutes by construction: its time plan (the plan's FLOPs at the planned
+    MFU, the first contact's start-up, compile, copy and load rates, two step checkpoints, one
+    resume) for one H100 at paper-1.5B and the default 20 steps stays under BUDGET_S; a plan
+    over it is refused before anything runs."""
+    args, _ = G.recipe_args(R.load("paper-1.5B"), "H100-80GB", 1, 20, 85.5, disk_free=1e15)
+    t = G.time_plan(compose(args), 1, 989.0, planned=True)
+    assert set(t) == {"plan", "train", "eval", "resume", "total"}
+    assert t["plan"] == 0 and t["total"] == pytest.approx(sum(t.values()) / 2)
+    assert t["total"] < G.BUDGET_S, t
+    assert G.time_plan(compose(args), 1, 989.0, planned=False)["plan"] > 60  # never measured
+
+
+def test_a_fresh_node_reads_the_shipped_plan_in_seconds(tmp_path, monkeypatch):
+    """A plan shipped under measured/memory/plans/ (`--ship-plan`: keyed by the run's shape,
+    not by torch's version or the code) is what a node with an empty cache and another torch
+    reads: it measures nothing (here: measuring raises) and says where the plan came from."""
+    from experiments import memory as MEM
+
+    monkeypatch.setattr(MEM, "SHIPPED", tmp_path / "plans")
+    args, _ = G.recipe_args(R.load("paper-1.5B"), "H100-80GB", 1, 4, 85.5, extra=TINY)
+    made = MEM.ship(compose(args), 1)
+    assert made.parent == tmp_path / "plans"
+    cfg = compose([*args, f"paths.cache={tmp_path / 'fresh'}"])
+    monkeypatch.setattr(MEM.torch, "__version__", "2.11.0+cu130")  # the node's torch
+
+    def no(*a, **k):
+        raise AssertionError("measured on a fresh node")
+
+    monkeypatch.setattr(MEM, "measure", no)
+    recs, src = G.plan_step(cfg, 1)
+    assert src.startswith(f"shipped {made.name} (") and "the same code" in src, src
+    assert {r.phase for r in recs} == {"train", "validation", "eval", "save"}
+    assert not (tmp_path / "fresh").exists()
+
+
+def test_a_failed_run_keeps_its_whole_stderr_in_a_file_the_json_names(tmp_path, monkeypatch,
+                                                                       capsys):
+    """The trainer's stderr goes whole to a file (was: its last 300 characters in the JSON);
+    the JSON names the copy kept beside it."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\nfor i in $(seq 1 400); do echo \"traceback line $i\" >&2; done\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(G.sys, "executable", str(fake))
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "r"))  # the plan's cache
+    rc = G.main(["--recipe", "paper-1.5B", "--cpu", "--steps", "4", "--results",
+                 str(tmp_path / "r"), "--out", str(tmp_path / "out"), "--set", *TINY])
+    assert rc == 1
+    doc = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert doc["train"].startswith("exit 1: traceback line 400 (stderr: ")
+    kept, = doc["stderr"]
+    lines = Path(kept).read_text().splitlines()
+    assert Path(kept).parent == tmp_path / "out" and len(lines) == 400
+    assert lines[0] == "traceback line 1"

@@ -123,3 +123,18 @@ def test_help_lists_every_key_with_its_default_and_docstring(capsys):
     assert "Budget in training tokens" in text.split("train.tokens [2000000]")[1][:200]
     assert "model.latent_bits [0]\n      H: 0 is the baseline decoder" in text
     assert "logging.keep_eval_checkpoints [0]" in out and "train.parallel ['auto']" in out
+
+
+def test_help_starts_with_the_keys_and_ends_quietly_into_a_closed_pipe():
+    import subprocess
+    import sys
+
+    cmd = f"{sys.executable} -m experiments.train --help"
+    r = subprocess.run(f"{cmd} | head -2", shell=True, capture_output=True, text=True,
+                       timeout=120, check=False)
+    usage, first = r.stdout.splitlines()
+    assert usage.startswith("usage: make train") and first.startswith("Model presets:")
+    # a reader that leaves before the first line (`true`): no BrokenPipeError traceback
+    r = subprocess.run(f"{cmd} | true", shell=True, capture_output=True, text=True,
+                       timeout=120, check=False)
+    assert r.returncode == 0 and r.stderr == "", r.stderr

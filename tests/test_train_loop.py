@@ -249,3 +249,53 @@ def test_ddp_with_compiled_blocks_trains_as_one_eager_process(tmp_path, tmp_path
     assert [r["loss"] for r in lines(r2)] == pytest.approx([r["loss"] for r in lines(r1)],
                                                            rel=1e-4, abs=1e-4)
     assert max_dw(weights(r1), weights(r2)) < 1e-3
+
+
+# ---------------------------------------------------------------- host syncs
+def test_a_step_that_does_not_log_reads_no_tensor_on_the_host(tmp_path, monkeypatch):
+    """Issue 45: no host sync per step. Every read of a tensor's value on the host (item,
+    float, int, bool: aten._local_scalar_dense; tolist) during a real run, by the step it
+    belongs to and the function that asked: steps that neither log nor validate nor save read
+    nothing but the latent keys' hash of plain ints (SequenceKeys.for_batch, CPU tensors by
+    construction). On CUDA each such read would wait for the GPU (dev/gpu/second_contact.sh
+    confirms it there with torch.cuda.set_sync_debug_mode)."""
+    import traceback
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    reads: list[tuple[int, str]] = []
+    now = {"step": 0}
+
+    def where() -> str:
+        frames = [f for f in traceback.extract_stack()
+                  if f.filename.startswith(str(ROOT))
+                  and not any(d in f.filename for d in ("/tests/", "/.venv/"))]
+        return f"{Path(frames[-1].filename).name}:{frames[-1].name}" if frames else "?"
+
+    class Reads(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                reads.append((now["step"], where()))
+            return func(*args, **(kwargs or {}))
+
+    real_step, real_tolist = T.Trainer.train_step, torch.Tensor.tolist
+
+    def step(self, fwd, s):
+        now["step"] = s + 1  # the loop's bookkeeping after it belongs to step s + 1
+        return real_step(self, fwd, s)
+
+    def tolist(t):
+        reads.append((now["step"], where()))
+        return real_tolist(t)
+
+    monkeypatch.setattr(T.Trainer, "train_step", step)
+    monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+    cfg = compose([*BASE, "model.latent_bits=4", f"train.tokens={6 * 8 * 65}",
+                   "logging.log_every=3", "logging.val_every=0", "logging.ckpt_every=100",
+                   f"paths.results={tmp_path}"])
+    with Reads():
+        T.train(cfg)
+    quiet = {s for s in range(1, 7)} - {3, 6}  # 3 logs; 6 logs, validates and saves
+    hosts = {w for s, w in reads if s in quiet}
+    assert hosts == {"free_transformer.py:_mix_int"}, hosts
+    assert {w for s, w in reads if s == 3} - hosts  # the logging step does read (the probe works)

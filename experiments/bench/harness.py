@@ -19,7 +19,7 @@ import torch
 from common.provenance import git_commit, versions
 
 SCHEMA = "ftbench-bench-v1"
-ALL_SECTIONS = ("train", "free", "mapper", "generate", "generate_batch", "eval")
+ALL_SECTIONS = ("train", "free", "mapper", "generate", "generate_batch", "eval", "save")
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -180,6 +180,14 @@ def _eval(ev: dict[str, Any]) -> list[str]:
             f"{ev['batch_size']} for both, HF model from {ev['hf_export']}.", ""]
 
 
+def _save(sv: dict[str, Any]) -> list[str]:
+    return ["## Checkpoint staging (a step checkpoint's host copy)", "",
+            f"Weights and AdamW state, {_mb(sv['bytes'])} MiB: DCP's default stager (a fresh "
+            f"copy per save) {_med(sv['dcp_default_s'])} s, the trainer's cached one "
+            f"(`experiments.train.checkpointer.stager`) {_med(sv['cached_s'])} s: "
+            f"{_x(sv['speedup'])}. Not measurable here: {sv['cpu_only']}.", ""]
+
+
 def render_markdown(res: dict[str, Any]) -> str:
     m, st, sec = res["machine"], res["settings"], res["sections"]
     L = [f"# Benchmarks (`make bench`, size `{st['size']}`)", "",
@@ -201,7 +209,7 @@ def render_markdown(res: dict[str, Any]) -> str:
              "n/a" if t["met"] is None else ("yes" if t["met"] else "**no**")] for t in tg])]
     for name, part in (("train", lambda s: _train(s, st)), ("free", _free), ("mapper", _mapper),
                        ("generate", _generate), ("generate_batch", _generate_batch),
-                       ("eval", _eval)):
+                       ("eval", _eval), ("save", _save)):
         if sec.get(name):
             L += part(sec[name])
     if res.get("errors"):

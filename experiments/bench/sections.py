@@ -21,6 +21,7 @@ from .contenders import (
     XT_MISMATCHES,
     dense_mapper,
     exported_baseline,
+    make_optimizer,
     mc_requests,
     mmlu_requests,
     our_config,
@@ -392,10 +393,46 @@ def section_eval(ctx: Ctx) -> dict[str, Any]:
     return out
 
 
+def section_save(ctx: Ctx) -> dict[str, Any]:
+    """A step checkpoint's staging (the host copy DCP writes from while training goes on), of
+    the bench model's weights and AdamW state: DCP's default (a fresh copy per save) vs the
+    trainer's stager (experiments.train.checkpointer.stager: buffers reused, pinned on CUDA)."""
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    from experiments.train.checkpointer import stager
+    from experiments.train.parallel import training_state
+
+    dev = ctx.device
+    torch.manual_seed(0)
+    m = ftmodel.build_model(our_config(ctx.size)).to(dev)
+    opt = make_optimizer(m)
+    tok = _tokens(ctx, m.cfg.vocab_size)
+    m(tok[:, :-1], targets=tok[:, 1:]).loss.backward()
+    opt.step()  # AdamW's moments exist, as in every step checkpoint
+    sd = training_state(m, opt)
+    cached = stager(dev.type == "cuda")
+
+    def default() -> None:  # what dcp.async_save makes and closes per save
+        st = DefaultStager(StagingOptions(False, False, False, False))
+        st.stage(sd)
+        st.close()
+
+    times = interleaved({"dcp_default": default, "cached": lambda: cached.stage(sd)},
+                        ctx.size.reps, 1, dev)  # the warm-up's save allocates the cache
+    cached.close()
+    nbytes = sum(t.numel() * t.element_size() for t in torch.utils._pytree.tree_leaves(sd)
+                 if isinstance(t, torch.Tensor))
+    return {"bytes": nbytes, "dcp_default_s": summary(times["dcp_default"]),
+            "cached_s": summary(times["cached"]),
+            "speedup": paired_ratio(times["dcp_default"], times["cached"]),
+            "cpu_only": "pinned staging, pinned batches, no host sync per step and the "
+                        "compiled chunked loss act on CUDA only (dev/gpu/second_contact.sh)"}
+
+
 SECTIONS: dict[str, Callable[[Ctx], dict[str, Any]]] = {
     "train": section_train, "free": section_free, "mapper": section_mapper,
     "generate": section_generate, "generate_batch": section_generate_batch,
-    "eval": section_eval,
+    "eval": section_eval, "save": section_save,
 }
 
 

@@ -499,7 +499,10 @@ def resolve_device(device: str | None) -> str:
     UsageError naming it (not a checkpoint error from loading onto it)."""
     import torch
 
+    from common.gpus import no_silent_cpu
+
     if device in (None, "", "auto"):
+        no_silent_cpu("--device cpu evaluates on the CPU anyway")  # common.gpus (issue 45)
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)

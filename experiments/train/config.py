@@ -56,8 +56,9 @@ EXPORT_DTYPES = tuple(ExportDtype)
 # how the same maths is laid out over processes and memory, and what the dry run assumes:
 # not part of the run-id
 NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
-                           "activation_checkpointing", "gpu_memory_gb", "gpu_peak_tflops", "mfu",
-                           "gpu_name", "cpu_tokens_per_s", "plan_world_size", "max_nonfinite_steps")
+                           "fsdp_replicas", "activation_checkpointing", "gpu_memory_gb",
+                           "gpu_peak_tflops", "mfu", "gpu_name", "cpu_tokens_per_s",
+                           "plan_world_size", "max_nonfinite_steps")
 TRACKERS = ("none", "wandb", "trackio")
 GPU_PEAK_TFLOPS: dict[str, float] = {
     "GH200": 989.0, "H200": 989.0, "H100": 989.0, "B200": 2250.0, "A100": 312.0, "L40S": 362.0,
@@ -197,6 +198,10 @@ class LoopConfig:
     """With several processes (torchrun): ddp | fsdp (FSDP2, one shard unit per block and for
     the encoder block) | auto (fsdp when DDP's 16 bytes per parameter exceed 80% of a GPU's
     memory, else ddp)."""
+    fsdp_replicas: int = 0
+    """FSDP across nodes: 0 = automatic (HSDP, sharded within a node and replicated across
+    nodes, when the job spans several nodes of several GPUs: experiments/train/parallel.py
+    hsdp_shape); r >= 1 = r replica groups of world / r processes each (1 = 1-D FSDP)."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward (less memory, ~1/3 more compute)."""
     gpu_memory_gb: float = 80.0
@@ -236,6 +241,7 @@ class LoopConfig:
         _positive(self, "gpu_memory_gb", "gpu_peak_tflops")
         _positive(self, "cpu_tokens_per_s", "plan_world_size", allow_none=True)
         _positive(self, "max_nonfinite_steps")
+        _positive(self, "fsdp_replicas", allow_zero=True)
         if self.mfu is not None and not 0.0 < self.mfu <= 1.0:
             raise ValueError(f"train.mfu={self.mfu!r}: must be in (0, 1]")
         if self.tokens is None and self.flops is None:
@@ -467,7 +473,8 @@ def _default(f: dataclasses.Field) -> Any:
 def config_help() -> str:
     """Every config key with its default and docstring, generated from the dataclasses (the
     model section's docs are model.ModelConfig's)."""
-    lines = ["Config keys (python -m experiments.train key=value ...; defaults in brackets).",
+    lines = ["usage: make train OVERRIDES=\"key=value ...\" [DRY=1] (python -m experiments.train "
+             "key=value ...); the config keys, defaults in brackets:",
              f"Model presets: model={'|'.join(PRESETS)}; data sources: data="
              f"{'|'.join(str(s) for s in DATA_SOURCES)}. train.tokens and train.flops take "
              "suffixes: 20k, 2M, 1.5G, 1e6.", ""]

@@ -1,7 +1,6 @@
 # experiments/train/parallel.py
 """Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
 
-    resolve(mode, world, device, n_params) -> "none" | "ddp" | "fsdp"
     build_on_meta(cfg, build=None) -> (model on the meta device, InitRecipe)
     materialize(model, recipe, device)   parameters (FSDP2: this rank's shards) with today's
                                     init, one full parameter at a time on the host
@@ -14,16 +13,12 @@
     ddp(fwd, device)                DistributedDataParallel
     accumulate(fwd, mode, last)     context: DDP syncs on a step's last micro-batch, FSDP2
                                     reduce-scatters every one (FSDP_REDUCE_EVERY_MICRO_BATCH)
-    gather_state(model, opt, mode)  -> (model state or None, optimizer state, format); collective
-                                    under FSDP: every rank calls it, rank 0 writes the result
-    load_optimizer(model, opt, state, fmt, mode)   (both: the old single-file checkpoints)
     training_state(model, opt, share=None)   {"model", "optim"} for torch.distributed.checkpoint
                                     (FSDP: this rank's shards; DDP saves: this rank's share)
     owned_names(weights, rank, world)   the names a DDP rank saves (balanced by bytes)
     load_training_state(model, opt, path)   any world size's DCP directory; every rank calls it
     full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
                                     the writing rank only (a collective under FSDP)
-    load_full_weights(model, weights, mode)
     as_tensor(x)                    the same as a plain tensor on its device (no host sync)
     compile_units(model)            torch.compile each block in place (before DDP or sharding)
 
@@ -67,9 +62,7 @@ Step checkpoints are sharded with torch.distributed.checkpoint (DCP): each rank 
 shards of the weights and AdamW state (`training_state`), and DCP reshards on load, so a resume
 runs at any world size (`load_training_state`). Under DDP the replicated state is split by
 parameter between the ranks (`owned_names`), so each stages and writes 1/world of it. Only the
-weights-only export (eval steps and final.pt) is gathered on rank 0 (`full_weights`). Old
-single-file checkpoints stored the optimizer state keyed by parameter name ("fqn") under FSDP,
-by index ("ids") otherwise; either still loads under either mode (`gather_state`/`load_optimizer`).
+weights-only export (eval steps and final.pt) is gathered on rank 0 (`full_weights`).
 """
 
 from __future__ import annotations
@@ -84,27 +77,10 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-MODES = ("auto", "ddp", "fsdp")
 DDP_BYTES_PER_PARAM = 16
 """fp32 weights + gradients + AdamW's two moments: what DDP keeps on every GPU."""
 FIT_FRACTION = 0.8
-"""auto picks FSDP when DDP's weights and optimizer state alone exceed this share of a GPU."""
-
-
-def resolve(mode: str, world: int, device: torch.device, n_params: int) -> str:
-    """The parallelism actually used. One process: none. auto: DDP unless its per-GPU state
-    (16 bytes per parameter) exceeds 80% of the GPU's memory; on CPU auto is DDP."""
-    if mode not in MODES:
-        raise ValueError(f"train.parallel={mode!r}: allowed values {list(MODES)}")
-    if world <= 1:
-        return "none"
-    if mode != "auto":
-        return mode
-    if device.type == "cuda":
-        total = torch.cuda.get_device_properties(device).total_memory
-        if DDP_BYTES_PER_PARAM * n_params > FIT_FRACTION * total:
-            return "fsdp"
-    return "ddp"
+"""auto picks FSDP when DDP's per-GPU memory (plan.auto_parallel) exceeds this share of a GPU."""
 
 
 # ---------------------------------------------------------------- meta build, materialised
@@ -393,65 +369,6 @@ def as_tensor(x: torch.Tensor) -> torch.Tensor:
     return full() if callable(full) else x
 
 
-# ---------------------------------------------------------------- checkpoints
-def _named_ids(model: nn.Module, opt: torch.optim.Optimizer) -> list[list[str]]:
-    """Per parameter group, the names of its parameters in the optimizer's order."""
-    name = {id(p): n for n, p in model.named_parameters()}
-    return [[name[id(p)] for p in g["params"]] for g in opt.param_groups]
-
-
-def _ids_to_fqn(state: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
-    by_id = {i: n for g, ns in zip(state["param_groups"], names, strict=True)
-             for i, n in zip(g["params"], ns, strict=True)}
-    return {"state": {by_id[i]: v for i, v in state["state"].items()},
-            "param_groups": [{**g, "params": [by_id[i] for i in g["params"]]}
-                             for g in state["param_groups"]]}
-
-
-def _fqn_to_ids(state: dict[str, Any], names: list[list[str]]) -> dict[str, Any]:
-    ids: dict[str, int] = {}
-    for ns in names:
-        for n in ns:
-            ids[n] = len(ids)
-    return {"state": {ids[n]: v for n, v in state["state"].items()},
-            "param_groups": [{**g, "params": [ids[n] for n in g["params"]]}
-                             for g in state["param_groups"]]}
-
-
-def gather_state(model: nn.Module, opt: torch.optim.Optimizer, mode: str
-                 ) -> tuple[dict[str, Any] | None, dict[str, Any], str]:
-    """(model state dict, or None to take model.state_dict(); optimizer state; its format).
-    Under FSDP this all-gathers: call it on every rank."""
-    if mode != "fsdp":
-        return None, opt.state_dict(), "ids"
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    full = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    msd = get_model_state_dict(model, options=full)
-    osd = get_optimizer_state_dict(model, opt, options=full)
-    return msd, osd, "fqn"
-
-
-def load_optimizer(model: nn.Module, opt: torch.optim.Optimizer, state: dict[str, Any],
-                   fmt: str, mode: str) -> None:
-    """Load a checkpoint's optimizer state whatever mode and world size wrote it."""
-    names = _named_ids(model, opt)
-    if mode != "fsdp":
-        opt.load_state_dict(_fqn_to_ids(state, names) if fmt == "fqn" else state)
-        return
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_optimizer_state_dict,
-    )
-
-    fqn = state if fmt == "fqn" else _ids_to_fqn(state, names)
-    set_optimizer_state_dict(model, opt, fqn, options=StateDictOptions(full_state_dict=True))
-
-
 # ---------------------------------------------------------------- sharded checkpoints (DCP)
 def training_state(model: nn.Module, opt: torch.optim.Optimizer,
                    share: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -540,14 +457,3 @@ def full_weights(model: nn.Module, mode: str, main: bool = True) -> dict[str, to
 
     return get_model_state_dict(
         model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def load_full_weights(model: nn.Module, weights: dict[str, torch.Tensor], mode: str) -> None:
-    """Load full (unsharded) weights, e.g. an old single-file checkpoint's, into a model that
-    may already be sharded. Every rank calls it with the same `weights`."""
-    if mode != "fsdp":
-        getattr(model, "module", model).load_state_dict(weights)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    set_model_state_dict(model, weights, options=StateDictOptions(full_state_dict=True))

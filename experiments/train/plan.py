@@ -119,6 +119,20 @@ def planning_world(cfg: TrainConfig) -> tuple[int, str]:
     return 1, "one process (NPROC, NNODES, train.plan_world_size or a cluster file change it)"
 
 
+GPUS_PER_NODE = 8
+"""GPUs per node a plan assumes where nothing says (the recipes' and the paper's H100 nodes)."""
+
+
+def planning_local(world: int) -> int:
+    """Processes per node of a planned world of `world` (HSDP shards within a node:
+    parallel.hsdp_shape): make's NPROC, else a live torchrun's LOCAL_WORLD_SIZE, else the
+    cluster file's gpus_per_node, else GPUS_PER_NODE; at most the world."""
+    n = os.environ.get(PLAN_ENV[0]) or os.environ.get("LOCAL_WORLD_SIZE")
+    site = None if n else cluster_site()
+    local = _count("NPROC", n) if n else (site or {}).get("gpus") or GPUS_PER_NODE
+    return min(world, local)
+
+
 def cluster_site() -> dict[str, Any] | None:
     """The cluster file's GPUs, nodes, results root and write bandwidth, None when there is no
     cluster file (ConfigError, one line, for a broken value). Only these four keys are read
@@ -225,6 +239,9 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
     if micro < 1 or t.batch_size % (micro * n_world):
         raise ConfigError(batch_refusal(t.batch_size, t.micro_batch_size, n_world))
     accum = t.batch_size // (micro * n_world)
+    if t.fsdp_replicas and n_world % t.fsdp_replicas:
+        raise ConfigError(f"train.fsdp_replicas={t.fsdp_replicas} must divide the world size "
+                          f"{n_world} (0: automatic, HSDP across nodes)")
     tokens_per_step = t.batch_size * T
     if t.flops is not None:
         budget_flops = float(t.flops)
@@ -479,23 +496,23 @@ def duration(s: float) -> str:
     return f"{s / 86400:.1f} days"
 
 
-def dry_parallel(cfg: TrainConfig, p: RunPlan) -> str:
-    """The parallelism a run of this plan would use on GPUs of train.gpu_memory_gb: `auto` is
-    DDP when DDP's whole per-GPU memory (state and this micro-batch's activations, with
-    activation checkpointing when train.activation_checkpointing is on) fits FIT_FRACTION of
-    the GPU, else FSDP (`auto_parallel`)."""
+def dry_parallel(cfg: TrainConfig, p: RunPlan, gpu_bytes: float | None = None) -> str:
+    """The parallelism a run of this plan uses (the trainer's rule too): none on one process,
+    train.parallel when given, else `auto_parallel` on GPUs of `gpu_bytes` (default:
+    train.gpu_memory_gb; 0: a CPU run, where auto is DDP)."""
     if p.world_size <= 1:
         return "none"
     if cfg.train.parallel != "auto":
         return str(cfg.train.parallel)
-    return auto_parallel(p, cfg.train.gpu_memory_gb * 1e9, cfg.train.activation_checkpointing)
+    if gpu_bytes == 0:
+        return "ddp"
+    return auto_parallel(p, gpu_bytes or cfg.train.gpu_memory_gb * 1e9,
+                         cfg.train.activation_checkpointing)
 
 
 def auto_parallel(p: RunPlan, gpu_bytes: float, checkpointing: bool = False) -> str:
     """`auto`'s choice for a world of p.world_size > 1 on GPUs of `gpu_bytes`: ddp when DDP's
-    estimate, activations included, fits FIT_FRACTION of a GPU, else fsdp. The trainer's
-    runtime rule (experiments.train.parallel.resolve) should call this with the device's
-    total memory, so that the dry run and the run agree."""
+    estimate, activations included, fits FIT_FRACTION of a GPU, else fsdp."""
     from .parallel import FIT_FRACTION
 
     m = memory_estimate(p, "ddp")

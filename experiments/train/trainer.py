@@ -53,6 +53,7 @@ import torch.distributed as dist
 
 from common import arms
 from common.errors import UsageError, cli
+from common.gpus import no_silent_cpu
 from common.io import LockHeld, flocked
 from common.paths import FINAL_CHECKPOINT, RunDir
 from common.provenance import git_state, versions
@@ -73,8 +74,8 @@ from .config import (
 )
 from .plan import (
     RunPlan,
-    auto_parallel,
     chunked_loss,
+    dry_parallel,
     dry_run,
     format_plan,
     plain,
@@ -103,12 +104,6 @@ class Preempted(SystemExit):
         super().__init__(EXIT_PREEMPTED)
         self.step = step
         self.checkpoint = checkpoint
-
-
-def _z_keys(seed: int, step: int, first: int, n: int, device: torch.device) -> SequenceKeys:
-    """Latent draws of the global batch's sequences first..first+n-1 at step `step`: keyed by
-    (seed, step, sequence), so independent of micro-batch size, world size and parallelism."""
-    return SequenceKeys.for_batch(seed, step, first, n, device)
 
 
 def peak_flops(device: torch.device, configured: float | None) -> float | None:
@@ -213,7 +208,10 @@ def evaluate(model: torch.nn.Module, corpus: Any, batch_size: int, kappa_bits: f
 
 # ====================================================================== setup
 def _device(cfg: TrainConfig) -> torch.device:
+    """train.device resolved; never the CPU in silence where GPUs are visible (common.gpus)."""
     d = cfg.train.device
+    if d != "cpu":
+        no_silent_cpu("train.device=cpu trains on the CPU anyway")
     if d == "cuda" or (d == "auto" and torch.cuda.is_available()):
         if not torch.cuda.is_available():
             raise UsageError("train.device=cuda but CUDA is not available; allowed: auto, cpu")
@@ -382,11 +380,8 @@ class Trainer:
         self.cfg, self.p, self.corpus, self.checkpointer = cfg, p, corpus, checkpointer
         self.device, self.rank, self.world, self.stop, self.log = device, rank, n_world, stop, log
         self.main = rank == 0
-        self.mode = par.resolve(str(cfg.train.parallel), n_world, device, p.params["total"])
-        if str(cfg.train.parallel) == "auto" and self.mode == "ddp" and device.type == "cuda":
-            # the dry run's rule (activations counted), so the plan and the run choose alike
-            self.mode = auto_parallel(p, torch.cuda.get_device_properties(device).total_memory,
-                                      cfg.train.activation_checkpointing)
+        self.mode = dry_parallel(cfg, p, torch.cuda.get_device_properties(device).total_memory
+                                 if device.type == "cuda" else 0)  # the dry run's rule
         # parameters on the meta device (no rank builds the whole fp32 model in host memory),
         # materialised after sharding with today's init (par.materialize)
         self.model, init = par.build_on_meta(p.model, build_model)
@@ -399,11 +394,13 @@ class Trainer:
             par.checkpoint_blocks(self.model)
         if cfg.train.compile:  # per block, before DDP or FSDP2: their hooks stay eager
             par.compile_units(self.model)
-        if self.mode == "fsdp":
-            par.shard(self.model, device, n_world)  # in place: the optimizer sees the shards
+        mesh = None
+        if self.mode == "fsdp":  # in place: the optimizer sees the shards; HSDP across nodes
+            mesh = par.shard(self.model, device, n_world, replicate=cfg.train.fsdp_replicas or None)
         torch.manual_seed(cfg.train.seed)  # the init of build_model(p.model) after this seed,
         par.materialize(self.model, init, device)  # one parameter at a time, FSDP: its shards
         log(f"parallel: {self.mode} over {n_world} process(es)"
+            + (f" ({par.describe_mesh(mesh)})" if mesh is not None else "")
             + (", activation checkpointing" if cfg.train.activation_checkpointing else "")
             + (", chunked training loss" if self.model.chunked_loss else ""),
             echo=False)
@@ -581,9 +578,10 @@ class Trainer:
 
     def pending_signal(self) -> int | None:
         sig = self.stop["sig"]
-        if self.world > 1:  # every rank stops at the same step
-            # on the training device: NCCL has no CPU tensors
-            flag = torch.tensor([0 if sig is None else int(sig)], device=self.device)
+        if self.world > 1:  # every rank stops at the same step: a CPU tensor, so the all-reduce
+            # runs on the process group's CPU backend (gloo) and reading it never waits for the
+            # GPU (a device flag read here was a host sync per step)
+            flag = torch.tensor([0 if sig is None else int(sig)])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             sig = int(flag) or None
         return sig
@@ -609,8 +607,11 @@ class Trainer:
         for a in range(accum):
             j = a * self.world + self.rank  # this micro-batch's index within the global batch
             x, y = self.corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
+            if dev.type == "cuda":  # pinned (torch's cached host blocks): the copy is truly
+                x, y = x.pin_memory(), y.pin_memory()  # asynchronous; pageable memory blocks
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
-            keys = _z_keys(cfg.train.seed, step, j * mb, mb, dev)
+            # latent draws keyed by (seed, step, sequence): the same whatever the layout
+            keys = SequenceKeys.for_batch(cfg.train.seed, step, j * mb, mb, dev)
             # DDP/FSDP: reduce gradients only on the last micro-batch of the step
             with par.accumulate(fwd, self.mode, last=a == accum - 1):
                 with self.autocast():
@@ -824,7 +825,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
             log(str(e), echo=main)
             raise
         finally:  # an async checkpoint in flight completes before the process group goes
-            checkpointer.wait()
+            checkpointer.close()
     return rd
 
 
@@ -872,9 +873,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: list[str]) -> int:
-    if args and args[0] in ("-h", "--help"):
-        print(__doc__)
-        print(config_help())
+    if args and args[0] in ("-h", "--help"):  # the keys first, one usage line above them
+        try:
+            print(config_help(), flush=True)
+        except BrokenPipeError:  # `make train HELP=1 | head`: the reader left, no traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     cfg = compose(args)
     if not cfg.train.dry_run:  # every place a run writes, before any work: one line
