@@ -177,9 +177,11 @@ def overhead(data: SweepData) -> plt.Figure | None:
            label="wall-clock (tokens/s; comparable runs only)")
     ax.scatter(x, 100 * ot["paper_1_over_L"], marker="_", s=900, color="red", zorder=5,
                label="paper: 1/L")
-    ax.set_xticks(x, [f"k={kappa_label(k)} H={int(h)}" for h, k in
-                      zip(ot["latent_bits"], ot["kappa_bits"], strict=True)], fontsize=8)
-    ax.set(ylabel="extra cost of the FT (%)", title="Free Transformer overhead against 1/L")
+    ax.set_xticks(x, [f"k={kappa_label(k)} H={int(h)}\nwall-clock n={int(n or 0)}"
+                      for h, k, n in zip(ot["latent_bits"], ot["kappa_bits"],
+                                         ot["wallclock_pairs"], strict=True)], fontsize=8)
+    ax.set(ylabel="extra cost of the FT (%)", title="Free Transformer overhead against 1/L "
+           "(wall-clock: n seed pairs; the machine's load not recorded)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

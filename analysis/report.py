@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.arms import FREE
+from common.benchmarks import PAPER_METRICS_CHECKED
 from common.errors import UsageError, cli
 from common.io import atomic_write_text, unwritable
 from common.paths import RunDir, SweepDir, results_root, sweeps_dir
@@ -72,6 +73,16 @@ table.card th{text-align:left;white-space:nowrap;width:1%} table.card{font-size:
 a.cell:hover{text-decoration:underline} details{margin:6px 0} summary{cursor:pointer}
 .cannot{background:#fff7e0;border-left:4px solid #d9a400;padding:6px 10px;font-size:12.5px}
 """
+
+
+UNCHECKED = "" if PAPER_METRICS_CHECKED else " (unchecked)"
+"""Beside every paper metric shown: common/benchmarks.py transcribed them without the paper's
+tables at hand (PAPER_METRICS_CHECKED)."""
+
+
+def paper_mark(label: str) -> str:
+    """A row label's `[paper: m]` marked unchecked while the mapping is."""
+    return label.replace("[paper: ", f"[paper{UNCHECKED}: ")
 
 
 class RunIndex:
@@ -149,7 +160,8 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
     for _, r in long[long["column"] != ""].iterrows():
         if (r["task"], r["metric"]) not in keep:
             continue
-        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(row_label(r))})
+        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(paper_mark(
+            row_label(r)))})
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
         title = (f"eval files: {r.get('files') or 'n/a'}; spec: {r.get('spec_ids') or 'n/a'}; "
@@ -323,7 +335,8 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
                        "the sweep with EVAL=1 EVAL_POINTS=n (n evenly spaced checkpoints) for "
                        "the paper's curves and its last-third average</p></section>")
     view = t3.assign(
-        benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"] + ")",
+        benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"]
+        + UNCHECKED + ")",
         **{"final [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
             t3["final"], t3["final_lo"], t3["final_hi"], strict=True)],
            "last third [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
@@ -443,6 +456,24 @@ def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
             "</section>")
 
 
+def _overhead_html(data: SweepData, index: RunIndex) -> str:
+    """The overhead table, after what a wall-clock comparison rests on: its n and the
+    machine's load."""
+    ot = overhead_table(data)
+    table = linked(ot, index, "overhead")
+    if ot.empty or not ot["wallclock_pairs"].fillna(0).gt(0).any():
+        return table
+    n = sorted(set(ot["wallclock_pairs"].fillna(0).astype(int)))
+    local = data.manifest.get("local") if isinstance(data.manifest.get("local"), dict) else {}
+    load = (f"{local['jobs']} job(s) ran at once, {local.get('threads_per_job', '?')} thread(s) "
+            "each" if local.get("jobs") else "the jobs' concurrency is not recorded")
+    return (f'<p class="note">Wall-clock overhead: the median over n = {"/".join(map(str, n))} '
+            "seed pair(s) per column, each pair run on one host with the same threads and "
+            f"launcher; {load}, and the machine's other load was not recorded: on a shared "
+            "CPU one pair can be off by tens of percent. The FLOPs overhead is analytic and "
+            "exact.</p>" + table)
+
+
 def _section(sid: str, title: str, body: str) -> str:
     return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'
 
@@ -518,7 +549,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
                  + img(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
                        "no benchmark scores off the floor yet")
                  + img(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
-                 + "<h3>Overhead</h3>" + linked(overhead_table(data), index, "overhead")),
+                 + "<h3>Overhead</h3>" + _overhead_html(data, index)),
         _section("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
     c = data.cells
     status = '<p class="missing">the manifest lists no cells</p>' if c.empty else (
