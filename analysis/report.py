@@ -391,13 +391,23 @@ def _likelihood_html(data: SweepData, out_dir: Path) -> str:
 
 def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataFrame],
                out_dir: Path) -> str:
-    """The first screen: the forest (lead figure) beside the verdicts in words and what the
-    sweep can and cannot say."""
-    fig, _ = lead.forest_figure(forest)
+    """The first screen: the forest (lead figure; with one seed each run's value instead) and
+    the learning curves beside the verdicts in words, runs that trained identically, and what
+    the sweep can and cannot say."""
+    one_seed = len(data.cells) > 0 and data.cells["seed"].dropna().nunique() < 2
+    keys = lead.lead_metrics(lead.per_run_frame(tables, lead.measured_metrics(tables)[0])) \
+        if one_seed else []
+    fig, _ = lead.per_run_figure(lead.per_run_frame(tables, keys), keys) if keys \
+        else lead.forest_figure(forest)
     png = figures.png_bytes(fig) if fig is not None else None
     if png:
         (out_dir / "lead_forest.png").write_bytes(png)
+    curves = figures.learning_curves(data)
+    curves_png = figures.png_bytes(curves) if curves is not None else None
+    if curves_png:
+        (out_dir / "learning_curves.png").write_bytes(curves_png)
     forest.to_csv(out_dir / "lead.csv", index=False)
+    same = lead.identical_runs(data)
     st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values() if len(t)]
                    or [lead.row_status(pd.DataFrame())])
     not_eval = sorted(set(st.loc[~st["evaluated"].astype(bool), "benchmark"].dropna()))
@@ -406,17 +416,24 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
                                              "measured metric)"])) if words else \
         '<p class="missing">no comparison has a Δ yet</p>'
     return ('<section id="lead"><div class="lead-row"><div class="lead-fig">'
-            + img(png, "lead figure: forest of Δ per comparison, kappa and metric",
+            + img(png, "lead figure: each run's value per metric" if keys else
+                  "lead figure: forest of Δ per comparison, kappa and metric",
                   "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
-            + '</div><div class="lead-side"><b>Verdicts</b> (Holm across kappas; grey band '
+            + '</div><div class="lead-side">'
+            + "".join(f'<p class="cannot"><b>Trained identically.</b> {esc(x)}.</p>'
+                      for x in same)
+            + (f'<p class="note">{esc(lead.ONE_SEED_WHY)}.</p>' if one_seed else "")
+            + '<b>Verdicts</b> (Holm across kappas; grey band '
             f"= ±MDE at 80% power){side}"
             f'<p class="cannot"><b>What this sweep can and cannot say.</b> '
             f"{esc(lead.can_cannot(data, forest, tables, not_eval))}</p>"
-            "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
+            + img(curves_png, "learning curves: validation CE against tokens and FLOPs",
+                  "no validation line yet")
+            + "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
             "<a href=\"#table-tokens\">tables</a>, <a href=\"#signal-noise\">signal and "
             "noise</a>, <a href=\"#probe\">the latent</a>, <a href=\"#appendix\">run-ids "
             "and provenance</a>. Files: report/lead.csv, report/lead_forest.png, "
-            "report/summary.png</p></div></div></section>")
+            "report/learning_curves.png, report/summary.png</p></div></div></section>")
 
 
 def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:

@@ -58,9 +58,9 @@ def test_report_is_self_contained_and_complete(report):
     for sec in REQUIRED_SECTIONS:
         assert f'id="{sec}"' in html
     srcs = re.findall(r'<img[^>]*src="([^"]*)"', html)
-    # lead forest, summary.png, training curves, val CE vs kappa, benchmarks vs kappa,
-    # overhead, synthetic figure
-    assert len(srcs) == 7 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    # lead forest, learning curves, summary.png, training curves, val CE vs kappa,
+    # benchmarks vs kappa, overhead, synthetic figure
+    assert len(srcs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert (report.parent / "report" / "summary.png").stat().st_size > 10_000
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from a network
     # the paper-metric mapping is marked unchecked; the wall-clock overhead says its n and load
@@ -94,7 +94,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     res = check_report(report, shot)
     assert res["check"] == "ok", res
     assert res["ok"] and res["broken_images"] == 0 and res["missing_sections"] == []
-    assert res["images"] == 7
+    assert res["images"] == 8
     # the answer first: the lead figure and the report card on the first screen at 1400 px
     assert 0 <= res["top"]["lead"] < 1000 and 0 <= res["top"]["card"] < 1000, res["top"]
     assert 0 < res["page_height"] < BEFORE_PX / 3, res["page_height"]
