@@ -333,13 +333,14 @@ ONE_SEED_WHY = ("One seed: each run's own value, no interval and no verdict (the
                 "variation is unknown from one seed; SEEDS=\"0 1 2\" gives intervals)")
 
 
-def per_run_figure(values: pd.DataFrame, metrics: list[tuple[str, str]]
-                   ) -> tuple[plt.Figure | None, list[dict]]:
-    """The lead figure of a one-seed sweep: one panel per metric, one row per column (arm,
-    kappa, control) at its run's value, written beside it; the reference's value dotted.
-    Returns (figure, what it drew: one dict per point)."""
+def per_run_figure(tables: dict[str, pd.DataFrame]) -> tuple[plt.Figure | None, list[dict]]:
+    """The lead figure of a one-seed sweep: one panel per measured metric (lead_metrics), one
+    row per column (arm, kappa, control) at its run's value, written beside it; the
+    reference's value dotted. Returns (figure, what it drew: one dict per point)."""
+    values = per_run_frame(tables, measured_metrics(tables)[0])
     if values.empty:
         return None, []
+    metrics = lead_metrics(values)
     cols = list(dict.fromkeys(values["column"]))
     fig, axes = plt.subplots(1, len(metrics), figsize=(2.0 + 2.2 * len(metrics),
                                                       1.2 + 0.24 * len(cols)),

@@ -395,10 +395,7 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
     the learning curves beside the verdicts in words, runs that trained identically, and what
     the sweep can and cannot say."""
     one_seed = len(data.cells) > 0 and data.cells["seed"].dropna().nunique() < 2
-    keys = lead.lead_metrics(lead.per_run_frame(tables, lead.measured_metrics(tables)[0])) \
-        if one_seed else []
-    fig, _ = lead.per_run_figure(lead.per_run_frame(tables, keys), keys) if keys \
-        else lead.forest_figure(forest)
+    fig, _ = lead.per_run_figure(tables) if one_seed else lead.forest_figure(forest)
     png = figures.png_bytes(fig) if fig is not None else None
     if png:
         (out_dir / "lead_forest.png").write_bytes(png)
@@ -416,7 +413,7 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
                                              "measured metric)"])) if words else \
         '<p class="missing">no comparison has a Δ yet</p>'
     return ('<section id="lead"><div class="lead-row"><div class="lead-fig">'
-            + img(png, "lead figure: each run's value per metric" if keys else
+            + img(png, "lead figure: each run's value per metric" if one_seed else
                   "lead figure: forest of Δ per comparison, kappa and metric",
                   "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
             + '</div><div class="lead-side">'

@@ -185,9 +185,9 @@ def test_one_seed_lead_figure_draws_each_run_and_says_why_no_interval(tmp_path):
     write_fake_sweep(tmp_path, "one", kappas=(0.5, 2.0), seeds=(0,), controls=())
     data = load_sweep("one", tmp_path)
     tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
-    keys = lead.lead_metrics(lead.per_run_frame(tables, lead.measured_metrics(tables)[0]))
+    fig, drawn = lead.per_run_figure(tables)
+    keys = list(dict.fromkeys((d["task"], d["metric"]) for d in drawn))
     assert keys[0] == ("val", "val_ce") and ("val", "val_bpb") not in keys
-    fig, drawn = lead.per_run_figure(lead.per_run_frame(tables, keys), keys)
     t = tables["tokens"]
     for d in drawn:  # each point is its run's value, as the table has it
         r = t[(t["column"] == d["column"]) & (t["task"] == d["task"])
