@@ -24,6 +24,7 @@ import pandas as pd
 from common import arms, benchmarks
 from common.arms import FREE
 from common.kappa import kappa_label
+from common.paths import METRICS
 
 from .frame import SweepData
 
@@ -420,7 +421,7 @@ def identical_runs(data: SweepData) -> list[str]:
         how = "bit-identical metrics" if all(same(g[0], r, 0.0) for g in gs for r in g) \
             else "identical up to float32 rounding"
         out.append(f"{', '.join(names)} trained identically{where} ({how}: every train and "
-                   "validation line of metrics.jsonl agrees)"
+                   f"validation line of {METRICS} agrees)"
                    + _why_identical(rows, c[c["run_id"].isin(rows.index)]))
     return out
 

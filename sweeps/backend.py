@@ -145,12 +145,11 @@ def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
 def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
     offline data): UsageError (one line) before anything trains."""
-    from experiments.eval.run import EvalArgsError, validate_args
-    from experiments.eval.tasks import benchdata
+    from experiments.eval.run import validate_args
 
     try:
         return validate_args(list(argv))
-    except (EvalArgsError, benchdata.DataError) as e:
+    except UsageError as e:  # a bad flag or value, or offline data that fails its checksums
         raise UsageError(f"EVAL_ARGS: {one_line(e)}") from e
 
 
@@ -214,7 +213,7 @@ def local_rate(cfg: Any, threads: int) -> tuple[float, str] | None:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return P._cpu_rate(cfg, P.plan(cfg, 1), n=2)  # the trainer's measurement, not a copy
+        return P.cpu_throughput(cfg, P.plan(cfg, 1), n=2)  # the trainer's measurement, not a copy
     finally:
         torch.set_num_threads(before)
 

@@ -140,6 +140,13 @@ def test_bad_input_is_one_line_exit_2_nothing_written(module: str, argv: list[st
     assert not (tmp_path / "results").exists()
 
 
+def test_limit_is_per_subject_of_a_grouped_task() -> None:
+    """LIMIT on MMLU (a group of subjects) is per subject: the dry run says what it comes to."""
+    assert backend.limit_lines(["arc_easy", "mmlu"], 5) == [
+        "  limit 5 is per subject in mmlu: 57 subjects x 5 = 285 questions, 1,140 requests"]
+    assert backend.limit_lines(["mmlu"], None) == []
+
+
 def test_the_real_entry_point_and_make_booleans() -> None:
     """Once through `python -m sweeps`: exit code and a single stderr line; booleans are read
     as make reads them (docs/MAKE.md)."""

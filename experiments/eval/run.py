@@ -59,7 +59,7 @@ from common.records import (  # noqa: F401 - spec_id: sweeps/backend.py and prob
     suites_of,
 )
 from common.text import one_line
-from experiments.eval.tasks import benchdata
+from experiments.eval.tasks import benchdata, grouped
 from model.checkpoint import CheckpointError
 
 DEFAULT_TASKS = benchmarks.tasks(default=True, order="run")
@@ -72,19 +72,13 @@ VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 """Packages whose versions an eval file records."""
 
 
-EvalArgsError = UsageError
-"""The old name, while sweeps/backend.py imports it."""
-GROUPED = {"mmlu": (57, 4)}
-"""Tasks that are groups (lm-eval 0.4.13's mmlu: 57 subjects of 4-choice questions): --limit n
-takes n questions of every subject."""
-
-
 def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
-    """What `limit` means for the grouped tasks among `tasks`: per subject, and the questions
-    and requests it comes to (MMLU at 5: 285 questions, 1,140 requests)."""
+    """What `limit` means for the grouped tasks among `tasks` (the loader's `grouped`): per
+    subject, and the questions and requests it comes to (MMLU at 5: 285 questions, 1,140
+    requests)."""
     return [f"  limit {limit} is per subject in {t}: {k} subjects x {limit} = {k * limit:,} "
             f"questions, {k * limit * n:,} requests" for t in tasks
-            if limit and t in GROUPED for k, n in [GROUPED[t]]]
+            if limit and (g := grouped(t)) for k, n in [g]]
 
 
 # ---------------------------------------------------------------------------- helpers
