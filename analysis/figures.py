@@ -9,6 +9,7 @@ import math
 
 import matplotlib
 import matplotlib.pyplot as plt
+import matplotlib.ticker
 import numpy as np
 import pandas as pd
 
@@ -77,6 +78,39 @@ def training_curves(data: SweepData) -> plt.Figure | None:
     axes[1].set(xlabel="training FLOPs", ylabel="KL (bits/token)", xscale="log",
                 title="KL to the uniform prior (dotted: kappa)")
     axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def learning_curves(data: SweepData) -> plt.Figure | None:
+    """Validation CE (Z from the prior: the honest number) against training tokens and against
+    training FLOPs, one line per arm and kappa (the mean over seeds), the seeds' range as a
+    band: the lead figure's companion."""
+    c = data.curves
+    if c.empty or "val_ce" not in c or not (c["kind"] == "val").any():
+        return None
+    v = c[(c["kind"] == "val") & c["val_ce"].notna()].copy()
+    v["label"] = _arm_key(v)
+    fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.6), sharey=True)
+    for i, (lab, g) in enumerate(v.groupby("label", sort=True)):
+        by = g.groupby("step").agg(tokens=("tokens", "mean"), flops=("flops", "mean"),
+                                   mean=("val_ce", "mean"), lo=("val_ce", "min"),
+                                   hi=("val_ce", "max"), n=("seed", "nunique"))
+        for ax, x in zip(axes, ("tokens", "flops"), strict=True):
+            ax.plot(by[x], by["mean"], color=f"C{i}", lw=1.2, label=lab,
+                    marker="." if len(by) < 20 else None)
+            if (by["n"] > 1).any():
+                ax.fill_between(by[x], by["lo"], by["hi"], color=f"C{i}", alpha=0.15, lw=0)
+    seeds = v.groupby("label")["seed"].nunique()
+    axes[0].set(xlabel="training tokens", ylabel="val CE (nats/token, prior Z)")
+    axes[1].set(xlabel="training FLOPs")
+    for ax in axes:
+        ax.xaxis.set_major_formatter(matplotlib.ticker.EngFormatter(sep=""))
+    axes[0].legend(fontsize=6)
+    span = f"{seeds.min()}" + (f"-{seeds.max()}" if seeds.max() > seeds.min() else "")
+    fig.suptitle("Learning curves: mean over seeds, " + (
+        f"band = the range over {span} seeds" if seeds.max() > 1 else "one seed: no band"),
+        fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -177,9 +211,11 @@ def overhead(data: SweepData) -> plt.Figure | None:
            label="wall-clock (tokens/s; comparable runs only)")
     ax.scatter(x, 100 * ot["paper_1_over_L"], marker="_", s=900, color="red", zorder=5,
                label="paper: 1/L")
-    ax.set_xticks(x, [f"k={kappa_label(k)} H={int(h)}" for h, k in
-                      zip(ot["latent_bits"], ot["kappa_bits"], strict=True)], fontsize=8)
-    ax.set(ylabel="extra cost of the FT (%)", title="Free Transformer overhead against 1/L")
+    ax.set_xticks(x, [f"k={kappa_label(k)} H={int(h)}\nwall-clock n={int(n or 0)}"
+                      for h, k, n in zip(ot["latent_bits"], ot["kappa_bits"],
+                                         ot["wallclock_pairs"], strict=True)], fontsize=8)
+    ax.set(ylabel="extra cost of the FT (%)", title="Free Transformer overhead against 1/L "
+           "(wall-clock: n seed pairs; the machine's load not recorded)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -24,6 +24,7 @@ import pandas as pd
 from common import arms, benchmarks
 from common.arms import FREE
 from common.kappa import kappa_label
+from common.paths import METRICS
 
 from .frame import SweepData
 
@@ -216,10 +217,11 @@ def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
 
 
 def lead_metrics(forest: pd.DataFrame) -> list[tuple[str, str]]:
-    """The metrics the lead figure draws, one panel each: validation bpb is validation CE
-    rescaled by the same bytes per token for every arm (the same test), so it is left out when
-    CE is there."""
-    keys = list(dict.fromkeys(zip(forest["task"], forest["metric"], strict=True)))
+    """The metrics the lead figure draws, one panel each (of the forest, or of the per-run
+    values), validation CE first: validation bpb is validation CE rescaled by the same bytes
+    per token for every arm (the same test), so it is left out when CE is there."""
+    keys = sorted(dict.fromkeys(zip(forest["task"], forest["metric"], strict=True)),
+                  key=lambda k: (k[0] != "val", k[1] != "val_ce"))
     if ("val", "val_ce") in keys:
         keys = [k for k in keys if k != ("val", "val_bpb")]
     return keys
@@ -314,6 +316,133 @@ def draw_forest(axes: list, forest: pd.DataFrame, metrics: list[tuple[str, str]]
         else:  # a shared y axis keeps the first panel's labels; this one hides its own
             ax.tick_params(labelleft=False)
     return drawn
+
+
+def per_run_frame(tables: dict[str, pd.DataFrame], metrics: list[tuple[str, str]]
+                  ) -> pd.DataFrame:
+    """Each run's own value of each measured metric (one seed: a column's mean is its one
+    run's value), every column of every view once, in the tables' order."""
+    cols = ["column", "task", "metric", "mean", "reference", "higher_is_better"]
+    rows = [t[(t["column"] != "") & t["n_seeds"].fillna(0).gt(0)] for t in tables.values()
+            if len(t) and "n_seeds" in t]
+    t = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=cols)
+    keep = [(a, b) in metrics for a, b in zip(t["task"], t["metric"], strict=True)]
+    return t[keep].drop_duplicates(["column", "task", "metric"]).reindex(columns=cols)
+
+
+ONE_SEED_WHY = ("One seed: each run's own value, no interval and no verdict (the seed-to-seed "
+                "variation is unknown from one seed; SEEDS=\"0 1 2\" gives intervals)")
+
+
+def per_run_figure(tables: dict[str, pd.DataFrame]) -> tuple[plt.Figure | None, list[dict]]:
+    """The lead figure of a one-seed sweep: one panel per measured metric (lead_metrics), one
+    row per column (arm, kappa, control) at its run's value, written beside it; the
+    reference's value dotted. Returns (figure, what it drew: one dict per point)."""
+    values = per_run_frame(tables, measured_metrics(tables)[0])
+    if values.empty:
+        return None, []
+    metrics = lead_metrics(values)
+    cols = list(dict.fromkeys(values["column"]))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(2.0 + 2.2 * len(metrics),
+                                                      1.2 + 0.24 * len(cols)),
+                             squeeze=False, sharey=True)
+    drawn = []
+    for ax, (task, metric) in zip(axes[0], metrics, strict=True):
+        sub = values[(values["task"] == task) & (values["metric"] == metric)]
+        for r in sub.itertuples():
+            y = len(cols) - 1 - cols.index(r.column)
+            ax.plot([r.mean], [y], "o", color="#555555", ms=4.5)
+            ax.annotate(f"{r.mean:.4g}", (r.mean, y), xytext=(0, 4), textcoords="offset points",
+                        fontsize=5.5, ha="center")
+            drawn.append({"column": r.column, "task": task, "metric": metric,
+                          "value": float(r.mean)})
+        ref = sub[sub["column"] == sub["reference"]]
+        if len(ref):
+            ax.axvline(float(ref["mean"].iloc[0]), color="k", lw=0.8, ls=":")
+        label, unit = metric_label(task, metric)
+        hib = bool(sub["higher_is_better"].iloc[0]) if len(sub) else True
+        ax.set_title(f"{label}\n{unit}; better: {'→' if hib else '←'}", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(4))
+        ax.set_ylim(-0.7, len(cols) - 0.3)
+        ax.margins(x=0.15)  # room for the values written beside the edge points
+    axes[0][0].set_yticks(range(len(cols)), cols[::-1], fontsize=7)
+    fig.suptitle(ONE_SEED_WHY + "; dotted: the reference", fontsize=8)
+    fig.tight_layout()
+    return fig, drawn
+
+
+IDENTICAL_KEYS = ("step", "tokens", "ce", "loss", "kl_bits", "grad_norm", "val_ce",
+                  "val_ce_posterior", "val_kl_bits")
+"""What two runs must agree on, line by line of metrics.jsonl, to have trained identically."""
+
+
+def identical_runs(data: SweepData) -> list[str]:
+    """Runs that trained identically, named with the reason, for the first screen: every train
+    and validation line of their metrics.jsonl agrees (exactly: "bit-identical metrics"; within
+    FLOAT32_RTOL: "identical up to float32 rounding"); one line for the cells that match in
+    every seed. A Z-cut control equal to its baseline is left to the Z-cut check (can_cannot
+    says it with its reason once the runs are evaluated): said once."""
+    c, cells = data.curves, data.cells
+    if c.empty or cells.empty:
+        return []
+    done = cells[cells["state"] == "done"].set_index("run_id")
+    sig = {rid: g.sort_values(["step", "kind"], kind="stable")
+           .reindex(columns=["kind", *IDENTICAL_KEYS]).to_numpy(object)
+           for rid, g in c[c["run_id"].isin(done.index) & c["kind"].isin(["train", "val"])]
+           .groupby("run_id")}
+
+    def same(a: str, b: str, rtol: float) -> bool:
+        x, y = sig[a], sig[b]
+        return x.shape == y.shape and (x[:, 0] == y[:, 0]).all() and np.allclose(
+            x[:, 1:].astype(float), y[:, 1:].astype(float), rtol=rtol, atol=0, equal_nan=True)
+
+    groups: list[list[str]] = []  # in the manifest's order
+    for r in (r for r in dict.fromkeys(done.index) if r in sig):
+        g = next((g for g in groups if same(g[0], r, FLOAT32_RTOL)), None)
+        g.append(r) if g is not None else groups.append([r])
+    merged: dict[tuple[str, ...], list[list[str]]] = {}
+    for g in (g for g in groups if len(g) > 1):
+        rows = done.loc[g]
+        found = {arms.find(str(x)) for x in rows["arm"]}
+        if arms.BASELINE in found and all(a is not None and (a.z_cut or a == arms.BASELINE)
+                                          for a in found):
+            continue  # the Z-cut check says it, with its reason
+        seeds = set(rows["seed"])
+        names = tuple(str(x).removesuffix(f"-s{s:.0f}") if len(seeds) == 1 else str(x)
+                      for x, s in zip(rows["cell"], rows["seed"], strict=True))
+        merged.setdefault(names, []).append(g)
+    out = []
+    for names, gs in merged.items():
+        rows = done.loc[[r for g in gs for r in g]]
+        seeds = sorted({int(s) for s in rows["seed"].dropna()})
+        where = f" in seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" \
+            if all(done.loc[g, "seed"].nunique() == 1 for g in gs) else ""
+        how = "bit-identical metrics" if all(same(g[0], r, 0.0) for g in gs for r in g) \
+            else "identical up to float32 rounding"
+        out.append(f"{', '.join(names)} trained identically{where} ({how}: every train and "
+                   f"validation line of {METRICS} agrees)"
+                   + _why_identical(rows, c[c["run_id"].isin(rows.index)]))
+    return out
+
+
+def _why_identical(rows: pd.DataFrame, curves: pd.DataFrame) -> str:
+    """Why runs that differ trained alike, from what they logged: two Free Transformers that
+    differ in kappa only train alike only while the free-bits penalty is 0 in both (any token's
+    KL above the smaller kappa would make the losses differ); the logged KL says whether it
+    ever came near."""
+    kappas = sorted(set(rows["kappa_bits"].dropna().astype(float)))
+    a = arms.find(str(rows["arm"].iloc[0]))
+    if not (a is not None and a.latent and rows["arm"].nunique() == 1 and len(kappas) > 1
+            and rows["latent_bits"].nunique() == 1):
+        return f"; the report knows no reason (arms {', '.join(dict.fromkeys(rows['arm']))})"
+    kl = pd.concat([curves.get(k, pd.Series(dtype=float)) for k in ("kl_bits", "val_kl_bits")])
+    peak = float(kl.max()) if kl.notna().any() else math.nan
+    ks = " and ".join(kappa_label(k) for k in kappas)
+    below = f", below kappa {ks}" if _fin(peak) and peak < kappas[0] else ""
+    return (f": the free-bits penalty was never active (the runs differ only in kappa, {ks}, "
+            f"and equal losses need the penalty 0 in every run; the logged mean KL peaked at "
+            f"{peak:.3g} bits/token{below})")
 
 
 # ---- words -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from common.arms import FREE
+from common.benchmarks import PAPER_METRICS_CHECKED
 from common.errors import UsageError, cli
 from common.io import atomic_write_text, unwritable
 from common.paths import RunDir, SweepDir, results_root, sweeps_dir
@@ -72,6 +73,16 @@ table.card th{text-align:left;white-space:nowrap;width:1%} table.card{font-size:
 a.cell:hover{text-decoration:underline} details{margin:6px 0} summary{cursor:pointer}
 .cannot{background:#fff7e0;border-left:4px solid #d9a400;padding:6px 10px;font-size:12.5px}
 """
+
+
+UNCHECKED = "" if PAPER_METRICS_CHECKED else " (unchecked)"
+"""Beside every paper metric shown: common/benchmarks.py transcribed them without the paper's
+tables at hand (PAPER_METRICS_CHECKED)."""
+
+
+def paper_mark(label: str) -> str:
+    """A row label's `[paper: m]` marked unchecked while the mapping is."""
+    return label.replace("[paper: ", f"[paper{UNCHECKED}: ")
 
 
 class RunIndex:
@@ -149,7 +160,8 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
     for _, r in long[long["column"] != ""].iterrows():
         if (r["task"], r["metric"]) not in keep:
             continue
-        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(row_label(r))})
+        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(paper_mark(
+            row_label(r)))})
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
         title = (f"eval files: {r.get('files') or 'n/a'}; spec: {r.get('spec_ids') or 'n/a'}; "
@@ -323,7 +335,8 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
                        "the sweep with EVAL=1 EVAL_POINTS=n (n evenly spaced checkpoints) for "
                        "the paper's curves and its last-third average</p></section>")
     view = t3.assign(
-        benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"] + ")",
+        benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"]
+        + UNCHECKED + ")",
         **{"final [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
             t3["final"], t3["final_lo"], t3["final_hi"], strict=True)],
            "last third [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
@@ -378,13 +391,20 @@ def _likelihood_html(data: SweepData, out_dir: Path) -> str:
 
 def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataFrame],
                out_dir: Path) -> str:
-    """The first screen: the forest (lead figure) beside the verdicts in words and what the
-    sweep can and cannot say."""
-    fig, _ = lead.forest_figure(forest)
+    """The first screen: the forest (lead figure; with one seed each run's value instead) and
+    the learning curves beside the verdicts in words, runs that trained identically, and what
+    the sweep can and cannot say."""
+    one_seed = len(data.cells) > 0 and data.cells["seed"].dropna().nunique() < 2
+    fig, _ = lead.per_run_figure(tables) if one_seed else lead.forest_figure(forest)
     png = figures.png_bytes(fig) if fig is not None else None
     if png:
         (out_dir / "lead_forest.png").write_bytes(png)
+    curves = figures.learning_curves(data)
+    curves_png = figures.png_bytes(curves) if curves is not None else None
+    if curves_png:
+        (out_dir / "learning_curves.png").write_bytes(curves_png)
     forest.to_csv(out_dir / "lead.csv", index=False)
+    same = lead.identical_runs(data)
     st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values() if len(t)]
                    or [lead.row_status(pd.DataFrame())])
     not_eval = sorted(set(st.loc[~st["evaluated"].astype(bool), "benchmark"].dropna()))
@@ -393,17 +413,24 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
                                              "measured metric)"])) if words else \
         '<p class="missing">no comparison has a Δ yet</p>'
     return ('<section id="lead"><div class="lead-row"><div class="lead-fig">'
-            + img(png, "lead figure: forest of Δ per comparison, kappa and metric",
+            + img(png, "lead figure: each run's value per metric" if one_seed else
+                  "lead figure: forest of Δ per comparison, kappa and metric",
                   "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
-            + '</div><div class="lead-side"><b>Verdicts</b> (Holm across kappas; grey band '
+            + '</div><div class="lead-side">'
+            + "".join(f'<p class="cannot"><b>Trained identically.</b> {esc(x)}.</p>'
+                      for x in same)
+            + (f'<p class="note">{esc(lead.ONE_SEED_WHY)}.</p>' if one_seed else "")
+            + '<b>Verdicts</b> (Holm across kappas; grey band '
             f"= ±MDE at 80% power){side}"
             f'<p class="cannot"><b>What this sweep can and cannot say.</b> '
             f"{esc(lead.can_cannot(data, forest, tables, not_eval))}</p>"
-            "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
+            + img(curves_png, "learning curves: validation CE against tokens and FLOPs",
+                  "no validation line yet")
+            + "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
             "<a href=\"#table-tokens\">tables</a>, <a href=\"#signal-noise\">signal and "
             "noise</a>, <a href=\"#probe\">the latent</a>, <a href=\"#appendix\">run-ids "
             "and provenance</a>. Files: report/lead.csv, report/lead_forest.png, "
-            "report/summary.png</p></div></div></section>")
+            "report/learning_curves.png, report/summary.png</p></div></div></section>")
 
 
 def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:
@@ -441,6 +468,24 @@ def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
             + '</section><section id="verdicts"><h2>Verdicts by metric</h2>' + html(verdicts)
             + "<p>File: report/lead.csv (every Δ of the lead figure, with its source table)</p>"
             "</section>")
+
+
+def _overhead_html(data: SweepData, index: RunIndex) -> str:
+    """The overhead table, after what a wall-clock comparison rests on: its n and the
+    machine's load."""
+    ot = overhead_table(data)
+    table = linked(ot, index, "overhead")
+    if ot.empty or not ot["wallclock_pairs"].fillna(0).gt(0).any():
+        return table
+    n = sorted(set(ot["wallclock_pairs"].fillna(0).astype(int)))
+    local = data.manifest.get("local") if isinstance(data.manifest.get("local"), dict) else {}
+    load = (f"{local['jobs']} job(s) ran at once, {local.get('threads_per_job', '?')} thread(s) "
+            "each" if local.get("jobs") else "the jobs' concurrency is not recorded")
+    return (f'<p class="note">Wall-clock overhead: the median over n = {"/".join(map(str, n))} '
+            "seed pair(s) per column, each pair run on one host with the same threads and "
+            f"launcher; {load}, and the machine's other load was not recorded: on a shared "
+            "CPU one pair can be off by tens of percent. The FLOPs overhead is analytic and "
+            "exact.</p>" + table)
 
 
 def _section(sid: str, title: str, body: str) -> str:
@@ -518,7 +563,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
                  + img(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
                        "no benchmark scores off the floor yet")
                  + img(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
-                 + "<h3>Overhead</h3>" + linked(overhead_table(data), index, "overhead")),
+                 + "<h3>Overhead</h3>" + _overhead_html(data, index)),
         _section("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
     c = data.cells
     status = '<p class="missing">the manifest lists no cells</p>' if c.empty else (

@@ -1,5 +1,6 @@
-"""`python -m sweeps run ...` (make sweep) and `python -m sweeps status NAME` (make sweep-status):
-the command line of the front door (sweeps/api.py), which pipelines call in-process.
+"""`python -m sweeps run ...` (make sweep), `python -m sweeps status NAME` (make sweep-status) and
+`python -m sweeps list` (make sweeps): the command line of the front door (sweeps/api.py), which
+pipelines call in-process.
 
 Every input problem ends the command before anything is submitted, with one line on stderr:
 `sweep: error: <what is wrong>` and exit code 2.
@@ -12,10 +13,11 @@ import os
 import sys
 from pathlib import Path
 
-from common.errors import UsageError, cli
+from common.errors import ArgParser, UsageError, cli
 
 from . import api, backend
 from .api import DEFAULT_H, DEFAULT_LIKELIHOOD_ROWS, DEFAULT_TOKENS, GRID_DEFAULTS
+from .manifest import listing
 
 
 def _count(name: str, text: str, minimum: int) -> int | None:
@@ -60,7 +62,7 @@ def request(a: argparse.Namespace) -> tuple[api.SweepRequest, bool]:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m sweeps", description=__doc__)
+    ap = ArgParser(prog="python -m sweeps", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="plan, then submit the missing cells (DRY: plan only)")
     # grid flags default to None so that a recipe can tell them from defaults (GRID_DEFAULTS)
@@ -101,7 +103,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cluster", default="", help="cluster config (default sweeps/cluster.yaml)")
     s = sub.add_parser("status", help="table of pending, running, done and failed cells")
     s.add_argument("name")
-    s.add_argument("--results", default="", help="results root (default FTBENCH_RESULTS)")
+    ls = sub.add_parser("list", help="the sweeps under the results root, newest first")
+    for x in (s, ls):
+        x.add_argument("--results", default="", help="results root (default FTBENCH_RESULTS)")
     e = sub.add_parser("eval-run", help=argparse.SUPPRESS)  # a chained eval job's own command
     e.add_argument("run")
     e.add_argument("--spec-ids", default="")
@@ -111,24 +115,39 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def next_commands(name: str, launcher: str, ok: bool) -> str:
+    """The last lines of `make sweep`: what to run next."""
+    if launcher != "local":
+        return (f"next: make sweep-status NAME={name}   (the jobs run on; re-run the same "
+                f"command to submit what is missing)\n      make report NAME={name}   (once "
+                "they are done; a partial sweep works)")
+    return (f"next: make report NAME={name}   (the HTML report"
+            + ("" if ok else "; a partial sweep works, each missing cell says why") + ")\n"
+            f"      make sweep-status NAME={name}   (the cells' states)"
+            + ("" if ok else "\n      re-run the same command to resume what is unfinished "
+               "(RETRY_FAILED=1 also reruns failed cells)"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     final_argv: list[str] = []
     if argv[:1] == ["eval-run"] and "--" in argv:  # the final checkpoint's eval command
         i = argv.index("--")
         argv, final_argv = argv[:i], argv[i + 1:]
-    a = parser().parse_args(argv)
-
-    if a.cmd == "eval-run":
-        if a.point is not None:
-            return backend.eval_point(Path(a.run), a.point,
-                                      [x for x in a.spec_ids.split(",") if x], final_argv)
-        return backend.eval_chain(Path(a.run), [x for x in a.spec_ids.split(",") if x], a.points,
-                                  a.likelihood_rows, final_argv)
 
     def body() -> int:
+        a = parser().parse_args(argv)
+        results = Path(a.results) if getattr(a, "results", "") else None
+        if a.cmd == "eval-run":
+            ids = [x for x in a.spec_ids.split(",") if x]
+            if a.point is not None:
+                return backend.eval_point(Path(a.run), a.point, ids, final_argv)
+            return backend.eval_chain(Path(a.run), ids, a.points, a.likelihood_rows, final_argv)
+        if a.cmd == "list":
+            print(listing(results))
+            return 0
         if a.cmd == "status":
-            print(api.table(api.status(a.name, Path(a.results) if a.results else None)))
+            print(api.table(api.status(a.name, results)))
             return 0
         req, dry = request(a)
         if dry:
@@ -136,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         done = api.run(req)
         print(api.table(done.manifest))
+        print(next_commands(done.manifest.name, done.launcher, done.ok))
         return 0 if done.ok else 1
 
     return cli("sweep", body)

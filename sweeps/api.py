@@ -304,7 +304,11 @@ def dry_run(req: SweepRequest) -> str:
     cs = C.checks(r.plan, r.cluster, r.cluster_file)
     if r.cluster is None:  # a local plan: this host's limits, said only when they fail
         cs = [c for c in cs if not c.ok]
-    return "\n".join([P.dry_run_text(r.plan), *C.text(cs)])
+    from .launcher import local_jobs, visible_gpus
+
+    local = local_jobs(req.jobs or len(visible_gpus()) or None) \
+        if req.launcher == "local" else None
+    return "\n".join([P.dry_run_text(r.plan, local), *C.text(cs)])
 
 
 def run(req: SweepRequest, *, log: Callable[[str], None] = print,

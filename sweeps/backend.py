@@ -53,6 +53,8 @@ corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes
 compose_overrides = compose_config
 run_plan = P.plan
 memory_estimate = P.memory_estimate
+duration = P.duration
+"""Seconds as a reader takes them in (s, min, h, days): the trainer's dry run's format."""
 
 
 def memory_fit(cfg: TrainConfig) -> Any:
@@ -151,13 +153,19 @@ def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
 def validate_eval_args(argv: Sequence[str]) -> argparse.Namespace:
     """EVAL_ARGS checked as experiments.eval will parse them (flags, values, task names,
     offline data): UsageError (one line) before anything trains."""
-    from experiments.eval.run import EvalArgsError, validate_args
-    from experiments.eval.tasks import benchdata
+    from experiments.eval.run import validate_args
 
     try:
         return validate_args(list(argv))
-    except (EvalArgsError, benchdata.DataError) as e:
+    except UsageError as e:  # a bad flag or value, or offline data that fails its checksums
         raise UsageError(f"EVAL_ARGS: {one_line(e)}") from e
+
+
+def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
+    """What an evaluation's limit means for its grouped tasks (MMLU: per subject)."""
+    from experiments.eval.run import limit_lines
+
+    return limit_lines(tasks, limit)
 
 
 def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[str, dict[str, Any]]:
@@ -195,6 +203,27 @@ def gpu_rate(cfg: Any) -> tuple[float, int, str, str] | None:
     n, source = P.planning_world(cfg)
     mfu, mfu_source = P.planned_mfu(cfg)
     return mfu * cfg.train.gpu_peak_tflops * 1e12, n, source, mfu_source
+
+
+def local_rate(cfg: Any, threads: int) -> tuple[float, str] | None:
+    """Training tokens/s of one local job of `cfg` on this machine, and where the figure comes
+    from: on a CPU host the trainer's own dry-run measurement (experiments.train.plan: a few
+    steps of the model, or train.cpu_tokens_per_s), run with the job's `threads`; on a GPU
+    host the planned MFU of the costliest-cell line. None for a config that is not the
+    trainer's, or a model too large to time here."""
+    if not isinstance(cfg, TrainConfig):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        flops_s, n, _, src = gpu_rate(cfg)
+        return flops_s * n / flops_per_token(cfg), f"planned: MFU {src}"
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return P.cpu_throughput(cfg, P.plan(cfg, 1), n=2)  # the trainer's measurement, not a copy
+    finally:
+        torch.set_num_threads(before)
 
 
 def disk_need(cfg: Any) -> int | None:

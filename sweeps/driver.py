@@ -16,13 +16,17 @@ resolved config), so two sweeps that share a cell share its run.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from common.errors import UsageError
 from common.paths import RunDir, SweepDir
@@ -38,6 +42,10 @@ from .manifest import TRAINING_FAILED, Manifest, ManifestCell, locked, point_rec
 from .plan import Plan
 
 POLL_S = 1.0
+PROGRESS_S = 30.0
+"""The local driver prints a line per running job at least this often."""
+STOP_WAIT_S = 120.0
+"""After Ctrl-C, how long the driver waits for its jobs to checkpoint and stop."""
 CHAIN_ENTRY = (sys.executable, "-m", "sweeps", "eval-run")
 """The command a chained evaluation job runs (`python -m sweeps eval-run`, experiments.eval.chain
 behind it)."""
@@ -185,6 +193,10 @@ QueueItem = tuple[str, ManifestCell, "int | None"]
 """(kind, cell, step): a job the local driver has yet to start."""
 
 
+Active = dict[int, tuple[str, ManifestCell, Any, float, "int | None"]]
+"""slot -> (kind, cell, job handle, start time, step): the local driver's running jobs."""
+
+
 def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLauncher,
                evaluate: bool, eval_args: Sequence[str], log: Callable[[str], None],
                on_event: Callable[[Event], None]) -> None:
@@ -197,9 +209,9 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
         queue += [("eval", c, None) for c in m.cells if c.state == "done" and c.needs_eval(m)]
     points = _points_on(evaluate, m)
     seen: set[tuple[str, int]] = set()  # (cell, step) points queued or run by this driver
-    active: dict[int, tuple[str, ManifestCell, Any, float, int | None]] = {}  # slot -> job
+    active: Active = {}
     log(f"local: {n} parallel job(s), {threads} thread(s) each; jobs in {launcher.folder}")
-    t0 = time.time()
+    t0 = told = time.time()
     # With a cold data cache, the first cell runs alone until its corpus and tokenizer are
     # built and cached (its run record appears): every cell shares them, and parallel cells
     # would each build them from scratch.
@@ -207,8 +219,31 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
     if todo and _cold_cache(todo[0]):
         first = next((c for k, c, _ in queue if k == "train"), None)
 
-    def what(kind: str, c: ManifestCell, step: int | None) -> str:
-        return f"{kind} {c.cell}" + (f" step {step}" if step is not None else "")
+    def say(text: str) -> None:
+        log(f"[{time.time() - t0:6.0f}s] {text}")
+
+    def ended(slot: int) -> None:
+        kind, c, job, started, step = active.pop(slot)
+        state, reason = launcher.outcome(job)
+        wall = time.time() - started
+        if kind == "train":
+            c.job_ended(state, reason, wall, RunDir(c.run))
+            if state == "done" and evaluate:
+                queue.append(("eval", c, None))
+            if state == "failed":  # its kept checkpoints are not evaluated
+                queue[:] = [q for q in queue if not (q[0] == "point" and q[1] is c)]
+                if skipped := c.points_skipped():
+                    log(f"{c.cell}: points {skipped} not evaluated ({TRAINING_FAILED})")
+        elif step is not None:
+            state, reason = c.point_ended(m, step, state, reason, wall, RunDir(c.run))
+        else:
+            state, reason = c.eval_ended(m, state, reason, wall, RunDir(c.run))
+        say(f"slot {slot}: {_what(kind, c, step)} -> {state}"
+            + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
+        on_event(JobEnded(kind, c.cell, state, reason, round(wall, 1), step, slot))
+        M.refresh(m, p.folder, launcher, live={a[1].cell for a in active.values()},
+                  live_points={(a[1].cell, a[4]) for a in active.values() if a[4] is not None})
+        M.save(p.manifest_path, m)
 
     try:
         while queue or active:
@@ -225,46 +260,30 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
                     else _point_job(c, m, eval_args, step, threads) if step is not None
                     else _eval_job(c, eval_args, threads, m=m),
                     role="train" if kind == "train" else "eval", slot=slot)
-                started = time.time()
                 if kind == "train":
                     c.job_started(job.job_id, slot=slot)
                 elif step is not None:
                     c.point_started(step, job.job_id, slot=slot)
                 else:
                     c.eval_started(m, job.job_id, slot=slot)
-                active[slot] = (kind, c, job, started, step)
-                log(f"[{time.time() - t0:6.0f}s] slot {slot}: start {what(kind, c, step)} "
-                    f"(job {job.job_id})")
+                active[slot] = (kind, c, job, time.time(), step)
+                say(f"slot {slot}: start {_what(kind, c, step)} (job {job.job_id})")
                 on_event(JobStarted(kind, c.cell, str(job.job_id), step, slot))
                 M.save(p.manifest_path, m)
             time.sleep(POLL_S)
             if points and _queue_points(queue, active, seen, m, log, t0):
                 M.save(p.manifest_path, m)
-            for slot, (kind, c, job, started, step) in list(active.items()):
-                if not job.done():
-                    continue
-                del active[slot]
-                state, reason = launcher.outcome(job)
-                wall = time.time() - started
-                if kind == "train":
-                    c.job_ended(state, reason, wall, RunDir(c.run))
-                    if state == "done" and evaluate:
-                        queue.append(("eval", c, None))
-                    if state == "failed":  # its kept checkpoints are not evaluated
-                        queue[:] = [q for q in queue if not (q[0] == "point" and q[1] is c)]
-                        if skipped := c.points_skipped():
-                            log(f"{c.cell}: points {skipped} not evaluated ({TRAINING_FAILED})")
-                elif step is not None:
-                    state, reason = c.point_ended(m, step, state, reason, wall, RunDir(c.run))
-                else:
-                    state, reason = c.eval_ended(m, state, reason, wall, RunDir(c.run))
-                log(f"[{time.time() - t0:6.0f}s] slot {slot}: {what(kind, c, step)} -> {state}"
-                    + (f" ({reason})" if reason else "") + f" in {wall:.0f}s")
-                on_event(JobEnded(kind, c.cell, state, reason, round(wall, 1), step, slot))
-                M.refresh(m, p.folder, launcher, live={a[1].cell for a in active.values()},
-                          live_points={(a[1].cell, a[4]) for a in active.values()
-                                       if a[4] is not None})
-                M.save(p.manifest_path, m)
+            for slot in [s for s, a in active.items() if a[2].done()]:
+                ended(slot)
+            if active and time.time() - told >= PROGRESS_S:
+                told = time.time()
+                for line in progress_lines(m, active, queue):
+                    say(line)
+    except KeyboardInterrupt:
+        _stop(active, log)
+        for slot in [s for s, a in active.items() if a[2].done()]:
+            ended(slot)
+        raise
     finally:
         for _, c, step in queue:
             if step is not None:  # seen, never started: the chain's on re-run
@@ -274,8 +293,61 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
         M.save(p.manifest_path, m)
 
 
-def _queue_points(queue: list[QueueItem],
-                  active: dict[int, tuple[str, ManifestCell, Any, float, int | None]],
+def _what(kind: str, c: ManifestCell, step: int | None) -> str:
+    return f"{kind} {c.cell}" + (f" step {step}" if step is not None else "")
+
+
+def progress_lines(m: Manifest, active: Active, queue: list[QueueItem],
+                   now: float | None = None) -> list[str]:
+    """What the local driver prints every PROGRESS_S: a line per running job (its phase, step,
+    tokens/s and ETA, read from its run's files: sweeps.manifest.live) and one for the sweep
+    (cells done, the training ETA over the slots)."""
+    now = time.time() if now is None else now
+    rate = M.flop_rate(m)
+    lives = {c.cell: M.live(c, rate, now) for c in m.cells}
+    out = []
+    for kind, c, _, started, step in active.values():
+        lv = lives.get(c.cell)
+        if kind != "train" or lv is None:
+            out.append(f"{c.cell}: evaluating{f' step {step}' if step is not None else ''}, "
+                       f"{M.dur(now - started)} so far")
+            continue
+        out.append(f"{c.cell}: {lv.phase}, step {lv.step if lv.step is not None else '-'}/"
+                   f"{lv.steps or '?'}"
+                   + (f", {lv.tokens_per_s:,.0f} tok/s" if lv.tokens_per_s else "")
+                   + f", ETA {M.dur(lv.eta_s)}")
+    done = sum(c.state == "done" for c in m.cells)
+    wait = sum(k == "train" for k, *_ in queue)
+    out.append(f"sweep {m.name}: {done}/{len(m.cells)} cells trained, "
+               f"{sum(a[0] == 'train' for a in active.values())} training, {wait} waiting; "
+               f"training ETA {M.dur(M.sweep_eta(m, lives, rate))}")
+    return out
+
+
+def _stop(active: Active, log: Callable[[str], None]) -> None:
+    """Ctrl-C: ask every running job's command to stop (SIGINT: the trainer writes a checkpoint
+    and exits, the evaluator exits; a terminal's Ctrl-C reached them already, a `kill -INT` of
+    this process did not) and wait for them up to STOP_WAIT_S; a second Ctrl-C stops waiting."""
+    if not active:
+        return
+    log(f"interrupted: stopping {len(active)} job(s) (a training writes its checkpoint first; "
+        "Ctrl-C again to stop waiting)")
+    for *_, job, _, _ in active.values():
+        with contextlib.suppress(ValueError, psutil.Error):  # the controller's id is its pid
+            for proc in psutil.Process(int(job.job_id)).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(signal.SIGINT)  # the controller and task ignore it
+    deadline = time.time() + STOP_WAIT_S
+    try:
+        while time.time() < deadline and not all(a[2].done() for a in active.values()):
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        pass
+    if left := [a[1].cell for a in active.values() if not a[2].done()]:
+        log(f"still stopping: {', '.join(left)}; a re-run leaves them alone until they end")
+
+
+def _queue_points(queue: list[QueueItem], active: Active,
                   seen: set[tuple[str, int]], m: Manifest, log: Callable[[str], None],
                   t0: float) -> bool:
     """Queue the evaluation of every kept checkpoint that appeared in a training cell's run,

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,8 @@ class CommandJob:
         Path(self.log).parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "w", encoding="utf-8") as fh:  # the child owns it from here
             rc = subprocess.run(self.argv, cwd=self.cwd, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, **self.env}, check=False).returncode
+                                env={**os.environ, **self.env}, check=False,
+                                preexec_fn=child_signals(None)).returncode
         return {"name": self.name, "rc": rc}
 
 
@@ -193,11 +194,9 @@ class CellJob:
         points = self.points if is_global_rank0() else None
         print(f"[sweeps] {self.kind} {self.cell}: {' '.join(self.argv)}", flush=True)
         sys.stdout.flush()
-        usr = _submitit_signal()
         self._started, self._step0 = time.monotonic(), self.latest_step()
-        self._proc = subprocess.Popen(
-            self.argv, cwd=self.cwd, env=env,
-            preexec_fn=(lambda: signal.signal(usr, signal.SIG_IGN)) if usr else None)
+        self._proc = subprocess.Popen(self.argv, cwd=self.cwd, env=env,
+                                      preexec_fn=child_signals(_submitit_signal()))
         # poll, never a blocking wait(): checkpoint() may run in a signal handler meanwhile
         watched = 0.0
         while (rc := self._proc.poll()) is None:
@@ -358,6 +357,18 @@ def _last_log_line(path: Path) -> str | None:
     except OSError:
         return None
     return lines[-1].strip()[:200] if lines else None
+
+
+def child_signals(usr: signal.Signals | None) -> Callable[[], None]:
+    """The command's signals, set in the child before exec: Ctrl-C back to its default (a local
+    job's controller and task ignore it, `sweeps.launcher.ignoring_sigint`, so that only the
+    command answers it: the trainer with a checkpoint, the evaluator with one line); submitit's
+    preemption signal `usr` ignored (only this wrapper may act on it)."""
+    def set_them() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if usr:
+            signal.signal(usr, signal.SIG_IGN)
+    return set_them
 
 
 def _submitit_signal() -> signal.Signals | None:

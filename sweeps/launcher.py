@@ -27,8 +27,11 @@ so `map` runs them in a spawn process pool of `slots` workers instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -130,6 +133,22 @@ def pid_alive(pid: int) -> bool:
         return False
     except psutil.AccessDenied:
         return True
+
+
+@contextlib.contextmanager
+def ignoring_sigint() -> Iterator[None]:
+    """Processes started inside inherit Ctrl-C ignored: submitit's local job controller (which
+    writes to this terminal) and its task would each print a KeyboardInterrupt traceback; the
+    job's command restores it (sweeps.job.child_signals) and the driver stops its jobs itself
+    (sweeps.driver). Only the main thread may set a handler: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def last_line(text: str) -> str:
@@ -266,7 +285,8 @@ class LocalLauncher(Launcher):
         dev = self.devices(slot) if slot is not None else None
         if dev is not None and isinstance(getattr(job, "env", None), dict):
             job.env["CUDA_VISIBLE_DEVICES"] = dev  # type: ignore[attr-defined]
-        return self.executor().submit(job)
+        with ignoring_sigint():
+            return self.executor().submit(job)
 
     def submit_array(self, jobs: Sequence[Callable[[], Any]], *, role: str = "train",
                      name: str = "") -> list[Any]:

@@ -21,16 +21,21 @@ trains, or the chain) has its state in `points` ({"<step>": {...}}, `POINT_STATE
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
+import statistics
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from common.arms import find as find_arm
 from common.errors import UsageError
 from common.io import LockHeld, atomic_write_text, flocked
-from common.paths import RunDir, SweepDir
+from common.kappa import kappa_label
+from common.paths import RunDir, SweepDir, sweeps_dir
 from common.provenance import git_state
 from common.records import (  # noqa: F401 - POINT_STATES, TRAINING_FAILED: importers
     POINT_STATES,
@@ -42,7 +47,10 @@ from common.records import (  # noqa: F401 - POINT_STATES, TRAINING_FAILED: impo
     ManifestCell,
     now,
 )
+from common.text import one_line
 
+from . import backend
+from . import plan as P
 from .grid import skipped_controls
 from .plan import Plan, combined_spec
 
@@ -180,81 +188,231 @@ def point_record(folder: Path, cell: str) -> Path:
 
 # ------------------------------------------------------------------------------- status
 TAIL_BYTES = 65536
-"""How much of the metrics lines' end `live_progress` reads (the last train line is near it)."""
-
-
-def live_progress(run_dir: str | Path, planned_tokens: float | None) -> dict[str, Any] | None:
-    """A running cell's live position from the last `kind: train` line of its metrics lines
-    (not its last checkpoint, which lags by up to ckpt_every steps): {"step", "tokens",
-    "tokens_per_s", "eta_s"}; eta_s = remaining planned tokens / the line's tokens/s (None when
-    either is unknown). None when the run has logged no train line yet. Reads the file's tail
-    only: a long run's metrics are many lines, and the table refreshes every cell."""
-    path = RunDir(Path(run_dir)).metrics_path
+"""How much of the metrics lines' end is read (the last lines are near it)."""
+PHASES = ("starting", "validating", "training", "saving", "evaluating")
+"""What a running cell is doing, read from its run's files (`live`)."""
+def _tail(path: Path) -> list[dict[str, Any]]:
+    """The metrics lines at the file's end (a partial line, or one being written, is skipped):
+    a long run's metrics are many lines, and the table refreshes every cell."""
     try:
         with path.open("rb") as f:
             f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - TAIL_BYTES))
-            tail = f.read().decode("utf-8", errors="replace").splitlines()
+            f.seek(max(0, f.tell() - TAIL_BYTES))
+            text = f.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
+        return []
+    out = []
+    for line in text:
+        with contextlib.suppress(json.JSONDecodeError):
+            if isinstance(rec := json.loads(line), dict):
+                out.append(rec)
+    return out
+
+
+def live_progress(run_dir: str | Path, planned_tokens: float | None) -> dict[str, Any] | None:
+    """A run's position from the last `kind: train` line of its metrics lines (not its last
+    checkpoint, which lags by up to ckpt_every steps): {"step", "tokens", "tokens_per_s",
+    "eta_s"}; eta_s = remaining planned tokens / the line's tokens/s (training only; None when
+    either is unknown). None when the run has logged no train line yet."""
+    rec = next((r for r in reversed(_tail(RunDir(Path(run_dir)).metrics_path))
+                if r.get("kind") == "train"), None)
+    if rec is None:
         return None
-    for line in reversed(tail):
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a partial first line of the tail, or a line being written
-        if not isinstance(rec, dict) or rec.get("kind") != "train":
-            continue
-        tok, tps = rec.get("tokens"), rec.get("tokens_per_s")
-        eta = None
-        if planned_tokens and isinstance(tok, (int, float)) and isinstance(tps, (int, float)) \
-                and tps > 0:
-            eta = max(0.0, (float(planned_tokens) - tok) / tps)
-        return {"step": rec.get("step"), "tokens": tok, "tokens_per_s": tps, "eta_s": eta}
-    return None
+    tok, tps = rec.get("tokens"), rec.get("tokens_per_s")
+    eta = None
+    if planned_tokens and isinstance(tok, (int, float)) and isinstance(tps, (int, float)) \
+            and tps > 0:
+        eta = max(0.0, (float(planned_tokens) - tok) / tps)
+    return {"step": rec.get("step"), "tokens": tok, "tokens_per_s": tps, "eta_s": eta}
 
 
-def _dur(s: float | None) -> str:
-    if s is None:
-        return "-"
-    s = int(round(s))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else (
-        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s")
+@dataclass(frozen=True)
+class Live:
+    """What a running cell is doing (one of PHASES) and when it should end, from the files its
+    run writes: config.yaml (written once the corpus and the model are ready), metrics.jsonl's
+    last lines and their file's time, final.pt. `eta_s` None: not known yet."""
+
+    phase: str
+    step: int | None = None
+    steps: int | None = None
+    tokens_per_s: float | None = None
+    """As its last train line says (None before one)."""
+    eta_s: float | None = None
+    speed: float | None = None
+    """The tokens/s its ETA assumes: its own, else estimated (step 0's validation, or the
+    sweep's other cells)."""
 
 
-def table(m: Manifest) -> str:
-    """The status table `make sweep-status` prints. A running cell shows its live step (its
-    last training record), tokens/s and ETA; others the step of their newest checkpoint."""
-    rows = [("cell", "arm", "run-id", "state", "step", "tok/s", "ETA", "job", "eval", "reason")]
+def _epoch(iso: str | None) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(str(iso)).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+def live(c: ManifestCell, flop_rate: float | None = None, now: float | None = None
+         ) -> Live | None:
+    """A cell's phase and ETA while it runs (None when it does not): `flop_rate` (training
+    FLOP/s of one job, from the sweep's other cells: `flop_rate`) estimates a cell that has
+    not logged its own speed yet. Phases: starting (corpus, tokenizer, model, or a resume
+    before it writes again), validating (step 0, a val_every step, the last), training,
+    saving (the final export), evaluating (its chained evaluation or a point's)."""
+    now = time.time() if now is None else now
+    ev_running = (c.eval is not None and c.eval.state == "running") or any(
+        p.state == "running" for p in c.points.values())
+    if c.state != "running":
+        return Live("evaluating") if ev_running else None
+    rd = RunDir(c.run)
+    steps, vals, _ = P.validations(c.config or {}, c.tokens)
+    started = _epoch(c.started)
+    lines = _tail(rd.metrics_path) if rd.has_record else []
+    try:
+        mtime = rd.metrics_path.stat().st_mtime
+    except OSError:
+        mtime = None
+    train = next((r for r in reversed(lines) if r.get("kind") == "train"), None)
+    last = lines[-1] if lines else None
+    tps = train.get("tokens_per_s") if train else None
+    tps = float(tps) if isinstance(tps, (int, float)) and tps > 0 else None
+    if tps is None and len(lines) == 1 and lines[0].get("kind") == "val" and mtime is not None:
+        # only step 0's validation so far: it began as the run record was written and ended
+        # with its line, and a validation token costs VAL_PASS of a training token
+        with contextlib.suppress(OSError, TypeError, KeyError):
+            began = rd.record_path.stat().st_mtime
+            if started is None or began >= started - 1:  # this attempt wrote the record
+                tps = float(lines[0]["val_tokens"]) * P.passes(c.arm) * P.VAL_PASS / max(
+                    mtime - began, 1e-3)
+    if tps is None and flop_rate and c.flops_per_token:
+        tps = flop_rate / c.flops_per_token  # the other cells' speed, this cell's FLOPs
+    step = int(last["step"]) if last and isinstance(last.get("step"), int) else 0
+    if not rd.has_record or (started is not None and mtime is not None and lines
+                             and mtime < started - 1):
+        phase = "starting"  # nothing written by this attempt yet
+    elif last is None:
+        phase = "validating"  # step 0's, before the first line
+    elif last.get("kind") == "final" or (last.get("kind") == "val" and step == steps):
+        phase = "saving"
+    elif last.get("kind") == "train" and step in vals:
+        phase = "validating"
+    else:
+        phase = "training"
+    eta = None
+    if tps is not None:
+        if phase == "starting":
+            spent = now - started if started is not None else 0.0
+            eta = P.cell_seconds(c.arm, c.config or {}, c.tokens, tps) - spent
+        elif phase != "saving":
+            tok = train.get("tokens") if train else None
+            done_val = last is not None and last.get("kind") == "val"  # its step validated
+            eta = P.cell_seconds(c.arm, c.config or {}, c.tokens, tps, step + done_val,
+                                 float(tok) if isinstance(tok, (int, float)) else 0.0)
+            if mtime is not None:
+                eta -= now - mtime  # the work done since the last line was written
+        eta = eta if eta is not None and eta > 0 else None  # spent: not known, never "0 s"
+    return Live(phase, step if lines else None, steps, tps if train else None, eta, tps)
+
+
+def flop_rate(m: Manifest) -> float | None:
+    """One job's training FLOP/s in this sweep: the median over its cells' last train lines of
+    tokens/s x FLOPs per token (None before any cell logged one)."""
+    rates = []
     for c in m.cells:
-        ev = c.eval
+        rec = live_progress(c.run, None) if c.run_dir and c.flops_per_token else None
+        if rec and isinstance(rec["tokens_per_s"], (int, float)) and rec["tokens_per_s"] > 0:
+            rates.append(rec["tokens_per_s"] * c.flops_per_token)
+    return statistics.median(rates) if rates else None
+
+
+def sweep_eta(m: Manifest, lives: dict[str, Live | None], rate: float | None) -> float | None:
+    """Seconds until every cell still to train is trained (evaluations not counted): the running
+    cells' ETAs and the pending ones at `rate`, on the local driver's slots (SLURM: every cell at
+    once). None while a cell's time is unknown."""
+    running = [lives.get(c.cell) for c in m.cells if c.state == "running"]
+    if any(x is None or x.eta_s is None for x in running):
+        return None
+    if rate is None:  # no train line yet: the running cells' estimated speeds
+        est = [lv.speed * c.flops_per_token for c in m.cells
+               if (lv := lives.get(c.cell)) is not None and lv.speed and c.flops_per_token]
+        rate = statistics.median(est) if est else None
+    waiting = [c for c in m.cells if c.state == "pending"]
+    if waiting and not rate:
+        return None
+    todo = [P.cell_seconds(c.arm, c.config or {}, c.tokens, rate / c.flops_per_token)
+            for c in waiting if c.flops_per_token]
+    slots = int((m.local or {}).get("jobs") or 0) or len(m.cells)
+    return P.schedule([x.eta_s for x in running if x is not None and x.eta_s], todo, slots)
+
+
+def dur(s: float | None) -> str:
+    """Seconds as the trainer's dry run writes them; "?" when not known."""
+    return "?" if s is None else backend.duration(s)
+
+
+def table(m: Manifest, now: float | None = None) -> str:
+    """The status table `make sweep-status` prints. A running cell shows its phase, live step
+    (its last metrics line), tokens/s and ETA (? until known); the head line the sweep's ETA."""
+    rate = flop_rate(m)
+    lives = {c.cell: live(c, rate, now) for c in m.cells}
+    rows = [("cell", "arm", "run-id", "state", "phase", "step", "tok/s", "ETA", "job", "eval",
+             "reason")]
+    for c in m.cells:
+        ev, lv = c.eval, lives[c.cell]
         reason = c.reason or (f"eval: {ev.reason}" if ev is not None and ev.state == "failed"
                               and ev.reason else "")
         step, tps, eta = str(c.step or "-"), "-", "-"
-        if c.state == "running" and c.run_dir:
-            live = live_progress(c.run_dir, c.tokens)
-            if live is not None:
-                step = str(live["step"])
-                tps = f"{live['tokens_per_s']:.0f}" if isinstance(
-                    live["tokens_per_s"], (int, float)) else "-"
-                eta = _dur(live["eta_s"])
+        if lv is not None and c.state == "running":
+            step = f"{lv.step if lv.step is not None else '-'}/{lv.steps or '?'}"
+            tps = f"{lv.tokens_per_s:.0f}" if lv.tokens_per_s else "-"
+            eta = dur(lv.eta_s)
         pts = [p.state for p in c.points.values()]
         evs = (ev.state if ev is not None else "-") + (
             f" ({pts.count('done')}/{len(pts)} points)" if pts else "")
-        rows.append((c.cell, c.arm, str(c.run_id), c.state, step, tps, eta,
-                     str(c.job_id or "-"), evs, reason))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(v.ljust(w) for v, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1]
-             for r in rows]
+        rows.append((c.cell, c.arm, str(c.run_id), c.state, lv.phase if lv else "-", step, tps,
+                     eta, str(c.job_id or "-"), evs, reason))
     n = m.counts()
-    summary = ", ".join(f"{n[s]} {s}" for s in STATES)
-    head = f"sweep {m.name} ({m.launcher}): {len(m.cells)} cells: {summary}"
+    head = (f"sweep {m.name} ({m.launcher}): {len(m.cells)} cells: "
+            + ", ".join(f"{n[s]} {s}" for s in STATES))
     ev_n = m.eval_counts()
     if ev_n:
         head += "; eval: " + ", ".join(f"{ev_n[s]} {s}" for s in STATES)
         if ev_n["failed"]:
             head += " (failed evaluations count as failures)"
-    return "\n".join([head, *[ln.rstrip() for ln in lines]])
+    if n["running"]:
+        head += f"; training ETA {dur(sweep_eta(m, lives, rate))}"
+    return "\n".join([head, *P.columns(rows)])
+
+
+def listing(results: Path | None = None) -> str:
+    """`make sweeps`: one line per sweep under the results root, newest first: its name, when
+    it last changed (its manifest or a run's metrics lines, UTC), cells trained (done in the
+    manifest, or with a final checkpoint since) and failed, and its grid."""
+    rows, root = [], sweeps_dir(results)
+    for path in root.glob("*/manifest.json"):
+        try:
+            m = load(path)
+        except UsageError as e:
+            rows.append((path.stat().st_mtime, (path.parent.name, "?", "?", one_line(e))))
+            continue
+        runs = {c.cell: RunDir(c.run) for c in m.cells if c.run_dir}
+        times = [path.stat().st_mtime, *(r.metrics_path.stat().st_mtime for r in runs.values()
+                                         if r.metrics_path.is_file())]
+        g = m.grid
+        failed = sum(c.state == "failed" for c in m.cells)
+        done = sum(c.state == "done" or (c.cell in runs and runs[c.cell].finished)
+                   for c in m.cells)
+        rows.append((max(times), (
+            m.name, dt.datetime.fromtimestamp(max(times), dt.timezone.utc).strftime(
+                "%Y-%m-%d %H:%M UTC"),
+            f"{done}/{len(m.cells)} trained"
+            + (f", {failed} failed" if failed else ""),
+            f"arms {','.join(dict.fromkeys(c.arm for c in m.cells)) or '-'}; kappa "
+            f"{' '.join(map(kappa_label, g.get('kappa_bits') or [])) or '-'}; H "
+            f"{' '.join(map(str, g.get('latent_bits') or [])) or '-'}; seeds "
+            f"{' '.join(map(str, g.get('seeds') or [])) or '-'}; controls "
+            f"{' '.join(g.get('controls') or []) or 'none'}")))
+    if not rows:
+        return f"no sweeps under {root} (make sweep starts one)"
+    return "\n".join(P.columns([r for _, r in sorted(rows, key=lambda x: -x[0])]))
 
 
 def manifest_path(name: str, results: Path | None = None) -> Path:

@@ -4,8 +4,11 @@ dry-run text. Nothing here writes a file or submits a job.
     plan(spec, name)          compose every cell with train.py's config, run the shared-settings
                               guard, compute per-cell tokens/FLOPs
     eval_specs(args, plan)    {suite: spec} the chained evaluation of the cells will write
-    dry_run_text(plan)        what `make sweep DRY=1` prints: the grid, FLOPs, the eval specs
-                              and the costliest cell's memory and GPU time
+    dry_run_text(plan)        what `make sweep DRY=1` prints: the grid, FLOPs, the eval specs,
+                              the costliest cell's memory and GPU time, each cell's time on
+                              this machine (a local sweep)
+    cell_seconds, schedule    the one rule for a cell's time and a sweep's over its slots (the
+                              dry run's, and the ETAs of sweeps.manifest.live)
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from common.arms import find as find_arm
 from common.errors import UsageError
 from common.kappa import kappa_label
 from common.paths import RunDir, SweepDir
@@ -109,6 +113,62 @@ def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | N
     return EvalSpec.union({s: EvalSpec.from_json(sp) for s, sp in specs.items()}).to_json()
 
 
+# ------------------------------------------------------------------------------- time
+VAL_PASS = 1 / 3
+"""A validation token costs about one forward pass: a third of a training token (forward and
+backward)."""
+
+
+def passes(arm: str) -> int:
+    """Forward passes a validation token costs an arm's model (a latent arm scores it with Z
+    from the prior and from the encoder)."""
+    a = find_arm(arm)
+    return 2 if a is not None and a.latent else 1
+
+
+def validations(config: dict[str, Any], tokens: float | None) -> tuple[int | None, list[int],
+                                                                        float]:
+    """(steps, the steps that validate, tokens per validation) of a run's resolved config: step
+    0, every logging.val_every steps, and the last (the trainer's `val_due`)."""
+    tr, lg = config.get("train") or {}, config.get("logging") or {}
+    per_step = (tr.get("batch_size") or 0) * (tr.get("seq_len") or 0)
+    if not per_step or not tokens:
+        return None, [], 0.0
+    steps = max(1, round(tokens / per_step))
+    every = int(lg.get("val_every") or 0)
+    vals = sorted({0, steps, *(range(every, steps, every) if every > 0 else ())})
+    return steps, vals, float((config.get("data") or {}).get("val_tokens") or 0)
+
+
+def cell_seconds(arm: str, config: dict[str, Any], tokens: float | None, tokens_per_s: float,
+                 from_step: int = 0, from_tokens: float = 0.0) -> float:
+    """Seconds a run still trains from `from_step` at `tokens_per_s`: its remaining tokens and
+    its remaining validations at VAL_PASS of a training token each (start-up not counted). The
+    one rule behind a dry run's time on this machine (at its measured rate) and a running
+    sweep's ETAs (at the rate its metrics lines report: sweeps.manifest.live)."""
+    _, vals, val_tokens = validations(config, tokens)
+    left = max(0.0, float(tokens or 0) - from_tokens)
+    n_val = sum(v >= from_step for v in vals)
+    return (left + n_val * val_tokens * passes(arm) * VAL_PASS) / tokens_per_s
+
+
+def schedule(busy: list[float], todo: list[float], slots: int) -> float:
+    """Wall seconds until `slots` workers end: `busy` the ones at work (their seconds left),
+    `todo` the jobs waiting, taken longest first by the first worker free (the local driver's
+    order)."""
+    free = sorted([*busy, *[0.0] * max(0, slots - len(busy))])
+    for d in sorted(todo, reverse=True):
+        free[0] += d
+        free.sort()
+    return max(free, default=0.0)
+
+
+def columns(rows: list[tuple[str, ...]]) -> list[str]:
+    """Rows as aligned text columns (the dry run's, the status table's, the sweeps list)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
 # ------------------------------------------------------------------------------- dry run
 def human(x: float) -> str:
     for unit, v in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -128,10 +188,32 @@ def _rate(p: Plan) -> tuple[float, int, str, str] | None:
         return None
 
 
-def dry_run_text(p: Plan) -> str:
+def local_seconds(p: Plan, threads: int) -> tuple[dict[str, float], str] | None:
+    """Each cell's time on this machine as one local job with `threads` threads ({cell: s}, and
+    where the rate comes from): its tokens and validations (`cell_seconds`) at the trainer's
+    own measured rate (backend.local_rate) of the costliest cell's model, as FLOP/s: the other
+    cells at that FLOP/s and their own FLOPs per token (one model timed, not one per cell).
+    None when no rate can be had (a stand-in trainer, a model too large to time)."""
+    if not p.cells:
+        return None
+    big = max(p.cells, key=lambda c: c.flops_per_token)
+    got = backend.local_rate(backend.compose(big.cell), threads)
+    if got is None:
+        return None
+    flop_s = got[0] * big.flops_per_token
+    return {c.cell.name: cell_seconds(c.cell.arm, c.config, c.tokens,
+                                      flop_s / c.flops_per_token) for c in p.cells}, (
+        f"{got[0]:,.0f} tokens/s for {big.cell.name} ({got[1]}; the other cells at its "
+        "FLOP/s)")
+
+
+def dry_run_text(p: Plan, local: tuple[int, int] | None = None) -> str:
+    """What `make sweep DRY=1` prints; `local` = (jobs at once, threads each) of a local sweep,
+    whose cells are then timed on this machine."""
     rate = _rate(p)
+    here = local_seconds(p, local[1]) if local else None
     rows = [("cell", "arm", "kappa", "H", "seed", "run-id", "FLOPs/tok", "tokens", "FLOPs",
-             *(("GPU-h",) if rate else ()), "status")]
+             *(("GPU-h",) if rate else ()), *(("time here",) if here else ()), "status")]
     for c in p.cells:
         done = RunDir(c.run_dir).finished
         rows.append((c.cell.name, c.cell.arm,
@@ -139,9 +221,8 @@ def dry_run_text(p: Plan) -> str:
                      str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
                      human(c.flops_per_token), human(c.tokens), human(c.flops),
                      *((f"{c.flops / rate[0] / 3600:.3g}",) if rate else ()),
+                     *((backend.duration(here[0][c.cell.name]),) if here else ()),
                      "done" if done else "to run"))
-    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(v.ljust(n) for v, n in zip(r, w, strict=True)).rstrip() for r in rows]
     todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
     s = p.spec
     head = (f"sweep {p.name}: preset {s.preset}, data {s.data}, kappa "
@@ -156,16 +237,26 @@ def dry_run_text(p: Plan) -> str:
                f"({rate[2]}), at {rate[0] / 1e12:.4g} TFLOP/s per GPU sustained (MFU x "
                f"train.gpu_peak_tflops; MFU {rate[3]}); all cells "
                f"{total / rate[0] / 3600:.4g} GPU-hours\n")
+    if local and here:
+        wall = schedule([], [here[0][c.cell.name] for c in todo], local[0])
+        gpu += (f"time on this machine to run: {backend.duration(wall)} for {len(todo)} cell(s), "
+                f"{local[0]} at once with {local[1]} thread(s) each (every cell: its tokens and "
+                f"validations at {here[1]}; start-up, a first corpus build and evaluations not "
+                "counted)\n")
+    elif local:
+        gpu += ("time on this machine: not estimated (a model this size is not timed here; "
+                "state train.cpu_tokens_per_s in OVERRIDES)\n")
     tail = (f"total: {len(p.cells)} cells, {human(sum(c.tokens for c in p.cells))} tokens, "
             f"{human(total)} FLOPs; to run: {len(todo)} cells, {human(left)} FLOPs\n{gpu}"
             f"manifest: {p.manifest_path}  (DRY=1: nothing submitted)")
     evl = []
     if p.eval_specs:
-        evl = [f"eval (checked): {s} tasks {','.join(sp['tasks'])}, limit {sp['limit']}, "
-               f"z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id {spec_id(sp)}"
-               for s, sp in p.eval_specs.items()]
+        for name, sp in p.eval_specs.items():
+            evl += [f"eval (checked): {name} tasks {','.join(sp['tasks'])}, limit "
+                    f"{sp['limit']}, z {sp['z_mode']}, gen_tokens {sp['gen_tokens']}, spec_id "
+                    f"{spec_id(sp)}", *backend.limit_lines(sp["tasks"], sp["limit"])]
     skip = [f"skipped control: {why}" for why in skipped_controls(s).values()]
-    return "\n".join([head, *lines, *skip, *evl, *cost_text(p), tail])
+    return "\n".join([head, *columns(rows), *skip, *evl, *cost_text(p), tail])
 
 
 def cost_text(p: Plan) -> list[str]:

@@ -18,6 +18,7 @@ from fake import write_fake_sweep
 from analysis.browser import REQUIRED_SECTIONS, check_report, find_chromium
 from analysis.figures import png_bytes
 from analysis.report import build_report
+from common.benchmarks import PAPER_METRICS_CHECKED
 
 ARTIFACTS = Path(os.environ.get("FTBENCH_ARTIFACTS", "results/test-artifacts"))
 BEFORE_PX = 56_000
@@ -46,7 +47,8 @@ def _fake_synthetic(root: Path) -> Path:
 def report(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("results")
     write_fake_sweep(root, "fake", kappas=(0.5, 4.0),
-                     pending=("free-k0.5-H16-s1", "baseline_flops-s1"))
+                     pending=("free-k0.5-H16-s1", "baseline_flops-s1"),
+                     provenance={"*": {"host": "h", "threads": 2, "launcher": "local"}})
     _fake_synthetic(root)
     return build_report("fake", root, n_boot=100)
 
@@ -56,11 +58,14 @@ def test_report_is_self_contained_and_complete(report):
     for sec in REQUIRED_SECTIONS:
         assert f'id="{sec}"' in html
     srcs = re.findall(r'<img[^>]*src="([^"]*)"', html)
-    # lead forest, summary.png, training curves, val CE vs kappa, benchmarks vs kappa,
-    # overhead, synthetic figure
-    assert len(srcs) == 7 and all(s.startswith("data:image/png;base64,") for s in srcs)
+    # lead forest, learning curves, summary.png, training curves, val CE vs kappa,
+    # benchmarks vs kappa, overhead, synthetic figure
+    assert len(srcs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert (report.parent / "report" / "summary.png").stat().st_size > 10_000
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from a network
+    # the paper-metric mapping is marked unchecked; the wall-clock overhead says its n and load
+    assert ("[paper (unchecked): " in html) != PAPER_METRICS_CHECKED
+    assert "median over n = 1/2 seed pair(s)" in html and "load was not recorded" in html
     # partial sweep: missing cells say so; the provenance footer has run-ids and checksums
     assert "missing: 1 pending" in html
     assert 1 <= html.count("not evaluated in this sweep") <= 4  # 3 tables + the claims
@@ -89,7 +94,7 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     res = check_report(report, shot)
     assert res["check"] == "ok", res
     assert res["ok"] and res["broken_images"] == 0 and res["missing_sections"] == []
-    assert res["images"] == 7
+    assert res["images"] == 8
     # the answer first: the lead figure and the report card on the first screen at 1400 px
     assert 0 <= res["top"]["lead"] < 1000 and 0 <= res["top"]["card"] < 1000, res["top"]
     assert 0 < res["page_height"] < BEFORE_PX / 3, res["page_height"]

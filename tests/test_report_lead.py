@@ -148,6 +148,57 @@ def test_first_screen_order_and_folds(sweep):
     assert "identical" in body[:body.index('id="summary"')]
 
 
+def _lead_section(html: str) -> str:
+    return html[html.index('<section id="lead"'):html.index('<section id="card"')]
+
+
+def test_identically_trained_cells_are_named_with_why(tmp_path, sweep):
+    """kappa 2 and 4 trained bit-identical runs when the KL never reached 2 bits (the penalty
+    is 0 in both): the first screen names them once for every seed and says why, from the runs'
+    own files."""
+    write_fake_sweep(tmp_path, "same", kappas=(2.0, 4.0), seeds=(0, 1), controls=())
+    man = json.loads((tmp_path / "sweeps" / "same" / "manifest.json").read_text())
+    rid = {c["cell"]: c["run_id"] for c in man["cells"]}
+    for seed in (0, 1):
+        src = tmp_path / "runs" / rid[f"free-k2-H16-s{seed}"] / "metrics.jsonl"
+        lines = [json.loads(x) for x in src.read_text().splitlines()]
+        for x in lines:  # a latent that stayed under 0.3 bits
+            for k in ("kl_bits", "val_kl_bits"):
+                if k in x:
+                    x[k] = min(x[k], 0.3)
+        text = "".join(json.dumps(x) + "\n" for x in lines)
+        src.write_text(text)
+        (tmp_path / "runs" / rid[f"free-k4-H16-s{seed}"] / "metrics.jsonl").write_text(text)
+    data = load_sweep("same", tmp_path)
+    notes = lead.identical_runs(data)
+    assert len(notes) == 1 and notes[0].startswith(
+        "free-k2-H16, free-k4-H16 trained identically in seeds 0, 1 (bit-identical metrics")
+    assert "the free-bits penalty was never active" in notes[0]
+    assert "peaked at 0.3 bits/token, below kappa 2 and 4" in notes[0]
+    first = _lead_section(build_report("same", tmp_path, n_boot=50).read_text(encoding="utf-8"))
+    assert "Trained identically." in first and "free-k2-H16, free-k4-H16" in first
+    root, name = sweep  # Z-cut = baseline: said once, by the Z-cut check (can_cannot)
+    assert lead.identical_runs(load_sweep(name, root)) == []
+
+
+def test_one_seed_lead_figure_draws_each_run_and_says_why_no_interval(tmp_path):
+    write_fake_sweep(tmp_path, "one", kappas=(0.5, 2.0), seeds=(0,), controls=())
+    data = load_sweep("one", tmp_path)
+    tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
+    fig, drawn = lead.per_run_figure(tables)
+    keys = list(dict.fromkeys((d["task"], d["metric"]) for d in drawn))
+    assert keys[0] == ("val", "val_ce") and ("val", "val_bpb") not in keys
+    t = tables["tokens"]
+    for d in drawn:  # each point is its run's value, as the table has it
+        r = t[(t["column"] == d["column"]) & (t["task"] == d["task"])
+              & (t["metric"] == d["metric"])].iloc[0]
+        assert d["value"] == r["mean"] and r["n_seeds"] == 1
+    assert {d["column"] for d in drawn} == {"baseline", "FT k=0.5", "FT k=2"}
+    first = _lead_section(build_report("one", tmp_path, n_boot=50).read_text(encoding="utf-8"))
+    assert "each run&#x27;s own value, no interval and no verdict" in first
+    assert 'alt="lead figure: each run' in first and "learning curves" in first
+
+
 def test_floor_rows_are_one_line_and_not_drawn(tmp_path):
     """pass@1 at 0 for every arm: one 'At the floor' line, no table row, no curve panel."""
     write_fake_sweep(tmp_path, "floor", kappas=(0.5,), seeds=(0, 1), controls=(),

@@ -6,7 +6,9 @@ The end-to-end sweeps with the real trainer are in tests/test_sweep_e2e.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from common.paths import RunDir
-from common.records import Manifest, ManifestCell
+from common.records import EvalState, Manifest, ManifestCell
 from sweeps import backend
 from sweeps import driver as D
 from sweeps import launcher as L
@@ -136,6 +138,13 @@ def test_bad_input_is_one_line_exit_2_nothing_written(module: str, argv: list[st
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"{prog}: error: ") and msg in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "results").exists()
+
+
+def test_limit_is_per_subject_of_a_grouped_task() -> None:
+    """LIMIT on MMLU (a group of subjects) is per subject: the dry run says what it comes to."""
+    assert backend.limit_lines(["arc_easy", "mmlu"], 5) == [
+        "  limit 5 is per subject in mmlu: 57 subjects x 5 = 285 questions, 1,140 requests"]
+    assert backend.limit_lines(["mmlu"], None) == []
 
 
 def test_the_real_entry_point_and_make_booleans() -> None:
@@ -451,6 +460,11 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     assert "2 cells: 0 pending, 0 running, 2 done, 0 failed; eval: 0 pending, 0 running, " \
            "0 done, 2 failed" in out
     assert "eval: eval c exited with code 2: error: boom" in out
+    assert out.rstrip().splitlines()[-3:] == [  # the last lines: what to run next
+        "next: make report NAME=ev   (the HTML report; a partial sweep works, each missing "
+        "cell says why)", "      make sweep-status NAME=ev   (the cells' states)",
+        "      re-run the same command to resume what is unfinished (RETRY_FAILED=1 also "
+        "reruns failed cells)"]
     assert ("train", {"FTBENCH_LAUNCHER": "local"}) in _Ex.envs
     assert "eval: 0 pending, 0 running, 0 done, 2 failed" in SM.table(SM.status("ev", tmp_path))
     m = json.loads((tmp_path / "sweeps" / "ev" / "manifest.json").read_text())
@@ -578,30 +592,150 @@ def test_trainer_records_the_launcher_in_config_provenance(
         assert prov["threads"] == torch.get_num_threads()
 
 
-# ------------------------------------------------------------------ live progress (issue 15)
-def test_status_shows_live_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
-    """A running cell shows the step of its last metrics.jsonl train line (not its last
-    checkpoint, '-' before the first one), its tokens/s and the ETA to its planned tokens."""
+# ------------------------------------------------------------------ live progress (issues 15, 46)
+def _lines(run: Path, recs: list[dict], at: float) -> None:
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
+    os.utime(run / "metrics.jsonl", (at, at))
+
+
+def test_status_shows_phase_step_tokens_per_s_and_eta(tmp_path: Path) -> None:
+    """A running cell shows its phase, the step of its last metrics line, its tokens/s and the
+    ETA to its planned tokens and validations; the head line the sweep's ETA over its slots;
+    a cell not running shows '-'."""
     from sweeps import manifest as M
 
     run = tmp_path / "r"
     run.mkdir()
-    lines = [{"kind": "train", "step": s, "tokens": 1000 * s, "tokens_per_s": 500.0}
-             for s in (10, 20, 30)]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines)
-                                       + '{"kind": "train", "st')  # a line being written
-    live = M.live_progress(run, 90_000)
-    assert live == {"step": 30, "tokens": 30_000, "tokens_per_s": 500.0, "eta_s": 120.0}
-    m = {"name": "s", "launcher": "local", "cells": [
-        {"cell": "a", "arm": "free", "run_id": "x", "state": "running", "step": None,
-         "job_id": "1", "run_dir": str(run), "tokens": 90_000},
-        {"cell": "b", "arm": "baseline", "run_id": "y", "state": "pending", "step": None,
-         "job_id": None, "run_dir": str(tmp_path / "none"), "tokens": 90_000}]}
-    rows = M.table(Manifest.from_json(m)).splitlines()
-    assert rows[1].split()[:7] == ["cell", "arm", "run-id", "state", "step", "tok/s", "ETA"]
-    assert rows[2].split()[3:7] == ["running", "30", "500", "2m00s"]
-    assert rows[3].split()[3:7] == ["pending", "-", "-", "-"]
+    (run / "config.yaml").write_text("run_id: r\n")
+    t = time.time()
+    _lines(run, [{"kind": "train", "step": s, "tokens": 1000 * s, "tokens_per_s": 500.0}
+                 for s in (10, 20, 30)], t)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "train", "st')  # a line being written
+    os.utime(run / "metrics.jsonl", (t, t))
+    assert M.live_progress(run, 90_000) == {"step": 30, "tokens": 30_000, "tokens_per_s": 500.0,
+                                            "eta_s": 120.0}
+    cfg = {"train": {"batch_size": 4, "seq_len": 250}, "logging": {"val_every": 0},
+           "data": {"val_tokens": 1500}}  # 90 steps; validations at 0 and 90
+    m = {"name": "s", "launcher": "local", "local": {"jobs": 1}, "cells": [
+        {"cell": "a", "arm": "baseline", "run_id": "x", "state": "running", "job_id": "1",
+         "run_dir": str(run), "tokens": 90_000, "flops_per_token": 1e6, "config": cfg},
+        {"cell": "b", "arm": "baseline", "run_id": "y", "state": "pending", "job_id": None,
+         "run_dir": str(tmp_path / "none"), "tokens": 90_000, "flops_per_token": 1e6,
+         "config": cfg}]}
+    rows = M.table(Manifest.from_json(m), now=t + 20).splitlines()
+    # a: 60k tokens and the last validation (1500 tokens at a third of a training token) at
+    # 500 tokens/s, less the 20 s since its line = 101 s; b after it: 180 + 2 validations
+    assert rows[0].endswith("; training ETA 4.7 min"), rows[0]
+    assert rows[1].split()[:8] == ["cell", "arm", "run-id", "state", "phase", "step", "tok/s",
+                                   "ETA"]
+    assert rows[2].split()[3:9] == ["running", "training", "30/90", "500", "101", "s"]
+    assert rows[3].split()[3:8] == ["pending", "-", "-", "-", "-"]
     assert M.live_progress(tmp_path / "none", 1) is None
+
+
+def test_phases_from_the_run_files_and_no_eta_of_0(tmp_path: Path) -> None:
+    """Each phase is read from what the run wrote; an ETA is unknown ('?') until a speed is
+    known and once its estimate is spent, never '0 s' for work in progress."""
+    import datetime as dt
+
+    from sweeps import manifest as M
+
+    run = tmp_path / "r"
+    t = time.time()
+    cfg = {"train": {"batch_size": 4, "seq_len": 250}, "logging": {"val_every": 10},
+           "data": {"val_tokens": 3000}}  # 30 steps of 1000 tokens; validations 0, 10, 20, 30
+    c = ManifestCell(cell="free-x", arm="free", run_id="r", run_dir=str(run), state="running",
+                     tokens=30_000, flops_per_token=1e6, config=cfg,
+                     started=dt.datetime.fromtimestamp(t - 100, dt.timezone.utc).isoformat())
+    lv = M.live(c, now=t)
+    assert (lv.phase, lv.eta_s) == ("starting", None)  # no run record yet: corpus, model
+    late = dataclasses.replace(c, started=dt.datetime.fromtimestamp(
+        t - 10, dt.timezone.utc).isoformat())  # the sweep's speed: 1e9 FLOP/s = 1000 tokens/s
+    assert M.live(late, flop_rate=1e9, now=t).eta_s == pytest.approx(
+        (30_000 + 4 * 3000 * 2 / 3) / 1000 - 10, abs=1)
+    run.mkdir()
+    (run / "config.yaml").write_text("run_id: r\n")
+    os.utime(run / "config.yaml", (t - 60, t - 60))
+    _lines(run, [], t - 60)
+    assert M.live(c, now=t).phase == "validating"  # step 0's, before its line
+    _lines(run, [{"kind": "val", "step": 0, "val_tokens": 3000}], t - 50)
+    lv = M.live(c, now=t)  # 3000 tokens x 2 passes / 3 in 10 s: 200 tokens/s estimated
+    assert (lv.phase, lv.step, lv.steps, lv.tokens_per_s, lv.speed) == (
+        "training", 0, 30, None, pytest.approx(200.0))
+    assert lv.eta_s == pytest.approx((30_000 + 3 * 2000) / 200 - 50)
+    train = {"kind": "train", "step": 10, "tokens": 10_000, "tokens_per_s": 1000.0}
+    _lines(run, [{"kind": "val", "step": 0}, train], t - 1)
+    assert M.live(c, now=t).phase == "validating"  # step 10 validates
+    _lines(run, [{"kind": "val", "step": 0}, {**train, "step": 30, "tokens": 30_000}], t - 60)
+    lv = M.live(c, now=t)
+    assert (lv.phase, lv.eta_s) == ("validating", None)  # the last one, over its estimate
+    assert "ETA ?" not in M.dur(None) and M.dur(None) == "?"
+    _lines(run, [{**train, "step": 30}, {"kind": "val", "step": 30}, {"kind": "final"}], t)
+    assert M.live(c, now=t).phase == "saving"
+    done = dataclasses.replace(c, state="done")
+    assert M.live(done, now=t) is None
+    done.eval = EvalState(state="running")
+    assert M.live(done, now=t).phase == "evaluating"
+
+
+def test_sweeps_list(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`make sweeps`: one line per sweep, newest first, with cells trained and its grid; one
+    line and exit 0 when there is none."""
+    from fake import write_fake_sweep
+
+    from sweeps.__main__ import main
+
+    assert main(["list", "--results", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.strip() == \
+        f"no sweeps under {tmp_path / 'sweeps'} (make sweep starts one)"
+    write_fake_sweep(tmp_path, "old", seeds=(0,), pending=("free-k4-H16-s0",))
+    man = write_fake_sweep(tmp_path, "new", kappas=(1.0,), controls=())
+    for f in tmp_path.glob("runs/*/metrics.jsonl"):
+        os.utime(f, (0, 0))
+    os.utime(man.parent.parent / "old" / "manifest.json", (0, 0))
+    os.utime(man, (2e9, 2e9))
+    assert main(["list", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in out] == ["new", "old"]
+    assert "2033-05-18 03:33 UTC  4/4 trained  arms baseline,free; kappa 1; H 16; seeds 0 1; " \
+           "controls none" in out[0]
+    assert "4/5 trained" in out[1] and "controls baseline_flops" in out[1]
+
+
+@pytest.mark.slow  # a real 2-cell sweep, interrupted and run again
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
+    """SIGINT to the sweep's process group, as a terminal's Ctrl-C sends it: no traceback
+    (submitit's local controllers printed two), one line saying how to resume, exit 130; the
+    same command again resumes the interrupted cells from their checkpoints."""
+    import signal
+
+    env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"),
+           "FTBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env.pop("FTBENCH_DATA", None)
+    argv = [sys.executable, "-m", "sweeps", "run", "--kappa", "1", "--h", "4", "--tokens",
+            "32k", "--name", "cc", "--jobs", "2", "--overrides",
+            "train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
+            "logging.val_every=0 logging.ckpt_every=4 logging.log_every=4"]
+    p = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    t0 = time.time()
+    while time.time() - t0 < 300 and p.poll() is None and not any(
+            '"kind": "train"' in f.read_text() for f in tmp_path.glob("results/runs/*/"
+                                                                      "metrics.jsonl")):
+        time.sleep(0.5)
+    assert p.poll() is None, p.communicate()
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, (out, err)
+    assert "Traceback" not in err and err.strip().splitlines() == [
+        "sweep: interrupted; re-run the same command to resume"], err
+    assert "interrupted: stopping" in out and "-> pending (interrupted" in out, out
+    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    logs = [f.read_text() for f in tmp_path.glob("results/runs/*/train.log")]
+    assert len(logs) == 2 and any("resumed from step_" in x for x in logs), logs
 
 
 # ------------------------------------------------------------------ layout (issue 23)

@@ -24,6 +24,7 @@ Design choices:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import functools
@@ -32,11 +33,12 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +59,7 @@ from common.records import (  # noqa: F401 - spec_id: sweeps/backend.py and prob
     suites_of,
 )
 from common.text import one_line
-from experiments.eval.tasks import benchdata
+from experiments.eval.tasks import benchdata, grouped
 from model.checkpoint import CheckpointError
 
 DEFAULT_TASKS = benchmarks.tasks(default=True, order="run")
@@ -70,8 +72,13 @@ VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 """Packages whose versions an eval file records."""
 
 
-EvalArgsError = UsageError
-"""The old name, while sweeps/backend.py imports it."""
+def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
+    """What `limit` means for the grouped tasks among `tasks` (the loader's `grouped`): per
+    subject, and the questions and requests it comes to (MMLU at 5: 285 questions, 1,140
+    requests)."""
+    return [f"  limit {limit} is per subject in {t}: {k} subjects x {limit} = {k * limit:,} "
+            f"questions, {k * limit * n:,} requests" for t in tasks
+            if limit and (g := grouped(t)) for k, n in [g]]
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -270,6 +277,7 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
         tm = TaskManager()
     entries: dict[str, dict] = {}
     for t in tasks:
+        t0, n0 = time.time(), _request_count(lm)
         try:
             out = lm_eval.simple_evaluate(
                 model=lm, tasks=[t], num_fewshot=fewshot, limit=limit, use_cache=str(cache),
@@ -299,10 +307,12 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
         except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
             logging.getLogger(__name__).exception("task %s failed", t)
             entries[t] = _error_entry(t, e, fewshot)
+        task_line(t, entries[t], time.time() - t0, _request_count(lm) - n0)
     for t in tasks:  # the gold answers' bits per byte, for the rows that score them
         gold = (row := benchmarks.find(t)) and row.task == t and row.gold_task
         if not gold:
             continue
+        t0, n0 = time.time(), _request_count(lm)
         try:
             task = get_task_dict([t], tm)[t]
             docs = list(task.eval_docs)[: limit or None]
@@ -314,6 +324,7 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
         except Exception as e:  # noqa: BLE001
             logging.getLogger(__name__).exception("%s failed", gold)
             entries[gold] = _error_entry(gold, e, 0)
+        task_line(gold, entries[gold], time.time() - t0, _request_count(lm) - n0)
     if native_dir is not None and native:
         write_native(native, native_dir, run_id)
     return entries
@@ -433,37 +444,19 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
             # how it ran (not in the spec: neither changes what is asked)
             "precision": lm.precision, "world_size": dp.world if dp is not None else 1}
     written: dict[str, Path] = {}
+    print(f"eval {run_id} step {lm.checkpoint_step} ({lm.arm.name}, z {z}): "
+          f"{', '.join(tasks)}" + (f", limit {limit} per task" if limit else ""), flush=True)
+    for line in limit_lines(tasks, limit):
+        print(line, flush=True)
     for suite, names in suites.items():
         spec = specs[suite]
         cache_key = spec.cache_key(ident, seed, gen_toks)
         path = eval_dir / spec.file_name(lm.checkpoint_step)
         t0 = time.time()
         n0 = _request_count(lm)
-        if suite == "lm-eval":
-            entries = run_lm_eval(lm, names, limit, fewshot, ddir, eval_dir,
-                                  cache_dir / f"lm-eval-{cache_key}", seed,
-                                  native_dir=native_dir(path), run_id=run_id)
-        else:
-            from lm_eval.api.model import CachingLM
-
-            from experiments.eval import evalplus_suite
-
-            cached = CachingLM(lm, str(cache_dir / f"evalplus-{cache_key}.db"))
-            entries = {}
-            for t in names:
-                try:
-                    got = evalplus_suite.run_task(_GenVia(cached, lm), t, ddir, limit,
-                                                eval_dir / ".evalplus" / path.stem, gen_toks)
-                except Exception as e:  # noqa: BLE001 - the task's error, never a 0
-                    logging.getLogger(__name__).exception("task %s failed", t)
-                    got = {t: _error_entry(t, e, 0),
-                           f"{t}_gold_bpb": _error_entry(f"{t}_gold_bpb", e, 0)}
-                if "error" not in got.get(t, {}) and "truncation" not in got.get(t, {}):
-                    probs = evalplus_suite.load_problems(evalplus_suite.problems_file(t, ddir),
-                                                       limit)
-                    got[t]["truncation"] = lm.truncation_record(
-                        [(p["prompt"], {"max_gen_toks": gen_toks}) for p in probs])
-                entries |= got
+        with harness_output(path.with_suffix(".log")):
+            entries = _run_suite(suite, names, lm, req, ddir, eval_dir,
+                                 cache_dir / f"{suite}-{cache_key}", path, run_id, gen_toks)
         elapsed = time.time() - t0
         nreq = _request_count(lm) - n0
         doc = EvalFile(
@@ -475,10 +468,73 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
                           "elapsed_s": round(elapsed, 2), "requests": nreq,
                           "requests_per_s": nreq / elapsed if elapsed else None})
         atomic_write_json(path, doc.to_json(), default=_json_default)
-        print(f"wrote {path}: " + ", ".join(
-            f"{t}={_fmt(e)}" for t, e in entries.items()), flush=True)
         written[suite] = path
     return written
+
+
+def _run_suite(suite: str, names: list[str], lm: Any, req: EvalRequest, ddir: Path | None,
+               eval_dir: Path, cache: Path, path: Path, run_id: str,
+               gen_toks: int) -> dict[str, dict]:
+    """One suite's task entries (a dead task: its error, null metrics); `cache`: its request
+    cache without the suffix."""
+    if suite == "lm-eval":
+        return run_lm_eval(lm, names, req.limit, req.fewshot, ddir, eval_dir, cache, req.seed,
+                           native_dir=native_dir(path), run_id=run_id)
+    from lm_eval.api.model import CachingLM
+
+    from experiments.eval import evalplus_suite
+
+    cached = CachingLM(lm, f"{cache}.db")
+    entries: dict[str, dict] = {}
+    for t in names:
+        t0, n0 = time.time(), _request_count(lm)
+        try:
+            got = evalplus_suite.run_task(_GenVia(cached, lm), t, ddir, req.limit,
+                                          eval_dir / ".evalplus" / path.stem, gen_toks)
+        except Exception as e:  # noqa: BLE001 - the task's error, never a 0
+            logging.getLogger(__name__).exception("task %s failed", t)
+            got = {t: _error_entry(t, e, 0),
+                   f"{t}_gold_bpb": _error_entry(f"{t}_gold_bpb", e, 0)}
+        if "error" not in got.get(t, {}) and "truncation" not in got.get(t, {}):
+            probs = evalplus_suite.load_problems(evalplus_suite.problems_file(t, ddir),
+                                                 req.limit)
+            got[t]["truncation"] = lm.truncation_record(
+                [(p["prompt"], {"max_gen_toks": gen_toks}) for p in probs])
+        for i, (name, e) in enumerate(got.items()):  # one run scores a task and its gold
+            task_line(name, e, *((time.time() - t0, _request_count(lm) - n0) if i == 0 else ()))
+        entries |= got
+    return entries
+
+
+def task_line(task: str, e: dict, seconds: float | None = None, requests: int = 0) -> None:
+    """A benchmark's one progress line (the harness's own bars go to the suite's log);
+    `seconds` None: scored by the run of the task before it."""
+    m = e.get("metrics", {}).get(e.get("primary"), {})
+    score = f"error: {e['error']}" if e.get("error") else (
+        f"{e.get('primary')} {_fmt(e)}" + (f" ± {m['stderr']:.3f}" if m.get("stderr") else ""))
+    print(f"  {task}: {score}; {e.get('n') if e.get('n') is not None else '?'} items"
+          + (f", {requests:,} requests, {seconds:.0f} s" if seconds is not None else ""),
+          flush=True)
+
+
+@contextlib.contextmanager
+def harness_output(log: Path) -> Iterator[None]:
+    """What lm-eval, datasets, evalplus and the adapter write on stderr (progress bars, their
+    warnings) goes to `log` while a suite runs: the console keeps one line per benchmark and
+    the summary. The file descriptor itself is redirected, so a library's own handle to
+    stderr is caught too."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    keep = os.dup(2)
+    try:
+        with open(log, "ab") as f:
+            os.dup2(f.fileno(), 2)
+            print(f"  (progress bars and harness messages: {log})", flush=True)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(keep, 2)
+        os.close(keep)
 
 
 def native_dir(eval_file: Path) -> Path:
@@ -518,6 +574,15 @@ def resolve_device(device: str | None) -> str:
         raise UsageError(f"--device {device}: MPS is not available on this machine; omit "
                             "--device to pick one automatically")
     return device
+
+
+def summary(paths: dict[str, Path]) -> list[str]:
+    """The command's last lines: each file written and its tasks' primary scores."""
+    out = []
+    for p in paths.values():
+        tasks = json.loads(p.read_text(encoding="utf-8")).get("tasks", {})
+        out += [f"wrote {p}", "  " + ", ".join(f"{t}={_fmt(e)}" for t, e in tasks.items())]
+    return out
 
 
 def failed_tasks(paths: dict[str, Path]) -> list[str]:
@@ -694,8 +759,27 @@ def _check_caches(tasks: list[str]) -> None:
             raise UsageError(f"{what} {d}: {why}; set {var} to a writable directory")
 
 
+MAKE_VARS = {"--tasks": "TASKS", "--limit": "LIMIT", "--z": "Z", "--k": "K",
+             "--fewshot": "FEWSHOT", "--data": "BENCH_DATA", "--seed": "SEED",
+             "--max-gen-toks": "GEN", "--batch-size": "BS", "--threads": "THREADS"}
+"""The make variable behind each flag of `make eval` (mk/eval.mk's EVAL_OPTS): a refusal names
+what the user typed."""
+
+
+def make_names(msg: str) -> str:
+    """A refusal that opens on a flag opens on its make variable too: `argument --limit: ...`
+    -> `LIMIT (--limit): ...`."""
+    m = re.match(r"(?:argument )?(--[\w-]+):", msg)
+    if m is None or m[1] not in MAKE_VARS:
+        return msg
+    return f"{MAKE_VARS[m[1]]} ({m[1]}):{msg[m.end():]}"
+
+
 def _main(argv: Sequence[str]) -> int:
-    a = validate_args(argv, ckpt=None, check_data=False)
+    try:
+        a = validate_args(argv, ckpt=None, check_data=False)
+    except UsageError as e:
+        raise UsageError(make_names(one_line(e))) from None
     _check_caches(a.task_list)
     if a.threads > 0:
         import torch
@@ -705,6 +789,7 @@ def _main(argv: Sequence[str]) -> int:
         written = run_eval(a.ckpt, request_of(a), runtime_of(a))
     except CheckpointError as e:  # a corrupt checkpoint: before the first file is written
         raise UsageError(str(e)) from None
+    print("\n".join(summary(written)), flush=True)
     bad = failed_tasks(written)
     if bad:  # the file is written; the command still fails, so a sweep counts it as failed
         print(f"eval: error: {len(bad)} task(s) failed (recorded with null metrics): "

@@ -697,7 +697,7 @@ MEASURE_MAX_PARAMS = 100_000_000
 """The dry run times training steps on this CPU only for models up to this size."""
 
 
-def _cpu_rate(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | None:
+def cpu_throughput(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | None:
     """This machine's training tokens/s: the stated train.cpu_tokens_per_s, else measured
     over `n` optimizer steps (after one warm-up) of this model on random tokens at the
     configured micro-batch and accumulation, with this process's threads."""
@@ -735,7 +735,7 @@ def _cpu_rate(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | N
 def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
     mode = dry_parallel(cfg, p)
     if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
-        cpu = _cpu_rate(cfg, p)
+        cpu = cpu_throughput(cfg, p)
         if cpu is None:
             return (format_estimate(cfg, p, mode, hand_memory=False) + "\nCPU time    null: the "
                     f"model has more than {MEASURE_MAX_PARAMS:,} parameters to time here; state "

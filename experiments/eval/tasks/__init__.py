@@ -63,6 +63,12 @@ def mmlu_subjects() -> list[str]:
     return sorted(p.stem[len("mmlu_"):] for p in d.glob("mmlu_*.yaml"))
 
 
+def grouped(task: str) -> tuple[int, int] | None:
+    """(subjects, choices per question) of a task that is a group of subjects (`--limit n`
+    takes n questions of each), else None."""
+    return (len(mmlu_subjects()), 4) if task == "mmlu" else None
+
+
 def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
     """file name -> YAML content for every offline task."""
     d = Path(data_dir).resolve()
