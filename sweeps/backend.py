@@ -79,7 +79,7 @@ def check_eval_tasks(tasks: Sequence[str]) -> None:
 
     try:
         check_tasks(list(tasks), None)
-    except ValueError as e:  # EvalArgsError
+    except ValueError as e:  # the eval parser's UsageError (a ValueError)
         raise UsageError(one_line(e)) from None
 
 
