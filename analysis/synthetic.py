@@ -52,7 +52,7 @@ from common.errors import UsageError, cli
 from common.kappa import kappa_label as common_kappa_label
 from common.paths import RunDir, results_root
 
-from .render import DASH, blocks, md, write_doc
+from .render import DASH, blocks, ci, fmt, md, write_doc
 from .stats import t_half
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -1011,8 +1011,7 @@ TABLE_COLUMNS = {
 
 def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
     """A table cell: 3 decimals, a dash when missing, '(n=k)' when fewer than all runs."""
-    x = v if isinstance(v, str) else _num(v)
-    s = DASH if x is None else x if isinstance(x, str) else f"{x:.3f}"
+    s = v if isinstance(v, str) else fmt(v)
     return s if n is None or n == total or n == 0 else f"{s} (n={n})"
 
 
@@ -1073,11 +1072,6 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 # --------------------------------------------------------------------------- the doc
-def _secs(v: Any) -> str:
-    x = _num(v)
-    return DASH if x is None else f"{x:.0f}"
-
-
 def _read_verdicts(path: Path) -> pd.DataFrame | None:
     # "n/a" is a result here, not a missing value
     return pd.read_csv(path, keep_default_na=False, na_values=[""]) if path.is_file() else None
@@ -1130,7 +1124,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                           **{h: _cell(r[c], int(r[f"{c}_n"]), int(r["n_measured"]))
                              for c, h in cols.items()}} for _, r in summary.iterrows()])
     seeds = pd.DataFrame([{"model": r["model"], "run": r["name"] if r["status"] == "measured"
-                           else f"{r['name']} (missing)", "steps": _secs(r["steps"]),
+                           else f"{r['name']} (missing)", "steps": fmt(r["steps"], ".0f"),
                            **{h: _cell(r[c]) for c, h in cols.items()},
                            "regime (v1)": r["regime_result"]
                            if isinstance(r["regime_result"], str) else DASH}
@@ -1157,8 +1151,9 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                            _mean_cell("gain", n_runs))]
     L += _agreement_block(d / "agreement.csv", n_runs) + _gaps_block(d / "gaps.csv")
     wall = pd.DataFrame([{
-        "run": s["name"], "arms": s["n_arms"], "training s (sum)": _secs(s.get("train_wall_s")),
-        "whole run s": _secs(s.get("wall_s")), "threads": s.get("threads") or DASH,
+        "run": s["name"], "arms": s["n_arms"],
+        "training s (sum)": fmt(s.get("train_wall_s"), ".0f"),
+        "whole run s": fmt(s.get("wall_s"), ".0f"), "threads": s.get("threads") or DASH,
         "CPUs": s.get("cpu_count") or DASH,
         "load": f"{s['loadavg_start'][0]:.1f} -> {s['loadavg_end'][0]:.1f}"
         if s.get("loadavg_start") and s.get("loadavg_end") else "not recorded"} for s in srcs])
@@ -1230,19 +1225,6 @@ def _agreement_block(path: Path, n_runs: int) -> list[str]:
                                        _mean_cell("value", n_runs))]
 
 
-def _ci_cell(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
-    x, a, b = _num(v), _num(lo), _num(hi)
-    if x is None:
-        return DASH
-    return f"{x:.{digits}f}" + ("" if a is None or b is None
-                                else f" [{a:.{digits}f}, {b:.{digits}f}]")
-
-
-def _p_cell(v: Any) -> str:
-    x = _num(v)
-    return DASH if x is None else f"{x:.4f}"
-
-
 def _gaps_block(path: Path) -> list[str]:
     """Every gap with its interval and p, from gaps.csv (absent: said, never zeros)."""
     if not path.is_file():
@@ -1258,11 +1240,11 @@ def _gaps_block(path: Path) -> list[str]:
     n_perm = sorted({int(x) for x in g["n_perm"]})
     ns = sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"], strict=True)})
     finals = pd.DataFrame([[
-        r["model"], r["name"], _ci_cell(r["pos_gap"], r["pos_lo"], r["pos_hi"]),
-        _p_cell(r["pos_p"]), _ci_cell(r["noise_gap"], r["noise_lo"], r["noise_hi"]),
-        _p_cell(r["noise_p"]), _ci_cell(r["validity_diff"], r["validity_diff_lo"],
+        r["model"], r["name"], ci(r["pos_gap"], r["pos_lo"], r["pos_hi"]),
+        fmt(r["pos_p"], ".4f"), ci(r["noise_gap"], r["noise_lo"], r["noise_hi"]),
+        fmt(r["noise_p"], ".4f"), ci(r["validity_diff"], r["validity_diff_lo"],
                                         r["validity_diff_hi"]),
-        _ci_cell(r["ce_prior"], r["ce_prior_lo"], r["ce_prior_hi"])] for _, r in fin.iterrows()],
+        ci(r["ce_prior"], r["ce_prior_lo"], r["ce_prior_hi"])] for _, r in fin.iterrows()],
         columns=["model", "run", "position gap [95% CI]", "p", "noise gap [95% CI]", "p",
                  "validity - baseline [95% CI]", "CE prior Z [95% CI]"])
     L = ["", "Gaps with 95% intervals and permutation p (final models; gap = shared Z - across "
@@ -1281,7 +1263,7 @@ def _gaps_block(path: Path) -> list[str]:
             if h.empty:
                 return DASH
             r = h.iloc[-1]
-            return _ci_cell(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], 2) + (
+            return ci(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], ".2f") + (
                 "*" if (_num(r[f"{kind}_p"]) or 1.0) < GAP_ALPHA else "")
         L += ["", f"{label} gap over training, per run (95% interval; * = p < {GAP_ALPHA}; "
               "the last step is the final model):", "",
