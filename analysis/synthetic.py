@@ -13,16 +13,8 @@ prompted letter, noise allowed); position agreement (pairs of valid rows with th
 within a shared group, across two shared groups of one prompt, and within the per-sequence group;
 noise agreement (Jaccard of the '!' sets); every gap shared - across with a jackknife interval
 over the shared groups and a one-sided permutation p. The regime rules: v1 (issue 6, point
-estimates: REGIMES) and v2 (issue 38, intervals and p: REGIMES_V2, PREDICATES).
-
-    python -m analysis.synthetic --name NAME        one run: table.csv/.md, acceptance.json,
-                                                    figure.png (the Figure-4 analogue)
-    python -m analysis.synthetic --names N... --out DIR   one run per seed -> DIR/per_seed.csv,
-        summary.csv, curves.csv, agreement.csv, gaps.csv, verdicts.csv, aggregate.json
-        (provenance, each source's sha256), samples/*.gz, summary.md and the figures
-    python -m analysis.synthetic render-doc [--check]     docs/SYNTHETIC.md's blocks from the
-                                                    committed tables under measured/synthetic/
-A name with no samples.jsonl is missing: its rows are empty and every count says n.
+estimates: REGIMES) and v2 (issue 38, intervals and p: REGIMES_V2, PREDICATES). The commands
+(one run, one run per seed, render-doc): docs/SYNTHETIC.md and mk/synthetic.mk.
 """
 
 from __future__ import annotations
