@@ -115,11 +115,6 @@ def parse_body(body: str, letter: str) -> Parsed:
     return invalid
 
 
-def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
-    union = a | b
-    return 1.0 if not union else len(a & b) / len(union)
-
-
 UNIT_COLS = ["model", "arm", "kappa_bits", "latent_bits", "step", "final", "kl_bits",
              "ce_prior", "ce_encoder", "ce_prior_sd", "n_eval", "steps", "train_wall_s",
              "run_id", "run_dir", "marginal_bias_bits"]
@@ -891,8 +886,7 @@ def render_figure(run: Run, path: Path, rows_per_group: int = 8, prompt_idx: int
                   fontsize: float = 6.5) -> Path:
     """The Figure-4 analogue: per model, for one prompt, one group with Z drawn per sequence
     (blue box) and two groups each sharing one Z (green boxes), as monospaced text."""
-    models = run.models.iloc[np.argsort([_order(k) for k in run.models["kappa_bits"]],
-                                        kind="stable")]
+    models = _by_kappa(run.models)
     cw, lh = 0.602 * fontsize / 72.0, 1.22 * fontsize / 72.0  # monospace advance, line height
     n_chars, gap_lines, title_lines = 2 + BODY_LEN + 4, 1.2, 2.2
     panel_lines = title_lines + 3 * (rows_per_group + gap_lines) + 2.2
