@@ -216,21 +216,13 @@ def basis(data: SweepData, arm: str) -> Basis | None:
     return Basis(arm, n, max(dt), max(df_), min(tols), planned)
 
 
-def _designed(data: SweepData, arm: str) -> str | None:
-    """What the grid meant an arm to be (used only until runs have numbers)."""
-    grid = data.manifest.get("grid") or {}
-    if arm in FLOPS_MATCHED_ARMS or grid.get("flops"):
-        return "flops"
-    return "tokens"
-
-
 def _role_of(data: SweepData, arm: str) -> tuple[str | None, Basis | None]:
     b = basis(data, arm)
-    if b is None:
-        return None, None
-    if b.n_pairs:
-        return b.equal, b
-    return _designed(data, arm), b
+    if b is None or b.n_pairs:
+        return (b.equal if b else None), b
+    # no run has numbers yet: what the grid meant the arm to be
+    flops = arm in FLOPS_MATCHED_ARMS or (data.manifest.get("grid") or {}).get("flops")
+    return ("flops" if flops else "tokens"), b
 
 
 def _own_h(data: SweepData, arm: str) -> float:
