@@ -32,8 +32,9 @@ from common import arms, benchmarks
 from common.arms import BASELINE, BASELINE_PLUS1, FREE, FREE_ZCUT
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
+from common.records import EvalSpec
 
-from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status, spec_text
+from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status
 from .paper_groups import PAPER_GROUPS
 from .render import md
 from .stats import (
@@ -607,8 +608,9 @@ def specs_used(data: SweepData, table: pd.DataFrame) -> list[str]:
     out = {}
     for e in data.evals:
         if e.get("spec_id") in ids and e.get("used", True):
-            out[e["spec_id"]] = f"{e['spec_id']}: " + spec_text(e.get("spec") or {}) + (
-                " (legacy spec, derived from an old eval file)" if e.get("spec_legacy") else "")
+            out[e["spec_id"]] = (f"{e['spec_id']}: {EvalSpec.from_json(e.get('spec') or {}).text()}"
+                                 + (" (legacy spec, derived from an old eval file)"
+                                    if e.get("spec_legacy") else ""))
     return [out[k] for k in sorted(out)]
 
 
