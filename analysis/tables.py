@@ -41,6 +41,7 @@ from .stats import (
     ALPHA,
     F32_ULPS,
     NO_VARIATION,
+    _scale,  # the largest |value| among the values subtracted: their rounding's scale
     cell_interval,
     holm,
     identical,
@@ -442,13 +443,6 @@ def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None =
     return "missing: " + ", ".join(f"{n} {s}" for s, n in why.value_counts().items())
 
 
-def _magnitude(*cols: pd.Series) -> float:
-    """The largest |value| among the values subtracted (the scale of their float rounding)."""
-    v = np.concatenate([c.to_numpy(dtype=float) for c in cols])
-    v = v[np.isfinite(v)]
-    return float(np.max(np.abs(v))) if v.size else math.nan
-
-
 def _sum(df: pd.DataFrame, col: str) -> float:
     """Sum of a count column over a cell's seeds; NaN when no seed recorded it."""
     if df.empty or col not in df:
@@ -461,13 +455,6 @@ def _ids(df: pd.DataFrame, col: str) -> str:
     if df.empty or col not in df:
         return ""
     return " ".join(sorted({str(x) for x in df[col].dropna() if str(x)}))
-
-
-def _placeholder(data: SweepData) -> Comparison:
-    """The equal-FLOPs view of a sweep without any FLOPs-matched arm: a reference column that
-    says so, and no Δ (the notes say why)."""
-    return Comparison("flops", "baseline_flops", "reference", "Equal FLOPs: no reference arm",
-                      None, _columns(data, "baseline_flops"))
 
 
 def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> pd.DataFrame:
@@ -542,12 +529,12 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
                         eq = paired_tost(ti, ri, margin)
                         dm = paired_matrix(ti, ri)[0]
                         diffs = dm.mean(axis=1) if dm.size else dm
-                        mag = _magnitude(ti["value"], ri["value"])
+                        mag = _scale(ti["value"], ri["value"])
                     else:
                         d = seed_delta(ts, rs, metric)
                         eq = seed_tost(ts, rs, margin)
                         diffs = seed_diffs(ts, rs)[1]
-                        mag = _magnitude(ts["value"], rs["value"])
+                        mag = _scale(ts["value"], rs["value"])
                     same = identical(diffs, mag)
                     if same:  # float32 rounding: no test on it (its p would mean nothing)
                         d = replace(d, lo=math.nan, hi=math.nan, p=math.nan, mde=math.nan,
@@ -589,8 +576,10 @@ def paper_table(data: SweepData, view: str = "tokens", n_boot: int = 2000) -> pd
     if view not in VIEWS:
         raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
     comps = [c for c in comparisons(data)[0] if c.view == view]
-    if not comps and view == "flops":
-        comps = [_placeholder(data)]
+    if not comps and view == "flops":  # no FLOPs-matched arm: a reference column saying so
+        comps = [Comparison("flops", "baseline_flops", "reference",
+                            "Equal FLOPs: no reference arm", None,
+                            _columns(data, "baseline_flops"))]
     parts = [comparison_table(data, c, n_boot=n_boot) for c in comps]
     if not parts:
         return pd.DataFrame(columns=TABLE_COLS)
