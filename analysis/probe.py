@@ -119,12 +119,9 @@ def probe_row(doc: dict[str, Any]) -> dict[str, Any]:
         row[name], row[f"{key}_lo"], row[f"{key}_hi"] = (_f(d.get("mean")), _f(d.get("lo")),
                                                          _f(d.get("hi")))
     use = doc.get("latent_use") or {}
-    row.update({"recovered_share": _f(use.get("recovered_share")),
-                "recovered_share_lo": _f(use.get("recovered_share_lo")),
-                "recovered_share_hi": _f(use.get("recovered_share_hi")),
-                "information_bits": _f(use.get("information_bits")),
-                "marginal_bias_bits": _f(use.get("marginal_bias_bits")),
-                "exact_model_share": _f(use.get("exact_model_share")),
+    row.update({**{k: _f(use.get(k)) for k in (
+                    "recovered_share", "recovered_share_lo", "recovered_share_hi",
+                    "information_bits", "marginal_bias_bits", "exact_model_share")},
                 # version 1's share-based "leaking" is withdrawn: no state, never a guess
                 "latent_state": None if use.get("state") == "leaking" else use.get("state"),
                 "dead": use.get("dead"), "z_cut": doc.get("z_cut")})
