@@ -451,8 +451,6 @@ def _synthetic_claims(synth_dir: Path | None) -> list[dict]:
                        "synthetic-seeds` runs it and docs/SYNTHETIC.md judges the committed one "
                        "per seed", INCONCLUSIVE)]
     checks = json.loads((synth_dir / "acceptance.json").read_text(encoding="utf-8"))
-    if isinstance(checks, dict):
-        checks = checks.get("checks", [])
     verdicts = {"pass": SUPPORTED, "fail": CONTRADICTED}
     return [_claim(f"Synthetic task: {c.get('check')}", source,
                    f"measured: {json.dumps(c.get('measured'))} "

@@ -32,7 +32,6 @@ from common.paths import RunDir, SweepDir, read_jsonl, results_root
 from common.records import (
     FLOPS_MATCHED_ARMS,
     EvalFile,
-    EvalSpec,
     LikelihoodFile,
     Manifest,
     ManifestCell,
@@ -116,11 +115,6 @@ def other_spec_status(data: SweepData, task: str) -> str:
 def spec_key(spec: dict) -> str:
     """The comparability key of a spec: SPEC_KEYS only (task lists may differ between files)."""
     return json.dumps({k: spec.get(k) for k in SPEC_KEYS}, sort_keys=True, default=str)
-
-
-def spec_text(spec: dict) -> str:
-    """One line a reader can check: suite, tasks, limit, z-mode, k, few-shot, generation length."""
-    return EvalSpec.from_json(spec).text()
 
 
 def _file_rank(spec: dict) -> tuple:

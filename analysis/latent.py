@@ -7,8 +7,6 @@ is a diagnostic of latent use, never a score.
 
 from __future__ import annotations
 
-import base64
-import html
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -26,6 +24,7 @@ from .probe import (
     probe_row,
     read_final,
 )
+from .render import esc, img, png
 from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -119,15 +118,6 @@ def kappa_figure(g: pd.DataFrame, agg: pd.Series) -> plt.Figure:
     return fig
 
 
-def _png(fig: plt.Figure) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
-
-
 def _ci(m: float, lo: float, hi: float, pct: bool = False) -> str:
     f = 100.0 if pct else 1.0
     u = "%" if pct else ""
@@ -145,7 +135,7 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     docs, bad = read_final(run_dirs)  # one probe per run, of its last weights (the curve over
     # training is latent.csv)
     head = '<section id="probe"><h2>The latent across seeds: does the decoder use Z?</h2>'
-    notes = "".join(f'<p class="missing">{html.escape(b)}</p>' for b in bad)
+    notes = "".join(f'<p class="missing">{esc(b)}</p>' for b in bad)
     if not docs:
         return (head + notes + '<p class="missing">no probe files (run <code>make probe '
                 "CKPT=&lt;run dir&gt;</code> on a Free Transformer)</p></section>")
@@ -168,11 +158,10 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     for _, a in agg.iterrows():
         g = runs[(runs["kappa_bits"] == a["kappa_bits"])
                  & (runs["latent_bits"] == a["latent_bits"])]
-        png = _png(kappa_figure(g, a))
+        png_ = png(kappa_figure(g, a), 90)
         if out_dir is not None:
             (Path(out_dir) / f"probe_kappa{kappa_label(a['kappa_bits'])}_H{a['latent_bits']}"
-             ".png").write_bytes(png)
-        b64 = base64.b64encode(png).decode("ascii")
+             ".png").write_bytes(png_)
         parts.append(
             f"<h3>kappa = {kappa_label(a['kappa_bits'])} bit, H = {a['latent_bits']} "
             f"({a['n_seeds']} seeds)</h3><p>KL "
@@ -183,11 +172,10 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
             "(LEAKING) "
             + _ci(a["d_posterior_LEAKING"], a["d_posterior_LEAKING_lo"],
                   a["d_posterior_LEAKING_hi"]) + " nats/token</p>"
-            f'<img alt="probe across seeds, kappa {kappa_label(a["kappa_bits"])}" '
-            f'src="data:image/png;base64,{b64}">')
-    blocks = "".join(f"<details><summary>run {html.escape(str(d.get('run_id')))} (kappa "
-                     f"{html.escape(str(d.get('kappa_bits')))}, step "
-                     f"{html.escape(str(d.get('checkpoint_step')))})</summary>"
+            + img(png_, f"probe across seeds, kappa {kappa_label(a['kappa_bits'])}", ""))
+    blocks = "".join(f"<details><summary>run {esc(str(d.get('run_id')))} (kappa "
+                     f"{esc(str(d.get('kappa_bits')))}, step "
+                     f"{esc(str(d.get('checkpoint_step')))})</summary>"
                      f"{probe_html(d)}</details>" for d in docs)
     parts.append(f"<details><summary>Each run's probe: numbers and four figures "
                  f"({len(docs)} runs)</summary>{blocks}</details>"

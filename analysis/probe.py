@@ -12,12 +12,10 @@ dash in HTML, never 0.
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 import math
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,9 @@ from common.arms import FREE_ZCUT
 from common.errors import UsageError, cli
 from common.io import atomic_write
 from common.paths import RunDir
+
+from .render import cell_html, esc, img
+from .render import png as png_bytes
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -118,12 +119,9 @@ def probe_row(doc: dict[str, Any]) -> dict[str, Any]:
         row[name], row[f"{key}_lo"], row[f"{key}_hi"] = (_f(d.get("mean")), _f(d.get("lo")),
                                                          _f(d.get("hi")))
     use = doc.get("latent_use") or {}
-    row.update({"recovered_share": _f(use.get("recovered_share")),
-                "recovered_share_lo": _f(use.get("recovered_share_lo")),
-                "recovered_share_hi": _f(use.get("recovered_share_hi")),
-                "information_bits": _f(use.get("information_bits")),
-                "marginal_bias_bits": _f(use.get("marginal_bias_bits")),
-                "exact_model_share": _f(use.get("exact_model_share")),
+    row.update({**{k: _f(use.get(k)) for k in (
+                    "recovered_share", "recovered_share_lo", "recovered_share_hi",
+                    "information_bits", "marginal_bias_bits", "exact_model_share")},
                 # version 1's share-based "leaking" is withdrawn: no state, never a guess
                 "latent_state": None if use.get("state") == "leaking" else use.get("state"),
                 "dead": use.get("dead"), "z_cut": doc.get("z_cut")})
@@ -226,11 +224,7 @@ def latent_over_training_png(t: pd.DataFrame) -> bytes | None:
 
 
 # ------------------------------------------------------------------------ figures
-def _png(fig: plt.Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+_png = partial(png_bytes, dpi=110)
 
 
 def _title(doc: dict[str, Any]) -> str:
@@ -313,12 +307,7 @@ def write_figures(path: str | Path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------------ report section
-def _cell(x: Any) -> str:
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return '<span class="missing">—</span>'
-    if isinstance(x, float):
-        return f"{x:.4g}"
-    return html.escape(str(x))
+_cell = partial(cell_html, spec=".4g")
 
 
 def _ci(m: float, lo: float, hi: float) -> str:
@@ -337,21 +326,21 @@ def probe_html(doc: dict[str, Any]) -> str:
     post = _ci(r["d_posterior_LEAKING"], r["d_posterior_lo"], r["d_posterior_hi"])
     share = _ci(r["recovered_share"], r["recovered_share_lo"], r["recovered_share_hi"])
     parts = [
-        f"<h3>{html.escape(str(r['run_id']))} (step {_cell(r['step'])}, "
+        f"<h3>{esc(str(r['run_id']))} (step {_cell(r['step'])}, "
         f"H={_cell(r['latent_bits'])}, kappa={_cell(r['kappa_bits'])} bit)</h3><ul>"
         f"<li>KL {_cell(r['kl_bits'])} bits/token; active bits {_cell(r['n_active'])} "
-        f"({html.escape(str(r['active_bits']))}); tokens at or under kappa "
+        f"({esc(str(r['active_bits']))}); tokens at or under kappa "
         f"{_cell(r['frac_le_kappa'])}</li>"
         f"<li>latent state (decoder side): <b>{_cell(r['latent_state'])}</b>; recovered "
         f"share of the KL {share}; "
         f"information {_cell(r['information_bits'])} + marginal bias "
         f"{_cell(r['marginal_bias_bits'])} bits/token "
-        f"<span class=\"mono\">({html.escape(str((doc.get('latent_use') or {}).get('rule')))})"
+        f"<span class=\"mono\">({esc(str((doc.get('latent_use') or {}).get('rule')))})"
         f"</span></li>"
         f"<li>KL over budget and cashed in (encoder side): {_cell(r['over_budget'])}; exact-"
         f"model share of this encoder {_cell(r['exact_model_share'])}; no active bit: "
         f"{_cell(r['latent_unused'])} "
-        f"<span class=\"mono\">({html.escape(str(coll.get('rule')))})</span></li>"
+        f"<span class=\"mono\">({esc(str(coll.get('rule')))})</span></li>"
         f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "
         f"{_ci(r['d_fixed'], r['d_fixed_lo'], r['d_fixed_hi'])}; Z zeroed "
         f"{_ci(r['d_zeroed'], r['d_zeroed_lo'], r['d_zeroed_hi'])}; posterior "
@@ -360,10 +349,8 @@ def probe_html(doc: dict[str, Any]) -> str:
         f"{_cell(r['steer_null'])} (null); difference "
         f"{_ci(r['steer_diff'], r['steer_diff_lo'], r['steer_diff_hi'])} "
         f"(n={_cell(r['steer_n_prompts'])} prompts)</li></ul>"]
-    for name, png in figure_pngs(doc).items():
-        b64 = base64.b64encode(png).decode("ascii")
-        parts.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{b64}">')
-    parts.append(f"<p>File: {html.escape(str(r['file']))}</p>")
+    parts += [img(png, name, "") for name, png in figure_pngs(doc).items()]
+    parts.append(f"<p>File: {esc(str(r['file']))}</p>")
     return "\n".join(parts)
 
 

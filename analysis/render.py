@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html as _html
+import io
 import math
 import sys
 from collections.abc import Callable
@@ -72,6 +73,16 @@ def html(df: pd.DataFrame | None, raw: tuple[str, ...] = ()) -> str:
     shown = df.apply(lambda c: c if c.name in raw else c.map(cell_html))
     return ('<div class="wide">' + shown.to_html(index=False, escape=False, border=0,
                                                  justify="left") + "</div>")
+
+
+def png(fig: Any, dpi: int) -> bytes:
+    """A matplotlib figure as PNG bytes (tight box), the figure closed."""
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return buf.getvalue()
 
 
 def img(png: bytes | None, alt: str, missing: str) -> str:

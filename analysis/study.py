@@ -26,7 +26,7 @@ from common.errors import UsageError, cli
 from common.io import atomic_write_text
 from common.text import one_line
 
-from .render import md
+from .render import fmt, md, num
 from .stats import (
     ALPHA,
     LEVEL,
@@ -47,33 +47,24 @@ FT_TASKS = tuple(b.task for b in benchmarks.by_group()[benchmarks.CODE_MATH] if 
 GOLD = benchmarks.gold_tasks(FT_TASKS)
 
 
-def _num(x: object) -> float:
-    try:
-        return float(x)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def f4(x: object) -> str:
     """A measured value: 4 decimals; '?' when missing (never 0)."""
-    v = _num(x)
-    return f"{v:.4f}" if math.isfinite(v) else "?"
+    return fmt(x, ".4f", "?")
 
 
 def s4(x: object) -> str:
     """A signed difference: 4 decimals with its sign."""
-    v = _num(x)
-    return f"{v:+.4f}" if math.isfinite(v) else "?"
+    return fmt(x, "+.4f", "?")
 
 
 def kappa_text(k: object) -> str:
     """kappa in bits as the grid writes it (0.5, 1, 2)."""
-    v = _num(k)
+    v = num(k)
     return "?" if math.isnan(v) else f"{v:g}"
 
 
 def _int(x: object) -> str:
-    v = _num(x)
+    v = num(x)
     return str(int(v)) if math.isfinite(v) else "?"
 
 
@@ -309,7 +300,7 @@ def likelihood_section(lik: pd.DataFrame | None) -> list[str]:
 
 
 def _share(r: pd.Series) -> str:
-    v, lo, hi = (_num(r.get(k)) + 0.0 for k in ("recovered_share", "recovered_share_lo",
+    v, lo, hi = (num(r.get(k)) + 0.0 for k in ("recovered_share", "recovered_share_lo",
                                                 "recovered_share_hi"))  # + 0.0: no "-0.00%"
     if not math.isfinite(v):
         return "?"
@@ -333,12 +324,12 @@ DEAD_RULE = ("dead = the upper end of the recovered share's 95% interval under 0
 
 
 def _state(r: pd.Series) -> str:
-    hi = _num(r.get("recovered_share_hi"))
-    top = hi if math.isfinite(hi) else _num(r.get("recovered_share"))
-    if top < 0.05 or _num(r.get("information_bits")) < 0.01:
+    hi = num(r.get("recovered_share_hi"))
+    top = hi if math.isfinite(hi) else num(r.get("recovered_share"))
+    if top < 0.05 or num(r.get("information_bits")) < 0.01:
         return "dead"
-    if _num(r.get("recovered_share")) >= 0.25 and _num(r.get("recovered_share_lo")) >= 0.10 \
-            and _num(r.get("kl_bits")) >= 0.1:
+    if num(r.get("recovered_share")) >= 0.25 and num(r.get("recovered_share_lo")) >= 0.10 \
+            and num(r.get("kl_bits")) >= 0.1:
         return "used"
     return "undetermined"
 
@@ -537,7 +528,7 @@ def _q(sizing: pd.DataFrame | None, name: str) -> float:
     if sizing is None or "quantity" not in sizing.columns:
         return math.nan
     v = sizing.loc[sizing["quantity"] == name, "value"]
-    return _num(v.iloc[0]) if len(v) else math.nan
+    return num(v.iloc[0]) if len(v) else math.nan
 
 
 def planned_mde(sizing: pd.DataFrame | None, meta: dict) -> tuple[float, float, int]:
@@ -585,7 +576,7 @@ def sizing_section(sizing: pd.DataFrame | None, meta: dict,
                       ""]
     val = (lambda v: "not measured" if not math.isfinite(v) else f4(v) if abs(v) < 1e5
            else f"{v:.4g}")
-    out += [md(pd.DataFrame([[r["quantity"], val(_num(r["value"])), r["unit"], r["note"]]
+    out += [md(pd.DataFrame([[r["quantity"], val(num(r["value"])), r["unit"], r["note"]]
                              for _, r in sizing.iterrows()],
                             columns=["quantity", "value", "unit", "how it was measured"])), ""]
     sd, m, n = planned_mde(sizing, meta)
@@ -598,16 +589,16 @@ def sizing_section(sizing: pd.DataFrame | None, meta: dict,
     if rs:
         out.append(rs)
     rate = _q(sizing, "flops_per_token_baseline") * _q(sizing, "quiet_tokens_per_s_baseline")
-    tw = _q(sizing, "sweep_total_flops") / rate / _num(meta.get("cores")) / 60
+    tw = _q(sizing, "sweep_total_flops") / rate / num(meta.get("cores")) / 60
     if math.isfinite(tw):
         out.append(f"Training alone: the sweep's FLOPs at the quiet baseline rate, one job per "
                    f"core, is {f4(tw)} wall minutes; the rest of the budget is evaluation, "
                    "likelihood, probes and the report.")
-    cells, cores = _num(meta.get("n_cells_planned")), _num(meta.get("cores"))
+    cells, cores = num(meta.get("n_cells_planned")), num(meta.get("cores"))
     if math.isfinite(cells) and cells:
-        out.append(f"Budget: {_num(meta.get('budget_min')):g} wall minutes on {_int(cores)} "
+        out.append(f"Budget: {num(meta.get('budget_min')):g} wall minutes on {_int(cores)} "
                    f"cores over {int(cells)} runs is "
-                   f"{f4(_num(meta.get('budget_min')) * cores / cells)} core-minutes per run "
+                   f"{f4(num(meta.get('budget_min')) * cores / cells)} core-minutes per run "
                    "(training, evaluation, likelihood and probe together).")
     return out + [""]
 

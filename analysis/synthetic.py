@@ -13,16 +13,8 @@ prompted letter, noise allowed); position agreement (pairs of valid rows with th
 within a shared group, across two shared groups of one prompt, and within the per-sequence group;
 noise agreement (Jaccard of the '!' sets); every gap shared - across with a jackknife interval
 over the shared groups and a one-sided permutation p. The regime rules: v1 (issue 6, point
-estimates: REGIMES) and v2 (issue 38, intervals and p: REGIMES_V2, PREDICATES).
-
-    python -m analysis.synthetic --name NAME        one run: table.csv/.md, acceptance.json,
-                                                    figure.png (the Figure-4 analogue)
-    python -m analysis.synthetic --names N... --out DIR   one run per seed -> DIR/per_seed.csv,
-        summary.csv, curves.csv, agreement.csv, gaps.csv, verdicts.csv, aggregate.json
-        (provenance, each source's sha256), samples/*.gz, summary.md and the figures
-    python -m analysis.synthetic render-doc [--check]     docs/SYNTHETIC.md's blocks from the
-                                                    committed tables under measured/synthetic/
-A name with no samples.jsonl is missing: its rows are empty and every count says n.
+estimates: REGIMES) and v2 (issue 38, intervals and p: REGIMES_V2, PREDICATES). The commands
+(one run, one run per seed, render-doc): docs/SYNTHETIC.md and mk/synthetic.mk.
 """
 
 from __future__ import annotations
@@ -52,7 +44,7 @@ from common.errors import UsageError, cli
 from common.kappa import kappa_label as common_kappa_label
 from common.paths import RunDir, results_root
 
-from .render import DASH, blocks, md, write_doc
+from .render import DASH, blocks, ci, fmt, md, write_doc
 from .stats import t_half
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -121,11 +113,6 @@ def parse_body(body: str, letter: str) -> Parsed:
         if all(c in (letter, NOISE_CHAR) for c in body[s:s + RUN_LEN]):
             return Parsed(True, s, noise, full)
     return invalid
-
-
-def jaccard(a: frozenset[int], b: frozenset[int]) -> float:
-    union = a | b
-    return 1.0 if not union else len(a & b) / len(union)
 
 
 UNIT_COLS = ["model", "arm", "kappa_bits", "latent_bits", "step", "final", "kl_bits",
@@ -899,8 +886,7 @@ def render_figure(run: Run, path: Path, rows_per_group: int = 8, prompt_idx: int
                   fontsize: float = 6.5) -> Path:
     """The Figure-4 analogue: per model, for one prompt, one group with Z drawn per sequence
     (blue box) and two groups each sharing one Z (green boxes), as monospaced text."""
-    models = run.models.iloc[np.argsort([_order(k) for k in run.models["kappa_bits"]],
-                                        kind="stable")]
+    models = _by_kappa(run.models)
     cw, lh = 0.602 * fontsize / 72.0, 1.22 * fontsize / 72.0  # monospace advance, line height
     n_chars, gap_lines, title_lines = 2 + BODY_LEN + 4, 1.2, 2.2
     panel_lines = title_lines + 3 * (rows_per_group + gap_lines) + 2.2
@@ -1011,8 +997,7 @@ TABLE_COLUMNS = {
 
 def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
     """A table cell: 3 decimals, a dash when missing, '(n=k)' when fewer than all runs."""
-    x = v if isinstance(v, str) else _num(v)
-    s = DASH if x is None else x if isinstance(x, str) else f"{x:.3f}"
+    s = v if isinstance(v, str) else fmt(v)
     return s if n is None or n == total or n == 0 else f"{s} (n={n})"
 
 
@@ -1073,11 +1058,6 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 # --------------------------------------------------------------------------- the doc
-def _secs(v: Any) -> str:
-    x = _num(v)
-    return DASH if x is None else f"{x:.0f}"
-
-
 def _read_verdicts(path: Path) -> pd.DataFrame | None:
     # "n/a" is a result here, not a missing value
     return pd.read_csv(path, keep_default_na=False, na_values=[""]) if path.is_file() else None
@@ -1130,7 +1110,7 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                           **{h: _cell(r[c], int(r[f"{c}_n"]), int(r["n_measured"]))
                              for c, h in cols.items()}} for _, r in summary.iterrows()])
     seeds = pd.DataFrame([{"model": r["model"], "run": r["name"] if r["status"] == "measured"
-                           else f"{r['name']} (missing)", "steps": _secs(r["steps"]),
+                           else f"{r['name']} (missing)", "steps": fmt(r["steps"], ".0f"),
                            **{h: _cell(r[c]) for c, h in cols.items()},
                            "regime (v1)": r["regime_result"]
                            if isinstance(r["regime_result"], str) else DASH}
@@ -1157,8 +1137,9 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                            _mean_cell("gain", n_runs))]
     L += _agreement_block(d / "agreement.csv", n_runs) + _gaps_block(d / "gaps.csv")
     wall = pd.DataFrame([{
-        "run": s["name"], "arms": s["n_arms"], "training s (sum)": _secs(s.get("train_wall_s")),
-        "whole run s": _secs(s.get("wall_s")), "threads": s.get("threads") or DASH,
+        "run": s["name"], "arms": s["n_arms"],
+        "training s (sum)": fmt(s.get("train_wall_s"), ".0f"),
+        "whole run s": fmt(s.get("wall_s"), ".0f"), "threads": s.get("threads") or DASH,
         "CPUs": s.get("cpu_count") or DASH,
         "load": f"{s['loadavg_start'][0]:.1f} -> {s['loadavg_end'][0]:.1f}"
         if s.get("loadavg_start") and s.get("loadavg_end") else "not recorded"} for s in srcs])
@@ -1230,19 +1211,6 @@ def _agreement_block(path: Path, n_runs: int) -> list[str]:
                                        _mean_cell("value", n_runs))]
 
 
-def _ci_cell(v: Any, lo: Any, hi: Any, digits: int = 3) -> str:
-    x, a, b = _num(v), _num(lo), _num(hi)
-    if x is None:
-        return DASH
-    return f"{x:.{digits}f}" + ("" if a is None or b is None
-                                else f" [{a:.{digits}f}, {b:.{digits}f}]")
-
-
-def _p_cell(v: Any) -> str:
-    x = _num(v)
-    return DASH if x is None else f"{x:.4f}"
-
-
 def _gaps_block(path: Path) -> list[str]:
     """Every gap with its interval and p, from gaps.csv (absent: said, never zeros)."""
     if not path.is_file():
@@ -1258,11 +1226,11 @@ def _gaps_block(path: Path) -> list[str]:
     n_perm = sorted({int(x) for x in g["n_perm"]})
     ns = sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"], strict=True)})
     finals = pd.DataFrame([[
-        r["model"], r["name"], _ci_cell(r["pos_gap"], r["pos_lo"], r["pos_hi"]),
-        _p_cell(r["pos_p"]), _ci_cell(r["noise_gap"], r["noise_lo"], r["noise_hi"]),
-        _p_cell(r["noise_p"]), _ci_cell(r["validity_diff"], r["validity_diff_lo"],
+        r["model"], r["name"], ci(r["pos_gap"], r["pos_lo"], r["pos_hi"]),
+        fmt(r["pos_p"], ".4f"), ci(r["noise_gap"], r["noise_lo"], r["noise_hi"]),
+        fmt(r["noise_p"], ".4f"), ci(r["validity_diff"], r["validity_diff_lo"],
                                         r["validity_diff_hi"]),
-        _ci_cell(r["ce_prior"], r["ce_prior_lo"], r["ce_prior_hi"])] for _, r in fin.iterrows()],
+        ci(r["ce_prior"], r["ce_prior_lo"], r["ce_prior_hi"])] for _, r in fin.iterrows()],
         columns=["model", "run", "position gap [95% CI]", "p", "noise gap [95% CI]", "p",
                  "validity - baseline [95% CI]", "CE prior Z [95% CI]"])
     L = ["", "Gaps with 95% intervals and permutation p (final models; gap = shared Z - across "
@@ -1281,7 +1249,7 @@ def _gaps_block(path: Path) -> list[str]:
             if h.empty:
                 return DASH
             r = h.iloc[-1]
-            return _ci_cell(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], 2) + (
+            return ci(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], ".2f") + (
                 "*" if (_num(r[f"{kind}_p"]) or 1.0) < GAP_ALPHA else "")
         L += ["", f"{label} gap over training, per run (95% interval; * = p < {GAP_ALPHA}; "
               "the last step is the final model):", "",

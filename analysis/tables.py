@@ -32,14 +32,16 @@ from common import arms, benchmarks
 from common.arms import BASELINE, BASELINE_PLUS1, FREE, FREE_ZCUT
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
+from common.records import EvalSpec
 
-from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status, spec_text
+from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status
 from .paper_groups import PAPER_GROUPS
 from .render import md
 from .stats import (
     ALPHA,
     F32_ULPS,
     NO_VARIATION,
+    _scale,  # the largest |value| among the values subtracted: their rounding's scale
     cell_interval,
     holm,
     identical,
@@ -216,21 +218,13 @@ def basis(data: SweepData, arm: str) -> Basis | None:
     return Basis(arm, n, max(dt), max(df_), min(tols), planned)
 
 
-def _designed(data: SweepData, arm: str) -> str | None:
-    """What the grid meant an arm to be (used only until runs have numbers)."""
-    grid = data.manifest.get("grid") or {}
-    if arm in FLOPS_MATCHED_ARMS or grid.get("flops"):
-        return "flops"
-    return "tokens"
-
-
 def _role_of(data: SweepData, arm: str) -> tuple[str | None, Basis | None]:
     b = basis(data, arm)
-    if b is None:
-        return None, None
-    if b.n_pairs:
-        return b.equal, b
-    return _designed(data, arm), b
+    if b is None or b.n_pairs:
+        return (b.equal if b else None), b
+    # no run has numbers yet: what the grid meant the arm to be
+    flops = arm in FLOPS_MATCHED_ARMS or (data.manifest.get("grid") or {}).get("flops")
+    return ("flops" if flops else "tokens"), b
 
 
 def _own_h(data: SweepData, arm: str) -> float:
@@ -449,13 +443,6 @@ def _missing(cells: pd.DataFrame, have_seeds: set, scored: pd.DataFrame | None =
     return "missing: " + ", ".join(f"{n} {s}" for s, n in why.value_counts().items())
 
 
-def _magnitude(*cols: pd.Series) -> float:
-    """The largest |value| among the values subtracted (the scale of their float rounding)."""
-    v = np.concatenate([c.to_numpy(dtype=float) for c in cols])
-    v = v[np.isfinite(v)]
-    return float(np.max(np.abs(v))) if v.size else math.nan
-
-
 def _sum(df: pd.DataFrame, col: str) -> float:
     """Sum of a count column over a cell's seeds; NaN when no seed recorded it."""
     if df.empty or col not in df:
@@ -468,13 +455,6 @@ def _ids(df: pd.DataFrame, col: str) -> str:
     if df.empty or col not in df:
         return ""
     return " ".join(sorted({str(x) for x in df[col].dropna() if str(x)}))
-
-
-def _placeholder(data: SweepData) -> Comparison:
-    """The equal-FLOPs view of a sweep without any FLOPs-matched arm: a reference column that
-    says so, and no Δ (the notes say why)."""
-    return Comparison("flops", "baseline_flops", "reference", "Equal FLOPs: no reference arm",
-                      None, _columns(data, "baseline_flops"))
 
 
 def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> pd.DataFrame:
@@ -549,12 +529,12 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
                         eq = paired_tost(ti, ri, margin)
                         dm = paired_matrix(ti, ri)[0]
                         diffs = dm.mean(axis=1) if dm.size else dm
-                        mag = _magnitude(ti["value"], ri["value"])
+                        mag = _scale(ti["value"], ri["value"])
                     else:
                         d = seed_delta(ts, rs, metric)
                         eq = seed_tost(ts, rs, margin)
                         diffs = seed_diffs(ts, rs)[1]
-                        mag = _magnitude(ts["value"], rs["value"])
+                        mag = _scale(ts["value"], rs["value"])
                     same = identical(diffs, mag)
                     if same:  # float32 rounding: no test on it (its p would mean nothing)
                         d = replace(d, lo=math.nan, hi=math.nan, p=math.nan, mde=math.nan,
@@ -596,8 +576,10 @@ def paper_table(data: SweepData, view: str = "tokens", n_boot: int = 2000) -> pd
     if view not in VIEWS:
         raise ValueError(f"view must be one of {list(VIEWS)}, got {view!r}")
     comps = [c for c in comparisons(data)[0] if c.view == view]
-    if not comps and view == "flops":
-        comps = [_placeholder(data)]
+    if not comps and view == "flops":  # no FLOPs-matched arm: a reference column saying so
+        comps = [Comparison("flops", "baseline_flops", "reference",
+                            "Equal FLOPs: no reference arm", None,
+                            _columns(data, "baseline_flops"))]
     parts = [comparison_table(data, c, n_boot=n_boot) for c in comps]
     if not parts:
         return pd.DataFrame(columns=TABLE_COLS)
@@ -615,8 +597,9 @@ def specs_used(data: SweepData, table: pd.DataFrame) -> list[str]:
     out = {}
     for e in data.evals:
         if e.get("spec_id") in ids and e.get("used", True):
-            out[e["spec_id"]] = f"{e['spec_id']}: " + spec_text(e.get("spec") or {}) + (
-                " (legacy spec, derived from an old eval file)" if e.get("spec_legacy") else "")
+            out[e["spec_id"]] = (f"{e['spec_id']}: {EvalSpec.from_json(e.get('spec') or {}).text()}"
+                                 + (" (legacy spec, derived from an old eval file)"
+                                    if e.get("spec_legacy") else ""))
     return [out[k] for k in sorted(out)]
 
 

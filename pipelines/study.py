@@ -187,21 +187,6 @@ class SweepEta:
                   f"the sweep ~{eta:.0f} min", flush=True)
 
 
-PROBE_TYPES = {"rows": int, "seed": int, "draws": int, "n_boot": int, "prompts": int,
-               "prompt_len": int, "gen_tokens": int, "group_size": int, "groups": int,
-               "temperature": float}
-"""The probe's options a size's probe_args may set (`--prompt-len 8` is prompt_len=8)."""
-
-
-def probe_options(args: str) -> dict[str, Any]:
-    """A size's probe_args ('--rows 8 --draws 2 ...') as experiments.eval.probe's options."""
-    toks, out = args.split(), {}
-    for flag, value in zip(toks[::2], toks[1::2], strict=True):
-        key = flag.removeprefix("--").replace("-", "_")
-        out[key] = PROBE_TYPES[key](value)
-    return out
-
-
 @contextmanager
 def torch_threads(n: int) -> Iterator[None]:
     """n torch threads while the probe runs here (it ran as a process of OMP_NUM_THREADS)."""
@@ -234,12 +219,14 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     evaluation checkpoints: (ran, reused, failures). probe_run itself reuses a file of the same
     spec and checkpoint without loading the model, so a changed probe spec (a new field) probes
     again and an unchanged one costs a file read."""
-    from experiments.eval.probe import probe_run
+    from experiments.eval.probe import DEFAULTS, probe_run
 
     done = state.setdefault("probes", {})
     ran = skipped = 0
     failed: list[str] = []
-    opts = probe_options(size.probe_args)
+    toks = size.probe_args.split()  # '--prompt-len 8' is prompt_len=8, typed as its default
+    opts = {(k := f.removeprefix("--").replace("-", "_")): type(DEFAULTS[k])(v)
+            for f, v in zip(toks[::2], toks[1::2], strict=True)}
     for c in cells(name):
         a = find_arm(c.arm)
         if a is None or not a.latent or c.state != "done":

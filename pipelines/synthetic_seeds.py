@@ -1,8 +1,5 @@
 """`make synthetic-seeds`: one `make synthetic` run per seed, several at once, with progress.
 
-    python -m pipelines.synthetic_seeds --name default --seeds "0 1 2" [--jobs N]
-        [--interval 60] [experiments.synthetic options and overrides...]
-
 Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` as
 one job of the local launcher (sweeps/launcher.py), writing its output to
 `<results>/synthetic/<name>-s<seed>.log`. `--jobs` seeds run at once (default: all of them; each

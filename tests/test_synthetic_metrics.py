@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.synthetic import group_metrics, jaccard, parse_body
+from analysis.synthetic import group_metrics, parse_body
 
 
 def body(start: int | None, letter: str = "T", noise: tuple[int, ...] = (),
@@ -41,11 +41,9 @@ def test_parse_body(text: str, valid: bool, start: int | None) -> None:
     assert (p.valid, p.start) == (valid, start)
 
 
-def test_noise_set_and_jaccard() -> None:
+def test_noise_set() -> None:
     p = parse_body(body(10, noise=(1, 2, 12)), "T")
     assert p.noise == frozenset({1, 2, 12})
-    assert jaccard(frozenset(), frozenset()) == 1.0
-    assert jaccard(frozenset({1, 2}), frozenset({2, 3})) == pytest.approx(1 / 3)
 
 
 def rec(prompt: int, group: int, kind: str, text: str, row: int = 0) -> dict:
