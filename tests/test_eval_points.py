@@ -15,7 +15,7 @@ from fake import fake_spec, spec_id, write_fake_sweep
 
 from analysis.checkpoints import table3
 from analysis.frame import load_sweep
-from analysis.report import build_report
+from analysis.report import UNCHECKED, build_report
 
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 STEPS = (33, 66, 98)
@@ -77,7 +77,7 @@ def test_report_has_curves_and_last_third_column(tmp_path: Path) -> None:
     sec = html[html.index('<section id="table3">'):]
     sec = sec[:sec.index("</section>")]
     assert "last third [95% CI over seeds]" in sec
-    assert "ARC-E (acc_norm; paper acc_completion)" in sec
+    assert f"ARC-E (acc_norm; paper acc_completion{UNCHECKED})" in sec  # marked while unchecked
     assert '<img alt="benchmark curves vs training tokens" src="data:image/png;base64,' in sec
     assert (tmp_path / "sweeps/pts/report/benchmark_curves.png").stat().st_size > 1000
     # the main tables use the final checkpoint only
