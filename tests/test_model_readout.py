@@ -236,20 +236,27 @@ def test_chunk_tokens_follow_the_budget():
     assert chunk_tokens(1, 1 << 17, torch.float32) == 1
 
 
-def test_linear_cross_entropy_alone():
-    """The function against F.cross_entropy: float64 values and gradients, every target ignored
-    (nan, as F.cross_entropy), no gradient wanted, and one backward only."""
+def _float64_against_reference(compiled: bool) -> tuple:
+    """linear_cross_entropy against F.cross_entropy in float64 (values and both gradients; a
+    shorter last chunk and ignored targets): the inputs and the reference loss."""
     torch.manual_seed(0)
     h = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
     w = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
     t = torch.randint(0, 30, (50,))
     t[::4] = -100
     ref = F.cross_entropy(F.linear(h, w), t)
-    got = linear_cross_entropy(h, w, t, chunk_bytes=7 * 30 * 8)
+    got = linear_cross_entropy(h, w, t, chunk_bytes=7 * 30 * 8, compiled=compiled)
     torch.testing.assert_close(got, ref, rtol=1e-13, atol=1e-13)
     for a, b in zip(torch.autograd.grad(got, (h, w)), torch.autograd.grad(ref, (h, w)),
                     strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    return h, w, t, ref
+
+
+def test_linear_cross_entropy_alone():
+    """The function against F.cross_entropy: float64 values and gradients, every target ignored
+    (nan, as F.cross_entropy), no gradient wanted, and one backward only."""
+    h, w, t, ref = _float64_against_reference(compiled=False)
     # a gradient only for the weight (a frozen input)
     gw = torch.autograd.grad(linear_cross_entropy(h.detach(), w, t, 64), w)[0]
     torch.testing.assert_close(gw, torch.autograd.grad(F.cross_entropy(F.linear(h.detach(), w),
@@ -451,17 +458,7 @@ def test_the_compiled_chunk_equals_the_eager_one(tmp_path, monkeypatch):
     F.cross_entropy as the eager chunks' (a shorter last chunk, ignored targets, a gradient for
     one input only, none), and under bf16 autocast the eager chunks' values to rounding."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    torch.manual_seed(0)
-    h = torch.randn(50, 8, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(30, 8, dtype=torch.float64, requires_grad=True)
-    t = torch.randint(0, 30, (50,))
-    t[::4] = -100
-    ref = F.cross_entropy(F.linear(h, w), t)
-    got = linear_cross_entropy(h, w, t, chunk_bytes=7 * 30 * 8, compiled=True)
-    torch.testing.assert_close(got, ref, rtol=1e-13, atol=1e-13)
-    for a, b in zip(torch.autograd.grad(got, (h, w)), torch.autograd.grad(ref, (h, w)),
-                    strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14)
+    h, w, t, ref = _float64_against_reference(compiled=True)
     # the same chunk (7 tokens, the last 1) throughout: each new length or dtype compiles again
     c = 7 * 30 * 8
     gw = torch.autograd.grad(linear_cross_entropy(h.detach(), w, t, c, compiled=True), w)[0]
