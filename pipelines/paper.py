@@ -247,13 +247,14 @@ def fit_to_cluster(rec: Any, req: api.SweepRequest
     per = rec.train.batch_size // world  # a world that does not split it: api refuses below
     start = max((m for m in range(1, min(own, per) + 1) if per % m == 0), default=1)
     req = dataclasses.replace(req, overrides=(*req.overrides, f"{FIT_KEYS[0]}{start}"))
-    f = checks.backend.memory_fit(checks.costliest_config(api.plan(req)))  # that world's cells
+    f = checks.backend.memory_fit(checks.largest_config(api.plan(req)))  # that world's cells
     head = f"memory on the cluster file's {world} GPU(s), {f.line()}"
     if f.micro_batch_size is None:
         raise UsageError(f"{head}; more nodes in the cluster file, or a larger GPU type (GPU=)")
     if (f.micro_batch_size, f.activation_checkpointing) == f.tries[0][:2] and start == own:
         return req, [head + " (the recipe's)"], world
-    return (dataclasses.replace(req, overrides=(*req.overrides, *f.overrides())),
+    kept = tuple(o for o in req.overrides if not o.startswith(FIT_KEYS))  # hydra: a key once
+    return (dataclasses.replace(req, overrides=(*kept, *f.overrides())),
             [head + f" (chosen here: the recipe's is for {rec.train.gpus} GPUs)"], world)
 
 

@@ -58,10 +58,12 @@ def _costliest(p: Plan) -> PlannedCell:
     return max(p.cells, key=lambda c: c.flops)
 
 
-def costliest_config(p: Plan) -> Any:
-    """The training config of the plan's costliest cell (by FLOPs): what the time, signal and
-    memory checks plan for."""
-    return backend.compose(_costliest(p).cell)
+def largest_config(p: Plan) -> Any:
+    """The training config of the plan's largest model per token (by FLOPs per token, then
+    FLOPs): what the memory check and `make paper`'s micro-batch choice measure. Not the
+    costliest by FLOPs: under one FLOPs budget the arms tie and the first cell (a baseline)
+    would stand for a Free Transformer with more parameters."""
+    return backend.compose(max(p.cells, key=lambda c: (c.flops_per_token, c.flops)).cell)
 
 
 def _splits(cfg: Any, world: int) -> bool:
@@ -137,11 +139,11 @@ def _signal(p: Plan, cluster: ClusterConfig) -> Check:
 
 
 def memory(p: Plan, cluster: ClusterConfig) -> Check:
-    """The costliest cell's per-GPU peaks of training, validation and save, measured on fake
+    """The largest cell's per-GPU peaks of training, validation and save, measured on fake
     tensors at its planned world with the mesh it will use (experiments/memory.py, cached),
     against train.gpu_memory_gb less a margin; failing, what fits instead (the same search
     `make paper` runs to choose it)."""
-    cfg = costliest_config(p)
+    cfg = largest_config(p)
     if not int(cluster.or_default("gpus_per_node")) or str(cfg.train.device) == "cpu":
         return Check("memory", True, "memory: not checked (a CPU job)")
     f = backend.memory_fit(cfg)

@@ -146,8 +146,9 @@ def test_the_costliest_cell_is_measured_at_the_clusters_world_and_refused_or_rec
 
     cl = _cluster(tmp_path, "gpus_per_node: 2\nnodes: 1\n")
     ddp = f"{SMALL} train.parallel=ddp"  # auto would turn FSDP on the smaller GPU below
-    cfg = C.costliest_config(api.plan(_req(cl, ddp)))
+    cfg = C.largest_config(api.plan(_req(cl, ddp)))
     assert cfg.train.plan_world_size == 2
+    assert cfg.model.latent_bits > 0  # the Free Transformer, not a baseline tied on FLOPs
     own = MEM.fit(cfg, cache=tmp_path / "cache")  # 80 GB: its own micro-batch of 8 per GPU
     assert (own.micro_batch_size, len(own.tries)) == (8, 1)
     four = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, micro_batch_size=4))
