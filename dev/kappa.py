@@ -83,9 +83,11 @@ def t_test(d: list[float]) -> dict[str, Any]:
     if n >= 2:
         se = float(v.std(ddof=1)) / math.sqrt(n)
         half = float(stats.t.ppf(0.975, n - 1)) * se
-        t = out["mean"] / se if se > 0 else math.copysign(math.inf, out["mean"])
-        out.update(lo=out["mean"] - half, hi=out["mean"] + half,
-                   p=float(2 * stats.t.sf(abs(t), n - 1)), p_greater=float(stats.t.sf(t, n - 1)))
+        out.update(lo=out["mean"] - half, hi=out["mean"] + half)
+        if se > 0:  # identical values: no test (an infinite t would read as p = 0)
+            t = out["mean"] / se
+            out.update(p=float(2 * stats.t.sf(abs(t), n - 1)),
+                       p_greater=float(stats.t.sf(t, n - 1)))
     return out
 
 
@@ -259,7 +261,10 @@ def endpoints(seeds: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
     e = pd.DataFrame(rows)
     for name, col in (("elbo_gap", "p"), ("sample_D", "p_greater")):
         m = e["endpoint"] == name
-        e.loc[m, "p_holm"] = holm(e.loc[m, col].to_numpy(dtype=float))
+        # the preregistered family is every kappa: one not yet measured counts as p = 1, so
+        # the others are never adjusted as a smaller family
+        raw = e.loc[m, col].to_numpy(dtype=float)
+        e.loc[m, "p_holm"] = np.where(np.isnan(raw), np.nan, holm(np.nan_to_num(raw, nan=1.0)))
     e["verdict"] = [verdict(r) for r in e.itertuples()]
     return e
 
