@@ -231,24 +231,30 @@ class Workspace:
         under one scorer checkpoint (made once): per-sample NLL and tokenize verdicts."""
         from experiments.corpus.tokenizer import tokenizer_from_ref
         from experiments.eval.likelihood import open_run
+        from experiments.eval.run import ckpt_identity
         from model.checkpoint import load_weights
 
         srun, sck, _ = open_run(scorer_ckpt)
         if gen is not None:
             g = torch.load(gen, weights_only=True)
-            seqs, what = g["tokens"].long(), f"{g['run_id']}.step{g['step']}"
+            seqs, what, source = g["tokens"].long(), f"{g['run_id']}.step{g['step']}", \
+                g["identity"]
         else:
             assert data_of is not None
-            seqs, what = self.rows(data_of), f"data.{data_of.run_id}"
+            seqs, what, source = self.rows(data_of), f"data.{data_of.run_id}", None
+        inputs = {"source": source, "scorer": ckpt_identity(sck)}
         path = self.out / f"score.{what}.by.{srun.run_id}.step{_step(sck)}.{self.sid}.json"
-        if path.is_file():
-            return json.loads(path.read_text(encoding="utf-8"))
+        if path.is_file():  # reused only for the same generation under the same checkpoint
+            old = json.loads(path.read_text(encoding="utf-8"))
+            if old.get("inputs") == inputs:
+                return old
         loaded = load_weights(sck, self.device)
         lp = int(self.spec["prompt_len"])
         nll = score(loaded.model, seqs, lp)
         tok = tokenizer_from_ref(loaded.tokenizer)
         passes = [tokenize_passes(t) for t in sample_texts(tok, seqs, lp)]
-        doc = {"schema": SCHEMA, "what": what, "scorer": str(sck), "scorer_run_id": srun.run_id,
+        doc = {"schema": SCHEMA, "what": what, "inputs": inputs, "scorer": str(sck),
+               "scorer_run_id": srun.run_id,
                "spec": self.spec, "spec_id": self.sid, "nll": nll.tolist(),
                "S": float(nll.mean()), "tokenize_pass": passes,
                "tokenize_pass_share": float(np.mean(passes)), "n": len(nll),
@@ -309,10 +315,18 @@ def sample_test(ft: Path, scorer: Path, ladder: Path, out: Path | None = None,
             raise UsageError(f"{what} {r.run_id}: a baseline run is needed (a plain decoder)")
     if not kept(lrun):
         raise UsageError(f"--ladder {lrun.run_id}: no kept checkpoints (eval_step_<N>.pt)")
+    from experiments.eval.run import ckpt_identity
+
     ws = Workspace(Path(out) if out else frun.eval_dir / "samples", spec, device)
+    inputs = {"ft": ckpt_identity(fck), "scorer": ckpt_identity(sck),
+              "ladder": [ckpt_identity(ck) for ck in kept(lrun)]}
     path = ws.out / f"sampletest.{ws.sid}.{frun.run_id}.json"
-    if path.is_file():
+    if path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("inputs") == inputs:
         return path, True
+    for r, what in ((srun, "--scorer"), (lrun, "--ladder")):  # the bootstrap pairs by prompt
+        if not torch.equal(ws.rows(r), ws.rows(frun)):
+            raise UsageError(f"{what} {r.run_id}: its validation rows differ from "
+                             f"{frun.run_id}'s, so its samples would not share the FT's prompts")
     elbo = final_val(frun, "val_elbo")
     own = ws.scores(ws.generation(kept(srun)[-1] if kept(srun) else sck), sck)
     ftg = ws.scores(ws.generation(fck), sck)
@@ -325,7 +339,7 @@ def sample_test(ft: Path, scorer: Path, ladder: Path, out: Path | None = None,
     D = cluster_boot(nll(ftg), [nll(x[2]) for x in lad], c, elbo, n, nb, seed)
     tk = cluster_boot(passed(ftg), [passed(x[2]) for x in lad], c, elbo, n, nb, seed)
     doc = {
-        "schema": SCHEMA, "suite": "samples", "spec": spec, "spec_id": ws.sid,
+        "schema": SCHEMA, "suite": "samples", "spec": spec, "spec_id": ws.sid, "inputs": inputs,
         "run_id": frun.run_id, "checkpoint": str(fck), "kappa_bits": frec.model.get("kappa_bits"),
         "seed": frec.train.get("seed"), "scorer": str(sck), "scorer_run_id": srun.run_id,
         "ladder_run_id": lrun.run_id, "ft_val_elbo": elbo,
