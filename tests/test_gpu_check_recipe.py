@@ -184,7 +184,8 @@ def test_the_measurements_doc_is_generated_from_the_committed_folder():
 def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
     """The whole flow at a tiny width on CPU: the recipe's micro-batch and precision, random
     tokens, validations, a checkpoint inside the run, the resume from it matching the
-    uninterrupted run exactly; no allocator peaks and no speed figures (null, with why)."""
+    uninterrupted run to float32 rounding; no allocator peaks and no speed figures (null, with
+    why)."""
     rc = G.main(["--recipe", "paper-1.5B", "--cpu", "--steps", "4", "--results",
                  str(tmp_path), "--set", *TINY])
     out = capsys.readouterr().out
@@ -192,8 +193,10 @@ def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
     doc = json.loads(next((tmp_path / "gpu_check").glob("*-cpu-paper-1.5B.json")).read_text())
     assert doc["mode"] == "recipe" and doc["device"] == "cpu" and doc["passed"] is True
     assert doc["val_steps"] == [0, 2, 4] and doc["resumed_from_step"] == 3
-    assert doc["resume"] == "ok" and doc["resume_loss_max_rel"] == 0.0
-    assert doc["resume_weights_max_abs"] == 0.0
+    # compiled CPU kernels in two processes agree bitwise here but only to float32 rounding on
+    # some CPUs (CI measured 3.1e-7): bitwise resume is tested eager (tests/test_train.py)
+    assert doc["resume"] == "ok" and doc["resume_loss_max_rel"] <= 1e-6
+    assert doc["resume_weights_max_abs"] <= 1e-6
     assert doc["mfu"] is None and doc["tokens_per_s"] is None
     assert {r["phase"] for r in doc["phases"]} == {"train", "validation", "eval", "save"}
     assert all(r["measured"] is None and r["why_not"] for r in doc["phases"])
