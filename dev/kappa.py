@@ -27,12 +27,12 @@ generator: it lives in dev/ (the packages never import it).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,7 @@ import alive  # noqa: E402  (dev/alive.py: run records, probe points, come-alive
 
 from analysis.render import blocks, md, write_doc  # noqa: E402
 from analysis.stats import holm  # noqa: E402
-from common.errors import UsageError, cli  # noqa: E402
+from common.errors import ArgParser, UsageError, cli  # noqa: E402
 from common.io import atomic_write_text  # noqa: E402
 from common.paths import RunDir  # noqa: E402
 
@@ -56,10 +56,6 @@ DOC = ROOT / "docs" / "ALIVE.md"
 KAPPAS = (0.25, 0.5, 1.0)
 SEEDS = (0, 1, 2)
 ALPHA, ALPHA_ONE_SIDED = 0.05, 0.025
-USED = (0.25, 0.10, 0.1)
-"""used: share >= 0.25, its 95% lower end >= 0.10, KL >= 0.1 bit/token (the preregistration)."""
-DEAD = (0.05, 0.01)
-"""dead: the share's upper end < 0.05, or information < 0.01 bit/token."""
 PROBE = {"rows": 64, "draws": 2, "n_boot": 2000}
 LIK_KS = (1, 8, 64)
 REPRO_TOL = 1e-3
@@ -92,13 +88,12 @@ def t_test(d: list[float]) -> dict[str, Any]:
 
 
 def state(share: float, lo: float, hi: float, kl: float, info: float) -> str:
-    """The preregistered state of one probed checkpoint (NaN anywhere: undetermined)."""
-    top = hi if math.isfinite(hi) else share
-    if (math.isfinite(top) and top < DEAD[0]) or (math.isfinite(info) and info < DEAD[1]):
-        return "dead"
-    if share >= USED[0] and lo >= USED[1] and kl >= USED[2]:
-        return "used"
-    return "undetermined"
+    """The preregistered state of one probed checkpoint, by the probe's own rule and thresholds
+    (experiments.eval.probe.use_state: the same numbers the preregistration fixed); "missing"
+    when the share is."""
+    from experiments.eval.probe import use_state
+
+    return use_state(share, lo, hi, kl, info) or "missing"
 
 
 # ------------------------------------------------------------------ measuring (resumable)
@@ -118,7 +113,8 @@ def cells(root: Path, sweep: str) -> pd.DataFrame:
         started = RunDir(rd).has_record
         rows.append({"run_id": cl["run_id"], "arm": cl["arm"], "seed": int(cl["seed"]),
                      "kappa_bits": cl.get("kappa_bits"), "run_dir": rd,
-                     "tokens_per_step": alive.run_info(rd)["tokens_per_step"] if started else 0,
+                     "tokens_per_step": (alive.run_info(rd)["tokens_per_step"] if started
+                                         else math.nan),  # unknown until it starts, never 0
                      "finished": started and math.isfinite(alive.final_wall(rd))})
     return pd.DataFrame(rows)
 
@@ -135,16 +131,14 @@ def ladder_seed(s: int, have: set[int]) -> int | None:
 
 
 def measure(c: pd.DataFrame, work: Path, device: str = "cpu", ks: tuple[int, ...] = LIK_KS,
-            probes: str = "all") -> list[str]:
-    """Every probe, bound and sample test the finished runs allow; returns what is missing.
-    probes: "all" kept checkpoints (the preregistration) or the "final" one only."""
+            probes: str = "all") -> None:
+    """Every probe, bound and sample test the finished runs allow (missing() says what is
+    left). probes: "all" kept checkpoints (the preregistration) or the "final" one only."""
     from experiments.eval.likelihood import measure_run
     from experiments.eval.probe import probe_run
     from experiments.eval.samples import Workspace, kept, sample_test
 
     done = c[c["finished"]]
-    missing = [f"{r.run_id} ({r.arm} s{r.seed}): not finished" for r in
-               c[~c["finished"]].itertuples()]
     for r in done.itertuples():  # the likelihood bounds first: the primary endpoint's check
         measure_run(r.run_dir, ks=ks, out_dir=work / f"lik.{r.run_id}", reuse=True,
                     device=device)
@@ -161,16 +155,37 @@ def measure(c: pd.DataFrame, work: Path, device: str = "cpu", ks: tuple[int, ...
         s = int(r.seed)
         lad = ladder_seed(s, seeds)
         if s not in base or lad not in base:
-            missing.append(f"sample test of {r.run_id} (kappa {r.kappa_bits}, s{s}): needs "
-                           f"baselines s{s} (scorer) and s{lad} (ladder)")
-            continue
+            continue  # said by missing(): the sample test needs both baselines
         path, _ = sample_test(Path(r.run_dir), Path(base[s].run_dir), Path(base[lad].run_dir),
                               work / "samples", device=device)
         print(f"samples: {path}", flush=True)
         gen = ws.generation(RunDir(r.run_dir).final_or_target())
         for o in set(base) - {s}:  # the same samples under the other seeds' baselines
             ws.scores(gen, RunDir(base[o].run_dir).final_or_target())
-    return missing
+
+
+def missing(c: pd.DataFrame, work: Path, probes: str = "all") -> list[str]:
+    """What the study still lacks, read from the files (so --tables-only says it too)."""
+    from experiments.eval.samples import kept
+
+    out = [f"{r.run_id} ({r.arm} s{r.seed}): not finished" for r in
+           c[~c["finished"]].itertuples()]
+    seeds = {int(x) for x in c.loc[c["arm"] == "baseline", "seed"]}
+    for r in c[c["finished"]].itertuples():
+        if not _lik(work, r.run_id):
+            out.append(f"likelihood bounds of {r.run_id}")
+        if r.arm != "free":
+            continue
+        want = len(kept(RunDir(r.run_dir))) if probes == "all" else 1
+        have = len({p.name.split(".")[2] for p in  # distinct steps probed
+                    (work / f"probe.{r.run_id}").glob("probe.*.step*.json")})
+        if have < want:
+            out.append(f"probes of {r.run_id}: {have} of {want} kept checkpoints")
+        if not list((work / "samples").glob(f"sampletest.*.{r.run_id}.json")):
+            out.append(f"sample test of {r.run_id} (kappa {r.kappa_bits:g}, s{r.seed}): needs "
+                       f"baselines s{r.seed} (scorer) and s{ladder_seed(int(r.seed), seeds)} "
+                       "(ladder) finished")
+    return out
 
 
 # ------------------------------------------------------------------ tables
@@ -211,8 +226,8 @@ def seed_table(c: pd.DataFrame, work: Path) -> pd.DataFrame:
         row["elbo_file"] = alive._num(post.get("elbo_nats_per_token"))
         ref = theirs.get(r.run_id)  # ALIVE's run of the same run-id (same config)
         row["alive_val_ce"] = ref
-        row["reproduced"] = None if ref is None or not r.finished else \
-            bool(abs(row["val_ce"] - ref) <= REPRO_TOL)
+        row["reproduced"] = None if ref is None or not math.isfinite(row["val_ce"]) else \
+            bool(abs(row["val_ce"] - ref) <= REPRO_TOL)  # a missing val_ce is no verdict
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -309,8 +324,20 @@ def sample_table(work: Path) -> pd.DataFrame:
                      "seed_gap": d["seed_to_seed_gap"]["mean"], "tok_ft": tk["ft"],
                      "tok_ref": tk["ref"], "tok_own": tk["scorer_own"], "tok_data": tk["data"],
                      "tok_diff": tk["ft_minus_ref"]["D"], "tok_diff_lo": tk["ft_minus_ref"]["lo"],
-                     "tok_diff_hi": tk["ft_minus_ref"]["hi"], "file": p.name})
+                     "tok_diff_hi": tk["ft_minus_ref"]["hi"],
+                     **_other_scorers(work, d), "file": p.name})
     return pd.DataFrame(rows)
+
+
+def _other_scorers(work: Path, d: dict[str, Any]) -> dict[str, Any]:
+    """The same FT samples scored by the other seeds' baselines (descriptive, preregistered):
+    the mean S over them and their number; NaN and 0 when none was scored."""
+    sc = [json.loads(p.read_text(encoding="utf-8")) for p in
+          (work / "samples").glob(f"score.{d['run_id']}.step*.by.*.json")]
+    s = [x["S"] for x in sc if x.get("scorer_run_id") != d["scorer_run_id"]
+         and (x.get("spec_id") == d["spec_id"])]
+    return {"S_ft_other_scorers": float(np.mean(s)) if s else math.nan,
+            "n_other_scorers": len(s)}
 
 
 def bryanvine(path: Path = TABLES / "bryanvine_51M.csv") -> pd.DataFrame:
@@ -335,10 +362,14 @@ def bryanvine_slopes(bv: pd.DataFrame) -> dict[str, float]:
 
 def write_tables(root: Path, sweep: str, work: Path, out: Path, measure_too: bool,
                  **how: Any) -> dict:
+    from experiments.eval import probe as P
+
     c = cells(root, sweep)
     if c.empty:
         raise UsageError(f"sweep {sweep} under {root}: no cells")
-    missing = measure(c, work, **how) if measure_too else ["(measuring skipped: --tables-only)"]
+    if measure_too:
+        measure(c, work, **how)
+    left = missing(c, work, how.get("probes", "all"))
     seeds = seed_table(c, work)
     pts = probe_table(c, work)
     smp = sample_table(work)
@@ -352,13 +383,15 @@ def write_tables(root: Path, sweep: str, work: Path, out: Path, measure_too: boo
         seeds["final_exact_share"] = seeds["run_id"].map(last["exact_model_share"])
     bv = bryanvine()
     summary = {"preregistration": "docs/alive/kappa/PREREGISTERED.md",
-               "constants": {"used": USED, "dead": DEAD, "probe": PROBE, "lik_ks": LIK_KS,
+               "constants": {"used": [P.USED_SHARE, P.USED_SHARE_LO, P.USED_KL_BITS],
+                             "dead": [P.DEAD_SHARE, P.DEAD_INFO_BITS], "probe": PROBE,
+                             "lik_ks": LIK_KS,
                              "alpha": ALPHA, "alpha_sample_one_sided": ALPHA_ONE_SIDED,
                              "repro_tol": REPRO_TOL},
                "slope": slope(seeds), "bryanvine_slopes": bryanvine_slopes(bv),
                "runs": {"cells": len(c), "finished": int(c["finished"].sum()),
                         "probe_files": int(len(pts)), "sample_tests": int(len(smp))},
-               "missing": missing}
+               "missing": left}
     out.mkdir(parents=True, exist_ok=True)
     for name, fr in (("seeds", seeds.drop(columns=[], errors="ignore")), ("probe_points", pts),
                      ("endpoints", ends), ("samples", smp), ("bryanvine", bv)):
@@ -375,7 +408,15 @@ def _iv(r: Any, nd: int = 4) -> str:
     return s + (f" [{_f(r.lo, nd, True)}, {_f(r.hi, nd, True)}]" if r.n >= 2 else " (n = 1)")
 
 
+def _steps(seeds: pd.DataFrame) -> str:
+    st = sorted({int(x) for x in seeds.loc[seeds["finished"] == True, "step"].dropna()})  # noqa: E712
+    return ", ".join(map(str, st)) or "–"
+
+
 def render_block(tables: Path) -> str:
+    names = ("summary.json", "endpoints.csv", "seeds.csv", "bryanvine.csv")
+    if gone := [n for n in names if not (tables / n).is_file()]:
+        raise UsageError(f"{tables}: no {', '.join(gone)} (run `python dev/kappa.py run` first)")
     summ = json.loads((tables / "summary.json").read_text(encoding="utf-8"))
     e = pd.read_csv(tables / "endpoints.csv")
     seeds = pd.read_csv(tables / "seeds.csv")
@@ -385,7 +426,8 @@ def render_block(tables: Path) -> str:
              f"{run['probe_files']} checkpoints probed; {run['sample_tests']} sample tests. "
              "Rules: docs/alive/kappa/PREREGISTERED.md (committed before the first run).", ""]
     lines += ["**Primary: the ELBO gap** (FT `val_elbo` minus the same seed's baseline `val_ce`, "
-              "nats/token, step 1954; paired t 95% over seeds; Holm over the 3 kappas):", ""]
+              f"nats/token, final step {_steps(seeds)}; paired t 95% over seeds; Holm over the "
+              "3 kappas):", ""]
     cols = ["kappa (bits)", "n", "ELBO gap [95% t]", "per seed", "Holm p", "verdict",
             "prior-Z CE gap (upper bound, diagnostic) [95% t]",
             "IWAE gap (largest k, all validation rows) [95% t]"]
@@ -397,7 +439,7 @@ def render_block(tables: Path) -> str:
                      _f(p.p_holm), p.verdict, _iv(g["prior_ce_gap"]), _iv(g["iwae_gap"])])
     lines += [md(pd.DataFrame(rows, columns=cols)), ""]
     sl = summ["slope"]
-    lines += [f"Secondary: the ELBO gap's slope over log2 kappa, {_iv(pd.Series(sl))} "
+    lines += [f"Secondary: the ELBO gap's slope over log2 kappa, {_iv(SimpleNamespace(**sl))} "
               f"nats/token per doubling (n = {sl['n']} seeds with all three kappas); "
               f"bryanvine's 51M (unpaired means): OLS over 1/8, 1/2, 1 "
               f"{_f(summ['bryanvine_slopes']['ols_1/8_1/2_1'], 3, True)}, between 1/2 and 1 "
@@ -430,7 +472,8 @@ def render_block(tables: Path) -> str:
              else f"{'yes' if str(r.reproduced) == 'True' else 'NO'} ({_f(r.alive_val_ce)})"]
             for r in seeds.itertuples()]
     lines += [md(pd.DataFrame(rows, columns=[
-        "arm", "kappa", "seed", "run", "finished", "val_ce", "val_elbo", "share s",
+        "arm", "kappa", "seed", "run", "finished", "val_ce (FT: prior-Z CE, upper bound)",
+        "val_elbo (FT bound)", "share s",
         "exact-model share", "state", "used from", "ALIVE reproduced"])), ""]
     lines += ["bryanvine/free-transformer at 51M (their RESEARCH_LOG.md at commit 783ed901, "
               "means over 3 seeds; [bryanvine_51M.csv](alive/kappa/bryanvine_51M.csv)) in our "
@@ -457,8 +500,10 @@ def render_doc(doc: Path, tables: Path) -> str:
 
 
 def _body(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python dev/kappa.py", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    import argparse
+
+    ap = ArgParser(prog="python dev/kappa.py", description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="measure what the finished runs allow, then the tables")
     r.add_argument("--root", default=os.environ.get("FTBENCH_RESULTS", "/work/science-results"))

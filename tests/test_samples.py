@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -129,3 +130,47 @@ def test_sample_texts_cut_at_the_documents_eos() -> None:
 
     seqs = torch.tensor([[1, 0, 2, 3, 0, 4], [1, 2, 3, 4, 5, 6]])
     assert S.sample_texts(Tok(), seqs, 3) == ["bc", "abcdef"]
+
+
+# ------------------------------------------------------------------------ files: reuse, pairing
+def _train(root, *extra: str):
+    from experiments.train import trainer as T
+    from experiments.train.config import compose
+
+    return T.train(compose([
+        "data=synthetic", "model=1M", "model.dim=32", "model.ffn_dim=64", "model.n_layers=2",
+        "model.n_heads=2", "model.n_kv_heads=1", "train.batch_size=4", "train.tokens=1560",
+        "data.val_tokens=780", "logging.progress=false", "logging.val_every=1",
+        "logging.keep_eval_checkpoints=3", "optim.warmup_steps=1", f"paths.results={root}",
+        *extra]))
+
+
+@pytest.mark.slow
+def test_sample_test_files_are_reused_only_for_the_same_inputs(tmp_path) -> None:
+    """A second call redoes nothing; a new scorer checkpoint makes new scores and a new result;
+    a ladder whose validation rows are not the FT's is refused before anything is written."""
+    from pathlib import Path
+
+    spec = {**S.SPEC, "prompt_len": 4, "per_prompt": 2, "new_tokens": 6, "batch_prompts": 4,
+            "n_boot": 100}
+    ft = Path(_train(tmp_path / "r", "model.latent_bits=2", "train.seed=0"))
+    b0 = Path(_train(tmp_path / "r", "train.seed=0"))
+    b1 = Path(_train(tmp_path / "r", "train.seed=1"))
+    out = tmp_path / "samples"
+    path, reused = S.sample_test(ft, b0, b1, out, "cpu", spec)
+    doc = json.loads(path.read_text())
+    assert not reused and doc["D"]["n_prompts"] == len(S.Workspace(out).rows(
+        S.RunDir(ft))) and len(doc["ladder"]) == 3  # every kept checkpoint of the ladder
+    files = {p.name: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert S.sample_test(ft, b0, b1, out, "cpu", spec) == (path, True)
+    assert files == {p.name: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    final = b0 / "checkpoints" / "final.pt"  # the scorer's checkpoint changes (rewritten)
+    final.write_bytes(final.read_bytes())
+    path2, reused = S.sample_test(ft, b0, b1, out, "cpu", spec)
+    assert path2 == path and not reused
+    assert json.loads(path.read_text())["D"] == doc["D"]  # same weights, same numbers
+    other = Path(_train(tmp_path / "o", "train.seed=1", "data.val_tokens=1040"))
+    before = sorted(p.name for p in out.rglob("*"))
+    with pytest.raises(UsageError, match="validation rows differ"):
+        S.sample_test(ft, b0, other, out, "cpu", spec)
+    assert sorted(p.name for p in out.rglob("*")) == before

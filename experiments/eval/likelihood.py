@@ -392,28 +392,37 @@ def measure_run(run: RunDir | str | Path, ks: Sequence[int] = DEFAULT_KS,
     import json
 
     from common.io import atomic_write_text
-    from common.records import LikelihoodFile
+    from common.records import LikelihoodFile, spec_id
     from experiments.eval.run import resolve_device
     from model.checkpoint import CheckpointError, load_weights
 
     run, ck, cfg = open_run(run)
-    try:
-        loaded = load_weights(ck, resolve_device(device))
-    except CheckpointError as e:
-        raise UsageError(str(e)) from None
-    step = loaded.extra.get("step")
-    step = int(step) if isinstance(step, int) else None
+
+    def load() -> Any:
+        try:
+            return load_weights(ck, resolve_device(device))
+        except CheckpointError as e:
+            raise UsageError(str(e)) from None
+
+    loaded = None
+    if ck.stem.startswith("eval_step_"):  # a kept checkpoint names its step: no load to reuse
+        step: int | None = int(ck.stem.removeprefix("eval_step_"))
+    else:
+        loaded = load()
+        step = loaded.extra.get("step")
+        step = int(step) if isinstance(step, int) else None
     spec = LikelihoodFile.spec_of(list(ks), max_rows, seed)  # its hash names the file
     name = LikelihoodFile.file_name(spec, step)
     out = Path(out_dir) / name if out_dir is not None else run.eval_file(name)
     if reuse and out.is_file():
         return out
+    loaded = loaded or load()
     vx, vy, token_bytes, rows_read = validation_rows(run, max_rows, cfg)
     rec = validation_likelihood(loaded.model, vx, vy, token_bytes, ks=ks,
                                 batch_size=batch_size, seed=seed)
     doc = LikelihoodFile.from_json({
         **rec, "rows_read": rows_read,
-        "suite": "likelihood", "spec": spec, "spec_id": out.name.split(".")[1],
+        "suite": "likelihood", "spec": spec, "spec_id": spec_id(spec),
         "checkpoint_step": step, "run_id": run.run_id, "checkpoint": str(ck),
         "unit": "nats per token (nll), bits per byte (bpb); bounds: the NLL is an upper "
                 "bound on the true NLL for the Free Transformer, exact for the baseline"})

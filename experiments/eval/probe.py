@@ -221,6 +221,24 @@ def code_marginal_kl(bit_logits: torch.Tensor, chunk: int = MI_CODE_CHUNK) -> di
                     "mean code distribution over the probed tokens (all 2^H codes)"}
 
 
+def use_state(share: float | None, lo: float | None, hi: float | None, kl_bits: float,
+              info: float | None) -> str | None:
+    """`used`, `dead` or `undetermined` by the thresholds above; None (missing) when the share
+    is; a missing interval end or information (None or NaN) never satisfies a rule."""
+    def num(x: float | None) -> float:
+        return math.nan if x is None else float(x)
+
+    share_, lo_, hi_, info_ = num(share), num(lo), num(hi), num(info)
+    if math.isnan(share_):
+        return None
+    top = hi_ if not math.isnan(hi_) else share_
+    if top < DEAD_SHARE or info_ < DEAD_INFO_BITS:  # NaN compares False
+        return "dead"
+    if share_ >= USED_SHARE and lo_ >= USED_SHARE_LO and kl_bits >= USED_KL_BITS:
+        return "used"
+    return "undetermined"
+
+
 def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
                ce_posterior: float | None, posterior_delta: dict[str, Any] | None,
                split: dict[str, Any], exact_share: float | None = None) -> dict[str, Any]:
@@ -241,16 +259,7 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
     if kl_nats > 0 and pd_.get("lo") is not None and pd_.get("hi") is not None:
         lo, hi = -float(pd_["hi"]) / kl_nats, -float(pd_["lo"]) / kl_nats
     info = split.get("information_bits")
-    top = hi if hi is not None else share
-    if share is None:
-        state = None
-    elif (top is not None and top < DEAD_SHARE) or (info is not None and info < DEAD_INFO_BITS):
-        state = "dead"
-    elif share >= USED_SHARE and lo is not None and lo >= USED_SHARE_LO \
-            and kl_bits >= USED_KL_BITS:
-        state = "used"
-    else:
-        state = "undetermined"
+    state = use_state(share, lo, hi, kl_bits, info)
     return {
         "recovered_share": share, "recovered_share_lo": lo, "recovered_share_hi": hi,
         "recovered_nats_per_token": gap, "kl_nats_per_token": kl_nats,

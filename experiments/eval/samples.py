@@ -165,9 +165,9 @@ def boot_diff(a: np.ndarray, b: np.ndarray, per_prompt: int, n_boot: int,
 
 # ------------------------------------------------------------------------ files
 def _write_json(path: Path, doc: dict[str, Any]) -> Path:
-    from common.io import atomic_write_text
+    from common.io import atomic_write_json
 
-    return atomic_write_text(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return atomic_write_json(path, doc, sort_keys=True, allow_nan=False)  # missing is no NaN
 
 
 def _provenance() -> dict[str, Any]:
@@ -190,6 +190,15 @@ class Workspace:
         self.out, self.spec, self.sid = Path(out), spec, spec_id(spec)
         self.device = resolve_device(device)
         self._prompts: dict[str, torch.Tensor] = {}
+        self._models: dict[str, Any] = {}  # the scorer, loaded once for all it scores
+
+    def load(self, ck: Path) -> Any:
+        """A checkpoint's weights on the workspace's device, loaded once."""
+        from model.checkpoint import load_weights
+
+        if str(ck) not in self._models:
+            self._models[str(ck)] = load_weights(ck, self.device)
+        return self._models[str(ck)]
 
     def rows(self, run: RunDir) -> torch.Tensor:
         """The run's validation rows as token sequences (N, T): prompt + real continuation."""
@@ -232,7 +241,6 @@ class Workspace:
         from experiments.corpus.tokenizer import tokenizer_from_ref
         from experiments.eval.likelihood import open_run
         from experiments.eval.run import ckpt_identity
-        from model.checkpoint import load_weights
 
         srun, sck, _ = open_run(scorer_ckpt)
         if gen is not None:
@@ -248,7 +256,7 @@ class Workspace:
             old = json.loads(path.read_text(encoding="utf-8"))
             if old.get("inputs") == inputs:
                 return old
-        loaded = load_weights(sck, self.device)
+        loaded = self.load(sck)
         lp = int(self.spec["prompt_len"])
         nll = score(loaded.model, seqs, lp)
         tok = tokenizer_from_ref(loaded.tokenizer)
