@@ -425,6 +425,14 @@ def render_block(tables: Path) -> str:
     lines = [f"Progress: {run['finished']} of {run['cells']} runs finished; "
              f"{run['probe_files']} checkpoints probed; {run['sample_tests']} sample tests. "
              "Rules: docs/alive/kappa/PREREGISTERED.md (committed before the first run).", ""]
+    lead = []
+    for k in KAPPAS:
+        g = {r.endpoint: r for r in e[e["kappa_bits"] == k].itertuples()}
+        lead.append(f"kappa {k:g}: ELBO gap {_iv(g['elbo_gap'])} nats/token, "
+                    f"{g['elbo_gap'].verdict}; prior samples: {g['sample_D'].verdict} "
+                    f"(D {_iv(g['sample_D'])})")
+    lines += ["**The answer so far** (read from the tables below): " + "; ".join(lead) + ".",
+              ""]
     lines += ["**Primary: the ELBO gap** (FT `val_elbo` minus the same seed's baseline `val_ce`, "
               f"nats/token, final step {_steps(seeds)}; paired t 95% over seeds; Holm over the "
               "3 kappas):", ""]
