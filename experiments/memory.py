@@ -2,43 +2,20 @@
 
     measure(cfg, world_size=None, parallel=None, device_type="cuda", phases=PHASES, ...)
         -> list[PhasePeak]                   one record per phase
-    format_table(records, capacity_bytes) -> str
     python -m experiments.memory key=value ... [--phases train,validation,eval,save]
         [--eval-rows 16] [--device-type cuda|cpu] [--fsdp-sync every|last|both] [--json PATH]
 
-How (torchtitan's scripts/estimate/estimation.py is the model): a fake process group of the
-planned world size ("fake" backend over torch's FakeStore), every tensor a FakeTensor (shapes,
-dtypes and storages, no data), and torch's own trackers (`torch.distributed._tools`:
-FSDPMemTracker under FSDP2, MemTracker otherwise) counting every storage the phase allocates on
-this process, which is rank 0 of the planned world. Each phase runs the trainer's and the
-evaluator's own code, so a change in the model (a chunked loss, say) changes these figures with
-no edit here:
-- train: `Trainer.train_step` itself (forward, backward, gradient clipping, the fused AdamW step,
-  the DDP/FSDP accumulation of `parallel.accumulate`) at the plan's micro-batch, with AdamW's
-  moments already allocated (a second step: the first allocates them);
-- validation: `trainer.evaluate` itself on one batch of logging.val_batch_size rows at
-  train.seq_len (Z from the prior and, for the Free Transformer, the posterior pass);
-- eval: the evaluator (`FTBenchLM.loglikelihood_pairs`, lm-eval's request path) on one batch at
-  the trained window: one context of seq_len/2 tokens and `eval_rows` continuations of seq_len/2
-  tokens, run as one batch on a forked KV cache; the model in fp32 as evaluation loads it, one
-  whole copy per GPU (evaluation never shards: its parallel is "none");
-- save: what the Checkpointer does: `parallel.training_state` (the DCP state this rank stages to
-  host memory) and `parallel.full_weights` (the weights-only export gathered on rank 0).
-
-The model is built the trainer's way (`parallel.build_on_meta`, activation checkpointing,
-`parallel.shard`, `parallel.materialize`, `parallel.ddp`). device_type "cuda" models a GPU run
-on this machine's fake CPU tensors: bf16 autocast (the CPU's) where the run trains in bf16 and
-FSDP2's bf16 all-gathers with fp32 gradient reduction. What the trackers do not see: the CUDA
-context and NCCL's buffers (about 1-3 GB per GPU), the caching allocator's fragmentation, and
-kernels' internal workspaces (cuBLAS, flash attention) that never become tensors; a GPU run
-confirms them (`make gpu-check`).
-
-The number of micro-batches per step does not change a step's peak after the second (each
-later one allocates and frees what the second did; the last adds DDP's all-reduce or FSDP's
-reduce-scatter, measured): `accum_measured` (default 3: first, one middle, last) keeps an 8B
-measurement to seconds; None runs all of them.
+As torchtitan's scripts/estimate/estimation.py: a fake process group of the planned world size,
+FakeTensors, and torch's own trackers (`torch.distributed._tools`: FSDPMemTracker under FSDP2,
+MemTracker otherwise) counting what rank 0 allocates while each phase runs the trainer's and the
+evaluator's own code (train: `Trainer.train_step` with AdamW's moments allocated; validation:
+`trainer.evaluate`; eval: `FTBenchLM.loglikelihood_pairs` on one fp32 whole model; save:
+`parallel.training_state` and `parallel.full_weights`). device_type "cuda" models a GPU run's
+dtypes (bf16 autocast, FSDP2's bf16 all-gathers). Not seen: the CUDA context and NCCL's buffers
+(about 1-3 GB per GPU), allocator fragmentation and kernels' workspaces (`make gpu-check`
+measures them). A step's peak does not change after its second micro-batch, so
+`accum_measured` (default 3: first, one middle, last) runs only those.
 """
-
 from __future__ import annotations
 
 import argparse

@@ -1,68 +1,24 @@
 # experiments/train/parallel.py
 """Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
 
-    build_on_meta(cfg, build=None) -> (model on the meta device, InitRecipe)
-    materialize(model, recipe, device)   parameters (FSDP2: this rank's shards) with today's
-                                    init, one full parameter at a time on the host
-    checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
-    hsdp_shape(world, replicate)    (replicas, shards) of HSDP, or None: 1-D FSDP
-    mesh_for(device, world, replicate=None, local=None)   the 1-D DeviceMesh, or HSDP's 2-D one
-    shard(model, device, world, mesh=None, bf16=None, replicate=None)   FSDP2 (HSDP on a 2-D
-                                    mesh) in place (before the optimizer); returns the mesh
-    describe_mesh(mesh)             the mesh in words, for the log
-    ddp(fwd, device)                DistributedDataParallel
-    accumulate(fwd, mode, last)     context: DDP syncs on a step's last micro-batch, FSDP2
-                                    reduce-scatters every one (FSDP_REDUCE_EVERY_MICRO_BATCH)
-    training_state(model, opt, share=None)   {"model", "optim"} for torch.distributed.checkpoint
-                                    (FSDP: this rank's shards; DDP saves: this rank's share)
-    owned_names(weights, rank, world)   the names a DDP rank saves (balanced by bytes)
-    load_training_state(model, opt, path)   any world size's DCP directory; every rank calls it
-    full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
-                                    the writing rank only (a collective under FSDP)
-    as_tensor(x)                    the same as a plain tensor on its device (no host sync)
-    compile_units(model)            torch.compile each block in place (before DDP or sharding)
+Compile (train.compile), one path for every parallelism, as torchtitan does: each transformer
+block and the encoder block is compiled in place (`compile_units`) before DDP wraps or FSDP2
+shards the model, so the gradient and all-gather / reduce-scatter hooks stay outside the graphs
+and overlap the backward; what lies between the blocks runs eager (tests/test_compile.py).
 
-Compile order (train.compile), one path for every parallelism, as torchtitan does: each
-transformer block and the Free Transformer's encoder block is compiled in place
-(`compile_units`), before DDP wraps the model or FSDP2 shards it, so DDP's gradient hooks and
-FSDP2's all-gather / reduce-scatter hooks stay outside the graphs and fire per block as its
-backward finishes (the all-reduces and reduce-scatters overlap the rest of the backward). What
-lies between the blocks (embedding, the latent path with the binary mapper's custom autograd
-function, the chunked readout) runs eager, but for the chunked loss's per-chunk work on CUDA
-(`Transformer.compile_loss`, one fused pass over each chunk's logits). The blocks share one
-code object, so one graph (per input shape and grad mode) serves them all.
-tests/test_compile.py: compiled runs train as eager ones (both arms, one process and 2-process
-DDP), parameter names unchanged.
+FSDP is FSDP2 (`fully_shard`): one unit per block, one for the encoder block, and the root unit
+for the rest. The post-sampler stays in the root unit on purpose: the binary mapper reads
+`post_sampler.weight` directly, so a unit of its own would never be unsharded by a forward hook.
+Across nodes FSDP2 becomes HSDP (`hsdp_shape`, `mesh_for`): shards within a node, replicas
+across nodes (all-reduced once per step, `accumulate`), chosen when LOCAL_WORLD_SIZE is below
+WORLD_SIZE (tests/test_hsdp.py).
 
-FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
-Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
-encoder readout and the post-sampler). The post-sampler stays in the root unit on purpose: the
-Free Transformer reads `post_sampler.weight` directly (the binary mapper's custom autograd
-function gathers its columns) instead of calling the Linear, so a unit of its own would never be
-unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
-a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
-
-Across nodes FSDP2 becomes HSDP (`hsdp_shape`, `mesh_for`): a 2-D mesh ("dp_replicate",
-"dp_shard") that shards within a node and replicates across nodes, as torchtitan does, chosen
-when torchrun's LOCAL_WORLD_SIZE is below WORLD_SIZE (or by an explicit replica count). Each
-micro-batch all-gathers and reduce-scatters on the node's own links; the all-reduce between
-the replicas (the only traffic across nodes) runs once per step (`accumulate`). A rank then
-holds 1/(processes per node) of the weights, gradients and AdamW state instead of 1/world.
-Checkpoints are the same DCP shards (each replicated shard written once) and resume at any
-world, HSDP or not (tests/test_hsdp.py: 2 nodes x 2 gloo processes equal one process, and
-resume at world 3).
-
-No rank builds the whole fp32 model in host memory: the trainer builds it on the meta device
-(`build_on_meta`), checkpoints, compiles and shards it there, and `materialize` allocates the
-parameters on the training device and replays the constructor's init ops on the CPU generator,
-one full parameter at a time, so every rank and every world size starts from the weights of
-`torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise).
-
-Step checkpoints are sharded with torch.distributed.checkpoint (DCP): each rank writes its own
-shards of the weights and AdamW state (`training_state`), and DCP reshards on load, so a resume
-runs at any world size (`load_training_state`). Under DDP the replicated state is split by
-parameter between the ranks (`owned_names`), so each stages and writes 1/world of it. Only the
-weights-only export (eval steps and final.pt) is gathered on rank 0 (`full_weights`).
+No rank builds the whole fp32 model on the host: `build_on_meta`, then `materialize` replays the
+init on the CPU generator one parameter at a time, so every world size starts from the weights
+of `torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise). Step checkpoints
+are DCP shards (`training_state`; DDP splits the replicated state by `owned_names`) that resume
+at any world size (`load_training_state`); only the weights-only export is gathered on rank 0
+(`full_weights`).
 """
 
 from __future__ import annotations
