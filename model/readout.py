@@ -1,22 +1,12 @@
 """The readout (D -> V logits) and what is computed from it, over chunks of tokens.
 
-Why: at the paper's shape (vocabulary 2^17, context 4096) one row of logits is 2^29 numbers, and
-a validation batch of 16 rows would hold 8.6G logits plus their float32 copy and log-softmax.
-Nothing that scores text needs them all at once: every quantity here is per token, so the
-readout runs over chunks of tokens whose float32 (tokens x V) buffer fits a memory budget
-(`chunk_bytes`, a memory knob: values equal the unchunked ones to float rounding).
-
-- `score_readout`: per-token log p(target) and whether the target is the argmax, for scoring
-  (no gradient). With `mixture=True` the leading dimension holds k draws of Z for the same
-  positions and the greedy flag is taken under the mean of the k distributions (the adapter's
-  prior-k protocol).
-- `linear_cross_entropy`: the training loss, mean cross-entropy over targets != -100, as
-  `F.cross_entropy(F.linear(h, w).float(), targets)`. A custom autograd function, because
-  torch's own `F.linear_cross_entropy(options=...)` (torch 2.13) returns the loss in the input
-  dtype: under bf16 autocast the training CE would be rounded to 8 bits of mantissa. Like
-  torch's (and Liger's fused linear cross-entropy), it computes the gradients of both inputs in
-  the forward, chunk by chunk, while each chunk's logits exist: no recomputation (the readout's
-  FLOPs equal the unchunked path's), and the backward only scales them by the upstream scalar.
+At the paper's shape (vocabulary 2^17, context 4096) one row of logits is 2^29 numbers; every
+quantity here is per token, so the readout runs over chunks whose float32 (tokens x V) buffer
+fits `chunk_bytes` (a memory knob: values equal the unchunked ones to float rounding).
+`linear_cross_entropy` is a custom autograd function because torch's own
+`F.linear_cross_entropy` (torch 2.13) returns the loss in the input dtype (8 bits of mantissa
+under bf16 autocast); like Liger's, it computes both inputs' gradients in the forward, chunk by
+chunk, so nothing is recomputed and the backward only scales them.
 """
 
 from __future__ import annotations

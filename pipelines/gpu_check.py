@@ -1,32 +1,17 @@
 """`make gpu-check`: a smoke test of about 5 minutes for a first GPU node.
 
-On whatever GPUs are visible it trains both arms (baseline, Free Transformer H=16) for a few
-steps through experiments/train/trainer.py:
-- fp32 (reference) and bf16 autocast + torch.compile, one GPU; the bf16 loss must stay within
-  `--tol` (relative) of fp32 at every step;
-- flash SDPA: a bf16 forward + backward of each arm under `sdpa_kernel(FLASH_ATTENTION)` only
-  (fails if the flash kernel cannot run);
-- DDP and FSDP over all visible GPUs (torchrun, nccl), bf16 + compile; their losses against the
-  one-GPU bf16 run;
-- tokens/s (the trainer's metrics) and MFU against the GPU's dense bf16 peak (a table by device
-  name; null with a reason for an unknown GPU), and the binary mapper's share of the Free
-  Transformer's step time (CUDA events, the mapper's forward + backward alone vs a whole step).
-
-Writes <results>/gpu_check/<UTC timestamp>.json (`make bench` can cite it) and prints a summary.
+Both arms (baseline, Free Transformer H=16) train a few steps through the trainer: fp32 against
+bf16 + torch.compile on one GPU (relative loss difference within `--tol` at every step), a bf16
+forward + backward under the flash SDPA kernel alone, DDP and FSDP over all visible GPUs against
+the one-GPU run, tokens/s and MFU (null with a reason for an unknown GPU), and the binary
+mapper's share of the Free Transformer's step time. Writes <results>/gpu_check/<stamp>.json.
 Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one line).
 
-    python -m pipelines.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
-
-With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape on
-the GPUs present instead (docs/RECIPES.md "Confirming it on the GPUs"): 20 steps with
-validations, a checkpoint and a resume on random tokens, each phase's allocator peak beside the
-fake-tensor plan (experiments/memory.py), tokens/s and MFU -> measured/gpu_check/<stamp>-<gpu>-
-<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu), and
+With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape
+(docs/RECIPES.md "Confirming it on the GPUs"): steps with validations, a checkpoint and a resume,
+each phase's allocator peak beside the fake-tensor plan (experiments/memory.py), tokens/s and
+MFU -> measured/gpu_check/, which the dry runs' MFU reads (plan.planned_mfu), and
 docs/gpu_check/README.md regenerated from that folder (`--doc` regenerates it alone).
-
-    python -m pipelines.gpu_check --recipe paper-1.5B [--steps 20] [--out DIR]
-        [--cpu] [--set key=value ...]
-    python -m pipelines.gpu_check --doc
 """
 
 from __future__ import annotations

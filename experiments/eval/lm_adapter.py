@@ -1,30 +1,18 @@
 """A native lm-evaluation-harness `LM` for our checkpoints, Free-Transformer aware. The protocol
 (what Z sees per request type, long continuations, generation, the modes) is docs/DESIGN.md,
 "Honest evaluation"; `protocol()` writes it into every eval file. How it is implemented:
-- a `TemplateLM`; context and continuation are tokenized together and the continuation is the
-  joint encoding's shortest token suffix covering its characters (`_encode_pair`);
-- each distinct context window runs once into a KV cache (`model.extend`) and its
-  continuations extend copies (`model.fork_cache`), batched; requests with the same context and
-  continuation[:-1] share one row (one draw of Z); baseline contexts sharing >= 32 leading
-  tokens (a few-shot header) run them once. Every draw comes from a generator keyed by what is
-  scored, so a score equals the request's score alone (tests/test_shared_context.py). lm-eval's
+- context and continuation are tokenized together; the continuation is the joint encoding's
+  shortest token suffix covering its characters (`_encode_pair`);
+- each distinct context runs once into a KV cache and its continuations extend copies
+  (`model.fork_cache`), batched; every draw of Z comes from a generator keyed by what is scored,
+  so a score equals the request's score alone (tests/test_shared_context.py). lm-eval's
   `Collator(group_by="contexts")` is not used: it would share a pass between ([5,6],[7,8]) and
   ([5,6,7],[9]), whose encoder prefixes differ;
-- `prior-k` returns the log of the mean likelihood over k draws (the per-draw values kept in
-  `draw_logliks`); `posterior` rows are batched by equal length so padding never enters the
-  non-causal encoder; a context longer than the window is cut on the left, as lm-eval's hf
-  backend does;
-- generation: prompt and budget follow `plan_generation` (the budget shrinks first; every cut is
-  counted, `truncation_record`); stop strings apply to the decoded text (`text_stop`);
-- every finished request goes to lm-eval's cache hook at once, so an interrupted evaluation
-  resumes from what it finished;
-- data parallel (`DataParallel`, torchrun): rank 0 runs lm-eval, each batch it hands the adapter
-  is split into whole units (a run of contexts, a posterior row, a rolling request, a generation
-  batch), each rank scores its share, rank 0 gathers; the results equal one process's;
-- the window (`max_length`) is the run's train.seq_len; on CUDA the model runs under bf16
-  autocast (`precision`, not in the spec).
-Registered as `ftbench` (alias `freetransformer`) in lm-eval's registry; `make lm-eval`
-(lm_eval_cli.py) is the stock `lm_eval` CLI with this module imported.
+- `posterior` rows are batched by equal length so padding never enters the non-causal encoder;
+- every finished request goes to lm-eval's cache hook at once (an interrupted evaluation
+  resumes); under torchrun (`DataParallel`) each rank scores whole units and rank 0 gathers,
+  the results equal one process's.
+Registered as `ftbench` (alias `freetransformer`) in lm-eval's registry.
 """
 
 from __future__ import annotations

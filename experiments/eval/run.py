@@ -1,24 +1,15 @@
 """`make eval CKPT=...`: score a checkpoint on GSM8K, MMLU, ARC-E/C, CSQA (lm-eval) and
 HumanEval+, MBPP+ (evalplus), plus gold-answer bits per byte, offline or online.
 
-Design choices:
-- the model is wrapped natively for lm-eval (`experiments.eval.lm_adapter.FTBenchLM`); the
-  stock task names and their prompts, few-shot defaults and metrics are used as they are.
-  Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
-  the files are checked against the pinned sha256 sums (`experiments.eval.tasks.benchdata`);
-- the Z modes (`prior`, `prior-k`, `posterior`: leaks) and what Z saw per request type
-  (`protocol`): docs/DESIGN.md, "Honest evaluation"; one file per evaluation spec, named by
-  its `spec_id`, with a prompt `truncation` record per generation task: docs/RESULTS.md. A task
+- the model is wrapped natively for lm-eval (`lm_adapter.FTBenchLM`) and the stock tasks run as
+  they are; offline, their YAMLs point at local files checked against pinned sha256 sums;
+- the Z modes and what Z saw per request type (`protocol`): docs/DESIGN.md, "Honest
+  evaluation"; one file per evaluation spec, named by its `spec_id` (docs/RESULTS.md). A task
   whose run died is kept as `"error"` with null metrics (never 0), and the command exits 1;
-- arguments and task names are checked before anything loads (`validate_args`, also used by
-  `make sweep EVAL=1` at plan time);
-- resumable: every finished request is written to a sqlite cache (lm-eval's CachingLM) keyed by
-  checkpoint identity, z-mode, k, seed and generation length, so a re-run of the same spec
-  after an interruption skips what is done;
-- lm-eval's own results and samples files beside each lm-eval suite file (its
-  EvaluationTracker's layout), for lm-eval's tools;
-- bad input (a flag, a value, a task name, the checkpoint, the data, an unwritable output
-  directory) is one line and exit 2 before any work, and nothing is written.
+- resumable: every finished request goes to lm-eval's sqlite cache keyed by checkpoint
+  identity, z-mode, k, seed and generation length;
+- bad input is one line and exit 2 before any work (`validate_args`, also used by `make sweep
+  EVAL=1` at plan time), and nothing is written.
 """
 
 from __future__ import annotations

@@ -1,33 +1,14 @@
 """Training entry point for both arms (one loop; `model.build_model` picks the architecture):
 `train(cfg)` sets a run up and hands it to a `Trainer`, whose `train()` is the loop; the
-`Checkpointer` (checkpointer.py) owns <run>/checkpoints and metrics.jsonl, plan.py the dry run.
+`Checkpointer` (checkpointer.py) owns <run>/checkpoints and metrics.jsonl, plan.py the dry run
+(sweeps/ plans runs without importing this module).
 
-The config (`experiments.train.config.compose`) and the plan
-(`experiments.train.plan`: `RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs
-without importing this module.
-
-    train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
-    Trainer(cfg, plan, corpus, checkpointer, device, rank, world, stop, log).train()
-    Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
-    TrainingDiverged(RuntimeError)                   # K NaN/Inf steps in a row: exit 1
-    evaluate(model, corpus, ...), lr_factor(...), param_groups(model, wd)
-
-CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
-    model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
-Exit codes: 0 done (or already finished), 2 bad input or too little free space under the results
-root for the run's checkpoints (`plan.start_refusal`, rank 0's verdict; nothing written), 1 diverged
-(train.max_nonfinite_steps non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT
-after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
-
-Run directory <paths.results>/runs/<run-id>/ (paths.results = $FTBENCH_RESULTS or results/):
-config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt,
-tb/ (TensorBoard event files, always; W&B or trackio beside them with logging.tracker).
-A run with final.pt is finished: train() returns at once unless train.force=true.
-
-Determinism over layouts (the latent draws keyed per sequence), the absence of per-step host
-syncs, non-finite steps and a resume that repeats no finished work (`val_done`): docs/DESIGN.md,
-"Habits the code follows", and docs/RESULTS.md. Several processes: `torchrun --nproc_per_node N
--m experiments.train ...` with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
+CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`.
+Exit codes: 0 done (or already finished), 2 bad input or too little free space for the run's
+checkpoints (`plan.start_refusal`; nothing written), 1 diverged (train.max_nonfinite_steps
+non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT after a checkpoint (rerun
+to resume). A run with final.pt is finished: train() returns at once unless train.force=true.
+Determinism over layouts, no per-step host syncs, resume without repeated work: docs/DESIGN.md.
 """
 
 from __future__ import annotations
