@@ -1,9 +1,7 @@
 """Where runs and sweeps write: the results root, `RunDir` (results/runs/<run-id>/) and
-`SweepDir` (results/sweeps/<name>/). The only code that spells the layout, the file and folder
-names below (what each file holds: docs/RESULTS.md); everything else asks a RunDir or a
-SweepDir for a path, a typed record or a checkpoint. An eval file of checkpoint step N under
-spec_id S matches <run>/eval/*.S.stepN.json (`RunDir.point_evaluated`). PyYAML is imported only
-when config.yaml is read or written: the module needs only the standard library.
+`SweepDir` (results/sweeps/<name>/). The only code that spells the layout (what each file
+holds: docs/RESULTS.md); everything else asks a RunDir or a SweepDir. Standard library only
+(PyYAML is imported only when config.yaml is read or written).
 """
 
 from __future__ import annotations
@@ -102,11 +100,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class RunDir:
     """results/runs/<run-id>/: a run's files, its typed records and its checkpoints.
-
     `RunDir.of(run_id)` names one under the results root; `RunDir.at(path)` takes what a user
-    gives (a run directory, or a checkpoint file inside one, or a lone .pt elsewhere, whose
-    run directory is then its folder), and `.target` keeps a checkpoint file so given.
-    Nothing here creates a directory; writers create what they write."""
+    gives. Nothing here creates a directory; writers create what they write."""
 
     path: Path
     target: Path | None = None

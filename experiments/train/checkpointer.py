@@ -1,18 +1,9 @@
 """Everything a run keeps under <run>/checkpoints and in <run>/metrics.jsonl: which checkpoint a
 resume starts from, what it restores (`TrainState`), the metrics lines it keeps, when a step's
-checkpoint is written, the rotation (logging.keep_checkpoints), the checkpoints kept for
-evaluation (logging.keep_eval_checkpoints: eval_step_<N>.pt) and final.pt, whose presence marks
-the run finished. File names come from common/paths.py.
-
-    Checkpointer(rd, cfg, plan, main=, world=, log=, async_save=True, storage_writer=None)
-        .finished / .prepare(fresh) / .newest() / .resume(found, state)
-        .maybe_save(step, state, val_done=, force=) / .save_final(state) / .wait() / .close()
-        .last_good
-    TrainState(cfg, plan, run_id, opt, sched, model=, mode=)   step, val_done, meta()
-
-What the files are (a step checkpoint: each rank's DCP shards, saved asynchronously over a gloo
-group of its own as torchtitan does, and rank 0's marker written last; final.pt and
-eval_step_<N>.pt: weights-only exports in logging.export_dtype): docs/RESULTS.md, `checkpoints/`.
+checkpoint is written, the rotation, the checkpoints kept for evaluation and final.pt, whose
+presence marks the run finished. What the files are (a step checkpoint: each rank's DCP shards,
+saved asynchronously over a gloo group of its own as torchtitan does, and rank 0's marker
+written last): docs/RESULTS.md, `checkpoints/`.
 """
 
 from __future__ import annotations
@@ -142,13 +133,10 @@ def _quiet(msg: str, echo: bool = True) -> None:
 
 
 def stager(cuda: bool) -> Any:
-    """DCP's staging of a step checkpoint (the host copy a save writes from while training goes
-    on), for every save of a run: host buffers allocated at the first save and reused by the
-    later ones (torch's DefaultStager caches them per storage), pinned on CUDA so the
-    device-to-host copy runs at pinned speed (55 vs 1.5 GB/s pageable on one H100,
-    docs/gpu_check/). Staging completes before async_save returns, because training then
-    changes the weights; the write stays asynchronous. None where this torch has no
-    DefaultStager: DCP's default then, a fresh pageable copy per save (`make bench`, "save")."""
+    """DCP's staging of a step checkpoint for every save of a run: host buffers allocated at
+    the first save and reused (torch's DefaultStager), pinned on CUDA (55 vs 1.5 GB/s pageable
+    on one H100, docs/gpu_check/). Staging completes before async_save returns (training then
+    changes the weights); the write stays asynchronous. None where torch has no DefaultStager."""
     try:
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
     except ImportError:
@@ -159,14 +147,10 @@ def stager(cuda: bool) -> Any:
 
 # ====================================================================== checkpointer
 class Checkpointer:
-    """The checkpoints and metrics file of one run directory `rd` (see the module docstring).
-
-    `main`: this process writes (rank 0); `world`: processes that meet at a barrier after each
-    save; `log(msg, echo=...)`: where a skipped unreadable checkpoint and a resume are told;
-    `async_save`: step checkpoints are written in the background; `storage_writer(dir)`: the DCP
-    StorageWriter for a step's shard directory (default: the file system); `export_dtype`: the
-    dtype of the weights-only exports (None: as trained; the trainer passes logging.export_dtype
-    resolved, `EXPORT_DTYPES`)."""
+    """The checkpoints and metrics file of one run directory `rd`. `main`: this process writes
+    (rank 0); `world`: processes that meet at a barrier after each save; `storage_writer(dir)`:
+    the DCP StorageWriter of a step's shards (default: the file system); `export_dtype`: the
+    weights-only exports' dtype (None: as trained)."""
 
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan, *, main: bool = True,
                  world: int = 1, log: Callable[..., None] = _quiet,
