@@ -1,12 +1,8 @@
 """The benchmarks, one typed row each (`Benchmark`): the one place a benchmark's facts are
-written, and every list the suite keeps (default, offline and log-likelihood-only tasks, data
-files, the paper's groups, request counts, costs, chance levels) is derived from the rows.
-Adding one: docs/DESIGN.md, "Adding a benchmark". Standard library only (analysis/ reads it).
-
-Sources: `paper_metric` was transcribed from the paper's Tables 1-2 (Fleuret 2025, arXiv
-2510.17558) without the PDF at hand (PAPER_METRICS_CHECKED); `stock_metrics` are lm-eval
-0.4.13's YAML `metric_list` (or evalplus's); `requests` and `cost_min` were measured on a 16M
-checkpoint on 2 CPU cores (docs/BENCH.md, the full-benchmark evaluation table).
+written; every list the suite keeps is derived from the rows. Adding one: docs/DESIGN.md,
+"Adding a benchmark". Standard library only. `paper_metric` is transcribed from the paper's
+Tables 1-2 (PAPER_METRICS_CHECKED); `requests` and `cost_min` were measured on a 16M checkpoint
+(docs/BENCH.md).
 """
 
 from __future__ import annotations

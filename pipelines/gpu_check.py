@@ -81,11 +81,9 @@ def _free_port() -> int:
 def _train(args: list[str], results: Path, nproc: int = 1, nodes: int = 1,
            env: dict[str, str] | None = None, gpus: bool = False) -> tuple[Path | None, str]:
     """`python -m experiments.train` on `nproc` processes (torchrun), or as `nodes` torchrun
-    agents of `nproc` each meeting through the c10d rendezvous at 127.0.0.1 (what `make train
-    NNODES=.. NODE_RANK=.. MASTER_ADDR=..` runs on each node: a stand-in for several nodes; on
-    GPUs each agent sees its own nproc devices, as a node would). Each process group's stderr
-    goes whole to a file under `results`, which a failure names: (run dir or None, "ok" or
-    "exit N: <its last line> (stderr: <file>)")."""
+    agents of `nproc` each meeting at a c10d rendezvous on 127.0.0.1 (a stand-in for several
+    nodes; on GPUs each agent sees its own devices). A failure names the file holding its
+    stderr: (run dir or None, "ok" or "exit N: <its last line> (stderr: <file>)")."""
     import tempfile
 
     from experiments.train.config import compose
@@ -293,25 +291,17 @@ def _flash_and_mapper(preset: str, micro: int, seq: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- RECIPE=..: the real shape
 RECIPE_ACCUM = 4
 """Micro-batches per step in the recipe check: the recipe's micro-batch per GPU, accumulated 4
-times (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both run, and the
-step's fixed costs are shared as in a real run), rather than the recipe's whole global batch
-(1,024 sequences would make 20 steps take an hour). tokens/s and MFU are taken over the steps
-past WARM_STEPS: a window of at least RECIPE_ACCUM micro-batches."""
+times (the reduce-scatter per micro-batch and the accumulation both run) rather than the whole
+global batch; tokens/s and MFU are taken over the steps past WARM_STEPS."""
 SLICE_FIT = 0.75
-"""A layer-sliced model must fit this share of the GPU by the hand estimate (which runs up to
-15% low against the fake-tensor measurement at these presets). The slicing keeps the hand
-estimate because a measurement per candidate layer count would take minutes each of the check's
-ten; the sliced model's own phases are then measured (its plan) and printed beside the GPU's.
-Its disk is the trainer's own rule (plan.disk_bytes, what plan.start_refusal checks)."""
+"""A layer-sliced model must fit this share of the GPU by the hand estimate (up to 15% low
+against the measurement at these presets; measuring each candidate layer count would take
+minutes); the sliced model's own phases are then measured and printed."""
 BUDGET_S = 600.0
 """gpu-check RECIPE=.. is planned to end within this (`time_plan`); a plan over it is refused."""
 FIRST_CONTACT = {"startup_s": 5.0, "build_s_per_gparam": 16.3, "compile_s": 20.0,
                  "d2h_gbps": 55.0, "write_gbps": 2.0, "read_gbps": 1.3, "pageable_gbps": 1.5}
-"""What one H100 node gave at the first contact (dev/gpu/results/20261128T014226Z-h100-*):
-interpreter and imports 5 s; the model built on the meta device and materialised (its init
-replayed on the CPU) 27 s for 1.66e9 parameters; compiling the blocks about 20 s; a pinned
-device-to-host copy 55 GB/s, a pageable one 1.5 GB/s (the weights-only export); a 19.9 GB
-checkpoint loaded in 15 s. write_gbps: a parallel file system's share (plan.WRITE_GBPS)."""
+"""What one H100 node gave at the first contact (dev/gpu/results/20261128T014226Z-h100-*)."""
 
 
 def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
@@ -330,16 +320,13 @@ def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
 def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: float,
                 extra: list[str] | None = None, disk_free: float | None = None,
                 device_type: str = "cuda") -> tuple[list[str], dict[str, Any]]:
-    """The trainer's overrides for the recipe check and what they keep of the recipe: the
-    recipe's model (the costliest arm: its largest H, first kappa), vocabulary, context,
-    precision, parallelism, activation checkpointing and micro-batch per GPU for `gpu_type`;
-    data=random (no corpus, no hub: memory and speed do not depend on the tokens' values);
-    RECIPE_ACCUM micro-batches per step on `n` processes; a validation of one batch at
-    `steps` // 2 and `steps`, step checkpoints at `steps` // 2 + 1 (resumed from) and at the
-    last step (both kept: the trainer always writes the last). A model whose state does not
-    fit SLICE_FIT of `capacity_gb` on `n` GPUs (by the hand estimate), or whose run needs more
-    than `disk_free` bytes by the trainer's own rule (plan.disk_bytes on `device_type`: what it
-    refuses to start without), keeps its widths and loses layers until both fit ("layer_sliced")."""
+    """The trainer's overrides for the recipe check: the recipe's costliest arm (largest H,
+    first kappa), vocabulary, context, precision, parallelism, activation checkpointing and
+    micro-batch per GPU for `gpu_type`; data=random; RECIPE_ACCUM micro-batches per step on `n`
+    processes; validations at `steps` // 2 and `steps`, step checkpoints at `steps` // 2 + 1
+    (resumed from) and the last. A model whose state does not fit SLICE_FIT of `capacity_gb`
+    (hand estimate) or whose run needs more than `disk_free` (plan.disk_bytes) keeps its
+    widths and loses layers until both fit ("layer_sliced")."""
     from experiments.train.config import compose
     from experiments.train.plan import disk_bytes, memory_estimate, plan
     from sweeps.recipe import merge_overrides
