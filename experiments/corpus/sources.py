@@ -173,21 +173,11 @@ def source_label(s: Any) -> str:
 
 class HFMixture:
     """The `hf` stream: the sources interleaved by text bytes, with explicit passes, resumable.
-
-    Hand-written rather than `datasets.interleave_datasets` because that one samples documents
-    (not bytes) and ends at the first exhausted source ("first_exhausted"), or oversamples every
-    source without a bound ("all_exhausted"): here each source's share of the bytes is its
-    weight, a source repeats only as many times as its `passes` allow, and the stream's position
-    (`state()`, JSON) resumes it after a failure (`datasets`' own state_dict per source).
-
-    Rule: the next document comes from the source, among those not finished, whose bytes so far
-    over its weight are smallest (ties: the first listed), so the shares hold at every point
-    and the order depends on the documents only. A source that ends its stream starts a new
-    pass while it has passes left; one that runs out after its last pass ends the mixture when
-    data.hf_max_bytes is null, else stops it with a DataError naming the source (never
-    silently short). A document's key is its index within its source's pass (`hf:<j>` for a
-    single source, `hf:<source>:<j>` in a mixture), so a repeated document keeps its key and
-    its side of the validation split."""
+    Not `datasets.interleave_datasets`, which samples documents (not bytes) and either ends at
+    the first exhausted source or oversamples without bound. The next document comes from the
+    unfinished source whose bytes so far over its weight are smallest; a source repeats while it
+    has passes left, then ends the mixture (data.hf_max_bytes null) or stops it with a
+    DataError; `state()` resumes it. A document's key is its index within its source's pass."""
 
     def __init__(self, dcfg: DataConfig, state: dict[str, Any] | None = None,
                  open_source: Any = None) -> None:
