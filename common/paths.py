@@ -120,10 +120,8 @@ class RunDir:
     @classmethod
     def at(cls, where: str | os.PathLike) -> RunDir:
         """A run directory (or its checkpoints/ folder), or the run directory of a checkpoint
-        file: <run>/checkpoints/<x>.pt -> <run>; a .pt anywhere else -> its folder (a copied
-        checkpoint has no run record there, which `has_record` says). The file is kept as
-        `target`; a folder holding checkpoints itself (no checkpoints/ in it) targets its
-        final.pt, else its newest step_<N>.pt."""
+        file (a .pt outside a run: its folder), the file kept as `target`; a folder holding
+        checkpoints itself targets its final.pt, else its newest step."""
         p = Path(where)
         if p.is_dir():
             if (p / CHECKPOINTS).is_dir():
@@ -301,11 +299,8 @@ class RunDir:
         return all(self.eval_files(f"*.{sid}.step{step}.json") for sid in spec_ids)
 
     def points_ready(self, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
-        """Kept checkpoints (`eval_step_<N>.pt`, written atomically: present means complete)
-        without their eval files while the run trains (no final.pt), oldest first: what a
-        point job may evaluate now. Once final.pt exists the rest are the chained
-        evaluation's (the last kept checkpoint is final.pt's step, whose file the final
-        evaluation writes)."""
+        """Kept checkpoints without their eval files while the run trains (no final.pt),
+        oldest first: what a point job may evaluate now (after final.pt, the chain's)."""
         if self.finished:
             return []
         return [(step, ck) for step, ck in self.eval_checkpoints()

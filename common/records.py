@@ -647,10 +647,8 @@ class ManifestCell(_Record):
 
     def reconcile(self, jobs: JobProbe, rd: Any, provenance: dict[str, Any], *,
                   watched: bool = False) -> None:
-        """Re-derive the training state from facts: the run directory first (a finished run
-        is done whoever finished it), then the job's liveness and result. `watched`: the
-        calling driver watches the job itself (its outcome is reported by `job_ended`);
-        `provenance` receives a finished run's recorded provenance."""
+        """Re-derive the training state from facts: the run directory first, then the job's
+        liveness and result. `watched`: the calling driver watches the job itself."""
         self.step = rd.latest_step() or self.step
         if rd.finished:
             if self.state != "done":
@@ -774,10 +772,9 @@ class ManifestCell(_Record):
     def settle_points(self, m: Manifest, rd: Any, submitted: Any, jobs: JobProbe,
                       live: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset()
                       ) -> None:
-        """Re-derive the cell's point states from facts: the jobs a SLURM watcher `submitted`
-        (its record: {"<step>": {"job_id", "submitted"} | {"reason"}}), the eval files (done,
-        whoever wrote them), the jobs' liveness, the cell's training failure. `live`:
-        (cell, step) the calling driver is watching itself."""
+        """Re-derive the cell's point states from facts: the jobs a SLURM watcher `submitted`,
+        the eval files, the jobs' liveness, the training's failure. `live`: (cell, step) the
+        calling driver watches itself."""
         ids = m.spec_ids()
         if not m.eval_points or not ids:
             return
