@@ -202,10 +202,8 @@ def _device(cfg: TrainConfig) -> torch.device:
 
 
 def device_index(local_rank: int, visible: int) -> int:
-    """The CUDA ordinal of this process: LOCAL_RANK when it sees that many GPUs (torchrun, or
-    a SLURM task that sees the whole node); 0 when it sees one (sites that bind one GPU per
-    task, where cuda:LOCAL_RANK is an invalid ordinal). Any other count is ambiguous (two
-    ranks would share a GPU): UsageError, one line."""
+    """The CUDA ordinal of this process: LOCAL_RANK when it sees that many GPUs, 0 when it sees
+    one (one GPU bound per task); any other count is ambiguous: UsageError, one line."""
     if 0 <= local_rank < visible:
         return local_rank
     if visible == 1:
@@ -309,10 +307,8 @@ class _Window:
 
 class _DevicePeaks:
     """The CUDA caching allocator's peak of each phase on this rank (train steps, validation,
-    checkpoint saves): the allocator's statistics are reset as a phase begins and read as it
-    ends, and each phase keeps its largest. `make gpu-check RECIPE=..` sets them beside
-    experiments/memory.py's fake-tensor figures of the same phases. Off CUDA it records nothing
-    (a process's resident set cannot be split by phase this way)."""
+    saves: reset as a phase begins, read as it ends), which `make gpu-check RECIPE=..` sets
+    beside experiments/memory.py's figures. Off CUDA it records nothing."""
 
     def __init__(self, device: torch.device) -> None:
         self.dev = device if device.type == "cuda" else None
@@ -339,9 +335,8 @@ class _DevicePeaks:
             self.note(name)
 
     def summary(self) -> dict[str, Any] | None:
-        """{"cuda_peak_bytes": {phase: {allocated, reserved}}, "cuda_outside_torch_bytes": the
-        device memory in use that torch's allocator does not hold (the CUDA context, NCCL's
-        buffers, libraries' workspaces)}; None off CUDA."""
+        """{"cuda_peak_bytes": {phase: {allocated, reserved}}, "cuda_outside_torch_bytes":
+        device memory torch's allocator does not hold}; None off CUDA."""
         if self.dev is None:
             return None
         free, total = torch.cuda.mem_get_info(self.dev)
@@ -351,9 +346,8 @@ class _DevicePeaks:
 
 
 class Trainer:
-    """One training run on this process: the model (checkpointed, sharded or wrapped as the
-    config says), its optimizer and LR schedule (`state`, a TrainState), the corpus and the
-    `checkpointer`. `train()` is the loop. Rank 0 writes; every rank computes."""
+    """One training run on this process: model, optimizer and schedule (`state`), corpus and
+    `checkpointer`; `train()` is the loop. Rank 0 writes; every rank computes."""
 
     def __init__(self, cfg: TrainConfig, p: RunPlan, corpus: Any, checkpointer: Checkpointer,
                  device: torch.device, rank: int, n_world: int, stop: dict[str, Any],
@@ -640,9 +634,8 @@ class Trainer:
         return rec
 
     def check_nonfinite(self) -> str | None:
-        """Read the pending steps' non-finite flags (one collective + host sync); record each
-        skipped step and its micro-batches. `train.max_nonfinite_steps` in a row: the reason
-        to stop, else None."""
+        """Read the pending steps' non-finite flags (one collective + host sync) and record the
+        skipped steps; the reason to stop after train.max_nonfinite_steps in a row, else None."""
         if not self.pending:
             return None
         steps = [s for s, _, _ in self.pending]
