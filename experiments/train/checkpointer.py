@@ -111,9 +111,8 @@ def _set_rng_state(st: dict[str, Any]) -> None:
 
 
 def truncate_metrics(path: Path, step: int, val_done: bool = False) -> None:
-    """Keep what an uninterrupted run had written when its checkpoint at `step` was taken:
-    train lines up to `step`, val lines before it, and the val line at `step` when the
-    checkpoint says that validation had finished before it was written (`val_done`)."""
+    """Keep what an uninterrupted run had written when the checkpoint at `step` was taken
+    (the val line at `step` only when `val_done`)."""
     if not path.exists():
         return
     keep = []
@@ -223,10 +222,9 @@ class Checkpointer:
         return None
 
     def resume(self, found: tuple[dict[str, Any], Path] | None, state: TrainState) -> None:
-        """Restore the model's weights and `state` from `found` (`newest()`), after sharding
-        and after the optimizer is built: sharded checkpoints of any world size. Cut
-        metrics.jsonl back to that checkpoint; with nothing found, start the
-        metrics afresh. Every rank calls it. UsageError: the checkpoint does not fit this run."""
+        """Restore the model's weights and `state` from `found` (any world size; after sharding
+        and the optimizer) and cut metrics.jsonl back to it (nothing found: start afresh).
+        Every rank calls it. UsageError: the checkpoint does not fit this run."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
@@ -260,8 +258,7 @@ class Checkpointer:
     def maybe_save(self, step: int, state: TrainState, *, val_done: bool,
                    force: bool = False) -> Path | None:
         """Start step_<step>'s checkpoint when due (or `force`: a preemption, which waits for
-        it to complete); `val_done`: the validation due at `step` has run. Returns the marker's
-        path (complete once `wait()` returns), else None. Every rank calls it."""
+        it); the marker's path, else None. Every rank calls it."""
         if not (force or self.due(step)):
             return None
         path = self.save(step, state, val_done=val_done)
@@ -276,9 +273,8 @@ class Checkpointer:
 
     def save(self, step: int, state: TrainState, name: str | None = None,
              val_done: bool = False) -> Path:
-        """Start the checkpoint of `step` (step_<step>.pt + shards, asynchronous unless
-        async_save=False), export it for evaluation when its step is kept; with `name`, write
-        that weights-only export instead (final.pt). Every rank calls it."""
+        """Start the checkpoint of `step` (asynchronous unless async_save=False), exported for
+        evaluation when its step is kept; with `name`, that weights-only export instead."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be saved"
         self.wait()  # one save in flight at a time
@@ -366,9 +362,8 @@ class Checkpointer:
             done.set()
 
     def wait(self) -> None:
-        """Block until the checkpoint in flight is complete (its marker written); raise what
-        its writing raised. Called before the next save, a preemption's exit and final.pt;
-        every rank calls it."""
+        """Block until the checkpoint in flight is complete; raise what its writing raised.
+        Every rank calls it."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.wait()  # set by _complete on the writer thread, after the marker
