@@ -64,9 +64,8 @@ VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 
 
 def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
-    """What `limit` means for the grouped tasks among `tasks` (the loader's `grouped`): per
-    subject, and the questions and requests it comes to (MMLU at 5: 285 questions, 1,140
-    requests)."""
+    """What `limit` means for the grouped tasks among `tasks`: per subject, and the questions
+    and requests it comes to."""
     return [f"  limit {limit} is per subject in {t}: {k} subjects x {limit} = {k * limit:,} "
             f"questions, {k * limit * n:,} requests" for t in tasks
             if limit and (g := grouped(t)) for k, n in [g]]
@@ -74,9 +73,8 @@ def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
 
 # ---------------------------------------------------------------------------- helpers
 def trained_context(run: RunDir | str | os.PathLike) -> int | None:
-    """The window a run's model was trained at: its run record's train.seq_len; None when the
-    checkpoint has no run record (the model's max_seq_len is then used). A run record that
-    cannot be read is a UsageError. A path is read as `RunDir.at(path)`."""
+    """The window a run's model was trained at (its run record's train.seq_len); None without
+    a run record (the model's max_seq_len is then used); UsageError for an unreadable one."""
     run = run if isinstance(run, RunDir) else RunDir.at(run)
     if not run.has_record:
         return None
@@ -322,10 +320,8 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
 
 
 def write_native(outs: list[dict], native_dir: Path, run_id: str) -> None:
-    """lm-eval's own results JSON and per-sample JSONL for the per-task `simple_evaluate`
-    outputs, merged into one run, written by lm-eval's EvaluationTracker in the layout of
-    `lm_eval --output_path <native_dir> --log_samples` (<native_dir>/<model name>/results_<date>
-    .json, samples_<task>_<date>.jsonl); the model name is the run id."""
+    """lm-eval's own results JSON and per-sample JSONL, merged into one run, in the layout of
+    `lm_eval --output_path <native_dir> --log_samples` (the model name is the run id)."""
     from lm_eval.loggers import EvaluationTracker
 
     merged: dict[str, Any] = {}
@@ -362,11 +358,8 @@ def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
 # ---------------------------------------------------------------------------- main entry
 def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
              runtime: EvalRuntime | None = None) -> dict[str, Path]:
-    """Evaluate a run's checkpoint (`run.checkpoint()`: the named .pt, else final.pt, else the
-    newest step; a path is read as `RunDir.at(path)`) as `request` asks (what decides the
-    numbers); `runtime` says how (device, batch size, output folder: nothing that changes a
-    number). Returns {suite: path of the result JSON}. Each suite's spec is
-    `request.specs(...)`, as `planned_specs` builds it."""
+    """Evaluate a run's checkpoint (`run.checkpoint()`) as `request` asks (what decides the
+    numbers); `runtime` says how (nothing that changes a number). {suite: result JSON path}."""
     from experiments.eval.lm_adapter import DataParallel, FTBenchLM, local_device
 
     runtime = runtime or EvalRuntime()
@@ -510,10 +503,8 @@ def task_line(task: str, e: dict, seconds: float | None = None, requests: int = 
 
 @contextlib.contextmanager
 def harness_output(log: Path) -> Iterator[None]:
-    """What lm-eval, datasets, evalplus and the adapter write on stderr (progress bars, their
-    warnings) goes to `log` while a suite runs: the console keeps one line per benchmark and
-    the summary. The file descriptor itself is redirected, so a library's own handle to
-    stderr is caught too."""
+    """What the libraries write on stderr goes to `log` while a suite runs (the file descriptor
+    itself, so their own handles are caught too); the console keeps one line per benchmark."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     keep = os.dup(2)
@@ -684,10 +675,8 @@ def _did_you_mean(bad: list[str], known: Sequence[str]) -> str:
 
 def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
                   check_data: bool = True) -> argparse.Namespace:
-    """Parse and check evaluation arguments before any compute: UsageError (one line) on a
-    bad flag, value or task name, or bad offline data. `ckpt`: the checkpoint to
-    add (the sweep's EVAL_ARGS have none), or None when argv holds it.
-    Used by `make sweep EVAL=1 EVAL_ARGS=...` at plan time."""
+    """Parse and check evaluation arguments before any compute (UsageError, one line); `ckpt`:
+    the checkpoint to add, or None when argv holds it. Also `make sweep EVAL=1` at plan time."""
     argv = list(argv)
     if ckpt is not None and any(a.startswith("--out-dir") for a in argv):
         raise UsageError("--out-dir: not allowed here (each run's eval goes to its run dir)")
@@ -714,10 +703,8 @@ def runtime_of(a: argparse.Namespace) -> EvalRuntime:
 
 
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
-    """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in
-    this window, which is the run's train.seq_len (`trained_context`; the spec records it and
-    the default generation length depends on it); offline checksums are computed here. Built
-    by the same `EvalRequest.specs` as `run_eval`'s."""
+    """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in this
+    window (the run's train.seq_len), by the same `EvalRequest.specs` as `run_eval`'s."""
     from experiments.eval.lm_adapter import default_gen_toks
 
     req = request_of(a)
@@ -729,9 +716,8 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
 
 
 def _check_caches(tasks: list[str]) -> None:
-    """UsageError (one line) when a cache outside the eval directory cannot be written:
-    HF datasets' (lm-eval suite) and evalplus's ground truth. The eval directory, which holds
-    the rest, is checked by run_eval; benchmark data is only ever read."""
+    """UsageError (one line) when a cache outside the eval directory cannot be written (HF
+    datasets', evalplus's ground truth)."""
     from common.io import unwritable
 
     suites = suites_of(tasks)
