@@ -110,9 +110,6 @@ class TokenStream:
 
 
 # ---------------------------------------------------------------- order
-_M64 = (1 << 64) - 1
-
-
 def _mix(x: np.ndarray, key: int) -> np.ndarray:
     """splitmix64 finaliser of x ^ key (uint64, wrapping)."""
     z = (x ^ np.uint64(key)) + np.uint64(0x9E3779B97F4A7C15)

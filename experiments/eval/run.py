@@ -121,12 +121,6 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def eval_file_name(spec: EvalSpec | dict[str, Any], step: int | None) -> str:
-    """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: step unknown)."""
-    sp = spec if isinstance(spec, EvalSpec) else EvalSpec.from_json(spec)
-    return sp.file_name(step)
-
-
 def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
     """Verified sha256 of the offline files a suite reads ({} online); UsageError if bad."""
     if ddir is None:
