@@ -131,9 +131,8 @@ def _weights(run: Path) -> dict[str, torch.Tensor] | None:
 
 def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
             ) -> dict[str, Any]:
-    """Resume the finished run `ref` (of `args`) from its oldest kept step checkpoint (every later
-    step checkpoint, export and the final one removed) through `run(args, results)`, and compare
-    the resumed steps' losses and the final weights with the uninterrupted run's."""
+    """Resume the finished run `ref` from its oldest kept step checkpoint (later ones removed)
+    and compare the resumed steps' losses and final weights with the uninterrupted run's."""
     from experiments.train.checkpointer import shard_dir
 
     rd = RunDir(ref)
@@ -175,9 +174,8 @@ def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
 
 def topology(base: list[str], work: Path, per_node: int, tol: float,
              env: dict[str, str] | None = None, gpus: bool = False) -> dict[str, Any]:
-    """DDP and FSDP on 1 node (per_node processes) and on 2 nodes (two c10d agents of
-    per_node // 2 or 1 process on this host), each against one process; the sharded
-    checkpoint round trip under FSDP over 2 nodes."""
+    """DDP and FSDP on 1 node and on 2 (two c10d agents on this host), each against one process;
+    the sharded checkpoint round trip under FSDP over 2 nodes."""
     one, why = _train(base, work / "one", 1, 1, env, gpus)
     out: dict[str, Any] = {"one_process": why}
     ok = one is not None
@@ -204,9 +202,8 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
 
 
 def cpu_main(results: str | None, steps: int, tol: float) -> int:
-    """GPU_CHECK_CPU=1: the multi-process and multi-node code paths on this CPU (gloo), at the
-    1M preset: DDP and FSDP on 1 and 2 simulated nodes against one process, the resume round
-    trip. No speed figures (a CPU says nothing about a GPU's)."""
+    """GPU_CHECK_CPU=1: the multi-process and multi-node code paths on this CPU (gloo, preset
+    1M): DDP and FSDP on 1 and 2 simulated nodes against one process, the resume round trip."""
     root = results_root(results)
     work = runs_dir(root / "gpu_check_cpu")
     base = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
@@ -398,10 +395,8 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
 
 
 def time_plan(cfg: Any, n: int, peak_tflops: float | None, planned: bool) -> dict[str, float]:
-    """Seconds per phase of the recipe check of `cfg` on `n` GPUs, from the plan's FLOPs at
-    the planned MFU (plan.planned_mfu) of `peak_tflops` and the first contact's figures
-    (FIRST_CONTACT); `planned`: the fake-tensor plan is shipped or cached (else its CPU
-    minutes count). The check refuses a plan over BUDGET_S."""
+    """Seconds per phase of the recipe check of `cfg` on `n` GPUs, from the plan's FLOPs at the
+    planned MFU and FIRST_CONTACT; `planned`: the fake-tensor plan is shipped or cached."""
     from experiments.train.plan import checkpoint_bytes, plan, planned_mfu
 
     fc, p = FIRST_CONTACT, plan(cfg, n)
@@ -453,9 +448,8 @@ def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None
 
 
 def plan_step(cfg: Any, n: int) -> tuple[list[Any], str]:
-    """The fake-tensor plan of the check's run on `n` GPUs (experiments/memory.py): the cache,
-    else the plan shipped under measured/memory/plans/ (seconds on a fresh node), else measured
-    here (minutes of CPU at the paper's sizes). (records, where they come from)."""
+    """The fake-tensor plan of the check's run on `n` GPUs: cached, else shipped, else measured
+    here. (records, where they come from)."""
     from experiments import memory as MEM
 
     t0 = time.time()
@@ -474,9 +468,8 @@ def plan_step(cfg: Any, n: int) -> tuple[list[Any], str]:
 def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                 out: str | None, cpu: bool = False, extra: list[str] | None = None,
                 nproc: int = 1, ship: bool = False) -> int:
-    """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (CPU with
-    `cpu`: the same flow on `nproc` gloo processes, for rehearsal; no allocator peaks, no speed
-    figures). `ship`: only measure its plan for one H100 into measured/memory/plans/."""
+    """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (`cpu`: the
+    same flow on `nproc` gloo processes, no peaks or speeds). `ship`: only measure its plan."""
     from experiments import memory as MEM
     from experiments.train.config import ConfigError, compose
     from experiments.train.plan import free_bytes, plan
