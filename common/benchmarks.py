@@ -23,9 +23,7 @@ GOLD_BPB_SUFFIX = "_gold_bpb"
 """`<task>_gold_bpb`: bits per byte of the gold answer, the smooth metric a generation
 benchmark adds (its `gold_bpb` flag)."""
 PAPER_METRICS_CHECKED = False
-"""True once every `paper_metric` was checked against Tables 1-2 of arXiv 2510.17558 (the
-paper's text reachable from this project held only its opening; Meta's model cards confirm
-only the vocabulary: macro_avg/acc_char, acc_char, em, pass@1)."""
+"""True once every `paper_metric` was checked against Tables 1-2 of arXiv 2510.17558."""
 _ARROW = ("data-00000-of-00001.arrow", "dataset_info.json", "state.json")
 """The files of a Hugging Face `save_to_disk` copy."""
 
@@ -262,10 +260,8 @@ def tasks(*, suite: str | None = None, scoring: str | None = None,
           default: bool | None = None, offline_ready: bool | None = None,
           fewshot_source: bool | None = None, gold_bpb: bool | None = None,
           order: str = "paper") -> tuple[str, ...]:
-    """The task names of the runnable rows with the given properties (None: any).
-
-    order 'paper': the paper's table order; 'run': the order `make eval` runs them (the
-    lm-eval suite before evalplus, each in the paper's order)."""
+    """The task names of the runnable rows with the given properties (None: any), in the
+    paper's table order ('paper') or `make eval`'s ('run': lm-eval before evalplus)."""
     rows = [b for b in BENCHMARKS if b.task
             and (suite is None or b.suite == suite)
             and (scoring is None or b.scoring == scoring)

@@ -1,10 +1,7 @@
-"""Document sources: (key, text) documents from the stdlib, local files or HF datasets.
-
-Corpus build workers read documents without importing torch. The rules:
-- every source yields (key, text) documents; a document goes to validation iff a hash of its key
-  falls under `val_fraction` (by file for stdlib and text files, by record for jsonl/parquet/hf),
-  so the split does not depend on listing order, on the seed or on the number of workers;
-- `load_documents` materialises a corpus (small or capped corpora); the `iter_*` readers stream.
+"""Document sources: (key, text) documents from the stdlib, local files or HF datasets, without
+torch. A document goes to validation iff a hash of its key falls under `val_fraction`, so the
+split depends on no listing order, seed or worker count; `load_documents` materialises a corpus,
+the `iter_*` readers stream.
 """
 
 from __future__ import annotations
@@ -64,9 +61,8 @@ def read_stdlib(rel: str) -> str:
 
 
 def stdlib_docs(max_bytes: int | None = None) -> list[Doc]:
-    """The running interpreter's own standard-library .py files (no site-packages).
-
-    With max_bytes, only the files of the capped subset (see `load_documents`) are read."""
+    """The running interpreter's own standard-library .py files (no site-packages); with
+    max_bytes, only the capped subset's."""
     root = stdlib_root()
     files = stdlib_files()
     if max_bytes is not None:
