@@ -23,7 +23,8 @@ GOLD_BPB_SUFFIX = "_gold_bpb"
 """`<task>_gold_bpb`: bits per byte of the gold answer, the smooth metric a generation
 benchmark adds (its `gold_bpb` flag)."""
 PAPER_METRICS_CHECKED = False
-"""True once every `paper_metric` was checked against Tables 1-2 of arXiv 2510.17558."""
+"""True once every `paper_metric` was checked against Tables 1-2 of arXiv 2510.17558 (the
+project could read only the paper's opening; Meta's model cards confirm the metric names)."""
 _ARROW = ("data-00000-of-00001.arrow", "dataset_info.json", "state.json")
 """The files of a Hugging Face `save_to_disk` copy."""
 
