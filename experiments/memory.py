@@ -36,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common.errors import UsageError, cli
+from common.errors import cli
 from experiments.train import parallel as par
 from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
 from experiments.train.plan import (
@@ -880,21 +880,18 @@ def _main(args: list[str]) -> int:
                     help="make train DRY=1: the trainer's dry run (its plan), then the measured "
                          "peaks of the planned run (cached under paths.cache/memory)")
     a = ap.parse_args(args)
-    try:
-        if a.dry_run:
-            return _dry_main(a.overrides, a.eval_rows)
-        cfg = compose(a.overrides)
-        phases = [x for x in a.phases.split(",") if x]
-        syncs: list[bool | None] = [None]
-        if a.fsdp_sync is not None:
-            syncs = {"every": [True], "last": [False], "both": [False, True]}[a.fsdp_sync]
-        recs: list[PhasePeak] = []
-        for s in syncs:
-            recs += measure(cfg, parallel=a.parallel, device_type=a.device_type, phases=phases,
-                            eval_rows=a.eval_rows, fsdp_reduce_every=s,
-                            accum_measured=None if a.all_micro_batches else 3)
-    except ConfigError as e:  # config.py's bad-input type (not yet a UsageError)
-        raise UsageError(str(e)) from None
+    if a.dry_run:
+        return _dry_main(a.overrides, a.eval_rows)
+    cfg = compose(a.overrides)
+    phases = [x for x in a.phases.split(",") if x]
+    syncs: list[bool | None] = [None]
+    if a.fsdp_sync is not None:
+        syncs = {"every": [True], "last": [False], "both": [False, True]}[a.fsdp_sync]
+    recs: list[PhasePeak] = []
+    for s in syncs:
+        recs += measure(cfg, parallel=a.parallel, device_type=a.device_type, phases=phases,
+                        eval_rows=a.eval_rows, fsdp_reduce_every=s,
+                        accum_measured=None if a.all_micro_batches else 3)
     cap = cfg.train.gpu_memory_gb * GB
     r0 = recs[0]
     print(f"{cfg.model.preset} {r0.arm} ({r0.params:,} params), {r0.device_type} modelled"
