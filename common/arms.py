@@ -1,11 +1,7 @@
 """The arms a sweep trains, one typed record each: the one place that says what an arm is
-(docs/DESIGN.md, "Adding an arm"). Code asks an arm's record (`arm(name).latent`, ...) instead
-of testing its name, and each record makes its own cells of a grid (`Arm.cells`).
-
-Two names live here: the *arm* of a cell (any name in ARMS), and the *model kind* a run's own
-files record as `arm`, "baseline" or "free" from the model alone (`of_model`): a Z-cut control
-is a "free" model in the arm "free_zcut", a FLOPs-matched control a "baseline" model in the arm
-"baseline_flops". Standard library only, so `analysis/` reads it without torch.
+(docs/DESIGN.md, "Adding an arm"). Code asks an arm's record instead of testing its name, and
+each record makes its own cells of a grid (`Arm.cells`). A run's own files record the *model
+kind* as `arm` ("baseline" or "free", `of_model`), not the cell's arm. Standard library only.
 """
 
 from __future__ import annotations
@@ -82,10 +78,9 @@ class Arm:
 
     def cells(self, kappas: Sequence[float], hs: Sequence[int], seeds: Sequence[int],
               layers: int) -> list[Cell]:
-        """This arm's cells of a grid, in the grid's order (H, then kappa, then seed): one per
-        value of each of its axes. A latent arm without the kappa axis trains at the grid's
-        smallest kappa (the Z-cut control: with Z cut the encoder only brings its KL under
-        kappa, after which kappa barely matters). `layers`: the arms' resolved layer count."""
+        """This arm's cells of a grid, in the grid's order (H, then kappa, then seed). A latent
+        arm without the kappa axis trains at the grid's smallest kappa (the Z-cut control).
+        `layers`: the arms' resolved layer count."""
         ks: Sequence[float | None] = kappas if "kappa" in self.axes else (
             [min(kappas)] if self.latent else [None])
         out = []
@@ -193,8 +188,6 @@ def by_control(control: str) -> Arm:
 
 
 def of_model(latent_bits: int | bool) -> Arm:
-    """The arm a run's own files name from its model alone (config.yaml, eval and likelihood
-    files record its name as `arm`): FREE with a latent (latent_bits > 0), else BASELINE,
-    whatever the cell's arm (a Z-cut control's files say "free", a FLOPs-matched control's
-    "baseline")."""
+    """The model kind a run's own files record as `arm`, from its model alone: FREE with a
+    latent (latent_bits > 0), else BASELINE, whatever the cell's arm."""
     return FREE if latent_bits else BASELINE

@@ -1,12 +1,8 @@
 """The benchmarks, one typed row each (`Benchmark`): the one place a benchmark's facts are
-written, and every list the suite keeps (default, offline and log-likelihood-only tasks, data
-files, the paper's groups, request counts, costs, chance levels) is derived from the rows.
-Adding one: docs/DESIGN.md, "Adding a benchmark". Standard library only (analysis/ reads it).
-
-Sources: `paper_metric` was transcribed from the paper's Tables 1-2 (Fleuret 2025, arXiv
-2510.17558) without the PDF at hand (PAPER_METRICS_CHECKED); `stock_metrics` are lm-eval
-0.4.13's YAML `metric_list` (or evalplus's); `requests` and `cost_min` were measured on a 16M
-checkpoint on 2 CPU cores (docs/BENCH.md, the full-benchmark evaluation table).
+written; every list the suite keeps is derived from the rows. Adding one: docs/DESIGN.md,
+"Adding a benchmark". Standard library only. `paper_metric` is transcribed from the paper's
+Tables 1-2 (PAPER_METRICS_CHECKED); `requests` and `cost_min` were measured on a 16M checkpoint
+(docs/BENCH.md).
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ GOLD_BPB_SUFFIX = "_gold_bpb"
 benchmark adds (its `gold_bpb` flag)."""
 PAPER_METRICS_CHECKED = False
 """True once every `paper_metric` was checked against Tables 1-2 of arXiv 2510.17558 (the
-paper's text reachable from this project held only its opening; Meta's model cards confirm
-only the vocabulary: macro_avg/acc_char, acc_char, em, pass@1)."""
+project could read only the paper's opening; Meta's model cards confirm the metric names)."""
 _ARROW = ("data-00000-of-00001.arrow", "dataset_info.json", "state.json")
 """The files of a Hugging Face `save_to_disk` copy."""
 
@@ -266,10 +261,8 @@ def tasks(*, suite: str | None = None, scoring: str | None = None,
           default: bool | None = None, offline_ready: bool | None = None,
           fewshot_source: bool | None = None, gold_bpb: bool | None = None,
           order: str = "paper") -> tuple[str, ...]:
-    """The task names of the runnable rows with the given properties (None: any).
-
-    order 'paper': the paper's table order; 'run': the order `make eval` runs them (the
-    lm-eval suite before evalplus, each in the paper's order)."""
+    """The task names of the runnable rows with the given properties (None: any), in the
+    paper's table order ('paper') or `make eval`'s ('run': lm-eval before evalplus)."""
     rows = [b for b in BENCHMARKS if b.task
             and (suite is None or b.suite == suite)
             and (scoring is None or b.scoring == scoring)

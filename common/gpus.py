@@ -1,12 +1,7 @@
 """No silent CPU (issue 45): whether this host has NVIDIA GPUs that torch should use, and the one
-line when torch cannot use them. The one rule of `make setup` (mk/venv.py), training, evaluation,
-the synthetic experiment and gpu-check. Standard library only (torch is imported by
+line when torch cannot use them; the one rule of `make setup` (mk/venv.py), training,
+evaluation, the synthetic experiment and gpu-check. Standard library only (torch is imported by
 `torch_sees_none` alone), so mk/venv.py runs it before the venv exists.
-
-    gpus_expected() -> str | None     why this host should have GPUs (nvidia-smi, env variables)
-    driver() -> str                   the NVIDIA driver's version and the newest CUDA it supports
-    torch_sees_none(why, drv) -> str | None   inside the interpreter: the refusal, or None
-    no_silent_cpu(fix)                UsageError naming both when torch cannot use the GPUs
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Files that are never half-written, hashes, locks (flock, or an O_EXCL owner file where a
-file system has no flock), and the one check that a place can be written before any work
-starts (`unwritable`).
-
-A write goes to a temporary file in the target's directory, is fsynced, then renamed over the
-target, so a reader (or a restart after kill -9) sees the old file or the new one, never half.
+"""Files that are never half-written (temporary, fsync, rename), hashes, locks (flock, or an
+O_EXCL owner file where a file system has no flock), and the one check that a place can be
+written before any work starts (`unwritable`).
 """
 
 from __future__ import annotations
@@ -38,11 +35,8 @@ def umask() -> int:
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
-    """`write(f)` fills a temporary file beside `path`, which is fsynced and renamed over it.
-    Readers see the old file or the new one, never half; a failure leaves no temporary behind.
-
-    The file gets the mode `open()` would give it: an existing file's mode is kept, a new file
-    gets 0666 minus the umask (mkstemp alone makes 0600, unreadable to a shared group)."""
+    """`write(f)` fills a temporary file beside `path`, fsynced and renamed over it (no
+    temporary left on failure); the file gets the mode `open()` would give it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -200,12 +194,10 @@ def lock_stale(rec: dict[str, Any] | None, mtime: float | None,
 @contextlib.contextmanager
 def excl_locked(path: str | os.PathLike, *, wait: bool = True, poll_s: float = 0.05,
                 stale_after_s: float | None = None) -> Iterator[Path]:
-    """An exclusive lock without flock: `path` created with O_CREAT|O_EXCL (atomic on POSIX
-    file systems, NFSv3 and later included) holding this process's host, pid and a nonce;
-    removed on exit. A lock whose holder is dead (its pid gone on this host, or, on another
-    host, a file older than `stale_after_s`) is taken over: under a second O_EXCL file
-    (`<path>.break`), the breaker reads the owner again and removes it only if it is still the
-    stale one, so two contenders never both take it. `wait=False`: LockHeld at once."""
+    """An exclusive lock without flock: `path` created with O_CREAT|O_EXCL holding this
+    process's host, pid and a nonce; removed on exit. A dead holder's lock (pid gone on this
+    host, or older than `stale_after_s` on another) is taken over under a second O_EXCL file
+    (`<path>.break`), so two contenders never both take it. `wait=False`: LockHeld at once."""
     import time
 
     path = Path(path)
@@ -287,12 +279,9 @@ class Unwritable:
 
 
 def unwritable(path: str | os.PathLike, *, file: bool = False) -> Unwritable | None:
-    """None when `path` is, or can be made, a writable directory (file=True: a file that can be
-    written, or created in such a directory); else why not. Creates nothing that stays.
-
-    The test is a real write: a temporary file made and removed in the nearest existing
-    directory (an existing file is opened for appending, nothing written). os.access asks about
-    permission bits, and root passes those everywhere, /proc and chmod 0555 included."""
+    """None when `path` is, or can be made, a writable directory (file=True: a writable or
+    creatable file); else why not. A real write test that leaves nothing (os.access asks about
+    permission bits, which root passes everywhere)."""
     p = Path(path).absolute()
     if file:
         if p.is_dir():

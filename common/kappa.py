@@ -1,17 +1,8 @@
 """The free-bits threshold kappa (bits per token), read and written one way everywhere.
-
-- `parse_kappas`: the one parser (the sweep's KAPPA, the synthetic task's --kappa). Tokens are
-  separated by spaces or commas; each is a decimal ("0.5", "2", "1e-3") or a fraction ("1/64").
-  A value must be finite and >= 0. A value given twice (in any spelling: "1/8 0.125") is an
-  error, not silently dropped: a repeated threshold is a typo more often than a wish.
-- `kappa_label`: the one label, in every table header, figure, claim and printout. A decimal
-  when it needs at most two places ("0.5", "0.25", "2"), else the exact fraction when its
-  denominator is at most 1024 ("1/64", "1/8", "3/8": the paper's synthetic thresholds), else the
-  shortest decimal that reads back to the same float. Either way the label reads back to the
-  same float (`parse_kappas(kappa_label(k)) == [k]`), so two thresholds never share a label.
-
-- `kappa_id`: identifiers are not labels: cell names and hydra overrides keep the plain decimal
-  ("0.015625" for 1/64), which hydra reads as a float and a file name can hold.
+`parse_kappas`: the one parser (decimals or fractions, finite, >= 0, a repeated value is an
+error). `kappa_label`: the one label (a decimal of at most two places, else a fraction of
+denominator <= 1024, else the shortest decimal), which reads back to the same float.
+`kappa_id`: the plain decimal identifiers and hydra overrides keep ("0.015625" for 1/64).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Where runs and sweeps write: the results root, `RunDir` (results/runs/<run-id>/) and
-`SweepDir` (results/sweeps/<name>/). The only code that spells the layout, the file and folder
-names below (what each file holds: docs/RESULTS.md); everything else asks a RunDir or a
-SweepDir for a path, a typed record or a checkpoint. An eval file of checkpoint step N under
-spec_id S matches <run>/eval/*.S.stepN.json (`RunDir.point_evaluated`). PyYAML is imported only
-when config.yaml is read or written: the module needs only the standard library.
+`SweepDir` (results/sweeps/<name>/). The only code that spells the layout (what each file
+holds: docs/RESULTS.md); everything else asks a RunDir or a SweepDir. Standard library only
+(PyYAML is imported only when config.yaml is read or written).
 """
 
 from __future__ import annotations
@@ -102,11 +100,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class RunDir:
     """results/runs/<run-id>/: a run's files, its typed records and its checkpoints.
-
     `RunDir.of(run_id)` names one under the results root; `RunDir.at(path)` takes what a user
-    gives (a run directory, or a checkpoint file inside one, or a lone .pt elsewhere, whose
-    run directory is then its folder), and `.target` keeps a checkpoint file so given.
-    Nothing here creates a directory; writers create what they write."""
+    gives. Nothing here creates a directory; writers create what they write."""
 
     path: Path
     target: Path | None = None
@@ -125,10 +120,8 @@ class RunDir:
     @classmethod
     def at(cls, where: str | os.PathLike) -> RunDir:
         """A run directory (or its checkpoints/ folder), or the run directory of a checkpoint
-        file: <run>/checkpoints/<x>.pt -> <run>; a .pt anywhere else -> its folder (a copied
-        checkpoint has no run record there, which `has_record` says). The file is kept as
-        `target`; a folder holding checkpoints itself (no checkpoints/ in it) targets its
-        final.pt, else its newest step_<N>.pt."""
+        file (a .pt outside a run: its folder), the file kept as `target`; a folder holding
+        checkpoints itself targets its final.pt, else its newest step."""
         p = Path(where)
         if p.is_dir():
             if (p / CHECKPOINTS).is_dir():
@@ -306,11 +299,8 @@ class RunDir:
         return all(self.eval_files(f"*.{sid}.step{step}.json") for sid in spec_ids)
 
     def points_ready(self, spec_ids: Sequence[str]) -> list[tuple[int, Path]]:
-        """Kept checkpoints (`eval_step_<N>.pt`, written atomically: present means complete)
-        without their eval files while the run trains (no final.pt), oldest first: what a
-        point job may evaluate now. Once final.pt exists the rest are the chained
-        evaluation's (the last kept checkpoint is final.pt's step, whose file the final
-        evaluation writes)."""
+        """Kept checkpoints without their eval files while the run trains (no final.pt),
+        oldest first: what a point job may evaluate now (after final.pt, the chain's)."""
         if self.finished:
             return []
         return [(step, ck) for step, ck in self.eval_checkpoints()

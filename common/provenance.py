@@ -50,10 +50,8 @@ def loadavg() -> list[float] | None:
 
 
 def peak_rss_mb() -> float | None:
-    """This process's peak resident memory so far (MB; None without /proc, the suite runs on
-    Linux): /proc/self/status's VmHWM, the peak of this process's own address space. Not
-    getrusage's ru_maxrss, which Linux carries across fork + exec: a run started by a large
-    parent (a sweep driver, pytest) would report the parent's RSS at the fork."""
+    """This process's peak resident memory so far (MB; None without /proc): VmHWM, not
+    ru_maxrss, which Linux carries across fork + exec from a large parent."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:

@@ -1,13 +1,9 @@
 """Typed records for every file the suite writes, standard library only (analysis/ imports it
 without torch); what each file holds and how schema versions read: docs/RESULTS.md, "Records
-and schema versions".
-
-Every record reads and writes through one path, `_Record`: its fields in the file's order, the
-keys no field types kept in `extra` ("writers add fields freely"). One upgrade is left, at this
-edge, while tests/fake.py still plants such files: an eval file without `spec` gets its spec
-derived from its fields and name (`EvalFile.legacy`). The sweep's manifest (`Manifest`,
-`ManifestCell`) has every state transition of a cell as a method of the cell
-(sweeps/manifest.py builds, locks, saves and prints it).
+and schema versions". Every record reads and writes through `_Record`; keys no field types are
+kept in `extra`. One upgrade is left, at this edge, while tests/fake.py still plants such files:
+an eval file without `spec` gets its spec derived from its fields and name (`EvalFile.legacy`).
+A manifest cell's state transitions are methods of `ManifestCell`.
 """
 
 from __future__ import annotations
@@ -109,11 +105,9 @@ R = TypeVar("R", bound="_Record")
 
 
 class _Record:
-    """to_json/from_json from the dataclass fields, the one path every file goes through: a
-    field's JSON key is its name, in declaration order (the files' order); the keys no field
-    types ride in the `EXTRA` field, merged where it is declared; `_f` says how a field reads,
-    writes and when it is left out. `KIND` names the file's schema (SCHEMAS), checked on
-    reading (`_version`) and written first unless `WRITES_SCHEMA` is off."""
+    """to_json/from_json from the dataclass fields, the one path every file goes through: keys
+    in declaration order, the keys no field types in the `EXTRA` field; `_f` says how a field
+    reads, writes and is left out; `KIND` names the schema, checked on reading (`_version`)."""
 
     KIND: ClassVar[str | None] = None
     WHAT: ClassVar[str] = "record"
@@ -208,13 +202,9 @@ def _argv_int(argv: Any, flag: str) -> int | None:
 # ------------------------------------------------------------------------------ eval spec
 @dataclass(frozen=True)
 class EvalSpec(_Record):
-    """What one suite's evaluation does, comparable across runs; hashes to `spec_id`.
-
-    z_mode and k are the *requested* ones (the same for every arm of a sweep, though a baseline
-    has no Z); gen_tokens is None when the suite generates nothing; data_checksums are the
-    verified offline files the suite read ({} online). A union spec (the manifest's, for a sweep
-    evaluated on several suites) has suite "lm-eval+evalplus" and each suite's spec in `suites`.
-    """
+    """What one suite's evaluation does, comparable across runs; hashes to `spec_id`. z_mode
+    and k are the requested ones (a baseline has no Z); gen_tokens is None when the suite
+    generates nothing; a union spec (suite "lm-eval+evalplus") holds each suite's in `suites`."""
 
     suite: str = _f(load=str)
     tasks: tuple[str, ...] = _f(load=lambda v: tuple(v or ()), dump=list)
@@ -395,10 +385,8 @@ class EvalFile(_Record):
 # ------------------------------------------------------------------------------ likelihood
 @dataclass(frozen=True, kw_only=True)
 class LikelihoodFile(_Record):
-    """<run>/eval/likelihood.<spec_id>.step<N>.json: validation likelihood of a checkpoint.
-    `arm` is "baseline" or "free"; the bound's
-    numbers (nll_nats_per_token, bpb, exact, iwae, spread_bpb, prior_k1, posterior, ...) are in
-    `extra`, as `validation_likelihood` returns them."""
+    """<run>/eval/likelihood.<spec_id>.step<N>.json: validation likelihood of a checkpoint;
+    the bound's numbers are in `extra`, as `validation_likelihood` returns them."""
 
     spec: Mapping[str, Any] = _f(dump=dict)
     spec_id: str
@@ -579,11 +567,9 @@ class EvalState(_Record):
 @dataclass
 class ManifestCell(_Record):
     """One cell of a sweep: the plan's identity and numbers, and its running state. Every state
-    transition is a method here, and nothing else assigns a state: the driver reports what its
-    jobs did (started, ended with an outcome) and `reconcile`, `reconcile_eval` and
-    `settle_points` re-derive the rest from facts (the run directory, the job's liveness and
-    result, read through the launcher that submitted it). The run directory is the caller's to
-    hand in (`rd`: the cell's common.paths.RunDir; common.paths reads these records)."""
+    transition is a method here: the driver reports what its jobs did and `reconcile`,
+    `reconcile_eval` and `settle_points` re-derive the rest from facts (the run directory `rd`,
+    the job's liveness and result through the launcher)."""
 
     cell: str = _f(load=str)
     arm: str = _f(load=str)
@@ -661,10 +647,8 @@ class ManifestCell(_Record):
 
     def reconcile(self, jobs: JobProbe, rd: Any, provenance: dict[str, Any], *,
                   watched: bool = False) -> None:
-        """Re-derive the training state from facts: the run directory first (a finished run
-        is done whoever finished it), then the job's liveness and result. `watched`: the
-        calling driver watches the job itself (its outcome is reported by `job_ended`);
-        `provenance` receives a finished run's recorded provenance."""
+        """Re-derive the training state from facts: the run directory first, then the job's
+        liveness and result. `watched`: the calling driver watches the job itself."""
         self.step = rd.latest_step() or self.step
         if rd.finished:
             if self.state != "done":
@@ -788,10 +772,9 @@ class ManifestCell(_Record):
     def settle_points(self, m: Manifest, rd: Any, submitted: Any, jobs: JobProbe,
                       live: frozenset[tuple[str, int]] | set[tuple[str, int]] = frozenset()
                       ) -> None:
-        """Re-derive the cell's point states from facts: the jobs a SLURM watcher `submitted`
-        (its record: {"<step>": {"job_id", "submitted"} | {"reason"}}), the eval files (done,
-        whoever wrote them), the jobs' liveness, the cell's training failure. `live`:
-        (cell, step) the calling driver is watching itself."""
+        """Re-derive the cell's point states from facts: the jobs a SLURM watcher `submitted`,
+        the eval files, the jobs' liveness, the training's failure. `live`: (cell, step) the
+        calling driver watches itself."""
         ids = m.spec_ids()
         if not m.eval_points or not ids:
             return

@@ -2,43 +2,20 @@
 
     measure(cfg, world_size=None, parallel=None, device_type="cuda", phases=PHASES, ...)
         -> list[PhasePeak]                   one record per phase
-    format_table(records, capacity_bytes) -> str
     python -m experiments.memory key=value ... [--phases train,validation,eval,save]
         [--eval-rows 16] [--device-type cuda|cpu] [--fsdp-sync every|last|both] [--json PATH]
 
-How (torchtitan's scripts/estimate/estimation.py is the model): a fake process group of the
-planned world size ("fake" backend over torch's FakeStore), every tensor a FakeTensor (shapes,
-dtypes and storages, no data), and torch's own trackers (`torch.distributed._tools`:
-FSDPMemTracker under FSDP2, MemTracker otherwise) counting every storage the phase allocates on
-this process, which is rank 0 of the planned world. Each phase runs the trainer's and the
-evaluator's own code, so a change in the model (a chunked loss, say) changes these figures with
-no edit here:
-- train: `Trainer.train_step` itself (forward, backward, gradient clipping, the fused AdamW step,
-  the DDP/FSDP accumulation of `parallel.accumulate`) at the plan's micro-batch, with AdamW's
-  moments already allocated (a second step: the first allocates them);
-- validation: `trainer.evaluate` itself on one batch of logging.val_batch_size rows at
-  train.seq_len (Z from the prior and, for the Free Transformer, the posterior pass);
-- eval: the evaluator (`FTBenchLM.loglikelihood_pairs`, lm-eval's request path) on one batch at
-  the trained window: one context of seq_len/2 tokens and `eval_rows` continuations of seq_len/2
-  tokens, run as one batch on a forked KV cache; the model in fp32 as evaluation loads it, one
-  whole copy per GPU (evaluation never shards: its parallel is "none");
-- save: what the Checkpointer does: `parallel.training_state` (the DCP state this rank stages to
-  host memory) and `parallel.full_weights` (the weights-only export gathered on rank 0).
-
-The model is built the trainer's way (`parallel.build_on_meta`, activation checkpointing,
-`parallel.shard`, `parallel.materialize`, `parallel.ddp`). device_type "cuda" models a GPU run
-on this machine's fake CPU tensors: bf16 autocast (the CPU's) where the run trains in bf16 and
-FSDP2's bf16 all-gathers with fp32 gradient reduction. What the trackers do not see: the CUDA
-context and NCCL's buffers (about 1-3 GB per GPU), the caching allocator's fragmentation, and
-kernels' internal workspaces (cuBLAS, flash attention) that never become tensors; a GPU run
-confirms them (`make gpu-check`).
-
-The number of micro-batches per step does not change a step's peak after the second (each
-later one allocates and frees what the second did; the last adds DDP's all-reduce or FSDP's
-reduce-scatter, measured): `accum_measured` (default 3: first, one middle, last) keeps an 8B
-measurement to seconds; None runs all of them.
+As torchtitan's scripts/estimate/estimation.py: a fake process group of the planned world size,
+FakeTensors, and torch's own trackers (`torch.distributed._tools`: FSDPMemTracker under FSDP2,
+MemTracker otherwise) counting what rank 0 allocates while each phase runs the trainer's and the
+evaluator's own code (train: `Trainer.train_step` with AdamW's moments allocated; validation:
+`trainer.evaluate`; eval: `FTBenchLM.loglikelihood_pairs` on one fp32 whole model; save:
+`parallel.training_state` and `parallel.full_weights`). device_type "cuda" models a GPU run's
+dtypes (bf16 autocast, FSDP2's bf16 all-gathers). Not seen: the CUDA context and NCCL's buffers
+(about 1-3 GB per GPU), allocator fragmentation and kernels' workspaces (`make gpu-check`
+measures them). A step's peak does not change after its second micro-batch, so
+`accum_measured` (default 3: first, one middle, last) runs only those.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -59,7 +36,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common.errors import UsageError, cli
+from common.errors import cli
 from experiments.train import parallel as par
 from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
 from experiments.train.plan import (
@@ -268,12 +245,8 @@ class _Batches:
 
 class _DDPLayout(torch.nn.Module):
     """DistributedDataParallel(gradient_as_bucket_view=True)'s memory on one rank, for fake
-    tensors: DDP's constructor reads the parameters' data in C++ (its shape check across ranks),
-    which a fake tensor has not, so torch cannot build it here (torchtitan's estimator skips
-    DDP for the same reason). Like DDP's reducer it allocates the gradient buckets, one fp32
-    element per parameter, when wrapping and holds them for the run, and makes each gradient a
-    view of its bucket as it arrives (a new gradient is copied in, then freed; later micro-batches
-    accumulate in place). The all-reduce is in place on the buckets: no memory of its own."""
+    tensors (DDP's constructor reads parameter data, which a fake tensor has not): the gradient
+    buckets allocated when wrapping, each gradient made a view of its bucket as it arrives."""
 
     def __init__(self, module: torch.nn.Module) -> None:
         super().__init__()
@@ -328,9 +301,8 @@ class _Run:
 
 def _setup(cfg: TrainConfig, p: RunPlan, mode: str, bf16: bool, device_type: str,
            mesh: Any = None, tracker_for: Any = None) -> tuple[_Run, Any]:
-    """Build the model, its optimizer (AdamW's moments allocated, as after a first step) and
-    the module the steps call, as the trainer does; `tracker_for(model, opt)` makes the tracker
-    that sees the moments and DDP's buckets allocated (None: no tracker)."""
+    """Build the model, its optimizer (AdamW's moments allocated) and the module the steps call,
+    as the trainer does; `tracker_for(model, opt)` makes the tracker (None: none)."""
     from experiments.train.trainer import lr_factor, param_groups
 
     dev = torch.device("cpu")
@@ -388,9 +360,8 @@ def _save(r: _Run) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
 
 def _eval_lm(p: RunPlan, bf16: bool, rows: int, device: str = "cpu"
              ) -> tuple[Any, list[tuple[str, str]]]:
-    """The evaluator (`FTBenchLM`) on the model as evaluation loads it (fp32, whole) and one
-    loglikelihood batch at the trained window: one context of T/2 tokens and `rows` distinct
-    continuations of T/2 tokens (its rows run as one batch on a forked KV cache)."""
+    """The evaluator on the model as evaluation loads it (fp32, whole) and one loglikelihood
+    batch at the trained window: a context of T/2 tokens and `rows` distinct continuations."""
     from experiments.eval.lm_adapter import FTBenchLM
 
     model, init = par.build_on_meta(p.model)
@@ -549,14 +520,10 @@ def _rss() -> tuple[int, int]:
 
 def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
                  accum_measured: int | None = 3) -> int:
-    """The bytes `phase` adds to this process' peak when it runs for real on this CPU (one
-    process, fp32 or CPU bf16 as train.precision says): the resident set's high-water mark
-    during the phase (reset first through /proc/self/clear_refs) less the resident set before
-    it. The same setup and phase code as `measure`'s, on real tensors; the save also stages
-    and writes its DCP checkpoint (torch.distributed.checkpoint.async_save) to a temporary
-    directory, as the Checkpointer does. Linux only; run it in a fresh process per phase (the
-    C allocator keeps freed memory of earlier phases), with MALLOC_MMAP_THRESHOLD_ fixed so
-    large blocks go back to the system when freed."""
+    """The bytes `phase` adds to this process' peak run for real on this CPU: the resident
+    set's high-water mark (reset through /proc/self/clear_refs) less the resident set before,
+    with `measure`'s setup and phase code on real tensors. Linux only; one fresh process per
+    phase, MALLOC_MMAP_THRESHOLD_ fixed, so freed memory goes back to the system."""
     import gc
     import tempfile
     from pathlib import Path
@@ -600,10 +567,8 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
 
 def measure_eval_on_device(cfg: TrainConfig, device: str = "cuda", *, eval_rows: int = 16
                            ) -> dict[str, int]:
-    """`measure`'s evaluation phase run for real on a GPU (the same model, as evaluation loads
-    it, and the same batch): {"allocated", "reserved"}, the CUDA caching allocator's peaks during
-    the phase (weights included, as `measure`'s peak includes them). `make gpu-check RECIPE=..`
-    sets it beside the fake-tensor figure."""
+    """`measure`'s evaluation phase run for real on a GPU: the CUDA allocator's peaks
+    {"allocated", "reserved"} (weights included), set beside the fake-tensor figure."""
     if not str(device).startswith("cuda"):
         raise ConfigError(f"device={device!r}: the allocator's peaks are CUDA's (a CPU run: "
                           "measure_real)")
@@ -626,15 +591,11 @@ def measure(cfg: TrainConfig, *, world_size: int | None = None, parallel: str | 
             device_type: str = "cuda", phases: Sequence[str] = PHASES, eval_rows: int = 16,
             accum_measured: int | None = 3, fsdp_reduce_every: bool | None = None
             ) -> list[PhasePeak]:
-    """The peak memory of each phase in `phases` on one process of the run `cfg` plans.
-
-    world_size: the planned world (default: `plan.planning_world(cfg)`); parallel: none | ddp |
-    fsdp (default: the dry run's choice, `plan.dry_parallel`); device_type: "cuda" models a GPU
-    run (bf16 where train.precision says so, FSDP2's bf16 all-gathers), "cpu" a CPU run;
-    eval_rows: continuations in the evaluation batch (the evaluator's --batch-size);
-    accum_measured: micro-batches run of the plan's grad_accum (None: all);
-    fsdp_reduce_every: parallel.FSDP_REDUCE_EVERY_MICRO_BATCH for this measurement (default:
-    the trainer's setting). ConfigError on a bad value."""
+    """The peak memory of each phase in `phases` on one process of the run `cfg` plans, at
+    `world_size` (default `planning_world`) and `parallel` (default `dry_parallel`);
+    device_type "cuda" models a GPU run; eval_rows: the evaluation batch's continuations;
+    accum_measured: micro-batches run (None: all); fsdp_reduce_every overrides the trainer's
+    setting. ConfigError on a bad value."""
     if device_type not in DEVICE_TYPES:
         raise ConfigError(f"device_type={device_type!r}: allowed {list(DEVICE_TYPES)}")
     bad = [x for x in phases if x not in PHASES]
@@ -705,14 +666,9 @@ def code_hash() -> str:
 
 def measure_key(cfg: TrainConfig, world: int, mode: str, device_type: str, eval_rows: int,
                 accum_measured: int | None, *, exact: bool = True) -> str:
-    """Everything the measured figures depend on: the model, the shape of every phase's
-    batch, the world and its mesh, the precision, activation checkpointing, the export dtype,
-    the FSDP2 reduce-scatter rule (the shape), and torch's version and the code the phases run.
-
-    exact=False: the shape alone, the key of a plan shipped under measured/memory/plans/
-    (SHIPPED). A node finds it whatever its torch or checkout: the plan is a fake-tensor model
-    of the GPU run made on a CPU, so the torch that measures is never the node's own; the file
-    records the torch and code that made it, and its reader says when the code differs."""
+    """Everything the measured figures depend on (model, every phase's batch, world and mesh,
+    precision, checkpointing, export dtype, FSDP2's reduce-scatter rule), and with `exact` the
+    torch version and the code the phases run; exact=False is a shipped plan's key (SHIPPED)."""
     p = plan(cfg, world)
     mesh = (par.hsdp_shape(world, cfg.train.fsdp_replicas or None, planning_local(world))
             if mode == "fsdp" else None)
@@ -729,9 +685,8 @@ def measure_key(cfg: TrainConfig, world: int, mode: str, device_type: str, eval_
 
 
 SHIPPED = ROOT / "measured" / "memory" / "plans"
-"""Fake-tensor plans shipped with the repository, by shape (`measure_key(exact=False)`): what
-`make gpu-check RECIPE=..` reads on a fresh node instead of measuring for minutes of CPU
-(`python -m pipelines.gpu_check --recipe NAME --ship-plan` writes one)."""
+"""Fake-tensor plans shipped with the repository, by shape (`measure_key(exact=False)`), which
+`make gpu-check RECIPE=..` reads on a fresh node (`pipelines.gpu_check --ship-plan` writes one)."""
 
 
 def _read(path: Path) -> list[PhasePeak] | None:
@@ -746,11 +701,9 @@ def measure_cached(cfg: TrainConfig, *, world_size: int | None = None, device_ty
                    eval_rows: int = 16, accum_measured: int | None = 3,
                    cache: Path | None = None, shipped: Path | None = None
                    ) -> tuple[list[PhasePeak], Path | None]:
-    """`measure` of every phase, read from `cache/memory/<key>.json` when that exact
-    measurement was made before (`measure_key`: an 8B model takes minutes of CPU on fake
-    tensors), else from `shipped/<shape key>.json` (SHIPPED: made by another torch or
-    checkout, which the file names), else measured and written to the cache (atomically).
-    (records, the file read or written)."""
+    """`measure` of every phase, read from `cache/memory/<key>.json` when that exact measurement
+    was made before, else from `shipped/<shape key>.json`, else measured and cached: (records,
+    the file read or written)."""
     world = world_size or planning_world(cfg)[0]
     p = plan(cfg, world)
     mode = "none" if world <= 1 else dry_parallel(cfg, p)
@@ -787,9 +740,8 @@ def ship(cfg: TrainConfig, world: int, device_type: str = "cuda") -> Path:
 
 
 USABLE_FRACTION = 0.9
-"""Share of a GPU's memory (train.gpu_memory_gb) the measured training, validation and save
-peaks may fill: what the trackers do not see (the CUDA context, NCCL's buffers, the
-allocator's fragmentation; 0.8 GB outside torch on one H100, docs/gpu_check/) stays free."""
+"""Share of a GPU's memory the measured training, validation and save peaks may fill: what the
+trackers do not see (CUDA context, NCCL, fragmentation: 0.8 GB on one H100) stays free."""
 FIT_PHASES = ("train", "validation", "save")
 """The phases a training micro-batch must fit (evaluation's batch is the evaluator's own)."""
 
@@ -825,12 +777,10 @@ class Fit:
 
 
 def fit(cfg: TrainConfig, *, world: int | None = None, cache: Path | None = None) -> Fit:
-    """The micro-batch and activation checkpointing for `cfg`'s run at `world` (default:
-    its planning world), chosen by measurement (`measure_cached`, the mesh the run will use):
-    cfg's own choice when its training, validation and save peaks fit USABLE_FRACTION of
-    train.gpu_memory_gb, else the next smaller micro-batch that divides the per-GPU batch,
-    then each from cfg's own down with activation checkpointing (recomputation costs more than
-    a smaller micro-batch). Measured candidates are cached: a second call measures nothing."""
+    """The micro-batch and activation checkpointing for `cfg`'s run at `world`, chosen by
+    measurement: cfg's own when its training, validation and save peaks fit USABLE_FRACTION of
+    train.gpu_memory_gb, else the next smaller micro-batch dividing the per-GPU batch, then each
+    with activation checkpointing (recomputation costs more than a smaller micro-batch)."""
     world = world or planning_world(cfg)[0]
     p = plan(cfg, world)
     allowed = USABLE_FRACTION * cfg.train.gpu_memory_gb * GB
@@ -891,9 +841,8 @@ def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int 
 
 
 def _dry_main(overrides: list[str], eval_rows: int) -> int:
-    """The trainer's dry run, then `dry_text` of the same config: the one place both are
-    printed (experiments.train does not import this module: the measurement runs the
-    evaluator's code too)."""
+    """The trainer's dry run, then `dry_text` of the same config (experiments.train does not
+    import this module)."""
     from experiments.train.trainer import main as train_main
 
     overrides = [o for o in overrides if not o.startswith("train.dry_run=")]
@@ -931,21 +880,18 @@ def _main(args: list[str]) -> int:
                     help="make train DRY=1: the trainer's dry run (its plan), then the measured "
                          "peaks of the planned run (cached under paths.cache/memory)")
     a = ap.parse_args(args)
-    try:
-        if a.dry_run:
-            return _dry_main(a.overrides, a.eval_rows)
-        cfg = compose(a.overrides)
-        phases = [x for x in a.phases.split(",") if x]
-        syncs: list[bool | None] = [None]
-        if a.fsdp_sync is not None:
-            syncs = {"every": [True], "last": [False], "both": [False, True]}[a.fsdp_sync]
-        recs: list[PhasePeak] = []
-        for s in syncs:
-            recs += measure(cfg, parallel=a.parallel, device_type=a.device_type, phases=phases,
-                            eval_rows=a.eval_rows, fsdp_reduce_every=s,
-                            accum_measured=None if a.all_micro_batches else 3)
-    except ConfigError as e:  # config.py's bad-input type (not yet a UsageError)
-        raise UsageError(str(e)) from None
+    if a.dry_run:
+        return _dry_main(a.overrides, a.eval_rows)
+    cfg = compose(a.overrides)
+    phases = [x for x in a.phases.split(",") if x]
+    syncs: list[bool | None] = [None]
+    if a.fsdp_sync is not None:
+        syncs = {"every": [True], "last": [False], "both": [False, True]}[a.fsdp_sync]
+    recs: list[PhasePeak] = []
+    for s in syncs:
+        recs += measure(cfg, parallel=a.parallel, device_type=a.device_type, phases=phases,
+                        eval_rows=a.eval_rows, fsdp_reduce_every=s,
+                        accum_measured=None if a.all_micro_batches else 3)
     cap = cfg.train.gpu_memory_gb * GB
     r0 = recs[0]
     print(f"{cfg.model.preset} {r0.arm} ({r0.params:,} params), {r0.device_type} modelled"

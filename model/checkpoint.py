@@ -1,8 +1,7 @@
 """Checkpoints: weights + config + tokenizer reference (+ whatever training adds), written
-atomically; the formats are docs/RESULTS.md's "checkpoints/". All load with `load_checkpoint`
-without torch.distributed: a weights-only export (`save_weights`: final.pt, eval_step_<N>.pt,
-optionally bf16), a training step's marker (step_<N>.pt, its weights read from the sibling
-torch.distributed.checkpoint shards), and the old single-file checkpoint, read as before.
+atomically (docs/RESULTS.md, "checkpoints/"). `load_checkpoint` reads, without
+torch.distributed, a weights-only export (`save_weights`) and a training step's marker (its
+weights read from the sibling torch.distributed.checkpoint shards).
 """
 
 from __future__ import annotations
@@ -164,15 +163,10 @@ def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
 
 
 def load_weights(path: str | os.PathLike, device: str | torch.device = "cpu") -> LoadedCheckpoint:
-    """The model of a checkpoint, for evaluation and export: its weights only.
-
-    The file is memory-mapped (`torch.load(mmap=True)`), so tensors outside the `model` entry
-    (optimizer moments, RNG state) are never read from disk, and the model is built on the meta
-    device and takes the file's tensors as its parameters (no random init, no second copy)
-    before it moves to `device`. `extra` keeps only the checkpoint's plain values (step,
-    tokens, ...), never a tensor. The one door evaluation loads through: other formats (a
-    weights-only export, sharded checkpoints) belong here.
-    """
+    """The model of a checkpoint, for evaluation and export: its weights only. The file is
+    memory-mapped (optimizer moments and RNG state are never read) and the model is built on
+    the meta device taking the file's tensors as parameters (no init, no second copy); `extra`
+    keeps only plain values. The one door evaluation loads through."""
     payload = read_checkpoint(path, "cpu", mmap=True)
     cfg = _config(path, payload)
     sd = payload.get("model")

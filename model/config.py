@@ -47,20 +47,15 @@ class ModelConfig:
     chunks of budget // (2^H x element size) tokens (512 float32 tokens at H=16), the same on
     CPU and GPU. A memory knob only: the maths, config equality and the run-id ignore it."""
     mapper_bf16: bool = False
-    """Run the binary-mapper backward's dominant matmul, dL/dG = grad_r @ W over all 2^H codes,
-    with bfloat16 inputs (float32 accumulation and everything after it in float32): about 2.3x
-    faster where the CPU or GPU has bf16 matmul, and the bit-logit gradient is then approximate
-    (its error against float64 is measured in tests/test_model.py and docs/BENCH.md). Off by
-    default: the exact gradient. Part of the run-id when on."""
+    """Run the binary-mapper backward's dominant matmul (dL/dG = grad_r @ W) with bfloat16
+    inputs: about 2.3x faster, the bit-logit gradient then approximate (measured in
+    tests/test_model.py, docs/BENCH.md). Off by default; part of the run-id when on."""
 
     z_cut: bool = False
-    """The Z-cut control (a Free Transformer with Z disconnected from the decoder): the encoder,
-    its KL penalty, the binary mapper and the post-sampler run and train exactly as in the Free
-    Transformer, but the post-sampler's output is multiplied by 0 before it enters block L/2's
-    keys/values, so nothing of Z reaches the decoder while the FLOPs, the parameters and the
-    encoder's gradient from the KL stay the same. It separates "the latent helps" from "the extra
-    block helps" (the paper's reviewers asked for it). Needs latent_bits > 0; part of the run-id
-    when on."""
+    """The Z-cut control: a Free Transformer whose post-sampler output is multiplied by 0 before
+    it enters block L/2's keys/values, so nothing of Z reaches the decoder while FLOPs,
+    parameters and the encoder's KL gradient stay the same (separates "the latent helps" from
+    "the extra block helps"). Needs latent_bits > 0; part of the run-id when on."""
 
     def __post_init__(self) -> None:
         def bad(name: str, allowed: str) -> None:

@@ -1,16 +1,10 @@
-"""The Free Transformer (Fleuret 2025, arXiv 2510.17558, Algorithm 2): docs/DESIGN.md, "The
-model", says what it adds to the baseline, the binary mapper and the loss. Here:
-- a subclass of `Transformer` that overrides the trunk's key/value hook of block L/2
-  (`_kv_input`): `block(x, kv_in=x + r)`, Z nowhere else;
-- z="posterior" (the default in training) samples H bits per token from the non-causal encoder,
-  z="prior" (the default otherwise) gives every token its own uniform code; `prefix_len` is the
-  honest scoring protocol: the encoder sees only the tokens before it, every later position
-  gets a prior code;
-- the binary mapper is a custom autograd function (`latent_embedding`): the forward gathers one
-  post-sampler column per token, the backward applies the exact gradient over chunks of tokens
-  (`mapper_chunk_bytes`), with no (tokens x 2^H) tensor for the whole batch;
-- the split forward (`forward_lower` / `forward_upper`, shared with the baseline) cuts at the
-  injection block, so one lower pass serves many draws of Z (the likelihood bound).
+"""The Free Transformer (Fleuret 2025, arXiv 2510.17558, Algorithm 2; docs/DESIGN.md, "The
+model"): a `Transformer` that overrides the trunk's key/value hook of block L/2 (`_kv_input`:
+`block(x, kv_in=x + r)`), Z nowhere else. z="posterior" (training's default) samples H bits per
+token from the non-causal encoder, z="prior" gives every token its own uniform code;
+`prefix_len` is the honest scoring protocol: the encoder sees only the tokens before it, every
+later position gets a prior code. The binary mapper (`latent_embedding`) gathers one
+post-sampler column per token and applies the exact gradient over chunks of tokens.
 """
 
 from __future__ import annotations
@@ -141,11 +135,8 @@ def code_bits(n_bits: int, device: torch.device | None = None) -> torch.Tensor:
 
 
 def _kron_probs(p: torch.Tensor) -> torch.Tensor:
-    """(n, k) bit probabilities -> (n, 2^k) with G[t, d] = prod_h P(B_th = b_h(d)).
-
-    Built bit by bit as a Kronecker product (code d = sum_h 2^h b_h: bit h doubles the filled
-    prefix); no exp needed.
-    """
+    """(n, k) bit probabilities -> (n, 2^k) with G[t, d] = prod_h P(B_th = b_h(d)), built bit
+    by bit as a Kronecker product (no exp)."""
     n, k = p.shape
     G = torch.empty(n, 1 << k, dtype=p.dtype, device=p.device)
     G[:, :1] = 1.0

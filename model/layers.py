@@ -1,21 +1,13 @@
-"""Building blocks of the Llama-style decoder, shared by both arms.
+"""Building blocks of the Llama-style decoder, shared by both arms: pre-norm RMSNorm, RoPE in
+the rotate-half convention (HF `LlamaForCausalLM`'s, so a baseline exports by copying weights),
+SwiGLU, grouped-query attention through `F.scaled_dot_product_attention`, no biases.
 
-Design choices:
-- pre-norm RMSNorm, RoPE in the rotate-half convention (the one HF `LlamaForCausalLM` uses, so a
-  baseline exports to it by copying weights), SwiGLU MLP, grouped-query attention, no biases;
-- attention goes through `F.scaled_dot_product_attention` (flash / memory-efficient kernels on
-  CUDA); the causal, no-padding training path passes `is_causal=True` and no mask;
-- a mask tensor never meets grouped-query attention (`Attention._sdpa`): CUDA's flash kernel
-  takes no mask and the memory-efficient one no grouped heads, so together they leave only
-  cuDNN's (H100 with a recent torch) or the math kernel with its float32 score tensor. A causal
-  step on a filled KV cache takes `causal_lower_right` (flash with grouped heads); a mask that
-  is the same for every query (a key-padding mask: the encoder's prefix, a decode step) folds
-  each group's query heads into the query axis of its KV head; any other mask (a left-padded
-  prompt's prefill) attends to KV heads expanded to the query heads;
-- a block takes separate query and key/value inputs, `block(x, kv_in)`, because the Free
-  Transformer feeds `x + r` to the keys/values of block L/2+1 only, and its encoder block takes a
-  learned query vector. For ordinary blocks `kv_in is x` and the norm is computed once;
-- the KV cache is preallocated per layer and holds keys after RoPE.
+A mask tensor never meets grouped-query attention (`Attention._sdpa`): CUDA's flash kernel takes
+no mask and the memory-efficient one no grouped heads, leaving only the math kernel. A causal
+step on a filled KV cache takes `causal_lower_right`; a mask the same for every query folds each
+group's query heads into the query axis; any other mask attends to expanded KV heads.
+A block takes separate query and key/value inputs, `block(x, kv_in)`: the Free Transformer
+feeds `x + r` to the keys/values of block L/2+1 only. The KV cache holds keys after RoPE.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The readout (D -> V logits) and what is computed from it, over chunks of tokens.
 
-Why: at the paper's shape (vocabulary 2^17, context 4096) one row of logits is 2^29 numbers, and
-a validation batch of 16 rows would hold 8.6G logits plus their float32 copy and log-softmax.
-Nothing that scores text needs them all at once: every quantity here is per token, so the
-readout runs over chunks of tokens whose float32 (tokens x V) buffer fits a memory budget
-(`chunk_bytes`, a memory knob: values equal the unchunked ones to float rounding).
-
-- `score_readout`: per-token log p(target) and whether the target is the argmax, for scoring
-  (no gradient). With `mixture=True` the leading dimension holds k draws of Z for the same
-  positions and the greedy flag is taken under the mean of the k distributions (the adapter's
-  prior-k protocol).
-- `linear_cross_entropy`: the training loss, mean cross-entropy over targets != -100, as
-  `F.cross_entropy(F.linear(h, w).float(), targets)`. A custom autograd function, because
-  torch's own `F.linear_cross_entropy(options=...)` (torch 2.13) returns the loss in the input
-  dtype: under bf16 autocast the training CE would be rounded to 8 bits of mantissa. Like
-  torch's (and Liger's fused linear cross-entropy), it computes the gradients of both inputs in
-  the forward, chunk by chunk, while each chunk's logits exist: no recomputation (the readout's
-  FLOPs equal the unchunked path's), and the backward only scales them by the upstream scalar.
+At the paper's shape (vocabulary 2^17, context 4096) one row of logits is 2^29 numbers; every
+quantity here is per token, so the readout runs over chunks whose float32 (tokens x V) buffer
+fits `chunk_bytes` (a memory knob: values equal the unchunked ones to float rounding).
+`linear_cross_entropy` is a custom autograd function because torch's own
+`F.linear_cross_entropy` (torch 2.13) returns the loss in the input dtype (8 bits of mantissa
+under bf16 autocast); like Liger's, it computes both inputs' gradients in the forward, chunk by
+chunk, so nothing is recomputed and the backward only scales them.
 """
 
 from __future__ import annotations
@@ -31,10 +21,8 @@ IGNORE_INDEX = -100
 """Targets with this value are not scored (torch's `cross_entropy` default)."""
 
 READOUT_CHUNK_BYTES = 256 << 20
-"""Default budget of the one float32 (tokens x V) buffer of a readout chunk: 512 tokens at
-V = 2^17, 8192 at V = 8192. Scoring holds about 1x this per chunk in float32 (1.5x under bf16
-autocast: the bf16 logits and their float32 copy); the chunked training loss about 1.5x (2x
-under autocast: the chunk's gradient in the compute dtype beside it)."""
+"""Default budget of the one float32 (tokens x V) buffer of a readout chunk (512 tokens at
+V = 2^17); scoring holds about 1-1.5x this per chunk, the chunked training loss 1.5-2x."""
 
 
 @dataclass
@@ -73,15 +61,10 @@ def score_readout(readout: Callable[[torch.Tensor], torch.Tensor], hidden: torch
                   targets: torch.Tensor, vocab_size: int, chunk_bytes: int = READOUT_CHUNK_BYTES,
                   mixture: bool = False) -> TokenScores:
     """Score targets from the readout's input over chunks of tokens; no (tokens x V) tensor
-    exists for more than one chunk.
-
-    readout: the D -> V map (the model's output layer, called as the unchunked path calls it,
-    so autocast applies the same way); it must return a new tensor (it is overwritten).
-    hidden (..., D); targets (...) long, -100 = not scored. mixture: hidden is (k, ..., D), k
-    draws for the same positions; targets (...) are shared. Log-probabilities are those of
-    `log_softmax(logits.float())` at the target, as the callers computed them from full logits
-    (log-sum-exp at least in float32), to float rounding.
-    """
+    exists for more than one chunk. readout: the D -> V map, called as the unchunked path calls
+    it (autocast applies the same way); it must return a new tensor. hidden (..., D); targets
+    (...) long, -100 = not scored; mixture: hidden (k, ..., D), k draws sharing the targets.
+    Log-probabilities equal `log_softmax(logits.float())` at the target to float rounding."""
     _check_chunk_bytes(chunk_bytes)
     lead = hidden.shape[1:-1] if mixture else hidden.shape[:-1]
     if tuple(targets.shape) != tuple(lead):
@@ -138,11 +121,9 @@ def _compute_dtype(h: torch.Tensor, w: torch.Tensor) -> torch.dtype:
 def _chunk_loss(hc: torch.Tensor, wc: torch.Tensor, tgt: torch.Tensor, kc: torch.Tensor,
                 scale: torch.Tensor, fdt: torch.dtype, need_grad: bool
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One chunk of `_ChunkedLinearCE`: hc (n, D) and wc (V, D) in the compute dtype ->
-    (the chunk's summed loss in fdt, dL/dlogits in the compute dtype or None). The logits are
-    `.float()` of the unchunked path's, in place below when no copy was made (nothing else
-    reads them). Eager everywhere but CUDA; there `compiled_chunk_loss` fuses what follows the
-    matmul (one pass over the logits for the max, one for the sum, one for the gradient)."""
+    """One chunk of `_ChunkedLinearCE`: hc (n, D), wc (V, D) in the compute dtype -> (the
+    chunk's summed loss in fdt, dL/dlogits or None). Eager everywhere but CUDA, where
+    `compiled_chunk_loss` fuses what follows the matmul."""
     lf = torch.mm(hc, wc.t()).to(fdt)
     picked = lf.gather(1, tgt[:, None]).squeeze(1)
     mx = lf.amax(-1, keepdim=True)
@@ -162,22 +143,17 @@ def _chunk_loss(hc: torch.Tensor, wc: torch.Tensor, tgt: torch.Tensor, kc: torch
 
 @functools.cache
 def compiled_chunk_loss() -> Callable[..., tuple[torch.Tensor, torch.Tensor | None]]:
-    """`_chunk_loss` compiled (inductor, one graph per chunk length and grad mode: the last
-    chunk may be shorter). Eager, a chunk writes its float32 (tokens x V) logits and reads or
-    rewrites them about 8 times in 12 kernels; compiled, the bf16 logits are read three times
-    and the gradient written once. Values equal the eager chunk's to float rounding
-    (tests/test_model_readout.py runs the float64 equalities through it on the CPU)."""
+    """`_chunk_loss` compiled (inductor, one graph per chunk length and grad mode): the bf16
+    logits read three times and the gradient written once instead of about 8 passes over the
+    float32 logits; values equal the eager chunk's to float rounding."""
     return torch.compile(_chunk_loss, dynamic=False, fullgraph=True)
 
 
 class _ChunkedLinearCE(torch.autograd.Function):
-    """mean_{t: target != -100} [logsumexp(h_t W^T) - (h_t W^T)[target_t]] over chunks.
-
-    The forward computes each chunk's logits once and, when a gradient is wanted, that chunk's
-    contribution to dL/dh and dL/dW at once (the softmax minus the one-hot, scaled by 1/n);
-    the backward multiplies them by the upstream scalar. Autocast is handled explicitly: the
-    matmuls run in the dtype autocast would give `F.linear` (`_compute_dtype`), the softmax in
-    float32 or float64, and dL/dW accumulates over chunks in at least float32."""
+    """mean_{t: target != -100} [logsumexp(h_t W^T) - (h_t W^T)[target_t]] over chunks. The
+    forward computes each chunk's logits once and, when a gradient is wanted, its share of dL/dh
+    and dL/dW; the backward scales them by the upstream scalar. Matmuls run in the dtype
+    autocast would give `F.linear`, the softmax in float32 or float64."""
 
     @staticmethod
     def forward(ctx, h: torch.Tensor, w: torch.Tensor, targets: torch.Tensor, step: int,
@@ -232,16 +208,10 @@ class _ChunkedLinearCE(torch.autograd.Function):
 def linear_cross_entropy(h: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                          chunk_bytes: int = READOUT_CHUNK_BYTES,
                          compiled: bool = False) -> torch.Tensor:
-    """Mean cross-entropy in nats of `F.linear(h, weight)` against targets, over targets != -100,
-    without the (N x V) logits: chunks of tokens whose float32 (tokens x V) buffer takes at most
-    chunk_bytes. Equal to `F.cross_entropy(F.linear(h, weight).float(), targets)` to float
-    rounding, in value and in the gradients of h and weight (the backward runs once).
-
-    h (N, D), weight (V, D), targets (N,) long. Under autocast the matmuls run in autocast's
-    dtype, as `F.linear` would; the loss is float32 (float64 for float64 inputs).
-    compiled: each chunk's work after its matmul runs compiled (`compiled_chunk_loss`): the
-    fused cross-entropy a CUDA run takes (`Transformer.compile_loss`); same values to rounding.
-    """
+    """Mean cross-entropy in nats of `F.linear(h, weight)` against targets != -100, without the
+    (N x V) logits: equal to `F.cross_entropy(F.linear(h, weight).float(), targets)` to float
+    rounding, in value and gradients. h (N, D), weight (V, D), targets (N,) long; the loss is
+    float32 (float64 for float64 inputs). compiled: `compiled_chunk_loss` per chunk."""
     _check_chunk_bytes(chunk_bytes)
     if h.dim() != 2 or weight.dim() != 2 or h.shape[1] != weight.shape[1]:
         raise ValueError(f"h (N, D) and weight (V, D) expected, got {tuple(h.shape)} and "

@@ -1,18 +1,12 @@
 """The baseline decoder (paper §4.2; docs/DESIGN.md, "The model"): a Llama-style decoder.
 
-- one trunk loop, `_trunk`, with a hook `_kv_input(i, x, ctx)` that returns the key/value input of
-  block i (None = the block's own input). The Free Transformer overrides only that hook to add
-  Z after block L/2; every other line is shared by both arms;
-- `_run` is the single entry for a full forward, a prefill and a cached decode step, so the KV
-  cache path is the training path (tested equal to within 1e-5);
-- `forward_lower` / `forward_upper` are `forward` cut at block `split_at` (L/2), tested equal
-  to `forward`;
-- batched generation left-pads internally with per-row RoPE positions and a key mask, so a row's
-  output does not depend on the other rows or on which side the caller padded;
-- scoring never holds (B, T, V) logits: `score`, `score_upper` and `score_hidden` run the
-  readout over chunks of tokens (model/readout.py), and so does the training loss with
-  `chunked_loss`. The chunk budget, `readout_chunk_bytes`, is a memory knob of the instance:
-  the config, run-ids and checkpoints do not see it.
+One trunk loop, `_trunk`, with a hook `_kv_input(i, x, ctx)` for block i's key/value input: the
+Free Transformer overrides only that hook to add Z after block L/2. `_run` is the single entry
+for a full forward, a prefill and a cached decode step, so the KV cache path is the training
+path. Batched generation left-pads internally with per-row RoPE positions and a key mask, so a
+row's output does not depend on the other rows. Scoring never holds (B, T, V) logits: the
+readout runs over chunks of `readout_chunk_bytes` (model/readout.py), a memory knob that the
+config, run-ids and checkpoints do not see.
 """
 
 from __future__ import annotations

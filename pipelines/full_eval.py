@@ -1,15 +1,10 @@
-"""The full evaluation of one checkpoint, timed per benchmark (issue 18; `make bench-eval`,
+"""The full evaluation of one checkpoint, timed per benchmark (`make bench-eval`,
 docs/BENCHMARKS.md, "How long a full evaluation takes").
 
-    python -m pipelines.full_eval CKPT --data DIR [--tasks original|all|a,b,..]
-        [--workers 2] [--threads 1] [--limit N] [--batch-size 16] [--out DIR]
-
-Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process, so its
-wall time is its own (imports, checkpoint load and data hashing included); `--workers` of them
-at once, longest first, `--threads` torch threads each. Output in --out (default
-results/bench/full_eval-<timestamp>/): a folder per benchmark (eval JSON, process log),
-`full_eval.json` and `full_eval.md`. A benchmark whose folder holds a successful result for the
-same checkpoint and arguments is reused; a failed one runs again.
+Each benchmark runs as its own `python -m experiments.eval CKPT --tasks <t>` process (its wall
+time its own), `--workers` at once, longest first. Output in --out: a folder per benchmark,
+`full_eval.json` and `full_eval.md`; a benchmark with a successful result for the same
+checkpoint and arguments is reused.
 """
 
 from __future__ import annotations

@@ -1,32 +1,17 @@
 """`make gpu-check`: a smoke test of about 5 minutes for a first GPU node.
 
-On whatever GPUs are visible it trains both arms (baseline, Free Transformer H=16) for a few
-steps through experiments/train/trainer.py:
-- fp32 (reference) and bf16 autocast + torch.compile, one GPU; the bf16 loss must stay within
-  `--tol` (relative) of fp32 at every step;
-- flash SDPA: a bf16 forward + backward of each arm under `sdpa_kernel(FLASH_ATTENTION)` only
-  (fails if the flash kernel cannot run);
-- DDP and FSDP over all visible GPUs (torchrun, nccl), bf16 + compile; their losses against the
-  one-GPU bf16 run;
-- tokens/s (the trainer's metrics) and MFU against the GPU's dense bf16 peak (a table by device
-  name; null with a reason for an unknown GPU), and the binary mapper's share of the Free
-  Transformer's step time (CUDA events, the mapper's forward + backward alone vs a whole step).
-
-Writes <results>/gpu_check/<UTC timestamp>.json (`make bench` can cite it) and prints a summary.
+Both arms (baseline, Free Transformer H=16) train a few steps through the trainer: fp32 against
+bf16 + torch.compile on one GPU (relative loss difference within `--tol` at every step), a bf16
+forward + backward under the flash SDPA kernel alone, DDP and FSDP over all visible GPUs against
+the one-GPU run, tokens/s and MFU (null with a reason for an unknown GPU), and the binary
+mapper's share of the Free Transformer's step time. Writes <results>/gpu_check/<stamp>.json.
 Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one line).
 
-    python -m pipelines.gpu_check [--preset 16M] [--steps 30] [--tol 0.05] [--results DIR]
-
-With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape on
-the GPUs present instead (docs/RECIPES.md "Confirming it on the GPUs"): 20 steps with
-validations, a checkpoint and a resume on random tokens, each phase's allocator peak beside the
-fake-tensor plan (experiments/memory.py), tokens/s and MFU -> measured/gpu_check/<stamp>-<gpu>-
-<recipe>.json, which the dry runs' MFU reads (experiments.train.plan.planned_mfu), and
+With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape
+(docs/RECIPES.md "Confirming it on the GPUs"): steps with validations, a checkpoint and a resume,
+each phase's allocator peak beside the fake-tensor plan (experiments/memory.py), tokens/s and
+MFU -> measured/gpu_check/, which the dry runs' MFU reads (plan.planned_mfu), and
 docs/gpu_check/README.md regenerated from that folder (`--doc` regenerates it alone).
-
-    python -m pipelines.gpu_check --recipe paper-1.5B [--steps 20] [--out DIR]
-        [--cpu] [--set key=value ...]
-    python -m pipelines.gpu_check --doc
 """
 
 from __future__ import annotations
@@ -96,11 +81,9 @@ def _free_port() -> int:
 def _train(args: list[str], results: Path, nproc: int = 1, nodes: int = 1,
            env: dict[str, str] | None = None, gpus: bool = False) -> tuple[Path | None, str]:
     """`python -m experiments.train` on `nproc` processes (torchrun), or as `nodes` torchrun
-    agents of `nproc` each meeting through the c10d rendezvous at 127.0.0.1 (what `make train
-    NNODES=.. NODE_RANK=.. MASTER_ADDR=..` runs on each node: a stand-in for several nodes; on
-    GPUs each agent sees its own nproc devices, as a node would). Each process group's stderr
-    goes whole to a file under `results`, which a failure names: (run dir or None, "ok" or
-    "exit N: <its last line> (stderr: <file>)")."""
+    agents of `nproc` each meeting at a c10d rendezvous on 127.0.0.1 (a stand-in for several
+    nodes; on GPUs each agent sees its own devices). A failure names the file holding its
+    stderr: (run dir or None, "ok" or "exit N: <its last line> (stderr: <file>)")."""
     import tempfile
 
     from experiments.train.config import compose
@@ -148,9 +131,8 @@ def _weights(run: Path) -> dict[str, torch.Tensor] | None:
 
 def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
             ) -> dict[str, Any]:
-    """Resume the finished run `ref` (of `args`) from its oldest kept step checkpoint (every later
-    step checkpoint, export and the final one removed) through `run(args, results)`, and compare
-    the resumed steps' losses and the final weights with the uninterrupted run's."""
+    """Resume the finished run `ref` from its oldest kept step checkpoint (later ones removed)
+    and compare the resumed steps' losses and final weights with the uninterrupted run's."""
     from experiments.train.checkpointer import shard_dir
 
     rd = RunDir(ref)
@@ -192,9 +174,8 @@ def _resume(args: list[str], results: Path, ref: Path, run: Any, tol: float
 
 def topology(base: list[str], work: Path, per_node: int, tol: float,
              env: dict[str, str] | None = None, gpus: bool = False) -> dict[str, Any]:
-    """DDP and FSDP on 1 node (per_node processes) and on 2 nodes (two c10d agents of
-    per_node // 2 or 1 process on this host), each against one process; the sharded
-    checkpoint round trip under FSDP over 2 nodes."""
+    """DDP and FSDP on 1 node and on 2 (two c10d agents on this host), each against one process;
+    the sharded checkpoint round trip under FSDP over 2 nodes."""
     one, why = _train(base, work / "one", 1, 1, env, gpus)
     out: dict[str, Any] = {"one_process": why}
     ok = one is not None
@@ -221,9 +202,8 @@ def topology(base: list[str], work: Path, per_node: int, tol: float,
 
 
 def cpu_main(results: str | None, steps: int, tol: float) -> int:
-    """GPU_CHECK_CPU=1: the multi-process and multi-node code paths on this CPU (gloo), at the
-    1M preset: DDP and FSDP on 1 and 2 simulated nodes against one process, the resume round
-    trip. No speed figures (a CPU says nothing about a GPU's)."""
+    """GPU_CHECK_CPU=1: the multi-process and multi-node code paths on this CPU (gloo, preset
+    1M): DDP and FSDP on 1 and 2 simulated nodes against one process, the resume round trip."""
     root = results_root(results)
     work = runs_dir(root / "gpu_check_cpu")
     base = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
@@ -308,25 +288,17 @@ def _flash_and_mapper(preset: str, micro: int, seq: int) -> dict[str, Any]:
 # ---------------------------------------------------------------- RECIPE=..: the real shape
 RECIPE_ACCUM = 4
 """Micro-batches per step in the recipe check: the recipe's micro-batch per GPU, accumulated 4
-times (FSDP2's per-micro-batch reduce-scatter and the step's accumulation both run, and the
-step's fixed costs are shared as in a real run), rather than the recipe's whole global batch
-(1,024 sequences would make 20 steps take an hour). tokens/s and MFU are taken over the steps
-past WARM_STEPS: a window of at least RECIPE_ACCUM micro-batches."""
+times (the reduce-scatter per micro-batch and the accumulation both run) rather than the whole
+global batch; tokens/s and MFU are taken over the steps past WARM_STEPS."""
 SLICE_FIT = 0.75
-"""A layer-sliced model must fit this share of the GPU by the hand estimate (which runs up to
-15% low against the fake-tensor measurement at these presets). The slicing keeps the hand
-estimate because a measurement per candidate layer count would take minutes each of the check's
-ten; the sliced model's own phases are then measured (its plan) and printed beside the GPU's.
-Its disk is the trainer's own rule (plan.disk_bytes, what plan.start_refusal checks)."""
+"""A layer-sliced model must fit this share of the GPU by the hand estimate (up to 15% low
+against the measurement at these presets; measuring each candidate layer count would take
+minutes); the sliced model's own phases are then measured and printed."""
 BUDGET_S = 600.0
 """gpu-check RECIPE=.. is planned to end within this (`time_plan`); a plan over it is refused."""
 FIRST_CONTACT = {"startup_s": 5.0, "build_s_per_gparam": 16.3, "compile_s": 20.0,
                  "d2h_gbps": 55.0, "write_gbps": 2.0, "read_gbps": 1.3, "pageable_gbps": 1.5}
-"""What one H100 node gave at the first contact (dev/gpu/results/20261128T014226Z-h100-*):
-interpreter and imports 5 s; the model built on the meta device and materialised (its init
-replayed on the CPU) 27 s for 1.66e9 parameters; compiling the blocks about 20 s; a pinned
-device-to-host copy 55 GB/s, a pageable one 1.5 GB/s (the weights-only export); a 19.9 GB
-checkpoint loaded in 15 s. write_gbps: a parallel file system's share (plan.WRITE_GBPS)."""
+"""What one H100 node gave at the first contact (dev/gpu/results/20261128T014226Z-h100-*)."""
 
 
 def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
@@ -345,16 +317,13 @@ def _gpu_type(name: str, total_bytes: int) -> tuple[str, str]:
 def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: float,
                 extra: list[str] | None = None, disk_free: float | None = None,
                 device_type: str = "cuda") -> tuple[list[str], dict[str, Any]]:
-    """The trainer's overrides for the recipe check and what they keep of the recipe: the
-    recipe's model (the costliest arm: its largest H, first kappa), vocabulary, context,
-    precision, parallelism, activation checkpointing and micro-batch per GPU for `gpu_type`;
-    data=random (no corpus, no hub: memory and speed do not depend on the tokens' values);
-    RECIPE_ACCUM micro-batches per step on `n` processes; a validation of one batch at
-    `steps` // 2 and `steps`, step checkpoints at `steps` // 2 + 1 (resumed from) and at the
-    last step (both kept: the trainer always writes the last). A model whose state does not
-    fit SLICE_FIT of `capacity_gb` on `n` GPUs (by the hand estimate), or whose run needs more
-    than `disk_free` bytes by the trainer's own rule (plan.disk_bytes on `device_type`: what it
-    refuses to start without), keeps its widths and loses layers until both fit ("layer_sliced")."""
+    """The trainer's overrides for the recipe check: the recipe's costliest arm (largest H,
+    first kappa), vocabulary, context, precision, parallelism, activation checkpointing and
+    micro-batch per GPU for `gpu_type`; data=random; RECIPE_ACCUM micro-batches per step on `n`
+    processes; validations at `steps` // 2 and `steps`, step checkpoints at `steps` // 2 + 1
+    (resumed from) and the last. A model whose state does not fit SLICE_FIT of `capacity_gb`
+    (hand estimate) or whose run needs more than `disk_free` (plan.disk_bytes) keeps its
+    widths and loses layers until both fit ("layer_sliced")."""
     from experiments.train.config import compose
     from experiments.train.plan import disk_bytes, memory_estimate, plan
     from sweeps.recipe import merge_overrides
@@ -426,10 +395,8 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
 
 
 def time_plan(cfg: Any, n: int, peak_tflops: float | None, planned: bool) -> dict[str, float]:
-    """Seconds per phase of the recipe check of `cfg` on `n` GPUs, from the plan's FLOPs at
-    the planned MFU (plan.planned_mfu) of `peak_tflops` and the first contact's figures
-    (FIRST_CONTACT); `planned`: the fake-tensor plan is shipped or cached (else its CPU
-    minutes count). The check refuses a plan over BUDGET_S."""
+    """Seconds per phase of the recipe check of `cfg` on `n` GPUs, from the plan's FLOPs at the
+    planned MFU and FIRST_CONTACT; `planned`: the fake-tensor plan is shipped or cached."""
     from experiments.train.plan import checkpoint_bytes, plan, planned_mfu
 
     fc, p = FIRST_CONTACT, plan(cfg, n)
@@ -481,9 +448,8 @@ def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None
 
 
 def plan_step(cfg: Any, n: int) -> tuple[list[Any], str]:
-    """The fake-tensor plan of the check's run on `n` GPUs (experiments/memory.py): the cache,
-    else the plan shipped under measured/memory/plans/ (seconds on a fresh node), else measured
-    here (minutes of CPU at the paper's sizes). (records, where they come from)."""
+    """The fake-tensor plan of the check's run on `n` GPUs: cached, else shipped, else measured
+    here. (records, where they come from)."""
     from experiments import memory as MEM
 
     t0 = time.time()
@@ -502,9 +468,8 @@ def plan_step(cfg: Any, n: int) -> tuple[list[Any], str]:
 def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                 out: str | None, cpu: bool = False, extra: list[str] | None = None,
                 nproc: int = 1, ship: bool = False) -> int:
-    """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (CPU with
-    `cpu`: the same flow on `nproc` gloo processes, for rehearsal; no allocator peaks, no speed
-    figures). `ship`: only measure its plan for one H100 into measured/memory/plans/."""
+    """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (`cpu`: the
+    same flow on `nproc` gloo processes, no peaks or speeds). `ship`: only measure its plan."""
     from experiments import memory as MEM
     from experiments.train.config import ConfigError, compose
     from experiments.train.plan import free_bytes, plan

@@ -120,11 +120,9 @@ def dirty_source_diff() -> str | None:
 
 def refuse_dirty(what: str, allow: bool = False, name: str | None = None,
                  run_ids: list[str] | None = None, exit_code: int | None = None) -> str | None:
-    """Before training: refuse (UsageError) when tracked source has uncommitted changes, a
-    run trained from it could not be reproduced from its recorded commit. `allow` (or
-    FTBENCH_ALLOW_DIRTY=1) trains anyway and marks it: the diff's hash is returned, printed,
-    and appended with `run_ids` to <sweep>/dirty.json when `name` is given. None when clean.
-    `exit_code`: print the refusal as one line and exit with it instead of raising."""
+    """Before training: refuse (UsageError) when tracked source has uncommitted changes. `allow`
+    (or FTBENCH_ALLOW_DIRTY=1) trains anyway: the diff's hash is returned, printed and appended
+    with `run_ids` to <sweep>/dirty.json. None when clean. `exit_code`: exit with it instead."""
     h = dirty_source_diff()
     if h is None:
         return None

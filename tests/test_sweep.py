@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from common.paths import RunDir
-from common.records import EvalState, Manifest, ManifestCell
+from common.records import EvalSpec, EvalState, Manifest, ManifestCell
 from sweeps import backend
 from sweeps import driver as D
 from sweeps import launcher as L
@@ -407,12 +407,12 @@ class _Ex:
         else:
             run = Path(job.argv[3])
             if _Ex.eval_do == "write":
-                from experiments.eval.run import eval_file_name, planned_specs, validate_args
+                from experiments.eval.run import planned_specs, validate_args
 
                 specs = planned_specs(validate_args(job.argv[4:]), 64)  # the cells' seq_len
                 for sp in specs.values():
                     (run / "eval").mkdir(parents=True, exist_ok=True)
-                    (run / "eval" / eval_file_name(sp, 6)).write_text("{}")
+                    (run / "eval" / EvalSpec.from_json(sp).file_name(6)).write_text("{}")
             res = {"state": "done"}
 
         def result() -> object:

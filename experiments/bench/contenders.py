@@ -171,10 +171,8 @@ def mc_requests(texts: list[str], n_requests: int, seed: int = 0) -> list[Any]:
 
 def mmlu_requests(texts: list[str], n_requests: int, shots: int = 5, subjects: int = 4,
                   chars: int = 120, seed: int = 0) -> list[Any]:
-    """MMLU-like 5-shot requests (lm-eval Instances): per subject one fixed few-shot header
-    (lm-eval's MMLU takes its shots from the dev split, the same for every question of a
-    subject), then a question with four options and "Answer:"; the continuations are the four
-    one-token letters. Question and option text are cut from real text."""
+    """MMLU-like 5-shot requests: per subject one fixed few-shot header, then a question with
+    four options and "Answer:"; the continuations are the four one-token letters."""
     from lm_eval.api.instance import Instance
 
     rng = random.Random(seed)

@@ -95,14 +95,8 @@ def interleaved(fns: dict[str, Callable[[], object]], reps: int, warmup: int,
 
 
 def peak_alloc_bytes(fn: Callable[[], object], device: torch.device) -> int:
-    """Peak bytes held by torch's allocator during fn(), above what was held before it.
-
-    CUDA: torch.cuda.max_memory_allocated. CPU (tracemalloc does not see torch): every
-    allocation and free torch makes is a ``[memory]`` event of torch.profiler with
-    ``profile_memory=True``; the peak of their running sum, in event order, is the peak.
-    Tensors that existed before the call (inputs, weights) are not counted; outputs and
-    gradients created by the call are.
-    """
+    """Peak bytes held by torch's allocator during fn(), above what was held before it. CUDA:
+    max_memory_allocated; CPU: the peak running sum of torch.profiler's `[memory]` events."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         base = torch.cuda.memory_allocated(device)

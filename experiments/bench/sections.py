@@ -94,11 +94,8 @@ def section_train(ctx: Ctx) -> dict[str, Any]:
 
 
 def section_free(ctx: Ctx) -> dict[str, Any]:
-    """Our baseline, our FT at each H, x-transformers' FT at xt_bits: one interleaved loop.
-
-    Gives the FT overhead (step-time ratio FT/baseline, beside the analytic FLOPs ratio and 1/L)
-    and our FT vs x-transformers' at equal H.
-    """
+    """Our baseline, our FT at each H, x-transformers' FT at xt_bits: one interleaved loop (the
+    FT's step-time overhead beside the analytic FLOPs ratio, ours vs x-transformers')."""
     s, dev = ctx.size, ctx.device
     cfg = our_config(s)
     T = s.seq_len
@@ -292,11 +289,8 @@ def _cut_at_stop(row: list[int], stops: list[list[int]]) -> tuple[list[int], boo
 @torch.no_grad()
 def section_generate_batch(ctx: Ctx) -> dict[str, Any]:
     """Batched greedy generation, mixed prompt lengths and stop sequences: ours vs HF generate.
-
-    Stop sequences are bigrams taken from the unstopped greedy output of every other row at
-    spread positions, so rows end at different steps and some run to the token budget; both
-    contenders get the same list for the whole batch (as lm-eval's generate_until gives it).
-    """
+    Stop sequences are bigrams from other rows' unstopped output, so rows end at different
+    steps; both contenders get the same list for the whole batch."""
     from transformers import StoppingCriteriaList
 
     s, dev = ctx.size, ctx.device
@@ -394,9 +388,8 @@ def section_eval(ctx: Ctx) -> dict[str, Any]:
 
 
 def section_save(ctx: Ctx) -> dict[str, Any]:
-    """A step checkpoint's staging (the host copy DCP writes from while training goes on), of
-    the bench model's weights and AdamW state: DCP's default (a fresh copy per save) vs the
-    trainer's stager (experiments.train.checkpointer.stager: buffers reused, pinned on CUDA)."""
+    """A step checkpoint's staging: DCP's default (a fresh copy per save) vs the trainer's
+    stager (buffers reused, pinned on CUDA)."""
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
     from experiments.train.checkpointer import stager

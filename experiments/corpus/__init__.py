@@ -1,14 +1,4 @@
-"""Corpora at scale: source -> tokenizer -> memory-mapped token shards, built once.
-
-    config.py     the data section (DataConfig, HFSource): what a corpus is made of
-    sources.py    documents from the stdlib, local files (txt/jsonl/json/parquet), HF datasets
-    tokenizer.py  byte-level BPE and the character tokenizer, and the checkpoint's reference
-    build.py      the build: scan, tokenizer, parallel resumable units, the manifest (corpus.json)
-    shards.py     reading it: memory-mapped shards as one stream (at most MAX_OPEN_SHARDS open
-                  per process), the seeded order
-    budget.py     a corpus against its budget before building: known source sizes, per-source
-                  passes, the shipped corpora's token bound
-    python -m experiments.corpus (make corpus) builds one; training reads it (data.corpus=<dir>)
-
+"""Corpora at scale: source -> tokenizer -> memory-mapped token shards, built once
+(`python -m experiments.corpus`, `make corpus`); training reads one with data.corpus=<dir>.
 Nothing here imports torch: build workers start fast.
 """

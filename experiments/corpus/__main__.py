@@ -1,12 +1,8 @@
 """python -m experiments.corpus --data <name|path.yaml> --out <dir> [--vocab-size N] [--workers N]
-[key=value ...]: build a sharded, pre-tokenized corpus here (see build.py). `make corpus` runs
-`python -m pipelines.corpus`, the same command with --launcher local|slurm and --cluster: its
-units go through the one launcher (sweeps/launcher.py), here they run in this machine's processes.
-
-`--data` is a data config: a name under experiments/train/conf/data (stdlib, files, hf) or a YAML
-file anywhere holding the keys of the `data` section (experiments/train/config.py DataConfig);
-`key=value` arguments override its keys (YAML values). Bad input: one line, exit 2, nothing
-written. Train on the result with `data.corpus=<dir>`.
+[key=value ...]: build a sharded, pre-tokenized corpus with this machine's processes (`make
+corpus` runs pipelines/corpus.py: the same through the one launcher). `--data`: a name under
+experiments/train/conf/data or a YAML file of the `data` section's keys; `key=value` overrides
+them. Bad input: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """A corpus against its budget, before anything is built (docs/DATA.md, "Epochs are
 explicit"): per hf source, the passes the token budget needs from its known size
-(`SOURCE_SIZES`, `plan_sources`, `check_budget`: what `make paper DRY=1` prints and refuses
-on), and for the corpora the suite ships an upper bound of their tokens known in a second
-(`token_bound`: a byte-level BPE token covers at least one byte, plus one eos per document).
+(`check_budget`: what `make paper DRY=1` prints and refuses on), and for the shipped corpora an
+upper bound of their tokens (`token_bound`).
 """
 
 from __future__ import annotations
@@ -114,13 +113,10 @@ def _t(x: float) -> str:
 
 def check_budget(dcfg: DataConfig, train_tokens: float, *,
                  bytes_per_token: float | None = None) -> BudgetCheck:
-    """The corpus of `dcfg` against a budget of `train_tokens` training tokens (the most any
-    cell of the sweep trains on: the equal-FLOPs control's extra tokens included). For an hf
-    mixture: one line per source (share, tokens, known size and its provenance, passes against
-    its cap), the byte cap against the stream the budget needs (at `bytes_per_token`); a
-    refusal (one line) when a source needs more passes than its cap or than MAX_PASSES, or when
-    the byte cap streams too little. For stdlib and text files: the upper bound of their tokens
-    (`token_bound`) against the budget."""
+    """The corpus of `dcfg` against `train_tokens` (the most any cell of the sweep trains on).
+    hf mixture: one line per source (share, tokens, known size, passes) and the byte cap; a
+    refusal (one line) when a source needs more passes than its cap or MAX_PASSES, or the byte
+    cap streams too little. stdlib and text files: `token_bound` against the budget."""
     lines: list[str] = []
     if dcfg.source == "hf":
         total = stream_tokens(train_tokens, dcfg.val_fraction)
@@ -189,9 +185,8 @@ def stdlib_bytes(max_bytes: int | None = None) -> tuple[int, int]:
 
 def token_bound(dcfg: DataConfig) -> tuple[int, int, str] | None:
     """(an upper bound of the training tokens, the text's bytes, how it is known) of a stdlib
-    or text-file corpus, without building it; None for a source whose size is known only once
-    built (parquet, hf, synthetic). A byte-level BPE token covers at least one byte, each
-    document adds one eos, and the training split is at most everything."""
+    or text-file corpus (None for parquet, hf, synthetic): a byte-level BPE token covers at
+    least one byte, each document adds one eos."""
     if dcfg.source == "stdlib":
         nbytes, docs = stdlib_bytes(dcfg.max_bytes)
         return nbytes + docs, nbytes, (f"{nbytes:,} bytes in {docs:,} files of "

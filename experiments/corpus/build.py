@@ -1,18 +1,9 @@
 """source -> tokenizer -> shards, once, in parallel, resumable (docs/DATA.md, "What `make
-corpus` does").
-
-The corpus is cut into *units* fixed by the source alone, never by the number of workers:
-stdlib and local files in groups of consecutive files of about `shard_bytes`; a hub stream or a
-capped corpus written by the scan into text parts (`text/part-NNNNN.jsonl`: a hub stream cannot
-be re-read by range, a capped subset is known only after a full pass). Unit u becomes
-`train-NNNNN.bin` and `val-NNNNN.bin`, and the training stream is the train shards in unit
-order: the training documents in the source's order.
-
-Phases: (1) `scan`, one process, where bad input is found before any shard exists; (2) the
-tokenizer, given or trained on the scan's sample; (3) the units, on worker processes or through a
-launcher, each unit's record (`units/unit-NNNNN.json`) written after its shards, so a killed
-build resumes with the units that have one and produces the same bytes; (4) `corpus.json`, the
-manifest, written atomically last: its presence means the corpus is complete.
+corpus` does"). The corpus is cut into units fixed by the source alone, never by the number of
+workers; unit u becomes `train-NNNNN.bin` and `val-NNNNN.bin`. Phases: `scan` (bad input found
+before any shard exists), the tokenizer, the units (each unit's record written after its
+shards, so a killed build resumes with the same bytes), and `corpus.json` written atomically
+last: its presence means the corpus is complete.
 """
 
 from __future__ import annotations
@@ -463,10 +454,8 @@ def build(dcfg: DataConfig, out: str | os.PathLike, *, vocab_size: int | None,
           workers: int = 1, progress: bool = False,
           cache_dir: str | os.PathLike | None = None,
           runner: UnitRunner | None = None) -> dict[str, Any]:
-    """Build (or finish, or return) the corpus in `out`; return its manifest. The units run
-    through `runner` when given (`workers` at once), else here (`workers` processes).
-
-    UsageError on bad input; a build that failed in its scan leaves nothing behind."""
+    """Build (or finish, or return) the corpus in `out`; return its manifest. Units run through
+    `runner` when given, else on `workers` processes. UsageError on bad input."""
     outp = Path(out).expanduser().resolve()
     req = request_of(dcfg, vocab_size)
     man = read_manifest(outp)

@@ -1,8 +1,6 @@
-"""The data section of the config (`data.*`): where a corpus comes from and how it is cut,
-with the one `Choice` base every config choice uses and the checks every section's
-`__post_init__` runs. It lives with the corpus builder (`make corpus` reads the same keys from
-a YAML file); experiments/train/config.py composes it into the training config and re-exports
-it, so the corpus package never imports the trainer's."""
+"""The data section of the config (`data.*`), the one `Choice` base every config choice uses
+and the checks every section's `__post_init__` runs. It lives with the corpus builder;
+experiments/train/config.py composes and re-exports it."""
 
 from __future__ import annotations
 
@@ -32,10 +30,8 @@ DataSource = Choice("DataSource", "stdlib files hf synthetic random", module=__n
 
 DATA_SOURCES = tuple(DataSource)
 GENERATED_SOURCES = (DataSource.synthetic, DataSource.random)
-"""Sources drawn on the fly, sample by sample from a seeded stream: no corpus on disk, no
-tokenizer to train, no passes to count. `random`: uniform tokens at model.vocab_size and
-train.seq_len (what `make gpu-check RECIPE=..` trains on: memory and speed do not depend on the
-tokens' values)."""
+"""Sources drawn on the fly from a seeded stream (no corpus on disk, no tokenizer, no passes).
+`random`: uniform tokens (what `make gpu-check RECIPE=..` trains on)."""
 
 
 def check_choice(obj: Any, name: str, allowed: tuple[str, ...], section: str) -> None:
@@ -141,9 +137,8 @@ class DataConfig:
 
 
 def data_config(d: dict[str, Any], where: str) -> DataConfig:
-    """The DataConfig of a mapping of data keys (a YAML file's, a run record's), checked as the
-    training config is: OmegaConf against the schema (keys, types, choices), then each
-    section's `__post_init__`. UsageError naming `where` and the first problem."""
+    """The DataConfig of a mapping of data keys, checked as the training config is (OmegaConf
+    against the schema, then `__post_init__`); UsageError naming `where` and the problem."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 

@@ -1,13 +1,7 @@
 """Reading a built corpus: memory-mapped shards and a seeded order that needs no corpus in memory.
-
-- `TokenStream`: the concatenation of a split's shards, sliced like an array (`s[a:b]`), each
-  shard an `np.memmap` opened on first read, at most `MAX_OPEN_SHARDS` open per process (an
-  LRU), so neither the OS's open files nor its memory maps grow with the corpus (the OS pages
-  in what is read; a rank's memory does not grow with it either).
-- `epoch_order(seed, epoch, n)`: sample g of epoch e reads chunk order[g mod n]. Up to
-  `PERM_MAX` chunks this is numpy's `default_rng([seed, epoch]).permutation(n)` (what training
-  always used, so existing runs keep their stream), held as int32; above, a keyed Feistel
-  bijection on [0, n) evaluated per index (cycle-walking), O(1) memory at any corpus size.
+`TokenStream` concatenates a split's shards (at most `MAX_OPEN_SHARDS` mapped per process);
+`epoch_order`: numpy's `default_rng([seed, epoch]).permutation(n)` up to `PERM_MAX` chunks (so
+existing runs keep their stream), above it a keyed Feistel bijection evaluated per index.
 """
 
 from __future__ import annotations
@@ -29,21 +23,15 @@ PERM_MAX = 1 << 22  # chunks; 16 MB of int32 per rank at most
 
 
 MAX_OPEN_SHARDS = 64
-"""The most shards one process (one rank) holds memory-mapped at once, over all its token
-streams: each map holds a file descriptor and a kernel memory map, and a 1T-token corpus has
-tens of thousands of shards, past the common 1024 open files and the kernel's 65,530 maps
-(vm.max_map_count). A sample reads one or two neighbouring shards, so a small LRU serves a
-random order well; the sweep's pre-submission check counts files per rank with it."""
+"""The most shards one process holds memory-mapped at once: a 1T-token corpus has tens of
+thousands, past the common 1024 open files and vm.max_map_count; a sample reads one or two
+neighbouring shards, so a small LRU serves a random order."""
 
 
 class _MapCache:
-    """The process's open shard maps, least recently used closed first (`MAX_OPEN_SHARDS`).
-
-    Hand-written (functools.lru_cache keys on the call's arguments and cannot be shared by
-    streams of several corpora with one bound): a map is unmapped and its descriptor closed
-    when the cache drops it, since TokenStream returns copies, never views that would hold it
-    open (a read in progress in another thread keeps its map alive until it is done). Keyed by
-    the file's path, inode and mtime, so a rebuilt corpus is never read through a stale map."""
+    """The process's open shard maps, least recently used closed first. Hand-written because
+    functools.lru_cache cannot share one bound across streams; keyed by path, inode and mtime,
+    so a rebuilt corpus is never read through a stale map."""
 
     def __init__(self, bound: int) -> None:
         self.bound = bound
@@ -122,9 +110,6 @@ class TokenStream:
 
 
 # ---------------------------------------------------------------- order
-_M64 = (1 << 64) - 1
-
-
 def _mix(x: np.ndarray, key: int) -> np.ndarray:
     """splitmix64 finaliser of x ^ key (uint64, wrapping)."""
     z = (x ^ np.uint64(key)) + np.uint64(0x9E3779B97F4A7C15)

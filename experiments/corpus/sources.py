@@ -1,10 +1,7 @@
-"""Document sources: (key, text) documents from the stdlib, local files or HF datasets.
-
-Corpus build workers read documents without importing torch. The rules:
-- every source yields (key, text) documents; a document goes to validation iff a hash of its key
-  falls under `val_fraction` (by file for stdlib and text files, by record for jsonl/parquet/hf),
-  so the split does not depend on listing order, on the seed or on the number of workers;
-- `load_documents` materialises a corpus (small or capped corpora); the `iter_*` readers stream.
+"""Document sources: (key, text) documents from the stdlib, local files or HF datasets, without
+torch. A document goes to validation iff a hash of its key falls under `val_fraction`, so the
+split depends on no listing order, seed or worker count; `load_documents` materialises a corpus,
+the `iter_*` readers stream.
 """
 
 from __future__ import annotations
@@ -64,9 +61,8 @@ def read_stdlib(rel: str) -> str:
 
 
 def stdlib_docs(max_bytes: int | None = None) -> list[Doc]:
-    """The running interpreter's own standard-library .py files (no site-packages).
-
-    With max_bytes, only the files of the capped subset (see `load_documents`) are read."""
+    """The running interpreter's own standard-library .py files (no site-packages); with
+    max_bytes, only the capped subset's."""
     root = stdlib_root()
     files = stdlib_files()
     if max_bytes is not None:
@@ -173,21 +169,11 @@ def source_label(s: Any) -> str:
 
 class HFMixture:
     """The `hf` stream: the sources interleaved by text bytes, with explicit passes, resumable.
-
-    Hand-written rather than `datasets.interleave_datasets` because that one samples documents
-    (not bytes) and ends at the first exhausted source ("first_exhausted"), or oversamples every
-    source without a bound ("all_exhausted"): here each source's share of the bytes is its
-    weight, a source repeats only as many times as its `passes` allow, and the stream's position
-    (`state()`, JSON) resumes it after a failure (`datasets`' own state_dict per source).
-
-    Rule: the next document comes from the source, among those not finished, whose bytes so far
-    over its weight are smallest (ties: the first listed), so the shares hold at every point
-    and the order depends on the documents only. A source that ends its stream starts a new
-    pass while it has passes left; one that runs out after its last pass ends the mixture when
-    data.hf_max_bytes is null, else stops it with a DataError naming the source (never
-    silently short). A document's key is its index within its source's pass (`hf:<j>` for a
-    single source, `hf:<source>:<j>` in a mixture), so a repeated document keeps its key and
-    its side of the validation split."""
+    Not `datasets.interleave_datasets`, which samples documents (not bytes) and either ends at
+    the first exhausted source or oversamples without bound. The next document comes from the
+    unfinished source whose bytes so far over its weight are smallest; a source repeats while it
+    has passes left, then ends the mixture (data.hf_max_bytes null) or stops it with a
+    DataError; `state()` resumes it. A document's key is its index within its source's pass."""
 
     def __init__(self, dcfg: DataConfig, state: dict[str, Any] | None = None,
                  open_source: Any = None) -> None:

@@ -1,14 +1,6 @@
-"""Tokenizers for training and for reading checkpoints back.
-
-- `train_bpe(texts, vocab_size)`: a byte-level BPE trained locally with the `tokenizers` library,
-  with `<|endoftext|>` (id 0) as the only special token, used as eos between documents. The result
-  is cached on disk, keyed by the sha256 of the corpus and the vocabulary size, so a second run on
-  the same corpus loads it instead of retraining.
-- `tokenizer_ref(tok, name)`: the checkpoint's `tokenizer` entry (docs/RESULTS.md): the full
-  tokenizers JSON inline, so a checkpoint is self-contained; `{"type": "chars", ...}` for the
-  synthetic task's character alphabet.
-- `tokenizer_from_ref(ref)`: a `TextTokenizer` (`encode`, `decode`, `eos_id`, `bos_id`,
-  `vocab_size`, `token_bytes`) from such an entry.
+"""Tokenizers for training and for reading checkpoints back: `train_bpe` (byte-level BPE,
+`<|endoftext|>` id 0 as eos, cached by the corpus' sha256 and the vocabulary size),
+`tokenizer_ref` (the checkpoint's self-contained `tokenizer` entry) and `tokenizer_from_ref`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The chained evaluation of one finished run, resumable (`eval_chain`: the final checkpoint,
-then every kept checkpoint without its eval files (EVAL_POINTS), then the validation
-likelihood), and the evaluation of one kept checkpoint while the run still trains (`eval_point`,
-a point job). A sweep runs the chain as one job per cell after training and a point job per kept
-checkpoint as it appears (`RunDir.points_ready`); this module knows nothing of manifests.
-
-A point is evaluated under an exclusive lock (`point_lock`, dropped by the kernel when its
-holder dies) and its files are looked for again once the lock is held: a point job and the
-chain, or two point jobs, never evaluate the same checkpoint twice.
+then every kept checkpoint without its eval files, then the validation likelihood), and the
+evaluation of one kept checkpoint while the run still trains (`eval_point`). A point is
+evaluated under an exclusive lock (`point_lock`) and its files looked for again once held, so
+no checkpoint is evaluated twice.
 """
 
 from __future__ import annotations
@@ -103,10 +99,9 @@ def eval_point(run: RunDir | Path, step: int, spec_ids: Sequence[str],
 
 def eval_chain(run: RunDir | Path, spec_ids: Sequence[str], points: bool,
                likelihood_rows: int | None, final_argv: Sequence[str]) -> int:
-    """Run the chained evaluation of one cell, resumably: the final checkpoint (the eval itself
-    skips a spec whose file exists), then every kept checkpoint without its files (EVAL_POINTS;
-    the same argv with the checkpoint in place of the run dir), then the likelihood file unless
-    present. Returns the first failing exit code (0 when all succeeded)."""
+    """Run the chained evaluation of one cell, resumably (the final checkpoint, every kept
+    checkpoint without its files, the likelihood file unless present); the first failing exit
+    code, else 0."""
 
     def call(argv: Sequence[str], what: str) -> int:
         rc = subprocess.call(list(argv))

@@ -1,15 +1,8 @@
 """HumanEval+ and MBPP+ through evalplus: greedy completions, pass@1 (base, plus), gold bpb.
-
-- problems come from the evalplus dataset jsonl: the offline file, else the one evalplus
-  downloads; with LIMIT, the first n;
-- completion is direct (a base model continues the prompt), stopped by evalplus's base-model
-  stop strings plus the Codex paper's; solution = prompt + completion, in evalplus's samples
-  format;
-- each sample runs in its own sandbox and evalplus's comparison decides in a process that never
-  ran model code (`experiments.eval.codecheck`); a check that could not be made is null with a
-  reason, never 0, and pass@1 is over the scored items with `n_missing`;
-- gold bpb: bits per UTF-8 byte of the canonical solution given the prompt, a smooth metric that
-  still separates small models whose pass@1 is 0.
+Completion is direct (a base model continues the prompt) with evalplus's base-model and the
+Codex paper's stop strings; each sample runs in its own sandbox and evalplus's comparison
+decides in a process that never ran model code (`codecheck`); a check that could not be made
+is null with a reason, never 0. Gold bpb: bits per byte of the canonical solution.
 """
 
 from __future__ import annotations
@@ -128,11 +121,8 @@ def _mean_metric(xs: list[float]) -> dict[str, Any]:
 
 
 def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[str, Any]:
-    """Bits per UTF-8 byte of each gold continuation given its context (one task entry).
-
-    The task value is total bits / total bytes over items (as nanochat's evaluate_bpb);
-    stderr is that of the per-item mean. For prior-k, `spread` is the std over the k draws.
-    """
+    """Bits per UTF-8 byte of each gold continuation given its context: total bits / total
+    bytes (as nanochat's evaluate_bpb); stderr of the per-item mean; prior-k: `spread`."""
     scores = lm.loglikelihood_pairs(pairs)
     items, bits, nbytes = [], 0.0, 0
     per_draw: list[float] | None = None

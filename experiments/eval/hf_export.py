@@ -1,16 +1,9 @@
-"""Export a baseline checkpoint to Hugging Face `transformers` `LlamaForCausalLM`.
-
-The baseline is a Llama: pre-norm RMSNorm, rotate-half RoPE (HF's convention, so q/k weights copy
-as they are, no permutation), SwiGLU (w1 = gate, w3 = up, w2 = down), GQA, no biases. The export
-is the cross-check of both the architecture and the lm-eval adapter: HF logits must match ours
-to 1e-4, and lm-eval's own `hf` backend on the export must pick the same multiple-choice answers
-as `FTBenchLM`. A Free Transformer has no HF counterpart and is refused.
-
-Usage: `python -m experiments.eval.hf_export <run dir or ckpt> <out dir>`. The config carries a
-top-level `rope_theta` (transformers < 5 reads only that; >= 5 reads `rope_parameters`, also
-written) and `tokenizer_class`, so every transformers version pyproject admits loads it with
-the right RoPE base; files follow the umask. Bad input (a missing or corrupt checkpoint, a Free
-Transformer, an OUT that is a file or not writable): one line, exit 2, nothing written.
+"""Export a baseline checkpoint to Hugging Face `transformers` `LlamaForCausalLM`:
+`python -m experiments.eval.hf_export <run dir or ckpt> <out dir>`. q/k weights copy as they
+are (rotate-half RoPE is HF's convention); w1 = gate, w3 = up, w2 = down. The cross-check of the
+architecture and the adapter: HF logits match ours to 1e-4. The config carries both
+`rope_theta` (transformers < 5) and `rope_parameters` (>= 5). A Free Transformer has no HF
+counterpart and is refused; bad input: one line, exit 2, nothing written.
 """
 
 from __future__ import annotations

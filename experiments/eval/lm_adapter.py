@@ -1,30 +1,18 @@
 """A native lm-evaluation-harness `LM` for our checkpoints, Free-Transformer aware. The protocol
 (what Z sees per request type, long continuations, generation, the modes) is docs/DESIGN.md,
 "Honest evaluation"; `protocol()` writes it into every eval file. How it is implemented:
-- a `TemplateLM`; context and continuation are tokenized together and the continuation is the
-  joint encoding's shortest token suffix covering its characters (`_encode_pair`);
-- each distinct context window runs once into a KV cache (`model.extend`) and its
-  continuations extend copies (`model.fork_cache`), batched; requests with the same context and
-  continuation[:-1] share one row (one draw of Z); baseline contexts sharing >= 32 leading
-  tokens (a few-shot header) run them once. Every draw comes from a generator keyed by what is
-  scored, so a score equals the request's score alone (tests/test_shared_context.py). lm-eval's
+- context and continuation are tokenized together; the continuation is the joint encoding's
+  shortest token suffix covering its characters (`_encode_pair`);
+- each distinct context runs once into a KV cache and its continuations extend copies
+  (`model.fork_cache`), batched; every draw of Z comes from a generator keyed by what is scored,
+  so a score equals the request's score alone (tests/test_shared_context.py). lm-eval's
   `Collator(group_by="contexts")` is not used: it would share a pass between ([5,6],[7,8]) and
   ([5,6,7],[9]), whose encoder prefixes differ;
-- `prior-k` returns the log of the mean likelihood over k draws (the per-draw values kept in
-  `draw_logliks`); `posterior` rows are batched by equal length so padding never enters the
-  non-causal encoder; a context longer than the window is cut on the left, as lm-eval's hf
-  backend does;
-- generation: prompt and budget follow `plan_generation` (the budget shrinks first; every cut is
-  counted, `truncation_record`); stop strings apply to the decoded text (`text_stop`);
-- every finished request goes to lm-eval's cache hook at once, so an interrupted evaluation
-  resumes from what it finished;
-- data parallel (`DataParallel`, torchrun): rank 0 runs lm-eval, each batch it hands the adapter
-  is split into whole units (a run of contexts, a posterior row, a rolling request, a generation
-  batch), each rank scores its share, rank 0 gathers; the results equal one process's;
-- the window (`max_length`) is the run's train.seq_len; on CUDA the model runs under bf16
-  autocast (`precision`, not in the spec).
-Registered as `ftbench` (alias `freetransformer`) in lm-eval's registry; `make lm-eval`
-(lm_eval_cli.py) is the stock `lm_eval` CLI with this module imported.
+- `posterior` rows are batched by equal length so padding never enters the non-causal encoder;
+- every finished request goes to lm-eval's cache hook at once (an interrupted evaluation
+  resumes); under torchrun (`DataParallel`) each rank scores whole units and rank 0 gathers,
+  the results equal one process's.
+Registered as `ftbench` (alias `freetransformer`) in lm-eval's registry.
 """
 
 from __future__ import annotations
@@ -82,14 +70,10 @@ class GenPlan(NamedTuple):
 
 
 def plan_generation(prompt_tokens: int, requested: int, max_length: int) -> GenPlan:
-    """The one rule for prompt vs budget in a window of max_length tokens.
-
-    The budget shrinks first: a prompt that fits the window with room for at least one new
-    token is kept whole, and the budget is what is left (at most `requested`). Only a prompt
-    that alone fills the window is cut, from the left (few-shot examples go first; the
-    question, which comes last, is kept whenever it fits), to max_length - budget tokens with
-    budget = min(requested, max_length // 2): a cut is unavoidable then, and a 1-token budget
-    would make the generation meaningless."""
+    """The one rule for prompt vs budget in a window of max_length tokens: the budget shrinks
+    first (a prompt that leaves room for one new token is kept whole, the budget what is left,
+    at most `requested`); only a prompt that alone fills the window is cut from the left, to
+    max_length - min(requested, max_length // 2) tokens."""
     if max_length < 2:
         raise ValueError(f"max_length={max_length}: generation needs a window of >= 2 tokens")
     requested = max(1, int(requested))
@@ -112,23 +96,17 @@ def truncation_summary(plans: Sequence[GenPlan]) -> dict[str, Any]:
 
 
 def cut_at_stop(text: str, until: Sequence[str]) -> str:
-    """The text before the earliest occurrence of any stop string (a streaming engine's rule).
-    lm-eval's hf backend splits on each string in turn; the two agree unless two stop strings
-    can overlap, which no stock task's set does (each is single characters or strings that
-    start with a character the others do not contain)."""
+    """The text before the earliest occurrence of any stop string (a streaming engine's rule;
+    lm-eval's hf backend, which splits on each in turn, agrees for every stock task's set)."""
     cut = min((i for s in until if s and (i := text.find(s)) >= 0), default=len(text))
     return text[:cut]
 
 
 def text_stop(until: Sequence[str],
               decode: Callable[[list[int]], str]) -> Callable[[list[int]], bool] | None:
-    """`generate`'s stop_when for lm-eval's stop strings, however the model tokenized them.
-
-    A row may stop once its decoded text holds a stop string and no stop string that starts
-    earlier is still being written: `cut_at_stop` of the text is then what generating to the
-    budget would have kept. Token-level stop sequences miss a stop string the model spelled
-    with other tokens, and such rows ran to the budget.
-    """
+    """`generate`'s stop_when for lm-eval's stop strings, however the model tokenized them: a
+    row stops once its decoded text holds a stop string and none starting earlier is still
+    being written (`cut_at_stop` then keeps what generating to the budget would have)."""
     subs = [s for s in until if s]
     if not subs:
         return None
@@ -295,15 +273,10 @@ class FTBenchLM(TemplateLM):
 
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """Tokenize context + continuation together; the continuation is the joint encoding's
-        shortest token suffix that covers its characters.
-
-        lm-eval's default keeps `encode(context)` as the context and the joint encoding's tail
-        past len(encode(context)) as the continuation; where a token merges across the boundary
-        ("    ret" + "urn x" -> "    return x") that feeds the model a sequence no tokenizer
-        would produce and drops characters from the scored span. Here the model reads the joint
-        encoding itself, and the token straddling the boundary (if any) is scored with the
-        continuation. Trailing context whitespace moves to the continuation, as in lm-eval.
-        """
+        shortest token suffix covering its characters. lm-eval's default cuts at
+        len(encode(context)), which feeds a sequence no tokenizer would produce where a token
+        merges across the boundary ("    ret" + "urn x") and drops characters from the scored
+        span. Trailing context whitespace moves to the continuation, as in lm-eval."""
         n_sp = len(context) - len(context.rstrip())
         if n_sp:
             context, continuation = context[:-n_sp], context[-n_sp:] + continuation
@@ -484,11 +457,9 @@ class FTBenchLM(TemplateLM):
     @torch.no_grad()
     def _score_share(self, pieces: list[tuple[list[int], list[int], int]], disable_tqdm: bool,
                      rank: int = 0, world: int = 1) -> dict[int, tuple[list[float], bool]]:
-        """This rank's share of `_score_tokens`, by whole units (an input row for posterior,
-        a run of contexts sharing a prefix otherwise), as {piece index: result}; how contexts,
-        rows and draws are shared: the module docstring. A context's codes come from a
-        generator keyed by the context, a continuation row's prior codes from one keyed by the
-        context and the row."""
+        """This rank's share of `_score_tokens` by whole units (a posterior input row, a run of
+        contexts sharing a prefix), {piece index: result}; a context's codes come from a
+        generator keyed by the context, a row's prior codes from one keyed by context and row."""
         wins = [self._window(*p) for p in pieces]
         draws = self.k if self.arm.latent else 1  # the baseline is deterministic
         # Each piece keeps its continuation's readout inputs, (n_cont, D) per draw, never
@@ -697,10 +668,9 @@ class FTBenchLM(TemplateLM):
     @torch.no_grad()
     def _generate_share(self, reqs: list[tuple[str, dict]], disable_tqdm: bool, rank: int = 0,
                         world: int = 1) -> dict[int, str]:
-        """This rank's share of the generation batches (the batches one process forms: longest
-        prompts first, one gen_kwargs per batch), {request index: text}. A batch's draws (the
-        encoder's prompt codes, the new tokens' prior codes, sampling) come from a generator
-        keyed by the batch's requests, not by the rank or the batch's position."""
+        """This rank's share of the generation batches (as one process forms them), {request
+        index: text}; a batch's draws come from a generator keyed by its requests, not by the
+        rank or the batch's position."""
         eos = self.tok.decode([self.tok.eos_id]) if self.tok.eos_id is not None else None
         enc = [self.tok_encode(c) for c, _ in reqs]
         coll = Collator(list(enumerate(reqs)), sort_fn=lambda r: (-len(enc[r[0]]), r[0]),

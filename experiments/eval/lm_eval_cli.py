@@ -1,16 +1,8 @@
-"""`make lm-eval CKPT=... ARGS="--tasks arc_easy --limit 20"`: lm-eval's own CLI
-(`lm_eval.__main__.cli_evaluate`, every `lm_eval run` flag) with our model registered as
-`ftbench`, so lm-eval's outputs, tables and tools apply unchanged.
-
-Our flags, taken out before lm-eval sees the rest:
-- `--ckpt <run dir|.pt>`: adds `--model ftbench --model_args checkpoint=<ckpt>` (merged with any
-  `--model_args` given, e.g. `z=prior-k,k=4`);
-- `--data <benchmarks dir>`: checks the files against their sha256 pins, writes the offline task
-  YAMLs (`python -m experiments.eval.tasks`, default results/lm_eval_tasks/) and adds
-  `--include_path` to them, so the stock task names read the local files.
-`--device` defaults to cuda when torch sees a GPU, else cpu; a device this machine lacks is
-named as such (one line, exit 2) instead of surfacing as a checkpoint that will not load. A
-missing or corrupt checkpoint, bad data or a bad device: one line, exit 2.
+"""`make lm-eval CKPT=... ARGS="--tasks arc_easy --limit 20"`: lm-eval's own CLI with our model
+registered as `ftbench`. Our flags, taken out first: `--ckpt <run dir|.pt>` (adds `--model
+ftbench --model_args checkpoint=<ckpt>`, merged with any given) and `--data <benchmarks dir>`
+(checks the pins, writes the offline task YAMLs and adds `--include_path`). `--device`
+defaults to cuda when torch sees a GPU. Bad input: one line, exit 2.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """`make eval CKPT=...`: score a checkpoint on GSM8K, MMLU, ARC-E/C, CSQA (lm-eval) and
 HumanEval+, MBPP+ (evalplus), plus gold-answer bits per byte, offline or online.
 
-Design choices:
-- the model is wrapped natively for lm-eval (`experiments.eval.lm_adapter.FTBenchLM`); the
-  stock task names and their prompts, few-shot defaults and metrics are used as they are.
-  Offline, the same stock YAMLs are pointed at local files (`experiments.eval.tasks`), after
-  the files are checked against the pinned sha256 sums (`experiments.eval.tasks.benchdata`);
-- the Z modes (`prior`, `prior-k`, `posterior`: leaks) and what Z saw per request type
-  (`protocol`): docs/DESIGN.md, "Honest evaluation"; one file per evaluation spec, named by
-  its `spec_id`, with a prompt `truncation` record per generation task: docs/RESULTS.md. A task
+- the model is wrapped natively for lm-eval (`lm_adapter.FTBenchLM`) and the stock tasks run as
+  they are; offline, their YAMLs point at local files checked against pinned sha256 sums;
+- the Z modes and what Z saw per request type (`protocol`): docs/DESIGN.md, "Honest
+  evaluation"; one file per evaluation spec, named by its `spec_id` (docs/RESULTS.md). A task
   whose run died is kept as `"error"` with null metrics (never 0), and the command exits 1;
-- arguments and task names are checked before anything loads (`validate_args`, also used by
-  `make sweep EVAL=1` at plan time);
-- resumable: every finished request is written to a sqlite cache (lm-eval's CachingLM) keyed by
-  checkpoint identity, z-mode, k, seed and generation length, so a re-run of the same spec
-  after an interruption skips what is done;
-- lm-eval's own results and samples files beside each lm-eval suite file (its
-  EvaluationTracker's layout), for lm-eval's tools;
-- bad input (a flag, a value, a task name, the checkpoint, the data, an unwritable output
-  directory) is one line and exit 2 before any work, and nothing is written.
+- resumable: every finished request goes to lm-eval's sqlite cache keyed by checkpoint
+  identity, z-mode, k, seed and generation length;
+- bad input is one line and exit 2 before any work (`validate_args`, also used by `make sweep
+  EVAL=1` at plan time), and nothing is written.
 """
 
 from __future__ import annotations
@@ -73,9 +64,8 @@ VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 
 
 def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
-    """What `limit` means for the grouped tasks among `tasks` (the loader's `grouped`): per
-    subject, and the questions and requests it comes to (MMLU at 5: 285 questions, 1,140
-    requests)."""
+    """What `limit` means for the grouped tasks among `tasks`: per subject, and the questions
+    and requests it comes to."""
     return [f"  limit {limit} is per subject in {t}: {k} subjects x {limit} = {k * limit:,} "
             f"questions, {k * limit * n:,} requests" for t in tasks
             if limit and (g := grouped(t)) for k, n in [g]]
@@ -83,9 +73,8 @@ def limit_lines(tasks: Sequence[str], limit: int | None) -> list[str]:
 
 # ---------------------------------------------------------------------------- helpers
 def trained_context(run: RunDir | str | os.PathLike) -> int | None:
-    """The window a run's model was trained at: its run record's train.seq_len; None when the
-    checkpoint has no run record (the model's max_seq_len is then used). A run record that
-    cannot be read is a UsageError. A path is read as `RunDir.at(path)`."""
+    """The window a run's model was trained at (its run record's train.seq_len); None without
+    a run record (the model's max_seq_len is then used); UsageError for an unreadable one."""
     run = run if isinstance(run, RunDir) else RunDir.at(run)
     if not run.has_record:
         return None
@@ -130,12 +119,6 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
-
-
-def eval_file_name(spec: EvalSpec | dict[str, Any], step: int | None) -> str:
-    """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: step unknown)."""
-    sp = spec if isinstance(spec, EvalSpec) else EvalSpec.from_json(spec)
-    return sp.file_name(step)
 
 
 def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
@@ -331,10 +314,8 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
 
 
 def write_native(outs: list[dict], native_dir: Path, run_id: str) -> None:
-    """lm-eval's own results JSON and per-sample JSONL for the per-task `simple_evaluate`
-    outputs, merged into one run, written by lm-eval's EvaluationTracker in the layout of
-    `lm_eval --output_path <native_dir> --log_samples` (<native_dir>/<model name>/results_<date>
-    .json, samples_<task>_<date>.jsonl); the model name is the run id."""
+    """lm-eval's own results JSON and per-sample JSONL, merged into one run, in the layout of
+    `lm_eval --output_path <native_dir> --log_samples` (the model name is the run id)."""
     from lm_eval.loggers import EvaluationTracker
 
     merged: dict[str, Any] = {}
@@ -371,11 +352,8 @@ def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
 # ---------------------------------------------------------------------------- main entry
 def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
              runtime: EvalRuntime | None = None) -> dict[str, Path]:
-    """Evaluate a run's checkpoint (`run.checkpoint()`: the named .pt, else final.pt, else the
-    newest step; a path is read as `RunDir.at(path)`) as `request` asks (what decides the
-    numbers); `runtime` says how (device, batch size, output folder: nothing that changes a
-    number). Returns {suite: path of the result JSON}. Each suite's spec is
-    `request.specs(...)`, as `planned_specs` builds it."""
+    """Evaluate a run's checkpoint (`run.checkpoint()`) as `request` asks (what decides the
+    numbers); `runtime` says how (nothing that changes a number). {suite: result JSON path}."""
     from experiments.eval.lm_adapter import DataParallel, FTBenchLM, local_device
 
     runtime = runtime or EvalRuntime()
@@ -519,10 +497,8 @@ def task_line(task: str, e: dict, seconds: float | None = None, requests: int = 
 
 @contextlib.contextmanager
 def harness_output(log: Path) -> Iterator[None]:
-    """What lm-eval, datasets, evalplus and the adapter write on stderr (progress bars, their
-    warnings) goes to `log` while a suite runs: the console keeps one line per benchmark and
-    the summary. The file descriptor itself is redirected, so a library's own handle to
-    stderr is caught too."""
+    """What the libraries write on stderr goes to `log` while a suite runs (the file descriptor
+    itself, so their own handles are caught too); the console keeps one line per benchmark."""
     log.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     keep = os.dup(2)
@@ -693,10 +669,8 @@ def _did_you_mean(bad: list[str], known: Sequence[str]) -> str:
 
 def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
                   check_data: bool = True) -> argparse.Namespace:
-    """Parse and check evaluation arguments before any compute: UsageError (one line) on a
-    bad flag, value or task name, or bad offline data. `ckpt`: the checkpoint to
-    add (the sweep's EVAL_ARGS have none), or None when argv holds it.
-    Used by `make sweep EVAL=1 EVAL_ARGS=...` at plan time."""
+    """Parse and check evaluation arguments before any compute (UsageError, one line); `ckpt`:
+    the checkpoint to add, or None when argv holds it. Also `make sweep EVAL=1` at plan time."""
     argv = list(argv)
     if ckpt is not None and any(a.startswith("--out-dir") for a in argv):
         raise UsageError("--out-dir: not allowed here (each run's eval goes to its run dir)")
@@ -723,10 +697,8 @@ def runtime_of(a: argparse.Namespace) -> EvalRuntime:
 
 
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
-    """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in
-    this window, which is the run's train.seq_len (`trained_context`; the spec records it and
-    the default generation length depends on it); offline checksums are computed here. Built
-    by the same `EvalRequest.specs` as `run_eval`'s."""
+    """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in this
+    window (the run's train.seq_len), by the same `EvalRequest.specs` as `run_eval`'s."""
     from experiments.eval.lm_adapter import default_gen_toks
 
     req = request_of(a)
@@ -738,9 +710,8 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
 
 
 def _check_caches(tasks: list[str]) -> None:
-    """UsageError (one line) when a cache outside the eval directory cannot be written:
-    HF datasets' (lm-eval suite) and evalplus's ground truth. The eval directory, which holds
-    the rest, is checked by run_eval; benchmark data is only ever read."""
+    """UsageError (one line) when a cache outside the eval directory cannot be written (HF
+    datasets', evalplus's ground truth)."""
     from common.io import unwritable
 
     suites = suites_of(tasks)

@@ -1,18 +1,9 @@
 """Everything a run keeps under <run>/checkpoints and in <run>/metrics.jsonl: which checkpoint a
 resume starts from, what it restores (`TrainState`), the metrics lines it keeps, when a step's
-checkpoint is written, the rotation (logging.keep_checkpoints), the checkpoints kept for
-evaluation (logging.keep_eval_checkpoints: eval_step_<N>.pt) and final.pt, whose presence marks
-the run finished. File names come from common/paths.py.
-
-    Checkpointer(rd, cfg, plan, main=, world=, log=, async_save=True, storage_writer=None)
-        .finished / .prepare(fresh) / .newest() / .resume(found, state)
-        .maybe_save(step, state, val_done=, force=) / .save_final(state) / .wait() / .close()
-        .last_good
-    TrainState(cfg, plan, run_id, opt, sched, model=, mode=)   step, val_done, meta()
-
-What the files are (a step checkpoint: each rank's DCP shards, saved asynchronously over a gloo
-group of its own as torchtitan does, and rank 0's marker written last; final.pt and
-eval_step_<N>.pt: weights-only exports in logging.export_dtype): docs/RESULTS.md, `checkpoints/`.
+checkpoint is written, the rotation, the checkpoints kept for evaluation and final.pt, whose
+presence marks the run finished. What the files are (a step checkpoint: each rank's DCP shards,
+saved asynchronously over a gloo group of its own as torchtitan does, and rank 0's marker
+written last): docs/RESULTS.md, `checkpoints/`.
 """
 
 from __future__ import annotations
@@ -120,9 +111,8 @@ def _set_rng_state(st: dict[str, Any]) -> None:
 
 
 def truncate_metrics(path: Path, step: int, val_done: bool = False) -> None:
-    """Keep what an uninterrupted run had written when its checkpoint at `step` was taken:
-    train lines up to `step`, val lines before it, and the val line at `step` when the
-    checkpoint says that validation had finished before it was written (`val_done`)."""
+    """Keep what an uninterrupted run had written when the checkpoint at `step` was taken
+    (the val line at `step` only when `val_done`)."""
     if not path.exists():
         return
     keep = []
@@ -142,13 +132,10 @@ def _quiet(msg: str, echo: bool = True) -> None:
 
 
 def stager(cuda: bool) -> Any:
-    """DCP's staging of a step checkpoint (the host copy a save writes from while training goes
-    on), for every save of a run: host buffers allocated at the first save and reused by the
-    later ones (torch's DefaultStager caches them per storage), pinned on CUDA so the
-    device-to-host copy runs at pinned speed (55 vs 1.5 GB/s pageable on one H100,
-    docs/gpu_check/). Staging completes before async_save returns, because training then
-    changes the weights; the write stays asynchronous. None where this torch has no
-    DefaultStager: DCP's default then, a fresh pageable copy per save (`make bench`, "save")."""
+    """DCP's staging of a step checkpoint for every save of a run: host buffers allocated at
+    the first save and reused (torch's DefaultStager), pinned on CUDA (55 vs 1.5 GB/s pageable
+    on one H100, docs/gpu_check/). Staging completes before async_save returns (training then
+    changes the weights); the write stays asynchronous. None where torch has no DefaultStager."""
     try:
         from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
     except ImportError:
@@ -159,14 +146,10 @@ def stager(cuda: bool) -> Any:
 
 # ====================================================================== checkpointer
 class Checkpointer:
-    """The checkpoints and metrics file of one run directory `rd` (see the module docstring).
-
-    `main`: this process writes (rank 0); `world`: processes that meet at a barrier after each
-    save; `log(msg, echo=...)`: where a skipped unreadable checkpoint and a resume are told;
-    `async_save`: step checkpoints are written in the background; `storage_writer(dir)`: the DCP
-    StorageWriter for a step's shard directory (default: the file system); `export_dtype`: the
-    dtype of the weights-only exports (None: as trained; the trainer passes logging.export_dtype
-    resolved, `EXPORT_DTYPES`)."""
+    """The checkpoints and metrics file of one run directory `rd`. `main`: this process writes
+    (rank 0); `world`: processes that meet at a barrier after each save; `storage_writer(dir)`:
+    the DCP StorageWriter of a step's shards (default: the file system); `export_dtype`: the
+    weights-only exports' dtype (None: as trained)."""
 
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan, *, main: bool = True,
                  world: int = 1, log: Callable[..., None] = _quiet,
@@ -239,10 +222,9 @@ class Checkpointer:
         return None
 
     def resume(self, found: tuple[dict[str, Any], Path] | None, state: TrainState) -> None:
-        """Restore the model's weights and `state` from `found` (`newest()`), after sharding
-        and after the optimizer is built: sharded checkpoints of any world size. Cut
-        metrics.jsonl back to that checkpoint; with nothing found, start the
-        metrics afresh. Every rank calls it. UsageError: the checkpoint does not fit this run."""
+        """Restore the model's weights and `state` from `found` (any world size; after sharding
+        and the optimizer) and cut metrics.jsonl back to it (nothing found: start afresh).
+        Every rank calls it. UsageError: the checkpoint does not fit this run."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
@@ -276,8 +258,7 @@ class Checkpointer:
     def maybe_save(self, step: int, state: TrainState, *, val_done: bool,
                    force: bool = False) -> Path | None:
         """Start step_<step>'s checkpoint when due (or `force`: a preemption, which waits for
-        it to complete); `val_done`: the validation due at `step` has run. Returns the marker's
-        path (complete once `wait()` returns), else None. Every rank calls it."""
+        it); the marker's path, else None. Every rank calls it."""
         if not (force or self.due(step)):
             return None
         path = self.save(step, state, val_done=val_done)
@@ -292,9 +273,8 @@ class Checkpointer:
 
     def save(self, step: int, state: TrainState, name: str | None = None,
              val_done: bool = False) -> Path:
-        """Start the checkpoint of `step` (step_<step>.pt + shards, asynchronous unless
-        async_save=False), export it for evaluation when its step is kept; with `name`, write
-        that weights-only export instead (final.pt). Every rank calls it."""
+        """Start the checkpoint of `step` (asynchronous unless async_save=False), exported for
+        evaluation when its step is kept; with `name`, that weights-only export instead."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be saved"
         self.wait()  # one save in flight at a time
@@ -382,9 +362,8 @@ class Checkpointer:
             done.set()
 
     def wait(self) -> None:
-        """Block until the checkpoint in flight is complete (its marker written); raise what
-        its writing raised. Called before the next save, a preemption's exit and final.pt;
-        every rank calls it."""
+        """Block until the checkpoint in flight is complete; raise what its writing raised.
+        Every rank calls it."""
         pending, self._pending = self._pending, None
         if pending is not None:
             pending.wait()  # set by _complete on the writer thread, after the marker

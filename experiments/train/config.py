@@ -1,15 +1,10 @@
 """The typed config tree of training (hydra structured configs) and `compose()`.
 
-Sections (hydra groups): model, data, optim, train, logging (+ paths). Every default lives here,
-in the dataclasses; `experiments/train/conf/train.yaml` only picks the model preset and the data
-source (whose option files set what that source implies). Command-line overrides win. Every
-section is a dataclass, so a misspelled key or a wrongly typed value fails at compose time;
-`__post_init__` checks values and raises `ValueError` naming the allowed values; choices are
-`StrEnum`s, so OmegaConf lists the allowed values too.
-
-The model group's options are the presets of `model.PRESETS` (`model=1M`, `model=16M`, ...),
-registered from that dict so the two never drift apart. The run-id hashes model, data, optim and
-train, minus the `train` keys in `NON_SEMANTIC_TRAIN_KEYS` (they do not change what is trained).
+Sections: model, data, optim, train, logging (+ paths). Every default lives in the dataclasses
+here; `conf/train.yaml` only picks the model preset and the data source. A misspelled key or a
+wrongly typed value fails at compose time, `__post_init__` names the allowed values, and the
+model group's options are registered from `model.PRESETS`. The run-id hashes model, data, optim
+and train, minus `NON_SEMANTIC_TRAIN_KEYS`.
 """
 
 from __future__ import annotations
@@ -184,8 +179,7 @@ class LoopConfig:
     """H of the Free Transformer a compute-matched baseline is matched to."""
     match_n_layers: int | None = None
     """Layers of the Free Transformer a compute-matched baseline is matched to (None: this
-    model's own; the +1-layer control at the FT's FLOPs sets the arms' count). Left out of the
-    run-id while None, so runs made before it existed keep their ids."""
+    model's own). Left out of the run-id while None."""
     device: Device = Device.auto
     """auto | cpu | cuda."""
     precision: Precision = Precision.auto
@@ -199,9 +193,8 @@ class LoopConfig:
     the encoder block) | auto (fsdp when DDP's 16 bytes per parameter exceed 80% of a GPU's
     memory, else ddp)."""
     fsdp_replicas: int = 0
-    """FSDP across nodes: 0 = automatic (HSDP, sharded within a node and replicated across
-    nodes, when the job spans several nodes of several GPUs: experiments/train/parallel.py
-    hsdp_shape); r >= 1 = r replica groups of world / r processes each (1 = 1-D FSDP)."""
+    """FSDP across nodes: 0 = automatic (HSDP when the job spans several nodes of several GPUs);
+    r >= 1 = r replica groups of world / r processes each (1 = 1-D FSDP)."""
     activation_checkpointing: bool = False
     """Recompute each block's activations in the backward (less memory, ~1/3 more compute)."""
     gpu_memory_gb: float = 80.0
@@ -209,9 +202,8 @@ class LoopConfig:
     gpu_peak_tflops: float = 989.0
     """Dry run: one GPU's dense bf16 peak in TFLOP/s (H100 SXM: 989) for the wall-time estimate."""
     mfu: float | None = None
-    """Dry run: the model-FLOPs utilisation of the GPU wall-time estimate; None = the newest
-    `make gpu-check RECIPE=..` measurement on a train.gpu_name GPU at this preset (docs/gpu_check/
-    or <results>/gpu_check/, plan.planned_mfu), else ASSUMED_MFU, said so in the dry run."""
+    """Dry run: the MFU of the GPU wall-time estimate; None = the newest `make gpu-check
+    RECIPE=..` measurement on a train.gpu_name GPU at this preset, else ASSUMED_MFU."""
     gpu_name: str = "H100"
     """Dry run: the GPU planned for, as a part of its device name (H100, A100, H200): which
     `make gpu-check` measurements give train.mfu."""
@@ -221,9 +213,8 @@ class LoopConfig:
     """Dry run on CPU: a stated training throughput for this machine; None = measure a few
     steps of this model (models up to 100M parameters)."""
     max_nonfinite_steps: int = 3
-    """A step whose loss or gradient norm is NaN/Inf is skipped (no update) and recorded in
-    metrics.jsonl; this many in a row stop the run (exit 1, divergence). Read on logging and
-    validation steps, so the stop lands at the first of those after the K-th."""
+    """A step whose loss or gradient norm is NaN/Inf is skipped and recorded; this many in a row
+    stop the run (exit 1), at the first logging or validation step after the K-th."""
     force: bool = False
     """Retrain a finished run from scratch."""
     dry_run: bool = False
@@ -388,11 +379,8 @@ def _amount(ov: str) -> str:
 
 
 def compose(overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """Compose the typed config from experiments/train/conf + overrides; UsageError on bad input.
-
-    Also applies what the data source implies (synthetic: vocab_size = len(ALPHABET),
-    seq_len = task length - 1), so the returned config is the resolved one the run-id hashes.
-    """
+    """Compose the typed config from experiments/train/conf + overrides (UsageError on bad
+    input), with what the data source implies resolved (the config the run-id hashes)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

@@ -1,19 +1,10 @@
 """Training data: a built corpus (experiments/corpus) read as packed sequences in a seeded order.
-
-Design choices:
-- the corpus is built once by experiments.corpus (`make corpus`): sources, the split by a hash of
-  each document's key, the tokenizer, and memory-mapped uint16/uint32 shards. `data.corpus` names
-  a built one; without it, build_corpus builds the data section's corpus under
-  <paths.cache>/corpora/ (keyed by the data section, the vocabulary and the source's files) behind
-  a lock, so every rank after the first only opens it, and tiny corpora take the same code;
-- the training stream (the train shards in order) is cut into chunks of seq_len + 1 tokens with
-  stride seq_len (targets continue across chunk and shard boundaries; no padding, no waste);
-- sample g of the training stream is chunk order_e[g mod n], e = g // n, order_e a bijection of
-  [0, n) seeded by (seed, e) (experiments/corpus/shards.py): the order is fixed by the seed, a
-  resume needs only the sample counter, and no rank holds more than 16 MB of order;
-- the validation set is the first `val_tokens` of the held-out stream: fixed for every run on the
-  same corpus and tokenizer (it does not depend on the seed);
-- a run may not read its corpus more than `data.max_epochs` times (`check_epochs`).
+Without `data.corpus`, build_corpus builds the data section's corpus under <paths.cache>/corpora/
+behind a lock (every later rank only opens it). The training stream is cut into chunks of
+seq_len + 1 tokens with stride seq_len (no padding); sample g is chunk order_e[g mod n] with
+order_e seeded by (seed, g // n), so a resume needs only the sample counter. The validation set
+is the first `val_tokens` of the held-out stream (independent of the seed); a run may not read
+its corpus more than `data.max_epochs` times (`check_epochs`).
 """
 from __future__ import annotations
 
@@ -93,10 +84,9 @@ class SyntheticData:
 
 
 class RandomTokens:
-    """Uniform random tokens over the vocabulary: sample g of a split is drawn from its own
-    seeded generator (random access, so a resumed run reads what the uninterrupted one would).
-    Nothing to learn beyond the unigram: it exists for measuring memory and speed at any
-    vocabulary and context (`make gpu-check RECIPE=..`)."""
+    """Uniform random tokens, sample g of a split drawn from its own seeded generator (a resume
+    reads what the uninterrupted run would): for measuring memory and speed (`make gpu-check
+    RECIPE=..`)."""
 
     def __init__(self, vocab_size: int, seq_len: int, seed: int, split: str) -> None:
         self.vocab, self.seq_len, self.seed, self.split = vocab_size, seq_len, seed, split
@@ -193,17 +183,15 @@ def val_sequences(available: int, val_tokens: int, seq_len: int) -> int:
 def val_rows(va: np.ndarray | TokenStream, n: int, seq_len: int
              ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first `n` validation rows of the held-out stream `va`: x (n, seq_len) and its
-    next-token targets y. Reads only their n x seq_len + 1 tokens (a TokenStream maps just
-    that slice), so a reader of a few rows is independent of the corpus' size."""
+    next-token targets y, reading only their tokens."""
     v = torch.from_numpy(np.asarray(va[0:n * seq_len + 1]).astype(np.int64))
     return v[:-1].view(n, seq_len), v[1:].reshape(n, seq_len)
 
 
 def open_val_rows(d: str | os.PathLike, val_tokens: int, seq_len: int,
                   max_rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
-    """A built corpus' fixed validation rows as `build_corpus` makes them (the first
-    `max_rows`, None: all), read from its val shards without tokenizing or building anything;
-    with its manifest. UsageError (one line) if `d` is not a built corpus or too small."""
+    """A built corpus' fixed validation rows (the first `max_rows`, None: all), read from its
+    val shards, with its manifest; UsageError (one line) if `d` is not one or too small."""
     man = open_manifest(d)
     va = split_stream(d, man, "val")
     n_val = val_sequences(len(va), val_tokens, seq_len)

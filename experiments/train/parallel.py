@@ -1,68 +1,24 @@
 # experiments/train/parallel.py
 """Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
 
-    build_on_meta(cfg, build=None) -> (model on the meta device, InitRecipe)
-    materialize(model, recipe, device)   parameters (FSDP2: this rank's shards) with today's
-                                    init, one full parameter at a time on the host
-    checkpoint_blocks(model)        activation checkpointing per block (train.activation_...)
-    hsdp_shape(world, replicate)    (replicas, shards) of HSDP, or None: 1-D FSDP
-    mesh_for(device, world, replicate=None, local=None)   the 1-D DeviceMesh, or HSDP's 2-D one
-    shard(model, device, world, mesh=None, bf16=None, replicate=None)   FSDP2 (HSDP on a 2-D
-                                    mesh) in place (before the optimizer); returns the mesh
-    describe_mesh(mesh)             the mesh in words, for the log
-    ddp(fwd, device)                DistributedDataParallel
-    accumulate(fwd, mode, last)     context: DDP syncs on a step's last micro-batch, FSDP2
-                                    reduce-scatters every one (FSDP_REDUCE_EVERY_MICRO_BATCH)
-    training_state(model, opt, share=None)   {"model", "optim"} for torch.distributed.checkpoint
-                                    (FSDP: this rank's shards; DDP saves: this rank's share)
-    owned_names(weights, rank, world)   the names a DDP rank saves (balanced by bytes)
-    load_training_state(model, opt, path)   any world size's DCP directory; every rank calls it
-    full_weights(model, mode, main=True)   full weights on CPU for the weights-only export, on
-                                    the writing rank only (a collective under FSDP)
-    as_tensor(x)                    the same as a plain tensor on its device (no host sync)
-    compile_units(model)            torch.compile each block in place (before DDP or sharding)
+Compile (train.compile), one path for every parallelism, as torchtitan does: each transformer
+block and the encoder block is compiled in place (`compile_units`) before DDP wraps or FSDP2
+shards the model, so the gradient and all-gather / reduce-scatter hooks stay outside the graphs
+and overlap the backward; what lies between the blocks runs eager (tests/test_compile.py).
 
-Compile order (train.compile), one path for every parallelism, as torchtitan does: each
-transformer block and the Free Transformer's encoder block is compiled in place
-(`compile_units`), before DDP wraps the model or FSDP2 shards it, so DDP's gradient hooks and
-FSDP2's all-gather / reduce-scatter hooks stay outside the graphs and fire per block as its
-backward finishes (the all-reduces and reduce-scatters overlap the rest of the backward). What
-lies between the blocks (embedding, the latent path with the binary mapper's custom autograd
-function, the chunked readout) runs eager, but for the chunked loss's per-chunk work on CUDA
-(`Transformer.compile_loss`, one fused pass over each chunk's logits). The blocks share one
-code object, so one graph (per input shape and grad mode) serves them all.
-tests/test_compile.py: compiled runs train as eager ones (both arms, one process and 2-process
-DDP), parameter names unchanged.
+FSDP is FSDP2 (`fully_shard`): one unit per block, one for the encoder block, and the root unit
+for the rest. The post-sampler stays in the root unit on purpose: the binary mapper reads
+`post_sampler.weight` directly, so a unit of its own would never be unsharded by a forward hook.
+Across nodes FSDP2 becomes HSDP (`hsdp_shape`, `mesh_for`): shards within a node, replicas
+across nodes (all-reduced once per step, `accumulate`), chosen when LOCAL_WORLD_SIZE is below
+WORLD_SIZE (tests/test_hsdp.py).
 
-FSDP is FSDP2 (`torch.distributed.fsdp.fully_shard`): one unit per transformer block, one for the
-Free Transformer's encoder block, and the root unit for the rest (embeddings, readout, zeta, the
-encoder readout and the post-sampler). The post-sampler stays in the root unit on purpose: the
-Free Transformer reads `post_sampler.weight` directly (the binary mapper's custom autograd
-function gathers its columns) instead of calling the Linear, so a unit of its own would never be
-unsharded by a forward hook. The root unit is unsharded for the whole forward, so the mapper sees
-a full (D, 2^H) tensor; its parameters, gradients and AdamW state are still sharded at rest.
-
-Across nodes FSDP2 becomes HSDP (`hsdp_shape`, `mesh_for`): a 2-D mesh ("dp_replicate",
-"dp_shard") that shards within a node and replicates across nodes, as torchtitan does, chosen
-when torchrun's LOCAL_WORLD_SIZE is below WORLD_SIZE (or by an explicit replica count). Each
-micro-batch all-gathers and reduce-scatters on the node's own links; the all-reduce between
-the replicas (the only traffic across nodes) runs once per step (`accumulate`). A rank then
-holds 1/(processes per node) of the weights, gradients and AdamW state instead of 1/world.
-Checkpoints are the same DCP shards (each replicated shard written once) and resume at any
-world, HSDP or not (tests/test_hsdp.py: 2 nodes x 2 gloo processes equal one process, and
-resume at world 3).
-
-No rank builds the whole fp32 model in host memory: the trainer builds it on the meta device
-(`build_on_meta`), checkpoints, compiles and shards it there, and `materialize` allocates the
-parameters on the training device and replays the constructor's init ops on the CPU generator,
-one full parameter at a time, so every rank and every world size starts from the weights of
-`torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise).
-
-Step checkpoints are sharded with torch.distributed.checkpoint (DCP): each rank writes its own
-shards of the weights and AdamW state (`training_state`), and DCP reshards on load, so a resume
-runs at any world size (`load_training_state`). Under DDP the replicated state is split by
-parameter between the ranks (`owned_names`), so each stages and writes 1/world of it. Only the
-weights-only export (eval steps and final.pt) is gathered on rank 0 (`full_weights`).
+No rank builds the whole fp32 model on the host: `build_on_meta`, then `materialize` replays the
+init on the CPU generator one parameter at a time, so every world size starts from the weights
+of `torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise). Step checkpoints
+are DCP shards (`training_state`; DDP splits the replicated state by `owned_names`) that resume
+at any world size (`load_training_state`); only the weights-only export is gathered on rank 0
+(`full_weights`).
 """
 
 from __future__ import annotations
@@ -93,12 +49,8 @@ exactly as the original construction did."""
 
 @dataclass
 class InitRecipe:
-    """What `build_on_meta` saw the model's constructor do to its parameters, in order: each
-    parameter's value as its constructor made it (`torch.ones` of an RMSNorm gain) and each
-    whole-tensor init op after it (normal_, uniform_, fill_, ...) with its arguments, the
-    parameter hit (kept as its meta tensor); the names of the parameters in the model; the
-    buffers. Replaying it on fresh CPU tensors after `torch.manual_seed(s)` gives every
-    parameter the value `torch.manual_seed(s); build_model(cfg)` gives it, one at a time."""
+    """What `build_on_meta` saw the constructor do to its parameters, in order: each value as
+    made and each whole-tensor init op after it; the parameters' names; the buffers."""
 
     ops: list[tuple[Any, torch.Tensor, tuple[Any, ...], dict[str, Any], torch.Tensor | None]]
     """(op or None, meta parameter, args, kwargs, constructed value when op is None)."""
@@ -142,12 +94,9 @@ class _RecordInit(TorchDispatchMode):
 
 
 def build_on_meta(cfg: Any, build: Any = None) -> tuple[nn.Module, InitRecipe]:
-    """`model.build_model(cfg)` with every parameter on the meta device (no host memory) and
-    its buffers real, and the recipe `materialize` replays to give the parameters the values
-    `torch.manual_seed(seed); build_model(cfg)` would (accelerate's init_empty_weights, plus a
-    record of the init ops: torch has no deferred init that keeps the CPU generator's order).
-    Activation checkpointing, compile and FSDP2's fully_shard work on the meta model;
-    `materialize` comes after them. `build`: the builder (default `model.build_model`)."""
+    """`model.build_model(cfg)` with every parameter on the meta device and buffers real, and
+    the recipe `materialize` replays (torch has no deferred init that keeps the CPU generator's
+    order). Checkpointing, compile and fully_shard work on the meta model before `materialize`."""
     if build is None:
         from model import build_model as build
 
@@ -191,12 +140,10 @@ def build_on_meta(cfg: Any, build: Any = None) -> tuple[nn.Module, InitRecipe]:
 
 
 def materialize(model: nn.Module, recipe: InitRecipe, device: torch.device) -> None:
-    """Allocate the meta model's parameters (FSDP2: this rank's shards only) and buffers on
-    `device` and replay `recipe` on the CPU generator, in order: each parameter gets today's
-    value (`torch.manual_seed(s); build_model(cfg)`, after the caller's manual_seed) while the
-    host holds one full parameter at a time, and the generator ends in the same state. An op
-    whose parameter is overwritten later (a Linear's own kaiming init) or was dropped (the
-    readout tied to the embedding) is replayed on a scratch tensor for its draws only."""
+    """Allocate the meta model's parameters (FSDP2: this rank's shards) and buffers on `device`
+    and replay `recipe` on the CPU generator in order, one full parameter on the host at a time;
+    an op whose parameter is overwritten later or was dropped (a tied readout) is replayed on a
+    scratch tensor for its draws only."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     last: dict[int, int] = {id(t): i for i, (_, t, _, _, _) in enumerate(recipe.ops)}
@@ -253,13 +200,8 @@ def checkpoint_blocks(model: nn.Module) -> None:
 def hsdp_shape(world: int, replicate: int | None = None,
                local: int | None = None) -> tuple[int, int] | None:
     """(replicas, shards) of the 2-D HSDP mesh, or None for 1-D FSDP over the world.
-
-    replicate=None: automatic. A world that spans several nodes (torchrun's LOCAL_WORLD_SIZE,
-    `local`, below WORLD_SIZE and dividing it) with several processes per node shards within a
-    node and replicates across nodes (torchtitan's HSDP): the per-micro-batch all-gathers and
-    reduce-scatters stay on the node's links and only a gradient all-reduce per step crosses
-    nodes (`accumulate`). One process per node keeps 1-D FSDP (a shard group of one would hold
-    the whole model). replicate=r: r groups of world/r processes (r=1: 1-D FSDP)."""
+    replicate=None: automatic, HSDP when the world spans several nodes (`local` below it and
+    dividing it) of several processes each; replicate=r: r groups of world/r processes."""
     if replicate is None:
         if local is None:
             local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -275,11 +217,9 @@ def hsdp_shape(world: int, replicate: int | None = None,
 
 def mesh_for(device: torch.device, world: int, replicate: int | None = None,
              local: int | None = None) -> Any:
-    """The data-parallel DeviceMesh of `world` processes on `device`'s type: 1-D ("dp_shard"),
-    or 2-D ("dp_replicate", "dp_shard") for HSDP (`hsdp_shape(world, replicate, local)`;
-    fully_shard shards over the second dimension and replicates over the first). `local`: the
-    processes per node where torchrun does not say (a plan for a cluster). Built outside any
-    FakeTensorMode (experiments/memory.py builds it before entering one)."""
+    """The data-parallel DeviceMesh of `world` processes: 1-D ("dp_shard"), or 2-D
+    ("dp_replicate", "dp_shard") for HSDP; `local`: processes per node where torchrun does not
+    say. Built outside any FakeTensorMode."""
     from torch.distributed.device_mesh import init_device_mesh
 
     shape = hsdp_shape(world, replicate, local)
@@ -290,11 +230,9 @@ def mesh_for(device: torch.device, world: int, replicate: int | None = None,
 
 def shard(model: nn.Module, device: torch.device, world: int, *, mesh: Any = None,
           bf16: bool | None = None, replicate: int | None = None) -> Any:
-    """FSDP2 in place: a unit per block and for the encoder block, the root for the rest.
-    The parameters become sharded DTensors: build the optimizer after this call. `mesh`:
-    `mesh_for(device, world, replicate)` unless given (a 2-D mesh is HSDP); `bf16`: bf16
-    all-gathers and compute with fp32 gradient reduction (default: on CUDA only; the memory
-    measurement sets it to model a GPU on fake CPU tensors). Returns the mesh."""
+    """FSDP2 in place: a unit per block and for the encoder block, the root for the rest (build
+    the optimizer after it). `mesh` default `mesh_for(...)`; `bf16`: bf16 all-gathers with fp32
+    gradient reduction (default: on CUDA). Returns the mesh."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = mesh_for(device, world, replicate) if mesh is None else mesh
@@ -326,19 +264,16 @@ def ddp(fwd: nn.Module, device: torch.device) -> nn.Module:
 
 FSDP_REDUCE_EVERY_MICRO_BATCH = True
 """FSDP2 reduce-scatters the gradients after every micro-batch (torchtitan's way), so a rank
-holds only its fp32 gradient shard between micro-batches. False (sync on the last micro-batch
-only, as before) keeps every parameter's unsharded fp32 gradient on every rank for the whole
-step: +4 bytes per parameter per GPU, 30 GB at 8B (experiments/memory.py measures both:
-`python -m experiments.memory model=8B ... --fsdp-sync both`). The cost of True is one
-reduce-scatter per micro-batch instead of per step; the sums are the same up to float order."""
+holds only its gradient shard between micro-batches; False keeps every unsharded fp32 gradient
+for the whole step (+4 bytes per parameter per GPU, 30 GB at 8B: `python -m experiments.memory
+model=8B ... --fsdp-sync both`)."""
 
 
 @contextlib.contextmanager
 def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
-    """DDP: all-reduce gradients on the last micro-batch of a step only (its gradients are full
-    anyway). FSDP: reduce-scatter after every micro-batch (FSDP_REDUCE_EVERY_MICRO_BATCH); under
-    HSDP the all-reduce across replicas (across nodes) runs on the last micro-batch only, the
-    reduce-scattered shards summing locally until then, as torchtitan does."""
+    """DDP: all-reduce on a step's last micro-batch only. FSDP: reduce-scatter after every
+    micro-batch (FSDP_REDUCE_EVERY_MICRO_BATCH); under HSDP the all-reduce across replicas runs
+    on the last micro-batch only."""
     if mode == "ddp" and not last:
         with fwd.no_sync():  # type: ignore[operator]
             yield
@@ -353,10 +288,8 @@ def accumulate(fwd: nn.Module, mode: str, last: bool) -> Iterator[None]:
 
 
 def compile_units(model: nn.Module) -> None:
-    """torch.compile each block and the encoder block in place (`Module.compile`: parameter and
-    state-dict names unchanged), and on CUDA the chunked loss's per-chunk work
-    (`Transformer.compile_loss`). Call it before `ddp` or `shard` (and after
-    `checkpoint_blocks`): the data-parallel hooks then stay outside the compiled graphs."""
+    """torch.compile each block and the encoder block in place (names unchanged), and on CUDA
+    the chunked loss's per-chunk work; call it before `ddp` or `shard`."""
     for m in _units(model):
         m.compile()
     if hasattr(model, "compile_loss"):
@@ -372,12 +305,9 @@ def as_tensor(x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------- sharded checkpoints (DCP)
 def training_state(model: nn.Module, opt: torch.optim.Optimizer,
                    share: tuple[int, int] | None = None) -> dict[str, Any]:
-    """{"model", "optim"} keyed by parameter name, as torch.distributed.checkpoint saves it:
-    each rank holds only its shards under FSDP (DTensors), the full tensors otherwise. Not a
-    collective. `share=(rank, world)` (DDP saves): only the parameters this rank owns
-    (`owned_names`), their weights and AdamW state, so each rank stages and writes 1/world of
-    the replicated state instead of every rank copying all of it to host memory; DCP's
-    metadata joins the ranks' keys, and a load asks for every key (no `share`)."""
+    """{"model", "optim"} keyed by parameter name for torch.distributed.checkpoint: this rank's
+    shards under FSDP, full tensors otherwise; not a collective. `share=(rank, world)` (DDP
+    saves): only the parameters this rank owns (`owned_names`), so each writes 1/world."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
     if not opt.state:  # before the first step: get_state_dict would run a zero-lr AdamW step
@@ -404,9 +334,8 @@ def training_state(model: nn.Module, opt: torch.optim.Optimizer,
 
 
 def owned_names(sizes: dict[str, int], rank: int, world: int) -> set[str]:
-    """The names (of a state dict, with their bytes) that `rank` of `world` saves under DDP:
-    the largest first, each to the rank with the fewest bytes so far (ties to the lowest rank),
-    the same on every rank, so the ranks' shares of a save differ by at most one entry."""
+    """The names (of a state dict, with their bytes) that `rank` of `world` saves under DDP,
+    balanced by bytes (largest first to the lightest rank), the same on every rank."""
     load = [0] * world
     own: set[str] = set()
     for k, size in sorted(sizes.items(), key=lambda x: (-x[1], x[0])):
@@ -444,10 +373,8 @@ def load_training_state(model: nn.Module, opt: torch.optim.Optimizer, path: str,
 
 
 def full_weights(model: nn.Module, mode: str, main: bool = True) -> dict[str, torch.Tensor]:
-    """The full model weights on CPU (what a weights-only export holds) on the writing rank
-    (`main`); {} on the others. An all-gather under FSDP, so every rank calls it (rank 0 keeps
-    the gathered copy); without FSDP only `main` copies (no full host copy on every rank);
-    the optimizer state is not touched."""
+    """The full model weights on CPU on the writing rank (`main`), {} on the others: an
+    all-gather under FSDP (every rank calls it); otherwise only `main` copies."""
     if mode != "fsdp":
         if not main:
             return {}

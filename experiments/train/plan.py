@@ -102,8 +102,7 @@ def _count(name: str, value: str) -> int:
 
 def planning_world(cfg: TrainConfig) -> tuple[int, str]:
     """(world size, where it comes from) of the run the dry run plans: train.plan_world_size,
-    else make's NPROC x NNODES, else a live torchrun's WORLD_SIZE, else the cluster file's
-    gpus_per_node x nodes (sweeps/cluster.yaml or FTBENCH_CLUSTER, when it exists), else 1."""
+    else make's NPROC x NNODES, else torchrun's WORLD_SIZE, else the cluster file's, else 1."""
     if cfg.train.plan_world_size:
         return cfg.train.plan_world_size, "train.plan_world_size"
     nproc, nnodes = (os.environ.get(k, "") for k in PLAN_ENV)
@@ -124,9 +123,8 @@ GPUS_PER_NODE = 8
 
 
 def planning_local(world: int) -> int:
-    """Processes per node of a planned world of `world` (HSDP shards within a node:
-    parallel.hsdp_shape): make's NPROC, else a live torchrun's LOCAL_WORLD_SIZE, else the
-    cluster file's gpus_per_node, else GPUS_PER_NODE; at most the world."""
+    """Processes per node of a planned world of `world` (HSDP shards within a node): make's
+    NPROC, else torchrun's LOCAL_WORLD_SIZE, else the cluster file's, else GPUS_PER_NODE."""
     n = os.environ.get(PLAN_ENV[0]) or os.environ.get("LOCAL_WORLD_SIZE")
     site = None if n else cluster_site()
     local = _count("NPROC", n) if n else (site or {}).get("gpus") or GPUS_PER_NODE
@@ -134,10 +132,8 @@ def planning_local(world: int) -> int:
 
 
 def cluster_site() -> dict[str, Any] | None:
-    """The cluster file's GPUs, nodes, results root and write bandwidth, None when there is no
-    cluster file (ConfigError, one line, for a broken value). Only these four keys are read
-    here, with sweeps/cluster.py's rule (null or 0 = the default); the whole file is checked
-    by that schema when a sweep loads it (experiments/ does not import sweeps/: no cycle)."""
+    """The cluster file's GPUs, nodes, results root and write bandwidth (None: no cluster
+    file), with sweeps/cluster.py's rule (null or 0 = the default), which checks the rest."""
 
     path = Path(os.environ.get("FTBENCH_CLUSTER")
                 or Path(__file__).resolve().parents[2] / "sweeps" / "cluster.yaml")
@@ -163,9 +159,8 @@ def _divisors(n: int) -> list[int]:
 
 
 def batch_refusal(batch: int, micro: int | None, n_world: int) -> str:
-    """One line: why `batch` sequences do not split over `n_world` processes (of `micro`
-    sequences each, None = batch / world), with the nearest batch sizes and world sizes that
-    do."""
+    """One line: why `batch` sequences do not split over `n_world` processes of `micro` each,
+    with the nearest batch and world sizes that do."""
     unit = (micro or 1) * n_world  # a valid batch is a multiple of this
     lo, hi = (batch // unit) * unit, -(-batch // unit) * unit
     sizes = " or ".join(f"train.batch_size={b}" for b in dict.fromkeys((lo, hi)) if b > 0)
@@ -328,24 +323,18 @@ def _encoder_blocks(mc: ModelConfig) -> int:
 
 
 def chunked_loss(mc: ModelConfig, micro_batch_size: int, seq_len: int) -> bool:
-    """Whether the training step computes its cross-entropy over chunks of tokens
-    (`Transformer.chunked_loss`, model/readout.py): when one micro-batch's float32 logits
-    exceed one readout chunk (`READOUT_CHUNK_BYTES`, 256 MB). Below that the whole micro-batch
-    is one chunk and nothing is saved, so the unchunked `F.cross_entropy` stays (the same values
-    bit for bit as before the chunked loss existed: 16 x 256 x 8192 is 134 MB). At the paper's
-    shape (1 x 4096 x 2^17: 2.1 GB of float32 logits, as much again for the log-softmax's
-    gradient, beside the bf16 logits) it is on."""
+    """Whether the training step computes its cross-entropy over chunks of tokens: when one
+    micro-batch's float32 logits exceed `READOUT_CHUNK_BYTES`. Below that the unchunked
+    `F.cross_entropy` stays (bit for bit the values from before the chunked loss)."""
     from model.readout import READOUT_CHUNK_BYTES
 
     return micro_batch_size * seq_len * mc.vocab_size * 4 > READOUT_CHUNK_BYTES
 
 
 def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, float]:
-    """Bytes a training forward keeps for the backward, per token, by part. Counted from what
-    the layers save: per block the two RMSNorm inputs (fp32), the normed inputs, q, k, v and
-    the attention output (a flash kernel keeps no T x T scores), and the SwiGLU's w1, w3,
-    silu(w1) and their product; the readout keeps the logits, their fp32 copy for the
-    cross-entropy and its gradient."""
+    """Bytes a training forward keeps for the backward, per token, by part: per block the two
+    RMSNorm inputs (fp32), the normed inputs, q, k, v, the attention output and the SwiGLU's
+    intermediates; the readout's logits, their fp32 copy and its gradient."""
     D, F, kv = mc.dim, mc.ffn_dim, mc.n_kv_heads * mc.head_dim
     block = 2 * 4 * D + act_bytes * (4 * D + 2 * kv + 4 * F)
     readout = (act_bytes + 8) * mc.vocab_size
@@ -356,17 +345,11 @@ def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, fl
 
 def memory_estimate(p: RunPlan, parallel: str) -> dict[str, Any]:
     """The hand estimate of a GPU process of this plan (bf16 autocast): fp32 weights, gradients
-    and AdamW state (sharded over the world under FSDP, with its transient all-gathered units),
-    and the activations of one micro-batch with and without activation checkpointing.
-
-    The memory model is experiments/memory.py's measurement; this estimate stays only where no
-    measurement runs: `auto_parallel` (the trainer's DDP-or-FSDP choice at start), a sweep's
-    costliest-cell line (`format_estimate`), a recipe's micro-batch before it is measured
-    (sweeps/recipe.py) and gpu-check's layer slicing. It runs low at the paper's shapes (no
-    validation or save, the step under-counted: docs/RECIPES.md's memory table).
-
-    `parallel`: none | ddp | fsdp. DDP is built with gradient_as_bucket_view, so its buckets
-    are the gradients. Not counted: the CUDA context and allocator fragmentation (a few GB)."""
+    and AdamW state (sharded under FSDP, with its all-gathered units) and one micro-batch's
+    activations with and without activation checkpointing. The memory model is
+    experiments/memory.py's measurement; this stays only where none runs (the trainer's
+    `auto_parallel` at start, a sweep's costliest-cell line, a recipe's unmeasured micro-batch,
+    gpu-check's layer slicing), and runs low at the paper's shapes (docs/RECIPES.md)."""
     mc = p.model
     n = p.world_size if parallel == "fsdp" else 1
     counts = M.param_count(mc)
@@ -420,12 +403,10 @@ on the planned GPU at the planned preset gives one (about what the paper's 1.5B 
 
 def measured_mfu(gpu_name: str, preset: str, results: str | None = None
                  ) -> dict[str, Any] | None:
-    """The newest passed `make gpu-check RECIPE=..` measurement of MFU on a GPU whose device
-    name contains `gpu_name` (case-insensitive) at model preset `preset`: {"mfu", "path",
-    "created", "gpu", "n_gpus", "recipe", "sliced"}; None when there is none. Reads
-    measured/gpu_check/ and <results>/gpu_check/ (common.paths.gpu_check_dirs); files of the other
-    modes (the 16M smoke test, the CPU rehearsal) and unreadable files are not measurements of
-    this shape and are passed over."""
+    """The newest passed `make gpu-check RECIPE=..` MFU on a GPU whose name contains `gpu_name`
+    at preset `preset` (measured/gpu_check/ and <results>/gpu_check/): {"mfu", "path",
+    "created", "gpu", "n_gpus", "recipe", "sliced"}, or None. Other modes' and unreadable files
+    are passed over."""
     best: dict[str, Any] | None = None
     for d in gpu_check_dirs(results):
         for path in sorted(d.glob("*.json")) if d.is_dir() else []:
@@ -498,8 +479,7 @@ def duration(s: float) -> str:
 
 def dry_parallel(cfg: TrainConfig, p: RunPlan, gpu_bytes: float | None = None) -> str:
     """The parallelism a run of this plan uses (the trainer's rule too): none on one process,
-    train.parallel when given, else `auto_parallel` on GPUs of `gpu_bytes` (default:
-    train.gpu_memory_gb; 0: a CPU run, where auto is DDP)."""
+    train.parallel when given, else `auto_parallel` on GPUs of `gpu_bytes` (0: CPU, DDP)."""
     if p.world_size <= 1:
         return "none"
     if cfg.train.parallel != "auto":
@@ -535,13 +515,9 @@ def checkpoint_bytes(p: RunPlan) -> dict[str, int]:
 def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
                     cpu_rate: tuple[float, str] | None = None, *, hand_memory: bool = True
                     ) -> str:
-    """The dry run's parallelism, memory, wall-time and GPU-hour lines (GPU: at `planned_mfu` of
-    train.gpu_peak_tflops; CPU: `cpu_rate` = (tokens/s, where that figure comes from)).
-
-    Memory is experiments/memory.py's fake-tensor measurement, which `make train DRY=1` prints
-    after this plan (experiments/ cannot run it from here). `hand_memory` (a sweep's costliest
-    cell, where measuring every dry run would take minutes) adds `memory_estimate`'s figure,
-    labelled as the hand estimate it is."""
+    """The dry run's parallelism, memory, wall-time and GPU-hour lines (CPU: at `cpu_rate` =
+    (tokens/s, its source)). Memory is measured (experiments/memory.py, after this plan);
+    `hand_memory` (a sweep's costliest cell) adds the labelled hand estimate instead."""
     t = cfg.train
     lines = []
     if p.world_size > 1:
@@ -594,11 +570,8 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
 def disk_bytes(cfg: TrainConfig, p: RunPlan, device_type: str | None = None
                ) -> dict[str, int]:
     """What a run of this plan writes under the results root at most: the rotated step
-    checkpoints plus the one being written (full: weights and AdamW), and the weights-only
-    exports at the dtype the trainer writes on `device_type` (default: train.device's; auto is
-    a GPU): the kept evaluation checkpoints, of which the last is final.pt's hard link, or
-    final.pt alone; and the corpus it reads when it is not built yet (the plan's tokens at the
-    corpus' token width over data.max_epochs passes: a lower bound of what gets built). The
+    checkpoints plus the one being written, the weights-only exports at the dtype the trainer
+    writes on `device_type`, and the corpus when it is not built yet (a lower bound). The
     cluster check (sweeps/checks.py) sums the same per cell."""
     from .config import export_dtype
 
@@ -663,11 +636,9 @@ def space_refusal(root: str | os.PathLike, need: int,
 
 
 def start_refusal(cfg: TrainConfig, p: RunPlan, rd: Path) -> str | None:
-    """The trainer's disk check before it writes anything (one line, or None): what this run
-    still writes under the results root, `disk_bytes`' run part (the figure the dry run and a
-    sweep's submission check) less what its checkpoints already hold (a resume), plus the
-    corpus where it is not built yet, counted against the cache's file system (the results
-    root's when they share one)."""
+    """The trainer's disk check before it writes anything (one line, or None): `disk_bytes`'
+    run part less what its checkpoints already hold (a resume), plus an unbuilt corpus,
+    against the results root's (and the cache's) file system."""
     from .data import DataError, built_manifest
 
     on_gpu = str(cfg.train.device) != "cpu" and torch.cuda.is_available()  # where it will run
@@ -698,9 +669,8 @@ MEASURE_MAX_PARAMS = 100_000_000
 
 
 def cpu_throughput(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str] | None:
-    """This machine's training tokens/s: the stated train.cpu_tokens_per_s, else measured
-    over `n` optimizer steps (after one warm-up) of this model on random tokens at the
-    configured micro-batch and accumulation, with this process's threads."""
+    """This machine's training tokens/s: train.cpu_tokens_per_s, else measured over `n` steps
+    (after a warm-up) on random tokens at the configured micro-batch on this process's threads."""
     if cfg.train.cpu_tokens_per_s:
         return cfg.train.cpu_tokens_per_s, "stated, train.cpu_tokens_per_s"
     if p.params["total"] > MEASURE_MAX_PARAMS:
@@ -773,9 +743,8 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
 
 
 def dry_run(cfg: TrainConfig) -> None:
-    """train.dry_run=true: print the plan and the estimates (rank 0), train nothing. The world
-    is `planning_world`'s: train.plan_world_size, NPROC x NNODES, torchrun's, the cluster
-    file's, else 1."""
+    """train.dry_run=true: print the plan and the estimates (rank 0), train nothing, at
+    `planning_world`'s world."""
     rank = world()[0]
     n_world, source = planning_world(cfg)
     p = plan(cfg, n_world)

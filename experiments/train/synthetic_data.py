@@ -1,12 +1,7 @@
-"""The paper's synthetic sequences (§4.1), from a seeded stream (never stored).
-
-A sequence is 64 underscores with an upper-case letter repeated 8 times at a uniformly random
-position; every character of those 64 is then replaced by '!' with probability 1/16; the prompt
-"<letter>>" is prepended. Total length 66 characters.
-
-`stream(seed)` is the only source of training and held-out data: the same seed gives the same
-sequences, so nothing is written to disk. Training and evaluation use different seeds
-(`TRAIN_SEED_OFFSET`, `EVAL_SEED_OFFSET`) so held-out sequences are not the training ones.
+"""The paper's synthetic sequences (§4.1), from a seeded stream (never stored): 64 underscores
+with an upper-case letter repeated 8 times at a random position, each character replaced by '!'
+with probability 1/16, the prompt "<letter>>" prepended (66 characters). Training and
+evaluation use different seeds (`TRAIN_SEED_OFFSET`, `EVAL_SEED_OFFSET`).
 """
 
 from __future__ import annotations

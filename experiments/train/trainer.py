@@ -1,33 +1,14 @@
 """Training entry point for both arms (one loop; `model.build_model` picks the architecture):
 `train(cfg)` sets a run up and hands it to a `Trainer`, whose `train()` is the loop; the
-`Checkpointer` (checkpointer.py) owns <run>/checkpoints and metrics.jsonl, plan.py the dry run.
+`Checkpointer` (checkpointer.py) owns <run>/checkpoints and metrics.jsonl, plan.py the dry run
+(sweeps/ plans runs without importing this module).
 
-The config (`experiments.train.config.compose`) and the plan
-(`experiments.train.plan`: `RunPlan`, `run_id`, `run_dir`) live apart, so sweeps/ plans runs
-without importing this module.
-
-    train(cfg: TrainConfig) -> Path                  # train / resume / return if finished
-    Trainer(cfg, plan, corpus, checkpointer, device, rank, world, stop, log).train()
-    Preempted(SystemExit)                            # SIGTERM/USR1/INT: checkpoint, code 75
-    TrainingDiverged(RuntimeError)                   # K NaN/Inf steps in a row: exit 1
-    evaluate(model, corpus, ...), lr_factor(...), param_groups(model, wd)
-
-CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`, e.g.
-    model=16M model.latent_bits=16 model.kappa_bits=0.5 train.tokens=5e6 train.seed=1
-Exit codes: 0 done (or already finished), 2 bad input or too little free space under the results
-root for the run's checkpoints (`plan.start_refusal`, rank 0's verdict; nothing written), 1 diverged
-(train.max_nonfinite_steps non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT
-after writing a checkpoint (EX_TEMPFAIL: rerun to resume).
-
-Run directory <paths.results>/runs/<run-id>/ (paths.results = $FTBENCH_RESULTS or results/):
-config.yaml, metrics.jsonl, train.log (starts with argv), checkpoints/step_<N>.pt and final.pt,
-tb/ (TensorBoard event files, always; W&B or trackio beside them with logging.tracker).
-A run with final.pt is finished: train() returns at once unless train.force=true.
-
-Determinism over layouts (the latent draws keyed per sequence), the absence of per-step host
-syncs, non-finite steps and a resume that repeats no finished work (`val_done`): docs/DESIGN.md,
-"Habits the code follows", and docs/RESULTS.md. Several processes: `torchrun --nproc_per_node N
--m experiments.train ...` with train.parallel=ddp|fsdp|auto (experiments/train/parallel.py).
+CLI: `python -m experiments.train key=value ...` or `make train OVERRIDES="..." [DRY=1]`.
+Exit codes: 0 done (or already finished), 2 bad input or too little free space for the run's
+checkpoints (`plan.start_refusal`; nothing written), 1 diverged (train.max_nonfinite_steps
+non-finite steps in a row), 75 preempted by SIGTERM/SIGUSR1/SIGINT after a checkpoint (rerun
+to resume). A run with final.pt is finished: train() returns at once unless train.force=true.
+Determinism over layouts, no per-step host syncs, resume without repeated work: docs/DESIGN.md.
 """
 
 from __future__ import annotations
@@ -221,10 +202,8 @@ def _device(cfg: TrainConfig) -> torch.device:
 
 
 def device_index(local_rank: int, visible: int) -> int:
-    """The CUDA ordinal of this process: LOCAL_RANK when it sees that many GPUs (torchrun, or
-    a SLURM task that sees the whole node); 0 when it sees one (sites that bind one GPU per
-    task, where cuda:LOCAL_RANK is an invalid ordinal). Any other count is ambiguous (two
-    ranks would share a GPU): UsageError, one line."""
+    """The CUDA ordinal of this process: LOCAL_RANK when it sees that many GPUs, 0 when it sees
+    one (one GPU bound per task); any other count is ambiguous: UsageError, one line."""
     if 0 <= local_rank < visible:
         return local_rank
     if visible == 1:
@@ -328,10 +307,8 @@ class _Window:
 
 class _DevicePeaks:
     """The CUDA caching allocator's peak of each phase on this rank (train steps, validation,
-    checkpoint saves): the allocator's statistics are reset as a phase begins and read as it
-    ends, and each phase keeps its largest. `make gpu-check RECIPE=..` sets them beside
-    experiments/memory.py's fake-tensor figures of the same phases. Off CUDA it records nothing
-    (a process's resident set cannot be split by phase this way)."""
+    saves: reset as a phase begins, read as it ends), which `make gpu-check RECIPE=..` sets
+    beside experiments/memory.py's figures. Off CUDA it records nothing."""
 
     def __init__(self, device: torch.device) -> None:
         self.dev = device if device.type == "cuda" else None
@@ -358,9 +335,8 @@ class _DevicePeaks:
             self.note(name)
 
     def summary(self) -> dict[str, Any] | None:
-        """{"cuda_peak_bytes": {phase: {allocated, reserved}}, "cuda_outside_torch_bytes": the
-        device memory in use that torch's allocator does not hold (the CUDA context, NCCL's
-        buffers, libraries' workspaces)}; None off CUDA."""
+        """{"cuda_peak_bytes": {phase: {allocated, reserved}}, "cuda_outside_torch_bytes":
+        device memory torch's allocator does not hold}; None off CUDA."""
         if self.dev is None:
             return None
         free, total = torch.cuda.mem_get_info(self.dev)
@@ -370,9 +346,8 @@ class _DevicePeaks:
 
 
 class Trainer:
-    """One training run on this process: the model (checkpointed, sharded or wrapped as the
-    config says), its optimizer and LR schedule (`state`, a TrainState), the corpus and the
-    `checkpointer`. `train()` is the loop. Rank 0 writes; every rank computes."""
+    """One training run on this process: model, optimizer and schedule (`state`), corpus and
+    `checkpointer`; `train()` is the loop. Rank 0 writes; every rank computes."""
 
     def __init__(self, cfg: TrainConfig, p: RunPlan, corpus: Any, checkpointer: Checkpointer,
                  device: torch.device, rank: int, n_world: int, stop: dict[str, Any],
@@ -659,9 +634,8 @@ class Trainer:
         return rec
 
     def check_nonfinite(self) -> str | None:
-        """Read the pending steps' non-finite flags (one collective + host sync); record each
-        skipped step and its micro-batches. `train.max_nonfinite_steps` in a row: the reason
-        to stop, else None."""
+        """Read the pending steps' non-finite flags (one collective + host sync) and record the
+        skipped steps; the reason to stop after train.max_nonfinite_steps in a row, else None."""
         if not self.pending:
             return None
         steps = [s for s, _, _ in self.pending]

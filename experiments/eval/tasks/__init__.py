@@ -1,14 +1,8 @@
-"""Offline lm-eval tasks: the stock task YAMLs pointed at a local data directory
-(docs/BENCHMARKS.md). `build_offline_tasks(data_dir, out_dir)` writes one YAML per task that
-`include:`s the stock YAML by absolute path and overrides only where the data comes from
-(`dataset_path: json` with `data_files`, plus a `process_docs` mapping to the stock schema, or a
-`custom_dataset` from offline_utils), so task names, prompts, few-shot settings, filters and
-metrics stay the stock ones and a TaskManager with `include_defaults=False` resolves them.
-
-The offline copies hold only the split each stock task evaluates: a task in NO_FEWSHOT_SOURCE is
-exact only at its stock 0 shots, and `fewshot_error` names them for a few-shot request instead of
-letting lm-eval draw examples from the evaluation split. What each task is (stock YAML, files,
-few-shot source, partial label) is its row in common/benchmarks.py.
+"""Offline lm-eval tasks (docs/BENCHMARKS.md): `build_offline_tasks(data_dir, out_dir)` writes one
+YAML per task that `include:`s the stock YAML and overrides only where the data comes from, so
+names, prompts, few-shot settings and metrics stay stock. The offline copies hold only the
+split each stock task evaluates: `fewshot_error` refuses a few-shot request for a task in
+NO_FEWSHOT_SOURCE. Each task's facts are its row in common/benchmarks.py.
 """
 
 from __future__ import annotations
@@ -152,9 +146,8 @@ def default_tasks_dir() -> Path:
 
 def write_task_dir(data_dir: str | os.PathLike, out_dir: str | os.PathLike) -> Path:
     """Write to out_dir the YAMLs of every offline task whose files data_dir holds, each
-    verified against its sha256 pin (a directory may hold only some benchmarks, as the smoke
-    data does). UsageError on an altered file or when no task's files are there,
-    or when out_dir is a file; before anything is written."""
+    verified against its sha256 pin; UsageError (before anything is written) on an altered
+    file, no task's files, or out_dir a file."""
     from common.errors import UsageError
     from common.io import unwritable
     from experiments.eval.tasks import benchdata

@@ -1,9 +1,8 @@
-"""Offline benchmark data: where it is (`BENCH_DATA=`, `--data`, else $FTBENCH_DATA; without
-either the stock datasets load online) and whether it is the bytes the directory pins: its
-README.md table and its sha256sum files (docs/BENCHMARKS.md, "Checksums"). The `mmlu` task needs
-only its test/dev files, so its verified checksums, and the spec ids built from them, do not
-depend on MMLU's validation copies (pinned under their own key, `mmlu_validation`). `verify()`
-names every missing or altered file in one line.
+"""Offline benchmark data: where it is (`BENCH_DATA=`, `--data`, else $FTBENCH_DATA; else the
+stock datasets load online) and whether it is the bytes the directory pins (docs/BENCHMARKS.md,
+"Checksums"). MMLU's validation copies are pinned under their own key (`mmlu_validation`), so
+the `mmlu` task's checksums and spec ids do not depend on them. `verify()` names every missing
+or altered file in one line.
 """
 
 from __future__ import annotations
@@ -93,9 +92,8 @@ def pinned_checksums(root: Path) -> dict[str, str]:
 
 
 def needed_files(root: Path, tasks: list[str]) -> list[str]:
-    """The files (relative to root) the tasks read: each benchmark row's `offline` files, or
-    every line of its sums file (an absent sums file is itself the missing file); a task no
-    row has needs none."""
+    """The files (relative to root) the tasks read: each row's `offline` files, or every line
+    of its sums file (an absent sums file is itself the missing file)."""
     out: list[str] = []
     for t in tasks:
         row = benchmarks.find(t)  # <task>_gold_bpb reads its task's files

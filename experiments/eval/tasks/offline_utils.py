@@ -1,8 +1,5 @@
-"""Map the offline benchmark files to the document schema the stock lm-eval tasks expect.
-
-Each function turns one file format into the exact fields the stock task's Jinja templates read,
-so the stock `doc_to_text` / `doc_to_choice` / `doc_to_target` apply unchanged. The files are
-named by the task YAMLs (experiments/eval/tasks/__init__.py), relative to the data directory.
+"""Map the offline benchmark files to the document schema the stock lm-eval tasks expect, so
+the stock templates apply unchanged.
 """
 
 from __future__ import annotations
@@ -20,11 +17,8 @@ _Q = "Question: "
 
 
 def arc_doc(d: dict[str, Any], idx: int) -> dict[str, Any]:
-    """llm-foundry {query, choices, gold} -> allenai/ai2_arc {id, question, choices, answerKey}.
-
-    The llm-foundry query is "Question: <question>" (no answer cue); the stock template adds
-    "Question: ... \\nAnswer:" itself, so the prefix is stripped here.
-    """
+    """llm-foundry {query, choices, gold} -> allenai/ai2_arc {id, question, choices, answerKey}
+    (the "Question: " prefix stripped: the stock template adds it)."""
     q = d["query"]
     if not q.startswith(_Q):
         raise ValueError(f"ARC llm-foundry row {idx}: query does not start with {_Q!r}")
@@ -54,19 +48,14 @@ def csqa_docs(dataset: datasets.Dataset) -> datasets.Dataset:
 
 
 def load_arrow_dir(path: str | Path) -> datasets.Dataset:
-    """A `save_to_disk` copy, read into memory. Benchmark data is read-only to the suite: a
-    dataset memory-mapped from the data directory makes every later `.map()` (the stock tasks'
-    `process_docs`) write its cache-*.arrow beside the source; an in-memory one has no cache
-    files, so nothing is written there (and a read-only directory works)."""
+    """A `save_to_disk` copy, read into memory: a memory-mapped one would make the stock
+    tasks' `.map()` write cache files into the (read-only) data directory."""
     return datasets.load_from_disk(str(path), keep_in_memory=True)
 
 
 def read_mmlu_csv(path: str | Path, subject: str) -> list[dict[str, Any]]:
-    """Converted MMLU csv (header question,choice0..3,answer 0-3) -> cais/mmlu rows.
-
-    Read with the csv module so every field stays the exact string (a pandas reader would turn
-    numeric answer options such as "0.50" into floats and "None" into NaN).
-    """
+    """Converted MMLU csv (question,choice0..3,answer) -> cais/mmlu rows; the csv module keeps
+    every field the exact string (pandas would turn "0.50" into a float, "None" into NaN)."""
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     return [{"question": r["question"], "subject": subject,
@@ -76,11 +65,8 @@ def read_mmlu_csv(path: str | Path, subject: str) -> list[dict[str, Any]]:
 
 def mmlu_dataset(data_dir: str, subject: str, folder: str, validation: bool = False,
                  **_: Any) -> datasets.DatasetDict:
-    """`custom_dataset` for one MMLU subject: cais/mmlu's test and dev splits from the offline
-    csvs under `folder`, and with `validation=True` its validation split from the
-    `save_to_disk` copy (pinned under the benchdata key `mmlu_validation`). The stock mmlu
-    tasks read test (and dev for few-shot) only, so they do not open, or depend on, the
-    validation copies."""
+    """`custom_dataset` for one MMLU subject: test and dev from the offline csvs under `folder`,
+    and with `validation=True` the validation split from the `save_to_disk` copy."""
     root = Path(data_dir) / folder
     out = {split: datasets.Dataset.from_list(
         read_mmlu_csv(root / split / f"{subject}_{split}.csv", subject))
