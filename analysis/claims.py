@@ -390,8 +390,7 @@ def synthetic_verdict_claims(verdicts_csv: Path) -> list[dict]:
         v1 = int((g["result_v1"].astype(str) == "pass").sum())
         v2 = g["result_v2"].astype(str)
         brk = int((g["samples_break"].astype(str) == "yes").sum())
-        pen = "; ".join(sorted({str(x) for x in g.get("kl_penalty", pd.Series(dtype=str))
-                                if str(x).startswith("none")}))
+        pen = "; ".join(sorted({str(x) for x in g["kl_penalty"] if str(x).startswith("none")}))
         out.append(_claim(
             f"Synthetic task, {model}: regime '{regime}'", source,
             f"by samples (the v2 rules, prior generation judged from validity only): holds in "

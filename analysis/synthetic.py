@@ -1165,7 +1165,7 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
                      f"{res.count('unclear')} of {len(res)} seeds")
             v2 = count(list(g["result_v2"])) + (" (no KL penalty: kappa >= H)" if any(
                 str(x).startswith("none") for x in g["kl_penalty"]) else "")
-            by_s = count(list(g["result_samples"])) if "result_samples" in g else DASH
+            by_s = count(list(g["result_samples"]))
         rows.append([kappa_label(k), rule.regime if rule else r["regime"],
                      reg.rule if reg else DASH, held, rule.text if rule else DASH, v2, by_s])
     L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
@@ -1183,7 +1183,7 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
         "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits",
         txt(r["result_v1"]), f"**{txt(r['result_v2'])}**",
         r["why_v2"] if isinstance(r["why_v2"], str) else "",
-        f"**{txt(r.get('result_samples'))}**", txt(r.get("ce_vs_samples")) or DASH]
+        f"**{txt(r['result_samples'])}**", txt(r["ce_vs_samples"]) or DASH]
         for _, r in ver.iterrows()],
         columns=["model", "run", "H", "KL penalty", "v1", "v2", "why (v2)", "by samples",
                  "v2's CE rule vs the samples"])
@@ -1329,15 +1329,13 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
         leak = list(v["leaking"])
         parts.append(f"v2's leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, "
                      f"unclear in {leak.count('unclear')}")
-        if "result_samples" in v:
-            sb, rs = list(v["samples_break"]), list(v["result_samples"])
-            dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
-            parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
-                         f"(unclear in {sb.count('unclear')}), the rule holds in "
-                         f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
-                         f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
-                         f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis
-                                                  else ""))
+        sb, rs = list(v["samples_break"]), list(v["result_samples"])
+        dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
+        parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
+                     f"(unclear in {sb.count('unclear')}), the rule holds in "
+                     f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
+                     f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
+                     f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis else ""))
         mb = col("marginal_bias_bits") if "marginal_bias_bits" in g else []
         parts.append("the prior hole (marginal bias, KL of the mean code distribution to the "
                      "uniform prior) " + (f"{_span(mb)} bits/token" if any(

@@ -188,22 +188,22 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     for f in ("table_tokens.csv", "likelihood.csv", "probe.csv", "study.json", "report.html"):
         assert (docs / "study" / f).is_file(), f
     probe = pd.read_csv(docs / "study" / "probe.csv")
-    assert len(probe) == 6  # three kappas x two seeds, each probed
+    assert len(probe) == 2  # one kappa x two seeds, each probed
     tt = pd.read_csv(docs / "study" / "table_tokens.csv")
     val = tt[(tt["comparison"] == "tokens:baseline") & (tt["task"] == "val")
              & (tt["metric"] == "val_ce") & (tt["arm"] == "free")]
-    assert len(val) == 3 and (val["n_seeds"] == 2).all()
+    assert len(val) == 1 and (val["n_seeds"] == 2).all()
     assert "not yet run" not in md.split("## Beside")[0]
     before = _snapshot(tmp_path / "results")
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    # 3 kappas + flops + plus1 + zcut + baseline, x 2 seeds
-    assert "14 cells, 14 done, 0 to run" in second.stdout, second.stdout[-3000:]
-    # 6 Free Transformers and 2 Z-cut controls, each at its final and its mid-training
+    # 1 kappa + flops + zcut + baseline, x 2 seeds
+    assert "8 cells, 8 done, 0 to run" in second.stdout, second.stdout[-3000:]
+    # 2 Free Transformers and 2 Z-cut controls, each at its final and its mid-training
     # evaluation checkpoint
-    assert "probes run 0, reused 16, failed 0" in second.stdout
+    assert "probes run 0, reused 8, failed 0" in second.stdout
     lat = pd.read_csv(docs / "study" / "latent.csv")
-    assert len(lat) == 16 and set(lat["arm"]) == {"free", "free_zcut"}
+    assert len(lat) == 8 and set(lat["arm"]) == {"free", "free_zcut"}
     assert "report up to date" in second.stdout
     assert _snapshot(tmp_path / "results") == before  # no run file written or touched
     assert (docs / "STUDY.md").read_text() == md
