@@ -88,6 +88,12 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _jk_var(jk: np.ndarray) -> float:
+    """The delete-one jackknife variance of an estimate from its leave-one-out values."""
+    n = jk.size
+    return (n - 1) / n * float(((jk - jk.mean()) ** 2).sum())
+
+
 # --------------------------------------------------------------------------- result files
 @dataclass(frozen=True)
 class Parsed:
@@ -328,11 +334,8 @@ def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_
         g = _gap_of(within, total, kind)
         lo = hi = p = None
         if g is not None:
-            jk = np.asarray(loo[kind])
-            n = jk.size
-            if n >= 2:
-                half = t_half(n - 1, math.sqrt((n - 1) / n * float(((jk - jk.mean()) ** 2)
-                                                                     .sum())), level)
+            if (n := len(loo[kind])) >= 2:
+                half = t_half(n - 1, math.sqrt(_jk_var(np.asarray(loo[kind]))), level)
                 lo, hi = max(-1.0, g - half), min(1.0, g + half)
             with np.errstate(invalid="ignore", divide="ignore"):
                 pg = perm_w[kind] / perm_w[kind + "_n"] - (
@@ -357,9 +360,7 @@ def _validity_jackknife(samples: Iterable[dict[str, Any]] | pd.DataFrame
     m = k.size
     if m < 2:
         return float(k.sum() / n.sum()), math.nan, m, int(n.sum())
-    jk = (k.sum() - k) / (n.sum() - n)
-    return (float(k.sum() / n.sum()), (m - 1) / m * float(((jk - jk.mean()) ** 2).sum()), m,
-            int(n.sum()))
+    return float(k.sum() / n.sum()), _jk_var((k.sum() - k) / (n.sum() - n)), m, int(n.sum())
 
 
 def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,

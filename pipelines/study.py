@@ -28,8 +28,6 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,19 +184,6 @@ class SweepEta:
                   f"the sweep ~{eta:.0f} min", flush=True)
 
 
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """n torch threads while the probe runs here (it ran as a process of OMP_NUM_THREADS)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def probe_targets(run: RunDir) -> list[Path]:
     """What a latent run's probes measure: its final checkpoint, then every evaluation
     checkpoint before the final step (the latent's use over training). An evaluation point at
@@ -218,6 +203,8 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     evaluation checkpoints: (ran, reused, failures). probe_run itself reuses a file of the same
     spec and checkpoint without loading the model, so a changed probe spec (a new field) probes
     again and an unchanged one costs a file read."""
+    import torch
+
     from experiments.eval.probe import DEFAULTS, probe_run
 
     done = state.setdefault("probes", {})
@@ -232,18 +219,18 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
             continue
         rid = str(c.run_id)
         for ck in probe_targets(RunDir.of(rid)):
+            before = torch.get_num_threads()  # as many as the probe had as its own process
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
             try:
-                with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
-                    path, reused = probe_run(ck, opts)
-            except (UsageError, ValueError) as e:
-                failed.append(f"{c.cell} ({ck.name}): probe: error: {one_line(e)}")
-                continue
+                path, reused = probe_run(ck, opts)
             except Exception as e:  # a crash of one probe fails it, not the study
-                failed.append(f"{c.cell} ({ck.name}): {type(e).__name__}: {one_line(e)}")
+                what = "probe: error" if isinstance(e, ValueError) else type(e).__name__
+                failed.append(f"{c.cell} ({ck.name}): {what}: {one_line(e)}")
                 continue
-            files = done.setdefault(rid, {"args": size.probe_args, "files": []})
+            finally:
+                torch.set_num_threads(before)
+            files = done.setdefault(rid, {"files": []})
             files["args"] = size.probe_args
-            files.setdefault("files", [])
             if str(path) not in files["files"]:
                 files["files"].append(str(path))
             if reused:

@@ -210,7 +210,6 @@ def test_make_synthetic_seeds_names_one_run_per_seed() -> None:
     assert "-m pipelines.synthetic_seeds --name 'mid' --seeds '3 4'" in res.stdout
     assert "--jobs" not in res.stdout  # default: every seed at once
     assert "--names 'mid-s3' 'mid-s4'" in res.stdout
-    assert "--names 'mid-s3' 'mid-s4'" in res.stdout
 
 
 def add_points(root: Path, name: str, steps: dict[int, dict[str, set[str]]]) -> None:
