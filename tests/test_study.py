@@ -8,13 +8,15 @@ through make twice: the second run must do no work.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -76,10 +78,14 @@ def plant(d: Path, probe: bool = True) -> dict:
     return meta
 
 
-def _render(tables: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis.study", "render", "--tables",
-                           str(tables), "--out", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+def _render(tables: Path, out: Path) -> SimpleNamespace:
+    """`python -m analysis.study render`, in this process: its exit code and stderr."""
+    from analysis.study import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["render", "--tables", str(tables), "--out", str(out)])
+    return SimpleNamespace(returncode=rc, stderr=err.getvalue())
 
 
 def _t(d: list[float]) -> tuple[float, float, float, float]:
@@ -153,15 +159,16 @@ def test_committed_study_md_is_rendered_from_committed_tables(tmp_path):
         "docs/STUDY.md differs from its render: run make study-render"
 
 
-def test_bad_size_and_name_refused_before_anything(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(tmp_path / "r")}
+def test_bad_size_and_name_refused_before_anything(tmp_path, monkeypatch, capsys):
+    from pipelines.study import main
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "r"))
     for args, word in ((["--size", "huge"], "STUDY_SIZE"), (["--name", "a/b"], "STUDY_NAME"),
                        (["--bench-data", str(tmp_path / "no")], "BENCH_DATA"),
                        (["--jobs", "0"], "--jobs")):
-        res = subprocess.run([sys.executable, "-m", "pipelines.study", "run", *args],
-                             cwd=ROOT, capture_output=True, text=True, env=env, check=False)
-        assert res.returncode == 2 and word in res.stderr, res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1
+        assert main(["run", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert word in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
 
 
