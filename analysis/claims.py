@@ -390,8 +390,7 @@ def synthetic_verdict_claims(verdicts_csv: Path) -> list[dict]:
         v1 = int((g["result_v1"].astype(str) == "pass").sum())
         v2 = g["result_v2"].astype(str)
         brk = int((g["samples_break"].astype(str) == "yes").sum())
-        pen = "; ".join(sorted({str(x) for x in g.get("kl_penalty", pd.Series(dtype=str))
-                                if str(x).startswith("none")}))
+        pen = "; ".join(sorted({str(x) for x in g["kl_penalty"] if str(x).startswith("none")}))
         out.append(_claim(
             f"Synthetic task, {model}: regime '{regime}'", source,
             f"by samples (the v2 rules, prior generation judged from validity only): holds in "
@@ -406,21 +405,16 @@ def synthetic_verdict_claims(verdicts_csv: Path) -> list[dict]:
     return out
 
 
-def with_synthetic(claims: pd.DataFrame, verdicts_csv: Path) -> pd.DataFrame:
-    """A checklist whose synthetic rows are judged from a committed synthetic experiment's
-    verdicts (the study's claims: its sweep has no synthetic results of its own)."""
-    keep = claims[~claims["claim"].astype(str).str.startswith("Synthetic task")]
-    return pd.concat([keep, pd.DataFrame(synthetic_verdict_claims(verdicts_csv))],
-                     ignore_index=True)
-
-
 def rejudge_synthetic(claims_csv: Path, verdicts_csv: Path,
                       per_seed_csv: Path | None = None) -> None:
-    """Rewrite a checklist file with its synthetic rows judged from `verdicts_csv` and, given
-    the study's per_seed.csv, its CE-spread row judged again at the current margin."""
+    """Rewrite a checklist file with its synthetic rows judged from `verdicts_csv` (the study's
+    sweep has no synthetic results of its own) and, given the study's per_seed.csv, its
+    CE-spread row judged again at the current margin."""
     from common.io import atomic_write_text
 
-    out = with_synthetic(pd.read_csv(claims_csv), verdicts_csv)
+    out = pd.read_csv(claims_csv)
+    out = pd.concat([out[~out["claim"].astype(str).str.startswith("Synthetic task")],
+                     pd.DataFrame(synthetic_verdict_claims(verdicts_csv))], ignore_index=True)
     if per_seed_csv is not None and per_seed_csv.is_file():
         ps = pd.read_csv(per_seed_csv)
         v = ps[(ps["task"] == "val") & (ps["metric"] == "val_ce")]

@@ -88,6 +88,12 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
+def _jk_var(jk: np.ndarray) -> float:
+    """The delete-one jackknife variance of an estimate from its leave-one-out values."""
+    n = jk.size
+    return (n - 1) / n * float(((jk - jk.mean()) ** 2).sum())
+
+
 # --------------------------------------------------------------------------- result files
 @dataclass(frozen=True)
 class Parsed:
@@ -328,11 +334,8 @@ def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_
         g = _gap_of(within, total, kind)
         lo = hi = p = None
         if g is not None:
-            jk = np.asarray(loo[kind])
-            n = jk.size
-            if n >= 2:
-                half = t_half(n - 1, math.sqrt((n - 1) / n * float(((jk - jk.mean()) ** 2)
-                                                                     .sum())), level)
+            if (n := len(loo[kind])) >= 2:
+                half = t_half(n - 1, math.sqrt(_jk_var(np.asarray(loo[kind]))), level)
                 lo, hi = max(-1.0, g - half), min(1.0, g + half)
             with np.errstate(invalid="ignore", divide="ignore"):
                 pg = perm_w[kind] / perm_w[kind + "_n"] - (
@@ -357,9 +360,7 @@ def _validity_jackknife(samples: Iterable[dict[str, Any]] | pd.DataFrame
     m = k.size
     if m < 2:
         return float(k.sum() / n.sum()), math.nan, m, int(n.sum())
-    jk = (k.sum() - k) / (n.sum() - n)
-    return (float(k.sum() / n.sum()), (m - 1) / m * float(((jk - jk.mean()) ** 2).sum()), m,
-            int(n.sum()))
+    return float(k.sum() / n.sum()), _jk_var((k.sum() - k) / (n.sum() - n)), m, int(n.sum())
 
 
 def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,
@@ -1165,7 +1166,7 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
                      f"{res.count('unclear')} of {len(res)} seeds")
             v2 = count(list(g["result_v2"])) + (" (no KL penalty: kappa >= H)" if any(
                 str(x).startswith("none") for x in g["kl_penalty"]) else "")
-            by_s = count(list(g["result_samples"])) if "result_samples" in g else DASH
+            by_s = count(list(g["result_samples"]))
         rows.append([kappa_label(k), rule.regime if rule else r["regime"],
                      reg.rule if reg else DASH, held, rule.text if rule else DASH, v2, by_s])
     L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
@@ -1183,7 +1184,7 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
         "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits",
         txt(r["result_v1"]), f"**{txt(r['result_v2'])}**",
         r["why_v2"] if isinstance(r["why_v2"], str) else "",
-        f"**{txt(r.get('result_samples'))}**", txt(r.get("ce_vs_samples")) or DASH]
+        f"**{txt(r['result_samples'])}**", txt(r["ce_vs_samples"]) or DASH]
         for _, r in ver.iterrows()],
         columns=["model", "run", "H", "KL penalty", "v1", "v2", "why (v2)", "by samples",
                  "v2's CE rule vs the samples"])
@@ -1329,15 +1330,13 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
         leak = list(v["leaking"])
         parts.append(f"v2's leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, "
                      f"unclear in {leak.count('unclear')}")
-        if "result_samples" in v:
-            sb, rs = list(v["samples_break"]), list(v["result_samples"])
-            dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
-            parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
-                         f"(unclear in {sb.count('unclear')}), the rule holds in "
-                         f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
-                         f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
-                         f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis
-                                                  else ""))
+        sb, rs = list(v["samples_break"]), list(v["result_samples"])
+        dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
+        parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
+                     f"(unclear in {sb.count('unclear')}), the rule holds in "
+                     f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
+                     f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
+                     f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis else ""))
         mb = col("marginal_bias_bits") if "marginal_bias_bits" in g else []
         parts.append("the prior hole (marginal bias, KL of the mean code distribution to the "
                      "uniform prior) " + (f"{_span(mb)} bits/token" if any(

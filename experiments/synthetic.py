@@ -160,10 +160,6 @@ class SyntheticSettings:
     reuse: dict[str, str] = field(default_factory=dict)  # model label -> finished run dir
 
 
-SyntheticArgsError = UsageError
-"""The old name, while pipelines/synthetic_seeds.py imports it."""
-
-
 @dataclass
 class Trained:
     model: Transformer
@@ -179,7 +175,7 @@ def parse_kappas(text: str) -> tuple[float, ...]:
     kappas = tuple(parse_kappa_list(text, "--kappa"))
     if not kappas:
         raise UsageError(f"--kappa: {text!r} holds no value; give free-bits thresholds "
-                                 "like '1/64 1/8 1 8'")
+                         "like '1/64 1/8 1 8'")
     return kappas
 
 
@@ -464,15 +460,14 @@ def check_name(name: str) -> None:
     """--name is one directory under <results>/synthetic/, never a path."""
     if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
         raise UsageError(f"--name {name!r}: must be a plain directory name (no path "
-                                 "separator, not empty, not . or ..), e.g. --name mid")
+                         "separator, not empty, not . or ..), e.g. --name mid")
 
 
 def check_writable(d: Path, what: str) -> None:
     """UsageError unless d is, or can be made, a writable directory; creates nothing."""
     p = Path(d).absolute()
     if (bad := unwritable(p)) is not None:
-        raise UsageError(f"{what} {p}: {bad}; set FTBENCH_RESULTS to a writable "
-                                 "directory")
+        raise UsageError(f"{what} {p}: {bad}; set FTBENCH_RESULTS to a writable directory")
 
 
 def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, float | None]]:
@@ -488,8 +483,7 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
     for ov in st.overrides:
         key = ov.split("=", 1)[0].lstrip("+~")
         if key in OWN_KEYS:
-            raise UsageError(f"override {ov!r}: {key} is set per arm here "
-                                     f"({OWN_KEYS[key]})")
+            raise UsageError(f"override {ov!r}: {key} is set per arm here ({OWN_KEYS[key]})")
     high = resolved_high_latent_bits(st)
     if high is not None:
         over = [k for k in st.kappas if k >= st.latent_bits]
@@ -505,8 +499,7 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
     labels = [model_label(h, k) for h, k in arms]
     for label, rd in st.reuse.items():
         if label not in labels:
-            raise UsageError(f"--reuse {label}={rd}: {label!r} is no arm here; "
-                                     f"arms: {labels}")
+            raise UsageError(f"--reuse {label}={rd}: {label!r} is no arm here; arms: {labels}")
         if not (final := RunDir(Path(rd)).final_checkpoint).is_file():
             raise UsageError(f"--reuse {label}={rd}: no finished run there "
                                      f"({final.relative_to(rd)} missing)")
@@ -548,7 +541,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     bad = [r for r in a.reuse if "=" not in r.strip("=")]
     if bad:
         raise UsageError(f"--reuse {bad[0]!r}: give LABEL=RUN_DIR, e.g. "
-                                 "--reuse kappa=1=results/runs/<run-id>")
+                         "--reuse kappa=1=results/runs/<run-id>")
     same = {f.name: getattr(a, f.name) for f in fields(SyntheticSettings) if hasattr(a, f.name)}
     return SyntheticSettings(**{**same, "kappas": kappas, "baseline": not a.no_baseline,
                                 "overrides": list(a.overrides),

@@ -28,21 +28,18 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from common.arms import BASELINE, FREE
 from common.arms import find as find_arm
-from common.errors import UsageError, cli
+from common.errors import ArgParser, UsageError, cli, positive_int
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
 from common.text import one_line
 from pipelines.shared import (
     OFFLINE_ENV,
-    DirtyTreeError,
     cells,
     environment,
     inputs_fingerprint,
@@ -94,11 +91,11 @@ class Size:
 
 
 SIZES: dict[str, Size] = {
-    # CI: 12 cells of 8 steps, two seeds so the seed-level intervals exist; the benchmark
-    # sample the repository ships (no MBPP+ there), two documents each.
+    # CI: 8 cells of 8 steps (one kappa; the two controls with a latent or a planned budget
+    # of their own), two seeds so the seed-level intervals exist; the benchmark sample the
+    # repository ships (no MBPP+ there), two documents each.
     "tiny": Size(
-        preset="1M", h=4, kappa="0.5 1 2", seeds="0 1", tokens="4096",
-        controls="flops plus1 zcut",
+        preset="1M", h=4, kappa="1", seeds="0 1", tokens="4096", controls="flops zcut",
         overrides="data.max_bytes=2000000 data.val_tokens=4096 logging.val_every=0 "
                   "train.seq_len=64 train.batch_size=8 optim.warmup_steps=1",
         tasks="gsm8k,humaneval_plus", limit=2, gen_toks=8, eval_points=2, likelihood_rows=2,
@@ -187,19 +184,6 @@ class SweepEta:
                   f"the sweep ~{eta:.0f} min", flush=True)
 
 
-@contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """n torch threads while the probe runs here (it ran as a process of OMP_NUM_THREADS)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def probe_targets(run: RunDir) -> list[Path]:
     """What a latent run's probes measure: its final checkpoint, then every evaluation
     checkpoint before the final step (the latent's use over training). An evaluation point at
@@ -219,6 +203,8 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
     evaluation checkpoints: (ran, reused, failures). probe_run itself reuses a file of the same
     spec and checkpoint without loading the model, so a changed probe spec (a new field) probes
     again and an unchanged one costs a file read."""
+    import torch
+
     from experiments.eval.probe import DEFAULTS, probe_run
 
     done = state.setdefault("probes", {})
@@ -233,18 +219,18 @@ def probe_all(name: str, size: Size, state: dict) -> tuple[int, int, list[str]]:
             continue
         rid = str(c.run_id)
         for ck in probe_targets(RunDir.of(rid)):
+            before = torch.get_num_threads()  # as many as the probe had as its own process
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))
             try:
-                with torch_threads(int(os.environ.get("OMP_NUM_THREADS") or 1)):
-                    path, reused = probe_run(ck, opts)
-            except (UsageError, ValueError) as e:
-                failed.append(f"{c.cell} ({ck.name}): probe: error: {one_line(e)}")
-                continue
+                path, reused = probe_run(ck, opts)
             except Exception as e:  # a crash of one probe fails it, not the study
-                failed.append(f"{c.cell} ({ck.name}): {type(e).__name__}: {one_line(e)}")
+                what = "probe: error" if isinstance(e, ValueError) else type(e).__name__
+                failed.append(f"{c.cell} ({ck.name}): {what}: {one_line(e)}")
                 continue
-            files = done.setdefault(rid, {"args": size.probe_args, "files": []})
+            finally:
+                torch.set_num_threads(before)
+            files = done.setdefault(rid, {"files": []})
             files["args"] = size.probe_args
-            files.setdefault("files", [])
             if str(path) not in files["files"]:
                 files["files"].append(str(path))
             if reused:
@@ -364,8 +350,8 @@ def render(docs: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m pipelines.study", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(prog="python -m pipelines.study", description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("cmd", nargs="?", default="run", choices=("run", "render", "docs"),
                     help="run (default): the whole study; render: docs/STUDY.md from docs/study/;"
                          " docs: export what the sweep has so far (nothing run) and render")
@@ -376,13 +362,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="where the tables go, STUDY.md beside that directory (default: "
                          "docs/study for full, results/sweeps/<name>/docs/study otherwise; "
                          "'-' = do not export)")
-    ap.add_argument("--jobs", default="", help="parallel training jobs (default: sweeps' own)")
+    ap.add_argument("--jobs", type=positive_int, default=None,
+                    help="parallel training jobs (default: sweeps' own)")
     ap.add_argument("--dry", action="store_true", help="print the sweep's plan only")
     ap.add_argument("--allow-dirty", action="store_true",
                     help="train even from uncommitted changes to tracked source (the cells are "
                          "marked: sweep's dirty.json, each run's git_dirty)")
-    a = ap.parse_args(argv)
-    return cli("study", lambda: _main(a))
+    return cli("study", lambda: _main(ap.parse_args(argv)))
 
 
 def _main(a: argparse.Namespace) -> int:
@@ -394,9 +380,6 @@ def _main(a: argparse.Namespace) -> int:
     name = a.name.strip() or ("study" if a.size == "full" else f"study-{a.size}")
     if not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"STUDY_NAME={name!r}: use letters, digits, '-' and '_'")
-    jobs = a.jobs.strip()
-    if jobs and (not jobs.isdigit() or int(jobs) < 1):
-        raise UsageError(f"--jobs={jobs!r}: must be a positive integer")
     bench = find_bench(a.bench_data.strip() or None, size)
     docs = docs_dir(a.docs, a.size, name)
     if a.cmd == "docs":
@@ -405,7 +388,7 @@ def _main(a: argparse.Namespace) -> int:
         export(name, study_meta(name, a.size, size, bench), docs)
         return render(docs)
     with environment(OFFLINE_ENV):  # what its jobs inherit, as when each stage was a process
-        return run_study(a, size, name, bench, docs, int(jobs) if jobs else None)
+        return run_study(a, size, name, bench, docs, a.jobs)
 
 
 def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: Path | None,
@@ -416,10 +399,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
         return sweep(req, dry=True)
     todo = [c.run_id for c in api.plan(req).cells if not RunDir(c.run_dir).finished]
     if todo:  # nothing trains from a dirty tree unless asked; reusing finished runs is fine
-        try:
-            refuse_dirty("study", bool(getattr(a, "allow_dirty", False)), name, todo)
-        except DirtyTreeError as e:
-            raise UsageError(str(e)) from None
+        refuse_dirty("study", bool(getattr(a, "allow_dirty", False)), name, todo)
     prog = Progress(size)
     n = 4
     prog.stage(1, n, "sweep", f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "

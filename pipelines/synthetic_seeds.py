@@ -159,10 +159,7 @@ def status_line(seeds: list[Seed], t0: float) -> str:
 
 def _exit_status(launcher: LocalLauncher, job: Any) -> int:
     """The seed command's exit status (1 when its job itself ended without a result)."""
-    state, _ = launcher.outcome(job)
-    if state != "done":
-        return 1
-    res = job.result()
+    res = job.result() if launcher.outcome(job)[0] == "done" else None
     return int(res.get("rc", 1)) if isinstance(res, dict) else 1
 
 
@@ -210,15 +207,8 @@ def run(seeds: list[Seed], jobs: int, interval: float) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     def body() -> int:
-        from experiments.synthetic import SyntheticArgsError
-        from experiments.train.config import ConfigError
-
         a, rest = parse(sys.argv[1:] if argv is None else argv)
-        try:  # every seed's options checked before any process starts
-            seeds = plan(a, rest)
-        except (SyntheticArgsError, ConfigError) as e:
-            raise UsageError(str(e)) from None
-        return run(seeds, a.jobs, a.interval)
+        return run(plan(a, rest), a.jobs, a.interval)  # every seed checked before any starts
 
     return cli("synthetic-seeds", body)
 

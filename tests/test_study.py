@@ -8,13 +8,15 @@ through make twice: the second run must do no work.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -76,10 +78,14 @@ def plant(d: Path, probe: bool = True) -> dict:
     return meta
 
 
-def _render(tables: Path, out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "analysis.study", "render", "--tables",
-                           str(tables), "--out", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+def _render(tables: Path, out: Path) -> SimpleNamespace:
+    """`python -m analysis.study render`, in this process: its exit code and stderr."""
+    from analysis.study import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        rc = main(["render", "--tables", str(tables), "--out", str(out)])
+    return SimpleNamespace(returncode=rc, stderr=err.getvalue())
 
 
 def _t(d: list[float]) -> tuple[float, float, float, float]:
@@ -153,15 +159,16 @@ def test_committed_study_md_is_rendered_from_committed_tables(tmp_path):
         "docs/STUDY.md differs from its render: run make study-render"
 
 
-def test_bad_size_and_name_refused_before_anything(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(tmp_path / "r")}
+def test_bad_size_and_name_refused_before_anything(tmp_path, monkeypatch, capsys):
+    from pipelines.study import main
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "r"))
     for args, word in ((["--size", "huge"], "STUDY_SIZE"), (["--name", "a/b"], "STUDY_NAME"),
                        (["--bench-data", str(tmp_path / "no")], "BENCH_DATA"),
                        (["--jobs", "0"], "--jobs")):
-        res = subprocess.run([sys.executable, "-m", "pipelines.study", "run", *args],
-                             cwd=ROOT, capture_output=True, text=True, env=env, check=False)
-        assert res.returncode == 2 and word in res.stderr, res.stderr
-        assert len(res.stderr.strip().splitlines()) == 1
+        assert main(["run", *args]) == 2, args
+        err = capsys.readouterr().err
+        assert word in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
 
 
@@ -188,22 +195,22 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     for f in ("table_tokens.csv", "likelihood.csv", "probe.csv", "study.json", "report.html"):
         assert (docs / "study" / f).is_file(), f
     probe = pd.read_csv(docs / "study" / "probe.csv")
-    assert len(probe) == 6  # three kappas x two seeds, each probed
+    assert len(probe) == 2  # one kappa x two seeds, each probed
     tt = pd.read_csv(docs / "study" / "table_tokens.csv")
     val = tt[(tt["comparison"] == "tokens:baseline") & (tt["task"] == "val")
              & (tt["metric"] == "val_ce") & (tt["arm"] == "free")]
-    assert len(val) == 3 and (val["n_seeds"] == 2).all()
+    assert len(val) == 1 and (val["n_seeds"] == 2).all()
     assert "not yet run" not in md.split("## Beside")[0]
     before = _snapshot(tmp_path / "results")
     second = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env, check=False)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    # 3 kappas + flops + plus1 + zcut + baseline, x 2 seeds
-    assert "14 cells, 14 done, 0 to run" in second.stdout, second.stdout[-3000:]
-    # 6 Free Transformers and 2 Z-cut controls, each at its final and its mid-training
+    # 1 kappa + flops + zcut + baseline, x 2 seeds
+    assert "8 cells, 8 done, 0 to run" in second.stdout, second.stdout[-3000:]
+    # 2 Free Transformers and 2 Z-cut controls, each at its final and its mid-training
     # evaluation checkpoint
-    assert "probes run 0, reused 16, failed 0" in second.stdout
+    assert "probes run 0, reused 8, failed 0" in second.stdout
     lat = pd.read_csv(docs / "study" / "latent.csv")
-    assert len(lat) == 16 and set(lat["arm"]) == {"free", "free_zcut"}
+    assert len(lat) == 8 and set(lat["arm"]) == {"free", "free_zcut"}
     assert "report up to date" in second.stdout
     assert _snapshot(tmp_path / "results") == before  # no run file written or touched
     assert (docs / "STUDY.md").read_text() == md

@@ -307,16 +307,6 @@ def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
     assert "| kappa=1 | b | 8 | free bits | n/a | **fails** |" in block  # no valid pair: v1 n/a
 
 
-def test_rules_block_is_the_code() -> None:
-    text = SY.render_rules()
-    for r in SY.REGIMES_V2:
-        assert r.text in text and r.regime in text
-    for t in SY.PREDICATES.values():
-        assert t in text
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "SYNTHETIC.md").read_text()
-    assert text in doc  # the doc carries the rules as the code states them
-
-
 def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
         tmp_path: Path) -> None:
     from test_synthetic_seeds import KL, PAPER, plant
