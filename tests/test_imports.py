@@ -9,15 +9,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
 
 
-def _modules() -> dict[str, Path]:
+def _modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
-        for p in sorted((ROOT / pkg).rglob("*.py")):
-            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        for p in sorted((root / pkg).rglob("*.py")):
+            parts = list(p.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             out[".".join(parts)] = p
@@ -102,11 +104,6 @@ def test_the_walker_sees_function_level_cycles() -> None:
     assert "experiments.eval.run" in src["sweeps.backend"]  # so does one inside a function
 
 
-def test_no_import_cycle() -> None:
-    cycles = find_cycles(graph())
-    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
-
-
 def _package(module: str, path: Path) -> str:
     """The package a module belongs to (its directory): 'experiments.train' for
     experiments.train.trainer, 'model' for model.free_transformer and for model/__init__."""
@@ -115,24 +112,13 @@ def _package(module: str, path: Path) -> str:
 
 def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Package -> the other packages its modules import (anywhere in their bodies)."""
-    mods = _modules() if root == ROOT else _modules_under(root)
+    mods = _modules(root)
     known = set(mods)
     out: dict[str, set[str]] = {}
     pkg = {n: _package(n, p) for n, p in mods.items()}
     for name, path in mods.items():
         deps = out.setdefault(pkg[name], set())
         deps.update(pkg[t] for t in _imports(name, path, known) if pkg[t] != pkg[name])
-    return out
-
-
-def _modules_under(root: Path) -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out[".".join(parts)] = p
     return out
 
 
@@ -153,9 +139,10 @@ def test_the_package_walker_sees_a_cycle_through_two_directories(tmp_path: Path)
     assert find_cycles({n: set() for n in graph()}) == []
 
 
-def test_no_package_cycle() -> None:
-    cycles = find_cycles(package_graph())
-    assert not cycles, "package cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+@pytest.mark.parametrize("kind", ["module", "package"])
+def test_no_import_cycle(kind: str) -> None:
+    cycles = find_cycles(graph() if kind == "module" else package_graph())
+    assert not cycles, f"{kind} cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 # ---------------------------------------------------------------- the direction of dependencies
@@ -170,10 +157,6 @@ ALLOWED = {  # top-level package -> the project packages it may import (docs/DES
 """Every arrow points down the floors: pipelines (what drives the others) -> sweeps (grids,
 launchers) -> experiments (entry points and their parts) -> model -> common; analysis reads
 result files only (common and itself)."""
-
-
-def test_every_package_has_a_rule() -> None:
-    assert set(ALLOWED) == set(PACKAGES)
 
 
 def _private(name: str) -> bool:
@@ -208,13 +191,7 @@ def direction_violations(root: Path = ROOT) -> list[str]:
     """Every import that points against docs/DESIGN.md's arrows, and every private name used
     outside the package that defines it: `from pkg.mod import _x`, or `<anything>._x` where
     only other packages define `_x`. Function-level code counts too. One line per site."""
-    mods = {}
-    for pkg in PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            mods[".".join(parts)] = p
+    mods = _modules(root)
     known = set(mods)
     defs = _definitions(mods)
     bad: list[str] = []
@@ -282,6 +259,7 @@ def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
 
 
 def test_dependencies_point_one_way() -> None:
+    assert set(ALLOWED) == set(PACKAGES)  # every package has a rule
     bad = direction_violations()
     assert not bad, "against the design's arrows:\n" + "\n".join(bad)
 

@@ -130,10 +130,8 @@ TRAIN = _cases(
     (["+train.foo=1"], "adding or deleting keys is not allowed"),
     (["model.dim"], "is not key=value"),
     (["optim.lr=-1"], "optim.lr=-1.0: must be a finite number > 0"),
-    (["train.seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
     (["train.tokens=lots"], "train.tokens='lots' is not a positive number"),
     (["train.compute_match=tokens"], "allowed values ['none', 'flops']"),
-    (["logging.export_dtype=fp16"], "allowed values ['auto', 'bf16', 'fp32']"),
     (["model.latent_bits=4", "model.n_layers=3"], "must be even for a Free Transformer"),
     (["train.seq_len=512"], "exceeds model.max_seq_len=256"),
     (["data=files"], "data=files needs data.paths"),
@@ -163,20 +161,14 @@ EVAL = _cases(
     (["{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
     (["{bad}", "--tasks", "arc_easy", "--data", "{bench}"], "corrupt"),
     (["{base}", "--limit", "0"], "LIMIT (--limit): 0 must be >= 1"),
-    (["{base}", "--limit", "two"], "LIMIT (--limit): invalid int value: 'two'"),
-    (["{base}", "--max-gen-toks", "0"], "GEN (--max-gen-toks): 0 must be >= 1"),
     (["{base}", "--z", "prior-k", "--k", "0"], "K (--k): 0 must be >= 1"),
-    (["{base}", "--fewshot", "-1"], "FEWSHOT (--fewshot): -1 must be >= 0"),
     (["{base}", "--limt", "2"], "unrecognized arguments: --limt 2"),
     (["{base}", "--tasks", "nosuchbench"], "unknown task(s) nosuchbench"),
-    (["{base}", "--tasks", "hellaswg"], "did you mean hellaswag?"),
     (["{base}", "--tasks", "arc_eazy", "--data", "{bench}"], "did you mean arc_easy?"),
     (["{base}", "--tasks", "race", "--data", "{bench}"], "no offline data for race"),
     (["{base}", "--tasks", "arc_easy", "--fewshot", "5", "--data", "{bench}"], "fewshot=5"),
     (["{base}", "--tasks", "arc_easy", "--data", "{bench}", "--out-dir", "{tmp}/afile/e"],
      "afile is a file"),
-    (["{base}", "--tasks", "arc_easy", "--data", "{bench}", "--out-dir", "/proc/ftbench"],
-     "/proc is not writable"),
     (["{base}", "--tasks", "arc_easy", "--data", "{tmp}/nodata"], "benchmark data"),
     cuda=(["{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
 
@@ -192,24 +184,19 @@ def test_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
 LM_EVAL = _cases(
     (["--ckpt", "{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
     (["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt"),
-    (["--ckpt"], "argument --ckpt: expected one argument"),
     cuda=(["--ckpt", "{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
 HF_EXPORT = _cases(
     (["{free}", "{tmp}/hf"], "Free Transformer"),
     (["{base}", "{tmp}/afile"], "afile is a file"),
     (["{tmp}/nowhere", "{tmp}/hf"], "no checkpoint at"),
-    (["{bad}", "{tmp}/hf"], "corrupt"),
-    (["{base}"], "the following arguments are required: out_dir"))
+    (["{bad}", "{tmp}/hf"], "corrupt"))
 TASKS = _cases(
     (["{bench}", "{tmp}/afile"], "afile is a file"),
-    (["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"),
-    ([], "the following arguments are required: data"))
+    (["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"))
 LIKELIHOOD = _cases(
     (["{tmp}/nowhere"], "no such run directory or checkpoint"),
     (["{d}"], "no checkpoint at"),
     (["{ft}", "--k", "1,x"], "--k: '1,x' is not a comma-separated list"),
-    (["{ft}", "--k", "0,8"], "must list integers >= 1"),
-    (["{ft}", "--max-rows", "0"], "--max-rows: 0 must be >= 1"),
     (["{ft}", "--device", "nodevice"], "--device nodevice: not a torch device"),
     cuda=(["{ft}", "--device", "cuda"], "0 CUDA device"))
 PROBE_CASES = _cases(
@@ -217,18 +204,13 @@ PROBE_CASES = _cases(
     (["{bl}", *PROBE], "is a baseline"),
     (["{ft}", *PROBE, "--rows", "0"], "--rows"),
     (["{ft}", *PROBE, "--group-size", "1"], "--group-size"),
-    (["{ft}", *PROBE, "--temperature", "0"], "--temperature"),
     (["{ft}", *PROBE, "--rows", "2", "--prompts", "3"], "--prompts"),
     (["{ft}", *PROBE, "--rows", "100000"], "validation rows"),
-    (["{ft}", *PROBE, "--seed", "-1"], "--seed"),
     (["{ft}", *PROBE, "--prompt-len", "70"], "--prompt-len"),
     (["{ft}", *PROBE, "--out", "{tmp}/afile"], "--out"))
 BENCH = _cases(
     (["--sections", "train,nope"], "nope"),
     (["--reps", "4"], "--reps 4: every figure is a median of at least 5 reps"),
-    (["--warmup", "-1"], "--warmup -1"),
-    (["--threads", "0"], "--threads 0"),
-    (["--reps", "x"], "'x'"),
     (["--md", "{tmp}/afile/out.md"], "afile"))
 TOOLS = [("experiments.bench.__main__", "python -m experiments.bench", BENCH),
          ("analysis.synthetic", "synthetic", [(["--name", "nope"], "nope")]),
@@ -266,22 +248,26 @@ CORPUS = _cases(
 
 
 @pytest.mark.parametrize("argv, phrase", CORPUS, ids=_ids(CORPUS))
-@pytest.mark.parametrize("module", ["experiments.corpus.__main__", "pipelines.corpus"])
-def test_corpus(module, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
-    import importlib
+def test_corpus(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    from experiments.corpus.__main__ import main
 
     vocab = [] if "--vocab-size" in phrase or "--verify" in argv else ["--vocab-size", "300"]
-    refused(importlib.import_module(module).main, "corpus",
-            [*argv, *vocab, "--out", "{tmp}/out", "--quiet"], phrase, places, tmp_path, capsys,
-            monkeypatch)
+    refused(main, "corpus", [*argv, *vocab, "--out", "{tmp}/out", "--quiet"], phrase, places,
+            tmp_path, capsys, monkeypatch)
 
 
-def test_corpus_unwritable_out_and_bad_launcher(places, tmp_path, capsys, monkeypatch) -> None:
+def test_corpus_unwritable_out_and_the_pipeline_s_own_checks(places, tmp_path, capsys,
+                                                             monkeypatch) -> None:
+    """pipelines.corpus shares experiments.corpus's parser and build (one case of the table
+    through it); its launcher flags are its own."""
     from experiments.corpus.__main__ import main
     from pipelines.corpus import main as pmain
 
     refused(main, "corpus", ["--data", "stdlib", "--out", "/proc/ftbench", "--vocab-size",
                              "300"], "is not writable", places, tmp_path, capsys, monkeypatch)
+    refused(pmain, "corpus", ["--data", "{d}/field.yaml", "--vocab-size", "300", "--out",
+                              "{tmp}/o", "--quiet"], "no field 'body'", places, tmp_path,
+            capsys, monkeypatch)
     refused(pmain, "corpus", ["--out", "{tmp}/o", "--launcher", "pbs"],
             "--launcher: invalid choice: 'pbs'", places, tmp_path, capsys, monkeypatch)
     refused(pmain, "corpus", ["--out", "{tmp}/o", "--launcher", "slurm", "--cluster",
@@ -293,20 +279,13 @@ def test_corpus_unwritable_out_and_bad_launcher(places, tmp_path, capsys, monkey
 SYNTHETIC = _cases(
     (["--setting", "nope"], "--setting: invalid choice: 'nope'"),
     (["--kappa", "1/0"], "--kappa: '1/0' is not a number of bits >= 0"),
-    (["--kappa", " , "], "--kappa: ' , ' holds no value"),
-    (["--kappa", "1/8 0.125"], "1/8 given twice"),
     (["--setting", "smoke", "nosuch.key=1"], "unknown config section 'nosuch'"),
     (["--setting", "smoke", "train.tokens=lots"], "train.tokens='lots'"),
     (["data=tinystories"], "'data=tinystories': data is set per arm"),
     (["model.latent_bits=4"], "use --latent-bits"),
-    (["--kapa", "1"], "unrecognized arguments: --kapa"),
     (["--name", "a/b"], "--name 'a/b': must be a plain directory name"),
-    (["--name", ".."], "--name '..'"),
     (["paths.results=/proc/ftbench"], "runs directory"),
     (["--latent-bits", "0"], "--latent-bits: 0 must be >= 1"),
-    (["--group-size", "0"], "--group-size: 0 must be >= 1"),
-    (["--temperature", "0"], "--temperature: 0.0 must be > 0"),
-    (["--threads", "-2"], "--threads: -2 must be >= 0"),
     (["--high-latent-bits", "4"], "--high-latent-bits 4: must exceed --latent-bits 8"),
     (["--no-baseline", "--kappa", ""], "holds no value"),
     (["--reuse", "somewhere"], "--reuse 'somewhere': give LABEL=RUN_DIR"),
@@ -496,8 +475,7 @@ def test_report_into_a_read_only_results_root(tmp_path: Path) -> None:
 FULL_EVAL = _cases(
     (["{tmp}/nope.pt", "--data", "{bench}"], "no checkpoint at"),
     (["{base}", "--data", "{bench}", "--workers", "0"], "--workers: 0 must be >= 1"),
-    (["{base}", "--data", "{bench}", "--tasks", "arc_eazy"], "did you mean arc_easy?"),
-    (["{base}"], "the following arguments are required: --data"))
+    (["{base}", "--data", "{bench}", "--tasks", "arc_eazy"], "did you mean arc_easy?"))
 
 
 @pytest.mark.parametrize("argv, phrase", FULL_EVAL, ids=_ids(FULL_EVAL))
