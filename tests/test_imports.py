@@ -7,12 +7,23 @@ another package used."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
+
+
+@functools.cache
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+def _tree(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per content (four checks walk every file)."""
+    return _parse(path.read_text(encoding="utf-8"))
 
 
 def _modules(root: Path = ROOT) -> dict[str, Path]:
@@ -32,7 +43,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     is_pkg = path.name == "__init__.py"
     here = name.split(".") if is_pkg else name.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -44,8 +55,10 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
-def graph() -> dict[str, set[str]]:
-    mods = _modules()
+@functools.cache
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (built once per tree; callers only read it)."""
+    mods = _modules(root)
     return {n: _imports(n, p, set(mods)) for n, p in mods.items()}
 
 
@@ -112,13 +125,10 @@ def _package(module: str, path: Path) -> str:
 
 def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Package -> the other packages its modules import (anywhere in their bodies)."""
-    mods = _modules(root)
-    known = set(mods)
+    pkg = {n: _package(n, p) for n, p in _modules(root).items()}
     out: dict[str, set[str]] = {}
-    pkg = {n: _package(n, p) for n, p in mods.items()}
-    for name, path in mods.items():
-        deps = out.setdefault(pkg[name], set())
-        deps.update(pkg[t] for t in _imports(name, path, known) if pkg[t] != pkg[name])
+    for name, targets in graph(root).items():
+        out.setdefault(pkg[name], set()).update(pkg[t] for t in targets if pkg[t] != pkg[name])
     return out
 
 
@@ -169,7 +179,7 @@ def _definitions(mods: dict[str, Path]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name, path in mods.items():
         pkg = _package(name, path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             found: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found.append(node.name)
@@ -203,7 +213,7 @@ def direction_violations(root: Path = ROOT) -> list[str]:
                 bad.append(f"{rel}: imports {target} ({top} may import only "
                            f"{', '.join(sorted(ALLOWED[top]))} and third-party)")
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom):
                 base = here[:len(here) - node.level + 1] if node.level else []
                 mod = ".".join(base + ([node.module] if node.module else []))
@@ -269,7 +279,7 @@ def test_no_package_imports_the_notebook() -> None:
     the reverse."""
     bad = [f"{p.relative_to(ROOT)}:{n.lineno}" for pkg in PACKAGES
            for p in sorted((ROOT / pkg).rglob("*.py"))
-           for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+           for n in ast.walk(_tree(p))
            if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "dev" for a in n.names))
            or (isinstance(n, ast.ImportFrom) and not n.level
                and (n.module or "").split(".")[0] == "dev")]
