@@ -112,13 +112,15 @@ def refused(main: Callable[[list[str]], int], prog: str, argv: list[str], phrase
     assert _files(*watched) == before
 
 
-def _ids(cases: list[tuple[str, ...]]) -> list[str]:
-    return [" ".join(c[0]) for c in cases]
+INDEX = pytest.mark.slow
+"""A case lm-eval refuses only after indexing its whole task registry (~10 s on CI): the slow
+tier's, as the index is not what the case checks."""
 
 
-def _cases(*rows: tuple[list[str], str], cuda: tuple[list[str], str] | None = None
-           ) -> list[tuple[list[str], str]]:
-    return [*rows, *([cuda] if cuda is not None and NO_CUDA else [])]
+def _cases(*rows: tuple, cuda: tuple | None = None) -> list:
+    """(argv, phrase[, marks]) rows as pytest params named by their argv."""
+    return [pytest.param(*r[:2], marks=r[2:], id=" ".join(r[0]))
+            for r in [*rows, *([cuda] if cuda is not None and NO_CUDA else [])]]
 
 
 # ---------------------------------------------------------------------- python -m experiments.train
@@ -143,7 +145,7 @@ TRAIN = _cases(
     cuda=(["train.device=cuda"], "CUDA is not available"))
 
 
-@pytest.mark.parametrize("argv, phrase", TRAIN, ids=_ids(TRAIN))
+@pytest.mark.parametrize("argv, phrase", TRAIN)
 def test_train(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     import importlib.util
 
@@ -163,7 +165,7 @@ EVAL = _cases(
     (["{base}", "--limit", "0"], "LIMIT (--limit): 0 must be >= 1"),
     (["{base}", "--z", "prior-k", "--k", "0"], "K (--k): 0 must be >= 1"),
     (["{base}", "--limt", "2"], "unrecognized arguments: --limt 2"),
-    (["{base}", "--tasks", "nosuchbench"], "unknown task(s) nosuchbench"),
+    (["{base}", "--tasks", "nosuchbench"], "unknown task(s) nosuchbench", INDEX),
     (["{base}", "--tasks", "arc_eazy", "--data", "{bench}"], "did you mean arc_easy?"),
     (["{base}", "--tasks", "race", "--data", "{bench}"], "no offline data for race"),
     (["{base}", "--tasks", "arc_easy", "--fewshot", "5", "--data", "{bench}"], "fewshot=5"),
@@ -173,7 +175,7 @@ EVAL = _cases(
     cuda=(["{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
 
 
-@pytest.mark.parametrize("argv, phrase", EVAL, ids=_ids(EVAL))
+@pytest.mark.parametrize("argv, phrase", EVAL)
 def test_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     from experiments.eval.run import main
 
@@ -183,7 +185,7 @@ def test_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
 # ------------------------------------------------- lm-eval, hf-export, tasks, likelihood, probe
 LM_EVAL = _cases(
     (["--ckpt", "{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
-    (["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt"),
+    (["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt", INDEX),
     cuda=(["--ckpt", "{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
 HF_EXPORT = _cases(
     (["{free}", "{tmp}/hf"], "Free Transformer"),
@@ -213,7 +215,7 @@ BENCH = _cases(
     (["--reps", "4"], "--reps 4: every figure is a median of at least 5 reps"),
     (["--md", "{tmp}/afile/out.md"], "afile"))
 TOOLS = [("experiments.bench.__main__", "python -m experiments.bench", BENCH),
-         ("analysis.synthetic", "synthetic", [(["--name", "nope"], "nope")]),
+         ("analysis.synthetic", "synthetic", _cases((["--name", "nope"], "nope"))),
          ("experiments.eval.lm_eval_cli", "lm-eval", LM_EVAL),
          ("experiments.eval.hf_export", "hf-export", HF_EXPORT),
          ("experiments.eval.tasks.__main__", "tasks", TASKS),
@@ -222,8 +224,8 @@ TOOLS = [("experiments.bench.__main__", "python -m experiments.bench", BENCH),
 
 
 @pytest.mark.parametrize("module, prog, argv, phrase",
-                         [(m, p, *c) for m, p, cs in TOOLS for c in cs],
-                         ids=[f"{p}: {' '.join(c[0])}" for _, p, cs in TOOLS for c in cs])
+                         [pytest.param(m, p, *c.values, marks=c.marks, id=f"{p}: {c.id}")
+                          for m, p, cs in TOOLS for c in cs])
 def test_eval_tools(module, prog, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     import importlib
 
@@ -247,7 +249,7 @@ CORPUS = _cases(
     (["--verify"], "no corpus.json to verify"))
 
 
-@pytest.mark.parametrize("argv, phrase", CORPUS, ids=_ids(CORPUS))
+@pytest.mark.parametrize("argv, phrase", CORPUS)
 def test_corpus(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     from experiments.corpus.__main__ import main
 
@@ -293,7 +295,7 @@ SYNTHETIC = _cases(
     (["--reuse", "kappa=1={tmp}/nowhere"], "no finished run there"))
 
 
-@pytest.mark.parametrize("argv, phrase", SYNTHETIC, ids=_ids(SYNTHETIC))
+@pytest.mark.parametrize("argv, phrase", SYNTHETIC)
 def test_synthetic(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     import experiments.synthetic as syn
 
@@ -478,7 +480,7 @@ FULL_EVAL = _cases(
     (["{base}", "--data", "{bench}", "--tasks", "arc_eazy"], "did you mean arc_easy?"))
 
 
-@pytest.mark.parametrize("argv, phrase", FULL_EVAL, ids=_ids(FULL_EVAL))
+@pytest.mark.parametrize("argv, phrase", FULL_EVAL)
 def test_full_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     from pipelines.full_eval import main
 
