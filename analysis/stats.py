@@ -335,7 +335,15 @@ def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot
         return _empty_delta(len(seeds), len(docs))
     rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
                                                            ref["value"].to_numpy(float)])))
-    scale = _scale(test["value"], ref["value"])
+    return matrix_delta(d, rng, _scale(test["value"], ref["value"]), n_boot, seed, level)
+
+
+def matrix_delta(d: np.ndarray, rng: tuple[float, float] = (-math.inf, math.inf),
+                 scale: float | None = None, n_boot: int = 2000, seed: int = 0,
+                 level: float = LEVEL) -> Delta:
+    """`paired_delta` on a complete paired-difference matrix `d` (seeds x items; `rng`, `scale`
+    as in `seed_t`): a paired t over seeds with >= 2 rows, an item bootstrap with one. The
+    calibration harness calls it on simulated matrices, so it measures this very code."""
     if d.shape[0] >= 2:
         return seed_t(per_seed_diffs(d), rng, n_items=d.shape[1], level=level, scale=scale)
     return item_bootstrap(d[0], rng, n_boot=n_boot, seed=seed, level=level, scale=scale)

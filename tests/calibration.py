@@ -18,10 +18,10 @@ What it does (docs/CALIBRATION.md has the figures of the last full run):
    significant Δs and verdicts.
 2. Bulk Monte-Carlo. Writing thousands of sweeps to disk is too slow on a small machine, so the
    bulk runs call the very functions the tables and claims call on the same kind of data:
-   `stats.seed_t` (what `stats.paired_delta` returns with >= 2 seeds; step 1 shows they agree on
-   files), `stats.item_bootstrap` (one seed), `stats.cell_interval`, `stats.holm` and
+   `stats.matrix_delta` (what `stats.paired_delta` runs once it has paired the rows; step 1
+   shows they agree on files), `stats.cell_interval`, `stats.holm` and
    `claims.benchmark_verdict`. Beside each it computes scipy's paired t-test over seed means on
-   the same simulated data (the power benchmark), and, for reference, the old two-level bootstrap.
+   the same simulated data (the power benchmark).
 
 Simulation model (one benchmark of 0/1 items): item difficulties q_i ~ U(0.25, 0.75), shared by
 all arms and seeds; each (arm, seed) run gets a seed offset u ~ N(0, sd) in probability points;
@@ -153,8 +153,6 @@ class Cell:
     power: Tally = field(default_factory=Tally)
     power_t: Tally = field(default_factory=Tally)
     power_lt_t: int = 0
-    old_fpr: Tally = field(default_factory=Tally)
-    old_coverage: Tally = field(default_factory=Tally)
     out_of_range: int = 0
     intervals: int = 0
     mde: list[float] = field(default_factory=list)
@@ -165,27 +163,22 @@ def _in_range(lo: float, hi: float, rng: tuple[float, float]) -> bool:
 
 
 def _delta(d: np.ndarray, n_boot: int) -> S.Delta:
-    """What stats.paired_delta returns for a complete seeds x items difference matrix."""
-    if d.shape[0] >= 2:
-        return S.seed_t(S.per_seed_diffs(d), (-1.0, 1.0), n_items=d.shape[1], scale=1.0)
-    return S.item_bootstrap(d[0], (-1.0, 1.0), n_boot=n_boot, scale=1.0)
+    """stats.paired_delta on 0/1 items once paired: a difference lies in [-1, 1], scale 1."""
+    return S.matrix_delta(d, (-1.0, 1.0), 1.0, n_boot)
 
 
-def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
-         n_boot: int = 500) -> Cell:
-    """Null, coverage and power runs of one setting through the report's statistics.
-    `old`: how many of the sweeps also run the old two-level bootstrap (slow)."""
+def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, n_boot: int = 500) -> Cell:
+    """Null, coverage and power runs of one setting through the report's statistics."""
     rng = np.random.default_rng([seed, design.n_items, design.n_seeds, int(sd * 1000)])
     c = Cell()
     paper = [k <= 2.0 for k in design.kappas]
-    for sweep in range(n_sweeps):
+    for _ in range(n_sweeps):
         q = rng.uniform(0.25, 0.75, design.n_items)
         for mode in ("null", "coverage", "power"):
             base = draw(rng, q, 0.0, sd, design.n_seeds)
-            for cell_y in (base,):
-                ci = S.cell_interval(cell_y.mean(axis=1), cell_y.ravel(), "acc")
-                c.intervals += 1
-                c.out_of_range += not _in_range(ci.lo, ci.hi, S.UNIT)
+            ci = S.cell_interval(base.mean(axis=1), base.ravel(), "acc")
+            c.intervals += 1
+            c.out_of_range += not _in_range(ci.lo, ci.hi, S.UNIT)
             ds, ps, units = [], [], []
             for j, _k in enumerate(design.kappas):
                 eff = {"null": 0.0, "power": EFFECT,
@@ -221,13 +214,6 @@ def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
                                      and not S.no_variation(S.per_seed_diffs(y - base), 1.0))
                         c.power_t.add(t_sig)
                         c.power_lt_t += t_sig and not (d.significant and d.delta > 0)
-                if sweep < old and design.n_seeds >= 2 and mode != "power":
-                    pb = paired_bootstrap(*_long(y, base), n_boot=n_boot, seed=sweep)
-                    if mode == "null":
-                        c.old_fpr.add(pb.significant)
-                    else:
-                        truth = expected_score(q, eff, sd) - expected_score(q, 0.0, sd)
-                        c.old_coverage.add(math.isfinite(pb.lo) and pb.lo <= truth <= pb.hi)
             if mode == "null":
                 for a in S.holm(ps):
                     c.fpr_holm.add(math.isfinite(a) and a < ALPHA)
@@ -239,76 +225,6 @@ def bulk(design: Design, sd: float, n_sweeps: int, seed: int = 0, old: int = 0,
                 c.supported_null.add(verdict == SUPPORTED)
                 c.decided_null.add(verdict != "inconclusive")
     return c
-
-
-# ---- the old two-level bootstrap (a reference method: its figures are in the doc) --------
-
-@dataclass(frozen=True)
-class PairedDelta:
-    """Delta (test - reference) over paired (seed, item) scores with its two-level bootstrap
-    interval (kept as a reference method; the report uses `paired_delta`)."""
-
-    delta: float
-    lo: float
-    hi: float
-    p: float
-    n_seeds: int
-    n_items: int
-
-    @property
-    def significant(self) -> bool:  # a zero-width interval is rounding, never a finding
-        return bool(np.isfinite(self.lo) and self.hi > self.lo and (self.lo > 0 or self.hi < 0))
-
-
-def bootstrap_stats(d: np.ndarray, n_boot: int = 2000, seed: int = 0,
-                    chunk: int = 256) -> np.ndarray:
-    """Bootstrap replicates of mean(D) resampling rows (seeds) and columns (items) independently.
-
-    Replicate b draws seed indices `si = rng.integers(0, S, S)` then item indices
-    `ii = rng.integers(0, I, I)` and returns `D[si][:, ii].mean()`; the computation uses item
-    counts (D @ counts / I) so memory stays at chunk x I.
-    """
-    rng = np.random.default_rng(seed)
-    s_n, i_n = d.shape
-    out = np.empty(n_boot)
-    for start in range(0, n_boot, chunk):
-        stop = min(n_boot, start + chunk)
-        counts = np.empty((stop - start, i_n))
-        sis = []
-        for j in range(stop - start):
-            si = rng.integers(0, s_n, s_n)
-            ii = rng.integers(0, i_n, i_n)
-            sis.append(si)
-            counts[j] = np.bincount(ii, minlength=i_n)
-        row_means = counts @ d.T / i_n  # (chunk, S): each seed's mean over the resampled items
-        for j, si in enumerate(sis):
-            out[start + j] = row_means[j, si].mean()
-    return out
-
-
-def paired_bootstrap(test: pd.DataFrame, ref: pd.DataFrame, n_boot: int = 2000, seed: int = 0,
-                     level: float = S.LEVEL) -> PairedDelta:
-    """Paired bootstrap of mean(test - ref) over items and seeds (pairs by seed and doc_id).
-
-    The point estimate is the plain mean of the paired differences; the interval is the
-    percentile interval of `bootstrap_stats`; p is the two-sided bootstrap p-value for delta = 0.
-    """
-    d, seeds, docs = S.paired_matrix(test, ref)
-    if d.size == 0:
-        return PairedDelta(math.nan, math.nan, math.nan, math.nan, len(seeds), len(docs))
-    delta = float(d.mean())
-    if S.no_variation(d, S._scale(test["value"], ref["value"])):  # no interval, never significant
-        return PairedDelta(delta, math.nan, math.nan, math.nan, *d.shape)
-    reps = bootstrap_stats(d, n_boot=n_boot, seed=seed)
-    lo, hi = np.quantile(reps, [0.5 - level / 2, 0.5 + level / 2])
-    p = min(1.0, 2 * min(float(np.mean(reps <= 0)), float(np.mean(reps >= 0))))
-    return PairedDelta(delta, float(lo), float(hi), p, *d.shape)
-
-
-def _long(y: np.ndarray, base: np.ndarray) -> tuple[pd.DataFrame, pd.DataFrame]:
-    s, i = np.meshgrid(np.arange(y.shape[0]), np.arange(y.shape[1]), indexing="ij")
-    mk = (lambda v: pd.DataFrame({"seed": s.ravel(), "doc_id": i.ravel(), "value": v.ravel()}))
-    return mk(y), mk(base)
 
 
 # ---- full path: result files -> load_sweep -> tables -> claims ----------------------------------
@@ -821,7 +737,7 @@ def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, 
 
 # ---- the report -------------------------------------------------------------------------------
 
-def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
+def run(n_sweeps: int, n_full: int, seed: int = 0,
         settings: list[tuple[str, float]] | None = None, n_boot: int = 500,
         gap_sims: int = 0) -> dict:
     """All figures: {"bulk": {(design, sd): Cell}, "full": FullPath, "tost": {...}, "gaps":
@@ -833,8 +749,7 @@ def run(n_sweeps: int, n_full: int, old: int = 0, seed: int = 0,
     for name, sd in settings:
         d = DESIGNS[name]
         n = n_sweeps if d.n_seeds >= 2 else max(1, n_sweeps // 4)
-        res["bulk"][(name, sd)] = bulk(d, sd, n, seed=seed, old=old if name == "demo" else 0,
-                                       n_boot=n_boot)
+        res["bulk"][(name, sd)] = bulk(d, sd, n, seed=seed, n_boot=n_boot)
     res["full"] = full_path(scenarios(n_full, DESIGNS["demo"], SEED_SDS), seed=seed)
     res["rounding"] = rounding(n_sweeps, n_full=max(1, n_full // 10), seed=seed, n_boot=n_boot)
     res["tost"] = tost_calibration(n_sweeps, seed, settings=settings)
@@ -948,8 +863,9 @@ def markdown(res: dict, command: str) -> str:
         "statistic computed directly from the simulated outcomes with the reference of the same "
         f"H and seed: {len(fp.mismatches)} mismatches. {fp.seconds:.0f} s.",
         "- **Bulk Monte-Carlo**: the same functions the tables and claims call "
-        "(`analysis.stats.seed_t` — what `paired_delta` returns with >= 2 seeds, "
-        "`stats.item_bootstrap` for one seed, `stats.cell_interval`, `stats.holm`, "
+        "(`analysis.stats.matrix_delta` — what `paired_delta` runs once it has paired the "
+        "rows: a paired t over seeds, an item bootstrap for one seed — `stats.cell_interval`, "
+        "`stats.holm`, "
         f"`claims.benchmark_verdict`) on {res['n_sweeps']} sweeps per setting (a quarter of that "
         "for one seed). Beside it, scipy's paired t-test over seed means on the same data.",
         "",
@@ -1052,18 +968,6 @@ def markdown(res: dict, command: str) -> str:
                          < 0.95) or "no scenario")
             + ". The synthetic rules decide 'encoded' by the permutation p, whose level is "
             "exact, and use the interval only for 'negligible' (docs/SYNTHETIC.md).", ""]
-    old = [(k, c) for k, c in res["bulk"].items() if c.old_fpr.n]
-    if old:
-        lines += ["### For reference: the old two-level bootstrap on the same data", "",
-                  _md([{"design": n, "seed SD": f"{100 * sd:g}", "FPR": c.old_fpr.text(),
-                        "coverage": c.old_coverage.text()} for (n, sd), c in old])]
-        lines += ["", "On this design it is far too wide (FPR about 1%, coverage 97-100%): it "
-                  "resamples items within seeds on top of resampling the seeds, so item noise "
-                  "that is already in the seed means counts twice and power is thrown away. "
-                  "With three seeds its percentile interval is also built from only ten "
-                  "distinct seed resamples; the independent review found it too narrow at 200 "
-                  "items with 5-8 point seed noise (not re-measured here). The report no longer "
-                  "uses it for >= 2 seeds.", ""]
     lines += [
         "## Targets",
         "",
@@ -1104,8 +1008,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sweeps", type=int, default=1000, help="bulk sweeps per setting")
     ap.add_argument("--full-path", type=int, default=50,
                     help="result-file sweeps per seed SD through load_sweep/tables/claims")
-    ap.add_argument("--old", type=int, default=100,
-                    help="sweeps per SD that also run the old two-level bootstrap (demo)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gap-sims", type=int, default=400,
                     help="planted models per synthetic-gap scenario (0: skip that section)")
@@ -1113,11 +1015,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     def body() -> int:
-        if a.sweeps < 1 or a.full_path < 0 or a.old < 0 or a.gap_sims < 0:
-            raise UsageError("--sweeps must be >= 1, --full-path, --old and --gap-sims >= 0")
+        if a.sweeps < 1 or a.full_path < 0 or a.gap_sims < 0:
+            raise UsageError("--sweeps must be >= 1, --full-path and --gap-sims >= 0")
         cmd = "python tests/calibration.py " + " ".join(
             argv if argv is not None else sys.argv[1:])
-        res = run(a.sweeps, a.full_path, old=a.old, seed=a.seed, gap_sims=a.gap_sims)
+        res = run(a.sweeps, a.full_path, seed=a.seed, gap_sims=a.gap_sims)
         text = markdown(res, cmd.strip())
         print(f"wrote {atomic_write_text(a.out, text)}" if a.out else text)
         for b in failures(res):

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from calibration import paired_bootstrap  # the old two-level bootstrap: CALIBRATION.md's
 from fake import write_fake_sweep
 from scipy import stats
 
@@ -49,50 +48,7 @@ def test_clopper_pearson_and_mean_ci_known_values():
     assert math.isnan(mean_ci([1.0])[1]) and math.isnan(mean_ci([])[0])
 
 
-# ---- paired bootstrap ------------------------------------------------------------------------
-
-def _direct_bootstrap(d: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    """The definition, literally: resample seeds, then items, take the mean."""
-    rng = np.random.default_rng(seed)
-    s_n, i_n = d.shape
-    out = []
-    for _ in range(n_boot):
-        si = rng.integers(0, s_n, s_n)
-        ii = rng.integers(0, i_n, i_n)
-        out.append(d[si][:, ii].mean())
-    return np.array(out)
-
-
-def _long(mat: np.ndarray, seeds, docs) -> pd.DataFrame:
-    return pd.DataFrame([{"seed": s, "doc_id": i, "value": mat[a, b]}
-                         for a, s in enumerate(seeds) for b, i in enumerate(docs)])
-
-
-def test_paired_bootstrap_equals_direct_computation():
-    rng = np.random.default_rng(1)
-    test = (rng.random((3, 57)) < 0.4).astype(float)
-    ref = (rng.random((3, 57)) < 0.3).astype(float)
-    res = paired_bootstrap(_long(test, [0, 1, 2], range(57)), _long(ref, [0, 1, 2], range(57)),
-                           n_boot=N_BOOT, seed=7)
-    d = test - ref
-    reps = _direct_bootstrap(d, N_BOOT, 7)
-    assert res.delta == pytest.approx(d.mean(), abs=1e-12)
-    assert res.lo == pytest.approx(np.quantile(reps, 0.025), abs=1e-12)
-    assert res.hi == pytest.approx(np.quantile(reps, 0.975), abs=1e-12)
-    p = min(1.0, 2 * min(np.mean(reps <= 0), np.mean(reps >= 0)))
-    assert res.p == pytest.approx(p)
-    assert (res.n_seeds, res.n_items) == (3, 57)
-
-
-def test_paired_bootstrap_one_seed_width_matches_standard_error():
-    rng = np.random.default_rng(2)
-    d = rng.normal(0.3, 1.0, size=(1, 400))
-    res = paired_bootstrap(_long(d, [0], range(400)), _long(np.zeros_like(d), [0], range(400)),
-                           n_boot=2000, seed=0)
-    se = d.std(ddof=1) / math.sqrt(400)
-    assert (res.hi - res.lo) / (2 * 1.96) == pytest.approx(se, rel=0.1)
-    assert res.significant  # mean 0.3, se 0.05
-
+# ---- pairing ---------------------------------------------------------------------------------
 
 def test_pairing_is_by_seed_and_doc_id_not_by_order():
     t = pd.DataFrame({"seed": [1, 0, 0, 0, 1, 1, 2], "doc_id": [5, 5, 3, 9, 3, 9, 3],
@@ -311,9 +267,6 @@ def test_degenerate_delta_is_no_variation_never_significant():
     """2 seeds x 1 item with equal differences: the old bootstrap gave [d, d] and p = 0."""
     t = pd.DataFrame({"seed": [0, 1], "doc_id": [0, 0], "value": [1.0, 1.0]})
     r = pd.DataFrame({"seed": [0, 1], "doc_id": [0, 0], "value": [0.0, 0.0]})
-    res = paired_bootstrap(t, r, n_boot=N_BOOT)
-    assert res.delta == 1.0 and not res.significant
-    assert math.isnan(res.lo) and math.isnan(res.p)
     from analysis.stats import NO_VARIATION, paired_delta
 
     d = paired_delta(t, r, "exact_match")

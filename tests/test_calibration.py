@@ -74,3 +74,17 @@ def test_synthetic_gap_permutation_level_and_power(res):
         assert null.detected[k].n == 40 * C.NULL_SIMS_FACTOR and null.detected[k].rate <= 0.12
         assert strong.detected[k].rate == 1.0 and strong.coverage[k].rate >= 0.8
         assert abs(null.truth[k]) < 0.01
+
+
+def test_rounding_case_is_never_significant(res):
+    """Issue 24: FTs that beat their baseline by the same count on every seed (equal per-seed
+    differences that float arithmetic makes unequal) are never significant, in bulk or through
+    result files, and a harness that let one through would report a missed target."""
+    r = res["rounding"]
+    assert r.trials == 400 and r.spread > 100  # the adversary: most have a float spread
+    assert r.paired.k == r.means.k == r.holm.k == 0 and r.holm.n == 200
+    assert r.full_rows.n == 4 and r.full_rows.k == 0 and r.full_supported.k == 0
+    bad = {"bulk": {}, "full": C.FullPath(), "rounding": C.Rounding(paired=C.Tally(1, 10))}
+    assert any("rounding case (paired)" in f for f in C.failures(bad))
+    md = C.markdown({**bad, "n_sweeps": 1, "n_full": 0, "seed": 0, "seconds": 0.0}, "cmd")
+    assert "Rounding case (issue 24)" in md

@@ -47,15 +47,11 @@ def test_parse_kappas_spellings_and_order() -> None:
     assert parse_kappas("1e-3") == [0.001] and parse_kappas("3/8") == [float(Fraction(3, 8))]
 
 
-@pytest.mark.parametrize("text, msg", [
-    ("1/64 0.015625", "KAPPA: 1/64 given twice in '1/64 0.015625'"),
-    ("1/8, 0.125", "KAPPA: 1/8 given twice"), ("0.5 0.5", "KAPPA: 0.5 given twice"),
-    ("2 2.0", "KAPPA: 2 given twice"),
-    ("abc", "KAPPA: 'abc' is not a number of bits >= 0"),
-    ("1/0", "KAPPA: '1/0' is not a number"), ("1/2/3", "'1/2/3' is not a number"),
-    ("-1", "KAPPA: '-1' must be a finite number >= 0 (bits per token)"),
+@pytest.mark.parametrize("text, msg", [  # one per rule: a value twice, not a number, < 0
+    ("1/64 0.015625", "KAPPA: 1/64 given twice in '1/64 0.015625'"), ("2 2.0", "2 given twice"),
+    ("1/0", "KAPPA: '1/0' is not a number"), ("abc", "'abc' is not a number of bits >= 0"),
     ("-1/64", "'-1/64' must be a finite number >= 0"), ("nan", "'nan' must be a finite"),
-    ("inf", "'inf' must be a finite"), ("1e999", "'1e999' must be a finite")])
+    ("1e999", "'1e999' must be a finite")])
 def test_parse_kappas_refuses_in_one_line(text: str, msg: str) -> None:
     with pytest.raises(UsageError, match=re.escape(msg)) as e:
         parse_kappas(text, "KAPPA")

@@ -7,17 +7,30 @@ another package used."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
 
 
-def _modules() -> dict[str, Path]:
+@functools.cache
+def _parse(text: str) -> ast.Module:
+    return ast.parse(text)
+
+
+def _tree(path: Path) -> ast.Module:
+    """A file's syntax tree, parsed once per content (four checks walk every file)."""
+    return _parse(path.read_text(encoding="utf-8"))
+
+
+def _modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
     for pkg in PACKAGES:
-        for p in sorted((ROOT / pkg).rglob("*.py")):
-            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        for p in sorted((root / pkg).rglob("*.py")):
+            parts = list(p.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
             out[".".join(parts)] = p
@@ -30,7 +43,7 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     is_pkg = path.name == "__init__.py"
     here = name.split(".") if is_pkg else name.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -42,8 +55,10 @@ def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     return {m for m in found if m in known and m != name}
 
 
-def graph() -> dict[str, set[str]]:
-    mods = _modules()
+@functools.cache
+def graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module -> the project modules it imports (built once per tree; callers only read it)."""
+    mods = _modules(root)
     return {n: _imports(n, p, set(mods)) for n, p in mods.items()}
 
 
@@ -102,11 +117,6 @@ def test_the_walker_sees_function_level_cycles() -> None:
     assert "experiments.eval.run" in src["sweeps.backend"]  # so does one inside a function
 
 
-def test_no_import_cycle() -> None:
-    cycles = find_cycles(graph())
-    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
-
-
 def _package(module: str, path: Path) -> str:
     """The package a module belongs to (its directory): 'experiments.train' for
     experiments.train.trainer, 'model' for model.free_transformer and for model/__init__."""
@@ -115,24 +125,10 @@ def _package(module: str, path: Path) -> str:
 
 def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
     """Package -> the other packages its modules import (anywhere in their bodies)."""
-    mods = _modules() if root == ROOT else _modules_under(root)
-    known = set(mods)
+    pkg = {n: _package(n, p) for n, p in _modules(root).items()}
     out: dict[str, set[str]] = {}
-    pkg = {n: _package(n, p) for n, p in mods.items()}
-    for name, path in mods.items():
-        deps = out.setdefault(pkg[name], set())
-        deps.update(pkg[t] for t in _imports(name, path, known) if pkg[t] != pkg[name])
-    return out
-
-
-def _modules_under(root: Path) -> dict[str, Path]:
-    out = {}
-    for pkg in PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out[".".join(parts)] = p
+    for name, targets in graph(root).items():
+        out.setdefault(pkg[name], set()).update(pkg[t] for t in targets if pkg[t] != pkg[name])
     return out
 
 
@@ -153,9 +149,10 @@ def test_the_package_walker_sees_a_cycle_through_two_directories(tmp_path: Path)
     assert find_cycles({n: set() for n in graph()}) == []
 
 
-def test_no_package_cycle() -> None:
-    cycles = find_cycles(package_graph())
-    assert not cycles, "package cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+@pytest.mark.parametrize("kind", ["module", "package"])
+def test_no_import_cycle(kind: str) -> None:
+    cycles = find_cycles(graph() if kind == "module" else package_graph())
+    assert not cycles, f"{kind} cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 # ---------------------------------------------------------------- the direction of dependencies
@@ -172,10 +169,6 @@ launchers) -> experiments (entry points and their parts) -> model -> common; ana
 result files only (common and itself)."""
 
 
-def test_every_package_has_a_rule() -> None:
-    assert set(ALLOWED) == set(PACKAGES)
-
-
 def _private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__") and name != "_"
 
@@ -186,7 +179,7 @@ def _definitions(mods: dict[str, Path]) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for name, path in mods.items():
         pkg = _package(name, path)
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             found: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found.append(node.name)
@@ -208,13 +201,7 @@ def direction_violations(root: Path = ROOT) -> list[str]:
     """Every import that points against docs/DESIGN.md's arrows, and every private name used
     outside the package that defines it: `from pkg.mod import _x`, or `<anything>._x` where
     only other packages define `_x`. Function-level code counts too. One line per site."""
-    mods = {}
-    for pkg in PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            mods[".".join(parts)] = p
+    mods = _modules(root)
     known = set(mods)
     defs = _definitions(mods)
     bad: list[str] = []
@@ -226,7 +213,7 @@ def direction_violations(root: Path = ROOT) -> list[str]:
                 bad.append(f"{rel}: imports {target} ({top} may import only "
                            f"{', '.join(sorted(ALLOWED[top]))} and third-party)")
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.ImportFrom):
                 base = here[:len(here) - node.level + 1] if node.level else []
                 mod = ".".join(base + ([node.module] if node.module else []))
@@ -282,6 +269,7 @@ def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
 
 
 def test_dependencies_point_one_way() -> None:
+    assert set(ALLOWED) == set(PACKAGES)  # every package has a rule
     bad = direction_violations()
     assert not bad, "against the design's arrows:\n" + "\n".join(bad)
 
@@ -291,7 +279,7 @@ def test_no_package_imports_the_notebook() -> None:
     the reverse."""
     bad = [f"{p.relative_to(ROOT)}:{n.lineno}" for pkg in PACKAGES
            for p in sorted((ROOT / pkg).rglob("*.py"))
-           for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+           for n in ast.walk(_tree(p))
            if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "dev" for a in n.names))
            or (isinstance(n, ast.ImportFrom) and not n.level
                and (n.module or "").split(".")[0] == "dev")]

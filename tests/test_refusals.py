@@ -112,13 +112,15 @@ def refused(main: Callable[[list[str]], int], prog: str, argv: list[str], phrase
     assert _files(*watched) == before
 
 
-def _ids(cases: list[tuple[str, ...]]) -> list[str]:
-    return [" ".join(c[0]) for c in cases]
+INDEX = pytest.mark.slow
+"""A case lm-eval refuses only after indexing its whole task registry (~10 s on CI): the slow
+tier's, as the index is not what the case checks."""
 
 
-def _cases(*rows: tuple[list[str], str], cuda: tuple[list[str], str] | None = None
-           ) -> list[tuple[list[str], str]]:
-    return [*rows, *([cuda] if cuda is not None and NO_CUDA else [])]
+def _cases(*rows: tuple, cuda: tuple | None = None) -> list:
+    """(argv, phrase[, marks]) rows as pytest params named by their argv."""
+    return [pytest.param(*r[:2], marks=r[2:], id=" ".join(r[0]))
+            for r in [*rows, *([cuda] if cuda is not None and NO_CUDA else [])]]
 
 
 # ---------------------------------------------------------------------- python -m experiments.train
@@ -130,10 +132,8 @@ TRAIN = _cases(
     (["+train.foo=1"], "adding or deleting keys is not allowed"),
     (["model.dim"], "is not key=value"),
     (["optim.lr=-1"], "optim.lr=-1.0: must be a finite number > 0"),
-    (["train.seed=abc"], "Value 'abc' of type 'str' could not be converted to Integer"),
     (["train.tokens=lots"], "train.tokens='lots' is not a positive number"),
     (["train.compute_match=tokens"], "allowed values ['none', 'flops']"),
-    (["logging.export_dtype=fp16"], "allowed values ['auto', 'bf16', 'fp32']"),
     (["model.latent_bits=4", "model.n_layers=3"], "must be even for a Free Transformer"),
     (["train.seq_len=512"], "exceeds model.max_seq_len=256"),
     (["data=files"], "data=files needs data.paths"),
@@ -145,7 +145,7 @@ TRAIN = _cases(
     cuda=(["train.device=cuda"], "CUDA is not available"))
 
 
-@pytest.mark.parametrize("argv, phrase", TRAIN, ids=_ids(TRAIN))
+@pytest.mark.parametrize("argv, phrase", TRAIN)
 def test_train(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     import importlib.util
 
@@ -163,25 +163,19 @@ EVAL = _cases(
     (["{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
     (["{bad}", "--tasks", "arc_easy", "--data", "{bench}"], "corrupt"),
     (["{base}", "--limit", "0"], "LIMIT (--limit): 0 must be >= 1"),
-    (["{base}", "--limit", "two"], "LIMIT (--limit): invalid int value: 'two'"),
-    (["{base}", "--max-gen-toks", "0"], "GEN (--max-gen-toks): 0 must be >= 1"),
     (["{base}", "--z", "prior-k", "--k", "0"], "K (--k): 0 must be >= 1"),
-    (["{base}", "--fewshot", "-1"], "FEWSHOT (--fewshot): -1 must be >= 0"),
     (["{base}", "--limt", "2"], "unrecognized arguments: --limt 2"),
-    (["{base}", "--tasks", "nosuchbench"], "unknown task(s) nosuchbench"),
-    (["{base}", "--tasks", "hellaswg"], "did you mean hellaswag?"),
+    (["{base}", "--tasks", "nosuchbench"], "unknown task(s) nosuchbench", INDEX),
     (["{base}", "--tasks", "arc_eazy", "--data", "{bench}"], "did you mean arc_easy?"),
     (["{base}", "--tasks", "race", "--data", "{bench}"], "no offline data for race"),
     (["{base}", "--tasks", "arc_easy", "--fewshot", "5", "--data", "{bench}"], "fewshot=5"),
     (["{base}", "--tasks", "arc_easy", "--data", "{bench}", "--out-dir", "{tmp}/afile/e"],
      "afile is a file"),
-    (["{base}", "--tasks", "arc_easy", "--data", "{bench}", "--out-dir", "/proc/ftbench"],
-     "/proc is not writable"),
     (["{base}", "--tasks", "arc_easy", "--data", "{tmp}/nodata"], "benchmark data"),
     cuda=(["{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
 
 
-@pytest.mark.parametrize("argv, phrase", EVAL, ids=_ids(EVAL))
+@pytest.mark.parametrize("argv, phrase", EVAL)
 def test_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     from experiments.eval.run import main
 
@@ -191,25 +185,20 @@ def test_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
 # ------------------------------------------------- lm-eval, hf-export, tasks, likelihood, probe
 LM_EVAL = _cases(
     (["--ckpt", "{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
-    (["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt"),
-    (["--ckpt"], "argument --ckpt: expected one argument"),
+    (["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt", INDEX),
     cuda=(["--ckpt", "{base}", "--tasks", "arc_easy", "--device", "cuda"], "0 CUDA device"))
 HF_EXPORT = _cases(
     (["{free}", "{tmp}/hf"], "Free Transformer"),
     (["{base}", "{tmp}/afile"], "afile is a file"),
     (["{tmp}/nowhere", "{tmp}/hf"], "no checkpoint at"),
-    (["{bad}", "{tmp}/hf"], "corrupt"),
-    (["{base}"], "the following arguments are required: out_dir"))
+    (["{bad}", "{tmp}/hf"], "corrupt"))
 TASKS = _cases(
     (["{bench}", "{tmp}/afile"], "afile is a file"),
-    (["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"),
-    ([], "the following arguments are required: data"))
+    (["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"))
 LIKELIHOOD = _cases(
     (["{tmp}/nowhere"], "no such run directory or checkpoint"),
     (["{d}"], "no checkpoint at"),
     (["{ft}", "--k", "1,x"], "--k: '1,x' is not a comma-separated list"),
-    (["{ft}", "--k", "0,8"], "must list integers >= 1"),
-    (["{ft}", "--max-rows", "0"], "--max-rows: 0 must be >= 1"),
     (["{ft}", "--device", "nodevice"], "--device nodevice: not a torch device"),
     cuda=(["{ft}", "--device", "cuda"], "0 CUDA device"))
 PROBE_CASES = _cases(
@@ -217,21 +206,16 @@ PROBE_CASES = _cases(
     (["{bl}", *PROBE], "is a baseline"),
     (["{ft}", *PROBE, "--rows", "0"], "--rows"),
     (["{ft}", *PROBE, "--group-size", "1"], "--group-size"),
-    (["{ft}", *PROBE, "--temperature", "0"], "--temperature"),
     (["{ft}", *PROBE, "--rows", "2", "--prompts", "3"], "--prompts"),
     (["{ft}", *PROBE, "--rows", "100000"], "validation rows"),
-    (["{ft}", *PROBE, "--seed", "-1"], "--seed"),
     (["{ft}", *PROBE, "--prompt-len", "70"], "--prompt-len"),
     (["{ft}", *PROBE, "--out", "{tmp}/afile"], "--out"))
 BENCH = _cases(
     (["--sections", "train,nope"], "nope"),
     (["--reps", "4"], "--reps 4: every figure is a median of at least 5 reps"),
-    (["--warmup", "-1"], "--warmup -1"),
-    (["--threads", "0"], "--threads 0"),
-    (["--reps", "x"], "'x'"),
     (["--md", "{tmp}/afile/out.md"], "afile"))
 TOOLS = [("experiments.bench.__main__", "python -m experiments.bench", BENCH),
-         ("analysis.synthetic", "synthetic", [(["--name", "nope"], "nope")]),
+         ("analysis.synthetic", "synthetic", _cases((["--name", "nope"], "nope"))),
          ("experiments.eval.lm_eval_cli", "lm-eval", LM_EVAL),
          ("experiments.eval.hf_export", "hf-export", HF_EXPORT),
          ("experiments.eval.tasks.__main__", "tasks", TASKS),
@@ -240,8 +224,8 @@ TOOLS = [("experiments.bench.__main__", "python -m experiments.bench", BENCH),
 
 
 @pytest.mark.parametrize("module, prog, argv, phrase",
-                         [(m, p, *c) for m, p, cs in TOOLS for c in cs],
-                         ids=[f"{p}: {' '.join(c[0])}" for _, p, cs in TOOLS for c in cs])
+                         [pytest.param(m, p, *c.values, marks=c.marks, id=f"{p}: {c.id}")
+                          for m, p, cs in TOOLS for c in cs])
 def test_eval_tools(module, prog, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     import importlib
 
@@ -265,23 +249,27 @@ CORPUS = _cases(
     (["--verify"], "no corpus.json to verify"))
 
 
-@pytest.mark.parametrize("argv, phrase", CORPUS, ids=_ids(CORPUS))
-@pytest.mark.parametrize("module", ["experiments.corpus.__main__", "pipelines.corpus"])
-def test_corpus(module, argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
-    import importlib
+@pytest.mark.parametrize("argv, phrase", CORPUS)
+def test_corpus(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
+    from experiments.corpus.__main__ import main
 
     vocab = [] if "--vocab-size" in phrase or "--verify" in argv else ["--vocab-size", "300"]
-    refused(importlib.import_module(module).main, "corpus",
-            [*argv, *vocab, "--out", "{tmp}/out", "--quiet"], phrase, places, tmp_path, capsys,
-            monkeypatch)
+    refused(main, "corpus", [*argv, *vocab, "--out", "{tmp}/out", "--quiet"], phrase, places,
+            tmp_path, capsys, monkeypatch)
 
 
-def test_corpus_unwritable_out_and_bad_launcher(places, tmp_path, capsys, monkeypatch) -> None:
+def test_corpus_unwritable_out_and_the_pipeline_s_own_checks(places, tmp_path, capsys,
+                                                             monkeypatch) -> None:
+    """pipelines.corpus shares experiments.corpus's parser and build (one case of the table
+    through it); its launcher flags are its own."""
     from experiments.corpus.__main__ import main
     from pipelines.corpus import main as pmain
 
     refused(main, "corpus", ["--data", "stdlib", "--out", "/proc/ftbench", "--vocab-size",
                              "300"], "is not writable", places, tmp_path, capsys, monkeypatch)
+    refused(pmain, "corpus", ["--data", "{d}/field.yaml", "--vocab-size", "300", "--out",
+                              "{tmp}/o", "--quiet"], "no field 'body'", places, tmp_path,
+            capsys, monkeypatch)
     refused(pmain, "corpus", ["--out", "{tmp}/o", "--launcher", "pbs"],
             "--launcher: invalid choice: 'pbs'", places, tmp_path, capsys, monkeypatch)
     refused(pmain, "corpus", ["--out", "{tmp}/o", "--launcher", "slurm", "--cluster",
@@ -293,20 +281,13 @@ def test_corpus_unwritable_out_and_bad_launcher(places, tmp_path, capsys, monkey
 SYNTHETIC = _cases(
     (["--setting", "nope"], "--setting: invalid choice: 'nope'"),
     (["--kappa", "1/0"], "--kappa: '1/0' is not a number of bits >= 0"),
-    (["--kappa", " , "], "--kappa: ' , ' holds no value"),
-    (["--kappa", "1/8 0.125"], "1/8 given twice"),
     (["--setting", "smoke", "nosuch.key=1"], "unknown config section 'nosuch'"),
     (["--setting", "smoke", "train.tokens=lots"], "train.tokens='lots'"),
     (["data=tinystories"], "'data=tinystories': data is set per arm"),
     (["model.latent_bits=4"], "use --latent-bits"),
-    (["--kapa", "1"], "unrecognized arguments: --kapa"),
     (["--name", "a/b"], "--name 'a/b': must be a plain directory name"),
-    (["--name", ".."], "--name '..'"),
     (["paths.results=/proc/ftbench"], "runs directory"),
     (["--latent-bits", "0"], "--latent-bits: 0 must be >= 1"),
-    (["--group-size", "0"], "--group-size: 0 must be >= 1"),
-    (["--temperature", "0"], "--temperature: 0.0 must be > 0"),
-    (["--threads", "-2"], "--threads: -2 must be >= 0"),
     (["--high-latent-bits", "4"], "--high-latent-bits 4: must exceed --latent-bits 8"),
     (["--no-baseline", "--kappa", ""], "holds no value"),
     (["--reuse", "somewhere"], "--reuse 'somewhere': give LABEL=RUN_DIR"),
@@ -314,7 +295,7 @@ SYNTHETIC = _cases(
     (["--reuse", "kappa=1={tmp}/nowhere"], "no finished run there"))
 
 
-@pytest.mark.parametrize("argv, phrase", SYNTHETIC, ids=_ids(SYNTHETIC))
+@pytest.mark.parametrize("argv, phrase", SYNTHETIC)
 def test_synthetic(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     import experiments.synthetic as syn
 
@@ -496,11 +477,10 @@ def test_report_into_a_read_only_results_root(tmp_path: Path) -> None:
 FULL_EVAL = _cases(
     (["{tmp}/nope.pt", "--data", "{bench}"], "no checkpoint at"),
     (["{base}", "--data", "{bench}", "--workers", "0"], "--workers: 0 must be >= 1"),
-    (["{base}", "--data", "{bench}", "--tasks", "arc_eazy"], "did you mean arc_easy?"),
-    (["{base}"], "the following arguments are required: --data"))
+    (["{base}", "--data", "{bench}", "--tasks", "arc_eazy"], "did you mean arc_easy?"))
 
 
-@pytest.mark.parametrize("argv, phrase", FULL_EVAL, ids=_ids(FULL_EVAL))
+@pytest.mark.parametrize("argv, phrase", FULL_EVAL)
 def test_full_eval(argv, phrase, places, tmp_path, capsys, monkeypatch) -> None:
     from pipelines.full_eval import main
 

@@ -367,21 +367,6 @@ def test_hostile_completions_are_contained(arena: dict) -> None:
         assert not any((sandbox.UID_LOCK_DIR / str(u)).exists() for u in sandbox.ISSUED_UIDS)
 
 
-def test_budget_makes_items_missing_not_failed() -> None:
-    """A check cut by the evaluation's wall-clock budget is missing (reason), not a fail."""
-    # hangs at definition time, which only the check's whole wall clock bounds (a hang inside
-    # the function is a per-input timeout, scored, long before the budget)
-    hang = "import signal\nsignal.setitimer(signal.ITIMER_REAL, 0)\nwhile True:\n    pass\n"
-    probs = [problem("B/ok"), problem("B/hang")]
-    t0 = time.monotonic()
-    rep = codecheck.evaluate("humaneval", probs, {"B/ok": RIGHT, "B/hang": hang}, parallel=2,
-                             budget_s=6)
-    assert time.monotonic() - t0 < 6 + 5
-    assert rep.outcomes["B/ok"].base.status == "pass"
-    hung = rep.outcomes["B/hang"]
-    assert hung.base.status is None and "budget" in hung.base.reason and rep.budget_exhausted
-
-
 # ---------------------------------------------------------------------------------------------
 # the attacks
 

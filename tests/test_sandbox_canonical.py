@@ -89,6 +89,10 @@ def test_every_canonical_solution_passes_and_wrong_ones_fail(ds: str, n: int,
                                                              tmp_path: Path) -> None:
     probs = _problems(ds)
     assert len(probs) == n
-    right, wrong, elapsed = _check(ds, probs, tmp_path, max(2, os.cpu_count() or 2))
+    # 4 sandboxes a problem (expected outputs, base, plus, the wrong one's base): their cost is
+    # start-up and clean-up latency (bwrap, the uid and cgroup sweeps), not CPU (measured: 60
+    # MBPP problems took 76 s at 2 at once and 45 s at 8 on 2 busy cores, ~37 ms CPU a sandbox;
+    # no limit was hit), so more run at once than there are cores
+    right, wrong, elapsed = _check(ds, probs, tmp_path, max(8, 2 * (os.cpu_count() or 2)))
     print(f"{ds}: {n} canonical + {n} wrong solutions checked in {elapsed:.0f} s")
     _assert_agree(right, wrong)

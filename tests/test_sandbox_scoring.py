@@ -65,45 +65,43 @@ def _assert_all_missing(e: dict, why: str) -> None:
     assert e["sandbox"]["scored"] == 0 and e["sandbox"]["n_missing"] == len(e["items"])
 
 
-def test_crashed_sandbox_is_missing_not_zero(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def _raise(msg: str):
     def crash(*a: Any, **k: Any) -> None:
-        raise OSError("bwrap: cannot create namespace")
-
-    monkeypatch.setattr(sandbox, "run_child", crash)
-    _assert_all_missing(_run(tmp_path, _canonical(2)), "sandbox error")
+        raise OSError(msg)
+    return crash
 
 
-def test_probe_that_crashes_means_no_sandbox(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """If even the probe run fails, the machine has no sandbox: refused, one line, missing."""
-    def crash(*a: Any, **k: Any) -> None:
-        raise OSError("bwrap: setting up uid map: Permission denied")
+DEAD = sandbox.ChildRun(ready=False, result=None, timed_out=False, overflow=False, returncode=1,
+                        elapsed_s=0.01, leftovers=0, stderr_tail="oops")
+BROKEN = {  # what breaks -> (attribute of sandbox, its stand-in, re-probe, the reason says)
+    # a sandbox that crashed, after the probe found one
+    "crashed": ("run_child", _raise("bwrap: cannot create namespace"), False, "sandbox error"),
+    # even the probe run fails: the machine has no sandbox (the probe's error is named)
+    "probe-crashed": ("run_child", _raise("bwrap: setting up uid map: Permission denied"),
+                      True, "sandbox unavailable: bubblewrap cannot create namespaces here"),
+    # never started: its stderr (which the code controls) is never stored
+    "never-started": ("run_child", lambda *a, **k: DEAD, False, "sandbox did not start"),
+    "no-bwrap": ("isolation", lambda: sandbox.Isolation(
+        "unavailable", "bubblewrap (bwrap) is not installed"), False,
+        "sandbox unavailable: bubblewrap"),
+}
 
-    sandbox.isolation.cache_clear()
-    monkeypatch.setattr(sandbox, "run_child", crash)
-    e = _run(tmp_path, _canonical(1))
-    _assert_all_missing(e, "sandbox unavailable: bubblewrap cannot create namespaces here")
-    assert "uid map" in e["items"][0]["reason"]
 
-
-def test_sandbox_that_never_started_is_missing(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    dead = sandbox.ChildRun(ready=False, result=None, timed_out=False, overflow=False,
-                            returncode=1, elapsed_s=0.01, leftovers=0, stderr_tail="oops")
-    monkeypatch.setattr(sandbox, "run_child", lambda *a, **k: dead)
+@pytest.mark.parametrize("what", list(BROKEN))
+def test_a_check_that_could_not_be_made_is_missing_not_zero(what: str, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    attr, stand_in, reprobe, why = BROKEN[what]
+    if reprobe:
+        sandbox.isolation.cache_clear()
+    monkeypatch.setattr(sandbox, attr, stand_in)
     e = _run(tmp_path, _canonical(2))
-    _assert_all_missing(e, "sandbox did not start")
+    _assert_all_missing(e, why)
     assert "oops" not in json.dumps(e)
-
-
-def test_no_sandbox_on_the_machine_refuses_as_missing(tmp_path: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    iso = sandbox.Isolation("unavailable", "bubblewrap (bwrap) is not installed")
-    monkeypatch.setattr(sandbox, "isolation", lambda: iso)
-    e = _run(tmp_path, _canonical(2))
-    _assert_all_missing(e, "sandbox unavailable: bubblewrap")
-    assert e["sandbox"]["isolation"]["mode"] == "unavailable"
+    if what == "probe-crashed":
+        assert "uid map" in e["items"][0]["reason"]
+    if attr == "isolation" or reprobe:
+        assert e["sandbox"]["isolation"]["mode"] == "unavailable"
 
 
 def test_partly_missing_scores_over_the_scored_items(tmp_path: Path,
