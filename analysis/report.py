@@ -49,9 +49,6 @@ from .tables import (
     write_tables,
 )
 
-ReportError = UsageError
-"""The report's bad input (pipelines/shared.py still names it)."""
-
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
  max-width:1400px;color:#222;line-height:1.4}

@@ -147,12 +147,11 @@ def test_eval_chain_failure_is_reported(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
-    from common.records import EvalSpec
+    from common.records import EvalSpec, Manifest, ManifestCell
     from sweeps.driver import _eval_job
-    from sweeps.manifest import SweepCell, SweepManifest
 
-    c = SweepCell(cell="x", arm="free", run_dir=str(tmp_path))
-    m = SweepManifest(name="m", eval_points=3, likelihood_rows=16,
+    c = ManifestCell(cell="x", arm="free", run_dir=str(tmp_path))
+    m = Manifest(name="m", eval_points=3, likelihood_rows=16,
                       eval_specs={"lm-eval": EvalSpec.from_json(fake_spec())})
     assert m.spec_ids() == [spec_id(fake_spec())]
     argv = _eval_job(c, ["--limit", "2"], None, m=m).argv
@@ -161,7 +160,7 @@ def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
     assert argv[argv.index("--likelihood-rows") + 1] == "16"
     assert argv[i + 1:][-3:] == [str(tmp_path), "--limit", "2"]
     # without points or likelihood: the plain eval command, as before
-    assert _eval_job(c, [], None, m=SweepManifest(name="m")).argv[1:3] == [
+    assert _eval_job(c, [], None, m=Manifest(name="m")).argv[1:3] == [
         "-m", "experiments.eval"]
 
 

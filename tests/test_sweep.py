@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import UsageError
 from common.paths import RunDir
 from common.records import EvalState, Manifest, ManifestCell
 from sweeps import backend
@@ -28,7 +29,6 @@ from sweeps.cluster import load_cluster
 from sweeps.grid import (
     ARCH_KNOBS,
     Cell,
-    SweepError,
     SweepSpec,
     expand,
     parse_amount,
@@ -65,7 +65,7 @@ def test_grid_arms_and_overrides() -> None:
     assert "model.n_layers=5" in plus1.overrides  # the 1M preset has 4 layers
     # fractions; a value given twice, in any spelling, is refused (common.kappa's one rule)
     assert spec(kappa="1/64 1/8 2").kappa_bits == (1 / 64, 0.125, 2.0)
-    with pytest.raises(SweepError, match=r"KAPPA: 1/8 given twice in '1/64 1/8 0.125 2'"):
+    with pytest.raises(UsageError, match=r"KAPPA: 1/8 given twice in '1/64 1/8 0.125 2'"):
         spec(kappa="1/64 1/8 0.125 2")
     assert parse_amount("3M", "TOKENS") == 3e6 and parse_amount("2e6", "TOKENS") == 2e6
     # the default name is a content hash: same grid -> same name, another grid -> another
@@ -183,11 +183,11 @@ def test_guard_accepts_architecture_knobs_only() -> None:
 
     # the optimizer tuned for one arm and not the other: refused, naming key and cells
     bad = [_cfg(), _cfg(latent=16, lr=3e-4)]
-    with pytest.raises(SweepError, match=r"optim.lr is 0.001 in baseline-s0 but 0.0003 in "
+    with pytest.raises(UsageError, match=r"optim.lr is 0.001 in baseline-s0 but 0.0003 in "
                                          r"free-s0"):
         shared_settings(cells[:2], bad)
     # only the equal-FLOPs control may change its horizon; a plain arm may not
-    with pytest.raises(SweepError, match="train.tokens"):
+    with pytest.raises(UsageError, match="train.tokens"):
         shared_settings(cells[:2], [_cfg(), _cfg(latent=16, tokens=5)])
 
 
@@ -196,7 +196,7 @@ def test_guard_through_plan_with_arm_override(monkeypatch: pytest.MonkeyPatch) -
     _use_fake(monkeypatch, _FakeTrain())
     s = SweepSpec.from_text(kappa="1", h="4", seeds="0", tokens="1k",
                             arm_overrides={"free": ["optim.lr=0.01"]})
-    with pytest.raises(SweepError, match="optim.lr is 0.001 in baseline-s0 but 0.01 in free-"):
+    with pytest.raises(UsageError, match="optim.lr is 0.001 in baseline-s0 but 0.01 in free-"):
         P.plan(s)
     ok = P.plan(SweepSpec.from_text(kappa="1 2", h="4", seeds="0", tokens="1k"))
     assert [c.cell.name for c in ok.cells] == ["baseline-s0", "free-k1-H4-s0", "free-k2-H4-s0"]
@@ -272,14 +272,14 @@ def _fake_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # ------------------------------------------------------------------ cluster config
 def test_cluster_config(tmp_path: Path) -> None:
-    with pytest.raises(SweepError, match="LAUNCHER=slurm needs"):
+    with pytest.raises(UsageError, match="LAUNCHER=slurm needs"):
         load_cluster(tmp_path / "cluster.yaml")
     p = tmp_path / "cluster.yaml"
     p.write_text("account: me\n")
-    with pytest.raises(SweepError, match="'partition' is required"):
+    with pytest.raises(UsageError, match="'partition' is required"):
         load_cluster(p)
     p.write_text("partition: gpu\ngpus: 8\n")
-    with pytest.raises(SweepError, match=r"cluster.yaml: unknown key 'gpus'"):
+    with pytest.raises(UsageError, match=r"cluster.yaml: unknown key 'gpus'"):
         load_cluster(p)
     # the documented example parses, and maps to one task per GPU
     ex = load_cluster(ROOT / "sweeps" / "cluster.example.yaml")
@@ -803,5 +803,5 @@ def test_overrides_split_like_a_shell_not_on_commas() -> None:
     assert s.overrides == ("data.data_files=[a.txt,b.txt]", "run.tag=a b", "optim.lr=1e-3")
     assert SweepSpec.from_text(kappa="1", h="4", seeds="0", overrides=["a=1,2"]).overrides == (
         "a=1,2",)
-    with pytest.raises(SweepError, match="OVERRIDES: No closing quotation"):
+    with pytest.raises(UsageError, match="OVERRIDES: No closing quotation"):
         SweepSpec.from_text(kappa="1", h="4", seeds="0", overrides="optim.lr='1e-3")
