@@ -16,7 +16,7 @@ import pytest
 from fake import write_fake_sweep
 
 from analysis.browser import REQUIRED_SECTIONS, check_report, find_chromium
-from analysis.figures import png_bytes
+from analysis.render import png
 from analysis.report import build_report
 from common.benchmarks import PAPER_METRICS_CHECKED
 
@@ -33,7 +33,7 @@ def _fake_synthetic(root: Path) -> Path:
     d.mkdir(parents=True)
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.plot([0, 1], [0, 1])
-    (d / "figure.png").write_bytes(png_bytes(fig))
+    (d / "figure.png").write_bytes(png(fig))
     (d / "table.csv").write_text("model,kappa_bits,validity\nbaseline,,0.9\nFT,0.125,0.8\n")
     (d / "acceptance.json").write_text(json.dumps([
         {"check": "1/8 or 1 bit: position agreement higher within groups", "measured": 0.4,
