@@ -223,6 +223,9 @@ def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
     m = _manifest(env, "slurm-mini")
     assert len(m["cells"]) == 2 and all(
         c["state"] == "done" and c["eval"]["state"] == "done" for c in m["cells"]), m["cells"]
+    assert all(len(c["eval"]["points"]) == 2 for c in m["cells"]), m["cells"]  # EVAL_POINTS
+    t3 = (html.parent / "report" / "table3.csv").read_text().splitlines()
+    assert len(t3) > 1 and "last_third" in t3[0]  # Table 3 from the evaluated points
     array = {c["job_id"].split("_")[0] for c in m["cells"]}
     assert len(array) == 1 and all("_" in c["job_id"] for c in m["cells"])  # one job array
     ran = [j for j in _jobs() if j[0] not in before]
