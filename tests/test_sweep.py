@@ -1,7 +1,7 @@
 """Sweeps (issue 4), fast part: grid, bad input, shared-settings guard, cluster config, status,
 and a requeue through submitit's own checkpoint path with a stand-in trainer.
 
-The end-to-end sweeps with the real trainer are in tests/test_sweep_e2e.py.
+The end-to-end sweeps with the real trainer are tests/test_e2e.py (local) and tests/test_slurm.py.
 """
 
 from __future__ import annotations
@@ -425,7 +425,7 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     # --likelihood-rows 0: the fake trainer writes no checkpoint to measure (the chained
-    # likelihood is covered by tests/test_eval_points.py and test_sweep_e2e.py)
+    # likelihood is covered by tests/test_e2e.py)
     base = ["run", "--kappa", "1", "--h", "4", "--tokens", "1k", "--name", "ev", "--eval", "1",
             "--likelihood-rows", "0",
             "--eval-args", f"--tasks arc_easy,humaneval_plus --limit 2 --data {BENCH}"]
