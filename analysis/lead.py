@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
+from scipy.sparse.csgraph import connected_components
 
 from common import arms, benchmarks
 from common.arms import FREE
@@ -388,9 +389,9 @@ def identical_runs(data: SweepData) -> list[str]:
 
     Grouping: exact equality is transitive, so runs are first grouped by their exact signature;
     "within float32 rounding" is not (a~b and b~c with a and c further apart), so the exact
-    groups are then joined as connected components of that relation (union-find). The groups
-    do not depend on the manifest's order; a chain is one group, and its line says "chained"
-    when two of its runs differ by more than rounding."""
+    groups are then joined as connected components of that relation (scipy.sparse.csgraph):
+    the groups do not depend on the manifest's order; a chain is one group, and its line says
+    "chained" when two of its runs differ by more than rounding."""
     c, cells = data.curves, data.cells
     if c.empty or cells.empty:
         return []
@@ -411,21 +412,13 @@ def identical_runs(data: SweepData) -> list[str]:
         exact.setdefault((tuple(sig[r][:, 0]), tuple(np.where(np.isnan(v), np.inf, v))),
                          []).append(r)
     reps = [g[0] for g in exact.values()]
-    parent = list(range(len(reps)))
-
-    def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for i in range(len(reps)):
-        for j in range(i + 1, len(reps)):
-            if same(reps[i], reps[j], FLOAT32_RTOL):
-                parent[root(j)] = root(i)
+    if not reps:
+        return []
+    _, label = connected_components(np.array(
+        [[same(a, b, FLOAT32_RTOL) for b in reps] for a in reps]), directed=False)
     comps: dict[int, list[list[str]]] = {}
-    for i, g in enumerate(exact.values()):
-        comps.setdefault(root(i), []).append(g)
+    for i, g in zip(label, exact.values(), strict=True):
+        comps.setdefault(int(i), []).append(g)
     merged: dict[tuple[str, ...], list[tuple[list[str], str]]] = {}
     for parts in comps.values():
         g = sorted((r for p in parts for r in p), key=list(done.index).index)
