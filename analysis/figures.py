@@ -4,7 +4,6 @@ data for it yet (the report then says so instead of showing an empty plot).
 
 from __future__ import annotations
 
-import io
 import math
 
 import matplotlib
@@ -44,13 +43,6 @@ def kappa_x(k: np.ndarray | pd.Series) -> np.ndarray:
     floor = np.log2(pos.min()) - 1 if pos.size else 0.0
     with np.errstate(divide="ignore"):
         return np.where(k > 0, np.log2(np.where(k > 0, k, 1.0)), floor)
-
-
-def png_bytes(fig: plt.Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def training_curves(data: SweepData) -> plt.Figure | None:

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 import matplotlib.ticker
 import numpy as np
 import pandas as pd
+from scipy.sparse.csgraph import connected_components
 
 from common import arms, benchmarks
 from common.arms import FREE
@@ -375,6 +376,8 @@ def per_run_figure(tables: dict[str, pd.DataFrame]) -> tuple[plt.Figure | None, 
 IDENTICAL_KEYS = ("step", "tokens", "ce", "loss", "kl_bits", "grad_norm", "val_ce",
                   "val_ce_posterior", "val_kl_bits")
 """What two runs must agree on, line by line of metrics.jsonl, to have trained identically."""
+HOWS = ("bit-identical metrics", "identical up to float32 rounding",
+        "chained: each run within float32 rounding of another")
 
 
 def identical_runs(data: SweepData) -> list[str]:
@@ -382,7 +385,13 @@ def identical_runs(data: SweepData) -> list[str]:
     and validation line of their metrics.jsonl agrees (exactly: "bit-identical metrics"; within
     FLOAT32_RTOL: "identical up to float32 rounding"); one line for the cells that match in
     every seed. A Z-cut control equal to its baseline is left to the Z-cut check (can_cannot
-    says it with its reason once the runs are evaluated): said once."""
+    says it with its reason once the runs are evaluated): said once.
+
+    Grouping: exact equality is transitive, so runs are first grouped by their exact signature;
+    "within float32 rounding" is not (a~b and b~c with a and c further apart), so the exact
+    groups are then joined as connected components of that relation (scipy.sparse.csgraph):
+    the groups do not depend on the manifest's order; a chain is one group, and its line says
+    "chained" when two of its runs differ by more than rounding."""
     c, cells = data.curves, data.cells
     if c.empty or cells.empty:
         return []
@@ -397,12 +406,26 @@ def identical_runs(data: SweepData) -> list[str]:
         return x.shape == y.shape and (x[:, 0] == y[:, 0]).all() and np.allclose(
             x[:, 1:].astype(float), y[:, 1:].astype(float), rtol=rtol, atol=0, equal_nan=True)
 
-    groups: list[list[str]] = []  # in the manifest's order
+    exact: dict[tuple, list[str]] = {}  # key: the kinds and the values, NaN as one token
     for r in (r for r in dict.fromkeys(done.index) if r in sig):
-        g = next((g for g in groups if same(g[0], r, FLOAT32_RTOL)), None)
-        g.append(r) if g is not None else groups.append([r])
-    merged: dict[tuple[str, ...], list[list[str]]] = {}
-    for g in (g for g in groups if len(g) > 1):
+        v = sig[r][:, 1:].astype(float).ravel()
+        exact.setdefault((tuple(sig[r][:, 0]), tuple(np.where(np.isnan(v), np.inf, v))),
+                         []).append(r)
+    reps = [g[0] for g in exact.values()]
+    if not reps:
+        return []
+    _, label = connected_components(np.array(
+        [[same(a, b, FLOAT32_RTOL) for b in reps] for a in reps]), directed=False)
+    comps: dict[int, list[list[str]]] = {}
+    for i, g in zip(label, exact.values(), strict=True):
+        comps.setdefault(int(i), []).append(g)
+    merged: dict[tuple[str, ...], list[tuple[list[str], str]]] = {}
+    for parts in comps.values():
+        g = sorted((r for p in parts for r in p), key=list(done.index).index)
+        if len(g) < 2:
+            continue
+        how = HOWS[0] if len(parts) == 1 else HOWS[1] if all(
+            same(p[0], q[0], FLOAT32_RTOL) for p in parts for q in parts) else HOWS[2]
         rows = done.loc[g]
         found = {arms.find(str(x)) for x in rows["arm"]}
         if arms.BASELINE in found and all(a is not None and (a.z_cut or a == arms.BASELINE)
@@ -411,15 +434,14 @@ def identical_runs(data: SweepData) -> list[str]:
         seeds = set(rows["seed"])
         names = tuple(str(x).removesuffix(f"-s{s:.0f}") if len(seeds) == 1 else str(x)
                       for x, s in zip(rows["cell"], rows["seed"], strict=True))
-        merged.setdefault(names, []).append(g)
+        merged.setdefault(names, []).append((g, how))
     out = []
     for names, gs in merged.items():
-        rows = done.loc[[r for g in gs for r in g]]
+        rows = done.loc[[r for g, _ in gs for r in g]]
         seeds = sorted({int(s) for s in rows["seed"].dropna()})
         where = f" in seed{'s' * (len(seeds) > 1)} {', '.join(map(str, seeds))}" \
-            if all(done.loc[g, "seed"].nunique() == 1 for g in gs) else ""
-        how = "bit-identical metrics" if all(same(g[0], r, 0.0) for g in gs for r in g) \
-            else "identical up to float32 rounding"
+            if all(done.loc[g, "seed"].nunique() == 1 for g, _ in gs) else ""
+        how = max((h for _, h in gs), key=HOWS.index)  # the weakest agreement of the seeds
         out.append(f"{', '.join(names)} trained identically{where} ({how}: every train and "
                    f"validation line of {METRICS} agrees)"
                    + _why_identical(rows, c[c["run_id"].isin(rows.index)]))

@@ -75,10 +75,12 @@ def html(df: pd.DataFrame | None, raw: tuple[str, ...] = ()) -> str:
                                                  justify="left") + "</div>")
 
 
-def png(fig: Any, dpi: int) -> bytes:
-    """A matplotlib figure as PNG bytes (tight box), the figure closed."""
+def png(fig: Any, dpi: int = 100) -> bytes | None:
+    """A matplotlib figure as PNG bytes (tight box), the figure closed; None for no figure."""
     import matplotlib.pyplot as plt
 
+    if fig is None:
+        return None
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     plt.close(fig)

@@ -36,7 +36,8 @@ from .claims import checklist
 from .derived import leak_table, overhead_table
 from .frame import SweepData, load_sweep
 from .latent import latent_section
-from .render import esc, html, img
+from .render import ci, esc, html, img
+from .render import png as render_png
 from .tables import (
     LEGEND,
     VIEWS,
@@ -48,9 +49,6 @@ from .tables import (
     truncation_table,
     write_tables,
 )
-
-ReportError = UsageError
-"""The report's bad input (pipelines/shared.py still names it)."""
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
@@ -306,13 +304,6 @@ def _summary_html(data: SweepData) -> str:
             "what the sweep could have seen.</p>")
 
 
-def _fmt_ci(m: float, lo: float, hi: float) -> str:
-    if not isinstance(m, float) or not math.isfinite(m):
-        return "—"
-    return f"{m:.3f}" + (f" [{lo:.3f}, {hi:.3f}]" if isinstance(lo, float) and
-                         math.isfinite(lo) else "")
-
-
 def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     """The paper's Table-3 pair and Figures 5-7 from the evaluated checkpoints; rows at the
     floor in the main table (every arm 0 or at chance) are one line, and not drawn."""
@@ -325,7 +316,7 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
         zero = {k for k, g in p.groupby(["task", "metric"]) if (g["value"].fillna(0) == 0).all()}
         p = p[[(t, m) not in floor | zero for t, m in zip(p["task"], p["metric"], strict=True)]]
     fig = ckpts.curves_figure(dataclasses.replace(data, points=p))
-    png = figures.png_bytes(fig) if fig is not None else None
+    png = render_png(fig)
     if png:
         (out_dir / "benchmark_curves.png").write_bytes(png)
     head = ('<section id="table3"><h2>Training curves and Table 3 (final value, mean over the '
@@ -337,9 +328,9 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     view = t3.assign(
         benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"]
         + UNCHECKED + ")",
-        **{"final [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
+        **{"final [95% CI over seeds]": [ci(*x, none="—") for x in zip(
             t3["final"], t3["final_lo"], t3["final_hi"], strict=True)],
-           "last third [95% CI over seeds]": [_fmt_ci(*x) for x in zip(
+           "last third [95% CI over seeds]": [ci(*x, none="—") for x in zip(
                t3["last_third"], t3["last_third_lo"], t3["last_third_hi"], strict=True)]})
     zero = {k for k, g in t3.groupby(["task", "metric"])
             if (pd.to_numeric(g["final"], errors="coerce").fillna(0) == 0).all()}
@@ -396,11 +387,11 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
     the sweep can and cannot say."""
     one_seed = len(data.cells) > 0 and data.cells["seed"].dropna().nunique() < 2
     fig, _ = lead.per_run_figure(tables) if one_seed else lead.forest_figure(forest)
-    png = figures.png_bytes(fig) if fig is not None else None
+    png = render_png(fig)
     if png:
         (out_dir / "lead_forest.png").write_bytes(png)
     curves = figures.learning_curves(data)
-    curves_png = figures.png_bytes(curves) if curves is not None else None
+    curves_png = render_png(curves)
     if curves_png:
         (out_dir / "learning_curves.png").write_bytes(curves_png)
     forest.to_csv(out_dir / "lead.csv", index=False)
@@ -507,7 +498,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     index = RunIndex()
     forest = lead.forest_frame(data, tables, n_boot=n_boot)
     lines = rcard.facts(data, forest)
-    summary_png = figures.png_bytes(rcard.summary_figure(lines, forest, name)[0])
+    summary_png = render_png(rcard.summary_figure(lines, forest, name)[0])
     (out_dir / "summary.png").write_bytes(summary_png)
     sn = lead.signal_noise(data, tables, forest)
     sn.to_csv(out_dir / "signal_noise.csv", index=False)
@@ -517,8 +508,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
                     ("benchmarks_vs_kappa", lambda d: figures.benchmarks_vs_kappa(d, main_table)),
                     ("overhead", figures.overhead)):
-        fig = fn(data)
-        figs[key] = figures.png_bytes(fig) if fig is not None else None
+        figs[key] = render_png(fn(data))
         if figs[key]:
             (out_dir / f"{key}.png").write_bytes(figs[key])
     sections = [

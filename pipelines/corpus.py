@@ -12,7 +12,6 @@ from pathlib import Path
 from common.errors import UsageError, cli
 from experiments.corpus.__main__ import parser
 from experiments.corpus.__main__ import run as build_here
-from sweeps.errors import SweepError
 from sweeps.launcher import Launcher, make_launcher
 
 JOBS = "slurm"
@@ -23,7 +22,7 @@ logs; the build's own files never use this name)."""
 def launcher_for(kind: str, out: str | Path, *, workers: int,
                  cluster: str | Path | None = None) -> Launcher:
     """The launcher a corpus build's units go through: WORKERS at once on this machine, or a
-    SLURM job array with the cluster file's corpus settings. SweepError on a bad kind or file."""
+    SLURM job array with the cluster file's corpus settings. UsageError on a bad kind or file."""
     return make_launcher(kind, Path(out).expanduser().resolve() / JOBS, jobs=workers,
                          cluster_file=cluster or None, job_name="corpus")
 
@@ -39,7 +38,7 @@ def _main(argv: list[str] | None) -> int:
     a = ap.parse_args(argv)
     try:
         runner = launcher_for(a.launcher, a.out, workers=a.workers, cluster=a.cluster)
-    except SweepError as e:  # a bad cluster file: before the scan starts
+    except UsageError as e:  # a bad cluster file: before the scan starts
         raise UsageError(str(e)) from None
     return build_here(a, runner)
 

@@ -473,12 +473,12 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     from experiments import memory as MEM
     from experiments.train.config import ConfigError, compose
     from experiments.train.plan import free_bytes, plan
-    from sweeps.recipe import RecipeError, load
+    from sweeps.recipe import load
 
     t_start = time.time()
     try:
         rec = load(recipe_name)
-    except RecipeError as e:
+    except UsageError as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     gpu = not (cpu or ship)
     n = gpus() if gpu else nproc
@@ -495,7 +495,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                                   disk_free=None if ship else free_bytes(root),
                                   device_type="cpu" if cpu else "cuda")
         cfg = compose(args)
-    except (RecipeError, ConfigError, ValueError) as e:
+    except (UsageError, ConfigError, ValueError) as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     if ship:  # the plan one H100 node reads (shipped): measured here, minutes of CPU
         print(f"wrote {MEM.ship(cfg, n)}")

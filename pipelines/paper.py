@@ -1,32 +1,18 @@
 """`make paper RECIPE=...` / `python -m pipelines.paper`: the paper's protocol as one command.
 
-A recipe (sweeps/recipes/<name>.yaml, docs/RECIPES.md) holds every setting, each with its
-source. This command runs each stage in this process through the stage's public entry point,
-each resumable on its own, so a re-run (after an interruption, or while SLURM jobs are still
-running) does only what is missing:
-
-  1. corpus: the recipe's corpus is built once (pipelines.corpus: its units through the same
-     launcher as the sweep), in the directory where the trainer looks for it
-     (experiments.train.data.corpus_dir), so every cell opens it instead of building it, and
-     run-ids are those of `make sweep RECIPE=...`;
-  2. sweep: sweeps' front door (`sweeps.api.run`, what `make sweep RECIPE=... EVAL=1` runs):
-     every cell of the grid (baseline, Free Transformers at each kappa and H, the controls,
-     every seed), each kept checkpoint (EVAL_POINTS = the recipe's points) and the final one
-     evaluated on the recipe's tasks with Z from the prior, and the honest likelihood bound;
-  3. report: analysis.report's build_report once every cell and evaluation is done (Table 3
-     averages the recipe's last third of the points), rebuilt only when its inputs changed;
-     with LAUNCHER=slurm a job of its own through the same launcher (the cluster file's report
-     role), submitted at once to run after every training and evaluation job has ended, so
-     one `make paper` runs the whole protocol and the next one finds it done.
+Three stages, each through its public entry point in this process and each resumable, so a re-run
+does only what is missing (docs/RECIPES.md says what each does): 1. corpus (pipelines.corpus,
+built once where the trainer looks for it), 2. sweep (sweeps.api.run: every cell, its
+evaluation points and final evaluation, the likelihood bound), 3. report (analysis.report, once
+everything is done and only when its inputs changed; with LAUNCHER=slurm a job of its own that
+runs after every training and evaluation job).
 
     python -m pipelines.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
         [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
         [--eval-args "..."] [--likelihood-rows N] [--workers N] [--overrides "..."] [--dry]
 
---dry prints the whole plan and writes nothing: what the recipe filled in that the paper does not
-state, the corpus (where, built or not, its disk), the cells with FLOPs and GPU-hours per cell
-and in all on the planning world, the costliest cell's memory, checkpoint and disk, and an upper
-bound on the evaluation cost per point. Bad input: one line on stderr, exit 2, nothing written.
+--dry prints the whole plan and writes nothing. Bad input: one line on stderr, exit 2, nothing
+written.
 """
 
 from __future__ import annotations

@@ -44,12 +44,12 @@ def environment(extra: dict[str, str] | None = None) -> Iterator[None]:
         os.environ.update(before)
 
 
-def manifest(name: str) -> api.SweepManifest | None:
+def manifest(name: str) -> api.Manifest | None:
     """The sweep's typed manifest as written (None before its first run)."""
     return api.load(name)
 
 
-def cells(name: str) -> list[api.SweepCell]:
+def cells(name: str) -> list[api.ManifestCell]:
     """The sweep's cells ([] before its first run)."""
     m = manifest(name)
     return list(m.cells) if m is not None else []
@@ -66,7 +66,7 @@ def sweep(req: api.SweepRequest, *, dry: bool = False,
             print(api.dry_run(req), flush=True)
             return 0
         done = api.run(req, log=lambda s: print(s, flush=True), on_event=on_event)
-    except api.SweepError as e:
+    except UsageError as e:
         print(f"sweep: error: {e}", file=sys.stderr, flush=True)
         return 2
     except KeyboardInterrupt:
@@ -79,13 +79,13 @@ def sweep(req: api.SweepRequest, *, dry: bool = False,
 def report(name: str, n_boot: int = 2000) -> bool:
     """The report stage: analysis' entry point in this process; prints the report's path as
     `make report` does, or its one error line. True when written."""
-    from analysis.report import ReportError, build_report, preflight
+    from analysis.report import build_report, preflight
     from common.text import one_line
 
     try:
         preflight(name, None, n_boot)
         path = build_report(name, None, None, n_boot)
-    except ReportError as e:
+    except UsageError as e:
         print(f"report: error: {one_line(e)}", file=sys.stderr, flush=True)
         return False
     print(f"report: {path.resolve()}", flush=True)

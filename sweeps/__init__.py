@@ -16,6 +16,5 @@
     job.py       the submitit callable: runs the trainer/evaluator, checkpoint() -> requeue
     backend.py   the only door into experiments/ (config, plan, eval specs, eval chain)
     recipe.py    the paper's setups as data files (recipes/): experiments of the training config
-    errors.py    SweepError, the old name of common.errors.UsageError (pipelines/corpus.py)
     __main__.py  `python -m sweeps run|status|eval-run` behind `make sweep` / `make sweep-status`
 """

@@ -39,16 +39,14 @@ from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
 from .driver import run as drive
 from .grid import SweepSpec
 from .launcher import make_launcher
-from .manifest import Manifest, SweepCell, SweepManifest, table
+from .manifest import Manifest, ManifestCell, table
 from .manifest import status as _status
 
-__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "SweepCell",
-           "UsageError", "SweepManifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
+__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "ManifestCell",
+           "UsageError", "Manifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
            "keep_eval_key", "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
            "status", "table"]
 
-SweepError = UsageError
-"""The old name, while pipelines/shared.py catches `api.SweepError`."""
 DEFAULT_H = "8"
 """CPU-sized default: H=16 (the paper's) makes the binary mapper work over 65536 codes per
 token, about 4x the FLOPs of the whole 1M baseline."""

@@ -30,8 +30,6 @@ from model.config import MAX_LATENT_BITS
 
 from .backend import parse_amount as config_parse_amount
 
-SweepError = UsageError
-"""The old name, while tests/test_plan_cluster.py imports it from here."""
 ARMS = tuple(a.name for a in arms.ARMS)
 """Every arm's name (common.arms: one record per arm), in the grid's cell order."""
 CONTROLS = {a.control: a.name for a in arms.ARMS if a.control}

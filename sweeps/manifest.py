@@ -54,11 +54,6 @@ from . import plan as P
 from .grid import skipped_controls
 from .plan import Plan, combined_spec
 
-SweepManifest = Manifest
-SweepCell = ManifestCell
-"""The old names, while tests/test_eval_points.py and pipelines/shared.py (through sweeps.api)
-use them."""
-
 
 class SweepBusy(UsageError):
     """Another driver holds this sweep."""

@@ -49,8 +49,6 @@ from common.text import one_line
 if TYPE_CHECKING:
     from .grid import SweepSpec
 
-RecipeError = UsageError
-"""The old name, while pipelines/gpu_check.py imports it."""
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "measured" / "memory" / "recipes.json"
 """dev/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,

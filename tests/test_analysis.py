@@ -404,6 +404,23 @@ def test_sweep_eval_spec_filters_and_never_mixes(tmp_path):
     assert set(" ".join(t2["spec_ids"].dropna()).split()) == {sid}
 
 
+def test_a_task_every_cell_has_under_another_spec_names_the_file(tmp_path):
+    """Issue 24 item 3: not "not evaluated in this sweep" but "another spec", with the file."""
+    write_fake_sweep(tmp_path, "sp", kappas=(0.5,), seeds=(0,), controls=())
+    for ed in tmp_path.glob("runs/*/eval"):
+        ev = json.loads((ed / "lm-eval.json").read_text())
+        (ed / "lm-eval.json").write_text(json.dumps(dict(ev, tasks={"gsm8k": ev["tasks"][
+            "gsm8k"]})))
+        (ed / "lm-eval.limit2.json").write_text(json.dumps(dict(ev, limit=2, tasks={
+            "arc_easy": ev["tasks"]["arc_easy"]})))
+    t = paper_table(load_sweep("sp", tmp_path), "tokens", n_boot=100)
+    arc = t[t["task"] == "arc_easy"]
+    assert len(arc) and arc["mean"].isna().all()  # never mixed
+    assert not arc["status"].str.contains("not evaluated in this sweep").any()
+    assert all("another spec" in s and "lm-eval.limit2.json" in s for s in arc["status"])
+    assert t[(t["task"] == "gsm8k") & (t["column"] != "")]["mean"].notna().all()
+
+
 def test_old_eval_files_get_a_legacy_spec(sweep):
     _, data = sweep
     assert data.evals and all(e["spec_legacy"] and e["used"] for e in data.evals)

@@ -45,13 +45,13 @@ def test_the_cluster_file_sets_the_world_or_is_refused_with_the_nearest_nodes(tm
     assert all("train.plan_world_size=16" in c.cell.overrides for c in p.cells)
     assert "world       16 GPU(s), from train.plan_world_size" in api.dry_run(_req(ok))
     bad = _cluster(tmp_path, "gpus_per_node: 8\nnodes: 3\n", "three.yaml")
-    with pytest.raises(api.SweepError) as e:
+    with pytest.raises(api.UsageError) as e:
         api.plan(_req(bad))
     msg = str(e.value)
     assert "\n" not in msg and "3 node(s) x 8 GPU(s) = 24 ranks" in msg
     assert "train.batch_size=16 does not split" in msg and "nodes=2 (16 GPUs)" in msg
     # a world asked for beside the file (GPUS=) must be the file's
-    with pytest.raises(api.SweepError, match=r"train.plan_world_size=32 \(GPUS=\) but .* = 16"):
+    with pytest.raises(api.UsageError, match=r"train.plan_world_size=32 \(GPUS=\) but .* = 16"):
         api.plan(_req(ok, SMALL + " train.plan_world_size=32"))
 
 
@@ -85,7 +85,7 @@ def test_time_signal_files_and_disk_say_their_values_and_what_to_change(tmp_path
     # the dry run lists them; a submission is refused on the first, nothing written
     dry = api.dry_run(_req(cl, over))
     assert "pre-submission checks" in dry and "FAILS time:" in dry and "FAILS files:" in dry
-    with pytest.raises(api.SweepError, match=r"^time: .* \(and 2 more: DRY=1 lists them\)$"):
+    with pytest.raises(api.UsageError, match=r"^time: .* \(and 2 more: DRY=1 lists them\)$"):
         api.run(_req(cl, over, launcher="slurm"))
     assert not (tmp_path / "res" / "sweeps").exists()
 
@@ -128,7 +128,7 @@ def test_paper_8b_on_the_example_cluster_needs_more_hours_than_it_allows():
 @pytest.mark.slow
 def test_paper_8b_on_three_nodes_is_refused_with_the_nearest_valid_values(tmp_path):
     cl = _cluster(tmp_path, "gpus_per_node: 8\nnodes: 3\n")
-    with pytest.raises(api.SweepError) as e:
+    with pytest.raises(api.UsageError) as e:
         api.plan(api.SweepRequest(recipe="paper-8B", gpu="H100-80GB", cluster=cl))
     assert "= 24 ranks" in str(e.value) and "nodes=2 (16 GPUs) or nodes=4 (32 GPUs)" \
         in str(e.value)
@@ -165,7 +165,7 @@ def test_the_costliest_cell_is_measured_at_the_clusters_world_and_refused_or_rec
     assert ('OVERRIDES="train.micro_batch_size=4 train.activation_checkpointing=false" fits'
             in m.line), m.line
     assert memory("train.micro_batch_size=4").ok
-    with pytest.raises(api.SweepError, match=r"^memory: .* fits \(make paper chooses it"):
+    with pytest.raises(api.UsageError, match=r"^memory: .* fits \(make paper chooses it"):
         api.run(_req(cl, f"{ddp} train.gpu_memory_gb={gb!r}", launcher="slurm"))
     gb = 1e-6  # nothing fits, activation checkpointing included
     m = memory("")

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 import sweeps.launcher as L
+from common.errors import UsageError
 from sweeps import cluster as C
-from sweeps.grid import SweepError
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "sweeps" / "cluster.example.yaml"
@@ -117,7 +117,7 @@ def test_free_form_values_pass_through_untouched(tmp_path: Path) -> None:
 ])
 def test_bad_file_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
                                                    message: str) -> None:
-    with pytest.raises(SweepError, match=message) as e:
+    with pytest.raises(UsageError, match=message) as e:
         _load(tmp_path, text)
     assert "\n" not in str(e.value)
 
@@ -143,7 +143,7 @@ def test_path_from_environment_and_argument(tmp_path: Path,
     assert C.load_cluster(arg).partition == "from-arg"
     monkeypatch.delenv("FTBENCH_CLUSTER")
     monkeypatch.setattr(C, "CLUSTER_FILE", tmp_path / "absent.yaml")
-    with pytest.raises(SweepError, match=r"LAUNCHER=slurm needs .*absent\.yaml"):
+    with pytest.raises(UsageError, match=r"LAUNCHER=slurm needs .*absent\.yaml"):
         C.load_cluster()
 
 
@@ -203,7 +203,7 @@ def test_multi_node_cells_ask_one_task_per_gpu_and_eval_jobs_one_node(tmp_path: 
     assert (main["nodes"], main["gpus_per_node"], main["tasks_per_node"]) == (4, 8, 8)
     ev = L.slurm_parameters(cfg, "eval")
     assert (ev["nodes"], ev["gpus_per_node"], ev["tasks_per_node"]) == (1, 1, 1)
-    with pytest.raises(SweepError, match=r"cluster\.yaml: eval\.nodes=2: an evaluation job "
+    with pytest.raises(UsageError, match=r"cluster\.yaml: eval\.nodes=2: an evaluation job "
                                          r"takes one node$"):
         _load(tmp_path, "partition: gpu\nnodes: 4\neval: {nodes: 2}\n")
 
@@ -212,7 +212,7 @@ def test_scratch_results_and_write_bandwidth_keys(tmp_path: Path) -> None:
     cfg = _load(tmp_path, "partition: gpu\nresults: /scratch/me/ftbench\nwrite_gbps: 5\n")
     assert cfg.results == "/scratch/me/ftbench" and cfg.or_default("write_gbps") == 5.0
     assert _load(tmp_path, "partition: gpu\n").or_default("write_gbps") == 2.0
-    with pytest.raises(SweepError, match=r"cluster\.yaml: write_gbps must be a non-negative"):
+    with pytest.raises(UsageError, match=r"cluster\.yaml: write_gbps must be a non-negative"):
         _load(tmp_path, "partition: gpu\nwrite_gbps: -1\n")
 
 
@@ -231,10 +231,10 @@ def test_corpus_units_take_the_corpus_section_over_their_defaults(tmp_path: Path
     p = L.slurm_parameters(cfg, "corpus")
     assert (p["cpus_per_task"], p["timeout_min"], p["mem_gb"]) == (2, 30, 8.0)
     assert L.slurm_parameters(cfg) == L.slurm_parameters(cfg, "train")  # the main settings
-    with pytest.raises(SweepError, match=r"cluster\.yaml: corpus\.nodes=2: a corpus unit "
+    with pytest.raises(UsageError, match=r"cluster\.yaml: corpus\.nodes=2: a corpus unit "
                                          r"takes one node$"):
         _load(tmp_path, "partition: gpu\ncorpus: {nodes: 2}\n")
-    with pytest.raises(SweepError, match=r"unknown key 'corpus\.max_num_timeout'"):
+    with pytest.raises(UsageError, match=r"unknown key 'corpus\.max_num_timeout'"):
         _load(tmp_path, "partition: gpu\ncorpus: {max_num_timeout: 3}\n")
     with pytest.raises(ValueError, match="role 'gpu'"):
         cfg.for_role("gpu")

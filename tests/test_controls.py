@@ -20,7 +20,8 @@ from fake import write_fake_sweep
 from analysis.claims import checklist
 from analysis.frame import load_sweep
 from analysis.tables import paper_table, write_tables
-from sweeps.grid import Cell, SweepError, SweepSpec, expand, shared_settings
+from common.errors import UsageError
+from sweeps.grid import Cell, SweepSpec, expand, shared_settings
 
 # new in issue 11; imported where used so that each test fails on the old code for its own reason
 
@@ -172,7 +173,7 @@ def test_guard_refuses_a_plus1_control_without_exactly_one_more_layer():
         return {"model": {"n_layers": layers, "latent_bits": latent}, "train": {"seed": 0}}
 
     shared_settings(cells, [cfg(6), cfg(6, 8), cfg(7)])
-    with pytest.raises(SweepError, match="must have 7"):
+    with pytest.raises(UsageError, match="must have 7"):
         shared_settings(cells, [cfg(6), cfg(6, 8), cfg(5)])
 
 

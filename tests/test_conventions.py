@@ -61,11 +61,10 @@ def test_parse_kappas_refuses_in_one_line(text: str, msg: str) -> None:
 def test_the_sweep_and_the_synthetic_task_share_the_rule() -> None:
     from common.errors import UsageError
     from experiments.synthetic import parse_kappas as synthetic_kappas
-    from sweeps.grid import SweepError
     from sweeps.grid import parse_kappas as sweep_kappas
 
     assert sweep_kappas("1/64 1/8") == list(synthetic_kappas("1/64,1/8")) == [1 / 64, 0.125]
-    with pytest.raises(SweepError, match="KAPPA: 1/64 given twice"):
+    with pytest.raises(UsageError, match="KAPPA: 1/64 given twice"):
         sweep_kappas("1/64 0.015625")
     with pytest.raises(UsageError, match="--kappa: 1/64 given twice"):
         synthetic_kappas("1/64 0.015625")

@@ -147,12 +147,11 @@ def test_eval_chain_failure_is_reported(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
-    from common.records import EvalSpec
+    from common.records import EvalSpec, Manifest, ManifestCell
     from sweeps.driver import _eval_job
-    from sweeps.manifest import SweepCell, SweepManifest
 
-    c = SweepCell(cell="x", arm="free", run_dir=str(tmp_path))
-    m = SweepManifest(name="m", eval_points=3, likelihood_rows=16,
+    c = ManifestCell(cell="x", arm="free", run_dir=str(tmp_path))
+    m = Manifest(name="m", eval_points=3, likelihood_rows=16,
                       eval_specs={"lm-eval": EvalSpec.from_json(fake_spec())})
     assert m.spec_ids() == [spec_id(fake_spec())]
     argv = _eval_job(c, ["--limit", "2"], None, m=m).argv
@@ -161,7 +160,7 @@ def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
     assert argv[argv.index("--likelihood-rows") + 1] == "16"
     assert argv[i + 1:][-3:] == [str(tmp_path), "--limit", "2"]
     # without points or likelihood: the plain eval command, as before
-    assert _eval_job(c, [], None, m=SweepManifest(name="m")).argv[1:3] == [
+    assert _eval_job(c, [], None, m=Manifest(name="m")).argv[1:3] == [
         "-m", "experiments.eval"]
 
 
@@ -196,40 +195,6 @@ def test_eval_points_needs_the_trainer_key(tmp_path: Path, capsys: pytest.Captur
     rc = M.main(["run", "--dry", "1", "--kappa", "2", "--h", "4", "--eval", "1",
                  "--eval-points", "3"])
     assert rc == 2 and "has no keep_eval_checkpoints key" in capsys.readouterr().err
-
-
-@pytest.mark.slow
-def test_eval_points_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real tiny sweep with EVAL=1 EVAL_POINTS=3 (real training, real evaluation of each kept
-    checkpoint on 2 offline arc_easy items, real likelihood on 2 rows) whose report has the
-    curves and the last-third column."""
-    from sweeps.__main__ import main
-    from sweeps.api import keep_eval_key
-
-    if not keep_eval_key():
-        pytest.skip("experiments/train/config.py has no keep_eval_checkpoints key yet")
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    tiny = ("train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
-            "logging.val_every=0 logging.log_every=4")
-    rc = main(["run", "--kappa", "2", "--h", "4", "--seeds", "0", "--preset", "1M",
-               "--tokens", "3072", "--overrides", tiny, "--name", "pts", "--jobs", "2",
-               "--eval", "1", "--eval-points", "3", "--likelihood-rows", "2",
-               "--eval-args", f"--tasks arc_easy --limit 2 --data {BENCH}"])
-    assert rc == 0
-    m = json.loads((tmp_path / "sweeps/pts/manifest.json").read_text())
-    assert all(c["eval"]["state"] == "done" for c in m["cells"]), m["cells"]
-    assert all(len(c["eval"]["points"]) == 3 for c in m["cells"]), m["cells"]
-    assert m["eval_points"] == 3 and m["likelihood_rows"] == 2
-    html = build_report("pts", tmp_path, n_boot=20).read_text()
-    import csv
-
-    with open(tmp_path / "sweeps/pts/report/table3.csv", encoding="utf-8") as f:
-        t3 = list(csv.DictReader(f))
-    assert t3 and all("last_third" in r for r in t3)
-    # 2 arc_easy items at a few steps: rows at the floor are one line in the HTML, not a table
-    assert ("last third [95% CI over seeds]" in html
-            or "At the floor (every arm 0; not shown, not drawn)" in html)
-    assert "benchmark curves vs training" in html
 
 
 def test_eval_run_command_line(tmp_path: Path) -> None:

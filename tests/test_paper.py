@@ -2,8 +2,9 @@
 
 The plan of every paper recipe on 1, 32 and 256 GPUs prints without a traceback (bad input: the
 table in tests/test_sweep.py); a recipe's sweep is the recipe's own grid. `make paper
-RECIPE=cpu-mini` end to end (corpus, sweep with two evaluation points per cell, report, then a
-second run that does no work) is tests/test_slurm.py's, through the SLURM launcher.
+RECIPE=<cpu-mini cut to 2 cells>` end to end (corpus, sweep with two evaluation points per cell,
+report, then a second run that does no work) is tests/test_slurm.py's, through the SLURM
+launcher.
 """
 
 from __future__ import annotations

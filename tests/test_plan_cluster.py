@@ -200,21 +200,22 @@ def test_the_free_space_check_is_one_line_when_short(tmp_path):
 
 
 def test_a_slurm_sweep_checks_the_scratch_root_before_submitting(monkeypatch, tmp_path):
+    from common.errors import UsageError
     from sweeps import backend
     from sweeps import driver as L
     from sweeps import plan as SP
     from sweeps.cluster import ClusterConfig
-    from sweeps.grid import SweepError, SweepSpec
+    from sweeps.grid import SweepSpec
 
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "res"))
     p = SP.plan(SweepSpec.from_text(kappa="1", h="4", seeds="0", tokens="1k"))
     L._check_scratch(p, ClusterConfig(partition="p"))  # tiny cells: room enough
     L._check_scratch(p, ClusterConfig(partition="p", results=str(tmp_path / "res")))
-    with pytest.raises(SweepError, match=r"results=/scratch/x but this sweep writes under "
+    with pytest.raises(UsageError, match=r"results=/scratch/x but this sweep writes under "
                                          r".*; run it with FTBENCH_RESULTS=/scratch/x$"):
         L._check_scratch(p, ClusterConfig(partition="p", results="/scratch/x"))
     need = [backend.disk_need(backend.compose(c.cell)) for c in p.cells]
     assert all(n and n > 0 for n in need)
     monkeypatch.setattr(backend, "run_disk", lambda cfg, gpus: 10**18)
-    with pytest.raises(SweepError, match=r"free on its file system, the plan needs"):
+    with pytest.raises(UsageError, match=r"free on its file system, the plan needs"):
         L._check_scratch(p, ClusterConfig(partition="p"))

@@ -247,7 +247,7 @@ def test_micro_batches_fit_and_never_change_the_global_batch(recipes) -> None:
     # more memory never gives a smaller micro-batch
     t = r.micro_batches()
     assert t["H200-141GB"].micro_batch_size >= t["H100-80GB"].micro_batch_size
-    with pytest.raises(R.RecipeError, match="unknown GPU type 'V100'"):
+    with pytest.raises(R.UsageError, match="unknown GPU type 'V100'"):
         r.training_overrides(gpu="V100")
 
 
@@ -345,7 +345,7 @@ def test_bad_recipe_files_are_one_line_errors(what, edit, msg, tmp_path: Path) -
     raw = _raw("cpu-mini")
     edit(raw)
     p = _write(tmp_path, raw)
-    with pytest.raises(R.RecipeError) as ei:
+    with pytest.raises(R.UsageError) as ei:
         R.load(p)
     text = str(ei.value)
     assert "\n" not in text and "mine.yaml" in text, text
@@ -356,27 +356,27 @@ def test_bad_hf_source_entry(tmp_path: Path) -> None:
     """A mixture entry is the trainer's data.hf_sources[] (its schema) and a category."""
     raw = _raw("paper-1.5B")
     raw["corpus"]["sources"]["value"][0]["mirror"] = "x"
-    with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: .*mirror"):
+    with pytest.raises(R.UsageError, match=r"mine.yaml: corpus.sources: .*mirror"):
         R.load(_write(tmp_path, raw))
     raw = _raw("paper-1.5B")
     raw["corpus"]["sources"]["value"][1]["weight"] = 0
-    with pytest.raises(R.RecipeError, match=r"mine.yaml: corpus.sources: .*weight"):
+    with pytest.raises(R.UsageError, match=r"mine.yaml: corpus.sources: .*weight"):
         R.load(_write(tmp_path, raw))
 
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(R.RecipeError, match="recipe 'paper-3B': unknown; known recipes: .*"
+    with pytest.raises(R.UsageError, match="recipe 'paper-3B': unknown; known recipes: .*"
                                             "paper-1.5B"):
         R.load("paper-3B")
-    with pytest.raises(R.RecipeError, match="no such recipe file"):
+    with pytest.raises(R.UsageError, match="no such recipe file"):
         R.load(tmp_path / "absent.yaml")
-    with pytest.raises(R.RecipeError, match="RECIPE is empty"):
+    with pytest.raises(R.UsageError, match="RECIPE is empty"):
         R.load("")
     p = _write(tmp_path, "model: {preset: [\n", "broken.yaml")
-    with pytest.raises(R.RecipeError, match=r"broken.yaml: not valid YAML \(.*line 2"):
+    with pytest.raises(R.UsageError, match=r"broken.yaml: not valid YAML \(.*line 2"):
         R.load(p)
     p = _write(tmp_path, "- 1\n- 2\n", "list.yaml")
-    with pytest.raises(R.RecipeError, match="list.yaml: expected a mapping"):
+    with pytest.raises(R.UsageError, match="list.yaml: expected a mapping"):
         R.load(p)
 
 

@@ -363,6 +363,8 @@ RESULTS_ROOT: list[tuple[str, Callable[[Path], object], list[str], str]] = [
      ["--name", "bad"], "sweeps/bad/manifest.json is corrupt (JSONDecodeError"),
     ("manifest-not-an-object", lambda r: _sweep_dir(r, "[1, 2]"), ["--name", "bad"],
      "is not a sweep manifest"),
+    ("manifest-of-a-newer-suite", lambda r: _sweep_dir(r, '{"schema": "ftbench-manifest-v7", '
+     '"name": "bad", "cells": []}'), ["--name", "bad"], "newer than this code reads"),
     ("report-dir-is-a-file", lambda r: (_ok_sweep(r) / "report").write_text("x"),
      ["--name", "ok"], "sweeps/ok/report is not a writable directory"),
     ("report-html-is-a-dir", lambda r: (_ok_sweep(r) / "report.html").mkdir(),

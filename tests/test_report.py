@@ -16,7 +16,7 @@ import pytest
 from fake import write_fake_sweep
 
 from analysis.browser import REQUIRED_SECTIONS, check_report, find_chromium
-from analysis.figures import png_bytes
+from analysis.render import png
 from analysis.report import build_report
 from common.benchmarks import PAPER_METRICS_CHECKED
 
@@ -33,7 +33,7 @@ def _fake_synthetic(root: Path) -> Path:
     d.mkdir(parents=True)
     fig, ax = plt.subplots(figsize=(3, 2))
     ax.plot([0, 1], [0, 1])
-    (d / "figure.png").write_bytes(png_bytes(fig))
+    (d / "figure.png").write_bytes(png(fig))
     (d / "table.csv").write_text("model,kappa_bits,validity\nbaseline,,0.9\nFT,0.125,0.8\n")
     (d / "acceptance.json").write_text(json.dumps([
         {"check": "1/8 or 1 bit: position agreement higher within groups", "measured": 0.4,
@@ -144,25 +144,3 @@ def test_report_on_a_sweep_with_nothing_done(tmp_path):
     # no empty plots, each missing figure is a sentence; the one picture is the report card
     # (summary.png: the sweep's question and its 2 pending cells, every report has one)
     assert re.findall(r'<img alt="([^"]*)"', html) == ["report card (summary.png)"]
-
-
-@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
-def test_without_a_browser_the_render_checks_skip_with_the_reason():
-    """`make test` on a machine where Chromium cannot be installed: the two render checks skip
-    with one stated reason, the rest of the file passes."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
-    env.pop("CHROMIUM", None)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-                        "tests/test_report.py", "-k",
-                        "renders_in_headless or catches_a_broken or self_contained"],
-                       cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-2000:]
-    skips = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
-    assert len(skips) == 2, r.stdout[-2000:]
-    assert all("no Chromium on this machine" in ln for ln in skips), skips

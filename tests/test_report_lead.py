@@ -181,6 +181,29 @@ def test_identically_trained_cells_are_named_with_why(tmp_path, sweep):
     assert lead.identical_runs(load_sweep(name, root)) == []
 
 
+@pytest.mark.parametrize("order", [("k1", "k4", "k2"), ("k2", "k1", "k4"), ("k4", "k2", "k1")])
+def test_identical_runs_group_by_connected_components_not_manifest_order(tmp_path, order):
+    """k1 ~ k2 and k2 ~ k4 within float32 rounding, k1 and k4 further apart (not transitive):
+    a greedy pass in the order k1, k4, k2 split them into {k1, k2} and {k4}; the connected
+    components are one chained group in every order."""
+    write_fake_sweep(tmp_path, "chain", kappas=(1.0, 2.0, 4.0), seeds=(0,), controls=())
+    man_path = tmp_path / "sweeps" / "chain" / "manifest.json"
+    man = json.loads(man_path.read_text())
+    rid = {c["cell"].split("-")[1]: c["run_id"] for c in man["cells"] if c["arm"] == "free"}
+    base = [json.loads(x) for x in
+            (tmp_path / "runs" / rid["k1"] / "metrics.jsonl").read_text().splitlines()]
+    for k, scale in (("k1", 1.0), ("k2", 1 + 0.8e-6), ("k4", 1 + 1.6e-6)):
+        lines = [{**x, **({"ce": x["ce"] * scale} if "ce" in x else {})} for x in base]
+        (tmp_path / "runs" / rid[k] / "metrics.jsonl").write_text(
+            "".join(json.dumps(x) + "\n" for x in lines))
+    cells = {c["cell"].split("-")[1]: c for c in man["cells"] if c["arm"] == "free"}
+    man["cells"] = [c for c in man["cells"] if c["arm"] != "free"] + [cells[k] for k in order]
+    man_path.write_text(json.dumps(man))
+    notes = lead.identical_runs(load_sweep("chain", tmp_path))
+    assert len(notes) == 1 and "chained: each run within float32 rounding" in notes[0]
+    assert all(f"free-{k}-H16" in notes[0] for k in order)
+
+
 def test_one_seed_lead_figure_draws_each_run_and_says_why_no_interval(tmp_path):
     write_fake_sweep(tmp_path, "one", kappas=(0.5, 2.0), seeds=(0,), controls=())
     data = load_sweep("one", tmp_path)

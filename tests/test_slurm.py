@@ -3,9 +3,9 @@
 end-to-end test (tests/test_e2e.py): a cell preempted through
 submitit (SIGUSR2) checkpoints, is requeued, resumes and ends with the weights of an
 uninterrupted run; a cell whose trainer fails is reported failed with its reason; `make paper
-RECIPE=cpu-mini LAUNCHER=slurm`, corpus not prebuilt, submits the corpus units, the sweep (one
-job array), its chained evaluations and the report through the one launcher, and a second run
-does no work.
+RECIPE=<cpu-mini, cut to its baseline and one Free Transformer> LAUNCHER=slurm`, corpus not
+prebuilt, submits the corpus units, the sweep (one job array), its evaluation points, chained
+evaluations and the report through the one launcher, and a second run does no work.
 
 Runs when FTBENCH_SLURM_TEST=1, or by default as root where slurmctld is installed
 (FTBENCH_SLURM_TEST=0 skips it). The cluster is started once for the module and its daemons are
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import experiments.train.trainer as T
 from experiments.train.config import compose
@@ -187,10 +188,21 @@ def _jobs() -> list[tuple[str, str, str]]:
     return [tuple(ln.split("|")) for ln in out.splitlines() if ln.strip()]  # type: ignore[misc]
 
 
+def _mini_recipe(cluster: Path) -> Path:
+    """cpu-mini with one kappa and no controls: 2 cells instead of 5 (each arm kind's cells
+    are the grid's business, tests/test_recipes.py; here the jobs are what is tested)."""
+    raw = yaml.safe_load((ROOT / "sweeps" / "recipes" / "cpu-mini.yaml").read_text())
+    raw["grid"]["kappa_bits"]["value"], raw["grid"]["controls"]["value"] = ["1/2"], []
+    path = cluster / "slurm-mini.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
 def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
     env = _env(cluster, "paper")
     env["FTBENCH_CACHE"] = str(cluster / "paper-cache")  # the corpus is not built yet
-    kv = {"RECIPE": "cpu-mini", "LAUNCHER": "slurm", "CLUSTER": str(cluster / "cluster.yaml"),
+    kv = {"RECIPE": str(_mini_recipe(cluster)), "LAUNCHER": "slurm",
+          "CLUSTER": str(cluster / "cluster.yaml"),
           "BENCH_DATA": str(ROOT / "experiments" / "eval" / "smoke_data"),
           "EVAL_ARGS": "--limit 2"}
     before = {j[0] for j in _jobs()}
@@ -201,21 +213,24 @@ def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
     assert "report job" in out and "submitted" in out, out[-3000:]
     corpus = [j for j in _jobs() if j[0] not in before and j[1] == "corpus"]
     assert corpus and all(j[2] == "COMPLETED" for j in corpus), corpus  # its units' array
-    html = cluster / "paper" / "sweeps" / "cpu-mini" / "report.html"
+    html = cluster / "paper" / "sweeps" / "slurm-mini" / "report.html"
     t0 = time.time()
     while not html.is_file():  # the report job runs once every cell and evaluation ended
         if time.time() - t0 > 600:
             q = subprocess.run(["squeue"], capture_output=True, text=True).stdout
-            pytest.fail(f"no report after 600 s: {_manifest(env, 'cpu-mini')['cells']}\n{q}")
+            pytest.fail(f"no report after 600 s: {_manifest(env, 'slurm-mini')['cells']}\n{q}")
         time.sleep(3)
-    m = _manifest(env, "cpu-mini")
-    assert len(m["cells"]) == 5 and all(
+    m = _manifest(env, "slurm-mini")
+    assert len(m["cells"]) == 2 and all(
         c["state"] == "done" and c["eval"]["state"] == "done" for c in m["cells"]), m["cells"]
+    assert all(len(c["eval"]["points"]) == 2 for c in m["cells"]), m["cells"]  # EVAL_POINTS
+    t3 = (html.parent / "report" / "table3.csv").read_text().splitlines()
+    assert len(t3) > 1 and "last_third" in t3[0]  # Table 3 from the evaluated points
     array = {c["job_id"].split("_")[0] for c in m["cells"]}
     assert len(array) == 1 and all("_" in c["job_id"] for c in m["cells"])  # one job array
     ran = [j for j in _jobs() if j[0] not in before]
     names = {j[1] for j in ran}
-    assert {"corpus", "sweep-cpu-mini", "sweep-cpu-mini-eval", "paper-cpu-mini-report"} \
+    assert {"corpus", "sweep-slurm-mini", "sweep-slurm-mini-eval", "paper-slurm-mini-report"} \
         <= names, ran
     t0 = time.time()
     while any(j[2] in ("PENDING", "RUNNING", "COMPLETING") for j in _jobs()):
@@ -227,7 +242,7 @@ def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
     r = _make("paper", env, **kv)  # everything is done: nothing built, submitted or rewritten
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
-    assert "built; nothing to do" in out and "5 done, 0 to run" in out, out[-3000:]
+    assert "built; nothing to do" in out and "2 done, 0 to run" in out, out[-3000:]
     assert "report up to date" in out, out[-3000:]
     assert len(_jobs()) == n_jobs and html.stat().st_mtime_ns == stamp
 

@@ -1,7 +1,7 @@
 """Sweeps (issue 4), fast part: grid, bad input, shared-settings guard, cluster config, status,
 and a requeue through submitit's own checkpoint path with a stand-in trainer.
 
-The end-to-end sweeps with the real trainer are in tests/test_sweep_e2e.py.
+The end-to-end sweeps with the real trainer are tests/test_e2e.py (local) and tests/test_slurm.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from common.errors import UsageError
 from common.paths import RunDir
 from common.records import EvalSpec, EvalState, Manifest, ManifestCell
 from sweeps import backend
@@ -28,7 +29,6 @@ from sweeps.cluster import load_cluster
 from sweeps.grid import (
     ARCH_KNOBS,
     Cell,
-    SweepError,
     SweepSpec,
     expand,
     parse_amount,
@@ -65,7 +65,7 @@ def test_grid_arms_and_overrides() -> None:
     assert "model.n_layers=5" in plus1.overrides  # the 1M preset has 4 layers
     # fractions; a value given twice, in any spelling, is refused (common.kappa's one rule)
     assert spec(kappa="1/64 1/8 2").kappa_bits == (1 / 64, 0.125, 2.0)
-    with pytest.raises(SweepError, match=r"KAPPA: 1/8 given twice in '1/64 1/8 0.125 2'"):
+    with pytest.raises(UsageError, match=r"KAPPA: 1/8 given twice in '1/64 1/8 0.125 2'"):
         spec(kappa="1/64 1/8 0.125 2")
     assert parse_amount("3M", "TOKENS") == 3e6 and parse_amount("2e6", "TOKENS") == 2e6
     # the default name is a content hash: same grid -> same name, another grid -> another
@@ -183,11 +183,11 @@ def test_guard_accepts_architecture_knobs_only() -> None:
 
     # the optimizer tuned for one arm and not the other: refused, naming key and cells
     bad = [_cfg(), _cfg(latent=16, lr=3e-4)]
-    with pytest.raises(SweepError, match=r"optim.lr is 0.001 in baseline-s0 but 0.0003 in "
+    with pytest.raises(UsageError, match=r"optim.lr is 0.001 in baseline-s0 but 0.0003 in "
                                          r"free-s0"):
         shared_settings(cells[:2], bad)
     # only the equal-FLOPs control may change its horizon; a plain arm may not
-    with pytest.raises(SweepError, match="train.tokens"):
+    with pytest.raises(UsageError, match="train.tokens"):
         shared_settings(cells[:2], [_cfg(), _cfg(latent=16, tokens=5)])
 
 
@@ -196,7 +196,7 @@ def test_guard_through_plan_with_arm_override(monkeypatch: pytest.MonkeyPatch) -
     _use_fake(monkeypatch, _FakeTrain())
     s = SweepSpec.from_text(kappa="1", h="4", seeds="0", tokens="1k",
                             arm_overrides={"free": ["optim.lr=0.01"]})
-    with pytest.raises(SweepError, match="optim.lr is 0.001 in baseline-s0 but 0.01 in free-"):
+    with pytest.raises(UsageError, match="optim.lr is 0.001 in baseline-s0 but 0.01 in free-"):
         P.plan(s)
     ok = P.plan(SweepSpec.from_text(kappa="1 2", h="4", seeds="0", tokens="1k"))
     assert [c.cell.name for c in ok.cells] == ["baseline-s0", "free-k1-H4-s0", "free-k2-H4-s0"]
@@ -271,26 +271,6 @@ def _fake_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------ cluster config
-def test_cluster_config(tmp_path: Path) -> None:
-    with pytest.raises(SweepError, match="LAUNCHER=slurm needs"):
-        load_cluster(tmp_path / "cluster.yaml")
-    p = tmp_path / "cluster.yaml"
-    p.write_text("account: me\n")
-    with pytest.raises(SweepError, match="'partition' is required"):
-        load_cluster(p)
-    p.write_text("partition: gpu\ngpus: 8\n")
-    with pytest.raises(SweepError, match=r"cluster.yaml: unknown key 'gpus'"):
-        load_cluster(p)
-    # the documented example parses, and maps to one task per GPU
-    ex = load_cluster(ROOT / "sweeps" / "cluster.example.yaml")
-    params = L.slurm_parameters(ex)
-    assert params["tasks_per_node"] == params["gpus_per_node"] == ex.gpus_per_node
-    assert params["slurm_partition"] == ex.partition
-    assert isinstance(params["timeout_min"], int)
-    assert L.slurm_parameters(ex, "eval")["gpus_per_node"] == ex.eval.gpus_per_node
-
-
-
 def test_slurm_parameters_make_an_sbatch_script(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The parameters are ones submitit's SLURM executor accepts (no srun here: pretend)."""
@@ -445,7 +425,7 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     # --likelihood-rows 0: the fake trainer writes no checkpoint to measure (the chained
-    # likelihood is covered by tests/test_eval_points.py and test_sweep_e2e.py)
+    # likelihood is covered by tests/test_e2e.py)
     base = ["run", "--kappa", "1", "--h", "4", "--tokens", "1k", "--name", "ev", "--eval", "1",
             "--likelihood-rows", "0",
             "--eval-args", f"--tasks arc_easy,humaneval_plus --limit 2 --data {BENCH}"]
@@ -703,41 +683,6 @@ def test_sweeps_list(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert "4/5 trained" in out[1] and "controls baseline_flops" in out[1]
 
 
-@pytest.mark.slow  # a real 2-cell sweep, interrupted and run again
-def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
-    """SIGINT to the sweep's process group, as a terminal's Ctrl-C sends it: no traceback
-    (submitit's local controllers printed two), one line saying how to resume, exit 130; the
-    same command again resumes the interrupted cells from their checkpoints."""
-    import signal
-
-    env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"),
-           "FTBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
-    env.pop("FTBENCH_DATA", None)
-    argv = [sys.executable, "-m", "sweeps", "run", "--kappa", "1", "--h", "4", "--tokens",
-            "32k", "--name", "cc", "--jobs", "2", "--overrides",
-            "train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
-            "logging.val_every=0 logging.ckpt_every=4 logging.log_every=4"]
-    p = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, start_new_session=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    t0 = time.time()
-    while time.time() - t0 < 300 and p.poll() is None and not any(
-            '"kind": "train"' in f.read_text() for f in tmp_path.glob("results/runs/*/"
-                                                                      "metrics.jsonl")):
-        time.sleep(0.5)
-    assert p.poll() is None, p.communicate()
-    os.killpg(p.pid, signal.SIGINT)
-    out, err = p.communicate(timeout=300)
-    assert p.returncode == 130, (out, err)
-    assert "Traceback" not in err and err.strip().splitlines() == [
-        "sweep: interrupted; re-run the same command to resume"], err
-    assert "interrupted: stopping" in out and "-> pending (interrupted" in out, out
-    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout + r.stderr
-    logs = [f.read_text() for f in tmp_path.glob("results/runs/*/train.log")]
-    assert len(logs) == 2 and any("resumed from step_" in x for x in logs), logs
-
-
 # ------------------------------------------------------------------ layout (issue 23)
 def test_backend_is_the_only_door_into_experiments() -> None:
     """Every `import experiments...` in sweeps/ is in backend.py (no exemption)."""
@@ -803,5 +748,5 @@ def test_overrides_split_like_a_shell_not_on_commas() -> None:
     assert s.overrides == ("data.data_files=[a.txt,b.txt]", "run.tag=a b", "optim.lr=1e-3")
     assert SweepSpec.from_text(kappa="1", h="4", seeds="0", overrides=["a=1,2"]).overrides == (
         "a=1,2",)
-    with pytest.raises(SweepError, match="OVERRIDES: No closing quotation"):
+    with pytest.raises(UsageError, match="OVERRIDES: No closing quotation"):
         SweepSpec.from_text(kappa="1", h="4", seeds="0", overrides="optim.lr='1e-3")
