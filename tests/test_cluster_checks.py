@@ -134,6 +134,7 @@ def test_paper_8b_on_three_nodes_is_refused_with_the_nearest_valid_values(tmp_pa
         in str(e.value)
 
 
+@pytest.mark.slow  # three fake-tensor measurements at world 2: 108 s under load
 def test_the_costliest_cell_is_measured_at_the_clusters_world_and_refused_or_rechosen(
         tmp_path):
     """Issue 45, plans for the cluster you have: the memory check measures the costliest cell
