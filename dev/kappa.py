@@ -268,9 +268,12 @@ def endpoints(seeds: pd.DataFrame, samples: pd.DataFrame) -> pd.DataFrame:
             rows.append({"kappa_bits": k, "endpoint": name, **t_test(d),
                          "per_seed": " ".join(f"{s}:{x:+.4f}" for s, x in zip(both, d,
                                                                                strict=True))})
-        sk = samples[samples["kappa_bits"] == k] if len(samples) else samples
+        sk = samples[samples["kappa_bits"] == k].sort_values("seed") if len(samples) \
+            else samples
         d = [float(x) for x in sk["D"]] if len(sk) else []
+        above = int((sk["D_lo"] > 0).sum()) if len(sk) else 0
         rows.append({"kappa_bits": k, "endpoint": "sample_D", **t_test(d),
+                     "seeds_interval_above_0": above,
                      "per_seed": " ".join(f"{int(r.seed)}:{r.D:+.4f} [{r.D_lo:+.4f}, "
                                           f"{r.D_hi:+.4f}]" for r in sk.itertuples())})
     e = pd.DataFrame(rows)
@@ -428,11 +431,13 @@ def render_block(tables: Path) -> str:
     lead = []
     for k in KAPPAS:
         g = {r.endpoint: r for r in e[e["kappa_bits"] == k].itertuples()}
+        sd = g["sample_D"]
         lead.append(f"kappa {k:g}: ELBO gap {_iv(g['elbo_gap'])} nats/token, "
-                    f"{g['elbo_gap'].verdict}; prior samples: {g['sample_D'].verdict} "
-                    f"(D {_iv(g['sample_D'])})")
-    lines += ["**The answer so far** (read from the tables below): " + "; ".join(lead) + ".",
-              ""]
+                    f"{g['elbo_gap'].verdict}; prior samples: {sd.verdict} "
+                    f"(D {_iv(sd)}; {int(sd.seeds_interval_above_0)} of {sd.n} seeds' own "
+                    "bootstrap intervals above 0)")
+    head = "The answer so far" if summ.get("missing") else "The answer"
+    lines += [f"**{head}** (read from the tables below): " + "; ".join(lead) + ".", ""]
     lines += ["**Primary: the ELBO gap** (FT `val_elbo` minus the same seed's baseline `val_ce`, "
               f"nats/token, final step {_steps(seeds)}; paired t 95% over seeds; Holm over the "
               "3 kappas):", ""]
@@ -458,7 +463,7 @@ def render_block(tables: Path) -> str:
               "bootstrap over prompts; per kappa a paired t, one-sided at 0.025 after Holm):", ""]
     rows = []
     for k in KAPPAS:
-        r = e[(e["kappa_bits"] == k) & (e["endpoint"] == "sample_D")].iloc[0]
+        r = next(e[(e["kappa_bits"] == k) & (e["endpoint"] == "sample_D")].itertuples())
         rows.append([f"{k:g}", r.n, _iv(r), r.per_seed if isinstance(r.per_seed, str) and
                      r.per_seed else "–", _f(r.p_holm), r.verdict])
     lines += [md(pd.DataFrame(rows, columns=["kappa (bits)", "n", "mean D [95% t]",
