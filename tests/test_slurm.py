@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -188,6 +189,14 @@ def _jobs() -> list[tuple[str, str, str]]:
     return [tuple(ln.split("|")) for ln in out.splitlines() if ln.strip()]  # type: ignore[misc]
 
 
+def _jobs_once(done: Any, timeout: float = 60) -> list[tuple[str, str, str]]:
+    """sacct's jobs once `done(jobs)` holds, or as they are after `timeout` seconds."""
+    t0 = time.time()
+    while not done(jobs := _jobs()) and time.time() - t0 < timeout:
+        time.sleep(1)
+    return jobs
+
+
 def _mini_recipe(cluster: Path) -> Path:
     """cpu-mini with one kappa and no controls: 2 cells instead of 5 (each arm kind's cells
     are the grid's business, tests/test_recipes.py; here the jobs are what is tested)."""
@@ -211,7 +220,12 @@ def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
     assert r.returncode == 0, out[-3000:]
     assert "corpus: building" in out and "slurm: submitted array" in out, out[-3000:]
     assert "report job" in out and "submitted" in out, out[-3000:]
-    corpus = [j for j in _jobs() if j[0] not in before and j[1] == "corpus"]
+    def units(jobs: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+        return [j for j in jobs if j[0] not in before and j[1] == "corpus"]
+
+    # slurmdbd records a job a moment after slurmctld ends it: CI once read none here
+    corpus = units(_jobs_once(lambda js: bool(units(js)) and all(
+        j[2] == "COMPLETED" for j in units(js))))
     assert corpus and all(j[2] == "COMPLETED" for j in corpus), corpus  # its units' array
     html = cluster / "paper" / "sweeps" / "slurm-mini" / "report.html"
     t0 = time.time()
