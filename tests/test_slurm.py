@@ -197,6 +197,20 @@ def _jobs_once(done: Any, timeout: float = 60) -> list[tuple[str, str, str]]:
     return jobs
 
 
+def _settled_jobs(timeout: float = 30) -> list[tuple[str, str, str]]:
+    """sacct's jobs once nothing is queued or running and its list has not changed for 3 s."""
+    t0, last, same = time.time(), None, 0
+    while time.time() - t0 < timeout:
+        queued = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
+        jobs = _jobs()
+        same = same + 1 if jobs == last and not queued else 0
+        if same >= 3:
+            break
+        last = jobs
+        time.sleep(1)
+    return _jobs()
+
+
 def _mini_recipe(cluster: Path) -> Path:
     """cpu-mini with one kappa and no controls: 2 cells instead of 5 (each arm kind's cells
     are the grid's business, tests/test_recipes.py; here the jobs are what is tested)."""
@@ -214,7 +228,7 @@ def test_make_paper_end_to_end_then_a_second_run_does_no_work(cluster):
           "CLUSTER": str(cluster / "cluster.yaml"),
           "BENCH_DATA": str(ROOT / "experiments" / "eval" / "smoke_data"),
           "EVAL_ARGS": "--limit 2"}
-    before = {j[0] for j in _jobs()}
+    before = {j[0] for j in _settled_jobs()}  # the earlier tests' jobs, every one recorded
     r = _make("paper", env, **kv)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
