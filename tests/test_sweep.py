@@ -683,6 +683,41 @@ def test_sweeps_list(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert "4/5 trained" in out[1] and "controls baseline_flops" in out[1]
 
 
+@pytest.mark.slow  # a real 2-cell sweep, interrupted and run again
+def test_ctrl_c_is_one_line_and_the_rerun_resumes(tmp_path: Path) -> None:
+    """SIGINT to the sweep's process group, as a terminal's Ctrl-C sends it: no traceback
+    (submitit's local controllers printed two), one line saying how to resume, exit 130; the
+    same command again resumes the interrupted cells from their checkpoints."""
+    import signal
+
+    env = {**os.environ, "FTBENCH_RESULTS": str(tmp_path / "results"),
+           "FTBENCH_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    env.pop("FTBENCH_DATA", None)
+    argv = [sys.executable, "-m", "sweeps", "run", "--kappa", "1", "--h", "4", "--tokens",
+            "32k", "--name", "cc", "--jobs", "2", "--overrides",
+            "train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
+            "logging.val_every=0 logging.ckpt_every=4 logging.log_every=4"]
+    p = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    t0 = time.time()
+    while time.time() - t0 < 300 and p.poll() is None and not any(
+            '"kind": "train"' in f.read_text() for f in tmp_path.glob("results/runs/*/"
+                                                                      "metrics.jsonl")):
+        time.sleep(0.5)
+    assert p.poll() is None, p.communicate()
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 130, (out, err)
+    assert "Traceback" not in err and err.strip().splitlines() == [
+        "sweep: interrupted; re-run the same command to resume"], err
+    assert "interrupted: stopping" in out and "-> pending (interrupted" in out, out
+    r = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    logs = [f.read_text() for f in tmp_path.glob("results/runs/*/train.log")]
+    assert len(logs) == 2 and any("resumed from step_" in x for x in logs), logs
+
+
 # ------------------------------------------------------------------ layout (issue 23)
 def test_backend_is_the_only_door_into_experiments() -> None:
     """Every `import experiments...` in sweeps/ is in backend.py (no exemption)."""
