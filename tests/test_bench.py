@@ -221,6 +221,7 @@ def test_eta_comes_from_the_newest_earlier_run_of_the_same_size(tmp_path: Path) 
     assert bench._eta({}, []) == ""
 
 
+@slow_bench  # a fresh interpreter importing torch; the fast tier covers the bench's helpers
 def test_memory_probe_keeps_stderr_quiet() -> None:
     # kineto printed two "USDT ... profiler_start/stop" lines per profiled call, hundreds per run
     code = ("import torch; from experiments.bench.harness import peak_alloc_bytes;"

@@ -291,6 +291,7 @@ def test_val_split_rule_holds_in_the_shards(files_root, built):
     assert all(is_val(k, 0.1) for k, _ in va) and not any(is_val(k, 0.1) for k, _ in tr)
 
 
+@pytest.mark.slow  # submitit's local executor: a process per unit; make corpus's fast test below
 def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_path, monkeypatch):
     """LAUNCHER=slurm's code path (`make corpus LAUNCHER=slurm`: the units as one submitit job
     array through the one launcher, with the cluster file's corpus settings), run by submitit's
@@ -344,10 +345,10 @@ def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
     PackedData over the array)."""
     from experiments.corpus.tokenizer import train_bpe
 
-    dcfg = DataConfig(source="stdlib", max_bytes=150_000, val_tokens=512)
-    c = build_corpus(dcfg, vocab_size=400, seq_len=32, seed=3, cache_dir=tmp_path / "a")
+    dcfg = DataConfig(source="stdlib", max_bytes=60_000, val_tokens=512)
+    c = build_corpus(dcfg, vocab_size=300, seq_len=32, seed=3, cache_dir=tmp_path / "a")
     tr, va, sums = load_documents(dcfg)
-    tok = train_bpe([t for _, t in tr], 400, cache_dir=tmp_path / "b")
+    tok = train_bpe([t for _, t in tr], 300, cache_dir=tmp_path / "b")
     assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
     eos = tok.token_to_id("<|endoftext|>")
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from common.errors import UsageError
-from experiments.corpus.sources import load_documents, stdlib_docs, stdlib_root
+from experiments.corpus.sources import load_documents, stdlib_files, stdlib_root
 from experiments.train.config import DataConfig, HFSource
 from experiments.train.data import PackedData, SyntheticData, build_corpus
 from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
@@ -33,12 +33,12 @@ def _write_corpus(root):
 
 
 def test_stdlib_split_is_by_file_and_deterministic():
-    docs = stdlib_docs()
-    assert len(docs) > 500 and all(not k.startswith("site-packages") for k, _ in docs)
-    assert (stdlib_root() / docs[0][0]).is_file()
     tr, va, sums = load_documents(DataConfig(source="stdlib"))
     tk, vk = {k for k, _ in tr}, {k for k, _ in va}
-    assert not tk & vk and len(tk) + len(vk) == len({k for k, t in docs if t})
+    root = stdlib_root()
+    every = {str(p.relative_to(root)) for p in stdlib_files() if p.stat().st_size}  # no reads
+    assert not tk & vk and tk | vk == every and len(every) > 500
+    assert not any(k.startswith("site-packages") for k in every)
     assert 0.02 < len(vk) / (len(tk) + len(vk)) < 0.09  # val_fraction 0.05, by a hash of the path
     # a capped corpus is a fixed subset, split by the same rule, the same on every call
     capped = DataConfig(source="stdlib", max_bytes=200_000)
