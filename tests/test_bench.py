@@ -44,7 +44,8 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
 
 
 @slow_bench
-def test_runs_without_errors(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+def test_the_tiny_run(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
+    """Every section of the one tiny run, its schema, targets and Markdown."""
     res, path, rc = tiny_run
     assert res["errors"] == {}, res["errors"]
     assert rc == 0
@@ -52,21 +53,13 @@ def test_runs_without_errors(tiny_run: tuple[dict[str, Any], Path, int]) -> None
     assert res["schema"] == SCHEMA
     assert set(res["sections"]) == set(ALL_SECTIONS)
     assert res["settings"]["size"] == "tiny" and res["settings"]["reps"] >= 5
-
-
-@slow_bench
-def test_machine_info(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    m = tiny_run[0]["machine"]
+    m, sec, s = res["machine"], res["sections"], SIZES["tiny"]
     assert m["threads"] == 1
     assert m["torch"].startswith("2.")
     for k in ("cpu", "cpu_count", "device", "transformers", "x_transformers", "lm_eval"):
         assert k in m
 
-
-@slow_bench
-def test_train_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    tr = tiny_run[0]["sections"]["train"]
-    b = tr["baseline_vs_hf"]
+    b = sec["train"]["baseline_vs_hf"]
     # HF got our weights: identical config means identical logits
     assert b["hf_logits_max_abs_diff_same_weights"] < 1e-4
     assert b["ours"]["params"] == b["hf"]["params"]
@@ -78,26 +71,19 @@ def test_train_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert _is_summary(b["speedup_ours_over_hf"])
     assert b["hf_attn_implementation"] == "sdpa"
 
-
-@slow_bench
-def test_free_section_vs_xtransformers(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    xt = tiny_run[0]["sections"]["free"]["ft_vs_xtransformers"]
+    xt = sec["free"]["ft_vs_xtransformers"]
     assert xt["mismatches"]
     hs = [k for k in xt if k.startswith("H")]
-    assert hs == [f"H{h}" for h in SIZES["tiny"].xt_bits]
+    assert hs == [f"H{h}" for h in s.xt_bits]
     for k in hs:
         assert _is_summary(xt[k]["ours"]["step_s"]) and _is_summary(xt[k]["xt"]["step_s"])
         assert _is_summary(xt[k]["speedup_ours_over_xt"])
         assert xt[k]["xt"]["params"] > 0
-
-
-@slow_bench
-def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    ov = tiny_run[0]["sections"]["free"]["overhead"]
+    ov = sec["free"]["overhead"]
     assert _is_summary(ov["baseline"]["step_s"])
     assert ov["analytic_at_paper_presets"]["1.5B"]["1/L"] == pytest.approx(1 / 28)
     assert ov["paper_overhead"] == pytest.approx(1 / ov["n_layers"])
-    assert [r["H"] for r in ov["bits"].values()] == list(SIZES["tiny"].overhead_bits)
+    assert [r["H"] for r in ov["bits"].values()] == list(s.overhead_bits)
     prev = 1.0
     for r in ov["bits"].values():
         assert _is_summary(r["step_ratio"])
@@ -105,11 +91,7 @@ def test_overhead_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
         assert r["analytic_flops_ratio"] > prev
         prev = r["analytic_flops_ratio"]
 
-
-@slow_bench
-def test_mapper_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    mp = tiny_run[0]["sections"]["mapper"]
-    s = SIZES["tiny"]
+    mp = sec["mapper"]
     assert len(mp["rows"]) == len(s.mapper_bits) * len(s.mapper_tokens)
     for r in mp["rows"]:
         # ours equals the dense formula in value and gradient
@@ -125,10 +107,7 @@ def test_mapper_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert big["dense_peak_bytes"] >= 2 * 4 * big["tokens"] * (1 << big["H"])
     assert big["ours_peak_bytes"] < big["dense_peak_bytes"]
 
-
-@slow_bench
-def test_generate_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    g = tiny_run[0]["sections"]["generate"]
+    g = sec["generate"]
     assert g["kv_equals_recompute"] is True
     for k in ("kv_cache", "recompute"):
         assert _is_summary(g[k]["s"])
@@ -136,12 +115,7 @@ def test_generate_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     assert _is_summary(g["kv_speedup_over_recompute"])
     if "hf_generate" in g:  # the exported baseline decodes the same greedy tokens
         assert g["hf_token_agreement"] > 0.5
-
-
-@slow_bench
-def test_generate_batch_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    g = tiny_run[0]["sections"]["generate_batch"]
-    s = SIZES["tiny"]
+    g = sec["generate_batch"]
     assert g["batch"] == s.gen_batch >= 8 and len(g["prompt_lens"]) == g["batch"]
     assert len(set(g["prompt_lens"])) > 1  # mixed prompt lengths
     assert g["stop_sequences"] >= 1 and 1 <= g["rows_stopped"] < g["batch"]
@@ -151,12 +125,7 @@ def test_generate_batch_section(tiny_run: tuple[dict[str, Any], Path, int]) -> N
         assert g[k]["tokens_per_s"] == pytest.approx(g["new_tokens_kept"] / g[k]["s"]["median"])
     assert _is_summary(g["speedup_ours_over_hf"])
 
-
-@slow_bench
-def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    ev = tiny_run[0]["sections"]["eval"]
-    if "skipped" in ev:
-        pytest.skip(ev["skipped"])
+    ev = sec["eval"]
     # per task type: multi-token continuations, and 5-shot MMLU-like (shared headers)
     assert set(ev["tasks"]) == {"mc_continuations", "mmlu_5shot"}
     for t in ev["tasks"].values():
@@ -166,10 +135,6 @@ def test_eval_section(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
     mmlu = ev["tasks"]["mmlu_5shot"]
     assert mmlu["contexts"] * 4 == mmlu["requests"]  # four letters per question
 
-
-@slow_bench
-def test_targets_and_markdown(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    res, path, _ = tiny_run
     names = [t["target"] for t in res["targets"]]
     assert len(names) == 6
     assert "batched generation ours vs HF generate at batch 8" in names

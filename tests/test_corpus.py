@@ -269,9 +269,19 @@ def test_training_corpus_goes_through_the_build_and_epochs_are_checked(files_roo
     assert c.info["dir"] == str(d) and isinstance(c.train.tokens, TokenStream)
     # a prebuilt corpus named by data.corpus is opened, never built; the same stream
     c2 = build_corpus(DataConfig(corpus=str(d), val_tokens=64), vocab_size=300, seq_len=16,
-                      seed=0, cache_dir=tmp_path / "other")
-    assert torch.equal(c.train.get(0, 9)[0], c2.train.get(0, 9)[0])
+                      seed=1, cache_dir=tmp_path / "other")
+    assert not torch.equal(c.train.get(0, 9)[0], c2.train.get(0, 9)[0])  # the seed's order
+    assert torch.equal(c.train.get(0, 9)[0], build_corpus(
+        DataConfig(corpus=str(d), val_tokens=64), vocab_size=300, seq_len=16, seed=0,
+        cache_dir=tmp_path / "other").train.get(0, 9)[0])
     assert not (tmp_path / "other").exists()
+    # the validation rows are fixed whatever the seed: the first val tokens, shifted by one
+    assert torch.equal(c.val_x, c2.val_x) and c.val_x.shape == (4, 16)
+    assert torch.equal(c.val_x[:, 1:], c.val_y[:, :-1])
+    eos = c.tokenizer.eos_id
+    stream = np.asarray(c.train.tokens)  # the memory-mapped shards, read whole
+    assert int((stream == eos).sum()) == c.info["train_docs"] and stream[-1] == eos
+    assert c.token_bytes[eos] == 0 and int(c.token_bytes.sum()) > 300
     with pytest.raises(UsageError, match="no corpus.json"):
         build_corpus(DataConfig(corpus=str(tmp_path / "none")), vocab_size=300, seq_len=16,
                      seed=0, cache_dir=tmp_path)

@@ -105,25 +105,6 @@ def test_packed_data_order_is_a_seeded_permutation_per_epoch():
     assert not torch.equal(other.get(0, 100)[0], x)
 
 
-def test_build_corpus_packs_with_eos_and_fixes_val(tmp_path):
-    _write_corpus(tmp_path)
-    dcfg = DataConfig(source="files", paths=[str(tmp_path / "a/*.txt")], val_fraction=0.25,
-                      val_tokens=64)
-    c1 = build_corpus(dcfg, vocab_size=300, seq_len=16, seed=0, cache_dir=tmp_path / "cache")
-    c2 = build_corpus(dcfg, vocab_size=300, seq_len=16, seed=1, cache_dir=tmp_path / "cache")
-    assert c1.tokenizer.vocab_size == 300
-    assert torch.equal(c1.val_x, c2.val_x) and c1.val_x.shape == (4, 16)  # seed-independent
-    assert torch.equal(c1.val_x[:, 1:], c1.val_y[:, :-1])
-    eos = c1.tokenizer.eos_id
-    stream = np.asarray(c1.train.tokens)  # the memory-mapped shards, read whole
-    assert int((stream == eos).sum()) == c1.info["train_docs"] and stream[-1] == eos
-    first_doc = c1.tokenizer.decode(stream[: int(np.argmax(stream == eos))].tolist())
-    assert first_doc.startswith("document number")
-    # second call: the corpus built by the first is opened, not rebuilt
-    assert len(list((tmp_path / "cache" / "corpora").glob("*/corpus.json"))) == 1
-    assert c1.token_bytes[eos] == 0 and int(c1.token_bytes.sum()) > 300
-
-
 def test_synthetic_data_random_access():
     d = SyntheticData(seed=0, split="train")
     x, y = d.get(5, 3)

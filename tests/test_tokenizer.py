@@ -23,7 +23,9 @@ TEXTS = [
 ] * 40
 
 
-def test_bpe_vocab_eos_and_round_trip(tmp_path):
+def test_bpe_vocab_eos_round_trip_and_reference(tmp_path):
+    with pytest.raises(ValueError, match=">= 258"):
+        train_bpe(TEXTS, 100, cache_dir=tmp_path)
     tok = train_bpe(TEXTS, 300, cache_dir=tmp_path)
     assert tok.get_vocab_size() == 300
     assert tok.token_to_id(EOS) == 0
@@ -36,6 +38,18 @@ def test_bpe_vocab_eos_and_round_trip(tmp_path):
     # bytes per token: eos counts 0, every other token its UTF-8 length
     tb = t.token_bytes()
     assert sum(tb[i] for i in ids) == len(s.encode()) - len(EOS)
+    # the checkpoint reference: plain data, its hash checked
+    ref = tokenizer_ref(tok, "bpe300-test")
+    assert set(ref) == {"type", "json", "sha256", "eos_id", "bos_id", "name"}
+    assert ref["type"] == "tokenizers" and ref["name"] == "bpe300-test"
+    assert ref["sha256"] == hashlib.sha256(ref["json"].encode()).hexdigest()
+    assert (ref["eos_id"], ref["bos_id"]) == (0, None)
+    json.dumps(ref)  # plain data: torch.load(weights_only=True) and JSON both take it
+    bad = dict(ref, sha256="0" * 64)
+    with pytest.raises(ValueError, match="sha256 mismatch"):
+        tokenizer_from_ref(bad)
+    with pytest.raises(ValueError, match="allowed"):
+        tokenizer_from_ref({"type": "sentencepiece"})
 
 
 def test_bpe_cache_is_keyed_by_corpus_and_size(tmp_path):
@@ -51,21 +65,6 @@ def test_bpe_cache_is_keyed_by_corpus_and_size(tmp_path):
     assert len(list((tmp_path / "tokenizers").glob("*.json"))) == 3
 
 
-def test_tokenizer_ref_matches_results_contract(tmp_path):
-    tok = train_bpe(TEXTS, 300, cache_dir=tmp_path)
-    ref = tokenizer_ref(tok, "bpe300-test")
-    assert set(ref) == {"type", "json", "sha256", "eos_id", "bos_id", "name"}
-    assert ref["type"] == "tokenizers" and ref["name"] == "bpe300-test"
-    assert ref["sha256"] == hashlib.sha256(ref["json"].encode()).hexdigest()
-    assert (ref["eos_id"], ref["bos_id"]) == (0, None)
-    json.dumps(ref)  # plain data: torch.load(weights_only=True) and JSON both take it
-    bad = dict(ref, sha256="0" * 64)
-    with pytest.raises(ValueError, match="sha256 mismatch"):
-        tokenizer_from_ref(bad)
-    with pytest.raises(ValueError, match="allowed"):
-        tokenizer_from_ref({"type": "sentencepiece"})
-
-
 def test_char_tokenizer_for_the_synthetic_task():
     tok = CharTokenizer(ALPHABET, name="synthetic")
     ref = tokenizer_ref(tok, "synthetic")
@@ -78,7 +77,3 @@ def test_char_tokenizer_for_the_synthetic_task():
     with pytest.raises(ValueError, match="not in the alphabet"):
         t.encode("a")
 
-
-def test_bpe_rejects_tiny_vocab(tmp_path):
-    with pytest.raises(ValueError, match=">= 258"):
-        train_bpe(TEXTS, 100, cache_dir=tmp_path)
