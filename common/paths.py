@@ -17,11 +17,8 @@ from typing import Any
 from .records import Manifest, MetricsLine, RecordError, RunRecord
 
 RUN_RECORD = "config.yaml"
-"""A run directory's run record (RunRecord, as YAML)."""
 METRICS = "metrics.jsonl"
-"""A run directory's metrics lines (MetricsLine)."""
 CHECKPOINTS = "checkpoints"
-"""A run directory's checkpoint folder."""
 FINAL_CHECKPOINT = "final.pt"
 """The last step's checkpoint; its presence marks a run finished."""
 _MANIFEST = "manifest.json"
@@ -114,7 +111,6 @@ class RunDir:
 
     @classmethod
     def of(cls, run_id: str, root: str | os.PathLike | None = None) -> RunDir:
-        """<results root>/runs/<run_id>."""
         return cls(runs_dir(root) / str(run_id))
 
     @classmethod
@@ -139,7 +135,6 @@ class RunDir:
 
     @property
     def run_id(self) -> str:
-        """The directory's name (the run-id for a run under results/runs/)."""
         return self.path.name
 
     @property
@@ -187,7 +182,6 @@ class RunDir:
 
     @property
     def has_record(self) -> bool:
-        """config.yaml is there."""
         return self.record_path.is_file()
 
     @property
@@ -196,7 +190,6 @@ class RunDir:
 
     @property
     def finished(self) -> bool:
-        """final.pt is there: the run is finished."""
         return self.final_checkpoint.exists()
 
     # ---- typed records
@@ -218,12 +211,9 @@ class RunDir:
         return d
 
     def record(self) -> RunRecord:
-        """The run record (config.yaml) as a RunRecord; FileNotFoundError when absent,
-        RecordError when unreadable."""
         return RunRecord.from_json(self.record_json(), str(self.record_path))
 
     def write_record(self, rec: RunRecord) -> Path:
-        """Write config.yaml (atomically; JSON is YAML: a RunRecord's content as YAML)."""
         import yaml
 
         from .io import atomic_write_text
@@ -248,16 +238,13 @@ class RunDir:
         return _numbered(self.checkpoints_dir, _STEP)
 
     def eval_checkpoints(self) -> list[tuple[int, Path]]:
-        """(step, path) of every `eval_step_<N>.pt`, oldest first."""
         return _numbered(self.checkpoints_dir, _EVAL_STEP)
 
     def latest_step(self) -> int | None:
-        """The newest step_<N>.pt's step (None: none yet)."""
         found = self.step_checkpoints()
         return found[-1][0] if found else None
 
     def step_checkpoint(self, step: int) -> Path:
-        """A rotated checkpoint (it may not exist)."""
         return self.checkpoints_dir / f"step_{step}.pt"
 
     def eval_checkpoint(self, step: int) -> Path:
@@ -287,7 +274,6 @@ class RunDir:
 
     # ---- eval files
     def eval_file(self, name: str) -> Path:
-        """<run>/eval/<name> (an eval, likelihood or probe file's name from its record)."""
         return self.eval_dir / name
 
     def eval_files(self, pattern: str = "*.json") -> list[Path]:
@@ -319,7 +305,6 @@ class SweepDir:
 
     @classmethod
     def of(cls, name: str, root: str | os.PathLike | None = None) -> SweepDir:
-        """<results root>/sweeps/<name>."""
         return cls(sweeps_dir(root) / name)
 
     @staticmethod
@@ -333,7 +318,6 @@ class SweepDir:
 
     @property
     def root(self) -> Path:
-        """The results root this sweep lives under."""
         return self.path.parent.parent
 
     @property
@@ -342,7 +326,6 @@ class SweepDir:
 
     @property
     def jobs_dir(self) -> Path:
-        """submitit's job folders."""
         return self.path / "jobs"
 
     @property
@@ -351,7 +334,6 @@ class SweepDir:
         return self.path / ".lock"
 
     def points_record(self, cell: str) -> Path:
-        """The point jobs submitted for a cell."""
         return self.path / "points" / f"{cell}.json"
 
     @property
@@ -360,11 +342,9 @@ class SweepDir:
 
     @property
     def report_dir(self) -> Path:
-        """The report's tables and figures."""
         return self.path / "report"
 
     def exists(self) -> bool:
-        """The sweep has a manifest."""
         return self.manifest_path.is_file()
 
     def manifest_json(self) -> dict[str, Any]:

@@ -100,10 +100,6 @@ SOURCE_EXCLUDE = ("docs",)
 """Tracked paths that are not source: regenerated documents never make a tree dirty."""
 
 
-DirtyTreeError = UsageError
-"""The old name, while pipelines/study.py imports it."""
-
-
 def dirty_source_diff() -> str | None:
     """The sha256 (12 hex digits) of `git diff HEAD` over tracked source (docs/ excluded) when
     it is not empty; None for a clean tree (or outside git: nothing to compare with)."""
