@@ -41,11 +41,10 @@ torch.set_num_threads(1)
 def dense_latent(bit_logits: torch.Tensor, weight: torch.Tensor, codes: torch.Tensor):
     """The paper's formula, materialised: (Y + G - G.detach()) @ W^T with G over all codes."""
     H = bit_logits.shape[-1]
-    p = torch.sigmoid(bit_logits)  # (N, H)
     d = torch.arange(1 << H)
-    bits = ((d[:, None] >> torch.arange(H)) & 1).bool()  # (C, H)
-    probs = torch.where(bits[None], p[:, None, :], 1 - p[:, None, :])  # (N, C, H)
-    G = probs.prod(-1)  # (N, C)
+    bits = ((d[:, None] >> torch.arange(H)) & 1).to(bit_logits.dtype)  # (C, H)
+    # log G(code) = sum_h log p(bit_h): two matmuls, never an (N, C, H) tensor
+    G = (F.logsigmoid(bit_logits) @ bits.t() + F.logsigmoid(-bit_logits) @ (1 - bits).t()).exp()
     Y = F.one_hot(codes, 1 << H).to(G.dtype)
     return (Y + G - G.detach()) @ weight.t()
 
