@@ -213,16 +213,6 @@ def test_the_stdlib_token_bound_holds_and_refuses_too_many_passes(tmp_path):
     assert refusal and "passes over the stdlib corpus" in refusal and "\n" not in refusal
 
 
-def test_make_train_dry_refuses_47B_tokens_on_the_stdlib_corpus(tmp_path, capsys):
-    from experiments.train.config import compose
-    from experiments.train.plan import epochs_line, plan
-
-    cfg = compose(["model=1.5B", "model.latent_bits=16", "train.tokens=47B",
-                   f"paths.cache={tmp_path}"])
-    with pytest.raises(UsageError, match="passes over the stdlib corpus"):
-        epochs_line(cfg, plan(cfg, 1))
-
-
 # ------------------------------------------------------------------ lazily opened shards
 def _fds_in(d: Path) -> int:
     n = 0

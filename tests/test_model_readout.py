@@ -79,9 +79,12 @@ def grads(m: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("chunk", CHUNKS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_chunked_loss_equals_unchunked_in_float64(case, chunk):
+def test_chunked_loss_and_scores_equal_the_unchunked_path_in_float64(case, chunk):
     """forward(tokens, targets) with chunked_loss: the same ce, loss (CE + free bits) and
-    gradient of every parameter as the unchunked path, and no logits."""
+    gradient of every parameter as the unchunked path, and no logits. forward(..., scores=True)
+    / score(): per-token log-probs and greedy flags equal log_softmax / argmax of the full
+    logits; ignored targets give 0 and True; ce is the mean over scored targets, as
+    F.cross_entropy's."""
     over, spec, train = CASES[case]
     x, y = batch()
     out = {}
@@ -103,19 +106,8 @@ def test_chunked_loss_equals_unchunked_in_float64(case, chunk):
     for n in g_ref:
         torch.testing.assert_close(g_got[n], g_ref[n], rtol=1e-9, atol=1e-12, msg=n)
 
-
-@pytest.mark.parametrize("chunk", CHUNKS)
-@pytest.mark.parametrize("case", list(CASES))
-def test_scores_equal_the_full_logits_in_float64(case, chunk):
-    """forward(..., scores=True) / score(): per-token log-probs and greedy flags equal
-    log_softmax / argmax of the full logits; ignored targets give 0 and True; ce is the mean
-    over scored targets, as F.cross_entropy's."""
-    over, spec, _ = CASES[case]
-    m = seeded(tiny(**over)).eval()
-    m.readout_chunk_bytes = chunk_bytes(chunk)
-    x, y = batch()
-    kw = kwargs(spec)
-    lf = kw.get("logits_from", 0)
+    m.eval().chunked_loss = False  # the same weights, scored against the full logits
+    lf = kwargs(spec).get("logits_from", 0)
     with torch.no_grad():
         ref = m(x, targets=y, **kwargs(spec))
         got = m(x, targets=y, scores=True, **kwargs(spec))
