@@ -243,7 +243,7 @@ def test_token_stream_slices_across_shards_like_one_array(tmp_path):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 1000, 4097, PERM_MAX + 12345])
 def test_the_order_is_a_seeded_bijection_at_any_size(n):
-    k = np.arange(min(n, 200_000))
+    k = np.arange(n if n <= 200_000 else 20_000)  # beyond: a prefix, still distinct
     a = feistel_index(k, n, seed=1, epoch=0)
     assert a.min() >= 0 and a.max() < n and len(np.unique(a)) == len(a)
     if n <= 200_000:
