@@ -25,28 +25,15 @@ def _is_summary(d: Any, min_n: int = 5) -> bool:
             and d["min"] <= d["median"] <= d["max"] and d["min"] > 0)
 
 
-# Every test that reads the tiny bench shares one ~30-60 s run: the slow tier.
-slow_bench = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, int]:
-    root = tmp_path_factory.mktemp("bench_results")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("FTBENCH_RESULTS", str(root))
-    try:
-        rc = bench.main(["--size", "tiny", "--threads", "1"])
-    finally:
-        mp.undo()
-    files = sorted((root / "bench").glob("*.json"))
+@pytest.mark.slow  # the tiny bench end to end, ~30-60 s
+def test_the_tiny_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every section of one tiny run, its schema, targets and Markdown."""
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "results"))
+    rc = bench.main(["--size", "tiny", "--threads", "1"])
+    files = sorted((tmp_path / "results" / "bench").glob("*.json"))
     assert len(files) == 1, files
-    return json.loads(files[0].read_text()), files[0], rc
-
-
-@slow_bench
-def test_the_tiny_run(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
-    """Every section of the one tiny run, its schema, targets and Markdown."""
-    res, path, rc = tiny_run
+    path = files[0]
+    res = json.loads(path.read_text())
     assert res["errors"] == {}, res["errors"]
     assert rc == 0
     assert re.fullmatch(r"\d{8}T\d{6}Z\.json", path.name)
@@ -150,6 +137,13 @@ def test_the_tiny_run(tiny_run: tuple[dict[str, Any], Path, int]) -> None:
                     "## Evaluation"):
         assert heading in text
     assert "| ours baseline |" in text
+    # a rewritten table keeps the hand-run measurements below the marker
+    md = tmp_path / "BENCH.md"
+    md.write_text(f"old table\n{bench.HAND_RUN_MARKER}\n## By hand\nfigures\n")
+    bench._write(json.loads(json.dumps(res)), tmp_path / "out.json", md)
+    text = md.read_text()
+    assert "old table" not in text and "## Training step" in text
+    assert text.endswith(f"{bench.HAND_RUN_MARKER}\n## By hand\nfigures\n")
 
 
 def test_peak_alloc_bytes_counts_temporaries() -> None:
@@ -186,7 +180,7 @@ def test_eta_comes_from_the_newest_earlier_run_of_the_same_size(tmp_path: Path) 
     assert bench._eta({}, []) == ""
 
 
-@slow_bench  # a fresh interpreter importing torch; the fast tier covers the bench's helpers
+@pytest.mark.slow  # a fresh interpreter importing torch; the fast tier covers the bench's helpers
 def test_memory_probe_keeps_stderr_quiet() -> None:
     # kineto printed two "USDT ... profiler_start/stop" lines per profiled call, hundreds per run
     code = ("import torch; from experiments.bench.harness import peak_alloc_bytes;"
@@ -196,15 +190,3 @@ def test_memory_probe_keeps_stderr_quiet() -> None:
                        cwd=Path(__file__).resolve().parents[1], timeout=120)
     assert r.returncode == 0, r.stderr
     assert "USDT" not in r.stderr and "profiler_start" not in r.stderr, r.stderr
-
-
-@slow_bench
-def test_a_rewritten_table_keeps_the_hand_run_measurements(
-        tiny_run: tuple[dict[str, Any], Path, int], tmp_path: Path) -> None:
-    res, path, _ = tiny_run
-    md = tmp_path / "BENCH.md"
-    md.write_text(f"old table\n{bench.HAND_RUN_MARKER}\n## By hand\nfigures\n")
-    bench._write(json.loads(json.dumps(res)), tmp_path / "out.json", md)
-    text = md.read_text()
-    assert "old table" not in text and "## Training step" in text
-    assert text.endswith(f"{bench.HAND_RUN_MARKER}\n## By hand\nfigures\n")
