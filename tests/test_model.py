@@ -90,7 +90,7 @@ def test_latent_embedding_float32_at_t512():
 
 
 @pytest.mark.parametrize("H,N", [(8, 300), (13, 200)])
-def test_mapper_bf16_gradient_error_alone_and_under_bf16_autocast(H, N):
+def test_under_bf16_autocast_mapper_bf16_adds_little_to_the_gradient_error(H, N):
     """mapper_bf16 rounds dL/dG's inputs to bfloat16: the value and W's gradient stay exact, the
     bit-logit gradient is within bf16 rounding of the float64 dense formula (measured ~3e-3).
     The trainer calls backward inside bf16 autocast (train.precision=bf16), where autocast
