@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from common.errors import UsageError, cli
+from common.errors import cli
 from experiments.corpus.__main__ import parser
 from experiments.corpus.__main__ import run as build_here
 from sweeps.launcher import Launcher, make_launcher
@@ -36,11 +36,8 @@ def _main(argv: list[str] | None) -> int:
                     help="slurm: the cluster file (sweeps/cluster.example.yaml; default "
                          "FTBENCH_CLUSTER or sweeps/cluster.yaml)")
     a = ap.parse_args(argv)
-    try:
-        runner = launcher_for(a.launcher, a.out, workers=a.workers, cluster=a.cluster)
-    except UsageError as e:  # a bad cluster file: before the scan starts
-        raise UsageError(str(e)) from None
-    return build_here(a, runner)
+    # a bad cluster file is refused here, before the scan starts
+    return build_here(a, launcher_for(a.launcher, a.out, workers=a.workers, cluster=a.cluster))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,17 +123,14 @@ def refuse_dirty(what: str, allow: bool = False, name: str | None = None,
     if h is None:
         return None
     allow = allow or os.environ.get(ALLOW_DIRTY_ENV, "").strip().lower() in ("1", "true", "yes")
-    if not allow and exit_code is not None:  # a caller without its own error path
-        try:
-            refuse_dirty(what, False)
-        except UsageError as e:
-            print(f"{what}: error: {e}", file=sys.stderr, flush=True)
-            raise SystemExit(exit_code) from None
     if not allow:
-        raise UsageError(
-            f"{what}: the working tree has uncommitted changes to tracked source (diff "
-            f"{h}); commit them first, or pass --allow-dirty ({ALLOW_DIRTY_ENV}=1) to train "
-            "anyway with every affected cell marked")
+        msg = (f"{what}: the working tree has uncommitted changes to tracked source (diff "
+               f"{h}); commit them first, or pass --allow-dirty ({ALLOW_DIRTY_ENV}=1) to train "
+               "anyway with every affected cell marked")
+        if exit_code is not None:  # a caller without its own error path
+            print(f"{what}: error: {msg}", file=sys.stderr, flush=True)
+            raise SystemExit(exit_code)
+        raise UsageError(msg)
     print(f"{what}: WARNING: training from uncommitted changes (diff {h}); the cells are "
           "marked", file=sys.stderr, flush=True)
     if name is not None:
