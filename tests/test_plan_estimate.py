@@ -125,6 +125,7 @@ def test_help_lists_every_key_with_its_default_and_docstring(capsys):
     assert "logging.keep_eval_checkpoints [0]" in out and "train.parallel ['auto']" in out
 
 
+@pytest.mark.slow  # two interpreters through a pipe; the help text itself: the test above
 def test_help_starts_with_the_keys_and_ends_quietly_into_a_closed_pipe():
     import subprocess
     import sys

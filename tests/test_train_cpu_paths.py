@@ -78,14 +78,11 @@ def test_keep_eval_checkpoints_leaves_n_evenly_spaced_checkpoints(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: make gpu-check runs")
-def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
-    import subprocess
-    import sys
+def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from pipelines import gpu_check
 
-    root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-m", "pipelines.gpu_check", "--results",
-                        str(tmp_path)], cwd=root, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
-    assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr.count("\n") == 1 and "no CUDA device visible" in r.stderr
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_check.main(["--results", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "no CUDA device visible" in err
     assert not (tmp_path / "gpu_check").exists()  # nothing written
