@@ -292,6 +292,7 @@ def test_dry_run_flops_match_flop_counter(tmp_path, latent_bits, capsys):
     assert f"FLOPs/token this run {p.flops_per_token:.4g}" in out
     assert "FT overhead" in out and "paper's 1/L = 25.00%" in out
     assert f"{p.steps:,} steps" in out and "accum 1" in out
+    assert "tokens/s (measured: 3 steps of this model" in out  # nothing stated: timed here
     assert not (tmp_path / "runs").exists()  # nothing computed, nothing written
 
 
