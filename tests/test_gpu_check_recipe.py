@@ -1,9 +1,5 @@
-"""`make gpu-check RECIPE=..` (issue 36): the recipe's real shape on the GPUs present, and what
-a CPU can check of it. Its GPU half (the allocator's per-phase peaks, tokens/s, MFU) needs a GPU;
-here: the shape it trains (the recipe's micro-batch, vocabulary, context, precision; random
-tokens; layer slicing where the model does not fit), the whole flow rehearsed on CPU at a tiny
-width (validation, checkpoint, resume), the per-phase bookkeeping of the trainer on a stand-in
-CUDA allocator, the random-token source, and the dry run reading the measured MFU back."""
+"""`make gpu-check RECIPE=..` (issue 36): what a CPU can check of the recipe's real shape on the
+GPUs present (its allocator peaks, tokens/s and MFU need a GPU)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,7 @@
 """HSDP for multi-node FSDP2 (issue 45): a 2-D device mesh, replicate across nodes and shard
 within a node, as torchtitan builds it (experiments/train/parallel.py: hsdp_shape, mesh_for,
-shard, accumulate).
-
-- the mesh rule: automatic when the world spans several nodes of several processes each
-  (LOCAL_WORLD_SIZE < WORLD_SIZE), or an explicit number of replicas;
-- a fake process group at world 32 and 64 drives the mesh setup, the sharding, the
-  materialisation and a training step, and each rank holds 1/shards of the state;
-- CPU twins (slow): two torchrun agents x 2 gloo processes train as one process, and their
-  sharded checkpoint resumes at world 3 (uneven shares, DCP resharding 4 -> 3); FSDP2 with bf16
-  mixed precision on 2 processes trains as on one.
+shard, accumulate); automatic when the world spans several nodes of several processes each
+(LOCAL_WORLD_SIZE < WORLD_SIZE), or an explicit number of replicas.
 """
 
 from __future__ import annotations
