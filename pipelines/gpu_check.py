@@ -619,37 +619,35 @@ def _recipe_summary(doc: dict[str, Any]) -> str:
 def measurements_doc(folder: Path | None = None) -> str:
     """docs/gpu_check/README.md: one row per recipe measurement in `folder` (measured/gpu_check/),
     oldest first; what a file does not hold is a dash, never 0."""
-    def f(v: Any, fmt: str, scale: float = 1.0) -> str:
-        return "–" if v is None else format(v / scale if scale != 1.0 else v, fmt)
+    import pandas as pd
 
-    L = ["# `make gpu-check RECIPE=..` measurements", "",
-         "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
-         "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
-         "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
-         "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
-         "", "| file | created | recipe | GPUs | GPU | torch | micro-batch x accum x tokens | "
-         "layers | steps | tokens/s | MFU | train | validation | eval | save | outside torch GB | "
-         "resume | passed |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for path in sorted((folder or MEASURED / GPU_CHECK).glob("*.json")):
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # as the dry run's reader (plan.measured_mfu) passes it over
-        if not isinstance(d, dict) or d.get("mode") != "recipe":
-            continue
+    from analysis.render import DASH, fmt, md, num
+    from experiments.train.plan import recipe_checks
+
+    rows = []
+    for path, d in recipe_checks([folder or MEASURED / GPU_CHECK]):
         ph = {r["phase"]: r.get("measured_over_plan") for r in d.get("phases", [])}
         sl = d.get("layer_sliced")
-        shape = " x ".join(f(d.get(k), "") for k in ("micro_batch_size", "grad_accum", "seq_len"))
-        L.append(" | ".join([
-            f"| {path.name}", *(f(d.get(k), "") for k in ("created", "recipe", "n_gpus")),
-            f(d.get("gpu"), ""), f(d.get("torch"), ""), shape,
-            f"{sl['layers']} of {sl['of']}" if sl else "all", f(d.get("steps"), ""),
-            f(d.get("tokens_per_s"), ",.0f"), f(d.get("mfu"), ".1%"),
-            *(f(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
-            f(d.get("cuda_outside_torch_bytes"), ".2f", 1e9), f(d.get("resume"), ""),
-            "yes |" if d.get("passed") else "**no** |"]))
-    return "\n".join(L) + "\n"
+        s = {k: DASH if d.get(k) is None else str(d[k]) for k in (
+            "created", "recipe", "n_gpus", "gpu", "torch", "micro_batch_size", "grad_accum",
+            "seq_len", "steps", "resume")}
+        rows.append([path.name, s["created"], s["recipe"], s["n_gpus"], s["gpu"], s["torch"],
+                     f"{s['micro_batch_size']} x {s['grad_accum']} x {s['seq_len']}",
+                     f"{sl['layers']} of {sl['of']}" if sl else "all", s["steps"],
+                     fmt(d.get("tokens_per_s"), ",.0f"), fmt(d.get("mfu"), ".1%"),
+                     *(fmt(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
+                     fmt(num(d.get("cuda_outside_torch_bytes")) / 1e9, ".2f"),
+                     s["resume"], "yes" if d.get("passed") else "**no**"])
+    cols = ["file", "created", "recipe", "GPUs", "GPU", "torch", "micro-batch x accum x tokens",
+            "layers", "steps", "tokens/s", "MFU", "train", "validation", "eval", "save",
+            "outside torch GB", "resume", "passed"]
+    return "\n".join([
+        "# `make gpu-check RECIPE=..` measurements", "",
+        "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
+        "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
+        "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
+        "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
+        "", md(pd.DataFrame(rows, columns=cols))]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
