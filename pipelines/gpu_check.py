@@ -590,20 +590,21 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
 
 
 def _recipe_summary(doc: dict[str, Any]) -> str:
-    gb = 1e9
-    lines = [f"{'phase':<11}{'plan (fake)':>12}{'allocated':>11}{'reserved':>10}"
-             f"{'meas/plan':>10}  note"]
-    for r in doc["phases"]:
-        if r.get("measured") is None and "measured_allocated" not in r:
-            lines.append(f"{r['phase']:<11}{r['plan_bytes'] / gb:>10.1f}GB{'-':>11}{'-':>10}"
-                         f"{'-':>10}  not measured: {r.get('why_not')}")
-            continue
-        lines.append(f"{r['phase']:<11}{r['plan_bytes'] / gb:>10.1f}GB"
-                     f"{r['measured_allocated'] / gb:>9.1f}GB{r['measured_reserved'] / gb:>8.1f}GB"
-                     f"{r['measured_over_plan']:>10.2f}")
+    import pandas as pd
+
+    from analysis.render import fmt, md, num
+
+    gb = lambda k, r: fmt(num(r.get(k)) / 1e9, ".1f")  # noqa: E731
+    table = md(pd.DataFrame(
+        [[r["phase"], gb("plan_bytes", r), gb("measured_allocated", r),
+          gb("measured_reserved", r), fmt(r.get("measured_over_plan"), ".2f"),
+          "" if "measured_allocated" in r else f"not measured: {r.get('why_not')}"]
+         for r in doc["phases"]],
+        columns=["phase", "plan (fake) GB", "allocated GB", "reserved GB", "meas/plan", "note"]))
+    lines = [table]
     if doc.get("cuda_outside_torch_bytes") is not None:
         lines.append(f"outside torch's allocator (CUDA context, NCCL, workspaces): "
-                     f"{doc['cuda_outside_torch_bytes'] / gb:.1f} GB")
+                     f"{doc['cuda_outside_torch_bytes'] / 1e9:.1f} GB")
     if doc.get("tokens_per_s") is not None:
         mfu = doc.get("mfu")
         lines.append(f"tokens/s {doc['tokens_per_s']:,.0f} on {doc['n_gpus']} GPU(s); MFU "
