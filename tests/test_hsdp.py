@@ -44,15 +44,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
     (12, 8, None, None),  # nodes of unequal size: 1-D
     (8, 8, 2, (2, 4)),  # explicit: 2 replicas of 4 shards
     (64, 8, 1, None),  # explicit 1-D
+    *((8, 8, bad, ValueError) for bad in (3, 0, True, 2.0)),  # refused
 ])
 def test_the_mesh_shape_rule(world, local, replicate, want):
-    assert par.hsdp_shape(world, replicate, local=local) == want
-
-
-def test_a_bad_replica_count_is_refused():
-    for bad in (3, 0, True, 2.0):
+    if want is ValueError:
         with pytest.raises(ValueError, match="must be a positive integer that divides"):
-            par.hsdp_shape(8, bad)
+            par.hsdp_shape(world, replicate, local=local)
+    else:
+        assert par.hsdp_shape(world, replicate, local=local) == want
 
 
 def _tiny(latent_bits: int = 4) -> ModelConfig:
