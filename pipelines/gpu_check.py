@@ -17,6 +17,7 @@ docs/gpu_check/README.md regenerated from that folder (`--doc` regenerates it al
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -354,7 +355,8 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
     @functools.cache
     def need(layers: int) -> tuple[float, float]:
         """(per-GPU memory by the hand estimate, the run's disk by the trainer's rule)"""
-        c = compose([*args, f"model.n_layers={layers}"])
+        # the composed config with fewer layers (a hydra compose per candidate took ~1 s)
+        c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=layers))
         rp = plan(c, n)
         est = memory_estimate(rp, mode)
         return (est["total_checkpointed" if c.train.activation_checkpointing else "total"],
@@ -588,20 +590,21 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
 
 
 def _recipe_summary(doc: dict[str, Any]) -> str:
-    gb = 1e9
-    lines = [f"{'phase':<11}{'plan (fake)':>12}{'allocated':>11}{'reserved':>10}"
-             f"{'meas/plan':>10}  note"]
-    for r in doc["phases"]:
-        if r.get("measured") is None and "measured_allocated" not in r:
-            lines.append(f"{r['phase']:<11}{r['plan_bytes'] / gb:>10.1f}GB{'-':>11}{'-':>10}"
-                         f"{'-':>10}  not measured: {r.get('why_not')}")
-            continue
-        lines.append(f"{r['phase']:<11}{r['plan_bytes'] / gb:>10.1f}GB"
-                     f"{r['measured_allocated'] / gb:>9.1f}GB{r['measured_reserved'] / gb:>8.1f}GB"
-                     f"{r['measured_over_plan']:>10.2f}")
+    import pandas as pd
+
+    from analysis.render import fmt, md, num
+
+    gb = lambda k, r: fmt(num(r.get(k)) / 1e9, ".1f")  # noqa: E731
+    table = md(pd.DataFrame(
+        [[r["phase"], gb("plan_bytes", r), gb("measured_allocated", r),
+          gb("measured_reserved", r), fmt(r.get("measured_over_plan"), ".2f"),
+          "" if "measured_allocated" in r else f"not measured: {r.get('why_not')}"]
+         for r in doc["phases"]],
+        columns=["phase", "plan (fake) GB", "allocated GB", "reserved GB", "meas/plan", "note"]))
+    lines = [table]
     if doc.get("cuda_outside_torch_bytes") is not None:
         lines.append(f"outside torch's allocator (CUDA context, NCCL, workspaces): "
-                     f"{doc['cuda_outside_torch_bytes'] / gb:.1f} GB")
+                     f"{doc['cuda_outside_torch_bytes'] / 1e9:.1f} GB")
     if doc.get("tokens_per_s") is not None:
         mfu = doc.get("mfu")
         lines.append(f"tokens/s {doc['tokens_per_s']:,.0f} on {doc['n_gpus']} GPU(s); MFU "
@@ -617,37 +620,35 @@ def _recipe_summary(doc: dict[str, Any]) -> str:
 def measurements_doc(folder: Path | None = None) -> str:
     """docs/gpu_check/README.md: one row per recipe measurement in `folder` (measured/gpu_check/),
     oldest first; what a file does not hold is a dash, never 0."""
-    def f(v: Any, fmt: str, scale: float = 1.0) -> str:
-        return "–" if v is None else format(v / scale if scale != 1.0 else v, fmt)
+    import pandas as pd
 
-    L = ["# `make gpu-check RECIPE=..` measurements", "",
-         "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
-         "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
-         "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
-         "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
-         "", "| file | created | recipe | GPUs | GPU | torch | micro-batch x accum x tokens | "
-         "layers | steps | tokens/s | MFU | train | validation | eval | save | outside torch GB | "
-         "resume | passed |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for path in sorted((folder or MEASURED / GPU_CHECK).glob("*.json")):
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # as the dry run's reader (plan.measured_mfu) passes it over
-        if not isinstance(d, dict) or d.get("mode") != "recipe":
-            continue
+    from analysis.render import DASH, fmt, md, num
+    from experiments.train.plan import recipe_checks
+
+    rows = []
+    for path, d in recipe_checks([folder or MEASURED / GPU_CHECK]):
         ph = {r["phase"]: r.get("measured_over_plan") for r in d.get("phases", [])}
         sl = d.get("layer_sliced")
-        shape = " x ".join(f(d.get(k), "") for k in ("micro_batch_size", "grad_accum", "seq_len"))
-        L.append(" | ".join([
-            f"| {path.name}", *(f(d.get(k), "") for k in ("created", "recipe", "n_gpus")),
-            f(d.get("gpu"), ""), f(d.get("torch"), ""), shape,
-            f"{sl['layers']} of {sl['of']}" if sl else "all", f(d.get("steps"), ""),
-            f(d.get("tokens_per_s"), ",.0f"), f(d.get("mfu"), ".1%"),
-            *(f(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
-            f(d.get("cuda_outside_torch_bytes"), ".2f", 1e9), f(d.get("resume"), ""),
-            "yes |" if d.get("passed") else "**no** |"]))
-    return "\n".join(L) + "\n"
+        s = {k: DASH if d.get(k) is None else str(d[k]) for k in (
+            "created", "recipe", "n_gpus", "gpu", "torch", "micro_batch_size", "grad_accum",
+            "seq_len", "steps", "resume")}
+        rows.append([path.name, s["created"], s["recipe"], s["n_gpus"], s["gpu"], s["torch"],
+                     f"{s['micro_batch_size']} x {s['grad_accum']} x {s['seq_len']}",
+                     f"{sl['layers']} of {sl['of']}" if sl else "all", s["steps"],
+                     fmt(d.get("tokens_per_s"), ",.0f"), fmt(d.get("mfu"), ".1%"),
+                     *(fmt(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
+                     fmt(num(d.get("cuda_outside_torch_bytes")) / 1e9, ".2f"),
+                     s["resume"], "yes" if d.get("passed") else "**no**"])
+    cols = ["file", "created", "recipe", "GPUs", "GPU", "torch", "micro-batch x accum x tokens",
+            "layers", "steps", "tokens/s", "MFU", "train", "validation", "eval", "save",
+            "outside torch GB", "resume", "passed"]
+    return "\n".join([
+        "# `make gpu-check RECIPE=..` measurements", "",
+        "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
+        "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
+        "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
+        "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
+        "", md(pd.DataFrame(rows, columns=cols))]) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

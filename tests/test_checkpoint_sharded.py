@@ -155,9 +155,16 @@ def test_shards_without_their_marker_do_not_count_and_are_cleared(tmp_path):
         load_checkpoint(ck.ckdir / "step_4.pt")
 
 
-def test_export_holds_weights_only_and_bf16_halves_it(tmp_path):
+def test_export_holds_weights_only_and_bf16_halves_it_and_load_weights_reads_both(tmp_path):
+    """A bf16 export: weights only, half the size, cast back to the fp32 model on load.
+    Evaluation's one loader (model.checkpoint.load_weights) takes it and a sharded step
+    checkpoint's marker (weights from its .dcp shards), as load_checkpoint does (found at the
+    merge of the two branches: it refused markers as 'no model weights')."""
+    from model.checkpoint import load_weights
+
     ck, state = setup(tmp_path)
     step_once(state)
+    state.step = 1
     full = save_weights(tmp_path / "a.pt", state.model, extra={"step": 1})
     half = save_weights(tmp_path / "b.pt", state.model, extra={"step": 1},
                         dtype=torch.bfloat16)
@@ -169,31 +176,16 @@ def test_export_holds_weights_only_and_bf16_halves_it(tmp_path):
     if state.model.cfg.tie_embeddings and len(tied) == 2:
         a, b = (raw["model"][k] for k in tied)
         assert a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    got = load_checkpoint(half).model.state_dict()  # cast back to the model's fp32
     want = state.model.state_dict()
-    assert all(torch.equal(got[k], want[k].to(torch.bfloat16).float()) for k in want)
-
-
-def test_load_weights_reads_step_markers_and_bf16_exports(tmp_path):
-    """Evaluation's one loader (model.checkpoint.load_weights) takes a sharded step checkpoint's
-    marker (weights from its .dcp shards) and a bf16 export (cast to the fp32 model), and gives
-    the weights load_checkpoint gives (found at the merge of the two branches: it refused
-    markers as 'no model weights')."""
-    from model.checkpoint import load_weights
-
-    ck, state = setup(tmp_path)
-    step_once(state)
-    state.step = 1
+    for got in (load_checkpoint(half).model.state_dict(), load_weights(half).model.state_dict()):
+        assert all(got[k].dtype == torch.float32 for k in got)
+        assert all(torch.equal(got[k], want[k].to(torch.bfloat16).float()) for k in want)
     ck.maybe_save(1, state, val_done=False, force=True)
     ck.wait()
     marker = ck.ckdir / "step_1.pt"
     want = load_checkpoint(marker).model.state_dict()
     got = load_weights(marker).model.state_dict()
     assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    half = save_weights(tmp_path / "b.pt", state.model, extra={"step": 1}, dtype=torch.bfloat16)
-    got = load_weights(half).model.state_dict()
-    assert all(got[k].dtype == torch.float32 for k in got)
-    assert all(torch.equal(got[k], want[k].to(torch.bfloat16).float()) for k in want)
 
 
 # ------------------------------------------------------------ evaluation of the export

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from common.errors import UsageError
+from common.paths import RunDir
 from experiments.train.checkpointer import Checkpointer, TrainState, finished, truncate_metrics
 from experiments.train.config import compose
 from experiments.train.plan import plan, run_dir
@@ -68,6 +69,8 @@ def test_rotation_keeps_the_newest_and_the_eval_steps_and_final(tmp_path):
         ck.wait()  # asynchronous: complete (its marker written) once wait() returns
         assert ck.last_good == ck.ckdir / f"step_{step}.pt"
     assert not ck.finished and not finished(ck.rd)
+    # the evaluators' reader takes the newest step by number, never a temporary or an eval link
+    assert RunDir(ck.rd).checkpoint() == ck.ckdir / "step_10.pt"
     # each step checkpoint is its marker + its directory of shards; rotation drops both
     assert names(ck) == sorted(["step_9.pt", "step_10.pt", "step_9.dcp", "step_10.dcp",
                                 "eval_step_4.pt", "eval_step_7.pt",
@@ -196,25 +199,3 @@ def test_prepare_fresh_clears_an_earlier_run_and_other_ranks_write_nothing(tmp_p
     assert not (ck.ckdir / "step_4.pt").exists()
     ck.prepare(fresh=True)
     assert not ck.finished and names(ck) == [] and not ck.metrics_path.exists()
-
-
-def test_names_are_shared_with_the_readers(tmp_path):
-    """Evaluation finds what the Checkpointer writes: final.pt first, else the newest step by
-    number (step_10 after step_9), never a temporary or an eval link."""
-    pytest.importorskip("lm_eval")
-    from common.paths import RunDir
-    from experiments.eval.chain import kept_checkpoints
-
-    def resolve_checkpoint(p):  # what every evaluator loads (lm_adapter, run, hf_export)
-        return RunDir.at(p).checkpoint()
-
-    ckdir = tmp_path / "checkpoints"
-    ckdir.mkdir()
-    for n in ("step_9.pt", "step_10.pt", "step_11.pt.tmp", "eval_step_12.pt", "eval_step_4.pt"):
-        (ckdir / n).write_bytes(b"")
-    assert resolve_checkpoint(tmp_path) == ckdir / "step_10.pt"
-    assert kept_checkpoints(tmp_path) == [(4, ckdir / "eval_step_4.pt"),
-                                          (12, ckdir / "eval_step_12.pt")]
-    (ckdir / "final.pt").write_bytes(b"")
-    assert resolve_checkpoint(tmp_path) == resolve_checkpoint(ckdir) == ckdir / "final.pt"
-    assert finished(tmp_path)

@@ -1,19 +1,7 @@
-"""train.compile (issue 36, "speed at the real shape"): each transformer block and the Free
-Transformer's encoder block is compiled in place (experiments/train/parallel.py compile_units)
-before DDP wraps or FSDP2 shards the model, for every parallelism. Checked here:
-
-- compiling keeps every parameter and state-dict name (checkpoints load either way);
-- one process, both arms: a compiled run trains as the eager one (losses, validation, final
-  weights), and the blocks compile to one graph per block variant, not one per block;
-- the binary mapper's custom autograd function survives torch.compile (value and gradients).
-
-- 2 FSDP2 processes (gloo) with compiled blocks train as one eager process; the DDP one is
-  tests/test_train_loop.py::test_ddp_with_compiled_blocks_trains_as_one_eager_process.
-- the graph count and no graph break under DDP and FSDP2, with and without activation
-  checkpointing (one gloo process, AOTAutograd without inductor: cheap).
-
-Inductor on a CPU needs a C++ compiler and about a minute per cold compile: the compiling tests
-are slow-tier, and share one inductor cache per test session.
+"""train.compile (issue 36): each transformer block and the Free Transformer's encoder block is
+compiled in place (parallel.compile_units) before DDP wraps or FSDP2 shards the model (the DDP
+run: tests/test_train_loop.py). Inductor on a CPU needs a C++ compiler and about a minute per
+cold compile: the compiling tests are slow-tier and share one inductor cache per session.
 """
 
 from __future__ import annotations

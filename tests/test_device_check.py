@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,6 @@ import torch
 
 from common.errors import UsageError
 
-ROOT = Path(__file__).resolve().parents[1]
 GPU_VARS = ("CUDA_VISIBLE_DEVICES", "SLURM_GPUS_ON_NODE", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS",
             "SLURM_GPUS", "SLURM_GPUS_PER_NODE", "SLURM_GPUS_PER_TASK")
 LINE = (r"GPUs are visible \({why}; driver 535\.104\.05, CUDA <= 12\.2\) but torch \S+ "
@@ -101,15 +98,13 @@ def test_variables_alone_decide_without_a_driver_tool(
     assert _train_device("train.device=cpu") == torch.device("cpu")  # asked for: no refusal
 
 
-def test_make_train_refuses_in_one_line_and_writes_nothing(gpu_host: dict[str, str],
-                                                           tmp_path: Path) -> None:
+def test_make_train_refuses_in_one_line_and_writes_nothing(
+        gpu_host: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.train.trainer import main  # make train's entry, in process
+
     res = tmp_path / "results"
-    r = subprocess.run([sys.executable, "-m", "experiments.train", "model=1M", "data=random",
-                        "train.tokens=2k", f"paths.results={res}"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300, check=False,
-                       env={**gpu_host, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 2, r.stderr
-    line, = r.stderr.strip().splitlines()
+    assert main(["model=1M", "data=random", "train.tokens=2k", f"paths.results={res}"]) == 2
+    line, = capsys.readouterr().err.strip().splitlines()
     assert re.fullmatch("train: error: " + LINE.format(
         why="nvidia-smi lists 1 GPU", fix=r"train\.device=cpu trains on the CPU anyway"), line)
     assert not (res / "runs").exists()

@@ -1,14 +1,7 @@
 """HSDP for multi-node FSDP2 (issue 45): a 2-D device mesh, replicate across nodes and shard
 within a node, as torchtitan builds it (experiments/train/parallel.py: hsdp_shape, mesh_for,
-shard, accumulate).
-
-- the mesh rule: automatic when the world spans several nodes of several processes each
-  (LOCAL_WORLD_SIZE < WORLD_SIZE), or an explicit number of replicas;
-- a fake process group at world 32 and 64 drives the mesh setup, the sharding, the
-  materialisation and a training step, and each rank holds 1/shards of the state;
-- CPU twins (slow): two torchrun agents x 2 gloo processes train as one process, and their
-  sharded checkpoint resumes at world 3 (uneven shares, DCP resharding 4 -> 3); FSDP2 with bf16
-  mixed precision on 2 processes trains as on one.
+shard, accumulate); automatic when the world spans several nodes of several processes each
+(LOCAL_WORLD_SIZE < WORLD_SIZE), or an explicit number of replicas.
 """
 
 from __future__ import annotations
@@ -51,15 +44,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
     (12, 8, None, None),  # nodes of unequal size: 1-D
     (8, 8, 2, (2, 4)),  # explicit: 2 replicas of 4 shards
     (64, 8, 1, None),  # explicit 1-D
+    *((8, 8, bad, ValueError) for bad in (3, 0, True, 2.0)),  # refused
 ])
 def test_the_mesh_shape_rule(world, local, replicate, want):
-    assert par.hsdp_shape(world, replicate, local=local) == want
-
-
-def test_a_bad_replica_count_is_refused():
-    for bad in (3, 0, True, 2.0):
+    if want is ValueError:
         with pytest.raises(ValueError, match="must be a positive integer that divides"):
-            par.hsdp_shape(8, bad)
+            par.hsdp_shape(world, replicate, local=local)
+    else:
+        assert par.hsdp_shape(world, replicate, local=local) == want
 
 
 def _tiny(latent_bits: int = 4) -> ModelConfig:

@@ -163,7 +163,7 @@ def _real(phase: str, precision: str) -> int:
     """The phase's peak on this CPU, in a fresh process (the C allocator keeps what earlier
     phases freed): large blocks mmapped so a free goes back to the system at once."""
     code = ("import json, sys; from experiments.train.config import compose; "
-            "from experiments.memory import measure_real; "
+            "from dev.memory import measure_real; "
             f"print(json.dumps(measure_real(compose({[*AGREE, f'train.precision={precision}']!r}),"
             f" {phase!r}, eval_rows=2)))")
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1",

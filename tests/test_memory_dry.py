@@ -33,16 +33,14 @@ def test_dry_run_prints_the_plan_then_measured_peaks_and_caches_them(
     assert len(cached) == 1
     recs = json.loads(cached[0].read_text())
     assert [r["phase"] for r in recs] == list(memory.PHASES)
-    # the second dry run reads the same figures back; a changed shape measures again
+    # the second dry run reads the same figures back; a changed shape is another measurement
     cfg = compose(ov)
     again, path = memory.measure_cached(cfg, device_type="cuda", cache=tmp_path / "c")
     assert path == cached[0] and [r.to_json() for r in again] == recs
-    other = compose([*ov, "logging.val_batch_size=2"])
-    _, path2 = memory.measure_cached(other, device_type="cuda", cache=tmp_path / "c")
-    assert path2 != cached[0] and path2.is_file()
-
-
-def test_a_phase_over_the_gpu_is_named(tmp_path: Path) -> None:
-    cfg = compose([*BASE, "train.gpu_memory_gb=0.001", f"paths.results={tmp_path}"])
-    text = memory.dry_text(cfg, world_size=1)
-    assert "fits the GPU: NO: train" in text
+    key = memory.measure_key(cfg, 1, "none", "cuda", 16, 3)
+    assert path.stem == key != memory.measure_key(
+        compose([*ov, "logging.val_batch_size=2"]), 1, "none", "cuda", 16, 3)
+    # a phase over the GPU is named (the capacity is no part of the key: read from the cache)
+    small = compose([*ov, "train.gpu_memory_gb=0.001"])
+    text = memory.dry_text(small, world_size=1, cache=tmp_path / "c")
+    assert "fits the GPU: NO: train" in text and f"read from {path}" in text

@@ -6,7 +6,6 @@ decides and every rank exits. The free space is a monkeypatched `plan.free_bytes
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from pathlib import Path
 
@@ -42,28 +41,26 @@ def free(monkeypatch, n: int) -> None:
     monkeypatch.setattr(P, "free_bytes", lambda path: n)
 
 
-def test_too_little_space_is_one_line_exit_2_nothing_written(tmp_path, monkeypatch, capsys):
+def test_one_byte_short_is_one_line_exit_2_nothing_written_and_exactly_enough_trains(
+        tmp_path, monkeypatch, capsys):
     args = [*TINY, f"paths.results={tmp_path / 'res'}"]
-    need = need_bytes(compose(args))
-    free(monkeypatch, need - 1)
+    cfg = compose(args)
+    free(monkeypatch, need_bytes(cfg) - 1)
     assert T.main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("train: error: ")
     assert "free on its file system" in err and "checkpoints" in err
     assert not (tmp_path / "res").exists()  # no run dir, no cache, no lock
-
-
-def test_exactly_enough_space_trains(tmp_path, monkeypatch):
-    cfg = compose([*TINY, f"paths.results={tmp_path}"])
     free(monkeypatch, need_bytes(cfg))
     assert P.start_refusal(cfg, P.plan(cfg, 1), P.run_dir(cfg)) is None
     assert (T.train(cfg) / "checkpoints" / "final.pt").is_file()
+    free(monkeypatch, 0)  # a finished run writes nothing: it returns, not refuses
+    assert T.main(args) == 0
+    assert "is finished" in capsys.readouterr().err
 
 
-def test_a_resume_counts_what_its_checkpoints_hold_and_a_finished_run_is_not_checked(
-        tmp_path, monkeypatch, capsys):
-    args = [*TINY, f"paths.results={tmp_path}"]
-    cfg = compose(args)
+def test_a_resume_counts_what_its_checkpoints_hold(tmp_path, monkeypatch):
+    cfg = compose([*TINY, f"paths.results={tmp_path}"])
     p, rd = P.plan(cfg, 1), P.run_dir(cfg)
     held = rd / "checkpoints" / "step_1.dcp" / "__0_0.distcp"
     held.parent.mkdir(parents=True)
@@ -73,12 +70,6 @@ def test_a_resume_counts_what_its_checkpoints_hold_and_a_finished_run_is_not_che
     assert P.start_refusal(cfg, p, rd) is None
     free(monkeypatch, need - 1)
     assert "free on its file system" in P.start_refusal(cfg, p, rd)
-    shutil.rmtree(rd)
-    free(monkeypatch, need_bytes(cfg))
-    T.train(cfg)
-    free(monkeypatch, 0)  # a finished run writes nothing: it returns, not refuses
-    assert T.main(args) == 0
-    assert "is finished" in capsys.readouterr().err
 
 
 def test_an_unbuilt_corpus_is_counted(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import experiments.train.trainer as T
 from experiments.train.config import compose
@@ -172,6 +173,8 @@ def test_one_process_default_micro_batch_equals_two_fsdp_and_two_ddp(tmp_path, l
         l1, l2 = lines(r1), lines(r2)
         for k in ("loss", "ce", "kl_nats", "grad_norm"):
             assert [r[k] for r in l1] == pytest.approx([r[k] for r in l2], abs=1e-4), (mode, k)
+        acc = yaml.safe_load((r2 / "config.yaml").read_text())["accounting"]
+        assert (acc["world_size"], acc["grad_accum"]) == (2, 8 // (2 * micro)), mode
 
 
 # ---------------------------------------------------------------- tracking
@@ -208,22 +211,14 @@ def test_tensorboard_event_files_hold_the_scalars(tmp_path):
         assert mfu == pytest.approx(r["tokens_per_s"] * fpt / 0.5e12, rel=1e-5)
     assert all(e.value > 0 for e in ea.Scalars("memory/peak_rss_bytes"))
 
-    run_b = T.train(compose([*base, f"paths.results={tmp_path / 'b'}"]))
+    # a baseline without a peak figure: no MFU (absent, never 0) and no per-bit KL
+    run_b = T.train(compose([*BASE, "model.latent_bits=0", f"train.tokens={2 * 8 * 65}",
+                             f"paths.results={tmp_path / 'b'}"]))
     eb = EventAccumulator(str(run_b / "tb"))
     eb.Reload()
     tb = set(eb.Tags()["scalars"])
-    assert "perf/mfu" not in tb and "train/loss" in tb  # no peak known: absent, never 0
-
-
-def test_baseline_writes_no_per_bit_kl(tmp_path):
-    run = T.train(compose([*BASE, "model.latent_bits=0", f"train.tokens={2 * 8 * 65}",
-                           f"paths.results={tmp_path}"]))
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    ea = EventAccumulator(str(run / "tb"))
-    ea.Reload()
-    tags = set(ea.Tags()["scalars"])
-    assert "train/loss" in tags and not any(t.startswith("train/kl_bit/") for t in tags)
+    assert "perf/mfu" not in tb and "train/loss" in tb
+    assert not any(t.startswith("train/kl_bit/") for t in tb)
 
 
 @pytest.mark.slow

@@ -265,7 +265,7 @@ def ddp(fwd: nn.Module, device: torch.device) -> nn.Module:
 FSDP_REDUCE_EVERY_MICRO_BATCH = True
 """FSDP2 reduce-scatters the gradients after every micro-batch (torchtitan's way), so a rank
 holds only its gradient shard between micro-batches; False keeps every unsharded fp32 gradient
-for the whole step (+4 bytes per parameter per GPU, 30 GB at 8B: `python -m experiments.memory
+for the whole step (+4 bytes per parameter per GPU, 30 GB at 8B: `python -m dev.memory
 model=8B ... --fsdp-sync both`)."""
 
 

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
@@ -408,25 +409,31 @@ def measured_mfu(gpu_name: str, preset: str, results: str | None = None
     "created", "gpu", "n_gpus", "recipe", "sliced"}, or None. Other modes' and unreadable files
     are passed over."""
     best: dict[str, Any] | None = None
-    for d in gpu_check_dirs(results):
+    for path, doc in recipe_checks(gpu_check_dirs(results)):
+        mfu = doc.get("mfu")
+        if (doc.get("passed") is not True or doc.get("preset") != preset
+                or gpu_name.lower() not in str(doc.get("gpu", "")).lower()
+                or not isinstance(mfu, (int, float)) or not 0.0 < mfu <= 1.0):
+            continue
+        rec = {"mfu": float(mfu), "path": str(path), "created": str(doc.get("created", "")),
+               "gpu": doc.get("gpu"), "n_gpus": doc.get("n_gpus"),
+               "recipe": doc.get("recipe"), "sliced": doc.get("layer_sliced")}
+        if best is None or rec["created"] > best["created"]:
+            best = rec
+    return best
+
+
+def recipe_checks(dirs: Iterable[Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """(file, record) of each `make gpu-check RECIPE=..` record in `dirs`, by file name; other
+    modes' and unreadable files are passed over (the one reader of these folders)."""
+    for d in dirs:
         for path in sorted(d.glob("*.json")) if d.is_dir() else []:
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
-            if not isinstance(doc, dict) or doc.get("mode") != "recipe":
-                continue
-            mfu = doc.get("mfu")
-            if (doc.get("passed") is not True or doc.get("preset") != preset
-                    or gpu_name.lower() not in str(doc.get("gpu", "")).lower()
-                    or not isinstance(mfu, (int, float)) or not 0.0 < mfu <= 1.0):
-                continue
-            rec = {"mfu": float(mfu), "path": str(path), "created": str(doc.get("created", "")),
-                   "gpu": doc.get("gpu"), "n_gpus": doc.get("n_gpus"),
-                   "recipe": doc.get("recipe"), "sliced": doc.get("layer_sliced")}
-            if best is None or rec["created"] > best["created"]:
-                best = rec
-    return best
+            if isinstance(doc, dict) and doc.get("mode") == "recipe":
+                yield path, doc
 
 
 def planned_mfu(cfg: TrainConfig) -> tuple[float, str]:
