@@ -152,6 +152,7 @@ FIRST = {
 
 
 @pytest.mark.parametrize("name", sorted(FIRST))
+@pytest.mark.slow  # the `tasks` fixture (6 s); the fast tier: the tests below, test_eval_tasks
 def test_first_document_rendering(tasks: tuple[dict, dict], name: str) -> None:
     ours, _ = tasks
     reqs = [json.loads(r[2]) for r in _requests(ours[name], 1)]
@@ -172,6 +173,7 @@ def test_first_document_rendering(tasks: tuple[dict, dict], name: str) -> None:
     assert reqs[target][1] == gold
 
 
+@pytest.mark.slow  # as above
 def test_generative_tasks_and_partial_label(tasks: tuple[dict, dict], bench_dir: Path) -> None:
     ours, _ = tasks
     nq = json.loads(_requests(ours["nq_open"], 1)[0][2])
