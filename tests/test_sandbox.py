@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_sandbox_timing import ATTACK as DISARMED_SLOW
+from test_sandbox_timing import CONTROL as DISARMED
 
 from experiments.eval import codecheck, sandbox
 from experiments.eval.codecheck_child import CodecError, decode, digest, dumps, encode, loads
@@ -156,13 +158,16 @@ def test_without_namespaces_refuses_unless_opted_in(monkeypatch: pytest.MonkeyPa
             o = rep.outcomes["W/a"].base
             assert o.status is None and f"cannot traverse {closed}" in o.reason
             return
-        rep = codecheck.evaluate("humaneval", [problem("W/a"), problem("W/b"), problem("W/c")],
-                                 {"W/a": RIGHT, "W/b": WRONG,
-                                  "W/c": "import os\nos._exit(0)\n" + RIGHT})
+        # the same runner and the same clock: code that disarms its timers and answers too
+        # slowly is a timeout here too (test_sandbox_timing.py)
+        sols = {"W/a": RIGHT, "W/b": WRONG, "W/c": "import os\nos._exit(0)\n" + RIGHT,
+                "W/d": DISARMED_SLOW, "W/e": DISARMED}
+        rep = codecheck.evaluate("humaneval", [problem(t) for t in sols], sols, parallel=2)
         assert "WEAK" in capsys.readouterr().err
         assert rep.isolation["mode"] == "weak" and "bubblewrap" in rep.isolation["reason"]
-        assert [rep.outcomes[t].base.status for t in ("W/a", "W/b", "W/c")] == \
-            ["pass", "fail", "fail"]
+        assert {t: (o.base.status, o.plus.status) for t, o in rep.outcomes.items()} == {
+            "W/a": ("pass", "pass"), "W/b": ("fail", "fail"), "W/c": ("fail", "fail"),
+            "W/d": ("timeout", "fail"), "W/e": ("pass", "pass")}
     finally:
         probe.cache_clear()
 
