@@ -191,8 +191,8 @@ def test_evaluation_loads_no_optimizer_state(ckpts: dict[str, str], tmp_path: Pa
         a = FTBenchLM(checkpoint=str(src), z=z, k=2, max_length=64, progress=False)
         b = FTBenchLM(checkpoint=str(bad), z=z, k=2, max_length=64, progress=False)
         assert b.checkpoint_step == 7
-        assert a.loglikelihood_pairs(PAIRS, disable_tqdm=True) == \
-            b.loglikelihood_pairs(PAIRS, disable_tqdm=True)
+        assert a.loglikelihood_pairs(PAIRS[:4], disable_tqdm=True) == \
+            b.loglikelihood_pairs(PAIRS[:4], disable_tqdm=True)
 
 
 def test_load_weights_refuses_what_load_checkpoint_refuses(tmp_path: Path) -> None:

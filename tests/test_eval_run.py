@@ -106,8 +106,8 @@ def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Pa
 def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "ft" / "checkpoints" / "final.pt", free=True)
     kw = dict(tasks=["arc_easy"], limit=4, data=bench_dir, progress=False)
-    first = json.loads(_eval(ck, z="prior-k", k=3, **kw)["lm-eval"].read_text())
-    assert first["arm"] == "free" and first["z_mode"] == "prior-k" and first["k"] == 3
+    first = json.loads(_eval(ck, z="prior-k", k=2, **kw)["lm-eval"].read_text())
+    assert first["arm"] == "free" and first["z_mode"] == "prior-k" and first["k"] == 2
     assert first["leaks"] is False and first["requests"] > 0
     acc = first["tasks"]["arc_easy"]["metrics"]["acc"]
     assert acc["spread"] is not None and acc["spread"] >= 0.0
