@@ -43,7 +43,7 @@ def free_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 class Probe:
     """A Free Transformer whose codes say where they came from: the encoder always yields code
-    255 (bit logits +100), the uniform prior always code 0. Records, per forward row, the
+    255 (bit logits +100), the uniform prior always code 0. Records, per scored row, the
     tokens, the codes used and the encoder's key mask."""
 
     def __init__(self, ckpt: Path, monkeypatch: pytest.MonkeyPatch, **kw: object) -> None:
@@ -52,7 +52,6 @@ class Probe:
         self.lm = FTBenchLM(model=self.m, tokenizer=ck.tokenizer, progress=False, **kw)
         H = self.m.cfg.latent_bits
         assert (1 << H) - 1 == ENC
-        self._fwd: list[tuple[list[int], list[int], torch.Tensor | None]] = []
         self.gens: list[tuple[list[list[int]], list[list[int]], list[list[int]]]] = []
         self._mask: list[torch.Tensor | None] = []
 
@@ -63,16 +62,7 @@ class Probe:
         monkeypatch.setattr(self.m, "encode", encode)
         monkeypatch.setattr(ftm, "uniform_codes", lambda shape, n_bits, generator, device:
                             torch.full(shape, PRIOR, dtype=torch.long, device=device))
-        fwd, gen = self.m.forward, self.m.generate
-
-        def forward(tokens: torch.Tensor, *a: object, **k: object):
-            self._mask.clear()
-            out = fwd(tokens, *a, **k)
-            mask = self._mask[0] if self._mask else None
-            for b in range(tokens.shape[0]):
-                self._fwd.append((tokens[b].tolist(), out.codes[b].tolist(),
-                                  None if mask is None else mask[b, 0]))
-            return out
+        gen = self.m.generate
 
         def generate(prompts: list[list[int]], *a: object, **k: object):
             out = gen(prompts, *a, **k)
@@ -110,15 +100,15 @@ class Probe:
             self._hist[id(new)] = (new, [src] * rows)
             return new
 
-        monkeypatch.setattr(self.m, "forward", forward)
         monkeypatch.setattr(self.m, "generate", generate)
         monkeypatch.setattr(self.m, "extend", extend)
         monkeypatch.setattr(self.m, "fork_cache", fork_cache)
 
     @property
     def rows(self) -> list[tuple[list[int], list[int], torch.Tensor | None]]:
-        """Every whole model input scored: forward rows, and KV-cache rows nothing extended."""
-        return self._fwd + [r for i, r in enumerate(self._all) if i not in self._extended]
+        """Every whole model input scored: the KV-cache rows nothing extended (scoring never
+        runs a plain forward; a row scored another way would be missing and fail the counts)."""
+        return [r for i, r in enumerate(self._all) if i not in self._extended]
 
 
 def _check_rows(rows: list, is_ctx) -> int:
