@@ -105,7 +105,7 @@ def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Pa
 
 def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
     ck = toy_checkpoint(tmp_path / "runs" / "ft" / "checkpoints" / "final.pt", free=True)
-    kw = dict(tasks=["arc_easy"], limit=4, data=bench_dir, progress=False)
+    kw = dict(tasks=["arc_easy"], limit=2, data=bench_dir, progress=False)
     first = json.loads(_eval(ck, z="prior-k", k=2, **kw)["lm-eval"].read_text())
     assert first["arm"] == "free" and first["z_mode"] == "prior-k" and first["k"] == 2
     assert first["leaks"] is False and first["requests"] > 0
@@ -113,7 +113,7 @@ def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: 
     assert acc["spread"] is not None and acc["spread"] >= 0.0
     # posterior is labelled as leaking, in a file of its own
     post = _eval(ck, z="posterior", **kw)["lm-eval"]
-    assert post.name.startswith("lm-eval.posterior.limit4.") and post.name.endswith(".stepNA.json")
+    assert post.name.startswith("lm-eval.posterior.limit2.") and post.name.endswith(".stepNA.json")
     p1 = json.loads(post.read_text())
     assert p1["leaks"] is True and p1["requests"] > 0
     # the same command again: every request comes from the cache, same numbers
