@@ -109,15 +109,14 @@ def run_task(task: str, ckpt: str, data: str, out: Path, threads: int, extra: li
 
 
 def render(doc: dict[str, Any]) -> str:
-    rows = ["| benchmark | status | primary metric | n | requests | wall s | in-model s |",
-            "|---|---|---|---|---|---|---|"]
-    for r in doc["tasks"]:
-        v = "null" if r["value"] is None else f"{r['value']:.4f}"
-        how = " (reused)" if r["reused"] else ""
-        how += " (resumed: partial time)" if r.get("resumed_from_request_cache") else ""
-        rows.append(f"| {r['task']}{how} | {r['status']} | "
-                    f"{r['metric']} = {v} | {r.get('n')} | {r['requests']} | {r['wall_s']:.0f} | "
-                    f"{r['model_s']} |")
+    import pandas as pd
+
+    from analysis.render import fmt, md
+
+    rows = [[r["task"] + (" (reused)" if r["reused"] else "")
+             + (" (resumed: partial time)" if r.get("resumed_from_request_cache") else ""),
+             r["status"], f"{r['metric']} = " + fmt(r["value"], ".4f", "null"),
+             r.get("n"), r["requests"], f"{r['wall_s']:.0f}", r["model_s"]] for r in doc["tasks"]]
     t = doc["totals"]
     return "\n".join([
         f"Checkpoint `{doc['checkpoint']}`; command `{' '.join(doc['argv'])}`; "
@@ -125,7 +124,8 @@ def render(doc: dict[str, Any]) -> str:
         f"{' (dirty)' if doc['git_dirty'] else ''}; load average at start "
         f"{'/'.join(f'{x:.1f}' for x in doc['loadavg_start'])}, at end "
         f"{'/'.join(f'{x:.1f}' for x in doc['loadavg_end'])}.", "",
-        *rows, "",
+        md(pd.DataFrame(rows, dtype=object, columns=["benchmark", "status", "primary metric", "n",
+                                                      "requests", "wall s", "in-model s"])), "",
         f"Makespan {t['makespan_s'] / 60:.1f} min (first start to last end, {t['ran']} run, "
         f"{t['reused']} reused); sum of per-benchmark wall times {t['sum_wall_s'] / 60:.1f} min; "
         f"failed: {', '.join(t['failed']) or 'none'}."])

@@ -44,14 +44,8 @@ def test_missing_and_altered_files_named_in_one_line(bench_dir, tmp_path: Path) 
                                                                     + str(tmp_path / "nowhere"))
 
 
-def test_smoke_data_ships_verified(tmp_path: Path) -> None:
+def test_smoke_data_ships_verified() -> None:
     """The repository's own few items (experiments/eval/smoke_data) are pinned by SHA256SUMS."""
     smoke = Path(__file__).resolve().parents[1] / "experiments" / "eval" / "smoke_data"
     chk = verify(smoke, ["arc_easy", "gsm8k", "humaneval_plus"])
     assert chk.ok and len(chk.checksums) == 4, chk.line()
-    d = tmp_path / "smoke"
-    shutil.copytree(smoke, d)
-    with open(d / "gsm8k/train.jsonl", "a") as f:
-        f.write("\n")
-    assert "altered (sha256 differs): gsm8k/train.jsonl" in verify(d, ["gsm8k"]).line()
-    assert "missing: commonsenseqa" in verify(d, ["commonsense_qa"]).line()

@@ -115,7 +115,7 @@ def test_shares_are_whole_balanced_and_the_same_on_every_rank() -> None:
 # ----------------------------------------------------------------------------- window
 def test_window_is_the_trained_seq_len_and_long_requests_go_in_pieces(
         toy_checkpoint, bench_dir: Path, tmp_path: Path) -> None:
-    from experiments.eval.run import run_eval, trained_context
+    from experiments.eval.run import planned_specs, run_eval, trained_context, validate_args
 
     run = tmp_path / "runs" / "r64"
     ck = toy_checkpoint(run / "checkpoints" / "final.pt")  # the preset's window: 256
@@ -125,6 +125,9 @@ def test_window_is_the_trained_seq_len_and_long_requests_go_in_pieces(
                    EvalRuntime(progress=False))["lm-eval"]
     doc = json.loads(out.read_text())
     assert doc["spec"]["context"] == 64 and doc["max_seq_len"] == 64
+    # what a sweep plans for the same window is exactly the spec written
+    a = validate_args(["--tasks", "arc_easy", "--limit", "3", "--data", str(bench_dir)])
+    assert planned_specs(a, 64)["lm-eval"] == doc["spec"]
     assert doc["precision"] == "fp32" and doc["world_size"] == 1
     # the adapter scores in the trained window: a continuation longer than 64 tokens goes in
     # pieces, equal to the adapter built with that window by hand
@@ -151,14 +154,6 @@ def test_spec_context_keeps_old_ids() -> None:
     assert EvalSpec.from_json(new.to_json()) == new and EvalSpec.from_json(
         new.to_json()).id == new.id
     assert "context" not in EvalSpec.from_json(new.to_json()).extra
-
-
-def test_planned_spec_equals_the_written_one_for_the_same_window(bench_dir: Path) -> None:
-    from experiments.eval.run import planned_specs, validate_args
-
-    a = validate_args(["--tasks", "arc_easy", "--limit", "3", "--data", str(bench_dir)])
-    sp = planned_specs(a, 64)["lm-eval"]
-    assert sp["context"] == 64
 
 
 # ----------------------------------------------------------------------------- weights only
@@ -196,8 +191,8 @@ def test_evaluation_loads_no_optimizer_state(ckpts: dict[str, str], tmp_path: Pa
         a = FTBenchLM(checkpoint=str(src), z=z, k=2, max_length=64, progress=False)
         b = FTBenchLM(checkpoint=str(bad), z=z, k=2, max_length=64, progress=False)
         assert b.checkpoint_step == 7
-        assert a.loglikelihood_pairs(PAIRS, disable_tqdm=True) == \
-            b.loglikelihood_pairs(PAIRS, disable_tqdm=True)
+        assert a.loglikelihood_pairs(PAIRS[:4], disable_tqdm=True) == \
+            b.loglikelihood_pairs(PAIRS[:4], disable_tqdm=True)
 
 
 def test_load_weights_refuses_what_load_checkpoint_refuses(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import datasets
@@ -72,22 +73,33 @@ def _requests(task: object, limit: int) -> list[tuple]:
     return [(i.doc_id, i.request_type, json.dumps(i.args, default=str)) for i in task.instances]
 
 
-def test_offline_prompts_match_stock(bench_dir, tmp_path: Path,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def ours_and_stock(bench_dir: Path, tasks_dir: Path, names: list[str], stock_dirs: list[str],
+                   schema: Callable = _hf_schema) -> tuple[dict, dict]:
+    """Our offline tasks, and lm-eval's stock ones from their own YAMLs (indexing only their
+    folders, not all ~10k stock tasks) with the Hub answered by `schema` from the offline files."""
     from lm_eval.tasks import TaskManager, get_task_dict
 
-    ours = get_task_dict(TASKS, offline_task_manager(bench_dir, tmp_path / "tasks"))
+    ours = get_task_dict(names, offline_task_manager(bench_dir, tasks_dir))
     real_load = datasets.load_dataset
 
     def fake_load(path: str, name: str | None = None, **kw: object) -> datasets.DatasetDict:
-        if path in ("json", "csv"):
+        if path in ("json", "csv", "arrow"):
             return real_load(path, name, **kw)
-        return _hf_schema(bench_dir, path, name)
+        return schema(bench_dir, path, name)
 
-    monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    # lm-eval's own stock YAML files (indexing only their folders, not all ~10k stock tasks)
-    dirs = [str(STOCK / d) for d in ("gsm8k", "arc", "commonsense_qa", "mmlu/default")]
-    stock = get_task_dict(TASKS, TaskManager(include_path=dirs, include_defaults=False))
+    mp = pytest.MonkeyPatch()
+    mp.setattr(datasets, "load_dataset", fake_load)
+    try:
+        stock = get_task_dict(names, TaskManager(include_path=[str(STOCK / d) for d in stock_dirs],
+                                                 include_defaults=False))
+    finally:
+        mp.undo()
+    return ours, stock
+
+
+def test_offline_prompts_match_stock(bench_dir, tmp_path: Path) -> None:
+    ours, stock = ours_and_stock(bench_dir, tmp_path / "tasks", TASKS,
+                                 ["gsm8k", "arc", "commonsense_qa", "mmlu/default"])
     for t in TASKS:
         a, b = _requests(ours[t], 6), _requests(stock[t], 6)
         assert a == b, t

@@ -18,16 +18,15 @@ from pathlib import Path
 
 import datasets
 import pytest
-from test_eval_tasks import _jsonl, _requests
+from test_eval_tasks import _hf_schema as stock_schema
+from test_eval_tasks import _jsonl, _requests, ours_and_stock
 
 from experiments.eval.tasks import (
     NO_FEWSHOT_SOURCE,
     OFFLINE_TASKS,
     PARTIAL,
-    STOCK,
     benchdata,
     fewshot_error,
-    offline_task_manager,
 )
 from experiments.eval.tasks import offline_utils as ou
 
@@ -84,38 +83,13 @@ def _hf_schema(bench: Path, path: str, name: str | None) -> datasets.DatasetDict
         return same(D(_jsonl(bench / "nq_open" / "NQ-open.dev.jsonl")), "train", "validation")
     if path == "mandarjoshi/trivia_qa" and name == "rc.nocontext":
         return same(disk("triviaqa/rc.wikipedia.nocontext_validation"), "train", "validation")
-    if path == "cais/mmlu":
-        out = {}
-        for split in ("test", "dev"):
-            with open(bench / "mmlu" / split / f"{name}_{split}.csv", newline="") as f:
-                out[split] = D([{"question": r["question"], "subject": name,
-                                 "choices": [r[f"choice{i}"] for i in range(4)],
-                                 "answer": int(r["answer"])} for r in csv.DictReader(f)])
-        return datasets.DatasetDict(out)
-    raise AssertionError(f"unexpected dataset {path}/{name}")
+    return stock_schema(bench, path, name)  # mmlu's
 
 
 @pytest.fixture(scope="module")
 def tasks(bench_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
-    from lm_eval.tasks import TaskManager, get_task_dict
-
-    names = NEW + ["mmlu_anatomy"]
-    ours = get_task_dict(names, offline_task_manager(bench_dir, tmp_path_factory.mktemp("tasks")))
-    real_load = datasets.load_dataset
-
-    def fake_load(path: str, name: str | None = None, **kw: object) -> datasets.DatasetDict:
-        if path in ("json", "csv", "arrow"):
-            return real_load(path, name, **kw)
-        return _hf_schema(bench_dir, path, name)
-
-    mp = pytest.MonkeyPatch()
-    mp.setattr(datasets, "load_dataset", fake_load)
-    try:
-        stock = get_task_dict(names, TaskManager(include_path=[str(STOCK / d) for d in STOCK_DIRS],
-                                                 include_defaults=False))
-    finally:
-        mp.undo()
-    return ours, stock
+    return ours_and_stock(bench_dir, tmp_path_factory.mktemp("tasks"), NEW + ["mmlu_anatomy"],
+                          STOCK_DIRS, _hf_schema)
 
 
 @pytest.mark.parametrize("name", NEW + ["mmlu_anatomy"])
@@ -152,6 +126,7 @@ FIRST = {
 
 
 @pytest.mark.parametrize("name", sorted(FIRST))
+@pytest.mark.slow  # the `tasks` fixture (6 s); the fast tier: the tests below, test_eval_tasks
 def test_first_document_rendering(tasks: tuple[dict, dict], name: str) -> None:
     ours, _ = tasks
     reqs = [json.loads(r[2]) for r in _requests(ours[name], 1)]
@@ -172,6 +147,7 @@ def test_first_document_rendering(tasks: tuple[dict, dict], name: str) -> None:
     assert reqs[target][1] == gold
 
 
+@pytest.mark.slow  # as above
 def test_generative_tasks_and_partial_label(tasks: tuple[dict, dict], bench_dir: Path) -> None:
     ours, _ = tasks
     nq = json.loads(_requests(ours["nq_open"], 1)[0][2])

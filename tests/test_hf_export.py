@@ -26,7 +26,11 @@ def exported(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     # untied readout and a non-default RoPE base, so both paths of the mapping are exercised
     ck = toy_checkpoint(d / "run" / "checkpoints" / "final.pt", seed=3, tie_embeddings=False,
                         rope_theta=500000.0)
-    return ck, export(ck, d / "hf")
+    old = os.umask(0o002)  # the files take the mode the umask allows
+    try:
+        return ck, export(ck, d / "hf")
+    finally:
+        os.umask(old)
 
 
 def test_logits_match_transformers(exported: tuple[Path, Path]) -> None:
@@ -73,15 +77,10 @@ def test_hf_backend_same_choices(bench_dir, exported: tuple[Path, Path], tmp_pat
     assert n == 24
 
 
-def test_config_top_level_keys_and_umask(toy_checkpoint, tmp_path: Path) -> None:
+def test_config_top_level_keys_and_umask(exported: tuple[Path, Path]) -> None:
     import json
 
-    ck = toy_checkpoint(tmp_path / "run" / "checkpoints" / "final.pt", rope_theta=500000.0)
-    old = os.umask(0o002)
-    try:
-        out = export(ck, tmp_path / "hf")
-    finally:
-        os.umask(old)
+    out = exported[1]
     conf = json.loads((out / "config.json").read_text())
     # transformers < 5 reads only these top-level keys (else RoPE base 10000, a slow tokenizer)
     assert conf["rope_theta"] == 500000.0 and conf["tokenizer_class"] == "PreTrainedTokenizerFast"

@@ -20,6 +20,8 @@ import uuid
 from pathlib import Path
 
 import pytest
+from test_sandbox_timing import ATTACK as DISARMED_SLOW
+from test_sandbox_timing import CONTROL as DISARMED
 
 from experiments.eval import codecheck, sandbox
 from experiments.eval.codecheck_child import CodecError, decode, digest, dumps, encode, loads
@@ -156,25 +158,33 @@ def test_without_namespaces_refuses_unless_opted_in(monkeypatch: pytest.MonkeyPa
             o = rep.outcomes["W/a"].base
             assert o.status is None and f"cannot traverse {closed}" in o.reason
             return
-        rep = codecheck.evaluate("humaneval", [problem("W/a"), problem("W/b"), problem("W/c")],
-                                 {"W/a": RIGHT, "W/b": WRONG,
-                                  "W/c": "import os\nos._exit(0)\n" + RIGHT})
+        # the same runner and the same clock: code that disarms its timers and answers too
+        # slowly is a timeout here too (test_sandbox_timing.py)
+        sols = {"W/a": RIGHT, "W/b": WRONG, "W/c": "import os\nos._exit(0)\n" + RIGHT,
+                "W/d": DISARMED_SLOW, "W/e": DISARMED}
+        rep = codecheck.evaluate("humaneval", [problem(t) for t in sols], sols, parallel=2)
         assert "WEAK" in capsys.readouterr().err
         assert rep.isolation["mode"] == "weak" and "bubblewrap" in rep.isolation["reason"]
-        assert [rep.outcomes[t].base.status for t in ("W/a", "W/b", "W/c")] == \
-            ["pass", "fail", "fail"]
+        assert {t: (o.base.status, o.plus.status) for t, o in rep.outcomes.items()} == {
+            "W/a": ("pass", "pass"), "W/b": ("fail", "fail"), "W/c": ("fail", "fail"),
+            "W/d": ("timeout", "fail"), "W/e": ("pass", "pass")}
     finally:
         probe.cache_clear()
 
 
-def test_the_view_from_inside(arena: dict) -> None:
+def test_the_view_from_inside_with_the_hook_down(arena: dict) -> None:
     """Not root, no capabilities, no network, read-only system, root-only files unreadable,
-    none of the host's data directories visible, own PID namespace."""
-    code = f'''
-import os, socket
+    none of the host's data directories visible, own PID namespace; and all of it with the
+    audit hook rewritten away: the attacks are real (the code forks a setsid process that would
+    outlive it and signals it), and the PID namespace, not the cleanup sweeps, ends it."""
+    token = arena["token"]
+    code = HOOK_OFF + FORK_EXEC + f'''
+import os, posix, socket
 def f():
+    pid = _spawn([_sys.executable, "-c", "import time; time.sleep(1000)", "{token}"])
+    posix.kill(pid, 0)  # an os.kill audit event: refused while the hook stands
     st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines())
-    facts = {{"uid": os.getuid(), "capeff": st["CapEff"].strip(),
+    facts = {{"spawned": pid, "uid": os.getuid(), "capeff": st["CapEff"].strip(),
              "capbnd": st["CapBnd"].strip(), "nnp": st["NoNewPrivs"].strip(),
              "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
              "ifaces": sorted(n for _, n in socket.if_nameindex()),
@@ -197,6 +207,9 @@ def f():
                            "inputs": dumps([[]])}, timeout_s=30)
     assert r.ready and r.result["status"] == "ok", r.stderr_tail
     facts = decode(r.result["outputs"][0])
+    assert facts["spawned"] > 1  # spawned, signalled: the hook was off
+    assert r.leftovers == 0  # nothing left for the sweeps: the namespace took it down
+    assert _host_sandbox_processes(token) == []
     assert facts["uid"] != 0 and facts["capeff"] == "0000000000000000"
     assert facts["nnp"] == "1"
     assert facts["ifaces"] == ["lo"] and facts["hostname"] == "sandbox"
@@ -208,25 +221,6 @@ def f():
     if sandbox.isolation().mode == "bwrap-root":
         assert sandbox.UID_BASE <= facts["uid"] < sandbox.UID_BASE + sandbox.UID_SPAN
         assert facts["capbnd"] == "0000000000000000"
-
-
-def test_the_hook_falls_but_the_namespace_holds() -> None:
-    """The attacks are real: with the audit hook rewritten, the code forks a setsid process
-    that would outlive it; the PID namespace (not the cleanup sweeps) ends that process."""
-    token = uuid.uuid4().hex[:12]
-    code = HOOK_OFF + FORK_EXEC + f'''
-import posix
-def f():
-    pid = _spawn([_sys.executable, "-c", "import time; time.sleep(1000)", "{token}"])
-    posix.kill(pid, 0)  # an os.kill audit event: refused while the hook stands
-    return pid
-'''
-    r = sandbox.run_child({"mode": "gt", "code": code, "entry_point": "f",
-                           "inputs": dumps([[]])}, timeout_s=30)
-    assert r.ready and r.result["status"] == "ok", r.stderr_tail
-    assert decode(r.result["outputs"][0]) > 1  # spawned, signalled: the hook was off
-    assert r.leftovers == 0  # nothing left for the sweeps: the namespace took it down
-    assert _host_sandbox_processes(token) == []
 
 
 def test_output_flood_is_cut_and_fails() -> None:
@@ -686,9 +680,4 @@ def test_closed_parent_is_the_first_directory_closed_to_others(tmp_path: Path) -
     chain = list(reversed((d / "f.py").parents))  # "/" first
     want = next(p for p in chain if not os.stat(p).st_mode & 0o001)  # independent walk
     assert sandbox.closed_parent(d / "f.py") == want
-    for p in chain:
-        p_mode = os.stat(p).st_mode
-        if p == want:
-            break
-        assert p_mode & 0o001
     (tmp_path / "open" / "shut").chmod(0o755)

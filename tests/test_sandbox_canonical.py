@@ -1,9 +1,11 @@
 """The sandboxed checker agrees with evalplus: canonical solutions pass, wrong ones fail.
 
-The fast test covers the problems that exercise evalplus's special paths (float tolerance,
+The first test covers the problems that exercise evalplus's special paths (float tolerance,
 HumanEval/32's polynomial oracle, MBPP's set-equality, "is not None", surface-area and
-digit-distance oracles). The slow test runs every HumanEval+ (164) and MBPP+ (378) canonical
-solution (all must pass, base and plus) and a wrong variant of each (all must fail).
+digit-distance oracles); the second runs every HumanEval+ (164) and MBPP+ (378) canonical
+solution (all must pass, base and plus) and a wrong variant of each (all must fail). Both are
+slow-tier: the fast tier has the oracles in-process (test_sandbox's comparison test) and real
+canonical solutions through the sandbox (test_sandbox_scoring, the hostile batch's controls).
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ def _assert_agree(right: dict, wrong: dict) -> None:
 
 
 @pytest.mark.parametrize("ds", ["humaneval", "mbpp"])
+@pytest.mark.slow
 def test_special_oracles_agree_with_evalplus(ds: str, tmp_path: Path) -> None:
-    right, wrong, _ = _check(ds, _problems(ds, SPECIAL[ds]), tmp_path, 2)
+    right, wrong, _ = _check(ds, _problems(ds, SPECIAL[ds]), tmp_path, 4)  # latency-bound
     _assert_agree(right, wrong)
 
 

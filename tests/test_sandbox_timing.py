@@ -16,7 +16,7 @@ import time
 import pytest
 
 from experiments.eval import codecheck, sandbox
-from experiments.eval.codecheck_child import decode, dumps
+from experiments.eval.codecheck_child import dumps
 
 PROMPT = "def f(x):\n"
 CANONICAL = "    return x + 1\n"
@@ -92,22 +92,17 @@ def _job(code: str, n: int, mode: str = "check") -> dict:
             "inputs": [dumps([i]) for i in range(n)], "time_limits": [30.0] * n}
 
 
-def test_the_late_input_is_named_and_the_run_ends_at_its_limit() -> None:
-    code = DISARM + "def f(x):\n    if x == 3:\n        _sleep(60)\n    return x + 1\n"
+def test_the_late_input_is_named_and_answers_inside_their_limit_are_on_time() -> None:
+    """With the timer off, an answer that takes 0.8 s of a 2.5 s limit is on time; the input not
+    answered within its limit is named and the run ends there, not at the run's 60 s."""
+    code = DISARM + "def f(x):\n    _sleep({0: 0.8, 3: 60}.get(x, 0))\n    return x + 1\n"
     t0 = time.monotonic()
-    r = sandbox.run_child(_job(code, 6), timeout_s=60, input_limits_s=[1.5] * 6)
+    r = sandbox.run_child(_job(code, 6), timeout_s=60, input_limits_s=[2.5] + [1.5] * 5)
     took = time.monotonic() - t0
     assert r.ready and r.late == 3 and r.result is None and not r.timed_out, r
-    assert len(r.round_trips) == 3 and all(rt < 1.5 for rt in r.round_trips)
-    assert took < 30  # killed at the input's limit, not at the run's 60 s
-
-
-def test_an_answer_inside_its_limit_is_on_time_even_with_the_timer_off() -> None:
-    code = DISARM + "def f(x):\n    _sleep(0.8)\n    return x + 1\n"
-    r = sandbox.run_child(_job(code, 2), timeout_s=60, input_limits_s=[2.5, 2.5])
-    assert r.late is None and r.result["status"] == "ok", r
-    assert [decode(o) for o in r.result["outputs"]] == [1, 2]
-    assert all(0.8 <= rt < 2.5 for rt in r.round_trips), r.round_trips
+    rt = r.round_trips
+    assert len(rt) == 3 and 0.8 <= rt[0] < 2.5 and all(x < 1.5 for x in rt[1:]), r
+    assert took < 30
 
 
 LIMIT = 0.9  # the exchange's waits are capped at 1 s: a shorter one is a wait for an answer
@@ -177,28 +172,3 @@ def test_expected_outputs_carry_round_trips_and_the_limits_follow() -> None:
     assert outside == pytest.approx([1.0 + 0.5 + 0.5, 2.0 + 0.5, 8.0 + 0.5 + 2.0])
     # an input with no overhead measured (clock noise: round trip below the call's own time)
     assert codecheck.input_limits([1.0], [0.9])[1] == pytest.approx([4.5])
-
-
-def test_weak_mode_keeps_the_limit_too(monkeypatch: pytest.MonkeyPatch) -> None:
-    """FTBENCH_SANDBOX=weak (no namespaces) runs the same runner and the same clock."""
-    import os
-    import shutil
-    import sys
-    from pathlib import Path
-
-    if os.geteuid() == 0 and not all(os.stat(d).st_mode & 0o001
-                                     for d in Path(sys.prefix).resolve().parents):
-        pytest.skip("weak mode cannot start here: the venv's parents are closed to its uid")
-    which = shutil.which
-    monkeypatch.setattr(sandbox.shutil, "which", lambda n: None if n == "bwrap" else which(n))
-    monkeypatch.setenv("FTBENCH_SANDBOX", "weak")
-    probe = sandbox.isolation
-    probe.cache_clear()
-    try:
-        sols = {"W/attack": ATTACK, "W/control": CONTROL}
-        rep = codecheck.evaluate("humaneval", [problem(t) for t in sols], sols, parallel=2)
-        assert rep.isolation["mode"] == "weak"
-        st = {t: (o.base.status, o.plus.status) for t, o in rep.outcomes.items()}
-        assert st == {"W/attack": ("timeout", "fail"), "W/control": ("pass", "pass")}, st
-    finally:
-        probe.cache_clear()

@@ -112,12 +112,14 @@ def _decode_gt(v: Any) -> Any:
     return Digest(v[1]) if is_digest(v) else decode(v)
 
 
-def _not_none_tasks(dataset: str) -> list[str]:
-    if dataset != "mbpp":
-        return []
+def _job(problem: dict, dataset: str, mode: str, code: str, inputs: list) -> dict:
+    """The sandbox's job for `code` on `inputs` (the runner: codecheck_child)."""
     from evalplus.eval._special_oracle import MBPP_OUTPUT_NOT_NONE_TASKS
 
-    return list(MBPP_OUTPUT_NOT_NONE_TASKS)
+    ep = problem["entry_point"]
+    return {"mode": mode, "code": code, "entry_point": ep, "inputs": [dumps(x) for x in inputs],
+            "output_not_none": dataset == "mbpp" and ep in MBPP_OUTPUT_NOT_NONE_TASKS,
+            "digests": digests_ok(problem, dataset)}
 
 
 # ---- the comparison worker (spawned; never runs model code) ----
@@ -226,10 +228,8 @@ def expected_outputs(problem: dict, dataset: str, base: list, plus: list, deadli
             return decoded(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, CodecError):
             pass  # recompute
-    job = {"mode": "gt", "code": problem["prompt"] + problem["canonical_solution"],
-           "entry_point": problem["entry_point"], "inputs": [dumps(x) for x in (*base, *plus)],
-           "output_not_none": problem["entry_point"] in _not_none_tasks(dataset),
-           "digests": digests_ok(problem, dataset)}
+    job = _job(problem, dataset, "gt", problem["prompt"] + problem["canonical_solution"],
+               [*base, *plus])
     r = _run(job, GT_TIMEOUT_S, deadline, report)
     if isinstance(r, Check):
         return r
@@ -307,10 +307,7 @@ def check_split(problem: dict, dataset: str, solution: str, inputs: list, expect
     limits, outside = input_limits(ref_time, ref_rt)
     # evalplus's whole-check timeout, enforced here from outside the sandbox
     timeout = min(float(os.getenv("EVALPLUS_TIMEOUT_PER_TASK", 60)), sum(limits)) + 2
-    job = {"mode": "check", "code": solution, "entry_point": problem["entry_point"],
-           "inputs": [dumps(x) for x in inputs], "time_limits": limits,
-           "output_not_none": problem["entry_point"] in _not_none_tasks(dataset),
-           "digests": digests_ok(problem, dataset)}
+    job = _job(problem, dataset, "check", solution, inputs) | {"time_limits": limits}
     # huge outputs (digested in the expected ones) take seconds to serialize, time evalplus
     # spends comparing in C; give them that time on top of evalplus's limit
     slack = STARTUP_SLACK_S + (60.0 if any(isinstance(e, Digest) for e in expected) else 0.0)

@@ -7,6 +7,7 @@ is null with a reason, never 0. Gold bpb: bits per byte of the canonical solutio
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -40,14 +41,8 @@ def problems_file(task: str, data_dir: Path | None) -> Path:
 
 
 def load_problems(path: Path, limit: int | None) -> list[dict[str, Any]]:
-    rows = []
     with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                rows.append(json.loads(line))
-            if limit is not None and len(rows) >= limit:
-                break
-    return rows
+        return list(itertools.islice((json.loads(x) for x in f if x.strip()), limit))
 
 
 def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workdir: Path,

@@ -117,15 +117,12 @@ def export(ckpt: RunDir | str | os.PathLike, out_dir: str | os.PathLike) -> Path
     tok.save_pretrained(out)
     # older transformers read only the top-level keys: rope_theta (else the default 10000) and
     # tokenizer_class (else they guess from model_type and ask for a sentencepiece file)
-    cpath = out / "config.json"
-    conf = json.loads(cpath.read_text(encoding="utf-8"))
-    conf["rope_theta"] = float(cfg.rope_theta)
-    conf["tokenizer_class"] = "PreTrainedTokenizerFast"
-    cpath.write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tpath = out / "tokenizer_config.json"
-    tc = json.loads(tpath.read_text(encoding="utf-8"))
-    tc["tokenizer_class"] = "PreTrainedTokenizerFast"
-    tpath.write_text(json.dumps(tc, indent=2) + "\n", encoding="utf-8")
+    for name, extra, keys_sorted in (("config.json", {"rope_theta": float(cfg.rope_theta)}, True),
+                                     ("tokenizer_config.json", {}, False)):
+        path = out / name
+        conf = json.loads(path.read_text(encoding="utf-8")) | extra
+        conf["tokenizer_class"] = "PreTrainedTokenizerFast"
+        path.write_text(json.dumps(conf, indent=2, sort_keys=keys_sorted) + "\n", encoding="utf-8")
     _umask_files(out)
     return out
 

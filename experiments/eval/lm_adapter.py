@@ -128,14 +128,6 @@ def _bool(v: Any) -> bool:
     return v if isinstance(v, bool) else str(v).lower() in ("1", "true", "yes")
 
 
-def checkpoint_step(path: str | os.PathLike, extra: dict[str, Any] | None) -> int | None:
-    """The training step a checkpoint holds: its recorded `extra["step"]`, else step_N.pt."""
-    step = (extra or {}).get("step")
-    if isinstance(step, int) and not isinstance(step, bool):
-        return step
-    return checkpoint_step_of(path)
-
-
 def share(costs: Sequence[float], world: int) -> list[int]:
     """The rank of each unit of work: largest first, each to the least-loaded rank (ties: the
     lower index and rank). Deterministic, so every rank computes the same assignment."""
@@ -211,7 +203,10 @@ class FTBenchLM(TemplateLM):
             path = run.checkpoint()
             ck = load_weights(path, device)  # weights only: never the optimizer state
             model, tokenizer = ck.model, ck.tokenizer
-            self.checkpoint_step = checkpoint_step(path, ck.extra)
+            # the training step it holds: its recorded `extra["step"]`, else step_N.pt
+            step = (ck.extra or {}).get("step")
+            self.checkpoint_step = step if isinstance(step, int) and not isinstance(
+                step, bool) else checkpoint_step_of(path)
         if model is None or tokenizer is None:
             raise ValueError("FTBenchLM needs checkpoint=... or both model= and tokenizer=")
         self.model = model.eval()

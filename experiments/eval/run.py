@@ -258,56 +258,47 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
         tm = offline_task_manager(data, eval_dir / ".tasks")
     else:
         tm = TaskManager()
+
+    def one(t: str) -> dict[str, dict]:
+        out = lm_eval.simple_evaluate(
+            model=lm, tasks=[t], num_fewshot=fewshot, limit=limit, use_cache=str(cache),
+            log_samples=True, task_manager=tm, bootstrap_iters=1000, random_seed=seed,
+            numpy_random_seed=seed, torch_random_seed=seed)
+        native.append(out)
+        res, samples = out["results"], out["samples"]
+        nsam, shots = out.get("n-samples", {}), out.get("n-shot", {})
+        subs = _leaves(t, out.get("group_subtasks", {}))
+        if subs != [t]:
+            smp = [s | {"_subtask": st} for st in subs for s in samples.get(st, [])]
+            n = sum(nsam.get(st, {}).get("effective", 0) for st in subs)
+            fs = shots.get(subs[0], 0) if subs else 0
+        else:
+            smp = samples.get(t, [])
+            n = nsam.get(t, {}).get("effective", len(smp))
+            fs = shots.get(t, 0)
+        e = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
+        partial = (row := benchmarks.find(t)) and row.partial
+        if data is not None and partial:  # the offline copy is not the whole eval set
+            e["partial"] = partial
+        if gen := _gen_args(smp):
+            e["truncation"] = lm.truncation_record(gen)
+        return {t: e}
+
+    def gold(t: str) -> dict[str, dict]:
+        from experiments.eval.evalplus_suite import gold_bpb
+
+        task = get_task_dict([t], tm)[t]
+        docs = list(task.eval_docs)[: limit or None]
+        delim = task.config.target_delimiter
+        pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
+        return {benchmarks.find(t).gold_task: gold_bpb(lm, pairs)}
+
     entries: dict[str, dict] = {}
     for t in tasks:
-        t0, n0 = time.time(), _request_count(lm)
-        try:
-            out = lm_eval.simple_evaluate(
-                model=lm, tasks=[t], num_fewshot=fewshot, limit=limit, use_cache=str(cache),
-                log_samples=True, task_manager=tm, bootstrap_iters=1000, random_seed=seed,
-                numpy_random_seed=seed, torch_random_seed=seed)
-            native.append(out)
-            res, samples = out["results"], out["samples"]
-            nsam = out.get("n-samples", {})
-            shots = out.get("n-shot", {})
-            groups = out.get("group_subtasks", {})
-            subs = _leaves(t, groups)
-            if subs != [t]:
-                smp = [s | {"_subtask": st} for st in subs for s in samples.get(st, [])]
-                n = sum(nsam.get(st, {}).get("effective", 0) for st in subs)
-                fs = shots.get(subs[0], 0) if subs else 0
-            else:
-                smp = samples.get(t, [])
-                n = nsam.get(t, {}).get("effective", len(smp))
-                fs = shots.get(t, 0)
-            entries[t] = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
-            partial = (row := benchmarks.find(t)) and row.partial
-            if data is not None and partial:  # the offline copy is not the whole eval set
-                entries[t]["partial"] = partial
-            gen = _gen_args(smp)
-            if gen:
-                entries[t]["truncation"] = lm.truncation_record(gen)
-        except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
-            logging.getLogger(__name__).exception("task %s failed", t)
-            entries[t] = _error_entry(t, e, fewshot)
-        task_line(t, entries[t], time.time() - t0, _request_count(lm) - n0)
+        entries |= _scored(lm, {t: fewshot}, lambda t=t: one(t))
     for t in tasks:  # the gold answers' bits per byte, for the rows that score them
-        gold = (row := benchmarks.find(t)) and row.task == t and row.gold_task
-        if not gold:
-            continue
-        t0, n0 = time.time(), _request_count(lm)
-        try:
-            task = get_task_dict([t], tm)[t]
-            docs = list(task.eval_docs)[: limit or None]
-            delim = task.config.target_delimiter
-            pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
-            from experiments.eval.evalplus_suite import gold_bpb
-
-            entries[gold] = gold_bpb(lm, pairs)
-        except Exception as e:  # noqa: BLE001
-            logging.getLogger(__name__).exception("%s failed", gold)
-            entries[gold] = _error_entry(gold, e, 0)
-        task_line(gold, entries[gold], time.time() - t0, _request_count(lm) - n0)
+        if g := (row := benchmarks.find(t)) and row.task == t and row.gold_task:
+            entries |= _scored(lm, {g: 0}, lambda t=t: gold(t))
     if native_dir is not None and native:
         write_native(native, native_dir, run_id)
     return entries
@@ -463,25 +454,37 @@ def _run_suite(suite: str, names: list[str], lm: Any, req: EvalRequest, ddir: Pa
     from experiments.eval import evalplus_suite
 
     cached = CachingLM(lm, f"{cache}.db")
-    entries: dict[str, dict] = {}
-    for t in names:
-        t0, n0 = time.time(), _request_count(lm)
-        try:
-            got = evalplus_suite.run_task(_GenVia(cached, lm), t, ddir, req.limit,
-                                          eval_dir / ".evalplus" / path.stem, gen_toks)
-        except Exception as e:  # noqa: BLE001 - the task's error, never a 0
-            logging.getLogger(__name__).exception("task %s failed", t)
-            got = {t: _error_entry(t, e, 0),
-                   f"{t}_gold_bpb": _error_entry(f"{t}_gold_bpb", e, 0)}
-        if "error" not in got.get(t, {}) and "truncation" not in got.get(t, {}):
+
+    def one(t: str) -> dict[str, dict]:
+        got = evalplus_suite.run_task(_GenVia(cached, lm), t, ddir, req.limit,
+                                      eval_dir / ".evalplus" / path.stem, gen_toks)
+        if "truncation" not in got[t]:
             probs = evalplus_suite.load_problems(evalplus_suite.problems_file(t, ddir),
                                                  req.limit)
             got[t]["truncation"] = lm.truncation_record(
                 [(p["prompt"], {"max_gen_toks": gen_toks}) for p in probs])
-        for i, (name, e) in enumerate(got.items()):  # one run scores a task and its gold
-            task_line(name, e, *((time.time() - t0, _request_count(lm) - n0) if i == 0 else ()))
-        entries |= got
+        return got
+
+    entries: dict[str, dict] = {}
+    for t in names:  # one run scores a task and its gold
+        entries |= _scored(lm, {t: 0, f"{t}{benchmarks.GOLD_BPB_SUFFIX}": 0},
+                           lambda t=t: one(t))
     return entries
+
+
+def _scored(lm: Any, names: dict[str, int | None], body: Any) -> dict[str, dict]:
+    """`body()`'s task entries; if it dies, an error entry (null metrics, never 0) for each of
+    `names` (name -> few-shot count). One progress line per entry, the first with the time and
+    requests the run took."""
+    t0, n0 = time.time(), _request_count(lm)
+    try:
+        got = body()
+    except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
+        logging.getLogger(__name__).exception("task %s failed", next(iter(names)))
+        got = {n: _error_entry(n, e, fs) for n, fs in names.items()}
+    for i, (name, e) in enumerate(got.items()):
+        task_line(name, e, *((time.time() - t0, _request_count(lm) - n0) if i == 0 else ()))
+    return got
 
 
 def task_line(task: str, e: dict, seconds: float | None = None, requests: int = 0) -> None:
@@ -552,23 +555,15 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def summary(paths: dict[str, Path]) -> list[str]:
-    """The command's last lines: each file written and its tasks' primary scores."""
-    out = []
+def summary(paths: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """The command's last lines (each file written and its tasks' primary scores), and
+    'task: reason' for every task entry that records an error."""
+    lines, failed = [], []
     for p in paths.values():
         tasks = json.loads(p.read_text(encoding="utf-8")).get("tasks", {})
-        out += [f"wrote {p}", "  " + ", ".join(f"{t}={_fmt(e)}" for t, e in tasks.items())]
-    return out
-
-
-def failed_tasks(paths: dict[str, Path]) -> list[str]:
-    """'task: reason' for every task entry that records an error in the written files."""
-    out = []
-    for p in paths.values():
-        for t, e in json.loads(p.read_text(encoding="utf-8")).get("tasks", {}).items():
-            if e.get("error"):
-                out.append(f"{t}: {e['error']}")
-    return out
+        lines += [f"wrote {p}", "  " + ", ".join(f"{t}={_fmt(e)}" for t, e in tasks.items())]
+        failed += [f"{t}: {e['error']}" for t, e in tasks.items() if e.get("error")]
+    return lines, failed
 
 
 class _GenVia:
@@ -712,8 +707,6 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
 def _check_caches(tasks: list[str]) -> None:
     """UsageError (one line) when a cache outside the eval directory cannot be written (HF
     datasets', evalplus's ground truth)."""
-    from common.io import unwritable
-
     suites = suites_of(tasks)
     dirs = []
     if suites.get("lm-eval"):
@@ -760,8 +753,8 @@ def _main(argv: Sequence[str]) -> int:
         written = run_eval(a.ckpt, request_of(a), runtime_of(a))
     except CheckpointError as e:  # a corrupt checkpoint: before the first file is written
         raise UsageError(str(e)) from None
-    print("\n".join(summary(written)), flush=True)
-    bad = failed_tasks(written)
+    lines, bad = summary(written)
+    print("\n".join(lines), flush=True)
     if bad:  # the file is written; the command still fails, so a sweep counts it as failed
         print(f"eval: error: {len(bad)} task(s) failed (recorded with null metrics): "
               + "; ".join(bad), file=sys.stderr)

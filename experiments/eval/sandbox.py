@@ -283,7 +283,7 @@ def _bwrap_args(bwrap: str, as_root: bool, tmpfs_bytes: int, ep_utils: str) -> l
     # bound on top of it, read-only, instead of being hidden by it.
     a += ["--perms", "01777", "--size", str(tmpfs_bytes), "--tmpfs", "/tmp"]
     made: set[str] = {"/", "/usr", "/tmp", "/proc", "/dev", "/etc", "/opt"}
-    for root in _python_roots():
+    for root in [*_python_roots(), *EXTRA_RO_BINDS]:
         for anc in reversed(Path(root).parents):  # bwrap would make these 0700
             if str(anc) not in made:
                 made.add(str(anc))
@@ -291,12 +291,6 @@ def _bwrap_args(bwrap: str, as_root: bool, tmpfs_bytes: int, ep_utils: str) -> l
         a += ["--ro-bind", root, root]
     a += ["--ro-bind", str(CHILD), "/opt/child.py", "--ro-bind", ep_utils, "/opt/evalplus_utils.py",
           "--proc", "/proc", "--dev", "/dev"]
-    for extra in EXTRA_RO_BINDS:
-        for anc in reversed(Path(extra).parents):
-            if str(anc) not in made:
-                made.add(str(anc))
-                a += ["--perms", "0755", "--dir", str(anc)]
-        a += ["--ro-bind", extra, extra]
     a += ["--chdir", "/tmp", "--clearenv"]
     for k, v in _child_env("/tmp").items():
         a += ["--setenv", k, v]

@@ -66,27 +66,22 @@ def grouped(task: str) -> tuple[int, int] | None:
 def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
     """file name -> YAML content for every offline task."""
     d = Path(data_dir).resolve()
-    jf = lambda rel: str(d / rel)  # noqa: E731
+
+    def local(task: str, files: dict[str, str], **kw: object) -> dict:
+        return {"include": str(stock_yaml(task)), "dataset_path": "json", "dataset_name": None,
+                "dataset_kwargs": {"data_files": {s: str(d / r) for s, r in files.items()}}, **kw}
+
     out: dict[str, dict] = {
-        "gsm8k.yaml": {"include": str(stock_yaml("gsm8k")), "dataset_path": "json",
-                       "dataset_name": None,
-                       "dataset_kwargs": {"data_files": {"train": jf("gsm8k/train.jsonl"),
-                                                         "test": jf("gsm8k/test.jsonl")}}},
-        "commonsense_qa.yaml": {
-            "include": str(stock_yaml("commonsense_qa")), "dataset_path": "json",
-            "dataset_name": None,
-            "dataset_kwargs": {"data_files": {
-                "train": jf("commonsenseqa/train_rand_split.jsonl"),
-                "validation": jf("commonsenseqa/dev_rand_split.jsonl")}},
-            "process_docs": _Fn(f"{_U}.csqa_docs")},
-    }
+        "gsm8k.yaml": local("gsm8k", {"train": "gsm8k/train.jsonl", "test": "gsm8k/test.jsonl"}),
+        "commonsense_qa.yaml": local("commonsense_qa", {
+            "train": "commonsenseqa/train_rand_split.jsonl",
+            "validation": "commonsenseqa/dev_rand_split.jsonl"},
+            process_docs=_Fn(f"{_U}.csqa_docs"))}
     for name in ("arc_easy", "arc_challenge"):
         # only the test split exists offline (README: train/dev missing); ARC is 0-shot
-        out[f"{name}.yaml"] = {
-            "include": str(stock_yaml(name)), "dataset_path": "json", "dataset_name": None,
-            "dataset_kwargs": {"data_files": {"test": jf(f"arc/{name}_test.llmfoundry.jsonl")}},
-            "training_split": None, "validation_split": None, "test_split": "test",
-            "process_docs": _Fn(f"{_U}.arc_docs")}
+        out[f"{name}.yaml"] = local(name, {"test": f"arc/{name}_test.llmfoundry.jsonl"},
+                                    training_split=None, validation_split=None,
+                                    test_split="test", process_docs=_Fn(f"{_U}.arc_docs"))
     # the rest of the paper's table: only the split the stock task evaluates exists offline
     def custom(task: str, fn: str, **kw: object) -> dict:
         return {"include": str(stock_yaml(task)), "dataset_path": None, "dataset_name": None,
@@ -105,10 +100,8 @@ def task_configs(data_dir: str | os.PathLike) -> dict[str, dict]:
     out["triviaqa.yaml"] = custom("triviaqa", "arrow_dataset", splits={
         "validation": "triviaqa/rc.wikipedia.nocontext_validation"}) | {
         "task_alias": f"triviaqa, {benchmarks.benchmark('triviaqa').partial}"}
-    out["nq_open.yaml"] = {
-        "include": str(stock_yaml("nq_open")), "dataset_path": "json", "dataset_name": None,
-        "dataset_kwargs": {"data_files": {"validation": jf("nq_open/NQ-open.dev.jsonl")}},
-        "training_split": None}
+    out["nq_open.yaml"] = local("nq_open", {"validation": "nq_open/NQ-open.dev.jsonl"},
+                                training_split=None)
     for subj in mmlu_subjects():
         out[f"mmlu/mmlu_{subj}.yaml"] = {
             "include": str(STOCK / "mmlu" / "default" / f"mmlu_{subj}.yaml"),
