@@ -9,6 +9,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from conftest import nodes
+
 from common import benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,9 +29,9 @@ def _files(root: Path) -> Iterator[Path]:
         yield from sorted((root / pkg).rglob("*.py"))
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
+def _docstrings(found: tuple[ast.AST, ...]) -> set[int]:
     out = set()
-    for n in ast.walk(tree):
+    for n in found:
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and n.body and isinstance(n.body[0], ast.Expr) \
                 and isinstance(n.body[0].value, ast.Constant):
@@ -47,9 +49,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def _literals(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of every string literal in code (f-string parts included; docstrings
     and comments are prose, not code)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _docstrings(tree)
-    for n in ast.walk(tree):
+    found = nodes(path)
+    skip = _docstrings(found)
+    for n in found:
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip:
             yield n.lineno, n.value
 
@@ -93,7 +95,7 @@ def arm_tests(root: Path = ROOT) -> list[str]:
         rel = p.relative_to(root)
         if rel.parts[0] == "model" or rel.as_posix() == "common/arms.py":
             continue
-        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+        for n in nodes(p):
             hit = (isinstance(n, ast.Compare) and any(map(is_free_lit, [n.left, *n.comparators]))
                    or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                    and n.func.attr == "isin" and any(map(is_free_lit, n.args))
