@@ -48,6 +48,16 @@ def _env(tmp_path: Path, gpu: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, **(gpu or {})}
 
 
+def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+             gpu: dict[str, str] | None = None) -> None:
+    """`_env` in this process."""
+    env = _env(tmp_path, gpu)
+    for k in set(os.environ) - set(env):
+        monkeypatch.delenv(k)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
     """A venv whose python is this one; every call is logged, pip's never run."""
@@ -62,8 +72,8 @@ def venv(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """`setup(*args, gpu=None)`: mk/venv.py's `setup` with the pins, in this process; its status
-    (output: capsys)."""
+    """`setup(*args)`: mk/venv.py's `setup` with the pins, in this process, on a host without
+    GPUs unless tmp_path/bin holds an nvidia-smi; its status (output: capsys)."""
     mod = _helper()
 
     def ask(py: str, *args: str, capture: bool = True) -> subprocess.CompletedProcess:
@@ -77,12 +87,8 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setattr(mod, "_ask", ask)
 
-    def run(*args: str, gpu: dict[str, str] | None = None) -> int:
-        env = _env(tmp_path, gpu)
-        for k in set(os.environ) - set(env):
-            monkeypatch.delenv(k)
-        for k, v in env.items():
-            monkeypatch.setenv(k, v)
+    def run(*args: str) -> int:
+        _isolate(monkeypatch, tmp_path)
         return mod.main(["setup", *PINS, "--bundle", *BUNDLE, *args])
 
     run.helper = mod
@@ -189,10 +195,7 @@ def test_where_gpus_are_visible_setup_wants_torch_to_see_them(
 ])
 def test_which_hosts_count_as_having_gpus(env: dict[str, str], why: str | None,
                                           monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for k, v in _env(tmp_path, env).items():
-        monkeypatch.setenv(k, v)
-    for k in set(GPU_VARS) - set(env):
-        monkeypatch.delenv(k, raising=False)
+    _isolate(monkeypatch, tmp_path, env)
     assert _helper().gpus_expected() == why
 
 
