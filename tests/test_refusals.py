@@ -187,8 +187,8 @@ CASES = [
     C("lm-eval", ["--ckpt", "{tmp}/nowhere", "--tasks", "arc_easy"], "no checkpoint at"),
     C("lm-eval", ["--ckpt", "{bad}", "--tasks", "arc_easy", "--limit", "1"], "corrupt",
       slow=True),  # lm-eval indexes its whole task registry first (~10 s)
-    C("hf-export", ["{free}", "{tmp}/hf"], "Free Transformer"),
-    C("hf-export", ["{base}", "{tmp}/afile"], "afile is a file"),
+    C("hf-export", ["{free}", "{tmp}/hf"], "Free Transformer", slow=True),  # imports
+    # transformers first (seconds); test_hf_export refuses a Free Transformer in the fast tier
     C("tasks", ["{bench}", "{tmp}/afile"], "afile is a file"),
     C("tasks", ["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"),
     C("likelihood", ["{tmp}/nowhere"], "no such run directory or checkpoint"),
