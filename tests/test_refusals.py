@@ -80,40 +80,6 @@ def _files(*roots: Path) -> set[Path]:
     return {p for r in roots if r.exists() for p in r.rglob("*")}
 
 
-def refused(main: Callable[[list[str]], int], prog: str, argv: list[str], phrase: str,
-            places: dict[str, str], tmp: Path, capsys: pytest.CaptureFixture,
-            monkeypatch: pytest.MonkeyPatch, results: str = "{tmp}/results",
-            env: dict[str, str] | None = None) -> None:
-    """`main(argv)` ({placeholders} filled, {tmp}: this test's directory, the working
-    directory, holding a file `afile`; `env` set on top) exits 2 with the one line, writing
-    nothing."""
-    sub = {**places, "{tmp}": str(tmp)}
-    monkeypatch.chdir(tmp)
-    monkeypatch.setenv("FTBENCH_RESULTS", results.replace("{tmp}", str(tmp)))
-    monkeypatch.setenv("FTBENCH_CACHE", places["{cache}"])
-    for k, v in (env or {}).items():
-        monkeypatch.setenv(k, v.replace("{tmp}", str(tmp)))
-    (tmp / "afile").write_text("x")
-    args = []
-    for a in argv:
-        for k, v in sub.items():
-            a = a.replace(k, v)
-        args.append(a)
-    watched = [tmp, Path(places["{d}"]) / "runs"]
-    before = _files(*watched)
-    try:
-        rc = main(args)
-    except SystemExit as e:  # only lm-eval's own CLI may exit by itself
-        rc = e.code
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert rc == 2, err[-3000:]
-    # one line; lm-eval logs before it builds the model (a corrupt checkpoint fails there)
-    assert (len(lines) == 1 or prog == "lm-eval") and "Traceback" not in err, err[-3000:]
-    assert lines[-1].startswith(f"{prog}: error: ") and phrase in lines[-1], lines[-1]
-    assert _files(*watched) == before
-
-
 def _sweep_dir(root: Path, manifest: str) -> None:
     (root / "sweeps" / "bad").mkdir(parents=True)
     (root / "sweeps" / "bad" / "manifest.json").write_text(manifest, encoding="utf-8")
@@ -250,6 +216,8 @@ CASES = [
 @pytest.mark.parametrize("key, argv, phrase, env, setup, results", CASES)
 def test_refused(key, argv, phrase, env, setup, results, places, tmp_path, capsys,
                  monkeypatch) -> None:
+    """The row's command ({placeholders} filled; {tmp}: this test's directory, the working
+    directory, holding a file `afile`) exits 2 with the one line, writing nothing."""
     import importlib.util
 
     import experiments.eval.run as run
@@ -264,15 +232,38 @@ def test_refused(key, argv, phrase, env, setup, results, places, tmp_path, capsy
     monkeypatch.setattr(syn, "train_with_experiments_train", refuse)
     # lm-eval's index of its own tasks (~10 s to build) is not what a typo's row checks
     monkeypatch.setattr(run, "_all_lm_eval_tasks", frozenset)
+    sub = {**places, "{tmp}": str(tmp_path)}
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FTBENCH_RESULTS", results.replace("{tmp}", str(tmp_path)))
+    monkeypatch.setenv("FTBENCH_CACHE", places["{cache}"])
+    for k, v in (env or {}).items():
+        monkeypatch.setenv(k, v)
     if env and "HF_DATASETS_CACHE" in env:  # datasets reads it once, at import
         import datasets.config
 
         monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", env["HF_DATASETS_CACHE"])
     if setup is not None:
         setup(tmp_path / "results")
+    (tmp_path / "afile").write_text("x")
     module, prog, before = ENTRY[key]
-    refused(importlib.import_module(module).main, prog, [*before, *argv], phrase, places,
-            tmp_path, capsys, monkeypatch, results=results, env=env)
+    args = []
+    for a in [*before, *argv]:
+        for k, v in sub.items():
+            a = a.replace(k, v)
+        args.append(a)
+    watched = [tmp_path, Path(places["{d}"]) / "runs"]
+    files = _files(*watched)
+    try:
+        rc = importlib.import_module(module).main(args)
+    except SystemExit as e:  # only lm-eval's own CLI may exit by itself
+        rc = e.code
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert rc == 2, err[-3000:]
+    # one line; lm-eval logs before it builds the model (a corrupt checkpoint fails there)
+    assert (len(lines) == 1 or prog == "lm-eval") and "Traceback" not in err, err[-3000:]
+    assert lines[-1].startswith(f"{prog}: error: ") and phrase in lines[-1], lines[-1]
+    assert _files(*watched) == files
 
 
 def test_tokenizer_cache_error_is_a_usage_error() -> None:
