@@ -92,22 +92,32 @@ def _ok_sweep(root: Path) -> Path:
     return root / "sweeps" / "ok"
 
 
-ENTRY = {  # table key -> (module, prog, argv before the row's)
-    "train": ("experiments.train.trainer", "train", TINY),
-    "eval": ("experiments.eval.run", "eval", []),
+ENTRY = {  # table key -> (the `python -m` module, prog, argv before the row's)
+    "train": ("experiments.train", "train", TINY),
+    "eval": ("experiments.eval", "eval", []),
     "lm-eval": ("experiments.eval.lm_eval_cli", "lm-eval", []),
     "hf-export": ("experiments.eval.hf_export", "hf-export", []),
-    "tasks": ("experiments.eval.tasks.__main__", "tasks", []),
+    "tasks": ("experiments.eval.tasks", "tasks", []),
     "likelihood": ("experiments.eval.likelihood", "likelihood", []),
     "probe": ("experiments.eval.probe", "probe", []),
-    "bench": ("experiments.bench.__main__", "python -m experiments.bench", []),
-    "corpus": ("experiments.corpus.__main__", "corpus", ["--out", "{tmp}/out", "--quiet"]),
+    "bench": ("experiments.bench", "python -m experiments.bench", []),
+    "corpus": ("experiments.corpus", "corpus", ["--out", "{tmp}/out", "--quiet"]),
     "pipelines.corpus": ("pipelines.corpus", "corpus", ["--out", "{tmp}/o", "--quiet"]),
     "synthetic": ("experiments.synthetic", "synthetic", []),
     "report": ("analysis.report", "report", []),
-    "sweep": ("sweeps.__main__", "sweep", []),
+    "sweep": ("sweeps", "sweep", []),
     "full-eval": ("pipelines.full_eval", "full-eval", ["--out", "{tmp}/fe"]),
 }
+
+
+def _main(module: str) -> Callable[[list[str]], int]:
+    """The `main` that `python -m module` runs (a package's is in its __main__)."""
+    import importlib.util
+
+    package = importlib.util.find_spec(module).submodule_search_locations is not None
+    return importlib.import_module(f"{module}.__main__" if package else module).main
+
+
 SWEEP_RUN = ["run", "--name", "t1", "--kappa", "0.5", "--h", "4", "--seeds", "0",
              "--tokens", "4096"]
 EVAL_ARC = ["{base}", "--limit", "1", "--data", "{bench}", "--tasks"]
@@ -254,7 +264,7 @@ def test_refused(key, argv, phrase, env, setup, results, places, tmp_path, capsy
     watched = [tmp_path, Path(places["{d}"]) / "runs"]
     files = _files(*watched)
     try:
-        rc = importlib.import_module(module).main(args)
+        rc = _main(module)(args)
     except SystemExit as e:  # only lm-eval's own CLI may exit by itself
         rc = e.code
     err = capsys.readouterr().err
@@ -349,22 +359,11 @@ def test_ctrl_c_is_one_line_saying_how_to_resume(module, prog, where, argv, plac
                                                          "same command"), err
 
 
-ENTRY_POINTS = [  # module, prog, argv its main refuses
-    ("experiments.train", "train", ["foo=1"]), ("experiments.eval", "eval", ["--no-such-flag"]),
-    ("experiments.eval.lm_eval_cli", "lm-eval", ["--ckpt"]),
-    ("experiments.eval.hf_export", "hf-export", ["--no-such-flag"]),
-    ("experiments.eval.tasks", "tasks", ["--no-such-flag"]),
-    ("experiments.eval.likelihood", "likelihood", ["--no-such-flag"]),
-    ("experiments.eval.probe", "probe", ["--no-such-flag"]),
-    ("experiments.corpus", "corpus", ["--no-such-flag"]),
-    ("experiments.synthetic", "synthetic", ["--no-such-flag"]),
-    ("pipelines.corpus", "corpus", ["--no-such-flag"]),
-    ("pipelines.full_eval", "full-eval", ["--no-such-flag"]),
-    ("experiments.bench", "python -m experiments.bench", ["--no-such-flag"]),
-    # argparse's own parser (usage line first) in these: a value their body refuses
-    ("analysis.report", "report", ["--name", "nope"]),
-    ("analysis.synthetic", "synthetic", ["--name", "nope"]),
-    ("sweeps", "sweep", ["status", "nope"])]
+WRONG = {"train": ["foo=1"], "lm-eval": ["--ckpt"],
+         # argparse's own parser (usage line first) in these: a value their body refuses
+         "report": ["--name", "nope"], "sweep": ["status", "nope"]}
+ENTRY_POINTS = [(m, prog, WRONG.get(k, ["--no-such-flag"])) for k, (m, prog, _) in ENTRY.items()]
+ENTRY_POINTS.append(("analysis.synthetic", "synthetic", ["--name", "nope"]))
 RUN_AS_MAIN = """
 import contextlib, io, json, runpy, sys
 out = []
