@@ -106,6 +106,22 @@ def toy_checkpoint() -> Callable[..., Path]:
     return _toy_checkpoint
 
 
+PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
+"""The source packages (what the layout checks read; tests/ and dev/ are not among them)."""
+
+
+def source_files(root: Path) -> list[Path]:
+    return [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
+
+
+def plant(tmp: Path, files: dict[str, str]) -> Path:
+    """A planted source tree (relative path -> text) for a layout check's adversary."""
+    for rel, text in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    return tmp
+
+
 @functools.cache
 def _walk(text: str) -> tuple[ast.AST, ...]:
     return tuple(ast.walk(ast.parse(text)))

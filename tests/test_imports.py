@@ -12,20 +12,18 @@ from pathlib import Path
 
 import networkx as nx
 import pytest
-from conftest import nodes
+from conftest import PACKAGES, nodes, plant, source_files
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
 
 
 def _modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
-    for pkg in PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out[".".join(parts)] = p
+    for p in source_files(root):
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = p
     return out
 
 
@@ -80,13 +78,6 @@ def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
     return out
 
 
-def _plant(tmp: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / rel).write_text(text)
-    return tmp
-
-
 def test_the_walkers_see_function_level_and_package_cycles(tmp_path: Path) -> None:
     """experiments.corpus -> experiments.train -> experiments.corpus is a package cycle even
     though no two modules import each other."""
@@ -95,7 +86,7 @@ def test_the_walkers_see_function_level_and_package_cycles(tmp_path: Path) -> No
     src = graph()
     assert "model.build" in src["model.checkpoint"]  # a relative from-import resolves
     assert "experiments.eval.run" in src["sweeps.backend"]  # so does one inside a function
-    root = _plant(tmp_path, {
+    root = plant(tmp_path, {
         "experiments/__init__.py": "", "experiments/train/__init__.py": "",
         "experiments/train/config.py": "",
         "experiments/train/data.py": "from experiments.corpus import build\n",
@@ -182,7 +173,7 @@ def direction_violations(root: Path = ROOT) -> list[str]:
 
 def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
     """The adversary: a planted tree with one violation of each kind, and one clean tree."""
-    root = _plant(tmp_path, {
+    root = plant(tmp_path, {
         "common/__init__.py": "", "common/paths.py": "import os\n",
         "model/__init__.py": "", "model/core.py": "class _Ctx: ...\ndef _rope(): ...\n",
         "experiments/__init__.py": "",
