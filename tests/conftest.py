@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import functools
 import glob
 import os
 import shutil
@@ -102,6 +104,33 @@ def toy_checkpoint() -> Callable[..., Path]:
     """`toy_checkpoint(path, free=False, seed=0, vocab=600, preset="1M", **config)`: a tiny
     untrained checkpoint with a real BPE tokenizer, for the evaluation tests."""
     return _toy_checkpoint
+
+
+PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
+"""The source packages (what the layout checks read; tests/ and dev/ are not among them)."""
+
+
+def source_files(root: Path) -> list[Path]:
+    return [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
+
+
+def plant(tmp: Path, files: dict[str, str]) -> Path:
+    """A planted source tree (relative path -> text) for a layout check's adversary."""
+    for rel, text in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    return tmp
+
+
+@functools.cache
+def _walk(text: str) -> tuple[ast.AST, ...]:
+    return tuple(ast.walk(ast.parse(text)))
+
+
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every syntax node of a source file, the module first: parsed and walked once per content
+    and process (tests/test_imports.py and tests/test_bans.py read each package file often)."""
+    return _walk(path.read_text(encoding="utf-8"))
 
 
 def can_mount_ro(tmp: Path) -> bool:

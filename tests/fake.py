@@ -1,17 +1,14 @@
 """Test data: fabricated result files laid out per docs/RESULTS.md (tests import it as
-`from fake import ...`; pytest puts tests/ on the path), also handy for trying the report.
+`from fake import ...`; pytest puts tests/ on the path).
 
 `write_fake_sweep(root, name)` writes a manifest, config.yaml, metrics.jsonl and eval JSON for a
 small grid (baseline, Free Transformers, optional equal-FLOPs control), with per-item scores drawn
 from fixed probabilities so tests know the answers. Cells listed in `pending` get a manifest entry
 and nothing else, as a sweep still running would.
-
-    python tests/fake.py --root /tmp/r --name fake   # then: python -m analysis.report ...
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -77,21 +74,21 @@ def _cells(kappas: tuple, seeds: tuple, controls: tuple, hs: tuple) -> list[tupl
 
 def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5, 2.0, 4.0),
                      seeds: tuple = (0, 1), controls: tuple = ("baseline_flops",),
-                     pending: tuple = (), with_items: bool = True, latent_bits: tuple = (16,),
-                     flops_budget: float | None = None, n_layers: int = N_LAYERS,
-                     provenance: dict | None = None, prob: Callable | None = None,
-                     spec: bool = False, eval_spec_id: str | None = None,
-                     tokens: float = 100000, manifest: str = "auto") -> Path:
+                     pending: tuple = (), latent_bits: tuple = (16,),
+                     flops_budget: float | None = None, provenance: dict | None = None,
+                     prob: Callable | None = None, spec: bool = False,
+                     eval_spec_id: str | None = None, tokens: float = 100000,
+                     manifest: str = "auto") -> Path:
     """Write a fabricated sweep; return its manifest path.
 
     latent_bits: the FT widths (one `baseline_flops` per H and seed); flops_budget: train every
-    arm to this many FLOPs (the grid then has no equal-tokens arm); n_layers: the arms' layer
-    count (the +1 controls get one more); provenance: extra config provenance (host, threads,
-    launcher) per arm name, or for all under key "*"; prob(arm, kappa, h, seed) -> success
-    probability; spec: write eval files with the new `spec`/`spec_id` fields; manifest:
-    "records" (common.records.Manifest: latent_bits the own H, match_latent_bits explicit),
-    "legacy" (cells as the launcher wrote them before records, see `_cells`) or "auto" (legacy
-    for one H, so the analysis's fallback to config.yaml is exercised; records for several)."""
+    arm to this many FLOPs (the grid then has no equal-tokens arm); provenance: extra config
+    provenance (host, threads, launcher) per arm name, or for all under key "*";
+    prob(arm, kappa, h, seed) -> success probability; spec: write eval files with the new
+    `spec`/`spec_id` fields; manifest: "records" (common.records.Manifest: latent_bits the own
+    H, match_latent_bits explicit), "legacy" (cells as the launcher wrote them before records,
+    see `_cells`) or "auto" (legacy for one H, so the analysis's fallback to config.yaml is
+    exercised; records for several)."""
     root = Path(root)
     if manifest == "auto":
         manifest = "records" if len(latent_bits) > 1 else "legacy"
@@ -114,9 +111,8 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
         prov.update((provenance or {}).get(arm, {}))
         h = lb if arm == "free" else (mh or 0)
         p = (prob or _p)(arm, kappa, h, seed)
-        _write_run(root / "runs" / rid, rid, arm, kappa, seed, with_items, h=h, p=p,
-                   flops_budget=flops_budget, n_layers=n_layers, prov=prov, spec=spec,
-                   tokens=tokens)
+        _write_run(root / "runs" / rid, rid, arm, kappa, seed, h=h, p=p,
+                   flops_budget=flops_budget, prov=prov, spec=spec, tokens=tokens)
     man = Manifest(name=name, grid={
         "kappa_bits": list(kappas), "latent_bits": list(latent_bits), "seeds": list(seeds),
         "preset": "tiny", "data": "stdlib", "tokens": None if flops_budget else tokens,
@@ -130,17 +126,18 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
     return path
 
 
-def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
-               with_items: bool, h: int = 16, p: float = 0.3, flops_budget: float | None = None,
-               n_layers: int = N_LAYERS, prov: dict | None = None, spec: bool = False,
-               tokens: float = 100000) -> None:
+def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int, h: int = 16,
+               p: float = 0.3, flops_budget: float | None = None, prov: dict | None = None,
+               spec: bool = False, tokens: float = 100000) -> None:
+    """A run's config.yaml, metrics.jsonl and eval file; N_LAYERS layers (the +1 controls one
+    more)."""
     d.mkdir(parents=True, exist_ok=True)
     free = arm == "free"
-    layers = n_layers + (1 if arm.startswith("baseline_plus1") else 0)
+    layers = N_LAYERS + (1 if arm.startswith("baseline_plus1") else 0)
     base_fpt = 1.0e6 * layers / N_LAYERS
     ovh = overhead(h) if free else 0.0
     fpt = base_fpt * (1 + ovh)
-    ft_fpt = 1.0e6 * n_layers / N_LAYERS * (1 + overhead(h))  # the FT this arm is matched to
+    ft_fpt = 1.0e6 * (1 + overhead(h))  # the FT this arm is matched to
     if flops_budget:
         tokens = flops_budget / fpt
     elif arm in ("baseline_flops", "baseline_plus1_flops"):
@@ -209,7 +206,7 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int,
             metrics[name] = {"value": float(vals.mean()),
                              "stderr": float(vals.std(ddof=1) / math.sqrt(n)), "n": n}
         tasks[task] = {"primary": primary, "higher_is_better": hib, "n": n, "fewshot": 0,
-                       "metrics": metrics, "items": items if with_items else []}
+                       "metrics": metrics, "items": items}
         if task in GEN_TASKS:  # generation: the prompt/budget record eval.py writes
             tasks[task]["truncation"] = fake_truncation(n, seed)
     # spec False: a file from before specs (legacy: no spec, spec_id, checkpoint_step)
@@ -273,15 +270,3 @@ def seeded(cfg: object, seed: int = 0, dtype: object = None) -> object:
     m = build_model(cfg).eval()
     return m if dtype is None else m.to(dtype)
 
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", default="results")
-    ap.add_argument("--name", default="fake")
-    ap.add_argument("--pending", nargs="*", default=[])
-    a = ap.parse_args()
-    print(write_fake_sweep(a.root, a.name, pending=tuple(a.pending)))
-
-
-if __name__ == "__main__":
-    main()

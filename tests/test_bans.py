@@ -9,10 +9,11 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from conftest import nodes, plant, source_files
+
 from common import benchmarks
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
 LAYOUT = ("final.pt", "config.yaml", "metrics.jsonl")
 """File names of a run directory that only common/ (paths.RunDir) may spell."""
 MAX_TASK_FILES = 2
@@ -22,14 +23,9 @@ MAX_ARM_TESTS = 10
 the rest of the tree asks the Arm record)."""
 
 
-def _files(root: Path) -> Iterator[Path]:
-    for pkg in SOURCES:
-        yield from sorted((root / pkg).rglob("*.py"))
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
+def _docstrings(found: tuple[ast.AST, ...]) -> set[int]:
     out = set()
-    for n in ast.walk(tree):
+    for n in found:
         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and n.body and isinstance(n.body[0], ast.Expr) \
                 and isinstance(n.body[0].value, ast.Constant):
@@ -47,9 +43,9 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def _literals(path: Path) -> Iterator[tuple[int, str]]:
     """(line, text) of every string literal in code (f-string parts included; docstrings
     and comments are prose, not code)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _docstrings(tree)
-    for n in ast.walk(tree):
+    found = nodes(path)
+    skip = _docstrings(found)
+    for n in found:
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip:
             yield n.lineno, n.value
 
@@ -57,7 +53,7 @@ def _literals(path: Path) -> Iterator[tuple[int, str]]:
 def layout_literals(root: Path = ROOT) -> list[str]:
     """'path:line: "text"' for every literal outside common/ that spells a layout file name."""
     out = []
-    for p in _files(root):
+    for p in source_files(root):
         rel = p.relative_to(root)
         if rel.parts[0] == "common":
             continue
@@ -70,7 +66,7 @@ def task_literal_files(root: Path = ROOT) -> dict[str, list[str]]:
     """Task name -> the source files holding it as a literal (the whole string)."""
     names = {b.task for b in benchmarks.BENCHMARKS if b.task}
     out: dict[str, list[str]] = {t: [] for t in sorted(names)}
-    for p in _files(root):
+    for p in source_files(root):
         found = {text for _, text in _literals(p)} & names
         for t in found:
             out[t].append(str(p.relative_to(root)))
@@ -89,11 +85,11 @@ def arm_tests(root: Path = ROOT) -> list[str]:
         return False
 
     out = []
-    for p in _files(root):
+    for p in source_files(root):
         rel = p.relative_to(root)
         if rel.parts[0] == "model" or rel.as_posix() == "common/arms.py":
             continue
-        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+        for n in nodes(p):
             hit = (isinstance(n, ast.Compare) and any(map(is_free_lit, [n.left, *n.comparators]))
                    or isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
                    and n.func.attr == "isin" and any(map(is_free_lit, n.args))
@@ -104,16 +100,9 @@ def arm_tests(root: Path = ROOT) -> list[str]:
     return sorted(set(out))
 
 
-def _plant(tmp: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / rel).write_text(text)
-    return tmp
-
-
 def test_the_checks_catch_each_kind(tmp_path: Path) -> None:
     """The adversary: one planted violation of each kind, beside what the checks must pass."""
-    root = _plant(tmp_path, {
+    root = plant(tmp_path, {
         "common/paths.py": 'FINAL = "final.pt"\n',
         "common/arms.py": 'def f(a):\n    return a == "free"\n',
         "model/config.py": "def g(c):\n    return c.is_free\n",

@@ -23,32 +23,36 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("k, label", [
     (1 / 64, "1/64"), (0.015625, "1/64"), (1 / 8, "1/8"), (0.375, "3/8"), (1 / 1024, "1/1024"),
     (0.5, "0.5"), (0.25, "0.25"), (1.5, "1.5"), (0.1, "0.1"), (1.0, "1"), (8.0, "8"), (0.0, "0"),
-    (1 / 2048, "0.00048828125"), (1 / 3, "0.3333333333333333"), (1e-7, "1e-07")])
-def test_kappa_label(k: float, label: str) -> None:
-    assert kappa_label(k) == label
-
-
-@pytest.mark.parametrize("k", [1 / 64, 0.015625, 1 / 3, 0.1, 0.3, 2 / 3, 1e-7, 5 / 1024, 1.25,
-                               1 / 2048, 123.456, 4.0])
-def test_kappa_label_reads_back_to_the_same_float(k: float) -> None:
-    """The label is lossless, so two thresholds never share one (the adversary of a label that
-    rounds: limit_denominator or '%g' would give 1/3 and 0.333333 one label)."""
+    (1 / 2048, "0.00048828125"), (1 / 3, "0.3333333333333333"), (1e-7, "1e-07"), (0.3, None),
+    (2 / 3, None), (5 / 1024, None), (1.25, None), (123.456, None), (4.0, None)])
+def test_kappa_label_is_lossless(k: float, label: str | None) -> None:
+    """The label reads back to the same float, so two thresholds never share one (the adversary
+    of a label that rounds: limit_denominator or '%g' would give 1/3 and 0.333333 one label)."""
+    assert label is None or kappa_label(k) == label
     assert parse_kappas(kappa_label(k)) == [k]
     nxt = k + abs(k) * 2 ** -52  # the next float or so
     assert nxt == k or kappa_label(nxt) != kappa_label(k)
 
 
-def test_parse_kappas_spellings_and_order() -> None:
+def test_parse_kappas_spellings_order_and_the_one_rule_of_sweep_and_synthetic() -> None:
+    from experiments.synthetic import parse_kappas as synthetic_kappas
+    from sweeps.grid import parse_kappas as sweep_kappas
+
     assert parse_kappas("1/64 1/8 1 8") == [1 / 64, 0.125, 1.0, 8.0]
     assert parse_kappas("0.015625,2, 4") == [1 / 64, 2.0, 4.0]  # 0.015625 is 1/64
     assert parse_kappas(" 2  0.5 ") == [2.0, 0.5]  # the given order, not sorted
     assert parse_kappas([0.5, "1/4", 2]) == [0.5, 0.25, 2.0]
     assert parse_kappas("") == [] and parse_kappas(" , ") == []
     assert parse_kappas("1e-3") == [0.001] and parse_kappas("3/8") == [float(Fraction(3, 8))]
+    assert sweep_kappas("1/64 1/8") == list(synthetic_kappas("1/64,1/8")) == [1 / 64, 0.125]
+    with pytest.raises(UsageError, match="KAPPA: 1/64 given twice"):
+        sweep_kappas("1/64 0.015625")
+    with pytest.raises(UsageError, match="--kappa: 1/64 given twice"):
+        synthetic_kappas("1/64 0.015625")
 
 
 @pytest.mark.parametrize("text, msg", [  # one per rule: a value twice, not a number, < 0
-    ("1/64 0.015625", "KAPPA: 1/64 given twice in '1/64 0.015625'"), ("2 2.0", "2 given twice"),
+    ("1/64 0.015625", "KAPPA: 1/64 given twice in '1/64 0.015625'"),
     ("1/0", "KAPPA: '1/0' is not a number"), ("abc", "'abc' is not a number of bits >= 0"),
     ("-1/64", "'-1/64' must be a finite number >= 0"), ("nan", "'nan' must be a finite"),
     ("1e999", "'1e999' must be a finite")])
@@ -56,18 +60,6 @@ def test_parse_kappas_refuses_in_one_line(text: str, msg: str) -> None:
     with pytest.raises(UsageError, match=re.escape(msg)) as e:
         parse_kappas(text, "KAPPA")
     assert str(e.value).startswith("KAPPA: ") and "\n" not in str(e.value)
-
-
-def test_the_sweep_and_the_synthetic_task_share_the_rule() -> None:
-    from common.errors import UsageError
-    from experiments.synthetic import parse_kappas as synthetic_kappas
-    from sweeps.grid import parse_kappas as sweep_kappas
-
-    assert sweep_kappas("1/64 1/8") == list(synthetic_kappas("1/64,1/8")) == [1 / 64, 0.125]
-    with pytest.raises(UsageError, match="KAPPA: 1/64 given twice"):
-        sweep_kappas("1/64 0.015625")
-    with pytest.raises(UsageError, match="--kappa: 1/64 given twice"):
-        synthetic_kappas("1/64 0.015625")
 
 
 # ---------------------------------------------------------------- writability
@@ -81,7 +73,8 @@ def _can_create_in(d: Path) -> bool:
     return True
 
 
-def test_writable_places_pass_and_nothing_is_left(tmp_path: Path) -> None:
+def test_writable_places_pass_a_file_or_directory_in_the_way_is_named_nothing_is_left(
+        tmp_path: Path) -> None:
     assert unwritable(tmp_path) is None
     assert unwritable(tmp_path / "a" / "b" / "c") is None  # can be made
     assert unwritable(tmp_path / "new.json", file=True) is None
@@ -89,14 +82,10 @@ def test_writable_places_pass_and_nothing_is_left(tmp_path: Path) -> None:
     assert unwritable(tmp_path / "old.json", file=True) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.json"]  # no probe, no dirs
     assert (tmp_path / "old.json").read_text() == "{}"
-
-
-def test_a_file_in_place_of_a_directory(tmp_path: Path) -> None:
     (tmp_path / "afile").write_text("x")
     bad = unwritable(tmp_path / "afile" / "runs")
     assert bad is not None and bad.blocker == tmp_path / "afile" and bad.reason == "is a file"
-    assert str(bad) == f"{tmp_path / 'afile'} is a file"
-    assert str(unwritable(tmp_path / "afile")) == f"{tmp_path / 'afile'} is a file"
+    assert str(bad) == str(unwritable(tmp_path / "afile")) == f"{tmp_path / 'afile'} is a file"
     (tmp_path / "adir").mkdir()
     assert str(unwritable(tmp_path / "adir", file=True)) == f"{tmp_path / 'adir'} is a directory"
 

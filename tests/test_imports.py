@@ -10,48 +10,41 @@ import ast
 import functools
 from pathlib import Path
 
+import networkx as nx
 import pytest
+from conftest import PACKAGES, nodes, plant, source_files
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "model", "experiments", "sweeps", "pipelines", "analysis")
-
-
-@functools.cache
-def _parse(text: str) -> ast.Module:
-    return ast.parse(text)
-
-
-def _tree(path: Path) -> ast.Module:
-    """A file's syntax tree, parsed once per content (four checks walk every file)."""
-    return _parse(path.read_text(encoding="utf-8"))
 
 
 def _modules(root: Path = ROOT) -> dict[str, Path]:
     out = {}
-    for pkg in PACKAGES:
-        for p in sorted((root / pkg).rglob("*.py")):
-            parts = list(p.relative_to(root).with_suffix("").parts)
-            if parts[-1] == "__init__":
-                parts.pop()
-            out[".".join(parts)] = p
+    for p in source_files(root):
+        parts = list(p.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = p
     return out
+
+
+def _from(name: str, path: Path, node: ast.ImportFrom) -> str:
+    """The module a `from ... import` names, relative levels resolved."""
+    here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    base = here[:len(here) - node.level + 1] if node.level else []
+    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
     """Project modules `name` imports anywhere in its body (an attribute imported from a package
     is an edge to the package's __init__)."""
-    is_pkg = path.name == "__init__.py"
-    here = name.split(".") if is_pkg else name.split(".")[:-1]
     found: set[str] = set()
-    for node in ast.walk(_tree(path)):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = here[:len(here) - node.level + 1] if node.level else []
-            mod = ".".join(base + ([node.module] if node.module else []))
-            for a in node.names:
-                sub = f"{mod}.{a.name}"
-                found.add(sub if sub in known else mod)
+            mod = _from(name, path, node)
+            found.update(f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod
+                         for a in node.names)
     return {m for m in found if m in known and m != name}
 
 
@@ -63,58 +56,11 @@ def graph(root: Path = ROOT) -> dict[str, set[str]]:
 
 
 def find_cycles(g: dict[str, set[str]]) -> list[list[str]]:
-    """One cycle per strongly connected component of more than one module (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    comps: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in sorted(g[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                comps.append(sorted(comp))
-
-    for v in sorted(g):
-        if v not in index:
-            visit(v)
-    return [_cycle_in(g, set(c)) for c in comps]
-
-
-def _cycle_in(g: dict[str, set[str]], comp: set[str]) -> list[str]:
-    start = min(comp)
-    path, seen = [start], {start}
-    while True:  # walk inside the component until a module repeats
-        nxt = min(w for w in g[path[-1]] if w in comp)
-        if nxt in seen:
-            return path[path.index(nxt):] + [nxt]
-        path.append(nxt)
-        seen.add(nxt)
-
-
-def test_the_walker_sees_function_level_cycles() -> None:
-    g = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert find_cycles(g) == [["a", "b", "c", "a"]]
-    assert find_cycles({"a": {"b"}, "b": set()}) == []
-    src = graph()
-    assert "model.build" in src["model.checkpoint"]  # a relative from-import resolves
-    assert "experiments.eval.run" in src["sweeps.backend"]  # so does one inside a function
+    """One cycle per strongly connected component of more than one module."""
+    dg = nx.DiGraph([(a, b) for a, targets in g.items() for b in targets])
+    comps = sorted(sorted(c) for c in nx.strongly_connected_components(dg) if len(c) > 1)
+    cycles = [nx.find_cycle(dg.subgraph(c), c[0]) for c in comps]
+    return [[a for a, _ in cyc] + [cyc[0][0]] for cyc in cycles]
 
 
 def _package(module: str, path: Path) -> str:
@@ -132,21 +78,22 @@ def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
     return out
 
 
-def test_the_package_walker_sees_a_cycle_through_two_directories(tmp_path: Path) -> None:
+def test_the_walkers_see_function_level_and_package_cycles(tmp_path: Path) -> None:
     """experiments.corpus -> experiments.train -> experiments.corpus is a package cycle even
     though no two modules import each other."""
-    files = {"experiments/__init__.py": "", "experiments/train/__init__.py": "",
-             "experiments/train/config.py": "", "experiments/train/data.py":
-             "from experiments.corpus import build\n",
-             "experiments/corpus/__init__.py": "",
-             "experiments/corpus/build.py": "def f():\n    from experiments.train import config\n"}
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    g = package_graph(tmp_path)
-    assert find_cycles(g) == [["experiments.corpus", "experiments.train",
-                               "experiments.corpus"]]
-    assert find_cycles({n: set() for n in graph()}) == []
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+    src = graph()
+    assert "model.build" in src["model.checkpoint"]  # a relative from-import resolves
+    assert "experiments.eval.run" in src["sweeps.backend"]  # so does one inside a function
+    root = plant(tmp_path, {
+        "experiments/__init__.py": "", "experiments/train/__init__.py": "",
+        "experiments/train/config.py": "",
+        "experiments/train/data.py": "from experiments.corpus import build\n",
+        "experiments/corpus/__init__.py": "",
+        "experiments/corpus/build.py": "def f():\n    from experiments.train import config\n"})
+    assert find_cycles(package_graph(root)) == [["experiments.corpus", "experiments.train",
+                                                 "experiments.corpus"]]
 
 
 @pytest.mark.parametrize("kind", ["module", "package"])
@@ -178,22 +125,19 @@ def _definitions(mods: dict[str, Path]) -> dict[str, set[str]]:
     `self._x = ...` attribute)."""
     out: dict[str, set[str]] = {}
     for name, path in mods.items():
-        pkg = _package(name, path)
-        for node in ast.walk(_tree(path)):
+        for node in nodes(path):
             found: list[str] = []
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found.append(node.name)
             elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for t in targets:
+                for t in node.targets if isinstance(node, ast.Assign) else [node.target]:
                     if isinstance(t, ast.Name):
                         found.append(t.id)
                     elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) \
                             and t.value.id == "self":
                         found.append(t.attr)
-            for n in found:
-                if _private(n):
-                    out.setdefault(n, set()).add(pkg)
+            for n in filter(_private, found):
+                out.setdefault(n, set()).add(_package(name, path))
     return out
 
 
@@ -202,29 +146,23 @@ def direction_violations(root: Path = ROOT) -> list[str]:
     outside the package that defines it: `from pkg.mod import _x`, or `<anything>._x` where
     only other packages define `_x`. Function-level code counts too. One line per site."""
     mods = _modules(root)
-    known = set(mods)
     defs = _definitions(mods)
     bad: list[str] = []
     for name, path in mods.items():
-        top, pkg = name.split(".")[0], _package(name, path)
-        rel = path.relative_to(root)
-        for target in sorted(_imports(name, path, known)):
-            if top in ALLOWED and target.split(".")[0] not in ALLOWED[top]:
+        top, pkg, rel = name.split(".")[0], _package(name, path), path.relative_to(root)
+        for target in sorted(_imports(name, path, set(mods))):
+            if target.split(".")[0] not in ALLOWED[top]:
                 bad.append(f"{rel}: imports {target} ({top} may import only "
                            f"{', '.join(sorted(ALLOWED[top]))} and third-party)")
-        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(_tree(path)):
+        for node in nodes(path):
             if isinstance(node, ast.ImportFrom):
-                base = here[:len(here) - node.level + 1] if node.level else []
-                mod = ".".join(base + ([node.module] if node.module else []))
+                mod = _from(name, path, node)
                 if mod.split(".")[0] not in PACKAGES:
                     continue
                 owner = mod if (root / Path(*mod.split("."))).is_dir() else \
                     mod.rpartition(".")[0] or mod
-                for a in node.names:
-                    if _private(a.name) and owner != pkg:
-                        bad.append(f"{rel}:{node.lineno}: imports {mod}.{a.name}, private to "
-                                   f"{owner}")
+                bad += [f"{rel}:{node.lineno}: imports {mod}.{a.name}, private to {owner}"
+                        for a in node.names if _private(a.name) and owner != pkg]
             elif isinstance(node, ast.Attribute) and _private(node.attr):
                 owners = defs.get(node.attr, set())
                 if owners and pkg not in owners:
@@ -235,7 +173,7 @@ def direction_violations(root: Path = ROOT) -> list[str]:
 
 def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
     """The adversary: a planted tree with one violation of each kind, and one clean tree."""
-    files = {
+    root = plant(tmp_path, {
         "common/__init__.py": "", "common/paths.py": "import os\n",
         "model/__init__.py": "", "model/core.py": "class _Ctx: ...\ndef _rope(): ...\n",
         "experiments/__init__.py": "",
@@ -249,20 +187,17 @@ def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
         "sweeps/__init__.py": "",
         "analysis/__init__.py": "",
         "analysis/table.py": "import pandas\ndef g():\n    from experiments.eval import bound\n",
-    }
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    found = "\n".join(direction_violations(tmp_path))
+    })
+    found = "\n".join(direction_violations(root))
     assert "analysis/table.py: imports experiments.eval.bound" in found
     assert "experiments/eval/bound.py:1: imports model.core._Ctx, private to model" in found
     assert "experiments/eval/bound.py:3: uses ._rope, private to model" in found
     assert "experiments/bench/probes.py:1: imports experiments.train.trainer._param_groups" \
         in found
     assert len(found.splitlines()) == 4, found
-    (tmp_path / "common/paths.py").write_text("from model import core\n")
-    (tmp_path / "model/core.py").write_text("from experiments.eval import bound\n")
-    found = "\n".join(direction_violations(tmp_path))
+    (root / "common/paths.py").write_text("from model import core\n")
+    (root / "model/core.py").write_text("from experiments.eval import bound\n")
+    found = "\n".join(direction_violations(root))
     assert "common/paths.py: imports model.core (common may import only common" in found
     assert "model/core.py: imports experiments.eval.bound (model may import only common, model" \
         in found
@@ -277,9 +212,7 @@ def test_dependencies_point_one_way() -> None:
 def test_no_package_imports_the_notebook() -> None:
     """dev/ (one-off measurements, generators of finished studies) imports the packages, never
     the reverse."""
-    bad = [f"{p.relative_to(ROOT)}:{n.lineno}" for pkg in PACKAGES
-           for p in sorted((ROOT / pkg).rglob("*.py"))
-           for n in ast.walk(_tree(p))
+    bad = [f"{p.relative_to(ROOT)}:{n.lineno}" for p in _modules().values() for n in nodes(p)
            if (isinstance(n, ast.Import) and any(a.name.split(".")[0] == "dev" for a in n.names))
            or (isinstance(n, ast.ImportFrom) and not n.level
                and (n.module or "").split(".")[0] == "dev")]

@@ -1,9 +1,12 @@
-"""Make reads every boolean one way, names hydra overrides and the synthetic sweep one way on
-every target, refuses the old names (issue 23) and any variable no goal takes, naming the nearest
-one (issue 43); `make help` writes plain text into a pipe (issue 46). docs/MAKE.md.
+"""The make layer (docs/MAKE.md): every boolean read one way, hydra overrides and the synthetic
+sweep named one way on every target (issue 23), any variable no goal takes refused naming the
+nearest one (issue 43), values from the command line only and shell-quoted, `make demo` and
+`make smoke` wired through the user-facing targets, `make help` in pipeline order and plain text
+into a pipe (issue 46).
 
 Only command lines are looked at: `make -n -W .venv/.setup-stamp -o setup ...` neither runs
-`setup` (no install) nor any recipe.
+`setup` (no install) nor any recipe. The demo itself (~30 minutes on 2 CPU cores) is exercised by
+running `make demo`; `make smoke` is tests/test_e2e.py's pipeline.
 """
 
 from __future__ import annotations
@@ -19,12 +22,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make not installed")
-
-TRUE = ("1", "true", "yes")
-FALSE = ("0", "false", "no", "")
-BAD = ("maybe", "TRUE", "on", "2", "1 0", "yes please")
-
-
 # the make a user starts: under `make test` pytest inherits the outer make's level and flags, and a
 # make at level 1 is a sub-make, whose variables are not checked
 MAKE_ENV = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")
@@ -69,22 +66,10 @@ CASES = {  # flag -> (target and other variables, the name the flag is given as)
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_flag_reads_true_false_and_empty_one_way(case: str) -> None:
     args, var = CASES[case]
-    for v in TRUE:
+    for v in ("1", "true", "yes"):
         assert _reads(_make(*args, f"{var}={v}"), case), (var, v)
-    for v in FALSE:
+    for v in ("0", "false", "no", ""):
         assert not _reads(_make(*args, f"{var}={v}"), case), (var, v)
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_a_bad_boolean_is_refused_in_one_line(case: str) -> None:
-    args, var = CASES[case]
-    for v in BAD:
-        res = _make(*args, f"{var}={v}")
-        assert res.returncode == 2 and res.stdout == "", (var, v, res.stdout)
-        lines = res.stderr.strip().splitlines()
-        assert len(lines) == 1, res.stderr
-        assert f"{var}={v}: not a boolean; use 1/true/yes for true, 0/false/no or empty for " \
-               f"false" in lines[0]
 
 
 def test_not_given_is_off_and_the_environment_does_not_count() -> None:
@@ -94,76 +79,101 @@ def test_not_given_is_off_and_the_environment_does_not_count() -> None:
     line = next(ln for ln in _make("sweep", env=env).stdout.splitlines() if "sweeps run" in ln)
     assert "--dry" not in line and "--eval" not in line and "--retry" not in line, line
     assert "--check" not in _make("report", "NAME=x", env=env).stdout
-    # a bad value in the environment is not read either
-    assert _make("train", env={"DRY": "maybe"}).returncode == 0
+    assert _make("train", env={"DRY": "maybe"}).returncode == 0  # nor is a bad value there
+    # nor any other variable (WSL sets NAME; other tools set DATA); values survive quotes
+    out = _make("sweep", "KAPPA=0.5 it's", "DRY=1", env={"NAME": "wsl", "DATA": "x"}).stdout
+    line = next(ln for ln in out.splitlines() if "-m sweeps run" in ln)
+    assert "--name" not in line and "--data" not in line, line
+    assert "--kappa='0.5 it'\\''s'" in line, line
+    res = subprocess.run(["bash", "-c", "printf '%s\\n' " + line.split("run ", 1)[1]],
+                         capture_output=True, text=True, check=True)
+    assert "--kappa=0.5 it's" in res.stdout.splitlines()
+    out = _make("eval", "CKPT=a b", "BENCH_DATA=/bench").stdout  # benchmark files: BENCH_DATA
+    assert "'a b'" in out and "--data='/bench'" in out, out
 
 
-def test_the_old_train_bug_dry_false_is_not_a_dry_run() -> None:
-    """Before: `make train DRY=false` did a dry run and `make report CHECK=true` did not check."""
-    assert "dry_run" not in _make("train", "OVERRIDES=model=1M", "DRY=false").stdout
-    assert "--check" in _make("report", "NAME=x", "CHECK=true").stdout
-
-
-@pytest.mark.parametrize("target", ["train", "sweep", "synthetic"])
-def test_overrides_is_the_hydra_override_variable_on_every_target(target: str) -> None:
-    out = _make(target, "OVERRIDES=optim.lr=1e-3 train.seed=7").stdout
-    if target == "sweep":
-        assert "--overrides='optim.lr=1e-3 train.seed=7'" in out, out
-    else:  # a hydra override list: separate words on the program's command line
-        assert re.search(r" optim\.lr=1e-3 train\.seed=7(\s|$)", out), out
-
-
-@pytest.mark.parametrize("args, new", [
-    (["train", "ARGS=model=1M"], "OVERRIDES"),
-    (["sweep", "ARGS=model=1M"], "OVERRIDES"),
-    (["synthetic", "SYN_ARGS=train.seed=1"], "OVERRIDES"),
-    (["demo", "SYN_ARGS=train.seed=1"], "OVERRIDES"),
-    (["report", "NAME=x", "SYNTH=default"], "SYN_NAME"),
-])
-def test_old_names_are_refused_naming_the_new_one(args: list[str], new: str) -> None:
-    res = _make(*args)
-    old = args[-1].split("=")[0]
-    assert res.returncode == 2 and res.stdout == "", res.stdout
-    line = res.stderr.strip()
-    assert len(line.splitlines()) == 1 and line.split("*** ")[1].startswith(f"{old}:"), line
-    assert new in line
-
-
-def test_lm_eval_keeps_args_for_its_own_flags() -> None:
+def test_one_name_per_thing_on_every_target() -> None:
+    """OVERRIDES (hydra overrides), SYN_NAME (the synthetic sweep), lm-eval's own ARGS; before:
+    `make train DRY=false` did a dry run and `make report CHECK=true` did not check."""
+    for target in ("train", "sweep", "synthetic"):
+        out = _make(target, "OVERRIDES=optim.lr=1e-3 train.seed=7").stdout
+        if target == "sweep":
+            assert "--overrides='optim.lr=1e-3 train.seed=7'" in out, out
+        else:  # a hydra override list: separate words on the program's command line
+            assert re.search(r" optim\.lr=1e-3 train\.seed=7(\s|$)", out), out
     out = _make("lm-eval", "CKPT=x", "ARGS=--tasks arc_easy --limit 2").stdout
     assert "lm_eval_cli --ckpt='x'" in out and "--tasks arc_easy --limit 2" in out
-
-
-def test_syn_name_names_the_synthetic_sweep_on_every_target() -> None:
     assert "--name 'mid'" in _make("synthetic", "SYN_NAME=mid").stdout
     assert "--name 'mid'" in _make("synthetic-report", "SYN_NAME=mid").stdout
     assert "--synthetic='mid'" in _make("report", "NAME=x", "SYN_NAME=mid").stdout
     assert "--synthetic" not in _make("report", "NAME=x").stdout  # not given: none embedded
+    assert "dry_run" not in _make("train", "OVERRIDES=model=1M", "DRY=false").stdout
+    assert "--check" in _make("report", "NAME=x", "CHECK=true").stdout
+
+
+def _sweep_line(out: str) -> str:
+    m = re.search(r"-m sweeps run (.*)", out)
+    assert m, out
+    return m.group(1).replace("='", " '")  # --opt 'v' or --opt='v'
+
+
+def test_demo_runs_sweep_eval_synthetic_report_in_order() -> None:
+    out = _make("demo", "DEMO_CHECK=1", "BENCH_DATA=/tmp").stdout
+    s = _sweep_line(out)
+    for want in ("--kappa '0.5 2 4'", "--h '8'", "--seeds '0'", "--preset '1M'",
+                 "--data 'stdlib'", "--tokens '200k'", "--controls 'flops'", "--name 'demo'",
+                 "--eval '1'", "--data /tmp", "--limit 30",
+                 "--tasks arc_easy,arc_challenge,commonsense_qa,gsm8k,humaneval_plus"):
+        assert want in s, (want, s)
+    syn = out.index("-m experiments.synthetic --name 'demo'")
+    assert out.index("-m sweeps run") < syn < out.index("-m analysis.report --name 'demo'")
+    assert "--synthetic='demo' --check" in out
+    assert "[demo done" in out and "sweeps/demo/report.html" in out
+    assert all(f"[demo {step}" in out for step in ("1/5", "2-3/5", "4/5", "5/5"))
     out = _make("demo", "DEMO_CHECK=0", "BENCH_DATA=/tmp").stdout
     assert "SYN_NAME=demo" in out and "SYNTH" not in out and "SYN_ARGS" not in out, out
 
 
-# ------------------------------------------------------------- mistyped variables (issue 43)
-TYPOS = [  # command line -> the one line's start (the nearest known name, else who takes it)
+def test_smoke_is_the_sweep_with_eval_on_the_shipped_sample_then_the_report() -> None:
+    out = _make("smoke").stdout
+    s = _sweep_line(out)
+    for want in ("--kappa '2'", "--h '4'", "--seeds '0'", "--preset '1M'", "--data 'stdlib'",
+                 "--tokens '16k'", "--name 'smoke'", "--eval '1'",
+                 "--tasks arc_easy,gsm8k --limit 5", "experiments/eval/smoke_data"):
+        assert want in s, (want, s)
+    assert "HF_DATASETS_OFFLINE=1" in out and "HF_HUB_OFFLINE=1" in out
+    assert out.index("-m sweeps run") < out.index("-m analysis.report --name 'smoke'")
+    assert "smoke: done; report: " in out
+
+
+REFUSED = [  # command line -> the one line's start (after make's `*** `)
+    # a variable no goal takes: the nearest known name, else who takes it
     (["sweep", "KAPA=1", "DRY=1"], "KAPA: unknown variable for make sweep; did you mean KAPPA?"),
     (["sweep", "SEED=1", "DRY=1"], "SEED: unknown variable for make sweep; did you mean SEEDS?"),
     (["sweep", "kappa=1", "DRY=1"], "kappa: unknown variable for make sweep; did you mean KAPPA?"),
     (["eval", "CKP=x"], "CKP: unknown variable for make eval; did you mean CKPT?"),
-    (["train", "OVERRIDE=model=1M"], "OVERRIDE: unknown variable for make train; did you mean "
-                                     "OVERRIDES?"),
     (["eval", "CKPT=x", "DATA=/corpus"], "DATA: unknown variable for make eval; make corpus"),
     (["train", "KAPPA=1"], "KAPPA: unknown variable for make train; make sweep takes it"),
     (["sweep", "report", "NAME=x", "SYN_NAM=y"], "SYN_NAM: unknown variable for make sweep "
                                                   "report; did you mean SYN_NAME?"),
-    (["help", "FOO=1"], "FOO: unknown variable for make help"),
     ([], "FOO: unknown variable for make help"),  # no goal: help
     (["sweep", "FTBENCH_RESULTS=/tmp/x"], "FTBENCH_RESULTS: an environment setting, not a make "
                                          "variable; put it before make"),
+    # the old names, naming the new one; a config key outside OVERRIDES
+    (["train", "ARGS=model=1M"], "ARGS: hydra overrides are OVERRIDES on every target"),
+    (["demo", "SYN_ARGS=train.seed=1"], "SYN_ARGS: renamed OVERRIDES"),
+    (["report", "NAME=x", "SYNTH=default"], "SYNTH: renamed SYN_NAME"),
+    (["train", "OVERRIDES=model=1M", "train.tokens=20000"],
+     "train.tokens: looks like a config key outside OVERRIDES"),
+    # a boolean that is none (every flag is read by one function)
+    *[([*CASES[c][0], f"{CASES[c][1]}={v}"], f"{CASES[c][1]}={v}: not a boolean; use "
+       "1/true/yes for true, 0/false/no or empty for false")
+      for c, v in [("DRY", "maybe"), ("CHECK", "TRUE"), ("HELP", "1 0"), ("EVAL", "on")]],
 ]
 
 
-@pytest.mark.parametrize("args, line", TYPOS, ids=[" ".join(a) for a, _ in TYPOS])
-def test_a_variable_no_goal_takes_is_refused_naming_the_intended_one(args, line) -> None:
+@pytest.mark.parametrize("args, line", REFUSED, ids=[" ".join(a) for a, _ in REFUSED])
+def test_a_bad_variable_is_refused_in_one_line(args: list[str], line: str) -> None:
     res = _make(*args, *(["FOO=1"] if not args else []))
     assert res.returncode == 2 and res.stdout == "", res.stdout
     lines = res.stderr.strip().splitlines()
@@ -171,11 +181,16 @@ def test_a_variable_no_goal_takes_is_refused_naming_the_intended_one(args, line)
 
 
 def test_a_refused_variable_stops_make_before_setup_or_any_recipe(tmp_path: Path) -> None:
-    """Not a dry run: setup (which would start python and maybe pip) and the sweep never run."""
+    """Not a dry run: setup (which would start python and maybe pip) and the sweep never run;
+    a recipe's own usage line (report without NAME) stops it too."""
     res = _make("sweep", "KAPA=1", "DRY=1", f"VENV={tmp_path / 'venv'}", dry=False,
                 env={"FTBENCH_RESULTS": str(tmp_path / "results")})
     assert res.returncode == 2 and "did you mean KAPPA?" in res.stderr, res.stderr
     assert list(tmp_path.iterdir()) == []  # no venv created, no results root
+    res = subprocess.run(["make", "-W", ".venv/.setup-stamp", "-o", "setup", "report"],
+                         cwd=ROOT, capture_output=True, text=True, check=False,
+                         env={k: v for k, v in os.environ.items() if k != "NAME"})
+    assert res.returncode != 0 and "usage: make report NAME=<sweep>" in res.stdout
 
 
 def _targets() -> list[str]:
@@ -226,7 +241,10 @@ def test_the_command_lines_the_readme_and_mk_files_show_are_accepted() -> None:
         assert names <= known, (target, sorted(names - known))
 
 
-def test_help_writes_plain_text_into_a_pipe_and_sweeps_lists_the_sweeps() -> None:
+def test_help_lists_the_targets_in_pipeline_order_as_plain_text_in_a_pipe() -> None:
     out = _make("help", dry=False).stdout  # into a pipe: `make help | cat`
     assert "\x1b" not in out and "  sweeps " in out, out
+    idx = {n: i for i, n in enumerate(_targets())}
+    pipeline = ["setup", "demo", "train", "sweep", "eval", "report", "test", "test-all"]
+    assert [idx[n] for n in pipeline] == sorted(idx[n] for n in pipeline), idx
     assert "-m sweeps list" in _make("sweeps").stdout
