@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 from fake import write_fake_sweep
 
-from analysis import card, lead
+from analysis import card, lead, report
 from analysis.frame import load_sweep
 from analysis.report import build_report
-from analysis.tables import paper_table
+from analysis.tables import VIEWS, paper_table
 
 
 def _add_zcut(root: Path, name: str) -> None:
@@ -43,13 +43,27 @@ def sweep(tmp_path_factory) -> tuple[Path, str]:
     return root, "lead"
 
 
+def _analyse(root: Path, name: str) -> tuple:
+    data = load_sweep(name, root)
+    tables = {v: paper_table(data, v, n_boot=50) for v in VIEWS}
+    return data, tables, lead.forest_frame(data, tables, n_boot=50)
+
+
 @pytest.fixture(scope="module")
 def built(sweep):
-    root, name = sweep
-    data = load_sweep(name, root)
-    tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
-    forest = lead.forest_frame(data, tables, n_boot=50)
-    return data, tables, forest
+    return _analyse(*sweep)
+
+
+@pytest.fixture(scope="module")
+def html_path(sweep) -> Path:
+    """The one full report of this module (the other sweeps render only the section they test)."""
+    return build_report(sweep[1], sweep[0], n_boot=50)
+
+
+def _first_screen(root: Path, name: str) -> tuple:
+    """The lead section alone (what build_report puts first), without the rest of the report."""
+    data, tables, forest = _analyse(root, name)
+    return data, tables, forest, report._lead_html(data, forest, tables, root)
 
 
 def test_zcut_identical_to_baseline_reads_identical_with_no_p(built):
@@ -103,7 +117,7 @@ def _check_against_tables(drawn: list[dict], tables: dict[str, pd.DataFrame]) ->
     return n
 
 
-def test_summary_png_draws_the_tables_deltas(sweep, built):
+def test_summary_png_draws_the_tables_deltas(built, html_path):
     """summary.png exists beside the report and the Δs it draws equal the tables' (read back
     from the CSVs the report wrote, as a reviewer would)."""
     data, tables, forest = built
@@ -115,8 +129,6 @@ def test_summary_png_draws_the_tables_deltas(sweep, built):
     assert "clean tree" in dict(lines)["commit"]
     fig, drawn = card.summary_figure(lines, forest, "lead")
     assert drawn and _check_against_tables(drawn, tables) >= 4
-    root, name = sweep
-    html_path = build_report(name, root, n_boot=50)
     out = html_path.parent / "report"
     png = (out / "summary.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
@@ -131,9 +143,8 @@ def test_summary_png_draws_the_tables_deltas(sweep, built):
         assert math.isclose(d["delta"], r["delta"], rel_tol=1e-12, abs_tol=1e-15)
 
 
-def test_first_screen_order_and_folds(sweep):
-    root, name = sweep
-    html = build_report(name, root, n_boot=50).read_text(encoding="utf-8")
+def test_first_screen_order_and_folds(html_path):
+    html = html_path.read_text(encoding="utf-8")
     body = html[html.index("<body>"):]
     ids = re.findall(r'<section id="([^"]+)"', body)
     assert ids[:2] == ["lead", "card"]
@@ -148,14 +159,10 @@ def test_first_screen_order_and_folds(sweep):
     assert "identical" in body[:body.index('id="summary"')]
 
 
-def _lead_section(html: str) -> str:
-    return html[html.index('<section id="lead"'):html.index('<section id="card"')]
-
-
 def test_identically_trained_cells_are_named_with_why(tmp_path, sweep):
     """kappa 2 and 4 trained bit-identical runs when the KL never reached 2 bits (the penalty
-    is 0 in both): the first screen names them once for every seed and says why, from the runs'
-    own files."""
+    is 0 in both): they are named once for every seed with why, from the runs' own files (the
+    first screen prints each note as it is)."""
     write_fake_sweep(tmp_path, "same", kappas=(2.0, 4.0), seeds=(0, 1), controls=())
     man = json.loads((tmp_path / "sweeps" / "same" / "manifest.json").read_text())
     rid = {c["cell"]: c["run_id"] for c in man["cells"]}
@@ -169,14 +176,11 @@ def test_identically_trained_cells_are_named_with_why(tmp_path, sweep):
         text = "".join(json.dumps(x) + "\n" for x in lines)
         src.write_text(text)
         (tmp_path / "runs" / rid[f"free-k4-H16-s{seed}"] / "metrics.jsonl").write_text(text)
-    data = load_sweep("same", tmp_path)
-    notes = lead.identical_runs(data)
+    notes = lead.identical_runs(load_sweep("same", tmp_path))
     assert len(notes) == 1 and notes[0].startswith(
         "free-k2-H16, free-k4-H16 trained identically in seeds 0, 1 (bit-identical metrics")
     assert "the free-bits penalty was never active" in notes[0]
     assert "peaked at 0.3 bits/token, below kappa 2 and 4" in notes[0]
-    first = _lead_section(build_report("same", tmp_path, n_boot=50).read_text(encoding="utf-8"))
-    assert "Trained identically." in first and "free-k2-H16, free-k4-H16" in first
     root, name = sweep  # Z-cut = baseline: said once, by the Z-cut check (can_cannot)
     assert lead.identical_runs(load_sweep(name, root)) == []
 
@@ -206,8 +210,7 @@ def test_identical_runs_group_by_connected_components_not_manifest_order(tmp_pat
 
 def test_one_seed_lead_figure_draws_each_run_and_says_why_no_interval(tmp_path):
     write_fake_sweep(tmp_path, "one", kappas=(0.5, 2.0), seeds=(0,), controls=())
-    data = load_sweep("one", tmp_path)
-    tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
+    _, tables, _, first = _first_screen(tmp_path, "one")
     fig, drawn = lead.per_run_figure(tables)
     keys = list(dict.fromkeys((d["task"], d["metric"]) for d in drawn))
     assert keys[0] == ("val", "val_ce") and ("val", "val_bpb") not in keys
@@ -217,7 +220,6 @@ def test_one_seed_lead_figure_draws_each_run_and_says_why_no_interval(tmp_path):
               & (t["metric"] == d["metric"])].iloc[0]
         assert d["value"] == r["mean"] and r["n_seeds"] == 1
     assert {d["column"] for d in drawn} == {"baseline", "FT k=0.5", "FT k=2"}
-    first = _lead_section(build_report("one", tmp_path, n_boot=50).read_text(encoding="utf-8"))
     assert "each run&#x27;s own value, no interval and no verdict" in first
     assert 'alt="lead figure: each run' in first and "learning curves" in first
 
@@ -226,15 +228,14 @@ def test_floor_rows_are_one_line_and_not_drawn(tmp_path):
     """pass@1 at 0 for every arm: one 'At the floor' line, no table row, no curve panel."""
     write_fake_sweep(tmp_path, "floor", kappas=(0.5,), seeds=(0, 1), controls=(),
                      prob=lambda arm, kappa, h, seed: 0.0)
-    data = load_sweep("floor", tmp_path)
-    tables = {v: paper_table(data, v, n_boot=50) for v in ("tokens", "flops")}
+    data, tables, forest = _analyse(tmp_path, "floor")
     measured, floor = lead.measured_metrics(tables)
     assert ("humaneval_plus", "pass@1_plus") in floor and ("gsm8k", "exact_match") in floor
     assert all(m not in measured for m in floor)
-    forest = lead.forest_frame(data, tables, n_boot=50)
     assert not forest["metric"].isin(["pass@1_plus", "exact_match"]).any()
-    html = build_report("floor", tmp_path, n_boot=50).read_text(encoding="utf-8")
-    sec = html[html.index('id="table-tokens"'):html.index('id="table-flops"')]
+    t = tables["tokens"]  # the equal-tokens section's tables, as build_report renders them
+    sec = "".join(report.table_html(t[t["comparison"] == c], report.RunIndex())
+                  for c in dict.fromkeys(t["comparison"]))
     assert "At the floor" in sec and "humaneval_plus (pass@1_plus" not in sec
     cc = lead.can_cannot(data, forest, tables, [])
     assert "humaneval_plus pass@1_plus" in cc and "floor" in cc
