@@ -66,7 +66,7 @@ def metric_label(task: str, metric: str) -> tuple[str, str]:
         unit = "nats/token" if metric.startswith("val_ce") else "bits/byte"
         what = {"ce": "CE", "bpb": "bpb"}.get(metric.removeprefix("val_"), metric)
         return f"validation {what} (prior Z)", unit
-    b = benchmarks.find(task) if hasattr(benchmarks, "find") else None
+    b = benchmarks.find(task)
     name = getattr(b, "name", None) or task
     if metric == "bpb":
         return f"{name.replace(' gold bpb', '')} gold answers", "bits/byte"
@@ -199,10 +199,9 @@ def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) ->
     return out
 
 
-def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
-                 n_boot: int = 2000) -> pd.DataFrame:
+def forest_frame(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every Δ of the lead figure (FOREST_COLS), in drawing order: the tables' own rows (one
-    computation of each number); `data` and `n_boot` are kept for the callers' signature."""
+    computation of each number)."""
     keys, _ = measured_metrics(tables)
     df = pd.DataFrame(_table_rows(tables, keys), columns=FOREST_COLS)
     # a comparison whose reference has no run has no Δ: its table says why; nothing to draw

@@ -496,7 +496,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     claims = checklist(data, tables, synth, notes)
     claims.to_csv(out_dir / "claims.csv", index=False)
     index = RunIndex()
-    forest = lead.forest_frame(data, tables, n_boot=n_boot)
+    forest = lead.forest_frame(tables)
     lines = rcard.facts(data, forest)
     summary_png = render_png(rcard.summary_figure(lines, forest, name)[0])
     (out_dir / "summary.png").write_bytes(summary_png)

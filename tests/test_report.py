@@ -80,7 +80,7 @@ def sweep(tmp_path_factory) -> tuple[Path, str]:
 def _analyse(root: Path, name: str) -> tuple:
     data = load_sweep(name, root)
     tables = {v: paper_table(data, v, n_boot=50) for v in VIEWS}
-    return data, tables, lead.forest_frame(data, tables, n_boot=50)
+    return data, tables, lead.forest_frame(tables)
 
 
 @pytest.fixture(scope="module")
