@@ -506,7 +506,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     figs = {}
     for key, fn in (("training_curves", figures.training_curves),
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
-                    ("benchmarks_vs_kappa", lambda d: figures.benchmarks_vs_kappa(d, main_table)),
+                    ("benchmarks_vs_kappa", lambda _: figures.benchmarks_vs_kappa(main_table)),
                     ("overhead", figures.overhead)):
         figs[key] = render_png(fn(data))
         if figs[key]:

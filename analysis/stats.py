@@ -362,9 +362,7 @@ def per_seed_diffs(d: np.ndarray) -> np.ndarray:
 def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
                level: float = LEVEL) -> Delta:
     """Δ from per-seed values only (columns seed, value; e.g. validation CE), paired by seed."""
-    t = test.groupby("seed")["value"].mean()
-    r = ref.groupby("seed")["value"].mean()
-    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    t, r, common = _per_seed(test, ref)
     if not common:
         return _empty_delta()
     diffs = (t[common] - r[common]).to_numpy(dtype=float)
@@ -469,12 +467,17 @@ def tost(diffs: np.ndarray | Sequence[float], margin: float, alpha: float = ALPH
                        n, what, alpha, se, df)
 
 
-def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
-    """Per-seed paired differences test - ref from per-seed values (columns seed, value; several
-    rows of a seed are averaged): (seeds both have, differences in that order)."""
+def _per_seed(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.Series, pd.Series, list]:
+    """Each arm's per-seed value (columns seed, value; several rows of a seed are averaged) and
+    the seeds both have."""
     t = test.groupby("seed")["value"].mean()
     r = ref.groupby("seed")["value"].mean()
-    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    return t, r, sorted(set(t.dropna().index) & set(r.dropna().index))
+
+
+def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
+    """Per-seed paired differences test - ref: (seeds both have, differences in that order)."""
+    t, r, common = _per_seed(test, ref)
     return common, (t[common] - r[common]).to_numpy(dtype=float)
 
 
@@ -482,12 +485,11 @@ def seed_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
               alpha: float = ALPHA) -> Equivalence:
     """TOST from per-seed values only (columns seed, value; e.g. validation CE), paired by
     seed: the equivalence counterpart of `seed_delta`."""
-    seeds, d = seed_diffs(test, ref)
+    t, r, seeds = _per_seed(test, ref)
     if not seeds:
         return _empty_equivalence(margin, 0, "no seed in both arms", alpha)
-    t = test.groupby("seed")["value"].mean()[seeds]
-    r = ref.groupby("seed")["value"].mean()[seeds]
-    return tost(d, margin, alpha, scale=_scale(t, r))
+    return tost((t[seeds] - r[seeds]).to_numpy(dtype=float), margin, alpha,
+                scale=_scale(t[seeds], r[seeds]))
 
 
 def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
