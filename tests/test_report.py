@@ -284,6 +284,7 @@ def test_signal_noise_per_metric(built):
     assert math.isclose(v["signal_to_noise"], v["spread_across_arms"] / v["seed_sd"])
 
 
+@pytest.mark.slow  # figures for 3 runs; test_probe renders latent_section in the fast tier
 def test_latent_section_aggregates_seeds(tmp_path):
     from analysis.latent import aggregate, latent_section, per_run
 
