@@ -327,10 +327,11 @@ def item_bootstrap(d: np.ndarray, rng: tuple[float, float] = (-math.inf, math.in
 
 
 def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot: int = 2000,
-                 seed: int = 0, level: float = LEVEL) -> Delta:
+                 seed: int = 0, level: float = LEVEL, pairs: tuple | None = None) -> Delta:
     """Δ of `test` against `ref` from per-item rows (columns seed, doc_id, value), paired by
-    (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one."""
-    d, seeds, docs = paired_matrix(test, ref)
+    (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one.
+    `pairs`: their `paired_matrix` when the caller has it already."""
+    d, seeds, docs = pairs or paired_matrix(test, ref)
     if d.size == 0:
         return _empty_delta(len(seeds), len(docs))
     rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
@@ -493,11 +494,12 @@ def seed_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
 
 
 def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
-                alpha: float = ALPHA) -> Equivalence:
+                alpha: float = ALPHA, pairs: tuple | None = None) -> Equivalence:
     """TOST from per-item rows (columns seed, doc_id, value), paired by (seed, doc_id) as
-    `paired_delta` pairs them; the test runs over the per-seed mean differences (>= 2 seeds;
-    one seed: no test, item-level equivalence would leave the seed variance out)."""
-    d, seeds, _ = paired_matrix(test, ref)
+    `paired_delta` pairs them (`pairs` likewise); the test runs over the per-seed mean
+    differences (>= 2 seeds; one seed: no test, item-level equivalence would leave the seed
+    variance out)."""
+    d, seeds, _ = pairs or paired_matrix(test, ref)
     if d.size == 0 or d.shape[0] < 2:
         return _empty_equivalence(margin, len(seeds), "fewer than 2 seeds: no equivalence "
                                   "test", alpha)
