@@ -493,6 +493,13 @@ def verdict_table(forest: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _span(g: pd.DataFrame) -> str:
+    """'<metric> Δ lo to hi <unit>' over the rows of g's first metric."""
+    first = g.iloc[0]
+    d = g.loc[(g["task"] == first["task"]) & (g["metric"] == first["metric"]), "delta"]
+    return f"{first['label']} Δ {d.min():+.3f} to {d.max():+.3f} {first['unit']}"
+
+
 def verdict_words(forest: pd.DataFrame) -> list[tuple[str, str]]:
     """One line per comparison: its verdict over every kappa and measured metric, in words."""
     out = []
@@ -505,10 +512,7 @@ def verdict_words(forest: pd.DataFrame) -> list[tuple[str, str]]:
             v = vs.index[0]
             what = f"{v} on all {n} (kappa, metric) pairs"
             if v in (BETTER, WORSE):
-                main = g.iloc[0]
-                gm = g[(g["task"] == main["task"]) & (g["metric"] == main["metric"])]
-                what += (f"; {main['label']} Δ {gm['delta'].min():+.3f} to "
-                         f"{gm['delta'].max():+.3f} {main['unit']}")
+                what += f"; {_span(g)}"
         else:
             what = "; ".join(f"{v}: {c} of {n}" for v, c in vs.items())
             odd = g[g["verdict"] != vs.index[0]]
@@ -545,11 +549,8 @@ def can_cannot(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
             for v in (BETTER, WORSE):
                 gv = g[g["verdict"] == v]
                 if len(gv):
-                    first = gv.iloc[0]
-                    g1 = gv[(gv["task"] == first["task"]) & (gv["metric"] == first["metric"])]
                     found.append(f"{comp}: {v} on {len(gv)} of {len(g)} (kappa, metric) pairs "
-                                 f"({first['label']} Δ {g1['delta'].min():+.3f} to "
-                                 f"{g1['delta'].max():+.3f} {first['unit']})")
+                                 f"({_span(gv)})")
         if found:
             parts.append("It finds " + "; ".join(found))
         else:
