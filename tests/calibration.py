@@ -4,30 +4,10 @@ own statistics. tests/test_calibration.py runs a fast version; the full run writ
     python tests/calibration.py [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
     make calibrate            (the full run)
 
-What it does (docs/CALIBRATION.md has the figures of the last full run):
-1. Full path. It writes synthetic sweeps AS RESULT FILES (results/sweeps/<name>/manifest.json,
-   results/runs/<id>/config.yaml, metrics.jsonl, eval/*.json) in a temporary directory, with
-   planted effects, and runs the real analysis on them: `frame.load_sweep`,
-   `tables.comparisons` / `tables.paper_table`, `claims._benchmark_claim`. Those sweeps include
-   multi-H sweeps (one equal-FLOPs control per H, each H's control of a different strength),
-   FLOPs-budget sweeps (no equal-tokens table must appear), missing cells (a pending FT, a failed
-   baseline seed), crashed code evaluations (pass@1 items with null scores and a reason) and LIMIT
-   runs (spec limit 30, plus a stray LIMIT-10 file that must be excluded). For every Free
-   Transformer column it checks that the table's Δ and p equal the same statistic computed
-   directly from the simulated outcomes with the reference of the SAME H and seed, and it counts
-   significant Δs and verdicts.
-2. Bulk Monte-Carlo. Writing thousands of sweeps to disk is too slow on a small machine, so the
-   bulk runs call the very functions the tables and claims call on the same kind of data:
-   `stats.matrix_delta` (what `stats.paired_delta` runs once it has paired the rows; step 1
-   shows they agree on files), `stats.cell_interval`, `stats.holm` and
-   `claims.benchmark_verdict`. Beside each it computes scipy's paired t-test over seed means on
-   the same simulated data (the power benchmark).
-
-Simulation model (one benchmark of 0/1 items): item difficulties q_i ~ U(0.25, 0.75), shared by
-all arms and seeds; each (arm, seed) run gets a seed offset u ~ N(0, sd) in probability points;
-y ~ Bernoulli(clip(q_i + effect_arm + u, 0, 1)). The truth of a Δ is the expected difference
-over the sweep's items (computed exactly with Gauss-Hermite quadrature, so clipping is
-accounted for).
+What it simulates, which analysis code each part runs (the full path writes result files and
+reads them through frame/tables/claims; the bulk Monte-Carlo calls the same statistic functions
+on simulated matrices, since thousands of sweeps on disk are too slow) and the targets are in
+the doc's text, tests/calibration.md.j2 (docs/CALIBRATION.md holds the last full run).
 """
 
 from __future__ import annotations
