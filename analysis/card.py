@@ -16,21 +16,16 @@ from collections import Counter
 
 import matplotlib
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 
 from common.kappa import kappa_label
 
 from .frame import SweepData
-from .lead import IDENTICAL, ROUNDING, draw_forest, forest_figure, lead_metrics
+from .lead import IDENTICAL, ROUNDING, _fin, _rows, draw_forest, lead_metrics
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
 NOT_RECORDED = "not recorded"
-
-
-def _fin(x: object) -> bool:
-    return isinstance(x, (int, float, np.floating)) and math.isfinite(float(x))
 
 
 def _si(x: float) -> str:
@@ -151,7 +146,7 @@ def summary_figure(lines: list[tuple[str, str]], forest: pd.DataFrame, name: str
     import textwrap
 
     keys = lead_metrics(forest)[:2] if len(forest) else []
-    sub, drawn = forest_figure(forest, keys) if keys else (None, [])  # only for its height
+    drawn: list[dict] = []
     text = []
     for k, v in lines:
         wrapped = textwrap.wrap(v, 120) or [""]
@@ -160,10 +155,7 @@ def summary_figure(lines: list[tuple[str, str]], forest: pd.DataFrame, name: str
     n_text = len(text)
     w = 12.0
     h_text = 0.13 * n_text + 0.55
-    h_fig = 0.0
-    if sub is not None:
-        h_fig = sub.get_size_inches()[1]
-        plt.close(sub)
+    h_fig = 1.0 + 0.24 * len(_rows(forest, keys)) if keys else 0.0  # forest_figure's height
     fig = plt.figure(figsize=(w, h_text + h_fig))
     fig.text(0.01, 1 - 0.25 / (h_text + h_fig), f"Free Transformer bench: sweep {name}",
              fontsize=11, weight="bold", va="top", family="sans-serif")

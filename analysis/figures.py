@@ -17,7 +17,7 @@ from common.kappa import kappa_label
 
 from .derived import leak_table, overhead_table
 from .frame import SweepData
-from .tables import GROUPS, paper_table
+from .tables import GROUPS
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -140,13 +140,13 @@ def val_ce_vs_kappa(data: SweepData) -> plt.Figure | None:
     return fig
 
 
-def benchmarks_vs_kappa(data: SweepData, table: pd.DataFrame | None = None) -> plt.Figure | None:
-    """Each benchmark's primary score against kappa with its 95% CI; baseline as a band. Rows
-    at the floor (every arm 0, or at chance: lead.at_floor) are not drawn: a flat line at 0
-    says nothing the report's one line about them does not."""
+def benchmarks_vs_kappa(t: pd.DataFrame) -> plt.Figure | None:
+    """Each benchmark's primary score against kappa with its 95% CI (from the report's main
+    paper table `t`); baseline as a band. Rows at the floor (every arm 0, or at chance:
+    lead.at_floor) are not drawn: a flat line at 0 says nothing the report's one line about
+    them does not."""
     from .lead import row_status
 
-    t = table if table is not None else paper_table(data, "tokens", n_boot=200)
     if len(t) and "comparison" in t:  # the view's first comparison (its reference arm)
         t = t[t["comparison"] == t["comparison"].dropna().iloc[0]]
     t = t[(t["column"] != "") & t["n_seeds"].fillna(0).gt(0)] if len(t) else t

@@ -66,7 +66,7 @@ def metric_label(task: str, metric: str) -> tuple[str, str]:
         unit = "nats/token" if metric.startswith("val_ce") else "bits/byte"
         what = {"ce": "CE", "bpb": "bpb"}.get(metric.removeprefix("val_"), metric)
         return f"validation {what} (prior Z)", unit
-    b = benchmarks.find(task) if hasattr(benchmarks, "find") else None
+    b = benchmarks.find(task)
     name = getattr(b, "name", None) or task
     if metric == "bpb":
         return f"{name.replace(' gold bpb', '')} gold answers", "bits/byte"
@@ -199,10 +199,9 @@ def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) ->
     return out
 
 
-def forest_frame(data: SweepData, tables: dict[str, pd.DataFrame],
-                 n_boot: int = 2000) -> pd.DataFrame:
+def forest_frame(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Every Δ of the lead figure (FOREST_COLS), in drawing order: the tables' own rows (one
-    computation of each number); `data` and `n_boot` are kept for the callers' signature."""
+    computation of each number)."""
     keys, _ = measured_metrics(tables)
     df = pd.DataFrame(_table_rows(tables, keys), columns=FOREST_COLS)
     # a comparison whose reference has no run has no Δ: its table says why; nothing to draw
@@ -494,6 +493,13 @@ def verdict_table(forest: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _span(g: pd.DataFrame) -> str:
+    """'<metric> Δ lo to hi <unit>' over the rows of g's first metric."""
+    first = g.iloc[0]
+    d = g.loc[(g["task"] == first["task"]) & (g["metric"] == first["metric"]), "delta"]
+    return f"{first['label']} Δ {d.min():+.3f} to {d.max():+.3f} {first['unit']}"
+
+
 def verdict_words(forest: pd.DataFrame) -> list[tuple[str, str]]:
     """One line per comparison: its verdict over every kappa and measured metric, in words."""
     out = []
@@ -506,10 +512,7 @@ def verdict_words(forest: pd.DataFrame) -> list[tuple[str, str]]:
             v = vs.index[0]
             what = f"{v} on all {n} (kappa, metric) pairs"
             if v in (BETTER, WORSE):
-                main = g.iloc[0]
-                gm = g[(g["task"] == main["task"]) & (g["metric"] == main["metric"])]
-                what += (f"; {main['label']} Δ {gm['delta'].min():+.3f} to "
-                         f"{gm['delta'].max():+.3f} {main['unit']}")
+                what += f"; {_span(g)}"
         else:
             what = "; ".join(f"{v}: {c} of {n}" for v, c in vs.items())
             odd = g[g["verdict"] != vs.index[0]]
@@ -546,11 +549,8 @@ def can_cannot(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
             for v in (BETTER, WORSE):
                 gv = g[g["verdict"] == v]
                 if len(gv):
-                    first = gv.iloc[0]
-                    g1 = gv[(gv["task"] == first["task"]) & (gv["metric"] == first["metric"])]
                     found.append(f"{comp}: {v} on {len(gv)} of {len(g)} (kappa, metric) pairs "
-                                 f"({first['label']} Δ {g1['delta'].min():+.3f} to "
-                                 f"{g1['delta'].max():+.3f} {first['unit']})")
+                                 f"({_span(gv)})")
         if found:
             parts.append("It finds " + "; ".join(found))
         else:

@@ -319,12 +319,11 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     png = render_png(fig)
     if png:
         (out_dir / "benchmark_curves.png").write_bytes(png)
-    head = ('<section id="table3"><h2>Training curves and Table 3 (final value, mean over the '
-            "last third)</h2>")
+    title = "Training curves and Table 3 (final value, mean over the last third)"
     if t3.empty:
-        return head + ('<p class="missing">no evaluated checkpoints besides the final one: run '
-                       "the sweep with EVAL=1 EVAL_POINTS=n (n evenly spaced checkpoints) for "
-                       "the paper's curves and its last-third average</p></section>")
+        return _section("table3", title, '<p class="missing">no evaluated checkpoints besides '
+                        "the final one: run the sweep with EVAL=1 EVAL_POINTS=n (n evenly spaced "
+                        "checkpoints) for the paper's curves and its last-third average</p>")
     view = t3.assign(
         benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"]
         + UNCHECKED + ")",
@@ -339,45 +338,48 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
         "group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
         "last third [95% CI over seeds]", "steps", "ci_method"]]
     fl = sorted(set(view.loc[at_floor, "benchmark"]))
-    return (head + "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
-            "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
-            "n_points of them, steps listed); then the mean over seeds with a t interval over "
-            "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
-            + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>{html(shown)}</details>"
-               if len(shown) else "")
-            + (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
-               f'{esc(", ".join(fl))}</p>' if fl else "")
-            + img(png, "benchmark curves vs training tokens",
-                  "every evaluated checkpoint's score is at the floor"
-                  if png is None and not len(shown) else "fewer than two steps")
-            + "<p>Files: report/table3.csv, report/benchmark_curves.png</p></section>")
+    return _section(
+        "table3", title,
+        "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
+        "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
+        "n_points of them, steps listed); then the mean over seeds with a t interval over "
+        "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
+        + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>{html(shown)}</details>"
+           if len(shown) else "")
+        + (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
+           f'{esc(", ".join(fl))}</p>' if fl else "")
+        + img(png, "benchmark curves vs training tokens",
+              "every evaluated checkpoint's score is at the floor"
+              if png is None and not len(shown) else "fewer than two steps")
+        + "<p>Files: report/table3.csv, report/benchmark_curves.png</p>")
 
 
 def _likelihood_html(data: SweepData, out_dir: Path) -> str:
     lt = ckpts.likelihood_table(data)
     lt.to_csv(out_dir / "likelihood.csv", index=False)
-    head = '<section id="likelihood"><h2>Likelihood: both arms on one honest basis</h2>'
+    title = "Likelihood: both arms on one honest basis"
     if lt.empty:
-        return head + ('<p class="missing">no likelihood files (the chained evaluation writes '
-                       "them with EVAL=1; or run <code>python -m experiments.eval.likelihood "
-                       "&lt;run dir&gt;</code>)</p></section>")
+        return _section("likelihood", title, '<p class="missing">no likelihood files (the '
+                        "chained evaluation writes them with EVAL=1; or run <code>python -m "
+                        "experiments.eval.likelihood &lt;run dir&gt;</code>)</p>")
     per = [f"{col}: gap {pd.to_numeric(g['gap_nats_per_token'], errors='coerce').mean():+.4f} "
            "nats/token, KL spend recovered "
            f"{100 * pd.to_numeric(g['kl_spend_recovered'], errors='coerce').mean():.2g}% (mean "
            f"of {pd.to_numeric(g['gap_nats_per_token'], errors='coerce').notna().sum()} seeds)"
            for col, g in lt.groupby("column", sort=False)]
-    return (head + "<p>Validation bits per byte from experiments/eval/likelihood.py on the same "
-            "rows for both arms: the baseline's is exact, the Free Transformer's an "
-            "importance-weighted (IWAE) upper bound on its NLL at k = 1, 8, 64 (spread = how "
-            "far the bound moved from the smallest to the largest k). gap = FT minus baseline "
-            "NLL in nats per token at the largest k (an upper bound on the true gap). "
-            "KL spend recovered = (CE_baseline - CE_posterior) / KL (bryanvine's figure); the "
-            "_iwae variant replaces the ELBO by the IWAE bound. The posterior-Z CE is "
-            "<b>leaking</b> (Z from an encoder that reads the scored tokens): it is not a "
-            "likelihood and is never compared with the baseline's CE.</p>"
-            f"<p>{esc('; '.join(per))}</p><details><summary>Per Free Transformer and seed "
-            f"({len(lt)} rows)</summary>{html(lt)}</details><p>File: report/likelihood.csv</p>"
-            "</section>")
+    return _section(
+        "likelihood", title,
+        "<p>Validation bits per byte from experiments/eval/likelihood.py on the same "
+        "rows for both arms: the baseline's is exact, the Free Transformer's an "
+        "importance-weighted (IWAE) upper bound on its NLL at k = 1, 8, 64 (spread = how "
+        "far the bound moved from the smallest to the largest k). gap = FT minus baseline "
+        "NLL in nats per token at the largest k (an upper bound on the true gap). "
+        "KL spend recovered = (CE_baseline - CE_posterior) / KL (bryanvine's figure); the "
+        "_iwae variant replaces the ELBO by the IWAE bound. The posterior-Z CE is "
+        "<b>leaking</b> (Z from an encoder that reads the scored tokens): it is not a "
+        "likelihood and is never compared with the baseline's CE.</p>"
+        f"<p>{esc('; '.join(per))}</p><details><summary>Per Free Transformer and seed "
+        f"({len(lt)} rows)</summary>{html(lt)}</details><p>File: report/likelihood.csv</p>")
 
 
 def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataFrame],
@@ -436,13 +438,12 @@ def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:
                  for c, r in zip(claims["claim"], claims["run_ids"], strict=True)]})[~skip]
     unjudged = [c.removeprefix("The Free Transformer beats the baseline ")
                 for c in claims.loc[skip, "claim"]]
-    return ('<section id="claims"><h2>Paper claims checklist</h2>'
-            f"<details><summary>{len(claims)} claims: "
+    return _section("claims", "Paper claims checklist", f"<details><summary>{len(claims)} claims: "
             f"{esc(', '.join(f'{n} {v}' for v, n in counts.items()))} (open for the evidence)"
             f"</summary>{html(shown, raw=tuple(shown.columns))}"
             + (f'<p class="fold">Inconclusive, the benchmark not evaluated in this sweep: '
                f'{esc("; ".join(unjudged))}</p>' if unjudged else "")
-            + "</details><p>File: report/claims.csv</p></section>")
+            + "</details><p>File: report/claims.csv</p>")
 
 
 def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
@@ -455,10 +456,9 @@ def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
             "seed_sd": "seed SD", "spread_across_arms": "spread across arms and kappas (SD of "
             "means)", "signal_to_noise": "signal / noise", "mde": "MDE (median)",
             "n_seeds": "seeds"})))
-    return ('<section id="signal-noise"><h2>Signal and noise per metric</h2>' + body
-            + '</section><section id="verdicts"><h2>Verdicts by metric</h2>' + html(verdicts)
-            + "<p>File: report/lead.csv (every Δ of the lead figure, with its source table)</p>"
-            "</section>")
+    return _section("signal-noise", "Signal and noise per metric", body) + _section(
+        "verdicts", "Verdicts by metric", html(verdicts) + "<p>File: report/lead.csv (every Δ "
+        "of the lead figure, with its source table)</p>")
 
 
 def _overhead_html(data: SweepData, index: RunIndex) -> str:
@@ -496,7 +496,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     claims = checklist(data, tables, synth, notes)
     claims.to_csv(out_dir / "claims.csv", index=False)
     index = RunIndex()
-    forest = lead.forest_frame(data, tables, n_boot=n_boot)
+    forest = lead.forest_frame(tables)
     lines = rcard.facts(data, forest)
     summary_png = render_png(rcard.summary_figure(lines, forest, name)[0])
     (out_dir / "summary.png").write_bytes(summary_png)
@@ -506,7 +506,7 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
     figs = {}
     for key, fn in (("training_curves", figures.training_curves),
                     ("val_ce_vs_kappa", figures.val_ce_vs_kappa),
-                    ("benchmarks_vs_kappa", lambda d: figures.benchmarks_vs_kappa(d, main_table)),
+                    ("benchmarks_vs_kappa", lambda _: figures.benchmarks_vs_kappa(main_table)),
                     ("overhead", figures.overhead)):
         figs[key] = render_png(fn(data))
         if figs[key]:

@@ -327,10 +327,11 @@ def item_bootstrap(d: np.ndarray, rng: tuple[float, float] = (-math.inf, math.in
 
 
 def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot: int = 2000,
-                 seed: int = 0, level: float = LEVEL) -> Delta:
+                 seed: int = 0, level: float = LEVEL, pairs: tuple | None = None) -> Delta:
     """Δ of `test` against `ref` from per-item rows (columns seed, doc_id, value), paired by
-    (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one."""
-    d, seeds, docs = paired_matrix(test, ref)
+    (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one.
+    `pairs`: their `paired_matrix` when the caller has it already."""
+    d, seeds, docs = pairs or paired_matrix(test, ref)
     if d.size == 0:
         return _empty_delta(len(seeds), len(docs))
     rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
@@ -362,9 +363,7 @@ def per_seed_diffs(d: np.ndarray) -> np.ndarray:
 def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
                level: float = LEVEL) -> Delta:
     """Δ from per-seed values only (columns seed, value; e.g. validation CE), paired by seed."""
-    t = test.groupby("seed")["value"].mean()
-    r = ref.groupby("seed")["value"].mean()
-    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    t, r, common = _per_seed(test, ref)
     if not common:
         return _empty_delta()
     diffs = (t[common] - r[common]).to_numpy(dtype=float)
@@ -469,12 +468,17 @@ def tost(diffs: np.ndarray | Sequence[float], margin: float, alpha: float = ALPH
                        n, what, alpha, se, df)
 
 
-def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
-    """Per-seed paired differences test - ref from per-seed values (columns seed, value; several
-    rows of a seed are averaged): (seeds both have, differences in that order)."""
+def _per_seed(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.Series, pd.Series, list]:
+    """Each arm's per-seed value (columns seed, value; several rows of a seed are averaged) and
+    the seeds both have."""
     t = test.groupby("seed")["value"].mean()
     r = ref.groupby("seed")["value"].mean()
-    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    return t, r, sorted(set(t.dropna().index) & set(r.dropna().index))
+
+
+def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
+    """Per-seed paired differences test - ref: (seeds both have, differences in that order)."""
+    t, r, common = _per_seed(test, ref)
     return common, (t[common] - r[common]).to_numpy(dtype=float)
 
 
@@ -482,20 +486,20 @@ def seed_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
               alpha: float = ALPHA) -> Equivalence:
     """TOST from per-seed values only (columns seed, value; e.g. validation CE), paired by
     seed: the equivalence counterpart of `seed_delta`."""
-    seeds, d = seed_diffs(test, ref)
+    t, r, seeds = _per_seed(test, ref)
     if not seeds:
         return _empty_equivalence(margin, 0, "no seed in both arms", alpha)
-    t = test.groupby("seed")["value"].mean()[seeds]
-    r = ref.groupby("seed")["value"].mean()[seeds]
-    return tost(d, margin, alpha, scale=_scale(t, r))
+    return tost((t[seeds] - r[seeds]).to_numpy(dtype=float), margin, alpha,
+                scale=_scale(t[seeds], r[seeds]))
 
 
 def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
-                alpha: float = ALPHA) -> Equivalence:
+                alpha: float = ALPHA, pairs: tuple | None = None) -> Equivalence:
     """TOST from per-item rows (columns seed, doc_id, value), paired by (seed, doc_id) as
-    `paired_delta` pairs them; the test runs over the per-seed mean differences (>= 2 seeds;
-    one seed: no test, item-level equivalence would leave the seed variance out)."""
-    d, seeds, _ = paired_matrix(test, ref)
+    `paired_delta` pairs them (`pairs` likewise); the test runs over the per-seed mean
+    differences (>= 2 seeds; one seed: no test, item-level equivalence would leave the seed
+    variance out)."""
+    d, seeds, _ = pairs or paired_matrix(test, ref)
     if d.size == 0 or d.shape[0] < 2:
         return _empty_equivalence(margin, len(seeds), "fewer than 2 seeds: no equivalence "
                                   "test", alpha)

@@ -525,9 +525,10 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
                     if by_item:
                         ti, ri = (c_i[["seed", "doc_id", "value"]],
                                   ref_i[["seed", "doc_id", "value"]])
-                        d = paired_delta(ti, ri, metric, n_boot=n_boot)
-                        eq = paired_tost(ti, ri, margin)
-                        dm = paired_matrix(ti, ri)[0]
+                        pairs = paired_matrix(ti, ri)  # paired once for Δ, TOST, identical
+                        d = paired_delta(ti, ri, metric, n_boot=n_boot, pairs=pairs)
+                        eq = paired_tost(ti, ri, margin, pairs=pairs)
+                        dm = pairs[0]
                         diffs = dm.mean(axis=1) if dm.size else dm
                         mag = _scale(ti["value"], ri["value"])
                     else:

@@ -4,30 +4,10 @@ own statistics. tests/test_calibration.py runs a fast version; the full run writ
     python tests/calibration.py [--sweeps 1000] [--full-path 50] [--out docs/CALIBRATION.md]
     make calibrate            (the full run)
 
-What it does (docs/CALIBRATION.md has the figures of the last full run):
-1. Full path. It writes synthetic sweeps AS RESULT FILES (results/sweeps/<name>/manifest.json,
-   results/runs/<id>/config.yaml, metrics.jsonl, eval/*.json) in a temporary directory, with
-   planted effects, and runs the real analysis on them: `frame.load_sweep`,
-   `tables.comparisons` / `tables.paper_table`, `claims._benchmark_claim`. Those sweeps include
-   multi-H sweeps (one equal-FLOPs control per H, each H's control of a different strength),
-   FLOPs-budget sweeps (no equal-tokens table must appear), missing cells (a pending FT, a failed
-   baseline seed), crashed code evaluations (pass@1 items with null scores and a reason) and LIMIT
-   runs (spec limit 30, plus a stray LIMIT-10 file that must be excluded). For every Free
-   Transformer column it checks that the table's Δ and p equal the same statistic computed
-   directly from the simulated outcomes with the reference of the SAME H and seed, and it counts
-   significant Δs and verdicts.
-2. Bulk Monte-Carlo. Writing thousands of sweeps to disk is too slow on a small machine, so the
-   bulk runs call the very functions the tables and claims call on the same kind of data:
-   `stats.matrix_delta` (what `stats.paired_delta` runs once it has paired the rows; step 1
-   shows they agree on files), `stats.cell_interval`, `stats.holm` and
-   `claims.benchmark_verdict`. Beside each it computes scipy's paired t-test over seed means on
-   the same simulated data (the power benchmark).
-
-Simulation model (one benchmark of 0/1 items): item difficulties q_i ~ U(0.25, 0.75), shared by
-all arms and seeds; each (arm, seed) run gets a seed offset u ~ N(0, sd) in probability points;
-y ~ Bernoulli(clip(q_i + effect_arm + u, 0, 1)). The truth of a Δ is the expected difference
-over the sweep's items (computed exactly with Gauss-Hermite quadrature, so clipping is
-accounted for).
+What it simulates, which analysis code each part runs (the full path writes result files and
+reads them through frame/tables/claims; the bulk Monte-Carlo calls the same statistic functions
+on simulated matrices, since thousands of sweeps on disk are too slow) and the targets are in
+the doc's text, tests/calibration.md.j2 (docs/CALIBRATION.md holds the last full run).
 """
 
 from __future__ import annotations
@@ -830,175 +810,58 @@ def _md(rows: list[dict[str, str]]) -> str:
     return md(pd.DataFrame(rows))
 
 
+TEMPLATE = Path(__file__).with_name("calibration.md.j2")
+"""The doc's text; `markdown` fills in the figures and tables."""
+
+
 def markdown(res: dict, command: str) -> str:
-    fp = res["full"]
-    lines = [
-        "# Calibration of the report's statistics",
-        "",
-        "Written by `" + command + "` (`make calibrate`); the test suite runs a fast version "
-        "(`tests/test_calibration.py`) that fails when a target is missed. Every figure is a "
-        "Monte-Carlo estimate with its 95% Clopper-Pearson interval and k/n.",
-        "",
-        "## What is simulated",
-        "",
-        "One benchmark of 0/1 items. Item difficulties q_i ~ U(0.25, 0.75) are shared by all "
-        "arms and seeds; every (arm, seed) run gets a seed offset u ~ N(0, SD) (SD = 1, 3, 5, "
-        "8 points); an item scores 1 with probability clip(q_i + effect + u, 0, 1). The truth "
-        "of a Δ is the expected difference over the sweep's items (exact, by quadrature). "
-        "Under the null every Free Transformer has effect 0; for coverage the kappas get "
-        "+2, +5, -2, 0 points in turn; for power every kappa gets +2 points.",
-        "",
-        "Designs: " + "; ".join(f"**{d.name}**: {d.what}" for d in DESIGNS.values()) + ".",
-        "",
-        "## How it runs the real analysis",
-        "",
-        f"- **Full path**: {fp.sweeps} synthetic sweeps written as result files (manifest, "
-        f"{RUN_RECORD}, {METRICS}, eval JSON with `spec`/`spec_id`) and read by "
-        "`analysis.frame.load_sweep`, `analysis.tables.comparisons`/`paper_table` and "
-        "`analysis.claims._benchmark_claim`: multi-H sweeps (H = 4 and 16, each H's "
-        "equal-FLOPs control of a different strength), FLOPs-budget sweeps, missing cells (a "
-        "pending FT, a failed baseline seed), crashed code evaluations (null pass@1 items with a "
-        "reason) and LIMIT runs (spec limit 30; a stray LIMIT-10 file that must be excluded). "
-        f"{fp.comparisons} FT comparisons; each table Δ and p was checked against the same "
-        "statistic computed directly from the simulated outcomes with the reference of the same "
-        f"H and seed: {len(fp.mismatches)} mismatches. {fp.seconds:.0f} s.",
-        "- **Bulk Monte-Carlo**: the same functions the tables and claims call "
-        "(`analysis.stats.matrix_delta` — what `paired_delta` runs once it has paired the "
-        "rows: a paired t over seeds, an item bootstrap for one seed — `stats.cell_interval`, "
-        "`stats.holm`, "
-        f"`claims.benchmark_verdict`) on {res['n_sweeps']} sweeps per setting (a quarter of that "
-        "for one seed). Beside it, scipy's paired t-test over seed means on the same data.",
-        "",
-        "## Figures",
-        "",
-        "FPR = share of null comparisons called significant (uncorrected 95% interval "
-        "excludes 0); Holm = significant after Holm across the sweep's kappas; false "
-        "'supported' = share of null sweeps whose benchmark claim reads 'supported' (Holm across "
-        "kappa <= 2); coverage = share of 95% Δ intervals containing the truth; power = share "
-        "of +2-point comparisons found significantly positive, next to the paired t over seed "
-        "means on the same data; MDE = median minimum detectable effect (80% power) the report "
-        "prints under the null.",
-        "",
-        _md([{"design": name, "seed SD": f"{100 * sd:g}", "FPR": c.fpr.text(),
-              "FPR (Holm)": c.fpr_holm.text(), "false 'supported'": c.supported_null.text(),
-              "coverage": c.coverage.text(), "power +2 pts": c.power.text(),
-              "paired t power": c.power_t.text() if c.power_t.n else "n/a (1 seed)",
-              "MDE (pts)": f"{100 * float(np.median(c.mde)):.1f}" if c.mde else "n/a",
-              "out of range": f"{c.out_of_range}/{c.intervals}"}
-             for (name, sd), c in res["bulk"].items()]),
-    ]
-    lines += ["", f"Full path ({fp.sweeps} sweeps, all seed SDs pooled): FPR "
-              f"{fp.fpr.text()}; coverage {fp.coverage.text()}; false 'supported' "
-              f"{fp.supported_null.text()}; intervals out of range {fp.out_of_range}/"
-              f"{fp.intervals}.", ""]
-    rd = res.get("rounding")
-    if rd is not None:
-        lines += [f"Rounding case (issue 24): {rd.trials} comparisons of 3 seeds whose Free "
-                  "Transformer passes the same number of items more (or fewer) than its "
-                  f"baseline on every seed (-2..+3 of {', '.join(map(str, ROUNDING_ITEMS))} "
-                  "items): the per-seed differences are equal, yet float arithmetic leaves a "
-                  f"nonzero spread in {rd.spread} of them. Called significant: paired "
-                  f"(per-item rows) {rd.paired.text()}; per-seed means {rd.means.text()}; "
-                  f"Holm across two such kappas {rd.holm.text()}; full path (result files, "
-                  f"82 items, both views) {rd.full_rows.text()} of table rows, 'supported' "
-                  f"{rd.full_supported.text()}. Target: none (no interval: every seed's "
-                  "difference is the same count).", ""]
-    tc = res.get("tost")
-    if tc:
-        lines += [
-            "## Equivalence (TOST)", "",
-            "`stats.tost` (what `stats.seed_tost` and `stats.paired_tost` run): two one-sided "
-            "paired t-tests over the per-seed differences, 'equivalent' when both one-sided p "
-            "< 5%, i.e. the 90% interval of Δ lies inside ±margin. Planted: a true difference "
-            "exactly at the margin (+margin and -margin in turn; for the 0/1 items the margin "
-            "is the planted effect's exact expected difference, so clipping cannot blur it) and "
-            "a true difference of 0. False 'equivalent' at |Δ| = margin must be <= 5% (the "
-            "test's level); 'equivalent' at Δ = 0 is its power. Margins: "
-            f"{100 * TOST_ITEM_MARGIN:g} points for the 0/1 items (seed SD as above), "
-            f"{TOST_CE_MARGIN:g} nats for a per-seed CE whose paired difference has SD "
-            f"{' or '.join(f'{x:g}' for x in TOST_CE_SDS)} nats.", "",
-            _md([{"data": ("0/1 items, " + f"{k[1]} ({DESIGNS[k[1]].n_items} items, "
-                           f"{DESIGNS[k[1]].n_seeds} seeds), seed SD {100 * k[2]:g} pts")
-                  if k[0] == "items" else f"per-seed CE, {k[1]} seeds, SD {k[2]:g} nats",
-                  "margin": f"{100 * TOST_ITEM_MARGIN:g} pts" if k[0] == "items"
-                  else f"{TOST_CE_MARGIN:g} nats",
-                  "false 'equivalent' at |Δ| = margin": c.at_margin.text(),
-                  "'equivalent' at Δ = 0 (power)": c.at_zero.text()}
-                 for k, c in tc.items()]), "",
-            "Target: false 'equivalent' at |Δ| = margin <= 5% in every row (checked with a "
-            "Monte-Carlo interval Bonferroni-corrected over the rows: at the boundary the rate "
-            "is 5% exactly for normal differences once the other side has power, so a plain "
-            "95% interval would flag a correct test in one row in forty). Power of 80% or more "
-            "at Δ = 0 in: " + ("; ".join(_tost_tag(k) for k, c in tc.items()
-                                        if c.at_zero.n and c.at_zero.rate >= POWER_SHOWN)
-                                or "no row") + "; everywhere else a 'differs little' "
-            "claim will usually read 'not shown' even when the truth is Δ = 0, so 'not shown' "
-            "is not evidence of a difference either.", ""]
-    gp = res.get("gaps")
-    if gp:
-        n_sims = min(gc.coverage["pos"].n for gc in gp.values())
-        lines += [
-            "## The synthetic task's gaps", "",
-            "`analysis.synthetic.gap_tests` (docs/SYNTHETIC.md's intervals and p) on planted "
-            f"models in samples.jsonl's layout ({n_sims} per scenario, {NULL_SIMS_FACTOR} "
-            "times as many for the null: 4 prompts x (1 + 4 "
-            "shared-Z groups) x 8 rows). Each shared Z group gets a strength pi; each of its "
-            "rows puts the run at the group's start with probability pi (else uniform) and "
-            "takes the group's '!' set with probability pi (else its own); 10% of rows carry "
-            "no run. Truth: the population gap, from pair sums pooled over as many independent "
-            "planted models. Coverage of the 95% jackknife interval over the 16 shared groups; "
-            "'p < 0.05': share of models whose one-sided permutation p (999 shuffles) is below "
-            "0.05 (under the null, the test's level; otherwise its power).", "",
-            _md([{"scenario": name,
-                  "true gap pos / noise": f"{gc.truth['pos']:.4f} / {gc.truth['noise']:.4f}",
-                  "coverage pos": gc.coverage["pos"].text(),
-                  "coverage noise": gc.coverage["noise"].text(),
-                  "p < 0.05 pos": gc.detected["pos"].text(),
-                  "p < 0.05 noise": gc.detected["noise"].text(),
-                  "mean width pos / noise": (
-                      f"{np.mean(gc.width['pos']):.3f} / {np.mean(gc.width['noise']):.3f}"
-                      if gc.width["pos"] and gc.width["noise"] else "n/a")}
-                 for name, gc in gp.items()]), "",
-            "Target: the permutation test's level (the null row) <= 5% (Monte-Carlo "
-            "interval Bonferroni-corrected over its two cells: an exact test sits at its "
-            "level). The interval's "
-            "coverage is reported, not a target; its Monte-Carlo interval lies below 95% in: "
-            + ("; ".join(f"{name} ({k})" for name, gc in gp.items() for k in ("pos", "noise")
-                         if gc.coverage[k].n and _ci(gc.coverage[k].k, gc.coverage[k].n)[1]
-                         < 0.95) or "no scenario")
-            + ". The synthetic rules decide 'encoded' by the permutation p, whose level is "
-            "exact, and use the interval only for 'negligible' (docs/SYNTHETIC.md).", ""]
-    lines += [
-        "## Targets",
-        "",
-        "- FPR <= 5% within Monte-Carlo error (the interval's lower end <= 5%) at every seed SD;",
-        "- coverage of the 95% intervals between 93% and 98% (the MC interval overlaps it);",
-        "- power at least that of a paired t-test over seed means on the same simulated data "
-        "(comparison by comparison);",
-        "- every interval inside the metric's range (cells in [0, 1], Δ in [-1, 1]);",
-        "- one seed: no verdict is ever drawn (the demo-1seed rows: its item-level FPR shows "
-        "why: seed-to-seed variance is not in an item bootstrap);",
-        "- TOST: false 'equivalent' at |Δ| = margin <= 5% in every row (Monte-Carlo interval "
-        "Bonferroni-corrected over the rows);",
-        "- the synthetic gaps' permutation test: p < 0.05 in <= 5% of models with no encoding "
-        "(Monte-Carlo interval Bonferroni-corrected over its two cells).",
-        "",
-        "Result: " + ("all targets met." if not failures(res) else
-                      "TARGETS MISSED: " + "; ".join(failures(res))),
-        "",
-        "## Reading it",
-        "",
-        "With >= 2 seeds the report's Δ is the paired t over per-seed differences, so its power "
-        "equals the paired t's by construction; the harness checks that the files-to-table path "
-        "really computes it (full path) and that it holds its level at every seed SD. The MDE "
-        "column is the point of the exercise: at the demo's size (30 items, 3 seeds) only "
-        "effects of many points are detectable, far above the paper's few-percent gains, so an "
-        "'inconclusive' there says nothing about the paper.",
-        "",
-        f"Run time: {res['seconds']:.0f} s (Monte-Carlo seed {res['seed']}).",
-        "",
-    ]
-    return "\n".join(lines)
+    import jinja2
+
+    ctx: dict = {"res": res, "command": command, "fp": res["full"], "rd": res.get("rounding"),
+                 "designs": DESIGNS.values(), "run_record": RUN_RECORD, "metrics": METRICS,
+                 "rounding_items": ", ".join(map(str, ROUNDING_ITEMS)), "missed": failures(res),
+                 "tost_table": "", "gap_table": ""}  # sections a quick run leaves out
+    ctx["bulk_table"] = _md([{
+        "design": name, "seed SD": f"{100 * sd:g}", "FPR": c.fpr.text(),
+        "FPR (Holm)": c.fpr_holm.text(), "false 'supported'": c.supported_null.text(),
+        "coverage": c.coverage.text(), "power +2 pts": c.power.text(),
+        "paired t power": c.power_t.text() if c.power_t.n else "n/a (1 seed)",
+        "MDE (pts)": f"{100 * float(np.median(c.mde)):.1f}" if c.mde else "n/a",
+        "out of range": f"{c.out_of_range}/{c.intervals}"}
+        for (name, sd), c in res["bulk"].items()])
+    if tc := res.get("tost"):
+        ctx |= {"item_margin": f"{100 * TOST_ITEM_MARGIN:g}", "ce_margin": f"{TOST_CE_MARGIN:g}",
+                "ce_sds": " or ".join(f"{x:g}" for x in TOST_CE_SDS),
+                "tost_powered": "; ".join(_tost_tag(k) for k, c in tc.items() if c.at_zero.n
+                                          and c.at_zero.rate >= POWER_SHOWN) or "no row"}
+        ctx["tost_table"] = _md([{
+            "data": (f"0/1 items, {k[1]} ({DESIGNS[k[1]].n_items} items, "
+                     f"{DESIGNS[k[1]].n_seeds} seeds), seed SD {100 * k[2]:g} pts")
+            if k[0] == "items" else f"per-seed CE, {k[1]} seeds, SD {k[2]:g} nats",
+            "margin": f"{100 * TOST_ITEM_MARGIN:g} pts" if k[0] == "items"
+            else f"{TOST_CE_MARGIN:g} nats",
+            "false 'equivalent' at |Δ| = margin": c.at_margin.text(),
+            "'equivalent' at Δ = 0 (power)": c.at_zero.text()} for k, c in tc.items()])
+    if gp := res.get("gaps"):
+        ctx |= {"n_sims": min(gc.coverage["pos"].n for gc in gp.values()),
+                "null_factor": NULL_SIMS_FACTOR,
+                "gaps_below": "; ".join(
+                    f"{name} ({k})" for name, gc in gp.items() for k in ("pos", "noise")
+                    if gc.coverage[k].n and _ci(gc.coverage[k].k, gc.coverage[k].n)[1] < 0.95)
+                or "no scenario"}
+        ctx["gap_table"] = _md([{
+            "scenario": name,
+            "true gap pos / noise": f"{gc.truth['pos']:.4f} / {gc.truth['noise']:.4f}",
+            "coverage pos": gc.coverage["pos"].text(),
+            "coverage noise": gc.coverage["noise"].text(),
+            "p < 0.05 pos": gc.detected["pos"].text(),
+            "p < 0.05 noise": gc.detected["noise"].text(),
+            "mean width pos / noise": (
+                f"{np.mean(gc.width['pos']):.3f} / {np.mean(gc.width['noise']):.3f}"
+                if gc.width["pos"] and gc.width["noise"] else "n/a")} for name, gc in gp.items()])
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+                             undefined=jinja2.StrictUndefined, autoescape=False)
+    return env.from_string(TEMPLATE.read_text(encoding="utf-8")).render(ctx)
 
 
 def main(argv: list[str] | None = None) -> int:

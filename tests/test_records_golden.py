@@ -23,6 +23,10 @@ from records_golden import GOLDEN, frames, plant, to_csv
 
 RECORD_COLS = {"schema", "arm", "checkpoint", "checkpoint_step", "seed"}
 
+# a regression guard over three planted sweeps (about 6 s): the CI tier runs it; test_analysis
+# keeps frame and tables covered in the fast tier
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
