@@ -20,6 +20,8 @@ from scipy import stats as sps
 
 from analysis import synthetic as SY
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def body(start: int | None, noise: tuple[int, ...] = ()) -> str:
     b = ["_"] * 64
