@@ -279,16 +279,31 @@ def test_judge_v2_known_answers() -> None:
     assert J(0.5, enc) == (None, "")  # no rule at this kappa
 
 
-def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
+def no_figures(mp: pytest.MonkeyPatch) -> None:
+    """Tables only: test_synthetic_seeds draws the figures once."""
+    for fig in ("render_kl_curves", "render_agreement"):
+        mp.setattr(SY, fig, lambda _df, path: path)
+
+
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[SY.SeedAggregate, Path]:
+    """Seed a as the paper; seed b's 1 bit encodes the position and breaks generation (all
+    invalid): v1 "passes" the 8-bit rule's condition at 1 bit too, v2 calls it leaking."""
     from test_synthetic_seeds import KL, PAPER, plant
 
-    plant(tmp_path, "a", 0, PAPER, KL)
-    # seed 1: 1 bit encodes the position and breaks generation (all invalid): v1 "passes" the
-    # 8-bit rule's condition at 1 bit too, v2 calls it leaking and fails it
-    plant(tmp_path, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
-    agg = SY.aggregate(["a", "b"], root=tmp_path)
-    files = SY.write_aggregate(agg, tmp_path / "out")
-    raw = pd.read_csv(files["verdicts.csv"], keep_default_na=False, na_values=[""])
+    root = tmp_path_factory.mktemp("two")
+    plant(root, "a", 0, PAPER, KL)
+    plant(root, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
+    agg = SY.aggregate(["a", "b"], root=root)
+    with pytest.MonkeyPatch.context() as mp:
+        no_figures(mp)
+        SY.write_aggregate(agg, root / "out")
+    return agg, root / "out"
+
+
+def test_verdicts_beside_v1_on_planted_runs(two_seeds) -> None:
+    agg, out = two_seeds
+    raw = pd.read_csv(out / "verdicts.csv", keep_default_na=False, na_values=[""])
     assert list(raw.columns) == list(SY.VERDICT_COLUMNS)
     ver = raw.set_index(["model", "name"])
     for m in ("kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"):
@@ -302,7 +317,7 @@ def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
     assert ver.loc[("kappa=1", "b"), "result_v2"] == "fails"
     assert ver.loc[("kappa=8", "a"), "kl_penalty"] == "none (kappa >= H)"  # H = 8 planted
     assert ver.loc[("kappa=1", "a"), "kl_penalty"] == "free bits"
-    block = SY.render_block(tmp_path / "out")
+    block = SY.render_block(out)
     assert "| 8 | leaking (the paper's collapse) | validity <= the same seed's baseline's - " \
            "0.2 | 2/2 seeds | leaking | 2 / 0 / 0 of 2 seeds (no KL penalty: kappa >= H) |" \
         in block
@@ -310,9 +325,10 @@ def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
 
 
 def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from test_synthetic_seeds import KL, PAPER, plant
 
+    no_figures(monkeypatch)
     plant(tmp_path, "a", 0, PAPER, KL)
     out = tmp_path / "docs" / "synthetic" / "x"
     files = SY.write_aggregate(SY.aggregate(["a"], root=tmp_path), out)
@@ -359,13 +375,8 @@ def test_doc_prose_counts_nothing_by_hand() -> None:
     assert any(re.search(pat, old, re.I) for pat in _COUNT_PHRASES)
 
 
-def test_findings_count_what_the_tables_say(tmp_path: Path) -> None:
-    from test_synthetic_seeds import KL, PAPER, plant
-
-    plant(tmp_path, "a", 0, PAPER, KL)
-    plant(tmp_path, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
-    out = tmp_path / "agg"
-    SY.write_aggregate(SY.aggregate(["a", "b"], root=tmp_path), out)
+def test_findings_count_what_the_tables_say(two_seeds) -> None:
+    out = two_seeds[1]
     text = SY.render_findings(out)
     ver = pd.read_csv(out / "verdicts.csv", keep_default_na=False, na_values=[""])
     for k, g in ver.groupby("kappa_bits"):
