@@ -6,6 +6,7 @@ the committed-samples path and the evaluation's per-sequence CE."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import random
@@ -17,19 +18,11 @@ import pandas as pd
 import pytest
 import torch
 from scipy import stats as sps
+from test_synthetic_metrics import body
 
 from analysis import synthetic as SY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def body(start: int | None, noise: tuple[int, ...] = ()) -> str:
-    b = ["_"] * 64
-    if start is not None:
-        b[start:start + 8] = ["T"] * 8
-    for i in noise:
-        b[i] = "!"
-    return "".join(b)
 
 
 def planted(enc: float, seed: int = 0, prompts: int = 3, groups: int = 4,
@@ -45,7 +38,7 @@ def planted(enc: float, seed: int = 0, prompts: int = 3, groups: int = 4,
                 nz = noise if g and rng.random() < enc else tuple(rng.sample(range(64), 3))
                 out.append({"prompt_idx": p, "group": g, "row": r, "letter": "T",
                             "group_kind": "shared" if g else "per_sequence",
-                            "text": body(None if rng.random() < 0.1 else st, nz)})
+                            "text": body(None if rng.random() < 0.1 else st, noise=nz)})
     return out
 
 
@@ -391,8 +384,13 @@ def test_findings_count_what_the_tables_say(two_seeds) -> None:
 @pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
 def test_committed_gaps_and_verdicts_agree_with_the_tables(folder: str) -> None:
     """gaps.csv's final rows re-derive per_seed.csv's gaps and validity; verdicts.csv is what
-    the rules make of gaps.csv, and its v1 column is per_seed.csv's regime result."""
+    the rules make of gaps.csv, and its v1 column is per_seed.csv's regime result; the
+    committed samples/*.gz decompress to the sha256 aggregate.json names."""
     d = Path(__file__).resolve().parents[1] / "measured" / "synthetic" / folder
+    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
+    for src in meta["sources"]:
+        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
+        assert hashlib.sha256(gzip.decompress(gz.read_bytes())).hexdigest() == src["sha256"]
     g = pd.read_csv(d / "gaps.csv")
     fin = g[g["final"]].set_index(["model", "name"])
     ps = pd.read_csv(d / "per_seed.csv", keep_default_na=False,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_synthetic_metrics import body
 
 from analysis.synthetic import (
     DOC_BEGIN,
@@ -25,15 +26,6 @@ REPO = Path(__file__).resolve().parents[1]
 KAPPAS = {"kappa=1/64": 1 / 64, "kappa=1/8": 1 / 8, "kappa=1": 1.0, "kappa=8": 8.0}
 
 
-def body(start: int | None, noise: tuple[int, ...] = (), letter: str = "T") -> str:
-    b = ["_"] * 64
-    if start is not None:
-        b[start:start + 8] = [letter] * 8
-    for i in noise:
-        b[i] = "!"
-    return "".join(b)
-
-
 def text_for(model: str, prompt: int, group: int, row: int, encodes: set[str]) -> str:
     """Planted behaviour: 'collapse' is never valid; 'position' gives every row of a shared
     group the group's start (and distinct starts elsewhere); 'noise' the group's '!' set."""
@@ -42,7 +34,7 @@ def text_for(model: str, prompt: int, group: int, row: int, encodes: set[str]) -
     shared = group > 0
     start = 4 + 12 * group if shared and "position" in encodes else (7 * row + group) % 56
     noise = (60 + group % 4,) if shared and "noise" in encodes else ()
-    return body(start, noise)
+    return body(start, noise=noise)
 
 
 def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
@@ -261,16 +253,3 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path, written) -
     out = write_aggregate(aggregate(["b"], root=planted), planted / "agg")
     assert "agreement.png" not in out and not (planted / "agg" / "agreement.png").exists()
     assert "Agreement over training: not measured" in render_block(planted / "agg")
-
-
-@pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
-def test_committed_samples_are_the_ones_the_tables_name(folder: str) -> None:
-    """measured/synthetic/<folder>/samples/*.gz decompress to the sha256 aggregate.json names."""
-    import gzip
-    import hashlib
-
-    d = REPO / "measured" / "synthetic" / folder
-    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
-    for src in meta["sources"]:
-        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
-        assert hashlib.sha256(gzip.decompress(gz.read_bytes())).hexdigest() == src["sha256"]
