@@ -272,12 +272,6 @@ def test_judge_v2_known_answers() -> None:
     assert J(0.5, enc) == (None, "")  # no rule at this kappa
 
 
-def no_figures(mp: pytest.MonkeyPatch) -> None:
-    """Tables only: test_synthetic_seeds draws the figures once."""
-    for fig in ("render_kl_curves", "render_agreement"):
-        mp.setattr(SY, fig, lambda _df, path: path)
-
-
 @pytest.fixture(scope="module")
 def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[SY.SeedAggregate, Path]:
     """Seed a as the paper; seed b's 1 bit encodes the position and breaks generation (all
@@ -288,8 +282,9 @@ def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[SY.SeedAggregat
     plant(root, "a", 0, PAPER, KL)
     plant(root, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
     agg = SY.aggregate(["a", "b"], root=root)
-    with pytest.MonkeyPatch.context() as mp:
-        no_figures(mp)
+    with pytest.MonkeyPatch.context() as mp:  # tables only: test_synthetic_seeds draws figures
+        for fig in ("render_kl_curves", "render_agreement"):
+            mp.setattr(SY, fig, lambda _df, path: path)
         SY.write_aggregate(agg, root / "out")
     return agg, root / "out"
 
@@ -318,22 +313,18 @@ def test_verdicts_beside_v1_on_planted_runs(two_seeds) -> None:
 
 
 def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_synthetic_seeds import KL, PAPER, plant
-
-    no_figures(monkeypatch)
-    plant(tmp_path, "a", 0, PAPER, KL)
-    out = tmp_path / "docs" / "synthetic" / "x"
-    files = SY.write_aggregate(SY.aggregate(["a"], root=tmp_path), out)
-    gz = files["samples/a.samples.jsonl.gz"]
-    raw = (tmp_path / "synthetic" / "a" / "samples.jsonl").read_bytes()
-    assert gzip.decompress(gz.read_bytes()) == raw
-    assert gz.read_bytes()[4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
-    before = pd.read_csv(out / "gaps.csv")
-    run = SY.read_run(gzip.decompress(gz.read_bytes()).decode().splitlines())
-    SY.write_gaps(SY.gap_rows("a", run), out)  # the folder's samples give its gaps again
-    pd.testing.assert_frame_equal(pd.read_csv(out / "gaps.csv"), before)
-    assert SY.render_block(tmp_path / "docs" / "synthetic" / "gpu").startswith(
+        two_seeds, tmp_path: Path) -> None:
+    out = two_seeds[1]
+    gz = {n: (out / "samples" / f"{n}.samples.jsonl.gz").read_bytes() for n in "ab"}
+    assert gzip.decompress(gz["a"]) == (out.parent / "synthetic" / "a" / "samples.jsonl"
+                                        ).read_bytes()
+    assert gz["a"][4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
+    # the folder's samples give its gaps again
+    SY.write_gaps(pd.concat([SY.gap_rows(n, SY.read_run(gzip.decompress(b).decode().splitlines()))
+                             for n, b in gz.items()]), tmp_path)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "gaps.csv"),
+                                  pd.read_csv(out / "gaps.csv"))
+    assert SY.render_block(tmp_path / "synthetic" / "gpu").startswith(
         "Not run yet: no tables in `synthetic/gpu/`")
 
 
