@@ -29,6 +29,7 @@ from common.io import atomic_write
 from common.paths import RunDir
 
 from .render import cell_html, esc, img
+from .render import num as _f  # None, text and NaN are missing (NaN), never 0
 from .render import png as png_bytes
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -63,13 +64,6 @@ the latent's use over training)."""
 
 class ProbeFileError(UsageError):
     """A file that is not a readable probe file (one line)."""
-
-
-def _f(x: Any) -> float:
-    """A number from a file: None and non-numbers are NaN (missing), never 0."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return math.nan
-    return float(x)
 
 
 def read_probe(path: str | Path) -> dict[str, Any]:

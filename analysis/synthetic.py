@@ -1408,7 +1408,6 @@ def _body(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis.synthetic",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--name", default="default", help="results/synthetic/<name>")
-    p.add_argument("--dir", default=None, help="explicit directory (overrides --name)")
     p.add_argument("--names", nargs="+", default=None, metavar="NAME",
                    help="several runs (one per seed) -> per-seed and mean tables, KL curves")
     p.add_argument("--out", default=None, help="with --names: the output folder (default "
@@ -1424,13 +1423,12 @@ def _body(argv: list[str]) -> int:
     else:
         if a.out is not None:
             raise UsageError("--out goes with --names")
-        if a.dir is None and not _plain_name(a.name):
-            raise UsageError(f"--name {a.name!r}: a plain folder name under results/synthetic/ "
-                             "(or give --dir)")
-        d = Path(a.dir) if a.dir else results_root() / "synthetic" / a.name
+        if not _plain_name(a.name):
+            raise UsageError(f"--name {a.name!r}: a plain folder name under results/synthetic/")
+        d = results_root() / "synthetic" / a.name
         if not (d / "samples.jsonl").is_file():
             raise UsageError(f"no synthetic run at {d / 'samples.jsonl'}; run `make synthetic "
-                             f"SYN_NAME={a.name}` first (or give --dir)")
+                             f"SYN_NAME={a.name}` first")
         try:
             files = render(d)
         except json.JSONDecodeError as e:

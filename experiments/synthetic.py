@@ -93,15 +93,6 @@ class SyntheticPreset:
     None: every arm at the run's H (the committed CPU runs' layout; H = 16 costs about five
     times the H = 8 step on a CPU core: docs/SYNTHETIC.md)."""
 
-    def __post_init__(self) -> None:
-        for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "batch_size", "steps"):
-            if getattr(self, k) < 1:
-                raise ValueError(f"{k}: {getattr(self, k)} must be >= 1")
-        if self.lr is not None and not self.lr > 0:
-            raise ValueError(f"lr: {self.lr} must be > 0")
-        if self.high_latent_bits is not None and self.high_latent_bits < 1:
-            raise ValueError(f"high_latent_bits: {self.high_latent_bits} must be >= 1")
-
     @property
     def tokens(self) -> int:
         return self.steps * self.batch_size * TOKENS_PER_SEQ

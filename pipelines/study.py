@@ -28,7 +28,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +86,6 @@ class Size:
     """Planned wall minutes on 2 CPU cores (docs/STUDY.md splits it across cells)."""
     bench: str = ""
     """Offline benchmark dir when BENCH_DATA is not given: '' = look for ../shared/benchmarks."""
-    stages: dict[str, float] = field(default_factory=dict)
-    """Planned share of budget_min per stage (for the ETA)."""
 
 
 SIZES: dict[str, Size] = {
@@ -101,8 +99,7 @@ SIZES: dict[str, Size] = {
         tasks="gsm8k,humaneval_plus", limit=2, gen_toks=8, eval_points=2, likelihood_rows=2,
         probe_args="--rows 2 --draws 1 --prompts 2 --prompt-len 8 --gen-tokens 4 "
                    "--group-size 2 --groups 2 --n-boot 100",
-        mde_target_nats=0.03, budget_min=6.0, bench=str(SMOKE_DATA),
-        stages={"sweep": 0.8, "probe": 0.15, "report": 0.05}),
+        mde_target_nats=0.03, budget_min=6.0, bench=str(SMOKE_DATA)),
     # The finding: 6 arms x 7 seeds = 42 runs of the 1M preset on 2 CPU cores, ~90 min
     # (docs/STUDY.md gives the measured step time and the pilot SD this rests on). It was first
     # run with 5 seeds; the report's MDE on the honest validation likelihood was 0.034 nats/token
@@ -114,8 +111,7 @@ SIZES: dict[str, Size] = {
         tasks="gsm8k,humaneval_plus,mbpp_plus", limit=16, gen_toks=48, eval_points=2,
         likelihood_rows=64,  # every validation row (16384 tokens / 256): issue 44; it was 8
         probe_args="--rows 8 --draws 2 --prompts 4 --gen-tokens 8 --groups 2 --n-boot 1000",
-        mde_target_nats=0.03, budget_min=90.0,
-        stages={"sweep": 0.85, "probe": 0.12, "report": 0.03}),
+        mde_target_nats=0.03, budget_min=90.0),
 }
 
 
@@ -124,17 +120,15 @@ def _now() -> str:
 
 
 class Progress:
-    """`[study i/n HH:MM:SS] ...` lines with elapsed time and an ETA from the planned shares."""
+    """`[study i/n HH:MM:SS] ...` lines with the elapsed time against the planned total (the
+    sweep's own lines give the measured ETA: SweepEta)."""
 
     def __init__(self, size: Size) -> None:
-        self.size, self.t0, self.done_share = size, time.time(), 0.0
+        self.size, self.t0 = size, time.time()
 
-    def stage(self, i: int, n: int, key: str, text: str) -> None:
-        left = self.size.budget_min * max(0.0, 1.0 - self.done_share)
-        el = (time.time() - self.t0) / 60
-        print(f"[study {i}/{n} {_now()}] {text} (elapsed {el:.1f} min; planned at most "
-              f"{left:.0f} min left of {self.size.budget_min:.0f} on 2 cores)", flush=True)
-        self.done_share += self.size.stages.get(key, 0.0)
+    def stage(self, i: int, n: int, text: str) -> None:
+        print(f"[study {i}/{n} {_now()}] {text} (elapsed {(time.time() - self.t0) / 60:.1f} "
+              f"min of {self.size.budget_min:.0f} planned on 2 cores)", flush=True)
 
 
 def find_bench(given: str | None, size: Size) -> Path:
@@ -245,7 +239,7 @@ def study_meta(name: str, size_name: str, size: Size, bench: Path) -> dict:
     """The settings docs/STUDY.md states, with the cells' planned tokens and FLOPs."""
     cs = cells(name)
     return {"name": name, "size": size_name, **{k: v for k, v in asdict(size).items()
-                                                   if k not in ("bench", "stages")},
+                                                   if k != "bench"},
             "bench_data": bench.name, "n_cells": len(cs), "cores": CORES,
             "n_cells_planned": (1 + len(size.kappa.split()) + len(size.controls.split()))
             * len(size.seeds.split()),
@@ -402,7 +396,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
         refuse_dirty("study", bool(getattr(a, "allow_dirty", False)), name, todo)
     prog = Progress(size)
     n = 4
-    prog.stage(1, n, "sweep", f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "
+    prog.stage(1, n, f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "
                f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
                f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
                f"docs) with the likelihood on {size.likelihood_rows} rows")
@@ -410,11 +404,11 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
     if rc in (2, 130):  # bad input, refused before anything ran; or interrupted (Ctrl-C)
         return rc
     state = load_state(name, STATE)
-    prog.stage(2, n, "probe", "latent probe of every finished Free Transformer")
+    prog.stage(2, n, "latent probe of every finished Free Transformer")
     ran, skipped, failed = probe_all(name, size, state)
     print(f"study: probes run {ran}, reused {skipped}, failed {len(failed)}"
           + "".join(f"\n  {f}" for f in failed), flush=True)
-    prog.stage(3, n, "report", "report")
+    prog.stage(3, n, "report")
     fp = inputs_fingerprint(name)
     html = SweepDir.of(name).report_html
     if state.get("report_inputs") == fp and html.is_file():
@@ -426,7 +420,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
         state["report_inputs"] = fp
         save_state(name, STATE, state)
     if docs is not None:
-        prog.stage(4, n, "docs", f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
+        prog.stage(4, n, f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
         export(name, study_meta(name, a.size, size, bench), docs)
         if render(docs) != 0:
             return 1

@@ -36,6 +36,9 @@ from sweeps.job import CommandJob
 from sweeps.launcher import LocalLauncher
 from sweeps.manifest import live_progress
 
+COMMAND = [sys.executable, "-m", "experiments.synthetic"]
+"""What each seed runs (its options appended)."""
+
 
 @dataclass(frozen=True)
 class ArmRun:
@@ -177,7 +180,7 @@ def run(seeds: list[Seed], jobs: int, interval: float) -> int:
             s = waiting.pop(0)
             s.slot = min(set(range(jobs)) - {r.slot for r in running})
             s.job = launcher.submit(CommandJob(
-                s.name, [sys.executable, "-m", "experiments.synthetic", *s.argv], str(s.log),
+                s.name, [*COMMAND, *s.argv], str(s.log),
                 cwd=os.getcwd(), env=dict(env)), slot=s.slot)
             s.started = time.time()
             print(f"[synthetic-seeds] seed {s.seed}: started, log {s.log}", flush=True)

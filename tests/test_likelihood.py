@@ -28,6 +28,7 @@ from model.free_transformer import kl_to_uniform
 
 H, T, B, V = 2, 6, 4, 11
 P = T - 1  # positions the model runs on
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CFG = ModelConfig(vocab_size=V, dim=16, n_layers=2, n_heads=2, n_kv_heads=1, ffn_dim=32,
                   max_seq_len=8, latent_bits=H, init_std=0.3)
 ALL = torch.cartesian_prod(*[torch.arange(1 << H)] * P)  # (1024, P) every code assignment

@@ -124,6 +124,8 @@ def test_a_corpus_that_is_not_the_runs_is_refused_in_one_line(run, tmp_path, cap
     assert not (fake / "eval").exists()
 
 
+@pytest.mark.slow  # builds a stdlib corpus three times; the fast tier keeps both paths
+# (test_likelihood_values_unchanged_and_the_path_recorded, test_synthetic_runs_are_rebuilt)
 def test_a_cache_built_run_reads_shards_then_rebuilds_once_the_cache_is_gone(tmp_path):
     """data=stdlib: the trainer built its corpus under paths.cache; with that deleted the
     corpus is built again, with the same rows and the same likelihood."""

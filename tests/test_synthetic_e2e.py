@@ -13,6 +13,8 @@ from analysis.synthetic import render
 from experiments.synthetic import SyntheticSettings, generate_groups, parse_args, run
 from model import build_model, get_preset
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def test_parse_args_kappas_and_overrides() -> None:
     st = parse_args(["--kappa", "1/64 1/8 1 8", "--setting", "smoke", "optim.lr=1e-3"])

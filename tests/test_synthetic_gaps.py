@@ -6,6 +6,7 @@ the committed-samples path and the evaluation's per-sequence CE."""
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import random
@@ -17,17 +18,11 @@ import pandas as pd
 import pytest
 import torch
 from scipy import stats as sps
+from test_synthetic_metrics import body
 
 from analysis import synthetic as SY
 
-
-def body(start: int | None, noise: tuple[int, ...] = ()) -> str:
-    b = ["_"] * 64
-    if start is not None:
-        b[start:start + 8] = ["T"] * 8
-    for i in noise:
-        b[i] = "!"
-    return "".join(b)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def planted(enc: float, seed: int = 0, prompts: int = 3, groups: int = 4,
@@ -43,7 +38,7 @@ def planted(enc: float, seed: int = 0, prompts: int = 3, groups: int = 4,
                 nz = noise if g and rng.random() < enc else tuple(rng.sample(range(64), 3))
                 out.append({"prompt_idx": p, "group": g, "row": r, "letter": "T",
                             "group_kind": "shared" if g else "per_sequence",
-                            "text": body(None if rng.random() < 0.1 else st, nz)})
+                            "text": body(None if rng.random() < 0.1 else st, noise=nz)})
     return out
 
 
@@ -78,7 +73,7 @@ def test_permutation_p_matches_relabelled_group_metrics() -> None:
     """The same shuffles (same seed, same draw order), applied to the samples' group labels
     and measured by group_metrics, give the same p."""
     s = planted(0.2, seed=5)
-    n_perm, seed = 199, 7
+    n_perm, seed = 99, 7
     g = SY.gap_tests(s, n_perm=n_perm, seed=seed)
     pos, noise = gaps_by_group_metrics(s)
     rng = np.random.default_rng(seed)
@@ -277,16 +272,26 @@ def test_judge_v2_known_answers() -> None:
     assert J(0.5, enc) == (None, "")  # no rule at this kappa
 
 
-def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def two_seeds(tmp_path_factory: pytest.TempPathFactory) -> tuple[SY.SeedAggregate, Path]:
+    """Seed a as the paper; seed b's 1 bit encodes the position and breaks generation (all
+    invalid): v1 "passes" the 8-bit rule's condition at 1 bit too, v2 calls it leaking."""
     from test_synthetic_seeds import KL, PAPER, plant
 
-    plant(tmp_path, "a", 0, PAPER, KL)
-    # seed 1: 1 bit encodes the position and breaks generation (all invalid): v1 "passes" the
-    # 8-bit rule's condition at 1 bit too, v2 calls it leaking and fails it
-    plant(tmp_path, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
-    agg = SY.aggregate(["a", "b"], root=tmp_path)
-    files = SY.write_aggregate(agg, tmp_path / "out")
-    raw = pd.read_csv(files["verdicts.csv"], keep_default_na=False, na_values=[""])
+    root = tmp_path_factory.mktemp("two")
+    plant(root, "a", 0, PAPER, KL)
+    plant(root, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
+    agg = SY.aggregate(["a", "b"], root=root)
+    with pytest.MonkeyPatch.context() as mp:  # tables only: test_synthetic_seeds draws figures
+        for fig in ("render_kl_curves", "render_agreement"):
+            mp.setattr(SY, fig, lambda _df, path: path)
+        SY.write_aggregate(agg, root / "out")
+    return agg, root / "out"
+
+
+def test_verdicts_beside_v1_on_planted_runs(two_seeds) -> None:
+    agg, out = two_seeds
+    raw = pd.read_csv(out / "verdicts.csv", keep_default_na=False, na_values=[""])
     assert list(raw.columns) == list(SY.VERDICT_COLUMNS)
     ver = raw.set_index(["model", "name"])
     for m in ("kappa=1/64", "kappa=1/8", "kappa=1", "kappa=8"):
@@ -300,7 +305,7 @@ def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
     assert ver.loc[("kappa=1", "b"), "result_v2"] == "fails"
     assert ver.loc[("kappa=8", "a"), "kl_penalty"] == "none (kappa >= H)"  # H = 8 planted
     assert ver.loc[("kappa=1", "a"), "kl_penalty"] == "free bits"
-    block = SY.render_block(tmp_path / "out")
+    block = SY.render_block(out)
     assert "| 8 | leaking (the paper's collapse) | validity <= the same seed's baseline's - " \
            "0.2 | 2/2 seeds | leaking | 2 / 0 / 0 of 2 seeds (no KL penalty: kappa >= H) |" \
         in block
@@ -308,21 +313,18 @@ def test_verdicts_beside_v1_on_planted_runs(tmp_path: Path) -> None:
 
 
 def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
-        tmp_path: Path) -> None:
-    from test_synthetic_seeds import KL, PAPER, plant
-
-    plant(tmp_path, "a", 0, PAPER, KL)
-    out = tmp_path / "docs" / "synthetic" / "x"
-    files = SY.write_aggregate(SY.aggregate(["a"], root=tmp_path), out)
-    gz = files["samples/a.samples.jsonl.gz"]
-    raw = (tmp_path / "synthetic" / "a" / "samples.jsonl").read_bytes()
-    assert gzip.decompress(gz.read_bytes()) == raw
-    assert gz.read_bytes()[4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
-    before = pd.read_csv(out / "gaps.csv")
-    run = SY.read_run(gzip.decompress(gz.read_bytes()).decode().splitlines())
-    SY.write_gaps(SY.gap_rows("a", run), out)  # the folder's samples give its gaps again
-    pd.testing.assert_frame_equal(pd.read_csv(out / "gaps.csv"), before)
-    assert SY.render_block(tmp_path / "docs" / "synthetic" / "gpu").startswith(
+        two_seeds, tmp_path: Path) -> None:
+    out = two_seeds[1]
+    gz = {n: (out / "samples" / f"{n}.samples.jsonl.gz").read_bytes() for n in "ab"}
+    assert gzip.decompress(gz["a"]) == (out.parent / "synthetic" / "a" / "samples.jsonl"
+                                        ).read_bytes()
+    assert gz["a"][4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
+    # the folder's samples give its gaps again
+    SY.write_gaps(pd.concat([SY.gap_rows(n, SY.read_run(gzip.decompress(b).decode().splitlines()))
+                             for n, b in gz.items()]), tmp_path)
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "gaps.csv"),
+                                  pd.read_csv(out / "gaps.csv"))
+    assert SY.render_block(tmp_path / "synthetic" / "gpu").startswith(
         "Not run yet: no tables in `synthetic/gpu/`")
 
 
@@ -357,13 +359,8 @@ def test_doc_prose_counts_nothing_by_hand() -> None:
     assert any(re.search(pat, old, re.I) for pat in _COUNT_PHRASES)
 
 
-def test_findings_count_what_the_tables_say(tmp_path: Path) -> None:
-    from test_synthetic_seeds import KL, PAPER, plant
-
-    plant(tmp_path, "a", 0, PAPER, KL)
-    plant(tmp_path, "b", 1, {**PAPER, "kappa=1": {"collapse"}}, KL)
-    out = tmp_path / "agg"
-    SY.write_aggregate(SY.aggregate(["a", "b"], root=tmp_path), out)
+def test_findings_count_what_the_tables_say(two_seeds) -> None:
+    out = two_seeds[1]
     text = SY.render_findings(out)
     ver = pd.read_csv(out / "verdicts.csv", keep_default_na=False, na_values=[""])
     for k, g in ver.groupby("kappa_bits"):
@@ -378,8 +375,13 @@ def test_findings_count_what_the_tables_say(tmp_path: Path) -> None:
 @pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
 def test_committed_gaps_and_verdicts_agree_with_the_tables(folder: str) -> None:
     """gaps.csv's final rows re-derive per_seed.csv's gaps and validity; verdicts.csv is what
-    the rules make of gaps.csv, and its v1 column is per_seed.csv's regime result."""
+    the rules make of gaps.csv, and its v1 column is per_seed.csv's regime result; the
+    committed samples/*.gz decompress to the sha256 aggregate.json names."""
     d = Path(__file__).resolve().parents[1] / "measured" / "synthetic" / folder
+    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
+    for src in meta["sources"]:
+        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
+        assert hashlib.sha256(gzip.decompress(gz.read_bytes())).hexdigest() == src["sha256"]
     g = pd.read_csv(d / "gaps.csv")
     fin = g[g["final"]].set_index(["model", "name"])
     ps = pd.read_csv(d / "per_seed.csv", keep_default_na=False,

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_synthetic_metrics import body
 
 from analysis.synthetic import (
     DOC_BEGIN,
     DOC_END,
+    SeedAggregate,
     aggregate,
     kl_curve,
     main,
@@ -24,15 +26,6 @@ REPO = Path(__file__).resolve().parents[1]
 KAPPAS = {"kappa=1/64": 1 / 64, "kappa=1/8": 1 / 8, "kappa=1": 1.0, "kappa=8": 8.0}
 
 
-def body(start: int | None, noise: tuple[int, ...] = (), letter: str = "T") -> str:
-    b = ["_"] * 64
-    if start is not None:
-        b[start:start + 8] = [letter] * 8
-    for i in noise:
-        b[i] = "!"
-    return "".join(b)
-
-
 def text_for(model: str, prompt: int, group: int, row: int, encodes: set[str]) -> str:
     """Planted behaviour: 'collapse' is never valid; 'position' gives every row of a shared
     group the group's start (and distinct starts elsewhere); 'noise' the group's '!' set."""
@@ -41,7 +34,7 @@ def text_for(model: str, prompt: int, group: int, row: int, encodes: set[str]) -
     shared = group > 0
     start = 4 + 12 * group if shared and "position" in encodes else (7 * row + group) % 56
     noise = (60 + group % 4,) if shared and "noise" in encodes else ()
-    return body(start, noise)
+    return body(start, noise=noise)
 
 
 def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
@@ -88,17 +81,28 @@ PAPER = {"baseline": set(), "kappa=1/64": set(), "kappa=1/8": {"position"},
 KL = {"kappa=1/64": 0.01, "kappa=1/8": 0.1, "kappa=1": 0.5, "kappa=8": 6.0}
 
 
-@pytest.fixture
-def planted(tmp_path: Path) -> Path:
-    plant(tmp_path, "a", 0, PAPER, KL)
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("planted")
+    plant(root, "a", 0, PAPER, KL)
     # seed 1: 1/8 bit encodes nothing, 1 bit position only (no noise), and no curves
-    plant(tmp_path, "b", 1, {**PAPER, "kappa=1/8": set(), "kappa=1": {"position"}},
+    plant(root, "b", 1, {**PAPER, "kappa=1/8": set(), "kappa=1": {"position"}},
           {k: 2 * v for k, v in KL.items()}, curves=False)
-    return tmp_path  # "c" is never written: a missing seed
+    # seed a kept checkpoints at steps 25 and 50: Z unused at 25, the final behaviour from 50;
+    # seed b kept none, so it has no rows (not zeros) and the counts say n = 1
+    add_points(root, "a", {25: {m: set() for m in PAPER}, 50: PAPER})
+    return root  # "c" is never written: a missing seed
 
 
-def test_aggregate_counts_regimes_per_seed_and_missing(planted: Path) -> None:
+@pytest.fixture(scope="module")
+def written(planted: Path) -> tuple[SeedAggregate, dict[str, Path]]:
+    """The one aggregate of a, b and c, written (figures included) once for the module."""
     agg = aggregate(["a", "b", "c"], root=planted)
+    return agg, write_aggregate(agg, planted / "docs" / "synthetic" / "t")
+
+
+def test_aggregate_counts_regimes_per_seed_and_missing(written) -> None:
+    agg, out = written
     ps = agg.per_seed.set_index(["model", "name"])
     # planted: shared groups agree (1.0), different groups never (0.0)
     assert ps.loc[("kappa=1/8", "a"), "pos_gap"] == 1.0
@@ -133,7 +137,7 @@ def test_aggregate_counts_regimes_per_seed_and_missing(planted: Path) -> None:
     # 16 bins of ceil(100/16) = 7 steps: the last, (98, 100], holds step 100 alone
     assert cv.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)
     assert cv.loc[("kappa=1", 14), "kl_bits"] == pytest.approx(0.05)  # step 10 alone
-    block = render_block(write_aggregate(agg, planted / "agg")["summary.md"].parent)
+    block = render_block(out["summary.md"].parent)
     # CE gain against the seed's baseline: one run (a) with both curves, -6.0 * 100 / 1000
     assert "| kappa=8 | " in block and "| -0.600 (n=1) |" in block
 
@@ -149,10 +153,9 @@ def test_kl_curve_bins(tmp_path: Path) -> None:
     assert all(p["n_batches"] == 2 for p in pts)
 
 
-def test_block_and_doc_render_from_written_tables(planted: Path,
+def test_block_and_doc_render_from_written_tables(planted: Path, written,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    agg = aggregate(["a", "b", "c"], root=planted)
-    out = write_aggregate(agg, planted / "docs" / "synthetic" / "t")
+    out = written[1]
     block = render_block(out["summary.md"].parent)
     assert "Runs: 2 of 3 measured" in block and "Missing (not finished): c" in block
     assert "| 1/8 | position | position gap >= 0.1 | 1/2 seeds (1 missing) |" in block
@@ -176,6 +179,8 @@ def test_block_and_doc_render_from_written_tables(planted: Path,
 def test_cli_names(planted: Path, monkeypatch: pytest.MonkeyPatch,
                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FTBENCH_RESULTS", str(planted))
+    for fig in ("render_kl_curves", "render_agreement"):  # drawn once, by `written`
+        monkeypatch.setattr(f"analysis.synthetic.{fig}", lambda _df, path: path)
     main(["--names", "a", "c", "--out", str(planted / "agg")])
     assert pd.read_csv(planted / "agg" / "summary.csv")["n_measured"].tolist() == [1] * 5
     for bad, why in ((["--names", "../a"], "plain folder"), (["--names", "c"], "none of"),
@@ -228,12 +233,8 @@ def add_points(root: Path, name: str, steps: dict[int, dict[str, set[str]]]) -> 
         fh.write("".join(json.dumps(x) + "\n" for x in lines))
 
 
-def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
-    """Seed a kept checkpoints at steps 25 and 50: Z unused at 25, the final behaviour from 50;
-    seed b kept none, so it has no rows (not zeros) and the counts say n = 1."""
-    nothing = {m: set() for m in PAPER}
-    add_points(planted, "a", {25: nothing, 50: PAPER})
-    agg = aggregate(["a", "b", "c"], root=planted)
+def test_agreement_over_training_from_kept_checkpoints(planted: Path, written) -> None:
+    agg, out = written
     ag = agg.agreement.set_index(["model", "step"])
     assert set(agg.agreement["name"]) == {"a"}
     assert sorted({int(s) for s in agg.agreement["step"]}) == [25, 50, 100]
@@ -244,7 +245,6 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
     assert ag.loc[("kappa=1", 50), "kl_bits"] == pytest.approx(0.05)
     assert ag.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)  # the model record's
     assert pd.isna(ag.loc[("baseline", 50), "kl_bits"])  # no Z: missing, not 0
-    out = write_aggregate(agg, planted / "agg")
     assert out["agreement.png"].is_file()
     block = out["summary.md"].read_text()
     assert "| kappa=1 | position gap | 0.000 (n=1) | 1.000 (n=1) | 1.000 (n=1) |" in block
@@ -253,16 +253,3 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path) -> None:
     out = write_aggregate(aggregate(["b"], root=planted), planted / "agg")
     assert "agreement.png" not in out and not (planted / "agg" / "agreement.png").exists()
     assert "Agreement over training: not measured" in render_block(planted / "agg")
-
-
-@pytest.mark.parametrize("folder", ["cpu", "cpu-eighth2x"])
-def test_committed_samples_are_the_ones_the_tables_name(folder: str) -> None:
-    """measured/synthetic/<folder>/samples/*.gz decompress to the sha256 aggregate.json names."""
-    import gzip
-    import hashlib
-
-    d = REPO / "measured" / "synthetic" / folder
-    meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
-    for src in meta["sources"]:
-        gz = d / "samples" / f"{src['name']}.samples.jsonl.gz"
-        assert hashlib.sha256(gzip.decompress(gz.read_bytes())).hexdigest() == src["sha256"]

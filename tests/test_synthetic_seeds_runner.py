@@ -4,6 +4,7 @@ launcher, progress from the runs' records, and what a bad option or a failing se
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,9 +69,12 @@ def test_the_plan_names_each_arms_run_before_it_starts(tmp_path: Path, monkeypat
     assert not (tmp_path / "runs").exists()  # nothing written
 
 
-def test_a_failing_seed_is_reported_and_the_others_finish(tmp_path: Path,
+def test_a_failing_seed_is_reported_and_the_others_finish(tmp_path: Path, monkeypatch,
                                                           capsys: pytest.CaptureFixture[str]
                                                           ) -> None:
+    # a stand-in for experiments.synthetic refusing an option (no torch import to wait for)
+    monkeypatch.setattr(R, "COMMAND", [sys.executable, "-c",
+                                       "import sys; print(sys.argv[1:]); sys.exit(2)"])
     bad = R.Seed(1, "x-s1", tmp_path / "x-s1.log", ["--no-such-flag"], arms=1)
     assert R.run([bad], jobs=0, interval=0.2) == 1
     out = capsys.readouterr().out

@@ -378,10 +378,7 @@ def _main(argv: Sequence[str] | None) -> int:
                     help="another seed's baseline run: its kept checkpoints are the reference")
     ap.add_argument("--out", default=None, help="directory (default <FT run>/eval/samples)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
-    a = ap.parse_args(argv)
-    for p in (a.ft, a.scorer, a.ladder):
-        if not Path(p).exists():
-            raise UsageError(f"{p}: no such run directory or checkpoint")
+    a = ap.parse_args(argv)  # each path is checked by open_run before anything is written
     path, reused = sample_test(Path(a.ft), Path(a.scorer), Path(a.ladder),
                                Path(a.out) if a.out else None, a.device)
     d = json.loads(path.read_text(encoding="utf-8"))["D"]
