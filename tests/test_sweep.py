@@ -74,14 +74,11 @@ def test_grid_arms_and_overrides() -> None:
 
 BENCH = ROOT.parent / "shared" / "benchmarks"
 RUN = ["run", "--dry", "1"]
-REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: ")
+REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one row per check
+    # (the KAPPA '-1' line is the real entry point's below; the booleans share _flag)
     ("sweeps", [*RUN, "--kappa", "0.5 x"], "KAPPA: 'x' is not a number"),
-    ("sweeps", [*RUN, "--kappa", "0.5 -1"], "KAPPA: '-1' must be a finite number >= 0"),
-    ("sweeps", [*RUN, "--kappa", "nan"], "KAPPA: 'nan' must be a finite number"),
     ("sweeps", [*RUN, "--kappa", ""], "empty grid: KAPPA has no values"),
     ("sweeps", [*RUN, "--h", "32"], "H: 32 is outside 1..20"),
-    ("sweeps", [*RUN, "--h", "16.5"], "H: '16.5' is not an integer"),
-    ("sweeps", [*RUN, "--seeds", " "], "empty grid: SEEDS has no values"),
     ("sweeps", [*RUN, "--seeds", "-1"], "SEEDS: -1 is outside >= 0"),
     ("sweeps", [*RUN, "--preset", "nope"], "PRESET: unknown preset 'nope'"),
     ("sweeps", [*RUN, "--tokens", "1M", "--flops", "1e12"], "give TOKENS or FLOPS, not both"),
@@ -91,8 +88,6 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: ")
     ("sweeps", ["run", "--launcher", "slurm", "--cluster", "/none.yaml"], "LAUNCHER=slurm needs"),
     ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be an integer >= 1"),
     ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
-    ("sweeps", [*RUN, "--eval", "on"], "EVAL: 'on' is not a boolean"),
-    ("sweeps", [*RUN, "--retry-failed", "y"], "RETRY_FAILED: 'y' is not a boolean"),
     ("sweeps", ["status", "nosuch"], "no sweep 'nosuch'"),
     ("sweeps", [*RUN, "--gpu", "H100-80GB"], "GPU: a GPU type is read from a recipe's"),
     ("sweeps", [*RUN, "--recipe", "cpu-mini", "--kappa", "1"],
@@ -103,16 +98,12 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: ")
         (f"--tasks arc_eazy --limit 2 --data {BENCH}",
          "--tasks: unknown task(s) arc_eazy (did you mean arc_easy?)"),
         ("--limt 2", "unrecognized arguments: --limt 2"),
-        ("--z prior-q", "argument --z: invalid choice: 'prior-q'"),
-        ("--limit two", "argument --limit: invalid int value: 'two'"),
         ("--limit 0", "argument --limit: 0 must be >= 1"),
         (f"--tasks arc_easy,race --data {BENCH}", "--tasks: no offline data for race"),
-        ("--tasks arc_easy --data /nonexistent/bench", "benchmark data /nonexistent/bench: "),
         ("--tasks 'arc_easy", "No closing quotation"))),
     ("sweeps.recipe", ["show", "nope"], "recipe 'nope': unknown"),
     ("pipelines.paper", ["--recipe", "nope"], "RECIPE: recipe 'nope': unknown; known recipes"),
     ("pipelines.paper", [], "RECIPE is required"),
-    ("pipelines.paper", ["--recipe", "cpu-mini", "--launcher", "cloud"], "LAUNCHER: 'cloud'"),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS: 'a'"),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--bench-data", "/no/such/dir"], "BENCH_DATA="),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--gpus", "0"], "GPUS='0'"),
@@ -132,6 +123,8 @@ def test_bad_input_is_one_line_exit_2_nothing_written(module: str, argv: list[st
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "results"))
     monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
+    # lm-eval's task index takes seconds to build; the evaluator's own tests read the real one
+    monkeypatch.setattr("experiments.eval.run._all_lm_eval_tasks", lambda: frozenset({"x"}))
     main = importlib.import_module(module if "." in module else f"{module}.__main__").main
     prog = {"sweeps": "sweep", "sweeps.recipe": "recipe", "pipelines.paper": "paper"}[module]
     assert main(list(argv)) == 2
