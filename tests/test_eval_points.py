@@ -84,12 +84,6 @@ def test_report_has_curves_and_last_third_column(tmp_path: Path) -> None:
     assert "0.600" in html
 
 
-def test_report_without_points_says_how_to_get_them(tmp_path: Path) -> None:
-    write_fake_sweep(tmp_path, "one", kappas=(2.0,), seeds=(0,), controls=())
-    html = build_report("one", tmp_path, n_boot=50).read_text()
-    assert "EVAL=1 EVAL_POINTS=n" in html
-
-
 # ------------------------------------------------------------------ the sweep side
 FAKE_EVAL = ("import json, pathlib, sys; a = sys.argv[1:]; p = pathlib.Path(a[0]); "
              "run = p.parent.parent if p.suffix == '.pt' else p; "
