@@ -1,19 +1,8 @@
 """The typed, in-process front door of sweeps: what `make sweep` / `make sweep-status` (through
-`python -m sweeps`) and every pipeline (pipelines/) call.
-
-    SweepRequest          what to sweep: the make variables, typed (grid text as make passes it,
-                          so a bad value is refused naming its variable)
-    plan(request)         -> Plan: every cell composed and checked, the evaluation's arguments
-                          and specs checked and attached; writes and submits nothing
-    dry_run(request)      -> str: what DRY=1 prints
-    run(request, ...)     -> SweepRun: plan, check the directories, submit what is missing
-                          through the launcher LAUNCHER names; its typed manifest; `on_event`
-                          receives typed events (driver.Planned, JobStarted, JobEnded) as jobs
-                          start and end, for a caller that follows progress
-    status(name)          -> Manifest, refreshed from facts (saved when no driver holds it)
-    table(manifest)       -> the status table `make sweep-status` prints
-
-Every input problem is a UsageError (one line naming the value) raised before anything is
+`python -m sweeps`) and every pipeline (pipelines/) call: a SweepRequest (the make variables,
+typed: grid text as make passes it, so a bad value is refused naming its variable) to `plan`,
+`dry_run`, `run` (submits what is missing; `on_event` receives the driver's typed events) and
+`status`. Every input problem is a UsageError (one line naming the value) raised before anything is
 written or submitted.
 """
 
