@@ -396,11 +396,10 @@ class _Ex:
         return NS(job_id=str(100000 + _Ex.n), done=lambda: True, result=result)
 
 
-def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def in_process_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake trainer with its results under tmp_path, and submitit's executor as _Ex."""
     import submitit
-
-    from sweeps.__main__ import main
 
     class Train(_FakeTrain):
         def compose(self, overrides: list[str]) -> object:
@@ -417,6 +416,12 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
     monkeypatch.setattr(D, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)
+
+
+def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                          in_process_sweep: None) -> None:
+    from sweeps.__main__ import main
+
     # --likelihood-rows 0: the fake trainer writes no checkpoint to measure (the chained
     # likelihood is covered by tests/test_e2e.py)
     base = ["run", "--kappa", "1", "--h", "4", "--tokens", "1k", "--name", "ev", "--eval", "1",
@@ -489,28 +494,12 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
-        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture, in_process_sweep: None) -> None:
     """CONTROLS=flops under a FLOPs budget would duplicate the baseline: not trained, and the
     DRY=1 text, the run's plan lines and the manifest (`skipped_controls`) all say why."""
-    import submitit
-
     from sweeps.__main__ import main
     from sweeps.grid import skipped_controls
 
-    class Train(_FakeTrain):
-        def compose(self, overrides: list[str]) -> object:
-            ns = super().compose(overrides)
-            ns._dict["paths"]["results"] = ns.paths.results = str(tmp_path)
-            return ns
-
-        def run_dir(self, cfg: object) -> Path:
-            return tmp_path / "runs" / self.run_id(cfg)
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    _use_fake(monkeypatch, Train())
-    monkeypatch.setattr(D, "POLL_S", 0.0)
-    monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
-    monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     args = ["run", "--kappa", "1", "--h", "4", "--flops", "1e9", "--controls", "flops plus1",
             "--name", "sk"]
     why = skipped_controls(spec(kappa="1", h="4", seeds="0", flops="1e9",
