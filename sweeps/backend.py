@@ -38,8 +38,6 @@ from experiments.train.config import (  # noqa: F401 - gpu_peak_tflops: for swee
 from experiments.train.config import compose as compose_config
 
 # re-exported for the rest of sweeps/
-GROUPS = _config.GROUPS
-"""The trainer's config sections by name (sweeps/__main__ looks for keep_eval_checkpoints)."""
 parse_amount = _config.parse_amount
 chain_argv = _chain.chain_argv
 kept_checkpoints = _chain.kept_checkpoints

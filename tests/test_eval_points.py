@@ -177,20 +177,6 @@ def test_eval_points_refused_one_line(args: str, msg: str, tmp_path: Path,
     assert not list(tmp_path.iterdir())
 
 
-def test_eval_points_needs_the_trainer_key(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without train.keep_eval_checkpoints the trainer keeps no evenly spaced checkpoints: the
-    sweep says so instead of evaluating whatever two checkpoints happen to be left."""
-    import sweeps.__main__ as M
-    from sweeps import api
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    monkeypatch.setattr(api, "keep_eval_key", lambda: None)
-    rc = M.main(["run", "--dry", "1", "--kappa", "2", "--h", "4", "--eval", "1",
-                 "--eval-points", "3"])
-    assert rc == 2 and "has no keep_eval_checkpoints key" in capsys.readouterr().err
-
-
 def test_eval_run_command_line(tmp_path: Path) -> None:
     """`python -m sweeps eval-run RUN --spec-ids .. --points -- <eval argv>` as the job runs it."""
     from sweeps.__main__ import main
