@@ -5,14 +5,8 @@ does only what is missing (docs/RECIPES.md says what each does): 1. corpus (pipe
 built once where the trainer looks for it), 2. sweep (sweeps.api.run: every cell, its
 evaluation points and final evaluation, the likelihood bound), 3. report (analysis.report, once
 everything is done and only when its inputs changed; with LAUNCHER=slurm a job of its own that
-runs after every training and evaluation job).
-
-    python -m pipelines.paper --recipe NAME|FILE [--launcher local|slurm] [--cluster FILE]
-        [--jobs N] [--name NAME] [--seeds "0 1"] [--gpu TYPE] [--gpus N] [--bench-data DIR]
-        [--eval-args "..."] [--likelihood-rows N] [--workers N] [--overrides "..."] [--dry]
-
---dry prints the whole plan and writes nothing. Bad input: one line on stderr, exit 2, nothing
-written.
+runs after every training and evaluation job). --dry prints the whole plan and writes nothing.
+Bad input: one line on stderr, exit 2, nothing written.
 """
 
 from __future__ import annotations

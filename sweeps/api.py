@@ -1,25 +1,13 @@
 """The typed, in-process front door of sweeps: what `make sweep` / `make sweep-status` (through
-`python -m sweeps`) and every pipeline (pipelines/) call.
-
-    SweepRequest          what to sweep: the make variables, typed (grid text as make passes it,
-                          so a bad value is refused naming its variable)
-    plan(request)         -> Plan: every cell composed and checked, the evaluation's arguments
-                          and specs checked and attached; writes and submits nothing
-    dry_run(request)      -> str: what DRY=1 prints
-    run(request, ...)     -> SweepRun: plan, check the directories, submit what is missing
-                          through the launcher LAUNCHER names; its typed manifest; `on_event`
-                          receives typed events (driver.Planned, JobStarted, JobEnded) as jobs
-                          start and end, for a caller that follows progress
-    status(name)          -> Manifest, refreshed from facts (saved when no driver holds it)
-    table(manifest)       -> the status table `make sweep-status` prints
-
-Every input problem is a UsageError (one line naming the value) raised before anything is
+`python -m sweeps`) and every pipeline (pipelines/) call: a SweepRequest (the make variables,
+typed: grid text as make passes it, so a bad value is refused naming its variable) to `plan`,
+`dry_run`, `run` (submits what is missing; `on_event` receives the driver's typed events) and
+`status`. Every input problem is a UsageError (one line naming the value) raised before anything is
 written or submitted.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,7 +32,7 @@ from .manifest import status as _status
 
 __all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "ManifestCell",
            "UsageError", "Manifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
-           "keep_eval_key", "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
+           "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
            "status", "table"]
 
 DEFAULT_H = "8"
@@ -62,8 +50,8 @@ GRID_DEFAULTS = {"kappa": "0.5 2 4", "h": DEFAULT_H, "seeds": "0", "preset": "1M
 GRID_VARS = {"kappa": "KAPPA", "h": "H", "preset": "PRESET", "data": "DATA", "tokens": "TOKENS",
              "flops": "FLOPS", "controls": "CONTROLS"}
 """What a recipe sets and a make variable may not contradict (SEEDS may replace its seeds)."""
-KEEP_EVAL_KEY = "keep_eval_checkpoints"
-"""The trainer's key (<section>.<key>=n) that keeps n checkpoints evenly spaced by tokens."""
+KEEP_EVAL_KEY = "logging.keep_eval_checkpoints"
+"""The trainer's key (=n) that keeps n checkpoints evenly spaced by tokens."""
 
 
 @dataclass(frozen=True)
@@ -169,15 +157,6 @@ class SweepRun:
             self.evaluate and (c.eval is None or c.eval.state != "done") for c in m.cells)
 
 
-def keep_eval_key() -> str | None:
-    """The full config key of keep_eval_checkpoints in this checkout ('logging.' or 'train.'),
-    None when the trainer does not have it."""
-    for section in ("logging", "train"):
-        if KEEP_EVAL_KEY in {f.name for f in dataclasses.fields(backend.GROUPS[section])}:
-            return f"{section}.{KEEP_EVAL_KEY}"
-    return None
-
-
 def load_recipe(req: SweepRequest) -> Any:
     """The recipe the request names (None without one); UsageError on a bad recipe."""
     if not req.recipe.strip():
@@ -263,12 +242,7 @@ def _resolve(req: SweepRequest) -> _Resolved:
         if eval_points < 2:
             raise UsageError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
                              "points; the final checkpoint is always evaluated)")
-        key = keep_eval_key()
-        if key is None:
-            raise UsageError("EVAL_POINTS: this checkout's experiments/train/config.py has no "
-                             f"{KEEP_EVAL_KEY} key, so the trainer would keep no evenly "
-                             "spaced checkpoints to evaluate")
-        overrides = (*overrides, f"{key}={eval_points}")
+        overrides = (*overrides, f"{KEEP_EVAL_KEY}={eval_points}")
     # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
     cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
         if req.launcher == "slurm" or req.cluster.strip() else None

@@ -1,18 +1,8 @@
 """Pre-submission checks: what a sweep asks of the cluster against what the cluster file (or the
 submitting host) gives, each one line naming the values and what to change. The dry run prints
 them; `sweeps.api.run` refuses to submit when one fails (nothing is written or submitted).
-
-    world_refusal(plan, cluster)   the cluster file is the source of the world size: its nodes x
-                                   GPUs per node must split the global batch (else the nearest
-                                   node counts and batch sizes that do)
-    checks(plan, cluster, file)    time (hours per cell vs timeout_min x (max_num_timeout + 1)),
-                                   signal (the trainer's grace vs the planned save time), memory
-                                   (measured per-GPU peaks at the cell's world), files
-                                   (shards each rank maps vs open files and memory maps), disk
-                                   (checkpoints, weights-only exports and the corpus once)
-
-Without a cluster file only the files check runs, against this host's limits (a local run opens
-the same shards).
+The cluster file is the source of the world size (`world_refusal`). Without a cluster file
+only the files check runs, against this host's limits (a local run opens the same shards).
 """
 
 from __future__ import annotations

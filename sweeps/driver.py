@@ -1,10 +1,7 @@
 """Drive a planned sweep's cells through a launcher (sweeps/launcher.py) and report what its jobs
 did; the manifest (manifest.py) records every state, the plan (plan.py) says what to run.
-
-    run(plan, launcher, ...)  submit what is missing: local = a driver that keeps at most JOBS
-                              jobs alive (the local executor would start all at once), each with
-                              cores/JOBS threads, longest cells first; slurm = one job array
-                              with the cluster file's parameters, returns at once
+Local: this driver keeps at most JOBS jobs alive (submitit's local executor would start all at
+once), longest cells first; SLURM: one job array, and `run` returns at once.
 
 What happens is told twice: as lines for a person (`log`) and as typed events for a program
 (`on_event`: Planned, JobStarted, JobEnded), so a pipeline follows a sweep without reading its

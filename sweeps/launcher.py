@@ -1,16 +1,7 @@
 """The one launcher interface: every job the suite submits goes through a Launcher, local or
-SLURM: sweep cells, chained evaluations and evaluation points, corpus units, synthetic seeds.
-
-    make_launcher(kind, folder, ...)  a LocalLauncher ("local") or a SlurmLauncher ("slurm")
-    launcher.submit(job, role=...)    one job (a picklable callable) -> a submitit job handle
-    launcher.submit_array(jobs, ...)  several jobs of one role: SLURM submits one job array
-    launcher.map(fn, calls, ...)      short functions over many argument tuples (corpus units),
-                                      their results as they finish
-    launcher.alive / failure / succeeded / outcome(job id or handle)
-                                      what became of a job, from its process or SLURM's state
-                                      and from submitit's result pickle in `folder`
-    slurm_parameters(cluster, role)   THE translation of the cluster schema (sweeps/cluster.py)
-                                      to submitit's parameters; nothing else spells them
+SLURM (`make_launcher`): sweep cells, chained evaluations and evaluation points, corpus units,
+synthetic seeds. `slurm_parameters` is THE translation of the cluster schema
+(sweeps/cluster.py) to submitit's parameters; nothing else spells them.
 
 Roles (sweeps.cluster.ROLES): "train" (a cell, a synthetic seed), "eval" (a chained evaluation
 or an evaluation point: the cluster file's eval section, one node), "corpus" (a corpus unit: the

@@ -1,21 +1,12 @@
 """`results/sweeps/<name>/manifest.json` as the sweep driver keeps it: built from a plan
 (`build`), read (`load`), written (`save`) under an exclusive lock (`locked`), refreshed from
 facts (`status`), printed (`table`). Its schema, with every state transition of a cell as a
-method, is common.records (`Manifest`, `ManifestCell`): the one class family analysis reads.
+method, is common.records (`Manifest`, `ManifestCell`; the states: `STATES`, `POINT_STATES`).
 
 Only the sweep driver and `sweep-status` write the manifest, under the lock, with an atomic
-rename; jobs never touch it. A cell's state is re-derived from facts on every refresh:
-
-    done     the run directory holds its final checkpoint (shared by every sweep naming the run)
-    running  its job is alive (a local pid, or SLURM says PENDING/RUNNING/REQUEUED...)
-    failed   its job raised (the trainer exited with an error); retried only on request
-    pending  not started yet, or interrupted (killed, node lost, driver stopped): the reason says
-             which, and a re-run resumes it from its newest checkpoint
-
-A cell's chained evaluation (EVAL=1) has its own state in `eval`; a failed evaluation is a
-failure in the summary line (and in `make sweep`'s exit code), not hidden behind a done cell.
-With EVAL_POINTS, each kept checkpoint's evaluation (a point job, started while the cell still
-trains, or the chain) has its state in `points` ({"<step>": {...}}, `POINT_STATES`).
+rename; jobs never touch it. A cell's state is re-derived from facts on every refresh. A failed
+chained evaluation (EVAL=1) is a failure in the summary line and in `make sweep`'s exit code,
+not hidden behind a done cell.
 """
 
 from __future__ import annotations

@@ -10,14 +10,9 @@ tables). Nothing here validates a value itself: the file's shape is OmegaConf's 
 check of `Leaf` (every section and key written, nothing else); the training keys (model,
 train, optim, corpus: `TRAIN_KEYS` names the `make train` key of each) compose through
 experiments/train/config.py, the one config schema `make train` uses; the grid is the sweep's
-(sweeps.grid.SweepSpec, kappa by common.kappa); the tasks are the evaluator's.
-
-`load(name_or_path) -> Recipe` and the Recipe's methods turn it into what the suite's parts take:
-`training_overrides()` (the `make train` overrides), `sweep_spec()` (the grid), `corpus` and
-`corpus_overrides()`, `eval_runs()`, `eval.points`, `table3_points()`, and `micro_batches()`
-(the micro-batch per GPU type: measured where dev/recipe_memory.py measured it, else the
-hand estimate; gradient accumulation keeps the global batch, so it never changes what is
-trained). Bad input is one UsageError line naming the file and the key.
+(sweeps.grid.SweepSpec, kappa by common.kappa); the tasks are the evaluator's. The micro-batch
+per GPU type is measured where dev/recipe_memory.py measured it, else the hand estimate;
+gradient accumulation keeps the global batch, so it never changes what is trained.
 """
 
 from __future__ import annotations

@@ -22,10 +22,14 @@ SMALL = "train.batch_size=16 train.seq_len=32"
 
 
 @pytest.fixture(autouse=True)
-def _results(tmp_path, monkeypatch):
+def _results(tmp_path, monkeypatch, request):
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "res"))
     monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FTBENCH_CLUSTER", str(tmp_path / "none.yaml"))
+    if "is_measured_at_the_clusters_world" not in request.node.name:
+        # the memory check's fake-tensor measurement (most of these tests' time, asserted by
+        # none of them) is the slow test's below
+        monkeypatch.setattr(C, "memory", lambda p, cluster: C.Check("memory", True, "memory"))
 
 
 def _cluster(tmp_path: Path, text: str, name: str = "cluster.yaml") -> str:
@@ -173,6 +177,8 @@ def test_the_costliest_cell_is_measured_at_the_clusters_world_and_refused_or_rec
     assert not m.ok and "nothing fits" in m.line and "with act. ckpt" in m.line
 
 
+@pytest.mark.slow  # a fake-tensor fit of cpu-mini at world 2 (~7 s); paper.py's fast tests
+# are test_paper's and the refusal table's
 def test_make_paper_chooses_the_micro_batch_for_the_clusters_world(tmp_path):
     """cpu-mini's micro-batch (8, for its one GPU) does not split over a node of 2 GPUs: make
     paper re-chooses it for that world, by measurement, and says so; run-ids do not change."""

@@ -91,24 +91,17 @@ def test_free_form_values_pass_through_untouched(tmp_path: Path) -> None:
                                                 "nested": {"a": [1, 2]}}
 
 
-@pytest.mark.parametrize("text, message", [
+@pytest.mark.parametrize("text, message", [  # one row per check (OmegaConf's types: two)
     ("account: me\n", r"cluster\.yaml: 'partition' is required$"),
     ("partition: ''\n", r"cluster\.yaml: 'partition' is required$"),
     ("partition: gpu\ngpus: 8\n", r"cluster\.yaml: unknown key 'gpus'; allowed: \["),
-    ("partition: gpu\neval: {gpus: 1}\n", r"cluster\.yaml: unknown key 'eval\.gpus'; allowed:"),
     ("partition: gpu\neval: {max_num_timeout: 3}\n", r"unknown key 'eval\.max_num_timeout'"),
-    ("partition: gpu\neval: {eval: {}}\n", r"unknown key 'eval\.eval'"),
     ("partition: gpu\ngpus_per_node: eight\n", r"cluster\.yaml: gpus_per_node: Value 'eight'"),
-    ("partition: gpu\ntimeout_min: 1.5\n", r"cluster\.yaml: timeout_min: Value '1\.5'"),
-    ("partition: gpu\nnodes: true\n", r"cluster\.yaml: nodes: Value 'True'"),
-    ("partition: gpu\nmem_gb: lots\n", r"cluster\.yaml: mem_gb: Value 'lots'"),
     ("partition: gpu\neval: {timeout_min: soon}\n", r"cluster\.yaml: eval\.timeout_min: Value"),
     ("partition: [a, b]\n", r"cluster\.yaml: partition: Cannot convert"),
-    ("partition: gpu\ncpus_per_task: -1\n", r"cpus_per_task must be a non-negative integer"),
     ("partition: gpu\neval: {nodes: -2}\n",
      r"cluster\.yaml: eval\.nodes must be a non-negative integer, got -2$"),
     ("partition: gpu\neval: {partition: null}\n", r"cluster\.yaml: eval: 'partition' is required"),
-    ("partition: gpu\nsetup: source x\n", r"cluster\.yaml: setup must be a list"),
     ("partition: gpu\nadditional: [a]\n", r"cluster\.yaml: additional must be a mapping"),
     ("partition: gpu\neval: {setup: x}\n", r"cluster\.yaml: eval\.setup must be a list"),
     ("partition: gpu\neval: [1]\n", r"cluster\.yaml: eval must be a mapping"),

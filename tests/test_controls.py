@@ -203,13 +203,13 @@ def test_plus1_control_is_compared_in_both_forms(tmp_path):
         ("flops", "baseline_plus1_flops", "parameter control")]
     assert "5 layers vs the arms' 4" in comps[1].title
     assert comps[2].key == "tokens:baseline:controls"
-    for view in ("tokens", "flops"):
-        t = paper_table(data, view, n_boot=N_BOOT)
+    tables = {view: paper_table(data, view, n_boot=N_BOOT) for view in ("tokens", "flops")}
+    for view, t in tables.items():
         for comp in (c for c in comps if c.view == view and not c.tag):
             ft = t[(t["comparison"] == comp.key) & (t["arm"] == "free") & (t["task"] == "gsm8k")]
             assert len(ft) == 2 and ft["delta"].notna().all()  # its own Δ column per FT
     # the Δ against baseline_plus1 is the direct paired difference with the plus1 runs
-    t = paper_table(data, "tokens", n_boot=N_BOOT)
+    t = tables["tokens"]
     row = t[(t["comparison"] == "tokens:baseline_plus1") & (t["column"] == "FT k=0.5")
             & (t["task"] == "gsm8k")].iloc[0]
     ft = np.stack([_items(tmp_path, data, f"free-k0.5-H16-s{s}") for s in (0, 1)])

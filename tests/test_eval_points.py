@@ -84,12 +84,6 @@ def test_report_has_curves_and_last_third_column(tmp_path: Path) -> None:
     assert "0.600" in html
 
 
-def test_report_without_points_says_how_to_get_them(tmp_path: Path) -> None:
-    write_fake_sweep(tmp_path, "one", kappas=(2.0,), seeds=(0,), controls=())
-    html = build_report("one", tmp_path, n_boot=50).read_text()
-    assert "EVAL=1 EVAL_POINTS=n" in html
-
-
 # ------------------------------------------------------------------ the sweep side
 FAKE_EVAL = ("import json, pathlib, sys; a = sys.argv[1:]; p = pathlib.Path(a[0]); "
              "run = p.parent.parent if p.suffix == '.pt' else p; "
@@ -181,20 +175,6 @@ def test_eval_points_refused_one_line(args: str, msg: str, tmp_path: Path,
     assert rc == 2 and err.strip().startswith(f"sweep: error: {msg}") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())
-
-
-def test_eval_points_needs_the_trainer_key(tmp_path: Path, capsys: pytest.CaptureFixture,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without train.keep_eval_checkpoints the trainer keeps no evenly spaced checkpoints: the
-    sweep says so instead of evaluating whatever two checkpoints happen to be left."""
-    import sweeps.__main__ as M
-    from sweeps import api
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    monkeypatch.setattr(api, "keep_eval_key", lambda: None)
-    rc = M.main(["run", "--dry", "1", "--kappa", "2", "--h", "4", "--eval", "1",
-                 "--eval-points", "3"])
-    assert rc == 2 and "has no keep_eval_checkpoints key" in capsys.readouterr().err
 
 
 def test_eval_run_command_line(tmp_path: Path) -> None:
