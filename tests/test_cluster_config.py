@@ -180,10 +180,6 @@ def test_synthetic_presets_give_the_same_overrides_as_before() -> None:
         OmegaConf.merge(smoke, {"stepz": 5})
     assert OmegaConf.to_object(OmegaConf.merge(smoke, {"steps": 5})) == \
         dataclasses.replace(S.PRESETS["smoke"], steps=5)
-    with pytest.raises(ValueError, match="steps: 0 must be >= 1"):
-        dataclasses.replace(S.PRESETS["cpu"], steps=0)
-    with pytest.raises(ValueError, match="lr: 0.0 must be > 0"):
-        dataclasses.replace(S.PRESETS["cpu"], lr=0.0)
 
 
 def test_multi_node_cells_ask_one_task_per_gpu_and_eval_jobs_one_node(tmp_path: Path) -> None:
