@@ -347,44 +347,46 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
             (out_dir / f"{key}.png").write_bytes(figs[key])
     c = data.cells
     seeds = sorted(set(c["seed"].dropna())) if len(c) else []
-    T = _t()
+    tpl = _t()
     sections = [
-        _lead_html(data, forest, tables, out_dir), T.card(lines, summary_png),
-        T.summary(len(c), int((c["state"] == "done").sum()) if len(c) else 0, seeds, LEGEND,
-                  ", ".join(f"{k} {v:g}" for k, v in lead.CHANCE.items())),
-        T.signal_noise(sn.rename(columns={
+        _lead_html(data, forest, tables, out_dir), tpl.card(lines, summary_png),
+        tpl.summary(len(c), int((c["state"] == "done").sum()) if len(c) else 0, seeds, LEGEND,
+                    ", ".join(f"{k} {v:g}" for k, v in lead.CHANCE.items())),
+        tpl.signal_noise(sn.rename(columns={
             "seed_sd": "seed SD", "spread_across_arms": "spread across arms and kappas (SD of "
             "means)", "signal_to_noise": "signal / noise", "mde": "MDE (median)",
             "n_seeds": "seeds"}), lead.verdict_table(forest))]
     heads = {"tokens": "Equal tokens (the paper's protocol)", "flops": "Equal FLOPs"}
     for view in VIEWS:
         t = tables[view]
-        parts = [(comp.title if comp else "reference missing", table_html(part, index))
-                 for comp in [c for c in comps if c.view == view] or [None]
-                 if len(part := t[t["comparison"] == comp.key] if comp is not None and len(t)
-                        else t)]
-        sections.append(T.view(view, heads[view], notes.get(view, ""), t.empty, parts,
-                               specs_used(data, t) if len(t) else []))
+        parts = []
+        for comp in [x for x in comps if x.view == view] or [None]:
+            part = t[t["comparison"] == comp.key] if comp is not None and len(t) else t
+            if len(part):
+                parts.append((comp.title if comp else "reference missing",
+                              table_html(part, index)))
+        sections.append(tpl.view(view, heads[view], notes.get(view, ""), t.empty, parts,
+                                 specs_used(data, t) if len(t) else []))
     free_runs = [RunDir.of(str(r), data.root).path for r in
                  c.loc[c["arm"] == FREE.name, "run_id"].dropna()]
     sections += [
         _claims_html(claims, index), _table3_html(data, out_dir, main_table),
         _likelihood_html(data, out_dir),
         latent_section(free_runs, out_dir),  # one figure per kappa, runs folded
-        T.wrap("eval-completeness", "Evaluation completeness: truncation and missing scores",
-               completeness_html(data)),
-        T.figures(figs, linked(leak_table(data), index, "leak check"),
-                  _overhead_html(data, index)),
-        T.wrap("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
+        tpl.wrap("eval-completeness", "Evaluation completeness: truncation and missing scores",
+                 completeness_html(data)),
+        tpl.figures(figs, linked(leak_table(data), index, "leak check"),
+                    _overhead_html(data, index)),
+        tpl.wrap("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
     cells = None if c.empty else c.assign(eval_files=c.get("eval_files", "").map(
         lambda x: " ".join(x) if isinstance(x, list) else x))[[
             k for k in ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id", "state",
                         "eval_state", "reason", "final_tokens", "final_flops", "wall_s",
                         "tokens_per_s", "eval_files"] if k in c]]
-    sections.append(T.appendix(index.html(), len(c), cells,
-                               c["state"].fillna("unknown").value_counts() if len(c) else None,
-                               _provenance_html(data, synth)))
-    return atomic_write_text(SweepDir.of(name, root).report_html, T.page(
+    sections.append(tpl.appendix(index.html(), len(c), cells,
+                                 c["state"].fillna("unknown").value_counts() if len(c) else None,
+                                 _provenance_html(data, synth)))
+    return atomic_write_text(SweepDir.of(name, root).report_html, tpl.page(
         name, CHECK_JS % (json.dumps(REQUIRED_SECTIONS), json.dumps(MEASURED)), sections))
 
 
