@@ -1,5 +1,6 @@
 """The sweep's report card: what was asked, what ran, on what, at what cost, and the headline Δs,
-as one HTML block and one PNG (`report/summary.png`) a reviewer can paste.
+as one HTML block (templates/report.html.j2) and one PNG (`report/summary.png`) a reviewer can
+paste.
 
 Modelled on nanochat's report card (the run's environment, data, cost and scores in one place).
 Every line comes from the sweep's own files (manifest, config.yaml provenance and accounting,
@@ -10,7 +11,6 @@ which are the paper-format tables' own numbers (analysis/lead.py).
 
 from __future__ import annotations
 
-import html
 import math
 from collections import Counter
 
@@ -131,12 +131,6 @@ def headline(forest: pd.DataFrame) -> str:
         vs = list(dict.fromkeys(g["verdict"]))
         parts.append(f"{comp}: {', '.join(ds)} ({vs[0] if len(vs) == 1 else 'mixed'})")
     return f"{sub['label'].iloc[0]}, Δ in {sub['unit'].iloc[0]}: " + "; ".join(parts)
-
-
-def card_html(lines: list[tuple[str, str]]) -> str:
-    rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                   for k, v in lines)
-    return f'<table class="card">{rows}</table>'
 
 
 def summary_figure(lines: list[tuple[str, str]], forest: pd.DataFrame, name: str

@@ -4,8 +4,9 @@
 
 Also writes the tables (CSV, Markdown, LaTeX), the figures (PNG) and the checklist (CSV) under
 results/sweeps/<name>/report/. Images are embedded, there is no external script, style sheet or
-font, so the file opens offline. Every table goes through analysis/render.py. A partial sweep
-works: a cell with no number says why ("missing: 1 running"), never 0.
+font, so the file opens offline. Every table goes through analysis/render.py, the page through
+templates/report.html.j2. A partial sweep works: a cell with no number says why ("missing: 1
+running"), never 0.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as dt
+import functools
 import hashlib
 import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
+import jinja2
 import pandas as pd
 
 from common.arms import FREE
@@ -50,32 +54,20 @@ from .tables import (
     write_tables,
 )
 
-CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
- max-width:1400px;color:#222;line-height:1.4}
-h1{font-size:22px} h2{font-size:18px;border-bottom:1px solid #ccc;padding-top:8px}
-table{border-collapse:collapse;font-size:12px;margin:8px 0}
-td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}
-th{background:#f3f3f3} .grp{font-weight:600}
-.better{background:#dff5df} .worse{background:#f8dddd} .missing{color:#888;font-style:italic}
-.supported{background:#dff5df} .contradicted{background:#f8dddd} .inconclusive{background:#f4f0d8}
-.note{background:#eef4fb;border-left:4px solid #5b8bd0;padding:6px 10px;font-size:13px}
-img{max-width:100%;border:1px solid #ddd;margin:6px 0}
-code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:11px}
-footer{font-size:11px;color:#444} .wide{overflow-x:auto;max-width:100%}
-.lead-row{display:flex;gap:16px;align-items:flex-start}
-.lead-fig{flex:0 0 62%} .lead-fig img{width:100%;margin:0}
-.lead-side{flex:1 1 auto;font-size:12px} .lead-side table{font-size:11.5px}
-table.card th{text-align:left;white-space:nowrap;width:1%} table.card{font-size:11.5px;width:100%}
-.fold{font-size:12px;color:#444;margin:2px 0} a.cell{color:inherit;text-decoration:none}
-a.cell:hover{text-decoration:underline} details{margin:6px 0} summary{cursor:pointer}
-.cannot{background:#fff7e0;border-left:4px solid #d9a400;padding:6px 10px;font-size:12.5px}
-"""
-
-
 UNCHECKED = "" if PAPER_METRICS_CHECKED else " (unchecked)"
 """Beside every paper metric shown: common/benchmarks.py transcribed them without the paper's
 tables at hand (PAPER_METRICS_CHECKED)."""
+
+
+@functools.cache
+def _t() -> Any:
+    """The template's macros, one per section. No autoescape: the values escape through `esc`
+    (html.escape, `&#x27;`), where markupsafe would write other bytes (`&#39;`)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
+                             autoescape=False)
+    env.filters.update(esc=esc, table=html, img=img)
+    return env.get_template("report.html.j2").module
 
 
 def paper_mark(label: str) -> str:
@@ -125,26 +117,11 @@ def linked(df: pd.DataFrame, index: RunIndex, label: str) -> str:
     return html(df.drop(columns="run_ids").assign(runs=runs), raw=("runs",))
 
 
-def _fold_lines(st: pd.DataFrame) -> str:
-    """The one-line summaries under a table: rows not evaluated (one line per reason) and rows
-    at the floor."""
-    out = []
-    for why, g in st[~st["evaluated"].astype(bool)].groupby("why", sort=False):
-        names = ", ".join(dict.fromkeys(g["benchmark"].fillna(g["task"]).astype(str)))
-        out.append(f'<p class="fold">{esc(why)}: {esc(names)}</p>')
-    fl = st[st["floor"].astype(bool)]
-    if len(fl):
-        names = ", ".join(f"{b} ({m})" for b, m in zip(fl["benchmark"].fillna(fl["task"]),
-                                                        fl["metric"], strict=True))
-        out.append(f'<p class="fold">At the floor (every arm scores 0, or holds chance in '
-                   f"its interval; not drawn, no verdict possible): {esc(names)}</p>")
-    return "".join(out)
-
-
 def table_html(long: pd.DataFrame, index: RunIndex) -> str:
-    """The paper-style table of ONE comparison, showing the rows evaluated and off the floor
-    (the others are one line each under it). Each cell links to its run-ids in the appendix;
-    hover it for its eval files, spec and interval methods."""
+    """The paper-style table of ONE comparison, showing the rows evaluated and off the floor;
+    the others are one line each under it (per reason not evaluated, and the floor: every arm
+    at 0 or chance). Each cell links to its run-ids in the appendix; hover it for its eval
+    files, spec and interval methods."""
     cols = [c for c in dict.fromkeys(long["column"]) if c]
     st = lead.row_status(long[long["column"] != ""])
     keep = {(r.task, r.metric) for r in st.itertuples() if r.evaluated and not r.floor}
@@ -171,41 +148,26 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
         anchor = index.link(r.get("run_ids"), str(r["column"]), r.get("files"))
         row[r["column"]] = (f'<a class="cell {cls}" href="#{anchor}" title="{esc(title)}">'
                             f"{esc(cell_text(r))}</a>")
-    if not rows:
-        return '<p class="missing">no benchmark row was evaluated off the floor</p>' + \
-            _fold_lines(st)
-    groups = [g for g, _ in rows]
-    shown = pd.DataFrame([{"group": f'<span class="grp">{esc(g)}</span>'
-                           if i == 0 or groups[i - 1] != g else "", **row}
-                          for i, ((g, _), row) in enumerate(rows.items())],
-                         columns=["group", "benchmark", *cols])
-    return html(shown.fillna(""), raw=tuple(shown.columns)) + _fold_lines(st)
+    shown = None
+    if rows:
+        groups = [g for g, _ in rows]
+        df = pd.DataFrame([{"group": f'<span class="grp">{esc(g)}</span>'
+                            if i == 0 or groups[i - 1] != g else "", **row}
+                           for i, ((g, _), row) in enumerate(rows.items())],
+                          columns=["group", "benchmark", *cols])
+        shown = html(df.fillna(""), raw=tuple(df.columns))
+    reasons = [(why, ", ".join(dict.fromkeys(g["benchmark"].fillna(g["task"]).astype(str))))
+               for why, g in st[~st["evaluated"].astype(bool)].groupby("why", sort=False)]
+    fl = st[st["floor"].astype(bool)]
+    return _t().comparison(shown, reasons, ", ".join(f"{b} ({m})" for b, m in zip(
+        fl["benchmark"].fillna(fl["task"]), fl["metric"], strict=True)))
 
 
 def completeness_html(data: SweepData) -> str:
     """What the evaluations lost: generation prompts cut to fit the window (per task) and
     scores that are missing (never 0)."""
-    tr, mt = truncation_table(data), missing_table(data)
-    out = ["<h3>Generation prompts and budget</h3>"]
-    if tr.empty:
-        out.append('<p class="missing">no generation task with a truncation record in the '
-                   "eval files these tables use (log-likelihood tasks cut nothing; eval files "
-                   "written before the record existed do not say)</p>")
-    else:
-        out.append("<p>Rule (experiments/eval/lm_adapter.py <code>plan_generation</code>): the "
-                   "generation budget shrinks first, down to 1 token, so a prompt that fits the "
-                   "window is kept whole; only a prompt that alone fills the window is cut from "
-                   "the left (few-shot examples first, the question kept), leaving a budget of "
-                   "min(requested, half the window). Counts are summed, extremes taken, over "
-                   "the cells whose eval files recorded it (cells_recorded).</p>"
-                   + html(tr.rename(columns=lambda c: c.replace("_", " ").replace(
-                       "prompts truncated", "prompts cut"))))
-    out.append("<h3>Missing scores (never counted as 0)</h3>")
-    out.append("<p>none: every task of every used eval file was scored in full</p>" if mt.empty
-               else "<p>A task whose run died has null metrics; an item whose code check "
-               "crashed or timed out is unscored. Tables average over scored items and seeds "
-               "only, and each such cell says so.</p>" + html(mt))
-    return "".join(out) + "<p>Files: report/truncation.csv, report/missing.csv</p>"
+    return _t().completeness(truncation_table(data).rename(columns=lambda c: c.replace(
+        "_", " ").replace("prompts truncated", "prompts cut")), missing_table(data))
 
 
 def find_synthetic(root: Path, sweep: str, name: str | None) -> Path | None:
@@ -223,85 +185,44 @@ def find_synthetic(root: Path, sweep: str, name: str | None) -> Path | None:
 
 def _synthetic_html(synth: Path | None) -> str:
     if synth is None or not synth.is_dir():
-        return ('<p class="missing">synthetic experiment: no results (run '
-                '<code>make synthetic</code>)</p>')
+        return _t().synthetic(None, None, None, None)
     read = (lambda f: (synth / f).read_bytes() if (synth / f).is_file() else None)
-    parts = [f"<p>from <code>{esc(synth)}</code></p>",
-             img(read("figure.png"), "synthetic figure", "figure.png missing"),
-             html(pd.read_csv(synth / "table.csv")) if (synth / "table.csv").is_file()
-             else '<p class="missing">table missing</p>']
-    if read("agreement.png"):  # only runs that kept checkpoints have it: no gap when absent
-        parts += ["<p>Agreement over training (every kept checkpoint measured as the final "
-                  "model; the rows are in <code>agreement.csv</code>):</p>",
-                  img(read("agreement.png"), "agreement over training", "")]
-    return "\n".join(parts)
+    table = pd.read_csv(synth / "table.csv") if (synth / "table.csv").is_file() else None
+    # agreement.png: only runs that kept checkpoints have it (no gap when absent)
+    return _t().synthetic(synth, read("figure.png"), table, read("agreement.png"))
 
 
 def _provenance_html(data: SweepData, synth: Path | None) -> str:
     m, c = data.manifest, data.cells
     short = (lambda x, n: x[:n] if isinstance(x, str) and x else None)
-    out = ["<p>Every number above comes from the runs of its column: a table cell links to its "
-           "run-ids above; the CSV tables carry a <code>run_ids</code> column.</p>",
-           f"<p>sweep <b>{esc(m.get('name'))}</b>, created {esc(m.get('created'))}, launcher "
-           f"{esc(m.get('launcher'))}, git commit <code>{esc(m.get('git_commit'))}</code>; "
-           f"manifest <code>{esc(data.root / 'sweeps' / data.name / 'manifest.json')}</code></p>",
-           f"<p>grid: <code>{esc(json.dumps(m.get('grid'), sort_keys=True))}</code></p>"]
-    if not c.empty:
-        runs = pd.DataFrame([{
-            "run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
-            "config_sha256": short(r.get("config_sha256"), 16),
-            "git_commit": short(r.get("git_commit"), 12), "git_dirty": r.get("git_dirty"),
-            "versions": " ".join(f"{k}={v}" for k, v in sorted((r.get("versions") if isinstance(
-                r.get("versions"), dict) else {}).items())) or None,
-            "tokenizer_sha256": short(r.get("tokenizer_sha256"), 16),
-            **{k: r.get(k) for k in ("launcher", "threads", "host")}} for _, r in c.iterrows()])
-        out.append(f"<details><summary>Runs ({len(runs)}): config hash, commit, tree state, "
-                   "versions, host</summary>" + html(runs) + "</details>")
-    if data.evals:
-        ev = pd.DataFrame([{
-            **{k: e.get(k) for k in ("file", "suite", "z_mode", "k", "leaks", "seed", "limit",
-                                     "spec_id")},
-            "spec": "legacy (derived)" if e.get("spec_legacy") else "recorded",
-            "used": "yes" if e.get("used", True) else f"no: {e.get('excluded_reason')}",
-            "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
-            "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}
-            for e in data.evals])
-        out.append(f"<details><summary>Evaluations ({len(ev)} files: harness versions, specs, "
-                   "checksums)</summary>" + html(ev) + "</details>")
+    runs = None if c.empty else pd.DataFrame([{
+        "run_id": r["run_id"], "cell": r["cell"], "state": r["state"],
+        "config_sha256": short(r.get("config_sha256"), 16),
+        "git_commit": short(r.get("git_commit"), 12), "git_dirty": r.get("git_dirty"),
+        "versions": " ".join(f"{k}={v}" for k, v in sorted((r.get("versions") if isinstance(
+            r.get("versions"), dict) else {}).items())) or None,
+        "tokenizer_sha256": short(r.get("tokenizer_sha256"), 16),
+        **{k: r.get(k) for k in ("launcher", "threads", "host")}} for _, r in c.iterrows()])
+    ev = None if not data.evals else pd.DataFrame([{
+        **{k: e.get(k) for k in ("file", "suite", "z_mode", "k", "leaks", "seed", "limit",
+                                 "spec_id")},
+        "spec": "legacy (derived)" if e.get("spec_legacy") else "recorded",
+        "used": "yes" if e.get("used", True) else f"no: {e.get('excluded_reason')}",
+        "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
+        "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}
+        for e in data.evals])
     sums: dict[str, str] = dict(m.get("data_checksums") or {})
     for d in c.get("data_checksums", pd.Series(dtype=object)).dropna():
         sums.update(d if isinstance(d, dict) else {})
     for e in data.evals:
         sums.update(e.get("data_checksums") or {})
-    out.append("<h3>Data checksums (sha256)</h3>" + (html(pd.DataFrame(
-        [{"data": k, "sha256": v} for k, v in sorted(sums.items())])) if sums else
-        '<p class="missing">none recorded</p>'))
-    if synth is not None:
-        out.append(f"<p>synthetic experiment: <code>{esc(synth)}</code></p>")
-    if data.warnings:
-        out.append("<h3>Warnings</h3><ul>" + "".join(f"<li>{esc(w)}</li>"
-                                                     for w in data.warnings) + "</ul>")
-    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return "\n".join(out) + (f"\n<p>report generated {now} by analysis.report (python "
-                             f"{sys.version.split()[0]}, pandas {pd.__version__}).</p>")
-
-
-def _summary_html(data: SweepData) -> str:
-    c = data.cells
-    seeds = sorted(set(c["seed"].dropna())) if len(c) else []
-    chance = ", ".join(f"{k} {v:g}" for k, v in lead.CHANCE.items())
-    return (f"<p>{len(c)} cells, {int((c['state'] == 'done').sum()) if len(c) else 0} done; "
-            f"seeds {esc(seeds)}. {esc(LEGEND)}</p>"
-            + ('<p class="note">One seed: every Δ is an item-level bootstrap (marked †) that does '
-               "not include seed-to-seed variance, so no claim below is supported or "
-               "contradicted on it. Run SEEDS=\"0 1 2\" for verdicts.</p>" if len(seeds) < 2
-               else "")
-            + '<p class="note">Read small-scale numbers with care: models this small score near '
-            f"chance on these benchmarks (chance: {chance}), so accuracy differences are mostly "
-            "noise and the smooth metrics (bits per byte of gold answers, validation CE in nats) "
-            "carry the signal. A verdict of 'inconclusive' is the expected outcome of a demo; "
-            "the minimum detectable effect beside each verdict (and in Signal and noise) says "
-            "what the sweep could have seen.</p>")
+    return _t().provenance(
+        m, data.root / "sweeps" / data.name / "manifest.json",
+        json.dumps(m.get("grid"), sort_keys=True), runs, ev,
+        pd.DataFrame([{"data": k, "sha256": v} for k, v in sorted(sums.items())]) if sums
+        else None, synth, data.warnings,
+        dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        sys.version.split()[0], pd.__version__)
 
 
 def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
@@ -315,15 +236,11 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     if len(p):
         zero = {k for k, g in p.groupby(["task", "metric"]) if (g["value"].fillna(0) == 0).all()}
         p = p[[(t, m) not in floor | zero for t, m in zip(p["task"], p["metric"], strict=True)]]
-    fig = ckpts.curves_figure(dataclasses.replace(data, points=p))
-    png = render_png(fig)
+    png = render_png(ckpts.curves_figure(dataclasses.replace(data, points=p)))
     if png:
         (out_dir / "benchmark_curves.png").write_bytes(png)
-    title = "Training curves and Table 3 (final value, mean over the last third)"
     if t3.empty:
-        return _section("table3", title, '<p class="missing">no evaluated checkpoints besides '
-                        "the final one: run the sweep with EVAL=1 EVAL_POINTS=n (n evenly spaced "
-                        "checkpoints) for the paper's curves and its last-third average</p>")
+        return _t().table3(True, None, None, None)
     view = t3.assign(
         benchmark=t3["benchmark"] + " (" + t3["metric"] + "; paper " + t3["paper_metric"]
         + UNCHECKED + ")",
@@ -337,49 +254,18 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     shown = view[[not f for f in at_floor]][[
         "group", "benchmark", "column", "n_seeds", "n_points", "final [95% CI over seeds]",
         "last third [95% CI over seeds]", "steps", "ci_method"]]
-    fl = sorted(set(view.loc[at_floor, "benchmark"]))
-    return _section(
-        "table3", title,
-        "<p>Per seed: the final checkpoint's value and the mean over the evaluated "
-        "checkpoints in the last third of training (tokens >= 2/3 of the final's; "
-        "n_points of them, steps listed); then the mean over seeds with a t interval over "
-        "seeds (none with one seed). Leaking (posterior-Z) scores are never used.</p>"
-        + (f"<details><summary>Table 3 ({len(shown)} rows)</summary>{html(shown)}</details>"
-           if len(shown) else "")
-        + (f'<p class="fold">At the floor (every arm 0; not shown, not drawn): '
-           f'{esc(", ".join(fl))}</p>' if fl else "")
-        + img(png, "benchmark curves vs training tokens",
-              "every evaluated checkpoint's score is at the floor"
-              if png is None and not len(shown) else "fewer than two steps")
-        + "<p>Files: report/table3.csv, report/benchmark_curves.png</p>")
+    return _t().table3(False, shown, sorted(set(view.loc[at_floor, "benchmark"])), png)
 
 
 def _likelihood_html(data: SweepData, out_dir: Path) -> str:
     lt = ckpts.likelihood_table(data)
     lt.to_csv(out_dir / "likelihood.csv", index=False)
-    title = "Likelihood: both arms on one honest basis"
-    if lt.empty:
-        return _section("likelihood", title, '<p class="missing">no likelihood files (the '
-                        "chained evaluation writes them with EVAL=1; or run <code>python -m "
-                        "experiments.eval.likelihood &lt;run dir&gt;</code>)</p>")
-    per = [f"{col}: gap {pd.to_numeric(g['gap_nats_per_token'], errors='coerce').mean():+.4f} "
-           "nats/token, KL spend recovered "
-           f"{100 * pd.to_numeric(g['kl_spend_recovered'], errors='coerce').mean():.2g}% (mean "
-           f"of {pd.to_numeric(g['gap_nats_per_token'], errors='coerce').notna().sum()} seeds)"
-           for col, g in lt.groupby("column", sort=False)]
-    return _section(
-        "likelihood", title,
-        "<p>Validation bits per byte from experiments/eval/likelihood.py on the same "
-        "rows for both arms: the baseline's is exact, the Free Transformer's an "
-        "importance-weighted (IWAE) upper bound on its NLL at k = 1, 8, 64 (spread = how "
-        "far the bound moved from the smallest to the largest k). gap = FT minus baseline "
-        "NLL in nats per token at the largest k (an upper bound on the true gap). "
-        "KL spend recovered = (CE_baseline - CE_posterior) / KL (bryanvine's figure); the "
-        "_iwae variant replaces the ELBO by the IWAE bound. The posterior-Z CE is "
-        "<b>leaking</b> (Z from an encoder that reads the scored tokens): it is not a "
-        "likelihood and is never compared with the baseline's CE.</p>"
-        f"<p>{esc('; '.join(per))}</p><details><summary>Per Free Transformer and seed "
-        f"({len(lt)} rows)</summary>{html(lt)}</details><p>File: report/likelihood.csv</p>")
+    num = (lambda g, k: pd.to_numeric(g[k], errors="coerce"))
+    return _t().likelihood(lt, [
+        f"{col}: gap {num(g, 'gap_nats_per_token').mean():+.4f} nats/token, KL spend recovered "
+        f"{100 * num(g, 'kl_spend_recovered').mean():.2g}% (mean of "
+        f"{num(g, 'gap_nats_per_token').notna().sum()} seeds)"
+        for col, g in lt.groupby("column", sort=False)])
 
 
 def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataFrame],
@@ -392,38 +278,17 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
     png = render_png(fig)
     if png:
         (out_dir / "lead_forest.png").write_bytes(png)
-    curves = figures.learning_curves(data)
-    curves_png = render_png(curves)
+    curves_png = render_png(figures.learning_curves(data))
     if curves_png:
         (out_dir / "learning_curves.png").write_bytes(curves_png)
     forest.to_csv(out_dir / "lead.csv", index=False)
-    same = lead.identical_runs(data)
     st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values() if len(t)]
                    or [lead.row_status(pd.DataFrame())])
     not_eval = sorted(set(st.loc[~st["evaluated"].astype(bool), "benchmark"].dropna()))
     words = lead.verdict_words(forest)
-    side = html(pd.DataFrame(words, columns=["comparison", "verdict (all kappas, every "
-                                             "measured metric)"])) if words else \
-        '<p class="missing">no comparison has a Δ yet</p>'
-    return ('<section id="lead"><div class="lead-row"><div class="lead-fig">'
-            + img(png, "lead figure: each run's value per metric" if one_seed else
-                  "lead figure: forest of Δ per comparison, kappa and metric",
-                  "no comparison has a Δ yet (nothing evaluated, or no reference arm)")
-            + '</div><div class="lead-side">'
-            + "".join(f'<p class="cannot"><b>Trained identically.</b> {esc(x)}.</p>'
-                      for x in same)
-            + (f'<p class="note">{esc(lead.ONE_SEED_WHY)}.</p>' if one_seed else "")
-            + '<b>Verdicts</b> (Holm across kappas; grey band '
-            f"= ±MDE at 80% power){side}"
-            f'<p class="cannot"><b>What this sweep can and cannot say.</b> '
-            f"{esc(lead.can_cannot(data, forest, tables, not_eval))}</p>"
-            + img(curves_png, "learning curves: validation CE against tokens and FLOPs",
-                  "no validation line yet")
-            + "<p>Details: <a href=\"#verdicts\">verdicts by metric</a>, "
-            "<a href=\"#table-tokens\">tables</a>, <a href=\"#signal-noise\">signal and "
-            "noise</a>, <a href=\"#probe\">the latent</a>, <a href=\"#appendix\">run-ids "
-            "and provenance</a>. Files: report/lead.csv, report/lead_forest.png, "
-            "report/learning_curves.png, report/summary.png</p></div></div></section>")
+    return _t().lead(png, one_seed, lead.identical_runs(data), lead.ONE_SEED_WHY, pd.DataFrame(
+        words, columns=["comparison", "verdict (all kappas, every measured metric)"])
+        if words else None, lead.can_cannot(data, forest, tables, not_eval), curves_png)
 
 
 def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:
@@ -436,51 +301,20 @@ def _claims_html(claims: pd.DataFrame, index: RunIndex) -> str:
         "our evidence": claims["evidence"].map(esc), "source": claims["source"].map(esc),
         "runs": [index.a(r, f"claim: {c[:60]}") if isinstance(r, str) else ""
                  for c, r in zip(claims["claim"], claims["run_ids"], strict=True)]})[~skip]
-    unjudged = [c.removeprefix("The Free Transformer beats the baseline ")
-                for c in claims.loc[skip, "claim"]]
-    return _section("claims", "Paper claims checklist", f"<details><summary>{len(claims)} claims: "
-            f"{esc(', '.join(f'{n} {v}' for v, n in counts.items()))} (open for the evidence)"
-            f"</summary>{html(shown, raw=tuple(shown.columns))}"
-            + (f'<p class="fold">Inconclusive, the benchmark not evaluated in this sweep: '
-               f'{esc("; ".join(unjudged))}</p>' if unjudged else "")
-            + "</details><p>File: report/claims.csv</p>")
-
-
-def _signal_noise_html(sn: pd.DataFrame, verdicts: pd.DataFrame) -> str:
-    body = '<p class="missing">no metric with scores yet</p>' if sn.empty else (
-        "<p>Per metric: the seed SD (pooled over every arm's column), the spread of the "
-        "columns' means across arms and kappas, and their ratio (the signal-to-noise of "
-        "Heineman et al. 2025, <i>Signal and Noise</i>: a benchmark tells models apart when "
-        "the spread is large against the seed noise), beside the median minimum detectable "
-        "effect of the lead figure's comparisons.</p>" + html(sn.rename(columns={
-            "seed_sd": "seed SD", "spread_across_arms": "spread across arms and kappas (SD of "
-            "means)", "signal_to_noise": "signal / noise", "mde": "MDE (median)",
-            "n_seeds": "seeds"})))
-    return _section("signal-noise", "Signal and noise per metric", body) + _section(
-        "verdicts", "Verdicts by metric", html(verdicts) + "<p>File: report/lead.csv (every Δ "
-        "of the lead figure, with its source table)</p>")
+    return _t().claims(len(claims), ", ".join(f"{n} {v}" for v, n in counts.items()),
+                       html(shown, raw=tuple(shown.columns)),
+                       [c.removeprefix("The Free Transformer beats the baseline ")
+                        for c in claims.loc[skip, "claim"]])
 
 
 def _overhead_html(data: SweepData, index: RunIndex) -> str:
     """The overhead table, after what a wall-clock comparison rests on: its n and the
     machine's load."""
     ot = overhead_table(data)
-    table = linked(ot, index, "overhead")
-    if ot.empty or not ot["wallclock_pairs"].fillna(0).gt(0).any():
-        return table
-    n = sorted(set(ot["wallclock_pairs"].fillna(0).astype(int)))
-    local = data.manifest.get("local") if isinstance(data.manifest.get("local"), dict) else {}
-    load = (f"{local['jobs']} job(s) ran at once, {local.get('threads_per_job', '?')} thread(s) "
-            "each" if local.get("jobs") else "the jobs' concurrency is not recorded")
-    return (f'<p class="note">Wall-clock overhead: the median over n = {"/".join(map(str, n))} '
-            "seed pair(s) per column, each pair run on one host with the same threads and "
-            f"launcher; {load}, and the machine's other load was not recorded: on a shared "
-            "CPU one pair can be off by tens of percent. The FLOPs overhead is analytic and "
-            "exact.</p>" + table)
-
-
-def _section(sid: str, title: str, body: str) -> str:
-    return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'
+    has_pairs = not ot.empty and ot["wallclock_pairs"].fillna(0).gt(0).any()
+    local = data.manifest.get("local")
+    return _t().overhead(linked(ot, index, "overhead"), sorted(set(ot["wallclock_pairs"].fillna(
+        0).astype(int))) if has_pairs else [], local if isinstance(local, dict) else {})
 
 
 def build_report(name: str, root: str | Path | None = None, synthetic: str | None = None,
@@ -511,72 +345,49 @@ def build_report(name: str, root: str | Path | None = None, synthetic: str | Non
         figs[key] = render_png(fn(data))
         if figs[key]:
             (out_dir / f"{key}.png").write_bytes(figs[key])
+    c = data.cells
+    seeds = sorted(set(c["seed"].dropna())) if len(c) else []
+    tpl = _t()
     sections = [
-        _lead_html(data, forest, tables, out_dir),
-        _section("card", "Report card", rcard.card_html(lines) + "<details><summary>summary.png "
-                 "(this card and the headline forest as one picture, for a review)</summary>"
-                 + img(summary_png, "report card (summary.png)", "not drawn") + "</details>"),
-        _section("summary", "How to read this report", _summary_html(data)),
-        _signal_noise_html(sn, lead.verdict_table(forest))]
+        _lead_html(data, forest, tables, out_dir), tpl.card(lines, summary_png),
+        tpl.summary(len(c), int((c["state"] == "done").sum()) if len(c) else 0, seeds, LEGEND,
+                    ", ".join(f"{k} {v:g}" for k, v in lead.CHANCE.items())),
+        tpl.signal_noise(sn.rename(columns={
+            "seed_sd": "seed SD", "spread_across_arms": "spread across arms and kappas (SD of "
+            "means)", "signal_to_noise": "signal / noise", "mde": "MDE (median)",
+            "n_seeds": "seeds"}), lead.verdict_table(forest))]
     heads = {"tokens": "Equal tokens (the paper's protocol)", "flops": "Equal FLOPs"}
     for view in VIEWS:
         t = tables[view]
-        body = [f'<p class="note">{esc(notes.get(view, ""))}</p>']
-        if t.empty:
-            body.append('<p class="missing">no table for this view (see the note above)</p>')
-        for comp in [c for c in comps if c.view == view] or [None]:
+        parts = []
+        for comp in [x for x in comps if x.view == view] or [None]:
             part = t[t["comparison"] == comp.key] if comp is not None and len(t) else t
             if len(part):
-                body.append(f"<h3>{esc(comp.title if comp else 'reference missing')}</h3>"
-                            + table_html(part, index))
-        specs = specs_used(data, t) if len(t) else []
-        if specs:
-            body.append("<p>Eval specs of these cells (one per suite; never mixed): "
-                        + "; ".join(f"<code>{esc(x)}</code>" for x in specs) + "</p>")
-        sections.append(_section(f"table-{view}", heads[view], "".join(body)
-                                 + f"<p>Files: report/table_{view}.csv, .md, .tex (every row, "
-                                 "for pasting)</p>"))
+                parts.append((comp.title if comp else "reference missing",
+                              table_html(part, index)))
+        sections.append(tpl.view(view, heads[view], notes.get(view, ""), t.empty, parts,
+                                 specs_used(data, t) if len(t) else []))
     free_runs = [RunDir.of(str(r), data.root).path for r in
-                 data.cells.loc[data.cells["arm"] == FREE.name, "run_id"].dropna()]
+                 c.loc[c["arm"] == FREE.name, "run_id"].dropna()]
     sections += [
         _claims_html(claims, index), _table3_html(data, out_dir, main_table),
         _likelihood_html(data, out_dir),
         latent_section(free_runs, out_dir),  # one figure per kappa, runs folded
-        _section("eval-completeness", "Evaluation completeness: truncation and missing scores",
+        tpl.wrap("eval-completeness", "Evaluation completeness: truncation and missing scores",
                  completeness_html(data)),
-        _section("figures", "Figures",
-                 img(figs["training_curves"], "training curves", "no training metrics yet")
-                 + img(figs["val_ce_vs_kappa"], "validation CE vs kappa",
-                       "no Free Transformer validation CE yet")
-                 + "<h3>Leak check (the paper's \"collapse\")</h3>"
-                 + linked(leak_table(data), index, "leak check")
-                 + img(figs["benchmarks_vs_kappa"], "benchmarks vs kappa",
-                       "no benchmark scores off the floor yet")
-                 + img(figs["overhead"], "overhead vs 1/L", "no accounting or throughput yet")
-                 + "<h3>Overhead</h3>" + _overhead_html(data, index)),
-        _section("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
-    c = data.cells
-    status = '<p class="missing">the manifest lists no cells</p>' if c.empty else (
-        "<p>cells: " + ", ".join(f"{n} {esc(s)}" for s, n in
-                                 c["state"].fillna("unknown").value_counts().items()) + "</p>"
-        + html(c.assign(eval_files=c.get("eval_files", "").map(
-            lambda x: " ".join(x) if isinstance(x, list) else x))[[
-                k for k in ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id",
-                            "state", "eval_state", "reason", "final_tokens", "final_flops",
-                            "wall_s", "tokens_per_s", "eval_files"] if k in c]]))
-    sections.append(_section(
-        "appendix", "Appendix: run-ids, cells and provenance",
-        "<h3>Run-ids of every table cell</h3><p>Each table cell links here; the run-id is the "
-        "hash of the resolved training config (docs/RESULTS.md).</p>" + index.html()
-        + f'<div id="runs"><details><summary>Cells and their state ({len(c)})</summary>'
-        f"{status}</details></div>"
-        f'<footer id="provenance"><h3>Provenance</h3>{_provenance_html(data, synth)}</footer>'))
-    doc = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-           f"<title>Free Transformer benchmark: {esc(name)}</title><style>{CSS}</style>"
-           f"<script>{CHECK_JS % (json.dumps(REQUIRED_SECTIONS), json.dumps(MEASURED))}</script>"
-           f"</head><body><h1>Free Transformer vs baseline: sweep <code>{esc(name)}</code></h1>"
-           + "\n".join(sections) + "</body></html>\n")
-    return atomic_write_text(SweepDir.of(name, root).report_html, doc)
+        tpl.figures(figs, linked(leak_table(data), index, "leak check"),
+                    _overhead_html(data, index)),
+        tpl.wrap("synthetic", "Synthetic task (paper §4.1)", _synthetic_html(synth))]
+    cells = None if c.empty else c.assign(eval_files=c.get("eval_files", "").map(
+        lambda x: " ".join(x) if isinstance(x, list) else x))[[
+            k for k in ["cell", "arm", "kappa_bits", "latent_bits", "seed", "run_id", "state",
+                        "eval_state", "reason", "final_tokens", "final_flops", "wall_s",
+                        "tokens_per_s", "eval_files"] if k in c]]
+    sections.append(tpl.appendix(index.html(), len(c), cells,
+                                 c["state"].fillna("unknown").value_counts() if len(c) else None,
+                                 _provenance_html(data, synth)))
+    return atomic_write_text(SweepDir.of(name, root).report_html, tpl.page(
+        name, CHECK_JS % (json.dumps(REQUIRED_SECTIONS), json.dumps(MEASURED)), sections))
 
 
 def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
