@@ -35,7 +35,9 @@ from common.errors import UsageError, cli
 from common.gpus import no_silent_cpu
 from common.io import atomic_write_text
 from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
-from experiments.train.config import gpu_peak_tflops
+from experiments import memory as MEM
+from experiments.train import plan as P
+from experiments.train.config import ConfigError, compose, gpu_peak_tflops
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
 """The committed recipe measurements as a table (`measurements_doc`), generated."""
@@ -87,9 +89,6 @@ def _train(args: list[str], results: Path, nproc: int = 1, nodes: int = 1,
     stderr: (run dir or None, "ok" or "exit N: <its last line> (stderr: <file>)")."""
     import tempfile
 
-    from experiments.train.config import compose
-    from experiments.train.plan import run_dir
-
     results.mkdir(parents=True, exist_ok=True)
     train = ["-m", "experiments.train", *args, f"paths.results={results}"]
     port = _free_port()
@@ -112,7 +111,7 @@ def _train(args: list[str], results: Path, nproc: int = 1, nodes: int = 1,
         if p.wait():
             tail = (err.read_text(errors="replace").strip().splitlines() or ["no output"])[-1]
             return None, f"exit {p.returncode}: {tail[:300]} (stderr: {err})"
-    return run_dir(compose([*args, f"paths.results={results}"])), "ok"
+    return P.run_dir(compose([*args, f"paths.results={results}"])), "ok"
 
 
 def _max_rel(a: list[float], b: list[float]) -> float:
@@ -325,8 +324,6 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
     (resumed from) and the last. A model whose state does not fit SLICE_FIT of `capacity_gb`
     (hand estimate) or whose run needs more than `disk_free` (plan.disk_bytes) keeps its
     widths and loses layers until both fit ("layer_sliced")."""
-    from experiments.train.config import compose
-    from experiments.train.plan import disk_bytes, memory_estimate, plan
     from sweeps.recipe import merge_overrides
 
     base = [o for o in recipe.training_overrides(gpu=gpu_type)
@@ -357,10 +354,10 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
         """(per-GPU memory by the hand estimate, the run's disk by the trainer's rule)"""
         # the composed config with fewer layers (a hydra compose per candidate took ~1 s)
         c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=layers))
-        rp = plan(c, n)
-        est = memory_estimate(rp, mode)
+        rp = P.plan(c, n)
+        est = P.memory_estimate(rp, mode)
         return (est["total_checkpointed" if c.train.activation_checkpointing else "total"],
-                disk_bytes(c, rp, device_type)["run"])
+                P.disk_bytes(c, rp, device_type)["run"])
 
     def fits(layers: int) -> bool:
         mem, disk = need(layers)
@@ -399,14 +396,12 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
 def time_plan(cfg: Any, n: int, peak_tflops: float | None, planned: bool) -> dict[str, float]:
     """Seconds per phase of the recipe check of `cfg` on `n` GPUs, from the plan's FLOPs at the
     planned MFU and FIRST_CONTACT; `planned`: the fake-tensor plan is shipped or cached."""
-    from experiments.train.plan import checkpoint_bytes, plan, planned_mfu
-
-    fc, p = FIRST_CONTACT, plan(cfg, n)
-    mfu = planned_mfu(cfg)[0]
+    fc, p = FIRST_CONTACT, P.plan(cfg, n)
+    mfu = P.planned_mfu(cfg)[0]
     rate = n * (peak_tflops or 989.0) * 1e12 * mfu  # model FLOP/s of the n GPUs
     step = p.tokens_per_step * p.flops_per_token / rate
     val = cfg.data.val_tokens * p.flops_per_token / 3 / rate * 2  # prior (and posterior) passes
-    ck = checkpoint_bytes(p)
+    ck = P.checkpoint_bytes(p)
     gb = 1e9
     start = fc["startup_s"] + fc["build_s_per_gparam"] * p.params["total"] / gb + fc["compile_s"]
     save = ck["full"] / n / gb * (1 / fc["d2h_gbps"] + 1 / fc["write_gbps"])
@@ -452,8 +447,6 @@ def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None
 def plan_step(cfg: Any, n: int) -> tuple[list[Any], str]:
     """The fake-tensor plan of the check's run on `n` GPUs: cached, else shipped, else measured
     here. (records, where they come from)."""
-    from experiments import memory as MEM
-
     t0 = time.time()
     recs, path = MEM.measure_cached(cfg, world_size=n, device_type="cuda",
                                     cache=Path(cfg.paths.cache), shipped=MEM.SHIPPED)
@@ -472,9 +465,6 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                 nproc: int = 1, ship: bool = False) -> int:
     """`make gpu-check RECIPE=<name>`: the recipe's real shape on the GPUs present (`cpu`: the
     same flow on `nproc` gloo processes, no peaks or speeds). `ship`: only measure its plan."""
-    from experiments import memory as MEM
-    from experiments.train.config import ConfigError, compose
-    from experiments.train.plan import free_bytes, plan
     from sweeps.recipe import load
 
     t_start = time.time()
@@ -494,7 +484,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         # a shipped plan is for the node's disk, not this host's
         args, shape = recipe_args(rec, gtype, n, steps, total / 1e9,
                                   [*(extra or []), *(["train.device=cpu"] if cpu else [])],
-                                  disk_free=None if ship else free_bytes(root),
+                                  disk_free=None if ship else P.free_bytes(root),
                                   device_type="cpu" if cpu else "cuda")
         cfg = compose(args)
     except (UsageError, ConfigError, ValueError) as e:
@@ -513,7 +503,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         f"{shape['vocab_size']:,}, {shape['precision']}, compile {shape['compile']}, "
         f"{shape['parallel']}" + (f"; LAYER-SLICED: {shape['layer_sliced']['why']}"
                                   if shape["layer_sliced"] else ""))
-    p = plan(cfg, n)
+    p = P.plan(cfg, n)
     plan_recs, plan_src = plan_step(cfg, n)
     say(f"the plan's per-phase peaks on fake tensors (experiments/memory.py): {plan_src}")
     budget = time_plan(cfg, n, peak, True)
@@ -623,10 +613,9 @@ def measurements_doc(folder: Path | None = None) -> str:
     import pandas as pd
 
     from analysis.render import DASH, fmt, md, num
-    from experiments.train.plan import recipe_checks
 
     rows = []
-    for path, d in recipe_checks([folder or MEASURED / GPU_CHECK]):
+    for path, d in P.recipe_checks([folder or MEASURED / GPU_CHECK]):
         ph = {r["phase"]: r.get("measured_over_plan") for r in d.get("phases", [])}
         sl = d.get("layer_sliced")
         s = {k: DASH if d.get(k) is None else str(d[k]) for k in (
@@ -700,21 +689,17 @@ def _main(argv: list[str] | None) -> int:
             f"train.tokens={a.steps * batch * seq}", "logging.progress=false",
             "logging.log_every=1", "logging.val_every=0", "data.val_tokens=4096",
             "train.force=true"]
-    from experiments.train.config import compose
-    from experiments.train.plan import plan
-
     t0 = time.time()
     checks: list[dict[str, Any]] = []
     ok = True
     for arm, h in (("baseline", 0), ("free", 16)):
         args = [*base, f"model.latent_bits={h}", f"train.micro_batch_size={batch // n}"]
-        fpt = plan(compose(args), 1).flops_per_token
+        fpt = P.plan(compose(args), 1).flops_per_token
         ref, why = _train([*args, "train.precision=fp32"], work)
         one, why1 = _train([*args, "train.precision=bf16", "train.compile=true"], work)
         row: dict[str, Any] = {"arm": arm, "latent_bits": h, "fp32": why, "bf16_compile": why1}
         if ref and one:
-            a32, a16 = _losses(ref), _losses(one)
-            rel = max(abs(x - y) / abs(x) for x, y in zip(a32, a16, strict=True))
+            rel = _max_rel(_losses(ref), _losses(one))
             row["bf16_vs_fp32_max_rel"] = rel
             row["bf16_within_tol"] = rel <= a.tol
             tps = _tokens_per_s(one)[0]
@@ -728,9 +713,7 @@ def _main(argv: list[str] | None) -> int:
                              f"train.parallel={mode}"], root / "gpu_check" / mode, nproc=n)
             row[mode] = w
             if run and one:
-                d = max(abs(x - y) / abs(x)
-                        for x, y in zip(_losses(one), _losses(run), strict=True))
-                row[f"{mode}_vs_1gpu_max_rel"] = d
+                row[f"{mode}_vs_1gpu_max_rel"] = _max_rel(_losses(one), _losses(run))
                 tps = _tokens_per_s(run)[0]
                 row[f"tokens_per_s_{mode}"] = tps
                 row[f"mfu_{mode}"] = tps * fpt / (n * peak * 1e12) if tps and peak else None

@@ -180,11 +180,10 @@ def _prior_k_spread(samples: list[dict], lm: Any) -> dict[str, float]:
     acc: dict[int, list[float]] = defaultdict(list)
     accn: dict[int, list[float]] = defaultdict(list)
     for s in samples:
-        args = s.get("arguments")
-        if not isinstance(args, (list, dict)):
+        args = s.get("arguments")  # in memory: a list of each request's args (`_gen_args`)
+        if not isinstance(args, list):
             return {}
-        pairs = [tuple(a) for a in args] if isinstance(args, list) else \
-            [(a["arg_0"], a["arg_1"]) for a in args.values()]
+        pairs = [tuple(a) for a in args]
         draws = [lm.draw_logliks.get(p) for p in pairs]
         if any(d is None or len(d) != lm.k for d in draws) or not isinstance(s.get("target"),
                                                                              int):
@@ -224,18 +223,15 @@ def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> di
 
 
 def _gen_args(samples: list[dict]) -> list[tuple[str, dict]]:
-    """(context, gen_kwargs) of the generate_until requests logged in lm-eval samples."""
+    """(context, gen_kwargs) of the generate_until requests logged in lm-eval samples (in
+    memory `arguments` is a list of each request's args; the dict form is only on disk)."""
     out, seen = [], set()
     for s in samples:  # one sample per document and filter: count each document once
         doc = (s.get("_subtask"), s.get("doc_id"))
         if doc in seen:
             continue
         seen.add(doc)
-        args = s.get("arguments")
-        if isinstance(args, dict):
-            args = [(a.get("arg_0"), a.get("arg_1")) for a in args.values()
-                    if isinstance(a, dict)]
-        for a in args or []:
+        for a in s.get("arguments") or []:
             if isinstance(a, (list, tuple)) and len(a) == 2 and isinstance(a[0], str) \
                     and isinstance(a[1], dict):
                 out.append((a[0], a[1]))

@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,28 +141,23 @@ class _Cgroup:
         LIVE_CGROUPS.add(self.path)
         (self.path / "pids.max").write_text(str(pids_max))
 
+    def pids(self) -> list[int]:
+        try:
+            return [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
+        except OSError:  # gone: nothing left in it
+            return []
+
     def kill_all(self) -> int:
         """SIGKILL what is left; returns how many processes were still alive after a grace."""
         for _ in range(25):  # bwrap's init may still be exiting: not a leftover
-            try:
-                if not (self.path / "cgroup.procs").read_text().split():
-                    return 0
-            except OSError:
+            if not self.pids():
                 return 0
             time.sleep(0.01)
-        n = 0
-        for _ in range(50):
-            try:
-                pids = [int(p) for p in (self.path / "cgroup.procs").read_text().split()]
-            except OSError:
-                return n
-            if not pids:
-                return n
-            if self.version == "v2" and (self.path / "cgroup.kill").exists():
-                (self.path / "cgroup.kill").write_text("1")
-            n += _sigkill(pids)
-            time.sleep(0.02)
-        return n
+        return _kill_while(self.pids, self._cgroup_kill)
+
+    def _cgroup_kill(self) -> None:
+        if self.version == "v2" and (self.path / "cgroup.kill").exists():
+            (self.path / "cgroup.kill").write_text("1")
 
     def remove(self) -> None:
         for _ in range(50):
@@ -226,26 +222,22 @@ def _uid_processes(uid: int) -> list[int]:
     return out
 
 
-def _kill_uid(uid: int) -> int:
+def _kill_while(pids: Callable[[], list[int]], before: Callable[[], Any] = lambda: None) -> int:
+    """SIGKILL what `pids()` lists (after `before()`) until it lists nothing, at most 50 rounds;
+    the number of processes that were still alive to receive it."""
     n = 0
     for _ in range(50):
-        pids = _uid_processes(uid)
-        if not pids:
+        live = pids()
+        if not live:
             break
-        n += _sigkill(pids)
+        before()
+        for p in live:
+            try:
+                os.kill(p, signal.SIGKILL)
+                n += 1
+            except ProcessLookupError:
+                pass
         time.sleep(0.02)
-    return n
-
-
-def _sigkill(pids: list[int]) -> int:
-    """SIGKILL each pid; the number that were still alive to receive it."""
-    n = 0
-    for p in pids:
-        try:
-            os.kill(p, signal.SIGKILL)
-            n += 1
-        except ProcessLookupError:
-            pass
     return n
 
 
@@ -443,23 +435,21 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
     hostdir = None
     t0 = time.monotonic()
     try:
+        cmd = _prlimit(timeout_s, mem_bytes, tmpfs_bytes, NPROC if uid else None)
         if iso.mode.startswith("bwrap"):
             job["workdir"] = "/tmp/work"
-            cmd = _prlimit(timeout_s, mem_bytes, tmpfs_bytes, NPROC if uid else None)
             cmd += _bwrap_args(shutil.which("bwrap") or "bwrap", as_root, tmpfs_bytes,
                                _evalplus_utils())
-            cmd += (_setpriv(uid.uid) if uid else []) + [sys.executable, "-I", "/opt/child.py"]
-            env = _child_env("/tmp")
+            child, env = "/opt/child.py", _child_env("/tmp")
         else:  # weak: a throwaway host directory, own session, dropped uid where root
             hostdir = Path(tempfile.mkdtemp(prefix="ftbench-sandbox-"))
             job["workdir"] = str(hostdir)
             job["evalplus_utils"] = _evalplus_utils()
             if uid:
                 os.chown(hostdir, uid.uid, uid.uid)
-            cmd = _prlimit(timeout_s, mem_bytes, tmpfs_bytes, NPROC if uid else None)
             cmd += ([shutil.which("unshare") or "unshare", "-n", "--"] if as_root else [])
-            cmd += (_setpriv(uid.uid) if uid else []) + [sys.executable, "-I", str(CHILD)]
-            env = _child_env(str(hostdir))
+            child, env = str(CHILD), _child_env(str(hostdir))
+        cmd += (_setpriv(uid.uid) if uid else []) + [sys.executable, "-I", child]
         if as_root and iso.record().get("cgroup_pids_max"):
             base = _cgroup_base()
             if base is not None:
@@ -480,7 +470,7 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
         if cg is not None:
             leftovers += cg.kill_all()
         if uid is not None:
-            leftovers += _kill_uid(uid.uid)
+            leftovers += _kill_while(functools.partial(_uid_processes, uid.uid))
         elif iso.mode == "weak":
             _kill_group(proc.pid)
     finally:
