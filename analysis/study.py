@@ -24,6 +24,14 @@ from common import arms, benchmarks
 from common.arms import BASELINE, FREE, FREE_ZCUT
 from common.errors import UsageError, cli
 from common.io import atomic_write_text
+from common.latent_use import (
+    DEAD_INFO_BITS,
+    DEAD_SHARE,
+    USED_KL_BITS,
+    USED_SHARE,
+    USED_SHARE_LO,
+    use_state,
+)
 from common.text import one_line
 
 from .render import fmt, md, num
@@ -317,21 +325,17 @@ def _seed_text(sd: object) -> str:
     return "?" if sd is None or sd != sd else str(int(sd))  # type: ignore[arg-type]
 
 
-DEAD_RULE = ("dead = the upper end of the recovered share's 95% interval under 0.05, or "
-             "information under 0.01 bit/token (the probe's rule, unchanged since these files "
-             "were written); used = share >= 0.25, its lower end >= 0.10, KL >= 0.1 bit; "
-             "otherwise undetermined")
+DEAD_RULE = (f"dead = the upper end of the recovered share's 95% interval under {DEAD_SHARE}, or "
+             f"information under {DEAD_INFO_BITS} bit/token (the probe's rule, unchanged since "
+             f"these files were written); used = share >= {USED_SHARE}, its lower end >= "
+             f"{USED_SHARE_LO:.2f}, KL >= {USED_KL_BITS} bit; otherwise undetermined")
 
 
 def _state(r: pd.Series) -> str:
-    hi = num(r.get("recovered_share_hi"))
-    top = hi if math.isfinite(hi) else num(r.get("recovered_share"))
-    if top < 0.05 or num(r.get("information_bits")) < 0.01:
-        return "dead"
-    if num(r.get("recovered_share")) >= 0.25 and num(r.get("recovered_share_lo")) >= 0.10 \
-            and num(r.get("kl_bits")) >= 0.1:
-        return "used"
-    return "undetermined"
+    """common.latent_use's state of a latent.csv row; a row with no share is undetermined."""
+    return use_state(*(num(r.get(k)) for k in ("recovered_share", "recovered_share_lo",
+                                               "recovered_share_hi", "kl_bits",
+                                               "information_bits"))) or "undetermined"
 
 
 def latent_section(lat: pd.DataFrame | None, probe: pd.DataFrame | None,
