@@ -44,7 +44,7 @@ from common.errors import UsageError, cli
 from common.kappa import kappa_label as common_kappa_label
 from common.paths import RunDir, results_root
 
-from .render import DASH, blocks, ci, fmt, md, write_doc
+from .render import DASH, blocks, ci, fmt, md, template, write_doc
 from .stats import t_half
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -1084,24 +1084,16 @@ def render_block(agg_dir: str | os.PathLike) -> str:
     """The generated Markdown of one aggregate folder, from its committed files only."""
     d = Path(agg_dir)
     if not (d / "aggregate.json").is_file():  # a block reserved for runs not made yet
-        return (f"Not run yet: no tables in `{d.parent.name}/{d.name}/` (its aggregate.json "
-                "is absent); the runs' command is in the text above this block.\n")
+        return template("synthetic_block.md.j2").render(ran=False, folder=f"{d.parent.name}/"
+                                                        f"{d.name}")
     per_seed, summary = pd.read_csv(d / "per_seed.csv"), pd.read_csv(d / "summary.csv")
     curves = pd.read_csv(d / "curves.csv")
     meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
     srcs = [s for s in meta["sources"] if s["status"] == "measured"]
     n_all, n_runs = len(meta["names"]), len(srcs)
-    L = [f"Runs: {n_runs} of {n_all} measured: "
-         + ", ".join(f"{s['name']} (seed {s['seed']})" for s in srcs) + "."
-         + (f" Missing (not finished): {', '.join(meta['missing'])}." if meta["missing"] else "")]
-    for setting, h, high, ov, extra in sorted({
-            (s.get("setting"), s.get("latent_bits"), s.get("high_latent_bits") or 0,
-             " ".join(s.get("train_overrides") or []), " ".join(s.get("extra_overrides") or []))
-            for s in srcs}):
-        hs = f"H = {h}" + (f" (H = {high} for kappa >= {h})" if high else "")
-        L.append(f"Setting `{setting}`, {hs}: `{ov}`" + (f", plus `{extra}`" if extra else "")
-                 + ".")
-    L += _regimes_block(summary, _read_verdicts(d / "verdicts.csv"), n_all)
+    settings = sorted({(s.get("setting"), s.get("latent_bits"), s.get("high_latent_bits") or 0,
+                        " ".join(s.get("train_overrides") or []),
+                        " ".join(s.get("extra_overrides") or [])) for s in srcs})
     cols = {"kl_bits": "KL bits/token", "pos_agree_within": "pos. shared",
             "pos_agree_across": "pos. across", "pos_gap": "pos. gap",
             "noise_jaccard_within": "noise shared", "noise_jaccard_across": "noise across",
@@ -1116,27 +1108,18 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                            "regime (v1)": r["regime_result"]
                            if isinstance(r["regime_result"], str) else DASH}
                           for _, r in per_seed.iterrows()])
-    L += ["", f"Mean over seeds (n = seeds measured where fewer than {n_all}; KL from the "
-          "encoder on held-out sequences; CE in nats/char, with Z from the prior (honest) and "
-          "from the encoder (which has seen the targets: below the prior's, the decoder reads "
-          "Z)):", "", md(mean), "", "Per seed:", "", md(seeds)]
+    kl = gain = None
     if not curves.empty:
         steps = sorted({int(s) for s in curves["step"]})
         shown = sorted({steps[min(len(steps) - 1, round(i * (len(steps) - 1) / 5))]
                         for i in range(6)})
         free, base = curves[curves["kappa_bits"].notna()], curves[curves["kappa_bits"].isna()]
-        L += ["", "KL over training (bits/token on the training batches, mean over seeds of "
-              "each bin of steps ending at the step shown):", "",
-              _by_step(free, ["model"], shown, _mean_cell("kl_bits", n_runs))]
+        kl = _by_step(free, ["model"], shown, _mean_cell("kl_bits", n_runs))
         if not base.empty:
-            gain = free.merge(base[["name", "step", "ce"]].rename(columns={"ce": "ce_base"}),
-                              on=["name", "step"], how="left")
-            L += ["", "CE on the training batches with Z from the encoder minus the same "
-                  "seed's baseline at the same steps (nats/token, mean over seeds; below 0: "
-                  "the decoder uses what Z carries):", "",
-                  _by_step(gain.assign(gain=gain["ce"] - gain["ce_base"]), ["model"], shown,
-                           _mean_cell("gain", n_runs))]
-    L += _agreement_block(d / "agreement.csv", n_runs) + _gaps_block(d / "gaps.csv")
+            g = free.merge(base[["name", "step", "ce"]].rename(columns={"ce": "ce_base"}),
+                           on=["name", "step"], how="left")
+            gain = _by_step(g.assign(gain=g["ce"] - g["ce_base"]), ["model"], shown,
+                            _mean_cell("gain", n_runs))
     wall = pd.DataFrame([{
         "run": s["name"], "arms": s["n_arms"],
         "training s (sum)": fmt(s.get("train_wall_s"), ".0f"),
@@ -1144,13 +1127,16 @@ def render_block(agg_dir: str | os.PathLike) -> str:
         "CPUs": s.get("cpu_count") or DASH,
         "load": f"{s['loadavg_start'][0]:.1f} -> {s['loadavg_end'][0]:.1f}"
         if s.get("loadavg_start") and s.get("loadavg_end") else "not recorded"} for s in srcs])
-    L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average at "
-          "start and end, on a machine with the given CPUs):", "", md(wall)]
-    return "\n".join(L) + "\n"
+    return template("synthetic_block.md.j2").render(
+        ran=True, srcs=srcs, missing=meta["missing"], n_all=n_all, settings=settings,
+        **_regimes_block(summary, _read_verdicts(d / "verdicts.csv"), n_all), mean=md(mean),
+        seeds=md(seeds), kl=kl, gain=gain, agreement=_agreement_block(d / "agreement.csv", n_runs),
+        gaps=_gaps_block(d / "gaps.csv"), alpha=GAP_ALPHA, wall=md(wall))
 
 
-def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) -> list[str]:
-    """The v1 rules and their counts beside the v2 rules and theirs, then one row per run."""
+def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) -> dict:
+    """The v1 rules and their counts beside the v2 rules and theirs (`regimes`), then one row
+    per run (`per_run`, None without verdicts)."""
     rows = []
     for _, r in summary[summary["regime"].map(lambda x: isinstance(x, str))].iterrows():
         k = float(r["kappa_bits"])
@@ -1169,17 +1155,13 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
             by_s = count(list(g["result_samples"]))
         rows.append([kappa_label(k), rule.regime if rule else r["regime"],
                      reg.rule if reg else DASH, held, rule.text if rule else DASH, v2, by_s])
-    L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
-         "point estimates, fixed before any run; v2: the rules of issue 38 on the intervals "
-         "and permutation p, fixed before the intervals were computed (this file's section "
-         "on the rules says each predicate):", "",
-         md(pd.DataFrame(rows, columns=["kappa (bits)", "paper's regime", "v1 rule",
-                                        "v1 holds in", "v2 rule", "v2 holds / fails / unclear",
-                                        "by samples holds / fails / unclear"]))]
+    out = {"regimes": md(pd.DataFrame(rows, columns=[
+        "kappa (bits)", "paper's regime", "v1 rule", "v1 holds in", "v2 rule",
+        "v2 holds / fails / unclear", "by samples holds / fails / unclear"])), "per_run": None}
     if ver is None or ver.empty:
-        return L
+        return out
     txt = (lambda x: x if isinstance(x, str) else DASH)
-    per_run = pd.DataFrame([[
+    out["per_run"] = md(pd.DataFrame([[
         r["model"], r["name"], DASH if _num(r["latent_bits"]) is None else int(r["latent_bits"]),
         "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits",
         txt(r["result_v1"]), f"**{txt(r['result_v2'])}**",
@@ -1187,45 +1169,34 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
         f"**{txt(r['result_samples'])}**", txt(r["ce_vs_samples"]) or DASH]
         for _, r in ver.iterrows()],
         columns=["model", "run", "H", "KL penalty", "v1", "v2", "why (v2)", "by samples",
-                 "v2's CE rule vs the samples"])
-    return L + ["", "Per run (v2's predicates: yes / no / unclear, as each rule needs them):", "",
-                md(per_run)]
+                 "v2's CE rule vs the samples"]))
+    return out
 
 
-def _agreement_block(path: Path, n_runs: int) -> list[str]:
-    """The agreement over training, from agreement.csv (absent or empty: said, never zeros)."""
+def _agreement_block(path: Path, n_runs: int) -> str | None:
+    """The agreement over training, from agreement.csv (None: absent or empty, never zeros)."""
     agree = pd.read_csv(path) if path.is_file() else pd.DataFrame()
     if agree.empty:
-        return ["", "Agreement over training: not measured (these runs kept no checkpoints "
-                "along training; the agreement above is the final model's only)."]
+        return None
     measures = [("pos_gap", "position gap"), ("noise_gap", "noise gap"),
                 ("validity", "validity"), ("kl_bits", "KL bits/token")]
     long = pd.concat([g.assign(measure=label, value=g[col])
                       for _, g in agree.groupby("model", sort=False)
                       for col, label in (measures if g["kappa_bits"].notna().any()
                                          else measures[2:3])])
-    return ["", "Agreement over training (every kept checkpoint generates from the same prompts "
-            "and pinned Z as the final model, and is scored on the same held-out sequences; mean "
-            "over seeds, n where fewer; the last step is the final model; KL from the encoder, "
-            "held out):", "", _by_step(long, ["model", "measure"],
-                                       sorted({int(s) for s in agree["step"]}),
-                                       _mean_cell("value", n_runs))]
+    return _by_step(long, ["model", "measure"], sorted({int(s) for s in agree["step"]}),
+                    _mean_cell("value", n_runs))
 
 
-def _gaps_block(path: Path) -> list[str]:
-    """Every gap with its interval and p, from gaps.csv (absent: said, never zeros)."""
+def _gaps_block(path: Path) -> dict | str | None:
+    """Every gap with its interval and p, from gaps.csv; absent: why ('uncomputed' or 'no
+    samples'), never zeros; None when it holds no row."""
     if not path.is_file():
-        if (path.parent / "samples").is_dir():
-            return ["", "Gaps with intervals: not computed yet (`python dev/synthetic_intervals"
-                    ".py DIR` computes them from the committed samples)."]
-        return ["", "Gaps with intervals: not computed (the samples behind these tables are not "
-                "committed, so no interval can be recomputed from them)."]
+        return "uncomputed" if (path.parent / "samples").is_dir() else "no samples"
     g = pd.read_csv(path)
     if g.empty:
-        return []
+        return None
     fin = g[g["final"].astype(bool)]
-    n_perm = sorted({int(x) for x in g["n_perm"]})
-    ns = sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"], strict=True)})
     finals = pd.DataFrame([[
         r["model"], r["name"], ci(r["pos_gap"], r["pos_lo"], r["pos_hi"]),
         fmt(r["pos_p"], ".4f"), ci(r["noise_gap"], r["noise_lo"], r["noise_hi"]),
@@ -1234,16 +1205,11 @@ def _gaps_block(path: Path) -> list[str]:
         ci(r["ce_prior"], r["ce_prior_lo"], r["ce_prior_hi"])] for _, r in fin.iterrows()],
         columns=["model", "run", "position gap [95% CI]", "p", "noise gap [95% CI]", "p",
                  "validity - baseline [95% CI]", "CE prior Z [95% CI]"])
-    L = ["", "Gaps with 95% intervals and permutation p (final models; gap = shared Z - across "
-         "Z; interval: jackknife over the shared-Z groups, n = "
-         + ", ".join(f"{a} groups of {b // a if a else 0} rows" for a, b in ns)
-         + f" per model; p: one-sided, {', '.join(map(str, n_perm))} shuffles of the group "
-         f"labels within each prompt, so the smallest p is {1 / (1 + max(n_perm)):.4f}; "
-         "validity minus the same seed's baseline with the jackknife over every group of both "
-         "arms; CE with prior Z with its interval where the run recorded the per-sequence SD; "
-         "pair counts per row in gaps.csv):", "", md(finals)]
+    out = {"finals": md(finals), "n_perm": sorted({int(x) for x in g["n_perm"]}), "steps": [],
+           "ns": sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"],
+                                                          strict=True)})}
     if g["final"].astype(bool).all():
-        return L + ["", "Gaps over training: not measured (no checkpoints kept along training)."]
+        return out
     steps = sorted({int(x) for x in g["step"].dropna()})
     for kind, label in (("pos", "Position"), ("noise", "Noise")):
         def cell(h: pd.DataFrame, kind: str = kind) -> str:
@@ -1252,10 +1218,9 @@ def _gaps_block(path: Path) -> list[str]:
             r = h.iloc[-1]
             return ci(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], ".2f") + (
                 "*" if (_num(r[f"{kind}_p"]) or 1.0) < GAP_ALPHA else "")
-        L += ["", f"{label} gap over training, per run (95% interval; * = p < {GAP_ALPHA}; "
-              "the last step is the final model):", "",
-              _by_step(g.rename(columns={"name": "run"}), ["model", "run"], steps, cell)]
-    return L
+        out["steps"].append((label, _by_step(g.rename(columns={"name": "run"}),
+                                             ["model", "run"], steps, cell)))
+    return out
 
 
 DOC_BEGIN = "<!-- BEGIN GENERATED by `python -m analysis.synthetic render-doc` from "
