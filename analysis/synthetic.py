@@ -26,7 +26,7 @@ import json
 import math
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -1234,32 +1234,19 @@ verdicts.csv and gaps.csv: the sentences that count seeds are generated, never t
 
 def render_rules() -> str:
     """The v1 and v2 regime rules in words, from REGIMES, REGIMES_V2 and PREDICATES."""
-    return "\n".join([
-        "v1 (issue 6, on point estimates; a regime holds or fails):", "",
-        *(f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.expected}: {r.rule}." for r in REGIMES),
-        "", f"v2 (issue 38, on the 95% intervals and one-sided permutation p, alpha = "
-        f"{GAP_ALPHA}; each predicate is yes, no or unclear; a rule holds when every predicate "
-        "it needs has the wanted value, fails when one has the other value, and is unclear "
-        "otherwise):", "",
-        *(f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.regime}: {r.text}; needs "
-          + ", ".join(f"{p.replace('_', ' ')} = {'yes' if w else 'no'}" for p, w in r.needs)
-          + "." for r in REGIMES_V2),
-        "", "The predicates:", "",
-        *(f"- {name.replace('_', ' ')}: {text}." for name, text in PREDICATES.items()),
-        "", "By samples (issue 44, beside v2, which is kept): each v2 rule again with its "
-        "'leaking' predicate replaced by 'samples break' (validity only). Where v2's CE "
-        "predicate and the samples disagree, the tables mark it.",
-        "", f"Constants: negligible margin {NEGLIGIBLE_MARGIN}, validity drop "
-        f"{LEAK_VALIDITY_DROP}, unigram CE {UNIGRAM_CE:.4f} nats/char (from the task: letter "
-        f"{_P_LETTER:.4f}, '!' {1 / 16:.4f}, '_' {_P_BLANK:.4f} per body character), {N_PERM} "
-        "permutations per gap."]) + "\n"
+    return template("synthetic_rules.md.j2").render(
+        v1=REGIMES, v2=REGIMES_V2, predicates=PREDICATES, label=kappa_label, alpha=GAP_ALPHA,
+        negligible=NEGLIGIBLE_MARGIN, drop=LEAK_VALIDITY_DROP, unigram=UNIGRAM_CE,
+        p_letter=_P_LETTER, p_blank=_P_BLANK, n_perm=N_PERM)
 
 
-def _span(xs: Sequence[float | None], digits: int = 3) -> str:
-    """'lo to hi' over the measured values, '(n=k)' when some were not measurable."""
+def _span(xs: Sequence[float | None], digits: int = 3,
+          none: str | None = "not measurable") -> str | None:
+    """'lo to hi' over the measured values, '(n=k)' when some were not measurable; `none`
+    when none was."""
     v = sorted(x for x in xs if x is not None)
     if not v:
-        return "not measurable"
+        return none
     s = f"{v[0]:.{digits}f}" + ("" if v[0] == v[-1] else f" to {v[-1]:.{digits}f}")
     return s if len(v) == len(xs) else f"{s} (n={len(v)})"
 
@@ -1269,72 +1256,48 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
     measures its v2 rule reads (gap, its interval's ends, p; validity minus baseline; CE)."""
     d = Path(agg_dir)
     if not (d / "verdicts.csv").is_file() or not (d / "gaps.csv").is_file():
-        return "No findings: this folder has no verdicts.csv and gaps.csv.\n"
+        return template("synthetic_findings.md.j2").render(found=False, kappas=[], base=None)
     ver, gaps = _read_verdicts(d / "verdicts.csv"), pd.read_csv(d / "gaps.csv")
     fin = gaps[gaps["final"].astype(bool)]
-    L = []
+    kappas = []
     for k in sorted({float(x) for x in ver["kappa_bits"]}):
         v = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
         g = fin[(fin["kappa_bits"] - k).abs() < 1e-12]
-        rule, n, r2 = rule_v2_for(k), len(v), list(v["result_v2"])
-        r1 = [x for x in v["result_v1"] if isinstance(x, str)]
-        col = (lambda c, g=g: [_num(x) for x in g[c]])
-        parts = []
-        for kind, word in (("pos", "Position"), ("noise", "noise")):
-            if all(x is None for x in col(f"{kind}_gap")):
-                parts.append(f"{word} gap not measurable (no valid pair)")
-                continue
-            parts.append(f"{word} gap {_span(col(f'{kind}_gap'))} over seeds (interval ends "
-                         f"{_span(col(f'{kind}_lo'))} / {_span(col(f'{kind}_hi'))}; "
-                         f"permutation p {_span(col(f'{kind}_p'), 4)})")
-        vd = col("validity_diff")
-        parts.append("validity minus the baseline's " + (
-            _span(vd) if any(x is not None for x in vd) else "not measured (no baseline arm)"))
-        parts.append(f"CE with prior Z {_span(col('ce_prior'))} nats/char (unigram CE "
-                     f"{UNIGRAM_CE:.3f})")
-        leak = list(v["leaking"])
-        parts.append(f"v2's leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, "
-                     f"unclear in {leak.count('unclear')}")
-        sb, rs = list(v["samples_break"]), list(v["result_samples"])
-        dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
-        parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
-                     f"(unclear in {sb.count('unclear')}), the rule holds in "
-                     f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
-                     f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
-                     f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis else ""))
-        mb = col("marginal_bias_bits") if "marginal_bias_bits" in g else []
-        parts.append("the prior hole (marginal bias, KL of the mean code distribution to the "
-                     "uniform prior) " + (f"{_span(mb)} bits/token" if any(
-                         x is not None for x in mb) else "not recorded by these runs "
-                         "(experiments/synthetic.py records it since issue 44)"))
-        if any(str(x).startswith("none") for x in v["kl_penalty"]):
-            parts.append("trained with no KL penalty (kappa >= H)")
-        L.append(f"- **kappa = {kappa_label(k)} bit, {rule.regime if rule else '?'}**: v2 holds "
-                 f"in {r2.count('holds')} of {n} seeds, fails in {r2.count('fails')}, unclear "
-                 f"in {r2.count('unclear')}; v1 passed in {r1.count('pass')} of {n}"
-                 + (f" ({r1.count('n/a')} not measurable)" if r1.count("n/a") else "") + ". "
-                 + "; ".join(parts) + ".")
+        rule = rule_v2_for(k)
+        col = {c: [_num(x) for x in g[c]] for c in (
+            *(f"{kind}_{x}" for kind in GAP_KINDS for x in ("gap", "lo", "hi", "p")),
+            "validity_diff", "ce_prior", "marginal_bias_bits") if c in g}
+        kappas.append({
+            "label": kappa_label(k), "regime": rule.regime if rule else "?", "n": len(v),
+            "v2": Counter(v["result_v2"]),
+            "v1": Counter(x for x in v["result_v1"] if isinstance(x, str)),
+            "gaps": [(word, _span(col[f"{kind}_gap"], none=None) and {
+                "gap": _span(col[f"{kind}_gap"]), "lo": _span(col[f"{kind}_lo"]),
+                "hi": _span(col[f"{kind}_hi"]), "p": _span(col[f"{kind}_p"], 4)})
+                for kind, word in (("pos", "Position"), ("noise", "noise"))],
+            "vd": _span(col["validity_diff"], none=None), "ce": _span(col["ce_prior"]),
+            "leak": Counter(v["leaking"]), "sb": Counter(v["samples_break"]),
+            "rs": Counter(v["result_samples"]),
+            "dis": [x for x in v["ce_vs_samples"] if isinstance(x, str) and x],
+            "mb": _span(col.get("marginal_bias_bits", []), none=None),
+            "no_penalty": any(str(x).startswith("none") for x in v["kl_penalty"])})
     base = gaps[gaps["kappa_bits"].isna()]
     if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
 
-        def null(rows: pd.DataFrame) -> str:
+        def null(rows: pd.DataFrame) -> dict[str, int]:
             ps = [x for c in ("pos_p", "noise_p") for x in map(_num, rows[c]) if x is not None]
             ends = [(_num(lo), _num(hi)) for c in GAP_KINDS
                     for lo, hi in zip(rows[f"{c}_lo"], rows[f"{c}_hi"], strict=True)]
             ends = [(lo, hi) for lo, hi in ends if lo is not None and hi is not None]
-            return (f"permutation p < {GAP_ALPHA} in {sum(p < GAP_ALPHA for p in ps)} of "
-                    f"{len(ps)} gaps (about {GAP_ALPHA * len(ps):.1f} expected by chance), the "
-                    f"95% interval containing 0 in {sum(lo <= 0 <= hi for lo, hi in ends)} of "
-                    f"{sum(_num(x) is not None for c in GAP_KINDS for x in rows[f'{c}_lo'])}")
+            return {"hits": sum(p < GAP_ALPHA for p in ps), "n_p": len(ps),
+                    "zero": sum(lo <= 0 <= hi for lo, hi in ends),
+                    "n_lo": sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])}
 
         fb = base[base["final"].astype(bool)]
-        L.append(f"- **baseline (no Z, so its 'shared' groups are independent samples: a null "
-                 f"check of the statistics)**: final models: {null(fb)}." + (
-                     f" Every measured step: {null(base)}; these are not independent tests "
-                     "(every checkpoint of a run generates from the same prompts and the same "
-                     "sampling draws, so one unlucky draw repeats along training)."
-                     if len(base) > len(fb) else ""))
-    return "\n".join(L) + "\n"
+        base = {"final": null(fb), "every": null(base) if len(base) > len(fb) else None}
+    return template("synthetic_findings.md.j2").render(
+        found=True, kappas=kappas, base=None if isinstance(base, pd.DataFrame) else base,
+        alpha=GAP_ALPHA, unigram=UNIGRAM_CE)
 
 
 def render_doc(doc: str | os.PathLike, root: Path | None = None) -> tuple[str, list[str]]:
