@@ -1030,22 +1030,9 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     df.to_csv(out["table.csv"], index=False)
     shown = pd.DataFrame({h: [_fmt(v, c) for v in df[c]] for c, h in TABLE_COLUMNS.items()})
     wall = sum(float(w) for w in df["train_wall_s"] if w is not None and w == w)
-    out["table.md"].write_text(md(shown) + "\n".join([
-        "", "", f"N = generated samples per model ({s.get('n_prompts', '?')} prompts x "
-        f"({s.get('n_shared_groups', '?')} shared-Z groups + 1 group with Z per sequence) x "
-        f"{s.get('group_size', '?')} rows), temperature {s.get('temperature', '?')}. Agreement = "
-        "fraction of pairs of valid samples with the same run start (chance about "
-        f"1/{N_STARTS} = {1 / N_STARTS:.3f}); noise Jaccard over the sets of '!' positions. CE "
-        f"in nats per character over the {BODY_LEN} body characters of {s.get('n_eval', '?')} "
-        "held-out sequences; KL per token from the encoder, in bits. CE with encoder Z leaks "
-        "(the encoder has seen the targets); CE with prior Z is the model's honest number.", "",
-        f"Setting `{s.get('setting', '?')}`, H = {s.get('latent_bits', '?')} latent bits, "
-        f"training overrides: `{' '.join(s.get('train_overrides', []))}`; training {wall:.0f} "
-        f"s summed over the arms (per arm in table.csv), measurement "
-        f"{run.meta.get('wall_s', float('nan')):.0f} s.", "",
-        "Acceptance check (issue 6; thresholds fixed before the runs):", "",
-        *(f"- **{c['result']}**: {c['check']}; measured: {_measured(c['measured'])}"
-          for c in checks)]) + "\n", encoding="utf-8")
+    out["table.md"].write_text(template("synthetic_run.md.j2").render(
+        table=md(shown), s=s, n_starts=N_STARTS, body_len=BODY_LEN, checks=checks,
+        measured=_measured, wall=wall, wall_s=run.meta.get("wall_s", math.nan)), encoding="utf-8")
     out["acceptance.json"].write_text(json.dumps(checks, indent=2) + "\n", encoding="utf-8")
     render_figure(run, out["figure.png"], rows_per_group=int(s.get("figure_rows", 8)))
     for k in ("agreement.csv", "agreement.png"):  # never a stale file beside new tables
