@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
 
 from common.errors import UsageError
@@ -92,6 +93,14 @@ def img(png: bytes | None, alt: str, missing: str) -> str:
     if not png:
         return f'<p class="missing">{esc(alt)}: {esc(missing)}</p>'
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def template(name: str) -> jinja2.Template:
+    """analysis/templates/<name>: the prose of a doc, its values computed by the caller; a name
+    the caller did not pass raises (StrictUndefined), never renders empty."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    return env.get_template(name)
 
 
 def blocks(text: str, begin: str, body: Callable[[str], str]) -> tuple[str, list[str]]:

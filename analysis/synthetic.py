@@ -26,7 +26,7 @@ import json
 import math
 import os
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -44,7 +44,7 @@ from common.errors import UsageError, cli
 from common.kappa import kappa_label as common_kappa_label
 from common.paths import RunDir, results_root
 
-from .render import DASH, blocks, ci, fmt, md, write_doc
+from .render import DASH, blocks, ci, fmt, md, template, write_doc
 from .stats import t_half
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -1030,22 +1030,9 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     df.to_csv(out["table.csv"], index=False)
     shown = pd.DataFrame({h: [_fmt(v, c) for v in df[c]] for c, h in TABLE_COLUMNS.items()})
     wall = sum(float(w) for w in df["train_wall_s"] if w is not None and w == w)
-    out["table.md"].write_text(md(shown) + "\n".join([
-        "", "", f"N = generated samples per model ({s.get('n_prompts', '?')} prompts x "
-        f"({s.get('n_shared_groups', '?')} shared-Z groups + 1 group with Z per sequence) x "
-        f"{s.get('group_size', '?')} rows), temperature {s.get('temperature', '?')}. Agreement = "
-        "fraction of pairs of valid samples with the same run start (chance about "
-        f"1/{N_STARTS} = {1 / N_STARTS:.3f}); noise Jaccard over the sets of '!' positions. CE "
-        f"in nats per character over the {BODY_LEN} body characters of {s.get('n_eval', '?')} "
-        "held-out sequences; KL per token from the encoder, in bits. CE with encoder Z leaks "
-        "(the encoder has seen the targets); CE with prior Z is the model's honest number.", "",
-        f"Setting `{s.get('setting', '?')}`, H = {s.get('latent_bits', '?')} latent bits, "
-        f"training overrides: `{' '.join(s.get('train_overrides', []))}`; training {wall:.0f} "
-        f"s summed over the arms (per arm in table.csv), measurement "
-        f"{run.meta.get('wall_s', float('nan')):.0f} s.", "",
-        "Acceptance check (issue 6; thresholds fixed before the runs):", "",
-        *(f"- **{c['result']}**: {c['check']}; measured: {_measured(c['measured'])}"
-          for c in checks)]) + "\n", encoding="utf-8")
+    out["table.md"].write_text(template("synthetic_run.md.j2").render(
+        table=md(shown), s=s, n_starts=N_STARTS, body_len=BODY_LEN, checks=checks,
+        measured=_measured, wall=wall, wall_s=run.meta.get("wall_s", math.nan)), encoding="utf-8")
     out["acceptance.json"].write_text(json.dumps(checks, indent=2) + "\n", encoding="utf-8")
     render_figure(run, out["figure.png"], rows_per_group=int(s.get("figure_rows", 8)))
     for k in ("agreement.csv", "agreement.png"):  # never a stale file beside new tables
@@ -1084,24 +1071,16 @@ def render_block(agg_dir: str | os.PathLike) -> str:
     """The generated Markdown of one aggregate folder, from its committed files only."""
     d = Path(agg_dir)
     if not (d / "aggregate.json").is_file():  # a block reserved for runs not made yet
-        return (f"Not run yet: no tables in `{d.parent.name}/{d.name}/` (its aggregate.json "
-                "is absent); the runs' command is in the text above this block.\n")
+        return template("synthetic_block.md.j2").render(ran=False, folder=f"{d.parent.name}/"
+                                                        f"{d.name}")
     per_seed, summary = pd.read_csv(d / "per_seed.csv"), pd.read_csv(d / "summary.csv")
     curves = pd.read_csv(d / "curves.csv")
     meta = json.loads((d / "aggregate.json").read_text(encoding="utf-8"))
     srcs = [s for s in meta["sources"] if s["status"] == "measured"]
     n_all, n_runs = len(meta["names"]), len(srcs)
-    L = [f"Runs: {n_runs} of {n_all} measured: "
-         + ", ".join(f"{s['name']} (seed {s['seed']})" for s in srcs) + "."
-         + (f" Missing (not finished): {', '.join(meta['missing'])}." if meta["missing"] else "")]
-    for setting, h, high, ov, extra in sorted({
-            (s.get("setting"), s.get("latent_bits"), s.get("high_latent_bits") or 0,
-             " ".join(s.get("train_overrides") or []), " ".join(s.get("extra_overrides") or []))
-            for s in srcs}):
-        hs = f"H = {h}" + (f" (H = {high} for kappa >= {h})" if high else "")
-        L.append(f"Setting `{setting}`, {hs}: `{ov}`" + (f", plus `{extra}`" if extra else "")
-                 + ".")
-    L += _regimes_block(summary, _read_verdicts(d / "verdicts.csv"), n_all)
+    settings = sorted({(s.get("setting"), s.get("latent_bits"), s.get("high_latent_bits") or 0,
+                        " ".join(s.get("train_overrides") or []),
+                        " ".join(s.get("extra_overrides") or [])) for s in srcs})
     cols = {"kl_bits": "KL bits/token", "pos_agree_within": "pos. shared",
             "pos_agree_across": "pos. across", "pos_gap": "pos. gap",
             "noise_jaccard_within": "noise shared", "noise_jaccard_across": "noise across",
@@ -1116,27 +1095,18 @@ def render_block(agg_dir: str | os.PathLike) -> str:
                            "regime (v1)": r["regime_result"]
                            if isinstance(r["regime_result"], str) else DASH}
                           for _, r in per_seed.iterrows()])
-    L += ["", f"Mean over seeds (n = seeds measured where fewer than {n_all}; KL from the "
-          "encoder on held-out sequences; CE in nats/char, with Z from the prior (honest) and "
-          "from the encoder (which has seen the targets: below the prior's, the decoder reads "
-          "Z)):", "", md(mean), "", "Per seed:", "", md(seeds)]
+    kl = gain = None
     if not curves.empty:
         steps = sorted({int(s) for s in curves["step"]})
         shown = sorted({steps[min(len(steps) - 1, round(i * (len(steps) - 1) / 5))]
                         for i in range(6)})
         free, base = curves[curves["kappa_bits"].notna()], curves[curves["kappa_bits"].isna()]
-        L += ["", "KL over training (bits/token on the training batches, mean over seeds of "
-              "each bin of steps ending at the step shown):", "",
-              _by_step(free, ["model"], shown, _mean_cell("kl_bits", n_runs))]
+        kl = _by_step(free, ["model"], shown, _mean_cell("kl_bits", n_runs))
         if not base.empty:
-            gain = free.merge(base[["name", "step", "ce"]].rename(columns={"ce": "ce_base"}),
-                              on=["name", "step"], how="left")
-            L += ["", "CE on the training batches with Z from the encoder minus the same "
-                  "seed's baseline at the same steps (nats/token, mean over seeds; below 0: "
-                  "the decoder uses what Z carries):", "",
-                  _by_step(gain.assign(gain=gain["ce"] - gain["ce_base"]), ["model"], shown,
-                           _mean_cell("gain", n_runs))]
-    L += _agreement_block(d / "agreement.csv", n_runs) + _gaps_block(d / "gaps.csv")
+            g = free.merge(base[["name", "step", "ce"]].rename(columns={"ce": "ce_base"}),
+                           on=["name", "step"], how="left")
+            gain = _by_step(g.assign(gain=g["ce"] - g["ce_base"]), ["model"], shown,
+                            _mean_cell("gain", n_runs))
     wall = pd.DataFrame([{
         "run": s["name"], "arms": s["n_arms"],
         "training s (sum)": fmt(s.get("train_wall_s"), ".0f"),
@@ -1144,13 +1114,16 @@ def render_block(agg_dir: str | os.PathLike) -> str:
         "CPUs": s.get("cpu_count") or DASH,
         "load": f"{s['loadavg_start'][0]:.1f} -> {s['loadavg_end'][0]:.1f}"
         if s.get("loadavg_start") and s.get("loadavg_end") else "not recorded"} for s in srcs])
-    L += ["", "Wall time per run (from the runs' own records; load = 1-minute load average at "
-          "start and end, on a machine with the given CPUs):", "", md(wall)]
-    return "\n".join(L) + "\n"
+    return template("synthetic_block.md.j2").render(
+        ran=True, srcs=srcs, missing=meta["missing"], n_all=n_all, settings=settings,
+        **_regimes_block(summary, _read_verdicts(d / "verdicts.csv"), n_all), mean=md(mean),
+        seeds=md(seeds), kl=kl, gain=gain, agreement=_agreement_block(d / "agreement.csv", n_runs),
+        gaps=_gaps_block(d / "gaps.csv"), alpha=GAP_ALPHA, wall=md(wall))
 
 
-def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) -> list[str]:
-    """The v1 rules and their counts beside the v2 rules and theirs, then one row per run."""
+def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) -> dict:
+    """The v1 rules and their counts beside the v2 rules and theirs (`regimes`), then one row
+    per run (`per_run`, None without verdicts)."""
     rows = []
     for _, r in summary[summary["regime"].map(lambda x: isinstance(x, str))].iterrows():
         k = float(r["kappa_bits"])
@@ -1169,17 +1142,13 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
             by_s = count(list(g["result_samples"]))
         rows.append([kappa_label(k), rule.regime if rule else r["regime"],
                      reg.rule if reg else DASH, held, rule.text if rule else DASH, v2, by_s])
-    L = ["", "Regimes, judged per seed (gap = shared Z - across Z). v1: the rules of issue 6 on "
-         "point estimates, fixed before any run; v2: the rules of issue 38 on the intervals "
-         "and permutation p, fixed before the intervals were computed (this file's section "
-         "on the rules says each predicate):", "",
-         md(pd.DataFrame(rows, columns=["kappa (bits)", "paper's regime", "v1 rule",
-                                        "v1 holds in", "v2 rule", "v2 holds / fails / unclear",
-                                        "by samples holds / fails / unclear"]))]
+    out = {"regimes": md(pd.DataFrame(rows, columns=[
+        "kappa (bits)", "paper's regime", "v1 rule", "v1 holds in", "v2 rule",
+        "v2 holds / fails / unclear", "by samples holds / fails / unclear"])), "per_run": None}
     if ver is None or ver.empty:
-        return L
+        return out
     txt = (lambda x: x if isinstance(x, str) else DASH)
-    per_run = pd.DataFrame([[
+    out["per_run"] = md(pd.DataFrame([[
         r["model"], r["name"], DASH if _num(r["latent_bits"]) is None else int(r["latent_bits"]),
         "none (kappa >= H)" if str(r["kl_penalty"]).startswith("none") else "free bits",
         txt(r["result_v1"]), f"**{txt(r['result_v2'])}**",
@@ -1187,45 +1156,34 @@ def _regimes_block(summary: pd.DataFrame, ver: pd.DataFrame | None, n_all: int) 
         f"**{txt(r['result_samples'])}**", txt(r["ce_vs_samples"]) or DASH]
         for _, r in ver.iterrows()],
         columns=["model", "run", "H", "KL penalty", "v1", "v2", "why (v2)", "by samples",
-                 "v2's CE rule vs the samples"])
-    return L + ["", "Per run (v2's predicates: yes / no / unclear, as each rule needs them):", "",
-                md(per_run)]
+                 "v2's CE rule vs the samples"]))
+    return out
 
 
-def _agreement_block(path: Path, n_runs: int) -> list[str]:
-    """The agreement over training, from agreement.csv (absent or empty: said, never zeros)."""
+def _agreement_block(path: Path, n_runs: int) -> str | None:
+    """The agreement over training, from agreement.csv (None: absent or empty, never zeros)."""
     agree = pd.read_csv(path) if path.is_file() else pd.DataFrame()
     if agree.empty:
-        return ["", "Agreement over training: not measured (these runs kept no checkpoints "
-                "along training; the agreement above is the final model's only)."]
+        return None
     measures = [("pos_gap", "position gap"), ("noise_gap", "noise gap"),
                 ("validity", "validity"), ("kl_bits", "KL bits/token")]
     long = pd.concat([g.assign(measure=label, value=g[col])
                       for _, g in agree.groupby("model", sort=False)
                       for col, label in (measures if g["kappa_bits"].notna().any()
                                          else measures[2:3])])
-    return ["", "Agreement over training (every kept checkpoint generates from the same prompts "
-            "and pinned Z as the final model, and is scored on the same held-out sequences; mean "
-            "over seeds, n where fewer; the last step is the final model; KL from the encoder, "
-            "held out):", "", _by_step(long, ["model", "measure"],
-                                       sorted({int(s) for s in agree["step"]}),
-                                       _mean_cell("value", n_runs))]
+    return _by_step(long, ["model", "measure"], sorted({int(s) for s in agree["step"]}),
+                    _mean_cell("value", n_runs))
 
 
-def _gaps_block(path: Path) -> list[str]:
-    """Every gap with its interval and p, from gaps.csv (absent: said, never zeros)."""
+def _gaps_block(path: Path) -> dict | str | None:
+    """Every gap with its interval and p, from gaps.csv; absent: why ('uncomputed' or 'no
+    samples'), never zeros; None when it holds no row."""
     if not path.is_file():
-        if (path.parent / "samples").is_dir():
-            return ["", "Gaps with intervals: not computed yet (`python dev/synthetic_intervals"
-                    ".py DIR` computes them from the committed samples)."]
-        return ["", "Gaps with intervals: not computed (the samples behind these tables are not "
-                "committed, so no interval can be recomputed from them)."]
+        return "uncomputed" if (path.parent / "samples").is_dir() else "no samples"
     g = pd.read_csv(path)
     if g.empty:
-        return []
+        return None
     fin = g[g["final"].astype(bool)]
-    n_perm = sorted({int(x) for x in g["n_perm"]})
-    ns = sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"], strict=True)})
     finals = pd.DataFrame([[
         r["model"], r["name"], ci(r["pos_gap"], r["pos_lo"], r["pos_hi"]),
         fmt(r["pos_p"], ".4f"), ci(r["noise_gap"], r["noise_lo"], r["noise_hi"]),
@@ -1234,16 +1192,11 @@ def _gaps_block(path: Path) -> list[str]:
         ci(r["ce_prior"], r["ce_prior_lo"], r["ce_prior_hi"])] for _, r in fin.iterrows()],
         columns=["model", "run", "position gap [95% CI]", "p", "noise gap [95% CI]", "p",
                  "validity - baseline [95% CI]", "CE prior Z [95% CI]"])
-    L = ["", "Gaps with 95% intervals and permutation p (final models; gap = shared Z - across "
-         "Z; interval: jackknife over the shared-Z groups, n = "
-         + ", ".join(f"{a} groups of {b // a if a else 0} rows" for a, b in ns)
-         + f" per model; p: one-sided, {', '.join(map(str, n_perm))} shuffles of the group "
-         f"labels within each prompt, so the smallest p is {1 / (1 + max(n_perm)):.4f}; "
-         "validity minus the same seed's baseline with the jackknife over every group of both "
-         "arms; CE with prior Z with its interval where the run recorded the per-sequence SD; "
-         "pair counts per row in gaps.csv):", "", md(finals)]
+    out = {"finals": md(finals), "n_perm": sorted({int(x) for x in g["n_perm"]}), "steps": [],
+           "ns": sorted({(int(a), int(b)) for a, b in zip(fin["n_groups"], fin["n_rows"],
+                                                          strict=True)})}
     if g["final"].astype(bool).all():
-        return L + ["", "Gaps over training: not measured (no checkpoints kept along training)."]
+        return out
     steps = sorted({int(x) for x in g["step"].dropna()})
     for kind, label in (("pos", "Position"), ("noise", "Noise")):
         def cell(h: pd.DataFrame, kind: str = kind) -> str:
@@ -1252,10 +1205,9 @@ def _gaps_block(path: Path) -> list[str]:
             r = h.iloc[-1]
             return ci(r[f"{kind}_gap"], r[f"{kind}_lo"], r[f"{kind}_hi"], ".2f") + (
                 "*" if (_num(r[f"{kind}_p"]) or 1.0) < GAP_ALPHA else "")
-        L += ["", f"{label} gap over training, per run (95% interval; * = p < {GAP_ALPHA}; "
-              "the last step is the final model):", "",
-              _by_step(g.rename(columns={"name": "run"}), ["model", "run"], steps, cell)]
-    return L
+        out["steps"].append((label, _by_step(g.rename(columns={"name": "run"}),
+                                             ["model", "run"], steps, cell)))
+    return out
 
 
 DOC_BEGIN = "<!-- BEGIN GENERATED by `python -m analysis.synthetic render-doc` from "
@@ -1269,32 +1221,19 @@ verdicts.csv and gaps.csv: the sentences that count seeds are generated, never t
 
 def render_rules() -> str:
     """The v1 and v2 regime rules in words, from REGIMES, REGIMES_V2 and PREDICATES."""
-    return "\n".join([
-        "v1 (issue 6, on point estimates; a regime holds or fails):", "",
-        *(f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.expected}: {r.rule}." for r in REGIMES),
-        "", f"v2 (issue 38, on the 95% intervals and one-sided permutation p, alpha = "
-        f"{GAP_ALPHA}; each predicate is yes, no or unclear; a rule holds when every predicate "
-        "it needs has the wanted value, fails when one has the other value, and is unclear "
-        "otherwise):", "",
-        *(f"- kappa = {kappa_label(r.kappa_bits)} bit, {r.regime}: {r.text}; needs "
-          + ", ".join(f"{p.replace('_', ' ')} = {'yes' if w else 'no'}" for p, w in r.needs)
-          + "." for r in REGIMES_V2),
-        "", "The predicates:", "",
-        *(f"- {name.replace('_', ' ')}: {text}." for name, text in PREDICATES.items()),
-        "", "By samples (issue 44, beside v2, which is kept): each v2 rule again with its "
-        "'leaking' predicate replaced by 'samples break' (validity only). Where v2's CE "
-        "predicate and the samples disagree, the tables mark it.",
-        "", f"Constants: negligible margin {NEGLIGIBLE_MARGIN}, validity drop "
-        f"{LEAK_VALIDITY_DROP}, unigram CE {UNIGRAM_CE:.4f} nats/char (from the task: letter "
-        f"{_P_LETTER:.4f}, '!' {1 / 16:.4f}, '_' {_P_BLANK:.4f} per body character), {N_PERM} "
-        "permutations per gap."]) + "\n"
+    return template("synthetic_rules.md.j2").render(
+        v1=REGIMES, v2=REGIMES_V2, predicates=PREDICATES, label=kappa_label, alpha=GAP_ALPHA,
+        negligible=NEGLIGIBLE_MARGIN, drop=LEAK_VALIDITY_DROP, unigram=UNIGRAM_CE,
+        p_letter=_P_LETTER, p_blank=_P_BLANK, n_perm=N_PERM)
 
 
-def _span(xs: Sequence[float | None], digits: int = 3) -> str:
-    """'lo to hi' over the measured values, '(n=k)' when some were not measurable."""
+def _span(xs: Sequence[float | None], digits: int = 3,
+          none: str | None = "not measurable") -> str | None:
+    """'lo to hi' over the measured values, '(n=k)' when some were not measurable; `none`
+    when none was."""
     v = sorted(x for x in xs if x is not None)
     if not v:
-        return "not measurable"
+        return none
     s = f"{v[0]:.{digits}f}" + ("" if v[0] == v[-1] else f" to {v[-1]:.{digits}f}")
     return s if len(v) == len(xs) else f"{s} (n={len(v)})"
 
@@ -1304,72 +1243,48 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
     measures its v2 rule reads (gap, its interval's ends, p; validity minus baseline; CE)."""
     d = Path(agg_dir)
     if not (d / "verdicts.csv").is_file() or not (d / "gaps.csv").is_file():
-        return "No findings: this folder has no verdicts.csv and gaps.csv.\n"
+        return template("synthetic_findings.md.j2").render(found=False, kappas=[], base=None)
     ver, gaps = _read_verdicts(d / "verdicts.csv"), pd.read_csv(d / "gaps.csv")
     fin = gaps[gaps["final"].astype(bool)]
-    L = []
+    kappas = []
     for k in sorted({float(x) for x in ver["kappa_bits"]}):
         v = ver[(ver["kappa_bits"] - k).abs() < 1e-12]
         g = fin[(fin["kappa_bits"] - k).abs() < 1e-12]
-        rule, n, r2 = rule_v2_for(k), len(v), list(v["result_v2"])
-        r1 = [x for x in v["result_v1"] if isinstance(x, str)]
-        col = (lambda c, g=g: [_num(x) for x in g[c]])
-        parts = []
-        for kind, word in (("pos", "Position"), ("noise", "noise")):
-            if all(x is None for x in col(f"{kind}_gap")):
-                parts.append(f"{word} gap not measurable (no valid pair)")
-                continue
-            parts.append(f"{word} gap {_span(col(f'{kind}_gap'))} over seeds (interval ends "
-                         f"{_span(col(f'{kind}_lo'))} / {_span(col(f'{kind}_hi'))}; "
-                         f"permutation p {_span(col(f'{kind}_p'), 4)})")
-        vd = col("validity_diff")
-        parts.append("validity minus the baseline's " + (
-            _span(vd) if any(x is not None for x in vd) else "not measured (no baseline arm)"))
-        parts.append(f"CE with prior Z {_span(col('ce_prior'))} nats/char (unigram CE "
-                     f"{UNIGRAM_CE:.3f})")
-        leak = list(v["leaking"])
-        parts.append(f"v2's leaking: yes in {leak.count('yes')}, no in {leak.count('no')}, "
-                     f"unclear in {leak.count('unclear')}")
-        sb, rs = list(v["samples_break"]), list(v["result_samples"])
-        dis = [x for x in v["ce_vs_samples"] if isinstance(x, str) and x]
-        parts.append(f"by samples: prior generation breaks in {sb.count('yes')} of {n} "
-                     f"(unclear in {sb.count('unclear')}), the rule holds in "
-                     f"{rs.count('holds')}, fails in {rs.count('fails')}, unclear in "
-                     f"{rs.count('unclear')}; v2's CE rule disagrees with the samples in "
-                     f"{len(dis)} of {n}" + (f" ({'; '.join(sorted(set(dis)))})" if dis else ""))
-        mb = col("marginal_bias_bits") if "marginal_bias_bits" in g else []
-        parts.append("the prior hole (marginal bias, KL of the mean code distribution to the "
-                     "uniform prior) " + (f"{_span(mb)} bits/token" if any(
-                         x is not None for x in mb) else "not recorded by these runs "
-                         "(experiments/synthetic.py records it since issue 44)"))
-        if any(str(x).startswith("none") for x in v["kl_penalty"]):
-            parts.append("trained with no KL penalty (kappa >= H)")
-        L.append(f"- **kappa = {kappa_label(k)} bit, {rule.regime if rule else '?'}**: v2 holds "
-                 f"in {r2.count('holds')} of {n} seeds, fails in {r2.count('fails')}, unclear "
-                 f"in {r2.count('unclear')}; v1 passed in {r1.count('pass')} of {n}"
-                 + (f" ({r1.count('n/a')} not measurable)" if r1.count("n/a") else "") + ". "
-                 + "; ".join(parts) + ".")
+        rule = rule_v2_for(k)
+        col = {c: [_num(x) for x in g[c]] for c in (
+            *(f"{kind}_{x}" for kind in GAP_KINDS for x in ("gap", "lo", "hi", "p")),
+            "validity_diff", "ce_prior", "marginal_bias_bits") if c in g}
+        kappas.append({
+            "label": kappa_label(k), "regime": rule.regime if rule else "?", "n": len(v),
+            "v2": Counter(v["result_v2"]),
+            "v1": Counter(x for x in v["result_v1"] if isinstance(x, str)),
+            "gaps": [(word, _span(col[f"{kind}_gap"], none=None) and {
+                "gap": _span(col[f"{kind}_gap"]), "lo": _span(col[f"{kind}_lo"]),
+                "hi": _span(col[f"{kind}_hi"]), "p": _span(col[f"{kind}_p"], 4)})
+                for kind, word in (("pos", "Position"), ("noise", "noise"))],
+            "vd": _span(col["validity_diff"], none=None), "ce": _span(col["ce_prior"]),
+            "leak": Counter(v["leaking"]), "sb": Counter(v["samples_break"]),
+            "rs": Counter(v["result_samples"]),
+            "dis": [x for x in v["ce_vs_samples"] if isinstance(x, str) and x],
+            "mb": _span(col.get("marginal_bias_bits", []), none=None),
+            "no_penalty": any(str(x).startswith("none") for x in v["kl_penalty"])})
     base = gaps[gaps["kappa_bits"].isna()]
     if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
 
-        def null(rows: pd.DataFrame) -> str:
+        def null(rows: pd.DataFrame) -> dict[str, int]:
             ps = [x for c in ("pos_p", "noise_p") for x in map(_num, rows[c]) if x is not None]
             ends = [(_num(lo), _num(hi)) for c in GAP_KINDS
                     for lo, hi in zip(rows[f"{c}_lo"], rows[f"{c}_hi"], strict=True)]
             ends = [(lo, hi) for lo, hi in ends if lo is not None and hi is not None]
-            return (f"permutation p < {GAP_ALPHA} in {sum(p < GAP_ALPHA for p in ps)} of "
-                    f"{len(ps)} gaps (about {GAP_ALPHA * len(ps):.1f} expected by chance), the "
-                    f"95% interval containing 0 in {sum(lo <= 0 <= hi for lo, hi in ends)} of "
-                    f"{sum(_num(x) is not None for c in GAP_KINDS for x in rows[f'{c}_lo'])}")
+            return {"hits": sum(p < GAP_ALPHA for p in ps), "n_p": len(ps),
+                    "zero": sum(lo <= 0 <= hi for lo, hi in ends),
+                    "n_lo": sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])}
 
         fb = base[base["final"].astype(bool)]
-        L.append(f"- **baseline (no Z, so its 'shared' groups are independent samples: a null "
-                 f"check of the statistics)**: final models: {null(fb)}." + (
-                     f" Every measured step: {null(base)}; these are not independent tests "
-                     "(every checkpoint of a run generates from the same prompts and the same "
-                     "sampling draws, so one unlucky draw repeats along training)."
-                     if len(base) > len(fb) else ""))
-    return "\n".join(L) + "\n"
+        base = {"final": null(fb), "every": null(base) if len(base) > len(fb) else None}
+    return template("synthetic_findings.md.j2").render(
+        found=True, kappas=kappas, base=None if isinstance(base, pd.DataFrame) else base,
+        alpha=GAP_ALPHA, unigram=UNIGRAM_CE)
 
 
 def render_doc(doc: str | os.PathLike, root: Path | None = None) -> tuple[str, list[str]]:

@@ -167,10 +167,10 @@ def test_gap_rows_and_block_of_a_run_with_checkpoints() -> None:
     assert g["seed"].eq(4).all() and g["n_perm"].eq(99).all()
     with tempfile.TemporaryDirectory() as d:
         SY.write_gaps(g, Path(d))
-        block = "\n".join(SY._gaps_block(Path(d) / "gaps.csv"))
-    assert "| kappa=1 | r-s4 | " in block and "Position gap over training" in block
-    assert "smallest p is 0.0100" in block
-    assert "not computed" in "\n".join(SY._gaps_block(Path("/nonexistent/gaps.csv")))
+        block = SY._gaps_block(Path(d) / "gaps.csv")
+    assert "| kappa=1 | r-s4 | " in block["finals"] and block["n_perm"] == [99]
+    assert [label for label, _ in block["steps"]] == ["Position", "Noise"]
+    assert SY._gaps_block(Path("/nonexistent/gaps.csv")) == "no samples"
 
 
 def test_evaluate_records_the_per_sequence_sd() -> None:

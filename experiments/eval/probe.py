@@ -47,6 +47,14 @@ import torch.nn.functional as F  # noqa: F401
 
 from common import arms
 from common.errors import ArgParser, UsageError, cli
+from common.latent_use import (
+    DEAD_INFO_BITS,
+    DEAD_SHARE,
+    USED_KL_BITS,
+    USED_SHARE,
+    USED_SHARE_LO,
+    use_state,
+)
 from common.paths import RunDir
 from common.records import spec_id
 from model.free_transformer import FreeTransformer, kl_to_uniform, sample_codes, uniform_codes
@@ -58,17 +66,6 @@ ACTIVE_THRESHOLD_BITS = 0.01
 COLLAPSE_MARGIN_FRAC = 0.5
 COLLAPSE_MARGIN_MIN_BITS = 0.1
 COLLAPSE_RECOVERED_FRAC = 0.5
-USED_SHARE, USED_SHARE_LO, USED_KL_BITS = 0.25, 0.10, 0.1
-"""Used: the recovered share at least USED_SHARE, its 95% lower end at least USED_SHARE_LO and the
-KL at least USED_KL_BITS bit/token (docs/alive/PREREGISTERED.md's "alive", fixed before its runs;
-the kappa study applies the same numbers, docs/alive/kappa/PREREGISTERED.md)."""
-DEAD_SHARE = 0.05
-"""Dead: the upper end of the recovered share's interval under this, or the encoder sends under
-DEAD_INFO_BITS of information. ALIVE's live latents recover 0.35-2.3 of their KL, the committed
-study's dead ones under 0.01."""
-DEAD_INFO_BITS = 0.01
-"""Below this mutual information (bits/token) the encoder's codes do not depend on the text:
-nothing is there for the decoder to use (the same 1% of a bit as ACTIVE_THRESHOLD_BITS)."""
 LATENT_USE_VERSION = 2
 """Written into the spec (so into the file's spec id): a file of an older rule is never reused.
 2 (issue 44): no "leaking" state from the share (an exact latent model has share >= 2, see
@@ -219,24 +216,6 @@ def code_marginal_kl(bit_logits: torch.Tensor, chunk: int = MI_CODE_CHUNK) -> di
             "n_tokens": M, "max_information_bits": math.log2(M) if M else None,
             "what": "mean KL(q_t || uniform) = I(Z; token) + KL(q_bar || uniform), q_bar the "
                     "mean code distribution over the probed tokens (all 2^H codes)"}
-
-
-def use_state(share: float | None, lo: float | None, hi: float | None, kl_bits: float,
-              info: float | None) -> str | None:
-    """`used`, `dead` or `undetermined` by the thresholds above; None (missing) when the share
-    is; a missing interval end or information (None or NaN) never satisfies a rule."""
-    def num(x: float | None) -> float:
-        return math.nan if x is None else float(x)
-
-    share_, lo_, hi_, info_ = num(share), num(lo), num(hi), num(info)
-    if math.isnan(share_):
-        return None
-    top = hi_ if not math.isnan(hi_) else share_
-    if top < DEAD_SHARE or info_ < DEAD_INFO_BITS:  # NaN compares False
-        return "dead"
-    if share_ >= USED_SHARE and lo_ >= USED_SHARE_LO and kl_bits >= USED_KL_BITS:
-        return "used"
-    return "undetermined"
 
 
 def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
