@@ -14,7 +14,7 @@ KNOWN_test-all := TEST_JOBS PYTEST_ARGS
 KNOWN_lint :=
 KNOWN_clean :=
 
-test: setup ## the fast test tier (not marked slow) on TEST_JOBS=2 workers (about 3 min on 2 cores, measured)
+test: setup ## the fast test tier (not marked slow) on TEST_JOBS=2 workers (about 2 min on 2 cores, measured)
 	$(PY) -m pytest -m "not slow" -n $(TEST_JOBS) $(PYTEST_ARGS)
 
 test-all: setup ## every test (what CI runs): all but the serial ones on TEST_JOBS workers, then those
