@@ -21,7 +21,7 @@ import pandas as pd
 from common.kappa import kappa_label
 
 from .frame import SweepData
-from .lead import IDENTICAL, ROUNDING, _fin, _rows, draw_forest, lead_metrics
+from .lead import IDENTICAL, ROUNDING, _fin, _rows, draw_forest, forest_height, lead_metrics
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -149,7 +149,7 @@ def summary_figure(lines: list[tuple[str, str]], forest: pd.DataFrame, name: str
     n_text = len(text)
     w = 12.0
     h_text = 0.13 * n_text + 0.55
-    h_fig = 1.0 + 0.24 * len(_rows(forest, keys)) if keys else 0.0  # forest_figure's height
+    h_fig = forest_height(len(_rows(forest, keys))) if keys else 0.0
     fig = plt.figure(figsize=(w, h_text + h_fig))
     fig.text(0.01, 1 - 0.25 / (h_text + h_fig), f"Free Transformer bench: sweep {name}",
              fontsize=11, weight="bold", va="top", family="sans-serif")

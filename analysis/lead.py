@@ -234,6 +234,11 @@ def _row_label(r: pd.Series) -> str:
     return f"{r['comparison']} · {k}"
 
 
+def forest_height(n_rows: int) -> float:
+    """The forest figure's height in inches for n_rows rows (card.py lays out beside it)."""
+    return 1.0 + 0.24 * n_rows
+
+
 def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = None,
                   title: str = "") -> tuple[plt.Figure | None, list[dict]]:
     """The lead figure: one panel per metric, one row per (comparison, kappa): Δ (FT minus the
@@ -243,7 +248,7 @@ def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = 
         return None, []
     metrics = metrics or lead_metrics(forest)
     n = len(_rows(forest, metrics))
-    fig, axes = plt.subplots(1, len(metrics), figsize=(2.0 + 2.2 * len(metrics), 1.0 + 0.24 * n),
+    fig, axes = plt.subplots(1, len(metrics), figsize=(2.0 + 2.2 * len(metrics), forest_height(n)),
                              squeeze=False, sharey=True)
     drawn = draw_forest(list(axes[0]), forest, metrics)
     handles = [plt.Line2D([], [], color=COLORS[k], marker="D" if k == IDENTICAL else "o",

@@ -7,6 +7,7 @@ never 0.
 from __future__ import annotations
 
 import base64
+import functools
 import html as _html
 import io
 import math
@@ -95,12 +96,21 @@ def img(png: bytes | None, alt: str, missing: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
+@functools.cache
+def _env() -> jinja2.Environment:
+    """One environment for every template (it caches their parse). No autoescape: HTML values
+    escape through the `esc` filter (html.escape, `&#x27;`), where markupsafe would write other
+    bytes (`&#39;`)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(esc=esc, table=html, img=img)
+    return env
+
+
 def template(name: str) -> jinja2.Template:
     """analysis/templates/<name>: the prose of a doc, its values computed by the caller; a name
     the caller did not pass raises (StrictUndefined), never renders empty."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined)
-    return env.get_template(name)
+    return _env().get_template(name)
 
 
 def blocks(text: str, begin: str, body: Callable[[str], str]) -> tuple[str, list[str]]:

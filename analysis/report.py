@@ -22,7 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import jinja2
 import pandas as pd
 
 from common.arms import FREE
@@ -40,7 +39,7 @@ from .claims import checklist
 from .derived import leak_table, overhead_table
 from .frame import SweepData, load_sweep
 from .latent import latent_section
-from .render import ci, esc, html, img
+from .render import ci, esc, html, template
 from .render import png as render_png
 from .tables import (
     LEGEND,
@@ -61,13 +60,8 @@ tables at hand (PAPER_METRICS_CHECKED)."""
 
 @functools.cache
 def _t() -> Any:
-    """The template's macros, one per section. No autoescape: the values escape through `esc`
-    (html.escape, `&#x27;`), where markupsafe would write other bytes (`&#39;`)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
-                             keep_trailing_newline=True, undefined=jinja2.StrictUndefined,
-                             autoescape=False)
-    env.filters.update(esc=esc, table=html, img=img)
-    return env.get_template("report.html.j2").module
+    """The report template's macros, one per section."""
+    return template("report.html.j2").module
 
 
 def paper_mark(label: str) -> str:

@@ -1268,7 +1268,7 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
             "dis": [x for x in v["ce_vs_samples"] if isinstance(x, str) and x],
             "mb": _span(col.get("marginal_bias_bits", []), none=None),
             "no_penalty": any(str(x).startswith("none") for x in v["kl_penalty"])})
-    base = gaps[gaps["kappa_bits"].isna()]
+    base, nulls = gaps[gaps["kappa_bits"].isna()], None
     if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
 
         def null(rows: pd.DataFrame) -> dict[str, int]:
@@ -1281,9 +1281,9 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
                     "n_lo": sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])}
 
         fb = base[base["final"].astype(bool)]
-        base = {"final": null(fb), "every": null(base) if len(base) > len(fb) else None}
+        nulls = {"final": null(fb), "every": null(base) if len(base) > len(fb) else None}
     return template("synthetic_findings.md.j2").render(
-        found=True, kappas=kappas, base=None if isinstance(base, pd.DataFrame) else base,
+        found=True, kappas=kappas, base=nulls,
         alpha=GAP_ALPHA, unigram=UNIGRAM_CE)
 
 

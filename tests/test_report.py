@@ -215,6 +215,8 @@ def test_identically_trained_cells_are_named_with_why(tmp_path, sweep):
         "free-k2-H16, free-k4-H16 trained identically in seeds 0, 1 (bit-identical metrics")
     assert "the free-bits penalty was never active" in notes[0]
     assert "peaked at 0.3 bits/token, below kappa 2 and 4" in notes[0]
+    first = _first_screen(tmp_path, "same")[3]  # and the lead section shows the note
+    assert "Trained identically." in first and "free-k2-H16, free-k4-H16" in first
     root, name = sweep  # Z-cut = baseline: said once, by the Z-cut check (can_cannot)
     assert lead.identical_runs(load_sweep(name, root)) == []
 
@@ -327,6 +329,8 @@ def test_report_is_self_contained_and_complete(html_path):
     # benchmarks vs kappa, overhead, synthetic figure
     assert len(srcs) == 8 and all(s.startswith("data:image/png;base64,") for s in srcs)
     assert (html_path.parent / "report" / "summary.png").stat().st_size > 10_000
+    assert (html_path.parent / "report" / "truncation.csv").is_file()
+    assert "run the sweep with EVAL=1 EVAL_POINTS=n" in html  # no points: it says how to get them
     assert not re.search(r'(src|href)="(https?:)?//', html)  # nothing fetched from a network
     # the paper-metric mapping is marked unchecked; the wall-clock overhead says its n and load
     assert ("[paper (unchecked): " in html) != PAPER_METRICS_CHECKED
