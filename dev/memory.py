@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from common.errors import cli
 from experiments.memory import (
     DEVICE_TYPES,
     FSDP_SYNC,
@@ -53,7 +54,6 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
     phase, MALLOC_MMAP_THRESHOLD_ fixed, so freed memory goes back to the system."""
     import gc
     import tempfile
-    from pathlib import Path
 
     p = plan(cfg, 1)
     bf16 = trains_bf16(cfg.train, "cpu")
@@ -131,4 +131,4 @@ def main(args: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli("python -m dev.memory", main))

@@ -810,7 +810,8 @@ def _main(args: list[str]) -> int:
                     "parallelisms and FSDP syncs: python -m dev.memory.")
     ap.add_argument("overrides", nargs="*")
     ap.add_argument("--eval-rows", type=int, default=16)
-    ap.add_argument("--dry-run", action="store_true", required=True)
+    ap.add_argument("--dry-run", action="store_true",
+                    help="the only mode (make train DRY=1 passes it); implied when absent")
     a = ap.parse_args(args)
     return _dry_main(a.overrides, a.eval_rows)
 

@@ -93,7 +93,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--eval", default="", help="1: evaluate final checkpoints as further jobs")
     r.add_argument("--eval-args", default="", help="extra arguments for experiments.eval")
     r.add_argument("--eval-points", default="",
-                   help="n: keep n evenly spaced checkpoints (train.keep_eval_checkpoints) and "
+                   help="n: keep n evenly spaced checkpoints (logging.keep_eval_checkpoints) and "
                         "evaluate each (needs EVAL=1; the paper's Table 3 and curves)")
     r.add_argument("--likelihood-rows", default=str(DEFAULT_LIKELIHOOD_ROWS),
                    help="validation rows for the chained likelihood (experiments.eval.likelihood) "

@@ -26,7 +26,7 @@ def _results(tmp_path, monkeypatch, request):
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "res"))
     monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FTBENCH_CLUSTER", str(tmp_path / "none.yaml"))
-    if "is_measured_at_the_clusters_world" not in request.node.name:
+    if not request.node.get_closest_marker("real_memory"):
         # the memory check's fake-tensor measurement (most of these tests' time, asserted by
         # none of them) is the slow test's below
         monkeypatch.setattr(C, "memory", lambda p, cluster: C.Check("memory", True, "memory"))
@@ -138,6 +138,7 @@ def test_paper_8b_on_three_nodes_is_refused_with_the_nearest_valid_values(tmp_pa
         in str(e.value)
 
 
+@pytest.mark.real_memory
 @pytest.mark.slow  # three fake-tensor measurements at world 2: 108 s under load
 def test_the_costliest_cell_is_measured_at_the_clusters_world_and_refused_or_rechosen(
         tmp_path):

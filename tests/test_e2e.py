@@ -75,6 +75,7 @@ def _run_and_kill_one(mpath: Path) -> tuple[int, str, dict]:
                 _kill_tree(int(c["job_id"]))
                 break
     driver.join(timeout=300)
+    assert not driver.is_alive(), "the sweep still runs after 300 s"
     assert victim is not None, result.get("out")
     return int(result["rc"]), str(result["out"]), victim  # type: ignore[call-overload]
 

@@ -90,7 +90,8 @@ def test_loglikelihood_rolling(base_ckpt: Path) -> None:
     with torch.no_grad():
         logp = F.log_softmax(lm.model(x).logits[0], -1)
     assert roll == pytest.approx(float(logp[torch.arange(len(ids)), ids].sum()), abs=1e-4)
-    # greedy generation against full forwards: test_eval_protocol.py's budget test
+    # greedy generation against full forwards: test_eval_protocol.py's
+    # test_generation_keeps_the_prompt_and_records_cuts
 
 
 def test_free_transformer_scores_are_honest(free_ckpt: Path) -> None:

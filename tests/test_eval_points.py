@@ -17,7 +17,6 @@ from analysis.checkpoints import table3
 from analysis.frame import load_sweep
 from analysis.report import UNCHECKED, build_report
 
-BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 STEPS = (33, 66, 98)
 VALUE = {33: 0.2, 66: 0.4, 98: 0.6}
 

@@ -54,11 +54,13 @@ def rows(run: Path, kind: str) -> list[dict]:
     return out
 
 
-@pytest.mark.parametrize("latent_bits,ac", [(4, True)], ids=["free-activation-checkpointing"])
+@pytest.mark.parametrize("latent_bits,ac", [(0, False), (4, True)],
+                         ids=["baseline", "free-activation-checkpointing"])
 def test_fsdp_two_gloo_processes_equal_one_process(tmp_path, latent_bits, ac):
     """Global batch 8 = 1 process x 4 micro-batches = 2 FSDP ranks x 2 micro-batches (gradient
-    sync on the last only), here with activation checkpointing; both arms without it:
-    tests/test_train_loop.py (one process == FSDP == DDP)."""
+    sync on the last only), to this test's tighter tolerance than tests/test_train_loop.py's
+    (one process == FSDP == DDP, both arms): the baseline, and the Free Transformer with
+    activation checkpointing."""
     args = [*BASE, f"model.latent_bits={latent_bits}", f"train.tokens={3 * 8 * 65}"]
     one = compose([*args, f"paths.results={tmp_path / 'one'}"])
     r1 = T.train(one)

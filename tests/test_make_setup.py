@@ -75,8 +75,10 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """`setup(*args)`: mk/venv.py's `setup` with the pins, in this process, on a host without
     GPUs unless tmp_path/bin holds an nvidia-smi; its status (output: capsys)."""
     mod = _helper()
+    asked: list[str] = []  # the interpreters setup asked (the venv's, or PYTHON=)
 
     def ask(py: str, *args: str, capture: bool = True) -> subprocess.CompletedProcess:
+        asked.append(str(py))
         out, err = io.StringIO(), io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             rc = mod.main(list(args))
@@ -92,6 +94,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         return mod.main(["setup", *PINS, "--bundle", *BUNDLE, *args])
 
     run.helper = mod
+    run.asked = asked
     return run
 
 
@@ -129,6 +132,7 @@ def test_a_missing_requirement_runs_pip_in_order_then_says_what_still_misses(
                           "-m pip install -q --no-deps evalplus==0.3.1"]
     assert err.strip().splitlines() == [
         f"setup: after installing, {venv} still misses no-such-package-xyz (not installed)"]
+    assert setup.asked and set(setup.asked) == {str(venv / "bin" / "python")}
 
 
 def test_torch_index_reinstalls_torch_only_when_the_installed_build_is_another(
@@ -157,6 +161,7 @@ def test_python_is_checked_never_installed_into(venv: Path, tmp_path: Path, setu
     assert out == "" and _pip(venv) == []
     assert err.strip() == (f"setup: PYTHON={py} lacks no-such-package-xyz (not installed); "
                            "carry them in with make offline-bundle (docs/MAKE.md)")
+    assert setup.asked and set(setup.asked) == {py}
     assert setup("--venv", "unused", "--python", str(tmp_path / "nope")) == 2
     assert "not an executable python" in capsys.readouterr().err
 

@@ -63,6 +63,7 @@ def places(toy_checkpoint, bench_dir: Path, tmp_path_factory: pytest.TempPathFac
     (d / "r0.jsonl").write_text("".join(json.dumps({"text": f"record {i} " + "ab cd " * 20})
                                         + "\n" for i in range(40)))
     pq.write_table(pa.table({"text": [f"row {i} ef gh" for i in range(20)]}), d / "p.parquet")
+    (d / "empty.txt").write_text("")
     (d / "hf.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, data_files: "
                                f"[{d / 'missing.jsonl'}]}}\n")
     (d / "field.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, field: body, "
@@ -140,6 +141,10 @@ CASES = [
     # the built tokenizer, the dry run's budget, an optional package, the device, the environment
     C("train", ["train.sed=1"], "unknown key 'train.sed'; allowed keys in train: ["),
     C("train", ["optim.lr=-1"], "optim.lr=-1.0: must be a finite number > 0"),
+    C("train", ["+train.foo=1"], "adding or deleting keys is not allowed"),
+    C("train", ["model.dim"], "is not key=value"),
+    C("train", ["data=web"], "unknown data source 'web'"),
+    C("train", ["data=files"], "data=files needs data.paths"),
     C("train", ["train.seq_len=512"], "exceeds model.max_seq_len=256"),
     C("train", ["data=files", "data.paths=[/nonexistent/*.txt]"], "no file matches"),
     C("train", ["model.vocab_size=100000", "data.max_bytes=20000"], "but the tokenizer has"),
@@ -169,6 +174,7 @@ CASES = [
     C("tasks", ["{tmp}/nodata", "{tmp}/tasks"], "no offline task's files"),
     C("likelihood", ["{tmp}/nowhere"], "no such run directory or checkpoint"),
     C("likelihood", ["{ft}", "--k", "1,x"], "--k: '1,x' is not a comma-separated list"),
+    C("likelihood", ["{ft}", "--device", "nodevice"], "--device nodevice: not a torch device"),
     C("probe", ["{bl}", *PROBE], "is a baseline"),
     C("probe", ["{ft}", *PROBE, "--rows", "0"], "--rows"),
     C("probe", ["{ft}", *PROBE, "--rows", "100000"], "validation rows"),
@@ -176,6 +182,7 @@ CASES = [
     C("full-eval", ["{tmp}/nope.pt", "--data", "{bench}"], "no checkpoint at"),
     C("full-eval", ["{base}", "--data", "{bench}", "--workers", "0"], "--workers: 0 must be >= 1"),
     C("bench", ["--sections", "train,nope"], "nope"),
+    C("bench", ["--reps", "4"], "--reps 4: every figure is a median of at least 5 reps"),
     C("bench", ["--md", "{tmp}/afile/out.md"], "afile"),
     C("bench", [], "huge", env={"BENCH_SIZE": "huge"}),
     # corpus: a source that cannot be read, a file's columns, OmegaConf's key check, the
@@ -186,6 +193,8 @@ CASES = [
       "no column 'body'"),
     C("corpus", ["--data", "stdlib", "nope=1", *V], "Key 'nope' not in 'DataConfig'"),
     C("corpus", ["--data", "nope", *V], "--data 'nope': no such file or config"),
+    C("corpus", ["--data", "files", "paths=[{d}/empty.txt]", *V], "holds no (non-empty) document"),
+    C("corpus", ["--data", "synthetic", *V], "generated on the fly"),
     C("corpus", ["--data", "stdlib", "--workers", "0", *V], "--workers: 0 must be >= 1"),
     C("corpus", ["--data", "stdlib"], "give --vocab-size"),
     C("corpus", ["--verify"], "no corpus.json to verify"),
@@ -198,6 +207,8 @@ CASES = [
     C("synthetic", ["--kappa", "1/0"], "--kappa: '1/0' is not a number of bits >= 0"),
     C("synthetic", ["--setting", "smoke", "nosuch.key=1"], "unknown config section 'nosuch'"),
     C("synthetic", ["data=tinystories"], "'data=tinystories': data is set per arm"),
+    C("synthetic", ["model.latent_bits=4"], "use --latent-bits"),
+    C("synthetic", ["--reuse", "kappa=3={tmp}"], "'kappa=3' is no arm here"),
     C("synthetic", ["--name", "a/b"], "--name 'a/b': must be a plain directory name"),
     C("synthetic", ["--high-latent-bits", "4"], "must exceed --latent-bits 8"),
     C("synthetic", ["--no-baseline", "--kappa", ""], "holds no value"),
@@ -212,6 +223,10 @@ CASES = [
       setup=lambda r: _sweep_dir(r, '{"name": "bad", "cells": [')),
     C("report", ["--name", "bad"], "newer than this code reads", setup=lambda r: _sweep_dir(
         r, '{"schema": "ftbench-manifest-v7", "name": "bad", "cells": []}')),
+    C("report", ["--name", "bad"], "is not a sweep manifest",
+      setup=lambda r: _sweep_dir(r, "[1, 2]")),
+    C("report", ["--name", "ok"], "report.html is not a writable file",
+      setup=lambda r: (_ok_sweep(r) / "report.html").mkdir()),
     C("report", ["--name", "ok"], "sweeps/ok/report is not a writable directory",
       setup=lambda r: (_ok_sweep(r) / "report").write_text("x")),
     C("report", ["--name", "../x"], "NAME '../x' is not a sweep name"),

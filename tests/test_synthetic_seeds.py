@@ -176,13 +176,14 @@ def test_block_and_doc_render_from_written_tables(planted: Path, written,
     assert main(["render-doc", "--doc", str(doc)]) == 2
 
 
-def test_cli_names(planted: Path, monkeypatch: pytest.MonkeyPatch,
+def test_cli_names(planted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                    capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("FTBENCH_RESULTS", str(planted))
     for fig in ("render_kl_curves", "render_agreement"):  # drawn once, by `written`
         monkeypatch.setattr(f"analysis.synthetic.{fig}", lambda _df, path: path)
-    main(["--names", "a", "c", "--out", str(planted / "agg")])
-    assert pd.read_csv(planted / "agg" / "summary.csv")["n_measured"].tolist() == [1] * 5
+    # its own folder: the module's `planted` is shared, and other tests read planted/agg
+    main(["--names", "a", "c", "--out", str(tmp_path / "agg")])
+    assert pd.read_csv(tmp_path / "agg" / "summary.csv")["n_measured"].tolist() == [1] * 5
     for bad, why in ((["--names", "../a"], "plain folder"), (["--names", "c"], "none of"),
                      (["--names", "a", "a"], "twice"), (["--out", "x"], "goes with --names")):
         assert main(bad) == 2
