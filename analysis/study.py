@@ -24,14 +24,7 @@ from common import arms, benchmarks
 from common.arms import BASELINE, FREE, FREE_ZCUT
 from common.errors import UsageError, cli
 from common.io import atomic_write_text
-from common.latent_use import (
-    DEAD_INFO_BITS,
-    DEAD_SHARE,
-    USED_KL_BITS,
-    USED_SHARE,
-    USED_SHARE_LO,
-    use_state,
-)
+from common.latent_use import RULE, UNDETERMINED, use_state
 from common.text import one_line
 
 from .render import fmt, md, num, template
@@ -261,17 +254,11 @@ def _seed_text(sd: object) -> str:
     return "?" if sd is None or sd != sd else str(int(sd))  # type: ignore[arg-type]
 
 
-DEAD_RULE = (f"dead = the upper end of the recovered share's 95% interval under {DEAD_SHARE}, or "
-             f"information under {DEAD_INFO_BITS} bit/token (the probe's rule, unchanged since "
-             f"these files were written); used = share >= {USED_SHARE}, its lower end >= "
-             f"{USED_SHARE_LO:.2f}, KL >= {USED_KL_BITS} bit; otherwise undetermined")
-
-
 def _state(r: pd.Series) -> str:
     """common.latent_use's state of a latent.csv row; a row with no share is undetermined."""
     return use_state(*(num(r.get(k)) for k in ("recovered_share", "recovered_share_lo",
                                                "recovered_share_hi", "kl_bits",
-                                               "information_bits"))) or "undetermined"
+                                               "information_bits"))) or UNDETERMINED
 
 
 def latent_section(lat: pd.DataFrame | None, cells: list[dict]) -> dict | None:
@@ -294,7 +281,7 @@ def latent_section(lat: pd.DataFrame | None, cells: list[dict]) -> dict | None:
     for (arm, k), g in fin.groupby(["arm", "kappa_bits"], sort=True):
         st, sh = g["state"], pd.to_numeric(g["recovered_share"], errors="coerce")
         groups.append((arm, kappa_text(k), len(g), int((st == "dead").sum()),
-                       int((st == "used").sum()), int((st == "undetermined").sum()),
+                       int((st == "used").sum()), int((st == UNDETERMINED).sum()),
                        sh.min(), sh.max(), sh.mean()))
     training = None
     if (~lat["final"].map(_truthy)).any():
@@ -521,7 +508,7 @@ def render(tables: Path) -> str:
         sizing=sizing_section(t["sizing"], meta, ps), results=results_section(ps, t["sizing"]),
         mde={"m": m, "n": n, "alpha": f"{ALPHA:.0%}", "power": f"{POWER:.0%}"},
         lik=likelihood_section(t["likelihood"]), zcut=zcut_section(ps),
-        latent=latent_section(t["latent"], cells), dead_rule=DEAD_RULE,
+        latent=latent_section(t["latent"], cells), dead_rule=RULE,
         encoder=encoder_section(t["probe"], cells),
         bryanvine=bryanvine_section(t["bryanvine"], pd.read_csv(bv51) if bv51.is_file() else None,
                                     ps, t["probe"], t["latent"]),

@@ -17,12 +17,19 @@ study's dead ones under 0.01."""
 DEAD_INFO_BITS = 0.01
 """Below this mutual information (bits/token) the encoder's codes do not depend on the text:
 nothing is there for the decoder to use (the same 1% of a bit as the probe's active bit)."""
+UNDETERMINED = "undetermined"
+RULE = (f"dead = the upper end of the recovered share's 95% interval under {DEAD_SHARE}, or "
+        f"information under {DEAD_INFO_BITS} bit/token; used = share >= {USED_SHARE}, its lower "
+        f"end >= {USED_SHARE_LO:.2f}, KL >= {USED_KL_BITS} bit/token; otherwise {UNDETERMINED}")
+"""The rule in words, once: every probe file writes it (`latent_use.rule`) and docs/STUDY.md
+states it."""
 
 
 def use_state(share: float | None, lo: float | None, hi: float | None, kl_bits: float | None,
               info: float | None) -> str | None:
-    """`used`, `dead` or `undetermined` by the thresholds above; None (missing) when the share
-    is; a missing interval end, KL or information (None or NaN) never satisfies a rule."""
+    """`used`, `dead` or `undetermined` by RULE; None when the share is missing (a reader of a
+    table shows that as UNDETERMINED); a missing interval end, KL or information (None or NaN)
+    never satisfies a rule."""
     def num(x: float | None) -> float:
         return math.nan if x is None else float(x)
 
@@ -34,4 +41,4 @@ def use_state(share: float | None, lo: float | None, hi: float | None, kl_bits: 
         return "dead"
     if share_ >= USED_SHARE and lo_ >= USED_SHARE_LO and kl_ >= USED_KL_BITS:
         return "used"
-    return "undetermined"
+    return UNDETERMINED

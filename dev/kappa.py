@@ -89,11 +89,11 @@ def t_test(d: list[float]) -> dict[str, Any]:
 
 def state(share: float, lo: float, hi: float, kl: float, info: float) -> str:
     """The preregistered state of one probed checkpoint, by the probe's own rule and thresholds
-    (experiments.eval.probe.use_state: the same numbers the preregistration fixed); "missing"
-    when the share is."""
-    from experiments.eval.probe import use_state
+    (common.latent_use: the same numbers the preregistration fixed); undetermined when the
+    share is missing, as every other reader says."""
+    from common.latent_use import UNDETERMINED, use_state
 
-    return use_state(share, lo, hi, kl, info) or "missing"
+    return use_state(share, lo, hi, kl, info) or UNDETERMINED
 
 
 # ------------------------------------------------------------------ measuring (resumable)

@@ -50,6 +50,7 @@ from common.errors import ArgParser, UsageError, cli
 from common.latent_use import (
     DEAD_INFO_BITS,
     DEAD_SHARE,
+    RULE,
     USED_KL_BITS,
     USED_SHARE,
     USED_SHARE_LO,
@@ -254,16 +255,14 @@ def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
 
 
 def rule_text() -> str:
-    """The state rule as every probe file writes it (`latent_use.rule`)."""
+    """The state rule as every probe file writes it (`latent_use.rule`): common.latent_use.RULE
+    with the share's definition and the exact-model reference."""
     return (f"recovered_share = (CE_prior - CE_posterior) / KL (nats/token; interval from the "
-            f"posterior ablation's bootstrap over rows). used = recovered_share >= {USED_SHARE}, "
-            f"its lower end >= {USED_SHARE_LO}, KL >= {USED_KL_BITS} bit/token. dead = "
-            f"recovered_share's upper end < {DEAD_SHARE}, or information < {DEAD_INFO_BITS} "
-            "bit/token. Otherwise undetermined. Reference: an exact latent model (decoder "
-            "Bayes-consistent with the encoder, aggregate posterior uniform) has share "
-            "1 + KL(u||q)/KL(q||u) >= 2 (exact_model_share: this encoder's), so a share above "
-            "1 is no sign of leaking; whether prior generation breaks is judged from samples "
-            f"only (experiments/eval/samples.py). Rule version {LATENT_USE_VERSION}.")
+            f"posterior ablation's bootstrap over rows). {RULE}. Reference: an exact latent "
+            "model (decoder Bayes-consistent with the encoder, aggregate posterior uniform) has "
+            "share 1 + KL(u||q)/KL(q||u) >= 2 (exact_model_share: this encoder's), so a share "
+            "above 1 is no sign of leaking; whether prior generation breaks is judged from "
+            f"samples only (experiments/eval/samples.py). Rule version {LATENT_USE_VERSION}.")
 
 
 # ------------------------------------------------------------------------ ablations
