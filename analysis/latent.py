@@ -24,7 +24,7 @@ from .probe import (
     probe_row,
     read_final,
 )
-from .render import esc, img, png
+from .render import png, template
 from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -129,55 +129,29 @@ def _ci(m: float, lo: float, hi: float, pct: bool = False) -> str:
 
 
 def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:
-    """The report's probe section: per kappa one aggregate figure and a line of numbers with
-    intervals over seeds; every run's own block (probe.probe_html) folded in <details>. Writes
-    <out_dir>/probe.csv (one row per file) and probe_by_kappa.csv (the aggregates)."""
+    """The report's probe section (templates/probe.html.j2): per kappa one aggregate figure and
+    a line of numbers with intervals over seeds; every run's own block (probe.probe_html)
+    folded in <details>. Writes <out_dir>/probe.csv (one row per file) and probe_by_kappa.csv
+    (the aggregates)."""
     docs, bad = read_final(run_dirs)  # one probe per run, of its last weights (the curve over
     # training is latent.csv)
-    head = '<section id="probe"><h2>The latent across seeds: does the decoder use Z?</h2>'
-    notes = "".join(f'<p class="missing">{esc(b)}</p>' for b in bad)
-    if not docs:
-        return (head + notes + '<p class="missing">no probe files (run <code>make probe '
-                "CKPT=&lt;run dir&gt;</code> on a Free Transformer)</p></section>")
-    runs = per_run(docs)
-    agg = aggregate(runs)
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        # probe.TABLE_COLS (share is its recovered_share: one name per thing in the file)
-        runs[[c for c in TABLE_COLS if c in runs]].to_csv(Path(out_dir) / "probe.csv",
-                                                          index=False)
-        agg.to_csv(Path(out_dir) / "probe_by_kappa.csv", index=False)
-    parts = [head, notes,
-             "<p>From each Free Transformer's probe file (experiments/eval/probe.py, "
-             "docs/PROBE.md), aggregated over seeds: KL in bits per token; the decoder's "
-             "recovered share of the KL = (CE with prior Z − CE with posterior Z) / KL, in "
-             "nats per token; the ablations as CE changes against prior Z. Intervals: 95% t "
-             "over seeds. The posterior is <b>LEAKING</b> (the encoder reads the scored "
-             "tokens): a diagnostic of latent use, never a score. A live latent recovers a "
-             "large share (tens of %); a share near 0 means the decoder ignores Z.</p>"]
-    for _, a in agg.iterrows():
-        g = runs[(runs["kappa_bits"] == a["kappa_bits"])
-                 & (runs["latent_bits"] == a["latent_bits"])]
-        png_ = png(kappa_figure(g, a), 90)
+    kappas = []
+    if docs:
+        runs = per_run(docs)
+        agg = aggregate(runs)
         if out_dir is not None:
-            (Path(out_dir) / f"probe_kappa{kappa_label(a['kappa_bits'])}_H{a['latent_bits']}"
-             ".png").write_bytes(png_)
-        parts.append(
-            f"<h3>kappa = {kappa_label(a['kappa_bits'])} bit, H = {a['latent_bits']} "
-            f"({a['n_seeds']} seeds)</h3><p>KL "
-            f"{_ci(a['kl_bits'], a['kl_bits_lo'], a['kl_bits_hi'])} bits/token; recovered share "
-            f"{_ci(a['share'], a['share_lo'], a['share_hi'], True)}"
-            f"; Δ CE one code per sequence {_ci(a['d_fixed'], a['d_fixed_lo'], a['d_fixed_hi'])}"
-            f", Z zeroed {_ci(a['d_zeroed'], a['d_zeroed_lo'], a['d_zeroed_hi'])}, posterior "
-            "(LEAKING) "
-            + _ci(a["d_posterior_LEAKING"], a["d_posterior_LEAKING_lo"],
-                  a["d_posterior_LEAKING_hi"]) + " nats/token</p>"
-            + img(png_, f"probe across seeds, kappa {kappa_label(a['kappa_bits'])}", ""))
-    blocks = "".join(f"<details><summary>run {esc(str(d.get('run_id')))} (kappa "
-                     f"{esc(str(d.get('kappa_bits')))}, step "
-                     f"{esc(str(d.get('checkpoint_step')))})</summary>"
-                     f"{probe_html(d)}</details>" for d in docs)
-    parts.append(f"<details><summary>Each run's probe: numbers and four figures "
-                 f"({len(docs)} runs)</summary>{blocks}</details>"
-                 "<p>Files: report/probe.csv (per run), report/probe_by_kappa.csv</p>")
-    return "\n".join(parts) + "</section>"
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+            # probe.TABLE_COLS (share is its recovered_share: one name per thing in the file)
+            runs[[c for c in TABLE_COLS if c in runs]].to_csv(Path(out_dir) / "probe.csv",
+                                                              index=False)
+            agg.to_csv(Path(out_dir) / "probe_by_kappa.csv", index=False)
+        for _, a in agg.iterrows():
+            g = runs[(runs["kappa_bits"] == a["kappa_bits"])
+                     & (runs["latent_bits"] == a["latent_bits"])]
+            k = kappa_label(a["kappa_bits"])
+            kappas.append((a, k, png(kappa_figure(g, a), 90)))
+            if out_dir is not None:
+                (Path(out_dir) / f"probe_kappa{k}_H{a['latent_bits']}.png").write_bytes(
+                    kappas[-1][2])
+    return template("probe.html.j2").render(bad=bad, kappas=kappas, ci3=_ci,
+                                            runs=[(d, probe_html(d)) for d in docs])

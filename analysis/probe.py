@@ -28,7 +28,7 @@ from common.errors import UsageError, cli
 from common.io import atomic_write
 from common.paths import RunDir
 
-from .render import cell_html, esc, img
+from .render import cell_html, template
 from .render import num as _f  # None, text and NaN are missing (NaN), never 0
 from .render import png as png_bytes
 
@@ -301,9 +301,6 @@ def write_figures(path: str | Path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------------ report section
-_cell = partial(cell_html, spec=".4g")
-
-
 def _ci(m: float, lo: float, hi: float) -> str:
     if not math.isfinite(m):
         return _cell(m)
@@ -312,40 +309,16 @@ def _ci(m: float, lo: float, hi: float) -> str:
     return f"{m:+.4g} [{lo:+.4g}, {hi:+.4g}]"
 
 
+_cell = partial(cell_html, spec=".4g")
+
+
 def probe_html(doc: dict[str, Any]) -> str:
-    """One Free Transformer's block of the section: its numbers with intervals and its four
-    figures, embedded."""
-    r = probe_row(doc)
-    coll = doc.get("collapse") or {}
-    post = _ci(r["d_posterior_LEAKING"], r["d_posterior_lo"], r["d_posterior_hi"])
-    share = _ci(r["recovered_share"], r["recovered_share_lo"], r["recovered_share_hi"])
-    parts = [
-        f"<h3>{esc(str(r['run_id']))} (step {_cell(r['step'])}, "
-        f"H={_cell(r['latent_bits'])}, kappa={_cell(r['kappa_bits'])} bit)</h3><ul>"
-        f"<li>KL {_cell(r['kl_bits'])} bits/token; active bits {_cell(r['n_active'])} "
-        f"({esc(str(r['active_bits']))}); tokens at or under kappa "
-        f"{_cell(r['frac_le_kappa'])}</li>"
-        f"<li>latent state (decoder side): <b>{_cell(r['latent_state'])}</b>; recovered "
-        f"share of the KL {share}; "
-        f"information {_cell(r['information_bits'])} + marginal bias "
-        f"{_cell(r['marginal_bias_bits'])} bits/token "
-        f"<span class=\"mono\">({esc(str((doc.get('latent_use') or {}).get('rule')))})"
-        f"</span></li>"
-        f"<li>KL over budget and cashed in (encoder side): {_cell(r['over_budget'])}; exact-"
-        f"model share of this encoder {_cell(r['exact_model_share'])}; no active bit: "
-        f"{_cell(r['latent_unused'])} "
-        f"<span class=\"mono\">({esc(str(coll.get('rule')))})</span></li>"
-        f"<li>CE prior Z {_cell(r['prior_ce'])} nats/token; one code per sequence "
-        f"{_ci(r['d_fixed'], r['d_fixed_lo'], r['d_fixed_hi'])}; Z zeroed "
-        f"{_ci(r['d_zeroed'], r['d_zeroed_lo'], r['d_zeroed_hi'])}; posterior "
-        f"<b>(LEAKING)</b> {post} (n={_cell(r['n_rows'])} rows)</li>"
-        f"<li>steering: agreement {_cell(r['steer_effect'])} with one Z per group vs "
-        f"{_cell(r['steer_null'])} (null); difference "
-        f"{_ci(r['steer_diff'], r['steer_diff_lo'], r['steer_diff_hi'])} "
-        f"(n={_cell(r['steer_n_prompts'])} prompts)</li></ul>"]
-    parts += [img(png, name, "") for name, png in figure_pngs(doc).items()]
-    parts.append(f"<p>File: {esc(str(r['file']))}</p>")
-    return "\n".join(parts)
+    """One Free Transformer's block of the section (templates/probe_run.html.j2): its numbers
+    with intervals and its four figures, embedded."""
+    return template("probe_run.html.j2").render(
+        r=probe_row(doc), use_rule=(doc.get("latent_use") or {}).get("rule"),
+        coll_rule=(doc.get("collapse") or {}).get("rule"), figures=figure_pngs(doc),
+        cell=_cell, ci=_ci)
 
 
 def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
