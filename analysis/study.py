@@ -1,6 +1,5 @@
-"""docs/STUDY.md from the study's committed tables (docs/study/), by a command:
-
-    python -m analysis.study render [--tables docs/study] [--out docs/STUDY.md]
+"""docs/STUDY.md from the study's committed tables (docs/study/): `render`, which
+`make study-render` (`python -m pipelines.study render`) writes.
 
 Every number comes from a file in the tables directory (written by `python -m pipelines.study`:
 study.json, cells.json, the report's table_tokens/table_flops/likelihood/probe/latent/per_seed
@@ -12,18 +11,15 @@ nothing written.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 from pathlib import Path
 
 import pandas as pd
 
 from common import arms, benchmarks
 from common.arms import BASELINE, FREE, FREE_ZCUT
-from common.errors import UsageError, cli
-from common.io import atomic_write_text
+from common.errors import UsageError
 from common.latent_use import RULE, UNDETERMINED, use_state
 from common.text import one_line
 
@@ -513,26 +509,3 @@ def render(tables: Path) -> str:
         bryanvine=bryanvine_section(t["bryanvine"], pd.read_csv(bv51) if bv51.is_file() else None,
                                     ps, t["probe"], t["latent"]),
         prov=provenance_section(ps)).rstrip() + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m analysis.study", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("cmd", choices=("render",))
-    ap.add_argument("--tables", default="docs/study", help="the study's tables directory")
-    ap.add_argument("--out", default="docs/STUDY.md", help="the Markdown to write")
-    a = ap.parse_args(argv)
-
-    def body() -> int:
-        try:
-            atomic_write_text(Path(a.out), render(Path(a.tables)))
-        except OSError as e:
-            raise UsageError(f"{e.filename or a.out}: {e.strerror}") from None
-        print(f"study: {Path(a.out).resolve()}")
-        return 0
-
-    return cli("study", body)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

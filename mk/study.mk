@@ -24,4 +24,4 @@ study: setup ## the first finding, offline, resumable (~90 min on 2 cores): [STU
 	  $(if $(call on,ALLOW_DIRTY),--allow-dirty)
 
 study-render: setup ## docs/STUDY.md from the committed tables in docs/study/
-	$(PY) -m analysis.study render --tables docs/study --out docs/STUDY.md
+	$(PY) -m pipelines.study render

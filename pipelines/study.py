@@ -337,10 +337,16 @@ def docs_dir(given: str, size: str, name: str) -> Path | None:
 
 
 def render(docs: Path) -> int:
-    """docs/STUDY.md (beside `docs`) from the tables in `docs`: analysis.study's entry point."""
-    from analysis.study import main as render_main
+    """docs/STUDY.md (beside `docs`) from the tables in `docs` (analysis.study.render)."""
+    from analysis.study import render as study_md
 
-    return render_main(["render", "--tables", str(docs), "--out", str(docs.parent / "STUDY.md")])
+    out = docs.parent / "STUDY.md"
+    try:
+        atomic_write_text(out, study_md(docs))
+    except OSError as e:
+        raise UsageError(f"{e.filename or out}: {e.strerror}") from None
+    print(f"study: {out.resolve()}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -422,8 +428,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
     if docs is not None:
         prog.stage(4, n, f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
         export(name, study_meta(name, a.size, size, bench), docs)
-        if render(docs) != 0:
-            return 1
+        render(docs)
     print(f"[study done {_now()}] report: {html.resolve()}", flush=True)
     return 1 if rc != 0 or failed else 0
 

@@ -78,13 +78,14 @@ def plant(d: Path, probe: bool = True) -> dict:
     return meta
 
 
-def _render(tables: Path, out: Path) -> SimpleNamespace:
-    """`python -m analysis.study render`, in this process: its exit code and stderr."""
-    from analysis.study import main
+def _render(tables: Path) -> SimpleNamespace:
+    """`python -m pipelines.study render --docs <tables>` (STUDY.md beside the tables), in this
+    process: its exit code and stderr."""
+    from pipelines.study import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        rc = main(["render", "--tables", str(tables), "--out", str(out)])
+        rc = main(["render", "--docs", str(tables)])
     return SimpleNamespace(returncode=rc, stderr=err.getvalue())
 
 
@@ -98,7 +99,7 @@ def _t(d: list[float]) -> tuple[float, float, float, float]:
 def test_render_one_primary_endpoint_holm_within_family_one_verdict_word(tmp_path):
     plant(tmp_path / "t")
     out = tmp_path / "STUDY.md"
-    res = _render(tmp_path / "t", out)
+    res = _render(tmp_path / "t")
     assert res.returncode == 0, res.stderr
     md = out.read_text()
     prim = md.split("### The primary endpoint")[1].split("### Secondary")[0]
@@ -134,7 +135,7 @@ def test_render_without_results_says_not_yet_run(tmp_path):
     meta["n_done"] = 0
     (tmp_path / "t" / "study.json").write_text(json.dumps(meta))
     out = tmp_path / "STUDY.md"
-    assert _render(tmp_path / "t", out).returncode == 0
+    assert _render(tmp_path / "t").returncode == 0
     md = out.read_text()
     assert "**Status: not yet run.**" in md
     assert "not yet run (docs/study/per_seed.csv absent)." in md
@@ -142,20 +143,20 @@ def test_render_without_results_says_not_yet_run(tmp_path):
 
 def test_render_bad_input_one_line_exit_2_nothing_written(tmp_path):
     out = tmp_path / "STUDY.md"
-    res = _render(tmp_path / "nothing", out)
+    res = _render(tmp_path / "nothing")
     assert res.returncode == 2 and not out.exists()
     assert len(res.stderr.strip().splitlines()) == 1 and "study.json" in res.stderr
     plant(tmp_path / "t")
     (tmp_path / "t" / "probe.csv").write_bytes(b"\xff\xfe\x00bad")
-    res = _render(tmp_path / "t", out)
+    res = _render(tmp_path / "t")
     assert res.returncode == 2 and not out.exists(), res.stderr
     assert len(res.stderr.strip().splitlines()) == 1
 
 
-def test_committed_study_md_is_rendered_from_committed_tables(tmp_path):
-    out = tmp_path / "STUDY.md"
-    assert _render(ROOT / "docs" / "study", out).returncode == 0
-    assert out.read_text() == (ROOT / "docs" / "STUDY.md").read_text(), \
+def test_committed_study_md_is_rendered_from_committed_tables():
+    from analysis.study import render
+
+    assert render(ROOT / "docs" / "study") == (ROOT / "docs" / "STUDY.md").read_text(), \
         "docs/STUDY.md differs from its render: run make study-render"
 
 
