@@ -25,14 +25,9 @@ Cost: the blocks below the injection point (and the encoder) run once per row
 (`FreeTransformer.forward_lower`); only the upper half (`forward_upper`) runs per draw, on chunks
 of (draws x rows) bounded by `chunk_elems` logits.
 
-`measure_run` (the CLI) reads the run's validation rows with `validation_rows`: from its built
-corpus' val shards when that is on disk (only the scored rows), else by building its data section
-again; the file's `rows_read` says which.
-
-`validation_likelihood` computes validation bits per byte for either arm (FT: IWAE at k = 1, 8,
-64, the spread between the smallest and largest k, the prior-Z CE and the posterior-Z CE,
-labelled as leaking). Comparing two such records (the gap in nats per token, bryanvine's "KL
-spend recovered") is dict arithmetic on the files: analysis/likelihood.py.
+`measure_run` (the CLI) writes one likelihood file per checkpoint (`validation_likelihood` on the
+run's validation rows: `validation_rows`); comparing two such records is dict arithmetic on the
+files: analysis/likelihood.py.
 """
 
 from __future__ import annotations

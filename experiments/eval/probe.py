@@ -1,31 +1,16 @@
-"""Does the decoder use Z, and how? Probes of a Free Transformer on its run's validation rows.
+"""Does the decoder use Z, and how? Probes of a Free Transformer on its run's validation rows:
+the KL per latent bit and position (`kl_probe`), latent use (`latent_use`: the decoder's recovered
+share of the KL, used / dead / undetermined by common.latent_use.RULE), the encoder-side
+over-budget flag (`collapse_rule`), Z ablations and steering. docs/PROBE.md says what each
+measures, its null and how to read it.
 
-`python -m experiments.eval.probe <run dir or .pt> [--rows N] [--seed S] [--out DIR]` writes
-`<run>/eval/probe.<spec_id>.step<N>.json` (docs/PROBE.md says how to read it):
+    python -m experiments.eval.probe <run dir or .pt> [--rows N] [--seed S] [--out DIR]
 
-- **KL**: the encoder (reading the whole row, as in training) gives H bit logits per token; the
-  KL to the uniform prior, per latent bit and per token position, in bits. A bit is *active*
-  when its mean KL exceeds `ACTIVE_THRESHOLD_BITS`; the share of tokens whose KL is at or under
-  kappa; and the over-budget flag whose rule (`collapse_rule`) is written into the file.
-- **Latent use** (`latent_use`): the decoder's recovered share of the KL and the state it gives
-  (used, dead, undetermined), with the share an exact latent model with this encoder would have
-  beside it (`exact_model_share`). No state says "leaking": only samples judge whether prior
-  generation breaks (experiments/eval/samples.py).
-- **Z ablations** (honest: Z never sees the tokens scored, except the labelled posterior): the
-  change of cross-entropy, nats per token, against the model as specified (a fresh uniform code
-  per token), paired over rows with a seeded bootstrap interval: one uniform code fixed per
-  sequence; the latent's contribution zeroed (the post-sampler's output, added to block L/2's
-  key/value input, replaced by 0); the posterior (Z from the encoder over the whole text:
-  LEAKING, a diagnostic).
-- **Steering**: from shared prompts (prefixes of validation rows), G continuations per group
-  with one Z shared by the group (the prompt's codes drawn once from the encoder, which reads
-  the prompt only; one uniform code per new position) against groups whose samples draw their
-  own Z. Effect: within-group agreement of the generated tokens; null: the same statistic on
-  the independent groups. Token sampling uses the same seeded stream in both conditions, so a
-  decoder that ignores Z gives identical generations and a difference of exactly 0.
-
-The lower half of the model (blocks below Z's injection, and the encoder) runs once per row
-(`forward_lower`); only the upper half runs per draw of Z (`forward_upper`).
+writes `<run>/eval/probe.<spec_id>.step<N>.json`. Honest: Z never sees the tokens scored, except
+in the posterior ablation (LEAKING: a diagnostic, never a score); only samples judge whether
+prior generation breaks (experiments/eval/samples.py). The lower half of the model (blocks below
+Z's injection, and the encoder) runs once per row (`forward_lower`); only the upper half runs per
+draw of Z (`forward_upper`).
 """
 
 from __future__ import annotations

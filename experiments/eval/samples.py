@@ -1,27 +1,10 @@
-"""Does generation with Z from the prior break? The sample test, judged from samples only.
-
-The rule is docs/alive/kappa/PREREGISTERED.md's ("Does prior generation break? Only from
-samples"), fixed before its runs:
-
-- **Generation** (`generate`): the suite's batched KV-cache `generate` with `z="prior"` (the
-  encoder reads the prompt only; each new token one uniform code), temperature 1, top_p 1, no
-  stop and no EOS stop, fp32. Prompts: the first `prompt_len` (64) tokens of each validation
-  row; `per_prompt` (4) samples of `new_tokens` (192) new tokens each, the samples of a prompt
-  as consecutive rows; one CPU `torch.Generator` seeded `seed` (12345) per generator, prompts in
-  row order, the same batching for every generator (common random numbers).
-- **Scoring** (`score`): a plain decoder (the same seed's baseline) scores each sample, the mean
-  over its generated tokens of -log p(token | prompt, earlier tokens), one forward pass. S(G) =
-  the mean over G's samples, nats per token; the real continuations are scored the same way.
-- **Reference** (`reference`): the sample scores of another seed's baseline at its kept
-  checkpoints (the ladder: plain decoders, which cannot suffer a prior mismatch), against their
-  exact validation NLL c_j; S_ref = numpy's `interp` at c = the FT's final `val_elbo` (clipped
-  at the ends, and said so): the score of a plain decoder whose honest NLL equals the FT's bound.
-- **Statistic**: D = S(FT) - S_ref, with a 95% cluster bootstrap over prompts (a prompt's samples
-  move together; the same resampled prompts for every term). Per kappa the mean over seeds with
-  a paired t interval and the one-sided test after Holm: the study's analysis (dev/kappa.py).
-- **Python's tokenize** (descriptive): a sample passes when `tokenize.generate_tokens` produces
-  no ERRORTOKEN and raises nothing but an "EOF in multi-line ..." TokenError, on the text after
-  the prompt's last `<|endoftext|>` and before the sample's first (`tokenize_passes`).
+"""Does generation with Z from the prior break? The sample test, judged from samples only, by
+the rule docs/alive/kappa/PREREGISTERED.md fixed before its runs ("Does prior generation break?
+Only from samples"): that document defines the generation (`generate`, SPEC), the scoring by the
+same seed's baseline (`score`), the reference from another seed's baseline's kept checkpoints
+(`reference`), the statistic D = S(FT) - S_ref with its cluster bootstrap over prompts
+(`cluster_boot`) and Python's tokenize check (`tokenize_passes`). The per-kappa analysis over
+seeds is dev/kappa.py's.
 
     python -m experiments.eval.samples <FT run> --scorer <baseline run> --ladder <baseline run>
         [--out DIR] [--device cpu|cuda]
