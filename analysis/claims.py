@@ -259,8 +259,7 @@ def _val_per_seed(data: SweepData, k: float) -> pd.DataFrame:
     return sel[["seed", "value"]]
 
 
-def _ce_spread_claim(ct: pd.DataFrame, data: SweepData | None = None,
-                     per_kappa: dict[float, pd.DataFrame] | None = None) -> dict:
+def _ce_spread_claim(ct: pd.DataFrame, data: SweepData) -> dict:
     """Equivalence across kappa: every pair of kappas (paired by seed) passes TOST at
     CE_SPREAD_MARGIN -> supported; a pair significantly different after Holm over the pairs
     with |Δ| beyond the margin -> contradicted; else inconclusive. Point estimates alone never
@@ -282,11 +281,8 @@ def _ce_spread_claim(ct: pd.DataFrame, data: SweepData | None = None,
             "(90% interval inside it): supported when every pair is equivalent; contradicted "
             "when a pair differs after Holm over the pairs by more than the margin; else "
             "inconclusive. Means alone never support it.")
-    if data is None and per_kappa is None:
-        return _claim(claim, source, ev + "; no per-seed values: no equivalence test." + rule,
-                      INCONCLUSIVE, " ".join(ok["run_ids"]))
     ks = [float(k) for k in ok["kappa_bits"]]
-    vals = per_kappa or {k: _val_per_seed(data, k) for k in ks}
+    vals = {k: _val_per_seed(data, k) for k in ks}
     pairs, eqs, ds = [], [], []
     for i in range(len(ks)):
         for j in range(i + 1, len(ks)):
@@ -314,7 +310,7 @@ def _ce_spread_claim(ct: pd.DataFrame, data: SweepData | None = None,
     return _claim(claim, source, ev, verdict, " ".join(ok["run_ids"]))
 
 
-def _kl_claim(ct: pd.DataFrame, data: SweepData | None = None) -> dict:
+def _kl_claim(ct: pd.DataFrame, data: SweepData) -> dict:
     """KL at kappa, per kappa an equivalence test over seeds of KL - kappa against the band
     0.25 x kappa + 0.05 bit (stated before looking): supported when every kappa's 90% interval
     lies inside its band; contradicted when one's 95% interval lies wholly outside it; else
@@ -324,7 +320,7 @@ def _kl_claim(ct: pd.DataFrame, data: SweepData | None = None) -> dict:
     if ct.empty or not ct["kl_bits"].notna().any():
         return _claim(claim, source, "no validation KL logged", INCONCLUSIVE)
     parts, eq, out = [], [], []
-    s = data.scores if data is not None else pd.DataFrame()
+    s = data.scores
     for r in ct.itertuples():
         if not math.isfinite(r.kl_bits):
             continue
@@ -405,31 +401,14 @@ def synthetic_verdict_claims(verdicts_csv: Path) -> list[dict]:
     return out
 
 
-def rejudge_synthetic(claims_csv: Path, verdicts_csv: Path,
-                      per_seed_csv: Path | None = None) -> None:
+def rejudge_synthetic(claims_csv: Path, verdicts_csv: Path) -> None:
     """Rewrite a checklist file with its synthetic rows judged from `verdicts_csv` (the study's
-    sweep has no synthetic results of its own) and, given the study's per_seed.csv, its
-    CE-spread row judged again at the current margin."""
+    sweep has no synthetic results of its own)."""
     from common.io import atomic_write_text
 
     out = pd.read_csv(claims_csv)
     out = pd.concat([out[~out["claim"].astype(str).str.startswith("Synthetic task")],
                      pd.DataFrame(synthetic_verdict_claims(verdicts_csv))], ignore_index=True)
-    if per_seed_csv is not None and per_seed_csv.is_file():
-        ps = pd.read_csv(per_seed_csv)
-        v = ps[(ps["task"] == "val") & (ps["metric"] == "val_ce")]
-        ft = v[v["arm"] == FREE.name]
-        ks = sorted(k for k in ft["kappa_bits"].unique() if k <= PAPER_KAPPAS_MAX)
-        ct = pd.DataFrame([{"kappa_bits": k, "leaking": False,
-                            "ce_prior": ft[ft["kappa_bits"] == k]["value"].mean(),
-                            "baseline_ce": v[v["arm"] == BASELINE.name]["value"].mean(),
-                            "run_ids": " ".join(sorted(ft[ft["kappa_bits"] == k]["run_id"]))}
-                           for k in ks])
-        row = _ce_spread_claim(ct, per_kappa={k: ft[ft["kappa_bits"] == k][["seed", "value"]]
-                                              for k in ks})
-        hit = out["claim"] == row["claim"]
-        for key, val in row.items():
-            out.loc[hit, key] = val
     atomic_write_text(claims_csv, out.to_csv(index=False))
 
 

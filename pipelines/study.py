@@ -263,7 +263,7 @@ def export(name: str, meta: dict, docs: Path) -> None:
         # judged from the committed synthetic experiment's per-seed verdicts (docs/SYNTHETIC.md)
         from analysis.claims import rejudge_synthetic
 
-        rejudge_synthetic(docs / "claims.csv", verdicts, docs / "per_seed.csv")
+        rejudge_synthetic(docs / "claims.csv", verdicts)
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():
