@@ -62,19 +62,15 @@ LATENT_COLS = ["run_id", "arm", "z_cut", "latent_bits", "kappa_bits", "step", "f
 the latent's use over training)."""
 
 
-class ProbeFileError(UsageError):
-    """A file that is not a readable probe file (one line)."""
-
-
 def read_probe(path: str | Path) -> dict[str, Any]:
-    """One probe file as a dict, with `file` set; ProbeFileError when it is not one."""
+    """One probe file as a dict, with `file` set; UsageError (one line) when it is not one."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
-        raise ProbeFileError(f"{path}: unreadable ({type(e).__name__})") from None
+        raise UsageError(f"{path}: unreadable ({type(e).__name__})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ProbeFileError(f"{path}: not a {SCHEMA} file")
+        raise UsageError(f"{path}: not a {SCHEMA} file")
     return {**doc, "file": str(path)}
 
 
@@ -159,7 +155,7 @@ def latent_files(run_dirs: Iterable[str | Path]) -> list[Path]:
     for f in probe_files(run_dirs):
         try:
             doc = read_probe(f)
-        except ProbeFileError:
+        except UsageError:
             continue
         if not doc.get("latent_use"):
             continue
@@ -328,7 +324,7 @@ def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], li
     for f in probe_files(run_dirs):
         try:
             docs.append(read_probe(f))
-        except ProbeFileError as e:
+        except UsageError as e:
             bad.append(str(e))
     return final_docs(docs), bad
 

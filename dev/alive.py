@@ -43,7 +43,7 @@ import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from analysis.probe import ProbeFileError, read_probe
+from analysis.probe import read_probe
 from analysis.render import blocks, md, write_doc
 from analysis.stats import mean_ci
 from common.arms import BASELINE, FREE, FREE_ZCUT, of_model
@@ -177,7 +177,7 @@ def probe_points(ev: Path, tokens_per_step: int, rows: int = PROBE_ROWS,
     for f in sorted(ev.glob("probe.*.json")) if ev.is_dir() else []:
         try:
             doc = read_probe(f)
-        except ProbeFileError:
+        except UsageError:
             continue
         spec = doc.get("spec") or {}
         step = doc.get("checkpoint_step")
