@@ -257,16 +257,15 @@ def _state(r: pd.Series) -> str:
                                                "information_bits"))) or UNDETERMINED
 
 
-def latent_section(lat: pd.DataFrame | None, cells: list[dict]) -> dict | None:
-    """Decoder-side latent use per run (latent.csv): the recovered share of the KL, the KL
-    split into information and marginal bias, the state by the probe's rule."""
+def latent_section(lat: pd.DataFrame | None) -> dict | None:
+    """Decoder-side latent use per run (latent.csv, with each run's seed): the recovered share
+    of the KL, the KL split into information and marginal bias, the state by the probe's
+    rule."""
     if lat is None or lat.empty:
         return None
     lat = lat.assign(state=[_state(r) for _, r in lat.iterrows()])
-    fin = lat[lat["final"].map(_truthy)].assign(
-        seed_=lambda f: [_seed_of(cells).get(str(r)) for r in f["run_id"]])
-    fin = fin.sort_values(["arm", "kappa_bits", "seed_"], kind="stable")
-    table = md(pd.DataFrame([[r["arm"], kappa_text(r["kappa_bits"]), _seed_text(r["seed_"]),
+    fin = lat[lat["final"].map(_truthy)].sort_values(["arm", "kappa_bits", "seed"], kind="stable")
+    table = md(pd.DataFrame([[r["arm"], kappa_text(r["kappa_bits"]), _seed_text(r["seed"]),
                               _int(r["step"]), f4(r["kl_bits"]), f4(r["information_bits"]),
                               f4(r["marginal_bias_bits"]), _share(r), r["state"]]
                              for _, r in fin.iterrows()],
@@ -504,7 +503,7 @@ def render(tables: Path) -> str:
         sizing=sizing_section(t["sizing"], meta, ps), results=results_section(ps, t["sizing"]),
         mde={"m": m, "n": n, "alpha": f"{ALPHA:.0%}", "power": f"{POWER:.0%}"},
         lik=likelihood_section(t["likelihood"]), zcut=zcut_section(ps),
-        latent=latent_section(t["latent"], cells), dead_rule=RULE,
+        latent=latent_section(t["latent"]), dead_rule=RULE,
         encoder=encoder_section(t["probe"], cells),
         bryanvine=bryanvine_section(t["bryanvine"], pd.read_csv(bv51) if bv51.is_file() else None,
                                     ps, t["probe"], t["latent"]),

@@ -119,16 +119,11 @@ def _now() -> str:
     return time.strftime("%H:%M:%S", time.gmtime())
 
 
-class Progress:
-    """`[study i/n HH:MM:SS] ...` lines with the elapsed time against the planned total (the
-    sweep's own lines give the measured ETA: SweepEta)."""
-
-    def __init__(self, size: Size) -> None:
-        self.size, self.t0 = size, time.time()
-
-    def stage(self, i: int, n: int, text: str) -> None:
-        print(f"[study {i}/{n} {_now()}] {text} (elapsed {(time.time() - self.t0) / 60:.1f} "
-              f"min of {self.size.budget_min:.0f} planned on 2 cores)", flush=True)
+def stage(t0: float, size: Size, i: int, n: int, text: str) -> None:
+    """`[study i/n HH:MM:SS] ...` with the elapsed time against the planned total (the sweep's
+    own lines give the measured ETA: SweepEta)."""
+    print(f"[study {i}/{n} {_now()}] {text} (elapsed {(time.time() - t0) / 60:.1f} min of "
+          f"{size.budget_min:.0f} planned on 2 cores)", flush=True)
 
 
 def find_bench(given: str | None, size: Size) -> Path:
@@ -400,21 +395,21 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
     todo = [c.run_id for c in api.plan(req).cells if not RunDir(c.run_dir).finished]
     if todo:  # nothing trains from a dirty tree unless asked; reusing finished runs is fine
         refuse_dirty("study", bool(getattr(a, "allow_dirty", False)), name, todo)
-    prog = Progress(size)
+    t0 = time.time()
     n = 4
-    prog.stage(1, n, f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "
-               f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
-               f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
-               f"docs) with the likelihood on {size.likelihood_rows} rows")
+    stage(t0, size, 1, n, f"sweep {name}: baseline + FT kappa {{{size.kappa}}} H={size.h} + "
+          f"controls {{{size.controls}}}, seeds {{{size.seeds}}}, preset {size.preset}, "
+          f"{size.tokens} tokens/run, each evaluated on {size.tasks} (first {size.limit} "
+          f"docs) with the likelihood on {size.likelihood_rows} rows")
     rc = sweep(req, on_event=SweepEta())
     if rc in (2, 130):  # bad input, refused before anything ran; or interrupted (Ctrl-C)
         return rc
     state = load_state(name, STATE)
-    prog.stage(2, n, "latent probe of every finished Free Transformer")
+    stage(t0, size, 2, n, "latent probe of every finished Free Transformer")
     ran, skipped, failed = probe_all(name, size, state)
     print(f"study: probes run {ran}, reused {skipped}, failed {len(failed)}"
           + "".join(f"\n  {f}" for f in failed), flush=True)
-    prog.stage(3, n, "report")
+    stage(t0, size, 3, n, "report")
     fp = inputs_fingerprint(name)
     html = SweepDir.of(name).report_html
     if state.get("report_inputs") == fp and html.is_file():
@@ -426,7 +421,7 @@ def run_study(a: argparse.Namespace, size: Size, name: str, bench: Path, docs: P
         state["report_inputs"] = fp
         save_state(name, STATE, state)
     if docs is not None:
-        prog.stage(4, n, f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
+        stage(t0, size, 4, n, f"tables to {docs}, then {docs.parent / 'STUDY.md'}")
         export(name, study_meta(name, a.size, size, bench), docs)
         render(docs)
     print(f"[study done {_now()}] report: {html.resolve()}", flush=True)

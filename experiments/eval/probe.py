@@ -547,9 +547,6 @@ def probe_run(run: RunDir | str | Path, opts: dict[str, Any] | None = None,
         loaded = load_checkpoint(ck)
     except CheckpointError as e:
         raise UsageError(str(e)) from None
-    if not isinstance(loaded.model, FreeTransformer):
-        raise UsageError(f"{ck} is a baseline (latent_bits=0): the probes measure a Free "
-                         "Transformer's latent Z; give a Free Transformer run")
     step = loaded.extra.get("step")
     step = int(step) if isinstance(step, int) else None
     dev = resolve_device(device)
