@@ -182,16 +182,8 @@ def test_validation_likelihood_and_compare_arms(setup: dict) -> None:
     assert set(free["iwae"]) == {"1", "8", "64"}
     assert free["spread_bpb"] == pytest.approx(free["iwae"]["1"]["bpb"] - free["iwae"]["64"]["bpb"])
     assert free["posterior"]["label"] == POSTERIOR_LABEL and "leaking" in POSTERIOR_LABEL
-    cmp = compare_arms(base, free)
-    assert cmp["gap_k"] == 64
-    assert cmp["gap_nats_per_token"]["64"] == pytest.approx(
-        free["iwae"]["64"]["nll_nats_per_token"] - base["nll_nats_per_token"])
-    t = cmp["tightest"]
-    assert t["nll_nats_per_token"] == min([free["prior_k1"]["nll_nats_per_token"]] + [
-        r["nll_nats_per_token"] for r in free["iwae"].values()])
-    kl = free["posterior"]["kl_nats_per_token"]
-    assert cmp["kl_spend_recovered"] == pytest.approx(
-        (base["nll_nats_per_token"] - free["posterior"]["ce_nats_per_token"]) / kl)
+    # the records are what compare_arms reads (its arithmetic: the test on hand-made dicts)
+    assert compare_arms(base, free)["gap_k"] == 64
     with pytest.raises(ValueError, match="same validation rows"):
         compare_arms(base, validation_likelihood(setup["m"], vx[:3], vy[:3], tb, ks=(1,)))
     with pytest.raises(ValueError, match="shifted"):
