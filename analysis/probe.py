@@ -148,33 +148,24 @@ def final_docs(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if id(d) in keep]
 
 
-def latent_files(run_dirs: Iterable[str | Path]) -> list[Path]:
-    """The probe files of the latent-use record (one per checkpoint probed), newest spec only
-    per (run, step): a run probed again under a new spec keeps its old file, which is skipped."""
-    best: dict[tuple[str, Any], tuple[float, Path]] = {}
-    for f in probe_files(run_dirs):
-        try:
-            doc = read_probe(f)
-        except UsageError:
-            continue
-        if not doc.get("latent_use"):
-            continue
-        key = (str(doc.get("run_id")), doc.get("checkpoint_step"))
-        t = f.stat().st_mtime
-        if key not in best or t > best[key][0]:
-            best[key] = (t, f)
-    return sorted(p for _, p in best.values())
-
-
 def latent_table(run_dirs: Iterable[str | Path], arms: dict[str, str] | None = None
                  ) -> pd.DataFrame:
     """One row per latent-use probe file (LATENT_COLS): the decoder's recovered share of the
     KL, the KL split into information and marginal bias, the state and its rule; `final` marks
     the run's last checkpoint. `arms`: run-id -> the sweep's arm name (the file records the
     model's kind and `z_cut`)."""
+    best: dict[tuple[str, Any], tuple[float, dict[str, Any]]] = {}
+    for doc in read_probes(run_dirs)[0]:
+        if not doc.get("latent_use"):
+            continue
+        # one file per (run, step), the newest: a run probed again under a new spec keeps its
+        # old file, which is skipped
+        key = (str(doc.get("run_id")), doc.get("checkpoint_step"))
+        t = Path(doc["file"]).stat().st_mtime
+        if key not in best or t > best[key][0]:
+            best[key] = (t, doc)
     rows = []
-    for f in latent_files(run_dirs):
-        doc = read_probe(f)
+    for _, doc in sorted(best.values(), key=lambda x: Path(x[1]["file"])):
         r = probe_row(doc)
         use = doc.get("latent_use") or {}
         rows.append({**{k: r.get(k) for k in LATENT_COLS if k in r},
@@ -317,15 +308,21 @@ def probe_html(doc: dict[str, Any]) -> str:
         cell=_cell, ci=_ci)
 
 
-def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The probe files of the given runs, one per run of its last weights (`final_docs`), and
-    one line per unreadable file (named, never skipped silently)."""
+def read_probes(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The probe files of the given runs, and one line per unreadable file (named, never
+    skipped silently)."""
     docs, bad = [], []
     for f in probe_files(run_dirs):
         try:
             docs.append(read_probe(f))
         except UsageError as e:
             bad.append(str(e))
+    return docs, bad
+
+
+def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """`read_probes`, one per run of its last weights (`final_docs`)."""
+    docs, bad = read_probes(run_dirs)
     return final_docs(docs), bad
 
 
