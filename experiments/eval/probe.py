@@ -587,19 +587,11 @@ def _main(argv: Sequence[str] | None) -> int:
         description="Does the decoder use Z? KL per bit and position, Z ablations, steering -> "
                     "<run>/eval/probe.<spec_id>.step<N>.json (docs/PROBE.md)")
     ap.add_argument("run", help="run dir (its final checkpoint) or a checkpoint .pt in it")
-    ap.add_argument("--rows", type=int, default=DEFAULTS["rows"],
-                    help="validation rows probed (the first N)")
-    ap.add_argument("--seed", type=int, default=DEFAULTS["seed"])
-    ap.add_argument("--draws", type=int, default=DEFAULTS["draws"],
-                    help="draws of Z per row for the prior, fixed and posterior CE")
-    ap.add_argument("--n-boot", type=int, default=DEFAULTS["n_boot"])
-    ap.add_argument("--prompts", type=int, default=DEFAULTS["prompts"])
-    ap.add_argument("--prompt-len", type=int, default=DEFAULTS["prompt_len"])
-    ap.add_argument("--gen-tokens", type=int, default=DEFAULTS["gen_tokens"])
-    ap.add_argument("--group-size", type=int, default=DEFAULTS["group_size"])
-    ap.add_argument("--groups", type=int, default=DEFAULTS["groups"],
-                    help="groups per prompt and condition")
-    ap.add_argument("--temperature", type=float, default=DEFAULTS["temperature"])
+    helps = {"rows": "validation rows probed (the first N)",
+             "draws": "draws of Z per row for the prior, fixed and posterior CE",
+             "groups": "groups per prompt and condition"}
+    for k, v in DEFAULTS.items():  # every option of the spec, typed as its default
+        ap.add_argument(f"--{k.replace('_', '-')}", type=type(v), default=v, help=helps.get(k))
     ap.add_argument("--out", default=None, help="directory for the file (default <run>/eval)")
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     a = ap.parse_args(argv)
