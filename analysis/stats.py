@@ -165,6 +165,16 @@ def paired_matrix(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[np.ndarray, li
     return d, seeds, docs_l
 
 
+def _pairs(test: pd.DataFrame, ref: pd.DataFrame, pairs: tuple | None) -> tuple:
+    """`paired_matrix(test, ref)`, or the caller's copy of it, refused unless it has its shape."""
+    if pairs is None:
+        return paired_matrix(test, ref)
+    if not (isinstance(pairs, tuple) and len(pairs) == 3 and np.ndim(pairs[0]) == 2 and (
+            np.size(pairs[0]) == 0 or np.shape(pairs[0]) == (len(pairs[1]), len(pairs[2])))):
+        raise ValueError(f"pairs must be paired_matrix's (matrix, seeds, doc_ids), got {pairs!r}")
+    return pairs
+
+
 # ---- the report's statistics -----------------------------------------------------------------
 
 @lru_cache(maxsize=256)
@@ -331,7 +341,7 @@ def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot
     """Δ of `test` against `ref` from per-item rows (columns seed, doc_id, value), paired by
     (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one.
     `pairs`: their `paired_matrix` when the caller has it already."""
-    d, seeds, docs = pairs or paired_matrix(test, ref)
+    d, seeds, docs = _pairs(test, ref, pairs)
     if d.size == 0:
         return _empty_delta(len(seeds), len(docs))
     rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
@@ -499,7 +509,7 @@ def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
     `paired_delta` pairs them (`pairs` likewise); the test runs over the per-seed mean
     differences (>= 2 seeds; one seed: no test, item-level equivalence would leave the seed
     variance out)."""
-    d, seeds, _ = pairs or paired_matrix(test, ref)
+    d, seeds, _ = _pairs(test, ref, pairs)
     if d.size == 0 or d.shape[0] < 2:
         return _empty_equivalence(margin, len(seeds), "fewer than 2 seeds: no equivalence "
                                   "test", alpha)
