@@ -46,8 +46,6 @@ TASK = benchmarks.tasks(suite="lm-eval", scoring="generate", default=True)[0]
 TASK_NAME = benchmarks.benchmark(TASK).name
 CODE_TASK = benchmarks.tasks(suite="evalplus")[0]
 """The planted evalplus benchmark (HumanEval+), with sandbox-crashed items."""
-EVAL_FILE = "lm-eval.limit.json"
-"""The planted eval file's name (the legacy name: its spec is in the file)."""
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
 """Seed-to-seed SD of an arm's score, in probability (1, 3, 5, 8 points)."""
@@ -94,13 +92,6 @@ def draw(rng: np.random.Generator, q: np.ndarray, effect: float, sd: float,
     return (rng.random(p.shape) < p).astype(float)
 
 
-def _ci(k: int, n: int) -> tuple[float, float]:
-    """Monte-Carlo 95% interval of a proportion (Clopper-Pearson)."""
-    if n == 0:
-        return math.nan, math.nan
-    return S.clopper_pearson(k, n)
-
-
 @dataclass
 class Tally:
     """k events out of n trials, with the Monte-Carlo interval."""
@@ -116,8 +107,13 @@ class Tally:
     def rate(self) -> float:
         return self.k / self.n if self.n else math.nan
 
+    @property
+    def ci(self) -> tuple[float, float]:
+        """The Monte-Carlo 95% interval of the rate (Clopper-Pearson; NaN for no trials)."""
+        return S.clopper_pearson(self.k, self.n)
+
     def text(self) -> str:
-        lo, hi = _ci(self.k, self.n)
+        lo, hi = self.ci
         return f"{100 * self.rate:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] ({self.k}/{self.n})"
 
 
@@ -264,7 +260,7 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
                                   match_latent_bits=h if matched else None, seed=seed,
                                   run_id=rid, state=state,
                                   eval={"state": state, "file": str(
-                                      rd.eval_file(EVAL_FILE).relative_to(rd.path))}))
+                                      rd.eval_file(spec.file_name(1)).relative_to(rd.path))}))
         if state != "done":
             continue
         ovh = 0.3 * h / 16 if rec.latent else 0.0
@@ -319,13 +315,13 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         ev = EvalFile(suite="lm-eval", spec=spec, spec_id=spec.id, run_id=rid,
                       checkpoint_step=1, z_mode="prior", k=1, leaks=False, limit=d.n_items,
                       tasks=tasks)
-        _write_json(rd.eval_file(EVAL_FILE), ev.to_json())
+        _write_json(rd.eval_file(spec.file_name(1)), ev.to_json())
         if sc.stray_limit and cell == f"{base}-s0":  # a LIMIT-10 re-run: must be excluded
             s2 = replace(spec, limit=10)
             stray = replace(ev, limit=10, spec=s2, spec_id=s2.id, tasks={
                 TASK: dict(tasks[TASK], metrics={"exact_match": {"value": 1.0, "n": 10}},
                            items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
-            _write_json(rd.eval_file("lm-eval.limit10.json"), stray.to_json())
+            _write_json(rd.eval_file(s2.file_name(1)), stray.to_json())
     man = Manifest(name=sc.name, cells=tuple(cells),
                    grid={"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
                          "seeds": list(range(d.n_seeds)),
@@ -539,10 +535,11 @@ def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: i
     """Rewrite the gsm8k items of every run of a written sweep: seed s's references pass the
     same k_s items, each Free Transformer those plus `gain` more."""
     man = SweepDir.of(name, root).manifest_json()
-    n = int(man["eval_spec"]["limit"])
+    spec = EvalSpec.from_json(man["eval_spec"])
+    n = int(spec.limit)
     per_seed = {}
     for c in man["cells"]:
-        path = RunDir.of(c["run_id"], root).eval_file(EVAL_FILE)
+        path = RunDir.of(c["run_id"], root).eval_file(spec.file_name(1))
         if c["state"] != "done" or not path.is_file():
             continue
         if c["seed"] not in per_seed:
@@ -739,21 +736,26 @@ def run(n_sweeps: int, n_full: int, seed: int = 0,
     return res
 
 
+def _rates_missed(tag: str, fpr: Tally, coverage: Tally, supported: Tally | None = None,
+                  ) -> list[str]:
+    """The false-positive, false 'supported' and coverage targets of one setting, judged on
+    their Monte-Carlo intervals."""
+    out = [f"{tag}: {what} {t.text()} > 5%" for what, t in (
+        ("false-positive rate", fpr), ("false 'supported'", supported))
+        if t is not None and t.ci[0] > TARGETS["fpr_max"]]
+    lo, hi = coverage.ci
+    if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
+        out.append(f"{tag}: coverage {coverage.text()} outside 93-98%")
+    return out
+
+
 def failures(res: dict) -> list[str]:
     """One line per target the figures miss (docs/CALIBRATION.md lists the targets)."""
     out = []
     for (name, sd), c in res["bulk"].items():
         tag = f"{name}, seed SD {100 * sd:g} pts"
         if DESIGNS[name].n_seeds >= 2:
-            lo, _ = _ci(c.fpr.k, c.fpr.n)
-            if lo > TARGETS["fpr_max"]:
-                out.append(f"{tag}: false-positive rate {c.fpr.text()} > 5%")
-            lo, _ = _ci(c.supported_null.k, c.supported_null.n)
-            if lo > TARGETS["fpr_max"]:
-                out.append(f"{tag}: false 'supported' {c.supported_null.text()} > 5%")
-            lo, hi = _ci(c.coverage.k, c.coverage.n)
-            if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
-                out.append(f"{tag}: coverage {c.coverage.text()} outside 93-98%")
+            out += _rates_missed(tag, c.fpr, c.coverage, c.supported_null)
             if c.power.k < c.power_t.k or c.power_lt_t:
                 out.append(f"{tag}: power {c.power.text()} below the paired t's "
                            f"{c.power_t.text()}")
@@ -791,13 +793,7 @@ def failures(res: dict) -> list[str]:
     out += [f"full path: {m}" for m in fp.mismatches[:10]]
     if fp.out_of_range:
         out.append(f"full path: {fp.out_of_range} intervals outside the metric's range")
-    if fp.fpr.n and _ci(fp.fpr.k, fp.fpr.n)[0] > TARGETS["fpr_max"]:
-        out.append(f"full path: false-positive rate {fp.fpr.text()} > 5%")
-    if fp.coverage.n:
-        lo, hi = _ci(fp.coverage.k, fp.coverage.n)
-        if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
-            out.append(f"full path: coverage {fp.coverage.text()} outside 93-98%")
-    return out
+    return out + _rates_missed("full path", fp.fpr, fp.coverage)
 
 
 def _tost_tag(key: tuple) -> str:
@@ -847,7 +843,7 @@ def markdown(res: dict, command: str) -> str:
                 "null_factor": NULL_SIMS_FACTOR,
                 "gaps_below": "; ".join(
                     f"{name} ({k})" for name, gc in gp.items() for k in ("pos", "noise")
-                    if gc.coverage[k].n and _ci(gc.coverage[k].k, gc.coverage[k].n)[1] < 0.95)
+                    if gc.coverage[k].ci[1] < 0.95)
                 or "no scenario"}
         ctx["gap_table"] = _md([{
             "scenario": name,
