@@ -28,6 +28,7 @@ from common.kappa import kappa_label
 from common.paths import METRICS
 
 from .frame import SweepData
+from .render import fmt
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -473,10 +474,6 @@ def _why_identical(rows: pd.DataFrame, curves: pd.DataFrame) -> str:
 
 # ---- words -------------------------------------------------------------------------------------
 
-def _num(x: float, digits: int = 3) -> str:
-    return f"{x:+.{digits}f}" if _fin(x) else "—"
-
-
 def verdict_table(forest: pd.DataFrame) -> pd.DataFrame:
     """One line per (comparison, metric): the verdict of each kappa in words with its Δ."""
     rows = []
@@ -489,7 +486,8 @@ def verdict_table(forest: pd.DataFrame) -> pd.DataFrame:
         deltas = ", ".join(
             (f"{_row_label(r).split(' · ')[-1]} " if len(g) > 1 else "")
             + ("0 (identical)" if r["verdict"] == IDENTICAL else
-               f"{r['delta']:+.1e} (rounding)" if r["verdict"] == ROUNDING else _num(r["delta"]))
+               f"{r['delta']:+.1e} (rounding)" if r["verdict"] == ROUNDING
+               else fmt(r["delta"], "+.3f", "—"))
             for _, r in g.iterrows())
         mdes = g["mde"].dropna()
         rows.append({"comparison": comp, "metric": f"{label} ({g['unit'].iloc[0]})",
