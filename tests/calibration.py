@@ -219,6 +219,9 @@ class Scenario:
     missing: bool = False
     crash: float = 0.0
     stray_limit: bool = False
+    equal_gain: int | None = None
+    """The rounding case: gsm8k's items as `_equal_counts` plants them (each seed's references
+    pass the same items, every Free Transformer those plus `equal_gain` more)."""
 
 
 def _write_json(path: Path, obj: object) -> None:
@@ -231,6 +234,8 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
     writers build them); return the simulated outcomes per cell."""
     d = sc.design
     q = rng.uniform(0.25, 0.75, d.n_items)
+    equal = None if sc.equal_gain is None else _equal_counts(rng, d.n_items, d.n_seeds,
+                                                             sc.equal_gain)
     tokens, fpt0 = 200_000, 1.0e6
     base, free, flops = arms.BASELINE.name, arms.FREE.name, arms.BASELINE_FLOPS.name
     plan: list[tuple[str, str, float | None, int, float]] = [
@@ -285,6 +290,8 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         _write_json(rd.record_path, cfg.to_json())  # JSON is YAML
         u = rng.normal(0.0, sc.sd, 2)
         y = (rng.random(d.n_items) < np.clip(q + eff + u[0], 0, 1)).astype(float)
+        if equal is not None:
+            y = equal[0 if rec.is_treatment else 1][seed]
         yc = (rng.random(d.n_items) < np.clip(q + eff + u[1], 0, 1)).astype(float)
         crashed = rng.random(d.n_items) < sc.crash
         yc[crashed] = np.nan
@@ -490,8 +497,7 @@ def _equal_counts(rng: np.random.Generator, n_items: int, n_seeds: int, gain: in
 def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
              workdir: Path | None = None) -> Rounding:
     """The rounding case through the report's statistics (bulk) and, `n_full` times, through
-    result files -> load_sweep -> paper_table -> claims (the sweep's gsm8k items planted after
-    `write_scenario` wrote it)."""
+    result files -> load_sweep -> paper_table -> claims (`Scenario.equal_gain`)."""
     rng = np.random.default_rng([seed, 24])
     r = Rounding()
     for _ in range(n_trials):
@@ -514,9 +520,9 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
         try:
             design = Design("rounding", 82, 3, (0.5, 2.0), "3 seeds x 82 items, equal counts")
             for i in range(n_full):
-                sc = Scenario(f"round-{i}", design, 0.03)
+                sc = Scenario(f"round-{i}", design, 0.03,
+                              equal_gain=int(rng.choice([-1, 1, 2])))
                 write_scenario(tmp, sc, rng)
-                _plant_equal_counts(tmp, sc.name, rng, gain=int(rng.choice([-1, 1, 2])))
                 data = load_sweep(sc.name, tmp)
                 for view in ("tokens", "flops"):
                     t = paper_table(data, view, n_boot=n_boot)
@@ -529,30 +535,6 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return r
-
-
-def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: int) -> None:
-    """Rewrite the gsm8k items of every run of a written sweep: seed s's references pass the
-    same k_s items, each Free Transformer those plus `gain` more."""
-    man = SweepDir.of(name, root).manifest_json()
-    spec = EvalSpec.from_json(man["eval_spec"])
-    n = int(spec.limit)
-    per_seed = {}
-    for c in man["cells"]:
-        path = RunDir.of(c["run_id"], root).eval_file(spec.file_name(1))
-        if c["state"] != "done" or not path.is_file():
-            continue
-        if c["seed"] not in per_seed:
-            k = int(rng.integers(max(0, -gain), n - max(0, gain) + 1))
-            per_seed[c["seed"]] = (k, rng.permutation(n))
-        k, order = per_seed[c["seed"]]
-        y = np.zeros(n)
-        y[order[:k + (gain if arms.arm(c["arm"]).is_treatment else 0)]] = 1
-        ev = json.loads(path.read_text(encoding="utf-8"))
-        ev["tasks"][TASK]["items"] = [{"doc_id": i, "exact_match": float(v)}
-                                      for i, v in enumerate(y)]
-        ev["tasks"][TASK]["metrics"]["exact_match"]["value"] = float(y.mean())
-        _write_json(path, ev)
 
 
 # ---- equivalence (TOST) on planted truth -----------------------------------------------------
