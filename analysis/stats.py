@@ -231,12 +231,10 @@ def cell_interval(per_seed: np.ndarray | Sequence[float], items: np.ndarray | No
         return CellInterval(math.nan, math.nan, math.nan, "", 0, n_i)
     m = float(x.mean())
     if n_s >= 2:
-        sd = float(x.std(ddof=1))
-        if no_variation(x) or not sd > 0:  # equal up to rounding: no zero-width interval
+        _, lo, hi = mean_ci(x, level)
+        if not math.isfinite(lo):  # equal up to rounding: no zero-width interval
             return CellInterval(m, math.nan, math.nan, NO_VARIATION, n_s, n_i, True)
-        half = float(stats.t.ppf(0.5 + level / 2, n_s - 1)) * sd / math.sqrt(n_s)
-        lo, hi = _clip(m - half, m + half, rng)
-        return CellInterval(m, lo, hi, f"t over {n_s} seeds", n_s, n_i)
+        return CellInterval(m, *_clip(lo, hi, rng), f"t over {n_s} seeds", n_s, n_i)
     # one seed: the items are all there is; the label says seed variance is not in it
     if iv.size and np.all((iv == 0) | (iv == 1)):
         lo, hi = clopper_pearson(int(iv.sum()), n_i, level)
