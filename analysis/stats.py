@@ -371,10 +371,9 @@ def per_seed_diffs(d: np.ndarray) -> np.ndarray:
 def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
                level: float = LEVEL) -> Delta:
     """Δ from per-seed values only (columns seed, value; e.g. validation CE), paired by seed."""
-    t, r, common = _per_seed(test, ref)
+    t, r, common, diffs = _per_seed(test, ref)
     if not common:
         return _empty_delta()
-    diffs = (t[common] - r[common]).to_numpy(dtype=float)
     rng = delta_range(metric_range(metric, np.concatenate([t.to_numpy(float),
                                                            r.to_numpy(float)])))
     if len(common) == 1:
@@ -476,29 +475,29 @@ def tost(diffs: np.ndarray | Sequence[float], margin: float, alpha: float = ALPH
                        n, what, alpha, se, df)
 
 
-def _per_seed(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.Series, pd.Series, list]:
-    """Each arm's per-seed value (columns seed, value; several rows of a seed are averaged) and
-    the seeds both have."""
+def _per_seed(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.Series, pd.Series, list,
+                                                                np.ndarray]:
+    """Each arm's per-seed value (columns seed, value; several rows of a seed are averaged),
+    the seeds both have and their differences test - ref in that order."""
     t = test.groupby("seed")["value"].mean()
     r = ref.groupby("seed")["value"].mean()
-    return t, r, sorted(set(t.dropna().index) & set(r.dropna().index))
+    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    return t, r, common, (t[common] - r[common]).to_numpy(dtype=float)
 
 
 def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
     """Per-seed paired differences test - ref: (seeds both have, differences in that order)."""
-    t, r, common = _per_seed(test, ref)
-    return common, (t[common] - r[common]).to_numpy(dtype=float)
+    return _per_seed(test, ref)[2:]
 
 
 def seed_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
               alpha: float = ALPHA) -> Equivalence:
     """TOST from per-seed values only (columns seed, value; e.g. validation CE), paired by
     seed: the equivalence counterpart of `seed_delta`."""
-    t, r, seeds = _per_seed(test, ref)
+    t, r, seeds, diffs = _per_seed(test, ref)
     if not seeds:
         return _empty_equivalence(margin, 0, "no seed in both arms", alpha)
-    return tost((t[seeds] - r[seeds]).to_numpy(dtype=float), margin, alpha,
-                scale=_scale(t[seeds], r[seeds]))
+    return tost(diffs, margin, alpha, scale=_scale(t[seeds], r[seeds]))
 
 
 def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
