@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 import tempfile
 import time
@@ -377,8 +376,8 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
     rng = np.random.default_rng(seed)
     fp = FullPath()
     t0 = time.time()
-    tmp = Path(tempfile.mkdtemp(prefix="ftbench-calib-", dir=workdir))
-    try:
+    with tempfile.TemporaryDirectory(prefix="ftbench-calib-", dir=workdir) as td:
+        tmp = Path(td)
         for sc in scenarios:
             sim = write_scenario(tmp, sc, rng)
             data = load_sweep(sc.name, tmp)
@@ -427,8 +426,6 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
                 if view == "tokens" and not sc.effects:
                     cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                     fp.supported_null.add(cl["verdict"] == SUPPORTED)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     fp.seconds = time.time() - t0
     return fp
 
@@ -516,8 +513,8 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
             ps.append(d.p)
         r.holm.add(bool(np.any(S.holm(ps) < ALPHA)))
     if n_full:
-        tmp = Path(tempfile.mkdtemp(prefix="ftbench-calib-round-", dir=workdir))
-        try:
+        with tempfile.TemporaryDirectory(prefix="ftbench-calib-round-", dir=workdir) as td:
+            tmp = Path(td)
             design = Design("rounding", 82, 3, (0.5, 2.0), "3 seeds x 82 items, equal counts")
             for i in range(n_full):
                 sc = Scenario(f"round-{i}", design, 0.03,
@@ -532,8 +529,6 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
                     if view == "tokens":
                         cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                         r.full_supported.add(cl["verdict"] == SUPPORTED)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return r
 
 
