@@ -114,8 +114,11 @@ def at_floor(cells: pd.DataFrame) -> bool:
 
 
 def row_status(table: pd.DataFrame) -> pd.DataFrame:
-    """One line per benchmark row of a (stacked) table: task, metric, whether it was evaluated
-    (some cell has a number), whether it is at the floor, and why not evaluated."""
+    """One line per benchmark row of a (stacked) table's columns (a row without one, a benchmark
+    the suite cannot run, is left out): task, metric, whether it was evaluated (some cell has a
+    number), whether it is at the floor, and why not evaluated."""
+    if len(table) and "column" in table:
+        table = table[table["column"] != ""]
     if table.empty:
         return pd.DataFrame(columns=["group", "benchmark", "task", "metric", "evaluated",
                                      "floor", "why"])
@@ -141,7 +144,7 @@ def measured_metrics(tables: dict[str, pd.DataFrame]) -> tuple[list[tuple[str, s
     for t in tables.values():
         if t.empty:
             continue
-        st = row_status(t[t["column"] != ""])
+        st = row_status(t)
         for r in st.itertuples():
             if not isinstance(r.task, str) or not r.task or not isinstance(r.metric, str):
                 continue
