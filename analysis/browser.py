@@ -59,14 +59,8 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 def find_chromium() -> str | None:
     """$CHROMIUM, else chromium / chromium-browser / google-chrome on PATH."""
-    env = os.environ.get("CHROMIUM")
-    if env:
-        return env
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        p = shutil.which(name)
-        if p:
-            return p
-    return None
+    names = ("chromium", "chromium-browser", "google-chrome")
+    return os.environ.get("CHROMIUM") or next(filter(None, map(shutil.which, names)), None)
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess:

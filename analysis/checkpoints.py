@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from common.arms import FREE
-from common.kappa import kappa_label
 
+from .figures import arm_label, arm_labels
 from .frame import SweepData
 from .likelihood import compare_arms
 from .paper_groups import PAPER_GROUPS
@@ -30,12 +30,6 @@ LAST_FRACTION = 2 / 3
 T3_COLS = ["group", "benchmark", "paper_metric", "task", "metric", "column", "arm", "kappa_bits",
            "latent_bits", "n_seeds", "n_points", "final", "final_lo", "final_hi",
            "last_third", "last_third_lo", "last_third_hi", "ci_method", "steps", "run_ids"]
-
-
-def _column(r: pd.Series) -> str:
-    if r["arm"] == FREE.name:
-        return f"FT k={kappa_label(r['kappa_bits'])} H={r['latent_bits']:g}"
-    return str(r["arm"])
 
 
 def _rows(points: pd.DataFrame) -> list[dict]:
@@ -61,7 +55,7 @@ def honest_points(data: SweepData) -> pd.DataFrame:
         return p.assign(column=pd.Series(dtype=str))
     p = p[~p["leaks"].astype(bool) & p["step"].notna()]
     p = p[p["z_mode"] == "prior"] if (p["z_mode"] == "prior").any() else p
-    return p.assign(column=p.apply(_column, axis=1))
+    return p.assign(column=arm_labels(p))
 
 
 def per_seed_pair(g: pd.DataFrame) -> tuple[float, float, int, str]:
@@ -158,7 +152,8 @@ def likelihood_table(data: SweepData) -> pd.DataFrame:
     out = []
     for _, r in recs[recs["arm"] == FREE.name].iterrows():
         b = base[base["seed"] == r["seed"]]
-        row = {"column": _column(r), "seed": r["seed"], "n_tokens": r.get("n_tokens"),
+        row = {"column": arm_label(r["arm"], r["kappa_bits"], r["latent_bits"]),
+               "seed": r["seed"], "n_tokens": r.get("n_tokens"),
                "spread_bpb": r.get("spread_bpb"), "files": r["file"]}
         post = r.get("posterior") if isinstance(r.get("posterior"), dict) else {}
         row["posterior_ce_leaking"] = post.get("ce_nats_per_token")

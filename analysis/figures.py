@@ -30,7 +30,7 @@ def arm_label(arm: str, kappa: float, h: float) -> str:
     return arm
 
 
-def _arm_key(df: pd.DataFrame) -> pd.Series:
+def arm_labels(df: pd.DataFrame) -> pd.Series:
     return pd.Series([arm_label(a, k, h) for a, k, h in
                       zip(df["arm"], df["kappa_bits"], df["latent_bits"], strict=True)],
                      index=df.index)
@@ -52,7 +52,7 @@ def training_curves(data: SweepData) -> plt.Figure | None:
     if c.empty or "kind" not in c or not (c["kind"] == "train").any():
         return None
     c = c[c["kind"] == "train"].copy()
-    c["label"] = _arm_key(c)
+    c["label"] = arm_labels(c)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     colors = {lab: f"C{i}" for i, lab in enumerate(sorted(c["label"].unique()))}
     for (lab, seed), g in c.groupby(["label", "seed"], sort=True):
@@ -82,7 +82,7 @@ def learning_curves(data: SweepData) -> plt.Figure | None:
     if c.empty or "val_ce" not in c or not (c["kind"] == "val").any():
         return None
     v = c[(c["kind"] == "val") & c["val_ce"].notna()].copy()
-    v["label"] = _arm_key(v)
+    v["label"] = arm_labels(v)
     fig, axes = plt.subplots(1, 2, figsize=(6.4, 2.6), sharey=True)
     for i, (lab, g) in enumerate(v.groupby("label", sort=True)):
         by = g.groupby("step").agg(tokens=("tokens", "mean"), flops=("flops", "mean"),

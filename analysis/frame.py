@@ -250,24 +250,26 @@ def _cell_row(root: Path, cell: ManifestCell,
     return row, cfg
 
 
+def _read_record(path: Path, cls: Any, warnings: list[str], skip: tuple[str, ...] = ()) -> Any:
+    """The typed record of one JSON result file, or None with the reason in `warnings` (a file
+    whose `suite` is in `skip`, another reader's, is None without one)."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(raw, dict) and raw.get("suite") in skip:
+            return None
+        return cls.from_json(raw, path.name)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecordError) as e:
+        warnings.append(f"{path}: unreadable ({e})")
+        return None
+
+
 def _read_evals(root: Path, run: RunDir, warnings: list[str]) -> list[dict]:
     """Every eval/*.json of a run with its spec (no selection yet)."""
     out = []
     for epath in run.eval_files():
-        try:
-            ev = json.loads(epath.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            warnings.append(f"{epath}: unreadable ({e})")
-            continue
-        if not isinstance(ev, dict):
-            warnings.append(f"{epath}: not an eval file (top level is not an object)")
-            continue
-        if ev.get("suite") in ("likelihood", "probe"):  # eval/likelihood.py, eval/probe.py
-            continue
-        try:
-            rec = EvalFile.from_json(ev, epath.name)
-        except RecordError as e:
-            warnings.append(f"{epath}: {e}")
+        # eval/likelihood.py's and eval/probe.py's files are read elsewhere
+        rec = _read_record(epath, EvalFile, warnings, skip=("likelihood", "probe"))
+        if rec is None:
             continue
         spec = rec.spec.to_json()
         out.append({"path": epath, "ev": rec, "spec": spec, "spec_id": rec.spec_id,
@@ -380,17 +382,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
     for (row, ident), files in zip(cell_rows, per_cell_evals, strict=True):
         run = RunDir.of(str(row["run_id"]), root)
         for lp in run.eval_files("likelihood.*.json"):
-            try:
-                raw = json.loads(lp.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                warnings.append(f"{lp}: unreadable ({e})")
-                continue
-            if not isinstance(raw, dict):
-                continue
-            try:
-                lik = LikelihoodFile.from_json(raw, str(lp))
-            except RecordError as e:
-                warnings.append(f"{lp}: {e}")
+            if (lik := _read_record(lp, LikelihoodFile, warnings)) is None:
                 continue
             # model_arm: the model's kind ("baseline" | "free", compare_arms' arm); arm: the cell's
             rec = {k: v for k, v in lik.to_json().items() if k != "schema"}

@@ -28,6 +28,7 @@ from common.kappa import kappa_label
 from common.paths import METRICS
 
 from .frame import SweepData
+from .render import fmt
 
 matplotlib.use("Agg")  # PNGs only, never a display
 
@@ -113,8 +114,11 @@ def at_floor(cells: pd.DataFrame) -> bool:
 
 
 def row_status(table: pd.DataFrame) -> pd.DataFrame:
-    """One line per benchmark row of a (stacked) table: task, metric, whether it was evaluated
-    (some cell has a number), whether it is at the floor, and why not evaluated."""
+    """One line per benchmark row of a (stacked) table's columns (a row without one, a benchmark
+    the suite cannot run, is left out): task, metric, whether it was evaluated (some cell has a
+    number), whether it is at the floor, and why not evaluated."""
+    if len(table) and "column" in table:
+        table = table[table["column"] != ""]
     if table.empty:
         return pd.DataFrame(columns=["group", "benchmark", "task", "metric", "evaluated",
                                      "floor", "why"])
@@ -140,7 +144,7 @@ def measured_metrics(tables: dict[str, pd.DataFrame]) -> tuple[list[tuple[str, s
     for t in tables.values():
         if t.empty:
             continue
-        st = row_status(t[t["column"] != ""])
+        st = row_status(t)
         for r in st.itertuples():
             if not isinstance(r.task, str) or not r.task or not isinstance(r.metric, str):
                 continue
@@ -473,10 +477,6 @@ def _why_identical(rows: pd.DataFrame, curves: pd.DataFrame) -> str:
 
 # ---- words -------------------------------------------------------------------------------------
 
-def _num(x: float, digits: int = 3) -> str:
-    return f"{x:+.{digits}f}" if _fin(x) else "—"
-
-
 def verdict_table(forest: pd.DataFrame) -> pd.DataFrame:
     """One line per (comparison, metric): the verdict of each kappa in words with its Δ."""
     rows = []
@@ -489,7 +489,8 @@ def verdict_table(forest: pd.DataFrame) -> pd.DataFrame:
         deltas = ", ".join(
             (f"{_row_label(r).split(' · ')[-1]} " if len(g) > 1 else "")
             + ("0 (identical)" if r["verdict"] == IDENTICAL else
-               f"{r['delta']:+.1e} (rounding)" if r["verdict"] == ROUNDING else _num(r["delta"]))
+               f"{r['delta']:+.1e} (rounding)" if r["verdict"] == ROUNDING
+               else fmt(r["delta"], "+.3f", "—"))
             for _, r in g.iterrows())
         mdes = g["mde"].dropna()
         rows.append({"comparison": comp, "metric": f"{label} ({g['unit'].iloc[0]})",

@@ -117,7 +117,7 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
     at 0 or chance). Each cell links to its run-ids in the appendix; hover it for its eval
     files, spec and interval methods."""
     cols = [c for c in dict.fromkeys(long["column"]) if c]
-    st = lead.row_status(long[long["column"] != ""])
+    st = lead.row_status(long)
     keep = {(r.task, r.metric) for r in st.itertuples() if r.evaluated and not r.floor}
     nocol = long[long["column"] == ""]  # a benchmark the suite cannot run: folded too
     st = pd.concat([st, pd.DataFrame({"benchmark": nocol["benchmark"], "task": nocol["task"],
@@ -224,7 +224,7 @@ def _table3_html(data: SweepData, out_dir: Path, main: pd.DataFrame) -> str:
     floor in the main table (every arm 0 or at chance) are one line, and not drawn."""
     t3 = ckpts.table3(data)
     t3.to_csv(out_dir / "table3.csv", index=False)
-    st = lead.row_status(main[main["column"] != ""]) if len(main) else lead.row_status(main)
+    st = lead.row_status(main)
     floor = {(r.task, r.metric) for r in st.itertuples() if r.floor}
     p = data.points  # the curves leave out the floor rows and every all-zero curve
     if len(p):
@@ -276,7 +276,7 @@ def _lead_html(data: SweepData, forest: pd.DataFrame, tables: dict[str, pd.DataF
     if curves_png:
         (out_dir / "learning_curves.png").write_bytes(curves_png)
     forest.to_csv(out_dir / "lead.csv", index=False)
-    st = pd.concat([lead.row_status(t[t["column"] != ""]) for t in tables.values() if len(t)]
+    st = pd.concat([lead.row_status(t) for t in tables.values() if len(t)]
                    or [lead.row_status(pd.DataFrame())])
     not_eval = sorted(set(st.loc[~st["evaluated"].astype(bool), "benchmark"].dropna()))
     words = lead.verdict_words(forest)

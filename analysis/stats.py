@@ -165,6 +165,16 @@ def paired_matrix(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[np.ndarray, li
     return d, seeds, docs_l
 
 
+def _pairs(test: pd.DataFrame, ref: pd.DataFrame, pairs: tuple | None) -> tuple:
+    """`paired_matrix(test, ref)`, or the caller's copy of it, refused unless it has its shape."""
+    if pairs is None:
+        return paired_matrix(test, ref)
+    if not (isinstance(pairs, tuple) and len(pairs) == 3 and np.ndim(pairs[0]) == 2 and (
+            np.size(pairs[0]) == 0 or np.shape(pairs[0]) == (len(pairs[1]), len(pairs[2])))):
+        raise ValueError(f"pairs must be paired_matrix's (matrix, seeds, doc_ids), got {pairs!r}")
+    return pairs
+
+
 # ---- the report's statistics -----------------------------------------------------------------
 
 @lru_cache(maxsize=256)
@@ -221,12 +231,10 @@ def cell_interval(per_seed: np.ndarray | Sequence[float], items: np.ndarray | No
         return CellInterval(math.nan, math.nan, math.nan, "", 0, n_i)
     m = float(x.mean())
     if n_s >= 2:
-        sd = float(x.std(ddof=1))
-        if no_variation(x) or not sd > 0:  # equal up to rounding: no zero-width interval
+        _, lo, hi = mean_ci(x, level)
+        if not math.isfinite(lo):  # equal up to rounding: no zero-width interval
             return CellInterval(m, math.nan, math.nan, NO_VARIATION, n_s, n_i, True)
-        half = float(stats.t.ppf(0.5 + level / 2, n_s - 1)) * sd / math.sqrt(n_s)
-        lo, hi = _clip(m - half, m + half, rng)
-        return CellInterval(m, lo, hi, f"t over {n_s} seeds", n_s, n_i)
+        return CellInterval(m, *_clip(lo, hi, rng), f"t over {n_s} seeds", n_s, n_i)
     # one seed: the items are all there is; the label says seed variance is not in it
     if iv.size and np.all((iv == 0) | (iv == 1)):
         lo, hi = clopper_pearson(int(iv.sum()), n_i, level)
@@ -331,7 +339,7 @@ def paired_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "", n_boot
     """Δ of `test` against `ref` from per-item rows (columns seed, doc_id, value), paired by
     (seed, doc_id): a paired t over seeds with >= 2 seeds, an item bootstrap with one.
     `pairs`: their `paired_matrix` when the caller has it already."""
-    d, seeds, docs = pairs or paired_matrix(test, ref)
+    d, seeds, docs = _pairs(test, ref, pairs)
     if d.size == 0:
         return _empty_delta(len(seeds), len(docs))
     rng = delta_range(metric_range(metric, np.concatenate([test["value"].to_numpy(float),
@@ -363,10 +371,9 @@ def per_seed_diffs(d: np.ndarray) -> np.ndarray:
 def seed_delta(test: pd.DataFrame, ref: pd.DataFrame, metric: str = "",
                level: float = LEVEL) -> Delta:
     """Δ from per-seed values only (columns seed, value; e.g. validation CE), paired by seed."""
-    t, r, common = _per_seed(test, ref)
+    t, r, common, diffs = _per_seed(test, ref)
     if not common:
         return _empty_delta()
-    diffs = (t[common] - r[common]).to_numpy(dtype=float)
     rng = delta_range(metric_range(metric, np.concatenate([t.to_numpy(float),
                                                            r.to_numpy(float)])))
     if len(common) == 1:
@@ -468,29 +475,29 @@ def tost(diffs: np.ndarray | Sequence[float], margin: float, alpha: float = ALPH
                        n, what, alpha, se, df)
 
 
-def _per_seed(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.Series, pd.Series, list]:
-    """Each arm's per-seed value (columns seed, value; several rows of a seed are averaged) and
-    the seeds both have."""
+def _per_seed(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[pd.Series, pd.Series, list,
+                                                                np.ndarray]:
+    """Each arm's per-seed value (columns seed, value; several rows of a seed are averaged),
+    the seeds both have and their differences test - ref in that order."""
     t = test.groupby("seed")["value"].mean()
     r = ref.groupby("seed")["value"].mean()
-    return t, r, sorted(set(t.dropna().index) & set(r.dropna().index))
+    common = sorted(set(t.dropna().index) & set(r.dropna().index))
+    return t, r, common, (t[common] - r[common]).to_numpy(dtype=float)
 
 
 def seed_diffs(test: pd.DataFrame, ref: pd.DataFrame) -> tuple[list, np.ndarray]:
     """Per-seed paired differences test - ref: (seeds both have, differences in that order)."""
-    t, r, common = _per_seed(test, ref)
-    return common, (t[common] - r[common]).to_numpy(dtype=float)
+    return _per_seed(test, ref)[2:]
 
 
 def seed_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
               alpha: float = ALPHA) -> Equivalence:
     """TOST from per-seed values only (columns seed, value; e.g. validation CE), paired by
     seed: the equivalence counterpart of `seed_delta`."""
-    t, r, seeds = _per_seed(test, ref)
+    t, r, seeds, diffs = _per_seed(test, ref)
     if not seeds:
         return _empty_equivalence(margin, 0, "no seed in both arms", alpha)
-    return tost((t[seeds] - r[seeds]).to_numpy(dtype=float), margin, alpha,
-                scale=_scale(t[seeds], r[seeds]))
+    return tost(diffs, margin, alpha, scale=_scale(t[seeds], r[seeds]))
 
 
 def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
@@ -499,7 +506,7 @@ def paired_tost(test: pd.DataFrame, ref: pd.DataFrame, margin: float,
     `paired_delta` pairs them (`pairs` likewise); the test runs over the per-seed mean
     differences (>= 2 seeds; one seed: no test, item-level equivalence would leave the seed
     variance out)."""
-    d, seeds, _ = pairs or paired_matrix(test, ref)
+    d, seeds, _ = _pairs(test, ref, pairs)
     if d.size == 0 or d.shape[0] < 2:
         return _empty_equivalence(margin, len(seeds), "fewer than 2 seeds: no equivalence "
                                   "test", alpha)

@@ -36,7 +36,7 @@ from common.records import EvalSpec
 
 from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status
 from .paper_groups import PAPER_GROUPS
-from .render import md
+from .render import ci, fmt, md
 from .stats import (
     ALPHA,
     F32_ULPS,
@@ -693,12 +693,6 @@ def missing_table(data: SweepData) -> pd.DataFrame:
 
 # ---- rendering -------------------------------------------------------------------------------
 
-def _f(x: float, signed: bool = False) -> str:
-    if x is None or not isinstance(x, (int, float)) or not math.isfinite(x):
-        return "?"
-    return f"{x:+.3f}" if signed else f"{x:.3f}"
-
-
 def _p(x: float) -> str:
     if x is None or not math.isfinite(x):
         return "?"
@@ -718,13 +712,12 @@ def delta_text(r: pd.Series) -> str:
     """'Δ +0.050 [-0.010, +0.110] p=0.080 Holm=0.160 MDE 0.090' with its markers."""
     if not math.isfinite(r.get("delta", math.nan)):
         return ""
-    s = f"Δ {_f(r['delta'], True)}"
+    s = f"Δ {fmt(r['delta'], '+.3f')}"
     if r.get("identical") is True:
         return s + " (identical to float32 rounding in every seed: no interval, no p)"
     if r.get("degenerate") and not math.isfinite(r.get("delta_lo", math.nan)):
         return s + f" ({NO_VARIATION})"
-    if math.isfinite(r["delta_lo"]):
-        s += f" [{_f(r['delta_lo'], True)}, {_f(r['delta_hi'], True)}]"
+    s = f"Δ {ci(r['delta'], r['delta_lo'], r['delta_hi'], '+.3f')}"
     s += "*" if r.get("significant_holm") else ""
     s += "†" if r.get("delta_unit") == "item" else ""
     if math.isfinite(r.get("p", math.nan)):
@@ -732,7 +725,7 @@ def delta_text(r: pd.Series) -> str:
         if int(r.get("holm_m") or 0) > 1:
             s += f" Holm={_p(r['p_holm'])}"
     if math.isfinite(r.get("mde", math.nan)):
-        s += f" MDE {_f(r['mde'])}"
+        s += f" MDE {fmt(r['mde'])}"
     return s
 
 
@@ -740,10 +733,8 @@ def cell_text(r: pd.Series) -> str:
     """One table cell: 'mean [lo, hi] n=IxS' and, on a Free Transformer, its Δ."""
     if not r.get("n_seeds"):
         return r.get("status") or "missing"
-    s = _f(r["mean"])
-    if math.isfinite(r["lo"]):
-        s += f" [{_f(r['lo'])}, {_f(r['hi'])}]"
-    elif r.get("ci_method") == NO_VARIATION:
+    s = ci(r["mean"], r["lo"], r["hi"], none="?")
+    if not math.isfinite(r["lo"]) and r.get("ci_method") == NO_VARIATION:
         s += f" ({NO_VARIATION})"
     s += f" {n_text(r)}"
     nm = r.get("n_missing", math.nan)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
 import sys
 import tempfile
 import time
@@ -46,8 +45,6 @@ TASK = benchmarks.tasks(suite="lm-eval", scoring="generate", default=True)[0]
 TASK_NAME = benchmarks.benchmark(TASK).name
 CODE_TASK = benchmarks.tasks(suite="evalplus")[0]
 """The planted evalplus benchmark (HumanEval+), with sandbox-crashed items."""
-EVAL_FILE = "lm-eval.limit.json"
-"""The planted eval file's name (the legacy name: its spec is in the file)."""
 
 SEED_SDS = (0.01, 0.03, 0.05, 0.08)
 """Seed-to-seed SD of an arm's score, in probability (1, 3, 5, 8 points)."""
@@ -94,13 +91,6 @@ def draw(rng: np.random.Generator, q: np.ndarray, effect: float, sd: float,
     return (rng.random(p.shape) < p).astype(float)
 
 
-def _ci(k: int, n: int) -> tuple[float, float]:
-    """Monte-Carlo 95% interval of a proportion (Clopper-Pearson)."""
-    if n == 0:
-        return math.nan, math.nan
-    return S.clopper_pearson(k, n)
-
-
 @dataclass
 class Tally:
     """k events out of n trials, with the Monte-Carlo interval."""
@@ -116,8 +106,13 @@ class Tally:
     def rate(self) -> float:
         return self.k / self.n if self.n else math.nan
 
+    @property
+    def ci(self) -> tuple[float, float]:
+        """The Monte-Carlo 95% interval of the rate (Clopper-Pearson; NaN for no trials)."""
+        return S.clopper_pearson(self.k, self.n)
+
     def text(self) -> str:
-        lo, hi = _ci(self.k, self.n)
+        lo, hi = self.ci
         return f"{100 * self.rate:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] ({self.k}/{self.n})"
 
 
@@ -223,6 +218,9 @@ class Scenario:
     missing: bool = False
     crash: float = 0.0
     stray_limit: bool = False
+    equal_gain: int | None = None
+    """The rounding case: gsm8k's items as `_equal_counts` plants them (each seed's references
+    pass the same items, every Free Transformer those plus `equal_gain` more)."""
 
 
 def _write_json(path: Path, obj: object) -> None:
@@ -235,6 +233,8 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
     writers build them); return the simulated outcomes per cell."""
     d = sc.design
     q = rng.uniform(0.25, 0.75, d.n_items)
+    equal = None if sc.equal_gain is None else _equal_counts(rng, d.n_items, d.n_seeds,
+                                                             sc.equal_gain)
     tokens, fpt0 = 200_000, 1.0e6
     base, free, flops = arms.BASELINE.name, arms.FREE.name, arms.BASELINE_FLOPS.name
     plan: list[tuple[str, str, float | None, int, float]] = [
@@ -264,7 +264,7 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
                                   match_latent_bits=h if matched else None, seed=seed,
                                   run_id=rid, state=state,
                                   eval={"state": state, "file": str(
-                                      rd.eval_file(EVAL_FILE).relative_to(rd.path))}))
+                                      rd.eval_file(spec.file_name(1)).relative_to(rd.path))}))
         if state != "done":
             continue
         ovh = 0.3 * h / 16 if rec.latent else 0.0
@@ -289,6 +289,8 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         _write_json(rd.record_path, cfg.to_json())  # JSON is YAML
         u = rng.normal(0.0, sc.sd, 2)
         y = (rng.random(d.n_items) < np.clip(q + eff + u[0], 0, 1)).astype(float)
+        if equal is not None:
+            y = equal[0 if rec.is_treatment else 1][seed]
         yc = (rng.random(d.n_items) < np.clip(q + eff + u[1], 0, 1)).astype(float)
         crashed = rng.random(d.n_items) < sc.crash
         yc[crashed] = np.nan
@@ -319,13 +321,13 @@ def write_scenario(root: Path, sc: Scenario, rng: np.random.Generator) -> dict:
         ev = EvalFile(suite="lm-eval", spec=spec, spec_id=spec.id, run_id=rid,
                       checkpoint_step=1, z_mode="prior", k=1, leaks=False, limit=d.n_items,
                       tasks=tasks)
-        _write_json(rd.eval_file(EVAL_FILE), ev.to_json())
+        _write_json(rd.eval_file(spec.file_name(1)), ev.to_json())
         if sc.stray_limit and cell == f"{base}-s0":  # a LIMIT-10 re-run: must be excluded
             s2 = replace(spec, limit=10)
             stray = replace(ev, limit=10, spec=s2, spec_id=s2.id, tasks={
                 TASK: dict(tasks[TASK], metrics={"exact_match": {"value": 1.0, "n": 10}},
                            items=[{"doc_id": i, "exact_match": 1.0} for i in range(10)])})
-            _write_json(rd.eval_file("lm-eval.limit10.json"), stray.to_json())
+            _write_json(rd.eval_file(s2.file_name(1)), stray.to_json())
     man = Manifest(name=sc.name, cells=tuple(cells),
                    grid={"kappa_bits": list(d.kappas), "latent_bits": list(sc.hs),
                          "seeds": list(range(d.n_seeds)),
@@ -374,8 +376,8 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
     rng = np.random.default_rng(seed)
     fp = FullPath()
     t0 = time.time()
-    tmp = Path(tempfile.mkdtemp(prefix="ftbench-calib-", dir=workdir))
-    try:
+    with tempfile.TemporaryDirectory(prefix="ftbench-calib-", dir=workdir) as td:
+        tmp = Path(td)
         for sc in scenarios:
             sim = write_scenario(tmp, sc, rng)
             data = load_sweep(sc.name, tmp)
@@ -424,8 +426,6 @@ def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = N
                 if view == "tokens" and not sc.effects:
                     cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                     fp.supported_null.add(cl["verdict"] == SUPPORTED)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     fp.seconds = time.time() - t0
     return fp
 
@@ -494,8 +494,7 @@ def _equal_counts(rng: np.random.Generator, n_items: int, n_seeds: int, gain: in
 def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
              workdir: Path | None = None) -> Rounding:
     """The rounding case through the report's statistics (bulk) and, `n_full` times, through
-    result files -> load_sweep -> paper_table -> claims (the sweep's gsm8k items planted after
-    `write_scenario` wrote it)."""
+    result files -> load_sweep -> paper_table -> claims (`Scenario.equal_gain`)."""
     rng = np.random.default_rng([seed, 24])
     r = Rounding()
     for _ in range(n_trials):
@@ -514,13 +513,13 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
             ps.append(d.p)
         r.holm.add(bool(np.any(S.holm(ps) < ALPHA)))
     if n_full:
-        tmp = Path(tempfile.mkdtemp(prefix="ftbench-calib-round-", dir=workdir))
-        try:
+        with tempfile.TemporaryDirectory(prefix="ftbench-calib-round-", dir=workdir) as td:
+            tmp = Path(td)
             design = Design("rounding", 82, 3, (0.5, 2.0), "3 seeds x 82 items, equal counts")
             for i in range(n_full):
-                sc = Scenario(f"round-{i}", design, 0.03)
+                sc = Scenario(f"round-{i}", design, 0.03,
+                              equal_gain=int(rng.choice([-1, 1, 2])))
                 write_scenario(tmp, sc, rng)
-                _plant_equal_counts(tmp, sc.name, rng, gain=int(rng.choice([-1, 1, 2])))
                 data = load_sweep(sc.name, tmp)
                 for view in ("tokens", "flops"):
                     t = paper_table(data, view, n_boot=n_boot)
@@ -530,32 +529,7 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
                     if view == "tokens":
                         cl = _benchmark_claim(t, TASK, TASK_NAME, "tokens")
                         r.full_supported.add(cl["verdict"] == SUPPORTED)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     return r
-
-
-def _plant_equal_counts(root: Path, name: str, rng: np.random.Generator, gain: int) -> None:
-    """Rewrite the gsm8k items of every run of a written sweep: seed s's references pass the
-    same k_s items, each Free Transformer those plus `gain` more."""
-    man = SweepDir.of(name, root).manifest_json()
-    n = int(man["eval_spec"]["limit"])
-    per_seed = {}
-    for c in man["cells"]:
-        path = RunDir.of(c["run_id"], root).eval_file(EVAL_FILE)
-        if c["state"] != "done" or not path.is_file():
-            continue
-        if c["seed"] not in per_seed:
-            k = int(rng.integers(max(0, -gain), n - max(0, gain) + 1))
-            per_seed[c["seed"]] = (k, rng.permutation(n))
-        k, order = per_seed[c["seed"]]
-        y = np.zeros(n)
-        y[order[:k + (gain if arms.arm(c["arm"]).is_treatment else 0)]] = 1
-        ev = json.loads(path.read_text(encoding="utf-8"))
-        ev["tasks"][TASK]["items"] = [{"doc_id": i, "exact_match": float(v)}
-                                      for i, v in enumerate(y)]
-        ev["tasks"][TASK]["metrics"]["exact_match"]["value"] = float(y.mean())
-        _write_json(path, ev)
 
 
 # ---- equivalence (TOST) on planted truth -----------------------------------------------------
@@ -739,21 +713,26 @@ def run(n_sweeps: int, n_full: int, seed: int = 0,
     return res
 
 
+def _rates_missed(tag: str, fpr: Tally, coverage: Tally, supported: Tally | None = None,
+                  ) -> list[str]:
+    """The false-positive, false 'supported' and coverage targets of one setting, judged on
+    their Monte-Carlo intervals."""
+    out = [f"{tag}: {what} {t.text()} > 5%" for what, t in (
+        ("false-positive rate", fpr), ("false 'supported'", supported))
+        if t is not None and t.ci[0] > TARGETS["fpr_max"]]
+    lo, hi = coverage.ci
+    if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
+        out.append(f"{tag}: coverage {coverage.text()} outside 93-98%")
+    return out
+
+
 def failures(res: dict) -> list[str]:
     """One line per target the figures miss (docs/CALIBRATION.md lists the targets)."""
     out = []
     for (name, sd), c in res["bulk"].items():
         tag = f"{name}, seed SD {100 * sd:g} pts"
         if DESIGNS[name].n_seeds >= 2:
-            lo, _ = _ci(c.fpr.k, c.fpr.n)
-            if lo > TARGETS["fpr_max"]:
-                out.append(f"{tag}: false-positive rate {c.fpr.text()} > 5%")
-            lo, _ = _ci(c.supported_null.k, c.supported_null.n)
-            if lo > TARGETS["fpr_max"]:
-                out.append(f"{tag}: false 'supported' {c.supported_null.text()} > 5%")
-            lo, hi = _ci(c.coverage.k, c.coverage.n)
-            if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
-                out.append(f"{tag}: coverage {c.coverage.text()} outside 93-98%")
+            out += _rates_missed(tag, c.fpr, c.coverage, c.supported_null)
             if c.power.k < c.power_t.k or c.power_lt_t:
                 out.append(f"{tag}: power {c.power.text()} below the paired t's "
                            f"{c.power_t.text()}")
@@ -791,13 +770,7 @@ def failures(res: dict) -> list[str]:
     out += [f"full path: {m}" for m in fp.mismatches[:10]]
     if fp.out_of_range:
         out.append(f"full path: {fp.out_of_range} intervals outside the metric's range")
-    if fp.fpr.n and _ci(fp.fpr.k, fp.fpr.n)[0] > TARGETS["fpr_max"]:
-        out.append(f"full path: false-positive rate {fp.fpr.text()} > 5%")
-    if fp.coverage.n:
-        lo, hi = _ci(fp.coverage.k, fp.coverage.n)
-        if hi < TARGETS["coverage"][0] or lo > TARGETS["coverage"][1]:
-            out.append(f"full path: coverage {fp.coverage.text()} outside 93-98%")
-    return out
+    return out + _rates_missed("full path", fp.fpr, fp.coverage)
 
 
 def _tost_tag(key: tuple) -> str:
@@ -847,7 +820,7 @@ def markdown(res: dict, command: str) -> str:
                 "null_factor": NULL_SIMS_FACTOR,
                 "gaps_below": "; ".join(
                     f"{name} ({k})" for name, gc in gp.items() for k in ("pos", "noise")
-                    if gc.coverage[k].n and _ci(gc.coverage[k].k, gc.coverage[k].n)[1] < 0.95)
+                    if gc.coverage[k].ci[1] < 0.95)
                 or "no scenario"}
         ctx["gap_table"] = _md([{
             "scenario": name,

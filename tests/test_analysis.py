@@ -263,18 +263,6 @@ def test_eval_file_choice_posterior_and_subtasks(tmp_path):
 
 # ---- issue 11: statistics that hold under the null ------------------------------------------
 
-def test_degenerate_delta_is_no_variation_never_significant():
-    """2 seeds x 1 item with equal differences: the old bootstrap gave [d, d] and p = 0."""
-    t = pd.DataFrame({"seed": [0, 1], "doc_id": [0, 0], "value": [1.0, 1.0]})
-    r = pd.DataFrame({"seed": [0, 1], "doc_id": [0, 0], "value": [0.0, 0.0]})
-    from analysis.stats import NO_VARIATION, paired_delta
-
-    d = paired_delta(t, r, "exact_match")
-    assert d.degenerate and not d.significant and NO_VARIATION in d.method
-    one = paired_delta(t[t.seed == 0], r[r.seed == 0], "exact_match")
-    assert one.degenerate and not one.significant
-
-
 def _claim_table(p: list[float], deltas: list[float], n_seeds: int = 3) -> pd.DataFrame:
     """A long table as tables.paper_table writes it: baseline + one FT per kappa on gsm8k."""
     rows = [{"view": "tokens", "comparison": "tokens:baseline", "reference": "baseline",

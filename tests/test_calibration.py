@@ -27,7 +27,7 @@ def test_calibration_targets_hold(res):
 def test_null_false_positives_and_verdicts(res):
     for sd in C.SEED_SDS:
         c = res["bulk"][("demo", sd)]
-        assert c.fpr.n == 600 and C._ci(c.fpr.k, c.fpr.n)[0] <= 0.05, (sd, c.fpr.text())
+        assert c.fpr.n == 600 and c.fpr.ci[0] <= 0.05, (sd, c.fpr.text())
         assert c.supported_null.rate <= 0.05 and c.fpr_holm.rate <= c.fpr.rate
     one = res["bulk"][("demo-1seed", 0.08)]
     assert one.decided_null.k == 0  # never a verdict from one seed
@@ -37,7 +37,7 @@ def test_coverage_power_and_range(res):
     for key, c in res["bulk"].items():
         assert c.out_of_range == 0 and c.intervals > 0, key
         if C.DESIGNS[key[0]].n_seeds >= 2:
-            lo, hi = C._ci(c.coverage.k, c.coverage.n)
+            lo, hi = c.coverage.ci
             assert hi >= 0.93 and lo <= 0.98, (key, c.coverage.text())
             assert c.power.k >= c.power_t.k and c.power_lt_t == 0, key
     # the MDE the report prints: at the demo's 30 items only effects of tens of points are

@@ -68,6 +68,12 @@ def test_paired_delta_uses_exact_counts():
     # the per-seed differences are computed exactly: bit-identical, from integer counts
     x = S.per_seed_diffs(ft - ref)
     assert (x == x[0]).all() and x[0] == 1 / N_ITEMS
+    # 2 seeds x 1 item (the old bootstrap gave [d, d] and p = 0), and 1 seed x 1 item
+    t, r = _long(np.ones((2, 1))), _long(np.zeros((2, 1)))
+    for n in (2, 1):
+        d = S.paired_delta(t[t["seed"] < n], r[r["seed"] < n], "exact_match")
+        assert d.degenerate and not d.significant and S.NO_VARIATION in d.method
+    assert not S.Delta(0.5, 0.5, 0.5, 1e-30, 3, 82, "t", "seed").significant  # zero width
 
 
 def test_seed_delta_and_continuous_metrics_use_a_relative_tolerance():
@@ -115,11 +121,6 @@ def test_one_seed_and_cell_intervals_have_no_zero_width_interval():
     assert ci.degenerate and math.isnan(ci.lo) and ci.method == S.NO_VARIATION
     m, lo, hi = S.mean_ci(x)
     assert math.isnan(lo) and math.isnan(hi)
-
-
-def test_a_zero_width_interval_is_never_significant():
-    d = S.Delta(0.5, 0.5, 0.5, 1e-30, 3, 82, "t", "seed")
-    assert not d.significant
 
 
 # ---- the same case through the tables, Holm and the claims checklist ------------------------

@@ -79,3 +79,9 @@ def test_paired_tost_runs_over_per_seed_mean_differences() -> None:
     e = S.paired_tost(t, r, margin=0.3)
     assert e == S.tost(S.per_seed_diffs(d), 0.3, scale=1.0)
     assert S.paired_tost(t[t["seed"] == 0], r[r["seed"] == 0], 0.3).verdict == ""
+    pairs = S.paired_matrix(t, r)  # a caller's copy gives the same; a malformed one refuses
+    assert S.paired_tost(t, r, 0.3, pairs=pairs) == e
+    assert S.paired_delta(t, r, pairs=pairs) == S.paired_delta(t, r)
+    for bad in ((d,), (d[0], [0], [1]), (d, [0, 1], list(range(40))), [d, [0, 1, 2], []]):
+        with pytest.raises(ValueError, match="pairs must be"):
+            S.paired_delta(t, r, pairs=bad)
