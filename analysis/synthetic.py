@@ -720,46 +720,33 @@ class SeedAggregate:
     gaps: pd.DataFrame  # gaps with intervals and p per (name, model, step)
 
 
+PER_SEED_COLUMNS = ["name", "seed", "status", "model", "kappa_bits", "steps", "run_id",
+                    *(c for c in SEED_METRICS if not c.endswith("_gap")), "pos_gap", "noise_gap"]
+
+
 def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
     """Several `make synthetic` runs (one per seed) -> per-seed and mean tables. A name
     without samples.jsonl is missing (rows of None); UsageError when none has one."""
     root = results_root() if root is None else Path(root)
     if len(set(names)) != len(names):
         raise UsageError(f"--names {' '.join(names)}: a name is given twice")
-    rows, curves, agree, gaps, sources, missing = [], [], [], [], [], []
-    labels: dict[str, float | None] = {}
+    frames, curves, sources = [], [], []
     for name in names:
         f = root / "synthetic" / name / "samples.jsonl"
         if not f.is_file():
-            missing.append(name)
             sources.append({"name": name, "status": "missing", "path": str(f)})
             continue
         run = load_run(f)
         if run.models.empty:
             raise UsageError(f"{f} holds no model records")
-        st = run.meta.get("settings", {})
-        f_ = measure_run(name, run)
-        agree.append(agreement_rows(f_))
-        gaps.append(f_[f_["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS)))
-        fin = f_[f_["final"]]
-        base_v = next((_num(v) for a, v in zip(fin["arm"], fin["validity"], strict=True)
-                       if a == BASELINE.name), None)
-        no_curve = []
-        for u in fin.itertuples(index=False):
-            labels[u.model] = k = _num(u.kappa_bits)
-            row = {"name": name, "seed": run.seed, "status": "measured", "model": u.model,
-                   "kappa_bits": k, "steps": u.steps, "run_id": u.run_id,
-                   **{c: _num(getattr(u, c)) for c in SEED_METRICS if not c.endswith("_gap")},
-                   "pos_gap": _num(u.pos_gap), "noise_gap": _num(u.noise_gap)}
-            reg = regime_for(k)
-            rows.append({**row, "regime": reg.expected if reg else None,
-                         "regime_result": regime_result(k, row, base_v)})
-            pts = _curve(u, k is not None, root)
-            if pts is None:
-                no_curve.append(u.model)
-            curves += [{"name": name, "seed": run.seed, "model": u.model, "kappa_bits": k, **p}
-                       for p in pts or []]
-        walls = [_num(x) for x in run.models["train_wall_s"]]
+        frames.append(measure_run(name, run).assign(status="measured"))
+        fin = frames[-1][frames[-1]["final"]]
+        ks = [_num(k) for k in fin["kappa_bits"]]
+        pts = {u.model: _curve(u, k is not None, root)
+               for u, k in zip(fin.itertuples(), ks, strict=True)}
+        curves += [{"name": name, "seed": run.seed, "model": m, "kappa_bits": k, **p}
+                   for (m, ps), k in zip(pts.items(), ks, strict=True) for p in ps or []]
+        st, walls = run.meta.get("settings", {}), [_num(x) for x in run.models["train_wall_s"]]
         sources.append({"name": name, "status": "measured", "path": str(f),
                         "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                         "created": run.meta.get("created"), "seed": run.seed,
@@ -771,22 +758,28 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                         "n_arms": len(run.models),
                         **{k: run.meta.get(k) for k in ("threads", "cpu_count", "loadavg_start",
                                                         "loadavg_end")},
-                        "curves_missing": no_curve})
-    if len(missing) == len(names):
+                        "curves_missing": [m for m, ps in pts.items() if ps is None]})
+    missing = [s["name"] for s in sources if s["status"] == "missing"]
+    if not frames:
         raise UsageError(f"none of {', '.join(names)} has samples.jsonl under "
                          f"{root / 'synthetic'}; run make synthetic first")
+    f = pd.concat(frames, ignore_index=True)
+    fin = f[f["final"]]
+    labels = dict(zip(fin["model"], map(_num, fin["kappa_bits"]), strict=True))
     order = sorted(labels, key=lambda lb: _order(labels[lb]))
-    for name in missing:  # missing is never zero: rows of None, so counts show n
-        for lb in order:
-            reg = regime_for(labels[lb])
-            rows.append({"name": name, "seed": None, "status": "missing", "model": lb,
-                         "kappa_bits": labels[lb], "steps": None, "run_id": None,
-                         **dict.fromkeys(SEED_METRICS), "regime": reg.expected if reg else None,
-                         "regime_result": None})
-    per_seed = pd.DataFrame(rows)
+    base_v = fin[fin["arm"] == BASELINE.name].set_index("name")["validity"]
+    measured = fin.reindex(columns=PER_SEED_COLUMNS).assign(regime_result=[
+        regime_result(k, r, _num(base_v.get(r["name"]))) for k, (_, r) in
+        zip(map(_num, fin["kappa_bits"]), fin.iterrows(), strict=True)])
+    # missing is never zero: rows of None, so counts show n
+    per_seed = pd.concat([measured, pd.DataFrame(
+        [{"name": n, "status": "missing", "model": lb, "kappa_bits": labels[lb]}
+         for n in missing for lb in order], columns=PER_SEED_COLUMNS)], ignore_index=True
+    ).astype(dict.fromkeys(["kappa_bits", "steps", *SEED_METRICS], float))
+    per_seed.insert(len(PER_SEED_COLUMNS), "regime", [getattr(regime_for(_num(k)), "expected",
+                                                             None) for k in per_seed["kappa_bits"]])
     per_seed = per_seed.iloc[np.lexsort(([list(names).index(n) for n in per_seed["name"]],
                                          [order.index(m) for m in per_seed["model"]]))]
-    per_seed = per_seed.reset_index(drop=True)
     meta = {"kind": "synthetic-seeds", "created": datetime.now(timezone.utc).isoformat(),
             "written_by": "python -m analysis.synthetic --names " + " ".join(names),
             "names": list(names), "missing": missing, "sources": sources,
@@ -795,31 +788,29 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                         "noise": NOISE_MARGIN, "validity_drop": VALIDITY_DROP},
             "curve_points": CURVE_POINTS}
     return SeedAggregate(
-        per_seed, summarize(per_seed, order, labels, len(names)),
+        per_seed.reset_index(drop=True), summarize(per_seed, order, len(names)),
         pd.DataFrame(curves, columns=["name", "seed", "model", "kappa_bits", "step", "kl_bits",
                                       "ce", "n_batches"]), meta,
-        pd.concat(agree, ignore_index=True),
-        pd.concat(gaps, ignore_index=True).reindex(columns=list(GAP_COLUMNS)))
+        pd.concat(agreement_rows(x) for x in frames).reset_index(drop=True),
+        f[f["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS)).reset_index(drop=True))
 
 
-def summarize(per_seed: pd.DataFrame, order: list[str], labels: dict[str, float | None],
-              n_names: int) -> pd.DataFrame:
+def summarize(per_seed: pd.DataFrame, order: list[str], n_names: int) -> pd.DataFrame:
     """Per model: the mean over the measured runs and n of every metric, regime counts."""
-    out = []
-    for lb in order:
-        meas = per_seed[(per_seed["model"] == lb) & (per_seed["status"] == "measured")]
-        r: dict[str, Any] = {"model": lb, "kappa_bits": labels[lb], "n_names": n_names,
-                             "n_measured": len(meas)}
-        for c in SEED_METRICS:
-            vals = [v for v in map(_num, meas[c]) if v is not None]
-            r[c], r[f"{c}_n"] = _mean(vals), len(vals)
-        reg = regime_for(labels[lb])
-        res = list(meas["regime_result"])
-        r["regime"] = reg.expected if reg else None
-        for key, word in (("regime_pass", "pass"), ("regime_fail", "fail"), ("regime_na", "n/a")):
-            r[key] = sum(x == word for x in res) if reg else None
-        out.append(r)
-    return pd.DataFrame(out)
+    meas = per_seed[per_seed["status"] == "measured"]
+    g = meas.groupby("model", sort=False)
+    metrics = g[list(SEED_METRICS)].mean()
+    n = g[list(SEED_METRICS)].count().add_suffix("_n")
+    out = pd.concat([g["kappa_bits"].first(), g.size().rename("n_measured"), metrics, n],
+                    axis=1).reindex(order)
+    out = out[["kappa_bits", "n_measured", *(c for m in SEED_METRICS for c in (m, m + "_n"))]]
+    counts = pd.crosstab(meas["model"], meas["regime_result"]).reindex(order)
+    judged = out.index.map(lambda m: regime_for(_num(out.loc[m, "kappa_bits"])) is not None)
+    out.insert(1, "n_names", n_names)
+    out["regime"] = g["regime"].first().reindex(order)
+    for key, word in (("regime_pass", "pass"), ("regime_fail", "fail"), ("regime_na", "n/a")):
+        out[key] = (counts[word] if word in counts else pd.Series(0, index=order)).where(judged)
+    return out.rename_axis("model").reset_index()
 
 
 def _model_order(df: pd.DataFrame) -> pd.DataFrame:
