@@ -94,6 +94,7 @@ def _jk_var(jk: np.ndarray) -> float:
     return (n - 1) / n * float(((jk - jk.mean()) ** 2).sum())
 
 
+
 # --------------------------------------------------------------------------- result files
 @dataclass(frozen=True)
 class Parsed:
@@ -301,6 +302,16 @@ PERM_SEED = 38  # one fixed stream: the same shuffles for every model, rerunnabl
 GAP_KINDS = ("pos", "noise")
 
 
+def _interval(x: float, se: float, df: float, bounds: tuple[float | None, float | None] = (
+        -1.0, 1.0), level: float = GAP_LEVEL) -> tuple[float | None, float | None]:
+    """x +- t(df) se, clipped to `bounds` (None: unbounded); (None, None) without an se."""
+    if not math.isfinite(se) or df < 1:
+        return None, None
+    half, (lo, hi) = t_half(df, se, level), bounds
+    return (x - half if lo is None else max(lo, x - half),
+            x + half if hi is None else min(hi, x + half))
+
+
 def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_PERM,
               seed: int = PERM_SEED, level: float = GAP_LEVEL) -> dict[str, Any]:
     """Position and noise gaps of one model's samples (one checkpoint) with their jackknife
@@ -335,8 +346,8 @@ def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_
         lo = hi = p = None
         if g is not None:
             if (n := len(loo[kind])) >= 2:
-                half = t_half(n - 1, math.sqrt(_jk_var(np.asarray(loo[kind]))), level)
-                lo, hi = max(-1.0, g - half), min(1.0, g + half)
+                lo, hi = _interval(g, math.sqrt(_jk_var(np.asarray(loo[kind]))), n - 1,
+                                   level=level)
             with np.errstate(invalid="ignore", divide="ignore"):
                 pg = perm_w[kind] / perm_w[kind + "_n"] - (
                     (total[kind] - perm_w[kind]) / (total[kind + "_n"] - perm_w[kind + "_n"]))
@@ -350,17 +361,12 @@ def _validity_jackknife(samples: Iterable[dict[str, Any]] | pd.DataFrame
                         ) -> tuple[float | None, float, int, int]:
     """Validity over all rows, its delete-one-group jackknife variance, groups, rows."""
     s = _frame(samples)
-    groups: dict[tuple[int, int], list[bool]] = defaultdict(list)
-    for pi, g, p in zip(s["prompt_idx"], s["group"], s["p"], strict=True):
-        groups[(int(pi), int(g))].append(p.valid)
-    k = np.array([sum(v) for v in groups.values()], dtype=float)
-    n = np.array([len(v) for v in groups.values()], dtype=float)
+    g = s.assign(v=[p.valid for p in s["p"]]).groupby(["prompt_idx", "group"], sort=False)["v"]
+    k, n = g.sum().to_numpy(float), g.size().to_numpy(float)
     if n.sum() == 0:
         return None, math.nan, 0, 0
-    m = k.size
-    if m < 2:
-        return float(k.sum() / n.sum()), math.nan, m, int(n.sum())
-    return float(k.sum() / n.sum()), _jk_var((k.sum() - k) / (n.sum() - n)), m, int(n.sum())
+    var = _jk_var((k.sum() - k) / (n.sum() - n)) if k.size >= 2 else math.nan
+    return float(k.sum() / n.sum()), var, k.size, int(n.sum())
 
 
 def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,
@@ -372,9 +378,8 @@ def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,
     if v is None or vb is None:
         return out
     out["validity_diff"] = d = v - vb
-    if math.isfinite(var) and math.isfinite(varb) and min(m, mb) >= 2:
-        half = t_half(min(m, mb) - 1, math.sqrt(var + varb), level)
-        out.update(validity_diff_lo=max(-1.0, d - half), validity_diff_hi=min(1.0, d + half))
+    out["validity_diff_lo"], out["validity_diff_hi"] = _interval(
+        d, math.sqrt(var + varb), min(m, mb) - 1, level=level)
     return out
 
 
@@ -385,8 +390,7 @@ def ce_interval(rec: dict[str, Any], level: float = GAP_LEVEL
     ce, sd, n = _num(rec.get("ce_prior")), _num(rec.get("ce_prior_sd")), _num(rec.get("n_eval"))
     if ce is None or sd is None or n is None or n < 2:
         return None, None
-    half = t_half(int(n) - 1, sd / math.sqrt(n), level)
-    return ce - half, ce + half
+    return _interval(ce, sd / math.sqrt(n), int(n) - 1, (None, None), level)
 
 
 # --------------------------------------------------------------------------- rules
@@ -653,11 +657,10 @@ def measure_run(name: str, run: Run, n_perm: int = N_PERM) -> pd.DataFrame:
         if n_perm and len(smp):
             bs = run.of(base, key) if base is not None and u.model != base else smp.iloc[:0]
             v, var, m_all, n_all = _validity_jackknife(smp)
-            half = t_half(m_all - 1, math.sqrt(var)) if math.isfinite(var) else math.nan
             lo, hi = ce_interval(r)
+            v_lo, v_hi = _interval(v, math.sqrt(var), m_all - 1, (0.0, 1.0))
             r.update(gap_tests(smp, n_perm=n_perm), n_groups_all=m_all, n_rows_all=n_all,
-                     validity_lo=max(0.0, v - half) if math.isfinite(half) else None,
-                     validity_hi=min(1.0, v + half) if math.isfinite(half) else None,
+                     validity_lo=v_lo, validity_hi=v_hi,
                      validity_base=_validity_jackknife(bs)[0] if len(bs) else None,
                      ce_prior_lo=lo, ce_prior_hi=hi, **validity_diff(smp, bs))
         rows.append(r)
