@@ -59,11 +59,10 @@ BLUE, GREEN, GREY = "#2b5fb8", "#2e9b3a", "#888888"  # the paper's Figure 4: per
 FINAL = -1
 """The step key of a model's final samples (its kept checkpoints have their own steps)."""
 
-# v1 (issue 6), thresholds fixed before looking at any run
-NO_BETTER_MARGIN = 0.05  # 1/64 bit: shared - across <= this ("no better than across")
-CLEARLY_HIGHER_MARGIN = 0.10  # 1/8 or 1 bit: shared - across >= this ("clearly higher")
-NOISE_MARGIN = CLEARLY_HIGHER_MARGIN  # 1 bit: the noise gap too
-VALIDITY_DROP = 0.20  # 8 bits: validity <= the baseline's - this ("well below")
+# v1 (issue 6), thresholds fixed before looking at any run; v2 (issue 38) kept the same two
+NO_BETTER_MARGIN = 0.05  # 1/64 bit: shared - across <= this; v2: a gap too small to call encoding
+CLEARLY_HIGHER_MARGIN = 0.10  # 1/8 or 1 bit (the noise gap too): shared - across >= this
+VALIDITY_DROP = 0.20  # 8 bits: validity <= the baseline's - this; v2: broken generation
 
 
 def kappa_label(kappa_bits: float | None) -> str:
@@ -406,7 +405,7 @@ REGIMES = (  # v1 (issue 6): point estimates
            f"position gap <= {NO_BETTER_MARGIN} and noise gap <= {NO_BETTER_MARGIN}"),
     Regime(1 / 8, "position", f"position gap >= {CLEARLY_HIGHER_MARGIN}"),
     Regime(1.0, "position and noise",
-           f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {NOISE_MARGIN}"),
+           f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {CLEARLY_HIGHER_MARGIN}"),
     Regime(8.0, "collapse (leaking)", f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
 )
 
@@ -432,7 +431,7 @@ def regime_result(kappa_bits: float | None, row: dict,
         "Z unused": ((pos, noise), lambda: pos <= NO_BETTER_MARGIN and noise <= NO_BETTER_MARGIN),
         "position": ((pos,), lambda: pos >= CLEARLY_HIGHER_MARGIN),
         "position and noise": ((pos, noise), lambda: pos >= CLEARLY_HIGHER_MARGIN
-                               and noise >= NOISE_MARGIN),
+                               and noise >= CLEARLY_HIGHER_MARGIN),
     }.get(r.expected, ((v, baseline_validity), lambda: v <= baseline_validity - VALIDITY_DROP))
     return "n/a" if any(x is None for x in need) else ("pass" if ok() else "fail")
 
@@ -441,8 +440,6 @@ def regime_result(kappa_bits: float | None, row: dict,
 # Each predicate is "yes", "no" or "unclear"; a rule holds when every predicate it needs has the
 # wanted value, fails when one has the other value, and is unclear otherwise. A rule is an
 # intersection of tests, so it needs no multiplicity correction.
-NEGLIGIBLE_MARGIN = NO_BETTER_MARGIN  # 0.05: a gap below this is too small to call encoding
-LEAK_VALIDITY_DROP = VALIDITY_DROP  # 0.2: validity this far below the baseline's is broken
 _P_LETTER = RUN_LEN / BODY_LEN * (1 - 1 / 16)
 _P_BLANK = (BODY_LEN - RUN_LEN) / BODY_LEN * (1 - 1 / 16)
 UNIGRAM_CE = -sum(p * math.log(p) for p in (_P_LETTER, 1 / 16, _P_BLANK))
@@ -453,16 +450,16 @@ means the Z drawn from the prior misleads the decoder: generation from the prior
 PREDICATES: dict[str, str] = {
     "pos_encoded": (f"Z encodes the position: yes if the position gap's permutation p < "
                     f"{GAP_ALPHA}; no if p >= {GAP_ALPHA} and its 95% interval lies below "
-                    f"{NEGLIGIBLE_MARGIN}; unclear otherwise"),
+                    f"{NO_BETTER_MARGIN}; unclear otherwise"),
     "noise_encoded": "Z encodes the noise: the same on the noise gap",
     "pos_negligible": (f"the position gap is negligible: yes if its 95% interval lies below "
-                       f"{NEGLIGIBLE_MARGIN}; no if it lies above {NEGLIGIBLE_MARGIN}; "
+                       f"{NO_BETTER_MARGIN}; no if it lies above {NO_BETTER_MARGIN}; "
                        "unclear otherwise"),
     "noise_negligible": "the noise gap is negligible: the same on the noise gap",
     "validity_drop": (f"validity is broken: yes if the 95% interval of validity minus the same "
-                      f"seed's baseline's lies below -{LEAK_VALIDITY_DROP}; no if it lies above "
-                      f"-{LEAK_VALIDITY_DROP} (with no baseline arm: no if the validity's own "
-                      f"interval lies above 1 - {LEAK_VALIDITY_DROP}); unclear otherwise"),
+                      f"seed's baseline's lies below -{VALIDITY_DROP}; no if it lies above "
+                      f"-{VALIDITY_DROP} (with no baseline arm: no if the validity's own "
+                      f"interval lies above 1 - {VALIDITY_DROP}); unclear otherwise"),
     "ce_broken": (f"CE with prior Z is broken: yes if it is above {UNIGRAM_CE:.3f} nats/char "
                   "(the task's unigram CE: the prompt's letter and the character frequencies, "
                   "nothing of the position) by its 95% interval; no if below it; unclear "
@@ -519,18 +516,18 @@ def predicates(row: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for kind in GAP_KINDS:
         p, lo, hi = (_num(row.get(f"{kind}_{k}")) for k in ("p", "lo", "hi"))
-        below = None if hi is None else hi < NEGLIGIBLE_MARGIN
+        below = None if hi is None else hi < NO_BETTER_MARGIN
         detected = None if p is None else p < GAP_ALPHA
         out[f"{kind}_encoded"] = _yes_no(detected, (detected is False) and below)
         out[f"{kind}_negligible"] = _yes_no(below, None if lo is None
-                                            else lo > NEGLIGIBLE_MARGIN)
+                                            else lo > NO_BETTER_MARGIN)
     d_lo, d_hi = _num(row.get("validity_diff_lo")), _num(row.get("validity_diff_hi"))
     if d_lo is not None and d_hi is not None:
-        out["validity_drop"] = _yes_no(d_hi < -LEAK_VALIDITY_DROP, d_lo > -LEAK_VALIDITY_DROP)
+        out["validity_drop"] = _yes_no(d_hi < -VALIDITY_DROP, d_lo > -VALIDITY_DROP)
     else:  # no baseline at this step: no baseline can sit 0.2 above a validity above 0.8
         v_lo = _num(row.get("validity_lo"))
         out["validity_drop"] = _yes_no(None, None if v_lo is None
-                                       else v_lo > 1 - LEAK_VALIDITY_DROP)
+                                       else v_lo > 1 - VALIDITY_DROP)
     ce = _num(row.get("ce_prior"))
     c_lo, c_hi = _num(row.get("ce_prior_lo")), _num(row.get("ce_prior_hi"))
     lo_, hi_ = (c_lo, c_hi) if c_lo is not None and c_hi is not None else (ce, ce)
@@ -788,7 +785,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
             "names": list(names), "missing": missing, "sources": sources,
             "regimes": [asdict(r) for r in REGIMES],
             "margins": {"no_better": NO_BETTER_MARGIN, "clearly_higher": CLEARLY_HIGHER_MARGIN,
-                        "noise": NOISE_MARGIN, "validity_drop": VALIDITY_DROP},
+                        "noise": CLEARLY_HIGHER_MARGIN, "validity_drop": VALIDITY_DROP},
             "curve_points": CURVE_POINTS}
     return SeedAggregate(
         per_seed.reset_index(drop=True), summarize(per_seed, order, len(names)),
@@ -1217,7 +1214,7 @@ def render_rules() -> str:
     """The v1 and v2 regime rules in words, from REGIMES, REGIMES_V2 and PREDICATES."""
     return template("synthetic_rules.md.j2").render(
         v1=REGIMES, v2=REGIMES_V2, predicates=PREDICATES, label=kappa_label, alpha=GAP_ALPHA,
-        negligible=NEGLIGIBLE_MARGIN, drop=LEAK_VALIDITY_DROP, unigram=UNIGRAM_CE,
+        negligible=NO_BETTER_MARGIN, drop=VALIDITY_DROP, unigram=UNIGRAM_CE,
         p_letter=_P_LETTER, p_blank=_P_BLANK, n_perm=N_PERM)
 
 
