@@ -921,16 +921,34 @@ def render_figure(run: Run, path: Path, rows_per_group: int = 8, prompt_idx: int
     return _save(fig, path)
 
 
+def _per_kappa(df: pd.DataFrame, path: Path, ylabels: Sequence[str], height: float,
+               draw: Any, **kw: Any) -> Path:
+    """One column of panels per kappa, one row per y label, over training: draw(the column's
+    axes, kappa, its rows) plots; titles, labels and legends are the same for every figure."""
+    ks = sorted({float(k) for k in df["kappa_bits"].dropna()})
+    fig, axes = plt.subplots(len(ylabels), max(1, len(ks)), figsize=(3.2 * max(1, len(ks)),
+                             height), dpi=110, squeeze=False, **kw)
+    for j, k in enumerate(ks):
+        col = [row[j] for row in axes]
+        draw(col, k, df[(df["kappa_bits"] - k).abs() < 1e-12])
+        col[0].set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
+        col[-1].set_xlabel("step", fontsize=8)
+        for ax in col:
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=6)
+    for row, label in zip(axes, ylabels, strict=True):
+        row[0].set_ylabel(label, fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def render_agreement(agreement: pd.DataFrame, path: Path) -> Path:
     """Over training, per kappa: the position and noise gaps (grey line: the rules' 0.1) and
     below them the validity, the same seed's baseline in grey."""
-    ks = sorted({float(k) for k in agreement["kappa_bits"].dropna()})
-    fig, axes = plt.subplots(2, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 5.2),
-                             dpi=110, squeeze=False, sharex="col")
     base = agreement[agreement["kappa_bits"].isna()]
-    for j, k in enumerate(ks):
-        g = agreement[(agreement["kappa_bits"] - k).abs() < 1e-12]
-        top, bot = axes[0][j], axes[1][j]
+
+    def draw(axes: list, k: float, g: pd.DataFrame) -> None:
+        top, bot = axes
         for i, (name, gs) in enumerate(g.groupby("name", sort=False)):
             first = i == 0
             top.plot(gs["step"], gs["pos_gap"], color=BLUE, marker=".", lw=1,
@@ -944,36 +962,21 @@ def render_agreement(agreement: pd.DataFrame, path: Path) -> Path:
                 bot.plot(b["step"], b["validity"], color=GREY, lw=1,
                          label="baseline" if first else None)
         top.axhline(CLEARLY_HIGHER_MARGIN, ls=":", color=GREY, lw=1)
-        top.set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
-        bot.set_xlabel("step", fontsize=8)
-        for ax in (top, bot):
-            ax.tick_params(labelsize=7)
-            ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("shared - across Z", fontsize=8)
-    axes[1][0].set_ylabel("validity", fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+
+    return _per_kappa(agreement, path, ["shared - across Z", "validity"], 5.2, draw,
+                      sharex="col")
 
 
 def render_kl_curves(curves: pd.DataFrame, path: Path) -> Path:
     """KL per token over training, one panel per kappa, one line per seed; the dashed line is
     the free-bits threshold (below it the KL costs nothing)."""
-    ks = sorted({float(k) for k in curves["kappa_bits"].dropna()})
-    fig, axes = plt.subplots(1, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 2.8),
-                             dpi=110, squeeze=False)
-    for ax, k in zip(axes[0], ks, strict=False):
-        g = curves[(curves["kappa_bits"] - k).abs() < 1e-12]
+    def draw(axes: list, k: float, g: pd.DataFrame) -> None:
         for name, gs in g.groupby("name", sort=False):
-            ax.plot(gs["step"], gs["kl_bits"], marker=".", lw=1, label=str(name))
-        ax.axhline(k, ls="--", color=GREY, lw=1)
-        ax.set_yscale("log")
-        ax.set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("KL, bits/token (training batches)", fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+            axes[0].plot(gs["step"], gs["kl_bits"], marker=".", lw=1, label=str(name))
+        axes[0].axhline(k, ls="--", color=GREY, lw=1)
+        axes[0].set_yscale("log")
+
+    return _per_kappa(curves, path, ["KL, bits/token (training batches)"], 2.8, draw)
 
 
 # --------------------------------------------------------------------------- one run
