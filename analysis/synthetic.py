@@ -1266,13 +1266,10 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
     if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
 
         def null(rows: pd.DataFrame) -> dict[str, int]:
-            ps = [x for c in ("pos_p", "noise_p") for x in map(_num, rows[c]) if x is not None]
-            ends = [(_num(lo), _num(hi)) for c in GAP_KINDS
-                    for lo, hi in zip(rows[f"{c}_lo"], rows[f"{c}_hi"], strict=True)]
-            ends = [(lo, hi) for lo, hi in ends if lo is not None and hi is not None]
-            return {"hits": sum(p < GAP_ALPHA for p in ps), "n_p": len(ps),
-                    "zero": sum(lo <= 0 <= hi for lo, hi in ends),
-                    "n_lo": sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])}
+            p, lo, hi = (rows[[f"{c}_{x}" for c in GAP_KINDS]].to_numpy(float)
+                         for x in ("p", "lo", "hi"))
+            return {"hits": int((p < GAP_ALPHA).sum()), "n_p": int(np.isfinite(p).sum()),
+                    "zero": int(((lo <= 0) & (hi >= 0)).sum()), "n_lo": int(np.isfinite(lo).sum())}
 
         fb = base[base["final"].astype(bool)]
         nulls = {"final": null(fb), "every": null(base) if len(base) > len(fb) else None}
