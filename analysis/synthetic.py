@@ -996,14 +996,6 @@ def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
     return s if n is None or n == total or n == 0 else f"{s} (n={n})"
 
 
-def _fmt(v: Any, col: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return DASH
-    if col == "kappa_bits":
-        return kappa_label(float(v))
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
-
-
 def _measured(m: Any) -> str:
     if isinstance(m, dict):
         return ", ".join(f"{k}: {_measured(v)}" for k, v in m.items())
@@ -1022,7 +1014,9 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     checks = acceptance(df)
     out = {k: d / k for k in ("table.csv", "table.md", "acceptance.json", "figure.png")}
     df.to_csv(out["table.csv"], index=False)
-    shown = pd.DataFrame({h: [_fmt(v, c) for v in df[c]] for c, h in TABLE_COLUMNS.items()})
+    shown = df[list(TABLE_COLUMNS)].astype(object).map(_cell).assign(
+        kappa_bits=[DASH if _num(k) is None else kappa_label(k) for k in df["kappa_bits"]],
+        n_samples=df["n_samples"].astype(str)).rename(columns=TABLE_COLUMNS)
     wall = sum(float(w) for w in df["train_wall_s"] if w is not None and w == w)
     out["table.md"].write_text(template("synthetic_run.md.j2").render(
         table=md(shown), s=s, n_starts=N_STARTS, body_len=BODY_LEN, checks=checks,
