@@ -59,11 +59,10 @@ BLUE, GREEN, GREY = "#2b5fb8", "#2e9b3a", "#888888"  # the paper's Figure 4: per
 FINAL = -1
 """The step key of a model's final samples (its kept checkpoints have their own steps)."""
 
-# v1 (issue 6), thresholds fixed before looking at any run
-NO_BETTER_MARGIN = 0.05  # 1/64 bit: shared - across <= this ("no better than across")
-CLEARLY_HIGHER_MARGIN = 0.10  # 1/8 or 1 bit: shared - across >= this ("clearly higher")
-NOISE_MARGIN = CLEARLY_HIGHER_MARGIN  # 1 bit: the noise gap too
-VALIDITY_DROP = 0.20  # 8 bits: validity <= the baseline's - this ("well below")
+# v1 (issue 6), thresholds fixed before looking at any run; v2 (issue 38) kept the same two
+NO_BETTER_MARGIN = 0.05  # 1/64 bit: shared - across <= this; v2: a gap too small to call encoding
+CLEARLY_HIGHER_MARGIN = 0.10  # 1/8 or 1 bit (the noise gap too): shared - across >= this
+VALIDITY_DROP = 0.20  # 8 bits: validity <= the baseline's - this; v2: broken generation
 
 
 def kappa_label(kappa_bits: float | None) -> str:
@@ -92,6 +91,7 @@ def _jk_var(jk: np.ndarray) -> float:
     """The delete-one jackknife variance of an estimate from its leave-one-out values."""
     n = jk.size
     return (n - 1) / n * float(((jk - jk.mean()) ** 2).sum())
+
 
 
 # --------------------------------------------------------------------------- result files
@@ -301,6 +301,16 @@ PERM_SEED = 38  # one fixed stream: the same shuffles for every model, rerunnabl
 GAP_KINDS = ("pos", "noise")
 
 
+def _interval(x: float, se: float, df: float, bounds: tuple[float | None, float | None] = (
+        -1.0, 1.0), level: float = GAP_LEVEL) -> tuple[float | None, float | None]:
+    """x +- t(df) se, clipped to `bounds` (None: unbounded); (None, None) without an se."""
+    if not math.isfinite(se) or df < 1:
+        return None, None
+    half, (lo, hi) = t_half(df, se, level), bounds
+    return (x - half if lo is None else max(lo, x - half),
+            x + half if hi is None else min(hi, x + half))
+
+
 def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_PERM,
               seed: int = PERM_SEED, level: float = GAP_LEVEL) -> dict[str, Any]:
     """Position and noise gaps of one model's samples (one checkpoint) with their jackknife
@@ -335,8 +345,8 @@ def gap_tests(samples: Iterable[dict[str, Any]] | pd.DataFrame, n_perm: int = N_
         lo = hi = p = None
         if g is not None:
             if (n := len(loo[kind])) >= 2:
-                half = t_half(n - 1, math.sqrt(_jk_var(np.asarray(loo[kind]))), level)
-                lo, hi = max(-1.0, g - half), min(1.0, g + half)
+                lo, hi = _interval(g, math.sqrt(_jk_var(np.asarray(loo[kind]))), n - 1,
+                                   level=level)
             with np.errstate(invalid="ignore", divide="ignore"):
                 pg = perm_w[kind] / perm_w[kind + "_n"] - (
                     (total[kind] - perm_w[kind]) / (total[kind + "_n"] - perm_w[kind + "_n"]))
@@ -350,17 +360,12 @@ def _validity_jackknife(samples: Iterable[dict[str, Any]] | pd.DataFrame
                         ) -> tuple[float | None, float, int, int]:
     """Validity over all rows, its delete-one-group jackknife variance, groups, rows."""
     s = _frame(samples)
-    groups: dict[tuple[int, int], list[bool]] = defaultdict(list)
-    for pi, g, p in zip(s["prompt_idx"], s["group"], s["p"], strict=True):
-        groups[(int(pi), int(g))].append(p.valid)
-    k = np.array([sum(v) for v in groups.values()], dtype=float)
-    n = np.array([len(v) for v in groups.values()], dtype=float)
+    g = s.assign(v=[p.valid for p in s["p"]]).groupby(["prompt_idx", "group"], sort=False)["v"]
+    k, n = g.sum().to_numpy(float), g.size().to_numpy(float)
     if n.sum() == 0:
         return None, math.nan, 0, 0
-    m = k.size
-    if m < 2:
-        return float(k.sum() / n.sum()), math.nan, m, int(n.sum())
-    return float(k.sum() / n.sum()), _jk_var((k.sum() - k) / (n.sum() - n)), m, int(n.sum())
+    var = _jk_var((k.sum() - k) / (n.sum() - n)) if k.size >= 2 else math.nan
+    return float(k.sum() / n.sum()), var, k.size, int(n.sum())
 
 
 def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,
@@ -372,9 +377,8 @@ def validity_diff(ft: Iterable[dict[str, Any]] | pd.DataFrame,
     if v is None or vb is None:
         return out
     out["validity_diff"] = d = v - vb
-    if math.isfinite(var) and math.isfinite(varb) and min(m, mb) >= 2:
-        half = t_half(min(m, mb) - 1, math.sqrt(var + varb), level)
-        out.update(validity_diff_lo=max(-1.0, d - half), validity_diff_hi=min(1.0, d + half))
+    out["validity_diff_lo"], out["validity_diff_hi"] = _interval(
+        d, math.sqrt(var + varb), min(m, mb) - 1, level=level)
     return out
 
 
@@ -385,8 +389,7 @@ def ce_interval(rec: dict[str, Any], level: float = GAP_LEVEL
     ce, sd, n = _num(rec.get("ce_prior")), _num(rec.get("ce_prior_sd")), _num(rec.get("n_eval"))
     if ce is None or sd is None or n is None or n < 2:
         return None, None
-    half = t_half(int(n) - 1, sd / math.sqrt(n), level)
-    return ce - half, ce + half
+    return _interval(ce, sd / math.sqrt(n), int(n) - 1, (None, None), level)
 
 
 # --------------------------------------------------------------------------- rules
@@ -402,7 +405,7 @@ REGIMES = (  # v1 (issue 6): point estimates
            f"position gap <= {NO_BETTER_MARGIN} and noise gap <= {NO_BETTER_MARGIN}"),
     Regime(1 / 8, "position", f"position gap >= {CLEARLY_HIGHER_MARGIN}"),
     Regime(1.0, "position and noise",
-           f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {NOISE_MARGIN}"),
+           f"position gap >= {CLEARLY_HIGHER_MARGIN} and noise gap >= {CLEARLY_HIGHER_MARGIN}"),
     Regime(8.0, "collapse (leaking)", f"validity <= the same seed's baseline's - {VALIDITY_DROP}"),
 )
 
@@ -428,7 +431,7 @@ def regime_result(kappa_bits: float | None, row: dict,
         "Z unused": ((pos, noise), lambda: pos <= NO_BETTER_MARGIN and noise <= NO_BETTER_MARGIN),
         "position": ((pos,), lambda: pos >= CLEARLY_HIGHER_MARGIN),
         "position and noise": ((pos, noise), lambda: pos >= CLEARLY_HIGHER_MARGIN
-                               and noise >= NOISE_MARGIN),
+                               and noise >= CLEARLY_HIGHER_MARGIN),
     }.get(r.expected, ((v, baseline_validity), lambda: v <= baseline_validity - VALIDITY_DROP))
     return "n/a" if any(x is None for x in need) else ("pass" if ok() else "fail")
 
@@ -437,8 +440,6 @@ def regime_result(kappa_bits: float | None, row: dict,
 # Each predicate is "yes", "no" or "unclear"; a rule holds when every predicate it needs has the
 # wanted value, fails when one has the other value, and is unclear otherwise. A rule is an
 # intersection of tests, so it needs no multiplicity correction.
-NEGLIGIBLE_MARGIN = NO_BETTER_MARGIN  # 0.05: a gap below this is too small to call encoding
-LEAK_VALIDITY_DROP = VALIDITY_DROP  # 0.2: validity this far below the baseline's is broken
 _P_LETTER = RUN_LEN / BODY_LEN * (1 - 1 / 16)
 _P_BLANK = (BODY_LEN - RUN_LEN) / BODY_LEN * (1 - 1 / 16)
 UNIGRAM_CE = -sum(p * math.log(p) for p in (_P_LETTER, 1 / 16, _P_BLANK))
@@ -449,16 +450,16 @@ means the Z drawn from the prior misleads the decoder: generation from the prior
 PREDICATES: dict[str, str] = {
     "pos_encoded": (f"Z encodes the position: yes if the position gap's permutation p < "
                     f"{GAP_ALPHA}; no if p >= {GAP_ALPHA} and its 95% interval lies below "
-                    f"{NEGLIGIBLE_MARGIN}; unclear otherwise"),
+                    f"{NO_BETTER_MARGIN}; unclear otherwise"),
     "noise_encoded": "Z encodes the noise: the same on the noise gap",
     "pos_negligible": (f"the position gap is negligible: yes if its 95% interval lies below "
-                       f"{NEGLIGIBLE_MARGIN}; no if it lies above {NEGLIGIBLE_MARGIN}; "
+                       f"{NO_BETTER_MARGIN}; no if it lies above {NO_BETTER_MARGIN}; "
                        "unclear otherwise"),
     "noise_negligible": "the noise gap is negligible: the same on the noise gap",
     "validity_drop": (f"validity is broken: yes if the 95% interval of validity minus the same "
-                      f"seed's baseline's lies below -{LEAK_VALIDITY_DROP}; no if it lies above "
-                      f"-{LEAK_VALIDITY_DROP} (with no baseline arm: no if the validity's own "
-                      f"interval lies above 1 - {LEAK_VALIDITY_DROP}); unclear otherwise"),
+                      f"seed's baseline's lies below -{VALIDITY_DROP}; no if it lies above "
+                      f"-{VALIDITY_DROP} (with no baseline arm: no if the validity's own "
+                      f"interval lies above 1 - {VALIDITY_DROP}); unclear otherwise"),
     "ce_broken": (f"CE with prior Z is broken: yes if it is above {UNIGRAM_CE:.3f} nats/char "
                   "(the task's unigram CE: the prompt's letter and the character frequencies, "
                   "nothing of the position) by its 95% interval; no if below it; unclear "
@@ -515,18 +516,18 @@ def predicates(row: dict[str, Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for kind in GAP_KINDS:
         p, lo, hi = (_num(row.get(f"{kind}_{k}")) for k in ("p", "lo", "hi"))
-        below = None if hi is None else hi < NEGLIGIBLE_MARGIN
+        below = None if hi is None else hi < NO_BETTER_MARGIN
         detected = None if p is None else p < GAP_ALPHA
         out[f"{kind}_encoded"] = _yes_no(detected, (detected is False) and below)
         out[f"{kind}_negligible"] = _yes_no(below, None if lo is None
-                                            else lo > NEGLIGIBLE_MARGIN)
+                                            else lo > NO_BETTER_MARGIN)
     d_lo, d_hi = _num(row.get("validity_diff_lo")), _num(row.get("validity_diff_hi"))
     if d_lo is not None and d_hi is not None:
-        out["validity_drop"] = _yes_no(d_hi < -LEAK_VALIDITY_DROP, d_lo > -LEAK_VALIDITY_DROP)
+        out["validity_drop"] = _yes_no(d_hi < -VALIDITY_DROP, d_lo > -VALIDITY_DROP)
     else:  # no baseline at this step: no baseline can sit 0.2 above a validity above 0.8
         v_lo = _num(row.get("validity_lo"))
         out["validity_drop"] = _yes_no(None, None if v_lo is None
-                                       else v_lo > 1 - LEAK_VALIDITY_DROP)
+                                       else v_lo > 1 - VALIDITY_DROP)
     ce = _num(row.get("ce_prior"))
     c_lo, c_hi = _num(row.get("ce_prior_lo")), _num(row.get("ce_prior_hi"))
     lo_, hi_ = (c_lo, c_hi) if c_lo is not None and c_hi is not None else (ce, ce)
@@ -653,11 +654,10 @@ def measure_run(name: str, run: Run, n_perm: int = N_PERM) -> pd.DataFrame:
         if n_perm and len(smp):
             bs = run.of(base, key) if base is not None and u.model != base else smp.iloc[:0]
             v, var, m_all, n_all = _validity_jackknife(smp)
-            half = t_half(m_all - 1, math.sqrt(var)) if math.isfinite(var) else math.nan
             lo, hi = ce_interval(r)
+            v_lo, v_hi = _interval(v, math.sqrt(var), m_all - 1, (0.0, 1.0))
             r.update(gap_tests(smp, n_perm=n_perm), n_groups_all=m_all, n_rows_all=n_all,
-                     validity_lo=max(0.0, v - half) if math.isfinite(half) else None,
-                     validity_hi=min(1.0, v + half) if math.isfinite(half) else None,
+                     validity_lo=v_lo, validity_hi=v_hi,
                      validity_base=_validity_jackknife(bs)[0] if len(bs) else None,
                      ce_prior_lo=lo, ce_prior_hi=hi, **validity_diff(smp, bs))
         rows.append(r)
@@ -720,46 +720,33 @@ class SeedAggregate:
     gaps: pd.DataFrame  # gaps with intervals and p per (name, model, step)
 
 
+PER_SEED_COLUMNS = ["name", "seed", "status", "model", "kappa_bits", "steps", "run_id",
+                    *(c for c in SEED_METRICS if not c.endswith("_gap")), "pos_gap", "noise_gap"]
+
+
 def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
     """Several `make synthetic` runs (one per seed) -> per-seed and mean tables. A name
     without samples.jsonl is missing (rows of None); UsageError when none has one."""
     root = results_root() if root is None else Path(root)
     if len(set(names)) != len(names):
         raise UsageError(f"--names {' '.join(names)}: a name is given twice")
-    rows, curves, agree, gaps, sources, missing = [], [], [], [], [], []
-    labels: dict[str, float | None] = {}
+    frames, curves, sources = [], [], []
     for name in names:
         f = root / "synthetic" / name / "samples.jsonl"
         if not f.is_file():
-            missing.append(name)
             sources.append({"name": name, "status": "missing", "path": str(f)})
             continue
         run = load_run(f)
         if run.models.empty:
             raise UsageError(f"{f} holds no model records")
-        st = run.meta.get("settings", {})
-        f_ = measure_run(name, run)
-        agree.append(agreement_rows(f_))
-        gaps.append(f_[f_["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS)))
-        fin = f_[f_["final"]]
-        base_v = next((_num(v) for a, v in zip(fin["arm"], fin["validity"], strict=True)
-                       if a == BASELINE.name), None)
-        no_curve = []
-        for u in fin.itertuples(index=False):
-            labels[u.model] = k = _num(u.kappa_bits)
-            row = {"name": name, "seed": run.seed, "status": "measured", "model": u.model,
-                   "kappa_bits": k, "steps": u.steps, "run_id": u.run_id,
-                   **{c: _num(getattr(u, c)) for c in SEED_METRICS if not c.endswith("_gap")},
-                   "pos_gap": _num(u.pos_gap), "noise_gap": _num(u.noise_gap)}
-            reg = regime_for(k)
-            rows.append({**row, "regime": reg.expected if reg else None,
-                         "regime_result": regime_result(k, row, base_v)})
-            pts = _curve(u, k is not None, root)
-            if pts is None:
-                no_curve.append(u.model)
-            curves += [{"name": name, "seed": run.seed, "model": u.model, "kappa_bits": k, **p}
-                       for p in pts or []]
-        walls = [_num(x) for x in run.models["train_wall_s"]]
+        frames.append(measure_run(name, run).assign(status="measured"))
+        fin = frames[-1][frames[-1]["final"]]
+        ks = [_num(k) for k in fin["kappa_bits"]]
+        pts = {u.model: _curve(u, k is not None, root)
+               for u, k in zip(fin.itertuples(), ks, strict=True)}
+        curves += [{"name": name, "seed": run.seed, "model": m, "kappa_bits": k, **p}
+                   for (m, ps), k in zip(pts.items(), ks, strict=True) for p in ps or []]
+        st, walls = run.meta.get("settings", {}), [_num(x) for x in run.models["train_wall_s"]]
         sources.append({"name": name, "status": "measured", "path": str(f),
                         "sha256": hashlib.sha256(f.read_bytes()).hexdigest(),
                         "created": run.meta.get("created"), "seed": run.seed,
@@ -771,55 +758,59 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
                         "n_arms": len(run.models),
                         **{k: run.meta.get(k) for k in ("threads", "cpu_count", "loadavg_start",
                                                         "loadavg_end")},
-                        "curves_missing": no_curve})
-    if len(missing) == len(names):
+                        "curves_missing": [m for m, ps in pts.items() if ps is None]})
+    missing = [s["name"] for s in sources if s["status"] == "missing"]
+    if not frames:
         raise UsageError(f"none of {', '.join(names)} has samples.jsonl under "
                          f"{root / 'synthetic'}; run make synthetic first")
+    f = pd.concat(frames, ignore_index=True)
+    fin = f[f["final"]]
+    labels = dict(zip(fin["model"], map(_num, fin["kappa_bits"]), strict=True))
     order = sorted(labels, key=lambda lb: _order(labels[lb]))
-    for name in missing:  # missing is never zero: rows of None, so counts show n
-        for lb in order:
-            reg = regime_for(labels[lb])
-            rows.append({"name": name, "seed": None, "status": "missing", "model": lb,
-                         "kappa_bits": labels[lb], "steps": None, "run_id": None,
-                         **dict.fromkeys(SEED_METRICS), "regime": reg.expected if reg else None,
-                         "regime_result": None})
-    per_seed = pd.DataFrame(rows)
+    base_v = fin[fin["arm"] == BASELINE.name].set_index("name")["validity"]
+    measured = fin.reindex(columns=PER_SEED_COLUMNS).assign(regime_result=[
+        regime_result(k, r, _num(base_v.get(r["name"]))) for k, (_, r) in
+        zip(map(_num, fin["kappa_bits"]), fin.iterrows(), strict=True)])
+    # missing is never zero: rows of None, so counts show n
+    per_seed = pd.concat([measured, pd.DataFrame(
+        [{"name": n, "status": "missing", "model": lb, "kappa_bits": labels[lb]}
+         for n in missing for lb in order], columns=PER_SEED_COLUMNS)], ignore_index=True
+    ).astype(dict.fromkeys(["kappa_bits", "steps", *SEED_METRICS], float))
+    per_seed.insert(len(PER_SEED_COLUMNS), "regime", [getattr(regime_for(_num(k)), "expected",
+                                                             None) for k in per_seed["kappa_bits"]])
     per_seed = per_seed.iloc[np.lexsort(([list(names).index(n) for n in per_seed["name"]],
                                          [order.index(m) for m in per_seed["model"]]))]
-    per_seed = per_seed.reset_index(drop=True)
     meta = {"kind": "synthetic-seeds", "created": datetime.now(timezone.utc).isoformat(),
             "written_by": "python -m analysis.synthetic --names " + " ".join(names),
             "names": list(names), "missing": missing, "sources": sources,
             "regimes": [asdict(r) for r in REGIMES],
             "margins": {"no_better": NO_BETTER_MARGIN, "clearly_higher": CLEARLY_HIGHER_MARGIN,
-                        "noise": NOISE_MARGIN, "validity_drop": VALIDITY_DROP},
+                        "noise": CLEARLY_HIGHER_MARGIN, "validity_drop": VALIDITY_DROP},
             "curve_points": CURVE_POINTS}
     return SeedAggregate(
-        per_seed, summarize(per_seed, order, labels, len(names)),
+        per_seed.reset_index(drop=True), summarize(per_seed, order, len(names)),
         pd.DataFrame(curves, columns=["name", "seed", "model", "kappa_bits", "step", "kl_bits",
                                       "ce", "n_batches"]), meta,
-        pd.concat(agree, ignore_index=True),
-        pd.concat(gaps, ignore_index=True).reindex(columns=list(GAP_COLUMNS)))
+        pd.concat(agreement_rows(x) for x in frames).reset_index(drop=True),
+        f[f["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS)).reset_index(drop=True))
 
 
-def summarize(per_seed: pd.DataFrame, order: list[str], labels: dict[str, float | None],
-              n_names: int) -> pd.DataFrame:
+def summarize(per_seed: pd.DataFrame, order: list[str], n_names: int) -> pd.DataFrame:
     """Per model: the mean over the measured runs and n of every metric, regime counts."""
-    out = []
-    for lb in order:
-        meas = per_seed[(per_seed["model"] == lb) & (per_seed["status"] == "measured")]
-        r: dict[str, Any] = {"model": lb, "kappa_bits": labels[lb], "n_names": n_names,
-                             "n_measured": len(meas)}
-        for c in SEED_METRICS:
-            vals = [v for v in map(_num, meas[c]) if v is not None]
-            r[c], r[f"{c}_n"] = _mean(vals), len(vals)
-        reg = regime_for(labels[lb])
-        res = list(meas["regime_result"])
-        r["regime"] = reg.expected if reg else None
-        for key, word in (("regime_pass", "pass"), ("regime_fail", "fail"), ("regime_na", "n/a")):
-            r[key] = sum(x == word for x in res) if reg else None
-        out.append(r)
-    return pd.DataFrame(out)
+    meas = per_seed[per_seed["status"] == "measured"]
+    g = meas.groupby("model", sort=False)
+    metrics = g[list(SEED_METRICS)].mean()
+    n = g[list(SEED_METRICS)].count().add_suffix("_n")
+    out = pd.concat([g["kappa_bits"].first(), g.size().rename("n_measured"), metrics, n],
+                    axis=1).reindex(order)
+    out = out[["kappa_bits", "n_measured", *(c for m in SEED_METRICS for c in (m, m + "_n"))]]
+    counts = pd.crosstab(meas["model"], meas["regime_result"]).reindex(order)
+    judged = out.index.map(lambda m: regime_for(_num(out.loc[m, "kappa_bits"])) is not None)
+    out.insert(1, "n_names", n_names)
+    out["regime"] = g["regime"].first().reindex(order)
+    for key, word in (("regime_pass", "pass"), ("regime_fail", "fail"), ("regime_na", "n/a")):
+        out[key] = (counts[word] if word in counts else pd.Series(0, index=order)).where(judged)
+    return out.rename_axis("model").reset_index()
 
 
 def _model_order(df: pd.DataFrame) -> pd.DataFrame:
@@ -930,16 +921,34 @@ def render_figure(run: Run, path: Path, rows_per_group: int = 8, prompt_idx: int
     return _save(fig, path)
 
 
+def _per_kappa(df: pd.DataFrame, path: Path, ylabels: Sequence[str], height: float,
+               draw: Any, **kw: Any) -> Path:
+    """One column of panels per kappa, one row per y label, over training: draw(the column's
+    axes, kappa, its rows) plots; titles, labels and legends are the same for every figure."""
+    ks = sorted({float(k) for k in df["kappa_bits"].dropna()})
+    fig, axes = plt.subplots(len(ylabels), max(1, len(ks)), figsize=(3.2 * max(1, len(ks)),
+                             height), dpi=110, squeeze=False, **kw)
+    for j, k in enumerate(ks):
+        col = [row[j] for row in axes]
+        draw(col, k, df[(df["kappa_bits"] - k).abs() < 1e-12])
+        col[0].set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
+        col[-1].set_xlabel("step", fontsize=8)
+        for ax in col:
+            ax.tick_params(labelsize=7)
+            ax.legend(fontsize=6)
+    for row, label in zip(axes, ylabels, strict=True):
+        row[0].set_ylabel(label, fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def render_agreement(agreement: pd.DataFrame, path: Path) -> Path:
     """Over training, per kappa: the position and noise gaps (grey line: the rules' 0.1) and
     below them the validity, the same seed's baseline in grey."""
-    ks = sorted({float(k) for k in agreement["kappa_bits"].dropna()})
-    fig, axes = plt.subplots(2, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 5.2),
-                             dpi=110, squeeze=False, sharex="col")
     base = agreement[agreement["kappa_bits"].isna()]
-    for j, k in enumerate(ks):
-        g = agreement[(agreement["kappa_bits"] - k).abs() < 1e-12]
-        top, bot = axes[0][j], axes[1][j]
+
+    def draw(axes: list, k: float, g: pd.DataFrame) -> None:
+        top, bot = axes
         for i, (name, gs) in enumerate(g.groupby("name", sort=False)):
             first = i == 0
             top.plot(gs["step"], gs["pos_gap"], color=BLUE, marker=".", lw=1,
@@ -953,36 +962,21 @@ def render_agreement(agreement: pd.DataFrame, path: Path) -> Path:
                 bot.plot(b["step"], b["validity"], color=GREY, lw=1,
                          label="baseline" if first else None)
         top.axhline(CLEARLY_HIGHER_MARGIN, ls=":", color=GREY, lw=1)
-        top.set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
-        bot.set_xlabel("step", fontsize=8)
-        for ax in (top, bot):
-            ax.tick_params(labelsize=7)
-            ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("shared - across Z", fontsize=8)
-    axes[1][0].set_ylabel("validity", fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+
+    return _per_kappa(agreement, path, ["shared - across Z", "validity"], 5.2, draw,
+                      sharex="col")
 
 
 def render_kl_curves(curves: pd.DataFrame, path: Path) -> Path:
     """KL per token over training, one panel per kappa, one line per seed; the dashed line is
     the free-bits threshold (below it the KL costs nothing)."""
-    ks = sorted({float(k) for k in curves["kappa_bits"].dropna()})
-    fig, axes = plt.subplots(1, max(1, len(ks)), figsize=(3.2 * max(1, len(ks)), 2.8),
-                             dpi=110, squeeze=False)
-    for ax, k in zip(axes[0], ks, strict=False):
-        g = curves[(curves["kappa_bits"] - k).abs() < 1e-12]
+    def draw(axes: list, k: float, g: pd.DataFrame) -> None:
         for name, gs in g.groupby("name", sort=False):
-            ax.plot(gs["step"], gs["kl_bits"], marker=".", lw=1, label=str(name))
-        ax.axhline(k, ls="--", color=GREY, lw=1)
-        ax.set_yscale("log")
-        ax.set_title(f"kappa = {kappa_label(k)} bit", fontsize=9)
-        ax.set_xlabel("step", fontsize=8)
-        ax.tick_params(labelsize=7)
-        ax.legend(fontsize=6)
-    axes[0][0].set_ylabel("KL, bits/token (training batches)", fontsize=8)
-    fig.tight_layout()
-    return _save(fig, path)
+            axes[0].plot(gs["step"], gs["kl_bits"], marker=".", lw=1, label=str(name))
+        axes[0].axhline(k, ls="--", color=GREY, lw=1)
+        axes[0].set_yscale("log")
+
+    return _per_kappa(curves, path, ["KL, bits/token (training batches)"], 2.8, draw)
 
 
 # --------------------------------------------------------------------------- one run
@@ -1000,14 +994,6 @@ def _cell(v: Any, n: int | None = None, total: int | None = None) -> str:
     """A table cell: 3 decimals, a dash when missing, '(n=k)' when fewer than all runs."""
     s = v if isinstance(v, str) else fmt(v)
     return s if n is None or n == total or n == 0 else f"{s} (n={n})"
-
-
-def _fmt(v: Any, col: str) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return DASH
-    if col == "kappa_bits":
-        return kappa_label(float(v))
-    return f"{v:.3f}" if isinstance(v, float) else str(v)
 
 
 def _measured(m: Any) -> str:
@@ -1028,7 +1014,9 @@ def render(run_dir: str | os.PathLike) -> dict[str, Path]:
     checks = acceptance(df)
     out = {k: d / k for k in ("table.csv", "table.md", "acceptance.json", "figure.png")}
     df.to_csv(out["table.csv"], index=False)
-    shown = pd.DataFrame({h: [_fmt(v, c) for v in df[c]] for c, h in TABLE_COLUMNS.items()})
+    shown = df[list(TABLE_COLUMNS)].astype(object).map(_cell).assign(
+        kappa_bits=[DASH if _num(k) is None else kappa_label(k) for k in df["kappa_bits"]],
+        n_samples=df["n_samples"].astype(str)).rename(columns=TABLE_COLUMNS)
     wall = sum(float(w) for w in df["train_wall_s"] if w is not None and w == w)
     out["table.md"].write_text(template("synthetic_run.md.j2").render(
         table=md(shown), s=s, n_starts=N_STARTS, body_len=BODY_LEN, checks=checks,
@@ -1223,7 +1211,7 @@ def render_rules() -> str:
     """The v1 and v2 regime rules in words, from REGIMES, REGIMES_V2 and PREDICATES."""
     return template("synthetic_rules.md.j2").render(
         v1=REGIMES, v2=REGIMES_V2, predicates=PREDICATES, label=kappa_label, alpha=GAP_ALPHA,
-        negligible=NEGLIGIBLE_MARGIN, drop=LEAK_VALIDITY_DROP, unigram=UNIGRAM_CE,
+        negligible=NO_BETTER_MARGIN, drop=VALIDITY_DROP, unigram=UNIGRAM_CE,
         p_letter=_P_LETTER, p_blank=_P_BLANK, n_perm=N_PERM)
 
 
@@ -1272,13 +1260,10 @@ def render_findings(agg_dir: str | os.PathLike) -> str:
     if not base.empty:  # no Z: its "shared" groups are independent samples, a built-in null
 
         def null(rows: pd.DataFrame) -> dict[str, int]:
-            ps = [x for c in ("pos_p", "noise_p") for x in map(_num, rows[c]) if x is not None]
-            ends = [(_num(lo), _num(hi)) for c in GAP_KINDS
-                    for lo, hi in zip(rows[f"{c}_lo"], rows[f"{c}_hi"], strict=True)]
-            ends = [(lo, hi) for lo, hi in ends if lo is not None and hi is not None]
-            return {"hits": sum(p < GAP_ALPHA for p in ps), "n_p": len(ps),
-                    "zero": sum(lo <= 0 <= hi for lo, hi in ends),
-                    "n_lo": sum(_num(x) is not None for c in GAP_KINDS for x in rows[f"{c}_lo"])}
+            p, lo, hi = (rows[[f"{c}_{x}" for c in GAP_KINDS]].to_numpy(float)
+                         for x in ("p", "lo", "hi"))
+            return {"hits": int((p < GAP_ALPHA).sum()), "n_p": int(np.isfinite(p).sum()),
+                    "zero": int(((lo <= 0) & (hi >= 0)).sum()), "n_lo": int(np.isfinite(lo).sum())}
 
         fb = base[base["final"].astype(bool)]
         nulls = {"final": null(fb), "every": null(base) if len(base) > len(fb) else None}

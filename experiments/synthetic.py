@@ -319,15 +319,6 @@ def generate_groups(model: Transformer, letters: Sequence[str], n_shared_groups:
     return out
 
 
-def measure(label: str, trained: Trained, latent_bits: int, kappa_bits: float | None,
-            st: SyntheticSettings) -> list[dict[str, Any]]:
-    """The model record and its sample records for samples.jsonl, then a `point` record and
-    `point_sample` records for every checkpoint the run kept along training."""
-    recs = _measure_model(trained.model, label, latent_bits, kappa_bits, st,
-                          {"kind": "model", **trained.info}, "sample")
-    return recs + measure_points(label, trained, latent_bits, kappa_bits, st)
-
-
 def measure_points(label: str, trained: Trained, latent_bits: int, kappa_bits: float | None,
                    st: SyntheticSettings) -> list[dict[str, Any]]:
     """Every `eval_step_<N>.pt` the run kept (logging.keep_eval_checkpoints) before its final
@@ -395,7 +386,9 @@ def run(st: SyntheticSettings, train_fn: TrainFn | None = None) -> Path:
             trained = load_finished_run(st.reuse[label], H, 0.0 if k is None else k)
         else:
             trained = train_fn(label, H, 0.0 if k is None else k, st)
-        recs = measure(label, trained, H, k, st)
+        # the model record and its samples, then those of every checkpoint kept along training
+        recs = _measure_model(trained.model, label, H, k, st, {"kind": "model", **trained.info},
+                              "sample") + measure_points(label, trained, H, k, st)
         r = recs[0]
         print(f"[synthetic] {label}: ce_prior={r['ce_prior']:.4f} ce_encoder="
               f"{r['ce_encoder']} kl_bits={r['kl_bits']} "

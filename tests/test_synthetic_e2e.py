@@ -10,16 +10,10 @@ import pytest
 import torch
 
 from analysis.synthetic import render
-from experiments.synthetic import SyntheticSettings, generate_groups, parse_args, run
+from experiments.synthetic import SyntheticSettings, generate_groups, run
 from model import build_model, get_preset
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def test_parse_args_kappas_and_overrides() -> None:
-    st = parse_args(["--kappa", "1/64 1/8 1 8", "--setting", "smoke", "optim.lr=1e-3"])
-    assert st.kappas == (1 / 64, 1 / 8, 1.0, 8.0)
-    assert st.overrides == ["optim.lr=1e-3"] and st.baseline
 
 
 def test_shared_groups_pin_one_code_sequence() -> None:

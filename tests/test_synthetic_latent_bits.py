@@ -26,18 +26,17 @@ def arms(argv: list[str]) -> list[tuple[int, float | None]]:
     return check(parse_args(argv), compose_arms=False)
 
 
-def test_gpu_setting_trains_the_8_bit_arm_at_h16() -> None:
-    assert PRESETS["gpu"].high_latent_bits == 16
-    a = arms(["--setting", "gpu"])
-    assert a == [(0, None), (8, 1 / 64), (8, 1 / 8), (8, 1.0), (16, 8.0)]
-    assert no_penalty_arms(a) == []
-
-
-def test_cpu_setting_keeps_h8_and_names_the_arm_without_penalty() -> None:
-    a = arms([])
-    assert a[-1] == (8, 8.0) and no_penalty_arms(a) == ["kappa=8"]
-    assert arms(["--high-latent-bits", "16"])[-1] == (16, 8.0)
-    assert arms(["--setting", "gpu", "--high-latent-bits", "0"])[-1] == (8, 8.0)
+@pytest.mark.parametrize("argv,high,no_penalty", [
+    (["--setting", "gpu"], 16, []),  # the gpu setting: the 8-bit arm at H = 16
+    ([], 8, ["kappa=8"]),  # the cpu setting keeps H = 8 and names the arm without penalty
+    (["--high-latent-bits", "16"], 16, []),
+    (["--setting", "gpu", "--high-latent-bits", "0"], 8, ["kappa=8"]),
+])
+def test_the_arm_at_kappa_8_gets_the_high_h_where_set(argv: list[str], high: int,
+                                                      no_penalty: list[str]) -> None:
+    a = arms(argv)
+    assert a == [(0, None), (8, 1 / 64), (8, 1 / 8), (8, 1.0), (high, 8.0)]
+    assert no_penalty_arms(a) == no_penalty and PRESETS["gpu"].high_latent_bits == 16
 
 
 @pytest.mark.parametrize("argv", [["--high-latent-bits", "8"],

@@ -13,9 +13,9 @@ from test_synthetic_metrics import body
 from analysis.synthetic import (
     DOC_BEGIN,
     DOC_END,
+    GAP_COLUMNS,
     SeedAggregate,
     aggregate,
-    kl_curve,
     main,
     render_block,
     render_doc,
@@ -55,6 +55,7 @@ def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
                       "kappa_bits": None if base else KAPPAS[model], "latent_bits": 0 if base
                       else 8, "run_id": run_id, "run_dir": str(root / "runs" / run_id),
                       "kl_bits": None if base else kl[model], "ce_prior": 0.3,
+                      "ce_prior_sd": 0.05, "n_eval": 64,
                       "ce_encoder": None if base else 0.2, "steps": 100, "train_wall_s": 20.0})
         if curves:  # the trainer logs kl_bits 0.0 for the baseline
             d = root / "runs" / run_id
@@ -140,17 +141,6 @@ def test_aggregate_counts_regimes_per_seed_and_missing(written) -> None:
     block = render_block(out["summary.md"].parent)
     # CE gain against the seed's baseline: one run (a) with both curves, -6.0 * 100 / 1000
     assert "| kappa=8 | " in block and "| -0.600 (n=1) |" in block
-
-
-def test_kl_curve_bins(tmp_path: Path) -> None:
-    f = tmp_path / "metrics.jsonl"
-    recs = [{"kind": "train", "step": s, "kl_bits": s / 100, "ce": 1.0} for s in
-            range(10, 101, 10)] + [{"kind": "val", "step": 100, "val_ce": 0.1}]
-    f.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    pts = kl_curve(f, points=5)
-    assert [p["step"] for p in pts] == [20, 40, 60, 80, 100]
-    assert [p["kl_bits"] for p in pts] == pytest.approx([0.15, 0.35, 0.55, 0.75, 0.95])
-    assert all(p["n_batches"] == 2 for p in pts)
 
 
 def test_block_and_doc_render_from_written_tables(planted: Path, written,
@@ -247,7 +237,19 @@ def test_agreement_over_training_from_kept_checkpoints(planted: Path, written) -
     assert ag.loc[("kappa=1", 100), "kl_bits"] == pytest.approx(0.5)  # the model record's
     assert pd.isna(ag.loc[("baseline", 50), "kl_bits"])  # no Z: missing, not 0
     assert out["agreement.png"].is_file()
+    # gaps.csv: every measured step of every model (final last), the baseline without a
+    # reference, p from the permutations, CE's interval from the recorded per-sequence SD
+    g = pd.read_csv(out["gaps.csv"])
+    assert list(g.columns) == list(GAP_COLUMNS) and g["n_perm"].eq(9999).all()
+    a = g[g["name"] == "a"]
+    assert list(zip(a["model"], a["step"], a["final"], strict=True))[:3] == [
+        ("baseline", 25, False), ("baseline", 50, False), ("baseline", 100, True)]
+    fin = a[a["final"]].set_index("model")
+    assert pd.isna(fin.loc["baseline", "validity_diff"]) and fin["seed"].eq(0).all()
+    assert fin.loc["kappa=1", "pos_p"] < 0.01 < fin.loc["kappa=1/64", "pos_p"]
+    assert fin.loc["kappa=1", "ce_prior_lo"] < 0.3 < fin.loc["kappa=1", "ce_prior_hi"]
     block = out["summary.md"].read_text()
+    assert "Position gap over training, per run" in block and "| kappa=1 | a | " in block
     assert "| kappa=1 | position gap | 0.000 (n=1) | 1.000 (n=1) | 1.000 (n=1) |" in block
     assert "| baseline | validity |" in block and "| baseline | position gap |" not in block
     # the same folder rewritten from runs that kept nothing: said, and no stale figure
