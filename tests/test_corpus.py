@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from common.errors import UsageError
+from experiments.corpus import sources as S
 from experiments.corpus.build import MANIFEST, build, dtype_for, verify
 from experiments.corpus.shards import (
     PERM_MAX,
@@ -28,7 +29,6 @@ from experiments.corpus.shards import (
     open_manifest,
     split_stream,
 )
-from experiments.corpus.sources import is_val, load_documents
 from experiments.train.config import DataConfig, HFSource
 from experiments.train.data import PackedData, build_corpus
 
@@ -63,6 +63,28 @@ def _files_cfg(root: Path, **kw) -> DataConfig:
                       shard_bytes=4000, val_fraction=0.1, **kw)
 
 
+def source_docs(dcfg: DataConfig) -> tuple[list[S.Doc], list[S.Doc], dict[str, str]]:
+    """(train, val, checksums) of a text source, walked here in memory apart from build.scan:
+    the oracle the streaming build must equal."""
+    h = hashlib.sha256()
+    if dcfg.source == "files":
+        paths = S.expand_globs(dcfg.paths)
+        docs = [d for p in paths for d in S.iter_file_docs(p, dcfg.text_field)]
+        sums = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    else:
+        hf = dcfg.source == "hf"
+        docs = list(S.HFMixture(dcfg)) if hf else S.stdlib_docs(dcfg.max_bytes)
+        for k, t in docs:
+            S.corpus_checksum_update(h, t if hf else k + "\0" + t)
+        sums = {S.hf_name(dcfg) if hf else f"stdlib:{S.stdlib_root()}": h.hexdigest()}
+    docs = [d for d in docs if d[1]]
+    if dcfg.max_bytes is not None:
+        docs = S.capped(docs, dcfg.max_bytes)
+    val = [d for d in docs if S.is_val(d[0], dcfg.val_fraction)]
+    val = val or [min(docs, key=lambda d: S.key_hash(d[0]))]  # tiny corpora: one held out
+    return [d for d in docs if d not in val], val, sums
+
+
 def _shard_bytes(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.glob("*.bin"))}
 
@@ -83,13 +105,13 @@ def built(files_root, tmp_path_factory) -> Path:
 
 
 def test_shards_hold_the_documents_in_order_with_eos_and_the_manifest_is_true(files_root, built):
-    """Independent: load_documents' split, the tokenizer's own encode, hashlib over the files."""
+    """Independent: source_docs' split, the tokenizer's own encode, hashlib over the files."""
     from tokenizers import Tokenizer
 
     man = open_manifest(built)
     tok = Tokenizer.from_file(str(built / "tokenizer.json"))
     eos = tok.token_to_id("<|endoftext|>")
-    tr, va, sums = load_documents(_files_cfg(files_root))
+    tr, va, sums = source_docs(_files_cfg(files_root))
     assert man["source"]["checksums"] == sums
     assert man["documents"] == {"train": len(tr), "val": len(va)}
     assert man["dtype"] == "<u2" and len(man["shards"]) > 8  # several units
@@ -171,7 +193,7 @@ def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
     dcfg = DataConfig(source="hf", hf_sources=srcs, val_fraction=0.2, shard_bytes=3000,
                       hf_max_bytes=None)
     man = build(dcfg, tmp_path / "a", vocab_size=300, workers=1, cache_dir=tmp_path / "cache")
-    tr, va, sums = load_documents(dcfg)
+    tr, va, sums = source_docs(dcfg)
     assert man["source"]["checksums"] == sums
     assert man["documents"] == {"train": len(tr), "val": len(va)}
     texts = [t for _, t in tr + va]
@@ -213,7 +235,7 @@ def test_a_given_tokenizer_and_uint32_shards(files_root, tmp_path):
     man = build(dcfg, tmp_path / "c", vocab_size=None)
     assert man["dtype"] == "<u4" and man["tokenizer"]["vocab_size"] == 70_000
     assert man["tokenizer"]["given"] == str(tmp_path / "big.json")
-    tr, _, _ = load_documents(dcfg)
+    tr, _, _ = source_docs(dcfg)
     first = tr[0][1]
     got = np.asarray(split_stream(tmp_path / "c", man, "train"))[: len(first.encode()) + 1]
     assert got.dtype == np.dtype("<u4") and int(got[-1]) == 0  # one byte per token, then eos
@@ -297,8 +319,8 @@ def test_training_corpus_goes_through_the_build_and_epochs_are_checked(files_roo
 def test_val_split_rule_holds_in_the_shards(files_root, built):
     man = open_manifest(built)
     assert man["split"]["val_fraction"] == 0.1 and man["split"]["forced_val"] == []
-    tr, va, _ = load_documents(_files_cfg(files_root))
-    assert all(is_val(k, 0.1) for k, _ in va) and not any(is_val(k, 0.1) for k, _ in tr)
+    tr, va, _ = source_docs(_files_cfg(files_root))
+    assert all(S.is_val(k, 0.1) for k, _ in va) and not any(S.is_val(k, 0.1) for k, _ in tr)
 
 
 @pytest.mark.slow  # submitit's local executor: a process per unit; make corpus's fast test below
@@ -357,7 +379,7 @@ def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
 
     dcfg = DataConfig(source="stdlib", max_bytes=60_000, val_tokens=512)
     c = build_corpus(dcfg, vocab_size=300, seq_len=32, seed=3, cache_dir=tmp_path / "a")
-    tr, va, sums = load_documents(dcfg)
+    tr, va, sums = source_docs(dcfg)
     tok = train_bpe([t for _, t in tr], 300, cache_dir=tmp_path / "b")
     assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
     eos = tok.token_to_id("<|endoftext|>")

@@ -6,11 +6,10 @@ import json
 import random
 
 import numpy as np
-import pytest
 import torch
 
-from common.errors import UsageError
-from experiments.corpus.sources import load_documents, stdlib_files, stdlib_root
+from experiments.corpus.build import scan
+from experiments.corpus.sources import stdlib_files
 from experiments.train.config import DataConfig, HFSource
 from experiments.train.data import PackedData, SyntheticData, build_corpus
 from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
@@ -32,37 +31,28 @@ def _write_corpus(root):
     (root / "c.json").write_text(json.dumps([{"body": "from a json list " * 10}] * 3))
 
 
-def test_stdlib_split_is_by_file_and_deterministic():
-    tr, va, sums = load_documents(DataConfig(source="stdlib"))
-    tk, vk = {k for k, _ in tr}, {k for k, _ in va}
-    root = stdlib_root()
-    every = {str(p.relative_to(root)) for p in stdlib_files() if p.stat().st_size}  # no reads
-    assert not tk & vk and tk | vk == every and len(every) > 500
-    assert not any(k.startswith("site-packages") for k in every)
-    assert 0.02 < len(vk) / (len(tk) + len(vk)) < 0.09  # val_fraction 0.05, by a hash of the path
-    # a capped corpus is a fixed subset, split by the same rule, the same on every call
+def test_stdlib_scan_is_by_file_and_deterministic(tmp_path):
+    s = scan(DataConfig(source="stdlib"), tmp_path / "all", sample_cap=None)
+    every = [p for p in stdlib_files() if p.stat().st_size]  # a document per non-empty file
+    assert s.documents == len(every) > 500 and not s.forced_val
+    assert 0.02 < s.val_documents / s.documents < 0.09  # val_fraction 0.05, by a hash of the path
+    # a capped corpus is a fixed subset, split by the same rule, the same on every scan
     capped = DataConfig(source="stdlib", max_bytes=200_000)
-    tr3, va3, sums3 = load_documents(capped)
-    tr4, va4, sums4 = load_documents(capped)
-    assert (tr3, va3, sums3) == (tr4, va4, sums4) and sums3 != sums
-    assert {k for k, _ in va3} <= vk | {min(k for k, _ in va3)}
-    assert {k for k, _ in tr3} <= tk | vk
-    assert 200_000 <= sum(len(t.encode()) for _, t in tr3 + va3) < 200_000 + 2_000_000
+    a, b = (scan(capped, tmp_path / d, sample_cap=None) for d in "ab")
+    assert (a.checksums, a.documents, a.val_documents) == (b.checksums, b.documents,
+                                                           b.val_documents)
+    assert a.checksums != s.checksums and 200_000 <= a.bytes < 200_000 + 2_000_000
 
 
 def test_files_source_txt_jsonl_json(tmp_path):
-    _write_corpus(tmp_path)
-    dcfg = DataConfig(source="files", paths=[str(tmp_path / "a/*.txt"), str(tmp_path / "*.json*")],
+    _write_corpus(tmp_path / "src")
+    dcfg = DataConfig(source="files", paths=[str(tmp_path / "src/a/*.txt"),
+                                             str(tmp_path / "src/*.json*")],
                       text_field="body", val_fraction=0.2)
-    tr, va, sums = load_documents(dcfg)
-    assert len(tr) + len(va) == 12 + 30 + 3
-    assert set(sums) == {str(p) for p in sorted(tmp_path.rglob("*.*"))}
-    assert all(len(v) == 64 for v in sums.values())
-    assert any(k.endswith("b.jsonl:0") for k, _ in tr + va)
-    with pytest.raises(UsageError, match="no string field 'text'"):
-        load_documents(DataConfig(source="files", paths=[str(tmp_path / "b.jsonl")]))
-    with pytest.raises(UsageError, match="no file matches"):
-        load_documents(DataConfig(source="files", paths=[str(tmp_path / "nope/*.txt")]))
+    s = scan(dcfg, tmp_path / "out", sample_cap=None)
+    assert s.documents == 12 + 30 + 3 and s.val_documents > 0
+    assert set(s.checksums) == {str(p) for p in sorted((tmp_path / "src").rglob("*.*"))}
+    assert all(len(v) == 64 for v in s.checksums.values())
 
 
 def test_hf_streaming_mixture_on_local_files(tmp_path):
@@ -74,19 +64,12 @@ def test_hf_streaming_mixture_on_local_files(tmp_path):
     # null cap: the stream ends when a source finishes its pass (a byte cap the sources cannot
     # fill stops the build naming the source: tests/test_corpus_budget.py)
     dcfg = DataConfig(source="hf", hf_sources=srcs, val_fraction=0.2, hf_max_bytes=None)
-    tr, va, sums = load_documents(dcfg)
-    texts = [t for _, t in tr + va]
-    assert any(t.startswith("record") for t in texts)
-    assert any(t.startswith("document") for t in texts)
-    assert list(sums) == ["hf:json//train@3+text//train@1"]
-    assert load_documents(dcfg)[2] == sums  # same stream, same checksum
+    s = scan(dcfg, tmp_path / "a", sample_cap=None)
+    assert all(m["documents"] > 0 for m in s.mixture)  # both sources streamed
+    assert list(s.checksums) == ["hf:json//train@3+text//train@1"]
+    assert scan(dcfg, tmp_path / "b", sample_cap=None).checksums == s.checksums  # same stream
     capped = DataConfig(source="hf", hf_sources=srcs[:1], hf_max_bytes=1000, val_fraction=0.2)
-    tr2, va2, _ = load_documents(capped)
-    assert 1000 <= sum(len(t) for _, t in tr2 + va2) < 1000 + 300
-    bad = DataConfig(source="hf", hf_sources=[HFSource(path="json",
-                                                        data_files=[str(tmp_path / "x.jsonl")])])
-    with pytest.raises(UsageError, match="cannot stream 'json'"):
-        load_documents(bad)
+    assert 1000 <= scan(capped, tmp_path / "c", sample_cap=None).bytes < 1000 + 300
 
 
 def test_packed_data_order_is_a_seeded_permutation_per_epoch():
