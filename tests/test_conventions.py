@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -49,17 +48,9 @@ def test_parse_kappas_spellings_order_and_the_one_rule_of_sweep_and_synthetic() 
         sweep_kappas("1/64 0.015625")
     with pytest.raises(UsageError, match="--kappa: 1/64 given twice"):
         synthetic_kappas("1/64 0.015625")
-
-
-@pytest.mark.parametrize("text, msg", [  # one per rule: a value twice, not a number, < 0
-    ("1/64 0.015625", "KAPPA: 1/64 given twice in '1/64 0.015625'"),
-    ("1/0", "KAPPA: '1/0' is not a number"), ("abc", "'abc' is not a number of bits >= 0"),
-    ("-1/64", "'-1/64' must be a finite number >= 0"), ("nan", "'nan' must be a finite"),
-    ("1e999", "'1e999' must be a finite")])
-def test_parse_kappas_refuses_in_one_line(text: str, msg: str) -> None:
-    with pytest.raises(UsageError, match=re.escape(msg)) as e:
-        parse_kappas(text, "KAPPA")
-    assert str(e.value).startswith("KAPPA: ") and "\n" not in str(e.value)
+    for bad in ("1/0", "abc", "-1/64", "nan", "1e999"):  # not a number of bits, < 0, not finite
+        with pytest.raises(UsageError, match="^KAPPA: '"):
+            parse_kappas(bad, "KAPPA")
 
 
 # ---------------------------------------------------------------- writability

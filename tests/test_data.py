@@ -10,7 +10,7 @@ import torch
 
 from experiments.corpus.build import scan
 from experiments.corpus.sources import stdlib_files
-from experiments.train.config import DataConfig, HFSource
+from experiments.train.config import DataConfig
 from experiments.train.data import PackedData, SyntheticData, build_corpus
 from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
 
@@ -53,23 +53,6 @@ def test_files_source_txt_jsonl_json(tmp_path):
     assert s.documents == 12 + 30 + 3 and s.val_documents > 0
     assert set(s.checksums) == {str(p) for p in sorted((tmp_path / "src").rglob("*.*"))}
     assert all(len(v) == 64 for v in s.checksums.values())
-
-
-def test_hf_streaming_mixture_on_local_files(tmp_path):
-    """data=hf through the real `datasets` streaming code, with the json and text builders."""
-    _write_corpus(tmp_path)
-    srcs = [HFSource(path="json", data_files=[str(tmp_path / "b.jsonl")], field="body",
-                     weight=3.0),
-            HFSource(path="text", data_files=[str(tmp_path / "a" / "doc00.txt")], weight=1.0)]
-    # null cap: the stream ends when a source finishes its pass (a byte cap the sources cannot
-    # fill stops the build naming the source: tests/test_corpus_budget.py)
-    dcfg = DataConfig(source="hf", hf_sources=srcs, val_fraction=0.2, hf_max_bytes=None)
-    s = scan(dcfg, tmp_path / "a", sample_cap=None)
-    assert all(m["documents"] > 0 for m in s.mixture)  # both sources streamed
-    assert list(s.checksums) == ["hf:json//train@3+text//train@1"]
-    assert scan(dcfg, tmp_path / "b", sample_cap=None).checksums == s.checksums  # same stream
-    capped = DataConfig(source="hf", hf_sources=srcs[:1], hf_max_bytes=1000, val_fraction=0.2)
-    assert 1000 <= scan(capped, tmp_path / "c", sample_cap=None).bytes < 1000 + 300
 
 
 def test_packed_data_order_is_a_seeded_permutation_per_epoch():

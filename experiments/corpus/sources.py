@@ -210,7 +210,7 @@ class HFMixture:
                         "share": share, "passes_allowed": s.passes, "documents": ss["documents"],
                         "bytes": ss["bytes"], "passes_completed": len(full),
                         "pass_documents": full,
-                        "passes": passes if passes is not None else None,
+                        "passes": passes,
                         "passes_note": None if full else "under one pass (the source's size "
                         "is known only after a whole pass)"})
         return out
