@@ -234,7 +234,7 @@ def test_a_rank_reading_1000_shards_keeps_at_most_the_bound_open(tmp_path):
     rng = np.random.default_rng(0)
     shards, arrays = [], []
     for i in range(1000):
-        a = rng.integers(0, 2**16, size=int(rng.integers(1, 50)), dtype="<u2")
+        a = rng.integers(0, 2**16, size=int(rng.integers(0, 50)), dtype="<u2")  # empty too
         a.tofile(tmp_path / f"train-{i:05d}.bin")
         shards.append({"file": f"train-{i:05d}.bin", "tokens": len(a)})
         arrays.append(a)
@@ -253,9 +253,14 @@ def test_a_rank_reading_1000_shards_keeps_at_most_the_bound_open(tmp_path):
             peak_map = max(peak_map, _maps_in(tmp_path))
     assert 0 < peak_fd <= S.MAX_OPEN_SHARDS and 0 < peak_map <= S.MAX_OPEN_SHARDS
     assert np.array_equal(np.asarray(ts), whole)
+    assert np.array_equal(ts[len(whole) - 5:len(whole) + 3], whole[-5:])  # past the end
     assert _fds_in(tmp_path) <= S.MAX_OPEN_SHARDS
     S.OPEN_MAPS.clear()
     assert _fds_in(tmp_path) == 0 and _maps_in(tmp_path) == 0
+    short = next(s for s, a in zip(shards, arrays, strict=True) if len(a))["file"]
+    (tmp_path / short).write_bytes((tmp_path / short).read_bytes()[:-2])  # shorter than said
+    with pytest.raises(UsageError, match=short):
+        S.TokenStream(tmp_path, shards, "<u2")
 
 
 # ------------------------------------------------------------------ --verify

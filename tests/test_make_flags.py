@@ -93,8 +93,7 @@ def test_not_given_is_off_and_the_environment_does_not_count() -> None:
 
 
 def test_one_name_per_thing_on_every_target() -> None:
-    """OVERRIDES (hydra overrides), SYN_NAME (the synthetic sweep), lm-eval's own ARGS; before:
-    `make train DRY=false` did a dry run and `make report CHECK=true` did not check."""
+    """OVERRIDES (hydra overrides), SYN_NAME (the synthetic sweep), lm-eval's own ARGS."""
     for target in ("train", "sweep", "synthetic"):
         out = _make(target, "OVERRIDES=optim.lr=1e-3 train.seed=7").stdout
         if target == "sweep":
@@ -107,8 +106,6 @@ def test_one_name_per_thing_on_every_target() -> None:
     assert "--name 'mid'" in _make("synthetic-report", "SYN_NAME=mid").stdout
     assert "--synthetic='mid'" in _make("report", "NAME=x", "SYN_NAME=mid").stdout
     assert "--synthetic" not in _make("report", "NAME=x").stdout  # not given: none embedded
-    assert "dry_run" not in _make("train", "OVERRIDES=model=1M", "DRY=false").stdout
-    assert "--check" in _make("report", "NAME=x", "CHECK=true").stdout
 
 
 def _sweep_line(out: str) -> str:

@@ -66,6 +66,7 @@ def places(toy_checkpoint, bench_dir: Path, tmp_path_factory: pytest.TempPathFac
     (d / "empty.txt").write_text("")
     (d / "hf.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, data_files: "
                                f"[{d / 'missing.jsonl'}]}}\n")
+    (d / "cluster.yaml").write_text("partition: ci\nmax_num_timeouts: 3\n")
     (d / "field.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, field: body, "
                                   f"data_files: [{d / 'r0.jsonl'}]}}\n")
     return {"{base}": str(toy_checkpoint(d / "runs" / "base" / "checkpoints" / "final.pt")
@@ -201,6 +202,8 @@ CASES = [
     C("corpus", ["--data", "stdlib", *V, "--out", "/proc/ftbench"], "is not writable"),
     C("pipelines.corpus", ["--data", "{d}/field.yaml", *V], "no field 'body'"),
     C("pipelines.corpus", ["--launcher", "slurm", "--cluster", "{tmp}/none.yaml"], "none.yaml"),
+    C("pipelines.corpus", ["--launcher", "slurm", "--cluster", "{d}/cluster.yaml", *V],
+      "unknown key 'max_num_timeouts'"),
     # synthetic: its parser, the kappa rule, hydra's validator, its own override rules, names,
     # the grid, --reuse, the results root
     C("synthetic", ["--setting", "nope"], "--setting: invalid choice: 'nope'"),
