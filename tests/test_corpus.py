@@ -41,7 +41,7 @@ def _words(rng: random.Random, n: int) -> str:
 
 
 def _write_files(root: Path, n_txt: int = 24, n_jsonl: int = 3) -> None:
-    """Text, jsonl and parquet files: several units at shard_bytes=4000."""
+    """Text, jsonl, json and parquet files: several units at shard_bytes=4000."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -53,13 +53,16 @@ def _write_files(root: Path, n_txt: int = 24, n_jsonl: int = 3) -> None:
         with open(root / f"r{j}.jsonl", "w") as f:
             for i in range(40):
                 f.write(json.dumps({"text": f"record {j}.{i} " + _words(rng, 30), "n": i}) + "\n")
+    # a .json file: a list of records or plain strings
+    (root / "c.json").write_text(json.dumps([{"text": "a json record " + _words(rng, 30)},
+                                             "a json string " + _words(rng, 30)]))
     pq.write_table(pa.table({"text": [f"parquet row {i} " + _words(rng, 40) for i in range(50)],
                              "id": list(range(50))}), root / "p.parquet")
 
 
 def _files_cfg(root: Path, **kw) -> DataConfig:
     return DataConfig(source="files", paths=[str(root / "txt/*.txt"), str(root / "*.jsonl"),
-                                             str(root / "*.parquet")],
+                                             str(root / "*.json"), str(root / "*.parquet")],
                       shard_bytes=4000, val_fraction=0.1, **kw)
 
 
@@ -146,7 +149,8 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
     man = open_manifest(built)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     args = ["--data", "files", "--vocab-size", "300", "--quiet",
-            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.parquet]",
+            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.json,"
+            f"{files_root}/*.parquet]",
             "shard_bytes=4000", "val_fraction=0.1"]
     four = tmp_path / "four"
     r = subprocess.run([sys.executable, "-m", "experiments.corpus", "--out", str(four),

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import random
-
 import numpy as np
 import torch
 
@@ -13,22 +10,6 @@ from experiments.corpus.sources import stdlib_files
 from experiments.train.config import DataConfig
 from experiments.train.data import PackedData, SyntheticData, build_corpus
 from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
-
-
-def _words(rng: random.Random, n: int) -> str:
-    return " ".join("".join(rng.choice("abcdefghijklmnop") for _ in range(rng.randint(2, 7)))
-                    for _ in range(n))
-
-
-def _write_corpus(root):
-    (root / "a").mkdir(parents=True)
-    rng = random.Random(0)
-    for i in range(12):
-        (root / "a" / f"doc{i:02d}.txt").write_text(f"document number {i}\n" + _words(rng, 150))
-    with open(root / "b.jsonl", "w") as f:
-        for i in range(30):
-            f.write(json.dumps({"body": f"record {i}: " + "lorem ipsum " * 20, "id": i}) + "\n")
-    (root / "c.json").write_text(json.dumps([{"body": "from a json list " * 10}] * 3))
 
 
 def test_stdlib_scan_is_by_file_and_deterministic(tmp_path):
@@ -42,17 +23,6 @@ def test_stdlib_scan_is_by_file_and_deterministic(tmp_path):
     assert (a.checksums, a.documents, a.val_documents) == (b.checksums, b.documents,
                                                            b.val_documents)
     assert a.checksums != s.checksums and 200_000 <= a.bytes < 200_000 + 2_000_000
-
-
-def test_files_source_txt_jsonl_json(tmp_path):
-    _write_corpus(tmp_path / "src")
-    dcfg = DataConfig(source="files", paths=[str(tmp_path / "src/a/*.txt"),
-                                             str(tmp_path / "src/*.json*")],
-                      text_field="body", val_fraction=0.2)
-    s = scan(dcfg, tmp_path / "out", sample_cap=None)
-    assert s.documents == 12 + 30 + 3 and s.val_documents > 0
-    assert set(s.checksums) == {str(p) for p in sorted((tmp_path / "src").rglob("*.*"))}
-    assert all(len(v) == 64 for v in s.checksums.values())
 
 
 def test_packed_data_order_is_a_seeded_permutation_per_epoch():

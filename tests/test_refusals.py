@@ -324,36 +324,6 @@ def test_synthetic_good_input_passes_the_checks(tmp_path: Path,
     assert sorted(p.name for p in d.iterdir()) == ["samples.jsonl"]
 
 
-@pytest.mark.slow  # a process of its own (a private mount namespace), ~7 s
-def test_report_into_a_read_only_results_root(tmp_path: Path) -> None:
-    """An existing sweep in a read-only results root: root ignores chmod, so a read-only bind
-    mount in a private mount namespace where possible (a process of its own), else chmod."""
-    from conftest import can_mount_ro
-    from fake import write_fake_sweep
-
-    root = tmp_path / "results"
-    write_fake_sweep(root, "ro", kappas=(0.5,), controls=())
-    before = sorted(root.rglob("*"))
-    cmd = [sys.executable, "-m", "analysis.report", "--name", "ro", "--n-boot", "20"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(root),
-           "OMP_NUM_THREADS": "1"}
-    if can_mount_ro(tmp_path):
-        cmd = ["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"',
-               str(root), *cmd]
-    elif os.geteuid() == 0:
-        pytest.skip("root without a private mount namespace: cannot make a read-only dir")
-    else:
-        (root / "sweeps" / "ro").chmod(0o555)
-    try:
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        (root / "sweeps" / "ro").chmod(0o755)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
-    assert "cannot write the report" in lines[0] and "not writable" in lines[0], lines[0]
-    assert sorted(root.rglob("*")) == before
-
-
 @pytest.mark.parametrize("module, prog, where, argv", [
     ("experiments.train.trainer", "train", "compose", ["model=1M"]),
     ("experiments.eval.run", "eval", "run_eval", ["{base}", "--tasks", "arc_easy"]),
