@@ -29,7 +29,7 @@ from experiments.corpus.shards import (
     open_manifest,
     split_stream,
 )
-from experiments.train.config import DataConfig, HFSource
+from experiments.train.config import DataConfig
 from experiments.train.data import PackedData, build_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,12 +74,11 @@ def source_docs(dcfg: DataConfig) -> tuple[list[S.Doc], list[S.Doc], dict[str, s
         paths = S.expand_globs(dcfg.paths)
         docs = [d for p in paths for d in S.iter_file_docs(p, dcfg.text_field)]
         sums = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
-    else:
-        hf = dcfg.source == "hf"
-        docs = list(S.HFMixture(dcfg)) if hf else S.stdlib_docs(dcfg.max_bytes)
+    else:  # stdlib
+        docs = S.stdlib_docs(dcfg.max_bytes)
         for k, t in docs:
-            S.corpus_checksum_update(h, t if hf else k + "\0" + t)
-        sums = {S.hf_name(dcfg) if hf else f"stdlib:{S.stdlib_root()}": h.hexdigest()}
+            S.corpus_checksum_update(h, k + "\0" + t)
+        sums = {f"stdlib:{S.stdlib_root()}": h.hexdigest()}
     docs = [d for d in docs if d[1]]
     if dcfg.max_bytes is not None:
         docs = S.capped(docs, dcfg.max_bytes)
@@ -189,25 +188,6 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
         assert (killed / f"train-{u:05d}.bin").stat().st_mtime_ns == shard_times[
             f"train-{u:05d}.bin"]
     assert not list(killed.glob(".*.tmp"))
-
-
-@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
-def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
-    """data=hf through datasets' own json and parquet builders on files written here."""
-    srcs = [HFSource(path="json", data_files=[str(files_root / "r0.jsonl")], weight=2.0),
-            HFSource(path="parquet", data_files=[str(files_root / "p.parquet")], weight=1.0)]
-    dcfg = DataConfig(source="hf", hf_sources=srcs, val_fraction=0.2, shard_bytes=3000,
-                      hf_max_bytes=None)
-    man = build(dcfg, tmp_path / "a", vocab_size=300, workers=1, cache_dir=tmp_path / "cache")
-    tr, va, sums = source_docs(dcfg)
-    assert man["source"]["checksums"] == sums
-    assert man["documents"] == {"train": len(tr), "val": len(va)}
-    texts = [t for _, t in tr + va]
-    assert any(t.startswith("record") for t in texts)
-    assert any(t.startswith("parquet") for t in texts)
-    man2 = build(dcfg, tmp_path / "b", vocab_size=300, workers=2, cache_dir=tmp_path / "cache")
-    assert man2 == man and _shard_bytes(tmp_path / "a") == _shard_bytes(tmp_path / "b")
-    assert len(man["shards"]) >= 4 and not (tmp_path / "a" / "text").exists()
 
 
 def test_offline_sources_never_open_a_socket(files_root, tmp_path, monkeypatch):

@@ -317,12 +317,16 @@ def test_make_paper_refuses_a_source_too_small_in_one_line_before_building(tmp_p
 
 @pytest.mark.slow  # the real datasets streaming code on local json files (~10 s)
 def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
-    """HFMixture over datasets' own json builder: a stream that raises midway is continued from
-    datasets' state_dict, and the corpus equals the one built without a failure."""
-    for name, tag, n in (("a.jsonl", "web", 300), ("b.jsonl", "math", 40)):
-        with open(tmp_path / name, "w") as f:
-            for t in _texts(tag, n, 100):
-                f.write(json.dumps({"text": t}) + "\n")
+    """HFMixture over datasets' own json and parquet builders: a stream that raises midway is
+    continued from datasets' state_dict, and the corpus equals the one built without a
+    failure, whatever the worker count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(tmp_path / "a.jsonl", "w") as f:
+        for t in _texts("web", 300, 100):
+            f.write(json.dumps({"text": t}) + "\n")
+    pq.write_table(pa.table({"text": _texts("math", 40, 100)}), tmp_path / "b.parquet")
     real = SRC.open_hf_source
     failed = []
 
@@ -341,15 +345,15 @@ def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
 
     cfg = _cfg(hf_sources=[HFSource(path="json", data_files=[str(tmp_path / "a.jsonl")],
                                     weight=3.0),
-                           HFSource(path="json", data_files=[str(tmp_path / "b.jsonl")],
+                           HFSource(path="parquet", data_files=[str(tmp_path / "b.parquet")],
                                     weight=1.0, passes=2)])
     monkeypatch.setattr(SRC, "open_hf_source", flaky)
     with pytest.raises(UsageError, match="continue"):
         build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
     assert (tmp_path / "r" / SCAN_STATE).is_file()
     man = build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
-    ref = build(cfg, tmp_path / "w", vocab_size=300, cache_dir=tmp_path / "cache")
-    assert man == ref
+    ref = build(cfg, tmp_path / "w", vocab_size=300, workers=2, cache_dir=tmp_path / "cache")
+    assert man == ref and any(t.startswith("math") for _, t in SRC.HFMixture(cfg))
     for s in ref["shards"]:
         assert (tmp_path / "r" / s["file"]).read_bytes() == (tmp_path / "w" / s["file"]
                                                              ).read_bytes()
