@@ -279,7 +279,8 @@ def test_verify_reads_what_it_needs_from_the_manifest(tmp_path, capsys):
     assert "differ from the manifest" in capsys.readouterr().err
 
 
-def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
+def test_a_sources_passes_cap_and_other_new_data_keys_keep_the_corpus_and_the_run_id():
+    """(The default config's run-id from before experiments/corpus: test_golden_plans.)"""
     from experiments.corpus.build import request_of
     from experiments.train.config import compose
     from experiments.train.plan import run_id
@@ -292,6 +293,10 @@ def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
     assert two.data.hf_sources[0].passes == 2
     assert run_id(one) == run_id(two)
     assert request_of(one.data, 300) == request_of(two.data, 300)
+    base = compose(["model=1M"])
+    assert run_id(base) == run_id(compose(["model=1M", "data.max_epochs=3",
+                                           "data.shard_bytes=1000"]))
+    assert run_id(compose(["model=1M", "data.corpus=/x"])) != run_id(base)
 
 
 def test_make_paper_refuses_a_source_too_small_in_one_line_before_building(tmp_path, capsys):
