@@ -54,16 +54,6 @@ def test_parse_kappas_spellings_order_and_the_one_rule_of_sweep_and_synthetic() 
 
 
 # ---------------------------------------------------------------- writability
-def _can_create_in(d: Path) -> bool:
-    """What actually happens: try to create a file (the ground truth the check must match)."""
-    try:
-        (d / ".probe-truth").touch()
-    except OSError:
-        return False
-    (d / ".probe-truth").unlink()
-    return True
-
-
 def test_writable_places_pass_a_file_or_directory_in_the_way_is_named_nothing_is_left(
         tmp_path: Path) -> None:
     assert unwritable(tmp_path) is None
@@ -87,7 +77,12 @@ def test_chmod_read_only_directory_matches_what_a_write_does(tmp_path: Path) -> 
     d.mkdir()
     d.chmod(0o555)
     try:
-        truth = _can_create_in(d)
+        try:  # the ground truth the check must match: what creating a file does
+            (d / ".probe-truth").touch()
+            (d / ".probe-truth").unlink()
+            truth = True
+        except OSError:
+            truth = False
         assert (unwritable(d) is None) == truth
         assert (unwritable(d / "sub") is None) == truth
         assert truth == (os.geteuid() == 0)

@@ -91,6 +91,10 @@ def test_a_source_that_runs_dry_stops_the_stream_naming_it():
 
 
 def test_a_hub_stream_that_fails_midway_resumes_where_it_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(SRC, "open_hf_source", _opener([], {"big": 0}))
+    with pytest.raises(UsageError):  # on the first record: nothing is left
+        build(_cfg(), tmp_path / "bad", vocab_size=300, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "bad").exists()
     log: list = []
     monkeypatch.setattr(SRC, "open_hf_source", _opener(log, {"big": 100}))
     out = tmp_path / "resumed"
@@ -122,14 +126,6 @@ def test_a_hub_stream_that_fails_midway_resumes_where_it_stopped(tmp_path, monke
         assert (out / s["file"]).read_bytes() == (tmp_path / "whole" / s["file"]).read_bytes()
     mix = {m["path"]: m for m in man["source"]["mixture"]}
     assert mix["small"]["passes_completed"] == 1 and mix["small"]["passes_allowed"] == 2
-
-
-def test_bad_input_on_the_first_record_still_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(SRC, "open_hf_source", _opener([], {"big": 0}))
-    out = tmp_path / "bad"
-    with pytest.raises(UsageError):
-        build(_cfg(), out, vocab_size=300, cache_dir=tmp_path / "cache")
-    assert not out.exists()
 
 
 # ------------------------------------------------------------------ the budget, per source

@@ -143,6 +143,16 @@ def test_smoke_is_the_sweep_with_eval_on_the_shipped_sample_then_the_report() ->
     assert "smoke: done; report: " in out
 
 
+def test_the_offline_bundle_downloads_the_pinned_wheels_for_the_nodes_python() -> None:
+    out = _make("offline-bundle", "OUT=/b", "PY_VERSION=3.12").stdout
+    out = re.sub(r"\s*\\\n\s*", " ", out)  # one line per command
+    assert ("-m pip download -q --no-deps --only-binary=:all: --python-version '3.12' "
+            "--platform 'any' -d '/b' hydra-core==1.3.8 omegaconf==2.3.1 lm_eval==0.4.13 "
+            "dill==0.4.1") in out
+    assert "-m pip wheel -q --no-deps -w '/b' antlr4-python3-runtime==4.9.3" in out
+    assert "python3 -m pip install --no-index --no-deps /b/*.whl" in out
+
+
 REFUSED = [  # command line -> the one line's start (after make's `*** `)
     # a variable no goal takes: the nearest known name, else who takes it
     (["sweep", "KAPA=1", "DRY=1"], "KAPA: unknown variable for make sweep; did you mean KAPPA?"),
