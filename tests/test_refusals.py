@@ -200,6 +200,8 @@ CASES = [
     C("corpus", ["--data", "stdlib"], "give --vocab-size"),
     C("corpus", ["--verify"], "no corpus.json to verify"),
     C("corpus", ["--data", "stdlib", *V, "--out", "/proc/ftbench"], "is not writable"),
+    C("corpus", ["--data", "stdlib", "max_bytes=20000", *V], f"tokenizer cache {BAD}",
+      env={"FTBENCH_CACHE": BAD}),
     C("pipelines.corpus", ["--data", "{d}/field.yaml", *V], "no field 'body'"),
     C("pipelines.corpus", ["--launcher", "slurm", "--cluster", "{tmp}/none.yaml"], "none.yaml"),
     C("pipelines.corpus", ["--launcher", "slurm", "--cluster", "{d}/cluster.yaml", *V],
@@ -292,14 +294,6 @@ def test_refused(key, argv, phrase, env, setup, results, places, tmp_path, capsy
     assert (len(lines) == 1 or prog == "lm-eval") and "Traceback" not in err, err[-3000:]
     assert lines[-1].startswith(f"{prog}: error: ") and phrase in lines[-1], lines[-1]
     assert _files(*watched) == files
-
-
-def test_tokenizer_cache_error_is_a_usage_error() -> None:
-    from common.errors import UsageError
-    from experiments.corpus.tokenizer import train_bpe
-
-    with pytest.raises(UsageError, match="tokenizer cache .*not writable"):
-        train_bpe(["some text " * 50], 300, cache_dir=BAD)
 
 
 @pytest.mark.parametrize("module, prog, where, argv", [
