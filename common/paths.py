@@ -27,7 +27,6 @@ _EVAL_STEP = re.compile(r"eval_step_(\d+)\.pt")
 
 
 def results_root(root: str | os.PathLike | None = None) -> Path:
-    """The argument, else $FTBENCH_RESULTS, else ./results."""
     if root is not None and str(root) != "":
         return Path(root)
     return Path(os.environ.get("FTBENCH_RESULTS") or "results")
@@ -277,7 +276,6 @@ class RunDir:
         return self.eval_dir / name
 
     def eval_files(self, pattern: str = "*.json") -> list[Path]:
-        """The files of <run>/eval matching `pattern`, sorted ([] without the folder)."""
         return sorted(self.eval_dir.glob(pattern)) if self.eval_dir.is_dir() else []
 
     def point_evaluated(self, step: int, spec_ids: Sequence[str]) -> bool:
@@ -309,7 +307,6 @@ class SweepDir:
 
     @staticmethod
     def names(root: str | os.PathLike | None = None) -> list[str]:
-        """The sweeps under the results root that have a manifest, sorted."""
         return sorted(p.parent.name for p in sweeps_dir(root).glob(f"*/{_MANIFEST}"))
 
     @property
@@ -360,8 +357,3 @@ class SweepDir:
         except json.JSONDecodeError as e:
             raise RecordError(f"{self.manifest_path}: not JSON ({e})") from None
         return Manifest.from_json(d, str(self.manifest_path))
-
-    def runs(self) -> list[RunDir]:
-        """The run directories of the manifest's cells that have a run-id, in cell order."""
-        m = self.manifest()
-        return [RunDir.of(c.run_id, self.root) for c in m.cells if c.run_id]

@@ -44,14 +44,9 @@ def environment(extra: dict[str, str] | None = None) -> Iterator[None]:
         os.environ.update(before)
 
 
-def manifest(name: str) -> api.Manifest | None:
-    """The sweep's typed manifest as written (None before its first run)."""
-    return api.load(name)
-
-
 def cells(name: str) -> list[api.ManifestCell]:
     """The sweep's cells ([] before its first run)."""
-    m = manifest(name)
+    m = api.load(name)
     return list(m.cells) if m is not None else []
 
 
@@ -164,7 +159,7 @@ def inputs_fingerprint(name: str) -> str:
     """A hash of what the report reads: the manifest's cells and every run's eval/metrics files
     (name, size, mtime)."""
     h = hashlib.sha256()
-    m = manifest(name)
+    m = api.load(name)
     cs = list(m.cells) if m is not None else []
     h.update(json.dumps([(c.run_id, c.state, c.eval.state if c.eval is not None else None)
                          for c in cs]).encode())

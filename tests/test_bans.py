@@ -23,28 +23,11 @@ MAX_ARM_TESTS = 10
 the rest of the tree asks the Arm record)."""
 
 
-def _docstrings(found: tuple[ast.AST, ...]) -> set[int]:
-    out = set()
-    for n in found:
-        if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and n.body and isinstance(n.body[0], ast.Expr) \
-                and isinstance(n.body[0].value, ast.Constant):
-            out.add(id(n.body[0].value))
-        # an attribute docstring: a bare string right after an assignment
-        body = getattr(n, "body", None)
-        if isinstance(body, list):
-            for a, b in zip(body, body[1:], strict=False):
-                if isinstance(a, (ast.Assign, ast.AnnAssign)) and isinstance(b, ast.Expr) \
-                        and isinstance(b.value, ast.Constant):
-                    out.add(id(b.value))
-    return out
-
-
 def _literals(path: Path) -> Iterator[tuple[int, str]]:
-    """(line, text) of every string literal in code (f-string parts included; docstrings
-    and comments are prose, not code)."""
+    """(line, text) of every string literal in code (f-string parts included; a string that
+    is a statement of its own, a docstring or an attribute's, is prose, as comments are)."""
     found = nodes(path)
-    skip = _docstrings(found)
+    skip = {id(n.value) for n in found if isinstance(n, ast.Expr)}
     for n in found:
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip:
             yield n.lineno, n.value

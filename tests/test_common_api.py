@@ -138,7 +138,6 @@ def test_sweep_dir_reads_its_manifest_typed(tmp_path):
     sd.manifest_path.write_text(json.dumps(man.to_json()))
     assert sd.exists() and SweepDir.names(tmp_path) == ["main"]
     assert sd.manifest() == Manifest.from_json(man.to_json())
-    assert sd.runs() == [RunDir.of("r0", tmp_path)]
     sd.manifest_path.write_text("{not json")
     with pytest.raises(RecordError, match="not JSON"):
         sd.manifest()

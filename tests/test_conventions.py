@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -49,30 +48,12 @@ def test_parse_kappas_spellings_order_and_the_one_rule_of_sweep_and_synthetic() 
         sweep_kappas("1/64 0.015625")
     with pytest.raises(UsageError, match="--kappa: 1/64 given twice"):
         synthetic_kappas("1/64 0.015625")
-
-
-@pytest.mark.parametrize("text, msg", [  # one per rule: a value twice, not a number, < 0
-    ("1/64 0.015625", "KAPPA: 1/64 given twice in '1/64 0.015625'"),
-    ("1/0", "KAPPA: '1/0' is not a number"), ("abc", "'abc' is not a number of bits >= 0"),
-    ("-1/64", "'-1/64' must be a finite number >= 0"), ("nan", "'nan' must be a finite"),
-    ("1e999", "'1e999' must be a finite")])
-def test_parse_kappas_refuses_in_one_line(text: str, msg: str) -> None:
-    with pytest.raises(UsageError, match=re.escape(msg)) as e:
-        parse_kappas(text, "KAPPA")
-    assert str(e.value).startswith("KAPPA: ") and "\n" not in str(e.value)
+    for bad in ("1/0", "abc", "-1/64", "nan", "1e999"):  # not a number of bits, < 0, not finite
+        with pytest.raises(UsageError, match="^KAPPA: '"):
+            parse_kappas(bad, "KAPPA")
 
 
 # ---------------------------------------------------------------- writability
-def _can_create_in(d: Path) -> bool:
-    """What actually happens: try to create a file (the ground truth the check must match)."""
-    try:
-        (d / ".probe-truth").touch()
-    except OSError:
-        return False
-    (d / ".probe-truth").unlink()
-    return True
-
-
 def test_writable_places_pass_a_file_or_directory_in_the_way_is_named_nothing_is_left(
         tmp_path: Path) -> None:
     assert unwritable(tmp_path) is None
@@ -90,22 +71,18 @@ def test_writable_places_pass_a_file_or_directory_in_the_way_is_named_nothing_is
     assert str(unwritable(tmp_path / "adir", file=True)) == f"{tmp_path / 'adir'} is a directory"
 
 
-def test_proc_is_unwritable_where_os_access_says_yes() -> None:
-    """The adversary for root: os.access passes /proc (and any mode bits) for uid 0."""
-    bad = unwritable("/proc/ftbench-x/y")
-    assert bad is not None and bad.blocker == Path("/proc")
-    assert bad.reason.startswith("is not writable (")
-    if os.geteuid() == 0:
-        assert os.access("/proc", os.W_OK | os.X_OK)  # what the old checks relied on
-
-
 def test_chmod_read_only_directory_matches_what_a_write_does(tmp_path: Path) -> None:
     """chmod 0555: unwritable for a user; root really can write there, and the check says so."""
     d = tmp_path / "ro"
     d.mkdir()
     d.chmod(0o555)
     try:
-        truth = _can_create_in(d)
+        try:  # the ground truth the check must match: what creating a file does
+            (d / ".probe-truth").touch()
+            (d / ".probe-truth").unlink()
+            truth = True
+        except OSError:
+            truth = False
         assert (unwritable(d) is None) == truth
         assert (unwritable(d / "sub") is None) == truth
         assert truth == (os.geteuid() == 0)

@@ -1,5 +1,6 @@
-"""experiments/corpus: the build (sources -> tokenizer -> shards), its determinism across worker
-counts and kill -9, bad input, the memory-mapped stream and its seeded order."""
+"""experiments/corpus and experiments/train/data.py: the scan and its split, the build (sources
+-> tokenizer -> shards), its determinism across worker counts and kill -9, bad input, the
+memory-mapped stream, packing and the seeded order."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import pytest
 import torch
 
 from common.errors import UsageError
-from experiments.corpus.build import MANIFEST, build, dtype_for, verify
+from experiments.corpus import sources as S
+from experiments.corpus.build import MANIFEST, build, dtype_for, scan, verify
 from experiments.corpus.shards import (
     PERM_MAX,
     EpochOrder,
@@ -28,9 +30,9 @@ from experiments.corpus.shards import (
     open_manifest,
     split_stream,
 )
-from experiments.corpus.sources import is_val, load_documents
-from experiments.train.config import DataConfig, HFSource
-from experiments.train.data import PackedData, build_corpus
+from experiments.train.config import DataConfig
+from experiments.train.data import PackedData, SyntheticData, build_corpus
+from experiments.train.synthetic_data import ALPHABET, SEQ_LEN
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,7 +43,7 @@ def _words(rng: random.Random, n: int) -> str:
 
 
 def _write_files(root: Path, n_txt: int = 24, n_jsonl: int = 3) -> None:
-    """Text, jsonl and parquet files: several units at shard_bytes=4000."""
+    """Text, jsonl, json and parquet files: several units at shard_bytes=4000."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -53,14 +55,38 @@ def _write_files(root: Path, n_txt: int = 24, n_jsonl: int = 3) -> None:
         with open(root / f"r{j}.jsonl", "w") as f:
             for i in range(40):
                 f.write(json.dumps({"text": f"record {j}.{i} " + _words(rng, 30), "n": i}) + "\n")
+    # a .json file: a list of records or plain strings
+    (root / "c.json").write_text(json.dumps([{"text": "a json record " + _words(rng, 30)},
+                                             "a json string " + _words(rng, 30)]))
     pq.write_table(pa.table({"text": [f"parquet row {i} " + _words(rng, 40) for i in range(50)],
                              "id": list(range(50))}), root / "p.parquet")
 
 
 def _files_cfg(root: Path, **kw) -> DataConfig:
     return DataConfig(source="files", paths=[str(root / "txt/*.txt"), str(root / "*.jsonl"),
-                                             str(root / "*.parquet")],
+                                             str(root / "*.json"), str(root / "*.parquet")],
                       shard_bytes=4000, val_fraction=0.1, **kw)
+
+
+def source_docs(dcfg: DataConfig) -> tuple[list[S.Doc], list[S.Doc], dict[str, str]]:
+    """(train, val, checksums) of a text source, walked here in memory apart from build.scan:
+    the oracle the streaming build must equal."""
+    h = hashlib.sha256()
+    if dcfg.source == "files":
+        paths = S.expand_globs(dcfg.paths)
+        docs = [d for p in paths for d in S.iter_file_docs(p, dcfg.text_field)]
+        sums = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    else:  # stdlib
+        docs = S.stdlib_docs(dcfg.max_bytes)
+        for k, t in docs:
+            S.corpus_checksum_update(h, k + "\0" + t)
+        sums = {f"stdlib:{S.stdlib_root()}": h.hexdigest()}
+    docs = [d for d in docs if d[1]]
+    if dcfg.max_bytes is not None:
+        docs = S.capped(docs, dcfg.max_bytes)
+    val = [d for d in docs if S.is_val(d[0], dcfg.val_fraction)]
+    val = val or [min(docs, key=lambda d: S.key_hash(d[0]))]  # tiny corpora: one held out
+    return [d for d in docs if d not in val], val, sums
 
 
 def _shard_bytes(d: Path) -> dict[str, bytes]:
@@ -83,16 +109,18 @@ def built(files_root, tmp_path_factory) -> Path:
 
 
 def test_shards_hold_the_documents_in_order_with_eos_and_the_manifest_is_true(files_root, built):
-    """Independent: load_documents' split, the tokenizer's own encode, hashlib over the files."""
+    """Independent: source_docs' split, the tokenizer's own encode, hashlib over the files."""
     from tokenizers import Tokenizer
 
     man = open_manifest(built)
     tok = Tokenizer.from_file(str(built / "tokenizer.json"))
     eos = tok.token_to_id("<|endoftext|>")
-    tr, va, sums = load_documents(_files_cfg(files_root))
+    tr, va, sums = source_docs(_files_cfg(files_root))
     assert man["source"]["checksums"] == sums
     assert man["documents"] == {"train": len(tr), "val": len(va)}
     assert man["dtype"] == "<u2" and len(man["shards"]) > 8  # several units
+    # the split is the hash rule's (source_docs'), with no document forced into validation
+    assert man["split"]["val_fraction"] == 0.1 and man["split"]["forced_val"] == []
     for split, docs in (("train", tr), ("val", va)):
         want = np.concatenate([np.asarray(tok.encode(t).ids + [eos], dtype=np.uint16)
                                for _, t in docs])
@@ -122,7 +150,8 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
     man = open_manifest(built)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     args = ["--data", "files", "--vocab-size", "300", "--quiet",
-            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.parquet]",
+            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.json,"
+            f"{files_root}/*.parquet]",
             "shard_bytes=4000", "val_fraction=0.1"]
     four = tmp_path / "four"
     r = subprocess.run([sys.executable, "-m", "experiments.corpus", "--out", str(four),
@@ -163,25 +192,6 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
     assert not list(killed.glob(".*.tmp"))
 
 
-@pytest.mark.slow  # end to end, 6-15 s: the slow tier (CI runs it)
-def test_hf_source_on_local_json_and_parquet_files(files_root, tmp_path):
-    """data=hf through datasets' own json and parquet builders on files written here."""
-    srcs = [HFSource(path="json", data_files=[str(files_root / "r0.jsonl")], weight=2.0),
-            HFSource(path="parquet", data_files=[str(files_root / "p.parquet")], weight=1.0)]
-    dcfg = DataConfig(source="hf", hf_sources=srcs, val_fraction=0.2, shard_bytes=3000,
-                      hf_max_bytes=None)
-    man = build(dcfg, tmp_path / "a", vocab_size=300, workers=1, cache_dir=tmp_path / "cache")
-    tr, va, sums = load_documents(dcfg)
-    assert man["source"]["checksums"] == sums
-    assert man["documents"] == {"train": len(tr), "val": len(va)}
-    texts = [t for _, t in tr + va]
-    assert any(t.startswith("record") for t in texts)
-    assert any(t.startswith("parquet") for t in texts)
-    man2 = build(dcfg, tmp_path / "b", vocab_size=300, workers=2, cache_dir=tmp_path / "cache")
-    assert man2 == man and _shard_bytes(tmp_path / "a") == _shard_bytes(tmp_path / "b")
-    assert len(man["shards"]) >= 4 and not (tmp_path / "a" / "text").exists()
-
-
 def test_offline_sources_never_open_a_socket(files_root, tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("the offline path opened a network connection")
@@ -213,32 +223,12 @@ def test_a_given_tokenizer_and_uint32_shards(files_root, tmp_path):
     man = build(dcfg, tmp_path / "c", vocab_size=None)
     assert man["dtype"] == "<u4" and man["tokenizer"]["vocab_size"] == 70_000
     assert man["tokenizer"]["given"] == str(tmp_path / "big.json")
-    tr, _, _ = load_documents(dcfg)
+    tr, _, _ = source_docs(dcfg)
     first = tr[0][1]
     got = np.asarray(split_stream(tmp_path / "c", man, "train"))[: len(first.encode()) + 1]
     assert got.dtype == np.dtype("<u4") and int(got[-1]) == 0  # one byte per token, then eos
     assert Tokenizer.from_file(str(tmp_path / "c" / "tokenizer.json")).decode(
         got[:-1].tolist()) == first
-
-
-def test_token_stream_slices_across_shards_like_one_array(tmp_path):
-    rng = np.random.default_rng(0)
-    parts = [rng.integers(0, 500, n).astype("<u2") for n in (5, 0, 17, 1, 40)]
-    shards = []
-    for i, a in enumerate(parts):
-        (tmp_path / f"s{i}.bin").write_bytes(a.tobytes())
-        shards.append({"file": f"s{i}.bin", "tokens": len(a)})
-    ts = TokenStream(tmp_path, shards, "<u2")
-    whole = np.concatenate(parts)
-    assert len(ts) == len(whole)
-    for a in range(0, len(whole)):
-        for b in (a, a + 1, a + 7, a + 30, len(whole) + 3):
-            assert np.array_equal(ts[a:b], whole[a:b]), (a, b)
-    pd_mm, pd_arr = PackedData(ts, 6, seed=2), PackedData(whole, 6, seed=2)
-    assert torch.equal(pd_mm.get(3, 20)[0], pd_arr.get(3, 20)[0])
-    (tmp_path / "s4.bin").write_bytes(parts[4][:-1].tobytes())
-    with pytest.raises(UsageError, match="s4.bin"):
-        TokenStream(tmp_path, shards, "<u2")
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 1000, 4097, PERM_MAX + 12345])
@@ -294,13 +284,6 @@ def test_training_corpus_goes_through_the_build_and_epochs_are_checked(files_roo
                         c.info["train_tokens"]) == pytest.approx(int(2.5 * n) / n)
 
 
-def test_val_split_rule_holds_in_the_shards(files_root, built):
-    man = open_manifest(built)
-    assert man["split"]["val_fraction"] == 0.1 and man["split"]["forced_val"] == []
-    tr, va, _ = load_documents(_files_cfg(files_root))
-    assert all(is_val(k, 0.1) for k, _ in va) and not any(is_val(k, 0.1) for k, _ in tr)
-
-
 @pytest.mark.slow  # submitit's local executor: a process per unit; make corpus's fast test below
 def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_path, monkeypatch):
     """LAUNCHER=slurm's code path (`make corpus LAUNCHER=slurm`: the units as one submitit job
@@ -330,23 +313,14 @@ def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_pa
                                                                    max_num_timeout=3)
 
 
-def test_make_corpus_takes_the_launcher_and_the_cluster_file(files_root, tmp_path, capsys):
+def test_make_corpus_takes_the_launcher(files_root, tmp_path):
     """`python -m pipelines.corpus` (make corpus): experiments.corpus's command with --launcher
-    and --cluster; a bad cluster file is one line and exit 2, before the scan writes anything."""
+    and --cluster (a bad cluster file: test_refusals' table)."""
     from pipelines.corpus import main as make_corpus
 
-    args = ["--data", "files", f"paths=[{files_root}/r0.jsonl]", "--vocab-size", "300",
-            "--quiet"]
-    assert make_corpus([*args, "--out", str(tmp_path / "a"), "--workers", "2"]) == 0
+    assert make_corpus(["--data", "files", f"paths=[{files_root}/r0.jsonl]", "--vocab-size",
+                        "300", "--quiet", "--out", str(tmp_path / "a"), "--workers", "2"]) == 0
     assert open_manifest(tmp_path / "a")["documents"]["train"] > 0
-    bad = tmp_path / "cluster.yaml"
-    bad.write_text("partition: ci\nmax_num_timeouts: 3\n")
-    out = tmp_path / "b"
-    assert make_corpus([*args, "--out", str(out), "--launcher", "slurm", "--cluster",
-                        str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "unknown key 'max_num_timeouts'" in err
-    assert not out.exists()
 
 
 def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
@@ -357,7 +331,7 @@ def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
 
     dcfg = DataConfig(source="stdlib", max_bytes=60_000, val_tokens=512)
     c = build_corpus(dcfg, vocab_size=300, seq_len=32, seed=3, cache_dir=tmp_path / "a")
-    tr, va, sums = load_documents(dcfg)
+    tr, va, sums = source_docs(dcfg)
     tok = train_bpe([t for _, t in tr], 300, cache_dir=tmp_path / "b")
     assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
     eos = tok.token_to_id("<|endoftext|>")
@@ -372,3 +346,43 @@ def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
         assert torch.equal(old.get(start, 4)[0], c.train.get(start, 4)[0])
     v = torch.from_numpy(stream(va)[: 16 * 32 + 1].astype(np.int64))
     assert torch.equal(c.val_x, v[:-1].view(16, 32)) and torch.equal(c.val_y, v[1:].view(16, 32))
+
+
+def test_stdlib_scan_is_by_file_and_deterministic(tmp_path):
+    s = scan(DataConfig(source="stdlib"), tmp_path / "all", sample_cap=None)
+    every = [p for p in S.stdlib_files() if p.stat().st_size]  # a document per non-empty file
+    assert s.documents == len(every) > 500 and not s.forced_val
+    assert 0.02 < s.val_documents / s.documents < 0.09  # val_fraction 0.05, by a hash of the path
+    # a capped corpus is a fixed subset, split by the same rule, the same on every scan
+    capped = DataConfig(source="stdlib", max_bytes=200_000)
+    a, b = (scan(capped, tmp_path / d, sample_cap=None) for d in "ab")
+    assert (a.checksums, a.documents, a.val_documents) == (b.checksums, b.documents,
+                                                           b.val_documents)
+    assert a.checksums != s.checksums and 200_000 <= a.bytes < 200_000 + 2_000_000
+
+
+def test_packed_data_order_is_a_seeded_permutation_per_epoch():
+    toks = np.arange(1001, dtype=np.uint16)
+    pd = PackedData(toks, seq_len=10, seed=3)
+    assert pd.n == 100
+    x, y = pd.get(0, 100)
+    assert torch.equal(x[:, 1:], y[:, :-1])  # y is x shifted by one
+    starts = sorted(int(r[0]) for r in x)
+    assert starts == list(range(0, 1000, 10))  # one epoch visits every chunk once
+    x2, _ = pd.get(100, 100)
+    assert sorted(int(r[0]) for r in x2) == starts and not torch.equal(x, x2)  # new order
+    again = PackedData(toks, seq_len=10, seed=3)
+    assert torch.equal(again.get(37, 5)[0], x[37:42])  # random access = resume by position
+    other = PackedData(toks, seq_len=10, seed=4)
+    assert not torch.equal(other.get(0, 100)[0], x)
+
+
+def test_synthetic_data_random_access():
+    d = SyntheticData(seed=0, split="train")
+    x, y = d.get(5, 3)
+    assert x.shape == (3, SEQ_LEN - 1) and int(x.max()) < len(ALPHABET)
+    assert torch.equal(d.get(6, 1)[0], x[1:2])
+    assert not torch.equal(SyntheticData(seed=1, split="train").get(5, 3)[0], x)
+    c = build_corpus(DataConfig(source="synthetic", val_tokens=650), vocab_size=29,
+                     seq_len=SEQ_LEN - 1, seed=0, cache_dir="unused")
+    assert c.val_x.shape == (10, SEQ_LEN - 1) and c.tokenizer.vocab_size == 29

@@ -91,6 +91,10 @@ def test_a_source_that_runs_dry_stops_the_stream_naming_it():
 
 
 def test_a_hub_stream_that_fails_midway_resumes_where_it_stopped(tmp_path, monkeypatch):
+    monkeypatch.setattr(SRC, "open_hf_source", _opener([], {"big": 0}))
+    with pytest.raises(UsageError):  # on the first record: nothing is left
+        build(_cfg(), tmp_path / "bad", vocab_size=300, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "bad").exists()
     log: list = []
     monkeypatch.setattr(SRC, "open_hf_source", _opener(log, {"big": 100}))
     out = tmp_path / "resumed"
@@ -122,14 +126,6 @@ def test_a_hub_stream_that_fails_midway_resumes_where_it_stopped(tmp_path, monke
         assert (out / s["file"]).read_bytes() == (tmp_path / "whole" / s["file"]).read_bytes()
     mix = {m["path"]: m for m in man["source"]["mixture"]}
     assert mix["small"]["passes_completed"] == 1 and mix["small"]["passes_allowed"] == 2
-
-
-def test_bad_input_on_the_first_record_still_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(SRC, "open_hf_source", _opener([], {"big": 0}))
-    out = tmp_path / "bad"
-    with pytest.raises(UsageError):
-        build(_cfg(), out, vocab_size=300, cache_dir=tmp_path / "cache")
-    assert not out.exists()
 
 
 # ------------------------------------------------------------------ the budget, per source
@@ -234,7 +230,7 @@ def test_a_rank_reading_1000_shards_keeps_at_most_the_bound_open(tmp_path):
     rng = np.random.default_rng(0)
     shards, arrays = [], []
     for i in range(1000):
-        a = rng.integers(0, 2**16, size=int(rng.integers(1, 50)), dtype="<u2")
+        a = rng.integers(0, 2**16, size=int(rng.integers(0, 50)), dtype="<u2")  # empty too
         a.tofile(tmp_path / f"train-{i:05d}.bin")
         shards.append({"file": f"train-{i:05d}.bin", "tokens": len(a)})
         arrays.append(a)
@@ -253,9 +249,14 @@ def test_a_rank_reading_1000_shards_keeps_at_most_the_bound_open(tmp_path):
             peak_map = max(peak_map, _maps_in(tmp_path))
     assert 0 < peak_fd <= S.MAX_OPEN_SHARDS and 0 < peak_map <= S.MAX_OPEN_SHARDS
     assert np.array_equal(np.asarray(ts), whole)
+    assert np.array_equal(ts[len(whole) - 5:len(whole) + 3], whole[-5:])  # past the end
     assert _fds_in(tmp_path) <= S.MAX_OPEN_SHARDS
     S.OPEN_MAPS.clear()
     assert _fds_in(tmp_path) == 0 and _maps_in(tmp_path) == 0
+    short = next(s for s, a in zip(shards, arrays, strict=True) if len(a))["file"]
+    (tmp_path / short).write_bytes((tmp_path / short).read_bytes()[:-2])  # shorter than said
+    with pytest.raises(UsageError, match=short):
+        S.TokenStream(tmp_path, shards, "<u2")
 
 
 # ------------------------------------------------------------------ --verify
@@ -263,8 +264,6 @@ def test_verify_reads_what_it_needs_from_the_manifest(tmp_path, capsys):
     from experiments.corpus.__main__ import main
 
     out = tmp_path / "c"
-    assert main(["--out", str(out), "--verify"]) == 2
-    assert "no corpus.json to verify" in capsys.readouterr().err
     assert main(["--out", str(out), "--vocab-size", "300", "--workers", "1", "--quiet",
                  "max_bytes=100000"]) == 0
     capsys.readouterr()
@@ -276,7 +275,8 @@ def test_verify_reads_what_it_needs_from_the_manifest(tmp_path, capsys):
     assert "differ from the manifest" in capsys.readouterr().err
 
 
-def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
+def test_a_sources_passes_cap_and_other_new_data_keys_keep_the_corpus_and_the_run_id():
+    """(The default config's run-id from before experiments/corpus: test_golden_plans.)"""
     from experiments.corpus.build import request_of
     from experiments.train.config import compose
     from experiments.train.plan import run_id
@@ -289,6 +289,10 @@ def test_a_sources_passes_cap_changes_neither_the_corpus_nor_the_run_id():
     assert two.data.hf_sources[0].passes == 2
     assert run_id(one) == run_id(two)
     assert request_of(one.data, 300) == request_of(two.data, 300)
+    base = compose(["model=1M"])
+    assert run_id(base) == run_id(compose(["model=1M", "data.max_epochs=3",
+                                           "data.shard_bytes=1000"]))
+    assert run_id(compose(["model=1M", "data.corpus=/x"])) != run_id(base)
 
 
 def test_make_paper_refuses_a_source_too_small_in_one_line_before_building(tmp_path, capsys):
@@ -314,12 +318,16 @@ def test_make_paper_refuses_a_source_too_small_in_one_line_before_building(tmp_p
 
 @pytest.mark.slow  # the real datasets streaming code on local json files (~10 s)
 def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
-    """HFMixture over datasets' own json builder: a stream that raises midway is continued from
-    datasets' state_dict, and the corpus equals the one built without a failure."""
-    for name, tag, n in (("a.jsonl", "web", 300), ("b.jsonl", "math", 40)):
-        with open(tmp_path / name, "w") as f:
-            for t in _texts(tag, n, 100):
-                f.write(json.dumps({"text": t}) + "\n")
+    """HFMixture over datasets' own json and parquet builders: a stream that raises midway is
+    continued from datasets' state_dict, and the corpus equals the one built without a
+    failure, whatever the worker count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with open(tmp_path / "a.jsonl", "w") as f:
+        for t in _texts("web", 300, 100):
+            f.write(json.dumps({"text": t}) + "\n")
+    pq.write_table(pa.table({"text": _texts("math", 40, 100)}), tmp_path / "b.parquet")
     real = SRC.open_hf_source
     failed = []
 
@@ -338,15 +346,15 @@ def test_a_real_datasets_stream_resumes_from_its_state(tmp_path, monkeypatch):
 
     cfg = _cfg(hf_sources=[HFSource(path="json", data_files=[str(tmp_path / "a.jsonl")],
                                     weight=3.0),
-                           HFSource(path="json", data_files=[str(tmp_path / "b.jsonl")],
+                           HFSource(path="parquet", data_files=[str(tmp_path / "b.parquet")],
                                     weight=1.0, passes=2)])
     monkeypatch.setattr(SRC, "open_hf_source", flaky)
     with pytest.raises(UsageError, match="continue"):
         build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
     assert (tmp_path / "r" / SCAN_STATE).is_file()
     man = build(cfg, tmp_path / "r", vocab_size=300, cache_dir=tmp_path / "cache")
-    ref = build(cfg, tmp_path / "w", vocab_size=300, cache_dir=tmp_path / "cache")
-    assert man == ref
+    ref = build(cfg, tmp_path / "w", vocab_size=300, workers=2, cache_dir=tmp_path / "cache")
+    assert man == ref and any(t.startswith("math") for _, t in SRC.HFMixture(cfg))
     for s in ref["shards"]:
         assert (tmp_path / "r" / s["file"]).read_bytes() == (tmp_path / "w" / s["file"]
                                                              ).read_bytes()

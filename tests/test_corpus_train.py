@@ -120,15 +120,3 @@ def test_tokens_beyond_max_epochs_are_refused_in_one_line_dry_run_included(corpu
     line = next(x for x in out.splitlines() if x.startswith("epochs"))
     assert f"{want:.4g} passes over the corpus ({n_tok:,} training tokens" in line, line
     assert 1.0 < want <= 2.0
-
-
-def test_new_data_keys_at_their_defaults_keep_old_run_ids():
-    base = compose(["model=1M"])
-    same = compose(["model=1M", "data.max_epochs=3", "data.shard_bytes=1000"])
-    assert run_id(base) == run_id(same)
-    assert run_id(compose(["model=1M", "data.corpus=/x"])) != run_id(base)
-    # the run-id of the default config before experiments/corpus existed (git ad0f74b)
-    assert run_id(base) == _OLD_DEFAULT_RUN_ID
-
-
-_OLD_DEFAULT_RUN_ID = "e3a5812ea487"

@@ -78,22 +78,12 @@ def package_graph(root: Path = ROOT) -> dict[str, set[str]]:
     return out
 
 
-def test_the_walkers_see_function_level_and_package_cycles(tmp_path: Path) -> None:
-    """experiments.corpus -> experiments.train -> experiments.corpus is a package cycle even
-    though no two modules import each other."""
+def test_the_walkers_see_relative_and_function_level_imports() -> None:
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert find_cycles({"a": {"b"}, "b": set()}) == []
     src = graph()
     assert "model.build" in src["model.checkpoint"]  # a relative from-import resolves
     assert "experiments.eval.run" in src["sweeps.backend"]  # so does one inside a function
-    root = plant(tmp_path, {
-        "experiments/__init__.py": "", "experiments/train/__init__.py": "",
-        "experiments/train/config.py": "",
-        "experiments/train/data.py": "from experiments.corpus import build\n",
-        "experiments/corpus/__init__.py": "",
-        "experiments/corpus/build.py": "def f():\n    from experiments.train import config\n"})
-    assert find_cycles(package_graph(root)) == [["experiments.corpus", "experiments.train",
-                                                 "experiments.corpus"]]
 
 
 @pytest.mark.parametrize("kind", ["module", "package"])
@@ -171,8 +161,10 @@ def direction_violations(root: Path = ROOT) -> list[str]:
     return bad
 
 
-def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
-    """The adversary: a planted tree with one violation of each kind, and one clean tree."""
+def test_the_checkers_catch_each_kind(tmp_path: Path) -> None:
+    """The adversary: a planted tree with one violation of each kind, then with two more.
+    experiments.corpus -> experiments.train -> experiments.corpus is a package cycle though no
+    two modules import each other (one import is inside a function)."""
     root = plant(tmp_path, {
         "common/__init__.py": "", "common/paths.py": "import os\n",
         "model/__init__.py": "", "model/core.py": "class _Ctx: ...\ndef _rope(): ...\n",
@@ -182,6 +174,9 @@ def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
                                      "def f(m):\n    return m._rope()\n",
         "experiments/train/__init__.py": "",
         "experiments/train/trainer.py": "def _param_groups(): ...\n",
+        "experiments/train/data.py": "from experiments.corpus import build\n",
+        "experiments/corpus/__init__.py": "",
+        "experiments/corpus/build.py": "def f():\n    from experiments.train import trainer\n",
         "experiments/bench/__init__.py": "",
         "experiments/bench/probes.py": "from experiments.train.trainer import _param_groups\n",
         "sweeps/__init__.py": "",
@@ -195,6 +190,8 @@ def test_direction_checker_catches_each_kind(tmp_path: Path) -> None:
     assert "experiments/bench/probes.py:1: imports experiments.train.trainer._param_groups" \
         in found
     assert len(found.splitlines()) == 4, found
+    assert find_cycles(package_graph(root)) == [["experiments.corpus", "experiments.train",
+                                                 "experiments.corpus"]]
     (root / "common/paths.py").write_text("from model import core\n")
     (root / "model/core.py").write_text("from experiments.eval import bound\n")
     found = "\n".join(direction_violations(root))

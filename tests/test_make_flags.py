@@ -37,39 +37,26 @@ def _make(*args: str, env: dict[str, str] | None = None, dry: bool = True
                           text=True, env={**e, **(env or {})}, check=False)
 
 
-def _reads(res: subprocess.CompletedProcess, var: str) -> bool:
-    """What the printed command says the flag `var` was read as."""
-    assert res.returncode == 0, res.stderr
-    out = res.stdout
-    if var == "DRY_TRAIN":
-        return "train.dry_run=true" in out
-    if var == "HELP":
-        return "-m experiments.train --help" in out
-    if var == "CHECK":
-        return "--check" in out
-    opt = {"DRY": "dry", "EVAL": "eval", "RETRY_FAILED": "retry-failed"}[var]
-    m = re.search(rf"--{opt}='([01])'", out)
-    assert m, out  # given on the command line: always passed, as 1 or 0
-    return m.group(1) == "1"
-
-
-CASES = {  # flag -> (target and other variables, the name the flag is given as)
-    "DRY_TRAIN": (["train", "OVERRIDES=model=1M"], "DRY"),
-    "HELP": (["train", "OVERRIDES=model=1M"], "HELP"),
-    "DRY": (["sweep"], "DRY"),
-    "EVAL": (["sweep"], "EVAL"),
-    "RETRY_FAILED": (["sweep"], "RETRY_FAILED"),
-    "CHECK": (["report", "NAME=x"], "CHECK"),
+CASES = {  # flag -> (target and other variables, the name the flag is given as, what the command
+    # line holds when the flag is on, and when off: a sweep flag is always passed, as 1 or 0)
+    "DRY_TRAIN": (["train", "OVERRIDES=model=1M"], "DRY", "train.dry_run=true", None),
+    "HELP": (["train", "OVERRIDES=model=1M"], "HELP", "-m experiments.train --help", None),
+    "DRY": (["sweep"], "DRY", "--dry='1'", "--dry='0'"),
+    "EVAL": (["sweep"], "EVAL", "--eval='1'", "--eval='0'"),
+    "RETRY_FAILED": (["sweep"], "RETRY_FAILED", "--retry-failed='1'", "--retry-failed='0'"),
+    "CHECK": (["report", "NAME=x"], "CHECK", "--check", None),
 }
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_flag_reads_true_false_and_empty_one_way(case: str) -> None:
-    args, var = CASES[case]
-    for v in ("1", "true", "yes"):
-        assert _reads(_make(*args, f"{var}={v}"), case), (var, v)
-    for v in ("0", "false", "no", ""):
-        assert not _reads(_make(*args, f"{var}={v}"), case), (var, v)
+    args, var, on, off = CASES[case]
+    for v in ("1", "true", "yes", "0", "false", "no", ""):
+        res = _make(*args, f"{var}={v}")
+        assert res.returncode == 0, res.stderr
+        true = v in ("1", "true", "yes")
+        assert (on in res.stdout) == true and (off is None or (off in res.stdout) != true), \
+            (var, v, res.stdout)
 
 
 def test_not_given_is_off_and_the_environment_does_not_count() -> None:
@@ -93,8 +80,7 @@ def test_not_given_is_off_and_the_environment_does_not_count() -> None:
 
 
 def test_one_name_per_thing_on_every_target() -> None:
-    """OVERRIDES (hydra overrides), SYN_NAME (the synthetic sweep), lm-eval's own ARGS; before:
-    `make train DRY=false` did a dry run and `make report CHECK=true` did not check."""
+    """OVERRIDES (hydra overrides), SYN_NAME (the synthetic sweep), lm-eval's own ARGS."""
     for target in ("train", "sweep", "synthetic"):
         out = _make(target, "OVERRIDES=optim.lr=1e-3 train.seed=7").stdout
         if target == "sweep":
@@ -107,8 +93,6 @@ def test_one_name_per_thing_on_every_target() -> None:
     assert "--name 'mid'" in _make("synthetic-report", "SYN_NAME=mid").stdout
     assert "--synthetic='mid'" in _make("report", "NAME=x", "SYN_NAME=mid").stdout
     assert "--synthetic" not in _make("report", "NAME=x").stdout  # not given: none embedded
-    assert "dry_run" not in _make("train", "OVERRIDES=model=1M", "DRY=false").stdout
-    assert "--check" in _make("report", "NAME=x", "CHECK=true").stdout
 
 
 def _sweep_line(out: str) -> str:
@@ -144,6 +128,16 @@ def test_smoke_is_the_sweep_with_eval_on_the_shipped_sample_then_the_report() ->
     assert "HF_DATASETS_OFFLINE=1" in out and "HF_HUB_OFFLINE=1" in out
     assert out.index("-m sweeps run") < out.index("-m analysis.report --name 'smoke'")
     assert "smoke: done; report: " in out
+
+
+def test_the_offline_bundle_downloads_the_pinned_wheels_for_the_nodes_python() -> None:
+    out = _make("offline-bundle", "OUT=/b", "PY_VERSION=3.12").stdout
+    out = re.sub(r"\s*\\\n\s*", " ", out)  # one line per command
+    assert ("-m pip download -q --no-deps --only-binary=:all: --python-version '3.12' "
+            "--platform 'any' -d '/b' hydra-core==1.3.8 omegaconf==2.3.1 lm_eval==0.4.13 "
+            "dill==0.4.1") in out
+    assert "-m pip wheel -q --no-deps -w '/b' antlr4-python3-runtime==4.9.3" in out
+    assert "python3 -m pip install --no-index --no-deps /b/*.whl" in out
 
 
 REFUSED = [  # command line -> the one line's start (after make's `*** `)

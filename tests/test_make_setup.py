@@ -204,19 +204,6 @@ def test_which_hosts_count_as_having_gpus(env: dict[str, str], why: str | None,
     assert _helper().gpus_expected() == why
 
 
-def test_the_offline_bundle_downloads_the_pinned_wheels_for_the_nodes_python() -> None:
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-    out = subprocess.run(["make", "-s", "-n", "-W", ".venv/.setup-stamp", "-o", "setup",
-                          "offline-bundle", "OUT=/b", "PY_VERSION=3.12"], cwd=ROOT,
-                         capture_output=True, text=True, env=env, check=True).stdout
-    out = re.sub(r"\s*\\\n\s*", " ", out)  # one line per command
-    assert ("-m pip download -q --no-deps --only-binary=:all: --python-version '3.12' "
-            "--platform 'any' -d '/b' hydra-core==1.3.8 omegaconf==2.3.1 lm_eval==0.4.13 "
-            "dill==0.4.1") in out
-    assert "-m pip wheel -q --no-deps -w '/b' antlr4-python3-runtime==4.9.3" in out
-    assert "python3 -m pip install --no-index --no-deps /b/*.whl" in out
-
-
 def test_the_bundle_pins_meet_what_pyproject_declares() -> None:
     """The bundle and pyproject name one version of each package."""
     from packaging.requirements import Requirement

@@ -66,6 +66,7 @@ def places(toy_checkpoint, bench_dir: Path, tmp_path_factory: pytest.TempPathFac
     (d / "empty.txt").write_text("")
     (d / "hf.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, data_files: "
                                f"[{d / 'missing.jsonl'}]}}\n")
+    (d / "cluster.yaml").write_text("partition: ci\nmax_num_timeouts: 3\n")
     (d / "field.yaml").write_text(f"source: hf\nhf_sources:\n  - {{path: json, field: body, "
                                   f"data_files: [{d / 'r0.jsonl'}]}}\n")
     return {"{base}": str(toy_checkpoint(d / "runs" / "base" / "checkpoints" / "final.pt")
@@ -199,8 +200,12 @@ CASES = [
     C("corpus", ["--data", "stdlib"], "give --vocab-size"),
     C("corpus", ["--verify"], "no corpus.json to verify"),
     C("corpus", ["--data", "stdlib", *V, "--out", "/proc/ftbench"], "is not writable"),
+    C("corpus", ["--data", "stdlib", "max_bytes=20000", *V], f"tokenizer cache {BAD}",
+      env={"FTBENCH_CACHE": BAD}),
     C("pipelines.corpus", ["--data", "{d}/field.yaml", *V], "no field 'body'"),
     C("pipelines.corpus", ["--launcher", "slurm", "--cluster", "{tmp}/none.yaml"], "none.yaml"),
+    C("pipelines.corpus", ["--launcher", "slurm", "--cluster", "{d}/cluster.yaml", *V],
+      "unknown key 'max_num_timeouts'"),
     # synthetic: its parser, the kappa rule, hydra's validator, its own override rules, names,
     # the grid, --reuse, the results root
     C("synthetic", ["--setting", "nope"], "--setting: invalid choice: 'nope'"),
@@ -289,66 +294,6 @@ def test_refused(key, argv, phrase, env, setup, results, places, tmp_path, capsy
     assert (len(lines) == 1 or prog == "lm-eval") and "Traceback" not in err, err[-3000:]
     assert lines[-1].startswith(f"{prog}: error: ") and phrase in lines[-1], lines[-1]
     assert _files(*watched) == files
-
-
-def test_tokenizer_cache_error_is_a_usage_error() -> None:
-    from common.errors import UsageError
-    from experiments.corpus.tokenizer import train_bpe
-
-    with pytest.raises(UsageError, match="tokenizer cache .*not writable"):
-        train_bpe(["some text " * 50], 300, cache_dir=BAD)
-
-
-def test_synthetic_good_input_passes_the_checks(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The table's control: valid flags and overrides pass every check (hydra composes each
-    arm) and run() writes samples.jsonl; an untrained tiny model stands in for training."""
-    import experiments.synthetic as syn
-    from model import build_model, get_preset
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    st = syn.parse_args(["--setting", "smoke", "--kappa", "1/8, 8", "--name", "ok",
-                         "--n-prompts", "1", "--n-shared-groups", "1", "--group-size", "2",
-                         "--n-eval", "4", "optim.lr=1e-3", "train.seed=1"])
-    assert syn.check(st) == [(0, None), (8, 1 / 8), (8, 8.0)]
-
-    def fake(label: str, h: int, k: float, st: syn.SyntheticSettings) -> syn.Trained:
-        cfg = get_preset("1M", vocab_size=29, dim=16, n_layers=2, n_heads=2, n_kv_heads=1,
-                         ffn_dim=32, latent_bits=h, kappa_bits=k)
-        return syn.Trained(build_model(cfg), {"run_id": label})
-
-    d = syn.run(st, train_fn=fake)
-    assert sorted(p.name for p in d.iterdir()) == ["samples.jsonl"]
-
-
-@pytest.mark.slow  # a process of its own (a private mount namespace), ~7 s
-def test_report_into_a_read_only_results_root(tmp_path: Path) -> None:
-    """An existing sweep in a read-only results root: root ignores chmod, so a read-only bind
-    mount in a private mount namespace where possible (a process of its own), else chmod."""
-    from conftest import can_mount_ro
-    from fake import write_fake_sweep
-
-    root = tmp_path / "results"
-    write_fake_sweep(root, "ro", kappas=(0.5,), controls=())
-    before = sorted(root.rglob("*"))
-    cmd = [sys.executable, "-m", "analysis.report", "--name", "ro", "--n-boot", "20"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "FTBENCH_RESULTS": str(root),
-           "OMP_NUM_THREADS": "1"}
-    if can_mount_ro(tmp_path):
-        cmd = ["unshare", "-m", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"',
-               str(root), *cmd]
-    elif os.geteuid() == 0:
-        pytest.skip("root without a private mount namespace: cannot make a read-only dir")
-    else:
-        (root / "sweeps" / "ro").chmod(0o555)
-    try:
-        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    finally:
-        (root / "sweeps" / "ro").chmod(0o755)
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
-    assert "cannot write the report" in lines[0] and "not writable" in lines[0], lines[0]
-    assert sorted(root.rglob("*")) == before
 
 
 @pytest.mark.parametrize("module, prog, where, argv", [

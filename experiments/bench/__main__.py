@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from common.errors import ArgParser, cli
+from common.errors import ArgParser, cli, positive_int
 from common.io import atomic_write_json, atomic_write_text, unwritable
 from common.paths import results_root
 from experiments.train.plan import duration
@@ -129,7 +129,8 @@ def _main(argv: list[str] | None) -> int:
     p.add_argument("--size", choices=sorted(SIZES), default=os.environ.get("BENCH_SIZE", "full"))
     p.add_argument("--sections", default=",".join(ALL_SECTIONS),
                    help=f"comma-separated subset of {','.join(ALL_SECTIONS)}")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    p.add_argument("--threads", type=positive_int, default=None,
+                   help="torch threads (default: torch's)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--reps", type=int, default=None, help="timed reps (>= 5)")
     p.add_argument("--warmup", type=int, default=None, help="untimed warm-up reps")
@@ -145,8 +146,6 @@ def _main(argv: list[str] | None) -> int:
         p.error(f"--reps {a.reps}: every figure is a median of at least 5 reps")
     if a.warmup is not None and a.warmup < 0:
         p.error(f"--warmup {a.warmup}: must be >= 0")
-    if a.threads is not None and a.threads < 1:
-        p.error(f"--threads {a.threads}: must be >= 1")
     if a.size not in SIZES:  # argparse does not check a default (BENCH_SIZE) against choices
         p.error(f"--size {a.size!r} (BENCH_SIZE): allowed: {', '.join(sorted(SIZES))}")
     out_dir = results_root() / "bench"

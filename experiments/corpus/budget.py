@@ -176,19 +176,13 @@ def check_budget(dcfg: DataConfig, train_tokens: float, *,
 
 
 # ---------------------------------------------------------------- the shipped corpora's size
-def stdlib_bytes(max_bytes: int | None = None) -> tuple[int, int]:
-    """(UTF-8 bytes, documents) of the stdlib corpus's text (the capped subset with
-    max_bytes): the files read as the build reads them (`stdlib_docs`), about a second."""
-    docs = stdlib_docs(max_bytes)
-    return sum(len(t.encode("utf-8")) for _, t in docs), sum(1 for _, t in docs if t)
-
-
 def token_bound(dcfg: DataConfig) -> tuple[int, int, str] | None:
     """(an upper bound of the training tokens, the text's bytes, how it is known) of a stdlib
     or text-file corpus (None for parquet, hf, synthetic): a byte-level BPE token covers at
     least one byte, each document adds one eos."""
-    if dcfg.source == "stdlib":
-        nbytes, docs = stdlib_bytes(dcfg.max_bytes)
+    if dcfg.source == "stdlib":  # the files read as the build reads them, about a second
+        texts = [t for _, t in stdlib_docs(dcfg.max_bytes)]
+        nbytes, docs = sum(len(t.encode("utf-8")) for t in texts), sum(1 for t in texts if t)
         return nbytes + docs, nbytes, (f"{nbytes:,} bytes in {docs:,} files of "
                                        f"{stdlib_root()}: at most a token per byte, plus eos")
     if dcfg.source == "files" and dcfg.max_bytes is None:

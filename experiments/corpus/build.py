@@ -35,14 +35,15 @@ from common.io import (
 from .sources import (
     Doc,
     HFMixture,
+    capped,
     corpus_checksum_update,
     expand_globs,
     hf_name,
     is_val,
     iter_file_docs,
     key_hash,
-    load_documents,
     read_stdlib,
+    stdlib_docs,
     stdlib_files,
     stdlib_root,
 )
@@ -176,23 +177,12 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
     checksums: dict[str, str] = {}
     mixture: HFMixture | None = None
     kept: list[Unit] = []
-    if text_parts:
-        if dcfg.max_bytes is not None:  # a capped subset: small by construction, in memory
-            tr, va, checksums = load_documents(dcfg)
-            docs: Iterator[Doc] = iter(sorted(tr + va))
-        else:
-            saved = read_scan_state(out)
-            if saved is not None and saved["request"] != request:
-                raise UsageError(f"{out} holds an unfinished scan of another corpus; give a new "
-                                "output directory (or delete it)")
-            if saved is not None:
-                kept = [Unit(**u) for u in saved["units"]]
-            mixture = HFMixture(dcfg, state=saved and saved["mixture"])
-            docs = iter(mixture)
-        units: list[Unit] = list(kept)
+    units: list[Unit] = []
+    if dcfg.source == "stdlib" and dcfg.max_bytes is not None:
+        docs: Iterator[Doc] = iter(stdlib_docs(dcfg.max_bytes))  # reads only the subset's files
     elif dcfg.source == "stdlib":
         root = stdlib_root()
-        # sorted by the key string (as the in-memory path did), not by Path's part order
+        # sorted by the key string, not by Path's part order
         files = sorted((str(p.relative_to(root)), p.stat().st_size) for p in stdlib_files())
         units = _group(files, "stdlib", dcfg.shard_bytes)
         docs = (d for u in units for d in unit_docs(out, u, dcfg.text_field))
@@ -201,10 +191,23 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
         units = _group([(str(p), p.stat().st_size) for p in paths], "file", dcfg.shard_bytes)
         docs = (d for u in units for d in unit_docs(out, u, dcfg.text_field))
         checksums = {str(p): sha256_file(p) for p in paths}
+    elif dcfg.source == "hf" and dcfg.max_bytes is not None:
+        docs = iter(HFMixture(dcfg))  # until hf_max_bytes, or a source's last pass
+    elif dcfg.source == "hf":
+        saved = read_scan_state(out)
+        if saved is not None and saved["request"] != request:
+            raise UsageError(f"{out} holds an unfinished scan of another corpus; give a new "
+                             "output directory (or delete it)")
+        if saved is not None:
+            kept = [Unit(**u) for u in saved["units"]]
+        mixture = HFMixture(dcfg, state=saved and saved["mixture"])
+        docs = iter(mixture)
     else:
         raise UsageError(f"corpus: {dcfg.source!r} is not a text source")
+    if text_parts:
+        units = list(kept)  # the documents go to text parts in the build directory
 
-    h = hashlib.sha256()  # stdlib and hf: over the documents, as the in-memory path did
+    h = hashlib.sha256()  # stdlib and hf: over the documents in stream order
     sample = _Sample(sample_cap)
     s = Scan(units, checksums)
     min_key: tuple[float, str] | None = None
@@ -227,10 +230,6 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
     def take(pos: int, key: str, text: str) -> int:
         """One document into the checksum, the counts, the split and the sample."""
         nonlocal min_key
-        if dcfg.source == "stdlib":
-            corpus_checksum_update(h, key + "\0" + text)
-        elif dcfg.source == "hf":
-            corpus_checksum_update(h, text)
         if not text:
             return 0
         nb = len(text.encode("utf-8"))
@@ -247,9 +246,21 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
             bar.update(nb)
         return nb
 
+    def summed(docs: Iterable[Doc]) -> Iterator[Doc]:
+        """The documents, each into the stdlib's or the hub's checksum (empty ones too)."""
+        for key, text in docs:
+            if dcfg.source == "stdlib":
+                corpus_checksum_update(h, key + "\0" + text)
+            elif dcfg.source == "hf":
+                corpus_checksum_update(h, text)
+            yield key, text
+
+    docs = summed(docs)
+    if dcfg.max_bytes is not None:  # a capped subset: small by construction, in memory
+        docs = iter(capped(docs, dcfg.max_bytes))
     pos = 0
     for u in kept:  # a resumed hub scan: what it streamed before, read back from disk
-        for key, text in unit_docs(out, u, dcfg.text_field):
+        for key, text in summed(unit_docs(out, u, dcfg.text_field)):
             take(pos, key, text)
             pos += 1
     for key, text in docs:
@@ -265,9 +276,9 @@ def scan(dcfg: DataConfig, out: Path, *, sample_cap: int | None, progress: bool 
         bar.close()
     if text_parts and part:
         flush_part()
-    if dcfg.source == "stdlib" and dcfg.max_bytes is None:
+    if dcfg.source == "stdlib":
         s.checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
-    elif dcfg.source == "hf" and dcfg.max_bytes is None:
+    elif dcfg.source == "hf":
         s.checksums = {hf_name(dcfg): h.hexdigest()}
     if mixture is not None:
         s.mixture = mixture.summary()

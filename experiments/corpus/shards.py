@@ -50,9 +50,6 @@ class _MapCache:
                 self.maps.popitem(last=False)  # its last reference: unmapped and closed now
             return mm
 
-    def __len__(self) -> int:
-        return len(self.maps)
-
     def clear(self) -> None:
         with self.lock:
             self.maps.clear()

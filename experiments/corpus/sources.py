@@ -1,7 +1,6 @@
 """Document sources: (key, text) documents from the stdlib, local files or HF datasets, without
 torch. A document goes to validation iff a hash of its key falls under `val_fraction`, so the
-split depends on no listing order, seed or worker count; `load_documents` materialises a corpus,
-the `iter_*` readers stream.
+split depends on no listing order, seed or worker count. build.scan walks them (the one walker).
 """
 
 from __future__ import annotations
@@ -11,12 +10,11 @@ import hashlib
 import json
 import os
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from common.errors import UsageError
-from common.io import sha256_file
 
 if TYPE_CHECKING:  # the config imports torch through model/; workers do not need it
     from experiments.corpus.config import DataConfig
@@ -212,7 +210,7 @@ class HFMixture:
                         "share": share, "passes_allowed": s.passes, "documents": ss["documents"],
                         "bytes": ss["bytes"], "passes_completed": len(full),
                         "pass_documents": full,
-                        "passes": passes if passes is not None else None,
+                        "passes": passes,
                         "passes_note": None if full else "under one pass (the source's size "
                         "is known only after a whole pass)"})
         return out
@@ -299,43 +297,14 @@ class HFMixture:
             yield key, text
 
 
-# ---------------------------------------------------------------- materialised (small corpora)
-def load_documents(dcfg: DataConfig) -> tuple[list[Doc], list[Doc], dict[str, str]]:
-    """(train docs, val docs, data checksums) of a text source, held in memory."""
-    if dcfg.source == "stdlib":
-        docs = stdlib_docs(dcfg.max_bytes)  # the same subset as the cap below, fewer reads
-        h = hashlib.sha256()
-        for k, t in docs:
-            corpus_checksum_update(h, k + "\0" + t)
-        checksums = {f"stdlib:{stdlib_root()}": h.hexdigest()}
-    elif dcfg.source == "files":
-        paths = expand_globs(dcfg.paths)
-        docs = [d for p in paths for d in iter_file_docs(p, dcfg.text_field)]
-        checksums = {str(p): sha256_file(p) for p in paths}
-    elif dcfg.source == "hf":
-        docs = list(HFMixture(dcfg))  # until hf_max_bytes, or a source's last pass
-        h = hashlib.sha256()
-        for _, t in docs:
-            corpus_checksum_update(h, t)
-        checksums = {hf_name(dcfg): h.hexdigest()}
-    else:
-        raise UsageError(f"load_documents: {dcfg.source!r} is not a text source")
-    docs = [d for d in docs if d[1]]
-    if dcfg.max_bytes is not None:
-        # a pseudo-random but fixed subset: documents in hash order until the cap
-        kept, n = [], 0
-        for d in sorted(docs, key=lambda d: key_hash("subset:" + d[0])):
-            if n >= dcfg.max_bytes:
-                break
-            kept.append(d)
-            n += len(d[1].encode("utf-8"))
-        docs = sorted(kept)
-    val = [d for d in docs if is_val(d[0], dcfg.val_fraction)]
-    if not val and len(docs) > 1:  # tiny corpora: still hold out one document
-        val = [min(docs, key=lambda d: key_hash(d[0]))]
-    vkeys = {k for k, _ in val}
-    train = [d for d in docs if d[0] not in vkeys]
-    if not train or not val:
-        raise UsageError(f"data={dcfg.source}: {len(docs)} document(s); need at least one for "
-                        "training and one for validation")
-    return train, val, checksums
+# ---------------------------------------------------------------- the capped subset
+def capped(docs: Iterable[Doc], max_bytes: int) -> list[Doc]:
+    """data.max_bytes: a pseudo-random but fixed subset, the non-empty documents in hash order
+    until the cap, sorted by key."""
+    kept, n = [], 0
+    for d in sorted((d for d in docs if d[1]), key=lambda d: key_hash("subset:" + d[0])):
+        if n >= max_bytes:
+            break
+        kept.append(d)
+        n += len(d[1].encode("utf-8"))
+    return sorted(kept)
