@@ -1,7 +1,7 @@
 """train.compile (issue 36): each transformer block and the Free Transformer's encoder block is
-compiled in place (parallel.compile_units) before DDP wraps or FSDP2 shards the model (the DDP
-run: tests/test_train_loop.py). Inductor on a CPU needs a C++ compiler and about a minute per
-cold compile: the compiling tests are slow-tier and share one inductor cache per session.
+compiled in place (parallel.compile_units) before DDP wraps or FSDP2 shards the model. Inductor
+on a CPU needs a C++ compiler and about a minute per cold compile: the compiling tests are
+slow-tier and share one inductor cache per session.
 """
 
 from __future__ import annotations
@@ -135,22 +135,26 @@ def test_the_binary_mapper_survives_torch_compile(inductor_cache, bf16):
 
 
 @pytest.mark.slow
-def test_fsdp_with_compiled_blocks_trains_as_one_eager_process(tmp_path, inductor_cache):
-    """2 FSDP2 processes (micro-batch 2, accumulation 2), blocks compiled before sharding, vs one
-    eager process: the same losses (measured 1.8e-7 apart) and final weights within 1e-3."""
+@pytest.mark.parametrize("mode,before", [("ddp", "DDP"), ("fsdp", "sharding")])
+def test_ddp_and_fsdp_with_compiled_blocks_train_as_one_eager_process(tmp_path, inductor_cache,
+                                                                      mode, before):
+    """2 DDP or FSDP2 processes (micro-batch 2, accumulation 2), each block and the encoder
+    block compiled before DDP wraps or FSDP2 shards the model (its hooks stay outside the
+    graphs; was torch.compile of the DDP-wrapped model), vs one eager process: the same losses
+    (FSDP measured 1.8e-7 apart) and final weights within 1e-3."""
     args = [*TINY, "train.batch_size=8", "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
     one = T.train(compose([*args, f"paths.results={tmp_path / 'one'}"]))
     res = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "experiments.train", *args, "train.parallel=fsdp", "train.micro_batch_size=2",
+         "-m", "experiments.train", *args, f"train.parallel={mode}", "train.micro_batch_size=2",
          "train.compile=true", f"paths.results={tmp_path / 'c'}"],
         cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     two = tmp_path / "c" / "runs" / one.name
     log = (two / "train.log").read_text()
-    assert "parallel: fsdp" in log and "compile: each block and the encoder block, before " \
-        "sharding" in log
+    assert f"parallel: {mode}" in log
+    assert f"compile: each block and the encoder block, before {before}" in log
     a, b = _rows(one, "train"), _rows(two, "train")
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-4, abs=1e-4)
     wa = torch.load(one / "checkpoints" / "final.pt", weights_only=True)["model"]

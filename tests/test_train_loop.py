@@ -236,31 +236,6 @@ def test_tensorboard_event_files_hold_the_scalars(tmp_path):
     assert not any(t.startswith("train/kl_bit/") for t in tb)
 
 
-@pytest.mark.slow
-def test_ddp_with_compiled_blocks_trains_as_one_eager_process(tmp_path, tmp_path_factory):
-    """train.compile=true under DDP: each block and the encoder block is compiled before DDP
-    wraps the model (its gradient hooks stay outside the graphs; was torch.compile of the
-    DDP-wrapped model) and 2 processes train the same FT as one eager process. Inductor's cache
-    is shared by this test session."""
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
-        tmp_path_factory.getbasetemp() / "inductor-cache")
-    args = [*BASE, "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
-    r1 = T.train(compose([*args, f"paths.results={tmp_path / 'one'}"]))
-    res = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "experiments.train", *args, "train.parallel=ddp", "train.micro_batch_size=2",
-         "train.compile=true", f"paths.results={tmp_path / 'c'}"],
-        cwd=ROOT, env={**env1(), "TORCHINDUCTOR_CACHE_DIR": cache}, capture_output=True,
-        text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    r2 = tmp_path / "c" / "runs" / r1.name
-    assert "compile: each block and the encoder block, before DDP" in (r2 / "train.log"
-                                                                        ).read_text()
-    assert [r["loss"] for r in lines(r2)] == pytest.approx([r["loss"] for r in lines(r1)],
-                                                           rel=1e-4, abs=1e-4)
-    assert max_dw(weights(r1), weights(r2)) < 1e-3
-
-
 # ---------------------------------------------------------------- host syncs
 def test_a_step_that_does_not_log_reads_no_tensor_on_the_host(tmp_path, monkeypatch):
     """Issue 45: no host sync per step. Every read of a tensor's value on the host (item,
