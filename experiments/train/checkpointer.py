@@ -47,11 +47,6 @@ def shard_dir(marker: Path) -> Path:
     return marker.with_suffix(SHARDS)
 
 
-def finished(rd: Path | RunDir) -> bool:
-    """A run with final.pt is finished (train() returns at once unless train.force=true)."""
-    return (rd if isinstance(rd, RunDir) else RunDir(rd)).finished
-
-
 # ====================================================================== state
 class TrainState:
     """What a checkpoint restores beyond the weights: the step, the optimizer, the LR schedule,
@@ -179,10 +174,6 @@ class Checkpointer:
         self._lock = threading.Lock()  # the writer thread's completion vs the main thread
         self._pg: Any = None
         self._stager: Any = None  # DCP's DefaultStager, made at the first save (`_staging`)
-
-    @property
-    def finished(self) -> bool:
-        return self.run.finished
 
     @property
     def last_good(self) -> Path | None:
