@@ -466,9 +466,6 @@ def test_checkpoint_roundtrip_atomic_and_errors(tmp_path):
     x = torch.randint(0, 97, (1, 8))
     c = torch.randint(0, 8, (1, 8))
     torch.testing.assert_close(ld.model.eval()(x, z=c).logits, m(x, z=c).logits)
-    # mismatched model
-    with pytest.raises(CheckpointError, match="latent_bits: file=3 model=4"):
-        load_checkpoint(p, model=build_model(cfg.replace(latent_bits=4)))
     # truncated file
     data = p.read_bytes()
     bad = tmp_path / "bad.pt"
