@@ -14,7 +14,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +22,7 @@ import psutil
 import pytest
 import torch
 from torch.distributed.checkpoint import FileSystemWriter
+from trainrun import ROOT, SYNTH, env1, rows, torchrun, weights
 
 from common.errors import UsageError
 from common.paths import RunDir
@@ -33,7 +33,6 @@ from experiments.train.trainer import lr_factor, param_groups
 from model import build_model, load_checkpoint
 from model.checkpoint import CheckpointError, save_weights
 
-ROOT = Path(__file__).resolve().parent.parent
 TINY = ["model=1M", "model.vocab_size=512", "model.dim=32", "model.ffn_dim=64",
         "model.n_layers=2", "model.latent_bits=4", "train.seq_len=32", "train.batch_size=8",
         "train.tokens=2560", "optim.warmup_steps=2", "logging.ckpt_every=2"]
@@ -114,20 +113,12 @@ def test_training_goes_on_while_a_save_is_in_flight_and_the_save_holds_its_step(
     ck.wait()
     assert marker.exists() and ck.last_good == marker
 
-    # a synchronous save of the same state, for comparison
-    ck_sync, state_sync = setup(tmp_path / "sync", "logging.keep_checkpoints=5",
-                                async_save=False)
-    step_once(state_sync, 1)
-    ck_sync.maybe_save(2, state_sync, val_done=True)
-    assert (ck_sync.ckdir / "step_2.pt").exists()  # complete when maybe_save returns
-
-    for c in (ck, ck_sync):
-        c2, fresh = setup(c.rd.parent.parent, "logging.keep_checkpoints=5")
-        found = c2.newest()
-        assert found is not None and found[1].name == "step_2.pt"
-        c2.resume(found, fresh)
-        assert fresh.step == 2 and fresh.val_done is True and fresh.sched.last_epoch == 1
-        assert_state_equals(fresh, want)  # the step-2 state, not the one trained after it
+    ck2, fresh = setup(tmp_path, "logging.keep_checkpoints=5")
+    found = ck2.newest()
+    assert found is not None and found[1].name == "step_2.pt"
+    ck2.resume(found, fresh)
+    assert fresh.step == 2 and fresh.val_done is True and fresh.sched.last_epoch == 1
+    assert_state_equals(fresh, want)  # the step-2 state (a snapshot), not the one trained after it
 
 
 def test_a_failed_write_is_raised_and_leaves_no_checkpoint(tmp_path):
@@ -385,26 +376,13 @@ def test_evaluating_the_export_equals_evaluating_the_training_checkpoint(
 
 
 # ------------------------------------------------------------ kill -9 across world sizes
-BASE = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
-        "model.latent_bits=4", "train.batch_size=8", "train.micro_batch_size=2",
-        "data.val_tokens=260", "logging.progress=false", "logging.log_every=1",
-        "optim.warmup_steps=1", f"train.tokens={9 * 8 * 65}", "logging.ckpt_every=3",
-        "logging.val_every=6", "logging.keep_checkpoints=50", "train.parallel=fsdp"]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-
-def _cmd(n: int, args: list[str]) -> list[str]:
-    if n == 1:
-        return [sys.executable, "-m", "experiments.train", *args]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-            str(n), "-m", "experiments.train", *args]
+BASE = [*SYNTH, "model.latent_bits=4", "train.batch_size=8", "train.micro_batch_size=2",
+        f"train.tokens={9 * 8 * 65}", "logging.ckpt_every=3", "logging.val_every=6",
+        "logging.keep_checkpoints=50", "train.parallel=fsdp"]
 
 
 def _kill9_after_step3(n: int, args: list[str], ck: Path) -> None:
-    p = subprocess.Popen(_cmd(n, args), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+    p = subprocess.Popen(torchrun(n, *args), cwd=ROOT, env=env1(), stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL)
     t0 = time.time()
     while not (ck / "step_3.pt").exists():
@@ -419,16 +397,6 @@ def _kill9_after_step3(n: int, args: list[str], ck: Path) -> None:
     assert not (ck / "final.pt").exists()
 
 
-def _weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, weights_only=True)["model"]
-
-
-def _rows(run: Path) -> list[dict]:
-    """metrics.jsonl without its wall-clock fields."""
-    return [{k: v for k, v in json.loads(x).items() if k not in ("time", "tokens_per_s", "wall_s")}
-            for x in (run / "metrics.jsonl").read_text().splitlines()]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("before,after", [(2, 1), (1, 2), (2, 2)],
                          ids=["fsdp2-to-1", "1-to-fsdp2", "fsdp2-to-2"])
@@ -436,23 +404,23 @@ def test_kill9_then_resume_equals_an_uninterrupted_run(tmp_path, before, after):
     """The global batch is the same at every world size, so the runs are the same run up to
     float summation order (1e-5, as tests/test_train_loop.py holds FSDP against one process);
     at the same world size the resumed run is the uninterrupted one bitwise."""
-    ref = subprocess.run(_cmd(after, [*BASE, f"paths.results={tmp_path / 'ref'}"]), cwd=ROOT,
-                         env=_env(), capture_output=True, text=True, timeout=300)
+    ref = subprocess.run(torchrun(after, *BASE, f"paths.results={tmp_path / 'ref'}"), cwd=ROOT,
+                         env=env1(), capture_output=True, text=True, timeout=300)
     assert ref.returncode == 0, ref.stderr[-3000:]
     args = [*BASE, f"paths.results={tmp_path / 'cut'}"]
     run = run_dir(compose(args))
     ck = run / "checkpoints"
     _kill9_after_step3(before, args, ck)
-    res = subprocess.run(_cmd(after, args), cwd=ROOT, env=_env(), capture_output=True,
+    res = subprocess.run(torchrun(after, *args), cwd=ROOT, env=env1(), capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "resumed from step_" in (run / "train.log").read_text()
     ref_run = tmp_path / "ref" / "runs" / run.name
-    a, b = _weights(ref_run / "checkpoints" / "final.pt"), _weights(ck / "final.pt")
+    a, b = weights(ref_run), weights(run)
     assert a.keys() == b.keys()
     if before == after:
         assert all(torch.equal(a[k], b[k]) for k in a)
-        assert _rows(run) == _rows(ref_run)
+        assert rows(run, wall=False) == rows(ref_run, wall=False)
     else:
         assert max((a[k] - b[k]).abs().max().item() for k in a) < 1e-5
     # each rank of the 2-process run wrote its own shard file

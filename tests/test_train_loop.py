@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,36 +14,17 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from trainrun import ROOT, SYNTH, env1, max_dw, torchrun, weights
+from trainrun import rows as lines
 
 import experiments.train.trainer as T
 from experiments.train.config import compose, model_config
 from experiments.train.plan import plan, run_id
 from model.free_transformer import SequenceKeys, sample_codes
 
-ROOT = Path(__file__).resolve().parent.parent
-BASE = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
-        "train.batch_size=8", "data.val_tokens=260", "logging.progress=false",
-        "logging.log_every=1", "optim.warmup_steps=1"]
+BASE = [*SYNTH, "train.batch_size=8"]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def env1() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-
-def weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run / "checkpoints" / "final.pt", weights_only=True)["model"]
-
-
-def max_dw(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
-    assert a.keys() == b.keys()
-    return max((a[k] - b[k]).abs().max().item() for k in a)
-
-
-def lines(run: Path, kind: str = "train") -> list[dict]:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if r["kind"] == kind]
 
 
 # ---------------------------------------------------------------- the process group
@@ -146,7 +126,7 @@ def test_one_process_any_micro_batch_trains_the_same(tmp_path):
     b = T.train(compose([*args, "train.micro_batch_size=2", f"paths.results={tmp_path / 'b'}"]))
     assert a.name == b.name
     assert max_dw(weights(a), weights(b)) < 1e-4
-    la, lb = lines(a), lines(b)
+    la, lb = lines(a, "train"), lines(b, "train")
     assert [r["loss"] for r in la] == pytest.approx([r["loss"] for r in lb], abs=1e-4)
 
 
@@ -167,17 +147,16 @@ def test_one_process_default_micro_batch_equals_two_fsdp_and_two_ddp(tmp_path, l
     init = T.build_model(model_config(one.model)).state_dict()
     for mode, micro, tol, ac in (("fsdp", 2, 1e-5, bool(latent_bits)), ("ddp", 1, 1e-4, False)):
         res = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-             "2", "-m", "experiments.train", *args, f"train.parallel={mode}",
-             f"train.micro_batch_size={micro}", f"train.activation_checkpointing={str(ac).lower()}",
-             f"paths.results={tmp_path / mode}"],
+            torchrun(2, *args, f"train.parallel={mode}", f"train.micro_batch_size={micro}",
+                     f"train.activation_checkpointing={str(ac).lower()}",
+                     f"paths.results={tmp_path / mode}"),
             cwd=ROOT, env=env1(), capture_output=True, text=True, timeout=300)
         assert res.returncode == 0, res.stderr[-3000:]
         r2 = tmp_path / mode / "runs" / r1.name  # micro-batch and world not in the run-id
         w2 = weights(r2)  # gathered on rank 0: the same file as one process writes
         assert not any(isinstance(v, torch.distributed.tensor.DTensor) for v in w2.values())
         assert max_dw(w1, w2) < tol, mode
-        l1, l2 = lines(r1), lines(r2)
+        l1, l2 = lines(r1, "train"), lines(r2, "train")
         for k in ("loss", "ce", "kl_nats", "grad_norm"):
             assert [r[k] for r in l1] == pytest.approx([r[k] for r in l2], abs=tol), (mode, k)
         v1, v2 = lines(r1, "val"), lines(r2, "val")
@@ -210,7 +189,7 @@ def test_tensorboard_event_files_hold_the_scalars(tmp_path):
             "train/grad_norm", "perf/tokens_per_s", "perf/mfu", "memory/peak_rss_bytes",
             "val/val_ce", "val/val_kl_bits", *(f"train/kl_bit/{h}" for h in range(H))}
     assert want <= tags, want - tags
-    ml = lines(run)
+    ml = lines(run, "train")
     fpt = plan(cfg, world_size=1).flops_per_token
     for k, mk in (("train/loss", "loss"), ("train/kl_nats", "kl_nats"),
                   ("train/kl_bits", "kl_bits"), ("train/grad_norm", "grad_norm"),

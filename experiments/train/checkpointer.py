@@ -148,7 +148,7 @@ class Checkpointer:
 
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan, *, main: bool = True,
                  world: int = 1, log: Callable[..., None] = _quiet,
-                 tokenizer: dict[str, Any] | None = None, async_save: bool = True,
+                 tokenizer: dict[str, Any] | None = None,
                  storage_writer: Callable[[Path], Any] | None = None,
                  export_dtype: torch.dtype | None = None) -> None:
         self.rd, self.run = rd, RunDir(rd)  # every name under the run comes from RunDir
@@ -166,7 +166,7 @@ class Checkpointer:
         self.main, self.world, self.log = main, world, log
         self.tokenizer = tokenizer
         """The tokenizer reference written into every checkpoint (model.save_checkpoint)."""
-        self.async_save, self.storage_writer = async_save, storage_writer
+        self.storage_writer = storage_writer
         self.export_dtype = export_dtype
         self._last_good: Path | None = None
         self._pending: Any = None  # the in-flight async save's future
@@ -264,7 +264,7 @@ class Checkpointer:
 
     def save(self, step: int, state: TrainState, name: str | None = None,
              val_done: bool = False) -> Path:
-        """Start the checkpoint of `step` (asynchronous unless async_save=False), exported for
+        """Start the checkpoint of `step` (written asynchronously), exported for
         evaluation when its step is kept; with `name`, that weights-only export instead."""
         model = state.model
         assert model is not None, "TrainState without a model cannot be saved"
@@ -293,17 +293,10 @@ class Checkpointer:
         kw: dict[str, Any] = {"checkpoint_id": str(d), "process_group": self._group()}
         if self.storage_writer is not None:
             kw["storage_writer"] = self.storage_writer(d)
-        if self.async_save:
-            fut = dcp.async_save(sd, async_checkpointer_type=AsyncCheckpointerType.THREAD,
-                                 async_stager=self._staging(), **kw)
-            self._pending = done
-            fut.add_done_callback(lambda f: self._complete(f, step, marker, meta, config, done))
-        else:
-            dcp.save(sd, **kw)
-            self._complete(None, step, marker, meta, config, done)
-            if self.world > 1:
-                dist.barrier()
-            self._raise()
+        fut = dcp.async_save(sd, async_checkpointer_type=AsyncCheckpointerType.THREAD,
+                             async_stager=self._staging(), **kw)
+        self._pending = done
+        fut.add_done_callback(lambda f: self._complete(f, step, marker, meta, config, done))
         return marker
 
     def _staging(self) -> Any:
@@ -335,8 +328,7 @@ class Checkpointer:
         """Every rank's shards and DCP's metadata are written (DCP's finish step gathers all
         ranks before the future resolves): rank 0 writes the marker, then rotates."""
         try:
-            if fut is not None:
-                fut.result()
+            fut.result()
             if self.main:
                 atomic_torch_save({"format": FORMAT, "config": config,
                                    "tokenizer": self.tokenizer, "extra": meta,
