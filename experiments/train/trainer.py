@@ -134,15 +134,11 @@ class _Log:
 
 
 def param_groups(model: torch.nn.Module, wd: float) -> list[dict[str, Any]]:
-    """AdamW groups: weight decay `wd` on matrices, none on vectors (norms, zeta)."""
-    decay, no_decay = [], []
-    seen: set[int] = set()
-    for p in model.parameters():
-        if id(p) in seen or not p.requires_grad:
-            continue
-        seen.add(id(p))
-        (decay if p.dim() >= 2 else no_decay).append(p)  # norms and zeta are not decayed
-    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    """AdamW groups: weight decay `wd` on matrices, none on vectors (norms, zeta); a tied
+    parameter once (Module.parameters() yields each parameter once)."""
+    ps = list(model.parameters())
+    return [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": wd},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
 
 
 @torch.no_grad()
@@ -521,10 +517,6 @@ class Trainer:
             self.metrics.write(json.dumps(MetricsLine.from_json(rec).to_json()) + "\n")
             self.metrics.flush()
 
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
-
     def validate(self, step: int) -> None:
         # train.compile: validation runs the blocks eager. Compiled, it would add a no-grad
         # graph per block variant (3 for the FT) at step 0, a graph per odd last-batch shape,
@@ -545,7 +537,8 @@ class Trainer:
                          + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
                             f"{r['val_kl_bits']:.3f} bits)" if arms.arm(self.p.arm).latent else ""),
                          echo=False)
-            self.barrier()
+            if self.world > 1:
+                dist.barrier()
 
     def val_due(self, step: int) -> bool:
         ve = self.cfg.logging.val_every
