@@ -54,17 +54,18 @@ def _tiny(latent_bits: int = 4) -> ModelConfig:
                        max_seq_len=32, tie_embeddings=False, latent_bits=latent_bits)
 
 
-@pytest.mark.parametrize("world", [32, 64])
-def test_a_fake_process_group_drives_hsdp_at_world_32_and_64(monkeypatch, world):
-    """torchrun's variables for rank 13 of `world` processes, 8 per node: the trainer's setup
-    (meta build, activation checkpointing, sharding, materialisation) builds the 2-D mesh,
-    every parameter is a DTensor replicated over the nodes and sharded within one, a rank holds
-    1/8 of the weights (1/world under 1-D FSDP), and a step of micro-batches with the HSDP
-    accumulation rule runs (the fake group's collectives move no data)."""
+def test_a_fake_process_group_drives_hsdp_at_world_64(monkeypatch):
+    """torchrun's variables for rank 13 of 64 processes, 8 per node (other worlds' mesh shapes:
+    test_the_mesh_shape_rule): the trainer's setup (meta build, activation checkpointing,
+    sharding, materialisation) builds the 2-D mesh, every parameter is a DTensor replicated over
+    the nodes and sharded within one, a rank holds 1/8 of the weights (1/world under 1-D FSDP),
+    and a step of micro-batches with the HSDP accumulation rule runs (the fake group's
+    collectives move no data)."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    world = 64
     dist.init_process_group("fake", store=FakeStore(), rank=13, world_size=world)
     try:
         held = {}
