@@ -54,7 +54,7 @@ class TrainState:
     `model` and `mode` (none|ddp|fsdp) say how the optimizer state is gathered and loaded."""
 
     def __init__(self, cfg: TrainConfig, p: RunPlan, run_id: str,
-                 opt: torch.optim.Optimizer, sched: Any, model: torch.nn.Module | None = None,
+                 opt: torch.optim.Optimizer, sched: Any, model: torch.nn.Module,
                  mode: str = "none") -> None:
         self.cfg, self.plan, self.run_id = cfg, p, run_id
         self.opt, self.sched = opt, sched
@@ -217,7 +217,6 @@ class Checkpointer:
         and the optimizer) and cut metrics.jsonl back to it (nothing found: start afresh).
         Every rank calls it. UsageError: the checkpoint does not fit this run."""
         model = state.model
-        assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
             payload, path = found
             try:
@@ -267,7 +266,6 @@ class Checkpointer:
         """Start the checkpoint of `step` (written asynchronously), exported for
         evaluation when its step is kept; with `name`, that weights-only export instead."""
         model = state.model
-        assert model is not None, "TrainState without a model cannot be saved"
         self.wait()  # one save in flight at a time
         state.step, state.val_done = step, val_done
         if name is not None:
@@ -364,7 +362,6 @@ class Checkpointer:
         """A weights-only single file at `path` (config, tokenizer, run identity, the training
         state without optimizer): gathered on rank 0, a collective under FSDP."""
         model = state.model
-        assert model is not None
         weights = par.full_weights(model, state.mode, main=self.main)
         if self.main:
             save_weights(path, model, tokenizer=self.tokenizer, extra=state.meta(),
