@@ -129,32 +129,20 @@ def _config(path: str | os.PathLike, payload: dict) -> ModelConfig:
         raise CheckpointError(f"checkpoint {path} has an invalid config: {e}") from e
 
 
-def load_checkpoint(path: str | os.PathLike, *, model: nn.Module | None = None,
+def load_checkpoint(path: str | os.PathLike, *,
                     map_location: str | torch.device = "cpu") -> LoadedCheckpoint:
-    """Load a checkpoint; build the model from its config unless `model` is given.
-
-    With `model`, its config must equal the stored one (else CheckpointError naming the fields).
-    """
+    """Load a checkpoint into the model its config builds (its init drawn, as before: callers'
+    later draws from the global generator stay where they were; evaluation: `load_weights`)."""
     payload = read_checkpoint(path, map_location)
     cfg = _config(path, payload)
-    if model is None:
-        model = build_model(cfg).to(map_location)
-    else:
-        m = getattr(model, "module", model)
-        if m.cfg != cfg:
-            diff = {k: (v, getattr(m.cfg, k)) for k, v in cfg.to_dict().items()
-                    if getattr(m.cfg, k) != v}
-            raise CheckpointError(f"checkpoint {path} does not match the model: "
-                                  + ", ".join(f"{k}: file={a!r} model={b!r}"
-                                              for k, (a, b) in diff.items()))
-    m = getattr(model, "module", model)
+    model = build_model(cfg).to(map_location)
     weights = payload.get("model")
     if weights is None and "dcp" in payload:  # a training step's marker: weights from shards
-        weights = sharded_weights(path, payload, m.state_dict())
+        weights = sharded_weights(path, payload, model.state_dict())
     if weights is None:
         raise CheckpointError(f"checkpoint {path} holds no weights")
     try:
-        m.load_state_dict(weights)
+        model.load_state_dict(weights)
     except RuntimeError as e:
         raise CheckpointError(f"checkpoint {path}: weights do not fit the model: "
                               f"{str(e).splitlines()[0][:300]}") from e

@@ -275,13 +275,6 @@ class FreeTransformer(Transformer):
         low.bit_logits = self.encode(low.hidden, _Ctx(rope=self._rope(None, tokens.shape[1])))
         return low
 
-    def forward_upper(self, hidden: torch.Tensor, codes: torch.Tensor | None = None,
-                      logits_from: int = 0, readout: bool = True) -> torch.Tensor:
-        """`forward_lower(tokens).hidden` and pinned codes (B, T) -> the logits of
-        `forward(tokens, z=codes)` (readout=False: the readout's input). `score_upper` scores
-        targets from the same pass without the logits."""
-        return super().forward_upper(hidden, codes, logits_from, readout)
-
     def _check_codes(self, codes: torch.Tensor | None) -> None:
         if not isinstance(codes, torch.Tensor):
             raise ValueError("the upper half needs pinned codes, a (B, T) LongTensor in "

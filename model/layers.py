@@ -77,15 +77,15 @@ class Attention(nn.Module):
         self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.hd, bias=False)
         self.wo = nn.Linear(cfg.n_heads * self.hd, cfg.dim, bias=False)
 
-    def forward(self, xq: torch.Tensor, xkv: torch.Tensor, rope_q: tuple, rope_k: tuple,
+    def forward(self, xq: torch.Tensor, xkv: torch.Tensor, rope: tuple,
                 mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         B, Tq, _ = xq.shape
         Tk = xkv.shape[1]
         q = self.wq(xq).view(B, Tq, self.n_heads, self.hd)
         k = self.wk(xkv).view(B, Tk, self.n_kv, self.hd)
         v = self.wv(xkv).view(B, Tk, self.n_kv, self.hd)
-        q = apply_rope(q, *rope_q).transpose(1, 2)  # (B, nh, Tq, hd)
-        k = apply_rope(k, *rope_k).transpose(1, 2)  # (B, nkv, Tk, hd)
+        q = apply_rope(q, *rope).transpose(1, 2)  # (B, nh, Tq, hd)
+        k = apply_rope(k, *rope).transpose(1, 2)  # (B, nkv, Tk, hd): xkv at xq's positions
         v = v.transpose(1, 2)
         s0 = 0
         if cache is not None:
@@ -156,11 +156,10 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(cfg.dim, cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x: torch.Tensor, rope_q: tuple, rope_k: tuple | None = None,
-                kv_in: torch.Tensor | None = None, mask: torch.Tensor | None = None,
-                cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: tuple, kv_in: torch.Tensor | None = None,
+                mask: torch.Tensor | None = None, cache: KVCache | None = None) -> torch.Tensor:
         hq = self.attn_norm(x)
         hkv = hq if kv_in is None else self.attn_norm(kv_in)
-        a = self.attn(hq, hkv, rope_q, rope_q if rope_k is None else rope_k, mask, cache)
+        a = self.attn(hq, hkv, rope, mask, cache)
         x = x + a
         return x + self.mlp(self.mlp_norm(x))

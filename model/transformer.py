@@ -330,16 +330,11 @@ class Transformer(nn.Module):
                 for _ in self.blocks]
 
     @staticmethod
-    def _rows(prompt: torch.Tensor | Sequence[Sequence[int]],
-              attention_mask: torch.Tensor | None) -> list[list[int]]:
+    def _rows(prompt: torch.Tensor | Sequence[Sequence[int]]) -> list[list[int]]:
         if isinstance(prompt, torch.Tensor):
             if prompt.dim() != 2:
                 raise ValueError(f"prompt must be (B, P), got shape {tuple(prompt.shape)}")
-            if attention_mask is None:
-                return prompt.tolist()
-            keep = attention_mask.bool().tolist()
-            return [[t for t, k in zip(row, km, strict=True) if k]
-                    for row, km in zip(prompt.tolist(), keep, strict=True)]
+            return prompt.tolist()
         return [list(map(int, r)) for r in prompt]
 
     def _sample(self, logits: torch.Tensor, temperature: float, top_p: float,
@@ -376,13 +371,12 @@ class Transformer(nn.Module):
                  temperature: float = 0.0, top_p: float = 1.0, z: object = "prior",
                  stop: Sequence[Sequence[int]] | None = None,
                  generator: torch.Generator | None = None,
-                 attention_mask: torch.Tensor | None = None,
                  eos_id: int | None = None,
                  stop_when: Callable[[list[int]], bool] | None = None) -> Generation:
         """KV-cache generation, batched.
 
-        prompt: (B, P) LongTensor (pads on either side marked by `attention_mask`, 1 = real) or a
-        list of token lists. stop: token sequences that end a row (removed from the output).
+        prompt: (B, P) LongTensor or a list of token lists of any lengths (left-padded inside).
+        stop: token sequences that end a row (removed from the output).
         stop_when(new tokens of a row) -> True also ends the row, its tokens kept (the caller's
         test on the decoded text, e.g. a stop string however it was tokenized).
         z (Free Transformer): "prior" = the encoder prefills the prompt, a uniform code per new
@@ -393,7 +387,7 @@ class Transformer(nn.Module):
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
         if not 0.0 < top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-        rows = self._rows(prompt, attention_mask)
+        rows = self._rows(prompt)
         B = len(rows)
         if B == 0 or any(len(r) == 0 for r in rows):
             raise ValueError("every prompt row needs at least one token")

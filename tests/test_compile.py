@@ -1,19 +1,17 @@
 """train.compile (issue 36): each transformer block and the Free Transformer's encoder block is
-compiled in place (parallel.compile_units) before DDP wraps or FSDP2 shards the model (the DDP
-run: tests/test_train_loop.py). Inductor on a CPU needs a C++ compiler and about a minute per
-cold compile: the compiling tests are slow-tier and share one inductor cache per session.
+compiled in place (parallel.compile_units) before DDP wraps or FSDP2 shards the model. Inductor
+on a CPU needs a C++ compiler and about a minute per cold compile: the compiling tests are
+slow-tier and share one inductor cache per session.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
+from trainrun import ROOT, SYNTH, env1, max_dw, rows, torchrun, weights
 
 import experiments.train.trainer as T
 from experiments.train import parallel as par
@@ -21,10 +19,7 @@ from experiments.train.config import compose
 from model import ModelConfig, build_model
 from model.free_transformer import latent_embedding, sample_codes
 
-ROOT = Path(__file__).resolve().parent.parent
-TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
-        "train.batch_size=4", "data.val_tokens=260", "logging.progress=false",
-        "logging.log_every=1", "optim.warmup_steps=1", "logging.val_every=2"]
+TINY = [*SYNTH, "train.batch_size=4", "logging.val_every=2"]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one thread: reproducible runs
 
@@ -34,11 +29,6 @@ def inductor_cache(tmp_path_factory, monkeypatch) -> None:
     cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
         tmp_path_factory.getbasetemp() / "inductor-cache")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
-
-
-def _rows(run: Path, kind: str) -> list[dict]:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if r["kind"] == kind]
 
 
 def _tiny(latent_bits: int) -> ModelConfig:
@@ -89,17 +79,15 @@ def test_compiled_blocks_train_as_eager_in_one_process(tmp_path, inductor_cache,
     assert "compile: each block" + (" and the encoder block" if latent_bits else "") in log
     graphs = counters["stats"]["unique_graphs"]
     assert graphs == (3 if latent_bits else 1), dict(counters["stats"])
-    a, b = _rows(eager, "train"), _rows(comp, "train")
+    a, b = rows(eager, "train"), rows(comp, "train")
     assert len(a) == len(b) == 4
     for k in ("loss", "ce", "kl_nats", "grad_norm"):
         assert [r[k] for r in b] == pytest.approx([r[k] for r in a], rel=1e-4, abs=1e-4), k
-    va, vb = _rows(eager, "val"), _rows(comp, "val")
+    va, vb = rows(eager, "val"), rows(comp, "val")
     assert [r["step"] for r in va] == [r["step"] for r in vb] == [0, 2, 4]
     assert [r["val_ce"] for r in vb] == pytest.approx([r["val_ce"] for r in va], rel=1e-4)
-    wa = torch.load(eager / "checkpoints" / "final.pt", weights_only=True)["model"]
-    wb = torch.load(comp / "checkpoints" / "final.pt", weights_only=True)["model"]
-    assert list(wa) == list(wb)
-    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-3
+    wa, wb = weights(eager), weights(comp)
+    assert list(wa) == list(wb) and max_dw(wa, wb) < 1e-3
 
 
 @pytest.mark.slow
@@ -135,28 +123,28 @@ def test_the_binary_mapper_survives_torch_compile(inductor_cache, bf16):
 
 
 @pytest.mark.slow
-def test_fsdp_with_compiled_blocks_trains_as_one_eager_process(tmp_path, inductor_cache):
-    """2 FSDP2 processes (micro-batch 2, accumulation 2), blocks compiled before sharding, vs one
-    eager process: the same losses (measured 1.8e-7 apart) and final weights within 1e-3."""
+@pytest.mark.parametrize("mode,before", [("ddp", "DDP"), ("fsdp", "sharding")])
+def test_ddp_and_fsdp_with_compiled_blocks_train_as_one_eager_process(tmp_path, inductor_cache,
+                                                                      mode, before):
+    """2 DDP or FSDP2 processes (micro-batch 2, accumulation 2), each block and the encoder
+    block compiled before DDP wraps or FSDP2 shards the model (its hooks stay outside the
+    graphs; was torch.compile of the DDP-wrapped model), vs one eager process: the same losses
+    (FSDP measured 1.8e-7 apart) and final weights within 1e-3."""
     args = [*TINY, "train.batch_size=8", "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
     one = T.train(compose([*args, f"paths.results={tmp_path / 'one'}"]))
     res = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-         "-m", "experiments.train", *args, "train.parallel=fsdp", "train.micro_batch_size=2",
-         "train.compile=true", f"paths.results={tmp_path / 'c'}"],
-        cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=600)
+        torchrun(2, *args, f"train.parallel={mode}", "train.micro_batch_size=2",
+                 "train.compile=true", f"paths.results={tmp_path / 'c'}"),
+        cwd=ROOT, env=env1(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     two = tmp_path / "c" / "runs" / one.name
     log = (two / "train.log").read_text()
-    assert "parallel: fsdp" in log and "compile: each block and the encoder block, before " \
-        "sharding" in log
-    a, b = _rows(one, "train"), _rows(two, "train")
+    assert f"parallel: {mode}" in log
+    assert f"compile: each block and the encoder block, before {before}" in log
+    a, b = rows(one, "train"), rows(two, "train")
     assert [r["loss"] for r in b] == pytest.approx([r["loss"] for r in a], rel=1e-4, abs=1e-4)
-    wa = torch.load(one / "checkpoints" / "final.pt", weights_only=True)["model"]
-    wb = torch.load(two / "checkpoints" / "final.pt", weights_only=True)["model"]
-    assert list(wa) == list(wb)
-    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < 1e-3
+    wa, wb = weights(one), weights(two)
+    assert list(wa) == list(wb) and max_dw(wa, wb) < 1e-3
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def _reference_sample(logits, temperature, top_p, generator):
 def _reference_generate(m, prompt, max_new_tokens, temperature=0.0, top_p=1.0, z="prior",
                         stop=None, generator=None, eos_id=None, stop_when=None) -> Generation:
     """The decode loop of model/transformer.py before issue 27, unchanged but for names."""
-    rows = m._rows(prompt, None)
+    rows = m._rows(prompt)
     B = len(rows)
     lens = torch.tensor([len(r) for r in rows])
     P = int(lens.max())

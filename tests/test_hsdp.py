@@ -7,9 +7,7 @@ shard, accumulate); automatic when the world spans several nodes of several proc
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from trainrun import ROOT, SYNTH, env1, free_port, max_dw, rows, weights
 
 import experiments.train.trainer as T
 from experiments.train import parallel as par
@@ -24,13 +23,9 @@ from experiments.train.config import compose
 from experiments.train.plan import run_dir
 from model import ModelConfig, build_model
 
-ROOT = Path(__file__).resolve().parents[1]
 # 12 sequences a step: micro-batches of 1 at worlds 4 (accumulation 3) and 3 (accumulation 4)
-ARGS = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
-        "model.latent_bits=4", "train.batch_size=12", "data.val_tokens=260",
-        "logging.progress=false", "logging.log_every=1", "optim.warmup_steps=1",
-        f"train.tokens={6 * 12 * 65}", "logging.ckpt_every=3", "logging.val_every=3",
-        "logging.keep_checkpoints=50"]
+ARGS = [*SYNTH, "model.latent_bits=4", "train.batch_size=12", f"train.tokens={6 * 12 * 65}",
+        "logging.ckpt_every=3", "logging.val_every=3", "logging.keep_checkpoints=50"]
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -59,17 +54,18 @@ def _tiny(latent_bits: int = 4) -> ModelConfig:
                        max_seq_len=32, tie_embeddings=False, latent_bits=latent_bits)
 
 
-@pytest.mark.parametrize("world", [32, 64])
-def test_a_fake_process_group_drives_hsdp_at_world_32_and_64(monkeypatch, world):
-    """torchrun's variables for rank 13 of `world` processes, 8 per node: the trainer's setup
-    (meta build, activation checkpointing, sharding, materialisation) builds the 2-D mesh,
-    every parameter is a DTensor replicated over the nodes and sharded within one, a rank holds
-    1/8 of the weights (1/world under 1-D FSDP), and a step of micro-batches with the HSDP
-    accumulation rule runs (the fake group's collectives move no data)."""
+def test_a_fake_process_group_drives_hsdp_at_world_64(monkeypatch):
+    """torchrun's variables for rank 13 of 64 processes, 8 per node (other worlds' mesh shapes:
+    test_the_mesh_shape_rule): the trainer's setup (meta build, activation checkpointing,
+    sharding, materialisation) builds the 2-D mesh, every parameter is a DTensor replicated over
+    the nodes and sharded within one, a rank holds 1/8 of the weights (1/world under 1-D FSDP),
+    and a step of micro-batches with the HSDP accumulation rule runs (the fake group's
+    collectives move no data)."""
     from torch.distributed.tensor import DTensor, Replicate, Shard
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    world = 64
     dist.init_process_group("fake", store=FakeStore(), rank=13, world_size=world)
     try:
         held = {}
@@ -128,31 +124,9 @@ runpy.run_module("experiments.train", run_name="__main__")
 """
 
 
-def _env(mesh_out: Path) -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-            "MESH_OUT": str(mesh_out)}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _weights(run: Path) -> dict[str, torch.Tensor]:
-    return torch.load(run / "checkpoints" / "final.pt", weights_only=True)["model"]
-
-
-def _rows(run: Path, kind: str) -> list[dict]:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in rows if r["kind"] == kind]
-
-
 def _close(a: Path, b: Path, tol: float) -> None:
-    wa, wb = _weights(a), _weights(b)
-    assert wa.keys() == wb.keys()
-    assert max((wa[k] - wb[k]).abs().max().item() for k in wa) < tol
-    la, lb = ([r["loss"] for r in _rows(r, "train")] for r in (a, b))
+    assert max_dw(weights(a), weights(b)) < tol
+    la, lb = ([r["loss"] for r in rows(r, "train")] for r in (a, b))
     assert la == pytest.approx(lb, abs=tol)
 
 
@@ -167,14 +141,14 @@ def test_two_agents_of_two_processes_train_hsdp_as_one_process_and_resume_at_wor
     one = T.train(compose([*ARGS, f"paths.results={tmp_path / 'one'}"]))
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    port = _free_port()
+    port = free_port()
     hsdp = [*ARGS, "train.parallel=fsdp", "train.micro_batch_size=1",
             f"paths.results={tmp_path / 'hsdp'}"]
     agents = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(r),
          "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
          "--rdzv_id", f"hsdp-{port}", "--nproc_per_node", "2", str(probe), *hsdp],
-        cwd=ROOT, env=_env(tmp_path / "mesh4.json"), stdout=subprocess.PIPE,
+        cwd=ROOT, env=env1(MESH_OUT=str(tmp_path / "mesh4.json")), stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
     outs = [p.communicate(timeout=300)[0] for p in agents]
     assert [p.returncode for p in agents] == [0, 0], "\n".join(o[-3000:] for o in outs)
@@ -195,7 +169,7 @@ def test_two_agents_of_two_processes_train_hsdp_as_one_process_and_resume_at_wor
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "3",
          str(probe), *ARGS, "train.parallel=fsdp", "train.micro_batch_size=1",
          f"paths.results={tmp_path / 'three'}"],
-        cwd=ROOT, env=_env(tmp_path / "mesh3.json"), capture_output=True, text=True,
+        cwd=ROOT, env=env1(MESH_OUT=str(tmp_path / "mesh3.json")), capture_output=True, text=True,
         timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "mesh3.json").read_text())["shape"] == [3]
@@ -258,7 +232,7 @@ def test_fsdp2_with_bf16_mixed_precision_on_two_processes_trains_as_one(tmp_path
         r = subprocess.run(
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
              str(world), str(worker), prec, str(out)],
-            cwd=ROOT, env=_env(tmp_path / "unused"), capture_output=True, text=True,
+            cwd=ROOT, env=env1(), capture_output=True, text=True,
             timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         res[world, prec] = torch.load(out, weights_only=True)

@@ -263,28 +263,6 @@ def test_causality(H):
 
 
 @pytest.mark.parametrize("H", [0, 5])
-def test_kv_cache_equals_full_forward(H):
-    m = seeded(tiny(latent_bits=H))
-    T = 24
-    x = torch.randint(0, 97, (3, T))
-    codes = torch.randint(0, 1 << max(H, 1), (3, T))
-    full = m(x, z=codes if H else None).logits
-    from model.transformer import _Ctx
-
-    cache = m.new_cache(3, T)
-    P = 9
-    parts = []
-    ctx = _Ctx(rope=m._rope(None, P), cache=cache, z=codes[:, :P] if H else None)
-    parts.append(m._run(x[:, :P], ctx))
-    for t in range(P, T):
-        pos = torch.full((3, 1), t)
-        ctx = _Ctx(rope=m._rope(pos, 1), cache=cache, z=codes[:, t:t + 1] if H else None)
-        parts.append(m._run(x[:, t:t + 1], ctx))
-    inc = torch.cat(parts, 1)
-    torch.testing.assert_close(inc, full, rtol=1e-5, atol=1e-5 * full.abs().max().item())
-
-
-@pytest.mark.parametrize("H", [0, 5])
 def test_generate_greedy_matches_argmax_of_full_forward(H):
     m = seeded(tiny(latent_bits=H))
     prompt = torch.randint(0, 97, (2, 6))
@@ -312,69 +290,9 @@ def test_batched_generation_with_padding_equals_single_rows(H):
     single = [m.generate([r], new, z=z_for(i)).tokens[0] for i, r in enumerate(rows)]
     batched = m.generate(rows, new, z=zs if H else "prior").tokens
     assert batched == single
-    # the same prompts given as a right-padded tensor with an attention mask
-    P = max(map(len, rows))
-    t = torch.zeros(3, P, dtype=torch.long)
-    am = torch.zeros(3, P, dtype=torch.long)
-    for i, r in enumerate(rows):
-        t[i, :len(r)] = torch.tensor(r)
-        am[i, :len(r)] = 1
-    right = m.generate(t, new, z=zs if H else "prior", attention_mask=am)
-    assert right.tokens == single
     if H:  # the encoder saw each row's own prompt only, whatever the padding
         one = [m.generate([r], new, z=z_for(i)).codes[0] for i, r in enumerate(rows)]
-        assert right.codes == one
-    left = torch.zeros(3, P, dtype=torch.long)
-    aml = torch.zeros(3, P, dtype=torch.long)
-    for i, r in enumerate(rows):
-        left[i, P - len(r):] = torch.tensor(r)
-        aml[i, P - len(r):] = 1
-    assert m.generate(left, new, z=zs if H else "prior", attention_mask=aml).tokens == single
-
-
-@pytest.mark.parametrize("H", [0, 5])
-def test_rows_that_stop_leave_the_batch_without_changing_the_others(H):
-    # Rows end at different steps (stop sequences, eos, the budget) and leave the batch and the
-    # KV cache; every row's tokens and codes must equal that row generated alone.
-    m = seeded(tiny(latent_bits=H))
-    if H:
-        with torch.no_grad():
-            m.enc_readout.weight.mul_(1e5)
-    rows = [[5, 6, 7, 8, 9, 10], [11, 12], [13, 14, 15, 16], [17], [18, 19, 20]]
-    new = 14
-    zs = torch.randint(0, 1 << max(H, 1), (len(rows), new))
-    z_all = zs if H else "prior"
-    free = m.generate(rows, new, z=z_all).tokens
-    stops = [free[0][2:4], free[2][7:9]]  # rows 0 and 2 stop early, at different steps
-    eos = free[3][5]  # row 3 ends on eos
-    g = m.generate(rows, new, z=z_all, stop=stops, eos_id=eos)
-    for i, r in enumerate(rows):
-        one = m.generate([r], new, z=zs[i:i + 1] if H else "prior", stop=stops, eos_id=eos)
-        assert g.tokens[i] == one.tokens[0] and g.stopped[i] == one.stopped[0]
-        if H:
-            assert g.codes[i] == one.codes[0]
-            # the prompt's and the fed new tokens' codes (a row's last token is never fed)
-            assert len(g.codes[i]) - len(r) in (len(g.tokens[i]) - 1, len(g.tokens[i]))
-    assert g.stopped[0] and g.stopped[2] and g.stopped[3]
-    lens = sorted(len(t) for t in g.tokens)
-    assert lens[0] < lens[-2], "rows must end at different steps for the test to mean anything"
-
-
-def test_generate_stop_top_p_and_seeded_sampling():
-    m = seeded(tiny())
-    prompt = [[1, 2, 3]]
-    free = m.generate(prompt, 12).tokens[0]
-    stop = free[3:5]
-    g = m.generate(prompt, 12, stop=[stop])
-    # the row ends at the first occurrence of the stop sequence, which is removed
-    first = next(i for i in range(len(free) - 1) if free[i:i + 2] == stop)
-    assert g.tokens[0] == free[:first] and g.stopped == [True]
-    # top_p tiny keeps only the argmax token: equals greedy even at high temperature
-    gen = torch.Generator().manual_seed(0)
-    assert m.generate(prompt, 12, temperature=5.0, top_p=1e-6, generator=gen).tokens[0] == free
-    a = m.generate(prompt, 12, temperature=1.0, generator=torch.Generator().manual_seed(7))
-    b = m.generate(prompt, 12, temperature=1.0, generator=torch.Generator().manual_seed(7))
-    assert a.tokens == b.tokens
+        assert m.generate(rows, new, z=zs).codes == one
 
 
 def test_prior_codes_are_per_token_and_uniform():
@@ -533,9 +451,6 @@ def test_checkpoint_roundtrip_atomic_and_errors(tmp_path):
     x = torch.randint(0, 97, (1, 8))
     c = torch.randint(0, 8, (1, 8))
     torch.testing.assert_close(ld.model.eval()(x, z=c).logits, m(x, z=c).logits)
-    # mismatched model
-    with pytest.raises(CheckpointError, match="latent_bits: file=3 model=4"):
-        load_checkpoint(p, model=build_model(cfg.replace(latent_bits=4)))
     # truncated file
     data = p.read_bytes()
     bad = tmp_path / "bad.pt"
@@ -636,20 +551,6 @@ def test_split_forward_equals_forward_in_float64(H):
         m.forward_upper(low.hidden)
     with pytest.raises(ValueError, match="pinned codes must have shape"):
         m.forward_upper(low.hidden, codes[:, :5])
-
-
-def test_split_forward_leaves_the_kv_cache_path_alone():
-    """The split pass keeps no state: a cached prefill + decode after it still equals forward."""
-    m = seeded(tiny(latent_bits=4))
-    x = torch.randint(0, 97, (2, 12))
-    codes = torch.randint(0, 16, (2, 12))
-    m.forward_upper(m.forward_lower(x).hidden, codes)
-    cache = m.new_cache(2, 12)
-    a = m.extend(x[:, :7], cache, z=codes[:, :7]).logits
-    b = m.extend(x[:, 7:], cache, z=codes[:, 7:]).logits
-    torch.testing.assert_close(torch.cat([a, b], 1), m(x, z=codes).logits, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="max_seq_len"):
-        m.forward_lower(torch.zeros(1, 65, dtype=torch.long))
 
 
 # ---------------------------------------------------------------- the Z-cut control

@@ -5,7 +5,6 @@ tests/test_slurm.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -14,25 +13,19 @@ from pathlib import Path
 import pytest
 import torch
 from submitit.helpers import DelayedSubmission
+from trainrun import SYNTH, rows, weights
 
 import experiments.train.trainer as T
 from experiments.train.config import compose
 from experiments.train.plan import plan, run_dir
 from sweeps import job as J
 
-TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
-        "model.latent_bits=4", "train.batch_size=8", "data.val_tokens=260",
-        "logging.progress=false", "logging.log_every=1", "optim.warmup_steps=1",
-        "logging.val_every=2", f"train.tokens={4 * 8 * 64}"]  # 4 steps (seq_len 64)
+TINY = [*SYNTH, "model.latent_bits=4", "train.batch_size=8", "logging.val_every=2",
+        f"train.tokens={4 * 8 * 64}"]  # 4 steps (seq_len 64)
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one thread: bitwise-equal runs
 
-
-
-def _val_steps(run: Path) -> list[int]:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r["step"] for r in rows if r["kind"] == "val"]
 
 
 @pytest.mark.parametrize("at_step", [0, 2])
@@ -62,17 +55,13 @@ def test_a_signal_during_validation_checkpoints_it_and_the_resume_does_not_repea
     assert f"resumed from step_{at_step}.pt" in log
     assert log.count(f"step {at_step}: val_ce") == 1  # validated once, in the first attempt
     assert len(calls) - n_first == (2 if at_step == 0 else 1)  # resume: steps 2 and 4 / 4
-    assert _val_steps(run) == [0, 2, 4]
+    assert [r["step"] for r in rows(run, "val")] == [0, 2, 4]
 
     monkeypatch.setattr(T, "evaluate", real)
     ref = T.train(compose([*TINY, f"paths.results={tmp_path / 'ref'}"]))
-    a = torch.load(ref / "checkpoints" / "final.pt", weights_only=True)["model"]
-    b = torch.load(run / "checkpoints" / "final.pt", weights_only=True)["model"]
+    a, b = weights(ref), weights(run)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    strip = lambda p: [{k: v for k, v in json.loads(x).items()  # noqa: E731
-                        if k not in ("time", "tokens_per_s", "wall_s")}
-                       for x in p.read_text().splitlines()]
-    assert strip(run / "metrics.jsonl") == strip(ref / "metrics.jsonl")
+    assert rows(run, wall=False) == rows(ref, wall=False)
 
 
 def _job(tmp_path: Path, stalls: int = 0) -> J.CellJob:

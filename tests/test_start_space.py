@@ -6,12 +6,12 @@ decides and every rank exits. The free space is a monkeypatched `plan.free_bytes
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from trainrun import SYNTH, free_port
 
 import experiments.train.plan as P
 import experiments.train.trainer as T
@@ -20,10 +20,8 @@ from experiments.train.config import compose
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = ["data=synthetic", "model=1M", "model.dim=64", "model.ffn_dim=128", "model.n_layers=2",
-        "train.batch_size=4", "data.val_tokens=260", "logging.progress=false",
-        "logging.log_every=1", "optim.warmup_steps=1", "logging.val_every=0",
-        "model.latent_bits=0", f"train.tokens={2 * 4 * 65}", "logging.keep_checkpoints=1",
+TINY = [*SYNTH, "train.batch_size=4", "logging.val_every=0", "model.latent_bits=0",
+        f"train.tokens={2 * 4 * 65}", "logging.keep_checkpoints=1",
         "logging.keep_eval_checkpoints=2"]
 
 
@@ -84,12 +82,6 @@ def test_an_unbuilt_corpus_is_counted(tmp_path, monkeypatch):
     assert "and its corpus" in P.start_refusal(cfg, p, P.run_dir(cfg))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank(rank: int, world: int, port: int, results: str, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
@@ -110,7 +102,7 @@ def _rank(rank: int, world: int, port: int, results: str, out: str) -> None:
 def test_rank0_decides_and_every_rank_exits(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    mp.start_processes(_rank, args=(2, _free_port(), str(tmp_path / "res"), str(out)),
+    mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "res"), str(out)),
                        nprocs=2, join=True, start_method="spawn")
     a, b = ((out / f"rank{r}").read_text() for r in (0, 1))
     assert a == b and a.startswith("refused: ") and "free on its file system" in a

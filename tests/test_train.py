@@ -3,7 +3,6 @@ NaN handling, dry-run FLOPs, bad input (DDP == one process: tests/test_train_loo
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,17 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
+from trainrun import ROOT, env1, weights
+from trainrun import rows as metrics
 
 import experiments.train.trainer as T
 from common.io import flocked
 from experiments.corpus.tokenizer import tokenizer_from_ref
 from experiments.train.config import CONF_DIR, compose
 from experiments.train.plan import plan, run_dir, run_id
-from model import build_model, load_checkpoint
+from model import load_checkpoint, train_flops_per_token
 
-ROOT = Path(__file__).resolve().parent.parent
 # 1M preset with a small vocabulary and short sequences: a step takes tens of milliseconds.
 TINY = ["model=1M", "model.vocab_size=512", "train.seq_len=32", "train.batch_size=8",
         "data.max_bytes=150000", "data.val_tokens=512", "logging.progress=false",
@@ -46,18 +44,6 @@ def cache(tmp_path_factory) -> Path:
 
 def ov(results: Path, cache: Path, *extra: str) -> list[str]:
     return [*TINY, f"paths.results={results}", f"paths.cache={cache}", *extra]
-
-
-def metrics(run: Path) -> list[dict]:
-    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-
-
-def env1() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-
-
-def weights(path: Path) -> dict[str, torch.Tensor]:
-    return torch.load(path, weights_only=True)["model"]
 
 
 # ---------------------------------------------------------------- learning + run directory
@@ -136,20 +122,6 @@ def _wait(pred, proc, timeout=120.0):
         time.sleep(0.01)
 
 
-def _train_lines(run: Path) -> list[dict]:
-    if not (run / "metrics.jsonl").exists():
-        return []
-    out = []
-    for x in (run / "metrics.jsonl").read_text().splitlines():
-        try:
-            r = json.loads(x)
-        except json.JSONDecodeError:
-            continue
-        if r["kind"] == "train":
-            out.append(r)
-    return out
-
-
 @pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cache):
     extra = ["model.dim=64", "model.ffn_dim=128", "model.latent_bits=4", "model.kappa_bits=0.25",
@@ -175,7 +147,7 @@ def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cach
     # the kill may have come while later steps' lines were written (the save is asynchronous):
     # wait for the resume to cut them back, then for it to step past its resume point
     _wait(lambda: "resumed from" in (run / "train.log").read_text(), p)
-    _wait(lambda: len(_train_lines(run)) > n0 + 1, p)
+    _wait(lambda: len(metrics(run, "train")) > n0 + 1, p)
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=60)
     assert p.returncode == T.EXIT_PREEMPTED == 75, err[-2000:]
@@ -188,9 +160,7 @@ def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cach
     T.train(compose(args))
     a, b = weights(ref / "checkpoints" / "final.pt"), weights(ck / "final.pt")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s",
-                                                                    "wall_s")} for r in rows]
-    assert strip(metrics(run)) == strip(metrics(ref))
+    assert metrics(run, wall=False) == metrics(ref, wall=False)
     log = (run / "train.log").read_text()
     assert log.count("argv:") == 3 and "resumed from step_" in log
 
@@ -248,7 +218,7 @@ def test_k_nan_losses_in_a_row_stop_naming_the_steps_and_keep_the_last_good_chec
     sa, sb = a["optim"]["state"], b["optim"]["state"]
     assert sa and all(torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"])
                       and float(sa[i]["step"]) == float(sb[i]["step"]) == 4 for i in sa)
-    lines = _train_lines(run)
+    lines = metrics(run, "train")
     assert [r["step"] for r in lines] == [1, 2, 3, 4, 5, 6, 7]
     assert [r["loss"] for r in lines[4:]] == [None, None, None]  # missing, never 0 or NaN
     assert [r.get("nonfinite_steps") for r in lines[4:]] == [[[5, [0]]], [[6, [0]]],
@@ -262,7 +232,7 @@ def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
               "logging.keep_checkpoints=50", "logging.log_every=2")
     assert T.main(args) == 0
     run = run_dir(compose(args))
-    lines = _train_lines(run)
+    lines = metrics(run, "train")
     rec = [(r["step"], r.get("nonfinite_steps"), r.get("skipped_steps")) for r in lines]
     assert rec[:3] == [(2, None, None), (4, [[3, [0]]], 1), (6, [[5, [0]]], 2)]
     ck = run / "checkpoints"
@@ -275,17 +245,13 @@ def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
 
 # ---------------------------------------------------------------- dry run and budgets
 @pytest.mark.parametrize("latent_bits", [0, 8])
-def test_dry_run_flops_match_flop_counter(tmp_path, latent_bits, capsys):
+def test_dry_run_prints_the_plans_flops_and_writes_nothing(tmp_path, latent_bits, capsys):
+    """The plan's FLOPs/token are model.train_flops_per_token's at the run's sequence length
+    (tests/test_model.py checks those against torch's FlopCounterMode)."""
     cfg = compose(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
                      f"paths.results={tmp_path}"])
     p = plan(cfg)
-    m = build_model(p.model).train()
-    B, S = 2, 64
-    x = torch.randint(0, p.model.vocab_size, (B, S))
-    # the math backend, so attention shows up as matmuls the counter sees
-    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
-        m(x, targets=x).loss.backward()
-    assert p.flops_per_token * B * S == fc.get_total_flops()
+    assert p.flops_per_token == train_flops_per_token(p.model, 64).total
     assert T.main(["model=1M", f"model.latent_bits={latent_bits}", "train.seq_len=64",
                    f"paths.results={tmp_path}", "train.dry_run=true"]) == 0
     out = capsys.readouterr().out

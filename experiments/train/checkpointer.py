@@ -47,11 +47,6 @@ def shard_dir(marker: Path) -> Path:
     return marker.with_suffix(SHARDS)
 
 
-def finished(rd: Path | RunDir) -> bool:
-    """A run with final.pt is finished (train() returns at once unless train.force=true)."""
-    return (rd if isinstance(rd, RunDir) else RunDir(rd)).finished
-
-
 # ====================================================================== state
 class TrainState:
     """What a checkpoint restores beyond the weights: the step, the optimizer, the LR schedule,
@@ -59,7 +54,7 @@ class TrainState:
     `model` and `mode` (none|ddp|fsdp) say how the optimizer state is gathered and loaded."""
 
     def __init__(self, cfg: TrainConfig, p: RunPlan, run_id: str,
-                 opt: torch.optim.Optimizer, sched: Any, model: torch.nn.Module | None = None,
+                 opt: torch.optim.Optimizer, sched: Any, model: torch.nn.Module,
                  mode: str = "none") -> None:
         self.cfg, self.plan, self.run_id = cfg, p, run_id
         self.opt, self.sched = opt, sched
@@ -153,7 +148,7 @@ class Checkpointer:
 
     def __init__(self, rd: Path, cfg: TrainConfig, p: RunPlan, *, main: bool = True,
                  world: int = 1, log: Callable[..., None] = _quiet,
-                 tokenizer: dict[str, Any] | None = None, async_save: bool = True,
+                 tokenizer: dict[str, Any] | None = None,
                  storage_writer: Callable[[Path], Any] | None = None,
                  export_dtype: torch.dtype | None = None) -> None:
         self.rd, self.run = rd, RunDir(rd)  # every name under the run comes from RunDir
@@ -171,7 +166,7 @@ class Checkpointer:
         self.main, self.world, self.log = main, world, log
         self.tokenizer = tokenizer
         """The tokenizer reference written into every checkpoint (model.save_checkpoint)."""
-        self.async_save, self.storage_writer = async_save, storage_writer
+        self.storage_writer = storage_writer
         self.export_dtype = export_dtype
         self._last_good: Path | None = None
         self._pending: Any = None  # the in-flight async save's future
@@ -179,10 +174,6 @@ class Checkpointer:
         self._lock = threading.Lock()  # the writer thread's completion vs the main thread
         self._pg: Any = None
         self._stager: Any = None  # DCP's DefaultStager, made at the first save (`_staging`)
-
-    @property
-    def finished(self) -> bool:
-        return self.run.finished
 
     @property
     def last_good(self) -> Path | None:
@@ -226,7 +217,6 @@ class Checkpointer:
         and the optimizer) and cut metrics.jsonl back to it (nothing found: start afresh).
         Every rank calls it. UsageError: the checkpoint does not fit this run."""
         model = state.model
-        assert model is not None, "TrainState without a model cannot be resumed"
         if found is not None:
             payload, path = found
             try:
@@ -273,10 +263,9 @@ class Checkpointer:
 
     def save(self, step: int, state: TrainState, name: str | None = None,
              val_done: bool = False) -> Path:
-        """Start the checkpoint of `step` (asynchronous unless async_save=False), exported for
+        """Start the checkpoint of `step` (written asynchronously), exported for
         evaluation when its step is kept; with `name`, that weights-only export instead."""
         model = state.model
-        assert model is not None, "TrainState without a model cannot be saved"
         self.wait()  # one save in flight at a time
         state.step, state.val_done = step, val_done
         if name is not None:
@@ -302,17 +291,10 @@ class Checkpointer:
         kw: dict[str, Any] = {"checkpoint_id": str(d), "process_group": self._group()}
         if self.storage_writer is not None:
             kw["storage_writer"] = self.storage_writer(d)
-        if self.async_save:
-            fut = dcp.async_save(sd, async_checkpointer_type=AsyncCheckpointerType.THREAD,
-                                 async_stager=self._staging(), **kw)
-            self._pending = done
-            fut.add_done_callback(lambda f: self._complete(f, step, marker, meta, config, done))
-        else:
-            dcp.save(sd, **kw)
-            self._complete(None, step, marker, meta, config, done)
-            if self.world > 1:
-                dist.barrier()
-            self._raise()
+        fut = dcp.async_save(sd, async_checkpointer_type=AsyncCheckpointerType.THREAD,
+                             async_stager=self._staging(), **kw)
+        self._pending = done
+        fut.add_done_callback(lambda f: self._complete(f, step, marker, meta, config, done))
         return marker
 
     def _staging(self) -> Any:
@@ -344,8 +326,7 @@ class Checkpointer:
         """Every rank's shards and DCP's metadata are written (DCP's finish step gathers all
         ranks before the future resolves): rank 0 writes the marker, then rotates."""
         try:
-            if fut is not None:
-                fut.result()
+            fut.result()
             if self.main:
                 atomic_torch_save({"format": FORMAT, "config": config,
                                    "tokenizer": self.tokenizer, "extra": meta,
@@ -381,7 +362,6 @@ class Checkpointer:
         """A weights-only single file at `path` (config, tokenizer, run identity, the training
         state without optimizer): gathered on rank 0, a collective under FSDP."""
         model = state.model
-        assert model is not None
         weights = par.full_weights(model, state.mode, main=self.main)
         if self.main:
             save_weights(path, model, tokenizer=self.tokenizer, extra=state.meta(),

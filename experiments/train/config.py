@@ -29,7 +29,6 @@ from experiments.corpus.config import (  # noqa: F401 - the data section's home;
     DataConfig,
     DataSource,
     HFSource,
-    check_choice,
     check_positive,
 )
 from model import PRESETS, ModelConfig
@@ -37,17 +36,14 @@ from model import PRESETS, ModelConfig
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-# each choice's members are its values (Choice: str enums, listed by OmegaConf on a bad value)
+# each choice's members are its values (Choice: str enums, listed by OmegaConf on a bad value;
+# `_check_override` refuses a bad one first, naming them)
 Precision = Choice("Precision", "auto fp32 bf16", module=__name__)
 Device = Choice("Device", "auto cpu cuda", module=__name__)
 ComputeMatch = Choice("ComputeMatch", "none flops", module=__name__)
 Parallel = Choice("Parallel", "auto ddp fsdp", module=__name__)
 ExportDtype = Choice("ExportDtype", "auto bf16 fp32", module=__name__)
 PRECISIONS = tuple(Precision)
-DEVICES = tuple(Device)
-COMPUTE_MATCH = tuple(ComputeMatch)
-PARALLEL = tuple(Parallel)
-EXPORT_DTYPES = tuple(ExportDtype)
 # how the same maths is laid out over processes and memory, and what the dry run assumes:
 # not part of the run-id
 NON_SEMANTIC_TRAIN_KEYS = ("force", "dry_run", "device", "compile", "parallel",
@@ -90,10 +86,6 @@ def parse_amount(text: str | float | int | None, var: str) -> float | None:
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{var}={text!r} must be > 0")
     return v
-
-
-def _choice(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
-    check_choice(obj, name, allowed, _section(obj))
 
 
 def _section(obj: Any) -> str:
@@ -225,10 +217,6 @@ class LoopConfig:
         _positive(self, "micro_batch_size", "tokens", "flops", allow_none=True)
         _positive(self, "match_latent_bits")
         _positive(self, "match_n_layers", allow_none=True)
-        _choice(self, "compute_match", COMPUTE_MATCH)
-        _choice(self, "device", DEVICES)
-        _choice(self, "precision", PRECISIONS)
-        _choice(self, "parallel", PARALLEL)
         _positive(self, "gpu_memory_gb", "gpu_peak_tflops")
         _positive(self, "cpu_tokens_per_s", "plan_world_size", allow_none=True)
         _positive(self, "max_nonfinite_steps")
@@ -276,7 +264,6 @@ class LoggingConfig:
         _positive(self, "log_every", "ckpt_every", "val_batch_size", "keep_checkpoints")
         _positive(self, "val_every", "keep_eval_checkpoints", allow_zero=True)
         _positive(self, "peak_tflops", allow_none=True)
-        _choice(self, "export_dtype", EXPORT_DTYPES)
         if self.tracker not in TRACKERS:
             raise ValueError(f"logging.tracker={self.tracker!r}: allowed values "
                              f"{list(TRACKERS)}")

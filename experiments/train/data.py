@@ -71,7 +71,6 @@ class SyntheticData:
         self.seed = seed
         self.split = split
         self.seq_len = sd.SEQ_LEN - 1
-        self.n = None
 
     def example(self, g: int) -> list[int]:
         text, _ = self.sd.make_example(random.Random(f"synthetic:{self.split}:{self.seed}:{g}"))
@@ -91,7 +90,6 @@ class RandomTokens:
     def __init__(self, vocab_size: int, seq_len: int, seed: int, split: str) -> None:
         self.vocab, self.seq_len, self.seed, self.split = vocab_size, seq_len, seed, split
         self.salt = {"train": 0, "val": 1}[split]
-        self.n = None
 
     def get(self, start: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
         # numpy's SeedSequence takes the whole (seed, split, sample) key; torch's CPU generator

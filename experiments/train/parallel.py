@@ -1,24 +1,12 @@
 # experiments/train/parallel.py
-"""Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2.
+"""Data parallelism for experiments/train/trainer.py: none (one process), DDP, or FSDP2 (HSDP
+across nodes), and the sharded step checkpoints (DCP) that resume at any world size.
 
-Compile (train.compile), one path for every parallelism, as torchtitan does: each transformer
-block and the encoder block is compiled in place (`compile_units`) before DDP wraps or FSDP2
-shards the model, so the gradient and all-gather / reduce-scatter hooks stay outside the graphs
-and overlap the backward; what lies between the blocks runs eager (tests/test_compile.py).
-
-FSDP is FSDP2 (`fully_shard`): one unit per block, one for the encoder block, and the root unit
-for the rest. The post-sampler stays in the root unit on purpose: the binary mapper reads
-`post_sampler.weight` directly, so a unit of its own would never be unsharded by a forward hook.
-Across nodes FSDP2 becomes HSDP (`hsdp_shape`, `mesh_for`): shards within a node, replicas
-across nodes (all-reduced once per step, `accumulate`), chosen when LOCAL_WORLD_SIZE is below
-WORLD_SIZE (tests/test_hsdp.py).
-
-No rank builds the whole fp32 model on the host: `build_on_meta`, then `materialize` replays the
-init on the CPU generator one parameter at a time, so every world size starts from the weights
-of `torch.manual_seed(seed); build_model(cfg)` (tests/test_memory.py, bitwise). Step checkpoints
-are DCP shards (`training_state`; DDP splits the replicated state by `owned_names`) that resume
-at any world size (`load_training_state`); only the weights-only export is gathered on rank 0
-(`full_weights`).
+Compile (train.compile), one path for every parallelism, as torchtitan does: each block and the
+encoder block is compiled in place before DDP wraps or FSDP2 shards the model, so the hooks stay
+outside the graphs and overlap the backward (tests/test_compile.py). The post-sampler stays in
+FSDP2's root unit on purpose: the binary mapper reads `post_sampler.weight` directly, so a unit
+of its own would never be unsharded by a forward hook.
 """
 
 from __future__ import annotations

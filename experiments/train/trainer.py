@@ -43,7 +43,7 @@ from model import build_model
 from model.free_transformer import SequenceKeys
 
 from . import parallel as par
-from .checkpointer import EXPORT_DTYPES, Checkpointer, TrainState, finished
+from .checkpointer import EXPORT_DTYPES, Checkpointer, TrainState
 from .config import (
     GENERATED_SOURCES,
     TrainConfig,
@@ -134,15 +134,11 @@ class _Log:
 
 
 def param_groups(model: torch.nn.Module, wd: float) -> list[dict[str, Any]]:
-    """AdamW groups: weight decay `wd` on matrices, none on vectors (norms, zeta)."""
-    decay, no_decay = [], []
-    seen: set[int] = set()
-    for p in model.parameters():
-        if id(p) in seen or not p.requires_grad:
-            continue
-        seen.add(id(p))
-        (decay if p.dim() >= 2 else no_decay).append(p)  # norms and zeta are not decayed
-    return [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
+    """AdamW groups: weight decay `wd` on matrices, none on vectors (norms, zeta); a tied
+    parameter once (Module.parameters() yields each parameter once)."""
+    ps = list(model.parameters())
+    return [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": wd},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
 
 
 @torch.no_grad()
@@ -450,9 +446,9 @@ class Trainer:
                     raise TrainingDiverged(stop)
                 if bar is not None:
                     bar.update(1)
-                # every step, agreed by all ranks (one tiny all-reduce): SLURM's preemption
-                # notice is answered within a step of its grace period, every rank at one step
-                sig = self.pending_signal()
+                # agreed by all ranks (one tiny all-reduce) on the steps that log, validate or
+                # save, not on every step: SLURM's grace period (minutes) covers log_every steps
+                sig = self.pending_signal(log_now or self.val_due(step) or ckpt.due(step))
                 # validate before a checkpoint at the same step, so the checkpoint can say it
                 # ran; a signal already pending skips it (the next attempt validates first)
                 ran_val = sig is None and step < p.steps and self.val_due(step)
@@ -521,10 +517,6 @@ class Trainer:
             self.metrics.write(json.dumps(MetricsLine.from_json(rec).to_json()) + "\n")
             self.metrics.flush()
 
-    def barrier(self) -> None:
-        if self.world > 1:
-            dist.barrier()
-
     def validate(self, step: int) -> None:
         # train.compile: validation runs the blocks eager. Compiled, it would add a no-grad
         # graph per block variant (3 for the FT) at step 0, a graph per odd last-batch shape,
@@ -545,14 +537,19 @@ class Trainer:
                          + (f" (posterior ce {r['val_ce_posterior']:.4f}, kl "
                             f"{r['val_kl_bits']:.3f} bits)" if arms.arm(self.p.arm).latent else ""),
                          echo=False)
-            self.barrier()
+            if self.world > 1:
+                dist.barrier()
 
     def val_due(self, step: int) -> bool:
         ve = self.cfg.logging.val_every
         return step == self.p.steps or step == 0 or (ve > 0 and step % ve == 0)
 
-    def pending_signal(self) -> int | None:
+    def pending_signal(self, agree: bool = True) -> int | None:
+        """The signal to stop on, None to go on; several processes read theirs only where
+        `agree` (every rank calls it at the same steps)."""
         sig = self.stop["sig"]
+        if self.world > 1 and not agree:
+            return None
         if self.world > 1:  # every rank stops at the same step: a CPU tensor, so the all-reduce
             # runs on the process group's CPU backend (gloo) and reading it never waits for the
             # GPU (a device flag read here was a host sync per step)
@@ -582,8 +579,7 @@ class Trainer:
         for a in range(accum):
             j = a * self.world + self.rank  # this micro-batch's index within the global batch
             x, y = self.corpus.train.get(step * cfg.train.batch_size + j * mb, mb)
-            if dev.type == "cuda":  # pinned (torch's cached host blocks): the copy is truly
-                x, y = x.pin_memory(), y.pin_memory()  # asynchronous; pageable memory blocks
+            # a few KB of token ids: pinning them first was one more host copy for nothing
             x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             # latent draws keyed by (seed, step, sequence): the same whatever the layout
             keys = SequenceKeys.for_batch(cfg.train.seed, step, j * mb, mb, dev)
@@ -755,7 +751,7 @@ def train(cfg: TrainConfig, argv: list[str] | None = None) -> Path:
     device = _device(cfg)
     with ExitStack() as stack:
         stop = stack.enter_context(_signals_to_flag())
-        if finished(rd) and not cfg.train.force:
+        if RunDir(rd).finished and not cfg.train.force:
             if main:
                 print(f"run {rd.name} is finished ({RunDir(rd).final_checkpoint}); "
                       f"train.force=true retrains", file=sys.stderr)
