@@ -36,8 +36,8 @@ SERIAL = {
     # wall clocks (timing, the sandbox's limits): beside another test on 2 cores they slow
     # down or lose their timing
     "test_e2e.py", "test_slurm.py", "test_study.py", "test_sweep_points.py", "test_train.py",
-    "test_train_loop.py", "test_fsdp.py", "test_hsdp.py", "test_compile.py", "test_multinode.py",
-    "test_checkpoint_sharded.py", "test_start_space.py", "test_gpu_check_cpu.py",
+    "test_train_loop.py", "test_hsdp.py", "test_compile.py", "test_checkpoint_sharded.py",
+    "test_start_space.py", "test_gpu_check_cpu.py",
     "test_gpu_check_recipe.py", "test_eval_parallel.py", "test_full_eval.py", "test_corpus.py",
     "test_site.py", "test_sandbox_timing.py", "test_sandbox_canonical.py",
 }
