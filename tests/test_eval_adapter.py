@@ -76,9 +76,7 @@ def test_loglikelihood_equals_teacher_forced_sum(base_ckpt: Path) -> None:
             lm.tok.encode(c + ctx[len(c):] + cont)[: len(lm.tok.encode(c))]
     # the toy strings include real boundary merges (where lm-eval's default slicing differs)
     assert boundary_cases >= 2
-    # batching and length-sorting do not change a request's score
-    single = [lm.loglikelihood_pairs([p])[0][0] for p in PAIRS]
-    assert single == pytest.approx([g[0] for g in got], abs=1e-5)
+    # batched scores equal each request's alone: test_shared_context.py, every arm and Z mode
 
 
 def test_loglikelihood_rolling(base_ckpt: Path) -> None:

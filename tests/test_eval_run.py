@@ -218,3 +218,10 @@ def test_a_dead_task_is_null_and_native_files_sit_beside_ours(
     for f in sam:
         rows = [json.loads(x) for x in Path(f).read_text().splitlines()]
         assert [r["doc_id"] for r in rows] == [0, 1] and "arguments" in rows[0]
+
+
+def test_a_sample_of_an_unexpected_form_fails_its_task_in_one_line() -> None:
+    from experiments.eval.run import _checked
+
+    with pytest.raises(ValueError, match=r"^arc_easy: lm-eval returned a sample of an unexp"):
+        _checked("arc_easy", [{"doc_id": 0, "arguments": {"gen_args_0": {"arg_0": "ctx"}}}])
