@@ -90,7 +90,7 @@ def tasks(bench_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[di
                           STOCK_DIRS, _hf_schema)
 
 
-@pytest.mark.parametrize("name", NEW + ["mmlu_anatomy"])
+@pytest.mark.parametrize("name", NEW)  # mmlu_anatomy: test_eval_tasks.py
 @pytest.mark.slow  # every paper task through stock lm-eval: the CI tier (make test-all)
 def test_offline_prompts_match_stock(tasks: tuple[dict, dict], name: str) -> None:
     ours, stock = tasks

@@ -115,7 +115,7 @@ def _mean_metric(xs: list[float]) -> dict[str, Any]:
     return {"value": sum(xs) / n, "stderr": se, "n": n}
 
 
-def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[str, Any]:
+def gold_bpb(lm: Any, pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Bits per UTF-8 byte of each gold continuation given its context: total bits / total
     bytes (as nanochat's evaluate_bpb); stderr of the per-item mean; prior-k: `spread`."""
     scores = lm.loglikelihood_pairs(pairs)
@@ -137,7 +137,7 @@ def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[st
     m["value"] = bits / nbytes if nbytes else None
     if per_draw is not None and nbytes:
         m["spread"] = statistics.pstdev([x / nbytes for x in per_draw])
-    return {"primary": "bpb", "higher_is_better": False, "n": len(items), "fewshot": fewshot,
+    return {"primary": "bpb", "higher_is_better": False, "n": len(items), "fewshot": 0,
             "metrics": {"bpb": m}, "items": items}
 
 

@@ -348,7 +348,9 @@ def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
     ck = checkpoint_of(run)
     run_id = run.run_id
     eval_dir = Path(runtime.out_dir) if runtime.out_dir is not None else run.eval_dir
-    check_writable(eval_dir)
+    if (bad := unwritable(eval_dir)) is not None:  # before any work: it costs nothing
+        raise UsageError(f"output directory {eval_dir.absolute()}: {bad}; give --out-dir a "
+                         "writable directory")
     context = trained_context(run)
     # under torchrun every process loads the model; rank 0 runs lm-eval and writes every file,
     # the others score their share of each batch of requests (lm_adapter.DataParallel)
@@ -407,12 +409,12 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
         cache_key = spec.cache_key(ident, seed, gen_toks)
         path = eval_dir / spec.file_name(lm.checkpoint_step)
         t0 = time.time()
-        n0 = _request_count(lm)
+        n0 = lm.n_requests
         with harness_output(path.with_suffix(".log")):
             entries = _run_suite(suite, names, lm, req, ddir, eval_dir,
                                  cache_dir / f"{suite}-{cache_key}", path, run_id, gen_toks)
         elapsed = time.time() - t0
-        nreq = _request_count(lm) - n0
+        nreq = lm.n_requests - n0
         doc = EvalFile(
             suite=suite, spec=spec, spec_id=spec.id, run_id=run_id, checkpoint=str(ck),
             checkpoint_step=lm.checkpoint_step, arm=lm.arm.name,
@@ -453,14 +455,14 @@ def _scored(lm: Any, names: dict[str, int | None], body: Any) -> dict[str, dict]
     """`body()`'s task entries; if it dies, an error entry (null metrics, never 0) for each of
     `names` (name -> few-shot count). One progress line per entry, the first with the time and
     requests the run took."""
-    t0, n0 = time.time(), _request_count(lm)
+    t0, n0 = time.time(), lm.n_requests
     try:
         got = body()
     except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
         logging.getLogger(__name__).exception("task %s failed", next(iter(names)))
         got = {n: _error_entry(n, e, fs) for n, fs in names.items()}
     for i, (name, e) in enumerate(got.items()):
-        task_line(name, e, *((time.time() - t0, _request_count(lm) - n0) if i == 0 else ()))
+        task_line(name, e, *((time.time() - t0, lm.n_requests - n0) if i == 0 else ()))
     return got
 
 
@@ -498,14 +500,6 @@ def native_dir(eval_file: Path) -> Path:
     return eval_file.with_name(eval_file.stem + ".lm_eval")
 
 
-def check_writable(d: Path) -> None:
-    """UsageError unless d is (or can be made) a writable directory; run before any work,
-    so a bad output directory costs nothing and leaves nothing behind."""
-    if (bad := unwritable(d)) is not None:
-        raise UsageError(f"output directory {Path(d).absolute()}: {bad}; give --out-dir a "
-                         "writable directory")
-
-
 def resolve_device(device: str | None) -> str:
     """`None`/"auto": cuda if torch sees a GPU, else cpu. A device this machine lacks is an
     UsageError naming it (not a checkpoint error from loading onto it)."""
@@ -541,10 +535,6 @@ def summary(paths: dict[str, Path]) -> tuple[list[str], list[str]]:
         lines += [f"wrote {p}", "  " + ", ".join(f"{t}={_fmt(e)}" for t, e in tasks.items())]
         failed += [f"{t}: {e['error']}" for t, e in tasks.items() if e.get("error")]
     return lines, failed
-
-
-def _request_count(lm: Any) -> int:
-    return getattr(lm, "n_requests", 0)
 
 
 def _fmt(e: dict) -> str:
@@ -647,11 +637,6 @@ def request_of(a: argparse.Namespace) -> EvalRequest:
                        fewshot=a.fewshot, data=a.data, seed=a.seed, max_gen_toks=a.max_gen_toks)
 
 
-def runtime_of(a: argparse.Namespace) -> EvalRuntime:
-    return EvalRuntime(device=a.device, batch_size=a.batch_size, threads=a.threads,
-                       out_dir=a.out_dir)
-
-
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
     """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in this
     window (the run's train.seq_len), by the same `EvalRequest.specs` as `run_eval`'s."""
@@ -711,7 +696,8 @@ def _main(argv: Sequence[str]) -> int:
 
         torch.set_num_threads(a.threads)
     try:
-        written = run_eval(a.ckpt, request_of(a), runtime_of(a))
+        written = run_eval(a.ckpt, request_of(a), EvalRuntime(
+            device=a.device, batch_size=a.batch_size, threads=a.threads, out_dir=a.out_dir))
     except CheckpointError as e:  # a corrupt checkpoint: before the first file is written
         raise UsageError(str(e)) from None
     lines, bad = summary(written)
