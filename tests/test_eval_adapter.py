@@ -190,17 +190,20 @@ class _Req:
         self.task_name = "t"
 
 
-def test_stop_strings_end_rows_early_with_the_same_text(base_ckpt: Path) -> None:
+def test_stop_strings_end_rows_early_with_the_same_text(base_ckpt: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import experiments.eval.lm_adapter as adapter
+
     lm = FTBenchLM(checkpoint=str(base_ckpt), batch_size=4, progress=False)
     prompts = ["def f(x):\n", "Question: 1 + 1?\nAnswer:", "import os\n", "x = [",
                "class A:\n    def"]
     until = [" ", "e", "\n"]  # strings a random model writes soon, in many tokenizations
     reqs = [_Req(p, {"until": until, "max_gen_toks": 24}) for p in prompts]
-    lm.text_stops = False
-    n0 = lm.n_forward_tokens
-    full = lm.generate_until(reqs)
-    n_full = lm.n_forward_tokens - n0
-    lm.text_stops = True
+    with monkeypatch.context() as m:  # no stop_when: every row generates to its budget
+        m.setattr(adapter, "text_stop", lambda *a: None)
+        n0 = lm.n_forward_tokens
+        full = lm.generate_until(reqs)
+        n_full = lm.n_forward_tokens - n0
     n0 = lm.n_forward_tokens
     early = lm.generate_until(reqs)
     assert early == full

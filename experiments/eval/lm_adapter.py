@@ -229,7 +229,6 @@ class FTBenchLM(TemplateLM):
         if self.max_gen_toks < 1:
             raise ValueError(f"max_gen_toks={max_gen_toks}: need >= 1")
         self.progress = _bool(progress)
-        self.text_stops = True  # end rows on stop strings in the decoded text (tests turn it off)
         self._device = torch.device(device)
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}: allowed {PRECISIONS}")
@@ -349,14 +348,8 @@ class FTBenchLM(TemplateLM):
     def _shard(self, kind: str, payload: Any, rank: int, world: int) -> dict[int, Any]:
         outer, self._in_shard = self._in_shard, True  # a rolling share scores through here
         try:
-            with self._autocast():
-                if kind == "score":
-                    return self._score_share(*payload, rank, world)
-                if kind == "rolling":
-                    return self._rolling_share(*payload, rank, world)
-                if kind == "generate":
-                    return self._generate_share(*payload, rank, world)
-            raise ValueError(f"unknown request kind {kind!r}")
+            with self._autocast():  # kind: "score", "rolling" or "generate"
+                return getattr(self, f"_{kind}_share")(*payload, rank, world)
         finally:
             self._in_shard = outer
 
@@ -693,8 +686,7 @@ class FTBenchLM(TemplateLM):
                 gen = self.model.generate(prompts, max_new_tokens=budget,
                                           temperature=temperature, top_p=top_p, z="prior",
                                           stop=stops, generator=g, eos_id=self.tok.eos_id,
-                                          stop_when=text_stop(until, self.tok_decode)
-                                          if self.text_stops else None)
+                                          stop_when=text_stop(until, self.tok_decode))
                 self.n_forward_tokens += sum(map(len, prompts)) + sum(map(len, gen.tokens))
                 for j, i in enumerate(rows):
                     out[i] = cut_at_stop(self.tok_decode(gen.tokens[j]), until)
