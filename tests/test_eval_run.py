@@ -216,8 +216,15 @@ def test_a_dead_task_is_null_and_native_files_sit_beside_ours(
         assert [r["doc_id"] for r in rows] == [0, 1] and "arguments" in rows[0]
 
 
-def test_a_sample_of_an_unexpected_form_fails_its_task_in_one_line() -> None:
-    from experiments.eval.run import _checked
+def test_samples_never_fail_deep_in_the_entry() -> None:
+    """A sample of an unexpected form fails its task in one line; a generation task's samples
+    under prior-k get no spread (their args hold a dict: this was a TypeError that nulled
+    every prior-k generation task)."""
+    from types import SimpleNamespace
+
+    from experiments.eval.run import _checked, _prior_k_spread
 
     with pytest.raises(ValueError, match=r"^arc_easy: lm-eval returned a sample of an unexp"):
         _checked("arc_easy", [{"doc_id": 0, "arguments": {"gen_args_0": {"arg_0": "ctx"}}}])
+    gen = [{"doc_id": 0, "target": "4", "arguments": [("Q: 2 + 2?", {"until": ["\n"]})]}]
+    assert _prior_k_spread(_checked("gsm8k", gen), SimpleNamespace(k=2, draw_logliks={})) == {}

@@ -191,6 +191,8 @@ def _prior_k_spread(samples: list[dict], lm: Any) -> dict[str, float]:
     accn: dict[int, list[float]] = defaultdict(list)
     for s in samples:
         pairs = [tuple(a) for a in s["arguments"]]
+        if not all(len(p) == 2 and isinstance(p[1], str) for p in pairs):
+            return {}  # a generation task's (context, gen_kwargs): no choice to draw over
         draws = [lm.draw_logliks.get(p) for p in pairs]
         if any(d is None or len(d) != lm.k for d in draws) or not isinstance(s.get("target"),
                                                                              int):
