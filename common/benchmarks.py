@@ -259,8 +259,7 @@ def find(task: object) -> Benchmark | None:
 
 def tasks(*, suite: str | None = None, scoring: str | None = None,
           default: bool | None = None, offline_ready: bool | None = None,
-          fewshot_source: bool | None = None, gold_bpb: bool | None = None,
-          order: str = "paper") -> tuple[str, ...]:
+          fewshot_source: bool | None = None, order: str = "paper") -> tuple[str, ...]:
     """The task names of the runnable rows with the given properties (None: any), in the
     paper's table order ('paper') or `make eval`'s ('run': lm-eval before evalplus)."""
     rows = [b for b in BENCHMARKS if b.task
@@ -268,8 +267,7 @@ def tasks(*, suite: str | None = None, scoring: str | None = None,
             and (scoring is None or b.scoring == scoring)
             and (default is None or b.default == default)
             and (offline_ready is None or b.offline_ready == offline_ready)
-            and (fewshot_source is None or b.fewshot_source == fewshot_source)
-            and (gold_bpb is None or b.gold_bpb == gold_bpb)]
+            and (fewshot_source is None or b.fewshot_source == fewshot_source)]
     if order == "run":
         rows.sort(key=lambda b: SUITES.index(b.suite or ""))
     elif order != "paper":

@@ -43,14 +43,10 @@ def task_list(spec: str) -> list[str]:
     return list(dict.fromkeys(t.strip() for t in spec.split(",") if t.strip()))
 
 
-def _eval_file(d: Path) -> Path | None:
-    files = sorted(p for p in d.glob("*.json") if p.name != "done.json")
-    return files[-1] if len(files) == 1 else None
-
-
 def _summary(task: str, d: Path) -> dict[str, Any]:
     """Status, primary metric and request count of a task's eval file (null when absent)."""
-    f = _eval_file(d)
+    files = [p for p in d.glob("*.json") if p.name != "done.json"]  # the one eval file
+    f = files[0] if len(files) == 1 else None
     if f is None:
         return {"status": "no result file", "metric": None, "value": None, "requests": None,
                 "model_s": None, "file": None}

@@ -1,4 +1,6 @@
-"""The lm-eval adapter scores what it should: teacher-forced sums, honest Free Transformer Z."""
+"""The lm-eval adapter scores what it should: teacher-forced sums, the Z modes, stop strings.
+What Z sees per request type: test_eval_protocol.py (the adapter) and test_model.py's
+test_encoder_is_noncausal_but_prefill_sees_only_prompt (the model)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import torch
 import torch.nn.functional as F
 
 from experiments.eval.lm_adapter import FTBenchLM
-from model import load_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -76,9 +77,7 @@ def test_loglikelihood_equals_teacher_forced_sum(base_ckpt: Path) -> None:
             lm.tok.encode(c + ctx[len(c):] + cont)[: len(lm.tok.encode(c))]
     # the toy strings include real boundary merges (where lm-eval's default slicing differs)
     assert boundary_cases >= 2
-    # batching and length-sorting do not change a request's score
-    single = [lm.loglikelihood_pairs([p])[0][0] for p in PAIRS]
-    assert single == pytest.approx([g[0] for g in got], abs=1e-5)
+    # batched scores equal each request's alone: test_shared_context.py, every arm and Z mode
 
 
 def test_loglikelihood_rolling(base_ckpt: Path) -> None:
@@ -92,43 +91,6 @@ def test_loglikelihood_rolling(base_ckpt: Path) -> None:
     assert roll == pytest.approx(float(logp[torch.arange(len(ids)), ids].sum()), abs=1e-4)
     # greedy generation against full forwards: test_eval_protocol.py's
     # test_generation_keeps_the_prompt_and_records_cuts
-
-
-def test_free_transformer_scores_are_honest(free_ckpt: Path) -> None:
-    ck = load_checkpoint(free_ckpt)
-    m, V = ck.model.eval(), ck.config.vocab_size
-    g = torch.Generator().manual_seed(0)
-    ctx = torch.randint(0, V, (1, 12), generator=g)
-    cont_a = torch.randint(0, V, (1, 6), generator=g)
-    cont_b = torch.randint(0, V, (1, 6), generator=g)
-    tail_a = torch.randint(0, V, (1, 5), generator=g)
-    tail_b = torch.randint(0, V, (1, 5), generator=g)
-    P = torch.tensor([ctx.shape[1]])
-
-    def run(*parts: torch.Tensor, z: str = "prior") -> tuple[torch.Tensor, torch.Tensor]:
-        gen = torch.Generator().manual_seed(123)
-        x = torch.cat(parts, 1)
-        with torch.no_grad():
-            out = m(x, z=z, prefix_len=P if z == "prior" else None, generator=gen)
-        return out.logits, out.codes
-
-    # 1. tokens after the scored span change -> the scored positions' logits do not
-    la, _ = run(ctx, cont_a, tail_a)
-    lb, _ = run(ctx, cont_a, tail_b)
-    scored = slice(P.item() - 1, P.item() - 1 + cont_a.shape[1])
-    assert torch.equal(la[:, scored], lb[:, scored])
-    # 2. the continuation does not reach Z through the encoder: with another continuation the
-    #    codes (context codes from the encoder, prior codes after) are identical
-    _, ca = run(ctx, cont_a, tail_a)
-    _, cb = run(ctx, cont_b, tail_a)
-    assert torch.equal(ca, cb)
-    # ... while the leaking posterior does see it (so this test can fail)
-    _, pa = run(ctx, cont_a, tail_a, z="posterior")
-    _, pb = run(ctx, cont_b, tail_a, z="posterior")
-    assert not torch.equal(pa[:, :P.item()], pb[:, :P.item()])
-
-    # 3. the adapter gives the encoder exactly each request's context (the codes it used, per
-    #    position): test_eval_protocol.py's loglikelihood test
 
 
 def test_z_modes(free_ckpt: Path) -> None:
@@ -228,17 +190,20 @@ class _Req:
         self.task_name = "t"
 
 
-def test_stop_strings_end_rows_early_with_the_same_text(base_ckpt: Path) -> None:
+def test_stop_strings_end_rows_early_with_the_same_text(base_ckpt: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import experiments.eval.lm_adapter as adapter
+
     lm = FTBenchLM(checkpoint=str(base_ckpt), batch_size=4, progress=False)
     prompts = ["def f(x):\n", "Question: 1 + 1?\nAnswer:", "import os\n", "x = [",
                "class A:\n    def"]
     until = [" ", "e", "\n"]  # strings a random model writes soon, in many tokenizations
     reqs = [_Req(p, {"until": until, "max_gen_toks": 24}) for p in prompts]
-    lm.text_stops = False
-    n0 = lm.n_forward_tokens
-    full = lm.generate_until(reqs)
-    n_full = lm.n_forward_tokens - n0
-    lm.text_stops = True
+    with monkeypatch.context() as m:  # no stop_when: every row generates to its budget
+        m.setattr(adapter, "text_stop", lambda *a: None)
+        n0 = lm.n_forward_tokens
+        full = lm.generate_until(reqs)
+        n_full = lm.n_forward_tokens - n0
     n0 = lm.n_forward_tokens
     early = lm.generate_until(reqs)
     assert early == full

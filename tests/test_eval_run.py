@@ -117,15 +117,15 @@ def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: 
     p1 = json.loads(post.read_text())
     assert p1["leaks"] is True and p1["requests"] > 0
     # the same command again: every request comes from the cache, same numbers
-    p2 = json.loads(_eval(ck, z="posterior", **kw)["lm-eval"].read_text())
-    assert p2["requests"] == 0
+    again = _eval(ck, z="posterior", **kw)["lm-eval"]
+    p2 = json.loads(again.read_text())
+    assert again == post and p2["requests"] == 0  # into the same file
     assert p2["tasks"]["arc_easy"]["items"] == p1["tasks"]["arc_easy"]["items"]
 
 
 @pytest.mark.slow
 def test_one_file_per_spec_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
-    """Another task set, generation length or checkpoint step never overwrites a file; the same
-    spec again resumes (every request from the cache) into the same file."""
+    """Another task set, generation length or checkpoint step never overwrites a file."""
     import torch
 
     from model import load_checkpoint, save_checkpoint
@@ -153,11 +153,7 @@ def test_one_file_per_spec_and_resume(bench_dir, toy_checkpoint, tmp_path: Path)
         assert got["lm-eval"] == doc["spec"] and spec_id(got["lm-eval"]) == doc["spec_id"]
     assert set(json.loads(b.read_text())["tasks"]) == {"arc_easy", "commonsense_qa"}
     assert set(json.loads(a.read_text())["tasks"]) == {"arc_easy"}  # not overwritten
-    again = _eval(ck, ["arc_easy"], **kw)["lm-eval"]
-    assert again == a
-    d2 = json.loads(again.read_text())
-    assert d2["requests"] == 0 and d2["tasks"]["arc_easy"]["items"] == da["tasks"]["arc_easy"][
-        "items"]
+    # the same spec again resumes into the same file: test_free_transformer_modes_and_resume
     # a later checkpoint of the same run: a file of its own
     save_checkpoint(ck, m.model, tokenizer=m.tokenizer, extra={"step": 9})
     e = _eval(ck, ["arc_easy"], **kw)["lm-eval"]
@@ -218,3 +214,17 @@ def test_a_dead_task_is_null_and_native_files_sit_beside_ours(
     for f in sam:
         rows = [json.loads(x) for x in Path(f).read_text().splitlines()]
         assert [r["doc_id"] for r in rows] == [0, 1] and "arguments" in rows[0]
+
+
+def test_samples_never_fail_deep_in_the_entry() -> None:
+    """A sample of an unexpected form fails its task in one line; a generation task's samples
+    under prior-k get no spread (their args hold a dict: this was a TypeError that nulled
+    every prior-k generation task)."""
+    from types import SimpleNamespace
+
+    from experiments.eval.run import _checked, _prior_k_spread
+
+    with pytest.raises(ValueError, match=r"^arc_easy: lm-eval returned a sample of an unexp"):
+        _checked("arc_easy", [{"doc_id": 0, "arguments": {"gen_args_0": {"arg_0": "ctx"}}}])
+    gen = [{"doc_id": 0, "target": "4", "arguments": [("Q: 2 + 2?", {"until": ["\n"]})]}]
+    assert _prior_k_spread(_checked("gsm8k", gen), SimpleNamespace(k=2, draw_logliks={})) == {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 from pathlib import Path
 
 import datasets
@@ -21,11 +20,10 @@ import pytest
 from test_eval_tasks import _hf_schema as stock_schema
 from test_eval_tasks import _jsonl, _requests, ours_and_stock
 
+from common import benchmarks
 from experiments.eval.tasks import (
     NO_FEWSHOT_SOURCE,
     OFFLINE_TASKS,
-    PARTIAL,
-    benchdata,
     fewshot_error,
 )
 from experiments.eval.tasks import offline_utils as ou
@@ -92,7 +90,7 @@ def tasks(bench_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[di
                           STOCK_DIRS, _hf_schema)
 
 
-@pytest.mark.parametrize("name", NEW + ["mmlu_anatomy"])
+@pytest.mark.parametrize("name", NEW)  # mmlu_anatomy: test_eval_tasks.py
 @pytest.mark.slow  # every paper task through stock lm-eval: the CI tier (make test-all)
 def test_offline_prompts_match_stock(tasks: tuple[dict, dict], name: str) -> None:
     ours, stock = tasks
@@ -156,8 +154,9 @@ def test_generative_tasks_and_partial_label(tasks: tuple[dict, dict], bench_dir:
     assert ours["nq_open"].doc_to_target(ours["nq_open"].eval_docs[0]) == \
         ["14 December 1972 UTC", "December 1972"]  # every gold answer counts
     tq = ours["triviaqa"]
-    assert len(tq.eval_docs) == 7993 and PARTIAL["triviaqa"] == "partial (7,993 of 17,944)"
-    assert tq.config.task == "triviaqa" and PARTIAL["triviaqa"] in tq.config.task_alias
+    partial = benchmarks.benchmark("triviaqa").partial
+    assert len(tq.eval_docs) == 7993 and partial == "partial (7,993 of 17,944)"
+    assert tq.config.task == "triviaqa" and partial in tq.config.task_alias
     # "??": the stock template appends "?" to questions that already end with one
     assert json.loads(_requests(tq, 1)[0][2])[0] == \
         "Question: Which Lloyd Webber musical premiered in the US on 10th December 1993??\nAnswer:"
@@ -173,48 +172,6 @@ def test_new_tasks_are_offline_and_fewshot_guarded() -> None:
     line = fewshot_error(["gsm8k", "piqa", "triviaqa"], 5)
     assert line is not None and "piqa, triviaqa" in line and "\n" not in line
     assert set(NO_FEWSHOT_SOURCE) >= set(NEW)
-
-
-def test_new_files_verified(bench_dir: Path) -> None:
-    # mmlu's pins (and so its spec ids) are its test/dev csvs only; validation has its own key
-    mmlu = benchdata.verify(bench_dir, ["mmlu"]).checksums
-    assert len(mmlu) == 114 and not any(p.startswith("mmlu/validation/") for p in mmlu)
-    chk = benchdata.verify(bench_dir, NEW + ["mmlu", "mmlu_validation"])
-    assert chk.ok, chk.line()
-    val = [p for p in chk.checksums if p.startswith("mmlu/validation/")]
-    assert len(val) == 171  # 57 subjects x (arrow, dataset_info.json, state.json)
-    assert len(chk.checksums) == 14 + 114 + 171
-    assert chk.checksums["piqa/valid-labels.lst"] == \
-        "b4192dc3a2a0363d9d60ccf79800cbbe2f32ebb17726efdde6970e0b8131bceb"
-    assert chk.checksums["mmlu/validation/anatomy/data-00000-of-00001.arrow"] == \
-        "d4e1f73ae79a8802e04476898b5b2dacec303391f0af3b78135c3a21af55f3cd"
-
-
-def test_altered_and_missing_new_files_named(bench_dir: Path, tmp_path: Path) -> None:
-    d = tmp_path / "bench"
-    for rel in ("README.md", "piqa/valid.jsonl", "piqa/valid-labels.lst",
-                "mmlu/validation/anatomy/data-00000-of-00001.arrow",
-                "mmlu/validation/anatomy/dataset_info.json", "mmlu/validation/anatomy/state.json",
-                "mmlu/test/anatomy_test.csv", "mmlu/dev/anatomy_dev.csv"):
-        (d / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(bench_dir / rel, d / rel)
-    for sums in ("mmlu/SHA256SUMS", "mmlu/validation/SHA256SUMS"):  # this subject only
-        lines = (bench_dir / sums).read_text().splitlines()
-        (d / sums).write_text("\n".join(x for x in lines if "anatomy" in x) + "\n")
-    assert benchdata.verify(d, ["piqa", "mmlu", "mmlu_validation"]).ok
-    lab = d / "piqa/valid-labels.lst"
-    lab.write_text("1" + lab.read_text()[1:])  # one flipped label
-    arrow = d / "mmlu/validation/anatomy/data-00000-of-00001.arrow"
-    raw = arrow.read_bytes()
-    arrow.write_bytes(raw[:100] + bytes([raw[100] ^ 1]) + raw[101:])  # one bit
-    assert benchdata.verify(d, ["mmlu"]).ok  # the validation copy is not mmlu's
-    line = benchdata.verify(d, ["piqa", "mmlu_validation", "boolq"]).line()
-    assert "altered (sha256 differs): piqa/valid-labels.lst, " \
-        "mmlu/validation/anatomy/data-00000-of-00001.arrow" in line
-    assert "missing: boolq/val.jsonl" in line and "\n" not in line
-    (d / "mmlu/validation/SHA256SUMS").unlink()  # no pins: the sums file itself is missing
-    assert "missing: mmlu/validation/SHA256SUMS" in \
-        benchdata.verify(d, ["mmlu_validation"]).line()
 
 
 def test_conversions_refuse_malformed_rows(tmp_path: Path) -> None:

@@ -46,12 +46,6 @@ def test_logits_match_transformers(exported: tuple[Path, Path]) -> None:
     assert (a - b).abs().max().item() < 1e-4
 
 
-def test_free_transformer_is_refused(toy_checkpoint, tmp_path: Path) -> None:
-    ck = toy_checkpoint(tmp_path / "run" / "checkpoints" / "final.pt", free=True)
-    with pytest.raises(ValueError, match="Free Transformer"):
-        export(ck, tmp_path / "hf")
-
-
 @pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
 def test_hf_backend_same_choices(bench_dir, exported: tuple[Path, Path], tmp_path: Path) -> None:
     import lm_eval

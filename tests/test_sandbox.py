@@ -204,7 +204,7 @@ def f():
     return facts
 '''
     r = sandbox.run_child({"mode": "gt", "code": code, "entry_point": "f",
-                           "inputs": dumps([[]])}, timeout_s=30)
+                           "inputs": [dumps([])]}, timeout_s=30)
     assert r.ready and r.result["status"] == "ok", r.stderr_tail
     facts = decode(r.result["outputs"][0])
     assert facts["spawned"] > 1  # spawned, signalled: the hook was off
@@ -237,7 +237,7 @@ def f():
 '''
     t0 = time.monotonic()
     r = sandbox.run_child({"mode": "check", "code": code, "entry_point": "f",
-                           "inputs": dumps([[]]), "time_limits": [20.0]}, timeout_s=30,
+                           "inputs": [dumps([])], "time_limits": [20.0]}, timeout_s=30,
                           max_output=1 << 20)
     assert r.overflow and r.result is None and time.monotonic() - t0 < 20
 

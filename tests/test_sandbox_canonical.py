@@ -1,11 +1,11 @@
 """The sandboxed checker agrees with evalplus: canonical solutions pass, wrong ones fail.
 
-The first test covers the problems that exercise evalplus's special paths (float tolerance,
+Every HumanEval+ (164) and MBPP+ (378) canonical solution must pass (base and plus) and a wrong
+variant of each must fail, the problems on evalplus's special paths included (float tolerance,
 HumanEval/32's polynomial oracle, MBPP's set-equality, "is not None", surface-area and
-digit-distance oracles); the second runs every HumanEval+ (164) and MBPP+ (378) canonical
-solution (all must pass, base and plus) and a wrong variant of each (all must fail). Both are
-slow-tier: the fast tier has the oracles in-process (test_sandbox's comparison test) and real
-canonical solutions through the sandbox (test_sandbox_scoring, the hostile batch's controls).
+digit-distance oracles). Slow tier: the fast tier has the oracles in-process (test_sandbox's
+comparison test) and real canonical solutions through the sandbox (test_sandbox_scoring, the
+hostile batch's controls).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from experiments.eval import codecheck
 BENCH = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
 FILES = {"humaneval": BENCH / "humanevalplus" / "HumanEvalPlus-v0.1.10.jsonl",
          "mbpp": BENCH / "mbppplus" / "MbppPlus-v0.2.0.jsonl"}
-SPECIAL = {"humaneval": ["HumanEval/2", "HumanEval/32"],
-           "mbpp": ["Mbpp/2", "Mbpp/558", "Mbpp/581", "Mbpp/737"]}
 ALWAYS_PASSES = {"Mbpp/164"}  # evalplus's oracle for are_equivalent accepts any output
 
 # a wrong solution: the canonical one, with every result nudged off its expected value
@@ -48,10 +46,9 @@ def {ep}(*a):
 '''
 
 
-def _problems(ds: str, ids: list[str] | None = None) -> list[dict]:
+def _problems(ds: str) -> list[dict]:
     with open(FILES[ds], encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
-    return [r for r in rows if ids is None or r["task_id"] in ids]
+        return [json.loads(line) for line in f if line.strip()]
 
 
 def _right(p: dict) -> str:
@@ -77,13 +74,6 @@ def _assert_agree(right: dict, wrong: dict) -> None:
     assert bad == {}, bad
     passed = {t for t, o in wrong.items() if o.base.status == "pass" or o.base.status is None}
     assert passed <= ALWAYS_PASSES, {t: wrong[t] for t in passed - ALWAYS_PASSES}
-
-
-@pytest.mark.parametrize("ds", ["humaneval", "mbpp"])
-@pytest.mark.slow
-def test_special_oracles_agree_with_evalplus(ds: str, tmp_path: Path) -> None:
-    right, wrong, _ = _check(ds, _problems(ds, SPECIAL[ds]), tmp_path, 4)  # latency-bound
-    _assert_agree(right, wrong)
 
 
 @pytest.mark.slow

@@ -34,6 +34,9 @@ class _LM:
     def loglikelihood_pairs(self, pairs: list) -> list[tuple[float, bool]]:
         return [(-10.0, False) for _ in pairs]
 
+    def truncation_record(self, args: list) -> dict:
+        return {"n_requests": len(args)}
+
 
 def _canonical(n: int) -> list[str]:
     with open(HEP, encoding="utf-8") as f:

@@ -29,18 +29,17 @@ STOP = ["<|endoftext|>", "<|endofmask|>", "</s>", "\nif __name__", "\ndef main("
         "\nclass ", "\ndef ", "\n#", "\nassert ", '\n"""', "\n```"]
 
 
-def problems_file(task: str, data_dir: Path | None) -> Path:
-    """The full evalplus dataset file for a task (offline copy, else evalplus's download)."""
+def load_problems(task: str, data_dir: Path | None, limit: int | None) -> list[dict[str, Any]]:
+    """The first `limit` problems of a task's evalplus dataset (its offline copy, else
+    evalplus's download)."""
     name, rel = DATASETS[task]
     if data_dir is not None:
-        return data_dir / rel
-    from evalplus.data import humaneval, mbpp  # downloads into evalplus's cache when online
+        path = data_dir / rel
+    else:
+        from evalplus.data import humaneval, mbpp  # downloads into evalplus's cache
 
-    return Path(humaneval._ready_human_eval_plus_path() if name == "humaneval"
-                else mbpp._ready_mbpp_plus_path())
-
-
-def load_problems(path: Path, limit: int | None) -> list[dict[str, Any]]:
+        path = Path(humaneval._ready_human_eval_plus_path() if name == "humaneval"
+                    else mbpp._ready_mbpp_plus_path())
     with open(path, encoding="utf-8") as f:
         return list(itertools.islice((json.loads(x) for x in f if x.strip()), limit))
 
@@ -51,8 +50,7 @@ def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workd
     """Score one evalplus task; returns {task: task_entry, task_gold_bpb: task_entry}."""
     name, _ = DATASETS[task]
     workdir.mkdir(parents=True, exist_ok=True)
-    src = problems_file(task, data_dir)
-    probs = load_problems(src, limit)
+    probs = load_problems(task, data_dir, limit)
     gen_kw = {"until": STOP, "max_gen_toks": max_gen_toks, "do_sample": False}
     reqs = [SimpleNamespace(args=(p["prompt"], gen_kw)) for p in probs]
     completions = lm.generate_until(reqs)
@@ -87,7 +85,9 @@ def run_task(lm: Any, task: str, data_dir: Path | None, limit: int | None, workd
              "sandbox": {"isolation": rep.isolation, "scored": scored, "n_missing": n - scored,
                          "timed_out": rep.budget_exhausted, "budget_s": round(budget, 1),
                          "elapsed_s": round(rep.elapsed_s, 2), "sandboxes": rep.sandboxes,
-                         "leftovers_killed": rep.leftovers_killed}}
+                         "leftovers_killed": rep.leftovers_killed},
+             # from the rule alone, so it covers requests answered from the cache too
+             "truncation": lm.truncation_record([r.args for r in reqs])}
     gold = gold_bpb(lm, [(p["prompt"], p["canonical_solution"]) for p in probs])
     return {task: entry, f"{task}_gold_bpb": gold}
 
@@ -115,7 +115,7 @@ def _mean_metric(xs: list[float]) -> dict[str, Any]:
     return {"value": sum(xs) / n, "stderr": se, "n": n}
 
 
-def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[str, Any]:
+def gold_bpb(lm: Any, pairs: list[tuple[str, str]]) -> dict[str, Any]:
     """Bits per UTF-8 byte of each gold continuation given its context: total bits / total
     bytes (as nanochat's evaluate_bpb); stderr of the per-item mean; prior-k: `spread`."""
     scores = lm.loglikelihood_pairs(pairs)
@@ -137,7 +137,7 @@ def gold_bpb(lm: Any, pairs: list[tuple[str, str]], fewshot: int = 0) -> dict[st
     m["value"] = bits / nbytes if nbytes else None
     if per_draw is not None and nbytes:
         m["spread"] = statistics.pstdev([x / nbytes for x in per_draw])
-    return {"primary": "bpb", "higher_is_better": False, "n": len(items), "fewshot": fewshot,
+    return {"primary": "bpb", "higher_is_better": False, "n": len(items), "fewshot": 0,
             "metrics": {"bpb": m}, "items": items}
 
 

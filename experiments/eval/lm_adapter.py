@@ -229,7 +229,6 @@ class FTBenchLM(TemplateLM):
         if self.max_gen_toks < 1:
             raise ValueError(f"max_gen_toks={max_gen_toks}: need >= 1")
         self.progress = _bool(progress)
-        self.text_stops = True  # end rows on stop strings in the decoded text (tests turn it off)
         self._device = torch.device(device)
         if precision not in PRECISIONS:
             raise ValueError(f"precision={precision!r}: allowed {PRECISIONS}")
@@ -349,14 +348,8 @@ class FTBenchLM(TemplateLM):
     def _shard(self, kind: str, payload: Any, rank: int, world: int) -> dict[int, Any]:
         outer, self._in_shard = self._in_shard, True  # a rolling share scores through here
         try:
-            with self._autocast():
-                if kind == "score":
-                    return self._score_share(*payload, rank, world)
-                if kind == "rolling":
-                    return self._rolling_share(*payload, rank, world)
-                if kind == "generate":
-                    return self._generate_share(*payload, rank, world)
-            raise ValueError(f"unknown request kind {kind!r}")
+            with self._autocast():  # kind: "score", "rolling" or "generate"
+                return getattr(self, f"_{kind}_share")(*payload, rank, world)
         finally:
             self._in_shard = outer
 
@@ -421,7 +414,8 @@ class FTBenchLM(TemplateLM):
             for j in range(0, len(cont), step):
                 pieces.append((ctx + cont[:j], cont[j:j + step], enc[i]))
                 owner.append(i)
-        scored = self._score_tokens(pieces, disable_tqdm)
+        got = self._dispatch("score", (pieces, disable_tqdm))  # `_score_share`, over the ranks
+        scored = [got[i] for i in range(len(pieces))]
         draws: list[list[float]] = [[] for _ in requests]
         greedy = [True] * len(requests)
         for i, (d, g) in zip(owner, scored, strict=True):
@@ -442,19 +436,13 @@ class FTBenchLM(TemplateLM):
         h = hashlib.blake2b(repr((self.seed, draw, parts)).encode(), digest_size=8).digest()
         return torch.Generator(device="cpu").manual_seed(int.from_bytes(h, "little") >> 1)
 
-    def _score_tokens(self, pieces: list[tuple[list[int], list[int], int]],
-                      disable_tqdm: bool) -> list[tuple[list[float], bool]]:
-        """Per (ctx, cont, n_enc): the continuation's log-likelihood per draw of Z, and whether
-        it is the greedy continuation (`_score_share`, over the job's processes)."""
-        got = self._dispatch("score", (pieces, disable_tqdm))
-        return [got[i] for i in range(len(pieces))]
-
     @torch.no_grad()
     def _score_share(self, pieces: list[tuple[list[int], list[int], int]], disable_tqdm: bool,
                      rank: int = 0, world: int = 1) -> dict[int, tuple[list[float], bool]]:
-        """This rank's share of `_score_tokens` by whole units (a posterior input row, a run of
-        contexts sharing a prefix), {piece index: result}; a context's codes come from a
-        generator keyed by the context, a row's prior codes from one keyed by context and row."""
+        """This rank's share of `_loglikelihood_tokens`'s pieces by whole units (a posterior
+        input row, a run of contexts sharing a prefix), {piece index: result}; a context's codes
+        come from a generator keyed by the context, a row's prior codes from one keyed by
+        context and row."""
         wins = [self._window(*p) for p in pieces]
         draws = self.k if self.arm.latent else 1  # the baseline is deterministic
         # Each piece keeps its continuation's readout inputs, (n_cont, D) per draw, never
@@ -698,8 +686,7 @@ class FTBenchLM(TemplateLM):
                 gen = self.model.generate(prompts, max_new_tokens=budget,
                                           temperature=temperature, top_p=top_p, z="prior",
                                           stop=stops, generator=g, eos_id=self.tok.eos_id,
-                                          stop_when=text_stop(until, self.tok_decode)
-                                          if self.text_stops else None)
+                                          stop_when=text_stop(until, self.tok_decode))
                 self.n_forward_tokens += sum(map(len, prompts)) + sum(map(len, gen.tokens))
                 for j, i in enumerate(rows):
                     out[i] = cut_at_stop(self.tok_decode(gen.tokens[j]), until)

@@ -38,13 +38,11 @@ from common.errors import ArgParser, UsageError, cli, positive_int
 from common.io import atomic_write_json, unwritable
 from common.paths import RunDir
 from common.provenance import git_commit, versions
-from common.records import (  # noqa: F401 - spec_id: sweeps/backend.py and probe.py import it here
-    SCHEMAS,
+from common.records import (  # noqa: F401 - spec_id: tests import it from here
     Z_MODES,
     EvalFile,
     EvalRequest,
     EvalRuntime,
-    EvalSpec,
     RecordError,
     spec_id,
     suites_of,
@@ -58,7 +56,6 @@ DEFAULT_TASKS = benchmarks.tasks(default=True, order="run")
 ONLINE_EXTRA = benchmarks.tasks(default=False)
 """The rest of the paper's table, through stock task names; not in the default set. Each
 runs offline too where its row has an offline copy (`offline_ready`); race has none."""
-SCHEMA = SCHEMAS["eval"]
 VERSIONED = ("lm_eval", "evalplus", "torch", "transformers", "datasets")
 """Packages whose versions an eval file records."""
 
@@ -121,14 +118,14 @@ def _num(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def suite_checksums(ddir: Path | None, tasks: list[str]) -> dict[str, str]:
-    """Verified sha256 of the offline files a suite reads ({} online); UsageError if bad."""
+def suite_checksums(ddir: Path | None, suites: dict[str, list[str]]) -> dict[str, dict[str, str]]:
+    """{suite: the verified sha256 of each offline file its tasks read} ({} online); UsageError
+    (one line) naming every missing or altered file."""
     if ddir is None:
         return {}
-    chk = benchdata.verify(ddir, tasks)
-    if not chk.ok:
-        raise UsageError(chk.line())
-    return chk.checksums
+    chk = benchdata.require(ddir, [t for names in suites.values() for t in names])
+    return {suite: {r: chk.checksums[r] for r in benchdata.needed_files(ddir, names)}
+            for suite, names in suites.items()}
 
 
 # ---------------------------------------------------------------------------- lm-eval suite
@@ -173,6 +170,19 @@ def _task_entry(name: str, res: dict, samples: list[dict], n: int, fewshot: int,
             "metrics": metrics, "items": list(items.values())}
 
 
+def _checked(task: str, samples: list) -> list[dict]:
+    """lm-eval's in-memory samples, in the form the entry reads (a dict per document and
+    filter with its doc_id and `arguments`, the list of its requests' args); any other form
+    fails the task with one line instead of a KeyError deep in the entry."""
+    for s in samples:
+        if not (isinstance(s, dict) and "doc_id" in s and isinstance(s.get("arguments"), list)
+                and all(isinstance(a, (list, tuple)) for a in s["arguments"])):
+            raise ValueError(f"{task}: lm-eval returned a sample of an unexpected form "
+                             f"({one_line(repr(s))[:120]}); this lm-eval version is not "
+                             "supported")
+    return samples
+
+
 def _prior_k_spread(samples: list[dict], lm: Any) -> dict[str, float]:
     """Std over the k draws of acc / acc_norm (multiple-choice tasks, prior-k only)."""
     if getattr(lm, "k", 1) <= 1 or not samples:
@@ -180,10 +190,9 @@ def _prior_k_spread(samples: list[dict], lm: Any) -> dict[str, float]:
     acc: dict[int, list[float]] = defaultdict(list)
     accn: dict[int, list[float]] = defaultdict(list)
     for s in samples:
-        args = s.get("arguments")  # in memory: a list of each request's args (`_gen_args`)
-        if not isinstance(args, list):
-            return {}
-        pairs = [tuple(a) for a in args]
+        pairs = [tuple(a) for a in s["arguments"]]
+        if not all(len(p) == 2 and isinstance(p[1], str) for p in pairs):
+            return {}  # a generation task's (context, gen_kwargs): no choice to draw over
         draws = [lm.draw_logliks.get(p) for p in pairs]
         if any(d is None or len(d) != lm.k for d in draws) or not isinstance(s.get("target"),
                                                                              int):
@@ -202,13 +211,6 @@ def _prior_k_spread(samples: list[dict], lm: Any) -> dict[str, float]:
     return out
 
 
-class _DropCustomDatasetNotice(logging.Filter):
-    """lm-eval warns once per task that uses `custom_dataset` (57 MMLU subjects offline)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Custom kwargs can be passed" not in record.getMessage()
-
-
 def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> dict:
     """A task whose run died: its metrics are missing (null), never 0."""
     if name.endswith(benchmarks.GOLD_BPB_SUFFIX):
@@ -223,19 +225,11 @@ def _error_entry(name: str, err: BaseException | str, fewshot: int | None) -> di
 
 
 def _gen_args(samples: list[dict]) -> list[tuple[str, dict]]:
-    """(context, gen_kwargs) of the generate_until requests logged in lm-eval samples (in
-    memory `arguments` is a list of each request's args; the dict form is only on disk)."""
-    out, seen = [], set()
-    for s in samples:  # one sample per document and filter: count each document once
-        doc = (s.get("_subtask"), s.get("doc_id"))
-        if doc in seen:
-            continue
-        seen.add(doc)
-        for a in s.get("arguments") or []:
-            if isinstance(a, (list, tuple)) and len(a) == 2 and isinstance(a[0], str) \
-                    and isinstance(a[1], dict):
-                out.append((a[0], a[1]))
-    return out
+    """(context, gen_kwargs) of the generate_until requests in lm-eval's samples, each
+    document once (a document has a sample per filter)."""
+    docs = {(s.get("_subtask"), s["doc_id"]): s["arguments"] for s in samples}
+    return [(a[0], a[1]) for args in docs.values() for a in args
+            if len(a) == 2 and isinstance(a[0], str) and isinstance(a[1], dict)]
 
 
 def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | None,
@@ -244,13 +238,15 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
     """Each task runs on its own, so one that dies is recorded as an error and the others
     still count. native_dir: where lm-eval's own results/samples files go (None: nowhere)."""
     import lm_eval
-    from lm_eval.tasks import TaskManager, get_task_dict
+    from lm_eval.tasks import TaskManager
 
     native: list[dict] = []
     if data is not None:
         from experiments.eval.tasks import offline_task_manager
 
-        logging.getLogger("lm_eval.api.task").addFilter(_DropCustomDatasetNotice())
+        # lm-eval warns once per task that uses `custom_dataset` (57 MMLU subjects offline)
+        logging.getLogger("lm_eval.api.task").addFilter(
+            lambda r: "Custom kwargs can be passed" not in r.getMessage())
         tm = offline_task_manager(data, eval_dir / ".tasks")
     else:
         tm = TaskManager()
@@ -265,11 +261,11 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
         nsam, shots = out.get("n-samples", {}), out.get("n-shot", {})
         subs = _leaves(t, out.get("group_subtasks", {}))
         if subs != [t]:
-            smp = [s | {"_subtask": st} for st in subs for s in samples.get(st, [])]
+            smp = [s | {"_subtask": st} for st in subs for s in _checked(t, samples.get(st, []))]
             n = sum(nsam.get(st, {}).get("effective", 0) for st in subs)
             fs = shots.get(subs[0], 0) if subs else 0
         else:
-            smp = samples.get(t, [])
+            smp = _checked(t, samples.get(t, []))
             n = nsam.get(t, {}).get("effective", len(smp))
             fs = shots.get(t, 0)
         e = _task_entry(t, res.get(t, {}), smp, n, int(fs), lm)
@@ -283,7 +279,7 @@ def run_lm_eval(lm: Any, tasks: list[str], limit: int | None, fewshot: int | Non
     def gold(t: str) -> dict[str, dict]:
         from experiments.eval.evalplus_suite import gold_bpb
 
-        task = get_task_dict([t], tm)[t]
+        task = tm.load([t])["tasks"][t]
         docs = list(task.eval_docs)[: limit or None]
         delim = task.config.target_delimiter
         pairs = [(task.doc_to_text(d), delim + task.doc_to_target(d)) for d in docs]
@@ -354,7 +350,9 @@ def run_eval(run: RunDir | str | os.PathLike, request: EvalRequest,
     ck = checkpoint_of(run)
     run_id = run.run_id
     eval_dir = Path(runtime.out_dir) if runtime.out_dir is not None else run.eval_dir
-    check_writable(eval_dir)
+    if (bad := unwritable(eval_dir)) is not None:  # before any work: it costs nothing
+        raise UsageError(f"output directory {eval_dir.absolute()}: {bad}; give --out-dir a "
+                         "writable directory")
     context = trained_context(run)
     # under torchrun every process loads the model; rank 0 runs lm-eval and writes every file,
     # the others score their share of each batch of requests (lm_adapter.DataParallel)
@@ -384,17 +382,12 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
     tasks = list(req.tasks)
     z, k, limit, fewshot, seed = req.z_mode, req.k, req.limit, req.fewshot, req.seed
     suites = req.suites()
-    checks: dict[str, dict[str, str]] = {}
+    checks = suite_checksums(ddir, suites)
     if ddir is not None:
         os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        chk = benchdata.verify(ddir, tasks)
-        print(chk.line(), flush=True)
-        if not chk.ok:
-            raise UsageError(chk.line())
-        for suite, names in suites.items():
-            need = set(benchdata.needed_files(ddir, names))
-            checks[suite] = {r: h for r, h in chk.checksums.items() if r in need}
+        print(f"benchmark data {ddir}: {sum(map(len, checks.values()))} files verified",
+              flush=True)
         from experiments.eval.evalplus_suite import set_override_env
 
         set_override_env(ddir)  # before anything imports evalplus
@@ -418,12 +411,12 @@ def _run_suites(lm: Any, ck: Path, req: EvalRequest, ddir: Path | None, eval_dir
         cache_key = spec.cache_key(ident, seed, gen_toks)
         path = eval_dir / spec.file_name(lm.checkpoint_step)
         t0 = time.time()
-        n0 = _request_count(lm)
+        n0 = lm.n_requests
         with harness_output(path.with_suffix(".log")):
             entries = _run_suite(suite, names, lm, req, ddir, eval_dir,
                                  cache_dir / f"{suite}-{cache_key}", path, run_id, gen_toks)
         elapsed = time.time() - t0
-        nreq = _request_count(lm) - n0
+        nreq = lm.n_requests - n0
         doc = EvalFile(
             suite=suite, spec=spec, spec_id=spec.id, run_id=run_id, checkpoint=str(ck),
             checkpoint_step=lm.checkpoint_step, arm=lm.arm.name,
@@ -449,22 +442,14 @@ def _run_suite(suite: str, names: list[str], lm: Any, req: EvalRequest, ddir: Pa
 
     from experiments.eval import evalplus_suite
 
+    # generate_until through the sqlite cache; every other attribute passes through to lm
     cached = CachingLM(lm, f"{cache}.db")
-
-    def one(t: str) -> dict[str, dict]:
-        got = evalplus_suite.run_task(_GenVia(cached, lm), t, ddir, req.limit,
-                                      eval_dir / ".evalplus" / path.stem, gen_toks)
-        if "truncation" not in got[t]:
-            probs = evalplus_suite.load_problems(evalplus_suite.problems_file(t, ddir),
-                                                 req.limit)
-            got[t]["truncation"] = lm.truncation_record(
-                [(p["prompt"], {"max_gen_toks": gen_toks}) for p in probs])
-        return got
-
     entries: dict[str, dict] = {}
     for t in names:  # one run scores a task and its gold
         entries |= _scored(lm, {t: 0, f"{t}{benchmarks.GOLD_BPB_SUFFIX}": 0},
-                           lambda t=t: one(t))
+                           lambda t=t: evalplus_suite.run_task(
+                               cached, t, ddir, req.limit, eval_dir / ".evalplus" / path.stem,
+                               gen_toks))
     return entries
 
 
@@ -472,14 +457,14 @@ def _scored(lm: Any, names: dict[str, int | None], body: Any) -> dict[str, dict]
     """`body()`'s task entries; if it dies, an error entry (null metrics, never 0) for each of
     `names` (name -> few-shot count). One progress line per entry, the first with the time and
     requests the run took."""
-    t0, n0 = time.time(), _request_count(lm)
+    t0, n0 = time.time(), lm.n_requests
     try:
         got = body()
     except Exception as e:  # noqa: BLE001 - recorded as the task's error, never as 0
         logging.getLogger(__name__).exception("task %s failed", next(iter(names)))
         got = {n: _error_entry(n, e, fs) for n, fs in names.items()}
     for i, (name, e) in enumerate(got.items()):
-        task_line(name, e, *((time.time() - t0, _request_count(lm) - n0) if i == 0 else ()))
+        task_line(name, e, *((time.time() - t0, lm.n_requests - n0) if i == 0 else ()))
     return got
 
 
@@ -517,14 +502,6 @@ def native_dir(eval_file: Path) -> Path:
     return eval_file.with_name(eval_file.stem + ".lm_eval")
 
 
-def check_writable(d: Path) -> None:
-    """UsageError unless d is (or can be made) a writable directory; run before any work,
-    so a bad output directory costs nothing and leaves nothing behind."""
-    if (bad := unwritable(d)) is not None:
-        raise UsageError(f"output directory {Path(d).absolute()}: {bad}; give --out-dir a "
-                         "writable directory")
-
-
 def resolve_device(device: str | None) -> str:
     """`None`/"auto": cuda if torch sees a GPU, else cpu. A device this machine lacks is an
     UsageError naming it (not a checkpoint error from loading onto it)."""
@@ -560,23 +537,6 @@ def summary(paths: dict[str, Path]) -> tuple[list[str], list[str]]:
         lines += [f"wrote {p}", "  " + ", ".join(f"{t}={_fmt(e)}" for t, e in tasks.items())]
         failed += [f"{t}: {e['error']}" for t, e in tasks.items() if e.get("error")]
     return lines, failed
-
-
-class _GenVia:
-    """generate_until through the sqlite cache; everything else straight to the adapter."""
-
-    def __init__(self, cached: Any, lm: Any) -> None:
-        self._cached, self._lm = cached, lm
-
-    def generate_until(self, reqs: list) -> list[str]:
-        return self._cached.generate_until(reqs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._lm, name)
-
-
-def _request_count(lm: Any) -> int:
-    return getattr(lm, "n_requests", 0)
 
 
 def _fmt(e: dict) -> str:
@@ -627,9 +587,11 @@ def check_tasks(tasks: list[str], ddir: Path | None, fewshot: int | None = None)
         every = _all_lm_eval_tasks()
         typos = [t for t in unknown if t not in every]
         if typos:
+            sug = [m[0] for b in typos if (m := difflib.get_close_matches(b, known, n=1))]
             raise UsageError(f"--tasks: unknown task(s) {', '.join(typos)}"
-                                f"{_did_you_mean(typos, known)}; suite tasks: "
-                                f"{', '.join(known)} (or any stock lm-eval task name)")
+                             + (f" (did you mean {', '.join(sug)}?)" if sug else "")
+                             + f"; suite tasks: {', '.join(known)} (or any stock lm-eval "
+                             "task name)")
     if ddir is None:
         return
     from experiments.eval.tasks import fewshot_error
@@ -651,11 +613,6 @@ def _all_lm_eval_tasks() -> frozenset[str]:
     from lm_eval.tasks import TaskManager
 
     return frozenset(TaskManager().all_tasks)
-
-
-def _did_you_mean(bad: list[str], known: Sequence[str]) -> str:
-    sug = [m[0] for b in bad if (m := difflib.get_close_matches(b, known, n=1))]
-    return f" (did you mean {', '.join(sug)}?)" if sug else ""
 
 
 def validate_args(argv: Sequence[str], ckpt: str | None = "<run>",
@@ -682,11 +639,6 @@ def request_of(a: argparse.Namespace) -> EvalRequest:
                        fewshot=a.fewshot, data=a.data, seed=a.seed, max_gen_toks=a.max_gen_toks)
 
 
-def runtime_of(a: argparse.Namespace) -> EvalRuntime:
-    return EvalRuntime(device=a.device, batch_size=a.batch_size, threads=a.threads,
-                       out_dir=a.out_dir)
-
-
 def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, dict[str, Any]]:
     """{suite: spec} that `validate_args`'s arguments will produce on a model evaluated in this
     window (the run's train.seq_len), by the same `EvalRequest.specs` as `run_eval`'s."""
@@ -696,8 +648,8 @@ def planned_specs(a: argparse.Namespace, max_seq_len: int | None) -> dict[str, d
     ddir = benchdata.data_dir(req.data)
     gen = req.max_gen_toks if req.max_gen_toks is not None else (
         default_gen_toks(max_seq_len) if max_seq_len else None)
-    checks = {suite: suite_checksums(ddir, names) for suite, names in req.suites().items()}
-    return {suite: sp.to_json() for suite, sp in req.specs(gen, checks, max_seq_len).items()}
+    specs = req.specs(gen, suite_checksums(ddir, req.suites()), max_seq_len)
+    return {suite: sp.to_json() for suite, sp in specs.items()}
 
 
 def _check_caches(tasks: list[str]) -> None:
@@ -746,7 +698,8 @@ def _main(argv: Sequence[str]) -> int:
 
         torch.set_num_threads(a.threads)
     try:
-        written = run_eval(a.ckpt, request_of(a), runtime_of(a))
+        written = run_eval(a.ckpt, request_of(a), EvalRuntime(
+            device=a.device, batch_size=a.batch_size, threads=a.threads, out_dir=a.out_dir))
     except CheckpointError as e:  # a corrupt checkpoint: before the first file is written
         raise UsageError(str(e)) from None
     lines, bad = summary(written)

@@ -386,7 +386,7 @@ def isolation() -> Isolation:
 def _probe(iso: Isolation) -> str | None:
     """None if a trivial job runs to completion under iso, else a one-line reason."""
     job = {"mode": "gt", "code": "def f():\n    return 1\n", "entry_point": "f",
-           "inputs": '["l",[["l",[]]]]'}
+           "inputs": ['["l",[]]']}  # one input: no arguments
     try:
         r = run_child(job, timeout_s=60, iso=iso)
     except Exception as e:  # e.g. no free uid, cgroup refused: report, never raise
@@ -398,17 +398,6 @@ def _probe(iso: Isolation) -> str | None:
 
 
 # ---- one sandboxed run ----
-
-def split_inputs(inputs: str | list[str]) -> list[bytes]:
-    """One JSON line per input, from `codecheck_child.dumps(list_of_inputs)` or already split."""
-    if isinstance(inputs, str):
-        tagged = json.loads(inputs)
-        if not (isinstance(tagged, list) and len(tagged) == 2 and tagged[0] == "l"
-                and isinstance(tagged[1], list)):
-            raise ValueError("inputs: not an encoded list")
-        inputs = [json.dumps(v, separators=(",", ":")) for v in tagged[1]]
-    return [s.encode() for s in inputs]
-
 
 def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
               mem_bytes: int = MEM_BYTES, tmpfs_bytes: int = TMPFS_BYTES,
@@ -425,7 +414,7 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
     if not iso.usable:
         raise RuntimeError(f"sandbox unavailable: {iso.reason}")
     as_root = os.geteuid() == 0
-    feed = split_inputs(job.get("inputs", []))
+    feed = [s.encode() for s in job.get("inputs", [])]  # one encoded input per line
     if input_limits_s is not None and len(input_limits_s) != len(feed):
         raise ValueError(f"{len(input_limits_s)} input limits for {len(feed)} inputs")
     job = {k: v for k, v in job.items() if k != "inputs"}

@@ -21,9 +21,6 @@ STOCK = Path(importlib.util.find_spec("lm_eval").origin).parent / "tasks"
 is read at a sweep's plan time)."""
 OFFLINE_TASKS = benchmarks.tasks(suite="lm-eval", offline_ready=True)
 """The lm-eval tasks with an offline copy (common.benchmarks), in the paper's order."""
-PARTIAL = {b.task: b.partial for b in benchmarks.BENCHMARKS if b.task and b.partial}
-"""Offline data that is not the whole stock evaluation set: task -> the label every table and
-file must carry (the scores are not comparable with stock numbers)."""
 NO_FEWSHOT_SOURCE = benchmarks.tasks(suite="lm-eval", offline_ready=True, fewshot_source=False)
 """Stock few-shot examples come from a train split these offline copies do not have (ARC's
 train split is missing too); MMLU (dev), GSM8K and CommonsenseQA (train) have theirs."""
