@@ -271,7 +271,7 @@ def _read_evals(root: Path, run: RunDir, warnings: list[str]) -> list[dict]:
             continue
         spec = rec.spec.to_json()
         out.append({"path": epath, "ev": rec, "spec": spec, "spec_id": rec.spec_id,
-                    "legacy": rec.legacy, "key": spec_key(spec),
+                    "key": spec_key(spec),
                     "group": (rec.spec.suite, rec.spec.z_mode)})
     return out
 
@@ -425,7 +425,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             head = ev.header()
             head.update(file=str(epath.relative_to(root)), file_sha256=sha256_file(epath),
                         cell=row["cell"], spec=f["spec"], spec_id=f["spec_id"],
-                        spec_legacy=f["legacy"], used=f["spec_id"] not in excluded,
+                        used=f["spec_id"] not in excluded,
                         excluded_reason=excluded.get(f["spec_id"], ""))
             evals.append(head)
             if f["spec_id"] in excluded:

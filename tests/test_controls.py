@@ -129,7 +129,7 @@ def test_equal_flops_names_come_from_the_data_not_the_arm_name(tmp_path):
         ("tokens", "baseline"), ("flops", "baseline_flops")]
     c = data.cells.set_index("cell")
     for s in (0, 1):  # the control stopped early: 10% short of the FT's FLOPs
-        rid = c.loc[f"baseline_flops-s{s}", "run_id"]
+        rid = c.loc[f"baseline_flops-H16-s{s}", "run_id"]
         p = tmp_path / "runs" / rid / "metrics.jsonl"
         lines = [json.loads(x) for x in p.read_text().splitlines()]
         lines[-1]["flops"] *= 0.9

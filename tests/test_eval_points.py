@@ -23,7 +23,8 @@ VALUE = {33: 0.2, 66: 0.4, 98: 0.6}
 
 def _points_sweep(root: Path) -> None:
     """A fake sweep (2 seeds) whose every run has eval files at three checkpoint steps."""
-    write_fake_sweep(root, "pts", kappas=(2.0,), seeds=(0, 1), controls=(), spec=True)
+    write_fake_sweep(root, "pts", kappas=(2.0,), seeds=(0, 1), controls=(),
+                     checkpoint_step=10)
     for ev_path in root.glob("runs/*/eval/lm-eval.json"):
         ev = json.loads(ev_path.read_text())
         ev_path.unlink()
