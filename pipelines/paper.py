@@ -342,6 +342,7 @@ def check(a: argparse.Namespace) -> tuple[Any, api.SweepRequest]:
     """The recipe, and its sweep as sweeps' front door takes it (every kept checkpoint and the
     final one evaluated: what `make sweep RECIPE=... EVAL=1` asks); UsageError (one line) on
     bad input, the request's own checks included (LAUNCHER, SEEDS, OVERRIDES, EVAL_ARGS)."""
+    from sweeps.grid import parse_count
     from sweeps.recipe import known, load
 
     if not a.recipe.strip():
@@ -353,21 +354,18 @@ def check(a: argparse.Namespace) -> tuple[Any, api.SweepRequest]:
     name = a.name.strip() or rec.name
     if not all(ch.isalnum() or ch in "._-" for ch in name):
         raise UsageError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
-    for var, v, lo in (("GPUS", a.gpus, 1), ("WORKERS", a.workers, 1), ("JOBS", a.jobs, 1),
-                       ("LIKELIHOOD_ROWS", a.likelihood_rows, 0)):
-        if v.strip() and (not v.strip().isdigit() or int(v) < lo):
-            raise UsageError(f"{var}={v!r}: must be an integer >= {lo}")
+    gpus, jobs = parse_count("GPUS", a.gpus, 1), parse_count("JOBS", a.jobs, 1)
+    rows = parse_count("LIKELIHOOD_ROWS", a.likelihood_rows, 0)
+    parse_count("WORKERS", a.workers, 1)  # passed on as text to pipelines.corpus
     if a.bench_data and not Path(a.bench_data).is_dir():
         raise UsageError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
     gpu = a.gpu.strip() or (DEFAULT_GPU if rec.train.gpus > 1 else "")  # the paper's GPUs
     bench = f"--data {shlex.quote(str(a.bench_data))} " if a.bench_data else ""
-    world = f" train.plan_world_size={a.gpus.strip()}" if a.gpus.strip() else ""
-    rows = a.likelihood_rows.strip()
+    world = f" train.plan_world_size={gpus}" if gpus else ""
     return rec, api.SweepRequest(
         recipe=a.recipe.strip(), name=name, evaluate=True, launcher=a.launcher,
         seeds=a.seeds if a.seeds.strip() else None, gpu=gpu, cluster=a.cluster,
-        jobs=int(a.jobs) if a.jobs.strip() else None,
-        likelihood_rows=int(rows) if rows else api.DEFAULT_LIKELIHOOD_ROWS,
+        jobs=jobs, likelihood_rows=api.DEFAULT_LIKELIHOOD_ROWS if rows is None else rows,
         eval_args=(bench + a.eval_args).strip(), overrides=a.overrides + world,
         retry_failed=bool(a.retry_failed))
 

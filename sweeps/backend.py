@@ -14,9 +14,7 @@ FTBENCH_RESULTS (default results/).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,23 +94,12 @@ IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
 
-_COMPOSED: dict[tuple[Any, ...], TrainConfig] = {}
-
-
 def compose(cell: Cell) -> TrainConfig:
-    """A cell's config: a pure function of its overrides and the environment (the config's
-    oc.env interpolations), kept, since a plan, its dry run and its checks compose the same
-    cells again (~0.4 s each); a copy, so that no caller changes another's."""
-    key = (tuple(cell.overrides), tuple(sorted(os.environ.items())))
-    if key not in _COMPOSED:
-        try:
-            cfg = compose_config(list(cell.overrides))
-        except ValueError as e:  # ConfigError is a ValueError
-            raise UsageError(f"{cell.name}: {one_line(e)}") from e
-        if len(_COMPOSED) >= 512:
-            _COMPOSED.clear()
-        _COMPOSED[key] = cfg
-    return copy.deepcopy(_COMPOSED[key])
+    """A cell's config (composed once per plan: sweeps.plan.PlannedCell.cfg keeps it)."""
+    try:
+        return compose_config(list(cell.overrides))
+    except ValueError as e:  # ConfigError is a ValueError
+        raise UsageError(f"{cell.name}: {one_line(e)}") from e
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -53,7 +53,7 @@ def largest_config(p: Plan) -> Any:
     FLOPs): what the memory check and `make paper`'s micro-batch choice measure. Not the
     costliest by FLOPs: under one FLOPs budget the arms tie and the first cell (a baseline)
     would stand for a Free Transformer with more parameters."""
-    return backend.compose(max(p.cells, key=lambda c: (c.flops_per_token, c.flops)).cell)
+    return max(p.cells, key=lambda c: (c.flops_per_token, c.flops)).cfg
 
 
 def _splits(cfg: Any, world: int) -> bool:
@@ -65,7 +65,7 @@ def world_refusal(p: Plan, cluster: ClusterConfig, file: str) -> str | None:
     batch of the plan's cells, naming the nearest node counts and batch sizes that do."""
     if not p.cells:
         return None
-    cfg = backend.compose(_costliest(p).cell)
+    cfg = _costliest(p).cfg
     n = cluster.tasks
     why = backend.batch_refusal(cfg, n)
     if why is None:
@@ -80,7 +80,7 @@ def world_refusal(p: Plan, cluster: ClusterConfig, file: str) -> str | None:
 
 
 def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
-    rate = backend.gpu_rate(backend.compose(_costliest(p).cell))
+    rate = backend.gpu_rate(_costliest(p).cfg)
     t_h = int(cluster.or_default("timeout_min")) / 60
     req = int(cluster.or_default("max_num_timeout"))
     allowed = t_h * (req + 1)
@@ -98,7 +98,7 @@ def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
     if hours <= allowed:
         return Check("time", True, head + " (each requeue also costs a start-up and the steps "
                                           "since the last checkpoint)")
-    cfg = backend.compose(big.cell)
+    cfg = big.cfg
     nodes, g = int(cluster.or_default("nodes")), max(1, int(cluster.or_default("gpus_per_node")))
     fit = next((k for k in range(nodes + 1, MAX_NODES)
                 if hours * n / (k * g) <= allowed and _splits(cfg, k * g)), None)
@@ -111,7 +111,7 @@ def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
 
 
 def _signal(p: Plan, cluster: ClusterConfig) -> Check:
-    ck = backend.checkpoint_sizes(backend.compose(_costliest(p).cell), True)
+    ck = backend.checkpoint_sizes(_costliest(p).cfg, True)
     lead = int(cluster.or_default("signal_delay_s"))
     grace = grace_for(lead)
     if ck is None:
@@ -165,7 +165,7 @@ def files(p: Plan, cluster: ClusterConfig | None, file: str | None) -> Check:
     shard reader's LRU bound, experiments/corpus/shards.py's MAX_OPEN_SHARDS)
     against the compute nodes' limits (the cluster file's nofile / max_map_count) or this
     host's."""
-    corpus = backend.corpus_of(backend.compose(_costliest(p).cell)) if p.cells else None
+    corpus = backend.corpus_of(_costliest(p).cfg) if p.cells else None
     if corpus is None or corpus["shards"] is None:
         why = "no corpus" if corpus is None else corpus["source"]
         return Check("files", True, f"files: shards per rank not counted ({why})")
@@ -205,7 +205,7 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
     todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
     cells, corpora = 0, {}
     for c in todo:
-        cfg = backend.compose(c.cell)
+        cfg = c.cfg
         need = backend.run_disk(cfg, gpus)
         if need is None:
             continue

@@ -43,6 +43,8 @@ class PlannedCell:
     tokens: float
     flops: float
     flops_per_token: float
+    cfg: Any = None
+    """The composed training config (backend.compose), which the dry run and checks read."""
 
 
 @dataclass
@@ -78,7 +80,7 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
             raise UsageError(f"{c.name}: {e}") from e
         planned.append(PlannedCell(c, backend.to_dict(cfg), backend.run_id(cfg),
                                    backend.run_dir(cfg), tokens, flops,
-                                   backend.flops_per_token(cfg)))
+                                   backend.flops_per_token(cfg), cfg))
     ids = [p.run_id for p in planned]
     if len(set(ids)) != len(ids):
         dup = next(p.cell.name for p in planned if ids.count(p.run_id) > 1)
@@ -183,7 +185,7 @@ def _rate(p: Plan) -> tuple[float, int, str, str] | None:
     if not p.cells:
         return None
     try:
-        return backend.gpu_rate(backend.compose(max(p.cells, key=lambda c: c.flops).cell))
+        return backend.gpu_rate(max(p.cells, key=lambda c: c.flops).cfg)
     except ValueError:  # a UsageError too
         return None
 
@@ -197,7 +199,7 @@ def local_seconds(p: Plan, threads: int) -> tuple[dict[str, float], str] | None:
     if not p.cells:
         return None
     big = max(p.cells, key=lambda c: c.flops_per_token)
-    got = backend.local_rate(backend.compose(big.cell), threads)
+    got = backend.local_rate(big.cfg, threads)
     if got is None:
         return None
     flop_s = got[0] * big.flops_per_token
@@ -265,7 +267,7 @@ def cost_text(p: Plan) -> list[str]:
     if not p.cells:
         return []
     big = max(p.cells, key=lambda c: c.flops)
-    est = backend.estimate_text(backend.compose(big.cell))
+    est = backend.estimate_text(big.cfg)
     if est is None:  # a stand-in trainer's config (tests)
         return []
     return [f"costliest cell {big.cell.name} (its own `make train DRY=1` gives more):",
