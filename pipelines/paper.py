@@ -352,8 +352,6 @@ def check(a: argparse.Namespace) -> tuple[Any, api.SweepRequest]:
     except ValueError as e:
         raise UsageError(f"RECIPE: {one_line(e)}") from None
     name = a.name.strip() or rec.name
-    if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise UsageError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
     gpus, jobs = parse_count("GPUS", a.gpus, 1), parse_count("JOBS", a.jobs, 1)
     rows = parse_count("LIKELIHOOD_ROWS", a.likelihood_rows, 0)
     parse_count("WORKERS", a.workers, 1)  # passed on as text to pipelines.corpus

@@ -131,6 +131,10 @@ class SweepRequest:
                                    else self.eval_args))
         except ValueError as e:
             raise UsageError(f"EVAL_ARGS: {e}") from None
+        put("name", self.name.strip())
+        if not all(ch.isalnum() or ch in "._-" for ch in self.name):
+            raise UsageError(f"NAME: {self.name!r} may use letters, digits, '.', '_' and '-' "
+                             "only")
         put("launcher", self.launcher.strip() or "local")
         if self.launcher not in ("local", "slurm"):
             raise UsageError(f"LAUNCHER: {self.launcher!r} is not local or slurm")
@@ -254,7 +258,7 @@ def _resolve(req: SweepRequest) -> _Resolved:
         overrides=overrides)  # type: ignore[arg-type]  # typed by SweepRequest.__post_init__
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
-    p = P.plan(spec, req.name.strip() or None)
+    p = P.plan(spec, req.name or None)
     if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
         raise UsageError(why)
     if req.evaluate and parsed is not None:

@@ -43,8 +43,6 @@ eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
 # the plan and the memory estimate, and parallel's DDP-fits rule
-DATA_SOURCES = _config.DATA_SOURCES
-PRECISIONS = _config.PRECISIONS
 DataConfig = _config.DataConfig
 HFSource = _config.HFSource
 corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes, known sizes
@@ -222,14 +220,6 @@ def local_rate(cfg: Any, threads: int) -> tuple[float, str] | None:
         return P.cpu_throughput(cfg, P.plan(cfg, 1), n=2)  # the trainer's measurement, not a copy
     finally:
         torch.set_num_threads(before)
-
-
-def disk_need(cfg: Any) -> int | None:
-    """Bytes a run of `cfg` writes under the results root at most (checkpoints, export, an
-    unbuilt corpus); None for a config that is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
-    return P.disk_bytes(cfg, P.plan(cfg, 1))["total"]  # the same bytes for any world
 
 
 def batch_refusal(cfg: Any, world: int) -> str | None:

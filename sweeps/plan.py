@@ -89,8 +89,6 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
     shared = shared_settings(cells, [p.config for p in planned], backend.IGNORED_PREFIXES)
     results = Path(planned[0].config["paths"]["results"])
     name = name or spec.default_name()
-    if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise UsageError(f"NAME: {name!r} may use letters, digits, '.', '_' and '-' only")
     return Plan(name, spec, sweep_dir(results, name), results, planned, shared)
 
 

@@ -26,7 +26,6 @@ from sweeps import driver as D
 from sweeps import launcher as L
 from sweeps import manifest as SM
 from sweeps import plan as P
-from sweeps.cluster import load_cluster
 from sweeps.grid import (
     ARCH_KNOBS,
     Cell,
@@ -88,6 +87,7 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one r
     ("sweeps", ["run", "--launcher", "pbs"], "LAUNCHER: 'pbs' is not local or slurm"),
     ("sweeps", ["run", "--launcher", "slurm", "--cluster", "/none.yaml"], "LAUNCHER=slurm needs"),
     ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be an integer >= 1"),
+    ("sweeps", [*RUN, "--name", "a/b"], "NAME: 'a/b' may use letters, digits"),
     ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
     ("sweeps", ["status", "nosuch"], "no sweep 'nosuch'"),
     ("sweeps", [*RUN, "--gpu", "H100-80GB"], "GPU: a GPU type is read from a recipe's"),
@@ -108,6 +108,7 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one r
     ("pipelines.paper", ["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS: 'a'"),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--bench-data", "/no/such/dir"], "BENCH_DATA="),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--gpus", "0"], "GPUS: '0'"),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--name", "a b"], "NAME: 'a b' may use"),
 ]
 
 
@@ -261,22 +262,6 @@ def _fake_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------ cluster config
-def test_slurm_parameters_make_an_sbatch_script(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parameters are ones submitit's SLURM executor accepts (no srun here: pretend)."""
-    import submitit
-    from submitit.slurm.slurm import SlurmExecutor
-
-    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))
-    ex = submitit.AutoExecutor(folder=tmp_path / "jobs", cluster="slurm")
-    cfg = load_cluster(ROOT / "sweeps" / "cluster.example.yaml")
-    ex.update_parameters(**L.slurm_parameters(cfg))
-    text = ex._executor._make_submission_file_text("python -m x", "uid")
-    for line in ("--partition=gpu", "--account=my-project", "--gpus-per-node=8",
-                 "--ntasks-per-node=8", "--signal=USR2@300", "--time=1440"):
-        assert f"#SBATCH {line}" in text, line
-
-
 def test_local_sizing() -> None:
     import os
 
