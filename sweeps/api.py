@@ -23,14 +23,14 @@ from . import checks as C
 from . import grid as G
 from . import plan as P
 from .cluster import ClusterConfig, load_cluster
-from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
+from .driver import Event, JobEnded, Planned, ignore_event
 from .driver import run as drive
 from .grid import SweepSpec
 from .launcher import make_launcher
 from .manifest import Manifest, ManifestCell, table
 from .manifest import status as _status
 
-__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "ManifestCell",
+__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "Planned", "ManifestCell",
            "UsageError", "Manifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
            "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
            "status", "table"]
