@@ -169,18 +169,6 @@ def suites_of(tasks: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
     return {k: v for k, v in out.items() if v}
 
 
-def suite_file(suite: str, z: str, limit: int | None, fewshot: int | None, k: int) -> str:
-    """The readable part of an eval file's name."""
-    parts = [suite]
-    if z != "prior":
-        parts.append(z if z != "prior-k" else f"prior-k{k}")
-    if fewshot is not None:
-        parts.append(f"fewshot{fewshot}")
-    if limit is not None:
-        parts.append(f"limit{limit}")
-    return ".".join(parts) + ".json"
-
-
 # ------------------------------------------------------------------------------ eval spec
 @dataclass(frozen=True)
 class EvalSpec(_Record):
@@ -244,9 +232,11 @@ class EvalSpec(_Record):
 
     def file_name(self, step: int | None) -> str:
         """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: unknown)."""
-        head = suite_file(self.suite, self.z_mode, self.limit, self.fewshot,
-                          self.k)[:-len(".json")]
-        return f"{head}.{self.id}.step{step if step is not None else 'NA'}.json"
+        parts = [self.suite, *([] if self.z_mode == "prior" else [
+            self.z_mode if self.z_mode != "prior-k" else f"prior-k{self.k}"])]
+        parts += [f"fewshot{self.fewshot}"] if self.fewshot is not None else []
+        parts += [f"limit{self.limit}"] if self.limit is not None else []
+        return ".".join([*parts, self.id, f"step{step if step is not None else 'NA'}", "json"])
 
     def cache_key(self, ckpt_identity: str, seed: int, gen_tokens: int) -> str:
         """The request cache's key: checkpoint identity, z-mode, k, seed, generation length

@@ -66,7 +66,6 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     """Where the trainer will look for the recipe's corpus, whether it is built, and the
     `python -m pipelines.corpus` arguments that build it there."""
     from experiments.corpus.build import read_manifest as read_corpus
-    from experiments.corpus.build import request_of
     from experiments.corpus.config import GENERATED_SOURCES
     from experiments.train.config import compose
     from experiments.train.data import corpus_dir
@@ -80,8 +79,7 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     argv = ["--data", cfg.data.source, "--out", str(d), "--vocab-size",
             str(cfg.model.vocab_size), *data_ov]
     return {"dir": d, "built": man is not None, "manifest": man, "argv": argv, "cfg": cfg,
-            "request": request_of(cfg.data, cfg.model.vocab_size), "named": bool(cfg.data.corpus),
-            "source": cfg.data.source}
+            "named": bool(cfg.data.corpus), "source": cfg.data.source}
 
 
 def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:

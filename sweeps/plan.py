@@ -28,12 +28,6 @@ from . import backend
 from .grid import Cell, SweepSpec, expand, shared_settings, skipped_controls
 
 
-def sweep_dir(results: Path, name: str) -> Path:
-    """A sweep's folder under a results root (common.paths.SweepDir: its manifest, job folders
-    and report)."""
-    return SweepDir.of(name, results).path
-
-
 @dataclass
 class PlannedCell:
     cell: Cell
@@ -89,7 +83,7 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
     shared = shared_settings(cells, [p.config for p in planned], backend.IGNORED_PREFIXES)
     results = Path(planned[0].config["paths"]["results"])
     name = name or spec.default_name()
-    return Plan(name, spec, sweep_dir(results, name), results, planned, shared)
+    return Plan(name, spec, SweepDir.of(name, results).path, results, planned, shared)
 
 
 # ------------------------------------------------------------------------------- eval spec
