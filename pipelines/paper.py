@@ -341,14 +341,11 @@ def check(a: argparse.Namespace) -> tuple[Any, api.SweepRequest]:
     final one evaluated: what `make sweep RECIPE=... EVAL=1` asks); UsageError (one line) on
     bad input, the request's own checks included (LAUNCHER, SEEDS, OVERRIDES, EVAL_ARGS)."""
     from sweeps.grid import parse_count
-    from sweeps.recipe import known, load
+    from sweeps.recipe import known
 
     if not a.recipe.strip():
         raise UsageError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
-    try:
-        rec = load(a.recipe)
-    except ValueError as e:
-        raise UsageError(f"RECIPE: {one_line(e)}") from None
+    rec = api.load_recipe(a.recipe)
     name = a.name.strip() or rec.name
     gpus, jobs = parse_count("GPUS", a.gpus, 1), parse_count("JOBS", a.jobs, 1)
     rows = parse_count("LIKELIHOOD_ROWS", a.likelihood_rows, 0)

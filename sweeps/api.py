@@ -161,15 +161,15 @@ class SweepRun:
             self.evaluate and (c.eval is None or c.eval.state != "done") for c in m.cells)
 
 
-def load_recipe(req: SweepRequest) -> Any:
-    """The recipe the request names (None without one); UsageError on a bad recipe."""
-    if not req.recipe.strip():
+def load_recipe(name: str) -> Any:
+    """The recipe RECIPE= names (None without one); UsageError (one line) on a bad recipe."""
+    if not name.strip():
         return None
     from . import recipe as R
 
     try:
-        return R.load(req.recipe)
-    except UsageError as e:
+        return R.load(name.strip())
+    except ValueError as e:  # a UsageError, or a ConfigError composing it
         raise UsageError(f"RECIPE: {one_line(e)}") from e
 
 
@@ -234,7 +234,7 @@ def _cluster_world(overrides: tuple[str, ...], cluster: ClusterConfig,
 
 def _resolve(req: SweepRequest) -> _Resolved:
     """The request planned: every UsageError before anything is written."""
-    rec = load_recipe(req)
+    rec = load_recipe(req.recipe)
     eval_args, eval_points, overrides = req.eval_args, req.eval_points, req.overrides
     if rec is not None and req.evaluate:
         eval_points = eval_points or rec.eval.points

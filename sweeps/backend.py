@@ -47,6 +47,8 @@ DataConfig = _config.DataConfig
 HFSource = _config.HFSource
 corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes, known sizes
 compose_overrides = compose_config
+run_id = P.run_id
+run_dir = P.run_dir
 run_plan = P.plan
 memory_estimate = P.memory_estimate
 duration = P.duration
@@ -106,14 +108,6 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
-def run_id(cfg: TrainConfig) -> str:
-    return P.run_id(cfg)
-
-
-def run_dir(cfg: TrainConfig) -> Path:
-    return P.run_dir(cfg)
 
 
 def flops_per_token(cfg: TrainConfig) -> float:

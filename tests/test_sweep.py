@@ -88,6 +88,12 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one r
     ("sweeps", ["run", "--launcher", "slurm", "--cluster", "/none.yaml"], "LAUNCHER=slurm needs"),
     ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be an integer >= 1"),
     ("sweeps", [*RUN, "--name", "a/b"], "NAME: 'a/b' may use letters, digits"),
+    ("sweeps", [*RUN, "--eval-points", "3"], "EVAL_POINTS=3 evaluates kept checkpoints: it "
+     "needs EVAL=1"),
+    ("sweeps", [*RUN, "--eval", "1", "--eval-points", "1"], "EVAL_POINTS: 1 must be >= 2"),
+    ("sweeps", [*RUN, "--eval", "1", "--eval-points", "x"], "EVAL_POINTS: 'x' must be an "
+     "integer >= 1"),
+    ("sweeps", [*RUN, "--likelihood-rows", "-3"], "LIKELIHOOD_ROWS: '-3' must be an integer"),
     ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
     ("sweeps", ["status", "nosuch"], "no sweep 'nosuch'"),
     ("sweeps", [*RUN, "--gpu", "H100-80GB"], "GPU: a GPU type is read from a recipe's"),
