@@ -236,13 +236,18 @@ def fit_to_cluster(rec: Any, req: api.SweepRequest
             [head + f" (chosen here: the recipe's is for {rec.train.gpus} GPUs)"], world)
 
 
+def _unfinished(cs: list[Any]) -> list[Any]:
+    """The manifest cells not yet trained and evaluated (what the report waits for)."""
+    return [c for c in cs if c.state != "done" or c.eval is None or c.eval.state != "done"]
+
+
 def report_stage(name: str) -> tuple[str, int]:
     """('waiting', n) while n cells or evaluations are not done; ('reused'|'built', 0) after;
     RuntimeError when the sweep has no manifest or the report fails."""
     cs = cells(name)
     if not cs:
         raise RuntimeError(f"sweep {name} wrote no manifest (see its lines above)")
-    left = sum(c.state != "done" or c.eval is None or c.eval.state != "done" for c in cs)
+    left = len(_unfinished(cs))
     if left:
         return "waiting", left
     state = load_state(name, STATE)
@@ -292,8 +297,7 @@ def report_submit(name: str, a: argparse.Namespace) -> tuple[str, str | None]:
     cs = cells(name)
     state = load_state(name, STATE)
     html = SweepDir.of(name).report_html
-    done = bool(cs) and all(c.state == "done" and c.eval is not None
-                            and c.eval.state == "done" for c in cs)
+    done = bool(cs) and not _unfinished(cs)
     if done and state.get("report_inputs") == inputs_fingerprint(name) and html.is_file():
         return "reused", None
     launcher = make_launcher("slurm", SweepDir.of(name).jobs_dir, cluster_file=a.cluster or None,
@@ -452,8 +456,7 @@ def _report_slurm(name: str, a: argparse.Namespace, rc: int) -> int:
     if how == "reused":
         print(f"[paper done {_now()}] report up to date: {html}", flush=True)
     elif how == "failed":
-        left = sum(c.state != "done" or c.eval is None or c.eval.state != "done"
-                   for c in cells(name))
+        left = len(_unfinished(cells(name)))
         print(f"paper: {left} cell(s) or evaluation(s) failed and nothing is running; see "
               f"make sweep-status NAME={name} (RETRY_FAILED=1 retries them)", flush=True)
         return 1

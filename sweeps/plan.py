@@ -61,6 +61,16 @@ class Plan:
     def manifest_path(self) -> Path:
         return SweepDir(self.folder).manifest_path
 
+    @property
+    def todo(self) -> list[PlannedCell]:
+        """The cells whose run has no final checkpoint yet."""
+        return [c for c in self.cells if not RunDir(c.run_dir).finished]
+
+    @property
+    def costliest(self) -> PlannedCell:
+        """The cell with the most training FLOPs (the dry run's and the checks' reference)."""
+        return max(self.cells, key=lambda c: c.flops)
+
 
 def plan(spec: SweepSpec, name: str | None = None) -> Plan:
     """Compose and check every cell; raises UsageError (one line) on any problem."""
@@ -177,7 +187,7 @@ def _rate(p: Plan) -> tuple[float, int, str, str] | None:
     if not p.cells:
         return None
     try:
-        return backend.gpu_rate(max(p.cells, key=lambda c: c.flops).cfg)
+        return backend.gpu_rate(p.costliest.cfg)
     except ValueError:  # a UsageError too
         return None
 
@@ -208,16 +218,15 @@ def dry_run_text(p: Plan, local: tuple[int, int] | None = None) -> str:
     here = local_seconds(p, local[1]) if local else None
     rows = [("cell", "arm", "kappa", "H", "seed", "run-id", "FLOPs/tok", "tokens", "FLOPs",
              *(("GPU-h",) if rate else ()), *(("time here",) if here else ()), "status")]
+    todo = p.todo
     for c in p.cells:
-        done = RunDir(c.run_dir).finished
         rows.append((c.cell.name, c.cell.arm,
                      kappa_label(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
                      str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
                      human(c.flops_per_token), human(c.tokens), human(c.flops),
                      *((f"{c.flops / rate[0] / 3600:.3g}",) if rate else ()),
                      *((backend.duration(here[0][c.cell.name]),) if here else ()),
-                     "done" if done else "to run"))
-    todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
+                     "to run" if any(c is t for t in todo) else "done"))
     s = p.spec
     head = (f"sweep {p.name}: preset {s.preset}, data {s.data}, kappa "
             f"{' '.join(map(kappa_label, s.kappa_bits))}, H {' '.join(map(str, s.latent_bits))}, "
@@ -258,7 +267,7 @@ def cost_text(p: Plan) -> list[str]:
     estimate), so a GPU-hour is never spent on a cell that cannot fit."""
     if not p.cells:
         return []
-    big = max(p.cells, key=lambda c: c.flops)
+    big = p.costliest
     est = backend.estimate_text(big.cfg)
     if est is None:  # a stand-in trainer's config (tests)
         return []
