@@ -198,7 +198,7 @@ def _cell_row(root: Path, cell: ManifestCell,
         "kappa_bits": _num(cell.kappa_bits), "latent_bits": float(cell.latent_bits),
         "seed": cell.seed, "run_id": run_id, "state": cell.state,
         "reason": cell.reason, "job_id": cell.job_id,
-        "eval_state": (cell.eval or {}).get("state"),
+        "eval_state": cell.eval.state if cell.eval is not None else None,
     }
     row["match_h"] = _num(cell.match_latent_bits)
     known = arms.find(row["arm"])

@@ -516,10 +516,6 @@ class EvalState(_Record):
     def from_json(cls, d: Any, name: str = "", **given: Any) -> EvalState | None:
         return super().from_json(d, name, **given) if isinstance(d, Mapping) else None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The file's value of `key` (analysis/frame.py reads `eval` as the file's mapping)."""
-        return self.to_json().get(key, default)
-
 
 @dataclass
 class ManifestCell(_Record):
