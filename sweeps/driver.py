@@ -27,6 +27,7 @@ import psutil
 
 from common.errors import UsageError
 from common.paths import RunDir, SweepDir
+from common.records import TRAINING_FAILED
 
 from . import backend
 from . import checks as C
@@ -35,7 +36,7 @@ from .cluster import ClusterConfig
 from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
-from .manifest import TRAINING_FAILED, Manifest, ManifestCell, locked, point_record
+from .manifest import Manifest, ManifestCell, locked, point_record
 from .plan import Plan
 
 POLL_S = 1.0
