@@ -198,7 +198,7 @@ def _cell_row(root: Path, cell: ManifestCell,
         "kappa_bits": _num(cell.kappa_bits), "latent_bits": float(cell.latent_bits),
         "seed": cell.seed, "run_id": run_id, "state": cell.state,
         "reason": cell.reason, "job_id": cell.job_id,
-        "eval_state": (cell.eval or {}).get("state"),
+        "eval_state": cell.eval.state if cell.eval is not None else None,
     }
     row["match_h"] = _num(cell.match_latent_bits)
     known = arms.find(row["arm"])
@@ -273,7 +273,7 @@ def _read_evals(root: Path, run: RunDir, warnings: list[str]) -> list[dict]:
             continue
         spec = rec.spec.to_json()
         out.append({"path": epath, "ev": rec, "spec": spec, "spec_id": rec.spec_id,
-                    "legacy": rec.legacy, "key": spec_key(spec),
+                    "key": spec_key(spec),
                     "group": (rec.spec.suite, rec.spec.z_mode)})
     return out
 
@@ -417,7 +417,7 @@ def load_sweep(name: str, root: str | os.PathLike | None = None) -> SweepData:
             head = ev.header()
             head.update(file=str(epath.relative_to(root)), file_sha256=sha256_file(epath),
                         cell=row["cell"], spec=f["spec"], spec_id=f["spec_id"],
-                        spec_legacy=f["legacy"], used=f["spec_id"] not in excluded,
+                        used=f["spec_id"] not in excluded,
                         excluded_reason=excluded.get(f["spec_id"], ""))
             evals.append(head)
             if f["spec_id"] in excluded:

@@ -200,7 +200,6 @@ def _provenance_html(data: SweepData, synth: Path | None) -> str:
     ev = None if not data.evals else pd.DataFrame([{
         **{k: e.get(k) for k in ("file", "suite", "z_mode", "k", "leaks", "seed", "limit",
                                  "spec_id")},
-        "spec": "legacy (derived)" if e.get("spec_legacy") else "recorded",
         "used": "yes" if e.get("used", True) else f"no: {e.get('excluded_reason')}",
         "harness": " ".join(f"{k}={v}" for k, v in sorted((e.get("versions") or {}).items())),
         "git_commit": (e.get("git_commit") or "")[:12], "sha256": e["file_sha256"][:16]}

@@ -598,9 +598,7 @@ def specs_used(data: SweepData, table: pd.DataFrame) -> list[str]:
     out = {}
     for e in data.evals:
         if e.get("spec_id") in ids and e.get("used", True):
-            out[e["spec_id"]] = (f"{e['spec_id']}: {EvalSpec.from_json(e.get('spec') or {}).text()}"
-                                 + (" (legacy spec, derived from an old eval file)"
-                                    if e.get("spec_legacy") else ""))
+            out[e["spec_id"]] = f"{e['spec_id']}: {EvalSpec.from_json(e.get('spec') or {}).text()}"
     return [out[k] for k in sorted(out)]
 
 

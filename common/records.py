@@ -1,9 +1,7 @@
 """Typed records for every file the suite writes, standard library only (analysis/ imports it
 without torch); what each file holds and how schema versions read: docs/RESULTS.md, "Records
 and schema versions". Every record reads and writes through `_Record`; keys no field types are
-kept in `extra`. One upgrade is left, at this edge, while tests/fake.py still plants such files:
-an eval file without `spec` gets its spec derived from its fields and name (`EvalFile.legacy`).
-A manifest cell's state transitions are methods of `ManifestCell`.
+kept in `extra`. A manifest cell's state transitions are methods of `ManifestCell`.
 """
 
 from __future__ import annotations
@@ -171,34 +169,6 @@ def suites_of(tasks: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
     return {k: v for k, v in out.items() if v}
 
 
-def suite_file(suite: str, z: str, limit: int | None, fewshot: int | None, k: int) -> str:
-    """The readable part of an eval file's name (all of it in files written before specs)."""
-    parts = [suite]
-    if z != "prior":
-        parts.append(z if z != "prior-k" else f"prior-k{k}")
-    if fewshot is not None:
-        parts.append(f"fewshot{fewshot}")
-    if limit is not None:
-        parts.append(f"limit{limit}")
-    return ".".join(parts) + ".json"
-
-
-def _argv_int(argv: Any, flag: str) -> int | None:
-    """The integer value of `flag` in a recorded argv (None: absent or not an integer)."""
-    if not isinstance(argv, list):
-        return None
-    for i, a in enumerate(argv):
-        a = str(a)
-        val = argv[i + 1] if a == flag and i + 1 < len(argv) else (
-            a.split("=", 1)[1] if a.startswith(flag + "=") else None)
-        if val is not None:
-            try:
-                return int(val)
-            except (TypeError, ValueError):
-                return None
-    return None
-
-
 # ------------------------------------------------------------------------------ eval spec
 @dataclass(frozen=True)
 class EvalSpec(_Record):
@@ -262,9 +232,11 @@ class EvalSpec(_Record):
 
     def file_name(self, step: int | None) -> str:
         """`<suite>[.<z>][.fewshot<n>][.limit<n>].<spec_id>.step<N>.json` (stepNA: unknown)."""
-        head = suite_file(self.suite, self.z_mode, self.limit, self.fewshot,
-                          self.k)[:-len(".json")]
-        return f"{head}.{self.id}.step{step if step is not None else 'NA'}.json"
+        parts = [self.suite, *([] if self.z_mode == "prior" else [
+            self.z_mode if self.z_mode != "prior-k" else f"prior-k{self.k}"])]
+        parts += [f"fewshot{self.fewshot}"] if self.fewshot is not None else []
+        parts += [f"limit{self.limit}"] if self.limit is not None else []
+        return ".".join([*parts, self.id, f"step{step if step is not None else 'NA'}", "json"])
 
     def cache_key(self, ckpt_identity: str, seed: int, gen_tokens: int) -> str:
         """The request cache's key: checkpoint identity, z-mode, k, seed, generation length
@@ -328,8 +300,7 @@ class EvalRuntime:
 @dataclass(frozen=True, kw_only=True)
 class EvalFile(_Record):
     """<run>/eval/<suite>...json. `tasks` maps each task to its entry as written (metrics,
-    items, truncation, sandbox, error); `legacy` is True for a file written before specs (its
-    spec derived from its fields and name)."""
+    items, truncation, sandbox, error)."""
 
     run_id: str | None = None
     checkpoint: str | None = None
@@ -346,35 +317,21 @@ class EvalFile(_Record):
     spec_id: str
     tasks: Mapping[str, Any] = _f(factory=dict, dump=dict,
                                   load=lambda v: v if isinstance(v, dict) else {})
-    legacy: bool = _f(False, omit=lambda v: True)
     KIND: ClassVar[str] = "eval"
     WHAT: ClassVar[str] = "eval file"
 
-    def to_json(self) -> dict[str, Any]:
-        d = super().to_json()
-        if self.legacy:  # written before specs: no spec keys (from_json derives them again)
-            del d["spec"], d["spec_id"]
-        return d
-
     @classmethod
     def from_json(cls, d: Any, name: str = "", **given: Any) -> EvalFile:
-        """An eval file's content; `name` (the file's name) completes a legacy spec."""
+        """An eval file's content; RecordError for one without its spec."""
         d = _obj(d, name or cls.WHAT)
-        suite = d.get("suite") or name.split(".")[0]
+        _version(d, cls.KIND, name)
         raw = d.get("spec")
-        if legacy := not isinstance(raw, dict):
-            tasks = d.get("tasks") if isinstance(d.get("tasks"), dict) else {}
-            spec = EvalSpec(suite=suite, tasks=tuple(sorted(tasks)), limit=d.get("limit"),
-                            z_mode=d.get("z_mode") or "prior", k=d.get("k", 1),
-                            fewshot=d.get("fewshot_override"),
-                            gen_tokens=_argv_int(d.get("argv"), "--max-gen-toks"),
-                            data_checksums=d.get("data_checksums") or {})
-            sid = spec.id
-        else:
-            spec = EvalSpec.from_json(raw)
-            sid = str(d.get("spec_id") or spec_id(raw))
+        if not isinstance(raw, dict):
+            raise RecordError(f"{name or cls.WHAT}: no eval spec (written before specs; "
+                              "evaluate the checkpoint again)")
         z = d.get("z_mode") or "prior"
-        return super().from_json(d, name, suite=suite, spec=spec, spec_id=sid, legacy=legacy,
+        return super().from_json(d, name, spec=EvalSpec.from_json(raw),
+                                 spec_id=str(d.get("spec_id") or spec_id(raw)),
                                  leaks=bool(d.get("leaks", z == "posterior")), **given)
 
     def header(self) -> dict[str, Any]:
@@ -559,10 +516,6 @@ class EvalState(_Record):
     def from_json(cls, d: Any, name: str = "", **given: Any) -> EvalState | None:
         return super().from_json(d, name, **given) if isinstance(d, Mapping) else None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The file's value of `key` (analysis/frame.py reads `eval` as the file's mapping)."""
-        return self.to_json().get(key, default)
-
 
 @dataclass
 class ManifestCell(_Record):
@@ -574,7 +527,7 @@ class ManifestCell(_Record):
     cell: str = _f(load=str)
     arm: str = _f(load=str)
     kappa_bits: float | None = None
-    latent_bits: int = 0
+    latent_bits: int = _f(0, load=lambda v: _int_or_none(v) or 0)
     """The model's own H (0 for every arm whose record has no latent: common.arms)."""
     match_latent_bits: int | None = _f(None, load=_int_or_none)
     """The H a FLOPs-matched control is matched to (None: not such a control)."""
@@ -614,14 +567,6 @@ class ManifestCell(_Record):
             self.eval = EvalState.from_json(self.eval)
 
     WHAT: ClassVar[str] = "manifest cell"
-
-    # ---- the file ----------------------------------------------------------------------------
-    @classmethod
-    def from_json(cls, d: Any, name: str = "", **given: Any) -> ManifestCell:
-        d = _obj(d, name or cls.WHAT)
-        known = arms.find(d.get("arm"))  # a baseline or baseline control has no latent: 0
-        lb = 0 if known is not None and not known.latent else _int_or_none(d.get("latent_bits"))
-        return super().from_json(d, name, latent_bits=lb or 0, **given)
 
     @property
     def run(self) -> Path:

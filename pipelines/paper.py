@@ -66,7 +66,6 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     """Where the trainer will look for the recipe's corpus, whether it is built, and the
     `python -m pipelines.corpus` arguments that build it there."""
     from experiments.corpus.build import read_manifest as read_corpus
-    from experiments.corpus.build import request_of
     from experiments.corpus.config import GENERATED_SOURCES
     from experiments.train.config import compose
     from experiments.train.data import corpus_dir
@@ -80,8 +79,7 @@ def corpus_stage(rec: Any, extra: list[str]) -> dict[str, Any]:
     argv = ["--data", cfg.data.source, "--out", str(d), "--vocab-size",
             str(cfg.model.vocab_size), *data_ov]
     return {"dir": d, "built": man is not None, "manifest": man, "argv": argv, "cfg": cfg,
-            "request": request_of(cfg.data, cfg.model.vocab_size), "named": bool(cfg.data.corpus),
-            "source": cfg.data.source}
+            "named": bool(cfg.data.corpus), "source": cfg.data.source}
 
 
 def corpus_budget_lines(rec: Any, c: dict[str, Any]) -> list[str]:
@@ -238,13 +236,18 @@ def fit_to_cluster(rec: Any, req: api.SweepRequest
             [head + f" (chosen here: the recipe's is for {rec.train.gpus} GPUs)"], world)
 
 
+def _unfinished(cs: list[Any]) -> list[Any]:
+    """The manifest cells not yet trained and evaluated (what the report waits for)."""
+    return [c for c in cs if c.state != "done" or c.eval is None or c.eval.state != "done"]
+
+
 def report_stage(name: str) -> tuple[str, int]:
     """('waiting', n) while n cells or evaluations are not done; ('reused'|'built', 0) after;
     RuntimeError when the sweep has no manifest or the report fails."""
     cs = cells(name)
     if not cs:
         raise RuntimeError(f"sweep {name} wrote no manifest (see its lines above)")
-    left = sum(c.state != "done" or c.eval is None or c.eval.state != "done" for c in cs)
+    left = len(_unfinished(cs))
     if left:
         return "waiting", left
     state = load_state(name, STATE)
@@ -294,8 +297,7 @@ def report_submit(name: str, a: argparse.Namespace) -> tuple[str, str | None]:
     cs = cells(name)
     state = load_state(name, STATE)
     html = SweepDir.of(name).report_html
-    done = bool(cs) and all(c.state == "done" and c.eval is not None
-                            and c.eval.state == "done" for c in cs)
+    done = bool(cs) and not _unfinished(cs)
     if done and state.get("report_inputs") == inputs_fingerprint(name) and html.is_file():
         return "reused", None
     launcher = make_launcher("slurm", SweepDir.of(name).jobs_dir, cluster_file=a.cluster or None,
@@ -342,32 +344,25 @@ def check(a: argparse.Namespace) -> tuple[Any, api.SweepRequest]:
     """The recipe, and its sweep as sweeps' front door takes it (every kept checkpoint and the
     final one evaluated: what `make sweep RECIPE=... EVAL=1` asks); UsageError (one line) on
     bad input, the request's own checks included (LAUNCHER, SEEDS, OVERRIDES, EVAL_ARGS)."""
-    from sweeps.recipe import known, load
+    from sweeps.grid import parse_count
+    from sweeps.recipe import known
 
     if not a.recipe.strip():
         raise UsageError(f"RECIPE is required; known recipes: {', '.join(known())} (or a file)")
-    try:
-        rec = load(a.recipe)
-    except ValueError as e:
-        raise UsageError(f"RECIPE: {one_line(e)}") from None
+    rec = api.load_recipe(a.recipe)
     name = a.name.strip() or rec.name
-    if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise UsageError(f"NAME={name!r}: use letters, digits, '.', '_' and '-'")
-    for var, v, lo in (("GPUS", a.gpus, 1), ("WORKERS", a.workers, 1), ("JOBS", a.jobs, 1),
-                       ("LIKELIHOOD_ROWS", a.likelihood_rows, 0)):
-        if v.strip() and (not v.strip().isdigit() or int(v) < lo):
-            raise UsageError(f"{var}={v!r}: must be an integer >= {lo}")
+    gpus, jobs = parse_count("GPUS", a.gpus, 1), parse_count("JOBS", a.jobs, 1)
+    rows = parse_count("LIKELIHOOD_ROWS", a.likelihood_rows, 0)
+    parse_count("WORKERS", a.workers, 1)  # passed on as text to pipelines.corpus
     if a.bench_data and not Path(a.bench_data).is_dir():
         raise UsageError(f"BENCH_DATA={a.bench_data}: not a directory (docs/BENCHMARKS.md)")
     gpu = a.gpu.strip() or (DEFAULT_GPU if rec.train.gpus > 1 else "")  # the paper's GPUs
     bench = f"--data {shlex.quote(str(a.bench_data))} " if a.bench_data else ""
-    world = f" train.plan_world_size={a.gpus.strip()}" if a.gpus.strip() else ""
-    rows = a.likelihood_rows.strip()
+    world = f" train.plan_world_size={gpus}" if gpus else ""
     return rec, api.SweepRequest(
         recipe=a.recipe.strip(), name=name, evaluate=True, launcher=a.launcher,
         seeds=a.seeds if a.seeds.strip() else None, gpu=gpu, cluster=a.cluster,
-        jobs=int(a.jobs) if a.jobs.strip() else None,
-        likelihood_rows=int(rows) if rows else api.DEFAULT_LIKELIHOOD_ROWS,
+        jobs=jobs, likelihood_rows=api.DEFAULT_LIKELIHOOD_ROWS if rows is None else rows,
         eval_args=(bench + a.eval_args).strip(), overrides=a.overrides + world,
         retry_failed=bool(a.retry_failed))
 
@@ -461,8 +456,7 @@ def _report_slurm(name: str, a: argparse.Namespace, rc: int) -> int:
     if how == "reused":
         print(f"[paper done {_now()}] report up to date: {html}", flush=True)
     elif how == "failed":
-        left = sum(c.state != "done" or c.eval is None or c.eval.state != "done"
-                   for c in cells(name))
+        left = len(_unfinished(cells(name)))
         print(f"paper: {left} cell(s) or evaluation(s) failed and nothing is running; see "
               f"make sweep-status NAME={name} (RETRY_FAILED=1 retries them)", flush=True)
         return 1

@@ -17,18 +17,8 @@ from common.errors import ArgParser, UsageError, cli
 
 from . import api, backend
 from .api import DEFAULT_H, DEFAULT_LIKELIHOOD_ROWS, DEFAULT_TOKENS, GRID_DEFAULTS
+from .grid import parse_count
 from .manifest import listing
-
-
-def _count(name: str, text: str, minimum: int) -> int | None:
-    """'' -> None; an integer >= minimum; else UsageError naming the variable."""
-    t = str(text or "").strip()
-    if not t:
-        return None
-    if not t.isdigit() or int(t) < minimum:
-        raise UsageError(f"{name}: {t!r} must be an integer >= {minimum}")
-    return int(t)
-
 
 TRUE_WORDS = ("1", "true", "yes")
 FALSE_WORDS = ("0", "false", "no", "")
@@ -49,9 +39,9 @@ def request(a: argparse.Namespace) -> tuple[api.SweepRequest, bool]:
     value the text itself rules out (the request's meaning is checked by api.plan)."""
     evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
     retry_failed = _flag("RETRY_FAILED", a.retry_failed)
-    jobs = _count("JOBS", a.jobs, minimum=1)
-    points = _count("EVAL_POINTS", a.eval_points, minimum=1)
-    rows = _count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
+    jobs = parse_count("JOBS", a.jobs, minimum=1)
+    points = parse_count("EVAL_POINTS", a.eval_points, minimum=1)
+    rows = parse_count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
     req = api.SweepRequest(
         kappa=a.kappa, h=a.h, seeds=a.seeds, preset=a.preset, data=a.data, tokens=a.tokens,
         flops=a.flops, controls=a.controls, recipe=a.recipe, gpu=a.gpu, overrides=a.overrides,

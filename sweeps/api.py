@@ -23,14 +23,14 @@ from . import checks as C
 from . import grid as G
 from . import plan as P
 from .cluster import ClusterConfig, load_cluster
-from .driver import Event, JobEnded, JobStarted, Planned, ignore_event
+from .driver import Event, JobEnded, Planned, ignore_event
 from .driver import run as drive
 from .grid import SweepSpec
 from .launcher import make_launcher
 from .manifest import Manifest, ManifestCell, table
 from .manifest import status as _status
 
-__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "JobStarted", "Planned", "ManifestCell",
+__all__ = ["DEFAULT_LIKELIHOOD_ROWS", "Event", "JobEnded", "Planned", "ManifestCell",
            "UsageError", "Manifest", "SweepRequest", "SweepRun", "dry_run", "ignore_event",
            "load", "load_recipe", "plan", "recipe_eval", "recipe_spec", "run",
            "status", "table"]
@@ -131,6 +131,10 @@ class SweepRequest:
                                    else self.eval_args))
         except ValueError as e:
             raise UsageError(f"EVAL_ARGS: {e}") from None
+        put("name", self.name.strip())
+        if not all(ch.isalnum() or ch in "._-" for ch in self.name):
+            raise UsageError(f"NAME: {self.name!r} may use letters, digits, '.', '_' and '-' "
+                             "only")
         put("launcher", self.launcher.strip() or "local")
         if self.launcher not in ("local", "slurm"):
             raise UsageError(f"LAUNCHER: {self.launcher!r} is not local or slurm")
@@ -157,15 +161,15 @@ class SweepRun:
             self.evaluate and (c.eval is None or c.eval.state != "done") for c in m.cells)
 
 
-def load_recipe(req: SweepRequest) -> Any:
-    """The recipe the request names (None without one); UsageError on a bad recipe."""
-    if not req.recipe.strip():
+def load_recipe(name: str) -> Any:
+    """The recipe RECIPE= names (None without one); UsageError (one line) on a bad recipe."""
+    if not name.strip():
         return None
     from . import recipe as R
 
     try:
-        return R.load(req.recipe)
-    except UsageError as e:
+        return R.load(name.strip())
+    except ValueError as e:  # a UsageError, or a ConfigError composing it
         raise UsageError(f"RECIPE: {one_line(e)}") from e
 
 
@@ -230,7 +234,7 @@ def _cluster_world(overrides: tuple[str, ...], cluster: ClusterConfig,
 
 def _resolve(req: SweepRequest) -> _Resolved:
     """The request planned: every UsageError before anything is written."""
-    rec = load_recipe(req)
+    rec = load_recipe(req.recipe)
     eval_args, eval_points, overrides = req.eval_args, req.eval_points, req.overrides
     if rec is not None and req.evaluate:
         eval_points = eval_points or rec.eval.points
@@ -254,7 +258,7 @@ def _resolve(req: SweepRequest) -> _Resolved:
         overrides=overrides)  # type: ignore[arg-type]  # typed by SweepRequest.__post_init__
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
-    p = P.plan(spec, req.name.strip() or None)
+    p = P.plan(spec, req.name or None)
     if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
         raise UsageError(why)
     if req.evaluate and parsed is not None:

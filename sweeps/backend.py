@@ -14,9 +14,7 @@ FTBENCH_RESULTS (default results/).
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,12 +43,12 @@ eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
 # the plan and the memory estimate, and parallel's DDP-fits rule
-DATA_SOURCES = _config.DATA_SOURCES
-PRECISIONS = _config.PRECISIONS
 DataConfig = _config.DataConfig
 HFSource = _config.HFSource
 corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes, known sizes
 compose_overrides = compose_config
+run_id = P.run_id
+run_dir = P.run_dir
 run_plan = P.plan
 memory_estimate = P.memory_estimate
 duration = P.duration
@@ -96,23 +94,12 @@ IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
 
-_COMPOSED: dict[tuple[Any, ...], TrainConfig] = {}
-
-
 def compose(cell: Cell) -> TrainConfig:
-    """A cell's config: a pure function of its overrides and the environment (the config's
-    oc.env interpolations), kept, since a plan, its dry run and its checks compose the same
-    cells again (~0.4 s each); a copy, so that no caller changes another's."""
-    key = (tuple(cell.overrides), tuple(sorted(os.environ.items())))
-    if key not in _COMPOSED:
-        try:
-            cfg = compose_config(list(cell.overrides))
-        except ValueError as e:  # ConfigError is a ValueError
-            raise UsageError(f"{cell.name}: {one_line(e)}") from e
-        if len(_COMPOSED) >= 512:
-            _COMPOSED.clear()
-        _COMPOSED[key] = cfg
-    return copy.deepcopy(_COMPOSED[key])
+    """A cell's config (composed once per plan: sweeps.plan.PlannedCell.cfg keeps it)."""
+    try:
+        return compose_config(list(cell.overrides))
+    except ValueError as e:  # ConfigError is a ValueError
+        raise UsageError(f"{cell.name}: {one_line(e)}") from e
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -121,14 +108,6 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     from omegaconf import OmegaConf
 
     return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
-
-
-def run_id(cfg: TrainConfig) -> str:
-    return P.run_id(cfg)
-
-
-def run_dir(cfg: TrainConfig) -> Path:
-    return P.run_dir(cfg)
 
 
 def flops_per_token(cfg: TrainConfig) -> float:
@@ -235,14 +214,6 @@ def local_rate(cfg: Any, threads: int) -> tuple[float, str] | None:
         return P.cpu_throughput(cfg, P.plan(cfg, 1), n=2)  # the trainer's measurement, not a copy
     finally:
         torch.set_num_threads(before)
-
-
-def disk_need(cfg: Any) -> int | None:
-    """Bytes a run of `cfg` writes under the results root at most (checkpoints, export, an
-    unbuilt corpus); None for a config that is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
-    return P.disk_bytes(cfg, P.plan(cfg, 1))["total"]  # the same bytes for any world
 
 
 def batch_refusal(cfg: Any, world: int) -> str | None:

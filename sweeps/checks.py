@@ -44,16 +44,12 @@ def _gb(b: float) -> str:
     return f"{b / 1e12:.3g} TB" if b >= 1e12 else f"{b / 1e9:.4g} GB"
 
 
-def _costliest(p: Plan) -> PlannedCell:
-    return max(p.cells, key=lambda c: c.flops)
-
-
 def largest_config(p: Plan) -> Any:
     """The training config of the plan's largest model per token (by FLOPs per token, then
     FLOPs): what the memory check and `make paper`'s micro-batch choice measure. Not the
     costliest by FLOPs: under one FLOPs budget the arms tie and the first cell (a baseline)
     would stand for a Free Transformer with more parameters."""
-    return backend.compose(max(p.cells, key=lambda c: (c.flops_per_token, c.flops)).cell)
+    return max(p.cells, key=lambda c: (c.flops_per_token, c.flops)).cfg
 
 
 def _splits(cfg: Any, world: int) -> bool:
@@ -65,7 +61,7 @@ def world_refusal(p: Plan, cluster: ClusterConfig, file: str) -> str | None:
     batch of the plan's cells, naming the nearest node counts and batch sizes that do."""
     if not p.cells:
         return None
-    cfg = backend.compose(_costliest(p).cell)
+    cfg = p.costliest.cfg
     n = cluster.tasks
     why = backend.batch_refusal(cfg, n)
     if why is None:
@@ -80,7 +76,7 @@ def world_refusal(p: Plan, cluster: ClusterConfig, file: str) -> str | None:
 
 
 def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
-    rate = backend.gpu_rate(backend.compose(_costliest(p).cell))
+    rate = backend.gpu_rate(p.costliest.cfg)
     t_h = int(cluster.or_default("timeout_min")) / 60
     req = int(cluster.or_default("max_num_timeout"))
     allowed = t_h * (req + 1)
@@ -98,7 +94,7 @@ def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
     if hours <= allowed:
         return Check("time", True, head + " (each requeue also costs a start-up and the steps "
                                           "since the last checkpoint)")
-    cfg = backend.compose(big.cell)
+    cfg = big.cfg
     nodes, g = int(cluster.or_default("nodes")), max(1, int(cluster.or_default("gpus_per_node")))
     fit = next((k for k in range(nodes + 1, MAX_NODES)
                 if hours * n / (k * g) <= allowed and _splits(cfg, k * g)), None)
@@ -111,7 +107,7 @@ def _time(p: Plan, cluster: ClusterConfig, todo: list[PlannedCell]) -> Check:
 
 
 def _signal(p: Plan, cluster: ClusterConfig) -> Check:
-    ck = backend.checkpoint_sizes(backend.compose(_costliest(p).cell), True)
+    ck = backend.checkpoint_sizes(p.costliest.cfg, True)
     lead = int(cluster.or_default("signal_delay_s"))
     grace = grace_for(lead)
     if ck is None:
@@ -165,7 +161,7 @@ def files(p: Plan, cluster: ClusterConfig | None, file: str | None) -> Check:
     shard reader's LRU bound, experiments/corpus/shards.py's MAX_OPEN_SHARDS)
     against the compute nodes' limits (the cluster file's nofile / max_map_count) or this
     host's."""
-    corpus = backend.corpus_of(backend.compose(_costliest(p).cell)) if p.cells else None
+    corpus = backend.corpus_of(p.costliest.cfg) if p.cells else None
     if corpus is None or corpus["shards"] is None:
         why = "no corpus" if corpus is None else corpus["source"]
         return Check("files", True, f"files: shards per rank not counted ({why})")
@@ -200,12 +196,10 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
     counted once (every cell reads the same one): per cell the rotated step checkpoints and the
     one being written (full: weights and AdamW), and the weights-only exports (the kept
     evaluation checkpoints, of which the last is final.pt's hard link, or final.pt alone)."""
-    from common.paths import RunDir
-
-    todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
+    todo = p.todo
     cells, corpora = 0, {}
     for c in todo:
-        cfg = backend.compose(c.cell)
+        cfg = c.cfg
         need = backend.run_disk(cfg, gpus)
         if need is None:
             continue
@@ -236,10 +230,7 @@ def checks(p: Plan, cluster: ClusterConfig | None, file: str | None = None) -> l
         return []
     if cluster is None:
         return [files(p, None, None)]
-    from common.paths import RunDir
-
-    todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
-    return [_time(p, cluster, todo), _signal(p, cluster), memory(p, cluster),
+    return [_time(p, cluster, p.todo), _signal(p, cluster), memory(p, cluster),
             files(p, cluster, file), disk(p, cluster)]
 
 

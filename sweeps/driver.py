@@ -4,7 +4,7 @@ Local: this driver keeps at most JOBS jobs alive (submitit's local executor woul
 once), longest cells first; SLURM: one job array, and `run` returns at once.
 
 What happens is told twice: as lines for a person (`log`) and as typed events for a program
-(`on_event`: Planned, JobStarted, JobEnded), so a pipeline follows a sweep without reading its
+(`on_event`: Planned, JobEnded), so a pipeline follows a sweep without reading its
 lines. Re-running the same command skips done cells (their run directory holds its final
 checkpoint), resumes interrupted ones (the trainer restarts from its newest checkpoint) and
 retries failed ones only with retry_failed. Cells are named by content (run-id = hash of the
@@ -27,6 +27,7 @@ import psutil
 
 from common.errors import UsageError
 from common.paths import RunDir, SweepDir
+from common.records import TRAINING_FAILED
 
 from . import backend
 from . import checks as C
@@ -35,7 +36,7 @@ from .cluster import ClusterConfig
 from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
-from .manifest import TRAINING_FAILED, Manifest, ManifestCell, locked, point_record
+from .manifest import Manifest, ManifestCell, locked, point_record
 from .plan import Plan
 
 POLL_S = 1.0
@@ -67,16 +68,6 @@ class Planned:
 
 
 @dataclass(frozen=True)
-class JobStarted:
-    kind: str
-    """train | eval | point."""
-    cell: str
-    job_id: str
-    step: int | None = None
-    slot: int | None = None
-
-
-@dataclass(frozen=True)
 class JobEnded:
     """A job the local driver watched has ended (SLURM jobs end after the driver returns)."""
 
@@ -89,7 +80,7 @@ class JobEnded:
     slot: int | None = None
 
 
-Event = Planned | JobStarted | JobEnded
+Event = Planned | JobEnded
 
 
 def ignore_event(_: Event) -> None:
@@ -128,7 +119,7 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
             _run_local(p, m, todo, launcher, evaluate, eval_args, log, on_event)
         else:
             assert isinstance(launcher, SlurmLauncher)
-            _submit_slurm(p, m, todo, launcher, evaluate, eval_args, log, on_event)
+            _submit_slurm(p, m, todo, launcher, evaluate, eval_args, log)
         return m
 
 
@@ -265,7 +256,6 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
                     c.eval_started(m, job.job_id, slot=slot)
                 active[slot] = (kind, c, job, time.time(), step)
                 say(f"slot {slot}: start {_what(kind, c, step)} (job {job.job_id})")
-                on_event(JobStarted(kind, c.cell, str(job.job_id), step, slot))
                 M.save(p.manifest_path, m)
             time.sleep(POLL_S)
             if points and _queue_points(queue, active, seen, m, log, t0):
@@ -393,8 +383,7 @@ def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
 
 
 def _submit_slurm(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: SlurmLauncher,
-                  evaluate: bool, eval_args: Sequence[str], log: Callable[[str], None],
-                  on_event: Callable[[Event], None]) -> None:
+                  evaluate: bool, eval_args: Sequence[str], log: Callable[[str], None]) -> None:
     if todo:
         watch = (lambda c: _point_watch(p, c, m, eval_args, launcher)) \
             if _points_on(evaluate, m) else (lambda c: None)
@@ -406,7 +395,6 @@ def _submit_slurm(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: Slur
                                      role="train", name=f"sweep-{p.name}")  # one job array
         for c, j in zip(todo, jobs, strict=True):
             c.job_started(j.job_id)
-            on_event(JobStarted("train", c.cell, str(j.job_id)))
         M.save(p.manifest_path, m)
         log(f"slurm: submitted array {jobs[0].job_id.split('_')[0]} with {len(jobs)} cells")
     if evaluate:
@@ -422,6 +410,5 @@ def _submit_slurm(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: Slur
                                 name=f"sweep-{p.name}-eval",
                                 after=c.job_id if c.state == "running" else None)
             c.eval_started(m, j.job_id)
-            on_event(JobStarted("eval", c.cell, str(j.job_id)))
         M.save(p.manifest_path, m)
     log(f"watch it with: make sweep-status NAME={p.name}")

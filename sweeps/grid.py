@@ -67,6 +67,16 @@ def parse_ints(text: str | Iterable[Any], var: str) -> list[int]:
     return out
 
 
+def parse_count(var: str, text: str, minimum: int) -> int | None:
+    """'' -> None; an integer >= minimum; else UsageError naming the variable."""
+    t = str(text or "").strip()
+    if not t:
+        return None
+    if not t.isdigit() or int(t) < minimum:
+        raise UsageError(f"{var}: {t!r} must be an integer >= {minimum}")
+    return int(t)
+
+
 def parse_amount(text: str | float | int | None, var: str) -> float | None:
     """'2e6', '500k', '3M', '1.5G' -> a positive number; '' or None -> None (the trainer's own
     parser, so TOKENS= and train.tokens= accept the same text)."""

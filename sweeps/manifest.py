@@ -28,10 +28,8 @@ from common.io import LockHeld, atomic_write_text, flocked
 from common.kappa import kappa_label
 from common.paths import RunDir, SweepDir, sweeps_dir
 from common.provenance import git_state
-from common.records import (  # noqa: F401 - POINT_STATES, TRAINING_FAILED: importers
-    POINT_STATES,
+from common.records import (
     STATES,
-    TRAINING_FAILED,
     EvalSpec,
     JobProbe,
     Manifest,

@@ -28,12 +28,6 @@ from . import backend
 from .grid import Cell, SweepSpec, expand, shared_settings, skipped_controls
 
 
-def sweep_dir(results: Path, name: str) -> Path:
-    """A sweep's folder under a results root (common.paths.SweepDir: its manifest, job folders
-    and report)."""
-    return SweepDir.of(name, results).path
-
-
 @dataclass
 class PlannedCell:
     cell: Cell
@@ -43,6 +37,8 @@ class PlannedCell:
     tokens: float
     flops: float
     flops_per_token: float
+    cfg: Any = None
+    """The composed training config (backend.compose), which the dry run and checks read."""
 
 
 @dataclass
@@ -65,6 +61,16 @@ class Plan:
     def manifest_path(self) -> Path:
         return SweepDir(self.folder).manifest_path
 
+    @property
+    def todo(self) -> list[PlannedCell]:
+        """The cells whose run has no final checkpoint yet."""
+        return [c for c in self.cells if not RunDir(c.run_dir).finished]
+
+    @property
+    def costliest(self) -> PlannedCell:
+        """The cell with the most training FLOPs (the dry run's and the checks' reference)."""
+        return max(self.cells, key=lambda c: c.flops)
+
 
 def plan(spec: SweepSpec, name: str | None = None) -> Plan:
     """Compose and check every cell; raises UsageError (one line) on any problem."""
@@ -78,7 +84,7 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
             raise UsageError(f"{c.name}: {e}") from e
         planned.append(PlannedCell(c, backend.to_dict(cfg), backend.run_id(cfg),
                                    backend.run_dir(cfg), tokens, flops,
-                                   backend.flops_per_token(cfg)))
+                                   backend.flops_per_token(cfg), cfg))
     ids = [p.run_id for p in planned]
     if len(set(ids)) != len(ids):
         dup = next(p.cell.name for p in planned if ids.count(p.run_id) > 1)
@@ -87,9 +93,7 @@ def plan(spec: SweepSpec, name: str | None = None) -> Plan:
     shared = shared_settings(cells, [p.config for p in planned], backend.IGNORED_PREFIXES)
     results = Path(planned[0].config["paths"]["results"])
     name = name or spec.default_name()
-    if not all(ch.isalnum() or ch in "._-" for ch in name):
-        raise UsageError(f"NAME: {name!r} may use letters, digits, '.', '_' and '-' only")
-    return Plan(name, spec, sweep_dir(results, name), results, planned, shared)
+    return Plan(name, spec, SweepDir.of(name, results).path, results, planned, shared)
 
 
 # ------------------------------------------------------------------------------- eval spec
@@ -183,7 +187,7 @@ def _rate(p: Plan) -> tuple[float, int, str, str] | None:
     if not p.cells:
         return None
     try:
-        return backend.gpu_rate(backend.compose(max(p.cells, key=lambda c: c.flops).cell))
+        return backend.gpu_rate(p.costliest.cfg)
     except ValueError:  # a UsageError too
         return None
 
@@ -197,7 +201,7 @@ def local_seconds(p: Plan, threads: int) -> tuple[dict[str, float], str] | None:
     if not p.cells:
         return None
     big = max(p.cells, key=lambda c: c.flops_per_token)
-    got = backend.local_rate(backend.compose(big.cell), threads)
+    got = backend.local_rate(big.cfg, threads)
     if got is None:
         return None
     flop_s = got[0] * big.flops_per_token
@@ -214,16 +218,15 @@ def dry_run_text(p: Plan, local: tuple[int, int] | None = None) -> str:
     here = local_seconds(p, local[1]) if local else None
     rows = [("cell", "arm", "kappa", "H", "seed", "run-id", "FLOPs/tok", "tokens", "FLOPs",
              *(("GPU-h",) if rate else ()), *(("time here",) if here else ()), "status")]
+    todo = p.todo
     for c in p.cells:
-        done = RunDir(c.run_dir).finished
         rows.append((c.cell.name, c.cell.arm,
                      kappa_label(c.cell.kappa_bits) if c.cell.kappa_bits is not None else "-",
                      str(c.cell.latent_bits or "-"), str(c.cell.seed), c.run_id,
                      human(c.flops_per_token), human(c.tokens), human(c.flops),
                      *((f"{c.flops / rate[0] / 3600:.3g}",) if rate else ()),
                      *((backend.duration(here[0][c.cell.name]),) if here else ()),
-                     "done" if done else "to run"))
-    todo = [c for c in p.cells if not RunDir(c.run_dir).finished]
+                     "to run" if any(c is t for t in todo) else "done"))
     s = p.spec
     head = (f"sweep {p.name}: preset {s.preset}, data {s.data}, kappa "
             f"{' '.join(map(kappa_label, s.kappa_bits))}, H {' '.join(map(str, s.latent_bits))}, "
@@ -264,8 +267,8 @@ def cost_text(p: Plan) -> list[str]:
     estimate), so a GPU-hour is never spent on a cell that cannot fit."""
     if not p.cells:
         return []
-    big = max(p.cells, key=lambda c: c.flops)
-    est = backend.estimate_text(backend.compose(big.cell))
+    big = p.costliest
+    est = backend.estimate_text(big.cfg)
     if est is None:  # a stand-in trainer's config (tests)
         return []
     return [f"costliest cell {big.cell.name} (its own `make train DRY=1` gives more):",

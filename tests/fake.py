@@ -22,6 +22,7 @@ import yaml
 from common.records import (
     EvalFile,
     EvalSpec,
+    EvalState,
     Manifest,
     ManifestCell,
     MetricsLine,
@@ -54,19 +55,14 @@ def _run_id(cell: str, name: str) -> str:
 
 
 def _cells(kappas: tuple, seeds: tuple, controls: tuple, hs: tuple) -> list[tuple]:
-    """(cell name, arm, kappa, manifest latent_bits, matched H) in the grid's order, the
-    manifest latent_bits as the launcher wrote it before records: a single-H sweep's controls
-    the oldest way (no H in the name, latent_bits 0), a multi-H sweep's with the matched H."""
-    multi = len(hs) > 1
+    """(cell name, arm, kappa, the model's H, matched H, seed) in the grid's order, as
+    sweeps.manifest.build writes them."""
     out = [(f"baseline-s{s}", "baseline", None, 0, None, s) for s in seeds]
     out += [(f"free-k{k:g}-H{h}-s{s}", "free", k, h, None, s)
             for h in hs for k in kappas for s in seeds]
     for c in controls:
         if c in ("baseline_flops", "baseline_plus1_flops"):
-            for h in hs:
-                for s in seeds:
-                    name = f"{c}-H{h}-s{s}" if multi else f"{c}-s{s}"
-                    out.append((name, c, None, h if multi else 0, h, s))
+            out += [(f"{c}-H{h}-s{s}", c, None, 0, h, s) for h in hs for s in seeds]
         else:
             out += [(f"{c}-s{s}", c, None, 0, None, s) for s in seeds]
     return out
@@ -76,50 +72,38 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
                      seeds: tuple = (0, 1), controls: tuple = ("baseline_flops",),
                      pending: tuple = (), latent_bits: tuple = (16,),
                      flops_budget: float | None = None, provenance: dict | None = None,
-                     prob: Callable | None = None, spec: bool = False,
-                     eval_spec_id: str | None = None, tokens: float = 100000,
-                     manifest: str = "auto") -> Path:
+                     prob: Callable | None = None, eval_spec_id: str | None = None,
+                     tokens: float = 100000, checkpoint_step: int | None = None) -> Path:
     """Write a fabricated sweep; return its manifest path.
 
     latent_bits: the FT widths (one `baseline_flops` per H and seed); flops_budget: train every
     arm to this many FLOPs (the grid then has no equal-tokens arm); provenance: extra config
     provenance (host, threads, launcher) per arm name, or for all under key "*";
-    prob(arm, kappa, h, seed) -> success probability; spec: write eval files with the new
-    `spec`/`spec_id` fields; manifest: "records" (common.records.Manifest: latent_bits the own
-    H, match_latent_bits explicit), "legacy" (cells as the launcher wrote them before records,
-    see `_cells`) or "auto" (legacy for one H, so the analysis's fallback to config.yaml is
-    exercised; records for several)."""
+    prob(arm, kappa, h, seed) -> success probability; checkpoint_step: the eval files' (None:
+    unknown, so the report has no evaluation points)."""
     root = Path(root)
-    if manifest == "auto":
-        manifest = "records" if len(latent_bits) > 1 else "legacy"
-    out = []
+    cells = []
     for cell, arm, kappa, lb, mh, seed in _cells(kappas, seeds, controls, latent_bits):
         rid = _run_id(cell, name)
         state = "pending" if cell in pending else "done"
-        rec = ManifestCell(cell=cell, arm=arm, kappa_bits=kappa,
-                           latent_bits=lb if arm == "free" else 0, match_latent_bits=mh,
-                           seed=seed, run_id=rid, state=state, job_id=f"local-{rid[:4]}",
-                           eval={"state": state, "job_id": None}, extra={"overrides": []})
-        c = rec.to_json()
-        if manifest == "legacy":  # before records: no match_latent_bits, H as _cells says
-            del c["match_latent_bits"]
-            c["latent_bits"] = lb
-        out.append(c)
+        cells.append(ManifestCell(cell=cell, arm=arm, kappa_bits=kappa, latent_bits=lb,
+                                  match_latent_bits=mh, seed=seed, run_id=rid, state=state,
+                                  job_id=f"local-{rid[:4]}", eval=EvalState(state=state),
+                                  extra={"overrides": []}))
         if state != "done":
             continue
         prov = dict((provenance or {}).get("*", {}))
         prov.update((provenance or {}).get(arm, {}))
-        h = lb if arm == "free" else (mh or 0)
+        h = lb or mh or 0
         p = (prob or _p)(arm, kappa, h, seed)
         _write_run(root / "runs" / rid, rid, arm, kappa, seed, h=h, p=p,
-                   flops_budget=flops_budget, prov=prov, spec=spec, tokens=tokens)
-    man = Manifest(name=name, grid={
+                   flops_budget=flops_budget, prov=prov, tokens=tokens, ckpt_step=checkpoint_step)
+    man = Manifest(name=name, cells=cells, grid={
         "kappa_bits": list(kappas), "latent_bits": list(latent_bits), "seeds": list(seeds),
         "preset": "tiny", "data": "stdlib", "tokens": None if flops_budget else tokens,
         "flops": flops_budget, "controls": list(controls)}, eval_spec_id=eval_spec_id,
         extra={"created": "2026-01-01T00:00:00Z", "git_commit": "f" * 40, "launcher": "local",
                "shared": {"lr": 1e-3}, "data_checksums": {"stdlib": "a" * 64}}).to_json()
-    man["cells"] = out  # as built above (records or legacy)
     path = root / "sweeps" / name / "manifest.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(man, indent=1), encoding="utf-8")
@@ -128,7 +112,7 @@ def write_fake_sweep(root: str | Path, name: str = "fake", kappas: tuple = (0.5,
 
 def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int, h: int = 16,
                p: float = 0.3, flops_budget: float | None = None, prov: dict | None = None,
-               spec: bool = False, tokens: float = 100000) -> None:
+               tokens: float = 100000, ckpt_step: int | None = None) -> None:
     """A run's config.yaml, metrics.jsonl and eval file; N_LAYERS layers (the +1 controls one
     more)."""
     d.mkdir(parents=True, exist_ok=True)
@@ -209,21 +193,17 @@ def _write_run(d: Path, rid: str, arm: str, kappa: float | None, seed: int, h: i
                        "metrics": metrics, "items": items}
         if task in GEN_TASKS:  # generation: the prompt/budget record eval.py writes
             tasks[task]["truncation"] = fake_truncation(n, seed)
-    # spec False: a file from before specs (legacy: no spec, spec_id, checkpoint_step)
     sp = EvalSpec.from_json(fake_spec())
     ev = EvalFile(suite="lm-eval", spec=sp, spec_id=sp.id, run_id=rid,
-                  checkpoint=f"runs/{rid}/final.pt", checkpoint_step=10 if spec else None,
+                  checkpoint=f"runs/{rid}/final.pt", checkpoint_step=ckpt_step,
                   arm=cfg.arm, z_mode="prior", k=1, leaks=False, seed=0, limit=None,
-                  tasks=tasks, legacy=not spec,
+                  tasks=tasks,
                   extra={"versions": {"lm_eval": "0.4.13", "evalplus": "0.3.1",
                                       "torch": "2.13.0"},
                          "data_checksums": {"gsm8k/test.jsonl": "c" * 64},
                          "git_commit": "f" * 40, "elapsed_s": 1.0, "requests_per_s": 10.0})
-    doc = ev.to_json()
-    if not spec:
-        del doc["checkpoint_step"]
     (d / "eval").mkdir(exist_ok=True)
-    (d / "eval" / "lm-eval.json").write_text(json.dumps(doc), encoding="utf-8")
+    (d / "eval" / "lm-eval.json").write_text(json.dumps(ev.to_json()), encoding="utf-8")
 
 
 GEN_TASKS = ("humaneval_plus", "gsm8k")

@@ -1,15 +1,12 @@
 """Fixed planted sweeps and the frames/tables the analysis reads from them, for the golden test
 of the typed records (tests/test_records_golden.py). The goldens under tests/data/records_golden/
-were captured with the code before common/records.py existed:
+of "spec" and "calib" were captured with the code before common/records.py existed, those of
+"extras" with the code before the spec-less eval files lost their upgrade (issue 43):
 
     PYTHONPATH=$PWD .venv/bin/python tests/records_golden.py --write
 
-Each sweep plants files as the suite writes them today and, where a reader still upgrades one, as
-it wrote them before (eval files without `spec`, single-H controls with manifest latent_bits 0),
-so a reader change that alters what any of them means shows up as a CSV difference. (The
-likelihood files' arm "free_transformer" and the multi-H controls' matched H in latent_bits lost
-their upgrades in issue 43: the sweeps plant what the upgrade made of them, and the goldens are
-unchanged.)
+Each sweep plants files as the suite writes them, so a reader change that alters what any of
+them means shows up as a CSV difference.
 """
 
 from __future__ import annotations
@@ -25,6 +22,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fake import fake_spec, spec_id, write_fake_sweep  # noqa: E402
+
+from common.records import EvalSpec  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "records_golden"
 N_BOOT = 200
@@ -54,8 +53,8 @@ def _likelihood(rid: str, arm: str, seed: int, step: int = 10) -> dict:
     return rec
 
 
-def _evalplus_legacy(rid: str, seed: int) -> dict:
-    """An evalplus file from before specs, with the sandbox block the suite wrote then."""
+def _evalplus(rid: str, seed: int) -> dict:
+    """An evalplus file with a sandbox block and an item the sandbox timed out."""
     rng = np.random.default_rng([seed, 7])
     items = []
     for i in range(12):
@@ -66,9 +65,10 @@ def _evalplus_legacy(rid: str, seed: int) -> dict:
             items.append({"doc_id": i, "base": v, "plus": v})
     scored = [it["plus"] for it in items if it["plus"] is not None]
     m = float(np.mean(scored))
+    spec = EvalSpec.from_args("evalplus", ["mbpp_plus"], 12, "prior", 1, None, 128).to_json()
     return {"schema": "ftbench-eval-v1", "run_id": rid, "checkpoint": f"runs/{rid}/final.pt",
             "suite": "evalplus", "arm": "baseline", "z_mode": None, "k": 1, "leaks": False,
-            "seed": 0, "limit": 12, "argv": ["x", "--max-gen-toks", "128"],
+            "seed": 0, "limit": 12, "spec": spec, "spec_id": spec_id(spec),
             "data_checksums": {}, "tasks": {"mbpp_plus": {
                 "primary": "pass@1_plus", "higher_is_better": True, "n": 11,
                 "metrics": {"pass@1_plus": {"value": m, "n": 11, "n_missing": 1},
@@ -81,11 +81,11 @@ def _evalplus_legacy(rid: str, seed: int) -> dict:
 
 def plant(root: Path) -> list[str]:
     """Write the fixed sweeps under root; return their names."""
-    # 1: legacy files (no spec), a pending cell, one-H controls the old way, likelihood files,
-    #    a legacy evalplus file and a stray limit-20 legacy lm-eval file beside the full one
-    write_fake_sweep(root, "legacy", kappas=(0.5, 4.0), pending=("free-k4-H16-s1",),
+    # 1: a pending cell, one-H controls, likelihood files, an evalplus file with a sandbox
+    #    timeout and a stray limit-20 lm-eval file beside the full one
+    write_fake_sweep(root, "extras", kappas=(0.5, 4.0), pending=("free-k4-H16-s1",),
                      controls=("baseline_flops", "baseline_plus1"))
-    man = json.loads((root / "sweeps" / "legacy" / "manifest.json").read_text())
+    man = json.loads((root / "sweeps" / "extras" / "manifest.json").read_text())
     for c in man["cells"]:
         if c["state"] != "done":
             continue
@@ -94,25 +94,26 @@ def plant(root: Path) -> list[str]:
             lik = _likelihood(c["run_id"], c["arm"], c["seed"])
             (ed / f"likelihood.{lik['spec_id']}.step10.json").write_text(json.dumps(lik))
         if c["arm"] == "baseline":
-            (ed / "evalplus.limit12.json").write_text(json.dumps(_evalplus_legacy(
+            (ed / "evalplus.limit12.json").write_text(json.dumps(_evalplus(
                 c["run_id"], c["seed"])))
         if c["cell"] == "free-k0.5-H16-s0":
             ev = json.loads((ed / "lm-eval.json").read_text())
-            ev["limit"] = 20
+            ev["limit"] = ev["spec"]["limit"] = 20
+            ev["spec_id"] = spec_id(ev["spec"])
             ev["tasks"]["arc_easy"]["metrics"]["acc"]["value"] = 0.99
             (ed / "lm-eval.limit20.json").write_text(json.dumps(ev))
     # 2: files with specs, two H, both FLOPs controls, manifest eval_spec_id
     sid = spec_id(fake_spec())
-    write_fake_sweep(root, "spec", kappas=(0.5, 2.0), latent_bits=(8, 16), spec=True,
+    write_fake_sweep(root, "spec", kappas=(0.5, 2.0), latent_bits=(8, 16),
                      controls=("baseline_flops", "baseline_plus1_flops"), eval_spec_id=sid,
-                     manifest="records")
+                     checkpoint_step=10)
     # 3: the calibration's planted sweep (missing cells, crashed items, a stray LIMIT re-run)
     from calibration import DESIGNS, Scenario, write_scenario
 
     sc = Scenario("calib", DESIGNS["demo"], 0.05, hs=(8, 16), effects={0.5: 0.1},
                   control_effect={16: 0.05}, missing=True, crash=0.2, stray_limit=True)
     write_scenario(root, sc, np.random.default_rng(7))
-    return ["legacy", "spec", "calib"]
+    return ["extras", "spec", "calib"]
 
 
 def frames(root: Path, name: str) -> dict[str, pd.DataFrame]:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from fake import write_fake_sweep
+from fake import spec_id, write_fake_sweep
 from scipy import stats
 
 from analysis.claims import checklist, leak_table
@@ -197,7 +197,7 @@ def test_equal_flops_view_uses_the_control_arm(tmp_path):
     c = data.cells.set_index("cell")
     f = np.stack([_items_from_files(tmp_path, c.loc[f"free-k0.5-H16-s{s}", "run_id"], "gsm8k",
                                     "exact_match") for s in (0, 1)])
-    r = np.stack([_items_from_files(tmp_path, c.loc[f"baseline_flops-s{s}", "run_id"], "gsm8k",
+    r = np.stack([_items_from_files(tmp_path, c.loc[f"baseline_flops-H16-s{s}", "run_id"], "gsm8k",
                                     "exact_match") for s in (0, 1)])
     assert g.loc["FT k=0.5", "delta"] == pytest.approx((f - r).mean())
 
@@ -355,11 +355,11 @@ def test_mde_matches_a_noncentral_t_power_calculation():
 # ---- eval specs -------------------------------------------------------------------------------
 
 def test_sweep_eval_spec_filters_and_never_mixes(tmp_path):
-    from fake import fake_spec, spec_id
+    from fake import fake_spec
 
     sid = spec_id(fake_spec())
-    write_fake_sweep(tmp_path, "s", kappas=(0.5,), seeds=(0, 1), controls=(), spec=True,
-                     eval_spec_id=sid)
+    write_fake_sweep(tmp_path, "s", kappas=(0.5,), seeds=(0, 1), controls=(), eval_spec_id=sid,
+                     checkpoint_step=10)
     data = load_sweep("s", tmp_path)
     c = data.cells.set_index("cell")
     # an evaluation outside the sweep's spec (a LIMIT re-run of one cell, replacing its file)
@@ -399,20 +399,16 @@ def test_a_task_every_cell_has_under_another_spec_names_the_file(tmp_path):
         ev = json.loads((ed / "lm-eval.json").read_text())
         (ed / "lm-eval.json").write_text(json.dumps(dict(ev, tasks={"gsm8k": ev["tasks"][
             "gsm8k"]})))
-        (ed / "lm-eval.limit2.json").write_text(json.dumps(dict(ev, limit=2, tasks={
-            "arc_easy": ev["tasks"]["arc_easy"]})))
+        spec = dict(ev["spec"], limit=2)
+        (ed / "lm-eval.limit2.json").write_text(json.dumps(dict(
+            ev, limit=2, spec=spec, spec_id=spec_id(spec),
+            tasks={"arc_easy": ev["tasks"]["arc_easy"]})))
     t = paper_table(load_sweep("sp", tmp_path), "tokens", n_boot=100)
     arc = t[t["task"] == "arc_easy"]
     assert len(arc) and arc["mean"].isna().all()  # never mixed
     assert not arc["status"].str.contains("not evaluated in this sweep").any()
     assert all("another spec" in s and "lm-eval.limit2.json" in s for s in arc["status"])
     assert t[(t["task"] == "gsm8k") & (t["column"] != "")]["mean"].notna().all()
-
-
-def test_old_eval_files_get_a_legacy_spec(sweep):
-    _, data = sweep
-    assert data.evals and all(e["spec_legacy"] and e["used"] for e in data.evals)
-    assert {e["spec"]["limit"] for e in data.evals} == {None}
 
 
 def test_train_ce_is_plotted_in_nats(sweep):

@@ -26,6 +26,16 @@ def _results(tmp_path, monkeypatch, request):
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "res"))
     monkeypatch.setenv("FTBENCH_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("FTBENCH_CLUSTER", str(tmp_path / "none.yaml"))
+    # each test plans the same request several times (plan, dry run, run): compose a cell once
+    composed: dict = {}
+    real = backend.compose
+
+    def compose_once(cell):
+        if cell.overrides not in composed:
+            composed[cell.overrides] = real(cell)
+        return composed[cell.overrides]
+
+    monkeypatch.setattr(backend, "compose", compose_once)
     if not request.node.get_closest_marker("real_memory"):
         # the memory check's fake-tensor measurement (most of these tests' time, asserted by
         # none of them) is the slow test's below
@@ -75,7 +85,7 @@ def test_time_signal_files_and_disk_say_their_values_and_what_to_change(tmp_path
     assert "max_num_timeout=9" in t.line  # 10 one-hour attempts
     assert "nodes=" not in t.line  # the batch of 16 splits over no more than 2 nodes of 8
     s = cs["signal"]
-    ck = backend.checkpoint_sizes(backend.compose(big.cell), True)
+    ck = backend.checkpoint_sizes(big.cfg, True)
     save = ck["full"] / 1e3
     assert not s.ok and f"leaves the trainer {60 - GRACE_MARGIN_S:.0f} s" in s.line
     assert f"signal_delay_s={60 * math.ceil((2 * save + GRACE_MARGIN_S) / 60)}" in s.line
@@ -108,11 +118,11 @@ def test_disk_counts_the_corpus_once_and_exports_as_weights_only(tmp_path):
     over = SMALL + " data.max_bytes=100000 logging.keep_eval_checkpoints=4"
     r = api._resolve(_req(cl, over))
     d = C.disk_need(r.plan, gpus=True)
-    corpus = backend.corpus_of(backend.compose(r.plan.cells[0].cell))["bytes"]
+    corpus = backend.corpus_of(r.plan.cells[0].cfg)["bytes"]
     assert d["corpus"] == corpus > 0  # two cells, one corpus
     per = 0
     for c in r.plan.cells:
-        cfg = backend.compose(c.cell)
+        cfg = c.cfg
         ck = backend.checkpoint_sizes(cfg, True)
         assert ck["export"] * 6 == ck["full"]  # bf16 weights vs fp32 weights + AdamW
         per += (cfg.logging.keep_checkpoints + 1) * ck["full"] + 4 * ck["export"]

@@ -115,17 +115,6 @@ def test_bad_file_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
     assert "\n" not in str(e.value)
 
 
-def test_the_dataclass_checks_itself() -> None:
-    with pytest.raises(ValueError, match="'partition' is required"):
-        C.ClusterConfig()
-    with pytest.raises(ValueError, match="nodes must be a non-negative integer"):
-        C.ClusterConfig(partition="p", nodes=-1)
-    with pytest.raises(ValueError, match="gpus_per_node must be a non-negative integer"):
-        C.JobOverrides(gpus_per_node=-1)
-    c = C.ClusterConfig(partition="p", eval=C.JobOverrides(gpus_per_node=2))
-    assert c.for_role("eval").gpus_per_node == 2 and c.for_role("eval").eval == C.JobOverrides()
-
-
 def test_path_from_environment_and_argument(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     env, arg = tmp_path / "env.yaml", tmp_path / "arg.yaml"

@@ -196,17 +196,6 @@ def test_an_inconsistent_arm_is_refused():
         arms.Arm("x", latent=False, model_class="Transformer", matched_to="-", compute="bits")
 
 
-def test_a_manifest_cell_keeps_the_h_of_every_latent_arm():
-    """A baseline or a baseline control has no latent (0 whatever was written); the Z-cut
-    control is a Free Transformer: its H is kept (read as 0 before the Arm record)."""
-    def cell(arm: str, lb: int) -> ManifestCell:
-        return ManifestCell.from_json({"cell": "c", "arm": arm, "latent_bits": lb,
-                                       "match_latent_bits": None})
-
-    assert cell("free_zcut", 8).latent_bits == 8 and cell("free", 8).latent_bits == 8
-    assert cell("baseline", 8).latent_bits == 0 and cell("baseline_plus1", 8).latent_bits == 0
-
-
 # ------------------------------------------------------------------------------ benchmarks
 # the lists the suite kept in parallel before the registry, as they were (issue 35)
 OLD_DEFAULT = ("gsm8k", "mmlu", "arc_easy", "arc_challenge", "commonsense_qa",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 import sys
 from pathlib import Path
 
@@ -23,7 +22,8 @@ VALUE = {33: 0.2, 66: 0.4, 98: 0.6}
 
 def _points_sweep(root: Path) -> None:
     """A fake sweep (2 seeds) whose every run has eval files at three checkpoint steps."""
-    write_fake_sweep(root, "pts", kappas=(2.0,), seeds=(0, 1), controls=(), spec=True)
+    write_fake_sweep(root, "pts", kappas=(2.0,), seeds=(0, 1), controls=(),
+                     checkpoint_step=10)
     for ev_path in root.glob("runs/*/eval/lm-eval.json"):
         ev = json.loads(ev_path.read_text())
         ev_path.unlink()
@@ -155,25 +155,6 @@ def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
     # without points or likelihood: the plain eval command, as before
     assert _eval_job(c, [], None, m=Manifest(name="m")).argv[1:3] == [
         "-m", "experiments.eval"]
-
-
-@pytest.mark.parametrize("args, msg", [
-    ("--eval-points 3", "EVAL_POINTS=3 evaluates kept checkpoints: it needs EVAL=1"),
-    ("--eval 1 --eval-points 1", "EVAL_POINTS: 1 must be >= 2"),
-    ("--eval 1 --eval-points x", "EVAL_POINTS: 'x' must be an integer >= 1"),
-    ("--eval 1 --likelihood-rows -3", "LIKELIHOOD_ROWS: '-3' must be an integer >= 0"),
-])
-def test_eval_points_refused_one_line(args: str, msg: str, tmp_path: Path,
-                                      capsys: pytest.CaptureFixture,
-                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from sweeps.__main__ import main
-
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
-    rc = main(["run", "--dry", "1", "--kappa", "2", "--h", "4", *shlex.split(args)])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.strip().startswith(f"sweep: error: {msg}") and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1
-    assert not list(tmp_path.iterdir())
 
 
 def test_eval_run_command_line(tmp_path: Path) -> None:

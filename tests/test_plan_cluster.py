@@ -215,7 +215,7 @@ def test_a_slurm_sweep_checks_the_scratch_root_before_submitting(monkeypatch, tm
     with pytest.raises(UsageError, match=r"results=/scratch/x but this sweep writes under "
                                          r".*; run it with FTBENCH_RESULTS=/scratch/x$"):
         L._check_scratch(p, ClusterConfig(partition="p", results="/scratch/x"))
-    need = [backend.disk_need(backend.compose(c.cell)) for c in p.cells]
+    need = [backend.run_disk(c.cfg, True) for c in p.cells]
     assert all(n and n > 0 for n in need)
     monkeypatch.setattr(backend, "run_disk", lambda cfg, gpus: 10**18)
     with pytest.raises(UsageError, match=r"free on its file system, the plan needs"):

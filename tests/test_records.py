@@ -1,5 +1,5 @@
 """common/records.py: round trips, schema versions, the one EvalSpec (ids and file names equal to
-the suite's before records, computed here from their definition), legacy upgrades."""
+the suite's before records, computed here from their definition), a spec-less eval file refused."""
 
 from __future__ import annotations
 
@@ -40,9 +40,6 @@ def _records() -> list:
                   tasks={"gsm8k": {"primary": "exact_match", "metrics": {
                       "exact_match": {"value": 0.5, "n": 20}}, "items": []}},
                   extra={"protocol": {"generate_until": "prior"}, "fewshot_override": None})
-    legacy = EvalFile.from_json({"suite": "evalplus", "limit": 5, "z_mode": None,
-                                 "argv": ["--max-gen-toks", "64"],
-                                 "tasks": {"mbpp_plus": {"metrics": {}}}}, "evalplus.json")
     lik = LikelihoodFile(spec=LikelihoodFile.spec_of([8, 1], 4, 1), spec_id="x", arm="free",
                          run_id="r", checkpoint_step=3, n_tokens=10, n_bytes=30,
                          extra={"iwae": {"1": {"bpb": 1.0}}, "exact": False})
@@ -60,7 +57,7 @@ def _records() -> list:
                    eval_spec_id="u", eval_specs={"lm-eval": SPEC, "evalplus": EP},
                    created="now", extra={"newer_key": {"a": 1}})
     line = MetricsLine(kind="val", step=5, tokens=10.0, flops=1e6, values={"val_ce": 3.0})
-    return [SPEC, ev, legacy, lik, run, *cells, man, line]
+    return [SPEC, ev, lik, run, *cells, man, line]
 
 
 @pytest.mark.parametrize("rec", _records(), ids=lambda r: type(r).__name__)
@@ -125,20 +122,9 @@ def test_request_builds_every_suites_spec_once():
         EvalRequest(tasks=("gsm8k",), z_mode="Prior")
 
 
-def test_legacy_eval_file_gets_its_derived_spec():
-    d = {"suite": "lm-eval", "limit": 20, "z_mode": None, "k": 1, "fewshot_override": 2,
-         "argv": ["python", "--max-gen-toks=64"], "data_checksums": {"a": "b"},
-         "tasks": {"gsm8k": {}, "arc_easy": {}}}
-    rec = EvalFile.from_json(d, "lm-eval.fewshot2.limit20.json")
-    want = {"suite": "lm-eval", "tasks": ["arc_easy", "gsm8k"], "limit": 20, "z_mode": "prior",
-            "k": 1, "fewshot": 2, "gen_tokens": 64, "data_checksums": {"a": "b"}}
-    assert rec.legacy and rec.spec.to_json() == want and rec.spec_id == _sid(want)
-    assert rec.z_mode == "prior"
-    # no suite key: the file name's first part
-    assert EvalFile.from_json({"tasks": {}}, "evalplus.limit3.json").suite == "evalplus"
-    # a junk --max-gen-toks value is no generation length, not an error
-    assert EvalFile.from_json({"argv": ["--max-gen-toks", "x"], "tasks": {}},
-                              "lm-eval.json").spec.gen_tokens is None
+def test_an_eval_file_without_its_spec_is_refused():
+    with pytest.raises(RecordError, match="no eval spec"):
+        EvalFile.from_json({"suite": "lm-eval", "tasks": {}}, "lm-eval.json")
 
 
 def test_a_controls_matched_h_is_explicit_in_its_cell_and_its_run_record():

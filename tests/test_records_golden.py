@@ -1,5 +1,5 @@
-"""The typed records change no number: fixed planted sweeps (legacy files included) read back to
-the frames and report tables captured before common/records.py existed (tests/records_golden.py).
+"""The typed records change no number: fixed planted sweeps read back to the frames and report
+tables captured before common/records.py existed (tests/records_golden.py).
 
 Compared as CSV text (byte-equal), except:
 - `config_sha256`/`file_sha256`, the hashes of the planted files' bytes, which a writer that
@@ -8,8 +8,8 @@ Compared as CSV text (byte-equal), except:
 - `evals` (eval-file headers for the provenance footer) and `likelihood` (the likelihood files'
   fields): these now come from the records' `to_json()`, so their columns are in the records'
   order (compared with sorted columns), every header has the record's fields (`schema`, `arm`,
-  `checkpoint`, `checkpoint_step`, `seed`: null where a file lacked them) and a legacy file's
-  null `z_mode` reads as "prior" (what every reader already took it to mean).
+  `checkpoint`, `checkpoint_step`, `seed`: null where a file lacked them) and a null `z_mode`
+  reads as "prior" (what every reader already took it to mean).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _as_frames(want: str, have: str) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name", ["legacy", "spec", "calib"])
+@pytest.mark.parametrize("name", ["extras", "spec", "calib"])
 def test_frames_and_tables_equal_the_goldens(planted, name):
     root, got = planted
     want_files = sorted(p.stem for p in (GOLDEN / name).glob("*.csv"))

@@ -70,7 +70,7 @@ def sweep(tmp_path_factory) -> tuple[Path, str]:
     root = tmp_path_factory.mktemp("lead")
     write_fake_sweep(root, "lead", kappas=(0.5, 2.0), seeds=(0, 1, 2),
                      controls=("baseline_flops",),
-                     pending=("free-k0.5-H16-s1", "baseline_flops-s1"),
+                     pending=("free-k0.5-H16-s1", "baseline_flops-H16-s1"),
                      provenance={"*": {"host": "h", "threads": 2, "launcher": "local"}})
     _add_zcut(root, "lead")
     _fake_synthetic(root)

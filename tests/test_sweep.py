@@ -26,7 +26,6 @@ from sweeps import driver as D
 from sweeps import launcher as L
 from sweeps import manifest as SM
 from sweeps import plan as P
-from sweeps.cluster import load_cluster
 from sweeps.grid import (
     ARCH_KNOBS,
     Cell,
@@ -88,6 +87,13 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one r
     ("sweeps", ["run", "--launcher", "pbs"], "LAUNCHER: 'pbs' is not local or slurm"),
     ("sweeps", ["run", "--launcher", "slurm", "--cluster", "/none.yaml"], "LAUNCHER=slurm needs"),
     ("sweeps", ["run", "--jobs", "0"], "JOBS: '0' must be an integer >= 1"),
+    ("sweeps", [*RUN, "--name", "a/b"], "NAME: 'a/b' may use letters, digits"),
+    ("sweeps", [*RUN, "--eval-points", "3"], "EVAL_POINTS=3 evaluates kept checkpoints: it "
+     "needs EVAL=1"),
+    ("sweeps", [*RUN, "--eval", "1", "--eval-points", "1"], "EVAL_POINTS: 1 must be >= 2"),
+    ("sweeps", [*RUN, "--eval", "1", "--eval-points", "x"], "EVAL_POINTS: 'x' must be an "
+     "integer >= 1"),
+    ("sweeps", [*RUN, "--likelihood-rows", "-3"], "LIKELIHOOD_ROWS: '-3' must be an integer"),
     ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
     ("sweeps", ["status", "nosuch"], "no sweep 'nosuch'"),
     ("sweeps", [*RUN, "--gpu", "H100-80GB"], "GPU: a GPU type is read from a recipe's"),
@@ -107,7 +113,8 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one r
     ("pipelines.paper", [], "RECIPE is required"),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--seeds", "a b"], "SEEDS: 'a'"),
     ("pipelines.paper", ["--recipe", "cpu-mini", "--bench-data", "/no/such/dir"], "BENCH_DATA="),
-    ("pipelines.paper", ["--recipe", "cpu-mini", "--gpus", "0"], "GPUS='0'"),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--gpus", "0"], "GPUS: '0'"),
+    ("pipelines.paper", ["--recipe", "cpu-mini", "--name", "a b"], "NAME: 'a b' may use"),
 ]
 
 
@@ -132,20 +139,6 @@ def test_bad_input_is_one_line_exit_2_nothing_written(module: str, argv: list[st
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"{prog}: error: ") and msg in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "results").exists()
-
-
-def test_compose_keeps_a_config_per_overrides_and_environment(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """backend.compose's cache: each caller gets its own copy, and a changed environment (the
-    config's oc.env interpolations) composes again."""
-    cell = next(c for c in expand(spec(tokens="50k")) if c.arm == "free")
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "a"))
-    first = backend.compose(cell)
-    seq = first.train.seq_len
-    first.train.seq_len = seq + 1  # a caller changing its copy changes no other's
-    assert backend.compose(cell).train.seq_len == seq
-    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path / "b"))
-    assert str(backend.compose(cell).paths.results) == str(tmp_path / "b")
 
 
 def test_limit_is_per_subject_of_a_grouped_task() -> None:
@@ -275,22 +268,6 @@ def _fake_to_dict(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ------------------------------------------------------------------ cluster config
-def test_slurm_parameters_make_an_sbatch_script(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parameters are ones submitit's SLURM executor accepts (no srun here: pretend)."""
-    import submitit
-    from submitit.slurm.slurm import SlurmExecutor
-
-    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 2))
-    ex = submitit.AutoExecutor(folder=tmp_path / "jobs", cluster="slurm")
-    cfg = load_cluster(ROOT / "sweeps" / "cluster.example.yaml")
-    ex.update_parameters(**L.slurm_parameters(cfg))
-    text = ex._executor._make_submission_file_text("python -m x", "uid")
-    for line in ("--partition=gpu", "--account=my-project", "--gpus-per-node=8",
-                 "--ntasks-per-node=8", "--signal=USR2@300", "--time=1440"):
-        assert f"#SBATCH {line}" in text, line
-
-
 def test_local_sizing() -> None:
     import os
 

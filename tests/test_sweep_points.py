@@ -22,7 +22,7 @@ import pytest
 from test_sweep import _fake_to_dict, _FakeTrain, _use_fake  # noqa: F401 (autouse fixture)
 
 from common.paths import RunDir
-from common.records import EvalSpec, Manifest, ManifestCell, PointState
+from common.records import TRAINING_FAILED, EvalSpec, Manifest, ManifestCell, PointState
 from sweeps import backend
 from sweeps import driver as D
 from sweeps import manifest as SM
@@ -193,7 +193,7 @@ def test_failed_training_leaves_points_not_evaluated(
     assert c.get("eval") is None  # no chained evaluation of an unfinished run
     if seen:  # (queued points have no start time: the key is left out)
         assert c["points"] == {"2": {"state": "skipped", "job_id": None,
-                                     "reason": SM.TRAINING_FAILED}}
+                                     "reason": TRAINING_FAILED}}
     else:
         assert "points" not in c
     # the status refresh keeps it so
@@ -368,7 +368,7 @@ def test_point_states_are_derived_from_facts(tmp_path: Path) -> None:
     c.state = "failed"
     c.settle_points(m, RunDir(run), {}, jobs)
     assert c.to_json()["points"]["4"] == {"state": "skipped", "job_id": "999999999",
-                                          "reason": SM.TRAINING_FAILED}
+                                          "reason": TRAINING_FAILED}
     assert c.points[2].state == "done"  # evaluated before the failure: kept
     c.state = "running"  # RETRY_FAILED=1
     c.settle_points(m, RunDir(run), {}, jobs)
