@@ -355,8 +355,7 @@ def recipe_args(recipe: Any, gpu_type: str, n: int, steps: int, capacity_gb: flo
         # the composed config with fewer layers (a hydra compose per candidate took ~1 s)
         c = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=layers))
         rp = P.plan(c, n)
-        est = P.memory_estimate(rp, mode)
-        return (est["total_checkpointed" if c.train.activation_checkpointing else "total"],
+        return (P.hand_bytes(rp, mode, c.train.activation_checkpointing),
                 P.disk_bytes(c, rp, device_type)["run"])
 
     def fits(layers: int) -> bool:

@@ -44,7 +44,7 @@ kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
-# the plan and the memory estimate, and parallel's DDP-fits rule
+# the plan, and parallel's DDP-fits rule
 DATA_SOURCES = _config.DATA_SOURCES
 PRECISIONS = _config.PRECISIONS
 DataConfig = _config.DataConfig
@@ -52,7 +52,6 @@ HFSource = _config.HFSource
 corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes, known sizes
 compose_overrides = compose_config
 run_plan = P.plan
-memory_estimate = P.memory_estimate
 duration = P.duration
 """Seconds as a reader takes them in (s, min, h, days): the trainer's dry run's format."""
 
