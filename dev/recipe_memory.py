@@ -36,11 +36,12 @@ DEFAULT_GPUS = ("H100-80GB",)
 
 
 def measure_recipes(recipes: Sequence[str], gpus: Sequence[str]) -> list[dict[str, Any]]:
-    """One entry per (recipe, GPU type): the largest micro-batch dividing the per-GPU batch whose
-    measured training, validation and save peaks fit USABLE_FRACTION of the GPU (then each with
-    activation checkpointing), with every try and the measured phases of the choice; the
-    parallelism is the auto rule on the state (DDP_BYTES_PER_PARAM of the costliest arm)."""
-    from experiments.memory import FIT_PHASES, USABLE_FRACTION, measure_cached
+    """One entry per (recipe, GPU type): `experiments.memory.fit` from the whole per-GPU batch
+    down (the largest micro-batch whose measured training, validation and save peaks fit
+    USABLE_FRACTION of the GPU, then each with activation checkpointing), with every try and
+    the measured phases of the choice; the parallelism is the auto rule on the state
+    (DDP_BYTES_PER_PARAM of the costliest arm)."""
+    from experiments.memory import fit
     from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
     from experiments.train.plan import plan
     from sweeps.recipe import GPU_TYPES, MicroBatch, load
@@ -49,38 +50,27 @@ def measure_recipes(recipes: Sequence[str], gpus: Sequence[str]) -> list[dict[st
     for name in recipes:
         rec = load(name)
         per_gpu = rec.train.batch_size // rec.train.gpus
-        divs = [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]
         for gpu in gpus:
-            cap = USABLE_FRACTION * GPU_TYPES[gpu] * 1e9
-            tries: list[dict[str, Any]] = []
-            chosen = None
-            for ck, m in ((ck, m) for ck in (False, True) for m in divs):
-                mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", m, per_gpu // m, ck, 0.0)
-                params = plan(cell_config(rec, mb), rec.train.gpus).params["total"]
-                par = "none" if rec.train.gpus == 1 else (
-                    "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * mb.memory_gb * 1e9
-                    else "ddp")
-                cfg = cell_config(rec, replace(mb, parallel=par))
-                recs, _ = measure_cached(cfg, device_type="cuda", cache=Path(cfg.paths.cache))
-                worst = max(r.peak_bytes for r in recs if r.phase in FIT_PHASES)
-                tries.append({"micro_batch_size": m, "activation_checkpointing": ck,
-                              "measured_gb": worst / 1e9})
-                print(f"recipe_memory: {name} {gpu}: micro-batch {m}"
-                      f"{' with act. ckpt' if ck else ''}: {worst / 1e9:.1f} GB of "
-                      f"{cap / 1e9:.0f} GB allowed", file=sys.stderr, flush=True)
-                if worst <= cap:
-                    chosen = (m, ck, cfg, recs, worst)
-                    break
+            mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", per_gpu, 1, False, 0.0)
+            params = plan(cell_config(rec, mb), rec.train.gpus).params["total"]
+            par = "none" if rec.train.gpus == 1 else (
+                "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * mb.memory_gb * 1e9
+                else "ddp")
+            cfg = cell_config(rec, replace(mb, parallel=par))
+            f = fit(cfg, world=rec.train.gpus, cache=Path(cfg.paths.cache))
+            print(f"recipe_memory: {name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
             entry: dict[str, Any] = {
                 "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu],
-                "recipe_key": rec.memory_key(), "basis": "measured", "fits": chosen is not None,
-                "tries": tries}
-            if chosen is not None:
-                m, ck, cfg, recs, worst = chosen
-                entry.update(parallel=recs[0].parallel, micro_batch_size=m,
-                             grad_accum=plan(cfg, rec.train.gpus).grad_accum,
-                             activation_checkpointing=ck, measured_gb=worst / 1e9,
-                             phases=[r.to_json() for r in recs])
+                "recipe_key": rec.memory_key(), "basis": "measured",
+                "fits": f.micro_batch_size is not None,
+                "tries": [{"micro_batch_size": m, "activation_checkpointing": ck,
+                           "measured_gb": b / 1e9} for m, ck, b in f.tries]}
+            if f.micro_batch_size is not None:
+                entry.update(parallel=f.records[0].parallel, micro_batch_size=f.micro_batch_size,
+                             grad_accum=f.records[0].grad_accum,
+                             activation_checkpointing=f.activation_checkpointing,
+                             measured_gb=f.tries[-1][2] / 1e9,
+                             phases=[r.to_json() for r in f.records])
             out.append(entry)
     return out
 
