@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,70 +35,42 @@ PAPER_RECIPES = ("paper-1.5B", "paper-8B", "paper-8B-1T")
 DEFAULT_GPUS = ("H100-80GB",)
 
 
-FIT_PHASES = ("train", "validation", "save")
-"""The phases a training micro-batch must fit (evaluation's batch is the evaluator's own: it is
-measured and shown, not what the micro-batch is chosen by)."""
-
-
-def candidates(rec: Any, hand: Any) -> list[tuple[int, bool]]:
-    """(micro-batch, activation checkpointing) to measure, in order: the hand estimate's pick,
-    then every smaller divisor of the per-GPU batch, then (when the pick had none) each with
-    activation checkpointing from the largest."""
-    per_gpu = rec.train.batch_size // rec.train.gpus
-    divs = [d for d in range(per_gpu, 0, -1) if per_gpu % d == 0]
-    start = hand.micro_batch_size or per_gpu
-    out = [(m, bool(hand.activation_checkpointing)) for m in divs if m <= start]
-    if not hand.activation_checkpointing:
-        out += [(m, True) for m in divs]
-    return out
-
-
 def measure_recipes(recipes: Sequence[str], gpus: Sequence[str]) -> list[dict[str, Any]]:
-    """One entry per (recipe, GPU type): the largest micro-batch whose measured training,
-    validation and save peaks fit USABLE_FRACTION of the GPU, starting from the hand
-    estimate's pick (`candidates`), with every try and the measured phases of the choice."""
-    from experiments.memory import measure_cached
-    from experiments.train.plan import memory_estimate, plan
-    from sweeps.recipe import GPU_TYPES, USABLE_FRACTION, load
+    """One entry per (recipe, GPU type): `experiments.memory.fit` from the whole per-GPU batch
+    down (the largest micro-batch whose measured training, validation and save peaks fit
+    USABLE_FRACTION of the GPU, then each with activation checkpointing), with every try and
+    the measured phases of the choice; the parallelism is the auto rule on the state
+    (DDP_BYTES_PER_PARAM of the costliest arm)."""
+    from experiments.memory import fit
+    from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
+    from experiments.train.plan import plan
+    from sweeps.recipe import GPU_TYPES, MicroBatch, load
 
     out = []
     for name in recipes:
         rec = load(name)
-        hand, key = rec.hand_micro_batches(), rec.memory_key()
+        per_gpu = rec.train.batch_size // rec.train.gpus
         for gpu in gpus:
-            h = hand[gpu]
-            cap = USABLE_FRACTION * GPU_TYPES[gpu] * 1e9
-            tries: list[dict[str, Any]] = []
-            chosen = None
-            for m, ck in candidates(rec, h):
-                cfg = cell_config(rec, gpu, [f"train.micro_batch_size={m}",
-                                             f"train.activation_checkpointing={str(ck).lower()}"])
-                recs, _ = measure_cached(cfg, device_type="cuda", cache=Path(cfg.paths.cache))
-                worst = max(r.peak_bytes for r in recs if r.phase in FIT_PHASES)
-                tries.append({"micro_batch_size": m, "activation_checkpointing": ck,
-                              "measured_gb": worst / 1e9})
-                print(f"recipe_memory: {name} {gpu}: micro-batch {m}"
-                      f"{' with act. ckpt' if ck else ''}: {worst / 1e9:.1f} GB of "
-                      f"{cap / 1e9:.0f} GB allowed", file=sys.stderr, flush=True)
-                if worst <= cap:
-                    chosen = (m, ck, cfg, recs, worst)
-                    break
+            mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", per_gpu, 1, False, 0.0)
+            params = plan(cell_config(rec, mb), rec.train.gpus).params["total"]
+            par = "none" if rec.train.gpus == 1 else (
+                "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * mb.memory_gb * 1e9
+                else "ddp")
+            cfg = cell_config(rec, replace(mb, parallel=par))
+            f = fit(cfg, world=rec.train.gpus, cache=Path(cfg.paths.cache))
+            print(f"recipe_memory: {name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
             entry: dict[str, Any] = {
-                "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu], "recipe_key": key,
-                "basis": "measured", "fits": chosen is not None, "parallel": h.parallel,
-                "hand": {"micro_batch_size": h.micro_batch_size,
-                         "activation_checkpointing": h.activation_checkpointing,
-                         "estimate_gb": h.estimate_gb},
-                "tries": tries}
-            if chosen is not None:
-                m, ck, cfg, recs, worst = chosen
-                p = plan(cfg, rec.train.gpus)
-                est = memory_estimate(p, recs[0].parallel)
-                entry.update(parallel=recs[0].parallel, micro_batch_size=m,
-                             grad_accum=p.grad_accum, activation_checkpointing=ck,
-                             measured_gb=worst / 1e9,
-                             estimate_gb=est["total_checkpointed" if ck else "total"] / 1e9,
-                             phases=[r.to_json() for r in recs])
+                "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu],
+                "recipe_key": rec.memory_key(), "basis": "measured",
+                "fits": f.micro_batch_size is not None,
+                "tries": [{"micro_batch_size": m, "activation_checkpointing": ck,
+                           "measured_gb": b / 1e9} for m, ck, b in f.tries]}
+            if f.micro_batch_size is not None:
+                entry.update(parallel=f.records[0].parallel, micro_batch_size=f.micro_batch_size,
+                             grad_accum=f.records[0].grad_accum,
+                             activation_checkpointing=f.activation_checkpointing,
+                             measured_gb=f.tries[-1][2] / 1e9,
+                             phases=[r.to_json() for r in f.records])
             out.append(entry)
     return out
 
@@ -105,20 +78,15 @@ def measure_recipes(recipes: Sequence[str], gpus: Sequence[str]) -> list[dict[st
 def block(entries: Sequence[dict[str, Any]]) -> str:
     """The markdown block (between the markers) from the records."""
     rows = [BEGIN, "",
-            "| recipe | GPU | parallel x world | micro-batch (measured) | hand estimate's pick | "
-            "train | validation | eval | save | host at save | hand estimate (train) |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+            "| recipe | GPU | parallel x world | micro-batch (measured) | train | validation | "
+            "eval | save | host at save |", "|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
-        hd = e.get("hand") or {}
-        pick = (f"{hd.get('micro_batch_size')}"
-                + (", act. ckpt" if hd.get("activation_checkpointing") else "")
-                + (f" ({hd['estimate_gb']:.1f} GB est.)" if hd.get("estimate_gb") else ""))
         if not e.get("fits", True):
             tried = "; ".join(
                 f"{t['micro_batch_size']}{' ckpt' if t['activation_checkpointing'] else ''}: "
                 f"{t['measured_gb']:.1f} GB" for t in e.get("tries", []))
             rows.append(f"| {e['recipe']} | {e['gpu']} | {e.get('parallel', '-')} | does not "
-                        f"fit ({tried}) | {pick} | - | - | - | - | - | - |")
+                        f"fit ({tried}) | - | - | - | - | - |")
             continue
         ph = {p["phase"]: p for p in e["phases"]}
 
@@ -134,15 +102,15 @@ def block(entries: Sequence[dict[str, Any]]) -> str:
         ck = ", act. ckpt" if e["activation_checkpointing"] else ""
         rows.append(f"| {e['recipe']} | {e['gpu']} | {tr.get('parallel', '-')} x "
                     f"{tr.get('world_size', '-')} | {e['micro_batch_size']} x accum "
-                    f"{e['grad_accum']}{ck} | {pick} | {cell('train')} | {cell('validation')} | "
-                    f"{cell('eval')} | {cell('save')} | {host} | {e['estimate_gb']:.1f} GB |")
+                    f"{e['grad_accum']}{ck} | {cell('train')} | {cell('validation')} | "
+                    f"{cell('eval')} | {cell('save')} | {host} |")
     gpus = sorted({e["gpu"] for e in entries})
     rows += ["", f"Measured per GPU (rank 0; percentages of the GPU's memory) on fake tensors by "
              "`experiments/memory.py` (torch's MemTracker / FSDPMemTracker under a fake process "
              "group of the recipe's world), for the H=16 Free Transformer at the largest "
              "micro-batch whose measured train, validation and save peaks fit 90% of the GPU, "
-             "tried from the hand estimate's pick down (`Recipe.micro_batches` trains with it; "
-             "the hand estimate of the training step is the last column); GPU types "
+             "tried from the whole per-GPU batch down (`Recipe.micro_batches` trains with it); "
+             "GPU types "
              f"measured: {', '.join(gpus)}. Train: a step of 3 micro-batches (the peak does not "
              "grow after the second) with AdamW's state allocated; validation: one batch of "
              "logging.val_batch_size rows; eval: one loglikelihood batch of 16 continuations at "
@@ -187,7 +155,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recipe_memory: unknown {bad}; GPU types {list(GPU_TYPES)}, recipes {known()}",
               file=sys.stderr)
         return 2
-    entries = measure_recipes(recipes, gpus)
+    new = measure_recipes(recipes, gpus)
+    done = {(e["recipe"], e["gpu"]) for e in new}  # the other records stay as they are
+    entries = [e for e in json.loads(RECORDS.read_text(encoding="utf-8"))
+               if (e["recipe"], e["gpu"]) not in done] + new
     from common.io import atomic_write_text
 
     RECORDS.parent.mkdir(parents=True, exist_ok=True)

@@ -221,7 +221,8 @@ def fit_to_cluster(rec: Any, req: api.SweepRequest
     from sweeps.cluster import load_cluster
 
     world = load_cluster(Path(req.cluster) if req.cluster.strip() else None).tasks
-    own = rec.micro_batches()[req.gpu].micro_batch_size or 1  # for the recipe's train.gpus
+    rec.training_overrides(gpu=req.gpu)  # refuses (one line) a GPU type with no measured record
+    own = rec.micro_batches()[req.gpu].micro_batch_size  # for the recipe's train.gpus
     per = rec.train.batch_size // world  # a world that does not split it: api refuses below
     start = max((m for m in range(1, min(own, per) + 1) if per % m == 0), default=1)
     req = dataclasses.replace(req, overrides=(*req.overrides, f"{FIT_KEYS[0]}{start}"))

@@ -9,15 +9,18 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def cell_config(rec: Any, gpu: str, overrides: Sequence[str] = (), gpus: int | None = None
+def cell_config(rec: Any, gpu: Any, overrides: Sequence[str] = (), gpus: int | None = None
                 ) -> Any:
-    """The TrainConfig of the recipe's costliest cell at its micro-batch for GPU type `gpu`
-    (`overrides` win over the recipe's, e.g. another micro-batch)."""
+    """The TrainConfig of the recipe's costliest cell at its measured micro-batch for GPU type
+    `gpu`, or at a `sweeps.recipe.MicroBatch` being measured (`overrides` win over the
+    recipe's)."""
     from sweeps.backend import compose_overrides
-    from sweeps.recipe import merge_overrides
+    from sweeps.recipe import gpu_overrides, merge_overrides
 
     ov = [f"model.latent_bits={max(rec.grid.latent_bits)}",
           f"model.kappa_bits={float(rec.grid.kappa_bits[0])}", *overrides]
     if gpus:
         ov.append(f"train.plan_world_size={gpus}")
-    return compose_overrides(list(merge_overrides(rec.training_overrides(gpu=gpu), ov)))
+    base = (rec.training_overrides(gpu=gpu) if isinstance(gpu, str)
+            else (*rec.training_overrides(), *gpu_overrides(gpu)))
+    return compose_overrides(list(merge_overrides(base, ov)))

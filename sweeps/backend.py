@@ -42,7 +42,7 @@ kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
-# the plan and the memory estimate, and parallel's DDP-fits rule
+# the plan
 DataConfig = _config.DataConfig
 HFSource = _config.HFSource
 corpus_budget = _corpus_budget  # a corpus against its budget: per-source passes, known sizes
@@ -50,7 +50,6 @@ compose_overrides = compose_config
 run_id = P.run_id
 run_dir = P.run_dir
 run_plan = P.plan
-memory_estimate = P.memory_estimate
 duration = P.duration
 """Seconds as a reader takes them in (s, min, h, days): the trainer's dry run's format."""
 
@@ -61,13 +60,6 @@ def memory_fit(cfg: TrainConfig) -> Any:
     from experiments.memory import fit
 
     return fit(cfg, cache=Path(cfg.paths.cache))
-
-
-def ddp_fit_rule() -> tuple[float, float]:
-    """(bytes per parameter under DDP, the GPU memory share it may fill): the auto rule."""
-    from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
-
-    return DDP_BYTES_PER_PARAM, FIT_FRACTION
 
 
 def check_eval_tasks(tasks: Sequence[str]) -> None:

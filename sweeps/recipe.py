@@ -11,8 +11,9 @@ check of `Leaf` (every section and key written, nothing else); the training keys
 train, optim, corpus: `TRAIN_KEYS` names the `make train` key of each) compose through
 experiments/train/config.py, the one config schema `make train` uses; the grid is the sweep's
 (sweeps.grid.SweepSpec, kappa by common.kappa); the tasks are the evaluator's. The micro-batch
-per GPU type is measured where dev/recipe_memory.py measured it, else the hand estimate;
-gradient accumulation keeps the global batch, so it never changes what is trained.
+per GPU type is what dev/recipe_memory.py measured (MEASURED_RECORDS); a GPU type it did not
+measure is refused, never guessed. Gradient accumulation keeps the global batch, so it never
+changes what is trained.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, make_dataclass
 from enum import Enum
 from fractions import Fraction
-from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -47,13 +47,10 @@ if TYPE_CHECKING:
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "measured" / "memory" / "recipes.json"
 """dev/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
-and the micro-batch it chose by them (`Recipe.measured_micro_batches`)."""
+and the micro-batch it chose by them (`Recipe.micro_batches`)."""
 GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
                                "H200-141GB": 141.0}
 """GPU memory in decimal GB as the vendors quote it (NVIDIA data sheets)."""
-USABLE_FRACTION = 0.9
-"""Share of a GPU's memory a micro-batch may fill by memory_estimate: that estimate leaves out
-the CUDA context, NCCL buffers and allocator fragmentation (a few GB), so 10% stays free."""
 SCHEDULES = ("cosine",)
 """Schedules the trainer implements (experiments/train/trainer.py: linear warmup, cosine decay
 to lr x optim.min_lr_ratio). Another one needs a config key first."""
@@ -120,24 +117,32 @@ class Provenance:
 
 @dataclass(frozen=True)
 class MicroBatch:
-    """What one GPU type runs for a recipe: the largest micro-batch whose estimated memory fits
-    USABLE_FRACTION of the GPU (without activation checkpointing when possible)."""
+    """What one GPU type runs for a recipe: the largest micro-batch whose fake-tensor peaks of
+    training, validation and save fit experiments.memory.USABLE_FRACTION of the GPU (without
+    activation checkpointing when possible), as dev/recipe_memory.py measured it."""
 
     gpu: str
     memory_gb: float
     parallel: str
-    micro_batch_size: int | None
-    """None: not even one sequence fits, with activation checkpointing."""
-    grad_accum: int | None
+    micro_batch_size: int
+    grad_accum: int
     activation_checkpointing: bool
-    estimate_gb: float | None
-    """The estimate (decimal GB) of the costliest arm at this micro-batch."""
-    basis: str = "hand estimate"
-    """How it was chosen: "hand estimate" (memory_estimate, not measured at this recipe's
-    present settings) or "measured" (the largest whose fake-tensor peaks of training,
-    validation and save fit USABLE_FRACTION, dev/recipe_memory.py, MEASURED_RECORDS)."""
-    measured_gb: float | None = None
-    """With basis "measured": the largest measured peak of those phases, decimal GB."""
+    measured_gb: float
+    """The largest measured peak of those phases, decimal GB."""
+
+
+def gpu_overrides(mb: MicroBatch) -> list[str]:
+    """The trainer's overrides of a GPU type's micro-batch, parallelism and checkpointing."""
+    from .backend import gpu_peak_tflops
+
+    name = mb.gpu.split("-")[0]  # "A100-40GB" -> A100: its device names contain it
+    peak, _ = gpu_peak_tflops(name)
+    return [f"train.micro_batch_size={mb.micro_batch_size}", f"train.gpu_name={name}",
+            *([f"train.gpu_peak_tflops={_fmt(float(peak))}"] if peak else []),
+            f"train.gpu_memory_gb={_fmt(mb.memory_gb)}",
+            # one GPU runs no parallelism: the trainer's choices are ddp and fsdp
+            *([f"train.parallel={mb.parallel}"] if mb.parallel != "none" else []),
+            f"train.activation_checkpointing={_fmt(mb.activation_checkpointing)}"]
 
 
 def _quote(text: str) -> str:
@@ -304,24 +309,12 @@ class Recipe:
                 and (budget or k != "train.tokens")]
         ov = self._overrides(keys)
         if gpu is not None:
-            table = self.micro_batches()
-            if gpu not in table:
+            if gpu not in GPU_TYPES:
                 raise UsageError(f"{self.path}: unknown GPU type {gpu!r}; known: "
                                  f"{list(GPU_TYPES)}")
-            mb = table[gpu]
-            if mb.micro_batch_size is None:
-                raise UsageError(f"{self.path}: recipe {self.name} does not fit a {gpu} even "
-                                 "at micro-batch 1 with activation checkpointing")
-            from .backend import gpu_peak_tflops
-
-            name = gpu.split("-")[0]  # "A100-40GB" -> A100: its device names contain it
-            peak, _ = gpu_peak_tflops(name)
-            ov += [f"train.micro_batch_size={mb.micro_batch_size}", f"train.gpu_name={name}",
-                   *([f"train.gpu_peak_tflops={_fmt(float(peak))}"] if peak else []),
-                   f"train.gpu_memory_gb={_fmt(mb.memory_gb)}",
-                   # one GPU runs no parallelism: the trainer's choices are ddp and fsdp
-                   *([f"train.parallel={mb.parallel}"] if mb.parallel != "none" else []),
-                   f"train.activation_checkpointing={_fmt(mb.activation_checkpointing)}"]
+            if gpu not in (table := self.micro_batches()):
+                raise UsageError(f"{self.path}: recipe {self.name}: {self.not_measured(gpu)}")
+            ov += gpu_overrides(table[gpu])
         return tuple(ov)
 
     def corpus_overrides(self) -> list[str]:
@@ -364,16 +357,14 @@ class Recipe:
         ov = self.training_overrides(budget=False)
         return hashlib.sha256(json.dumps(list(ov)).encode()).hexdigest()[:16]
 
-    def micro_batches(self) -> dict[str, MicroBatch]:
-        """Per GPU type: the measured choice (`measured_micro_batches`) where the committed
-        records hold one for this recipe as it is now, else the hand estimate's
-        (`hand_micro_batches`)."""
-        return {**self.hand_micro_batches(), **self.measured_micro_batches()}
+    def not_measured(self, gpu: str) -> str:
+        return (f"no measured micro-batch that fits a {gpu} (measured/memory/recipes.json); "
+                f"`python -m dev.recipe_memory --recipes {self.name} --gpus {gpu}` measures it")
 
-    def measured_micro_batches(self) -> dict[str, MicroBatch]:
+    def micro_batches(self) -> dict[str, MicroBatch]:
         """The micro-batch per GPU type that dev/recipe_memory.py chose by measurement
         (MEASURED_RECORDS), for this recipe as it is now (`memory_key`); a GPU type it did not
-        measure, or a changed recipe, is absent."""
+        measure, one where nothing fits, or a changed recipe is absent."""
         try:
             entries = json.loads(MEASURED_RECORDS.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -387,48 +378,8 @@ class Recipe:
             if gpu in GPU_TYPES and e.get("fits") is True:
                 out[gpu] = MicroBatch(gpu, GPU_TYPES[gpu], str(e["parallel"]),
                                       int(e["micro_batch_size"]), int(e["grad_accum"]),
-                                      bool(e["activation_checkpointing"]), e.get("estimate_gb"),
-                                      basis="measured", measured_gb=e.get("measured_gb"))
+                                      bool(e["activation_checkpointing"]), e["measured_gb"])
         return out
-
-    @cached_property
-    def _hand(self) -> dict[str, MicroBatch]:
-        import model as M
-
-        from .backend import compose_overrides as compose
-        from .backend import ddp_fit_rule, memory_estimate
-        from .backend import run_plan as plan
-
-        DDP_BYTES_PER_PARAM, FIT_FRACTION = ddp_fit_rule()
-        base = plan(compose(list(self.training_overrides())), world_size=self.train.gpus)
-        mc = base.model
-        cands = [mc.replace(latent_bits=max(self.grid.latent_bits),
-                            kappa_bits=float(self.grid.kappa_bits[0]))]
-        if any(arms.by_control(c).extra_layer for c in self.grid.controls):
-            cands.append(mc.replace(n_layers=mc.n_layers + 1))
-        per_gpu = self.train.batch_size // self.train.gpus
-        biggest = max(M.param_count(a)["total"] for a in cands)
-        out: dict[str, MicroBatch] = {}
-        for gpu, gb in GPU_TYPES.items():
-            par = "none" if self.train.gpus == 1 else (
-                "fsdp" if DDP_BYTES_PER_PARAM * biggest > FIT_FRACTION * gb * 1e9 else "ddp")
-            out[gpu] = MicroBatch(gpu, gb, par, None, None, True, None)
-            for ckpt, m in ((c, m) for c in (False, True) for m in range(per_gpu, 0, -1)
-                            if per_gpu % m == 0):
-                worst = max(memory_estimate(dataclasses.replace(
-                    base, model=a, micro_batch_size=m, grad_accum=per_gpu // m), par)[
-                    "total_checkpointed" if ckpt else "total"] for a in cands)
-                if worst <= USABLE_FRACTION * gb * 1e9:
-                    out[gpu] = MicroBatch(gpu, gb, par, m, per_gpu // m, ckpt, worst / 1e9)
-                    break
-        return out
-
-    def hand_micro_batches(self) -> dict[str, MicroBatch]:
-        """Per GPU type: parallelism (experiments.train.parallel's auto rule), the largest
-        micro-batch dividing the per-GPU batch whose memory_estimate fits USABLE_FRACTION of the
-        GPU, for the costliest arm of the grid (the H=max Free Transformer, and the +1-layer
-        baseline when that control is on), without activation checkpointing when possible."""
-        return dict(self._hand)
 
     def filled(self) -> list[tuple[str, str, str, str]]:
         """(key, value, basis, source) of every value the paper does not state (basis reference
@@ -648,32 +599,25 @@ def show(r: Recipe) -> str:
              f"{list(r.table3_points())}; runs: "
              + " | ".join(" ".join(a) for a in r.eval_runs()),
              "micro-batch (per GPU type; gradient accumulation keeps the global batch)"]
-    for mb in r.micro_batches().values():
-        if mb.micro_batch_size is None:
-            lines.append(f"  {mb.gpu:<11} does not fit, even at 1 with activation checkpointing")
+    table = r.micro_batches()
+    for gpu in GPU_TYPES:
+        mb = table.get(gpu)
+        if mb is None:
+            lines.append(f"  {gpu:<11} {r.not_measured(gpu)}")
         else:
             ck = ", activation checkpointing" if mb.activation_checkpointing else ""
-            lines.append(f"  {mb.gpu:<11} {mb.parallel}, micro {mb.micro_batch_size} x accum "
-                         f"{mb.grad_accum}{ck} ({_peak(mb)})")
+            lines.append(f"  {gpu:<11} {mb.parallel}, micro {mb.micro_batch_size} x accum "
+                         f"{mb.grad_accum}{ck} ({mb.measured_gb:.1f} GB measured)")
     return "\n".join(lines)
-
-
-def _peak(mb: MicroBatch) -> str:
-    return (f"{mb.measured_gb:.1f} GB measured" if mb.basis == "measured"
-            and mb.measured_gb is not None else f"{mb.estimate_gb:.1f} GB estimated")
 
 
 def micro_table(r: Recipe) -> str:
     """Markdown table of micro_batches() for docs/RECIPES.md."""
-    rows = ["| GPU | parallel | micro-batch | grad accum | act. ckpt | chosen by | peak |",
-            "|---|---|---|---|---|---|---|"]
-    for mb in r.micro_batches().values():
-        if mb.micro_batch_size is None:
-            rows.append(f"| {mb.gpu} | {mb.parallel} | does not fit | - | - | {mb.basis} | - |")
-        else:
-            rows.append(f"| {mb.gpu} | {mb.parallel} | {mb.micro_batch_size} | {mb.grad_accum}"
-                        f" | {'yes' if mb.activation_checkpointing else 'no'} | {mb.basis} | "
-                        f"{_peak(mb)} |")
+    rows = ["| GPU | parallel | micro-batch | grad accum | act. ckpt | peak (measured) |",
+            "|---|---|---|---|---|---|"]
+    rows += [f"| {mb.gpu} | {mb.parallel} | {mb.micro_batch_size} | {mb.grad_accum} | "
+             f"{'yes' if mb.activation_checkpointing else 'no'} | {mb.measured_gb:.1f} GB |"
+             for mb in r.micro_batches().values()]
     return "\n".join(rows)
 
 

@@ -90,7 +90,7 @@ NUM = re.compile(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?(?:e[+-]?\d+)?[kMGTPB%]?(?!
 """A figure as printed (1,280,640 / 9.51e+06 / 1.03T / 35%); digits inside a word (fp32, H100)
 are not figures."""
 LABELS = ("run-id", "data", "params", "FLOPs/token", "FT overhead", "budget", "tokens", "FLOPs",
-          "batch", "memory/GPU", "GPU time to run:", "GPU time", "checkpoint", "disk",
+          "batch", "GPU time to run:", "GPU time", "checkpoint", "disk",
           "CPU time", "total:", "eval (checked):")
 """The lines whose figures are pinned, by the label they start with (longest first where one
 label begins another); world, epochs and provenance lines are not figures of the plan."""

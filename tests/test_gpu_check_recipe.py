@@ -61,12 +61,12 @@ def test_8b_on_one_gpu_is_layer_sliced_at_the_same_widths_and_says_so():
     assert cfg.model.dim == full.model.dim and cfg.model.ffn_dim == full.model.ffn_dim
     assert "same widths" in s["why"] and "200 GB free" in s["why"]
     p = P.plan(cfg, 1)
-    assert P.memory_estimate(p, "none")["total"] <= G.SLICE_FIT * 80e9
+    assert P.hand_bytes(p, "none") <= G.SLICE_FIT * 80e9
     assert P.disk_bytes(cfg, p, "cuda")["run"] <= 200e9  # the trainer's own disk rule
     # two more layers would not have fitted (the largest slice that does)
     c2 = compose([*args, f"model.n_layers={s['layers'] + 2}"])
     more = P.plan(c2, 1)
-    assert (P.memory_estimate(more, "none")["total"] > G.SLICE_FIT * 80e9
+    assert (P.hand_bytes(more, "none") > G.SLICE_FIT * 80e9
             or P.disk_bytes(c2, more, "cuda")["run"] > 200e9)
     # a disk that holds not even the 2-layer slice's checkpoints: refused in one line
     with pytest.raises(ValueError, match="even 2 of the model's 32 layers"):

@@ -160,8 +160,7 @@ def test_auto_picks_fsdp_when_ddp_plus_activations_do_not_fit():
     p = P.plan(cfg, 8)
     state = 16 * p.params["total"]
     assert state < 0.8 * 80e9  # the state-only rule would pick DDP
-    ddp = P.memory_estimate(p, "ddp")
-    assert ddp["total"] == state + ddp["activations"] > 0.8 * 80e9
+    assert P.hand_bytes(p, "ddp") > 0.8 * 80e9
     assert P.dry_parallel(cfg, p) == "fsdp"
     # with activation checkpointing DDP fits again
     ck = compose(["model=1.5B", "train.seq_len=4096", "train.batch_size=256",

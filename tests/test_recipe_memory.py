@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from experiments.memory import FIT_PHASES, USABLE_FRACTION
 from sweeps import recipe as R
 
-PAPER_RECIPES = ("paper-1.5B", "paper-8B", "paper-8B-1T")
-FIT_PHASES = ("train", "validation", "save")  # what a training micro-batch must fit
+RECIPES = ("paper-1.5B", "paper-8B", "paper-8B-1T", "cpu-mini")
 
 
-def test_every_paper_recipe_is_measured_and_fits_its_gpu() -> None:
-    """Every paper recipe on every GPU type, measured for the recipe as it is now (else: run
+def test_every_recipe_is_measured_and_fits_its_gpu() -> None:
+    """Every shipped recipe on every GPU type, measured for the recipe as it is now (else: run
     python -m dev.recipe_memory); the chosen micro-batch's training, validation and save
     fit USABLE_FRACTION, and the recipe trains with it."""
     entries = json.loads(R.MEASURED_RECORDS.read_text(encoding="utf-8"))
-    assert {e["recipe"] for e in entries} == set(PAPER_RECIPES)
-    for name in PAPER_RECIPES:
+    assert {e["recipe"] for e in entries} == set(RECIPES) == set(R.known())
+    for name in RECIPES:
         rec = R.load(name)
         mine = {e["gpu"]: e for e in entries if e["recipe"] == name}
         assert set(mine) == set(R.GPU_TYPES), name
@@ -33,11 +35,11 @@ def test_every_paper_recipe_is_measured_and_fits_its_gpu() -> None:
             for ph in FIT_PHASES:
                 p = phases[ph]
                 assert p["micro_batch_size"] == e["micro_batch_size"]
-                assert 0 < p["peak_bytes"] <= R.USABLE_FRACTION * e["memory_gb"] * 1e9, \
+                assert 0 < p["peak_bytes"] <= USABLE_FRACTION * e["memory_gb"] * 1e9, \
                     (name, gpu, ph)
             # the recipe trains with the measured choice
             mb = table[gpu]
-            assert mb.basis == "measured" and mb.micro_batch_size == e["micro_batch_size"]
+            assert mb.micro_batch_size == e["micro_batch_size"]
             assert mb.activation_checkpointing == e["activation_checkpointing"]
             ov = rec.training_overrides(gpu=gpu)
             assert f"train.micro_batch_size={e['micro_batch_size']}" in ov
@@ -46,21 +48,22 @@ def test_every_paper_recipe_is_measured_and_fits_its_gpu() -> None:
         assert ev["peak_bytes"] <= 80e9, name
 
 
-def test_a_changed_recipe_is_not_measured(tmp_path, monkeypatch) -> None:
+def test_a_changed_recipe_or_an_unmeasured_gpu_is_refused_never_guessed(tmp_path,
+                                                                        monkeypatch) -> None:
     rec = R.load("paper-1.5B")
-    hand = rec.hand_micro_batches()["H200-141GB"]
     per_gpu = rec.train.batch_size // rec.train.gpus
     rec_file = tmp_path / "recipes.json"
     entry = {"recipe": "paper-1.5B", "gpu": "H200-141GB", "recipe_key": rec.memory_key(),
              "basis": "measured", "fits": True, "parallel": "ddp", "micro_batch_size": 1,
-             "grad_accum": per_gpu, "activation_checkpointing": True, "estimate_gb": 1.0,
-             "measured_gb": 2.0}
+             "grad_accum": per_gpu, "activation_checkpointing": True, "measured_gb": 2.0}
     rec_file.write_text(json.dumps([entry]))
     monkeypatch.setattr(R, "MEASURED_RECORDS", rec_file)
     mb = rec.micro_batches()["H200-141GB"]
-    assert (mb.basis, mb.micro_batch_size, mb.measured_gb) == ("measured", 1, 2.0)
-    rec_file.write_text(json.dumps([{**entry, "recipe_key": "0" * 16}]))
-    mb = rec.micro_batches()["H200-141GB"]
-    assert mb.basis == "hand estimate" and mb.micro_batch_size == hand.micro_batch_size
-    rec_file.write_text("not json")
-    assert rec.micro_batches()["H200-141GB"].basis == "hand estimate"
+    assert (mb.micro_batch_size, mb.measured_gb) == (1, 2.0)
+    assert set(rec.micro_batches()) == {"H200-141GB"}
+    with pytest.raises(R.UsageError, match="no measured micro-batch .* --gpus H100-80GB"):
+        rec.training_overrides(gpu="H100-80GB")
+    assert "H100-80GB   no measured micro-batch" in R.show(rec)
+    for text in (json.dumps([{**entry, "recipe_key": "0" * 16}]), "not json"):
+        rec_file.write_text(text)
+        assert rec.micro_batches() == {}

@@ -317,12 +317,6 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _encoder_blocks(mc: ModelConfig) -> int:
-    """The blocks a model has beyond its n_layers: the Free Transformer's one encoder block
-    (its arm has a latent), none for a baseline."""
-    return int(arms.of_model(mc.latent_bits).latent)
-
-
 def chunked_loss(mc: ModelConfig, micro_batch_size: int, seq_len: int) -> bool:
     """Whether the training step computes its cross-entropy over chunks of tokens: when one
     micro-batch's float32 logits exceed `READOUT_CHUNK_BYTES`. Below that the unchunked
@@ -332,63 +326,36 @@ def chunked_loss(mc: ModelConfig, micro_batch_size: int, seq_len: int) -> bool:
     return micro_batch_size * seq_len * mc.vocab_size * 4 > READOUT_CHUNK_BYTES
 
 
-def _activation_bytes_per_token(mc: ModelConfig, act_bytes: int) -> dict[str, float]:
-    """Bytes a training forward keeps for the backward, per token, by part: per block the two
-    RMSNorm inputs (fp32), the normed inputs, q, k, v, the attention output and the SwiGLU's
-    intermediates; the readout's logits, their fp32 copy and its gradient."""
-    D, F, kv = mc.dim, mc.ffn_dim, mc.n_kv_heads * mc.head_dim
-    block = 2 * 4 * D + act_bytes * (4 * D + 2 * kv + 4 * F)
-    readout = (act_bytes + 8) * mc.vocab_size
-    return {"block": float(block), "readout": float(readout),
-            "blocks": float(block * (mc.n_layers + _encoder_blocks(mc))),
-            "block_input": float(4 * D)}
+def hand_bytes(p: RunPlan, parallel: str, checkpointing: bool = False) -> float:
+    """A hand estimate of one GPU process's memory (bf16 autocast): fp32 weights, gradients and
+    AdamW state (sharded under FSDP, plus its gathered root and two blocks at bf16 with their
+    fp32 gradients) and one micro-batch's activations (each block's input only under activation
+    checkpointing). The memory model is experiments/memory.py's measurement; this stays only
+    where none can run: the trainer's `auto_parallel` at start and gpu-check's layer slicing
+    (a measurement per candidate would take minutes). It runs low at the paper's shapes."""
+    from model.accounting import block_params
+    from model.readout import READOUT_CHUNK_BYTES
 
-
-def memory_estimate(p: RunPlan, parallel: str) -> dict[str, Any]:
-    """The hand estimate of a GPU process of this plan (bf16 autocast): fp32 weights, gradients
-    and AdamW state (sharded under FSDP, with its all-gathered units) and one micro-batch's
-    activations with and without activation checkpointing. The memory model is
-    experiments/memory.py's measurement; this stays only where none runs (the trainer's
-    `auto_parallel` at start, a sweep's costliest-cell line, a recipe's unmeasured micro-batch,
-    gpu-check's layer slicing), and runs low at the paper's shapes (docs/RECIPES.md)."""
     mc = p.model
     n = p.world_size if parallel == "fsdp" else 1
-    counts = M.param_count(mc)
-    total = counts["total"]
+    total = M.param_count(mc)["total"]
     # FSDP2 shards every parameter on dim 0 and pads it to a multiple of the world size
-    local = total if n == 1 else _ceil_div(total, n)
-    act_b = 2  # bf16 activations and FSDP all-gathers
-    weights, grads, optim = 4 * local, 4 * local, ADAMW_STATES * 4 * local
-    gathered = 0
+    state = (4 + 4 + ADAMW_STATES * 4) * (total if n == 1 else _ceil_div(total, n))
+    n_blocks = mc.n_layers + int(arms.of_model(mc.latent_bits).latent)  # the FT's encoder
     if parallel == "fsdp":
-        # the root unit (embeddings, readout, the FT's zeta, readout and post-sampler) stays
-        # gathered through forward and backward, and two blocks (the current one and the
-        # prefetched one) at a time; each with its unsharded gradient before the reduce-scatter
-        from model.accounting import block_params
-
-        root = total - (mc.n_layers + _encoder_blocks(mc)) * block_params(mc)
-        gathered = (root + 2 * block_params(mc)) * (act_b + 4)
-    tokens = p.micro_batch_size * p.seq_len
-    per_tok = _activation_bytes_per_token(mc, act_b)
-    mapper = mc.mapper_chunk_bytes if _encoder_blocks(mc) else 0  # the backward's dL/dG buffer
-    readout = tokens * per_tok["readout"]
+        state += (total - (n_blocks - 2) * block_params(mc)) * (2 + 4)
+    D, F, kv = mc.dim, mc.ffn_dim, mc.n_kv_heads * mc.head_dim
+    # per token and block: two fp32 RMSNorm inputs, then bf16 normed inputs, q, k, v, the
+    # attention output and the SwiGLU's intermediates
+    block = 2 * 4 * D + 2 * (4 * D + 2 * kv + 4 * F)
+    readout = p.micro_batch_size * p.seq_len * (2 + 8) * mc.vocab_size  # logits, fp32, grad
     if chunked_loss(mc, p.micro_batch_size, p.seq_len):
-        # the chunked loss: one chunk's float32 logits, their exp and the chunk's gradient
-        # (about 2x the chunk budget), and the readout weight's float32 gradient, computed in
-        # the forward and held to the backward (model/readout.py)
-        from model.readout import READOUT_CHUNK_BYTES
-
+        # one chunk's float32 logits, their exp and gradient, and the readout weight's float32
+        # gradient, held from the forward to the backward (model/readout.py)
         readout = 2 * READOUT_CHUNK_BYTES + 4 * mc.vocab_size * mc.dim
-    act = tokens * per_tok["blocks"] + readout + mapper
-    n_blocks = mc.n_layers + _encoder_blocks(mc)
-    # checkpointing keeps each block's input; the backward recomputes one block at a time
-    act_ckpt = tokens * (n_blocks * per_tok["block_input"] + per_tok["block"]) + readout + mapper
-    state = weights + grads + optim + gathered
-    return {"parallel": parallel, "world_size": p.world_size, "params": total,
-            "params_local": local, "weights": weights, "grads": grads, "optimizer": optim,
-            "fsdp_gathered": gathered, "activations": act,
-            "activations_checkpointed": act_ckpt, "total": state + act,
-            "total_checkpointed": state + act_ckpt}
+    mapper = mc.mapper_chunk_bytes if n_blocks > mc.n_layers else 0  # the backward's dL/dG
+    per_tok = n_blocks * 4 * D + block if checkpointing else n_blocks * block
+    return state + p.micro_batch_size * p.seq_len * per_tok + readout + mapper
 
 
 def gpu_time_estimate(p: RunPlan, n_gpus: int, peak_tflops: float, mfu: float) -> dict[str, Any]:
@@ -499,12 +466,10 @@ def dry_parallel(cfg: TrainConfig, p: RunPlan, gpu_bytes: float | None = None) -
 
 def auto_parallel(p: RunPlan, gpu_bytes: float, checkpointing: bool = False) -> str:
     """`auto`'s choice for a world of p.world_size > 1 on GPUs of `gpu_bytes`: ddp when DDP's
-    estimate, activations included, fits FIT_FRACTION of a GPU, else fsdp."""
+    `hand_bytes`, activations included, fits FIT_FRACTION of a GPU, else fsdp."""
     from .parallel import FIT_FRACTION
 
-    m = memory_estimate(p, "ddp")
-    need = m["total_checkpointed"] if checkpointing else m["total"]
-    return "fsdp" if need > FIT_FRACTION * gpu_bytes else "ddp"
+    return "fsdp" if hand_bytes(p, "ddp", checkpointing) > FIT_FRACTION * gpu_bytes else "ddp"
 
 
 WRITE_GBPS = 2.0
@@ -520,11 +485,9 @@ def checkpoint_bytes(p: RunPlan) -> dict[str, int]:
 
 
 def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
-                    cpu_rate: tuple[float, str] | None = None, *, hand_memory: bool = True
-                    ) -> str:
+                    cpu_rate: tuple[float, str] | None = None) -> str:
     """The dry run's parallelism, memory, wall-time and GPU-hour lines (CPU: at `cpu_rate` =
-    (tokens/s, its source)). Memory is measured (experiments/memory.py, after this plan);
-    `hand_memory` (a sweep's costliest cell) adds the labelled hand estimate instead."""
+    (tokens/s, its source)). Memory is measured (experiments/memory.py), not estimated here."""
     t = cfg.train
     lines = []
     if p.world_size > 1:
@@ -532,28 +495,14 @@ def format_estimate(cfg: TrainConfig, p: RunPlan, parallel: str,
         if t.parallel == "auto":
             from .parallel import FIT_FRACTION
 
-            dd = memory_estimate(p, "ddp")
-            need = dd["total_checkpointed"] if t.activation_checkpointing else dd["total"]
+            need = hand_bytes(p, "ddp", t.activation_checkpointing)
             line += (f" (auto: by the hand estimate the trainer's rule uses at start, DDP "
                      f"would hold {_gb(need)} per GPU, "
                      f"{'over' if parallel == 'fsdp' else 'within'} {FIT_FRACTION:.0%} of "
                      f"{t.gpu_memory_gb:g} GB)")
         lines.append(line)
-    if not hand_memory:
-        lines.append("memory      measured per phase on fake tensors (experiments/memory.py): "
-                     "make train DRY=1 prints it after this plan")
-    else:
-        m = memory_estimate(p, parallel)
-        key = "total_checkpointed" if t.activation_checkpointing else "total"
-        fits = "fits" if m[key] <= t.gpu_memory_gb * 1e9 else "does NOT fit"
-        line = (f"memory/GPU  {_gb(m[key])} by the hand estimate (state and one micro-batch of "
-                f"{p.micro_batch_size} x {p.seq_len} tokens"
-                + (", activation checkpointing" if t.activation_checkpointing else "")
-                + f"): {fits} in train.gpu_memory_gb={t.gpu_memory_gb:g} GB")
-        if fits != "fits" and parallel != "fsdp" and p.world_size > 1:
-            line += f"; under FSDP {_gb(memory_estimate(p, 'fsdp')[key])}"
-        lines.append(line + "; not measured here: make train DRY=1 OVERRIDES=<the cell's> "
-                     "measures every phase")
+    lines.append("memory      measured per phase on fake tensors (experiments/memory.py) by "
+                 "`make train DRY=1 OVERRIDES=<the run's>`, not by this plan")
     mfu, mfu_src = planned_mfu(cfg)
     g = gpu_time_estimate(p, p.world_size, t.gpu_peak_tflops, mfu)
     paper = paper_implied_mfu()
@@ -714,11 +663,11 @@ def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
     if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
         cpu = cpu_throughput(cfg, p)
         if cpu is None:
-            return (format_estimate(cfg, p, mode, hand_memory=False) + "\nCPU time    null: the "
-                    f"model has more than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
+            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
+                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
                     "train.cpu_tokens_per_s")
-        return format_estimate(cfg, p, mode, cpu, hand_memory=False)
-    return format_estimate(cfg, p, mode, hand_memory=False)
+        return format_estimate(cfg, p, mode, cpu)
+    return format_estimate(cfg, p, mode)
 
 
 def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
