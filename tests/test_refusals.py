@@ -296,6 +296,29 @@ def test_refused(key, argv, phrase, env, setup, results, places, tmp_path, capsy
     assert _files(*watched) == files
 
 
+def test_synthetic_good_input_passes_the_checks(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The table's control: valid flags and overrides pass every check (hydra composes each
+    arm) and run() writes samples.jsonl; an untrained tiny model stands in for training."""
+    import experiments.synthetic as syn
+    from model import build_model, get_preset
+
+    monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
+    st = syn.parse_args(["--setting", "smoke", "--kappa", "1/8, 8", "--name", "ok",
+                         "--n-prompts", "1", "--n-shared-groups", "1", "--group-size", "2",
+                         "--n-eval", "4", "optim.lr=1e-3", "train.seed=1"])
+    assert st.overrides == ["optim.lr=1e-3", "train.seed=1"] and st.baseline
+    assert syn.check(st) == [(0, None), (8, 1 / 8), (8, 8.0)]
+
+    def fake(label: str, h: int, k: float, st: syn.SyntheticSettings) -> syn.Trained:
+        cfg = get_preset("1M", vocab_size=29, dim=16, n_layers=2, n_heads=2, n_kv_heads=1,
+                         ffn_dim=32, latent_bits=h, kappa_bits=k)
+        return syn.Trained(build_model(cfg), {"run_id": label})
+
+    d = syn.run(st, train_fn=fake)
+    assert sorted(p.name for p in d.iterdir()) == ["samples.jsonl"]
+
+
 @pytest.mark.parametrize("module, prog, where, argv", [
     ("experiments.train.trainer", "train", "compose", ["model=1M"]),
     ("experiments.eval.run", "eval", "run_eval", ["{base}", "--tasks", "arc_easy"]),

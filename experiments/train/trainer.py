@@ -446,9 +446,9 @@ class Trainer:
                     raise TrainingDiverged(stop)
                 if bar is not None:
                     bar.update(1)
-                # agreed by all ranks (one tiny all-reduce) on the steps that log, validate or
-                # save, not on every step: SLURM's grace period (minutes) covers log_every steps
-                sig = self.pending_signal(log_now or self.val_due(step) or ckpt.due(step))
+                # every step, agreed by all ranks (one tiny all-reduce on gloo): SLURM's notice is
+                # answered within a step, which sweeps/checks.py's grace check assumes
+                sig = self.pending_signal()
                 # validate before a checkpoint at the same step, so the checkpoint can say it
                 # ran; a signal already pending skips it (the next attempt validates first)
                 ran_val = sig is None and step < p.steps and self.val_due(step)
@@ -544,12 +544,8 @@ class Trainer:
         ve = self.cfg.logging.val_every
         return step == self.p.steps or step == 0 or (ve > 0 and step % ve == 0)
 
-    def pending_signal(self, agree: bool = True) -> int | None:
-        """The signal to stop on, None to go on; several processes read theirs only where
-        `agree` (every rank calls it at the same steps)."""
+    def pending_signal(self) -> int | None:
         sig = self.stop["sig"]
-        if self.world > 1 and not agree:
-            return None
         if self.world > 1:  # every rank stops at the same step: a CPU tensor, so the all-reduce
             # runs on the process group's CPU backend (gloo) and reading it never waits for the
             # GPU (a device flag read here was a host sync per step)
