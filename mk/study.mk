@@ -11,7 +11,7 @@
 # likelihood bound, curves), every Free Transformer probed, the report built, its tables copied
 # to docs/study/ and docs/STUDY.md rendered from them. Re-running does only what is missing
 # (pipelines/study.py). `make study-render` re-renders docs/STUDY.md from docs/study/.
-# BENCH_DATA: else $FTBENCH_DATA, else (tiny) the repository's sample, else ../shared/benchmarks.
+# BENCH_DATA: else $FTBENCH_DATA, else (tiny) the repository's sample; full needs one of the two.
 .PHONY: study study-render
 STUDY_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 KNOWN_study := STUDY_SIZE STUDY_NAME BENCH_DATA JOBS STUDY_DOCS DRY ALLOW_DIRTY

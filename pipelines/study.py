@@ -85,7 +85,7 @@ class Size:
     budget_min: float
     """Planned wall minutes on 2 CPU cores (docs/STUDY.md splits it across cells)."""
     bench: str = ""
-    """Offline benchmark dir when BENCH_DATA is not given: '' = look for ../shared/benchmarks."""
+    """Offline benchmark dir when BENCH_DATA is not given: '' = none (BENCH_DATA required)."""
 
 
 SIZES: dict[str, Size] = {
@@ -127,10 +127,9 @@ def stage(t0: float, size: Size, i: int, n: int, text: str) -> None:
 
 
 def find_bench(given: str | None, size: Size) -> Path:
-    """BENCH_DATA, else $FTBENCH_DATA, else the size's default, else ../shared/benchmarks (as
-    `make demo` finds it); UsageError when none is a directory."""
-    tried = [given, os.environ.get("FTBENCH_DATA"), size.bench or None,
-             str(ROOT.parent / "shared" / "benchmarks")]
+    """BENCH_DATA, else $FTBENCH_DATA, else the size's default (the repository's sample, for
+    tiny); UsageError when none is a directory. Nothing outside the repository is guessed."""
+    tried = [given, os.environ.get("FTBENCH_DATA"), size.bench or None]
     for t in tried:
         if t:
             if Path(t).is_dir():
