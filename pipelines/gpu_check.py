@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from common import arms
 from common.errors import UsageError, cli
 from common.gpus import no_silent_cpu
 from common.io import atomic_write_text
@@ -59,6 +60,8 @@ def _losses(run: Path) -> list[float]:
     return [r["loss"] for r in rows if r["kind"] == "train"]
 
 
+ARMS_H = ((arms.BASELINE.name, 0), (arms.FREE.name, 16))
+"""The two main arms and the H each trains at here (their names key the kernel checks)."""
 WARM_STEPS = 3
 """Train lines left out of tokens/s: compilation and the allocator's first steps."""
 
@@ -269,7 +272,7 @@ def _flash_and_mapper(preset: str, micro: int, seq: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     dev = torch.device("cuda")
-    for arm, h in (("baseline", 0), ("free", 16)):
+    for arm, h in ARMS_H:
         m = build_model(get_preset(preset, latent_bits=h)).to(dev)
         x = torch.randint(0, m.cfg.vocab_size, (micro, seq), device=dev)
         try:
@@ -692,7 +695,7 @@ def _main(argv: list[str] | None) -> int:
     t0 = time.time()
     checks: list[dict[str, Any]] = []
     ok = True
-    for arm, h in (("baseline", 0), ("free", 16)):
+    for arm, h in ARMS_H:
         args = [*base, f"model.latent_bits={h}", f"train.micro_batch_size={batch // n}"]
         fpt = P.plan(compose(args), 1).flops_per_token
         ref, why = _train([*args, "train.precision=fp32"], work)
@@ -714,7 +717,7 @@ def _main(argv: list[str] | None) -> int:
                         root / "gpu_check" / "topology", n - n % 2, a.tol, gpus=True)
         ok &= topo["passed"]
     kern = _flash_and_mapper(a.preset, 8, seq)
-    ok &= all(kern.get(f"flash_{arm}") == "ok" for arm in ("baseline", "free"))
+    ok &= all(kern.get(f"flash_{arm}") == "ok" for arm, _ in ARMS_H)
     doc = {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
            "gpu": name, "n_gpus": n, "peak_bf16_tflops": peak, "peak_source": peak_src,
            "torch": torch.__version__, "cuda": torch.version.cuda, "preset": a.preset,
@@ -731,7 +734,7 @@ def _main(argv: list[str] | None) -> int:
     print(f"topology (DDP and FSDP on 1 and 2 nodes vs one process, FSDP resume): "
           f"{'passed' if topo['passed'] else 'FAILED'}")
     print(f"mapper share of the FT step: {kern.get('mapper_share')}; flash: "
-          f"{kern.get('flash_baseline')}/{kern.get('flash_free')}")
+          f"{'/'.join(str(kern.get(f'flash_{arm}')) for arm, _ in ARMS_H)}")
     print(f"{'passed' if ok else 'FAILED'}; wrote {path}")
     return 0 if ok else 1
 
