@@ -8,7 +8,7 @@
   so a score equals the request's score alone (tests/test_shared_context.py). lm-eval's
   `Collator(group_by="contexts")` is not used: it would share a pass between ([5,6],[7,8]) and
   ([5,6,7],[9]), whose encoder prefixes differ;
-- `posterior` rows are batched by equal length so padding never enters the non-causal encoder;
+- `posterior` runs each distinct input as a row of its own, so padding never enters the encoder;
 - every finished request goes to lm-eval's cache hook at once (an interrupted evaluation
   resumes); under torchrun (`DataParallel`) each rank scores whole units and rank 0 gathers,
   the results equal one process's.
@@ -82,17 +82,6 @@ def plan_generation(prompt_tokens: int, requested: int, max_length: int) -> GenP
         return GenPlan(prompt_tokens, prompt_tokens, min(requested, max_length - n), requested)
     budget = min(requested, max_length // 2)
     return GenPlan(prompt_tokens, max_length - budget, budget, requested)
-
-
-def truncation_summary(plans: Sequence[GenPlan]) -> dict[str, Any]:
-    """The per-task "truncation" record of the eval files (docs/RESULTS.md)."""
-    cut = [p for p in plans if p.cut > 0]
-    return {"n_requests": len(plans), "n_truncated": len(cut),
-            "max_tokens_cut": max((p.cut for p in plans), default=None),
-            "min_prompt_tokens_kept": min((p.kept for p in plans), default=None),
-            "gen_budget_min": min((p.budget for p in plans), default=None),
-            "n_budget_shrunk": sum(p.budget < p.requested for p in plans),
-            "gen_budget_requested": max((p.requested for p in plans), default=None)}
 
 
 def cut_at_stop(text: str, until: Sequence[str]) -> str:
@@ -629,9 +618,16 @@ class FTBenchLM(TemplateLM):
         return plan_generation(len(self.tok_encode(context)), int(req), self.max_length)
 
     def truncation_record(self, args: Iterable[tuple[str, dict]]) -> dict[str, Any]:
-        """The "truncation" record for generate_until requests given by their args
-        (context, gen_kwargs), computed from the rule alone: it covers cached requests too."""
-        return truncation_summary([self.plan_generation(c, g) for c, g in args])
+        """The per-task "truncation" record of the eval files (docs/RESULTS.md) for
+        generate_until requests given by their args (context, gen_kwargs), computed from the
+        rule alone: it covers cached requests too."""
+        plans = [self.plan_generation(c, g) for c, g in args]
+        return {"n_requests": len(plans), "n_truncated": sum(p.cut > 0 for p in plans),
+                "max_tokens_cut": max((p.cut for p in plans), default=None),
+                "min_prompt_tokens_kept": min((p.kept for p in plans), default=None),
+                "gen_budget_min": min((p.budget for p in plans), default=None),
+                "n_budget_shrunk": sum(p.budget < p.requested for p in plans),
+                "gen_budget_requested": max((p.requested for p in plans), default=None)}
 
     def generate_until(self, requests: list, disable_tqdm: bool = False) -> list[str]:
         reqs = [tuple(r.args) for r in requests]

@@ -324,12 +324,7 @@ def write_native(outs: list[dict], native_dir: Path, run_id: str) -> None:
 
 
 def _leaves(t: str, groups: dict[str, list[str]]) -> list[str]:
-    if t not in groups:
-        return [t]
-    out: list[str] = []
-    for s in groups[t]:
-        out += _leaves(s, groups)
-    return out
+    return [x for s in groups[t] for x in _leaves(s, groups)] if t in groups else [t]
 
 
 # ---------------------------------------------------------------------------- main entry

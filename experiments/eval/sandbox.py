@@ -33,6 +33,7 @@ result file (`isolation().record()`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
@@ -303,11 +304,6 @@ def _prlimit(timeout_s: float, mem_bytes: int, tmpfs_bytes: int, nproc: int | No
     return a + ["--"]
 
 
-def _setpriv(uid: int) -> list[str]:
-    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs"]
-
-
 def _evalplus_utils() -> str:
     import evalplus.eval.utils as u
 
@@ -438,7 +434,10 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
                 os.chown(hostdir, uid.uid, uid.uid)
             cmd += ([shutil.which("unshare") or "unshare", "-n", "--"] if as_root else [])
             child, env = str(CHILD), _child_env(str(hostdir))
-        cmd += (_setpriv(uid.uid) if uid else []) + [sys.executable, "-I", child]
+        if uid:
+            cmd += ["setpriv", f"--reuid={uid.uid}", f"--regid={uid.uid}", "--clear-groups",
+                    "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+        cmd += [sys.executable, "-I", child]
         if as_root and iso.record().get("cgroup_pids_max"):
             base = _cgroup_base()
             if base is not None:
@@ -461,7 +460,8 @@ def run_child(job: dict, timeout_s: float, iso: Isolation | None = None,
         if uid is not None:
             leftovers += _kill_while(functools.partial(_uid_processes, uid.uid))
         elif iso.mode == "weak":
-            _kill_group(proc.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
     finally:
         if cg is not None:
             cg.remove()
@@ -698,11 +698,4 @@ def _kill(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        pass
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
         pass
