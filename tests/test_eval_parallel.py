@@ -1,6 +1,6 @@
 """Evaluation that keeps up at scale (issue 27): data-parallel scoring over gloo processes equals
-one process, item for item; the window is the trained seq_len and is recorded in the spec; the
-optimizer state is never loaded."""
+one process, item for item; the spec records the window (the trained seq_len: test_eval_run.py);
+the optimizer state is never loaded."""
 
 from __future__ import annotations
 
@@ -112,31 +112,6 @@ def test_shares_are_whole_balanced_and_the_same_on_every_rank() -> None:
     assert share(costs, 1) == [0] * 6 and share([], 3) == []
 
 
-# ----------------------------------------------------------------------------- window
-def test_window_is_the_trained_seq_len(
-        toy_checkpoint, bench_dir: Path, tmp_path: Path) -> None:
-    from experiments.eval.run import planned_specs, run_eval, trained_context, validate_args
-
-    run = tmp_path / "runs" / "r64"
-    ck = toy_checkpoint(run / "checkpoints" / "final.pt")  # the preset's window: 256
-    (run / "config.yaml").write_text("run_id: r64\ntrain: {seq_len: 64, seed: 0}\n")
-    assert trained_context(ck) == 64
-    out = run_eval(ck, EvalRequest(tasks=("arc_easy",), limit=3, data=str(bench_dir)),
-                   EvalRuntime(progress=False))["lm-eval"]
-    doc = json.loads(out.read_text())
-    assert doc["spec"]["context"] == 64 and doc["max_seq_len"] == 64
-    # what a sweep plans for the same window is exactly the spec written
-    a = validate_args(["--tasks", "arc_easy", "--limit", "3", "--data", str(bench_dir)])
-    assert planned_specs(a, 64)["lm-eval"] == doc["spec"]
-    assert doc["precision"] == "fp32" and doc["world_size"] == 1
-    # max_seq_len is the adapter's window (64, not the preset's 256); a continuation longer
-    # than the window goes in pieces: test_eval_adapter's sliding-pieces test, by hand
-    # no run record: the model's own window
-    bare = tmp_path / "bare.pt"
-    bare.write_bytes(ck.read_bytes())
-    assert trained_context(bare) is None
-
-
 def test_spec_context_keeps_old_ids() -> None:
     old = EvalSpec.from_args("lm-eval", ["arc_easy"], 20, "prior", 1, None, None, {})
     d = old.to_json()
@@ -185,19 +160,6 @@ def test_evaluation_loads_no_optimizer_state(ckpts: dict[str, str], tmp_path: Pa
         assert b.checkpoint_step == 7
         assert a.loglikelihood_pairs(PAIRS[:4], disable_tqdm=True) == \
             b.loglikelihood_pairs(PAIRS[:4], disable_tqdm=True)
-
-
-def test_load_weights_refuses_what_load_checkpoint_refuses(tmp_path: Path) -> None:
-    from model.checkpoint import CheckpointError
-
-    with pytest.raises(CheckpointError, match="not found"):
-        load_weights(tmp_path / "none.pt")
-    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(CheckpointError, match="corrupt or unreadable"):
-        load_weights(tmp_path / "junk.pt")
-    torch.save({"format": "other"}, tmp_path / "other.pt")
-    with pytest.raises(CheckpointError, match="is not a"):
-        load_weights(tmp_path / "other.pt")
 
 
 def _free_port() -> int:

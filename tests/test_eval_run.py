@@ -104,9 +104,23 @@ def test_six_benchmarks_write_the_schema(bench_dir, toy_checkpoint, tmp_path: Pa
 
 
 def test_free_transformer_modes_and_resume(bench_dir, toy_checkpoint, tmp_path: Path) -> None:
+    """Also: the window is the run's trained seq_len (64 here, the preset's is 256), recorded
+    in the spec exactly as a sweep plans it; without a run record, the model's own window."""
+    from experiments.eval.run import planned_specs, trained_context, validate_args
+
     ck = toy_checkpoint(tmp_path / "runs" / "ft" / "checkpoints" / "final.pt", free=True)
+    (ck.parent.parent / "config.yaml").write_text("run_id: ft\ntrain: {seq_len: 64, seed: 0}\n")
+    assert trained_context(ck) == 64
     kw = dict(tasks=["arc_easy"], limit=2, data=bench_dir, progress=False)
     first = json.loads(_eval(ck, z="prior-k", k=2, **kw)["lm-eval"].read_text())
+    assert first["spec"]["context"] == 64 and first["max_seq_len"] == 64
+    a = validate_args(["--tasks", "arc_easy", "--limit", "2", "--data", str(bench_dir), "--z",
+                       "prior-k", "--k", "2"])
+    assert planned_specs(a, 64)["lm-eval"] == first["spec"]
+    assert first["precision"] == "fp32" and first["world_size"] == 1
+    bare = tmp_path / "bare.pt"
+    bare.write_bytes(ck.read_bytes())
+    assert trained_context(bare) is None
     assert first["arm"] == "free" and first["z_mode"] == "prior-k" and first["k"] == 2
     assert first["leaks"] is False and first["requests"] > 0
     acc = first["tasks"]["arc_easy"]["metrics"]["acc"]
