@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from common.errors import UsageError
+from common.errors import UsageError, cli
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
 from sweeps import api
@@ -52,28 +52,26 @@ def cells(name: str) -> list[api.ManifestCell]:
 
 def sweep(req: api.SweepRequest, *, dry: bool = False,
           on_event: Callable[[api.Event], None] = api.ignore_event) -> int:
-    """The sweep stage in this process, through the front door, printing what `make sweep`
-    prints: the dry run, or the plan's lines and the final status table. Its exit status: 0
-    done (or submitted), 1 a cell or evaluation not done, 2 refused before anything ran, 130
-    interrupted."""
-    try:
+    """The sweep stage in this process, through the front door and the one error path (`cli`),
+    printing what `make sweep` prints: the dry run, or the plan's lines and the final status
+    table. Its exit status: 0 done (or submitted), 1 a cell or evaluation not done, 2 refused
+    before anything ran, 130 interrupted."""
+
+    def body() -> int:
         if dry:
             print(api.dry_run(req), flush=True)
             return 0
         done = api.run(req, log=lambda s: print(s, flush=True), on_event=on_event)
-    except UsageError as e:
-        print(f"sweep: error: {e}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        print("sweep: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
-    print(api.table(done.manifest), flush=True)
-    return 0 if done.ok else 1
+        print(api.table(done.manifest), flush=True)
+        return 0 if done.ok else 1
+
+    return cli("sweep", body)
 
 
 def report(name: str, n_boot: int = 2000) -> bool:
     """The report stage: analysis' entry point in this process; prints the report's path as
-    `make report` does, or its one error line. True when written."""
+    `make report` does, or its one error line. True when written (Ctrl-C goes on up to the
+    pipeline's own handler)."""
     from analysis.report import build_report, preflight
     from common.text import one_line
 
