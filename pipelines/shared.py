@@ -22,21 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The jobs' environment: this checkout first on the path, one torch thread unless the user
-    set OMP_NUM_THREADS (the jobs run side by side, one per core)."""
-    return {**os.environ, **(extra or {}), "PYTHONPATH": str(ROOT),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")}
-
-
 @contextlib.contextmanager
 def environment(extra: dict[str, str] | None = None) -> Iterator[None]:
-    """This process's environment set to `env(extra)` while a stage runs in it, so the jobs it
-    submits (each inherits it) run as they did when the stage was a process of its own; put
-    back afterwards."""
+    """This process's environment while a stage runs in it, so the jobs it submits (each
+    inherits it) run as they did when the stage was a process of its own: `extra`, this
+    checkout first on the path, one torch thread unless the user set OMP_NUM_THREADS (the jobs
+    run side by side, one per core); put back afterwards."""
     before = dict(os.environ)
-    os.environ.update(env(extra))
+    os.environ.update({**(extra or {}), "PYTHONPATH": str(ROOT),
+                       "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                       "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")})
     try:
         yield
     finally:
