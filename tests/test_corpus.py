@@ -100,11 +100,22 @@ def files_root(tmp_path_factory) -> Path:
     return root
 
 
+def _no_network(mp: pytest.MonkeyPatch) -> None:
+    """The offline sources (files, stdlib) never open a socket."""
+    def refuse(*a, **k):
+        raise AssertionError("the offline path opened a network connection")
+
+    mp.setattr(socket.socket, "connect", refuse)
+    mp.setattr(socket, "create_connection", refuse)
+
+
 @pytest.fixture(scope="module")
 def built(files_root, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("built") / "c"
-    build(_files_cfg(files_root), out, vocab_size=300, workers=1,
-          cache_dir=tmp_path_factory.mktemp("cache"))
+    with pytest.MonkeyPatch.context() as mp:
+        _no_network(mp)
+        build(_files_cfg(files_root), out, vocab_size=300, workers=1,
+              cache_dir=tmp_path_factory.mktemp("cache"))
     return out
 
 
@@ -190,18 +201,6 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
         assert (killed / f"train-{u:05d}.bin").stat().st_mtime_ns == shard_times[
             f"train-{u:05d}.bin"]
     assert not list(killed.glob(".*.tmp"))
-
-
-def test_offline_sources_never_open_a_socket(files_root, tmp_path, monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("the offline path opened a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    man = build(DataConfig(source="stdlib", max_bytes=60_000), tmp_path / "s", vocab_size=280,
-                cache_dir=tmp_path / "cache")
-    assert man["documents"]["train"] >= 1 and man["documents"]["val"] == 1
-    build(_files_cfg(files_root), tmp_path / "f", vocab_size=280, cache_dir=tmp_path / "cache")
 
 
 def test_a_given_tokenizer_and_uint32_shards(files_root, tmp_path):
@@ -323,15 +322,17 @@ def test_make_corpus_takes_the_launcher(files_root, tmp_path):
     assert open_manifest(tmp_path / "a")["documents"]["train"] > 0
 
 
-def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
+def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path, monkeypatch):
     """Existing results stay comparable: tokenizer, train order and val rows equal what the
     in-memory path computed (BPE on the training documents, each tokenized + eos, concatenated,
-    PackedData over the array)."""
+    PackedData over the array); offline, no socket opened."""
     from experiments.corpus.tokenizer import train_bpe
 
+    _no_network(monkeypatch)
     dcfg = DataConfig(source="stdlib", max_bytes=60_000, val_tokens=512)
     c = build_corpus(dcfg, vocab_size=300, seq_len=32, seed=3, cache_dir=tmp_path / "a")
     tr, va, sums = source_docs(dcfg)
+    assert c.info["val_docs"] == len(va) == 1  # a tiny corpus still holds one document out
     tok = train_bpe([t for _, t in tr], 300, cache_dir=tmp_path / "b")
     assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
     eos = tok.token_to_id("<|endoftext|>")
