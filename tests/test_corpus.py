@@ -89,6 +89,13 @@ def source_docs(dcfg: DataConfig) -> tuple[list[S.Doc], list[S.Doc], dict[str, s
     return [d for d in docs if d not in val], val, sums
 
 
+def _files_args(root: Path) -> list[str]:
+    """_files_cfg on the corpus command line."""
+    return ["--data", "files", "--vocab-size", "300", "--quiet",
+            f"paths=[{root}/txt/*.txt,{root}/*.jsonl,{root}/*.json,{root}/*.parquet]",
+            "shard_bytes=4000", "val_fraction=0.1"]
+
+
 def _shard_bytes(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.glob("*.bin"))}
 
@@ -160,10 +167,7 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
     ref = _shard_bytes(built)
     man = open_manifest(built)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--data", "files", "--vocab-size", "300", "--quiet",
-            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.json,"
-            f"{files_root}/*.parquet]",
-            "shard_bytes=4000", "val_fraction=0.1"]
+    args = _files_args(files_root)
     four = tmp_path / "four"
     r = subprocess.run([sys.executable, "-m", "experiments.corpus", "--out", str(four),
                         "--workers", "4", *args], env=env, capture_output=True, text=True,
@@ -292,7 +296,7 @@ def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_pa
     crashed the build with "Unknown executor 'max' in parameter 'max_num_timeout'" (issue 37)."""
     import submitit
 
-    from pipelines.corpus import launcher_for
+    from pipelines.corpus import main as make_corpus
 
     real, asked = submitit.AutoExecutor, []
 
@@ -302,10 +306,11 @@ def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_pa
 
     monkeypatch.setattr(submitit, "AutoExecutor", local)
     example = Path(__file__).resolve().parents[1] / "sweeps" / "cluster.example.yaml"
-    runner = launcher_for("slurm", tmp_path / "s", workers=3, cluster=example)
-    man = build(_files_cfg(files_root), tmp_path / "s", vocab_size=300, workers=3, runner=runner)
+    assert make_corpus(["--launcher", "slurm", "--cluster", str(example), "--workers", "3",
+                        "--out", str(tmp_path / "s"), *_files_args(files_root)]) == 0
     assert asked == ["slurm"]  # one job array
-    assert man == open_manifest(built) and _shard_bytes(tmp_path / "s") == _shard_bytes(built)
+    assert open_manifest(tmp_path / "s") == open_manifest(built)
+    assert _shard_bytes(tmp_path / "s") == _shard_bytes(built)
     assert list((tmp_path / "s" / "slurm").iterdir())  # submitit's job folder
     with pytest.raises(NameError, match="Unknown executor 'max'"):  # the raw file, as before
         real(tmp_path / "raw", cluster="local").update_parameters(partition="ci",
