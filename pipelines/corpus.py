@@ -12,19 +12,7 @@ from pathlib import Path
 from common.errors import cli
 from experiments.corpus.__main__ import parser
 from experiments.corpus.__main__ import run as build_here
-from sweeps.launcher import Launcher, make_launcher
-
-JOBS = "slurm"
-"""The corpus's submitit folder, inside the output directory (the job array's scripts and
-logs; the build's own files never use this name)."""
-
-
-def launcher_for(kind: str, out: str | Path, *, workers: int,
-                 cluster: str | Path | None = None) -> Launcher:
-    """The launcher a corpus build's units go through: WORKERS at once on this machine, or a
-    SLURM job array with the cluster file's corpus settings. UsageError on a bad kind or file."""
-    return make_launcher(kind, Path(out).expanduser().resolve() / JOBS, jobs=workers,
-                         cluster_file=cluster or None, job_name="corpus")
+from sweeps.launcher import make_launcher
 
 
 def _main(argv: list[str] | None) -> int:
@@ -36,8 +24,11 @@ def _main(argv: list[str] | None) -> int:
                     help="slurm: the cluster file (sweeps/cluster.example.yaml; default "
                          "FTBENCH_CLUSTER or sweeps/cluster.yaml)")
     a = ap.parse_args(argv)
-    # a bad cluster file is refused here, before the scan starts
-    return build_here(a, launcher_for(a.launcher, a.out, workers=a.workers, cluster=a.cluster))
+    # made (and a bad cluster file refused) before the scan starts; the job array's scripts
+    # and logs go to <out>/slurm, a name the build's own files never use
+    launcher = make_launcher(a.launcher, Path(a.out).expanduser().resolve() / "slurm",
+                             jobs=a.workers, cluster_file=a.cluster or None, job_name="corpus")
+    return build_here(a, launcher)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from common.errors import UsageError
+from common.errors import UsageError, cli
 from common.io import atomic_write_text
 from common.paths import RunDir, SweepDir
 from sweeps import api
@@ -22,21 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 OFFLINE_ENV = {"HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The jobs' environment: this checkout first on the path, one torch thread unless the user
-    set OMP_NUM_THREADS (the jobs run side by side, one per core)."""
-    return {**os.environ, **(extra or {}), "PYTHONPATH": str(ROOT),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-            "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")}
-
-
 @contextlib.contextmanager
 def environment(extra: dict[str, str] | None = None) -> Iterator[None]:
-    """This process's environment set to `env(extra)` while a stage runs in it, so the jobs it
-    submits (each inherits it) run as they did when the stage was a process of its own; put
-    back afterwards."""
+    """This process's environment while a stage runs in it, so the jobs it submits (each
+    inherits it) run as they did when the stage was a process of its own: `extra`, this
+    checkout first on the path, one torch thread unless the user set OMP_NUM_THREADS (the jobs
+    run side by side, one per core); put back afterwards."""
     before = dict(os.environ)
-    os.environ.update(env(extra))
+    os.environ.update({**(extra or {}), "PYTHONPATH": str(ROOT),
+                       "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                       "HYDRA_FULL_ERROR": os.environ.get("HYDRA_FULL_ERROR", "0")})
     try:
         yield
     finally:
@@ -52,28 +47,26 @@ def cells(name: str) -> list[api.ManifestCell]:
 
 def sweep(req: api.SweepRequest, *, dry: bool = False,
           on_event: Callable[[api.Event], None] = api.ignore_event) -> int:
-    """The sweep stage in this process, through the front door, printing what `make sweep`
-    prints: the dry run, or the plan's lines and the final status table. Its exit status: 0
-    done (or submitted), 1 a cell or evaluation not done, 2 refused before anything ran, 130
-    interrupted."""
-    try:
+    """The sweep stage in this process, through the front door and the one error path (`cli`),
+    printing what `make sweep` prints: the dry run, or the plan's lines and the final status
+    table. Its exit status: 0 done (or submitted), 1 a cell or evaluation not done, 2 refused
+    before anything ran, 130 interrupted."""
+
+    def body() -> int:
         if dry:
             print(api.dry_run(req), flush=True)
             return 0
         done = api.run(req, log=lambda s: print(s, flush=True), on_event=on_event)
-    except UsageError as e:
-        print(f"sweep: error: {e}", file=sys.stderr, flush=True)
-        return 2
-    except KeyboardInterrupt:
-        print("sweep: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
-    print(api.table(done.manifest), flush=True)
-    return 0 if done.ok else 1
+        print(api.table(done.manifest), flush=True)
+        return 0 if done.ok else 1
+
+    return cli("sweep", body)
 
 
 def report(name: str, n_boot: int = 2000) -> bool:
     """The report stage: analysis' entry point in this process; prints the report's path as
-    `make report` does, or its one error line. True when written."""
+    `make report` does, or its one error line. True when written (Ctrl-C goes on up to the
+    pipeline's own handler)."""
     from analysis.report import build_report, preflight
     from common.text import one_line
 

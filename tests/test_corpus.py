@@ -89,6 +89,13 @@ def source_docs(dcfg: DataConfig) -> tuple[list[S.Doc], list[S.Doc], dict[str, s
     return [d for d in docs if d not in val], val, sums
 
 
+def _files_args(root: Path) -> list[str]:
+    """_files_cfg on the corpus command line."""
+    return ["--data", "files", "--vocab-size", "300", "--quiet",
+            f"paths=[{root}/txt/*.txt,{root}/*.jsonl,{root}/*.json,{root}/*.parquet]",
+            "shard_bytes=4000", "val_fraction=0.1"]
+
+
 def _shard_bytes(d: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(d.glob("*.bin"))}
 
@@ -100,11 +107,22 @@ def files_root(tmp_path_factory) -> Path:
     return root
 
 
+def _no_network(mp: pytest.MonkeyPatch) -> None:
+    """The offline sources (files, stdlib) never open a socket."""
+    def refuse(*a, **k):
+        raise AssertionError("the offline path opened a network connection")
+
+    mp.setattr(socket.socket, "connect", refuse)
+    mp.setattr(socket, "create_connection", refuse)
+
+
 @pytest.fixture(scope="module")
 def built(files_root, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("built") / "c"
-    build(_files_cfg(files_root), out, vocab_size=300, workers=1,
-          cache_dir=tmp_path_factory.mktemp("cache"))
+    with pytest.MonkeyPatch.context() as mp:
+        _no_network(mp)
+        build(_files_cfg(files_root), out, vocab_size=300, workers=1,
+              cache_dir=tmp_path_factory.mktemp("cache"))
     return out
 
 
@@ -149,10 +167,7 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
     ref = _shard_bytes(built)
     man = open_manifest(built)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    args = ["--data", "files", "--vocab-size", "300", "--quiet",
-            f"paths=[{files_root}/txt/*.txt,{files_root}/*.jsonl,{files_root}/*.json,"
-            f"{files_root}/*.parquet]",
-            "shard_bytes=4000", "val_fraction=0.1"]
+    args = _files_args(files_root)
     four = tmp_path / "four"
     r = subprocess.run([sys.executable, "-m", "experiments.corpus", "--out", str(four),
                         "--workers", "4", *args], env=env, capture_output=True, text=True,
@@ -190,18 +205,6 @@ def test_one_and_four_workers_and_a_kill9_resume_give_identical_shards(files_roo
         assert (killed / f"train-{u:05d}.bin").stat().st_mtime_ns == shard_times[
             f"train-{u:05d}.bin"]
     assert not list(killed.glob(".*.tmp"))
-
-
-def test_offline_sources_never_open_a_socket(files_root, tmp_path, monkeypatch):
-    def refuse(*a, **k):
-        raise AssertionError("the offline path opened a network connection")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    man = build(DataConfig(source="stdlib", max_bytes=60_000), tmp_path / "s", vocab_size=280,
-                cache_dir=tmp_path / "cache")
-    assert man["documents"]["train"] >= 1 and man["documents"]["val"] == 1
-    build(_files_cfg(files_root), tmp_path / "f", vocab_size=280, cache_dir=tmp_path / "cache")
 
 
 def test_a_given_tokenizer_and_uint32_shards(files_root, tmp_path):
@@ -293,7 +296,7 @@ def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_pa
     crashed the build with "Unknown executor 'max' in parameter 'max_num_timeout'" (issue 37)."""
     import submitit
 
-    from pipelines.corpus import launcher_for
+    from pipelines.corpus import main as make_corpus
 
     real, asked = submitit.AutoExecutor, []
 
@@ -303,10 +306,11 @@ def test_the_slurm_launcher_path_gives_the_same_shards(files_root, built, tmp_pa
 
     monkeypatch.setattr(submitit, "AutoExecutor", local)
     example = Path(__file__).resolve().parents[1] / "sweeps" / "cluster.example.yaml"
-    runner = launcher_for("slurm", tmp_path / "s", workers=3, cluster=example)
-    man = build(_files_cfg(files_root), tmp_path / "s", vocab_size=300, workers=3, runner=runner)
+    assert make_corpus(["--launcher", "slurm", "--cluster", str(example), "--workers", "3",
+                        "--out", str(tmp_path / "s"), *_files_args(files_root)]) == 0
     assert asked == ["slurm"]  # one job array
-    assert man == open_manifest(built) and _shard_bytes(tmp_path / "s") == _shard_bytes(built)
+    assert open_manifest(tmp_path / "s") == open_manifest(built)
+    assert _shard_bytes(tmp_path / "s") == _shard_bytes(built)
     assert list((tmp_path / "s" / "slurm").iterdir())  # submitit's job folder
     with pytest.raises(NameError, match="Unknown executor 'max'"):  # the raw file, as before
         real(tmp_path / "raw", cluster="local").update_parameters(partition="ci",
@@ -323,15 +327,17 @@ def test_make_corpus_takes_the_launcher(files_root, tmp_path):
     assert open_manifest(tmp_path / "a")["documents"]["train"] > 0
 
 
-def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path):
+def test_the_stdlib_stream_is_the_in_memory_paths(tmp_path, monkeypatch):
     """Existing results stay comparable: tokenizer, train order and val rows equal what the
     in-memory path computed (BPE on the training documents, each tokenized + eos, concatenated,
-    PackedData over the array)."""
+    PackedData over the array); offline, no socket opened."""
     from experiments.corpus.tokenizer import train_bpe
 
+    _no_network(monkeypatch)
     dcfg = DataConfig(source="stdlib", max_bytes=60_000, val_tokens=512)
     c = build_corpus(dcfg, vocab_size=300, seq_len=32, seed=3, cache_dir=tmp_path / "a")
     tr, va, sums = source_docs(dcfg)
+    assert c.info["val_docs"] == len(va) == 1  # a tiny corpus still holds one document out
     tok = train_bpe([t for _, t in tr], 300, cache_dir=tmp_path / "b")
     assert c.tokenizer.tok.to_str() == tok.to_str() and c.checksums == sums
     eos = tok.token_to_id("<|endoftext|>")

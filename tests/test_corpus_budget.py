@@ -235,7 +235,7 @@ def test_a_rank_reading_1000_shards_keeps_at_most_the_bound_open(tmp_path):
         shards.append({"file": f"train-{i:05d}.bin", "tokens": len(a)})
         arrays.append(a)
     whole = np.concatenate(arrays)
-    S.OPEN_MAPS.clear()
+    S.open_map.cache_clear()
     ts = S.TokenStream(tmp_path, shards, "<u2")
     assert _fds_in(tmp_path) == 0 and _maps_in(tmp_path) == 0  # nothing opened up front
     peak_fd = peak_map = 0
@@ -251,7 +251,7 @@ def test_a_rank_reading_1000_shards_keeps_at_most_the_bound_open(tmp_path):
     assert np.array_equal(np.asarray(ts), whole)
     assert np.array_equal(ts[len(whole) - 5:len(whole) + 3], whole[-5:])  # past the end
     assert _fds_in(tmp_path) <= S.MAX_OPEN_SHARDS
-    S.OPEN_MAPS.clear()
+    S.open_map.cache_clear()
     assert _fds_in(tmp_path) == 0 and _maps_in(tmp_path) == 0
     short = next(s for s, a in zip(shards, arrays, strict=True) if len(a))["file"]
     (tmp_path / short).write_bytes((tmp_path / short).read_bytes()[:-2])  # shorter than said

@@ -50,8 +50,11 @@ CASES = {  # flag -> (target and other variables, the name the flag is given as,
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_each_flag_reads_true_false_and_empty_one_way(case: str) -> None:
+    """Every spelling on one flag; on the others a true word, a false word and empty (one make
+    function reads them all; a bad spelling is refused: REFUSED below)."""
     args, var, on, off = CASES[case]
-    for v in ("1", "true", "yes", "0", "false", "no", ""):
+    every = ("1", "true", "yes", "0", "false", "no", "")
+    for v in every if case == "DRY" else ("yes", "false", ""):
         res = _make(*args, f"{var}={v}")
         assert res.returncode == 0, res.stderr
         true = v in ("1", "true", "yes")

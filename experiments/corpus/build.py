@@ -8,6 +8,7 @@ last: its presence means the corpus is complete.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
 import json
@@ -340,18 +341,16 @@ def make_tokenizer(dcfg: DataConfig, vocab_size: int | None, sample: list[str],
 
 
 # ---------------------------------------------------------------- units -> shards
-_TOK_CACHE: dict[str, Any] = {}
-
-
 def _load_tok(path: Path) -> Any:
+    st = path.stat()  # a rebuilt directory may hold another tokenizer under the same path
+    return _tok_at(str(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=1)  # a worker tokenizes every unit with the one tokenizer
+def _tok_at(path: str, mtime_ns: int, size: int) -> Any:
     from tokenizers import Tokenizer
 
-    st = path.stat()  # a rebuilt directory may hold another tokenizer under the same path
-    k = f"{path}:{st.st_mtime_ns}:{st.st_size}"
-    if k not in _TOK_CACHE:
-        _TOK_CACHE.clear()
-        _TOK_CACHE[k] = Tokenizer.from_file(str(path))
-    return _TOK_CACHE[k]
+    return Tokenizer.from_file(path)
 
 
 def _record_path(out: Path, u: int) -> Path:

@@ -6,10 +6,9 @@ existing runs keep their stream), above it a keyed Feistel bijection evaluated p
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
@@ -28,34 +27,12 @@ thousands, past the common 1024 open files and vm.max_map_count; a sample reads 
 neighbouring shards, so a small LRU serves a random order."""
 
 
-class _MapCache:
-    """The process's open shard maps, least recently used closed first. Hand-written because
-    functools.lru_cache cannot share one bound across streams; keyed by path, inode and mtime,
-    so a rebuilt corpus is never read through a stale map."""
-
-    def __init__(self, bound: int) -> None:
-        self.bound = bound
-        self.maps: OrderedDict[str, np.memmap] = OrderedDict()
-        self.lock = threading.Lock()  # data loader threads may share a stream
-
-    def get(self, key: str, path: str, dtype: np.dtype) -> np.memmap:
-        with self.lock:
-            mm = self.maps.get(key)
-            if mm is not None:
-                self.maps.move_to_end(key)
-                return mm
-            mm = np.memmap(path, dtype=dtype, mode="r")
-            self.maps[key] = mm
-            while len(self.maps) > self.bound:
-                self.maps.popitem(last=False)  # its last reference: unmapped and closed now
-            return mm
-
-    def clear(self) -> None:
-        with self.lock:
-            self.maps.clear()
-
-
-OPEN_MAPS = _MapCache(MAX_OPEN_SHARDS)
+@functools.lru_cache(maxsize=MAX_OPEN_SHARDS)  # one bound for every stream of the process
+def open_map(key: str, path: str, dtype: np.dtype) -> np.memmap:
+    """A shard's read-only map from the process's LRU of open maps: the least recently used is
+    dropped first (its last reference: unmapped and closed then). `key` holds the path, inode
+    and mtime, so a rebuilt corpus is never read through a stale map."""
+    return np.memmap(path, dtype=dtype, mode="r")
 
 
 class TokenStream:
@@ -95,7 +72,7 @@ class TokenStream:
         while a < b:
             s0 = int(self.starts[i])
             e = min(b, int(self.starts[i + 1]))
-            out[o:o + e - a] = OPEN_MAPS.get(*self.paths[i], self.dtype)[a - s0:e - s0]
+            out[o:o + e - a] = open_map(*self.paths[i], self.dtype)[a - s0:e - s0]
             o += e - a
             a = e
             i += 1

@@ -175,7 +175,7 @@ class HFMixture:
     the first exhausted source or oversamples without bound. The next document comes from the
     unfinished source whose bytes so far over its weight are smallest; a source repeats while it
     has passes left, then ends the mixture (data.hf_max_bytes null) or stops it with a
-    DataError; `state()` resumes it. A document's key is its index within its source's pass."""
+    UsageError; `state()` resumes it. A document's key is its index within its source's pass."""
 
     def __init__(self, dcfg: DataConfig, state: dict[str, Any] | None = None,
                  open_source: Any = None) -> None:
