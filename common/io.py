@@ -1,21 +1,22 @@
-"""Files that are never half-written (temporary, fsync, rename), hashes, the one lock (flock),
-and the one check that a place can be written before any work starts (`unwritable`).
+"""Files that are never half-written (temporary, fsync, rename), hashes, locks (flock, or an
+O_EXCL owner file where a file system has no flock), and the one check that a place can be
+written before any work starts (`unwritable`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import socket
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
-
-from common.errors import UsageError
 
 
 def umask() -> int:
@@ -94,26 +95,175 @@ class LockHeld(RuntimeError):
     """Another process holds the lock."""
 
 
+NO_FLOCK_ERRNOS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL)
+"""flock's answers on file systems that do not support it (some NFS and Lustre mounts)."""
+LOCK_ENV = "FTBENCH_LOCK"
+"""`excl` makes every lock an O_EXCL owner file (for a site whose flock is node-local, so it
+would seem to work while excluding nothing across nodes); unset or `flock`: flock, falling back
+to the owner file where the file system refuses flock."""
+
+
 @contextlib.contextmanager
 def flocked(path: str | os.PathLike, *, wait: bool = True) -> Iterator[Path]:
-    """Hold an exclusive flock on `path` (created if absent): the suite's one lock. The kernel
-    drops it when the holder dies, so a kill -9 leaves no stale lock. `wait=False` raises
-    LockHeld at once. A file system that refuses flock (some NFS and Lustre mounts) is a
-    UsageError naming the path: the results must live where locks work."""
+    """Hold an exclusive flock on `path` (created if absent). The kernel drops it when the
+    holder dies, so a kill -9 leaves no stale lock. `wait=False` raises LockHeld at once.
+    Where the file system has no flock (or FTBENCH_LOCK=excl), the lock is `excl_locked` on
+    `<path>.owner` instead."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = os.environ.get(LOCK_ENV, "flock")
+    if mode not in ("flock", "excl"):
+        raise ValueError(f"{LOCK_ENV}={mode!r}: allowed values flock, excl")
+    if mode == "excl":
+        with excl_locked(owner_path(path), wait=wait):
+            yield path
+        return
     with open(path, "a") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             raise LockHeld(str(path)) from None
         except OSError as e:
-            raise UsageError(f"{path}: this file system refuses flock ({e.strerror}); put the "
-                             "results on one that supports it") from None
+            if e.errno not in NO_FLOCK_ERRNOS:
+                raise
+            f.close()
+            with excl_locked(owner_path(path), wait=wait):
+                yield path
+            return
         try:
             yield path
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+EMPTY_OWNER_STALE_S = 30.0
+"""An owner file still empty after this long was left by a process that died creating it."""
+
+
+def owner_path(path: str | os.PathLike) -> Path:
+    """The owner file that stands for the flock on `path` where there is no flock."""
+    return Path(f"{path}.owner")
+
+
+def _owner_text() -> str:
+    return json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                       "nonce": os.urandom(8).hex()})
+
+
+def _read_owner(path: Path) -> dict[str, Any] | None:
+    """The owner record of a lock file; None when it is gone; {} when it cannot be parsed
+    (being written: its creator writes it right after O_EXCL creation)."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return {}
+    return rec if isinstance(rec, dict) else {}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def lock_stale(rec: dict[str, Any] | None, mtime: float | None,
+               stale_after_s: float | None) -> bool:
+    """Whether an owner record names a holder that is gone: a dead pid on this host; on another
+    host (whose pids cannot be asked) only a file older than `stale_after_s` (None: never)."""
+    import time
+
+    if rec is None:
+        return False
+    if not rec:  # unreadable: its creator died between creating and writing it
+        return mtime is not None and time.time() - mtime > EMPTY_OWNER_STALE_S
+    if rec.get("host") == socket.gethostname() and isinstance(rec.get("pid"), int):
+        return not _pid_alive(rec["pid"])
+    if stale_after_s is None or mtime is None:
+        return False
+    return time.time() - mtime > stale_after_s
+
+
+@contextlib.contextmanager
+def excl_locked(path: str | os.PathLike, *, wait: bool = True, poll_s: float = 0.05,
+                stale_after_s: float | None = None) -> Iterator[Path]:
+    """An exclusive lock without flock: `path` created with O_CREAT|O_EXCL holding this
+    process's host, pid and a nonce; removed on exit. A dead holder's lock (pid gone on this
+    host, or older than `stale_after_s` on another) is taken over under a second O_EXCL file
+    (`<path>.break`), so two contenders never both take it. `wait=False`: LockHeld at once."""
+    import time
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mine = _owner_text()
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            if _break_stale(path, stale_after_s):
+                continue
+            if not wait:
+                rec = _read_owner(path) or {}
+                raise LockHeld(f"{path} (held by pid {rec.get('pid', '?')} on "
+                               f"{rec.get('host', '?')})") from None
+            time.sleep(poll_s)
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(mine)
+            f.flush()
+            os.fsync(f.fileno())
+        break
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            if path.read_text() == mine:  # never remove a lock someone else took over
+                path.unlink()
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _break_stale(path: Path, stale_after_s: float | None) -> bool:
+    """Remove `path` if its holder is gone; True when it was removed (or vanished)."""
+    rec = _read_owner(path)
+    if rec is None:
+        return True  # released meanwhile
+    if not lock_stale(rec, _mtime(path), stale_after_s):
+        return False
+    brk = Path(f"{path}.break")
+    try:
+        fd = os.open(brk, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        # another breaker is at work; one that died leaves its file behind: clear it when its
+        # pid is gone (a breaker holds it for two reads and an unlink)
+        b = _read_owner(brk)
+        if b and lock_stale(b, _mtime(brk), stale_after_s):
+            brk.unlink(missing_ok=True)
+        return False
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(_owner_text())
+        again = _read_owner(path)
+        if again is None:
+            return True
+        if again == rec:  # the same dead holder: nobody else can have replaced it
+            path.unlink(missing_ok=True)
+            return True
+        return False
+    finally:
+        brk.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ SERIAL = {
     "test_train_loop.py", "test_hsdp.py", "test_compile.py", "test_checkpoint_sharded.py",
     "test_start_space.py", "test_gpu_check_cpu.py",
     "test_gpu_check_recipe.py", "test_eval_parallel.py", "test_full_eval.py", "test_corpus.py",
-    "test_sandbox_timing.py", "test_sandbox_canonical.py",
+    "test_site.py", "test_sandbox_timing.py", "test_sandbox_canonical.py",
 }
 """Test files whose slow tests `make test-all` runs after the rest, alone (marker `serial`)."""
 
