@@ -1,7 +1,8 @@
 """Issue 26, the training loop: a process group with a backend for every device, training that
 does not depend on the layout (world size, micro-batch, DDP/FSDP, activation checkpointing),
-TensorBoard scalars, and the latent draws keyed per sequence. Multi-process runs use torchrun
-with gloo on CPU; FSDP's kill -9 and resume: tests/test_checkpoint_sharded.py."""
+TensorBoard scalars, the latent draws keyed per sequence, and the GPU-only paths on this CPU
+(bf16 autocast). Multi-process runs use torchrun with gloo on CPU; FSDP's kill -9 and resume:
+tests/test_checkpoint_sharded.py."""
 
 from __future__ import annotations
 
@@ -70,11 +71,21 @@ def test_micro_batch_size_is_not_part_of_the_run_id():
     assert run_id(compose([*BASE, "train.batch_size=4"])) not in ids
 
 
-def test_one_process_any_micro_batch_trains_the_same(tmp_path):
+FT = [*BASE, "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
+"""The FT on one process, 3 steps of micro-batch 8: the run the fast tests below compare with."""
+
+
+@pytest.fixture(scope="module")
+def ft_run(tmp_path_factory, one_torch_thread) -> Path:
+    """FT's run, once per module; logging.peak_tflops (not in the run-id) for the MFU scalar."""
+    out = tmp_path_factory.mktemp("ft-run")
+    return T.train(compose([*FT, "logging.peak_tflops=0.5", f"paths.results={out}"]))
+
+
+def test_one_process_any_micro_batch_trains_the_same(tmp_path, ft_run):
     """The FT on one process: micro-batch 8 (no accumulation) == micro-batch 2 (4 x accum)."""
-    args = [*BASE, "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
-    a = T.train(compose([*args, f"paths.results={tmp_path / 'a'}"]))
-    b = T.train(compose([*args, "train.micro_batch_size=2", f"paths.results={tmp_path / 'b'}"]))
+    a = ft_run
+    b = T.train(compose([*FT, "train.micro_batch_size=2", f"paths.results={tmp_path / 'b'}"]))
     assert a.name == b.name
     assert max_dw(weights(a), weights(b)) < 1e-4
     la, lb = lines(a, "train"), lines(b, "train")
@@ -123,25 +134,22 @@ def test_one_process_default_micro_batch_equals_two_fsdp_and_two_ddp(tmp_path, l
 
 
 # ---------------------------------------------------------------- tracking
-def test_tensorboard_event_files_hold_the_scalars(tmp_path):
+def test_tensorboard_event_files_hold_the_scalars(tmp_path, ft_run):
     """TensorBoard under <run>/tb/, read back with EventAccumulator: loss, CE, KL in nats and
     bits, each bit's KL (summing to the KL), lr, grad norm, tokens/s, MFU from the plan's
     FLOPs/token and the configured peak, peak memory; on CPU without a peak figure no MFU."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     H = 4
-    base = [*BASE, f"model.latent_bits={H}", f"train.tokens={3 * 8 * 65}"]
-    cfg = compose([*base, "logging.peak_tflops=0.5", f"paths.results={tmp_path / 'a'}"])
-    run = T.train(cfg)
-    ea = EventAccumulator(str(run / "tb"))
+    ea = EventAccumulator(str(ft_run / "tb"))
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
     want = {"train/loss", "train/ce", "train/kl_nats", "train/kl_bits", "train/lr",
             "train/grad_norm", "perf/tokens_per_s", "perf/mfu", "memory/peak_rss_bytes",
             "val/val_ce", "val/val_kl_bits", *(f"train/kl_bit/{h}" for h in range(H))}
     assert want <= tags, want - tags
-    ml = lines(run, "train")
-    fpt = plan(cfg, world_size=1).flops_per_token
+    ml = lines(ft_run, "train")
+    fpt = plan(compose(FT), world_size=1).flops_per_token
     for k, mk in (("train/loss", "loss"), ("train/kl_nats", "kl_nats"),
                   ("train/kl_bits", "kl_bits"), ("train/grad_norm", "grad_norm"),
                   ("perf/tokens_per_s", "tokens_per_s")):
@@ -164,6 +172,29 @@ def test_tensorboard_event_files_hold_the_scalars(tmp_path):
     tb = set(eb.Tags()["scalars"])
     assert "perf/mfu" not in tb and "train/loss" in tb
     assert not any(t.startswith("train/kl_bit/") for t in tb)
+
+
+# ---------------------------------------------------------------- GPU-only paths on this CPU
+def test_bf16_autocast_on_cpu_trains_close_to_fp32(tmp_path, ft_run):
+    """train.precision=bf16 (was refused: "needs CUDA") trains the FT, whose decoder is the
+    baseline's plus the encoder and the mapper, with a finite loss close to fp32's
+    (train.compile=true: tests/test_compile.py)."""
+    bf16 = T.train(compose([*FT, "train.precision=bf16", f"paths.results={tmp_path}"]))
+    a, b = ([r["loss"] for r in lines(r, "train")] for r in (ft_run, bf16))
+    assert len(a) == len(b) == 3 and all(math.isfinite(x) for x in b)
+    assert a != b  # bf16 really ran: the matmuls round differently
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 0.05 * max(a)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: make gpu-check runs")
+def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from pipelines import gpu_check
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_check.main(["--results", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "no CUDA device visible" in err
+    assert not (tmp_path / "gpu_check").exists()  # nothing written
 
 
 # ---------------------------------------------------------------- host syncs
