@@ -1,13 +1,13 @@
 """Every path that scores text runs the readout over chunks of tokens (issue 36): trainer
-validation, the likelihood bound, the probe's per-row CE and the lm-eval adapter (every request
-kind, gold bits per byte through it). Each equals the unchunked computation it replaced
-(float64, both arms, chunks of 1 and 7 tokens), written out here from the full logits."""
+validation, the likelihood bound and the probe's per-row CE. Each equals the unchunked
+computation it replaced (float64, both arms, chunks of 1 and 7 tokens), written out here from
+the full logits. The lm-eval adapter scores through `score_hidden` (mixture over the draws),
+whose chunks tests/test_model_readout.py holds to the full logits."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -121,46 +121,6 @@ def test_probe_row_ce_equals_the_unchunked_cross_entropy(chunk: int) -> None:
         want = _ce(m.forward_upper(low.hidden, codes), y, "none").view(5, 10).mean(1)
     got = row_ce(m, low.hidden, codes, y, batch_size=2)
     torch.testing.assert_close(got, want.double(), rtol=1e-10, atol=1e-12)
-
-
-@pytest.fixture(scope="module")
-def free_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return toy_checkpoint(tmp_path_factory.mktemp("f") / "run" / "checkpoints" / "final.pt",
-                          free=True)
-
-
-@pytest.fixture(scope="module")
-def base_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return toy_checkpoint(tmp_path_factory.mktemp("b") / "run" / "checkpoints" / "final.pt")
-
-
-PAIRS = [("Question: What is 2 + 3?\nAnswer:", " 5"), ("x", " = [i for i in range(10)]"),
-         ("Answer: ", "42"), ("x = Non", "e"), ("x = Non", "ever")]
-
-
-@pytest.mark.parametrize("arm,z", [("baseline", "prior"), ("free", "prior-k"),
-                                   ("free", "posterior")])
-def test_adapter_scores_do_not_depend_on_the_chunk(arm: str, z: str, base_ckpt: Path,
-                                                   free_ckpt: Path) -> None:
-    """loglikelihood (and so gold bits per byte) and loglikelihood_rolling: the readout over
-    chunks of one token equals it over one chunk (the adapter's tests hold the latter against
-    log_softmax of the full logits); prior-k's greedy flag is under the draws' mean."""
-    from experiments.eval.lm_adapter import FTBenchLM
-
-    ckpt = free_ckpt if arm == "free" else base_ckpt
-    kw = {"z": z, "k": 3, "seed": 2} if arm == "free" else {}
-    out = []
-    for chunk in (None, 1):
-        lm = FTBenchLM(checkpoint=str(ckpt), batch_size=2, progress=False, **kw)
-        if chunk:
-            lm.model.readout_chunk_bytes = 4 * lm.model.cfg.vocab_size * chunk
-        req = [SimpleNamespace(args=(" ".join(c for c, _ in PAIRS),))]
-        out.append((lm.loglikelihood_pairs(PAIRS, disable_tqdm=True),
-                    lm.loglikelihood_rolling(req, disable_tqdm=True)))
-    (a, ra), (b, rb) = out
-    assert [g for _, g in a] == [g for _, g in b]
-    assert [ll for ll, _ in a] == pytest.approx([ll for ll, _ in b], abs=1e-4)
-    assert ra == pytest.approx(rb, abs=1e-4)
 
 
 def test_training_loss_is_chunked_where_a_micro_batch_exceeds_one_chunk() -> None:
