@@ -1,7 +1,8 @@
 """Chunked readout (issue 36): scoring and the training loss over chunks of tokens equal the
 unchunked path (float64, values and gradients, both arms, every Z protocol), and their memory is
 set by the chunk, not by batch x sequence x vocabulary (measured with torch's MemTracker on fake
-tensors; a real run under an address-space limit: tests/test_chunked_wiring.py)."""
+tensors; the trainer's validation calls the readout one chunk at a time:
+tests/test_chunked_wiring.py)."""
 
 from __future__ import annotations
 
