@@ -17,7 +17,6 @@ import experiments.train.trainer as T
 from experiments.train import parallel as par
 from experiments.train.config import compose
 from model import ModelConfig, build_model
-from model.free_transformer import latent_embedding, sample_codes
 
 TINY = [*SYNTH, "train.batch_size=4", "logging.val_every=2"]
 
@@ -54,38 +53,6 @@ def test_compiling_the_blocks_keeps_every_name(latent_bits):
     assert compiled == want
     comp.load_state_dict(eager.state_dict())  # loads both ways
     eager.load_state_dict(comp.state_dict())
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_the_binary_mapper_survives_torch_compile(inductor_cache, bf16):
-    """The mapper's custom autograd function under torch.compile (inductor; graph breaks are
-    allowed, wrong numbers are not): its value (a gather) exactly, the gradients of the bit
-    logits and of the post-sampler weight as eager's, model.mapper_bf16 off and on. The
-    trainer's per-block compile leaves it eager; this guards a whole-model compile."""
-    torch.manual_seed(0)
-    H, N, D = 8, 96, 32
-    o = torch.randn(N, H) * 2
-    w = torch.randn(D, 1 << H) * 0.02
-    g = torch.randn(N, D)
-    codes = sample_codes(o)
-
-    def run(fn):  # type: ignore[no-untyped-def]
-        oo, ww = o.clone().requires_grad_(), w.clone().requires_grad_()
-        out = fn(oo, ww, codes)
-        (out * g).sum().backward()
-        return out.detach(), oo.grad, ww.grad
-
-    def mapper(oo, ww, cc):  # type: ignore[no-untyped-def]
-        # two chunks of tokens: the backward's loop runs more than once
-        return torch.tanh(latent_embedding(oo, ww, cc, chunk_bytes=48 * (1 << H) * 4, bf16=bf16))
-
-    ref = run(mapper)
-    torch._dynamo.reset()
-    got = run(torch.compile(mapper))
-    torch.testing.assert_close(got[0], ref[0], rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(got[1], ref[1], rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(got[2], ref[2], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
