@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from trainrun import SYNTH
 from trainrun import rows as metrics
 
 import experiments.train.trainer as T
@@ -138,14 +139,18 @@ def _dcp_state(marker: Path, tmp: Path) -> dict:
     return torch.load(out, weights_only=False)
 
 
+NAN = [*SYNTH, "train.batch_size=8", f"train.tokens={10 * 8 * 65}"]
+"""10 steps of the small synthetic-task model: ten sharded checkpoints in a few seconds."""
+
+
 def test_k_nan_losses_in_a_row_stop_naming_the_steps_and_keep_the_last_good_checkpoint(
-        tmp_path, cache, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys):
     """Issue 26: a non-finite step is skipped (no update) and recorded; train.
     max_nonfinite_steps (3) in a row stop the run with exit 1 (divergence) and one line.
     Was: the first NaN stopped the run."""
     _poison_forwards(monkeypatch, {5, 6, 7})
-    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=2",
-              "logging.keep_checkpoints=50")
+    args = [*NAN, f"paths.results={tmp_path}", "logging.ckpt_every=2",
+            "logging.keep_checkpoints=50"]
     assert T.main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("train: error: 3 non-finite steps in a row (steps 5-7, all skipped")
@@ -167,11 +172,11 @@ def test_k_nan_losses_in_a_row_stop_naming_the_steps_and_keep_the_last_good_chec
                                                              [[7, [0]]]]
 
 
-def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
+def test_a_nan_loss_skips_that_step_only(tmp_path, monkeypatch):
     """Two NaN steps apart: both skipped and recorded, the run finishes (exit 0)."""
     _poison_forwards(monkeypatch, {3, 5})
-    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=1",
-              "logging.keep_checkpoints=50", "logging.log_every=2")
+    args = [*NAN, f"paths.results={tmp_path}", "logging.ckpt_every=1",
+            "logging.keep_checkpoints=50", "logging.log_every=2"]
     assert T.main(args) == 0
     run = run_dir(compose(args))
     lines = metrics(run, "train")
