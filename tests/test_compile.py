@@ -11,12 +11,13 @@ import subprocess
 
 import pytest
 import torch
+from fake import tiny
 from trainrun import ROOT, SYNTH, env1, max_dw, rows, torchrun, weights
 
 import experiments.train.trainer as T
 from experiments.train import parallel as par
 from experiments.train.config import compose
-from model import ModelConfig, build_model
+from model import build_model
 
 TINY = [*SYNTH, "train.batch_size=4", "logging.val_every=2"]
 
@@ -30,20 +31,15 @@ def inductor_cache(tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
 
 
-def _tiny(latent_bits: int) -> ModelConfig:
-    return ModelConfig(vocab_size=97, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=64,
-                       max_seq_len=64, tie_embeddings=False, latent_bits=latent_bits)
-
-
 @pytest.mark.parametrize("latent_bits", [0, 4], ids=["baseline", "free"])
 def test_compiling_the_blocks_keeps_every_name(latent_bits):
     """Module.compile wraps the call in place: the state dict (what checkpoints, DCP and the
     weights-only export key on) has the eager model's names, with activation checkpointing
     too; every block and the encoder block is compiled, nothing else."""
     torch.manual_seed(0)
-    eager = build_model(_tiny(latent_bits))
+    eager = build_model(tiny(latent_bits=latent_bits))
     torch.manual_seed(0)
-    comp = build_model(_tiny(latent_bits))
+    comp = build_model(tiny(latent_bits=latent_bits))
     par.checkpoint_blocks(comp)
     par.compile_units(comp)
     assert list(comp.state_dict()) == list(eager.state_dict())
@@ -110,7 +106,7 @@ def test_graph_count_and_no_graph_break_under_ddp_and_fsdp2(monkeypatch, one_glo
                         lambda self, *a, **k: real(self, *a, **{"backend": "aot_eager", **k}))
     torch._dynamo.reset()
     counters.clear()
-    model, init = par.build_on_meta(_tiny(4))
+    model, init = par.build_on_meta(tiny(latent_bits=4))
     if ac:
         par.checkpoint_blocks(model)
     par.compile_units(model)
