@@ -1,9 +1,10 @@
 """experiments/train/checkpointer.py: which checkpoints a run keeps (names and steps written out
 by hand), what a resume restores and cuts back, when a run counts as finished. Sharded,
 asynchronous checkpoints (issue 26): a save in flight while training goes on writes
-the state of its step, not a later one; a checkpoint counts only with its marker; the
-weights-only export evaluates like the training checkpoint; kill -9 under FSDP on 2 processes
-then a resume on 1, on 2 (bitwise), and the reverse ends where an uninterrupted run does.
+the state of its step, not a later one; a checkpoint counts only with its marker; evaluation's
+loader reads the weights-only export and the training checkpoint alike; kill -9 under FSDP on
+2 processes then a resume on 1, on 2 (bitwise), and the reverse ends where an uninterrupted run
+does.
 Expected values are computed here independently (snapshots of the live state, direct forward
 passes), not read back through the code under test."""
 
@@ -186,8 +187,10 @@ def test_export_holds_weights_only_and_bf16_halves_it_and_load_weights_reads_bot
     ck.wait()
     marker = ck.ckdir / "step_1.pt"
     want = load_checkpoint(marker).model.state_dict()
-    got = load_weights(marker).model.state_dict()
+    loaded = load_weights(marker)
+    got = loaded.model.state_dict()
     assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    assert loaded.tokenizer == {"kind": "test"}  # what evaluation tokenizes with
 
 
 def names(ck: Checkpointer) -> list[str]:
@@ -337,42 +340,6 @@ def test_prepare_fresh_clears_an_earlier_run_and_other_ranks_write_nothing(tmp_p
     assert not (ck.ckdir / "step_4.pt").exists()
     ck.prepare(fresh=True)
     assert not ck.run.finished and names(ck) == [] and not ck.metrics_path.exists()
-
-
-# ------------------------------------------------------------ evaluation of the export
-def test_evaluating_the_export_equals_evaluating_the_training_checkpoint(
-        tmp_path, toy_checkpoint):
-    pytest.importorskip("lm_eval")
-    from experiments.eval.lm_adapter import FTBenchLM
-
-    src = toy_checkpoint(tmp_path / "toy.pt", free=True)  # a real tokenizer reference
-    toy = load_checkpoint(src)
-    ck, state = setup(tmp_path / "run")
-    # the run's model: the toy's architecture and tokenizer, its weights trained a little
-    cfg_model = toy.model
-    state.model = cfg_model
-    state.opt = torch.optim.AdamW(param_groups(cfg_model, 0.1), lr=1e-2)
-    state.sched = torch.optim.lr_scheduler.LambdaLR(state.opt, lambda s: 1.0)
-    ck.tokenizer = toy.tokenizer
-    v = cfg_model.cfg.vocab_size
-    for s in range(2):
-        g = torch.Generator().manual_seed(s)
-        x = torch.randint(0, v, (2, 16), generator=g)
-        cfg_model(x, targets=x, generator=g).loss.backward()
-        state.opt.step()
-        state.opt.zero_grad(set_to_none=True)
-    ck.maybe_save(2, state, val_done=False, force=True)  # sharded, with the optimizer
-    exported = ck.export(ck.ckdir / "export.pt", state)  # weights only
-    assert "optimizer" not in torch.load(exported, weights_only=True)["extra"]
-
-    pairs = [("Question: What is 2 + 3?\nAnswer:", " 5"), ("y = sel", "f.x"),
-             ("x", " = [i for i in range(10)]")]
-    scores = [FTBenchLM(checkpoint=str(p), progress=False, seed=0).loglikelihood_pairs(pairs)
-              for p in (ck.ckdir / "step_2.pt", exported)]
-    assert scores[0] == scores[1]
-    # and both equal the live model's scores (independent of any file)
-    live = FTBenchLM(model=cfg_model, tokenizer=toy.tokenizer, progress=False, seed=0)
-    assert live.loglikelihood_pairs(pairs) == scores[0]
 
 
 # ------------------------------------------------------------ kill -9 across world sizes

@@ -1,13 +1,12 @@
 """Every path that scores text runs the readout over chunks of tokens (issue 36): trainer
-validation, the likelihood bound, the probe's per-row CE and the lm-eval adapter (every request
-kind, gold bits per byte through it). Each equals the unchunked computation it replaced
-(float64, both arms, chunks of 1 and 7 tokens), written out here from the full logits."""
+validation, the likelihood bound and the probe's per-row CE. Each equals the unchunked
+computation it replaced (float64, both arms, chunks of 1 and 7 tokens), written out here from
+the full logits. The lm-eval adapter scores through `score_hidden` (mixture over the draws),
+whose chunks tests/test_model_readout.py holds to the full logits."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -56,9 +55,16 @@ def _ce(logits: torch.Tensor, y: torch.Tensor, reduction: str = "mean") -> torch
 @pytest.mark.parametrize("arm", ARMS)
 @pytest.mark.parametrize("chunk", [1, 7])
 def test_validation_equals_the_unchunked_cross_entropy(arm: str, chunk: int) -> None:
+    """Values, and the form: the trainer's validation never runs the readout on more positions
+    than one chunk holds (at the paper's shape, 16 x 4096 x 2^17 float32 logits were 34 GB;
+    what a chunk costs there: test_model_readout's test_memory_at_the_paper_shape_*)."""
     m = seeded(ARMS[arm], chunk)
     corpus = _Corpus(rows(5, 17))
+    seen: list[int] = []  # positions per readout call
+    hook = m.output.register_forward_hook(lambda _m, _a, o: seen.append(o.shape[:-1].numel()))
     got = evaluate(m, corpus, 2, 0.5, lambda: torch.autocast("cpu", enabled=False))
+    hook.remove()
+    assert seen and max(seen) <= chunk
     free = ARMS[arm] > 0
     g = torch.Generator().manual_seed(12345)  # evaluate's generator, drawn in its order
     s_prior = s_post = n = 0.0
@@ -123,46 +129,6 @@ def test_probe_row_ce_equals_the_unchunked_cross_entropy(chunk: int) -> None:
     torch.testing.assert_close(got, want.double(), rtol=1e-10, atol=1e-12)
 
 
-@pytest.fixture(scope="module")
-def free_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return toy_checkpoint(tmp_path_factory.mktemp("f") / "run" / "checkpoints" / "final.pt",
-                          free=True)
-
-
-@pytest.fixture(scope="module")
-def base_ckpt(toy_checkpoint, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return toy_checkpoint(tmp_path_factory.mktemp("b") / "run" / "checkpoints" / "final.pt")
-
-
-PAIRS = [("Question: What is 2 + 3?\nAnswer:", " 5"), ("x", " = [i for i in range(10)]"),
-         ("Answer: ", "42"), ("x = Non", "e"), ("x = Non", "ever")]
-
-
-@pytest.mark.parametrize("arm,z", [("baseline", "prior"), ("free", "prior-k"),
-                                   ("free", "posterior")])
-def test_adapter_scores_do_not_depend_on_the_chunk(arm: str, z: str, base_ckpt: Path,
-                                                   free_ckpt: Path) -> None:
-    """loglikelihood (and so gold bits per byte) and loglikelihood_rolling: the readout over
-    chunks of one token equals it over one chunk (the adapter's tests hold the latter against
-    log_softmax of the full logits); prior-k's greedy flag is under the draws' mean."""
-    from experiments.eval.lm_adapter import FTBenchLM
-
-    ckpt = free_ckpt if arm == "free" else base_ckpt
-    kw = {"z": z, "k": 3, "seed": 2} if arm == "free" else {}
-    out = []
-    for chunk in (None, 1):
-        lm = FTBenchLM(checkpoint=str(ckpt), batch_size=2, progress=False, **kw)
-        if chunk:
-            lm.model.readout_chunk_bytes = 4 * lm.model.cfg.vocab_size * chunk
-        req = [SimpleNamespace(args=(" ".join(c for c, _ in PAIRS),))]
-        out.append((lm.loglikelihood_pairs(PAIRS, disable_tqdm=True),
-                    lm.loglikelihood_rolling(req, disable_tqdm=True)))
-    (a, ra), (b, rb) = out
-    assert [g for _, g in a] == [g for _, g in b]
-    assert [ll for ll, _ in a] == pytest.approx([ll for ll, _ in b], abs=1e-4)
-    assert ra == pytest.approx(rb, abs=1e-4)
-
-
 def test_training_loss_is_chunked_where_a_micro_batch_exceeds_one_chunk() -> None:
     small = ModelConfig(vocab_size=8192, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
                         ffn_dim=64, max_seq_len=4096)
@@ -170,46 +136,3 @@ def test_training_loss_is_chunked_where_a_micro_batch_exceeds_one_chunk() -> Non
     # bit as before; the paper's (1 x 4096 x 2^17: 2.1 GB) is chunked
     assert not chunked_loss(small, 16, 256)
     assert chunked_loss(small.replace(vocab_size=131072), 1, 4096)
-
-
-@pytest.mark.slow
-def test_trainer_validation_at_the_paper_shape_under_8_gb(tmp_path: Path) -> None:
-    """A real run, not fake tensors: the trainer's own validation (`evaluate`, both passes of the
-    Free Transformer) on logging.val_batch_size = 16 rows x 4096 tokens at vocabulary 2^17 under
-    an 8 GB address-space limit, its peak RSS under 2 GiB: before chunked scoring it asked for
-    34 GB (16 x 4096 x 2^17 float32) in one allocation. The chunked CE equals the unchunked one
-    on a short slice. `make train` at this shape is the documented run (docs/BENCH.md)."""
-    import subprocess
-    import sys
-    import textwrap
-
-    script = textwrap.dedent("""
-        import contextlib, torch
-        from experiments.train.trainer import evaluate
-        from model import ModelConfig, build_model
-        torch.manual_seed(0)
-        torch.set_num_threads(1)
-        V, T = 131072, 4096
-        m = build_model(ModelConfig(vocab_size=V, dim=32, n_layers=2, n_heads=2, n_kv_heads=1,
-                                    ffn_dim=64, max_seq_len=T, latent_bits=4))
-        x = torch.randint(0, V, (16, T + 1), generator=torch.Generator().manual_seed(1))
-        class C:
-            token_bytes = torch.ones(V, dtype=torch.long)
-            def val_batches(self, bs):
-                yield x[:, :-1], x[:, 1:]
-        r = evaluate(m, C(), 16, 0.5, contextlib.nullcontext)
-        assert r["val_tokens"] == 16 * T and r["val_ce"] == r["val_ce"], r
-        s, z = x[:2, :65], torch.zeros(2, 64, dtype=torch.long)  # pinned codes: the same Z
-        with torch.no_grad():
-            ref = m.eval()(s[:, :-1], targets=s[:, 1:], z=z).ce  # unchunked
-            got = m(s[:, :-1], targets=s[:, 1:], z=z, scores=True).ce
-        assert abs(float(ref - got)) < 1e-5, (ref, got)
-        # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across fork + exec, so it
-        # would report the pytest parent's RSS at the fork (3 GB late in the suite)
-        hwm = [ln for ln in open("/proc/self/status") if ln.startswith("VmHWM:")][0]
-        print("peak_rss_mib", int(hwm.split()[1]) // 1024)
-    """)
-    r = subprocess.run(["prlimit", f"--as={8 * 10**9}", sys.executable, "-c", script],
-                       capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert int(r.stdout.split("peak_rss_mib")[1]) < 2048

@@ -11,13 +11,13 @@ import subprocess
 
 import pytest
 import torch
+from fake import tiny
 from trainrun import ROOT, SYNTH, env1, max_dw, rows, torchrun, weights
 
 import experiments.train.trainer as T
 from experiments.train import parallel as par
 from experiments.train.config import compose
-from model import ModelConfig, build_model
-from model.free_transformer import latent_embedding, sample_codes
+from model import build_model
 
 TINY = [*SYNTH, "train.batch_size=4", "logging.val_every=2"]
 
@@ -31,20 +31,15 @@ def inductor_cache(tmp_path_factory, monkeypatch) -> None:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", cache)
 
 
-def _tiny(latent_bits: int) -> ModelConfig:
-    return ModelConfig(vocab_size=97, dim=32, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=64,
-                       max_seq_len=64, tie_embeddings=False, latent_bits=latent_bits)
-
-
 @pytest.mark.parametrize("latent_bits", [0, 4], ids=["baseline", "free"])
 def test_compiling_the_blocks_keeps_every_name(latent_bits):
     """Module.compile wraps the call in place: the state dict (what checkpoints, DCP and the
     weights-only export key on) has the eager model's names, with activation checkpointing
     too; every block and the encoder block is compiled, nothing else."""
     torch.manual_seed(0)
-    eager = build_model(_tiny(latent_bits))
+    eager = build_model(tiny(latent_bits=latent_bits))
     torch.manual_seed(0)
-    comp = build_model(_tiny(latent_bits))
+    comp = build_model(tiny(latent_bits=latent_bits))
     par.checkpoint_blocks(comp)
     par.compile_units(comp)
     assert list(comp.state_dict()) == list(eager.state_dict())
@@ -54,72 +49,6 @@ def test_compiling_the_blocks_keeps_every_name(latent_bits):
     assert compiled == want
     comp.load_state_dict(eager.state_dict())  # loads both ways
     eager.load_state_dict(comp.state_dict())
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("latent_bits,extra", [(0, []), (4, []), (
-    4, ["train.activation_checkpointing=true"])], ids=["baseline", "free", "free-act-ckpt"])
-def test_compiled_blocks_train_as_eager_in_one_process(tmp_path, inductor_cache, latent_bits,
-                                                       extra):
-    """4 steps of a tiny model, fp32 on the CPU, eager vs train.compile=true: the same losses
-    (rel/abs 1e-4: inductor fuses and reorders float ops, so not bitwise), the same validations
-    and final weights within 1e-3; the blocks compile to one graph per variant (the baseline's
-    blocks share 1; the FT adds the injection block, whose keys/values get Z, and the encoder
-    block), so a 32-layer model does not compile 32 graphs nor hit dynamo's recompile limit.
-    With activation checkpointing (its hooks applied before compiling) the same holds."""
-    from torch._dynamo.utils import counters
-
-    args = [*TINY, f"model.latent_bits={latent_bits}", f"train.tokens={4 * 4 * 65}", *extra]
-    eager = T.train(compose([*args, f"paths.results={tmp_path / 'eager'}"]))
-    torch._dynamo.reset()
-    counters.clear()
-    comp = T.train(compose([*args, "train.compile=true", f"paths.results={tmp_path / 'c'}"]))
-    assert comp.name == eager.name  # train.compile is not in the run-id
-    log = (comp / "train.log").read_text()
-    assert "compile: each block" + (" and the encoder block" if latent_bits else "") in log
-    graphs = counters["stats"]["unique_graphs"]
-    assert graphs == (3 if latent_bits else 1), dict(counters["stats"])
-    a, b = rows(eager, "train"), rows(comp, "train")
-    assert len(a) == len(b) == 4
-    for k in ("loss", "ce", "kl_nats", "grad_norm"):
-        assert [r[k] for r in b] == pytest.approx([r[k] for r in a], rel=1e-4, abs=1e-4), k
-    va, vb = rows(eager, "val"), rows(comp, "val")
-    assert [r["step"] for r in va] == [r["step"] for r in vb] == [0, 2, 4]
-    assert [r["val_ce"] for r in vb] == pytest.approx([r["val_ce"] for r in va], rel=1e-4)
-    wa, wb = weights(eager), weights(comp)
-    assert list(wa) == list(wb) and max_dw(wa, wb) < 1e-3
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_the_binary_mapper_survives_torch_compile(inductor_cache, bf16):
-    """The mapper's custom autograd function under torch.compile (inductor; graph breaks are
-    allowed, wrong numbers are not): its value (a gather) exactly, the gradients of the bit
-    logits and of the post-sampler weight as eager's, model.mapper_bf16 off and on. The
-    trainer's per-block compile leaves it eager; this guards a whole-model compile."""
-    torch.manual_seed(0)
-    H, N, D = 8, 96, 32
-    o = torch.randn(N, H) * 2
-    w = torch.randn(D, 1 << H) * 0.02
-    g = torch.randn(N, D)
-    codes = sample_codes(o)
-
-    def run(fn):  # type: ignore[no-untyped-def]
-        oo, ww = o.clone().requires_grad_(), w.clone().requires_grad_()
-        out = fn(oo, ww, codes)
-        (out * g).sum().backward()
-        return out.detach(), oo.grad, ww.grad
-
-    def mapper(oo, ww, cc):  # type: ignore[no-untyped-def]
-        # two chunks of tokens: the backward's loop runs more than once
-        return torch.tanh(latent_embedding(oo, ww, cc, chunk_bytes=48 * (1 << H) * 4, bf16=bf16))
-
-    ref = run(mapper)
-    torch._dynamo.reset()
-    got = run(torch.compile(mapper))
-    torch.testing.assert_close(got[0], ref[0], rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(got[1], ref[1], rtol=1e-4, atol=1e-6)
-    torch.testing.assert_close(got[2], ref[2], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -177,7 +106,7 @@ def test_graph_count_and_no_graph_break_under_ddp_and_fsdp2(monkeypatch, one_glo
                         lambda self, *a, **k: real(self, *a, **{"backend": "aot_eager", **k}))
     torch._dynamo.reset()
     counters.clear()
-    model, init = par.build_on_meta(_tiny(4))
+    model, init = par.build_on_meta(tiny(latent_bits=4))
     if ac:
         par.checkpoint_blocks(model)
     par.compile_units(model)

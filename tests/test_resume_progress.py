@@ -48,6 +48,7 @@ def test_a_signal_during_validation_checkpoints_it_and_the_resume_does_not_repea
     with pytest.raises(T.Preempted) as e:
         T.train(cfg)
     assert e.value.step == at_step and e.value.checkpoint.name == f"step_{at_step}.pt"
+    assert e.value.code == T.EXIT_PREEMPTED == 75  # main's exit code: the launcher requeues
     n_first = len(calls)
     T.train(cfg)  # the resume
     run = run_dir(cfg)

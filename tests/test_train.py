@@ -1,19 +1,17 @@
-"""experiments/train/trainer.py end to end on tiny runs: learning, resume after kill -9 and SIGTERM,
-NaN handling, dry-run FLOPs, bad input (DDP == one process: tests/test_train_loop.py)."""
+"""experiments/train/trainer.py end to end on tiny runs: learning, NaN handling, dry-run FLOPs,
+bad input (DDP == one process: tests/test_train_loop.py; resume after SIGTERM:
+tests/test_resume_progress.py, after kill -9: tests/test_checkpoint_sharded.py)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from trainrun import ROOT, env1, weights
+from trainrun import SYNTH
 from trainrun import rows as metrics
 
 import experiments.train.trainer as T
@@ -110,61 +108,6 @@ def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
 
 
 # ---------------------------------------------------------------- faults
-def _wait(pred, proc, timeout=120.0):
-    t0 = time.time()
-    while not pred():
-        if proc.poll() is not None:
-            raise AssertionError(f"run exited early with {proc.returncode}: "
-                                 f"{proc.stderr.read()[-2000:]}")
-        if time.time() - t0 > timeout:
-            proc.kill()
-            raise AssertionError("timed out")
-        time.sleep(0.01)
-
-
-@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
-def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cache):
-    extra = ["model.dim=64", "model.ffn_dim=128", "model.latent_bits=4", "model.kappa_bits=0.25",
-             "train.tokens=6144",
-             "logging.ckpt_every=4", "logging.val_every=10", "logging.keep_checkpoints=50"]
-    ref_cfg = compose(ov(tmp_path / "ref", cache, *extra))
-    ref = T.train(ref_cfg)  # 24 steps, never interrupted
-    args = ov(tmp_path / "cut", cache, *extra)
-    run = run_dir(compose(args))
-    cmd = [sys.executable, "-m", "experiments.train", *args]
-    ck = run / "checkpoints"
-
-    # 1. kill -9 as soon as the first checkpoint is there (mid-run, maybe mid-write of the next)
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env1(), stderr=subprocess.PIPE, text=True)
-    _wait(lambda: (ck / "step_4.pt").exists(), p)
-    p.send_signal(signal.SIGKILL)
-    p.wait(timeout=60)
-    assert p.returncode == -signal.SIGKILL and not (ck / "final.pt").exists()
-
-    # 2. restart; SIGTERM once it has gone past its resume point: checkpoint + exit code 75
-    p = subprocess.Popen(cmd, cwd=ROOT, env=env1(), stderr=subprocess.PIPE, text=True)
-    n0 = max(int(x.stem.split("_")[1]) for x in ck.glob("step_*.pt"))
-    # the kill may have come while later steps' lines were written (the save is asynchronous):
-    # wait for the resume to cut them back, then for it to step past its resume point
-    _wait(lambda: "resumed from" in (run / "train.log").read_text(), p)
-    _wait(lambda: len(metrics(run, "train")) > n0 + 1, p)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
-    assert p.returncode == T.EXIT_PREEMPTED == 75, err[-2000:]
-    assert "SIGTERM" in err and not (ck / "final.pt").exists()
-    stepped = max(int(x.stem.split("_")[1]) for x in ck.glob("step_*.pt"))
-    assert n0 < stepped < 24  # a checkpoint at the step the signal arrived, off the schedule
-    assert torch.load(ck / f"step_{stepped}.pt", weights_only=True)["extra"]["step"] == stepped
-
-    # 3. resume to the end (in process): same weights and same metrics as the reference
-    T.train(compose(args))
-    a, b = weights(ref / "checkpoints" / "final.pt"), weights(ck / "final.pt")
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert metrics(run, wall=False) == metrics(ref, wall=False)
-    log = (run / "train.log").read_text()
-    assert log.count("argv:") == 3 and "resumed from step_" in log
-
-
 def _poison_forwards(monkeypatch, bad: set[int]) -> None:
     """The n-th training forward (1-based) in `bad` returns a NaN loss."""
     real_build = T.build_model
@@ -196,14 +139,18 @@ def _dcp_state(marker: Path, tmp: Path) -> dict:
     return torch.load(out, weights_only=False)
 
 
+NAN = [*SYNTH, "train.batch_size=8", f"train.tokens={10 * 8 * 65}"]
+"""10 steps of the small synthetic-task model: ten sharded checkpoints in a few seconds."""
+
+
 def test_k_nan_losses_in_a_row_stop_naming_the_steps_and_keep_the_last_good_checkpoint(
-        tmp_path, cache, monkeypatch, capsys):
+        tmp_path, monkeypatch, capsys):
     """Issue 26: a non-finite step is skipped (no update) and recorded; train.
     max_nonfinite_steps (3) in a row stop the run with exit 1 (divergence) and one line.
     Was: the first NaN stopped the run."""
     _poison_forwards(monkeypatch, {5, 6, 7})
-    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=2",
-              "logging.keep_checkpoints=50")
+    args = [*NAN, f"paths.results={tmp_path}", "logging.ckpt_every=2",
+            "logging.keep_checkpoints=50"]
     assert T.main(args) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("train: error: 3 non-finite steps in a row (steps 5-7, all skipped")
@@ -225,11 +172,11 @@ def test_k_nan_losses_in_a_row_stop_naming_the_steps_and_keep_the_last_good_chec
                                                              [[7, [0]]]]
 
 
-def test_a_nan_loss_skips_that_step_only(tmp_path, cache, monkeypatch):
+def test_a_nan_loss_skips_that_step_only(tmp_path, monkeypatch):
     """Two NaN steps apart: both skipped and recorded, the run finishes (exit 0)."""
     _poison_forwards(monkeypatch, {3, 5})
-    args = ov(tmp_path, cache, "train.tokens=2560", "logging.ckpt_every=1",
-              "logging.keep_checkpoints=50", "logging.log_every=2")
+    args = [*NAN, f"paths.results={tmp_path}", "logging.ckpt_every=1",
+            "logging.keep_checkpoints=50", "logging.log_every=2"]
     assert T.main(args) == 0
     run = run_dir(compose(args))
     lines = metrics(run, "train")

@@ -1,14 +1,13 @@
-"""Issue 26, the training loop: collectives that have a backend on every device, training that
+"""Issue 26, the training loop: a process group with a backend for every device, training that
 does not depend on the layout (world size, micro-batch, DDP/FSDP, activation checkpointing),
-TensorBoard scalars, and the latent draws keyed per sequence. Multi-process runs use torchrun
-with gloo on CPU; FSDP's kill -9 and resume: tests/test_checkpoint_sharded.py."""
+TensorBoard scalars, the latent draws keyed per sequence, and the GPU-only paths on this CPU
+(bf16 autocast). Multi-process runs use torchrun with gloo on CPU; FSDP's kill -9 and resume:
+tests/test_checkpoint_sharded.py."""
 
 from __future__ import annotations
 
-import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -38,55 +37,8 @@ def test_a_cuda_process_group_has_a_cpu_backend(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: None)
     with T._process_group(torch.device("cuda", 0), 2):
         monkeypatch.setattr(T.dist, "is_initialized", lambda: False)  # nothing to destroy
-    assert seen == ["cpu:gloo,cuda:nccl"]
+    assert seen == ["cpu:gloo,cuda:nccl"]  # every device type the loop's tensors can be on
     assert T.process_group_backend(torch.device("cpu")) == "gloo"
-
-
-RECORDER = """
-import json, os, sys
-import torch, torch.distributed as dist
-seen = []
-for name in ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
-             "reduce_scatter_tensor", "reduce", "gather", "scatter"):
-    real = getattr(dist, name)
-    def rec(*a, _real=real, _name=name, **k):
-        ts = [x for x in list(a) + list(k.values()) if isinstance(x, torch.Tensor)]
-        ts += [y for x in a if isinstance(x, list) for y in x if isinstance(y, torch.Tensor)]
-        seen.append([_name, sorted({t.device.type for t in ts})])
-        return _real(*a, **k)
-    setattr(dist, name, rec)
-from experiments.train.trainer import main
-rc = main(sys.argv[1:])
-with open(os.path.join(os.environ["REC_DIR"], f"rank{os.environ['RANK']}.json"), "w") as f:
-    json.dump(seen, f)
-sys.exit(rc)
-"""
-
-
-@pytest.mark.slow
-def test_every_collective_of_the_loop_has_a_backend_under_the_cuda_spec(tmp_path):
-    """The real loop (2 DDP processes, gloo, FT arm) with every torch.distributed collective
-    recorded: each tensor's device type must be served by the backend the loop asks for on
-    CUDA. What it proves: the loop's CPU tensors (the signal flag, the loss sums, the
-    non-finite flags) have a backend under "cpu:gloo,cuda:nccl"; under the old plain "nccl"
-    they had none. It cannot show a CUDA tensor on this machine."""
-    script = tmp_path / "rec.py"
-    script.write_text(RECORDER)
-    args = [*BASE, "model.latent_bits=4", f"train.tokens={2 * 8 * 65}",
-            "train.parallel=ddp", f"paths.results={tmp_path / 'r'}"]
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc_per_node", "2", str(script), *args], cwd=ROOT,
-                         env={**env1(), "REC_DIR": str(tmp_path)}, capture_output=True,
-                         text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    spec = T.process_group_backend(torch.device("cuda", 0))
-    served = {part.split(":")[0] for part in spec.split(",")}
-    for r in (0, 1):
-        seen = json.loads((tmp_path / f"rank{r}.json").read_text())
-        assert {n for n, _ in seen} >= {"all_reduce"}  # signal flag, losses, skip flags
-        for name, devs in seen:
-            assert set(devs) <= served, (name, devs, spec)
-    assert "cpu:gloo" in spec.split(",")  # the old spec, plain "nccl", serves no CPU tensor
 
 
 # ---------------------------------------------------------------- latent draws
@@ -119,11 +71,21 @@ def test_micro_batch_size_is_not_part_of_the_run_id():
     assert run_id(compose([*BASE, "train.batch_size=4"])) not in ids
 
 
-def test_one_process_any_micro_batch_trains_the_same(tmp_path):
+FT = [*BASE, "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
+"""The FT on one process, 3 steps of micro-batch 8: the run the fast tests below compare with."""
+
+
+@pytest.fixture(scope="module")
+def ft_run(tmp_path_factory, one_torch_thread) -> Path:
+    """FT's run, once per module; logging.peak_tflops (not in the run-id) for the MFU scalar."""
+    out = tmp_path_factory.mktemp("ft-run")
+    return T.train(compose([*FT, "logging.peak_tflops=0.5", f"paths.results={out}"]))
+
+
+def test_one_process_any_micro_batch_trains_the_same(tmp_path, ft_run):
     """The FT on one process: micro-batch 8 (no accumulation) == micro-batch 2 (4 x accum)."""
-    args = [*BASE, "model.latent_bits=4", f"train.tokens={3 * 8 * 65}"]
-    a = T.train(compose([*args, f"paths.results={tmp_path / 'a'}"]))
-    b = T.train(compose([*args, "train.micro_batch_size=2", f"paths.results={tmp_path / 'b'}"]))
+    a = ft_run
+    b = T.train(compose([*FT, "train.micro_batch_size=2", f"paths.results={tmp_path / 'b'}"]))
     assert a.name == b.name
     assert max_dw(weights(a), weights(b)) < 1e-4
     la, lb = lines(a, "train"), lines(b, "train")
@@ -172,25 +134,22 @@ def test_one_process_default_micro_batch_equals_two_fsdp_and_two_ddp(tmp_path, l
 
 
 # ---------------------------------------------------------------- tracking
-def test_tensorboard_event_files_hold_the_scalars(tmp_path):
+def test_tensorboard_event_files_hold_the_scalars(tmp_path, ft_run):
     """TensorBoard under <run>/tb/, read back with EventAccumulator: loss, CE, KL in nats and
     bits, each bit's KL (summing to the KL), lr, grad norm, tokens/s, MFU from the plan's
     FLOPs/token and the configured peak, peak memory; on CPU without a peak figure no MFU."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     H = 4
-    base = [*BASE, f"model.latent_bits={H}", f"train.tokens={3 * 8 * 65}"]
-    cfg = compose([*base, "logging.peak_tflops=0.5", f"paths.results={tmp_path / 'a'}"])
-    run = T.train(cfg)
-    ea = EventAccumulator(str(run / "tb"))
+    ea = EventAccumulator(str(ft_run / "tb"))
     ea.Reload()
     tags = set(ea.Tags()["scalars"])
     want = {"train/loss", "train/ce", "train/kl_nats", "train/kl_bits", "train/lr",
             "train/grad_norm", "perf/tokens_per_s", "perf/mfu", "memory/peak_rss_bytes",
             "val/val_ce", "val/val_kl_bits", *(f"train/kl_bit/{h}" for h in range(H))}
     assert want <= tags, want - tags
-    ml = lines(run, "train")
-    fpt = plan(cfg, world_size=1).flops_per_token
+    ml = lines(ft_run, "train")
+    fpt = plan(compose(FT), world_size=1).flops_per_token
     for k, mk in (("train/loss", "loss"), ("train/kl_nats", "kl_nats"),
                   ("train/kl_bits", "kl_bits"), ("train/grad_norm", "grad_norm"),
                   ("perf/tokens_per_s", "tokens_per_s")):
@@ -213,6 +172,29 @@ def test_tensorboard_event_files_hold_the_scalars(tmp_path):
     tb = set(eb.Tags()["scalars"])
     assert "perf/mfu" not in tb and "train/loss" in tb
     assert not any(t.startswith("train/kl_bit/") for t in tb)
+
+
+# ---------------------------------------------------------------- GPU-only paths on this CPU
+def test_bf16_autocast_on_cpu_trains_close_to_fp32(tmp_path, ft_run):
+    """train.precision=bf16 (was refused: "needs CUDA") trains the FT, whose decoder is the
+    baseline's plus the encoder and the mapper, with a finite loss close to fp32's
+    (train.compile=true: tests/test_compile.py)."""
+    bf16 = T.train(compose([*FT, "train.precision=bf16", f"paths.results={tmp_path}"]))
+    a, b = ([r["loss"] for r in lines(r, "train")] for r in (ft_run, bf16))
+    assert len(a) == len(b) == 3 and all(math.isfinite(x) for x in b)
+    assert a != b  # bf16 really ran: the matmuls round differently
+    assert max(abs(x - y) for x, y in zip(a, b, strict=True)) < 0.05 * max(a)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: make gpu-check runs")
+def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path, monkeypatch, capsys):
+    from pipelines import gpu_check
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert gpu_check.main(["--results", str(tmp_path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "no CUDA device visible" in err
+    assert not (tmp_path / "gpu_check").exists()  # nothing written
 
 
 # ---------------------------------------------------------------- host syncs
