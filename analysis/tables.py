@@ -819,35 +819,26 @@ def to_markdown(table: pd.DataFrame, notes: str = "", specs: list[str] | None = 
     return "\n".join(out)
 
 
-def _tex(s: str) -> str:
-    rep = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-           "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-           "Δ": r"$\Delta$", "—": "---", "†": r"\dag{}"}
-    return "".join(rep.get(c, c) for c in str(s))
+TEX = str.maketrans({
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "Δ": r"$\Delta$",
+    "—": "---", "†": r"\dag{}"})
+"""LaTeX's special characters, and the Unicode a plain LaTeX font lacks, as LaTeX."""
 
 
 def to_latex(table: pd.DataFrame, caption: str = "") -> str:
+    """Each comparison's wide table as a booktabs LaTeX table (pandas' Styler), the group named
+    on its first row only."""
     out = []
     for key, t in _by_comparison(table) or [("", table)]:
         w = wide(t)
-        cols = list(w.columns)
-        out += [r"\begin{table}[t]", r"\centering", r"\scriptsize",
-                r"\begin{tabular}{ll" + "l" * (len(cols) - 2) + "}", r"\toprule",
-                " & ".join(_tex(c) for c in cols) + r" \\", r"\midrule"]
-        prev = None
-        for _, r in w.iterrows():
-            vals = [_tex(v) for v in r]
-            if r["group"] == prev:
-                vals[0] = ""
-            elif prev is not None:
-                out.append(r"\midrule")
-            prev = r["group"]
-            out.append(" & ".join(vals) + r" \\")
-        out += [r"\bottomrule", r"\end{tabular}"]
-        if caption:
-            out.append(r"\caption{" + _tex(f"{caption} ({key})" if key else caption) + "}")
-        out.append(r"\end{table}")
-    return "\n".join(out) + "\n"
+        w.loc[w["group"].duplicated(), "group"] = ""
+        tex = (lambda x: str(x).translate(TEX))
+        out.append(w.style.hide(axis="index").format(tex).format_index(tex, axis=1).to_latex(
+            hrules=True, position="t", position_float="centering",
+            column_format="l" * w.shape[1],
+            caption=tex(f"{caption} ({key})" if key else caption) or None))
+    return "".join(out)
 
 
 def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str, pd.DataFrame]:
@@ -868,7 +859,7 @@ def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str
         cap = (f"{data.name}: equal {'tokens' if view == 'tokens' else 'FLOPs'}; mean over "
                "seeds [95% CI] n=items x seeds; Δ vs reference [95% CI; paired t over seeds, "
                "† one-seed item bootstrap]; * significant after Holm across kappas.")
-        tex = to_latex(t, cap) if len(t) else "% " + _tex(note) + "\n"
+        tex = to_latex(t, cap) if len(t) else f"% {note}\n"
         (out_dir / f"table_{view}.tex").write_text(tex, encoding="utf-8")
     per_seed_table(data).to_csv(out_dir / "per_seed.csv", index=False)
     truncation_table(data).to_csv(out_dir / "truncation.csv", index=False)
