@@ -395,10 +395,9 @@ def identical_runs(data: SweepData) -> list[str]:
     every seed. A Z-cut control equal to its baseline is left to the Z-cut check (can_cannot
     says it with its reason once the runs are evaluated): said once.
 
-    Grouping: exact equality is transitive, so runs are first grouped by their exact signature;
-    "within float32 rounding" is not (a~b and b~c with a and c further apart), so the exact
-    groups are then joined as connected components of that relation (scipy.sparse.csgraph):
-    the groups do not depend on the manifest's order; a chain is one group, and its line says
+    Grouping: "within float32 rounding" is not transitive (a~b and b~c with a and c further
+    apart), so the groups are the connected components of that relation (scipy.sparse.csgraph):
+    they do not depend on the manifest's order; a chain is one group, and its line says
     "chained" when two of its runs differ by more than rounding."""
     c, cells = data.curves, data.cells
     if c.empty or cells.empty:
@@ -414,26 +413,19 @@ def identical_runs(data: SweepData) -> list[str]:
         return x.shape == y.shape and (x[:, 0] == y[:, 0]).all() and np.allclose(
             x[:, 1:].astype(float), y[:, 1:].astype(float), rtol=rtol, atol=0, equal_nan=True)
 
-    exact: dict[tuple, list[str]] = {}  # key: the kinds and the values, NaN as one token
-    for r in (r for r in dict.fromkeys(done.index) if r in sig):
-        v = sig[r][:, 1:].astype(float).ravel()
-        exact.setdefault((tuple(sig[r][:, 0]), tuple(np.where(np.isnan(v), np.inf, v))),
-                         []).append(r)
-    reps = [g[0] for g in exact.values()]
-    if not reps:
+    runs = [r for r in dict.fromkeys(done.index) if r in sig]
+    if not runs:
         return []
-    _, label = connected_components(np.array(
-        [[same(a, b, FLOAT32_RTOL) for b in reps] for a in reps]), directed=False)
-    comps: dict[int, list[list[str]]] = {}
-    for i, g in zip(label, exact.values(), strict=True):
-        comps.setdefault(int(i), []).append(g)
+    close = np.array([[same(a, b, FLOAT32_RTOL) for b in runs] for a in runs])
+    _, label = connected_components(close, directed=False)
     merged: dict[tuple[str, ...], list[tuple[list[str], str]]] = {}
-    for parts in comps.values():
-        g = sorted((r for p in parts for r in p), key=list(done.index).index)
+    for i in dict.fromkeys(label):  # components in the order of their first run
+        idx = np.flatnonzero(label == i)
+        g = [runs[j] for j in idx]
         if len(g) < 2:
             continue
-        how = HOWS[0] if len(parts) == 1 else HOWS[1] if all(
-            same(p[0], q[0], FLOAT32_RTOL) for p in parts for q in parts) else HOWS[2]
+        how = HOWS[0] if all(same(g[0], r, 0.0) for r in g) else HOWS[1] if close[
+            np.ix_(idx, idx)].all() else HOWS[2]
         rows = done.loc[g]
         found = {arms.find(str(x)) for x in rows["arm"]}
         if arms.BASELINE in found and all(a is not None and (a.z_cut or a == arms.BASELINE)
