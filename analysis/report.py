@@ -47,9 +47,9 @@ from .tables import (
     cell_text,
     comparisons,
     missing_table,
-    row_label,
     specs_used,
     truncation_table,
+    wide,
     write_tables,
 )
 
@@ -116,7 +116,6 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
     the others are one line each under it (per reason not evaluated, and the floor: every arm
     at 0 or chance). Each cell links to its run-ids in the appendix; hover it for its eval
     files, spec and interval methods."""
-    cols = [c for c in dict.fromkeys(long["column"]) if c]
     st = lead.row_status(long)
     keep = {(r.task, r.metric) for r in st.itertuples() if r.evaluated and not r.floor}
     nocol = long[long["column"] == ""]  # a benchmark the suite cannot run: folded too
@@ -125,12 +124,8 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
                                       "floor": False,
                                       "why": nocol["status"].fillna("").replace("", "no score")})
                     ], ignore_index=True)
-    rows: dict[tuple[str, str], dict[str, str]] = {}
-    for _, r in long[long["column"] != ""].iterrows():
-        if (r["task"], r["metric"]) not in keep:
-            continue
-        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(paper_mark(
-            row_label(r)))})
+
+    def cell(r: pd.Series) -> str:
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
         title = (f"eval files: {r.get('files') or 'n/a'}; spec: {r.get('spec_ids') or 'n/a'}; "
@@ -140,16 +135,18 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
         if isinstance(nr, float) and math.isfinite(nr):
             title += f"; generation prompts cut: {nt:g}/{nr:g} (see Evaluation completeness)"
         anchor = index.link(r.get("run_ids"), str(r["column"]), r.get("files"))
-        row[r["column"]] = (f'<a class="cell {cls}" href="#{anchor}" title="{esc(title)}">'
-                            f"{esc(cell_text(r))}</a>")
+        return (f'<a class="cell {cls}" href="#{anchor}" title="{esc(title)}">'
+                f"{esc(cell_text(r))}</a>")
+
+    kept = long[(long["column"] != "") & pd.Series(
+        [k in keep for k in zip(long["task"], long["metric"], strict=True)], index=long.index)]
     shown = None
-    if rows:
-        groups = [g for g, _ in rows]
-        df = pd.DataFrame([{"group": f'<span class="grp">{esc(g)}</span>'
-                            if i == 0 or groups[i - 1] != g else "", **row}
-                           for i, ((g, _), row) in enumerate(rows.items())],
-                          columns=["group", "benchmark", *cols])
-        shown = html(df.fillna(""), raw=tuple(df.columns))
+    if len(kept):
+        df = wide(kept, cell)
+        df["benchmark"] = df["benchmark"].map(lambda b: esc(paper_mark(b)))
+        df["group"] = [f'<span class="grp">{esc(g)}</span>' if prev != g else ""
+                       for prev, g in zip([None, *df["group"]], df["group"], strict=False)]
+        shown = html(df, raw=tuple(df.columns))
     reasons = [(why, ", ".join(dict.fromkeys(g["benchmark"].fillna(g["task"]).astype(str))))
                for why, g in st[~st["evaluated"].astype(bool)].groupby("why", sort=False)]
     fl = st[st["floor"].astype(bool)]

@@ -22,6 +22,7 @@ test against TOST_MARGIN, and "identical" when every seed's difference is float3
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -770,9 +771,10 @@ def _by_comparison(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(k, table[key == k]) for k in dict.fromkeys(key)]
 
 
-def wide(table: pd.DataFrame) -> pd.DataFrame:
-    """Formatted wide table of ONE comparison: group, benchmark, then one column per arm.
-    (Given a stacked view, the first comparison; see `to_markdown` for all of them.)"""
+def wide(table: pd.DataFrame, cell: Callable[[pd.Series], str] = cell_text) -> pd.DataFrame:
+    """Formatted wide table of ONE comparison: group, benchmark, then one column per arm, each
+    cell `cell(row)`. (Given a stacked view, the first comparison; see `to_markdown` for all of
+    them.)"""
     parts = _by_comparison(table)
     if parts:
         table = parts[0][1]
@@ -782,7 +784,7 @@ def wide(table: pd.DataFrame) -> pd.DataFrame:
         key = (r["group"], row_label(r))
         row = rows.setdefault(key, {"group": key[0], "benchmark": key[1]})
         if r["column"]:
-            row[r["column"]] = cell_text(r)
+            row[r["column"]] = cell(r)
         else:
             row.update({c: r["status"] for c in cols})
     return pd.DataFrame(list(rows.values()), columns=["group", "benchmark", *cols]).fillna(
