@@ -163,21 +163,16 @@ def _comparison_name(comp: str, reference: str) -> str:
     return "equal FLOPs" if view == "flops" else "equal tokens"
 
 
-def _zcut_check_rows(t: pd.DataFrame) -> pd.DataFrame:
-    """The tables' rows of a Z-cut control against the baseline (the controls' comparison,
-    paired by seed): the forest's `zcut:check`, one computation of it."""
-    cut = [a.name for a in arms.ARMS if a.z_cut]
-    return t[t["arm"].isin(cut) & (t["reference"] == arms.BASELINE.name)
-             & (t["column"] != "")]
-
-
 def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) -> list[dict]:
     out = []
     for t in tables.values():
         if t.empty:
             continue
         ft = t[(t["arm"] == FREE.name) & (t["column"] != "")]
-        chk = _zcut_check_rows(t).assign(comparison=f"{ZCUT}:check")
+        # a Z-cut control against the baseline (the controls' comparison, paired by seed): the
+        # forest's `zcut:check`, the tables' own rows (one computation of it)
+        chk = t[t["arm"].isin([a.name for a in arms.ARMS if a.z_cut]) & (t["column"] != "")
+                & (t["reference"] == arms.BASELINE.name)].assign(comparison=f"{ZCUT}:check")
         for comp, g in pd.concat([ft, chk]).groupby("comparison", sort=False):
             for task, metric in keys:
                 for r in g[(g["task"] == task) & (g["metric"] == metric)].itertuples():
@@ -243,14 +238,13 @@ def forest_height(n_rows: int) -> float:
     return 1.0 + 0.24 * n_rows
 
 
-def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = None,
-                  title: str = "") -> tuple[plt.Figure | None, list[dict]]:
+def forest_figure(forest: pd.DataFrame) -> tuple[plt.Figure | None, list[dict]]:
     """The lead figure: one panel per metric, one row per (comparison, kappa): Δ (FT minus the
     reference) with its 95% seed interval, the MDE as a grey band around 0, coloured by the
     verdict. Returns (figure, what it drew: one dict per point with its numbers)."""
     if forest.empty:
         return None, []
-    metrics = metrics or lead_metrics(forest)
+    metrics = lead_metrics(forest)
     n = len(_rows(forest, metrics))
     fig, axes = plt.subplots(1, len(metrics), figsize=(2.0 + 2.2 * len(metrics), forest_height(n)),
                              squeeze=False, sharey=True)
@@ -265,7 +259,7 @@ def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = 
     handles.append(plt.Rectangle((0, 0), 1, 1, color="#e6e6e6", label="±MDE (80% power)"))
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, -0.01))
-    fig.suptitle(title or "Δ = Free Transformer − reference, 95% interval over seeds "
+    fig.suptitle("Δ = Free Transformer − reference, 95% interval over seeds "
                  "(Holm across kappas)", fontsize=9)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig, drawn

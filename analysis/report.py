@@ -64,11 +64,6 @@ def _t() -> Any:
     return template("report.html.j2").module
 
 
-def paper_mark(label: str) -> str:
-    """A row label's `[paper: m]` marked unchecked while the mapping is."""
-    return label.replace("[paper: ", f"[paper{UNCHECKED}: ")
-
-
 class RunIndex:
     """The appendix's index of run-id sets: every table cell that needs its runs links to one
     anchor here (`link`); `html` renders the appendix table (one row per distinct set)."""
@@ -143,7 +138,9 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
     shown = None
     if len(kept):
         df = wide(kept, cell)
-        df["benchmark"] = df["benchmark"].map(lambda b: esc(paper_mark(b)))
+        # a row label's `[paper: m]` is marked unchecked while the mapping is
+        df["benchmark"] = df["benchmark"].map(
+            lambda b: esc(b.replace("[paper: ", f"[paper{UNCHECKED}: ")))
         df["group"] = [f'<span class="grp">{esc(g)}</span>' if prev != g else ""
                        for prev, g in zip([None, *df["group"]], df["group"], strict=False)]
         shown = html(df, raw=tuple(df.columns))
