@@ -33,9 +33,9 @@ from common import arms, benchmarks
 from common.arms import BASELINE, BASELINE_PLUS1, FREE, FREE_ZCUT
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
-from common.records import EvalSpec
+from common.records import FLOPS_MATCHED_ARMS, EvalSpec
 
-from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status
+from .frame import SweepData, other_spec_files, other_spec_status
 from .paper_groups import PAPER_GROUPS
 from .render import ci, fmt, md
 from .stats import (
@@ -181,13 +181,12 @@ def _free_hs(data: SweepData) -> list[float]:
     return sorted(set(c[c["arm"] == FREE.name]["latent_bits"].dropna().astype(float)))
 
 
-def _ref_mask(df: pd.DataFrame, arm: str, h: float, hs: list[float]) -> pd.Series:
-    """Rows of the reference arm that match a Free Transformer of latent width h."""
+def _ref_mask(df: pd.DataFrame, arm: str, h: float) -> pd.Series:
+    """Rows of the reference arm that match a Free Transformer of latent width h (a
+    FLOPs-matched control: the H its manifest cell records)."""
     m = df["arm"] == arm
-    if arm in FLOPS_MATCHED_ARMS and "match_h" in df:
-        mh = df["match_h"].astype(float)
-        # an old control without a recorded H matches only in a single-H sweep
-        m &= np.isclose(mh, h) | (mh.isna() & (len(hs) == 1))
+    if arm in FLOPS_MATCHED_ARMS:
+        m &= np.isclose(df["match_h"].astype(float), h)
     return m
 
 
@@ -196,11 +195,10 @@ def basis(data: SweepData, arm: str) -> Basis | None:
     c = data.cells
     if c.empty or not (c["arm"] == arm).any():
         return None
-    hs = _free_hs(data)
     free = c[c["arm"] == FREE.name]
     dt, df_, tols, planned, n = [], [], [], False, 0
     for _, ft in free.iterrows():
-        refs = c[_ref_mask(c, arm, float(ft["latent_bits"]), hs) & (c["seed"] == ft["seed"])]
+        refs = c[_ref_mask(c, arm, float(ft["latent_bits"])) & (c["seed"] == ft["seed"])]
         for _, r in refs.iterrows():
             tf, ff, pf = _compute(ft)
             tr, fr, pr = _compute(r)
@@ -337,7 +335,7 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
     return out, notes
 
 
-def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
+def _select(df: pd.DataFrame, col: Column) -> pd.DataFrame:
     if df.empty:
         return df
     if col.arm == FREE.name:
@@ -345,7 +343,7 @@ def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
         m &= np.isclose(df["latent_bits"].astype(float), col.latent_bits)
         return df[m]
     if col.arm in FLOPS_MATCHED_ARMS and math.isfinite(col.match_h):
-        return df[_ref_mask(df, col.arm, col.match_h, hs)]
+        return df[_ref_mask(df, col.arm, col.match_h)]
     return df[df["arm"] == col.arm]
 
 
@@ -461,7 +459,6 @@ def _ids(df: pd.DataFrame, col: str) -> str:
 def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> pd.DataFrame:
     """The long (tidy) table of one comparison: one row per (benchmark row, column)."""
     cols = comp.columns
-    hs = _free_hs(data)
     sc = _honest(data.scores, ["run_id", "task", "metric"])
     it = _honest(data.items, ["run_id", "task", "metric", "doc_id"])
     rows = []
@@ -490,8 +487,8 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             continue
         fam: list[int] = []
         for col in cols:
-            c_cells = _select(data.cells, col, hs)
-            c_s, c_i = _select(s_row, col, hs), _select(i_row, col, hs)
+            c_cells = _select(data.cells, col)
+            c_s, c_i = _select(s_row, col), _select(i_row, col)
             per_seed = c_s.groupby("seed")["value"].mean() if len(c_s) else pd.Series(
                 dtype=float)
             iv = c_i["value"].to_numpy(dtype=float) if len(c_i) else None
@@ -516,7 +513,7 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
                  "spec_ids": _ids(c_s, "spec_id"), "files": _ids(c_s, "file"),
                  "run_ids": " ".join(sorted(map(str, c_s["run_id"].unique())))}
             if col.ref is not None and ci.n_seeds:
-                ref_s, ref_i = _select(s_row, col.ref, hs), _select(i_row, col.ref, hs)
+                ref_s, ref_i = _select(s_row, col.ref), _select(i_row, col.ref)
                 if len(ref_s):
                     margin = tost_margin(metric)
                     ts, rs = c_s[["seed", "value"]], ref_s[["seed", "value"]]
