@@ -415,8 +415,6 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write results/sweeps/<name>/report.html")
     ap.add_argument("--name", required=True, help="sweep name (results/sweeps/<name>)")
-    ap.add_argument("--root", default=None, help="results root (default $FTBENCH_RESULTS or "
-                                                 "results/)")
     ap.add_argument("--synthetic", default=None, help="results/synthetic/<name> to embed")
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
     ap.add_argument("--check", action="store_true",
@@ -425,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     def body() -> int:
-        preflight(a.name, a.root, a.n_boot)
-        path = build_report(a.name, a.root, a.synthetic, a.n_boot)
+        preflight(a.name, None, a.n_boot)  # the results root: $FTBENCH_RESULTS, else results/
+        path = build_report(a.name, None, a.synthetic, a.n_boot)
         print(f"report: {path.resolve()}")
         if a.check:
             res = check_report(path, Path(a.screenshot) if a.screenshot
