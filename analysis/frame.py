@@ -30,7 +30,6 @@ from common import arms
 from common.io import sha256_file
 from common.paths import RunDir, SweepDir, read_jsonl, results_root
 from common.records import (
-    FLOPS_MATCHED_ARMS,
     EvalFile,
     LikelihoodFile,
     Manifest,
@@ -243,10 +242,6 @@ def _cell_row(root: Path, cell: ManifestCell,
                                        "match_latent_bits")},
                                      sort_keys=True),
         })
-        if row["arm"] is None:
-            row["arm"] = cfg.arm
-        if row["arm"] in FLOPS_MATCHED_ARMS and not math.isfinite(row["match_h"]):
-            row["match_h"] = _num(cfg.match_latent_bits)  # an old manifest did not record it
     return row, cfg
 
 

@@ -163,21 +163,16 @@ def _comparison_name(comp: str, reference: str) -> str:
     return "equal FLOPs" if view == "flops" else "equal tokens"
 
 
-def _zcut_check_rows(t: pd.DataFrame) -> pd.DataFrame:
-    """The tables' rows of a Z-cut control against the baseline (the controls' comparison,
-    paired by seed): the forest's `zcut:check`, one computation of it."""
-    cut = [a.name for a in arms.ARMS if a.z_cut]
-    return t[t["arm"].isin(cut) & (t["reference"] == arms.BASELINE.name)
-             & (t["column"] != "")]
-
-
 def _table_rows(tables: dict[str, pd.DataFrame], keys: list[tuple[str, str]]) -> list[dict]:
     out = []
     for t in tables.values():
         if t.empty:
             continue
         ft = t[(t["arm"] == FREE.name) & (t["column"] != "")]
-        chk = _zcut_check_rows(t).assign(comparison=f"{ZCUT}:check")
+        # a Z-cut control against the baseline (the controls' comparison, paired by seed): the
+        # forest's `zcut:check`, the tables' own rows (one computation of it)
+        chk = t[t["arm"].isin([a.name for a in arms.ARMS if a.z_cut]) & (t["column"] != "")
+                & (t["reference"] == arms.BASELINE.name)].assign(comparison=f"{ZCUT}:check")
         for comp, g in pd.concat([ft, chk]).groupby("comparison", sort=False):
             for task, metric in keys:
                 for r in g[(g["task"] == task) & (g["metric"] == metric)].itertuples():
@@ -243,14 +238,13 @@ def forest_height(n_rows: int) -> float:
     return 1.0 + 0.24 * n_rows
 
 
-def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = None,
-                  title: str = "") -> tuple[plt.Figure | None, list[dict]]:
+def forest_figure(forest: pd.DataFrame) -> tuple[plt.Figure | None, list[dict]]:
     """The lead figure: one panel per metric, one row per (comparison, kappa): Δ (FT minus the
     reference) with its 95% seed interval, the MDE as a grey band around 0, coloured by the
     verdict. Returns (figure, what it drew: one dict per point with its numbers)."""
     if forest.empty:
         return None, []
-    metrics = metrics or lead_metrics(forest)
+    metrics = lead_metrics(forest)
     n = len(_rows(forest, metrics))
     fig, axes = plt.subplots(1, len(metrics), figsize=(2.0 + 2.2 * len(metrics), forest_height(n)),
                              squeeze=False, sharey=True)
@@ -265,7 +259,7 @@ def forest_figure(forest: pd.DataFrame, metrics: list[tuple[str, str]] | None = 
     handles.append(plt.Rectangle((0, 0), 1, 1, color="#e6e6e6", label="±MDE (80% power)"))
     fig.legend(handles=handles, loc="lower center", ncol=6, fontsize=7, frameon=False,
                bbox_to_anchor=(0.5, -0.01))
-    fig.suptitle(title or "Δ = Free Transformer − reference, 95% interval over seeds "
+    fig.suptitle("Δ = Free Transformer − reference, 95% interval over seeds "
                  "(Holm across kappas)", fontsize=9)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig, drawn
@@ -395,10 +389,9 @@ def identical_runs(data: SweepData) -> list[str]:
     every seed. A Z-cut control equal to its baseline is left to the Z-cut check (can_cannot
     says it with its reason once the runs are evaluated): said once.
 
-    Grouping: exact equality is transitive, so runs are first grouped by their exact signature;
-    "within float32 rounding" is not (a~b and b~c with a and c further apart), so the exact
-    groups are then joined as connected components of that relation (scipy.sparse.csgraph):
-    the groups do not depend on the manifest's order; a chain is one group, and its line says
+    Grouping: "within float32 rounding" is not transitive (a~b and b~c with a and c further
+    apart), so the groups are the connected components of that relation (scipy.sparse.csgraph):
+    they do not depend on the manifest's order; a chain is one group, and its line says
     "chained" when two of its runs differ by more than rounding."""
     c, cells = data.curves, data.cells
     if c.empty or cells.empty:
@@ -414,26 +407,19 @@ def identical_runs(data: SweepData) -> list[str]:
         return x.shape == y.shape and (x[:, 0] == y[:, 0]).all() and np.allclose(
             x[:, 1:].astype(float), y[:, 1:].astype(float), rtol=rtol, atol=0, equal_nan=True)
 
-    exact: dict[tuple, list[str]] = {}  # key: the kinds and the values, NaN as one token
-    for r in (r for r in dict.fromkeys(done.index) if r in sig):
-        v = sig[r][:, 1:].astype(float).ravel()
-        exact.setdefault((tuple(sig[r][:, 0]), tuple(np.where(np.isnan(v), np.inf, v))),
-                         []).append(r)
-    reps = [g[0] for g in exact.values()]
-    if not reps:
+    runs = [r for r in dict.fromkeys(done.index) if r in sig]
+    if not runs:
         return []
-    _, label = connected_components(np.array(
-        [[same(a, b, FLOAT32_RTOL) for b in reps] for a in reps]), directed=False)
-    comps: dict[int, list[list[str]]] = {}
-    for i, g in zip(label, exact.values(), strict=True):
-        comps.setdefault(int(i), []).append(g)
+    close = np.array([[same(a, b, FLOAT32_RTOL) for b in runs] for a in runs])
+    _, label = connected_components(close, directed=False)
     merged: dict[tuple[str, ...], list[tuple[list[str], str]]] = {}
-    for parts in comps.values():
-        g = sorted((r for p in parts for r in p), key=list(done.index).index)
+    for i in dict.fromkeys(label):  # components in the order of their first run
+        idx = np.flatnonzero(label == i)
+        g = [runs[j] for j in idx]
         if len(g) < 2:
             continue
-        how = HOWS[0] if len(parts) == 1 else HOWS[1] if all(
-            same(p[0], q[0], FLOAT32_RTOL) for p in parts for q in parts) else HOWS[2]
+        how = HOWS[0] if all(same(g[0], r, 0.0) for r in g) else HOWS[1] if close[
+            np.ix_(idx, idx)].all() else HOWS[2]
         rows = done.loc[g]
         found = {arms.find(str(x)) for x in rows["arm"]}
         if arms.BASELINE in found and all(a is not None and (a.z_cut or a == arms.BASELINE)

@@ -47,9 +47,9 @@ from .tables import (
     cell_text,
     comparisons,
     missing_table,
-    row_label,
     specs_used,
     truncation_table,
+    wide,
     write_tables,
 )
 
@@ -62,11 +62,6 @@ tables at hand (PAPER_METRICS_CHECKED)."""
 def _t() -> Any:
     """The report template's macros, one per section."""
     return template("report.html.j2").module
-
-
-def paper_mark(label: str) -> str:
-    """A row label's `[paper: m]` marked unchecked while the mapping is."""
-    return label.replace("[paper: ", f"[paper{UNCHECKED}: ")
 
 
 class RunIndex:
@@ -116,7 +111,6 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
     the others are one line each under it (per reason not evaluated, and the floor: every arm
     at 0 or chance). Each cell links to its run-ids in the appendix; hover it for its eval
     files, spec and interval methods."""
-    cols = [c for c in dict.fromkeys(long["column"]) if c]
     st = lead.row_status(long)
     keep = {(r.task, r.metric) for r in st.itertuples() if r.evaluated and not r.floor}
     nocol = long[long["column"] == ""]  # a benchmark the suite cannot run: folded too
@@ -125,12 +119,8 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
                                       "floor": False,
                                       "why": nocol["status"].fillna("").replace("", "no score")})
                     ], ignore_index=True)
-    rows: dict[tuple[str, str], dict[str, str]] = {}
-    for _, r in long[long["column"] != ""].iterrows():
-        if (r["task"], r["metric"]) not in keep:
-            continue
-        row = rows.setdefault((r["group"], row_label(r)), {"benchmark": esc(paper_mark(
-            row_label(r)))})
+
+    def cell(r: pd.Series) -> str:
         cls = "missing" if not r.get("n_seeds") else (
             "better" if r["better"] is True else "worse" if r["better"] is False else "")
         title = (f"eval files: {r.get('files') or 'n/a'}; spec: {r.get('spec_ids') or 'n/a'}; "
@@ -140,16 +130,20 @@ def table_html(long: pd.DataFrame, index: RunIndex) -> str:
         if isinstance(nr, float) and math.isfinite(nr):
             title += f"; generation prompts cut: {nt:g}/{nr:g} (see Evaluation completeness)"
         anchor = index.link(r.get("run_ids"), str(r["column"]), r.get("files"))
-        row[r["column"]] = (f'<a class="cell {cls}" href="#{anchor}" title="{esc(title)}">'
-                            f"{esc(cell_text(r))}</a>")
+        return (f'<a class="cell {cls}" href="#{anchor}" title="{esc(title)}">'
+                f"{esc(cell_text(r))}</a>")
+
+    kept = long[(long["column"] != "") & pd.Series(
+        [k in keep for k in zip(long["task"], long["metric"], strict=True)], index=long.index)]
     shown = None
-    if rows:
-        groups = [g for g, _ in rows]
-        df = pd.DataFrame([{"group": f'<span class="grp">{esc(g)}</span>'
-                            if i == 0 or groups[i - 1] != g else "", **row}
-                           for i, ((g, _), row) in enumerate(rows.items())],
-                          columns=["group", "benchmark", *cols])
-        shown = html(df.fillna(""), raw=tuple(df.columns))
+    if len(kept):
+        df = wide(kept, cell)
+        # a row label's `[paper: m]` is marked unchecked while the mapping is
+        df["benchmark"] = df["benchmark"].map(
+            lambda b: esc(b.replace("[paper: ", f"[paper{UNCHECKED}: ")))
+        df["group"] = [f'<span class="grp">{esc(g)}</span>' if prev != g else ""
+                       for prev, g in zip([None, *df["group"]], df["group"], strict=False)]
+        shown = html(df, raw=tuple(df.columns))
     reasons = [(why, ", ".join(dict.fromkeys(g["benchmark"].fillna(g["task"]).astype(str))))
                for why, g in st[~st["evaluated"].astype(bool)].groupby("why", sort=False)]
     fl = st[st["floor"].astype(bool)]
@@ -421,8 +415,6 @@ def preflight(name: str, root: str | Path | None, n_boot: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Write results/sweeps/<name>/report.html")
     ap.add_argument("--name", required=True, help="sweep name (results/sweeps/<name>)")
-    ap.add_argument("--root", default=None, help="results root (default $FTBENCH_RESULTS or "
-                                                 "results/)")
     ap.add_argument("--synthetic", default=None, help="results/synthetic/<name> to embed")
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates")
     ap.add_argument("--check", action="store_true",
@@ -431,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     def body() -> int:
-        preflight(a.name, a.root, a.n_boot)
-        path = build_report(a.name, a.root, a.synthetic, a.n_boot)
+        preflight(a.name, None, a.n_boot)  # the results root: $FTBENCH_RESULTS, else results/
+        path = build_report(a.name, None, a.synthetic, a.n_boot)
         print(f"report: {path.resolve()}")
         if a.check:
             res = check_report(path, Path(a.screenshot) if a.screenshot

@@ -22,6 +22,7 @@ test against TOST_MARGIN, and "identical" when every seed's difference is float3
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -32,9 +33,9 @@ from common import arms, benchmarks
 from common.arms import BASELINE, BASELINE_PLUS1, FREE, FREE_ZCUT
 from common.kappa import kappa_label
 from common.paths import RUN_RECORD
-from common.records import EvalSpec
+from common.records import FLOPS_MATCHED_ARMS, EvalSpec
 
-from .frame import FLOPS_MATCHED_ARMS, SweepData, other_spec_files, other_spec_status
+from .frame import SweepData, other_spec_files, other_spec_status
 from .paper_groups import PAPER_GROUPS
 from .render import ci, fmt, md
 from .stats import (
@@ -180,13 +181,12 @@ def _free_hs(data: SweepData) -> list[float]:
     return sorted(set(c[c["arm"] == FREE.name]["latent_bits"].dropna().astype(float)))
 
 
-def _ref_mask(df: pd.DataFrame, arm: str, h: float, hs: list[float]) -> pd.Series:
-    """Rows of the reference arm that match a Free Transformer of latent width h."""
+def _ref_mask(df: pd.DataFrame, arm: str, h: float) -> pd.Series:
+    """Rows of the reference arm that match a Free Transformer of latent width h (a
+    FLOPs-matched control: the H its manifest cell records)."""
     m = df["arm"] == arm
-    if arm in FLOPS_MATCHED_ARMS and "match_h" in df:
-        mh = df["match_h"].astype(float)
-        # an old control without a recorded H matches only in a single-H sweep
-        m &= np.isclose(mh, h) | (mh.isna() & (len(hs) == 1))
+    if arm in FLOPS_MATCHED_ARMS:
+        m &= np.isclose(df["match_h"].astype(float), h)
     return m
 
 
@@ -195,11 +195,10 @@ def basis(data: SweepData, arm: str) -> Basis | None:
     c = data.cells
     if c.empty or not (c["arm"] == arm).any():
         return None
-    hs = _free_hs(data)
     free = c[c["arm"] == FREE.name]
     dt, df_, tols, planned, n = [], [], [], False, 0
     for _, ft in free.iterrows():
-        refs = c[_ref_mask(c, arm, float(ft["latent_bits"]), hs) & (c["seed"] == ft["seed"])]
+        refs = c[_ref_mask(c, arm, float(ft["latent_bits"])) & (c["seed"] == ft["seed"])]
         for _, r in refs.iterrows():
             tf, ff, pf = _compute(ft)
             tr, fr, pr = _compute(r)
@@ -336,7 +335,7 @@ def comparisons(data: SweepData) -> tuple[list[Comparison], dict[str, str]]:
     return out, notes
 
 
-def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
+def _select(df: pd.DataFrame, col: Column) -> pd.DataFrame:
     if df.empty:
         return df
     if col.arm == FREE.name:
@@ -344,7 +343,7 @@ def _select(df: pd.DataFrame, col: Column, hs: list[float]) -> pd.DataFrame:
         m &= np.isclose(df["latent_bits"].astype(float), col.latent_bits)
         return df[m]
     if col.arm in FLOPS_MATCHED_ARMS and math.isfinite(col.match_h):
-        return df[_ref_mask(df, col.arm, col.match_h, hs)]
+        return df[_ref_mask(df, col.arm, col.match_h)]
     return df[df["arm"] == col.arm]
 
 
@@ -460,7 +459,6 @@ def _ids(df: pd.DataFrame, col: str) -> str:
 def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> pd.DataFrame:
     """The long (tidy) table of one comparison: one row per (benchmark row, column)."""
     cols = comp.columns
-    hs = _free_hs(data)
     sc = _honest(data.scores, ["run_id", "task", "metric"])
     it = _honest(data.items, ["run_id", "task", "metric", "doc_id"])
     rows = []
@@ -489,8 +487,8 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
             continue
         fam: list[int] = []
         for col in cols:
-            c_cells = _select(data.cells, col, hs)
-            c_s, c_i = _select(s_row, col, hs), _select(i_row, col, hs)
+            c_cells = _select(data.cells, col)
+            c_s, c_i = _select(s_row, col), _select(i_row, col)
             per_seed = c_s.groupby("seed")["value"].mean() if len(c_s) else pd.Series(
                 dtype=float)
             iv = c_i["value"].to_numpy(dtype=float) if len(c_i) else None
@@ -515,7 +513,7 @@ def comparison_table(data: SweepData, comp: Comparison, n_boot: int = 2000) -> p
                  "spec_ids": _ids(c_s, "spec_id"), "files": _ids(c_s, "file"),
                  "run_ids": " ".join(sorted(map(str, c_s["run_id"].unique())))}
             if col.ref is not None and ci.n_seeds:
-                ref_s, ref_i = _select(s_row, col.ref, hs), _select(i_row, col.ref, hs)
+                ref_s, ref_i = _select(s_row, col.ref), _select(i_row, col.ref)
                 if len(ref_s):
                     margin = tost_margin(metric)
                     ts, rs = c_s[["seed", "value"]], ref_s[["seed", "value"]]
@@ -770,9 +768,10 @@ def _by_comparison(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(k, table[key == k]) for k in dict.fromkeys(key)]
 
 
-def wide(table: pd.DataFrame) -> pd.DataFrame:
-    """Formatted wide table of ONE comparison: group, benchmark, then one column per arm.
-    (Given a stacked view, the first comparison; see `to_markdown` for all of them.)"""
+def wide(table: pd.DataFrame, cell: Callable[[pd.Series], str] = cell_text) -> pd.DataFrame:
+    """Formatted wide table of ONE comparison: group, benchmark, then one column per arm, each
+    cell `cell(row)`. (Given a stacked view, the first comparison; see `to_markdown` for all of
+    them.)"""
     parts = _by_comparison(table)
     if parts:
         table = parts[0][1]
@@ -782,7 +781,7 @@ def wide(table: pd.DataFrame) -> pd.DataFrame:
         key = (r["group"], row_label(r))
         row = rows.setdefault(key, {"group": key[0], "benchmark": key[1]})
         if r["column"]:
-            row[r["column"]] = cell_text(r)
+            row[r["column"]] = cell(r)
         else:
             row.update({c: r["status"] for c in cols})
     return pd.DataFrame(list(rows.values()), columns=["group", "benchmark", *cols]).fillna(
@@ -819,35 +818,26 @@ def to_markdown(table: pd.DataFrame, notes: str = "", specs: list[str] | None = 
     return "\n".join(out)
 
 
-def _tex(s: str) -> str:
-    rep = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-           "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}",
-           "Δ": r"$\Delta$", "—": "---", "†": r"\dag{}"}
-    return "".join(rep.get(c, c) for c in str(s))
+TEX = str.maketrans({
+    "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+    "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}", "Δ": r"$\Delta$",
+    "—": "---", "†": r"\dag{}"})
+"""LaTeX's special characters, and the Unicode a plain LaTeX font lacks, as LaTeX."""
 
 
 def to_latex(table: pd.DataFrame, caption: str = "") -> str:
+    """Each comparison's wide table as a booktabs LaTeX table (pandas' Styler), the group named
+    on its first row only."""
     out = []
     for key, t in _by_comparison(table) or [("", table)]:
         w = wide(t)
-        cols = list(w.columns)
-        out += [r"\begin{table}[t]", r"\centering", r"\scriptsize",
-                r"\begin{tabular}{ll" + "l" * (len(cols) - 2) + "}", r"\toprule",
-                " & ".join(_tex(c) for c in cols) + r" \\", r"\midrule"]
-        prev = None
-        for _, r in w.iterrows():
-            vals = [_tex(v) for v in r]
-            if r["group"] == prev:
-                vals[0] = ""
-            elif prev is not None:
-                out.append(r"\midrule")
-            prev = r["group"]
-            out.append(" & ".join(vals) + r" \\")
-        out += [r"\bottomrule", r"\end{tabular}"]
-        if caption:
-            out.append(r"\caption{" + _tex(f"{caption} ({key})" if key else caption) + "}")
-        out.append(r"\end{table}")
-    return "\n".join(out) + "\n"
+        w.loc[w["group"].duplicated(), "group"] = ""
+        tex = (lambda x: str(x).translate(TEX))
+        out.append(w.style.hide(axis="index").format(tex).format_index(tex, axis=1).to_latex(
+            hrules=True, position="t", position_float="centering",
+            column_format="l" * w.shape[1],
+            caption=tex(f"{caption} ({key})" if key else caption) or None))
+    return "".join(out)
 
 
 def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str, pd.DataFrame]:
@@ -868,7 +858,7 @@ def write_tables(data: SweepData, out_dir: Path, n_boot: int = 2000) -> dict[str
         cap = (f"{data.name}: equal {'tokens' if view == 'tokens' else 'FLOPs'}; mean over "
                "seeds [95% CI] n=items x seeds; Δ vs reference [95% CI; paired t over seeds, "
                "† one-seed item bootstrap]; * significant after Holm across kappas.")
-        tex = to_latex(t, cap) if len(t) else "% " + _tex(note) + "\n"
+        tex = to_latex(t, cap) if len(t) else f"% {note}\n"
         (out_dir / f"table_{view}.tex").write_text(tex, encoding="utf-8")
     per_seed_table(data).to_csv(out_dir / "per_seed.csv", index=False)
     truncation_table(data).to_csv(out_dir / "truncation.csv", index=False)

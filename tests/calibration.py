@@ -370,13 +370,12 @@ class FullPath:
     seconds: float = 0.0
 
 
-def full_path(scenarios: list[Scenario], seed: int = 0, workdir: Path | None = None,
-              n_boot: int = 2000) -> FullPath:
+def full_path(scenarios: list[Scenario], seed: int = 0, n_boot: int = 2000) -> FullPath:
     """Write each scenario as result files and run the real analysis on it."""
     rng = np.random.default_rng(seed)
     fp = FullPath()
     t0 = time.time()
-    with tempfile.TemporaryDirectory(prefix="ftbench-calib-", dir=workdir) as td:
+    with tempfile.TemporaryDirectory(prefix="ftbench-calib-") as td:
         tmp = Path(td)
         for sc in scenarios:
             sim = write_scenario(tmp, sc, rng)
@@ -491,8 +490,7 @@ def _equal_counts(rng: np.random.Generator, n_items: int, n_seeds: int, gain: in
     return ft, ref
 
 
-def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
-             workdir: Path | None = None) -> Rounding:
+def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500) -> Rounding:
     """The rounding case through the report's statistics (bulk) and, `n_full` times, through
     result files -> load_sweep -> paper_table -> claims (`Scenario.equal_gain`)."""
     rng = np.random.default_rng([seed, 24])
@@ -513,7 +511,7 @@ def rounding(n_trials: int, n_full: int = 0, seed: int = 0, n_boot: int = 500,
             ps.append(d.p)
         r.holm.add(bool(np.any(S.holm(ps) < ALPHA)))
     if n_full:
-        with tempfile.TemporaryDirectory(prefix="ftbench-calib-round-", dir=workdir) as td:
+        with tempfile.TemporaryDirectory(prefix="ftbench-calib-round-") as td:
             tmp = Path(td)
             design = Design("rounding", 82, 3, (0.5, 2.0), "3 seeds x 82 items, equal counts")
             for i in range(n_full):
@@ -554,8 +552,7 @@ class TostCell:
     at_zero: Tally = field(default_factory=Tally)
 
 
-def tost_items(design: Design, sd: float, n_sweeps: int, seed: int = 0,
-               margin: float = TOST_ITEM_MARGIN) -> TostCell:
+def tost_items(design: Design, sd: float, n_sweeps: int, seed: int = 0) -> TostCell:
     """0/1 items (the bulk model above): per sweep, an FT whose true difference to its baseline
     is exactly +-margin (the planted effect's expected difference over the sweep's items, by
     quadrature, is used as the margin, so clipping cannot blur it), and one with effect 0;
@@ -565,9 +562,9 @@ def tost_items(design: Design, sd: float, n_sweeps: int, seed: int = 0,
     for i in range(n_sweeps):
         q = rng.uniform(0.25, 0.75, design.n_items)
         sign = 1.0 if i % 2 == 0 else -1.0  # both boundaries, in turn
-        truth = expected_score(q, sign * margin, sd) - expected_score(q, 0.0, sd)
+        truth = expected_score(q, sign * TOST_ITEM_MARGIN, sd) - expected_score(q, 0.0, sd)
         base = draw(rng, q, 0.0, sd, design.n_seeds)
-        y = draw(rng, q, sign * margin, sd, design.n_seeds)
+        y = draw(rng, q, sign * TOST_ITEM_MARGIN, sd, design.n_seeds)
         c.at_margin.add(S.tost(S.per_seed_diffs(y - base), abs(truth), scale=1.0).equivalent)
         base = draw(rng, q, 0.0, sd, design.n_seeds)
         y = draw(rng, q, 0.0, sd, design.n_seeds)
@@ -575,16 +572,16 @@ def tost_items(design: Design, sd: float, n_sweeps: int, seed: int = 0,
     return c
 
 
-def tost_ce(n_seeds: int, sd: float, n_sweeps: int, seed: int = 0,
-            margin: float = TOST_CE_MARGIN) -> TostCell:
+def tost_ce(n_seeds: int, sd: float, n_sweeps: int, seed: int = 0) -> TostCell:
     """A per-seed continuous metric (validation CE): paired differences ~ N(Δ, sd), Δ = +-margin
     or 0, through `stats.tost` (what `stats.seed_tost` runs)."""
     rng = np.random.default_rng([seed, n_seeds, int(sd * 1e4), 38])
     c = TostCell()
     for i in range(n_sweeps):
         sign = 1.0 if i % 2 == 0 else -1.0
-        c.at_margin.add(S.tost(rng.normal(sign * margin, sd, n_seeds), margin).equivalent)
-        c.at_zero.add(S.tost(rng.normal(0.0, sd, n_seeds), margin).equivalent)
+        c.at_margin.add(S.tost(rng.normal(sign * TOST_CE_MARGIN, sd, n_seeds),
+                               TOST_CE_MARGIN).equivalent)
+        c.at_zero.add(S.tost(rng.normal(0.0, sd, n_seeds), TOST_CE_MARGIN).equivalent)
     return c
 
 
@@ -658,7 +655,7 @@ class GapCell:
     width: dict[str, list[float]] = field(default_factory=dict)
 
 
-def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, GapCell]:
+def gap_calibration(n_sims: int, seed: int = 0) -> dict[str, GapCell]:
     kinds = ("pos", "noise")
     keys = ("pos", "pos_n", "noise", "noise_n")
     out = {}
@@ -677,7 +674,7 @@ def gap_calibration(n_sims: int, seed: int = 0, n_perm: int = 999) -> dict[str, 
                     coverage={k: Tally() for k in kinds}, detected={k: Tally() for k in kinds},
                     width={k: [] for k in kinds})
         for _ in range(n):
-            g = SY.gap_tests(planted_samples(rng, a, b), n_perm=n_perm,
+            g = SY.gap_tests(planted_samples(rng, a, b), n_perm=999,
                              seed=int(rng.integers(2**31)))
             for k in kinds:
                 lo, hi = g[f"{k}_lo"], g[f"{k}_hi"]
@@ -779,10 +776,6 @@ def _tost_tag(key: tuple) -> str:
     return f"per-seed CE, {key[1]} seeds, SD of a difference {key[2]:g} nats"
 
 
-def _md(rows: list[dict[str, str]]) -> str:
-    return md(pd.DataFrame(rows))
-
-
 TEMPLATE = Path(__file__).with_name("calibration.md.j2")
 """The doc's text; `markdown` fills in the figures and tables."""
 
@@ -794,27 +787,27 @@ def markdown(res: dict, command: str) -> str:
                  "designs": DESIGNS.values(), "run_record": RUN_RECORD, "metrics": METRICS,
                  "rounding_items": ", ".join(map(str, ROUNDING_ITEMS)), "missed": failures(res),
                  "tost_table": "", "gap_table": ""}  # sections a quick run leaves out
-    ctx["bulk_table"] = _md([{
+    ctx["bulk_table"] = md(pd.DataFrame([{
         "design": name, "seed SD": f"{100 * sd:g}", "FPR": c.fpr.text(),
         "FPR (Holm)": c.fpr_holm.text(), "false 'supported'": c.supported_null.text(),
         "coverage": c.coverage.text(), "power +2 pts": c.power.text(),
         "paired t power": c.power_t.text() if c.power_t.n else "n/a (1 seed)",
         "MDE (pts)": f"{100 * float(np.median(c.mde)):.1f}" if c.mde else "n/a",
         "out of range": f"{c.out_of_range}/{c.intervals}"}
-        for (name, sd), c in res["bulk"].items()])
+        for (name, sd), c in res["bulk"].items()]))
     if tc := res.get("tost"):
         ctx |= {"item_margin": f"{100 * TOST_ITEM_MARGIN:g}", "ce_margin": f"{TOST_CE_MARGIN:g}",
                 "ce_sds": " or ".join(f"{x:g}" for x in TOST_CE_SDS),
                 "tost_powered": "; ".join(_tost_tag(k) for k, c in tc.items() if c.at_zero.n
                                           and c.at_zero.rate >= POWER_SHOWN) or "no row"}
-        ctx["tost_table"] = _md([{
+        ctx["tost_table"] = md(pd.DataFrame([{
             "data": (f"0/1 items, {k[1]} ({DESIGNS[k[1]].n_items} items, "
                      f"{DESIGNS[k[1]].n_seeds} seeds), seed SD {100 * k[2]:g} pts")
             if k[0] == "items" else f"per-seed CE, {k[1]} seeds, SD {k[2]:g} nats",
             "margin": f"{100 * TOST_ITEM_MARGIN:g} pts" if k[0] == "items"
             else f"{TOST_CE_MARGIN:g} nats",
             "false 'equivalent' at |Δ| = margin": c.at_margin.text(),
-            "'equivalent' at Δ = 0 (power)": c.at_zero.text()} for k, c in tc.items()])
+            "'equivalent' at Δ = 0 (power)": c.at_zero.text()} for k, c in tc.items()]))
     if gp := res.get("gaps"):
         ctx |= {"n_sims": min(gc.coverage["pos"].n for gc in gp.values()),
                 "null_factor": NULL_SIMS_FACTOR,
@@ -822,7 +815,7 @@ def markdown(res: dict, command: str) -> str:
                     f"{name} ({k})" for name, gc in gp.items() for k in ("pos", "noise")
                     if gc.coverage[k].ci[1] < 0.95)
                 or "no scenario"}
-        ctx["gap_table"] = _md([{
+        ctx["gap_table"] = md(pd.DataFrame([{
             "scenario": name,
             "true gap pos / noise": f"{gc.truth['pos']:.4f} / {gc.truth['noise']:.4f}",
             "coverage pos": gc.coverage["pos"].text(),
@@ -831,7 +824,7 @@ def markdown(res: dict, command: str) -> str:
             "p < 0.05 noise": gc.detected["noise"].text(),
             "mean width pos / noise": (
                 f"{np.mean(gc.width['pos']):.3f} / {np.mean(gc.width['noise']):.3f}"
-                if gc.width["pos"] and gc.width["noise"] else "n/a")} for name, gc in gp.items()])
+                if gc.width["pos"] and gc.width["noise"] else "n/a")} for name, gc in gp.items()]))
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
                              undefined=jinja2.StrictUndefined, autoescape=False)
     return env.from_string(TEMPLATE.read_text(encoding="utf-8")).render(ctx)

@@ -21,25 +21,15 @@ def res():
 
 
 def test_calibration_targets_hold(res):
+    """Every target `failures` judges (FPR and false 'supported' at their level, coverage,
+    power at least the paired t's, every interval in range, no verdict from one seed, TOST's
+    and the gaps' levels, the full path), then what the doc reads beyond them."""
     assert C.failures(res) == []
-
-
-def test_null_false_positives_and_verdicts(res):
     for sd in C.SEED_SDS:
         c = res["bulk"][("demo", sd)]
-        assert c.fpr.n == 600 and c.fpr.ci[0] <= 0.05, (sd, c.fpr.text())
-        assert c.supported_null.rate <= 0.05 and c.fpr_holm.rate <= c.fpr.rate
-    one = res["bulk"][("demo-1seed", 0.08)]
-    assert one.decided_null.k == 0  # never a verdict from one seed
-
-
-def test_coverage_power_and_range(res):
-    for key, c in res["bulk"].items():
-        assert c.out_of_range == 0 and c.intervals > 0, key
-        if C.DESIGNS[key[0]].n_seeds >= 2:
-            lo, hi = c.coverage.ci
-            assert hi >= 0.93 and lo <= 0.98, (key, c.coverage.text())
-            assert c.power.k >= c.power_t.k and c.power_lt_t == 0, key
+        assert c.fpr.n == 600 and c.supported_null.rate <= 0.05, (sd, c.fpr.text())
+        assert c.fpr_holm.rate <= c.fpr.rate
+    assert all(c.intervals > 0 for c in res["bulk"].values())
     # the MDE the report prints: at the demo's 30 items only effects of tens of points are
     # detectable; 1319 items shrink it, though 3 seeds with 3-point seed noise still limit it
     paper, demo = res["bulk"][("paper", 0.03)], res["bulk"][("demo", 0.03)]

@@ -373,25 +373,6 @@ def test_report_renders_in_headless_chromium(html_path, tmp_path):
     shutil.copy(shot, ARTIFACTS / "report.png")
 
 
-STUDY = Path(os.environ.get("FTBENCH_RESULTS", "results")) / "sweeps" / "study" / "manifest.json"
-
-
-@pytest.mark.slow  # builds the 49-run study's report (minutes on 2 cores)
-@needs_chromium
-@pytest.mark.skipif(not STUDY.is_file(), reason=f"the study's results are not here ({STUDY})")
-def test_study_report_answers_on_the_first_screen(tmp_path):
-    """The study's own report: lead figure and card inside the first 1000 px, no broken image,
-    the page at most a third of its height before issue 39."""
-    root = tmp_path / "results"  # the report is written here; the runs are only read
-    (root / "sweeps" / "study").mkdir(parents=True)
-    (root / "runs").symlink_to(STUDY.parents[2].resolve() / "runs")
-    shutil.copy(STUDY, root / "sweeps" / "study" / "manifest.json")
-    res = check_report(build_report("study", root, n_boot=200), tmp_path / "s.png")
-    assert res["ok"] and res["broken_images"] == 0, res
-    assert res["top"]["lead"] < 1000 and res["top"]["card"] < 1000, res["top"]
-    assert 0 < res["page_height"] <= BEFORE_PX / 3, res["page_height"]
-
-
 @needs_chromium
 def test_chromium_check_catches_a_broken_image(html_path, tmp_path):
     bad = tmp_path / "bad.html"
