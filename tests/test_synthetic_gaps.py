@@ -275,8 +275,9 @@ def test_aggregate_folder_holds_its_samples_and_a_missing_one_reads_not_run(
                                         ).read_bytes()
     assert gz["a"][4:8] == b"\0\0\0\0"  # mtime 0: the same bytes on every rewrite
     # the folder's samples give its gaps again
-    SY.write_gaps(pd.concat([SY.gap_rows(n, SY.read_run(gzip.decompress(b).decode().splitlines()))
-                             for n, b in gz.items()]), tmp_path)
+    SY.write_gaps(pd.concat([SY.measure_run(n, SY.read_run(gzip.decompress(b).decode()
+                                                           .splitlines())) for n, b in gz.items()]),
+                  tmp_path)
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "gaps.csv"),
                                   pd.read_csv(out / "gaps.csv"))
     assert SY.render_block(tmp_path / "synthetic" / "gpu").startswith(
