@@ -191,43 +191,36 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     """One arm through the LM runs' training loop (`experiments.train`)."""
     from experiments.train.config import compose  # imported here: hydra and the trainer are heavy
     from experiments.train.trainer import train
-    from model import load_checkpoint
 
     ov = arm_overrides(st, latent_bits, kappa_bits)
-    cfg = compose(ov)
     t0 = time.time()
-    run = RunDir(Path(train(cfg)))
-    wall = time.time() - t0
-    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
-    final = _final_record(run) or {}
-    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "overrides": ov,
-                              "steps": final.get("step"),
-                              "train_wall_s": final.get("wall_s", wall)})
+    run = RunDir(Path(train(compose(ov))))
+    return _finished(run, time.time() - t0, overrides=ov)
 
 
 def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
                       kappa_bits: float) -> Trained:
     """A run experiments.train already finished (`--reuse label=run_dir`), checked against the
     arm it stands for; for when the run-id of the same settings has since changed."""
-    from model import load_checkpoint
-
     run = RunDir(Path(run_dir))
-    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
-    cfg = ck.config
+    out = _finished(run, None, reused=True, data=run.record().data.get("source"))
+    cfg = out.model.cfg
     if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
         raise ValueError(f"{run.path}: latent_bits={cfg.latent_bits}, kappa_bits="
                          f"{cfg.kappa_bits}; expected {latent_bits}, {kappa_bits}")
-    conf = run.record()
-    final = _final_record(run) or {}
-    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "reused": True,
-                              "data": conf.data.get("source"),
-                              "steps": final.get("step"), "train_wall_s": final.get("wall_s")})
+    return out
 
 
-def _final_record(run: RunDir) -> dict | None:
-    """The run's last `final` metrics line as written (None: not finished)."""
+def _finished(run: RunDir, wall: float | None, **info: Any) -> Trained:
+    """A finished run's final weights on the measuring device, with its steps and training wall
+    time from its last `final` metrics line (`wall`: when that line has none)."""
+    from model import load_checkpoint
+
     finals = [x for x in run.metrics_json() if x.get("kind") == "final"]
-    return finals[-1] if finals else None
+    final = finals[-1] if finals else {}
+    model = load_checkpoint(run.final_checkpoint, map_location=measure_device()).model
+    return Trained(model, {"run_id": run.run_id, "run_dir": str(run.path), **info,
+                           "steps": final.get("step"), "train_wall_s": final.get("wall_s", wall)})
 
 
 # --------------------------------------------------------------------------- measurement
