@@ -9,36 +9,25 @@ import gzip
 import hashlib
 import json
 import math
-import random
 from pathlib import Path
 
+import calibration as C
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 from scipy import stats as sps
-from test_synthetic_metrics import body
 
 from analysis import synthetic as SY
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def planted(enc: float, seed: int = 0, prompts: int = 3, groups: int = 4,
-            rows: int = 6) -> list[dict]:
-    """Rows of shared group g take the group's start / noise with probability `enc`."""
-    rng = random.Random(seed)
-    out = []
-    for p in range(prompts):
-        for g in range(groups + 1):
-            start, noise = rng.randrange(57), tuple(rng.sample(range(64), 3))
-            for r in range(rows):
-                st = start if g and rng.random() < enc else rng.randrange(57)
-                nz = noise if g and rng.random() < enc else tuple(rng.sample(range(64), 3))
-                out.append({"prompt_idx": p, "group": g, "row": r, "letter": "T",
-                            "group_kind": "shared" if g else "per_sequence",
-                            "text": body(None if rng.random() < 0.1 else st, noise=nz)})
-    return out
+def planted(enc: float, seed: int = 0) -> list[dict]:
+    """calibration's planted samples (3 prompts x (1 + 4 shared groups) x 6 rows, 10% invalid):
+    each shared group's rows take its start / noise with probability ~ Beta(50 enc, 50 - 50 enc)."""
+    return C.planted_samples(np.random.default_rng(seed), 50 * enc, 50 - 50 * enc, n_prompts=3,
+                             rows=6)
 
 
 def gaps_by_group_metrics(samples: list[dict]) -> tuple[float, float]:
