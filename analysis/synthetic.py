@@ -50,8 +50,6 @@ from .stats import t_half
 matplotlib.use("Agg")  # PNGs only, never a display
 
 ROOT = Path(__file__).resolve().parents[1]
-MEASURED = ROOT / "measured" / "synthetic"
-"""The committed tables (one folder per setting) that docs/SYNTHETIC.md and the study read."""
 DOC = ROOT / "docs" / "SYNTHETIC.md"
 BODY_LEN, RUN_LEN, NOISE_CHAR, BLANK_CHAR = 64, 8, "!", "_"
 N_STARTS = BODY_LEN - RUN_LEN + 1
