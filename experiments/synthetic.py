@@ -453,10 +453,6 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
     check_name(st.name)
     if st.setting not in PRESETS:
         raise UsageError(f"--setting {st.setting!r}: allowed {sorted(PRESETS)}")
-    if st.threads < 0:
-        raise UsageError(f"--threads: {st.threads} must be >= 0")
-    if not st.temperature > 0:
-        raise UsageError(f"--temperature: {st.temperature} must be > 0")
     for ov in st.overrides:
         key = ov.split("=", 1)[0].lstrip("+~")
         if key in OWN_KEYS:
@@ -507,9 +503,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     p.add_argument("--n-shared-groups", type=positive_int, default=4)
     p.add_argument("--group-size", type=positive_int, default=8)
     p.add_argument("--n-eval", type=positive_int, default=512)
-    p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch default)")
     p.add_argument("--reuse", action="append", default=[], metavar="LABEL=RUN_DIR",
                    help="measure a finished run instead of training, e.g. kappa=1=results/runs/x")
     p.add_argument("overrides", nargs="*", help="extra hydra overrides for experiments.train")
@@ -522,8 +516,6 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     same = {f.name: getattr(a, f.name) for f in fields(SyntheticSettings) if hasattr(a, f.name)}
     return SyntheticSettings(**{**same, "kappas": kappas, "baseline": not a.no_baseline,
                                 "overrides": list(a.overrides),
-                                "threads": a.threads if a.threads < 0 else
-                                a.threads or torch.get_num_threads(),
                                 "reuse": dict(r.rsplit("=", 1) for r in a.reuse)})
 
 
