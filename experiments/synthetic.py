@@ -415,12 +415,6 @@ def resolved_high_latent_bits(st: SyntheticSettings) -> int | None:
     return h or None
 
 
-def arm_latent_bits(st: SyntheticSettings, kappa_bits: float) -> int:
-    """H of the arm at `kappa_bits`: the high H where kappa >= the run's H and one is set."""
-    high = resolved_high_latent_bits(st)
-    return high if high is not None and kappa_bits >= st.latent_bits else st.latent_bits
-
-
 def no_penalty_arms(arms: Sequence[tuple[int, float | None]]) -> list[str]:
     """Labels of the Free Transformer arms with kappa >= H: KL <= H bits per token, so their
     free-bits penalty is identically zero."""
@@ -433,13 +427,6 @@ def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) ->
             f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
 
 
-def check_name(name: str) -> None:
-    """--name is one directory under <results>/synthetic/, never a path."""
-    if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
-        raise UsageError(f"--name {name!r}: must be a plain directory name (no path "
-                         "separator, not empty, not . or ..), e.g. --name mid")
-
-
 def check_writable(d: Path, what: str) -> None:
     """UsageError unless d is, or can be made, a writable directory; creates nothing."""
     p = Path(d).absolute()
@@ -450,7 +437,10 @@ def check_writable(d: Path, what: str) -> None:
 def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, float | None]]:
     """Every input problem, before any training or file: UsageError.
     Returns the arms, (latent bits, kappa or None), baseline first."""
-    check_name(st.name)
+    name = st.name  # one directory under <results>/synthetic/, never a path
+    if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise UsageError(f"--name {name!r}: must be a plain directory name (no path "
+                         "separator, not empty, not . or ..), e.g. --name mid")
     if st.setting not in PRESETS:
         raise UsageError(f"--setting {st.setting!r}: allowed {sorted(PRESETS)}")
     for ov in st.overrides:
@@ -466,7 +456,9 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
                 f"every kappa it applies to ({', '.join(kappa_label(k) for k in over) or '-'}), "
                 "or else the KL penalty stays zero; e.g. 16")
     arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
-    arms += [(arm_latent_bits(st, k), k) for k in st.kappas]
+    # the high H (where one is set) for the arms whose kappa >= the run's H
+    arms += [(high if high is not None and k >= st.latent_bits else st.latent_bits, k)
+             for k in st.kappas]
     if not arms:
         raise UsageError("nothing to train: --no-baseline with no --kappa")
     labels = [model_label(h, k) for h, k in arms]
