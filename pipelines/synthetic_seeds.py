@@ -1,12 +1,11 @@
 """`make synthetic-seeds`: one `make synthetic` run per seed, several at once, with progress.
 
-Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` as
-a child process, writing its output to
-`<results>/synthetic/<name>-s<seed>.log`. `--jobs` seeds run at once (default: all of them; each
-uses one thread, so on C cores up to C run at full speed, and more only share the cores). Every
-`--interval` seconds one line says, per seed, the arms done and the arm training, with an ETA
-from the share of all arms' steps done. A seed that fails prints its log's last lines; the
-others run to the end and the exit status is 1.
+Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` as a
+child process, writing its output to `<results>/synthetic/<name>-s<seed>.log`. `--jobs` seeds run at
+once (default: all of them; each uses one thread, so on C cores up to C run at full speed, and more
+only share the cores). Every `--interval` seconds one line says, per seed, the arms done and the arm
+training, with an ETA from the share of all arms' steps done. A seed that fails prints its log's
+last lines; the others run to the end and the exit status is 1.
 
 Progress is read from the records the runs write, never from the logs: each arm's run-id and
 step count come from the trainer's plan (the seed's settings are composed before anything
