@@ -50,8 +50,6 @@ from .stats import t_half
 matplotlib.use("Agg")  # PNGs only, never a display
 
 ROOT = Path(__file__).resolve().parents[1]
-MEASURED = ROOT / "measured" / "synthetic"
-"""The committed tables (one folder per setting) that docs/SYNTHETIC.md and the study read."""
 DOC = ROOT / "docs" / "SYNTHETIC.md"
 BODY_LEN, RUN_LEN, NOISE_CHAR, BLANK_CHAR = 64, 8, "!", "_"
 N_STARTS = BODY_LEN - RUN_LEN + 1
@@ -664,12 +662,6 @@ def measure_run(name: str, run: Run, n_perm: int = N_PERM) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def gap_rows(name: str, run: Run, n_perm: int = N_PERM) -> pd.DataFrame:
-    """gaps.csv's rows of one run (GAP_COLUMNS): every measured step of every model."""
-    f = measure_run(name, run, n_perm)
-    return f[f["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS))
-
-
 def agreement_rows(f: pd.DataFrame) -> pd.DataFrame:
     """Per model that kept checkpoints: one row per checkpoint, then the final model (its
     last point); a model that kept none has no rows (AGREEMENT_COLUMNS)."""
@@ -717,7 +709,7 @@ class SeedAggregate:
     curves: pd.DataFrame  # KL over training per (name, model, step)
     meta: dict[str, Any]  # provenance: sources, settings, wall times
     agreement: pd.DataFrame  # held-out measures per (name, model, kept checkpoint)
-    gaps: pd.DataFrame  # gaps with intervals and p per (name, model, step)
+    measured: pd.DataFrame  # measure_run's rows of every run: gaps.csv's source
 
 
 PER_SEED_COLUMNS = ["name", "seed", "status", "model", "kappa_bits", "steps", "run_id",
@@ -791,8 +783,7 @@ def aggregate(names: Sequence[str], root: Path | None = None) -> SeedAggregate:
         per_seed.reset_index(drop=True), summarize(per_seed, order, len(names)),
         pd.DataFrame(curves, columns=["name", "seed", "model", "kappa_bits", "step", "kl_bits",
                                       "ce", "n_batches"]), meta,
-        pd.concat(agreement_rows(x) for x in frames).reset_index(drop=True),
-        f[f["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS)).reset_index(drop=True))
+        pd.concat(agreement_rows(x) for x in frames).reset_index(drop=True), f)
 
 
 def summarize(per_seed: pd.DataFrame, order: list[str], n_names: int) -> pd.DataFrame:
@@ -826,9 +817,11 @@ def _model_order(df: pd.DataFrame) -> pd.DataFrame:
         columns=["_k", "_n", "_s"]).reset_index(drop=True)
 
 
-def write_gaps(gaps: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
-    """gaps.csv and verdicts.csv (judged from the file as written, so anyone re-judging
-    gaps.csv gets the same verdicts)."""
+def write_gaps(measured: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
+    """gaps.csv (GAP_COLUMNS: every measured step of every model in measure_run's frames) and
+    verdicts.csv (judged from the file as written, so anyone re-judging gaps.csv gets the same
+    verdicts)."""
+    gaps = measured[measured["n_samples"] > 0].reindex(columns=list(GAP_COLUMNS))
     out = {"gaps.csv": out_dir / "gaps.csv", "verdicts.csv": out_dir / "verdicts.csv"}
     _model_order(gaps).to_csv(out["gaps.csv"], index=False, float_format="%.6g")
     verdicts(pd.read_csv(out["gaps.csv"])).to_csv(out["verdicts.csv"], index=False,
@@ -845,7 +838,7 @@ def write_aggregate(agg: SeedAggregate, out_dir: str | os.PathLike) -> dict[str,
                     ("curves", agg.curves), ("agreement", agg.agreement)):
         out[f"{key}.csv"] = d / f"{key}.csv"
         df.to_csv(out[f"{key}.csv"], index=False, float_format="%.6g")
-    out.update(write_gaps(agg.gaps, d))
+    out.update(write_gaps(agg.measured, d))
     for src in agg.meta["sources"]:  # what the tables came from, rerunnable (mtime 0)
         if src["status"] != "measured":
             continue
@@ -1164,10 +1157,10 @@ def _agreement_block(path: Path, n_runs: int) -> str | None:
 
 
 def _gaps_block(path: Path) -> dict | str | None:
-    """Every gap with its interval and p, from gaps.csv; absent: why ('uncomputed' or 'no
-    samples'), never zeros; None when it holds no row."""
+    """Every gap with its interval and p, from gaps.csv; absent: 'no samples' (folders made
+    before issue 38 committed none), never zeros; None when it holds no row."""
     if not path.is_file():
-        return "uncomputed" if (path.parent / "samples").is_dir() else "no samples"
+        return "no samples"
     g = pd.read_csv(path)
     if g.empty:
         return None

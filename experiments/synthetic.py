@@ -191,43 +191,36 @@ def train_with_experiments_train(label: str, latent_bits: int, kappa_bits: float
     """One arm through the LM runs' training loop (`experiments.train`)."""
     from experiments.train.config import compose  # imported here: hydra and the trainer are heavy
     from experiments.train.trainer import train
-    from model import load_checkpoint
 
     ov = arm_overrides(st, latent_bits, kappa_bits)
-    cfg = compose(ov)
     t0 = time.time()
-    run = RunDir(Path(train(cfg)))
-    wall = time.time() - t0
-    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
-    final = _final_record(run) or {}
-    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "overrides": ov,
-                              "steps": final.get("step"),
-                              "train_wall_s": final.get("wall_s", wall)})
+    run = RunDir(Path(train(compose(ov))))
+    return _finished(run, time.time() - t0, overrides=ov)
 
 
 def load_finished_run(run_dir: str | os.PathLike, latent_bits: int,
                       kappa_bits: float) -> Trained:
     """A run experiments.train already finished (`--reuse label=run_dir`), checked against the
     arm it stands for; for when the run-id of the same settings has since changed."""
-    from model import load_checkpoint
-
     run = RunDir(Path(run_dir))
-    ck = load_checkpoint(run.final_checkpoint, map_location=measure_device())
-    cfg = ck.config
+    out = _finished(run, None, reused=True, data=run.record().data.get("source"))
+    cfg = out.model.cfg
     if cfg.latent_bits != latent_bits or (latent_bits and abs(cfg.kappa_bits - kappa_bits) > 1e-12):
         raise ValueError(f"{run.path}: latent_bits={cfg.latent_bits}, kappa_bits="
                          f"{cfg.kappa_bits}; expected {latent_bits}, {kappa_bits}")
-    conf = run.record()
-    final = _final_record(run) or {}
-    return Trained(ck.model, {"run_id": run.run_id, "run_dir": str(run.path), "reused": True,
-                              "data": conf.data.get("source"),
-                              "steps": final.get("step"), "train_wall_s": final.get("wall_s")})
+    return out
 
 
-def _final_record(run: RunDir) -> dict | None:
-    """The run's last `final` metrics line as written (None: not finished)."""
+def _finished(run: RunDir, wall: float | None, **info: Any) -> Trained:
+    """A finished run's final weights on the measuring device, with its steps and training wall
+    time from its last `final` metrics line (`wall`: when that line has none)."""
+    from model import load_checkpoint
+
     finals = [x for x in run.metrics_json() if x.get("kind") == "final"]
-    return finals[-1] if finals else None
+    final = finals[-1] if finals else {}
+    model = load_checkpoint(run.final_checkpoint, map_location=measure_device()).model
+    return Trained(model, {"run_id": run.run_id, "run_dir": str(run.path), **info,
+                           "steps": final.get("step"), "train_wall_s": final.get("wall_s", wall)})
 
 
 # --------------------------------------------------------------------------- measurement
@@ -422,12 +415,6 @@ def resolved_high_latent_bits(st: SyntheticSettings) -> int | None:
     return h or None
 
 
-def arm_latent_bits(st: SyntheticSettings, kappa_bits: float) -> int:
-    """H of the arm at `kappa_bits`: the high H where kappa >= the run's H and one is set."""
-    high = resolved_high_latent_bits(st)
-    return high if high is not None and kappa_bits >= st.latent_bits else st.latent_bits
-
-
 def no_penalty_arms(arms: Sequence[tuple[int, float | None]]) -> list[str]:
     """Labels of the Free Transformer arms with kappa >= H: KL <= H bits per token, so their
     free-bits penalty is identically zero."""
@@ -440,13 +427,6 @@ def arm_overrides(st: SyntheticSettings, latent_bits: int, kappa_bits: float) ->
             f"model.kappa_bits={kappa_bits}", f"train.seed={st.seed}", *st.overrides]
 
 
-def check_name(name: str) -> None:
-    """--name is one directory under <results>/synthetic/, never a path."""
-    if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
-        raise UsageError(f"--name {name!r}: must be a plain directory name (no path "
-                         "separator, not empty, not . or ..), e.g. --name mid")
-
-
 def check_writable(d: Path, what: str) -> None:
     """UsageError unless d is, or can be made, a writable directory; creates nothing."""
     p = Path(d).absolute()
@@ -457,13 +437,12 @@ def check_writable(d: Path, what: str) -> None:
 def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, float | None]]:
     """Every input problem, before any training or file: UsageError.
     Returns the arms, (latent bits, kappa or None), baseline first."""
-    check_name(st.name)
+    name = st.name  # one directory under <results>/synthetic/, never a path
+    if not name.strip() or name in (".", "..") or any(c in name for c in "/\\\0"):
+        raise UsageError(f"--name {name!r}: must be a plain directory name (no path "
+                         "separator, not empty, not . or ..), e.g. --name mid")
     if st.setting not in PRESETS:
         raise UsageError(f"--setting {st.setting!r}: allowed {sorted(PRESETS)}")
-    if st.threads < 0:
-        raise UsageError(f"--threads: {st.threads} must be >= 0")
-    if not st.temperature > 0:
-        raise UsageError(f"--temperature: {st.temperature} must be > 0")
     for ov in st.overrides:
         key = ov.split("=", 1)[0].lstrip("+~")
         if key in OWN_KEYS:
@@ -477,7 +456,9 @@ def check(st: SyntheticSettings, compose_arms: bool = True) -> list[tuple[int, f
                 f"every kappa it applies to ({', '.join(kappa_label(k) for k in over) or '-'}), "
                 "or else the KL penalty stays zero; e.g. 16")
     arms: list[tuple[int, float | None]] = [(0, None)] if st.baseline else []
-    arms += [(arm_latent_bits(st, k), k) for k in st.kappas]
+    # the high H (where one is set) for the arms whose kappa >= the run's H
+    arms += [(high if high is not None and k >= st.latent_bits else st.latent_bits, k)
+             for k in st.kappas]
     if not arms:
         raise UsageError("nothing to train: --no-baseline with no --kappa")
     labels = [model_label(h, k) for h, k in arms]
@@ -514,9 +495,7 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     p.add_argument("--n-shared-groups", type=positive_int, default=4)
     p.add_argument("--group-size", type=positive_int, default=8)
     p.add_argument("--n-eval", type=positive_int, default=512)
-    p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = torch default)")
     p.add_argument("--reuse", action="append", default=[], metavar="LABEL=RUN_DIR",
                    help="measure a finished run instead of training, e.g. kappa=1=results/runs/x")
     p.add_argument("overrides", nargs="*", help="extra hydra overrides for experiments.train")
@@ -529,8 +508,6 @@ def parse_args(argv: Sequence[str] | None = None) -> SyntheticSettings:
     same = {f.name: getattr(a, f.name) for f in fields(SyntheticSettings) if hasattr(a, f.name)}
     return SyntheticSettings(**{**same, "kappas": kappas, "baseline": not a.no_baseline,
                                 "overrides": list(a.overrides),
-                                "threads": a.threads if a.threads < 0 else
-                                a.threads or torch.get_num_threads(),
                                 "reuse": dict(r.rsplit("=", 1) for r in a.reuse)})
 
 

@@ -37,10 +37,18 @@ def text_for(model: str, prompt: int, group: int, row: int, encodes: set[str]) -
     return body(start, noise=noise)
 
 
+def samples(kind: str, model: str, enc: set[str], **step: int) -> list[dict]:
+    """One model's generated rows: 2 prompts x (1 per-sequence + 2 shared groups) x 4 rows."""
+    return [{"kind": kind, "model": model, **step, "prompt_idx": p, "letter": "T", "group": g,
+             "row": row, "group_kind": "shared" if g else "per_sequence",
+             "text": text_for(model, p, g, row, enc)}
+            for p in range(2) for g in range(3) for row in range(4)]
+
+
 def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
           kl: dict[str, float], curves: bool = True) -> None:
     """results/synthetic/<name>/samples.jsonl (+ each arm's metrics.jsonl) with the given
-    behaviour per model: 2 prompts x (1 per-sequence + 2 shared groups) x 4 rows."""
+    behaviour per model (`samples`)."""
     lines = [{"kind": "meta", "name": name, "created": "2026-01-01T00:00:00+00:00",
               "settings": {"seed": seed, "setting": "cpu", "latent_bits": 8,
                            "kappas": [KAPPAS[m] for m in behaviour if m != "baseline"],
@@ -65,13 +73,7 @@ def plant(root: Path, name: str, seed: int, behaviour: dict[str, set[str]],
                      "ce": 1.0 - k * s / 1000} for s in range(10, 101, 10)]
             recs.append({"kind": "final", "step": 100, "wall_s": 20.0})
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-        for p in range(2):
-            for g in range(3):
-                for row in range(4):
-                    lines.append({"kind": "sample", "model": model, "prompt_idx": p,
-                                  "letter": "T", "group": g, "row": row,
-                                  "group_kind": "shared" if g else "per_sequence",
-                                  "text": text_for(model, p, g, row, enc)})
+        lines += samples("sample", model, enc)
     d = root / "synthetic" / name
     d.mkdir(parents=True)
     (d / "samples.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -215,11 +217,7 @@ def add_points(root: Path, name: str, steps: dict[int, dict[str, set[str]]]) -> 
                           "kappa_bits": None if base else KAPPAS[model],
                           "kl_bits": None if base else step / 1000, "ce_prior": 0.4,
                           "ce_encoder": None if base else 0.3})
-            lines += [{"kind": "point_sample", "model": model, "step": step, "prompt_idx": p,
-                       "letter": "T", "group": g, "row": row,
-                       "group_kind": "shared" if g else "per_sequence",
-                       "text": text_for(model, p, g, row, enc)}
-                      for p in range(2) for g in range(3) for row in range(4)]
+            lines += samples("point_sample", model, enc, step=step)
     with f.open("a") as fh:
         fh.write("".join(json.dumps(x) + "\n" for x in lines))
 
