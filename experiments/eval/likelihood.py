@@ -59,13 +59,6 @@ PRIOR_LABEL = ("the prior-Z CE (one uniform code per token): by Jensen an upper 
                "not the likelihood endpoint (the ELBO and IWAE bounds are tighter)")
 
 
-def row_t(n: int) -> float:
-    """The 95% t quantile over n rows (n - 1 degrees of freedom)."""
-    from scipy import stats
-
-    return float(stats.t.ppf(0.975, n - 1))
-
-
 # ------------------------------------------------------------------------ model pieces
 def _unwrap(model: torch.nn.Module) -> Transformer:
     m = getattr(model, "module", model)  # DDP
@@ -178,6 +171,7 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
         n_tok = N * T
         n_bytes = int(token_bytes[val_y].sum())
         free = isinstance(m, FreeTransformer)
+        from scipy.stats import t as t_dist
         out: dict[str, Any] = {
             "arm": arms.of_model(free).name,
             "n_sequences": N, "n_tokens": n_tok, "n_bytes": n_bytes, "seed": seed,
@@ -194,7 +188,7 @@ def validation_likelihood(model: torch.nn.Module, val_x: torch.Tensor, val_y: to
             per_tok = nll / T
             se = float(per_tok.std() / math.sqrt(N)) if N > 1 else None
             m = float(nll.sum()) / n_tok
-            half = None if se is None else row_t(N) * se  # rows are the unit
+            half = None if se is None else float(t_dist.ppf(0.975, N - 1)) * se  # rows: units
             return {"nll_nats_per_token": m,
                     "bpb": float(nll.sum()) / (LN2 * n_bytes) if n_bytes else None,
                     "se_nats_per_token": se, "lo": None if half is None else m - half,
