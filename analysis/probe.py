@@ -28,7 +28,7 @@ from common.errors import UsageError, cli
 from common.io import atomic_write
 from common.paths import RunDir
 
-from .render import cell_html, template
+from .render import cell_html, ci, template
 from .render import num as _f  # None, text and NaN are missing (NaN), never 0
 from .render import png as png_bytes
 
@@ -288,15 +288,8 @@ def write_figures(path: str | Path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------------ report section
-def _ci(m: float, lo: float, hi: float) -> str:
-    if not math.isfinite(m):
-        return _cell(m)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{m:+.4g} (no interval)"
-    return f"{m:+.4g} [{lo:+.4g}, {hi:+.4g}]"
-
-
 _cell = partial(cell_html, spec=".4g")
+_ci = partial(ci, spec="+.4g", none=_cell(math.nan))  # 'm [lo, hi]', 'm' without an interval
 
 
 def probe_html(doc: dict[str, Any]) -> str:
