@@ -20,9 +20,10 @@ from common.kappa import kappa_label
 
 from .probe import (
     TABLE_COLS,
+    final_docs,
     probe_html,
     probe_row,
-    read_final,
+    read_probes,
 )
 from .render import ci, png, template
 from .stats import mean_ci
@@ -130,8 +131,8 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     a line of numbers with intervals over seeds; every run's own block (probe.probe_html)
     folded in <details>. Writes <out_dir>/probe.csv (one row per file) and probe_by_kappa.csv
     (the aggregates)."""
-    docs, bad = read_final(run_dirs)  # one probe per run, of its last weights (the curve over
-    # training is latent.csv)
+    docs, bad = read_probes(run_dirs)
+    docs = final_docs(docs)  # one probe per run, of its last weights (over training: latent.csv)
     kappas = []
     if docs:
         runs = per_run(docs)

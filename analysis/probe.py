@@ -313,12 +313,6 @@ def read_probes(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], l
     return docs, bad
 
 
-def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """`read_probes`, one per run of its last weights (`final_docs`)."""
-    docs, bad = read_probes(run_dirs)
-    return final_docs(docs), bad
-
-
 def main(argv: list[str] | None = None) -> int:
     import argparse
 

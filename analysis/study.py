@@ -237,10 +237,6 @@ def _share(r: pd.Series) -> str:
     return f"{100 * v:+.2f}%{iv}"
 
 
-def _seed_text(sd: object) -> str:
-    return "?" if sd is None or sd != sd else str(int(sd))  # type: ignore[arg-type]
-
-
 def _state(r: pd.Series) -> str:
     """common.latent_use's state of a latent.csv row; a row with no share is undetermined."""
     return use_state(*(num(r.get(k)) for k in ("recovered_share", "recovered_share_lo",
@@ -256,7 +252,7 @@ def latent_section(lat: pd.DataFrame | None) -> dict | None:
         return None
     lat = lat.assign(state=[_state(r) for _, r in lat.iterrows()])
     fin = lat[lat["final"].map(_truthy)].sort_values(["arm", "kappa_bits", "seed"], kind="stable")
-    table = md(pd.DataFrame([[r["arm"], kappa_text(r["kappa_bits"]), _seed_text(r["seed"]),
+    table = md(pd.DataFrame([[r["arm"], kappa_text(r["kappa_bits"]), _int(r["seed"]),
                               _int(r["step"]), f4(r["kl_bits"]), f4(r["information_bits"]),
                               f4(r["marginal_bias_bits"]), _share(r), r["state"]]
                              for _, r in fin.iterrows()],
@@ -294,7 +290,7 @@ def encoder_section(probe: pd.DataFrame | None, cells: list[dict]) -> dict | Non
         ["kappa_bits", "seed"], na_position="last")
     flag = "over_budget" if "over_budget" in p else "collapse"  # the older files' name
     flags = p[flag].map(_flag)
-    return {"table": md(pd.DataFrame([[kappa_text(r["kappa_bits"]), _seed_text(r["seed"]),
+    return {"table": md(pd.DataFrame([[kappa_text(r["kappa_bits"]), _int(r["seed"]),
                                        f4(r["kl_bits"]), _int(r["n_active"]), _flag(r[flag])]
                                       for _, r in p.iterrows()],
                                      columns=["kappa (bits)", "seed", "KL (bits/token)",

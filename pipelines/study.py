@@ -238,13 +238,12 @@ def export(name: str, meta: dict, docs: Path) -> None:
             shutil.copyfile(src, docs / t)
     if sd.report_html.is_file():
         shutil.copyfile(sd.report_html, docs / "report.html")
-    verdicts = SYNTHETIC_VERDICTS
-    if (docs / "claims.csv").is_file() and verdicts.is_file():
+    if (docs / "claims.csv").is_file() and SYNTHETIC_VERDICTS.is_file():
         # the study's sweep has no synthetic results of its own: its synthetic claims are
         # judged from the committed synthetic experiment's per-seed verdicts (docs/SYNTHETIC.md)
         from analysis.claims import rejudge_synthetic
 
-        rejudge_synthetic(docs / "claims.csv", verdicts)
+        rejudge_synthetic(docs / "claims.csv", SYNTHETIC_VERDICTS)
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():
