@@ -45,14 +45,9 @@ TABLE_COLS = ["run_id", "step", "latent_bits", "kappa_bits", "n_rows", "kl_bits"
               "steer_n_prompts", "recovered_share", "recovered_share_lo", "recovered_share_hi",
               "information_bits", "marginal_bias_bits", "exact_model_share", "latent_state",
               "dead", "z_cut", "file"]
-"""`over_budget` is the probe's encoder-side flag (KL over its budget and cashed in by the
-decoder; the file's `collapse` record); `dead` is the decoder ignoring Z. `latent_unused` is the
-encoder-side count of active bits (KL > 0.01 bit to the uniform prior, which also counts biased
-bits that carry no information), never the flag. `latent_state` is used | dead | undetermined,
-with its rule in each file (`latent_use.rule`); a file without the record, or whose rule gave
-the share-based "leaking" state (version 1, withdrawn: an exact latent model has share >= 2),
-has none (NaN, never a guess). Whether prior generation breaks is the sample test's
-(experiments/eval/samples.py), never a probe column."""
+"""probe.csv: one row per probe file. `over_budget` is the file's `collapse` flag (encoder side),
+`latent_state` / `dead` its `latent_use` record (decoder side): docs/PROBE.md says how to read
+each; a file without the record has no state (NaN, never a guess)."""
 LATENT_COLS = ["run_id", "arm", "z_cut", "latent_bits", "kappa_bits", "step", "final", "kl_bits",
                "information_bits", "marginal_bias_bits", "recovered_nats", "recovered_share",
                "recovered_share_lo", "recovered_share_hi", "d_posterior_LEAKING",
