@@ -335,9 +335,7 @@ def group_agreement(tokens: torch.Tensor, group_size: int) -> torch.Tensor:
 @torch.no_grad()
 def steering_probe(m: FreeTransformer, prompts: torch.Tensor, gen_tokens: int, group_size: int,
                    groups: int, temperature: float, seed: int, n_boot: int) -> dict[str, Any]:
-    """prompts (P, Lp) -> the steering record (module docstring)."""
-    if group_size < 2:
-        raise ValueError(f"group_size must be >= 2 (agreement needs pairs), got {group_size}")
+    """prompts (P, Lp) -> the steering record (group_size >= 2: probe_run checks it)."""
     H = m.cfg.latent_bits
     n_p, Lp = prompts.shape
     B = groups * group_size
@@ -390,12 +388,10 @@ def steering_probe(m: FreeTransformer, prompts: torch.Tensor, gen_tokens: int, g
 def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor,
                 opts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every probe on a Free Transformer and validation rows (N, T) -> the record (no I/O).
-    opts: DEFAULTS' keys (rows is ignored here: the caller slices the rows)."""
+    opts: DEFAULTS' keys (rows is ignored here: the caller slices the rows); probe_run has
+    checked them and refused a baseline."""
     o = {**DEFAULTS, **(opts or {})}
     m = getattr(model, "module", model)
-    if not isinstance(m, FreeTransformer):
-        raise UsageError(f"the probes need a Free Transformer (latent_bits > 0), got "
-                         f"{type(m).__name__}")
     if val_x.shape != val_y.shape or val_x.dim() != 2:
         raise ValueError("val_x and val_y must both be (N, T)")
     was = m.training
