@@ -43,7 +43,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from analysis.probe import read_probe
-from analysis.render import blocks, md, png, write_doc
+from analysis.render import blocks, fmt, md, png, write_doc
 from analysis.render import num as _num  # null, text and NaN are missing (NaN), never 0
 from analysis.stats import mean_ci
 from common.arms import BASELINE, FREE, FREE_ZCUT, of_model
@@ -431,8 +431,7 @@ def write_tables(runs: Sequence[Path], out: Path, lr_runs: Sequence[Path] = (),
 
 # ------------------------------------------------------------------ the doc
 def _f(x: Any, nd: int = 3) -> str:
-    v = _num(x)
-    return "–" if not math.isfinite(v) else f"{v:.{nd}f}"
+    return fmt(x, f".{nd}f")
 
 
 def _tok(x: Any) -> str:
