@@ -2,10 +2,9 @@
 them as `<run>/eval/probe.<spec_id>.step<N>.json`; docs/PROBE.md says how to read them).
 
 Plain reading of JSON (no torch, no model): `probe_table` is one row per probe file,
-`write_figures` writes the four PNGs of one file beside it, `read_final` gives one file per run
-to the report's probe section (analysis/latent.py), which folds one block per Free Transformer
-(`probe_html`). A null in a file is NaN here and a grey
-dash in HTML, never 0.
+`write_figures` writes the four PNGs of one file beside it, `final_docs` keeps one file per run
+for the report's probe section (analysis/latent.py), which folds one block per Free Transformer
+(`probe_html`). A null in a file is NaN here and a grey dash in HTML, never 0.
 
     python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
 """
