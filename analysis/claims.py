@@ -253,10 +253,7 @@ def _val_per_seed(data: SweepData, k: float) -> pd.DataFrame:
         return pd.DataFrame(columns=["seed", "value"])
     m = (s["source"] == "val") & (s["arm"] == FREE.name) & np.isclose(
         s["kappa_bits"].astype(float).fillna(-1), k)
-    sel = s[m & (s["metric"] == "val_ce_prior")]
-    if sel.empty:
-        sel = s[m & (s["metric"] == "val_ce")]
-    return sel[["seed", "value"]]
+    return s[m & (s["metric"] == "val_ce")][["seed", "value"]]  # val_ce is the prior-Z CE
 
 
 def _ce_spread_claim(ct: pd.DataFrame, data: SweepData) -> dict:

@@ -45,13 +45,10 @@ def _at(df: pd.DataFrame, h: float, k: float) -> pd.Series:
 def leak_table(data: SweepData) -> pd.DataFrame:
     """Per Free Transformer (H, kappa): prior / posterior validation CE (mean, sd over seeds),
     KL bits, the baseline's CE, and whether the latent leaks (see the module docstring)."""
-    prior = _val(data, "val_ce_prior")
-    if prior.empty:
-        prior = _val(data, "val_ce")
+    prior = _val(data, "val_ce")  # the trainer's val_ce is the prior-Z CE (val_ce_prior)
     post = _val(data, "val_ce_posterior")
     kl = _val(data, "val_kl_bits")
-    base = _val(data, "val_ce")
-    base = base[base["arm"] == "baseline"] if len(base) else base
+    base = prior[prior["arm"] == "baseline"] if len(prior) else prior
     b_mean = float(base["value"].mean()) if len(base) else math.nan
     b_sd = float(base["value"].std(ddof=1)) if len(base) > 1 else math.nan
     if prior.empty or not (prior["arm"] == FREE.name).any():

@@ -20,11 +20,12 @@ from common.kappa import kappa_label
 
 from .probe import (
     TABLE_COLS,
+    final_docs,
     probe_html,
     probe_row,
-    read_final,
+    read_probes,
 )
-from .render import png, template
+from .render import ci, png, template
 from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -119,13 +120,10 @@ def kappa_figure(g: pd.DataFrame, agg: pd.Series) -> plt.Figure:
 
 
 def _ci(m: float, lo: float, hi: float, pct: bool = False) -> str:
-    f = 100.0 if pct else 1.0
-    u = "%" if pct else ""
-    if not math.isfinite(m):
-        return "—"
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{f * m:.3g}{u} (no interval)"
-    return f"{f * m:.3g}{u} [{f * lo:.3g}, {f * hi:.3g}]"
+    """'m [lo, hi]' over seeds (in % of the KL for the share); 'm' without an interval."""
+    if pct:
+        m, lo, hi = (100 * x for x in (m, lo, hi))
+    return ci(m, lo, hi, ".3g") + (" %" if pct and math.isfinite(m) else "")
 
 
 def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:
@@ -133,8 +131,8 @@ def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = 
     a line of numbers with intervals over seeds; every run's own block (probe.probe_html)
     folded in <details>. Writes <out_dir>/probe.csv (one row per file) and probe_by_kappa.csv
     (the aggregates)."""
-    docs, bad = read_final(run_dirs)  # one probe per run, of its last weights (the curve over
-    # training is latent.csv)
+    docs, bad = read_probes(run_dirs)
+    docs = final_docs(docs)  # one probe per run, of its last weights (over training: latent.csv)
     kappas = []
     if docs:
         runs = per_run(docs)

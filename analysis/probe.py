@@ -2,10 +2,9 @@
 them as `<run>/eval/probe.<spec_id>.step<N>.json`; docs/PROBE.md says how to read them).
 
 Plain reading of JSON (no torch, no model): `probe_table` is one row per probe file,
-`write_figures` writes the four PNGs of one file beside it, `read_final` gives one file per run
-to the report's probe section (analysis/latent.py), which folds one block per Free Transformer
-(`probe_html`). A null in a file is NaN here and a grey
-dash in HTML, never 0.
+`write_figures` writes the four PNGs of one file beside it, `final_docs` keeps one file per run
+for the report's probe section (analysis/latent.py), which folds one block per Free Transformer
+(`probe_html`). A null in a file is NaN here and a grey dash in HTML, never 0.
 
     python -m analysis.probe <probe file or run dir>...   figures beside each file + the table
 """
@@ -28,7 +27,7 @@ from common.errors import UsageError, cli
 from common.io import atomic_write
 from common.paths import RunDir
 
-from .render import cell_html, template
+from .render import cell_html, ci, template
 from .render import num as _f  # None, text and NaN are missing (NaN), never 0
 from .render import png as png_bytes
 
@@ -45,14 +44,9 @@ TABLE_COLS = ["run_id", "step", "latent_bits", "kappa_bits", "n_rows", "kl_bits"
               "steer_n_prompts", "recovered_share", "recovered_share_lo", "recovered_share_hi",
               "information_bits", "marginal_bias_bits", "exact_model_share", "latent_state",
               "dead", "z_cut", "file"]
-"""`over_budget` is the probe's encoder-side flag (KL over its budget and cashed in by the
-decoder; the file's `collapse` record); `dead` is the decoder ignoring Z. `latent_unused` is the
-encoder-side count of active bits (KL > 0.01 bit to the uniform prior, which also counts biased
-bits that carry no information), never the flag. `latent_state` is used | dead | undetermined,
-with its rule in each file (`latent_use.rule`); a file without the record, or whose rule gave
-the share-based "leaking" state (version 1, withdrawn: an exact latent model has share >= 2),
-has none (NaN, never a guess). Whether prior generation breaks is the sample test's
-(experiments/eval/samples.py), never a probe column."""
+"""probe.csv: one row per probe file. `over_budget` is the file's `collapse` flag (encoder side),
+`latent_state` / `dead` its `latent_use` record (decoder side): docs/PROBE.md says how to read
+each; a file without the record has no state (NaN, never a guess)."""
 LATENT_COLS = ["run_id", "arm", "z_cut", "latent_bits", "kappa_bits", "step", "final", "kl_bits",
                "information_bits", "marginal_bias_bits", "recovered_nats", "recovered_share",
                "recovered_share_lo", "recovered_share_hi", "d_posterior_LEAKING",
@@ -288,15 +282,8 @@ def write_figures(path: str | Path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------------ report section
-def _ci(m: float, lo: float, hi: float) -> str:
-    if not math.isfinite(m):
-        return _cell(m)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return f"{m:+.4g} (no interval)"
-    return f"{m:+.4g} [{lo:+.4g}, {hi:+.4g}]"
-
-
 _cell = partial(cell_html, spec=".4g")
+_ci = partial(ci, spec="+.4g", none=_cell(math.nan))  # 'm [lo, hi]', 'm' without an interval
 
 
 def probe_html(doc: dict[str, Any]) -> str:
@@ -318,12 +305,6 @@ def read_probes(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], l
         except UsageError as e:
             bad.append(str(e))
     return docs, bad
-
-
-def read_final(run_dirs: Iterable[str | Path]) -> tuple[list[dict[str, Any]], list[str]]:
-    """`read_probes`, one per run of its last weights (`final_docs`)."""
-    docs, bad = read_probes(run_dirs)
-    return final_docs(docs), bad
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,7 @@
-"""docs/STUDY.md from the study's committed tables (docs/study/): `render`, which
-`make study-render` (`python -m pipelines.study render`) writes.
-
-Every number comes from a file in the tables directory (written by `python -m pipelines.study`:
-study.json, cells.json, the report's table_tokens/table_flops/likelihood/probe/latent/per_seed
-CSVs; and the two measured inputs, sizing.csv and bryanvine.csv, which say where each number
-came from), or is computed here from them (the perplexity ratio, the planned MDE, the counts).
-An absent table makes its section say "not yet run", never 0; bad input is one line, exit 2,
-nothing written.
+"""docs/STUDY.md (`make study-render`) from the study's committed tables in docs/study/ (what
+`python -m pipelines.study` wrote, plus the measured inputs sizing.csv and bryanvine.csv): every
+number is read from them or computed here from them; an absent table makes its section say
+"not yet run", never 0.
 """
 
 from __future__ import annotations
@@ -242,14 +237,6 @@ def _share(r: pd.Series) -> str:
     return f"{100 * v:+.2f}%{iv}"
 
 
-def _seed_of(cells: list[dict]) -> dict[str, object]:
-    return {str(c.get("run_id")): c.get("seed") for c in cells}
-
-
-def _seed_text(sd: object) -> str:
-    return "?" if sd is None or sd != sd else str(int(sd))  # type: ignore[arg-type]
-
-
 def _state(r: pd.Series) -> str:
     """common.latent_use's state of a latent.csv row; a row with no share is undetermined."""
     return use_state(*(num(r.get(k)) for k in ("recovered_share", "recovered_share_lo",
@@ -265,7 +252,7 @@ def latent_section(lat: pd.DataFrame | None) -> dict | None:
         return None
     lat = lat.assign(state=[_state(r) for _, r in lat.iterrows()])
     fin = lat[lat["final"].map(_truthy)].sort_values(["arm", "kappa_bits", "seed"], kind="stable")
-    table = md(pd.DataFrame([[r["arm"], kappa_text(r["kappa_bits"]), _seed_text(r["seed"]),
+    table = md(pd.DataFrame([[r["arm"], kappa_text(r["kappa_bits"]), _int(r["seed"]),
                               _int(r["step"]), f4(r["kl_bits"]), f4(r["information_bits"]),
                               f4(r["marginal_bias_bits"]), _share(r), r["state"]]
                              for _, r in fin.iterrows()],
@@ -298,11 +285,12 @@ def encoder_section(probe: pd.DataFrame | None, cells: list[dict]) -> dict | Non
     over-budget flag."""
     if probe is None or probe.empty:
         return None
-    p = probe.assign(seed=[_seed_of(cells).get(str(r)) for r in probe["run_id"]]).sort_values(
+    seed_of = {str(c.get("run_id")): c.get("seed") for c in cells}
+    p = probe.assign(seed=[seed_of.get(str(r)) for r in probe["run_id"]]).sort_values(
         ["kappa_bits", "seed"], na_position="last")
     flag = "over_budget" if "over_budget" in p else "collapse"  # the older files' name
     flags = p[flag].map(_flag)
-    return {"table": md(pd.DataFrame([[kappa_text(r["kappa_bits"]), _seed_text(r["seed"]),
+    return {"table": md(pd.DataFrame([[kappa_text(r["kappa_bits"]), _int(r["seed"]),
                                        f4(r["kl_bits"]), _int(r["n_active"]), _flag(r[flag])]
                                       for _, r in p.iterrows()],
                                      columns=["kappa (bits)", "seed", "KL (bits/token)",
@@ -315,12 +303,8 @@ def zcut_section(ps: pd.DataFrame | None) -> dict | None:
     """The per-seed differences that show the Z-cut control trains the baseline."""
     if ps is None or ps.empty or not (ps["arm"] == FREE_ZCUT.name).any():
         return None
-    v = ps[(ps["task"] == "val") & (ps["metric"] == "val_ce")]
-    z = v[v["arm"] == FREE_ZCUT.name].set_index("seed")["value"]
-    b = v[v["arm"] == BASELINE.name].set_index("seed")["value"]
-    common = sorted(set(z.index) & set(b.index))
-    d = (z[common] - b[common]).abs()
-    return {"max": d.max(), "equal": int((d == 0).sum()), "n": len(common)}
+    seeds, d = seed_diffs(_vals(ps, *PRIMARY[:2], FREE_ZCUT.name), _vals(ps, *PRIMARY))
+    return {"max": abs(d).max(), "equal": int((d == 0).sum()), "n": len(seeds)}
 
 
 def their_51m(bv51: pd.DataFrame | None) -> dict[str, str]:
@@ -415,17 +399,16 @@ def realised_sd(ps: pd.DataFrame | None, sizing: pd.DataFrame | None) -> dict | 
     differences' SD), both of validation nats/token."""
     if ps is None or ps.empty or sizing is None:
         return None
-    v = ps[(ps["task"] == "val") & (ps["metric"] == "val_ce")]
-    b = v[v["arm"] == BASELINE.name].set_index("seed")["value"]
+    base = _vals(ps, *PRIMARY)
+    b = base.set_index("seed")["value"]
     if len(b) < 2:
         return None
     pilot, sd = _q(sizing, "pilot_sd_val_ce"), float(b.std(ddof=1))
     diffs = []
-    for _, g in v[v["arm"].map(_treatment)].groupby("kappa_bits"):
-        f = g.set_index("seed")["value"]
-        c = sorted(set(f.index) & set(b.index))
-        if len(c) >= 2:
-            diffs.append(float((f[c] - b[c]).std(ddof=1)))
+    for k in _kappas(ps):
+        _, d = seed_diffs(_vals(ps, *PRIMARY[:2], FREE.name, k), base)
+        if len(d) >= 2:
+            diffs.append(float(d.std(ddof=1)))
     return {"sd": sd, "n": len(b), "pilot": pilot, "sqrt2_pilot": math.sqrt(2) * pilot,
             "ratio": sd / pilot if math.isfinite(pilot) and pilot else None,
             "diffs": diffs if math.isfinite(pilot) else []}

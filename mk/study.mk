@@ -1,17 +1,12 @@
-# The study (docs/STUDY.md): the suite's first finding, one command, offline, on 2 CPU cores.
-#   make study                          STUDY_SIZE=full (~90 min), sweep "study"
-#   make study STUDY_SIZE=tiny          the same pipeline at a test size (CI), sweep "study-tiny"
-#   make study STUDY_NAME=x BENCH_DATA=<dir> JOBS=n STUDY_DOCS=<dir> DRY=1 ALLOW_DIRTY=1
-# ALLOW_DIRTY=1 trains from a working tree with uncommitted changes to tracked source (refused
-# otherwise) and marks the cells with the diff's hash (dirty.json).
+# The study (docs/STUDY.md): the suite's first finding, one command, offline, on 2 CPU cores,
+# resumable (pipelines/study.py says what each stage does).
+#   make study [STUDY_SIZE=full|tiny] [STUDY_NAME=] [BENCH_DATA=<dir>] [JOBS=n] [STUDY_DOCS=<dir>]
+#              [DRY=1] [ALLOW_DIRTY=1]     tiny: the same pipeline at a test size (CI)
+#   make study-render                      docs/STUDY.md from the committed docs/study/ tables
 # The tables go to docs/study/ (full) or results/sweeps/<name>/docs/study/ (other sizes, so a
-# test run never overwrites the committed ones); STUDY.md is written beside that directory.
-# Baseline, Free Transformers at kappa 1/2, 1, 2 bits, the +1-layer and FLOPs-matched controls,
-# every seed; each run evaluated (gold-answer bits per byte, pass@1 / accuracy, the honest
-# likelihood bound, curves), every Free Transformer probed, the report built, its tables copied
-# to docs/study/ and docs/STUDY.md rendered from them. Re-running does only what is missing
-# (pipelines/study.py). `make study-render` re-renders docs/STUDY.md from docs/study/.
-# BENCH_DATA: else $FTBENCH_DATA, else (tiny) the repository's sample; full needs one of the two.
+# test run never overwrites the committed ones). ALLOW_DIRTY=1 trains from uncommitted changes
+# to tracked source (refused otherwise) and marks the cells (dirty.json). BENCH_DATA: else
+# $FTBENCH_DATA, else (tiny) the repository's sample; full needs one of the two.
 .PHONY: study study-render
 STUDY_OFFLINE = HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1
 KNOWN_study := STUDY_SIZE STUDY_NAME BENCH_DATA JOBS STUDY_DOCS DRY ALLOW_DIRTY

@@ -1,23 +1,10 @@
-"""`make study` / `python -m pipelines.study`: the suite's first finding, one command, offline.
-
-Each stage runs in this process through its public entry point and is resumable on its own, so
-a re-run (or a run after an interruption) does only what is missing:
-
-  1. the sweep (`sweeps.api.run`): baseline, Free Transformers at kappa 1/2, 1, 2 bits, the
-     +1-layer, FLOPs-matched and Z-cut controls, every seed, each run evaluated when it finishes
-     (gold-answer bits per byte and pass@1 / accuracy on GSM8K, HumanEval+, MBPP+ from the
-     offline benchmark files, the honest likelihood bound, EVAL_POINTS for the curves);
-  2. the latent probe (`experiments.eval.probe.probe_run`) of every finished latent run;
-  3. the report (analysis.report's build_report), rebuilt only when its inputs changed;
-  4. the report's tables and HTML copied to docs/study/ with the study's settings (study.json),
-     the synthetic claims judged from measured/synthetic/, and docs/STUDY.md rendered from them.
-
-    python -m pipelines.study [run|render|docs] [--size full|tiny] [--name study]
-        [--bench-data DIR] [--docs DIR] [--jobs N] [--dry] [--allow-dirty]
-
-It refuses to train from uncommitted changes to tracked source (pipelines.shared.refuse_dirty)
-unless --allow-dirty (or FTBENCH_ALLOW_DIRTY=1), which marks the cells. Bad input: one line,
-exit 2, nothing written. The sizes, and why `full` is what it is: SIZES and docs/STUDY.md.
+"""`make study` / `python -m pipelines.study [run|render|docs]`: the suite's first finding, one
+command, offline (docs/STUDY.md; sizes: SIZES below). Each stage runs in this process through
+its public entry point and is resumable on its own, so a re-run does only what is missing:
+the sweep (`sweeps.api.run`, each run evaluated when it finishes), the latent probe of every
+finished latent run, the report (rebuilt only when its inputs changed), then the report's
+tables copied to docs/study/ with study.json and docs/STUDY.md rendered from them. It refuses
+to train from uncommitted changes to tracked source unless --allow-dirty.
 """
 
 from __future__ import annotations
@@ -251,13 +238,12 @@ def export(name: str, meta: dict, docs: Path) -> None:
             shutil.copyfile(src, docs / t)
     if sd.report_html.is_file():
         shutil.copyfile(sd.report_html, docs / "report.html")
-    verdicts = SYNTHETIC_VERDICTS
-    if (docs / "claims.csv").is_file() and verdicts.is_file():
+    if (docs / "claims.csv").is_file() and SYNTHETIC_VERDICTS.is_file():
         # the study's sweep has no synthetic results of its own: its synthetic claims are
         # judged from the committed synthetic experiment's per-seed verdicts (docs/SYNTHETIC.md)
         from analysis.claims import rejudge_synthetic
 
-        rejudge_synthetic(docs / "claims.csv", verdicts)
+        rejudge_synthetic(docs / "claims.csv", SYNTHETIC_VERDICTS)
     if docs.resolve() != DOCS.resolve():  # the measured inputs the renderer also reads
         for f in ("sizing.csv", "bryanvine.csv"):
             if (DOCS / f).is_file():
@@ -320,16 +306,6 @@ def study_setup(name: str) -> dict[str, Any]:
     return out
 
 
-def docs_dir(given: str, size: str, name: str) -> Path | None:
-    """Where the tables go: --docs, else docs/study for the full study, else beside the sweep
-    (a tiny run never overwrites the committed tables); None for '-'."""
-    if given == "-":
-        return None
-    if given:
-        return Path(given)
-    return DOCS if size == "full" else SweepDir.of(name).path / "docs" / "study"
-
-
 def render(docs: Path) -> int:
     """docs/STUDY.md (beside `docs`) from the tables in `docs` (analysis.study.render)."""
     from analysis.study import render as study_md
@@ -375,7 +351,10 @@ def _main(a: argparse.Namespace) -> int:
     if not name.replace("-", "").replace("_", "").isalnum():
         raise UsageError(f"STUDY_NAME={name!r}: use letters, digits, '-' and '_'")
     bench = find_bench(a.bench_data.strip() or None, size)
-    docs = docs_dir(a.docs, a.size, name)
+    # --docs, else docs/study for the full study, else beside the sweep (a tiny run never
+    # overwrites the committed tables); '-': no export
+    docs = (None if a.docs == "-" else Path(a.docs) if a.docs else
+            DOCS if a.size == "full" else SweepDir.of(name).path / "docs" / "study")
     if a.cmd == "docs":
         if docs is None:
             raise UsageError("--docs=-: nothing to export")

@@ -23,7 +23,6 @@ import pytest
 import torch
 import yaml
 
-from common.errors import UsageError
 from experiments.eval import probe as P
 from experiments.train import synthetic_data as sd
 from model import ModelConfig, build_model
@@ -243,11 +242,6 @@ def test_steering_moves_when_the_decoder_uses_z() -> None:
     assert s["difference"]["mean"] > 0.1 and s["difference"]["lo"] > 0
     assert s["effect"]["mean"] == pytest.approx(s["null"]["mean"] + s["difference"]["mean"])
     assert len(s["per_position"]["shared_z"]) == 6
-
-
-def test_probe_refuses_a_baseline_model() -> None:
-    with pytest.raises(UsageError, match="Free Transformer"):
-        P.probe_model(build_model(CFG.replace(latent_bits=0)), *_rows(), SMALL)
 
 
 # ------------------------------------------------------------------------ the CLI on run dirs

@@ -1,16 +1,10 @@
-"""Does the decoder use Z, and how? Probes of a Free Transformer on its run's validation rows:
-the KL per latent bit and position (`kl_probe`), latent use (`latent_use`: the decoder's recovered
-share of the KL, used / dead / undetermined by common.latent_use.RULE), the encoder-side
-over-budget flag (`collapse_rule`), Z ablations and steering. docs/PROBE.md says what each
-measures, its null and how to read it.
-
-    python -m experiments.eval.probe <run dir or .pt> [--rows N] [--seed S] [--out DIR]
-
-writes `<run>/eval/probe.<spec_id>.step<N>.json`. Honest: Z never sees the tokens scored, except
-in the posterior ablation (LEAKING: a diagnostic, never a score); only samples judge whether
-prior generation breaks (experiments/eval/samples.py). The lower half of the model (blocks below
-Z's injection, and the encoder) runs once per row (`forward_lower`); only the upper half runs per
-draw of Z (`forward_upper`).
+"""Does the decoder use Z, and how? `python -m experiments.eval.probe <run dir or .pt>` writes
+`<run>/eval/probe.<spec_id>.step<N>.json`: the KL per latent bit and position, latent use (the
+decoder's recovered share of the KL, by common.latent_use.RULE), the encoder-side over-budget
+flag, Z ablations and steering; docs/PROBE.md says what each measures, its null and how to read
+it. Honest: Z never sees the tokens scored, except in the posterior ablation (LEAKING: a
+diagnostic, never a score). The lower half of the model runs once per row (`forward_lower`),
+only the upper half per draw of Z.
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F  # noqa: F401
+import torch.nn.functional as F
 
 from common import arms
 from common.errors import ArgParser, UsageError, cli
@@ -118,13 +112,8 @@ def kl_probe(bit_logits: torch.Tensor, kappa_bits: float,
 
 def collapse_rule(kl_bits: float, kappa_bits: float, ce_prior: float | None,
                   ce_posterior: float | None, n_active: int) -> dict[str, Any]:
-    """The encoder-side over-budget flag (the paper's collapse signature at kappa = 4 bits).
-
-    flag: the mean KL exceeds kappa by more than max(COLLAPSE_MARGIN_FRAC x kappa,
-    COLLAPSE_MARGIN_MIN_BITS) AND the decoder cashes in more than COLLAPSE_RECOVERED_FRAC of that
-    KL (CE_prior - CE_posterior, nats): the budget is overrun and used. It does not say that
-    generation from the prior breaks: only samples say that (experiments/eval/samples.py).
-    latent_unused: no active bit (the encoder's side only)."""
+    """The encoder-side over-budget flag (the paper's collapse signature at kappa = 4 bits), by
+    the rule the record states; missing CE gives a missing flag, never False."""
     margin = max(COLLAPSE_MARGIN_FRAC * kappa_bits, COLLAPSE_MARGIN_MIN_BITS)
     gap = None if ce_prior is None or ce_posterior is None else ce_prior - ce_posterior
     over = kl_bits > kappa_bits + margin
@@ -207,15 +196,9 @@ def code_marginal_kl(bit_logits: torch.Tensor, chunk: int = MI_CODE_CHUNK) -> di
 def latent_use(kl_bits: float, kappa_bits: float, ce_prior: float | None,
                ce_posterior: float | None, posterior_delta: dict[str, Any] | None,
                split: dict[str, Any], exact_share: float | None = None) -> dict[str, Any]:
-    """Latent use measured on the decoder's side, with its state and the rule it follows.
-
-    recovered_share = (CE_prior - CE_posterior) / KL, both in nats per token: the share of what
-    the encoder spends that the decoder turns into a lower CE (its interval from the posterior
-    ablation's bootstrap over rows). state: `used` (share >= USED_SHARE, its lower end >=
-    USED_SHARE_LO, KL >= USED_KL_BITS), `dead` (the share's upper end under DEAD_SHARE, or
-    information under DEAD_INFO_BITS), else `undetermined`; missing CE gives null, never a
-    state. The exact-model share of this encoder (`exact_model_share`) is stated beside it: a
-    share above 1 is no sign of leaking; prior generation is judged from samples only."""
+    """Latent use measured on the decoder's side: the recovered share of the KL (its interval
+    from the posterior ablation's bootstrap over rows), its state by common.latent_use and the
+    rule in words (`rule_text`); missing CE gives null, never a state."""
     kl_nats = kl_bits * LN2
     gap = None if ce_prior is None or ce_posterior is None else ce_prior - ce_posterior
     share = None if gap is None or kl_nats <= 0 else gap / kl_nats
@@ -352,9 +335,7 @@ def group_agreement(tokens: torch.Tensor, group_size: int) -> torch.Tensor:
 @torch.no_grad()
 def steering_probe(m: FreeTransformer, prompts: torch.Tensor, gen_tokens: int, group_size: int,
                    groups: int, temperature: float, seed: int, n_boot: int) -> dict[str, Any]:
-    """prompts (P, Lp) -> the steering record (module docstring)."""
-    if group_size < 2:
-        raise ValueError(f"group_size must be >= 2 (agreement needs pairs), got {group_size}")
+    """prompts (P, Lp) -> the steering record (group_size >= 2: probe_run checks it)."""
     H = m.cfg.latent_bits
     n_p, Lp = prompts.shape
     B = groups * group_size
@@ -407,12 +388,10 @@ def steering_probe(m: FreeTransformer, prompts: torch.Tensor, gen_tokens: int, g
 def probe_model(model: torch.nn.Module, val_x: torch.Tensor, val_y: torch.Tensor,
                 opts: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every probe on a Free Transformer and validation rows (N, T) -> the record (no I/O).
-    opts: DEFAULTS' keys (rows is ignored here: the caller slices the rows)."""
+    opts: DEFAULTS' keys (rows is ignored here: the caller slices the rows); probe_run has
+    checked them and refused a baseline."""
     o = {**DEFAULTS, **(opts or {})}
     m = getattr(model, "module", model)
-    if not isinstance(m, FreeTransformer):
-        raise UsageError(f"the probes need a Free Transformer (latent_bits > 0), got "
-                         f"{type(m).__name__}")
     if val_x.shape != val_y.shape or val_x.dim() != 2:
         raise ValueError("val_x and val_y must both be (N, T)")
     was = m.training

@@ -267,16 +267,7 @@ def _step(ck: Path) -> int | None:
 
 def kept(run: RunDir) -> list[Path]:
     """A run's kept checkpoints (eval_step_<N>.pt), by step."""
-    d = run.path / "checkpoints"
-    return sorted(d.glob("eval_step_*.pt"), key=lambda p: int(p.stem.split("_")[-1]))
-
-
-def final_val(run: RunDir, key: str) -> float:
-    """`key` of the run's last validation record (metrics.jsonl); UsageError when absent."""
-    vals = [r for r in run.metrics_json() if r.get("kind") == "val" and key in r]
-    if not vals or not isinstance(vals[-1][key], (int, float)):
-        raise UsageError(f"{run.path}: no validation record with {key} (not finished?)")
-    return float(vals[-1][key])
+    return [p for _, p in run.eval_checkpoints()]
 
 
 def ladder_nll(ws: Workspace, ck: Path) -> float:
@@ -318,7 +309,10 @@ def sample_test(ft: Path, scorer: Path, ladder: Path, out: Path | None = None,
         if not torch.equal(ws.rows(r), ws.rows(frun)):
             raise UsageError(f"{what} {r.run_id}: its validation rows differ from "
                              f"{frun.run_id}'s, so its samples would not share the FT's prompts")
-    elbo = final_val(frun, "val_elbo")
+    vals = [r for r in frun.metrics_json() if r.get("kind") == "val" and "val_elbo" in r]
+    if not vals or not isinstance(vals[-1]["val_elbo"], (int, float)):
+        raise UsageError(f"{frun.path}: no validation record with val_elbo (not finished?)")
+    elbo = float(vals[-1]["val_elbo"])
     own = ws.scores(ws.generation(kept(srun)[-1] if kept(srun) else sck), sck)
     ftg = ws.scores(ws.generation(fck), sck)
     data = ws.scores(None, sck, data_of=frun)
