@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from common.errors import cli
 from experiments.train import parallel as par
-from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
+from experiments.train.config import TrainConfig, compose, export_dtype, trains_bf16
 from experiments.train.plan import (
     RunPlan,
     chunked_loss,
@@ -48,8 +48,6 @@ from experiments.train.plan import (
 )
 
 PHASES = ("train", "validation", "eval", "save")
-DEVICE_TYPES = ("cuda", "cpu")
-FSDP_SYNC = ("every", "last", "both")
 GB = 1e9  # decimal, as GPU memory is quoted (H100: 80 GB)
 
 
@@ -507,11 +505,9 @@ def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
 
 def measure_eval_on_device(cfg: TrainConfig, device: str = "cuda", *, eval_rows: int = 16
                            ) -> dict[str, int]:
-    """`measure`'s evaluation phase run for real on a GPU: the CUDA allocator's peaks
-    {"allocated", "reserved"} (weights included), set beside the fake-tensor figure."""
-    if not str(device).startswith("cuda"):
-        raise ConfigError(f"device={device!r}: the allocator's peaks are CUDA's (a CPU run: "
-                          "dev/memory.py's measure_real)")
+    """`measure`'s evaluation phase run for real on a CUDA device: the allocator's peaks
+    {"allocated", "reserved"} (weights included), set beside the fake-tensor figure (a CPU
+    run: dev/memory.py's measure_real)."""
     p = plan(cfg, 1)
     lm, pairs = _eval_lm(p, trains_bf16(cfg.train, "cuda"), eval_rows, device)
     dev = torch.device(device)
@@ -535,21 +531,10 @@ def measure(cfg: TrainConfig, *, world_size: int | None = None, parallel: str | 
     `world_size` (default `planning_world`) and `parallel` (default `dry_parallel`);
     device_type "cuda" models a GPU run; eval_rows: the evaluation batch's continuations;
     accum_measured: micro-batches run (None: all); fsdp_reduce_every overrides the trainer's
-    setting. ConfigError on a bad value."""
-    if device_type not in DEVICE_TYPES:
-        raise ConfigError(f"device_type={device_type!r}: allowed {list(DEVICE_TYPES)}")
-    bad = [x for x in phases if x not in PHASES]
-    if bad:
-        raise ConfigError(f"phases {bad}: allowed {list(PHASES)}")
-    if eval_rows < 1:
-        raise ConfigError(f"eval_rows={eval_rows}: must be at least 1")
+    setting. The callers pass known values (dev/memory.py's command line checks its own)."""
     world = world_size or planning_world(cfg)[0]
     p = plan(cfg, world)
-    mode = parallel or dry_parallel(cfg, p)
-    if world <= 1:
-        mode = "none"
-    if mode not in ("none", "ddp", "fsdp"):
-        raise ConfigError(f"parallel={mode!r}: allowed none, ddp, fsdp")
+    mode = "none" if world <= 1 else parallel or dry_parallel(cfg, p)
     bf16 = trains_bf16(cfg.train, device_type)
     every = par.FSDP_REDUCE_EVERY_MICRO_BATCH if fsdp_reduce_every is None else fsdp_reduce_every
     out: list[PhasePeak] = []

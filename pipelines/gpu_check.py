@@ -39,7 +39,7 @@ from common.io import atomic_write_text
 from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
 from experiments import memory as MEM
 from experiments.train import plan as P
-from experiments.train.config import ConfigError, compose, gpu_peak_tflops
+from experiments.train.config import compose, gpu_peak_tflops
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
 """The committed recipe measurements as a table (`measurements_doc`), generated."""
@@ -490,7 +490,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                                   disk_free=None if ship else P.free_bytes(root),
                                   device_type="cpu" if cpu else "cuda")
         cfg = compose(args)
-    except (UsageError, ConfigError, ValueError) as e:
+    except (UsageError, ValueError) as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     if ship:  # the plan one H100 node reads (shipped): measured here, minutes of CPU
         print(f"wrote {MEM.ship(cfg, n)}")

@@ -531,7 +531,7 @@ def _checked(r: Recipe) -> Recipe:
         cfg = backend.compose_overrides(r._overrides(list(TRAIN_KEYS), derived=False))
         backend.run_plan(cfg, world_size=cfg.train.plan_world_size)
         r.sweep_spec()  # the grid: the sweep's SweepSpec
-    except ValueError as e:  # ConfigError, a UsageError
+    except ValueError as e:  # UsageError is one
         raise UsageError(f"{at}: {one_line(e)}") from None
     for key, train_key in TRAIN_KEYS.items():  # typed as the trainer reads them
         if v[key] is not None and key not in ("corpus.sources", "corpus.paths"):

@@ -206,7 +206,8 @@ def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
     assert {r["phase"] for r in doc["phases"]} == {"train", "validation", "eval", "save"}
     assert all(r["measured"] is None and r["why_not"] for r in doc["phases"])
     # a CPU rehearsal is not a measurement of MFU: the dry run does not read it
-    assert P.measured_mfu("cpu", "1M", str(tmp_path)) is None
+    cpu = compose(["model=1M", "train.gpu_name=cpu", f"paths.results={tmp_path}"])
+    assert P.planned_mfu(cpu)[1].startswith("assumed")
     assert "resume: ok (from step 3" in out
 
 

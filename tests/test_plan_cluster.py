@@ -11,8 +11,9 @@ import pytest
 import torch
 
 import experiments.train.trainer as T
+from common.errors import UsageError
 from experiments.train import plan as P
-from experiments.train.config import ConfigError, compose
+from experiments.train.config import compose
 from model import build_model
 
 
@@ -120,7 +121,7 @@ def _suggestions_are_valid(msg: str, batch: int, micro: int | None, world: int) 
         cfg.train.batch_size = b  # plan() decides; the config's own checks are not the question
         try:
             P.plan(cfg, w)
-        except ConfigError:
+        except UsageError:
             return False
         return True
 
@@ -146,7 +147,7 @@ def test_random_worlds_never_trace_back():
                       + ([f"train.micro_batch_size={micro}"] if micro else []))
         try:
             p = P.plan(cfg, world)
-        except ConfigError as e:
+        except UsageError as e:
             assert "\n" not in str(e) and "nearest valid" in str(e)
             continue
         assert p.micro_batch_size * p.grad_accum * world == batch

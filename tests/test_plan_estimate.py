@@ -9,7 +9,8 @@ import dataclasses
 import pytest
 
 import experiments.train.trainer as T
-from experiments.train.config import GROUPS, ConfigError, compose, config_help
+from common.errors import UsageError
+from experiments.train.config import GROUPS, compose, config_help
 from experiments.train.plan import paper_implied_mfu
 
 
@@ -59,7 +60,7 @@ def test_token_counts_take_the_same_suffixes_as_sweeps(text, value):
 
 @pytest.mark.parametrize("text", ["20x", "-5k", "0", "k", "nan"])
 def test_a_bad_token_count_is_one_line(text):
-    with pytest.raises(ConfigError, match=r"train\.tokens=.* (is not a positive number|> 0)"):
+    with pytest.raises(UsageError, match=r"train\.tokens=.* (is not a positive number|> 0)"):
         compose([f"train.tokens={text}"])
 
 
