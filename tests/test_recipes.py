@@ -268,9 +268,9 @@ def _edit(section: str, key: str, value):
     return f
 
 
-BAD = [  # the file's shape (OmegaConf), the checks the recipe makes, and one refusal of each
-    # check it hands on (the trainer's config and plan, the grid's, the evaluator's: their own
-    # tests and tests/test_refusals.py cover the rest of each)
+BAD = [  # the file's shape and value types (OmegaConf), the recipe's own checks, and one
+    # refusal of each check it hands on (the trainer's config and plan, the grid's, the
+    # evaluator's: their own tests and tests/test_refusals.py cover the rest of each)
     ("unknown top key", lambda raw: raw.update(extras={}), "extras: Key 'extras' not in"),
     ("missing key", lambda raw: raw["optim"].pop("eps"), "optim.eps: missing"),
     ("leaf without source", lambda raw: raw["optim"]["lr"].pop("source"),
@@ -282,8 +282,9 @@ BAD = [  # the file's shape (OmegaConf), the checks the recipe makes, and one re
      "optim.lr: source must be"),
     ("precision", _edit("train", "precision", "fp8"), "train.precision='fp8': allowed values"),
     ("batch vs gpus", _edit("train", "gpus", 3), "train.batch_size=8 does not split"),
-    ("schedule", _edit("optim", "schedule", "wsd"), "needs key optim.schedule"),
-    ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds: '0 1' must be a list"),
+    ("schedule", _edit("optim", "schedule", "wsd"),
+     "optim.schedule.value: Invalid value 'wsd', expected one of [cosine]"),
+    ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds.value: Invalid value"),
     ("kappa repeated", _edit("grid", "kappa_bits", [0.5, "1/2"]), "grid.kappa_bits: 0.5 given "
                                                                    "twice"),
     ("hf without sources", _edit("corpus", "data", "hf"), "corpus.sources=[]: data=hf needs"),
@@ -291,7 +292,9 @@ BAD = [  # the file's shape (OmegaConf), the checks the recipe makes, and one re
     ("unknown task", _edit("eval", "tasks", ["arc_easy", "no_such_task"]), "no_such_task"),
     ("fewshot stray task", _edit("eval", "fewshot", {"mmlu": 5}), "eval.fewshot"),
     ("one eval point", _edit("eval", "points", 1), "eval.points=1: must be an integer >= 2"),
-    ("posterior z", _edit("eval", "z", "posterior"), "eval.z='posterior': allowed values"),
+    ("fractional eval points", _edit("eval", "points", 2.5), "eval.points.value: Value '2.5'"),
+    ("posterior z", _edit("eval", "z", "posterior"),
+     "eval.z.value: Invalid value 'posterior', expected one of [prior, prior-k]"),
 ]
 
 
