@@ -616,52 +616,39 @@ SHIPPED = ROOT / "measured" / "memory" / "plans"
 
 def _read(path: Path) -> list[PhasePeak] | None:
     try:
-        doc = json.loads(path.read_text())
-        return [PhasePeak(**r) for r in (doc["records"] if isinstance(doc, dict) else doc)]
+        return [PhasePeak(**r) for r in json.loads(path.read_text())["records"]]
     except (OSError, ValueError, TypeError, KeyError):
-        return None  # unreadable: measured again and rewritten
+        return None  # unreadable (or an older list-only cache file): measured again, rewritten
 
 
 def measure_cached(cfg: TrainConfig, *, world_size: int | None = None, device_type: str = "cuda",
                    eval_rows: int = 16, accum_measured: int | None = 3,
-                   cache: Path | None = None, shipped: Path | None = None
+                   cache: Path | None = None, shipped: Path | None = None, ship: bool = False
                    ) -> tuple[list[PhasePeak], Path | None]:
     """`measure` of every phase, read from `cache/memory/<key>.json` when that exact measurement
     was made before, else from `shipped/<shape key>.json`, else measured and cached: (records,
-    the file read or written)."""
+    the file read or written). `ship`: measured anew and written under `shipped` by its shape
+    key (`--ship-plan`). Each file holds the torch version and code hash that made it."""
     world = world_size or planning_world(cfg)[0]
     p = plan(cfg, world)
     mode = "none" if world <= 1 else dry_parallel(cfg, p)
     args = (cfg, world, mode, device_type, eval_rows, accum_measured)
     path = None if cache is None else cache / "memory" / f"{measure_key(*args)}.json"
-    ship = None if shipped is None else shipped / f"{measure_key(*args, exact=False)}.json"
-    for f in (path, ship):
+    shape = None if shipped is None else shipped / f"{measure_key(*args, exact=False)}.json"
+    for f in () if ship else (path, shape):
         if f is not None and f.is_file() and (recs := _read(f)) is not None:
             return recs, f
     recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type,
                    eval_rows=eval_rows, accum_measured=accum_measured)
-    if path is not None:
+    out = shape if ship else path
+    if out is not None:
         from common.io import atomic_write_text
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps([r.to_json() for r in recs], indent=1) + "\n")
-    return recs, path
-
-
-def ship(cfg: TrainConfig, world: int, device_type: str = "cuda") -> Path:
-    """Measure `cfg`'s plan at `world` and write it under SHIPPED by its shape key, with the
-    torch and the code hash that made it."""
-    from common.io import atomic_write_text
-
-    mode = "none" if world <= 1 else dry_parallel(cfg, plan(cfg, world))
-    recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type)
-    key = measure_key(cfg, world, mode, device_type, 16, 3, exact=False)
-    path = SHIPPED / f"{key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"shape_key": key, "torch": torch.__version__, "code": code_hash(),
-           "records": [r.to_json() for r in recs]}
-    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
-    return path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"torch": torch.__version__, "code": code_hash(),
+               "records": [r.to_json() for r in recs]}
+        atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
+    return recs, out
 
 
 USABLE_FRACTION = 0.9

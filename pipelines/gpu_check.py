@@ -493,7 +493,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     except (UsageError, ValueError) as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     if ship:  # the plan one H100 node reads (shipped): measured here, minutes of CPU
-        print(f"wrote {MEM.ship(cfg, n)}")
+        print(f"wrote {MEM.measure_cached(cfg, world_size=n, shipped=MEM.SHIPPED, ship=True)[1]}")
         return 0
     work = root / "gpu_check" / f"recipe-{rec.name}"  # a results root of its own
     peak, peak_src = gpu_peak_tflops(name) if gpu else gpu_peak_tflops(gtype)

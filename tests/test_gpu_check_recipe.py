@@ -228,7 +228,7 @@ def test_a_fresh_node_reads_the_shipped_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(MEM, "SHIPPED", tmp_path / "plans")
     monkeypatch.setattr(MEM, "measure", lambda *a, **k: _records())
     args, _ = G.recipe_args(R.load("paper-1.5B"), "H100-80GB", 1, 4, 85.5, extra=TINY)
-    made = MEM.ship(compose(args), 1)
+    made = MEM.measure_cached(compose(args), world_size=1, shipped=MEM.SHIPPED, ship=True)[1]
     assert made.parent == tmp_path / "plans"
     cfg = compose([*args, f"paths.cache={tmp_path / 'fresh'}"])
     monkeypatch.setattr(MEM.torch, "__version__", "2.11.0+cu130")  # the node's torch
