@@ -359,16 +359,20 @@ def _eval_lm(p: RunPlan, bf16: bool, rows: int, device: str = "cpu"
              ) -> tuple[Any, list[tuple[str, str]]]:
     """The evaluator on the model as evaluation loads it (fp32, whole) and one loglikelihood
     batch at the trained window: a context of T/2 tokens and `rows` distinct continuations."""
+    from experiments.corpus.tokenizer import CharTokenizer
     from experiments.eval.lm_adapter import FTBenchLM
+    from experiments.train.data import random_alphabet
 
     model, init = par.build_on_meta(p.model)
     par.materialize(model, init, torch.device(device))
-    lm = FTBenchLM(model=model, tokenizer=_chars_tokenizer(p.model.vocab_size), batch_size=rows,
-                   device=device, precision="bf16" if bf16 else "fp32", max_length=p.seq_len,
-                   progress=False)
+    # data=random's tokenizer, one token per character: the texts are the token counts asked for
+    abc = random_alphabet(p.model.vocab_size)
+    lm = FTBenchLM(model=model, tokenizer=CharTokenizer(abc), batch_size=rows, device=device,
+                   precision="bf16" if bf16 else "fp32", max_length=p.seq_len, progress=False)
     T = p.seq_len
-    ctx = "".join(chr(97 + i % 26) for i in range(T // 2))
-    pairs = [(ctx, chr(200 + r) + "b" * (T - T // 2 - 1)) for r in range(rows)]  # distinct
+    ctx = "".join(abc[i % 26] for i in range(T // 2))
+    pairs = [(ctx, abc[(26 + r) % len(abc)] + abc[1] * (T - T // 2 - 1))  # distinct
+             for r in range(rows)]
     return lm, pairs
 
 
@@ -457,27 +461,6 @@ def _save_record(cfg: TrainConfig, r: _Run, rec: PhasePeak, sd: dict[str, Any],
         rec, peak_bytes=device_peak, host_bytes=max(staged, export + cast),
         note=f"host: DCP staging {_size(staged)} (this rank's {share}) + export on rank 0 "
              f"{_size(export)}" + (f" + its bf16 copy {_size(cast)}" if cast else ""))
-
-
-def _chars_tokenizer(vocab: int) -> Any:
-    """One token per character (id: its code point modulo `vocab`, one byte each): the texts of
-    the evaluation batch become exactly the token counts asked for."""
-    from experiments.corpus.tokenizer import TextTokenizer
-
-    class Chars(TextTokenizer):
-        name = "chars"
-        eos_id, bos_id, vocab_size = 0, None, vocab
-
-        def encode(self, text: str) -> list[int]:
-            return [ord(c) % vocab for c in text]
-
-        def decode(self, ids: Sequence[int]) -> str:
-            return "".join(map(chr, ids))
-
-        def token_bytes(self) -> list[int]:
-            return [1] * vocab
-
-    return Chars()
 
 
 def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
