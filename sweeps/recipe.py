@@ -359,6 +359,21 @@ class Recipe:
                          *(["--fewshot", str(n)] if n is not None else [])])
         return runs
 
+    def cell_config(self, gpu: str | MicroBatch, overrides: Sequence[str] = (),
+                    gpus: int | None = None) -> Any:
+        """The TrainConfig of the costliest cell (the Free Transformer at the grid's largest H)
+        at the measured micro-batch for GPU type `gpu`, or at a MicroBatch being measured
+        (`overrides` win over the recipe's): what `make paper DRY=1` measures on fake tensors
+        (pipelines/paper.py) and dev/recipe_memory.py measured into MEASURED_RECORDS."""
+        from .backend import compose_overrides
+
+        ov = [f"model.latent_bits={max(self.grid.latent_bits)}",
+              f"model.kappa_bits={float(self.grid.kappa_bits[0])}", *overrides,
+              *([f"train.plan_world_size={gpus}"] if gpus else [])]
+        base = (self.training_overrides(gpu=gpu) if isinstance(gpu, str)
+                else (*self.training_overrides(), *gpu_overrides(gpu)))
+        return compose_overrides(list(merge_overrides(base, ov)))
+
     def memory_key(self) -> str:
         """What the measured micro-batches were measured for: a hash of every training override
         but the micro-batch settings (a changed recipe is not the one measured)."""
