@@ -17,7 +17,6 @@ measures them). A step's peak does not change after its second micro-batch, so
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -701,15 +700,14 @@ def dry_device_type(cfg: TrainConfig) -> str:
     return "cpu" if str(cfg.train.device) == "cpu" else "cuda"
 
 
-def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int = 16,
-             cache: Path | None = None, label: str = "") -> str:
+def dry_text(cfg: TrainConfig, *, world_size: int | None = None, cache: Path | None = None,
+             label: str = "") -> str:
     """The dry run's memory section: the measured per-process peak of every phase beside the
     GPU's capacity (train.gpu_memory_gb), and which phases do not fit."""
     world, source = (world_size, "given") if world_size else planning_world(cfg)
     device_type = dry_device_type(cfg)
     t0 = time.time()
-    recs, path = measure_cached(cfg, world_size=world, device_type=device_type,
-                                eval_rows=eval_rows, cache=cache)
+    recs, path = measure_cached(cfg, world_size=world, device_type=device_type, cache=cache)
     took = time.time() - t0
     cuda = device_type == "cuda"
     cap = cfg.train.gpu_memory_gb * GB if cuda else None
@@ -735,40 +733,27 @@ def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int 
     return "\n".join(lines)
 
 
-def _dry_main(overrides: list[str], eval_rows: int) -> int:
-    """The trainer's dry run, then `dry_text` of the same config (experiments.train does not
-    import this module)."""
+def main(argv: list[str] | None = None) -> int:
+    """`make train DRY=1` (its `--dry-run`, the only mode): the trainer's dry run (its plan),
+    then `dry_text` of the same config (cached under paths.cache/memory); every other argument
+    is a trainer override (experiments.train does not import this module). Measuring chosen
+    phases, parallelisms and FSDP syncs: python -m dev.memory."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--dry-run"]
+    return cli("python -m experiments.memory", lambda: _dry_main(args))
+
+
+def _dry_main(overrides: list[str]) -> int:
     from experiments.train.trainer import main as train_main
 
     overrides = [o for o in overrides if not o.startswith("train.dry_run=")]
     rc = train_main([*overrides, "train.dry_run=true"])
-    if rc != 0:
+    if rc != 0 or overrides[:1] in (["-h"], ["--help"]):  # its refusal, or its help
         return rc
     cfg = compose(overrides)
     if dist.is_initialized() and dist.get_rank() != 0:
         return 0
-    print(dry_text(cfg, eval_rows=eval_rows, cache=Path(cfg.paths.cache)), flush=True)
+    print(dry_text(cfg, cache=Path(cfg.paths.cache)), flush=True)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    return cli("python -m experiments.memory", lambda: _main(args))
-
-
-def _main(args: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.memory",
-        description="make train DRY=1: the trainer's dry run (its plan), then the measured "
-                    "peaks of the planned run (cached under paths.cache/memory); positional "
-                    "key=value are the trainer's overrides. Measuring chosen phases, "
-                    "parallelisms and FSDP syncs: python -m dev.memory.")
-    ap.add_argument("overrides", nargs="*")
-    ap.add_argument("--eval-rows", type=int, default=16)
-    ap.add_argument("--dry-run", action="store_true",
-                    help="the only mode (make train DRY=1 passes it); implied when absent")
-    a = ap.parse_args(args)
-    return _dry_main(a.overrides, a.eval_rows)
 
 
 if __name__ == "__main__":

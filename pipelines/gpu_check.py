@@ -420,11 +420,6 @@ def time_plan(cfg: Any, n: int, peak_tflops: float | None, planned: bool) -> dic
     return out
 
 
-def _final_line(run: Path) -> dict[str, Any]:
-    rows = RunDir(run).metrics_json()
-    return next((r for r in reversed(rows) if r.get("kind") == "final"), {})
-
-
 def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None],
                  cap_bytes: float | None) -> list[dict[str, Any]]:
     """One row per phase: the plan's fake-tensor peak beside the allocator's measured peak."""
@@ -534,7 +529,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         rows = RunDir(ref).metrics_json()
         doc["val_steps"] = [r["step"] for r in rows if r["kind"] == "val"]
         ok &= len(doc["val_steps"]) >= 2
-        fin = _final_line(ref)
+        fin = next((r for r in reversed(rows) if r.get("kind") == "final"), {})
         measured.update(fin.get("cuda_peak_bytes") or {})
         doc["cuda_outside_torch_bytes"] = fin.get("cuda_outside_torch_bytes")
         tps, window = _tokens_per_s(ref)
