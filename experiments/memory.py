@@ -1,8 +1,5 @@
-"""Measured per-GPU peak memory of every phase of a run, at the real shape, without the hardware.
-
-    measure(cfg, world_size=None, parallel=None, device_type="cuda", phases=PHASES, ...)
-        -> list[PhasePeak]                   one record per phase
-    python -m experiments.memory --dry-run key=value ...   (make train DRY=1)
+"""Measured per-GPU peak memory of every phase of a run, at the real shape, without the hardware
+(`measure`: one PhasePeak per phase; `make train DRY=1` prints them, `main`).
 
 As torchtitan's scripts/estimate/estimation.py: a fake process group of the planned world size,
 FakeTensors, and torch's own trackers (`torch.distributed._tools`: FSDPMemTracker under FSDP2,
