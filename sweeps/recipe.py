@@ -193,10 +193,6 @@ class Recipe:
     def preset(self) -> str:
         return self.values["model.preset"]
 
-    @property
-    def mapper_bf16(self) -> bool:
-        return self.values["model.mapper_bf16"]
-
     # ------------------------------------------------------------------ derived values
     @property
     def tokens_per_step(self) -> int:

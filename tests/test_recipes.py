@@ -155,7 +155,7 @@ def test_one_cell_of_each_arm_trains_the_recipe_and_bf16_settings(recipes, compo
     for n, r in recipes.items():
         cfg = composed[n]
         on = n in PAPER
-        assert r.mapper_bf16 is on and r.train.compile is on, n
+        assert r.model.mapper_bf16 is on and r.train.compile is on, n
         assert cfg.model.mapper_bf16 is on and cfg.train.compile is on, n
         assert r.provenance["model.mapper_bf16"].basis == "ours"
         assert r.provenance["train.compile"].basis == "ours"
