@@ -175,14 +175,18 @@ def test_the_dry_run_reads_the_newest_measured_mfu_for_its_gpu_and_preset(tmp_pa
     text = P.format_estimate(compose(ov), P.plan(compose(ov), 32), "ddp")
     assert "at MFU 41% of 989 TFLOP/s" in text and "measured by make gpu-check" in text
     # the committed folder's table: one row per recipe measurement, a dash where one is missing
-    rows = G.measurements_doc(tmp_path / "gpu_check").splitlines()[6:]
+    from dev.gpu_check_doc import measurements_doc
+
+    rows = measurements_doc(tmp_path / "gpu_check").splitlines()[6:]
     assert len(rows) == 6 and rows[0].startswith("| a.json | 2026-11-30")
     assert "| – | yes |" in next(r for r in rows if r.startswith("| g.json"))
 
 
 def test_the_measurements_doc_is_generated_from_the_committed_folder():
-    assert G.DOC.read_text(encoding="utf-8") == G.measurements_doc(), \
-        "docs/gpu_check/README.md: python -m pipelines.gpu_check --doc"
+    from dev.gpu_check_doc import DOC, measurements_doc
+
+    assert DOC.read_text(encoding="utf-8") == measurements_doc(), \
+        "docs/gpu_check/README.md: python -m dev.gpu_check_doc"
 
 
 @pytest.mark.slow
