@@ -644,18 +644,6 @@ def cpu_throughput(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str
                                           f"{'bf16' if bf16 else 'fp32'}")
 
 
-def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
-    mode = dry_parallel(cfg, p)
-    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
-        cpu = cpu_throughput(cfg, p)
-        if cpu is None:
-            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
-                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
-                    "train.cpu_tokens_per_s")
-        return format_estimate(cfg, p, mode, cpu)
-    return format_estimate(cfg, p, mode)
-
-
 def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
     """The dry run's passes over the corpus (refused beyond data.max_epochs when it is built)."""
     from .data import built_manifest, check_epochs
@@ -695,4 +683,10 @@ def dry_run(cfg: TrainConfig) -> None:
         print(format_plan(cfg, p), flush=True)
         print(f"world       {n_world} GPU(s)/process(es), from {source}", flush=True)
         print(epochs, flush=True)
-        print(_dry_estimate(cfg, p), flush=True)
+        on_cpu = cfg.train.device == "cpu" or (cfg.train.device == "auto"
+                                               and not torch.cuda.is_available())
+        rate = cpu_throughput(cfg, p) if on_cpu else None
+        print(format_estimate(cfg, p, dry_parallel(cfg, p), rate), flush=True)
+        if on_cpu and rate is None:
+            print(f"CPU time    null: the model has more than {MEASURE_MAX_PARAMS:,} parameters "
+                  "to time here; state train.cpu_tokens_per_s", flush=True)
