@@ -16,10 +16,8 @@ from typing import Any
 
 import torch
 
-from common.errors import cli
+from common.errors import UsageError, cli
 from experiments.memory import (
-    DEVICE_TYPES,
-    FSDP_SYNC,
     GB,
     PHASES,
     PhasePeak,
@@ -31,8 +29,11 @@ from experiments.memory import (
     format_table,
     measure,
 )
-from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
+from experiments.train.config import TrainConfig, compose, export_dtype, trains_bf16
 from experiments.train.plan import plan
+
+DEVICE_TYPES = ("cuda", "cpu")
+FSDP_SYNC = ("every", "last", "both")
 
 
 def _rss() -> tuple[int, int]:
@@ -82,7 +83,7 @@ def measure_real(cfg: TrainConfig, phase: str, *, eval_rows: int = 16,
                     dcp.async_save(sd, checkpoint_id=d, async_checkpointer_type=(
                         AsyncCheckpointerType.THREAD)).result()
         else:
-            raise ConfigError(f"phase {phase!r}: allowed {list(PHASES)}")
+            raise UsageError(f"phase {phase!r}: allowed {list(PHASES)}")
     gc.collect()
     before, _ = _rss()
     with open("/proc/self/clear_refs", "w") as f:  # this process' peak RSS := its current RSS
@@ -110,6 +111,10 @@ def main(args: list[str] | None = None) -> int:
     a = ap.parse_args(args)
     cfg = compose(a.overrides)
     phases = [x for x in a.phases.split(",") if x]
+    if bad := [x for x in phases if x not in PHASES]:
+        raise UsageError(f"--phases {bad}: allowed {list(PHASES)}")
+    if a.eval_rows < 1:
+        raise UsageError(f"--eval-rows={a.eval_rows}: must be at least 1")
     syncs: list[bool | None] = [None]
     if a.fsdp_sync is not None:
         syncs = {"every": [True], "last": [False], "both": [False, True]}[a.fsdp_sync]

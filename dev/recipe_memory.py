@@ -11,7 +11,7 @@ micro-batch sweeps/recipe.py trains with) and docs/RECIPES.md's generated block.
 Each figure is the per-GPU peak of one phase of the recipe's costliest cell (the Free
 Transformer at the grid's largest H) at the recipe's micro-batch for that GPU type
 (`Recipe.micro_batches`, `training_overrides(gpu=...)`), on rank 0 of the recipe's planned world
-(the config: pipelines.recipe_memory.cell_config).
+(the config: sweeps.recipe.Recipe.cell_config).
 """
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-from pipelines.recipe_memory import cell_config
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "RECIPES.md"
@@ -52,11 +50,11 @@ def measure_recipes(recipes: Sequence[str], gpus: Sequence[str]) -> list[dict[st
         per_gpu = rec.train.batch_size // rec.train.gpus
         for gpu in gpus:
             mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", per_gpu, 1, False, 0.0)
-            params = plan(cell_config(rec, mb), rec.train.gpus).params["total"]
+            params = plan(rec.cell_config(mb), rec.train.gpus).params["total"]
             par = "none" if rec.train.gpus == 1 else (
                 "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * mb.memory_gb * 1e9
                 else "ddp")
-            cfg = cell_config(rec, replace(mb, parallel=par))
+            cfg = rec.cell_config(replace(mb, parallel=par))
             f = fit(cfg, world=rec.train.gpus, cache=Path(cfg.paths.cache))
             print(f"recipe_memory: {name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
             entry: dict[str, Any] = {

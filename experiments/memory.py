@@ -1,8 +1,5 @@
-"""Measured per-GPU peak memory of every phase of a run, at the real shape, without the hardware.
-
-    measure(cfg, world_size=None, parallel=None, device_type="cuda", phases=PHASES, ...)
-        -> list[PhasePeak]                   one record per phase
-    python -m experiments.memory --dry-run key=value ...   (make train DRY=1)
+"""Measured per-GPU peak memory of every phase of a run, at the real shape, without the hardware
+(`measure`: one PhasePeak per phase; `make train DRY=1` prints them, `main`).
 
 As torchtitan's scripts/estimate/estimation.py: a fake process group of the planned world size,
 FakeTensors, and torch's own trackers (`torch.distributed._tools`: FSDPMemTracker under FSDP2,
@@ -17,7 +14,6 @@ measures them). A step's peak does not change after its second micro-batch, so
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import hashlib
@@ -37,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from common.errors import cli
 from experiments.train import parallel as par
-from experiments.train.config import ConfigError, TrainConfig, compose, export_dtype, trains_bf16
+from experiments.train.config import TrainConfig, compose, export_dtype, trains_bf16
 from experiments.train.plan import (
     RunPlan,
     chunked_loss,
@@ -48,8 +44,6 @@ from experiments.train.plan import (
 )
 
 PHASES = ("train", "validation", "eval", "save")
-DEVICE_TYPES = ("cuda", "cpu")
-FSDP_SYNC = ("every", "last", "both")
 GB = 1e9  # decimal, as GPU memory is quoted (H100: 80 GB)
 
 
@@ -361,16 +355,20 @@ def _eval_lm(p: RunPlan, bf16: bool, rows: int, device: str = "cpu"
              ) -> tuple[Any, list[tuple[str, str]]]:
     """The evaluator on the model as evaluation loads it (fp32, whole) and one loglikelihood
     batch at the trained window: a context of T/2 tokens and `rows` distinct continuations."""
+    from experiments.corpus.tokenizer import CharTokenizer
     from experiments.eval.lm_adapter import FTBenchLM
+    from experiments.train.data import random_alphabet
 
     model, init = par.build_on_meta(p.model)
     par.materialize(model, init, torch.device(device))
-    lm = FTBenchLM(model=model, tokenizer=_chars_tokenizer(p.model.vocab_size), batch_size=rows,
-                   device=device, precision="bf16" if bf16 else "fp32", max_length=p.seq_len,
-                   progress=False)
+    # data=random's tokenizer, one token per character: the texts are the token counts asked for
+    abc = random_alphabet(p.model.vocab_size)
+    lm = FTBenchLM(model=model, tokenizer=CharTokenizer(abc), batch_size=rows, device=device,
+                   precision="bf16" if bf16 else "fp32", max_length=p.seq_len, progress=False)
     T = p.seq_len
-    ctx = "".join(chr(97 + i % 26) for i in range(T // 2))
-    pairs = [(ctx, chr(200 + r) + "b" * (T - T // 2 - 1)) for r in range(rows)]  # distinct
+    ctx = "".join(abc[i % 26] for i in range(T // 2))
+    pairs = [(ctx, abc[(26 + r) % len(abc)] + abc[1] * (T - T // 2 - 1))  # distinct
+             for r in range(rows)]
     return lm, pairs
 
 
@@ -461,27 +459,6 @@ def _save_record(cfg: TrainConfig, r: _Run, rec: PhasePeak, sd: dict[str, Any],
              f"{_size(export)}" + (f" + its bf16 copy {_size(cast)}" if cast else ""))
 
 
-def _chars_tokenizer(vocab: int) -> Any:
-    """One token per character (id: its code point modulo `vocab`, one byte each): the texts of
-    the evaluation batch become exactly the token counts asked for."""
-    from experiments.corpus.tokenizer import TextTokenizer
-
-    class Chars(TextTokenizer):
-        name = "chars"
-        eos_id, bos_id, vocab_size = 0, None, vocab
-
-        def encode(self, text: str) -> list[int]:
-            return [ord(c) % vocab for c in text]
-
-        def decode(self, ids: Sequence[int]) -> str:
-            return "".join(map(chr, ids))
-
-        def token_bytes(self) -> list[int]:
-            return [1] * vocab
-
-    return Chars()
-
-
 def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
                 rows: int) -> PhasePeak:
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -507,11 +484,9 @@ def _eval_phase(cfg: TrainConfig, p: RunPlan, bf16: bool, device_type: str,
 
 def measure_eval_on_device(cfg: TrainConfig, device: str = "cuda", *, eval_rows: int = 16
                            ) -> dict[str, int]:
-    """`measure`'s evaluation phase run for real on a GPU: the CUDA allocator's peaks
-    {"allocated", "reserved"} (weights included), set beside the fake-tensor figure."""
-    if not str(device).startswith("cuda"):
-        raise ConfigError(f"device={device!r}: the allocator's peaks are CUDA's (a CPU run: "
-                          "dev/memory.py's measure_real)")
+    """`measure`'s evaluation phase run for real on a CUDA device: the allocator's peaks
+    {"allocated", "reserved"} (weights included), set beside the fake-tensor figure (a CPU
+    run: dev/memory.py's measure_real)."""
     p = plan(cfg, 1)
     lm, pairs = _eval_lm(p, trains_bf16(cfg.train, "cuda"), eval_rows, device)
     dev = torch.device(device)
@@ -535,21 +510,10 @@ def measure(cfg: TrainConfig, *, world_size: int | None = None, parallel: str | 
     `world_size` (default `planning_world`) and `parallel` (default `dry_parallel`);
     device_type "cuda" models a GPU run; eval_rows: the evaluation batch's continuations;
     accum_measured: micro-batches run (None: all); fsdp_reduce_every overrides the trainer's
-    setting. ConfigError on a bad value."""
-    if device_type not in DEVICE_TYPES:
-        raise ConfigError(f"device_type={device_type!r}: allowed {list(DEVICE_TYPES)}")
-    bad = [x for x in phases if x not in PHASES]
-    if bad:
-        raise ConfigError(f"phases {bad}: allowed {list(PHASES)}")
-    if eval_rows < 1:
-        raise ConfigError(f"eval_rows={eval_rows}: must be at least 1")
+    setting. The callers pass known values (dev/memory.py's command line checks its own)."""
     world = world_size or planning_world(cfg)[0]
     p = plan(cfg, world)
-    mode = parallel or dry_parallel(cfg, p)
-    if world <= 1:
-        mode = "none"
-    if mode not in ("none", "ddp", "fsdp"):
-        raise ConfigError(f"parallel={mode!r}: allowed none, ddp, fsdp")
+    mode = "none" if world <= 1 else parallel or dry_parallel(cfg, p)
     bf16 = trains_bf16(cfg.train, device_type)
     every = par.FSDP_REDUCE_EVERY_MICRO_BATCH if fsdp_reduce_every is None else fsdp_reduce_every
     out: list[PhasePeak] = []
@@ -631,52 +595,39 @@ SHIPPED = ROOT / "measured" / "memory" / "plans"
 
 def _read(path: Path) -> list[PhasePeak] | None:
     try:
-        doc = json.loads(path.read_text())
-        return [PhasePeak(**r) for r in (doc["records"] if isinstance(doc, dict) else doc)]
+        return [PhasePeak(**r) for r in json.loads(path.read_text())["records"]]
     except (OSError, ValueError, TypeError, KeyError):
-        return None  # unreadable: measured again and rewritten
+        return None  # unreadable (or an older list-only cache file): measured again, rewritten
 
 
 def measure_cached(cfg: TrainConfig, *, world_size: int | None = None, device_type: str = "cuda",
                    eval_rows: int = 16, accum_measured: int | None = 3,
-                   cache: Path | None = None, shipped: Path | None = None
+                   cache: Path | None = None, shipped: Path | None = None, ship: bool = False
                    ) -> tuple[list[PhasePeak], Path | None]:
     """`measure` of every phase, read from `cache/memory/<key>.json` when that exact measurement
     was made before, else from `shipped/<shape key>.json`, else measured and cached: (records,
-    the file read or written)."""
+    the file read or written). `ship`: measured anew and written under `shipped` by its shape
+    key (`--ship-plan`). Each file holds the torch version and code hash that made it."""
     world = world_size or planning_world(cfg)[0]
     p = plan(cfg, world)
     mode = "none" if world <= 1 else dry_parallel(cfg, p)
     args = (cfg, world, mode, device_type, eval_rows, accum_measured)
     path = None if cache is None else cache / "memory" / f"{measure_key(*args)}.json"
-    ship = None if shipped is None else shipped / f"{measure_key(*args, exact=False)}.json"
-    for f in (path, ship):
+    shape = None if shipped is None else shipped / f"{measure_key(*args, exact=False)}.json"
+    for f in () if ship else (path, shape):
         if f is not None and f.is_file() and (recs := _read(f)) is not None:
             return recs, f
     recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type,
                    eval_rows=eval_rows, accum_measured=accum_measured)
-    if path is not None:
+    out = shape if ship else path
+    if out is not None:
         from common.io import atomic_write_text
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps([r.to_json() for r in recs], indent=1) + "\n")
-    return recs, path
-
-
-def ship(cfg: TrainConfig, world: int, device_type: str = "cuda") -> Path:
-    """Measure `cfg`'s plan at `world` and write it under SHIPPED by its shape key, with the
-    torch and the code hash that made it."""
-    from common.io import atomic_write_text
-
-    mode = "none" if world <= 1 else dry_parallel(cfg, plan(cfg, world))
-    recs = measure(cfg, world_size=world, parallel=mode, device_type=device_type)
-    key = measure_key(cfg, world, mode, device_type, 16, 3, exact=False)
-    path = SHIPPED / f"{key}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"shape_key": key, "torch": torch.__version__, "code": code_hash(),
-           "records": [r.to_json() for r in recs]}
-    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
-    return path
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"torch": torch.__version__, "code": code_hash(),
+               "records": [r.to_json() for r in recs]}
+        atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
+    return recs, out
 
 
 USABLE_FRACTION = 0.9
@@ -746,15 +697,14 @@ def dry_device_type(cfg: TrainConfig) -> str:
     return "cpu" if str(cfg.train.device) == "cpu" else "cuda"
 
 
-def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int = 16,
-             cache: Path | None = None, label: str = "") -> str:
+def dry_text(cfg: TrainConfig, *, world_size: int | None = None, cache: Path | None = None,
+             label: str = "") -> str:
     """The dry run's memory section: the measured per-process peak of every phase beside the
     GPU's capacity (train.gpu_memory_gb), and which phases do not fit."""
     world, source = (world_size, "given") if world_size else planning_world(cfg)
     device_type = dry_device_type(cfg)
     t0 = time.time()
-    recs, path = measure_cached(cfg, world_size=world, device_type=device_type,
-                                eval_rows=eval_rows, cache=cache)
+    recs, path = measure_cached(cfg, world_size=world, device_type=device_type, cache=cache)
     took = time.time() - t0
     cuda = device_type == "cuda"
     cap = cfg.train.gpu_memory_gb * GB if cuda else None
@@ -780,40 +730,27 @@ def dry_text(cfg: TrainConfig, *, world_size: int | None = None, eval_rows: int 
     return "\n".join(lines)
 
 
-def _dry_main(overrides: list[str], eval_rows: int) -> int:
-    """The trainer's dry run, then `dry_text` of the same config (experiments.train does not
-    import this module)."""
+def main(argv: list[str] | None = None) -> int:
+    """`make train DRY=1` (its `--dry-run`, the only mode): the trainer's dry run (its plan),
+    then `dry_text` of the same config (cached under paths.cache/memory); every other argument
+    is a trainer override (experiments.train does not import this module). Measuring chosen
+    phases, parallelisms and FSDP syncs: python -m dev.memory."""
+    args = [a for a in (sys.argv[1:] if argv is None else argv) if a != "--dry-run"]
+    return cli("python -m experiments.memory", lambda: _dry_main(args))
+
+
+def _dry_main(overrides: list[str]) -> int:
     from experiments.train.trainer import main as train_main
 
     overrides = [o for o in overrides if not o.startswith("train.dry_run=")]
     rc = train_main([*overrides, "train.dry_run=true"])
-    if rc != 0:
+    if rc != 0 or overrides[:1] in (["-h"], ["--help"]):  # its refusal, or its help
         return rc
     cfg = compose(overrides)
     if dist.is_initialized() and dist.get_rank() != 0:
         return 0
-    print(dry_text(cfg, eval_rows=eval_rows, cache=Path(cfg.paths.cache)), flush=True)
+    print(dry_text(cfg, cache=Path(cfg.paths.cache)), flush=True)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    return cli("python -m experiments.memory", lambda: _main(args))
-
-
-def _main(args: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m experiments.memory",
-        description="make train DRY=1: the trainer's dry run (its plan), then the measured "
-                    "peaks of the planned run (cached under paths.cache/memory); positional "
-                    "key=value are the trainer's overrides. Measuring chosen phases, "
-                    "parallelisms and FSDP syncs: python -m dev.memory.")
-    ap.add_argument("overrides", nargs="*")
-    ap.add_argument("--eval-rows", type=int, default=16)
-    ap.add_argument("--dry-run", action="store_true",
-                    help="the only mode (make train DRY=1 passes it); implied when absent")
-    a = ap.parse_args(args)
-    return _dry_main(a.overrides, a.eval_rows)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@
 # and the bf16 export -> results/gpu_check/cpu-<ts>.json
 #
 # The paper's shape, the first command on a new cluster (under 10 min at paper-1.5B):
-#   make gpu-check RECIPE=paper-1.5B [STEPS=20]  -> docs/gpu_check/<ts>-<gpu>-<recipe>.json
+#   make gpu-check RECIPE=paper-1.5B [STEPS=20]  -> measured/gpu_check/<ts>-<gpu>-<recipe>.json
 # the recipe's vocabulary, context, micro-batch per GPU, precision, compile and parallelism on
 # random tokens, for STEPS steps with validations, a checkpoint and a resume from it; the
 # allocator's peak per phase (train, validation, evaluation batch, save) beside the plan's

@@ -11,8 +11,8 @@ Exit codes: 0 all checks passed, 1 a check failed, 2 no CUDA device visible (one
 With --recipe (`make gpu-check RECIPE=paper-1.5B`, `recipe_main`): the recipe's real shape
 (docs/RECIPES.md "Confirming it on the GPUs"): steps with validations, a checkpoint and a resume,
 each phase's allocator peak beside the fake-tensor plan (experiments/memory.py), tokens/s and
-MFU -> measured/gpu_check/, which the dry runs' MFU reads (plan.planned_mfu), and
-docs/gpu_check/README.md regenerated from that folder (`--doc` regenerates it alone).
+MFU -> measured/gpu_check/, which the dry runs' MFU reads (plan.planned_mfu); its table,
+docs/gpu_check/README.md, is `python -m dev.gpu_check_doc`'s.
 """
 
 from __future__ import annotations
@@ -39,10 +39,7 @@ from common.io import atomic_write_text
 from common.paths import GPU_CHECK, MEASURED, RunDir, results_root, runs_dir
 from experiments import memory as MEM
 from experiments.train import plan as P
-from experiments.train.config import ConfigError, compose, gpu_peak_tflops
-
-DOC = Path(__file__).resolve().parents[1] / "docs" / "gpu_check" / "README.md"
-"""The committed recipe measurements as a table (`measurements_doc`), generated."""
+from experiments.train.config import compose, gpu_peak_tflops
 
 
 def gpus() -> int:
@@ -420,11 +417,6 @@ def time_plan(cfg: Any, n: int, peak_tflops: float | None, planned: bool) -> dic
     return out
 
 
-def _final_line(run: Path) -> dict[str, Any]:
-    rows = RunDir(run).metrics_json()
-    return next((r for r in reversed(rows) if r.get("kind") == "final"), {})
-
-
 def _phase_table(plan_recs: list[Any], measured: dict[str, dict[str, int] | None],
                  cap_bytes: float | None) -> list[dict[str, Any]]:
     """One row per phase: the plan's fake-tensor peak beside the allocator's measured peak."""
@@ -490,10 +482,10 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
                                   disk_free=None if ship else P.free_bytes(root),
                                   device_type="cpu" if cpu else "cuda")
         cfg = compose(args)
-    except (UsageError, ConfigError, ValueError) as e:
+    except (UsageError, ValueError) as e:
         raise UsageError(f"RECIPE={recipe_name}: {e}") from None
     if ship:  # the plan one H100 node reads (shipped): measured here, minutes of CPU
-        print(f"wrote {MEM.ship(cfg, n)}")
+        print(f"wrote {MEM.measure_cached(cfg, world_size=n, shipped=MEM.SHIPPED, ship=True)[1]}")
         return 0
     work = root / "gpu_check" / f"recipe-{rec.name}"  # a results root of its own
     peak, peak_src = gpu_peak_tflops(name) if gpu else gpu_peak_tflops(gtype)
@@ -534,7 +526,7 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
         rows = RunDir(ref).metrics_json()
         doc["val_steps"] = [r["step"] for r in rows if r["kind"] == "val"]
         ok &= len(doc["val_steps"]) >= 2
-        fin = _final_line(ref)
+        fin = next((r for r in reversed(rows) if r.get("kind") == "final"), {})
         measured.update(fin.get("cuda_peak_bytes") or {})
         doc["cuda_outside_torch_bytes"] = fin.get("cuda_outside_torch_bytes")
         tps, window = _tokens_per_s(ref)
@@ -575,10 +567,9 @@ def recipe_main(recipe_name: str, steps: int, tol: float, results: str | None,
     for i, f in enumerate(doc["stderr"]):  # a failed run's whole stderr, kept beside the JSON
         doc["stderr"][i] = str(shutil.copy(f, path.with_suffix(f".stderr{i}.txt")))
     atomic_write_text(path, json.dumps(doc, indent=2) + "\n")
-    if where == MEASURED / GPU_CHECK:
-        atomic_write_text(DOC, measurements_doc())
     print(_recipe_summary(doc))
-    print(f"{'passed' if ok else 'FAILED'} in {doc['wall_s']:.0f} s; wrote {path}")
+    print(f"{'passed' if ok else 'FAILED'} in {doc['wall_s']:.0f} s; wrote {path}"
+          + ("; its table: python -m dev.gpu_check_doc" if where == MEASURED / GPU_CHECK else ""))
     return 0 if ok else 1
 
 
@@ -610,39 +601,6 @@ def _recipe_summary(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def measurements_doc(folder: Path | None = None) -> str:
-    """docs/gpu_check/README.md: one row per recipe measurement in `folder` (measured/gpu_check/),
-    oldest first; what a file does not hold is a dash, never 0."""
-    import pandas as pd
-
-    from analysis.render import DASH, fmt, md, num
-
-    rows = []
-    for path, d in P.recipe_checks([folder or MEASURED / GPU_CHECK]):
-        ph = {r["phase"]: r.get("measured_over_plan") for r in d.get("phases", [])}
-        sl = d.get("layer_sliced")
-        s = {k: DASH if d.get(k) is None else str(d[k]) for k in (
-            "created", "recipe", "n_gpus", "gpu", "torch", "micro_batch_size", "grad_accum",
-            "seq_len", "steps", "resume")}
-        rows.append([path.name, s["created"], s["recipe"], s["n_gpus"], s["gpu"], s["torch"],
-                     f"{s['micro_batch_size']} x {s['grad_accum']} x {s['seq_len']}",
-                     f"{sl['layers']} of {sl['of']}" if sl else "all", s["steps"],
-                     fmt(d.get("tokens_per_s"), ",.0f"), fmt(d.get("mfu"), ".1%"),
-                     *(fmt(ph.get(k), ".2f") for k in ("train", "validation", "eval", "save")),
-                     fmt(num(d.get("cuda_outside_torch_bytes")) / 1e9, ".2f"),
-                     s["resume"], "yes" if d.get("passed") else "**no**"])
-    cols = ["file", "created", "recipe", "GPUs", "GPU", "torch", "micro-batch x accum x tokens",
-            "layers", "steps", "tokens/s", "MFU", "train", "validation", "eval", "save",
-            "outside torch GB", "resume", "passed"]
-    return "\n".join([
-        "# `make gpu-check RECIPE=..` measurements", "",
-        "Generated from measured/gpu_check/ by `python -m pipelines.gpu_check --doc` (a recipe "
-        "check on a GPU rewrites it). The dry runs plan at the newest passed MFU on the planned "
-        "GPU at the planned preset (experiments.train.plan.planned_mfu). Peaks: the CUDA "
-        "allocator's (allocated) over the fake-tensor plan's (experiments/memory.py), per phase.",
-        "", md(pd.DataFrame(rows, columns=cols))]) + "\n"
-
-
 def main(argv: list[str] | None = None) -> int:
     return cli("python -m pipelines.gpu_check", lambda: _main(argv))
 
@@ -670,12 +628,7 @@ def _main(argv: list[str] | None) -> int:
                          "as train.parallel says)")
     ap.add_argument("--ship-plan", action="store_true",
                     help="with --recipe: measure the plan one H100 reads (measured/memory/plans/)")
-    ap.add_argument("--doc", action="store_true",
-                    help="regenerate docs/gpu_check/README.md from measured/gpu_check/")
     a = ap.parse_args(argv)
-    if a.doc:
-        atomic_write_text(DOC, measurements_doc())
-        return 0
     if a.recipe:
         return recipe_main(a.recipe, a.steps or 20, a.tol, a.results, a.out, a.cpu, a.set,
                            a.nproc, a.ship_plan)

@@ -196,9 +196,8 @@ def memory_text(rec: Any, req: api.SweepRequest, world: int | None = None) -> li
     if not req.gpu:
         return []
     from experiments.memory import dry_text as measured
-    from pipelines.recipe_memory import cell_config
 
-    cfg = cell_config(rec, req.gpu, req.overrides, gpus=world)
+    cfg = rec.cell_config(req.gpu, req.overrides, gpus=world)
     return measured(cfg, cache=Path(cfg.paths.cache), label=f"on {req.gpu}").splitlines()
 
 

@@ -6,9 +6,9 @@ config. Every leaf is written as
     key: {value: <the value>, basis: paper | reference | ours, source: "<where it comes from>"}
 
 so a value cannot enter a recipe without saying where it comes from (docs/RECIPES.md prints the
-tables). Nothing here validates a value itself: the file's shape is OmegaConf's structured
-check of `Leaf` (every section and key written, nothing else); the training keys (model,
-train, optim, corpus: `TRAIN_KEYS` names the `make train` key of each) compose through
+tables). The file's shape and the grid's and evaluation's value types are OmegaConf's
+structured check of `SCHEMA` (every section and key written, nothing else); the training keys
+(model, train, optim, corpus: `TRAIN_KEYS` names the `make train` key of each) compose through
 experiments/train/config.py, the one config schema `make train` uses; the grid is the sweep's
 (sweeps.grid.SweepSpec, kappa by common.kappa); the tasks are the evaluator's. The micro-batch
 per GPU type is what dev/recipe_memory.py measured (MEASURED_RECORDS); a GPU type it did not
@@ -51,11 +51,16 @@ and the micro-batch it chose by them (`Recipe.micro_batches`)."""
 GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
                                "H200-141GB": 141.0}
 """GPU memory in decimal GB as the vendors quote it (NVIDIA data sheets)."""
-SCHEDULES = ("cosine",)
-"""Schedules the trainer implements (experiments/train/trainer.py: linear warmup, cosine decay
-to lr x optim.min_lr_ratio). Another one needs a config key first."""
 Z_MODES = ("prior", "prior-k")
 """How Z is drawn when scoring; `posterior` leaks the scored tokens and is no protocol."""
+ZMode = Enum("ZMode", {z: z for z in Z_MODES}, type=str)  # type: ignore[misc]
+
+
+class Schedule(str, Enum):
+    """Schedules the trainer implements (experiments/train/trainer.py: linear warmup, cosine
+    decay to lr x optim.min_lr_ratio). Another one needs a config key first."""
+
+    cosine = "cosine"
 
 
 class Basis(str, Enum):
@@ -68,17 +73,24 @@ class Basis(str, Enum):
 
 
 BASES = tuple(b.value for b in Basis)
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "model": ("preset", "mapper_bf16"),
-    "train": ("tokens", "seq_len", "batch_size", "precision", "gpus", "compile"),
-    "optim": ("lr", "schedule", "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip",
-              "beta1", "beta2", "eps"),
-    "grid": ("kappa_bits", "latent_bits", "seeds", "controls"),
-    "corpus": ("data", "sources", "paths", "vocab_size", "tokenizer", "bytes_per_token",
-               "max_bytes", "val_tokens", "val_fraction"),
-    "eval": ("tasks", "fewshot", "points", "average_last", "z"),
+A = Any  # a training value: experiments/train/config.py's schema types it (`_checked`)
+SECTIONS: dict[str, dict[str, Any]] = {
+    "model": {"preset": A, "mapper_bf16": A},
+    "train": dict.fromkeys(("tokens", "seq_len", "batch_size", "precision", "gpus", "compile"),
+                           A),
+    "optim": {"lr": A, "schedule": Schedule, **dict.fromkeys((
+        "min_lr_ratio", "warmup_steps", "weight_decay", "grad_clip", "beta1", "beta2", "eps"),
+        A)},
+    "grid": {"kappa_bits": list[str], "latent_bits": list[int], "seeds": list[int],
+             "controls": list[str] | None},
+    "corpus": {"data": A, "sources": list[Any] | None, "paths": list[str] | None,
+               **dict.fromkeys(("vocab_size", "tokenizer", "bytes_per_token", "max_bytes",
+                                "val_tokens", "val_fraction"), A)},
+    "eval": {"tasks": list[str], "fewshot": dict[str, int] | None, "points": int,
+             "average_last": A, "z": ZMode},
 }
-"""Every key a recipe writes, in its table's order."""
+"""Every key a recipe writes, in its table's order, with the type of its value as OmegaConf
+checks it."""
 TRAIN_KEYS: dict[str, str] = {
     "model.preset": "model", "corpus.data": "data", "corpus.vocab_size": "model.vocab_size",
     "model.mapper_bf16": "model.mapper_bf16", "corpus.tokenizer": "data.tokenizer",
@@ -96,17 +108,13 @@ QUOTED = ("data.tokenizer", "data.paths")
 """Keys whose text is quoted in an override, so ',', ':', '=' or spaces cannot split it."""
 
 
-@dataclass
-class Leaf:
-    value: Any = MISSING
-    basis: Basis = MISSING
-    source: str = MISSING
-
-
 SCHEMA = make_dataclass("RecipeFile", [("description", str, ""), *(
-    (s, make_dataclass(s, [(k, Leaf, MISSING) for k in keys]), MISSING)
+    (s, make_dataclass(s, [(k, make_dataclass(f"{s}.{k}", [
+        ("value", typ, MISSING), ("basis", Basis, MISSING), ("source", str, MISSING)]), MISSING)
+        for k, typ in keys.items()]), MISSING)
     for s, keys in SECTIONS.items())])
-"""The file's shape, for OmegaConf: every section and key written as a Leaf, nothing else."""
+"""The file's shape, for OmegaConf: every section and key written as {value, basis, source},
+nothing else, each value of its SECTIONS type."""
 
 
 @dataclass(frozen=True)
@@ -184,10 +192,6 @@ class Recipe:
     @property
     def preset(self) -> str:
         return self.values["model.preset"]
-
-    @property
-    def mapper_bf16(self) -> bool:
-        return self.values["model.mapper_bf16"]
 
     # ------------------------------------------------------------------ derived values
     @property
@@ -351,6 +355,21 @@ class Recipe:
                          *(["--fewshot", str(n)] if n is not None else [])])
         return runs
 
+    def cell_config(self, gpu: str | MicroBatch, overrides: Sequence[str] = (),
+                    gpus: int | None = None) -> Any:
+        """The TrainConfig of the costliest cell (the Free Transformer at the grid's largest H)
+        at the measured micro-batch for GPU type `gpu`, or at a MicroBatch being measured
+        (`overrides` win over the recipe's): what `make paper DRY=1` measures on fake tensors
+        (pipelines/paper.py) and dev/recipe_memory.py measured into MEASURED_RECORDS."""
+        from .backend import compose_overrides
+
+        ov = [f"model.latent_bits={max(self.grid.latent_bits)}",
+              f"model.kappa_bits={float(self.grid.kappa_bits[0])}", *overrides,
+              *([f"train.plan_world_size={gpus}"] if gpus else [])]
+        base = (self.training_overrides(gpu=gpu) if isinstance(gpu, str)
+                else (*self.training_overrides(), *gpu_overrides(gpu)))
+        return compose_overrides(list(merge_overrides(base, ov)))
+
     def memory_key(self) -> str:
         """What the measured micro-batches were measured for: a hash of every training override
         but the micro-batch settings (a changed recipe is not the one measured)."""
@@ -473,7 +492,8 @@ def load(name_or_path: str | Path) -> Recipe:
     try:
         f = OmegaConf.merge(OmegaConf.structured(SCHEMA), raw)
         missing = sorted(OmegaConf.missing_keys(f))
-        plain: dict[str, Any] = OmegaConf.to_container(f, resolve=False)  # type: ignore[assignment]
+        plain: dict[str, Any] = OmegaConf.to_container(  # type: ignore[assignment]
+            f, resolve=False, enum_to_str=True)
     except OmegaConfBaseException as e:
         where = getattr(e, "full_key", None)
         raise UsageError(f"{shown}: {where + ': ' if where else ''}"
@@ -482,7 +502,7 @@ def load(name_or_path: str | Path) -> Recipe:
         raise UsageError(f"{shown}: {missing[0]}: missing (every key is written, with its basis "
                          "and source)")
     leaves = {f"{s}.{k}": plain[s][k] for s, keys in SECTIONS.items() for k in keys}
-    prov = {key: Provenance(leaf["basis"].value, " ".join(str(leaf["source"]).split()))
+    prov = {key: Provenance(leaf["basis"], " ".join(str(leaf["source"]).split()))
             for key, leaf in leaves.items()}
     for key, p in prov.items():
         if not p.source:
@@ -506,18 +526,14 @@ def _checked(r: Recipe) -> Recipe:
 
     try:
         v["train.tokens"] = parse_amount(v["train.tokens"], "train.tokens")
-        v["grid.kappa_bits"] = tuple(parse_kappas(_listed(v, "grid.kappa_bits", at),
-                                                  "grid.kappa_bits"))
+        v["grid.kappa_bits"] = tuple(parse_kappas(v["grid.kappa_bits"], "grid.kappa_bits"))
         for key in ("grid.latent_bits", "grid.seeds", "grid.controls", "eval.tasks",
                     "corpus.paths"):
-            v[key] = tuple(_listed(v, key, at, empty=key in ("grid.controls", "corpus.paths")))
+            v[key] = tuple(v[key] or ())
         parse_controls(v["grid.controls"])
         v["eval.average_last"] = Fraction(str(v["eval.average_last"]))
     except (UsageError, ValueError, ZeroDivisionError) as e:
         raise UsageError(f"{at}: {one_line(e)}") from None
-    if v["optim.schedule"] not in SCHEDULES:
-        raise bad("optim.schedule", f"needs key optim.schedule: the trainer implements "
-                                    f"{list(SCHEDULES)} only")
     hf = v["corpus.data"] == "hf"
     for key, want, why in (("corpus.sources", hf, "only data=hf takes a mixture"),
                            ("corpus.bytes_per_token", hf, "only data=hf streams text by the "
@@ -531,7 +547,7 @@ def _checked(r: Recipe) -> Recipe:
         cfg = backend.compose_overrides(r._overrides(list(TRAIN_KEYS), derived=False))
         backend.run_plan(cfg, world_size=cfg.train.plan_world_size)
         r.sweep_spec()  # the grid: the sweep's SweepSpec
-    except ValueError as e:  # ConfigError, a UsageError
+    except ValueError as e:  # UsageError is one
         raise UsageError(f"{at}: {one_line(e)}") from None
     for key, train_key in TRAIN_KEYS.items():  # typed as the trainer reads them
         if v[key] is not None and key not in ("corpus.sources", "corpus.paths"):
@@ -541,34 +557,21 @@ def _checked(r: Recipe) -> Recipe:
                 got = getattr(got, part)
             v[key] = str(got) if isinstance(got, Enum) else got
     e = r.eval
-    fewshot = e.fewshot if e.fewshot is not None else {}
-    if not isinstance(fewshot, dict) or not all(
-            t in e.tasks and isinstance(n, int) and n >= 0 for t, n in fewshot.items()):
+    v["eval.fewshot"] = fewshot = e.fewshot or {}
+    if not all(t in e.tasks and n >= 0 for t, n in fewshot.items()):
         raise bad("eval.fewshot", "must map tasks of eval.tasks to shots >= 0")
-    v["eval.fewshot"] = fewshot
     try:
         backend.check_eval_tasks(e.tasks)
     except UsageError as err:
         raise bad("eval.tasks", one_line(err)) from None
-    if not isinstance(e.points, int) or isinstance(e.points, bool) or e.points < 2:
+    if e.points < 2:
         raise bad("eval.points", "must be an integer >= 2 (a curve needs two points)")
     if not 0 < e.average_last <= 1:
         raise bad("eval.average_last", "must be a fraction in (0, 1]")
-    if e.z not in Z_MODES:
-        raise bad("eval.z", f"allowed values {list(Z_MODES)}")
     if not r.table3_points():
         raise bad("eval.points", f"no evaluation point falls in the last {e.average_last} of "
                                  "training that Table 3 averages")
     return r
-
-
-def _listed(v: dict[str, Any], key: str, at: str, empty: bool = False) -> list[Any]:
-    x = v[key]
-    if x is None and empty:
-        return []
-    if not isinstance(x, list) or not all(isinstance(e, (str, int, float)) for e in x):
-        raise UsageError(f"{key}: {x!r} must be a list of plain values")
-    return x
 
 
 def _source(s: Any, at: str) -> SimpleNamespace:

@@ -175,14 +175,18 @@ def test_the_dry_run_reads_the_newest_measured_mfu_for_its_gpu_and_preset(tmp_pa
     text = P.format_estimate(compose(ov), P.plan(compose(ov), 32), "ddp")
     assert "at MFU 41% of 989 TFLOP/s" in text and "measured by make gpu-check" in text
     # the committed folder's table: one row per recipe measurement, a dash where one is missing
-    rows = G.measurements_doc(tmp_path / "gpu_check").splitlines()[6:]
+    from dev.gpu_check_doc import measurements_doc
+
+    rows = measurements_doc(tmp_path / "gpu_check").splitlines()[6:]
     assert len(rows) == 6 and rows[0].startswith("| a.json | 2026-11-30")
     assert "| – | yes |" in next(r for r in rows if r.startswith("| g.json"))
 
 
 def test_the_measurements_doc_is_generated_from_the_committed_folder():
-    assert G.DOC.read_text(encoding="utf-8") == G.measurements_doc(), \
-        "docs/gpu_check/README.md: python -m pipelines.gpu_check --doc"
+    from dev.gpu_check_doc import DOC, measurements_doc
+
+    assert DOC.read_text(encoding="utf-8") == measurements_doc(), \
+        "docs/gpu_check/README.md: python -m dev.gpu_check_doc"
 
 
 @pytest.mark.slow
@@ -206,7 +210,8 @@ def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
     assert {r["phase"] for r in doc["phases"]} == {"train", "validation", "eval", "save"}
     assert all(r["measured"] is None and r["why_not"] for r in doc["phases"])
     # a CPU rehearsal is not a measurement of MFU: the dry run does not read it
-    assert P.measured_mfu("cpu", "1M", str(tmp_path)) is None
+    cpu = compose(["model=1M", "train.gpu_name=cpu", f"paths.results={tmp_path}"])
+    assert P.planned_mfu(cpu)[1].startswith("assumed")
     assert "resume: ok (from step 3" in out
 
 
@@ -227,7 +232,7 @@ def test_a_fresh_node_reads_the_shipped_plan(tmp_path, monkeypatch):
     monkeypatch.setattr(MEM, "SHIPPED", tmp_path / "plans")
     monkeypatch.setattr(MEM, "measure", lambda *a, **k: _records())
     args, _ = G.recipe_args(R.load("paper-1.5B"), "H100-80GB", 1, 4, 85.5, extra=TINY)
-    made = MEM.ship(compose(args), 1)
+    made = MEM.measure_cached(compose(args), world_size=1, shipped=MEM.SHIPPED, ship=True)[1]
     assert made.parent == tmp_path / "plans"
     cfg = compose([*args, f"paths.cache={tmp_path / 'fresh'}"])
     monkeypatch.setattr(MEM.torch, "__version__", "2.11.0+cu130")  # the node's torch

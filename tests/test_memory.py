@@ -128,9 +128,9 @@ def test_measure_every_phase_fsdp_free_small():
     assert "train" in mem.format_table(recs, 80e9)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["none", "ddp", "fsdp"])
-@pytest.mark.parametrize("latent_bits", [0, 3])
+@pytest.mark.slow  # FSDP with a latent: the fast test above
+@pytest.mark.parametrize("parallel, latent_bits", [
+    ("none", 0), ("none", 3), ("ddp", 0), ("ddp", 3), ("fsdp", 0)])
 def test_measure_every_parallel_and_arm(parallel, latent_bits):
     recs = mem.measure(compose([*SMALL, f"model.latent_bits={latent_bits}"]), parallel=parallel,
                        eval_rows=2)

@@ -31,7 +31,7 @@ def test_dry_run_prints_the_plan_then_measured_peaks_and_caches_them(
     assert "fits the GPU: every phase" in out
     cached = list((tmp_path / "c" / "memory").glob("*.json"))
     assert len(cached) == 1
-    recs = json.loads(cached[0].read_text())
+    recs = json.loads(cached[0].read_text())["records"]
     assert [r["phase"] for r in recs] == list(memory.PHASES)
     # the second dry run reads the same figures back; a changed shape is another measurement
     cfg = compose(ov)

@@ -1,6 +1,6 @@
-"""The dry run's plan before a GPU-hour is spent: the parallelism, memory and wall-time lines,
-the paper's implied MFU, token counts with suffixes, and `--help` generated from the
-dataclasses."""
+"""The dry run's plan before a GPU-hour is spent: the paper's implied MFU, token counts with
+suffixes, and `--help` generated from the dataclasses (the parallelism, memory and wall-time
+lines at the paper's shapes: tests/test_plan_cluster.py)."""
 
 from __future__ import annotations
 
@@ -9,33 +9,9 @@ import dataclasses
 import pytest
 
 import experiments.train.trainer as T
-from experiments.train.config import GROUPS, ConfigError, compose, config_help
+from common.errors import UsageError
+from experiments.train.config import GROUPS, compose, config_help
 from experiments.train.plan import paper_implied_mfu
-
-
-def test_dry_run_prints_parallelism_gpu_hours_and_the_papers_implied_mfu(tmp_path, capsys,
-                                                                          monkeypatch):
-    from common import paths
-
-    monkeypatch.setattr(paths, "MEASURED", tmp_path / "measured")  # MFU assumed, not measured
-    rc = T.main(["model=8B", "train.seq_len=4096", "train.batch_size=256",
-                 "train.micro_batch_size=1", "train.tokens=47e9", "train.plan_world_size=32",
-                 "data.max_epochs=2000",  # a paper shape, not the stdlib corpus
-                 "train.parallel=ddp", f"paths.results={tmp_path}", "train.dry_run=true"])
-    out = capsys.readouterr().out
-    assert rc == 0 and not (tmp_path / "runs").exists()
-    assert "parallel    ddp over 32 GPU(s)\n" in out
-    assert "memory      measured per phase on fake tensors" in out  # make train DRY=1's
-    assert "hand estimate" not in out
-    assert "GPU-hours, at MFU 35% of 989 TFLOP/s" in out
-    assert "implies MFU 31% at 6N FLOPs/token" in out
-    assert "CPU time    null:" in out  # too large to time here, and nothing stated
-    # auto picks FSDP where DDP does not fit
-    T.main(["model=8B", "train.plan_world_size=32", "train.batch_size=64",
-            f"paths.results={tmp_path}", "train.dry_run=true", "train.cpu_tokens_per_s=10"])
-    out = capsys.readouterr().out
-    assert "parallel    fsdp over 32 GPU(s) (auto: by the hand estimate" in out
-    assert "at 10 tokens/s (stated, train.cpu_tokens_per_s)" in out
 
 
 def test_the_papers_15b_run_implies_about_31_percent_mfu_and_tokens_round_up_to_steps(
@@ -59,7 +35,7 @@ def test_token_counts_take_the_same_suffixes_as_sweeps(text, value):
 
 @pytest.mark.parametrize("text", ["20x", "-5k", "0", "k", "nan"])
 def test_a_bad_token_count_is_one_line(text):
-    with pytest.raises(ConfigError, match=r"train\.tokens=.* (is not a positive number|> 0)"):
+    with pytest.raises(UsageError, match=r"train\.tokens=.* (is not a positive number|> 0)"):
         compose([f"train.tokens={text}"])
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from common.kappa import kappa_id as fmt_num
 from experiments.train.config import compose
 from experiments.train.plan import plan
 from sweeps import recipe as R
@@ -109,19 +108,6 @@ def test_paper_plans_give_the_recipe_tokens_and_a_4m_token_global_batch(recipes,
     assert (p.tokens_per_step, p.steps, p.tokens) == (512, 8, 4096)
 
 
-def test_the_free_transformer_arm_trains_on_the_same_tokens(recipes) -> None:
-    """Equal tokens (the paper's protocol): an FT cell of each recipe plans the baseline's steps
-    with its own latent settings."""
-    for r in recipes.values():
-        cells = {c.name: c for c in expand(r.sweep_spec())}
-        k, h, s = r.grid.kappa_bits[-1], r.grid.latent_bits[0], r.grid.seeds[0]
-        cfg = compose(list(cells[f"free-k{fmt_num(k)}-H{h}-s{s}"].overrides))
-        p = plan(cfg, world_size=1)
-        assert (cfg.model.latent_bits, cfg.model.kappa_bits) == (h, k)
-        assert p.steps == r.steps and p.tokens_per_step == r.tokens_per_step
-        assert cfg.optim.lr == r.optim.lr and cfg.model.vocab_size == r.corpus.vocab_size
-
-
 def test_the_grid_has_the_recipe_cells(recipes) -> None:
     for n, r in recipes.items():
         spec = r.sweep_spec()
@@ -157,8 +143,10 @@ def test_every_cpu_mini_cell_composes_shares_settings_and_is_small(recipes) -> N
     assert p.shared["train.batch_size"] == r.train.batch_size
 
 
-def test_paper_recipes_compile_and_run_the_mapper_backward_in_bf16(recipes, composed) -> None:
-    """Issue 36: the paper recipes (bf16) compile each block and set model.mapper_bf16 (the
+def test_one_cell_of_each_arm_trains_the_recipe_and_bf16_settings(recipes, composed) -> None:
+    """One cell per arm of every recipe: a Free Transformer trains the baseline's tokens at its
+    own latent settings (equal tokens, the paper's protocol); the 1.5B +1 control has 29 layers.
+    Issue 36: the paper recipes (bf16) compile each block and set model.mapper_bf16 (the
     results tests: tests/test_compile.py, tests/test_mapper_bf16.py); cpu-mini (fp32, CPU)
     sets neither. mapper_bf16 is semantic where there is a mapper: it is in the paper's Free
     Transformer cells' run-ids (this changed them), not in the baselines'; compile is not."""
@@ -167,7 +155,7 @@ def test_paper_recipes_compile_and_run_the_mapper_backward_in_bf16(recipes, comp
     for n, r in recipes.items():
         cfg = composed[n]
         on = n in PAPER
-        assert r.mapper_bf16 is on and r.train.compile is on, n
+        assert r.model.mapper_bf16 is on and r.train.compile is on, n
         assert cfg.model.mapper_bf16 is on and cfg.train.compile is on, n
         assert r.provenance["model.mapper_bf16"].basis == "ours"
         assert r.provenance["train.compile"].basis == "ours"
@@ -184,18 +172,19 @@ def test_paper_recipes_compile_and_run_the_mapper_backward_in_bf16(recipes, comp
             # in the run-id of the cells with a mapper only: a baseline trains the same
             has_mapper = on and bool(cell.model.latent_bits)
             assert ("mapper_bf16" in semantic(cell)["model"]) is has_mapper, c.name
+            assert cell.optim.lr == r.optim.lr and cell.model.vocab_size == r.corpus.vocab_size
+            if c.arm == "free":
+                p = plan(cell, world_size=1)
+                assert cell.model.latent_bits in r.grid.latent_bits, c.name
+                assert cell.model.kappa_bits in r.grid.kappa_bits, c.name
+                assert p.steps == r.steps and p.tokens_per_step == r.tokens_per_step, c.name
+            if (n, c.arm) == ("paper-1.5B", "baseline_plus1"):
+                assert cell.model.n_layers == 29 and cell.model.latent_bits == 0
     cell = compose([*recipes["paper-1.5B"].training_overrides(), "model.latent_bits=16"])
     assert run_id(cell) != run_id(compose([*recipes["paper-1.5B"].training_overrides(),
                                            "model.latent_bits=16", "model.mapper_bf16=false"]))
     assert run_id(cell) == run_id(compose([*recipes["paper-1.5B"].training_overrides(),
                                            "model.latent_bits=16", "train.compile=false"]))
-
-
-def test_plus1_control_of_the_1p5b_recipe_has_29_layers(recipes) -> None:
-    cells = {c.arm: c for c in expand(recipes["paper-1.5B"].sweep_spec())}
-    cfg = compose(list(cells["baseline_plus1"].overrides))
-    assert cfg.model.n_layers == 29 and cfg.model.latent_bits == 0
-    assert cfg.model.vocab_size == 2 ** 17 and cfg.optim.lr == 4e-4
 
 
 def test_micro_batches_never_change_the_global_batch(recipes) -> None:
@@ -268,9 +257,9 @@ def _edit(section: str, key: str, value):
     return f
 
 
-BAD = [  # the file's shape (OmegaConf), the checks the recipe makes, and one refusal of each
-    # check it hands on (the trainer's config and plan, the grid's, the evaluator's: their own
-    # tests and tests/test_refusals.py cover the rest of each)
+BAD = [  # the file's shape and value types (OmegaConf), the recipe's own checks, and one
+    # refusal of each check it hands on (the trainer's config and plan, the grid's, the
+    # evaluator's: their own tests and tests/test_refusals.py cover the rest of each)
     ("unknown top key", lambda raw: raw.update(extras={}), "extras: Key 'extras' not in"),
     ("missing key", lambda raw: raw["optim"].pop("eps"), "optim.eps: missing"),
     ("leaf without source", lambda raw: raw["optim"]["lr"].pop("source"),
@@ -282,8 +271,9 @@ BAD = [  # the file's shape (OmegaConf), the checks the recipe makes, and one re
      "optim.lr: source must be"),
     ("precision", _edit("train", "precision", "fp8"), "train.precision='fp8': allowed values"),
     ("batch vs gpus", _edit("train", "gpus", 3), "train.batch_size=8 does not split"),
-    ("schedule", _edit("optim", "schedule", "wsd"), "needs key optim.schedule"),
-    ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds: '0 1' must be a list"),
+    ("schedule", _edit("optim", "schedule", "wsd"),
+     "optim.schedule.value: Invalid value 'wsd', expected one of [cosine]"),
+    ("seeds a string", _edit("grid", "seeds", "0 1"), "grid.seeds.value: Invalid value"),
     ("kappa repeated", _edit("grid", "kappa_bits", [0.5, "1/2"]), "grid.kappa_bits: 0.5 given "
                                                                    "twice"),
     ("hf without sources", _edit("corpus", "data", "hf"), "corpus.sources=[]: data=hf needs"),
@@ -291,7 +281,9 @@ BAD = [  # the file's shape (OmegaConf), the checks the recipe makes, and one re
     ("unknown task", _edit("eval", "tasks", ["arc_easy", "no_such_task"]), "no_such_task"),
     ("fewshot stray task", _edit("eval", "fewshot", {"mmlu": 5}), "eval.fewshot"),
     ("one eval point", _edit("eval", "points", 1), "eval.points=1: must be an integer >= 2"),
-    ("posterior z", _edit("eval", "z", "posterior"), "eval.z='posterior': allowed values"),
+    ("fractional eval points", _edit("eval", "points", 2.5), "eval.points.value: Value '2.5'"),
+    ("posterior z", _edit("eval", "z", "posterior"),
+     "eval.z.value: Invalid value 'posterior', expected one of [prior, prior-k]"),
 ]
 
 

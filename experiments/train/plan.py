@@ -20,6 +20,7 @@ import torch
 
 import model as M
 from common import arms
+from common.errors import UsageError
 from common.io import read_yaml_mapping
 from common.kappa import kappa_label
 from common.paths import FINAL_CHECKPOINT, RunDir, gpu_check_dirs
@@ -27,7 +28,7 @@ from common.text import one_line
 from experiments.corpus.config import GENERATED_SOURCES
 from model import ModelConfig, train_flops_per_token
 
-from .config import NON_SEMANTIC_TRAIN_KEYS, ConfigError, TrainConfig, model_config
+from .config import NON_SEMANTIC_TRAIN_KEYS, TrainConfig, model_config
 
 
 def plain(obj: Any) -> Any:
@@ -97,7 +98,7 @@ def _count(name: str, value: str) -> int:
     except ValueError:
         n = 0
     if n < 1:
-        raise ConfigError(f"{name}={value!r}: must be a positive integer")
+        raise UsageError(f"{name}={value!r}: must be a positive integer")
     return n
 
 
@@ -140,7 +141,7 @@ def cluster_site() -> dict[str, Any] | None:
                 or Path(__file__).resolve().parents[2] / "sweeps" / "cluster.yaml")
     if not path.is_file():
         return None
-    raw = read_yaml_mapping(path, ConfigError)
+    raw = read_yaml_mapping(path, UsageError)
     site: dict[str, Any] = {"file": str(path), "results": raw.get("results")}
     for key, default, kind in (("gpus_per_node", 0, int), ("nodes", 1, int),
                                ("write_gbps", WRITE_GBPS, float)):
@@ -148,7 +149,7 @@ def cluster_site() -> dict[str, Any] | None:
         ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                            and (kind is float or float(v).is_integer()))
         if not ok:
-            raise ConfigError(f"{path}: {key} must be a non-negative "
+            raise UsageError(f"{path}: {key} must be a non-negative "
                               f"{'integer' if kind is int else 'number'}, got {v!r}")
         site[key] = kind(v or default)
     site["gpus"] = site.pop("gpus_per_node")
@@ -213,7 +214,7 @@ class RunPlan:
 
 
 def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
-    """Arms, params, FLOPs/token, budget, steps and batch of `cfg` (ConfigError if impossible)."""
+    """Arms, params, FLOPs/token, budget, steps and batch of `cfg` (UsageError if impossible)."""
     n_world = world()[1] if world_size is None else world_size
     mc = model_config(cfg.model)
     t = cfg.train
@@ -230,20 +231,20 @@ def plan(cfg: TrainConfig, world_size: int | None = None) -> RunPlan:
     fb = train_flops_per_token(base, T)
     ff = train_flops_per_token(free, T) if free is not None else None
     if n_world < 1:
-        raise ConfigError(f"world size {n_world}: must be at least 1")
+        raise UsageError(f"world size {n_world}: must be at least 1")
     micro = t.micro_batch_size or t.batch_size // n_world
     if micro < 1 or t.batch_size % (micro * n_world):
-        raise ConfigError(batch_refusal(t.batch_size, t.micro_batch_size, n_world))
+        raise UsageError(batch_refusal(t.batch_size, t.micro_batch_size, n_world))
     accum = t.batch_size // (micro * n_world)
     if t.fsdp_replicas and n_world % t.fsdp_replicas:
-        raise ConfigError(f"train.fsdp_replicas={t.fsdp_replicas} must divide the world size "
+        raise UsageError(f"train.fsdp_replicas={t.fsdp_replicas} must divide the world size "
                           f"{n_world} (0: automatic, HSDP across nodes)")
     tokens_per_step = t.batch_size * T
     if t.flops is not None:
         budget_flops = float(t.flops)
     elif t.compute_match == "flops" and not kind.latent:
         if ff is None:
-            raise ConfigError("train.compute_match=flops needs an even layer count for the "
+            raise UsageError("train.compute_match=flops needs an even layer count for the "
                               "matching FT (model.n_layers, or train.match_n_layers)")
         # the FLOPs the matching FT really trains for: its whole steps on the token budget
         ft_steps = max(1, math.ceil(t.tokens / tokens_per_step - 1e-9))
@@ -369,27 +370,6 @@ ASSUMED_MFU = 0.35
 on the planned GPU at the planned preset gives one (about what the paper's 1.5B run implies)."""
 
 
-def measured_mfu(gpu_name: str, preset: str, results: str | None = None
-                 ) -> dict[str, Any] | None:
-    """The newest passed `make gpu-check RECIPE=..` MFU on a GPU whose name contains `gpu_name`
-    at preset `preset` (measured/gpu_check/ and <results>/gpu_check/): {"mfu", "path",
-    "created", "gpu", "n_gpus", "recipe", "sliced"}, or None. Other modes' and unreadable files
-    are passed over."""
-    best: dict[str, Any] | None = None
-    for path, doc in recipe_checks(gpu_check_dirs(results)):
-        mfu = doc.get("mfu")
-        if (doc.get("passed") is not True or doc.get("preset") != preset
-                or gpu_name.lower() not in str(doc.get("gpu", "")).lower()
-                or not isinstance(mfu, (int, float)) or not 0.0 < mfu <= 1.0):
-            continue
-        rec = {"mfu": float(mfu), "path": str(path), "created": str(doc.get("created", "")),
-               "gpu": doc.get("gpu"), "n_gpus": doc.get("n_gpus"),
-               "recipe": doc.get("recipe"), "sliced": doc.get("layer_sliced")}
-        if best is None or rec["created"] > best["created"]:
-            best = rec
-    return best
-
-
 def recipe_checks(dirs: Iterable[Path]) -> Iterator[tuple[Path, dict[str, Any]]]:
     """(file, record) of each `make gpu-check RECIPE=..` record in `dirs`, by file name; other
     modes' and unreadable files are passed over (the one reader of these folders)."""
@@ -405,22 +385,28 @@ def recipe_checks(dirs: Iterable[Path]) -> Iterator[tuple[Path, dict[str, Any]]]
 
 def planned_mfu(cfg: TrainConfig) -> tuple[float, str]:
     """(MFU, where it comes from) for a GPU plan of `cfg`: train.mfu when set ("given"), else
-    the newest measured one (`measured_mfu`), else ASSUMED_MFU ("assumed")."""
+    the newest passed `make gpu-check RECIPE=..` MFU (measured/gpu_check/ and
+    <results>/gpu_check/) on a GPU whose name contains train.gpu_name at the planned preset,
+    else ASSUMED_MFU ("assumed"). Other modes' and unreadable files are passed over."""
     t = cfg.train
     if t.mfu is not None:
         return t.mfu, "given (train.mfu)"
-    m = measured_mfu(t.gpu_name, cfg.model.preset, getattr(cfg.paths, "results", None))
-    if m is None:
+    ok = [(str(doc.get("created", "")), path, doc) for path, doc in
+          recipe_checks(gpu_check_dirs(getattr(cfg.paths, "results", None)))
+          if doc.get("passed") is True and doc.get("preset") == cfg.model.preset
+          and t.gpu_name.lower() in str(doc.get("gpu", "")).lower()
+          and isinstance(doc.get("mfu"), (int, float)) and 0.0 < doc["mfu"] <= 1.0]
+    if not ok:
         return ASSUMED_MFU, (f"assumed: no make gpu-check RECIPE=.. measurement on {t.gpu_name} "
                              f"at preset {cfg.model.preset} (train.mfu sets one)")
-    where = m["path"]
+    created, where, m = max(ok, key=lambda x: x[0])  # the newest (the first of equals)
     try:
-        where = str(Path(where).resolve().relative_to(Path(__file__).resolve().parents[2]))
+        where = where.resolve().relative_to(Path(__file__).resolve().parents[2])
     except ValueError:
         pass
-    sliced = " (layer-sliced model)" if m["sliced"] else ""
-    return m["mfu"], (f"measured by make gpu-check RECIPE={m['recipe']} on {m['n_gpus']} x "
-                      f"{m['gpu']}{sliced}, {m['created']}, {where}")
+    sliced = " (layer-sliced model)" if m.get("layer_sliced") else ""
+    return float(m["mfu"]), (f"measured by make gpu-check RECIPE={m.get('recipe')} on "
+                             f"{m.get('n_gpus')} x {m.get('gpu')}{sliced}, {created}, {where}")
 
 
 def paper_implied_mfu(seq_len: int | None = None) -> dict[str, Any]:
@@ -595,7 +581,7 @@ def start_refusal(cfg: TrainConfig, p: RunPlan, rd: Path) -> str | None:
     """The trainer's disk check before it writes anything (one line, or None): `disk_bytes`'
     run part less what its checkpoints already hold (a resume), plus an unbuilt corpus,
     against the results root's (and the cache's) file system."""
-    from .data import DataError, built_manifest
+    from .data import built_manifest
 
     on_gpu = str(cfg.train.device) != "cpu" and torch.cuda.is_available()  # where it will run
     d = disk_bytes(cfg, p, "cuda" if on_gpu else "cpu")
@@ -607,7 +593,7 @@ def start_refusal(cfg: TrainConfig, p: RunPlan, rd: Path) -> str | None:
         try:
             if built_manifest(cfg.data, cfg.model.vocab_size, cfg.paths.cache) is not None:
                 corpus = 0
-        except DataError:
+        except UsageError:
             corpus = 0  # a broken corpus: the trainer's corpus step says why, in one line
     root, cache = cfg.paths.results, cfg.paths.cache
     ckpts = ("checkpoints (logging.keep_checkpoints and keep_eval_checkpoints, the final "
@@ -658,21 +644,9 @@ def cpu_throughput(cfg: TrainConfig, p: RunPlan, n: int = 3) -> tuple[float, str
                                           f"{'bf16' if bf16 else 'fp32'}")
 
 
-def _dry_estimate(cfg: TrainConfig, p: RunPlan) -> str:
-    mode = dry_parallel(cfg, p)
-    if cfg.train.device == "cpu" or (cfg.train.device == "auto" and not torch.cuda.is_available()):
-        cpu = cpu_throughput(cfg, p)
-        if cpu is None:
-            return (format_estimate(cfg, p, mode) + "\nCPU time    null: the model has more "
-                    f"than {MEASURE_MAX_PARAMS:,} parameters to time here; state "
-                    "train.cpu_tokens_per_s")
-        return format_estimate(cfg, p, mode, cpu)
-    return format_estimate(cfg, p, mode)
-
-
 def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
     """The dry run's passes over the corpus (refused beyond data.max_epochs when it is built)."""
-    from .data import DataError, built_manifest, check_epochs
+    from .data import built_manifest, check_epochs
 
     if cfg.data.source in GENERATED_SOURCES:
         return f"epochs      n/a ({cfg.data.source}: every sample is drawn fresh)"
@@ -688,12 +662,12 @@ def epochs_line(cfg: TrainConfig, p: RunPlan) -> str:
                 chk = check_budget(cfg.data, p.tokens)
                 line, refusal = "\n".join([line, *chk.lines]), chk.refusal
             if refusal is not None:
-                raise ConfigError(refusal)
+                raise UsageError(refusal)
             return line
         n = man["tokens"]["train"]
         ep = check_epochs(cfg.data, p.tokens // p.seq_len, p.seq_len, n)
-    except DataError as e:
-        raise ConfigError(one_line(str(e))) from None
+    except UsageError as e:
+        raise UsageError(one_line(str(e))) from None
     return (f"epochs      {ep:.4g} passes over the corpus ({n:,} training tokens; "
             f"data.max_epochs={cfg.data.max_epochs:g})")
 
@@ -709,4 +683,10 @@ def dry_run(cfg: TrainConfig) -> None:
         print(format_plan(cfg, p), flush=True)
         print(f"world       {n_world} GPU(s)/process(es), from {source}", flush=True)
         print(epochs, flush=True)
-        print(_dry_estimate(cfg, p), flush=True)
+        on_cpu = cfg.train.device == "cpu" or (cfg.train.device == "auto"
+                                               and not torch.cuda.is_available())
+        rate = cpu_throughput(cfg, p) if on_cpu else None
+        print(format_estimate(cfg, p, dry_parallel(cfg, p), rate), flush=True)
+        if on_cpu and rate is None:
+            print(f"CPU time    null: the model has more than {MEASURE_MAX_PARAMS:,} parameters "
+                  "to time here; state train.cpu_tokens_per_s", flush=True)
