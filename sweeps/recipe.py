@@ -11,9 +11,9 @@ structured check of `SCHEMA` (every section and key written, nothing else); the 
 (model, train, optim, corpus: `TRAIN_KEYS` names the `make train` key of each) compose through
 experiments/train/config.py, the one config schema `make train` uses; the grid is the sweep's
 (sweeps.grid.SweepSpec, kappa by common.kappa); the tasks are the evaluator's. The micro-batch
-per GPU type is what dev/recipe_memory.py measured (MEASURED_RECORDS); a GPU type it did not
-measure is refused, never guessed. Gradient accumulation keeps the global batch, so it never
-changes what is trained.
+per GPU type is what `python -m sweeps.recipe measure` measured (MEASURED_RECORDS); a GPU type
+it did not measure is refused, never guessed. Gradient accumulation keeps the global batch, so
+it never changes what is trained.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 MEASURED_RECORDS = Path(__file__).resolve().parents[1] / "measured" / "memory" / "recipes.json"
-"""dev/recipe_memory.py's records: each recipe's measured peaks per phase and GPU type,
+"""`measure`'s records: each recipe's measured peaks per phase and GPU type,
 and the micro-batch it chose by them (`Recipe.micro_batches`)."""
 GPU_TYPES: dict[str, float] = {"H100-80GB": 80.0, "A100-40GB": 40.0, "A100-80GB": 80.0,
                                "H200-141GB": 141.0}
@@ -127,7 +127,7 @@ class Provenance:
 class MicroBatch:
     """What one GPU type runs for a recipe: the largest micro-batch whose fake-tensor peaks of
     training, validation and save fit experiments.memory.USABLE_FRACTION of the GPU (without
-    activation checkpointing when possible), as dev/recipe_memory.py measured it."""
+    activation checkpointing when possible), as `measure` measured it."""
 
     gpu: str
     memory_gb: float
@@ -360,7 +360,7 @@ class Recipe:
         """The TrainConfig of the costliest cell (the Free Transformer at the grid's largest H)
         at the measured micro-batch for GPU type `gpu`, or at a MicroBatch being measured
         (`overrides` win over the recipe's): what `make paper DRY=1` measures on fake tensors
-        (pipelines/paper.py) and dev/recipe_memory.py measured into MEASURED_RECORDS."""
+        (pipelines/paper.py) and `measure` measured into MEASURED_RECORDS."""
         from .backend import compose_overrides
 
         ov = [f"model.latent_bits={max(self.grid.latent_bits)}",
@@ -378,10 +378,10 @@ class Recipe:
 
     def not_measured(self, gpu: str) -> str:
         return (f"no measured micro-batch that fits a {gpu} (measured/memory/recipes.json); "
-                f"`python -m dev.recipe_memory --recipes {self.name} --gpus {gpu}` measures it")
+                f"`python -m sweeps.recipe measure {self.name} --gpus {gpu}` measures it")
 
     def micro_batches(self) -> dict[str, MicroBatch]:
-        """The micro-batch per GPU type that dev/recipe_memory.py chose by measurement
+        """The micro-batch per GPU type that `measure` chose by measurement
         (MEASURED_RECORDS), for this recipe as it is now (`memory_key`); a GPU type it did not
         measure, one where nothing fits, or a changed recipe is absent."""
         try:
@@ -624,18 +624,70 @@ def micro_table(r: Recipe) -> str:
     return "\n".join(rows)
 
 
+def measure(name: str, gpus: Sequence[str]) -> list[dict[str, Any]]:
+    """MEASURED_RECORDS' entries for recipe `name` on each GPU type: `experiments.memory.fit`
+    from the whole per-GPU batch down (the largest micro-batch whose measured training,
+    validation and save peaks fit, then each with activation checkpointing), with every try and
+    the measured phases of the choice; the parallelism is the trainer's auto rule on the state
+    (DDP_BYTES_PER_PARAM of the costliest arm). Fake tensors: minutes on a CPU, no GPU."""
+    from experiments.memory import fit
+    from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
+    from experiments.train.plan import plan
+
+    rec, out = load(name), []
+    per_gpu = rec.train.batch_size // rec.train.gpus
+    for gpu in gpus:
+        mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", per_gpu, 1, False, 0.0)
+        params = plan(rec.cell_config(mb), rec.train.gpus).params["total"]
+        par = "none" if rec.train.gpus == 1 else (
+            "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * mb.memory_gb * 1e9 else "ddp")
+        cfg = rec.cell_config(dataclasses.replace(mb, parallel=par))
+        f = fit(cfg, world=rec.train.gpus, cache=Path(cfg.paths.cache))
+        print(f"recipe: {name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
+        entry: dict[str, Any] = {
+            "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu],
+            "recipe_key": rec.memory_key(), "basis": "measured",
+            "fits": f.micro_batch_size is not None,
+            "tries": [{"micro_batch_size": m, "activation_checkpointing": ck,
+                       "measured_gb": b / 1e9} for m, ck, b in f.tries]}
+        if f.micro_batch_size is not None:
+            entry.update(parallel=f.records[0].parallel, micro_batch_size=f.micro_batch_size,
+                         grad_accum=f.records[0].grad_accum,
+                         activation_checkpointing=f.activation_checkpointing,
+                         measured_gb=f.tries[-1][2] / 1e9,
+                         phases=[r.to_json() for r in f.records])
+        out.append(entry)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sweeps.recipe", description=__doc__.split(
         "\n")[0])
-    ap.add_argument("command", choices=["show", "table", "micro", "list"])
+    ap.add_argument("command", choices=["show", "table", "micro", "list", "measure"])
     ap.add_argument("recipe", nargs="?", default="")
+    ap.add_argument("--gpus", default="H100-80GB",
+                    help=f"measure: comma-separated GPU types of {list(GPU_TYPES)}")
     a = ap.parse_args(argv)
 
     def body() -> int:
         if a.command == "list":
             print("\n".join(known()))
+        elif a.command == "measure":
+            gpus = [g for g in a.gpus.split(",") if g]
+            if not gpus or any(g not in GPU_TYPES for g in gpus):
+                raise UsageError(f"--gpus {a.gpus}: GPU types are {', '.join(GPU_TYPES)}")
+            from common.io import atomic_write_text
+
+            new = measure(load(a.recipe).name, gpus)
+            done = {(e["recipe"], e["gpu"]) for e in new}  # the other records stay as they are
+            old = (json.loads(MEASURED_RECORDS.read_text(encoding="utf-8"))
+                   if MEASURED_RECORDS.exists() else [])
+            atomic_write_text(MEASURED_RECORDS, json.dumps(
+                [e for e in old if (e["recipe"], e["gpu"]) not in done] + new, indent=1) + "\n")
+            print(f"{MEASURED_RECORDS}: {len(new)} record(s); docs/RECIPES.md's table: "
+                  "python -m dev.recipe_memory")
         else:
             print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](
                 load(a.recipe)))

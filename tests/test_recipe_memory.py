@@ -1,5 +1,5 @@
 """The paper recipes train with the micro-batch the fake-tensor measurement chose
-(measured/memory/recipes.json, written by `python -m dev.recipe_memory`): every paper recipe is
+(measured/memory/recipes.json, written by `python -m sweeps.recipe measure`): every paper recipe is
 measured as it is now and its phases fit its GPU (issue 36); a record of another version of a
 recipe is not its measurement."""
 
@@ -17,7 +17,7 @@ RECIPES = ("paper-1.5B", "paper-8B", "paper-8B-1T", "cpu-mini")
 
 def test_every_recipe_is_measured_and_fits_its_gpu() -> None:
     """Every shipped recipe on every GPU type, measured for the recipe as it is now (else: run
-    python -m dev.recipe_memory); the chosen micro-batch's training, validation and save
+    python -m sweeps.recipe measure); the chosen micro-batch's training, validation and save
     fit USABLE_FRACTION, and the recipe trains with it."""
     entries = json.loads(R.MEASURED_RECORDS.read_text(encoding="utf-8"))
     assert {e["recipe"] for e in entries} == set(RECIPES) == set(R.known())
@@ -28,7 +28,7 @@ def test_every_recipe_is_measured_and_fits_its_gpu() -> None:
         table = rec.micro_batches()
         for gpu, e in mine.items():
             assert e["recipe_key"] == rec.memory_key(), \
-                f"{name} changed since it was measured: python -m dev.recipe_memory"
+                f"{name} changed since it was measured: python -m sweeps.recipe measure {name}"
             assert e["fits"] is True, (name, gpu)
             phases = {p["phase"]: p for p in e["phases"]}
             assert set(phases) == {"train", "validation", "eval", "save"}, e["recipe"]
