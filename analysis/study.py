@@ -312,8 +312,9 @@ def their_51m(bv51: pd.DataFrame | None) -> dict[str, str]:
     at a named commit) in our definitions, one text per side-table key."""
     if bv51 is None or bv51.empty:
         return {}
-    base = float(bv51.loc[bv51["config"] == "baseline", "elbo"].iloc[0])
-    f = bv51[bv51["config"] == "free"].sort_values("kappa_bits")
+    is_base = bv51["config"] == "baseline"  # their labels: "baseline", else a Free Transformer
+    base = float(bv51.loc[is_base, "elbo"].iloc[0])
+    f = bv51[~is_base].sort_values("kappa_bits")
     k = [kappa_text(x) for x in f["kappa_bits"]]
     share = (f["prior_ce_k1"] - f["post_ce"]) / (f["kl_bits_per_token"] * math.log(2))
     gap = f["elbo"] - base
