@@ -18,8 +18,9 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from common.arms import Cell
 from common.errors import UsageError
 from common.text import one_line
 from experiments.corpus import budget as _corpus_budget
@@ -38,7 +39,6 @@ from experiments.train.config import compose as compose_config
 # re-exported for the rest of sweeps/
 parse_amount = _config.parse_amount
 chain_argv = _chain.chain_argv
-kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
@@ -73,15 +73,6 @@ def check_eval_tasks(tasks: Sequence[str]) -> None:
         raise UsageError(one_line(e)) from None
 
 
-class Cell(Protocol):
-    """What backend needs of a grid.Cell (grid.py imports this module, not the reverse)."""
-
-    name: str
-    overrides: tuple[str, ...]
-
-
-TRAIN_MODULE = "experiments.train"
-EVAL_MODULE = "experiments.eval"
 IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
@@ -94,12 +85,8 @@ def compose(cell: Cell) -> TrainConfig:
         raise UsageError(f"{cell.name}: {one_line(e)}") from e
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return P.plain(dataclasses.asdict(cfg))
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return P.plain(dataclasses.asdict(cfg))
 
 
 def flops_per_token(cfg: TrainConfig) -> float:
@@ -124,11 +111,11 @@ JOB_ONLY_OVERRIDES = ("logging.progress=false",)
 
 
 def train_argv(cell: Cell) -> list[str]:
-    return [sys.executable, "-m", TRAIN_MODULE, *cell.overrides, *JOB_ONLY_OVERRIDES]
+    return [sys.executable, "-m", "experiments.train", *cell.overrides, *JOB_ONLY_OVERRIDES]
 
 
 def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", EVAL_MODULE, str(run), *extra]
+    return [sys.executable, "-m", "experiments.eval", str(run), *extra]
 
 
 # ------------------------------------------------------------------------------- evaluation

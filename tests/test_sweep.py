@@ -509,39 +509,6 @@ def test_skipped_controls_shown_in_dry_and_plan_and_recorded(
     assert D._train_job(cell, None, "slurm").env == {"FTBENCH_LAUNCHER": "slurm"}
 
 
-def test_trainer_records_the_launcher_in_config_provenance(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """experiments/train/trainer.py writes FTBENCH_LAUNCHER (else "direct"), host and threads into
-    config.yaml provenance: the analysis compares wall-clock only when all three agree."""
-    import socket
-    from types import SimpleNamespace as NS
-
-    import torch
-    import yaml
-
-    import experiments.train.trainer as T
-    from experiments.train.config import compose
-    from experiments.train.plan import plan
-
-    cfg = compose(["model=1M", "model.vocab_size=512", "train.seq_len=32",
-                   "train.tokens=1000"])
-    p = plan(cfg)
-    monkeypatch.setattr(T, "tokenizer_sha256", lambda tok: "t" * 64)
-    corpus = NS(info={}, checksums={}, tokenizer=None)
-    for env, want in (("slurm", "slurm"), (None, "direct")):
-        if env is None:
-            monkeypatch.delenv("FTBENCH_LAUNCHER", raising=False)
-        else:
-            monkeypatch.setenv("FTBENCH_LAUNCHER", env)
-        d = tmp_path / want
-        d.mkdir()
-        T._write_config(cfg, p, corpus, d, ["train.py"])
-        prov = yaml.safe_load((d / "config.yaml").read_text())["provenance"]
-        assert prov["launcher"] == want
-        assert prov["host"] == socket.gethostname()
-        assert prov["threads"] == torch.get_num_threads()
-
-
 # ------------------------------------------------------------------ live progress (issues 15, 46)
 def _lines(run: Path, recs: list[dict], at: float) -> None:
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in recs))
