@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,9 +57,10 @@ KEEP_EVAL_KEY = "logging.keep_eval_checkpoints"
 @dataclass(frozen=True)
 class SweepRequest:
     """What `make sweep` asks for, typed where it is made: a value given as text (what make
-    passes: KAPPA="0.5 2") is parsed here, once (kappa by common.kappa, the rest by
-    sweeps.grid); a grid value not given (None) takes the grid's default, or the recipe's. Bad
-    input is one UsageError line naming the variable, raised before anything else happens."""
+    passes: KAPPA="0.5 2") is parsed here, once, into `grid` (SweepSpec.from_text: kappa by
+    common.kappa, the rest by sweeps.grid); a grid value not given (None) takes the grid's
+    default, or the recipe's. Bad input is one UsageError line naming the variable, raised
+    before anything else happens."""
 
     kappa: tuple[float, ...] | str | None = None
     h: tuple[int, ...] | str | None = None
@@ -68,7 +69,7 @@ class SweepRequest:
     preset: str | None = None
     data: str | None = None
     tokens: float | str | None = None
-    """'' = train.py's own default (None once parsed)."""
+    """'' = train.py's own default."""
     flops: float | str | None = None
     controls: tuple[str, ...] | str | None = None
     """The controls' arm names (text: their CONTROLS names, "flops plus1")."""
@@ -96,6 +97,8 @@ class SweepRequest:
     likelihood_rows: int | None = DEFAULT_LIKELIHOOD_ROWS
     """Validation rows for the chained likelihood when evaluating (0 or None: skip it)."""
     retry_failed: bool = False
+    grid: SweepSpec | None = field(default=None, init=False)
+    """The grid values above, typed and checked (None with a recipe: its grid)."""
 
     def __post_init__(self) -> None:
         def put(key: str, value: Any) -> None:
@@ -113,16 +116,9 @@ class SweepRequest:
                                  "OVERRIDES)")
             if self.tokens is None and str(self.flops or "").strip():
                 put("tokens", "")  # FLOPS given: it is the budget
-            for k, v in GRID_DEFAULTS.items():
-                if getattr(self, k) is None:
-                    put(k, v)
-            put("kappa", tuple(G.parse_kappas(self.kappa)))
-            put("h", tuple(G.parse_ints(self.h, "H")))
-            put("preset", str(self.preset).strip())
-            put("data", str(self.data).strip())
-            put("tokens", G.parse_amount(self.tokens, "TOKENS"))
-            put("flops", G.parse_amount(self.flops, "FLOPS"))
-            put("controls", G.parse_controls(self.controls))
+            put("grid", SweepSpec.from_text(**{  # type: ignore[arg-type]
+                k: d if (v := getattr(self, k)) is None else v
+                for k, d in GRID_DEFAULTS.items()}, overrides=self.overrides))
         if self.seeds is not None:
             put("seeds", tuple(G.parse_ints(self.seeds, "SEEDS")))
         put("overrides", G.split_overrides(self.overrides))
@@ -252,10 +248,8 @@ def _resolve(req: SweepRequest) -> _Resolved:
         if req.launcher == "slurm" or req.cluster.strip() else None
     if cluster is not None:
         overrides = _cluster_world(overrides, cluster, cluster_file(req))
-    spec = recipe_spec(rec, req, overrides) if rec is not None else SweepSpec(
-        kappa_bits=req.kappa, latent_bits=req.h, seeds=req.seeds, preset=req.preset,
-        data=req.data, tokens=req.tokens, flops=req.flops, controls=req.controls,
-        overrides=overrides)  # type: ignore[arg-type]  # typed by SweepRequest.__post_init__
+    spec = recipe_spec(rec, req, overrides) if rec is not None else replace(
+        req.grid, overrides=overrides)  # type: ignore[arg-type]  # set without a recipe
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
     p = P.plan(spec, req.name or None)
