@@ -74,7 +74,6 @@ def test_grid_arms_and_overrides() -> None:
 
 RUN = ["run", "--dry", "1"]
 REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one row per check
-    # (the booleans share _flag)
     ("sweeps", [*RUN, "--kappa", "0.5 x"], "KAPPA: 'x' is not a number"),
     ("sweeps", [*RUN, "--kappa", "0.5 -1"], "KAPPA: '-1' must be a finite number >= 0"),
     ("sweeps", [*RUN, "--kappa", ""], "empty grid: KAPPA has no values"),
@@ -94,7 +93,7 @@ REFUSALS = [  # (entry point, argv, its one line after "<prog>: error: "): one r
     ("sweeps", [*RUN, "--eval", "1", "--eval-points", "x"], "EVAL_POINTS: 'x' must be an "
      "integer >= 1"),
     ("sweeps", [*RUN, "--likelihood-rows", "-3"], "LIKELIHOOD_ROWS: '-3' must be an integer"),
-    ("sweeps", ["run", "--dry", "maybe"], "DRY: 'maybe' is not a boolean; use 1/true/yes"),
+    ("sweeps", ["run", "--dry", "maybe"], "argument --dry: invalid choice: 'maybe'"),
     ("sweeps", ["status", "nosuch"], "no sweep 'nosuch'"),
     ("sweeps", [*RUN, "--gpu", "H100-80GB"], "GPU: a GPU type is read from a recipe's"),
     ("sweeps", [*RUN, "--recipe", "cpu-mini", "--kappa", "1"],
@@ -146,15 +145,6 @@ def test_limit_is_per_subject_of_a_grouped_task() -> None:
     assert backend.limit_lines(["arc_easy", "mmlu"], 5) == [
         "  limit 5 is per subject in mmlu: 57 subjects x 5 = 285 questions, 1,140 requests"]
     assert backend.limit_lines(["mmlu"], None) == []
-
-
-def test_make_booleans() -> None:
-    """Booleans are read as make reads them (docs/MAKE.md). (`python -m sweeps` itself, exit
-    status and stderr, runs in the slow tier: test_e2e and the Ctrl-C test below.)"""
-    from sweeps.__main__ import _flag
-
-    assert [_flag("X", v) for v in ("1", "true", "yes", "0", "false", "no", "", None)] == \
-        [True] * 3 + [False] * 5
 
 
 # ------------------------------------------------------------------ shared-settings guard
