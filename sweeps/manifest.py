@@ -41,7 +41,7 @@ from common.text import one_line
 from . import backend
 from . import plan as P
 from .grid import skipped_controls
-from .plan import Plan, combined_spec
+from .plan import Plan
 
 
 class SweepBusy(UsageError):
@@ -82,8 +82,11 @@ def build(p: Plan, launcher: str, old: Manifest | None) -> Manifest:
     if p.eval_specs:
         especs: dict[str, EvalSpec] | None = {
             s: EvalSpec.from_json(sp) for s, sp in p.eval_specs.items()}
-        espec: EvalSpec | None = EvalSpec.from_json(combined_spec(p.eval_specs))
-        espec_id = espec.id if espec is not None else None
+        # one suite: its spec itself (its spec_id is the eval files'); several: their union
+        # with each suite's spec inside (`suites`), so each suite's file matches its own id
+        espec: EvalSpec | None = next(iter(especs.values())) if len(especs) == 1 \
+            else EvalSpec.union(especs)
+        espec_id = espec.id
     elif old is not None:  # not evaluating this time: the evaluation planned before applies
         espec, especs, espec_id = old.eval_spec, old.eval_specs, old.eval_spec_id
     else:

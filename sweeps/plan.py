@@ -104,19 +104,6 @@ def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     return backend.planned_eval_specs(args, lens.pop() if len(lens) == 1 else None)
 
 
-def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
-    """The manifest's `eval_spec`: the suite's spec itself when there is one suite (so its
-    spec_id is the eval files'), else their union with the per-suite specs inside (`suites`:
-    {suite: spec}, so each suite's file is matched by its own spec_id)."""
-    from common.records import EvalSpec
-
-    if not specs:
-        return None
-    if len(specs) == 1:
-        return next(iter(specs.values()))
-    return EvalSpec.union({s: EvalSpec.from_json(sp) for s, sp in specs.items()}).to_json()
-
-
 # ------------------------------------------------------------------------------- time
 VAL_PASS = 1 / 3
 """A validation token costs about one forward pass: a third of a training token (forward and

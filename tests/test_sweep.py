@@ -424,7 +424,7 @@ def test_failed_chained_eval_is_a_failure(tmp_path: Path, capsys: pytest.Capture
 
     assert m["eval_spec"]["suite"] == "lm-eval+evalplus" and m["eval_spec_id"]
     assert set(m["eval_specs"]) == {"lm-eval", "evalplus"}
-    # the union keeps each suite's own spec inside (combined_spec's docstring), and the
+    # the union keeps each suite's own spec inside (manifest.build), and the
     # analysis matches each suite's file through it
     from analysis.frame import _matches_manifest
 
