@@ -200,34 +200,22 @@ def test_failed_training_leaves_points_not_evaluated(
     assert "(0/1 points)" in SM.table(SM.status("pts", tmp_path)) or not seen
 
 
-def test_points_ready_and_the_lock(tmp_path: Path) -> None:
-    """points_ready: kept checkpoints without files, none once final.pt exists (the chain's);
-    a point being evaluated holds its lock, so the chain waits and then finds its files."""
+def test_a_point_being_evaluated_holds_its_lock(tmp_path: Path) -> None:
+    """The chain meets a point held by a point job: it waits, then skips what that job wrote.
+    (points_ready itself: test_common_api.)"""
     import threading
 
     from common.io import LockHeld, flocked
     from experiments.eval.chain import eval_chain, point_lock
-
-    def points_ready(run: Path, ids: list[str]) -> list:
-        return RunDir(run).points_ready(ids)
 
     run = tmp_path / "r"
     ck = run / "checkpoints"
     ck.mkdir(parents=True)
     for s in (2, 4):
         (ck / f"eval_step_{s}.pt").write_text("x")
-    (ck / "step_3.pt").write_text("x")  # rotated ones are never points
-    ids = ["a" * 12]
-    assert [s for s, _ in points_ready(run, ids)] == [2, 4]
-    (run / "eval").mkdir()
-    (run / "eval" / f"lm-eval.{ids[0]}.step2.json").write_text("{}")
-    assert [s for s, _ in points_ready(run, ids)] == [4]
-    assert points_ready(run, ["a" * 12, "b" * 12]) != []  # every spec_id needs its file
     (ck / "final.pt").write_text("x")
-    assert points_ready(run, ids) == []
-
-    # the chain meets a point held by a point job: it waits, then skips what that job wrote
-    (run / "eval" / f"lm-eval.{ids[0]}.step2.json").unlink()
+    (run / "eval").mkdir()
+    ids = ["a" * 12]
     script = tmp_path / "ev.py"
     script.write_text(EVAL.replace('json.loads(manifest.read_text())["eval_specs"].values()',
                                    f'[{{"spec_id": "{ids[0]}"}}]'))
