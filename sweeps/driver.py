@@ -41,7 +41,7 @@ from .plan import Plan
 
 POLL_S = 1.0
 PROGRESS_S = 30.0
-"""The local driver prints a line per running job at least this often."""
+"""The local driver prints the status table of its running cells at least this often."""
 STOP_WAIT_S = 120.0
 """After Ctrl-C, how long the driver waits for its jobs to checkpoint and stop."""
 CHAIN_ENTRY = (sys.executable, "-m", "sweeps", "eval-run")
@@ -264,7 +264,7 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
                 ended(slot)
             if active and time.time() - told >= PROGRESS_S:
                 told = time.time()
-                for line in progress_lines(m, active, queue):
+                for line in M.table(m, running_only=True).splitlines():
                     say(line)
     except KeyboardInterrupt:
         _stop(active, log)
@@ -282,33 +282,6 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
 
 def _what(kind: str, c: ManifestCell, step: int | None) -> str:
     return f"{kind} {c.cell}" + (f" step {step}" if step is not None else "")
-
-
-def progress_lines(m: Manifest, active: Active, queue: list[QueueItem],
-                   now: float | None = None) -> list[str]:
-    """What the local driver prints every PROGRESS_S: a line per running job (its phase, step,
-    tokens/s and ETA, read from its run's files: sweeps.manifest.live) and one for the sweep
-    (cells done, the training ETA over the slots)."""
-    now = time.time() if now is None else now
-    rate = M.flop_rate(m)
-    lives = {c.cell: M.live(c, rate, now) for c in m.cells}
-    out = []
-    for kind, c, _, started, step in active.values():
-        lv = lives.get(c.cell)
-        if kind != "train" or lv is None:
-            out.append(f"{c.cell}: evaluating{f' step {step}' if step is not None else ''}, "
-                       f"{M.dur(now - started)} so far")
-            continue
-        out.append(f"{c.cell}: {lv.phase}, step {lv.step if lv.step is not None else '-'}/"
-                   f"{lv.steps or '?'}"
-                   + (f", {lv.tokens_per_s:,.0f} tok/s" if lv.tokens_per_s else "")
-                   + f", ETA {M.dur(lv.eta_s)}")
-    done = sum(c.state == "done" for c in m.cells)
-    wait = sum(k == "train" for k, *_ in queue)
-    out.append(f"sweep {m.name}: {done}/{len(m.cells)} cells trained, "
-               f"{sum(a[0] == 'train' for a in active.values())} training, {wait} waiting; "
-               f"training ETA {M.dur(M.sweep_eta(m, lives, rate))}")
-    return out
 
 
 def _stop(active: Active, log: Callable[[str], None]) -> None:

@@ -335,14 +335,17 @@ def dur(s: float | None) -> str:
     return "?" if s is None else backend.duration(s)
 
 
-def table(m: Manifest, now: float | None = None) -> str:
-    """The status table `make sweep-status` prints. A running cell shows its phase, live step
+def table(m: Manifest, now: float | None = None, running_only: bool = False) -> str:
+    """The status table `make sweep-status` prints (and, `running_only`, the local driver every
+    PROGRESS_S: the cells training or evaluating). A running cell shows its phase, live step
     (its last metrics line), tokens/s and ETA (? until known); the head line the sweep's ETA."""
     rate = flop_rate(m)
     lives = {c.cell: live(c, rate, now) for c in m.cells}
     rows = [("cell", "arm", "run-id", "state", "phase", "step", "tok/s", "ETA", "job", "eval",
              "reason")]
     for c in m.cells:
+        if running_only and lives[c.cell] is None:
+            continue
         ev, lv = c.eval, lives[c.cell]
         reason = c.reason or (f"eval: {ev.reason}" if ev is not None and ev.state == "failed"
                               and ev.reason else "")
