@@ -290,9 +290,7 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     p, kind = r.plan, req.launcher
     # before anything is written or submitted: the checks the dry run lists (a local run
     # checks this host's limits only: its cluster file, if any, is not where the cells run)
-    # (the disk check is the driver's, beside the results root's location: _check_scratch)
-    C.refuse([c for c in C.checks(p, r.cluster if kind == "slurm" else None, r.cluster_file)
-              if c.name != "disk"])
+    C.refuse(C.checks(p, r.cluster if kind == "slurm" else None, r.cluster_file))
     launcher = make_launcher(kind, SweepDir(p.folder).jobs_dir, jobs=req.jobs, cluster=r.cluster,
                              job_name=f"sweep-{p.name}", executor_factory=executor_factory)
     from common.io import unwritable

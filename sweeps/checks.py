@@ -8,6 +8,7 @@ only the files check runs, against this host's limits (a local run opens the sam
 from __future__ import annotations
 
 import math
+import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,12 +213,16 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
 
 
 def disk(p: Plan, cluster: ClusterConfig) -> Check:
+    """The cells still to run with the corpus counted once (`disk_need`: counted per cell, a
+    6-cell 8B sweep asked for 12.8 TB where 3.6 TB is needed) against the free space under the
+    cluster file's results root (or the sweep's)."""
     d = disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)
     root = cluster.results or str(p.results)
     head = (f"disk: {d['n']} cell(s) to run write at most {_gb(d['cells'])} (rotated and "
             f"in-flight checkpoints, weights-only exports) + the corpus once "
             f"{_gb(d['corpus']) if d['corpus'] else '(built)'} = {_gb(d['total'])} under {root}")
-    why = backend.space_refusal(root, d["total"]) if d["total"] else None
+    why = backend.space_refusal(os.path.expandvars(os.path.expanduser(root)), d["total"]) \
+        if d["total"] else None
     if why is None:
         return Check("disk", True, head)
     return Check("disk", False, head + f"; {why}")

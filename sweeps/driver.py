@@ -30,7 +30,6 @@ from common.paths import RunDir, SweepDir
 from common.records import TRAINING_FAILED
 
 from . import backend
-from . import checks as C
 from . import manifest as M
 from .cluster import ClusterConfig
 from .grid import Cell
@@ -337,22 +336,16 @@ def _cold_cache(c: ManifestCell) -> bool:
 
 def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     """Before anything is submitted: the cells' run directories are under the cluster file's
-    results root (when it names one), and its file system has room for the cells not done
-    yet (checkpoints, exports, and the corpus once); UsageError, one line, otherwise."""
+    results root, when it names one (its free space is sweeps.checks.disk's); UsageError, one
+    line, otherwise."""
+    if not cluster.results:
+        return
+    want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
     roots = {Path(c.run_dir).parent.parent for c in p.cells}  # <results>/runs/<run-id>
-    if cluster.results:
-        want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
-        off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
-        if off:
-            raise UsageError(f"cluster.yaml results={cluster.results} but this sweep writes "
-                             f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
-        roots = {want}
-    # the cells still to run with the corpus counted once (sweeps.checks.disk_need): counted
-    # per cell, a 6-cell 8B sweep asked for 12.8 TB where 3.6 TB is needed
-    need = C.disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)["total"]
-    for r in roots:
-        if need and (why := backend.space_refusal(r, need)) is not None:
-            raise UsageError(why)
+    off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
+    if off:
+        raise UsageError(f"cluster.yaml results={cluster.results} but this sweep writes "
+                         f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
 
 
 def _submit_slurm(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: SlurmLauncher,
