@@ -8,6 +8,7 @@ written or submitted.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -22,7 +23,7 @@ from . import backend
 from . import checks as C
 from . import grid as G
 from . import plan as P
-from .cluster import ClusterConfig, load_cluster
+from .cluster import CLUSTER_FILE, ClusterConfig, load_cluster
 from .driver import Event, JobEnded, Planned, ignore_event
 from .driver import run as drive
 from .grid import SweepSpec
@@ -201,16 +202,6 @@ class _Resolved:
     cluster_file: str | None = None
 
 
-def cluster_file(req: SweepRequest) -> str:
-    """The cluster file the request reads (CLUSTER=, else FTBENCH_CLUSTER, else
-    sweeps/cluster.yaml), as its messages name it."""
-    import os
-
-    from .cluster import CLUSTER_FILE
-
-    return req.cluster.strip() or os.environ.get("FTBENCH_CLUSTER") or str(CLUSTER_FILE)
-
-
 WORLD_KEY = "train.plan_world_size"
 
 
@@ -243,23 +234,23 @@ def _resolve(req: SweepRequest) -> _Resolved:
             raise UsageError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
                              "points; the final checkpoint is always evaluated)")
         overrides = (*overrides, f"{KEEP_EVAL_KEY}={eval_points}")
-    # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
-    cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
-        if req.launcher == "slurm" or req.cluster.strip() else None
-    if cluster is not None:
-        overrides = _cluster_world(overrides, cluster, cluster_file(req))
+    cluster = file = None
+    if req.launcher == "slurm" or req.cluster.strip():  # CLUSTER= is read for a local dry run
+        # too: its checks and its world; `file` as the messages name it
+        cluster = load_cluster(Path(req.cluster) if req.cluster else None)
+        file = req.cluster.strip() or os.environ.get("FTBENCH_CLUSTER") or str(CLUSTER_FILE)
+        overrides = _cluster_world(overrides, cluster, file)
     spec = recipe_spec(rec, req, overrides) if rec is not None else replace(
         req.grid, overrides=overrides)  # type: ignore[arg-type]  # set without a recipe
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
     p = P.plan(spec, req.name or None)
-    if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
+    if cluster is not None and (why := C.world_refusal(p, cluster, str(file))):
         raise UsageError(why)
     if req.evaluate and parsed is not None:
         p.eval_specs = P.eval_specs(parsed, p)
         p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
-    return _Resolved(p, list(eval_args), cluster, cluster_file(req) if cluster is not None
-                     else None)
+    return _Resolved(p, list(eval_args), cluster, file)
 
 
 def plan(req: SweepRequest) -> P.Plan:
@@ -314,8 +305,8 @@ def status(name: str, results: Path | None = None) -> Manifest:
 
 def load(name: str, results: Path | None = None) -> Manifest | None:
     """The sweep's typed manifest as written (None before its first run); nothing refreshed."""
-    from .manifest import load, manifest_path
+    from .manifest import load
 
-    path = manifest_path(name, results)
+    path = SweepDir.of(name, results).manifest_path
     return load(path) if path.is_file() else None
 

@@ -35,7 +35,7 @@ from .cluster import ClusterConfig
 from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
-from .manifest import Manifest, ManifestCell, locked, point_record
+from .manifest import Manifest, ManifestCell, locked
 from .plan import Plan
 
 POLL_S = 1.0
@@ -159,7 +159,7 @@ def _point_watch(p: Plan, c: ManifestCell, m: Manifest, eval_args: Sequence[str]
     points = SlurmLauncher(launcher.folder, launcher.cluster, job_name=f"sweep-{p.name}-point",
                            cluster_name=POINT_CLUSTER)
     return PointWatch(c.cell, c.run_dir, m.spec_ids(), argv[:i], argv[i + 1:],
-                      launcher=points, record=str(point_record(p.folder, c.cell)),
+                      launcher=points, record=str(SweepDir(p.folder).points_record(c.cell)),
                       cwd=os.getcwd(), env={"FTBENCH_LAUNCHER": "slurm"})
 
 

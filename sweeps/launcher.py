@@ -337,9 +337,7 @@ class SlurmLauncher(Launcher):
             return self.executor_factory(self.folder)
         import submitit
 
-        if self.cluster is None:
-            raise UsageError("LAUNCHER=slurm needs a cluster file to submit jobs")
-        params = self.parameters(role)
+        params = self.parameters(role)  # UsageError without a cluster file
         if parallelism:
             params["slurm_array_parallelism"] = int(parallelism)
         deps = ([f"afterok:{after}"] if after else []) \

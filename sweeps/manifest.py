@@ -131,7 +131,8 @@ def refresh(m: Manifest, folder: Path, jobs: JobProbe, *,
             live_points: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset()
             ) -> Manifest:
     """Re-derive each cell's state from facts (the cells' transitions): its run directory, the
-    point jobs a SLURM watcher listed (`point_record`), its jobs (`jobs`: the launcher that
+    point jobs a SLURM watcher listed (SweepDir.points_record: `{"<step>": {"job_id",
+    "submitted"} | {"reason"}}`), its jobs (`jobs`: the launcher that
     submitted them; `probe` reads them without submitting). `live`: cells the calling driver
     is itself watching (left as they are); `live_points`: the (cell, step) point jobs it
     watches."""
@@ -144,7 +145,8 @@ def refresh(m: Manifest, folder: Path, jobs: JobProbe, *,
             m.tokenizer_sha256 = prov["tokenizer_sha256"]
         c.reconcile_eval(m, jobs, rd, watched=c.cell in live)
         try:
-            submitted = json.loads(point_record(folder, c.cell).read_text(encoding="utf-8"))
+            submitted = json.loads(SweepDir(folder).points_record(c.cell).read_text(
+                encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             submitted = {}
         c.settle_points(m, rd, submitted if isinstance(submitted, dict) else {}, jobs,
@@ -165,12 +167,6 @@ def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
             raise SweepBusy(f"sweep {folder.name} is being driven by {who}; wait for it or "
                             f"use `make sweep-status NAME={folder.name}`") from None
         yield
-
-
-def point_record(folder: Path, cell: str) -> Path:
-    """Where a SLURM training job's point watcher (sweeps/job.py) lists the point jobs it
-    submitted (`{"<step>": {"job_id", "submitted"} | {"reason"}}`); read by `refresh`."""
-    return SweepDir(folder).points_record(cell)
 
 
 # ------------------------------------------------------------------------------- status
@@ -403,10 +399,6 @@ def listing(results: Path | None = None) -> str:
     if not rows:
         return f"no sweeps under {root} (make sweep starts one)"
     return "\n".join(P.columns([r for _, r in sorted(rows, key=lambda x: -x[0])]))
-
-
-def manifest_path(name: str, results: Path | None = None) -> Path:
-    return SweepDir.of(name, results).manifest_path
 
 
 def status(name: str, results: Path | None = None) -> Manifest:
