@@ -191,7 +191,11 @@ def test_plan_composes_every_cell_and_the_dry_run_shows_them(
 
 
 class _FakeTrain:
-    """compose/run_id/run_dir with train.py's contract, over plain dicts (no hydra, no torch)."""
+    """compose/run_id/run_dir with train.py's contract, over plain dicts (no hydra, no torch);
+    the results root `results` (and with `logging`, the trainer's keep_eval_checkpoints)."""
+
+    def __init__(self, results: Path = Path("/tmp/ftbench-fake"), logging: bool = False) -> None:
+        self.results, self.logging = results, logging
 
     def compose(self, overrides: list[str]) -> object:
         from types import SimpleNamespace as NS
@@ -200,10 +204,12 @@ class _FakeTrain:
              "optim": {"lr": 0.001}, "train": {"seed": 0, "tokens": 1000, "flops": None,
                                                "seq_len": 64, "compute_match": "none",
                                                "match_latent_bits": 16},
-             "data": {"source": "stdlib"}, "paths": {"results": "/tmp/ftbench-fake"}}
+             "data": {"source": "stdlib"}, "paths": {"results": str(self.results)}}
+        if self.logging:
+            d["logging"] = {"keep_eval_checkpoints": 0}
         for o in overrides:
             k, v = o.split("=", 1)
-            if "." not in k:
+            if "." not in k or k.split(".")[0] not in d:
                 continue
             a, b = k.split(".")
             d[a][b] = type(d[a][b])(v) if d[a][b] is not None else float(v)
@@ -218,7 +224,7 @@ class _FakeTrain:
         return hashlib.sha256(json.dumps(cfg._dict, sort_keys=True).encode()).hexdigest()[:12]
 
     def run_dir(self, cfg: object) -> Path:
-        return Path("/tmp/ftbench-fake/runs") / self.run_id(cfg)
+        return self.results / "runs" / self.run_id(cfg)
 
 
 def _use_fake(monkeypatch: pytest.MonkeyPatch, fake: _FakeTrain) -> None:
@@ -375,18 +381,9 @@ def in_process_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fake trainer with its results under tmp_path, and submitit's executor as _Ex."""
     import submitit
 
-    class Train(_FakeTrain):
-        def compose(self, overrides: list[str]) -> object:
-            ns = super().compose(overrides)
-            ns._dict["paths"]["results"] = ns.paths.results = str(tmp_path)
-            return ns
-
-        def run_dir(self, cfg: object) -> Path:
-            return tmp_path / "runs" / self.run_id(cfg)
-
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp_path))
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
-    _use_fake(monkeypatch, Train())
+    _use_fake(monkeypatch, _FakeTrain(tmp_path))
     monkeypatch.setattr(D, "POLL_S", 0.0)
     monkeypatch.setattr(submitit, "AutoExecutor", _Ex)
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)

@@ -76,29 +76,10 @@ EVAL = textwrap.dedent("""
 """)
 
 
-class _Train(_FakeTrain):
-    """The fake trainer's config with a logging section (keep_eval_checkpoints) and results
-    under tmp."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-
-    def compose(self, overrides: list[str]) -> object:
-        keep = [o for o in overrides if o.startswith("logging.")]
-        ns = super().compose([o for o in overrides if not o.startswith("logging.")])
-        ns._dict["logging"] = {"keep_eval_checkpoints": int(keep[0].split("=")[1]) if keep
-                               else 0}
-        ns._dict["paths"]["results"] = ns.paths.results = str(self.tmp)
-        return ns
-
-    def run_dir(self, cfg: object) -> Path:
-        return self.tmp / "runs" / self.run_id(cfg)
-
-
-def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> _Train:
+def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> _FakeTrain:
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp))
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
-    fake = _Train(tmp)
+    fake = _FakeTrain(tmp, logging=True)  # keep_eval_checkpoints from the overrides
     _use_fake(monkeypatch, fake)
     monkeypatch.setattr(D, "POLL_S", 0.2)
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)
