@@ -134,8 +134,6 @@ def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> s
     from sweeps import backend
 
     ck = backend.checkpoint_sizes(cfg, gpus)
-    if ck is None:
-        return "disk under the results root: not estimated (not the trainer's config)"
     keep = cfg.logging.keep_checkpoints + 1
     points = max(1, rec.eval.points)
     cell = keep * ck["full"] + points * ck["export"]

@@ -195,11 +195,9 @@ def local_rate(cfg: Any, threads: int) -> tuple[float, str] | None:
         torch.set_num_threads(before)
 
 
-def batch_refusal(cfg: Any, world: int) -> str | None:
+def batch_refusal(cfg: TrainConfig, world: int) -> str | None:
     """Why `cfg`'s global batch does not split over `world` ranks (the trainer's one line, with
-    the nearest valid batch and world sizes), None when it does or `cfg` is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
+    the nearest valid batch and world sizes), None when it does."""
     try:
         P.plan(cfg, world)
     except ConfigError as e:
@@ -207,21 +205,16 @@ def batch_refusal(cfg: Any, world: int) -> str | None:
     return None
 
 
-def run_disk(cfg: Any, gpus: bool) -> int | None:
+def run_disk(cfg: TrainConfig, gpus: bool) -> int:
     """Bytes one run of `cfg` writes under the results root at most on GPUs (`gpus`) or CPUs
-    (plan.disk_bytes' run part: the trainer's own dry run says the same); None for a config
-    that is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
+    (plan.disk_bytes' run part: the trainer's own dry run says the same)."""
     return P.disk_bytes(cfg, P.plan(cfg, 1), "cuda" if gpus else "cpu")["run"]
 
 
-def checkpoint_sizes(cfg: Any, gpus: bool) -> dict[str, int] | None:
+def checkpoint_sizes(cfg: TrainConfig, gpus: bool) -> dict[str, int]:
     """Bytes of one resumable step checkpoint ('full') and of one weights-only export
     ('export': final.pt, eval_step_<N>.pt) at the dtype the trainer writes on GPUs (`gpus`) or
-    CPUs; None for a config that is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
+    CPUs."""
     ck = P.checkpoint_bytes(P.plan(cfg, 1))
     dt = str(cfg.logging.export_dtype)
     bf16 = dt == "bf16" or (dt != "fp32" and gpus)  # auto: bf16 on GPUs (trainer.export_dtype)

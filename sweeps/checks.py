@@ -111,8 +111,6 @@ def _signal(p: Plan, cluster: ClusterConfig) -> Check:
     ck = backend.checkpoint_sizes(p.costliest.cfg, True)
     lead = int(cluster.or_default("signal_delay_s"))
     grace = grace_for(lead)
-    if ck is None:
-        return Check("signal", True, f"signal: USR2 {lead} s before the time limit")
     gbps = float(cluster.write_gbps or 2.0)
     save = ck["full"] / (gbps * 1e9)
     head = (f"signal: USR2 {lead} s before the time limit leaves the trainer {grace:.0f} s to "
@@ -201,10 +199,7 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
     cells, corpora = 0, {}
     for c in todo:
         cfg = c.cfg
-        need = backend.run_disk(cfg, gpus)
-        if need is None:
-            continue
-        cells += need
+        cells += backend.run_disk(cfg, gpus)
         corpus = backend.corpus_of(cfg)
         if corpus is not None and not corpus["built"]:
             corpora[str(corpus["dir"])] = corpus["bytes"]
