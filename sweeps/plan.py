@@ -1,14 +1,7 @@
-"""A sweep's plan: its cells composed with the trainer's config, its evaluation specs and the
-dry-run text. Nothing here writes a file or submits a job.
-
-    plan(spec, name)          compose every cell with train.py's config, run the shared-settings
-                              guard, compute per-cell tokens/FLOPs
-    eval_specs(args, plan)    {suite: spec} the chained evaluation of the cells will write
-    dry_run_text(plan)        what `make sweep DRY=1` prints: the grid, FLOPs, the eval specs,
-                              the costliest cell's memory and GPU time, each cell's time on
-                              this machine (a local sweep)
-    cell_seconds, schedule    the one rule for a cell's time and a sweep's over its slots (the
-                              dry run's, and the ETAs of sweeps.manifest.live)
+"""A sweep's plan: its cells composed with the trainer's config (the shared-settings guard
+run, per-cell tokens and FLOPs), its evaluation specs, the dry-run text, and the one rule for a
+cell's time and a sweep's over its slots (`cell_seconds`, `schedule`: the dry run's, and the
+ETAs of sweeps.manifest.live). Nothing here writes a file or submits a job.
 """
 
 from __future__ import annotations
