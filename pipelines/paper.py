@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
-from common.errors import UsageError, cli
+from common.errors import ArgParser, UsageError, cli
 from common.paths import SweepDir
 from common.text import one_line
 from pipelines.shared import (
@@ -319,8 +319,8 @@ def report_submit(name: str, a: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m pipelines.paper", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(prog="python -m pipelines.paper", description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="", help="a recipe name (sweeps/recipes) or file")
     ap.add_argument("--name", default="", help="sweep name (default: the recipe's name)")
     ap.add_argument("--launcher", default="local", help="local | slurm")
@@ -377,8 +377,7 @@ def corpus_build(c: dict[str, Any], a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(argv)
-    return cli("paper", lambda: _main(a))
+    return cli("paper", lambda: _main(parse(argv)))
 
 
 def _main(a: argparse.Namespace) -> int:
