@@ -25,7 +25,6 @@ from sweeps import backend
 from sweeps import driver as D
 from sweeps import launcher as L
 from sweeps import manifest as SM
-from sweeps import plan as P
 from sweeps.grid import (
     ARCH_KNOBS,
     Cell,
@@ -176,18 +175,6 @@ def test_guard_accepts_architecture_knobs_only() -> None:
     # only the equal-FLOPs control may change its horizon; a plain arm may not
     with pytest.raises(UsageError, match="train.tokens"):
         shared_settings(cells[:2], [_cfg(), _cfg(latent=16, tokens=5)])
-
-
-def test_plan_composes_every_cell_and_the_dry_run_shows_them(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    _use_fake(monkeypatch, _FakeTrain())
-    ok = P.plan(SweepSpec.from_text(kappa="1 2", h="4", seeds="0", tokens="1k"))
-    assert [c.cell.name for c in ok.cells] == ["baseline-s0", "free-k1-H4-s0", "free-k2-H4-s0"]
-    assert len({c.run_id for c in ok.cells}) == 3
-    assert ok.cells[1].flops > ok.cells[0].flops  # the FT pays for its encoder
-    text = P.dry_run_text(ok)
-    assert "total: 3 cells" in text and "nothing submitted" in text
-    assert "free-k2-H4-s0" in text
 
 
 class _FakeTrain:
