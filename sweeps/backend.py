@@ -110,8 +110,8 @@ JOB_ONLY_OVERRIDES = ("logging.progress=false",)
 """Added to a job's command line only: no progress bar in log files (not part of the run-id)."""
 
 
-def train_argv(cell: Cell) -> list[str]:
-    return [sys.executable, "-m", "experiments.train", *cell.overrides, *JOB_ONLY_OVERRIDES]
+def train_argv(overrides: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "experiments.train", *overrides, *JOB_ONLY_OVERRIDES]
 
 
 def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:

@@ -32,7 +32,6 @@ from common.records import TRAINING_FAILED
 from . import backend
 from . import manifest as M
 from .cluster import ClusterConfig
-from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
 from .manifest import Manifest, ManifestCell, locked
@@ -124,9 +123,8 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
 
 def _train_job(c: ManifestCell, threads: int | None, launcher: str = "local",
                points: PointWatch | None = None, grace_s: float = GRACE_S) -> CellJob:
-    cell = Cell(c.cell, c.arm, c.seed or 0, tuple(c.overrides))
     # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
-    return CellJob(c.cell, backend.train_argv(cell), run_dir=c.run_dir, threads=threads,
+    return CellJob(c.cell, backend.train_argv(c.overrides), run_dir=c.run_dir, threads=threads,
                    cwd=os.getcwd(),
                    env={"FTBENCH_LAUNCHER": launcher}, points=points, grace_s=grace_s)
 

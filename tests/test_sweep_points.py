@@ -85,9 +85,9 @@ def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> _FakeTrain:
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     (tmp / "train.py").write_text(TRAIN)
     (tmp / "eval.py").write_text(EVAL)
-    monkeypatch.setattr(backend, "train_argv", lambda cell: [
-        sys.executable, str(tmp / "train.py"),
-        str(fake.run_dir(fake.compose(list(cell.overrides)))), mode])
+    monkeypatch.setattr(backend, "train_argv", lambda overrides: [
+        sys.executable, str(tmp / "train.py"), str(fake.run_dir(fake.compose(list(overrides)))),
+        mode])
     manifest = tmp / "sweeps" / "pts" / "manifest.json"
     monkeypatch.setattr(backend, "eval_argv", lambda run, extra=(): [
         sys.executable, str(tmp / "eval.py"), str(run), str(manifest), *extra])
