@@ -18,7 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,18 +98,15 @@ def build(p: Plan, launcher: str, old: Manifest | None) -> Manifest:
             o = None  # the code's config changed under the same name: a new run
         arm = find_arm(c.cell.arm)
         matched = arm is not None and arm.flops_matched  # the grid's H is the one it matches
-        cells.append(ManifestCell(
+        planned = dict(
             cell=c.cell.name, arm=c.cell.arm, kappa_bits=c.cell.kappa_bits,
             latent_bits=0 if matched else int(c.cell.latent_bits or 0),
             match_latent_bits=c.cell.latent_bits if matched else None, seed=c.cell.seed,
             run_id=c.run_id, run_dir=str(c.run_dir), overrides=list(c.cell.overrides),
             tokens=c.tokens, flops=c.flops, flops_per_token=c.flops_per_token,
-            config=c.config,
-            **({} if o is None else {
-                "state": o.state, "reason": o.reason, "job_id": o.job_id, "eval": o.eval,
-                "step": o.step, "attempts": o.attempts, "slot": o.slot,
-                "started": o.started, "finished": o.finished, "wall_s": o.wall_s,
-                "points": o.points})))
+            config=c.config)
+        # the plan's identity and numbers; its state and history (job, eval, points) kept
+        cells.append(ManifestCell(**planned) if o is None else replace(o, **planned))
     return Manifest(
         name=p.name, cells=cells, grid=p.spec.to_manifest(), eval_spec=espec,
         eval_spec_id=espec_id, eval_specs=especs,
