@@ -305,8 +305,6 @@ def status(name: str, results: Path | None = None) -> Manifest:
 
 def load(name: str, results: Path | None = None) -> Manifest | None:
     """The sweep's typed manifest as written (None before its first run); nothing refreshed."""
-    from .manifest import load
-
-    path = SweepDir.of(name, results).manifest_path
-    return load(path) if path.is_file() else None
+    sd = SweepDir.of(name, results)
+    return sd.manifest() if sd.exists() else None
 

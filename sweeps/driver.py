@@ -97,7 +97,7 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
     p.folder.mkdir(parents=True, exist_ok=True)
     with locked(p.folder, wait=False):
         SweepDir(p.folder).lock_path.write_text(f"pid {os.getpid()}\n")  # who drives it
-        old = M.load(p.manifest_path) if p.manifest_path.exists() else None
+        old = SweepDir(p.folder).manifest() if p.manifest_path.exists() else None
         m = M.build(p, launcher.kind, old)
         # states of jobs already submitted are read through the launcher that submitted them
         M.refresh(m, p.folder, M.probe(old.launcher if old is not None else launcher.kind,

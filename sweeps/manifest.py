@@ -1,7 +1,8 @@
 """`results/sweeps/<name>/manifest.json` as the sweep driver keeps it: built from a plan
-(`build`), read (`load`), written (`save`) under an exclusive lock (`locked`), refreshed from
-facts (`status`), printed (`table`). Its schema, with every state transition of a cell as a
-method, is common.records (`Manifest`, `ManifestCell`; the states: `STATES`, `POINT_STATES`).
+(`build`), written (`save`) under an exclusive lock (`locked`), refreshed from facts (`status`),
+printed (`table`); read by common.paths.SweepDir.manifest. Its schema, with every state
+transition of a cell as a method, is common.records (`Manifest`, `ManifestCell`; the states:
+`STATES`, `POINT_STATES`).
 
 Only the sweep driver and `sweep-status` write the manifest, under the lock, with an atomic
 rename; jobs never touch it. A cell's state is re-derived from facts on every refresh. A failed
@@ -57,15 +58,6 @@ def probe(launcher: str, folder: Path) -> JobProbe:
 
 
 # ------------------------------------------------------------------------------- files
-def load(path: Path) -> Manifest:
-    """The manifest at `path`; UsageError (one line) for one this code cannot read."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return Manifest.from_json(json.load(f), str(path))
-    except (json.JSONDecodeError, UsageError) as e:
-        raise UsageError(f"{path}: {str(e).splitlines()[0]}") from None
-
-
 def save(path: Path, m: Manifest) -> None:
     atomic_write_text(path, json.dumps(m.to_json(), indent=1, default=str) + "\n")
 
@@ -372,7 +364,7 @@ def listing(results: Path | None = None) -> str:
     rows, root = [], sweeps_dir(results)
     for path in root.glob("*/manifest.json"):
         try:
-            m = load(path)
+            m = SweepDir(path.parent).manifest()
         except UsageError as e:
             rows.append((path.stat().st_mtime, (path.parent.name, "?", "?", one_line(e))))
             continue
@@ -409,10 +401,10 @@ def status(name: str, results: Path | None = None) -> Manifest:
                          + (f"; known: {' '.join(known)}" if known else ""))
     try:
         with locked(folder, wait=False):
-            m = load(path)
+            m = sd.manifest()
             save(path, refresh(m, folder, probe(m.launcher, folder)))
     except SweepBusy:  # a driver is running: show its view plus runs finished since
-        m = load(path)
+        m = sd.manifest()
         jobs = probe(m.launcher, folder)
         for c in m.cells:  # every job is the driver's to watch; a finished run is done anyway
             c.reconcile(jobs, RunDir(c.run), {}, watched=True)

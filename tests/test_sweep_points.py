@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_sweep import _fake_to_dict, _FakeTrain, _use_fake  # noqa: F401 (autouse fixture)
 
-from common.paths import RunDir
+from common.paths import RunDir, SweepDir
 from common.records import TRAINING_FAILED, EvalSpec, Manifest, ManifestCell, PointState
 from sweeps import backend
 from sweeps import driver as D
@@ -305,7 +305,7 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     (run / "eval" / f"lm-eval.{sid}.step2.json").unlink()
     assert watch.poll() == []
     (run / "eval" / f"lm-eval.{sid}.step2.json").write_text("{}")
-    m = SM.load(p.manifest_path)
+    m = SweepDir(p.folder).manifest()
     m.launcher = "local"
     pts = SM.refresh(m, p.folder, SM.probe(m.launcher, p.folder)).cells[0].points
     assert pts[2].state == "done" and pts[2].job_id == rec["2"]["job_id"]
