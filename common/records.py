@@ -818,9 +818,6 @@ class Manifest(_Record):
         self.cells = list(self.cells)
 
     # ---- reading -----------------------------------------------------------------------------
-    def cell(self, name: str) -> ManifestCell:
-        return next(c for c in self.cells if c.cell == name)
-
     def spec_ids(self) -> list[str]:
         """Every suite's spec_id: an eval file of a step counts only under one of these."""
         return [sp.id for sp in (self.eval_specs or {}).values()]

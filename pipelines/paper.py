@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from common import benchmarks
-from common.errors import UsageError, cli
+from common.errors import ArgParser, UsageError, cli
 from common.paths import SweepDir
 from common.text import one_line
 from pipelines.shared import (
@@ -134,8 +134,6 @@ def disk_text(rec: Any, cfg: Any, n_cells: int, corpus: int, *, gpus: bool) -> s
     from sweeps import backend
 
     ck = backend.checkpoint_sizes(cfg, gpus)
-    if ck is None:
-        return "disk under the results root: not estimated (not the trainer's config)"
     keep = cfg.logging.keep_checkpoints + 1
     points = max(1, rec.eval.points)
     cell = keep * ck["full"] + points * ck["export"]
@@ -320,8 +318,8 @@ def report_submit(name: str, a: argparse.Namespace) -> tuple[str, str | None]:
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m pipelines.paper", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgParser(prog="python -m pipelines.paper", description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--recipe", default="", help="a recipe name (sweeps/recipes) or file")
     ap.add_argument("--name", default="", help="sweep name (default: the recipe's name)")
     ap.add_argument("--launcher", default="local", help="local | slurm")
@@ -378,8 +376,7 @@ def corpus_build(c: dict[str, Any], a: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse(argv)
-    return cli("paper", lambda: _main(a))
+    return cli("paper", lambda: _main(parse(argv)))
 
 
 def _main(a: argparse.Namespace) -> int:

@@ -13,32 +13,21 @@ import os
 import sys
 from pathlib import Path
 
-from common.errors import ArgParser, UsageError, cli
+from common.errors import ArgParser, cli
 
 from . import api, backend
 from .api import DEFAULT_H, DEFAULT_LIKELIHOOD_ROWS, DEFAULT_TOKENS, GRID_DEFAULTS
 from .grid import parse_count
 from .manifest import listing
 
-TRUE_WORDS = ("1", "true", "yes")
-FALSE_WORDS = ("0", "false", "no", "")
-"""A boolean is read as make reads it (docs/MAKE.md); anything else is refused."""
-
-
-def _flag(name: str, v: str | None) -> bool:
-    """1/true/yes -> True; 0/false/no/empty -> False; else UsageError naming the variable."""
-    t = str(v or "").strip()
-    if t in TRUE_WORDS or t in FALSE_WORDS:
-        return t in TRUE_WORDS
-    raise UsageError(f"{name}: {t!r} is not a boolean; use 1/true/yes for true, 0/false/no or "
-                     "empty for false")
+BOOL = {"choices": ("0", "1"), "default": "0"}
+"""EVAL, DRY, RETRY_FAILED: make reads the words (docs/MAKE.md) and passes 1 or 0."""
 
 
 def request(a: argparse.Namespace) -> tuple[api.SweepRequest, bool]:
     """The command line's `run` arguments as the front door's request, and DRY; UsageError on a
     value the text itself rules out (the request's meaning is checked by api.plan)."""
-    evaluate, dry = _flag("EVAL", a.eval), _flag("DRY", a.dry)
-    retry_failed = _flag("RETRY_FAILED", a.retry_failed)
+    evaluate, dry, retry_failed = a.eval == "1", a.dry == "1", a.retry_failed == "1"
     jobs = parse_count("JOBS", a.jobs, minimum=1)
     points = parse_count("EVAL_POINTS", a.eval_points, minimum=1)
     rows = parse_count("LIKELIHOOD_ROWS", a.likelihood_rows, minimum=0)
@@ -80,7 +69,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--name", default="", help="sweep name (default: from the grid's content)")
     r.add_argument("--launcher", default="local", help="local | slurm")
     r.add_argument("--jobs", default="", help="local parallel jobs (default: one per core)")
-    r.add_argument("--eval", default="", help="1: evaluate final checkpoints as further jobs")
+    r.add_argument("--eval", **BOOL, help="1: evaluate final checkpoints as further jobs")
     r.add_argument("--eval-args", default="", help="extra arguments for experiments.eval")
     r.add_argument("--eval-points", default="",
                    help="n: keep n evenly spaced checkpoints (logging.keep_eval_checkpoints) and "
@@ -88,8 +77,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--likelihood-rows", default=str(DEFAULT_LIKELIHOOD_ROWS),
                    help="validation rows for the chained likelihood (experiments.eval.likelihood) "
                         f"when EVAL=1 (default {DEFAULT_LIKELIHOOD_ROWS}; 0 = skip it)")
-    r.add_argument("--dry", default="", help="1: print grid and compute, submit nothing")
-    r.add_argument("--retry-failed", default="", help="1: also rerun failed cells")
+    r.add_argument("--dry", **BOOL, help="1: print grid and compute, submit nothing")
+    r.add_argument("--retry-failed", **BOOL, help="1: also rerun failed cells")
     r.add_argument("--cluster", default="", help="cluster config (default sweeps/cluster.yaml)")
     s = sub.add_parser("status", help="table of pending, running, done and failed cells")
     s.add_argument("name")

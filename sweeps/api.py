@@ -8,9 +8,10 @@ written or submitted.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from . import backend
 from . import checks as C
 from . import grid as G
 from . import plan as P
-from .cluster import ClusterConfig, load_cluster
+from .cluster import CLUSTER_FILE, ClusterConfig, load_cluster
 from .driver import Event, JobEnded, Planned, ignore_event
 from .driver import run as drive
 from .grid import SweepSpec
@@ -57,9 +58,10 @@ KEEP_EVAL_KEY = "logging.keep_eval_checkpoints"
 @dataclass(frozen=True)
 class SweepRequest:
     """What `make sweep` asks for, typed where it is made: a value given as text (what make
-    passes: KAPPA="0.5 2") is parsed here, once (kappa by common.kappa, the rest by
-    sweeps.grid); a grid value not given (None) takes the grid's default, or the recipe's. Bad
-    input is one UsageError line naming the variable, raised before anything else happens."""
+    passes: KAPPA="0.5 2") is parsed here, once, into `grid` (SweepSpec.from_text: kappa by
+    common.kappa, the rest by sweeps.grid); a grid value not given (None) takes the grid's
+    default, or the recipe's. Bad input is one UsageError line naming the variable, raised
+    before anything else happens."""
 
     kappa: tuple[float, ...] | str | None = None
     h: tuple[int, ...] | str | None = None
@@ -68,7 +70,7 @@ class SweepRequest:
     preset: str | None = None
     data: str | None = None
     tokens: float | str | None = None
-    """'' = train.py's own default (None once parsed)."""
+    """'' = train.py's own default."""
     flops: float | str | None = None
     controls: tuple[str, ...] | str | None = None
     """The controls' arm names (text: their CONTROLS names, "flops plus1")."""
@@ -96,6 +98,8 @@ class SweepRequest:
     likelihood_rows: int | None = DEFAULT_LIKELIHOOD_ROWS
     """Validation rows for the chained likelihood when evaluating (0 or None: skip it)."""
     retry_failed: bool = False
+    grid: SweepSpec | None = field(default=None, init=False)
+    """The grid values above, typed and checked (None with a recipe: its grid)."""
 
     def __post_init__(self) -> None:
         def put(key: str, value: Any) -> None:
@@ -113,16 +117,9 @@ class SweepRequest:
                                  "OVERRIDES)")
             if self.tokens is None and str(self.flops or "").strip():
                 put("tokens", "")  # FLOPS given: it is the budget
-            for k, v in GRID_DEFAULTS.items():
-                if getattr(self, k) is None:
-                    put(k, v)
-            put("kappa", tuple(G.parse_kappas(self.kappa)))
-            put("h", tuple(G.parse_ints(self.h, "H")))
-            put("preset", str(self.preset).strip())
-            put("data", str(self.data).strip())
-            put("tokens", G.parse_amount(self.tokens, "TOKENS"))
-            put("flops", G.parse_amount(self.flops, "FLOPS"))
-            put("controls", G.parse_controls(self.controls))
+            put("grid", SweepSpec.from_text(**{  # type: ignore[arg-type]
+                k: d if (v := getattr(self, k)) is None else v
+                for k, d in GRID_DEFAULTS.items()}, overrides=self.overrides))
         if self.seeds is not None:
             put("seeds", tuple(G.parse_ints(self.seeds, "SEEDS")))
         put("overrides", G.split_overrides(self.overrides))
@@ -205,16 +202,6 @@ class _Resolved:
     cluster_file: str | None = None
 
 
-def cluster_file(req: SweepRequest) -> str:
-    """The cluster file the request reads (CLUSTER=, else FTBENCH_CLUSTER, else
-    sweeps/cluster.yaml), as its messages name it."""
-    import os
-
-    from .cluster import CLUSTER_FILE
-
-    return req.cluster.strip() or os.environ.get("FTBENCH_CLUSTER") or str(CLUSTER_FILE)
-
-
 WORLD_KEY = "train.plan_world_size"
 
 
@@ -247,25 +234,23 @@ def _resolve(req: SweepRequest) -> _Resolved:
             raise UsageError(f"EVAL_POINTS: {eval_points} must be >= 2 (a curve needs two "
                              "points; the final checkpoint is always evaluated)")
         overrides = (*overrides, f"{KEEP_EVAL_KEY}={eval_points}")
-    # a cluster file given (CLUSTER=) is read for a local dry run too: its checks and its world
-    cluster = load_cluster(Path(req.cluster) if req.cluster else None) \
-        if req.launcher == "slurm" or req.cluster.strip() else None
-    if cluster is not None:
-        overrides = _cluster_world(overrides, cluster, cluster_file(req))
-    spec = recipe_spec(rec, req, overrides) if rec is not None else SweepSpec(
-        kappa_bits=req.kappa, latent_bits=req.h, seeds=req.seeds, preset=req.preset,
-        data=req.data, tokens=req.tokens, flops=req.flops, controls=req.controls,
-        overrides=overrides)  # type: ignore[arg-type]  # typed by SweepRequest.__post_init__
+    cluster = file = None
+    if req.launcher == "slurm" or req.cluster.strip():  # CLUSTER= is read for a local dry run
+        # too: its checks and its world; `file` as the messages name it
+        cluster = load_cluster(Path(req.cluster) if req.cluster else None)
+        file = req.cluster.strip() or os.environ.get("FTBENCH_CLUSTER") or str(CLUSTER_FILE)
+        overrides = _cluster_world(overrides, cluster, file)
+    spec = recipe_spec(rec, req, overrides) if rec is not None else replace(
+        req.grid, overrides=overrides)  # type: ignore[arg-type]  # set without a recipe
     # the evaluation's arguments and task names are checked now, before any training
     parsed = backend.validate_eval_args(eval_args) if req.evaluate or eval_args else None
     p = P.plan(spec, req.name or None)
-    if cluster is not None and (why := C.world_refusal(p, cluster, cluster_file(req))):
+    if cluster is not None and (why := C.world_refusal(p, cluster, str(file))):
         raise UsageError(why)
     if req.evaluate and parsed is not None:
         p.eval_specs = P.eval_specs(parsed, p)
         p.eval_points, p.likelihood_rows = eval_points, req.likelihood_rows or None
-    return _Resolved(p, list(eval_args), cluster, cluster_file(req) if cluster is not None
-                     else None)
+    return _Resolved(p, list(eval_args), cluster, file)
 
 
 def plan(req: SweepRequest) -> P.Plan:
@@ -296,9 +281,7 @@ def run(req: SweepRequest, *, log: Callable[[str], None] = print,
     p, kind = r.plan, req.launcher
     # before anything is written or submitted: the checks the dry run lists (a local run
     # checks this host's limits only: its cluster file, if any, is not where the cells run)
-    # (the disk check is the driver's, beside the results root's location: _check_scratch)
-    C.refuse([c for c in C.checks(p, r.cluster if kind == "slurm" else None, r.cluster_file)
-              if c.name != "disk"])
+    C.refuse(C.checks(p, r.cluster if kind == "slurm" else None, r.cluster_file))
     launcher = make_launcher(kind, SweepDir(p.folder).jobs_dir, jobs=req.jobs, cluster=r.cluster,
                              job_name=f"sweep-{p.name}", executor_factory=executor_factory)
     from common.io import unwritable
@@ -322,8 +305,6 @@ def status(name: str, results: Path | None = None) -> Manifest:
 
 def load(name: str, results: Path | None = None) -> Manifest | None:
     """The sweep's typed manifest as written (None before its first run); nothing refreshed."""
-    from .manifest import load, manifest_path
-
-    path = manifest_path(name, results)
-    return load(path) if path.is_file() else None
+    sd = SweepDir.of(name, results)
+    return sd.manifest() if sd.exists() else None
 

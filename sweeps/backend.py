@@ -18,8 +18,9 @@ import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from common.arms import Cell
 from common.errors import UsageError
 from common.text import one_line
 from experiments.corpus import budget as _corpus_budget
@@ -38,7 +39,6 @@ from experiments.train.config import compose as compose_config
 # re-exported for the rest of sweeps/
 parse_amount = _config.parse_amount
 chain_argv = _chain.chain_argv
-kept_checkpoints = _chain.kept_checkpoints
 eval_chain = _chain.eval_chain
 eval_point = _chain.eval_point
 # what sweeps/recipe.py reads of the trainer: its vocabularies, compose from plain overrides,
@@ -73,15 +73,6 @@ def check_eval_tasks(tasks: Sequence[str]) -> None:
         raise UsageError(one_line(e)) from None
 
 
-class Cell(Protocol):
-    """What backend needs of a grid.Cell (grid.py imports this module, not the reverse)."""
-
-    name: str
-    overrides: tuple[str, ...]
-
-
-TRAIN_MODULE = "experiments.train"
-EVAL_MODULE = "experiments.eval"
 IGNORED_PREFIXES = ("paths.",)
 """Bookkeeping the shared-settings guard does not compare (where files go, not what trains)."""
 
@@ -94,12 +85,8 @@ def compose(cell: Cell) -> TrainConfig:
         raise UsageError(f"{cell.name}: {one_line(e)}") from e
 
 
-def to_dict(cfg: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        return P.plain(dataclasses.asdict(cfg))
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+def to_dict(cfg: TrainConfig) -> dict[str, Any]:
+    return P.plain(dataclasses.asdict(cfg))
 
 
 def flops_per_token(cfg: TrainConfig) -> float:
@@ -123,12 +110,12 @@ JOB_ONLY_OVERRIDES = ("logging.progress=false",)
 """Added to a job's command line only: no progress bar in log files (not part of the run-id)."""
 
 
-def train_argv(cell: Cell) -> list[str]:
-    return [sys.executable, "-m", TRAIN_MODULE, *cell.overrides, *JOB_ONLY_OVERRIDES]
+def train_argv(overrides: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "experiments.train", *overrides, *JOB_ONLY_OVERRIDES]
 
 
 def eval_argv(run: Path, extra: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", EVAL_MODULE, str(run), *extra]
+    return [sys.executable, "-m", "experiments.eval", str(run), *extra]
 
 
 # ------------------------------------------------------------------------------- evaluation
@@ -208,11 +195,9 @@ def local_rate(cfg: Any, threads: int) -> tuple[float, str] | None:
         torch.set_num_threads(before)
 
 
-def batch_refusal(cfg: Any, world: int) -> str | None:
+def batch_refusal(cfg: TrainConfig, world: int) -> str | None:
     """Why `cfg`'s global batch does not split over `world` ranks (the trainer's one line, with
-    the nearest valid batch and world sizes), None when it does or `cfg` is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
+    the nearest valid batch and world sizes), None when it does."""
     try:
         P.plan(cfg, world)
     except ConfigError as e:
@@ -220,21 +205,16 @@ def batch_refusal(cfg: Any, world: int) -> str | None:
     return None
 
 
-def run_disk(cfg: Any, gpus: bool) -> int | None:
+def run_disk(cfg: TrainConfig, gpus: bool) -> int:
     """Bytes one run of `cfg` writes under the results root at most on GPUs (`gpus`) or CPUs
-    (plan.disk_bytes' run part: the trainer's own dry run says the same); None for a config
-    that is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
+    (plan.disk_bytes' run part: the trainer's own dry run says the same)."""
     return P.disk_bytes(cfg, P.plan(cfg, 1), "cuda" if gpus else "cpu")["run"]
 
 
-def checkpoint_sizes(cfg: Any, gpus: bool) -> dict[str, int] | None:
+def checkpoint_sizes(cfg: TrainConfig, gpus: bool) -> dict[str, int]:
     """Bytes of one resumable step checkpoint ('full') and of one weights-only export
     ('export': final.pt, eval_step_<N>.pt) at the dtype the trainer writes on GPUs (`gpus`) or
-    CPUs; None for a config that is not the trainer's."""
-    if not isinstance(cfg, TrainConfig):
-        return None
+    CPUs."""
     ck = P.checkpoint_bytes(P.plan(cfg, 1))
     dt = str(cfg.logging.export_dtype)
     bf16 = dt == "bf16" or (dt != "fp32" and gpus)  # auto: bf16 on GPUs (trainer.export_dtype)

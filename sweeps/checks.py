@@ -8,6 +8,7 @@ only the files check runs, against this host's limits (a local run opens the sam
 from __future__ import annotations
 
 import math
+import os
 import resource
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +111,6 @@ def _signal(p: Plan, cluster: ClusterConfig) -> Check:
     ck = backend.checkpoint_sizes(p.costliest.cfg, True)
     lead = int(cluster.or_default("signal_delay_s"))
     grace = grace_for(lead)
-    if ck is None:
-        return Check("signal", True, f"signal: USR2 {lead} s before the time limit")
     gbps = float(cluster.write_gbps or 2.0)
     save = ck["full"] / (gbps * 1e9)
     head = (f"signal: USR2 {lead} s before the time limit leaves the trainer {grace:.0f} s to "
@@ -200,10 +199,7 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
     cells, corpora = 0, {}
     for c in todo:
         cfg = c.cfg
-        need = backend.run_disk(cfg, gpus)
-        if need is None:
-            continue
-        cells += need
+        cells += backend.run_disk(cfg, gpus)
         corpus = backend.corpus_of(cfg)
         if corpus is not None and not corpus["built"]:
             corpora[str(corpus["dir"])] = corpus["bytes"]
@@ -212,12 +208,16 @@ def disk_need(p: Plan, gpus: bool = True) -> dict[str, Any]:
 
 
 def disk(p: Plan, cluster: ClusterConfig) -> Check:
+    """The cells still to run with the corpus counted once (`disk_need`: counted per cell, a
+    6-cell 8B sweep asked for 12.8 TB where 3.6 TB is needed) against the free space under the
+    cluster file's results root (or the sweep's)."""
     d = disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)
     root = cluster.results or str(p.results)
     head = (f"disk: {d['n']} cell(s) to run write at most {_gb(d['cells'])} (rotated and "
             f"in-flight checkpoints, weights-only exports) + the corpus once "
             f"{_gb(d['corpus']) if d['corpus'] else '(built)'} = {_gb(d['total'])} under {root}")
-    why = backend.space_refusal(root, d["total"]) if d["total"] else None
+    why = backend.space_refusal(os.path.expandvars(os.path.expanduser(root)), d["total"]) \
+        if d["total"] else None
     if why is None:
         return Check("disk", True, head)
     return Check("disk", False, head + f"; {why}")

@@ -30,18 +30,16 @@ from common.paths import RunDir, SweepDir
 from common.records import TRAINING_FAILED
 
 from . import backend
-from . import checks as C
 from . import manifest as M
 from .cluster import ClusterConfig
-from .grid import Cell
 from .job import GRACE_S, CellJob, PointWatch, grace_for
 from .launcher import Launcher, LocalLauncher, SlurmLauncher
-from .manifest import Manifest, ManifestCell, locked, point_record
+from .manifest import Manifest, ManifestCell, locked
 from .plan import Plan
 
 POLL_S = 1.0
 PROGRESS_S = 30.0
-"""The local driver prints a line per running job at least this often."""
+"""The local driver prints the status table of its running cells at least this often."""
 STOP_WAIT_S = 120.0
 """After Ctrl-C, how long the driver waits for its jobs to checkpoint and stop."""
 CHAIN_ENTRY = (sys.executable, "-m", "sweeps", "eval-run")
@@ -99,7 +97,7 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
     p.folder.mkdir(parents=True, exist_ok=True)
     with locked(p.folder, wait=False):
         SweepDir(p.folder).lock_path.write_text(f"pid {os.getpid()}\n")  # who drives it
-        old = M.load(p.manifest_path) if p.manifest_path.exists() else None
+        old = SweepDir(p.folder).manifest() if p.manifest_path.exists() else None
         m = M.build(p, launcher.kind, old)
         # states of jobs already submitted are read through the launcher that submitted them
         M.refresh(m, p.folder, M.probe(old.launcher if old is not None else launcher.kind,
@@ -125,9 +123,8 @@ def run(p: Plan, launcher: Launcher, *, evaluate: bool = False, eval_args: Seque
 
 def _train_job(c: ManifestCell, threads: int | None, launcher: str = "local",
                points: PointWatch | None = None, grace_s: float = GRACE_S) -> CellJob:
-    cell = Cell(c.cell, c.arm, c.seed or 0, tuple(c.overrides))
     # FTBENCH_LAUNCHER: the trainer records how it was launched (wall-clock comparability)
-    return CellJob(c.cell, backend.train_argv(cell), run_dir=c.run_dir, threads=threads,
+    return CellJob(c.cell, backend.train_argv(c.overrides), run_dir=c.run_dir, threads=threads,
                    cwd=os.getcwd(),
                    env={"FTBENCH_LAUNCHER": launcher}, points=points, grace_s=grace_s)
 
@@ -160,7 +157,7 @@ def _point_watch(p: Plan, c: ManifestCell, m: Manifest, eval_args: Sequence[str]
     points = SlurmLauncher(launcher.folder, launcher.cluster, job_name=f"sweep-{p.name}-point",
                            cluster_name=POINT_CLUSTER)
     return PointWatch(c.cell, c.run_dir, m.spec_ids(), argv[:i], argv[i + 1:],
-                      launcher=points, record=str(point_record(p.folder, c.cell)),
+                      launcher=points, record=str(SweepDir(p.folder).points_record(c.cell)),
                       cwd=os.getcwd(), env={"FTBENCH_LAUNCHER": "slurm"})
 
 
@@ -264,7 +261,7 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
                 ended(slot)
             if active and time.time() - told >= PROGRESS_S:
                 told = time.time()
-                for line in progress_lines(m, active, queue):
+                for line in M.table(m, running_only=True).splitlines():
                     say(line)
     except KeyboardInterrupt:
         _stop(active, log)
@@ -282,33 +279,6 @@ def _run_local(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: LocalLa
 
 def _what(kind: str, c: ManifestCell, step: int | None) -> str:
     return f"{kind} {c.cell}" + (f" step {step}" if step is not None else "")
-
-
-def progress_lines(m: Manifest, active: Active, queue: list[QueueItem],
-                   now: float | None = None) -> list[str]:
-    """What the local driver prints every PROGRESS_S: a line per running job (its phase, step,
-    tokens/s and ETA, read from its run's files: sweeps.manifest.live) and one for the sweep
-    (cells done, the training ETA over the slots)."""
-    now = time.time() if now is None else now
-    rate = M.flop_rate(m)
-    lives = {c.cell: M.live(c, rate, now) for c in m.cells}
-    out = []
-    for kind, c, _, started, step in active.values():
-        lv = lives.get(c.cell)
-        if kind != "train" or lv is None:
-            out.append(f"{c.cell}: evaluating{f' step {step}' if step is not None else ''}, "
-                       f"{M.dur(now - started)} so far")
-            continue
-        out.append(f"{c.cell}: {lv.phase}, step {lv.step if lv.step is not None else '-'}/"
-                   f"{lv.steps or '?'}"
-                   + (f", {lv.tokens_per_s:,.0f} tok/s" if lv.tokens_per_s else "")
-                   + f", ETA {M.dur(lv.eta_s)}")
-    done = sum(c.state == "done" for c in m.cells)
-    wait = sum(k == "train" for k, *_ in queue)
-    out.append(f"sweep {m.name}: {done}/{len(m.cells)} cells trained, "
-               f"{sum(a[0] == 'train' for a in active.values())} training, {wait} waiting; "
-               f"training ETA {M.dur(M.sweep_eta(m, lives, rate))}")
-    return out
 
 
 def _stop(active: Active, log: Callable[[str], None]) -> None:
@@ -364,22 +334,16 @@ def _cold_cache(c: ManifestCell) -> bool:
 
 def _check_scratch(p: Plan, cluster: ClusterConfig) -> None:
     """Before anything is submitted: the cells' run directories are under the cluster file's
-    results root (when it names one), and its file system has room for the cells not done
-    yet (checkpoints, exports, and the corpus once); UsageError, one line, otherwise."""
+    results root, when it names one (its free space is sweeps.checks.disk's); UsageError, one
+    line, otherwise."""
+    if not cluster.results:
+        return
+    want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
     roots = {Path(c.run_dir).parent.parent for c in p.cells}  # <results>/runs/<run-id>
-    if cluster.results:
-        want = Path(os.path.expandvars(os.path.expanduser(cluster.results))).absolute()
-        off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
-        if off:
-            raise UsageError(f"cluster.yaml results={cluster.results} but this sweep writes "
-                             f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
-        roots = {want}
-    # the cells still to run with the corpus counted once (sweeps.checks.disk_need): counted
-    # per cell, a 6-cell 8B sweep asked for 12.8 TB where 3.6 TB is needed
-    need = C.disk_need(p, gpus=int(cluster.or_default("gpus_per_node")) > 0)["total"]
-    for r in roots:
-        if need and (why := backend.space_refusal(r, need)) is not None:
-            raise UsageError(why)
+    off = sorted(str(r) for r in roots if want not in (r.absolute(), *r.absolute().parents))
+    if off:
+        raise UsageError(f"cluster.yaml results={cluster.results} but this sweep writes "
+                         f"under {off[0]}; run it with FTBENCH_RESULTS={want}")
 
 
 def _submit_slurm(p: Plan, m: Manifest, todo: list[ManifestCell], launcher: SlurmLauncher,

@@ -19,7 +19,7 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from common import arms, kappa
@@ -30,8 +30,6 @@ from model.config import MAX_LATENT_BITS
 
 from .backend import parse_amount as config_parse_amount
 
-ARMS = tuple(a.name for a in arms.ARMS)
-"""Every arm's name (common.arms: one record per arm), in the grid's cell order."""
 CONTROLS = {a.control: a.name for a in arms.ARMS if a.control}
 """User-facing control names (CONTROLS="flops plus1 plus1_flops zcut") -> arm names."""
 FLOPS_MATCHED = arms.names(compute="flops")
@@ -127,8 +125,6 @@ class SweepSpec:
     """Arm names of the controls (common.arms)."""
     overrides: tuple[str, ...] = ()
     """Extra hydra overrides applied to every cell (OVERRIDES="optim.lr=1e-3 ...")."""
-    arm_overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Per-arm extra overrides; the shared-settings guard rejects any that changes a shared key."""
 
     def __post_init__(self) -> None:
         for var, vals in (("KAPPA", self.kappa_bits), ("H", self.latent_bits),
@@ -155,10 +151,7 @@ class SweepSpec:
         for c in self.controls:
             if c not in CONTROLS.values():
                 raise UsageError(f"CONTROLS: unknown control {c!r}")
-        for arm in self.arm_overrides:
-            if arm not in ARMS:
-                raise UsageError(f"arm override for unknown arm {arm!r}; arms: {' '.join(ARMS)}")
-        for o in (*self.overrides, *(o for v in self.arm_overrides.values() for o in v)):
+        for o in self.overrides:
             if "=" not in o or o.startswith("="):
                 raise UsageError(f"OVERRIDES: {o!r} is not a hydra override key=value")
 
@@ -166,15 +159,14 @@ class SweepSpec:
     def from_text(cls, *, kappa: str | Iterable[Any], h: str | Iterable[Any],
                   seeds: str | Iterable[Any], preset: str = "1M", data: str = "stdlib",
                   tokens: str | float | None = None, flops: str | float | None = None,
-                  controls: str | Iterable[str] = "", overrides: str | Iterable[str] = "",
-                  arm_overrides: Mapping[str, Iterable[str]] | None = None) -> SweepSpec:
+                  controls: str | Iterable[str] = "", overrides: str | Iterable[str] = ""
+                  ) -> SweepSpec:
         """The spec of make's text values (KAPPA="0.5 2", H="8 16", TOKENS="2M", ...)."""
         return cls(kappa_bits=tuple(parse_kappas(kappa)), latent_bits=tuple(parse_ints(h, "H")),
                    seeds=tuple(parse_ints(seeds, "SEEDS")), preset=preset.strip(),
                    data=data.strip(), tokens=parse_amount(tokens, "TOKENS"),
                    flops=parse_amount(flops, "FLOPS"), controls=parse_controls(controls),
-                   overrides=split_overrides(overrides),
-                   arm_overrides={k: tuple(v) for k, v in (arm_overrides or {}).items()})
+                   overrides=split_overrides(overrides))
 
     def to_manifest(self) -> dict[str, Any]:
         return {"kappa_bits": list(self.kappa_bits), "latent_bits": list(self.latent_bits),
@@ -182,7 +174,9 @@ class SweepSpec:
                 "tokens": int(self.tokens) if self.tokens is not None
                 and float(self.tokens).is_integer() else self.tokens, "flops": self.flops,
                 "controls": list(self.controls), "overrides": list(self.overrides),
-                "arm_overrides": {k: list(v) for k, v in self.arm_overrides.items()}}
+                # always empty (per-arm overrides went): kept so that default names and the
+                # grids of existing manifests stay the same
+                "arm_overrides": {}}
 
     def default_name(self) -> str:
         """Named by content (dora-style), never by time: the same command -> the same sweep."""
@@ -190,12 +184,11 @@ class SweepSpec:
         return f"{self.preset}-{self.data}-{h[:8]}"
 
 
-def resolved_layers(spec: SweepSpec, arm: str = arms.FREE.name) -> int:
-    """The layer count an arm really trains with: the preset's, then every `model=<preset>` and
-    `model.n_layers=N` among the shared and the arm's overrides, in order (the last wins, as in
-    hydra)."""
+def resolved_layers(spec: SweepSpec) -> int:
+    """The layer count the arms really train with: the preset's, then every `model=<preset>` and
+    `model.n_layers=N` among the overrides, in order (the last wins, as in hydra)."""
     n = PRESETS[spec.preset].n_layers
-    for o in (*spec.overrides, *spec.arm_overrides.get(arm, ())):
+    for o in spec.overrides:
         key, _, val = o.partition("=")
         key = key.lstrip("+~")
         if key == "model" and val in PRESETS:
@@ -236,8 +229,7 @@ def expand(spec: SweepSpec) -> list[Cell]:
     base += list(spec.overrides)
     skip = skipped_controls(spec)
     layers = resolved_layers(spec)  # the arms' layers, overrides applied
-    return [replace(c, overrides=(*base, *c.overrides, f"train.seed={c.seed}",
-                                  *spec.arm_overrides.get(c.arm, ())))
+    return [replace(c, overrides=(*base, *c.overrides, f"train.seed={c.seed}"))
             for a in arms.ARMS if a.control is None or (a.name in spec.controls
                                                          and a.name not in skip)
             for c in a.cells(spec.kappa_bits, spec.latent_bits, spec.seeds, layers)]

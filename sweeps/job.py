@@ -51,6 +51,7 @@ from submitit.helpers import DelayedSubmission
 
 from common.io import atomic_write_text
 from common.paths import RunDir
+from common.records import now
 
 GRACE_S = 120.0
 """How long `checkpoint()` waits for the trainer to save and exit before killing it, when the
@@ -123,7 +124,7 @@ class PointWatch:
             try:
                 with _submission_env():
                     j = self.launcher.submit(job, role="eval")
-                done[str(step)] = {"job_id": str(j.job_id), "submitted": _utc_now()}
+                done[str(step)] = {"job_id": str(j.job_id), "submitted": now()}
                 print(f"[sweeps] {self.cell}: step {step} kept; its evaluation is job "
                       f"{j.job_id}", flush=True)
             except Exception as e:  # sbatch refused: the chain evaluates it after training
@@ -343,12 +344,6 @@ def _submission_env() -> Iterator[None]:
             yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
-def _utc_now() -> str:
-    import datetime as dt
-
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _last_log_line(path: Path) -> str | None:

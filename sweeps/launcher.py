@@ -75,11 +75,6 @@ def slurm_parameters(cluster: ClusterConfig, role: str = "train") -> dict[str, A
     return params
 
 
-def slurm_executor_args(cluster: ClusterConfig) -> dict[str, Any]:
-    """AutoExecutor's constructor arguments (executor settings, not job parameters)."""
-    return {"slurm_max_num_timeout": int(cluster.or_default("max_num_timeout"))}
-
-
 def local_jobs(jobs: int | None) -> tuple[int, int]:
     """(parallel jobs, threads per job) for this machine: one job per core by default, and the
     cores shared evenly (jobs side by side each with every core would oversubscribe them)."""
@@ -170,10 +165,6 @@ class Launcher:
         (its GPU set)."""
         raise NotImplementedError
 
-    def submit_array(self, jobs: Sequence[Callable[[], Any]], *, role: str = "train",
-                     name: str = "") -> list[Any]:
-        raise NotImplementedError
-
     def map(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], *,
             parallelism: int | None = None) -> Iterator[Any]:
         raise NotImplementedError
@@ -253,10 +244,6 @@ class LocalLauncher(Launcher):
         self.slots, self.threads = local_jobs(jobs or len(self.gpus) or None)
         self._executor: Any = None
 
-    def devices(self, slot: int) -> str | None:
-        """CUDA_VISIBLE_DEVICES of `slot`'s jobs (None without GPUs)."""
-        return gpu_sets(self.gpus, self.slots)[slot % self.slots]
-
     def executor(self) -> Any:
         if self._executor is None:
             if self.executor_factory is not None:
@@ -273,15 +260,11 @@ class LocalLauncher(Launcher):
                after: str | None = None, after_any: Sequence[str] = (),
                slot: int | None = None) -> Any:
         # `after`, `after_any`: the local caller starts a job only once its dependencies ended
-        dev = self.devices(slot) if slot is not None else None
+        dev = gpu_sets(self.gpus, self.slots)[slot % self.slots] if slot is not None else None
         if dev is not None and isinstance(getattr(job, "env", None), dict):
             job.env["CUDA_VISIBLE_DEVICES"] = dev  # type: ignore[attr-defined]
         with ignoring_sigint():
             return self.executor().submit(job)
-
-    def submit_array(self, jobs: Sequence[Callable[[], Any]], *, role: str = "train",
-                     name: str = "") -> list[Any]:
-        return [self.submit(j, role=role, name=name) for j in jobs]
 
     def map(self, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], *,
             parallelism: int | None = None) -> Iterator[Any]:
@@ -337,9 +320,7 @@ class SlurmLauncher(Launcher):
             return self.executor_factory(self.folder)
         import submitit
 
-        if self.cluster is None:
-            raise UsageError("LAUNCHER=slurm needs a cluster file to submit jobs")
-        params = self.parameters(role)
+        params = self.parameters(role)  # UsageError without a cluster file
         if parallelism:
             params["slurm_array_parallelism"] = int(parallelism)
         deps = ([f"afterok:{after}"] if after else []) \
@@ -349,7 +330,9 @@ class SlurmLauncher(Launcher):
                 **params.get("slurm_additional_parameters", {}), "dependency": ",".join(deps),
                 "kill_on_invalid_dep": "yes"}
         ex = submitit.AutoExecutor(folder=self.folder, cluster=self.cluster_name,
-                                   **slurm_executor_args(self.cluster))
+                                   # an executor setting, not a job parameter
+                                   slurm_max_num_timeout=int(
+                                       self.cluster.or_default("max_num_timeout")))
         if self.cluster_name != "slurm":  # a stand-in cluster: only what every executor takes
             params = {k: v for k, v in params.items() if k in ("timeout_min",)}
         ex.update_parameters(name=name or self.job_name or f"ftbench-{role}", **params)

@@ -1,7 +1,8 @@
 """`results/sweeps/<name>/manifest.json` as the sweep driver keeps it: built from a plan
-(`build`), read (`load`), written (`save`) under an exclusive lock (`locked`), refreshed from
-facts (`status`), printed (`table`). Its schema, with every state transition of a cell as a
-method, is common.records (`Manifest`, `ManifestCell`; the states: `STATES`, `POINT_STATES`).
+(`build`), written (`save`) under an exclusive lock (`locked`), refreshed from facts (`status`),
+printed (`table`); read by common.paths.SweepDir.manifest. Its schema, with every state
+transition of a cell as a method, is common.records (`Manifest`, `ManifestCell`; the states:
+`STATES`, `POINT_STATES`).
 
 Only the sweep driver and `sweep-status` write the manifest, under the lock, with an atomic
 rename; jobs never touch it. A cell's state is re-derived from facts on every refresh. A failed
@@ -18,7 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from common.text import one_line
 from . import backend
 from . import plan as P
 from .grid import skipped_controls
-from .plan import Plan, combined_spec
+from .plan import Plan
 
 
 class SweepBusy(UsageError):
@@ -57,15 +58,6 @@ def probe(launcher: str, folder: Path) -> JobProbe:
 
 
 # ------------------------------------------------------------------------------- files
-def load(path: Path) -> Manifest:
-    """The manifest at `path`; UsageError (one line) for one this code cannot read."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return Manifest.from_json(json.load(f), str(path))
-    except (json.JSONDecodeError, UsageError) as e:
-        raise UsageError(f"{path}: {str(e).splitlines()[0]}") from None
-
-
 def save(path: Path, m: Manifest) -> None:
     atomic_write_text(path, json.dumps(m.to_json(), indent=1, default=str) + "\n")
 
@@ -82,8 +74,11 @@ def build(p: Plan, launcher: str, old: Manifest | None) -> Manifest:
     if p.eval_specs:
         especs: dict[str, EvalSpec] | None = {
             s: EvalSpec.from_json(sp) for s, sp in p.eval_specs.items()}
-        espec: EvalSpec | None = EvalSpec.from_json(combined_spec(p.eval_specs))
-        espec_id = espec.id if espec is not None else None
+        # one suite: its spec itself (its spec_id is the eval files'); several: their union
+        # with each suite's spec inside (`suites`), so each suite's file matches its own id
+        espec: EvalSpec | None = next(iter(especs.values())) if len(especs) == 1 \
+            else EvalSpec.union(especs)
+        espec_id = espec.id
     elif old is not None:  # not evaluating this time: the evaluation planned before applies
         espec, especs, espec_id = old.eval_spec, old.eval_specs, old.eval_spec_id
     else:
@@ -95,18 +90,15 @@ def build(p: Plan, launcher: str, old: Manifest | None) -> Manifest:
             o = None  # the code's config changed under the same name: a new run
         arm = find_arm(c.cell.arm)
         matched = arm is not None and arm.flops_matched  # the grid's H is the one it matches
-        cells.append(ManifestCell(
+        planned = dict(
             cell=c.cell.name, arm=c.cell.arm, kappa_bits=c.cell.kappa_bits,
             latent_bits=0 if matched else int(c.cell.latent_bits or 0),
             match_latent_bits=c.cell.latent_bits if matched else None, seed=c.cell.seed,
             run_id=c.run_id, run_dir=str(c.run_dir), overrides=list(c.cell.overrides),
             tokens=c.tokens, flops=c.flops, flops_per_token=c.flops_per_token,
-            config=c.config,
-            **({} if o is None else {
-                "state": o.state, "reason": o.reason, "job_id": o.job_id, "eval": o.eval,
-                "step": o.step, "attempts": o.attempts, "slot": o.slot,
-                "started": o.started, "finished": o.finished, "wall_s": o.wall_s,
-                "points": o.points})))
+            config=c.config)
+        # the plan's identity and numbers; its state and history (job, eval, points) kept
+        cells.append(ManifestCell(**planned) if o is None else replace(o, **planned))
     return Manifest(
         name=p.name, cells=cells, grid=p.spec.to_manifest(), eval_spec=espec,
         eval_spec_id=espec_id, eval_specs=especs,
@@ -128,7 +120,8 @@ def refresh(m: Manifest, folder: Path, jobs: JobProbe, *,
             live_points: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset()
             ) -> Manifest:
     """Re-derive each cell's state from facts (the cells' transitions): its run directory, the
-    point jobs a SLURM watcher listed (`point_record`), its jobs (`jobs`: the launcher that
+    point jobs a SLURM watcher listed (SweepDir.points_record: `{"<step>": {"job_id",
+    "submitted"} | {"reason"}}`), its jobs (`jobs`: the launcher that
     submitted them; `probe` reads them without submitting). `live`: cells the calling driver
     is itself watching (left as they are); `live_points`: the (cell, step) point jobs it
     watches."""
@@ -141,7 +134,8 @@ def refresh(m: Manifest, folder: Path, jobs: JobProbe, *,
             m.tokenizer_sha256 = prov["tokenizer_sha256"]
         c.reconcile_eval(m, jobs, rd, watched=c.cell in live)
         try:
-            submitted = json.loads(point_record(folder, c.cell).read_text(encoding="utf-8"))
+            submitted = json.loads(SweepDir(folder).points_record(c.cell).read_text(
+                encoding="utf-8"))
         except (OSError, json.JSONDecodeError):
             submitted = {}
         c.settle_points(m, rd, submitted if isinstance(submitted, dict) else {}, jobs,
@@ -162,12 +156,6 @@ def locked(folder: Path, *, wait: bool = True) -> Iterator[None]:
             raise SweepBusy(f"sweep {folder.name} is being driven by {who}; wait for it or "
                             f"use `make sweep-status NAME={folder.name}`") from None
         yield
-
-
-def point_record(folder: Path, cell: str) -> Path:
-    """Where a SLURM training job's point watcher (sweeps/job.py) lists the point jobs it
-    submitted (`{"<step>": {"job_id", "submitted"} | {"reason"}}`); read by `refresh`."""
-    return SweepDir(folder).points_record(cell)
 
 
 # ------------------------------------------------------------------------------- status
@@ -332,14 +320,17 @@ def dur(s: float | None) -> str:
     return "?" if s is None else backend.duration(s)
 
 
-def table(m: Manifest, now: float | None = None) -> str:
-    """The status table `make sweep-status` prints. A running cell shows its phase, live step
+def table(m: Manifest, now: float | None = None, running_only: bool = False) -> str:
+    """The status table `make sweep-status` prints (and, `running_only`, the local driver every
+    PROGRESS_S: the cells training or evaluating). A running cell shows its phase, live step
     (its last metrics line), tokens/s and ETA (? until known); the head line the sweep's ETA."""
     rate = flop_rate(m)
     lives = {c.cell: live(c, rate, now) for c in m.cells}
     rows = [("cell", "arm", "run-id", "state", "phase", "step", "tok/s", "ETA", "job", "eval",
              "reason")]
     for c in m.cells:
+        if running_only and lives[c.cell] is None:
+            continue
         ev, lv = c.eval, lives[c.cell]
         reason = c.reason or (f"eval: {ev.reason}" if ev is not None and ev.state == "failed"
                               and ev.reason else "")
@@ -373,7 +364,7 @@ def listing(results: Path | None = None) -> str:
     rows, root = [], sweeps_dir(results)
     for path in root.glob("*/manifest.json"):
         try:
-            m = load(path)
+            m = SweepDir(path.parent).manifest()
         except UsageError as e:
             rows.append((path.stat().st_mtime, (path.parent.name, "?", "?", one_line(e))))
             continue
@@ -399,10 +390,6 @@ def listing(results: Path | None = None) -> str:
     return "\n".join(P.columns([r for _, r in sorted(rows, key=lambda x: -x[0])]))
 
 
-def manifest_path(name: str, results: Path | None = None) -> Path:
-    return SweepDir.of(name, results).manifest_path
-
-
 def status(name: str, results: Path | None = None) -> Manifest:
     """The sweep's manifest, refreshed from facts and saved when no driver holds the sweep;
     else the driver's view plus the runs finished since. UsageError when there is none."""
@@ -414,10 +401,10 @@ def status(name: str, results: Path | None = None) -> Manifest:
                          + (f"; known: {' '.join(known)}" if known else ""))
     try:
         with locked(folder, wait=False):
-            m = load(path)
+            m = sd.manifest()
             save(path, refresh(m, folder, probe(m.launcher, folder)))
     except SweepBusy:  # a driver is running: show its view plus runs finished since
-        m = load(path)
+        m = sd.manifest()
         jobs = probe(m.launcher, folder)
         for c in m.cells:  # every job is the driver's to watch; a finished run is done anyway
             c.reconcile(jobs, RunDir(c.run), {}, watched=True)

@@ -1,14 +1,7 @@
-"""A sweep's plan: its cells composed with the trainer's config, its evaluation specs and the
-dry-run text. Nothing here writes a file or submits a job.
-
-    plan(spec, name)          compose every cell with train.py's config, run the shared-settings
-                              guard, compute per-cell tokens/FLOPs
-    eval_specs(args, plan)    {suite: spec} the chained evaluation of the cells will write
-    dry_run_text(plan)        what `make sweep DRY=1` prints: the grid, FLOPs, the eval specs,
-                              the costliest cell's memory and GPU time, each cell's time on
-                              this machine (a local sweep)
-    cell_seconds, schedule    the one rule for a cell's time and a sweep's over its slots (the
-                              dry run's, and the ETAs of sweeps.manifest.live)
+"""A sweep's plan: its cells composed with the trainer's config (the shared-settings guard
+run, per-cell tokens and FLOPs), its evaluation specs, the dry-run text, and the one rule for a
+cell's time and a sweep's over its slots (`cell_seconds`, `schedule`: the dry run's, and the
+ETAs of sweeps.manifest.live). Nothing here writes a file or submits a job.
 """
 
 from __future__ import annotations
@@ -102,19 +95,6 @@ def eval_specs(args: argparse.Namespace, p: Plan) -> dict[str, dict[str, Any]]:
     # the evaluation window is the trained seq_len (experiments.eval.run.trained_context)
     lens = {(c.config.get("train") or {}).get("seq_len") for c in p.cells}
     return backend.planned_eval_specs(args, lens.pop() if len(lens) == 1 else None)
-
-
-def combined_spec(specs: dict[str, dict[str, Any]] | None) -> dict[str, Any] | None:
-    """The manifest's `eval_spec`: the suite's spec itself when there is one suite (so its
-    spec_id is the eval files'), else their union with the per-suite specs inside (`suites`:
-    {suite: spec}, so each suite's file is matched by its own spec_id)."""
-    from common.records import EvalSpec
-
-    if not specs:
-        return None
-    if len(specs) == 1:
-        return next(iter(specs.values()))
-    return EvalSpec.union({s: EvalSpec.from_json(sp) for s, sp in specs.items()}).to_json()
 
 
 # ------------------------------------------------------------------------------- time

@@ -1,7 +1,8 @@
 """Fixed planted sweeps and the frames/tables the analysis reads from them, for the golden test
 of the typed records (tests/test_records_golden.py). The goldens under tests/data/records_golden/
-of "spec" and "calib" were captured with the code before common/records.py existed, those of
-"extras" with the code before the spec-less eval files lost their upgrade (issue 43):
+of "spec" and "calib" were captured with the code before common/records.py existed (their
+evals.csv again with the records' columns, every value equal), those of "extras" with the code
+before the spec-less eval files lost their upgrade (issue 43):
 
     PYTHONPATH=$PWD .venv/bin/python tests/records_golden.py --write
 

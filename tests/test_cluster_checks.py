@@ -72,8 +72,19 @@ def test_the_cluster_file_sets_the_world_or_is_refused_with_the_nearest_nodes(tm
 def test_time_signal_files_and_disk_say_their_values_and_what_to_change(tmp_path, monkeypatch):
     cl = _cluster(tmp_path, "gpus_per_node: 8\nnodes: 1\ntimeout_min: 60\nmax_num_timeout: 2\n"
                             "signal_delay_s: 60\nwrite_gbps: 0.000001\nnofile: 300\n")
-    over = SMALL + " data.max_bytes=100000 data.shard_bytes=1000"  # 100 units, 200 shards
+    over = (SMALL + " data.max_bytes=100000 data.shard_bytes=1000"  # 100 units, 200 shards
+            " logging.keep_eval_checkpoints=4")
     r = api._resolve(_req(cl, over))
+    # disk: the corpus counted once (two cells, one corpus), exports as weights only
+    d = C.disk_need(r.plan, gpus=True)
+    corpus = backend.corpus_of(r.plan.cells[0].cfg)["bytes"]
+    assert d["corpus"] == corpus > 0
+    per = 0
+    for c in r.plan.cells:
+        ck = backend.checkpoint_sizes(c.cfg, True)
+        assert ck["export"] * 6 == ck["full"]  # bf16 weights vs fp32 weights + AdamW
+        per += (c.cfg.logging.keep_checkpoints + 1) * ck["full"] + 4 * ck["export"]
+    assert d["cells"] == per and d["total"] == per + corpus
     big = max(r.plan.cells, key=lambda c: c.flops)
     # a rate at which the costliest cell needs 10 h on its 8 GPUs: 3 h allowed
     monkeypatch.setattr(backend, "gpu_rate", lambda cfg: (big.flops / (10 * 3600 * 8), 8, "x",
@@ -111,22 +122,6 @@ def test_without_a_cluster_file_the_files_check_uses_this_hosts_limits(tmp_path,
     assert "FAILS files:" in dry and "open files 320 > this host's 300" in dry
     monkeypatch.setattr(C, "host_limits", lambda: (100_000, 100_000))
     assert "pre-submission" not in api.dry_run(_req("", over))  # local and fine: silent
-
-
-def test_disk_counts_the_corpus_once_and_exports_as_weights_only(tmp_path):
-    cl = _cluster(tmp_path, "gpus_per_node: 8\nnodes: 1\n")
-    over = SMALL + " data.max_bytes=100000 logging.keep_eval_checkpoints=4"
-    r = api._resolve(_req(cl, over))
-    d = C.disk_need(r.plan, gpus=True)
-    corpus = backend.corpus_of(r.plan.cells[0].cfg)["bytes"]
-    assert d["corpus"] == corpus > 0  # two cells, one corpus
-    per = 0
-    for c in r.plan.cells:
-        cfg = c.cfg
-        ck = backend.checkpoint_sizes(cfg, True)
-        assert ck["export"] * 6 == ck["full"]  # bf16 weights vs fp32 weights + AdamW
-        per += (cfg.logging.keep_checkpoints + 1) * ck["full"] + 4 * ck["export"]
-    assert d["cells"] == per and d["total"] == per + corpus
 
 
 @pytest.mark.slow

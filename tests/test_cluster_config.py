@@ -38,12 +38,60 @@ def _load(tmp_path: Path, text: str) -> C.ClusterConfig:
     return C.load_cluster(p)
 
 
-def test_example_gives_the_same_sbatch_parameters_as_before() -> None:
-    cfg = C.load_cluster(EXAMPLE)
-    assert isinstance(cfg, C.ClusterConfig)
-    assert L.slurm_parameters(cfg) == EXAMPLE_PARAMS[0]
-    assert L.slurm_parameters(cfg, "eval") == EXAMPLE_PARAMS[1]
-    assert cfg.or_default("max_num_timeout") == 20
+ZERO = ("partition: p\ngpus_per_node: 0\nnodes: 0\ncpus_per_task: null\ntimeout_min: 0\n"
+        "signal_delay_s: 0\narray_parallelism: 0\nmax_num_timeout: 0\nmem_gb: 0\n"
+        "account: null\nsetup: null\nadditional: null\neval: null\n")
+ZERO_PARAMS = {"slurm_partition": "p", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 0,
+               "tasks_per_node": 1, "cpus_per_task": 8, "slurm_signal_delay_s": 300,
+               "slurm_array_parallelism": 64}
+INHERIT = ("partition: p\naccount: a\nqos: q\ntimeout_min: 99\nmem_gb: 12.5\nsetup: [a, b]\n"
+           "additional: {x: 1}\neval: {qos: null, timeout_min: null, mem_gb: 3, "
+           "additional: {y: 2}, setup: []}\n")
+NODES = "partition: gpu\ngpus_per_node: 8\nnodes: 4\neval: {gpus_per_node: 1}\n"
+CORPUS = ("partition: gpu\ngpus_per_node: 8\nnodes: 4\nmem_gb: 400\ntimeout_min: 1440\n"
+          "account: a\ncorpus: {partition: cpu}\n")
+FREE = ('partition: p\nsetup: ["export X=${HOME}/y", "module load ${M:-cuda}"]\n'
+        "additional: {mail-type: END, gres: 'gpu:2', nested: {a: [1, 2]}}\n")
+ABSENT = "<absent>"
+PARAMS = [  # (cluster file, role, the sbatch parameters it gives: every key, or the ones named)
+    (None, "train", EXAMPLE_PARAMS[0]),
+    (None, "eval", EXAMPLE_PARAMS[1]),
+    (ZERO, "train", ZERO_PARAMS),  # zero or null: the default, as before
+    (ZERO, "eval", ZERO_PARAMS),
+    # the eval section omitted inherits; a null or [] in it drops the key
+    (INHERIT, "train", {"slurm_qos": "q", "timeout_min": 99, "mem_gb": 12.5,
+                        "slurm_setup": ["a", "b"], "slurm_additional_parameters": {"x": 1}}),
+    (INHERIT, "eval", {"slurm_qos": ABSENT, "slurm_setup": ABSENT, "slurm_account": "a",
+                       "timeout_min": 1440, "mem_gb": 3.0,
+                       "slurm_additional_parameters": {"y": 2}}),
+    # `${VAR}` is the shell's, not an OmegaConf interpolation; nested options survive
+    (FREE, "train", {"slurm_setup": ["export X=${HOME}/y", "module load ${M:-cuda}"],
+                     "slurm_additional_parameters": {"mail-type": "END", "gres": "gpu:2",
+                                                     "nested": {"a": [1, 2]}}}),
+    # nodes > 1: every node runs gpus_per_node tasks (sweeps/job.py maps submitit's
+    # JobEnvironment to RANK/WORLD_SIZE/...); an evaluation is one process group: one node
+    (NODES, "train", {"nodes": 4, "gpus_per_node": 8, "tasks_per_node": 8}),
+    (NODES, "eval", {"nodes": 1, "gpus_per_node": 1, "tasks_per_node": 1}),
+    # a corpus unit tokenizes one shard in one process: no GPU, one core, one node, 240 min and
+    # the partition's memory unless the corpus section says otherwise
+    (CORPUS, "corpus", {"slurm_partition": "cpu", "gpus_per_node": 0, "tasks_per_node": 1,
+                        "cpus_per_task": 1, "nodes": 1, "timeout_min": 240,
+                        "slurm_account": "a", "mem_gb": ABSENT}),
+    ("partition: gpu\ncorpus: {cpus_per_task: 2, timeout_min: 30, mem_gb: 8}\n", "corpus",
+     {"cpus_per_task": 2, "timeout_min": 30, "mem_gb": 8.0}),
+]
+
+
+@pytest.mark.parametrize("text, role, want", PARAMS)
+def test_the_cluster_file_gives_these_sbatch_parameters(tmp_path: Path, text: str | None,
+                                                        role: str, want: dict) -> None:
+    cfg = C.load_cluster(EXAMPLE) if text is None else _load(tmp_path, text)
+    got = L.slurm_parameters(cfg, role)
+    assert (got if text is None or text == ZERO else {k: got.get(k, ABSENT) for k in want}) \
+        == want
+    assert L.slurm_parameters(cfg) == L.slurm_parameters(cfg, "train")  # the main settings
+    if text in (None, ZERO):
+        assert cfg.or_default("max_num_timeout") == 20
     import sweeps.api as A
 
     assert A.load_cluster is C.load_cluster  # the one loader, as make sweep reaches it
@@ -54,41 +102,6 @@ def test_example_names_every_key_and_only_known_ones() -> None:
     assert set(raw) == {f.name for f in dataclasses.fields(C.ClusterConfig)}
     assert set(raw["eval"]) <= {f.name for f in dataclasses.fields(C.JobOverrides)}
     assert set(raw["corpus"]) <= {f.name for f in dataclasses.fields(C.JobOverrides)}
-
-
-def test_zero_or_null_means_the_default_as_before(tmp_path: Path) -> None:
-    cfg = _load(tmp_path, "partition: p\ngpus_per_node: 0\nnodes: 0\ncpus_per_task: null\n"
-                          "timeout_min: 0\nsignal_delay_s: 0\narray_parallelism: 0\n"
-                          "max_num_timeout: 0\nmem_gb: 0\naccount: null\nsetup: null\n"
-                          "additional: null\neval: null\n")
-    want = {"slurm_partition": "p", "timeout_min": 1440, "nodes": 1, "gpus_per_node": 0,
-            "tasks_per_node": 1, "cpus_per_task": 8, "slurm_signal_delay_s": 300,
-            "slurm_array_parallelism": 64}
-    assert L.slurm_parameters(cfg) == want == L.slurm_parameters(cfg, "eval")
-    assert cfg.or_default("max_num_timeout") == 20
-
-
-def test_eval_section_omitted_inherits_null_resets(tmp_path: Path) -> None:
-    cfg = _load(tmp_path, "partition: p\naccount: a\nqos: q\ntimeout_min: 99\nmem_gb: 12.5\n"
-                          "setup: [a, b]\nadditional: {x: 1}\n"
-                          "eval: {qos: null, timeout_min: null, mem_gb: 3, additional: {y: 2},"
-                          " setup: []}\n")
-    main, ev = L.slurm_parameters(cfg), L.slurm_parameters(cfg, "eval")
-    assert (main["slurm_qos"], main["timeout_min"], main["mem_gb"]) == ("q", 99, 12.5)
-    assert main["slurm_setup"] == ["a", "b"] and main["slurm_additional_parameters"] == {"x": 1}
-    assert "slurm_qos" not in ev and "slurm_setup" not in ev  # null / [] drop them
-    assert (ev["slurm_account"], ev["timeout_min"], ev["mem_gb"]) == ("a", 1440, 3.0)
-    assert ev["slurm_additional_parameters"] == {"y": 2}
-
-
-def test_free_form_values_pass_through_untouched(tmp_path: Path) -> None:
-    """`${VAR}` is the shell's, not an OmegaConf interpolation; nested options survive."""
-    cfg = _load(tmp_path, 'partition: p\nsetup: ["export X=${HOME}/y", "module load ${M:-cuda}"]\n'
-                          "additional: {mail-type: END, gres: 'gpu:2', nested: {a: [1, 2]}}\n")
-    p = L.slurm_parameters(cfg)
-    assert p["slurm_setup"] == ["export X=${HOME}/y", "module load ${M:-cuda}"]
-    assert p["slurm_additional_parameters"] == {"mail-type": "END", "gres": "gpu:2",
-                                                "nested": {"a": [1, 2]}}
 
 
 @pytest.mark.parametrize("text, message", [  # one row per check (OmegaConf's types: two)
@@ -107,6 +120,12 @@ def test_free_form_values_pass_through_untouched(tmp_path: Path) -> None:
     ("partition: gpu\neval: [1]\n", r"cluster\.yaml: eval must be a mapping"),
     ("- partition\n", r"cluster\.yaml: expected a mapping of settings"),
     ("partition: [\n", r"cluster\.yaml: not valid YAML"),
+    ("partition: gpu\nnodes: 4\neval: {nodes: 2}\n",
+     r"cluster\.yaml: eval\.nodes=2: an evaluation job takes one node$"),
+    ("partition: gpu\nwrite_gbps: -1\n", r"cluster\.yaml: write_gbps must be a non-negative"),
+    ("partition: gpu\ncorpus: {nodes: 2}\n",
+     r"cluster\.yaml: corpus\.nodes=2: a corpus unit takes one node$"),
+    ("partition: gpu\ncorpus: {max_num_timeout: 3}\n", r"unknown key 'corpus\.max_num_timeout'"),
 ])
 def test_bad_file_is_one_line_naming_file_and_key(tmp_path: Path, text: str,
                                                    message: str) -> None:
@@ -171,49 +190,10 @@ def test_synthetic_presets_give_the_same_overrides_as_before() -> None:
         dataclasses.replace(S.PRESETS["smoke"], steps=5)
 
 
-def test_multi_node_cells_ask_one_task_per_gpu_and_eval_jobs_one_node(tmp_path: Path) -> None:
-    """nodes > 1: every node runs gpus_per_node tasks (sweeps/job.py maps submitit's
-    JobEnvironment to RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR); an evaluation is one process
-    group, so its job takes one node whatever the main setting (issue 26)."""
-    cfg = _load(tmp_path, "partition: gpu\ngpus_per_node: 8\nnodes: 4\n"
-                          "eval: {gpus_per_node: 1}\n")
-    main = L.slurm_parameters(cfg)
-    assert (main["nodes"], main["gpus_per_node"], main["tasks_per_node"]) == (4, 8, 8)
-    ev = L.slurm_parameters(cfg, "eval")
-    assert (ev["nodes"], ev["gpus_per_node"], ev["tasks_per_node"]) == (1, 1, 1)
-    with pytest.raises(UsageError, match=r"cluster\.yaml: eval\.nodes=2: an evaluation job "
-                                         r"takes one node$"):
-        _load(tmp_path, "partition: gpu\nnodes: 4\neval: {nodes: 2}\n")
-
-
 def test_scratch_results_and_write_bandwidth_keys(tmp_path: Path) -> None:
     cfg = _load(tmp_path, "partition: gpu\nresults: /scratch/me/ftbench\nwrite_gbps: 5\n")
     assert cfg.results == "/scratch/me/ftbench" and cfg.or_default("write_gbps") == 5.0
     assert _load(tmp_path, "partition: gpu\n").or_default("write_gbps") == 2.0
-    with pytest.raises(UsageError, match=r"cluster\.yaml: write_gbps must be a non-negative"):
-        _load(tmp_path, "partition: gpu\nwrite_gbps: -1\n")
-
-
-def test_corpus_units_take_the_corpus_section_over_their_defaults(tmp_path: Path) -> None:
-    """A corpus unit tokenizes one shard in one process: no GPU, one core, one node, 240 min and
-    the partition's memory unless the corpus section says otherwise (a training cell's settings
-    would hold a GPU node idle)."""
-    cfg = _load(tmp_path, "partition: gpu\ngpus_per_node: 8\nnodes: 4\nmem_gb: 400\n"
-                          "timeout_min: 1440\naccount: a\ncorpus: {partition: cpu}\n")
-    p = L.slurm_parameters(cfg, "corpus")
-    assert (p["slurm_partition"], p["gpus_per_node"], p["tasks_per_node"], p["cpus_per_task"],
-            p["nodes"], p["timeout_min"], p["slurm_account"]) == ("cpu", 0, 1, 1, 1, 240, "a")
-    assert "mem_gb" not in p
-    cfg = _load(tmp_path, "partition: gpu\ncorpus: {cpus_per_task: 2, timeout_min: 30, "
-                          "mem_gb: 8}\n")
-    p = L.slurm_parameters(cfg, "corpus")
-    assert (p["cpus_per_task"], p["timeout_min"], p["mem_gb"]) == (2, 30, 8.0)
-    assert L.slurm_parameters(cfg) == L.slurm_parameters(cfg, "train")  # the main settings
-    with pytest.raises(UsageError, match=r"cluster\.yaml: corpus\.nodes=2: a corpus unit "
-                                         r"takes one node$"):
-        _load(tmp_path, "partition: gpu\ncorpus: {nodes: 2}\n")
-    with pytest.raises(UsageError, match=r"unknown key 'corpus\.max_num_timeout'"):
-        _load(tmp_path, "partition: gpu\ncorpus: {max_num_timeout: 3}\n")
     with pytest.raises(ValueError, match="role 'gpu'"):
         cfg.for_role("gpu")
 

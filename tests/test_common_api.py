@@ -118,6 +118,9 @@ def test_points_ready_and_evaluated(tmp_path):
     assert rd.point_evaluated(4, ids) and not rd.point_evaluated(4, ids + ["b" * 12])
     assert rd.points_ready(ids) == []
     assert rd.eval_files() == [rd.eval_dir / f"lm-eval.{'a' * 12}.step4.json"]
+    (rd.eval_dir / f"lm-eval.{'a' * 12}.step4.json").unlink()
+    (rd.path / "checkpoints" / "final.pt").write_bytes(b"x")
+    assert rd.points_ready(ids) == []  # once final.pt exists the points are the chain's
     assert RunDir(tmp_path / "none").eval_files() == []
 
 

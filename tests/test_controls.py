@@ -19,29 +19,9 @@ from fake import write_fake_sweep
 
 from analysis.claims import checklist
 from analysis.frame import load_sweep
-from analysis.tables import paper_table, write_tables
+from analysis.tables import comparisons, paper_table, view_notes, write_tables
 from common.errors import UsageError
 from sweeps.grid import Cell, SweepSpec, expand, shared_settings
-
-# new in issue 11; imported where used so that each test fails on the old code for its own reason
-
-
-def comparisons(data):
-    from analysis.tables import comparisons as f
-
-    return f(data)
-
-
-def view_notes(data):
-    from analysis.tables import view_notes as f
-
-    return f(data)
-
-
-def skipped_controls(spec):
-    from sweeps.grid import skipped_controls as f
-
-    return f(spec)
 
 N_BOOT = 100
 

@@ -23,6 +23,8 @@ import psutil
 import pytest
 from conftest import BENCH
 
+from common.paths import RunDir
+
 TINY = ("train.seq_len=64 train.batch_size=4 data.max_bytes=300000 data.val_tokens=1024 "
         "logging.val_every=0 logging.ckpt_every=4 logging.log_every=4")
 ARGS = ["--kappa", "0.5 2", "--h", "4", "--seeds", "0", "--preset", "1M", "--tokens", "6144",
@@ -125,6 +127,8 @@ def test_local_pipeline_kill_resume_eval_report_then_no_work(tmp_path: Path,
             assert (run / "checkpoints" / "final.pt").stat().st_mtime_ns == finals[c["cell"]]
         assert c["attempts"] == (1 if c["cell"] in finals else 2)
         assert c["eval"]["state"] == "done" and c["eval"]["spec_id"] == m["eval_spec_id"]
+        # the trainer records how it was launched: the analysis compares wall-clock only then
+        assert RunDir(run).record().provenance["launcher"] == "local"
         evals = list((run / "eval").glob("lm-eval*.json"))
         assert len(evals) == 1, evals
         e = json.loads(evals[0].read_text())

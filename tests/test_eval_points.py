@@ -114,13 +114,17 @@ def test_kept_checkpoints_prefers_the_trainers_eval_steps(tmp_path: Path) -> Non
 
 
 def test_eval_chain_scores_each_kept_checkpoint_resumably(tmp_path: Path) -> None:
+    """Through `python -m sweeps eval-run RUN --spec-ids .. --points -- <eval argv>`, as the
+    job runs it; then resumed."""
     from experiments.eval.chain import checkpoint_evals_missing, eval_chain
+    from sweeps.__main__ import main
 
     run = _run_dir(tmp_path)
     ids = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
     final = [sys.executable, "-c", FAKE_EVAL, str(run), ",".join(ids)]
     assert [s for s, _ in checkpoint_evals_missing(run, ids)] == [4, 8, 12]
-    assert eval_chain(run, ids, True, None, final) == 0
+    assert main(["eval-run", str(run), "--spec-ids", ",".join(ids), "--points", "--",
+                 *final]) == 0
     assert (run / "calls.log").read_text().split() == ["99", "4", "8", "12"]
     assert checkpoint_evals_missing(run, ids) == []
     # resumed: one spec's file of step 8 lost -> only step 8 is evaluated again
@@ -155,14 +159,3 @@ def test_chain_argv_and_manifest_fields(tmp_path: Path) -> None:
     # without points or likelihood: the plain eval command, as before
     assert _eval_job(c, [], None, m=Manifest(name="m")).argv[1:3] == [
         "-m", "experiments.eval"]
-
-
-def test_eval_run_command_line(tmp_path: Path) -> None:
-    """`python -m sweeps eval-run RUN --spec-ids .. --points -- <eval argv>` as the job runs it."""
-    from sweeps.__main__ import main
-
-    run = _run_dir(tmp_path)
-    ids = "aaaaaaaaaaaa"
-    assert main(["eval-run", str(run), "--spec-ids", ids, "--points", "--",
-                 sys.executable, "-c", FAKE_EVAL, str(run), ids]) == 0
-    assert (run / "calls.log").read_text().split() == ["99", "4", "8", "12"]

@@ -221,5 +221,7 @@ def test_a_slurm_sweep_checks_the_scratch_root_before_submitting(monkeypatch, tm
     need = [backend.run_disk(c.cfg, True) for c in p.cells]
     assert all(n and n > 0 for n in need)
     monkeypatch.setattr(backend, "run_disk", lambda cfg, gpus: 10**18)
-    with pytest.raises(UsageError, match=r"free on its file system, the plan needs"):
-        L._check_scratch(p, ClusterConfig(partition="p"))
+    from sweeps.checks import disk  # the free space: the pre-submission checks' (api.run)
+
+    d = disk(p, ClusterConfig(partition="p"))
+    assert not d.ok and "free on its file system, the plan needs" in d.line

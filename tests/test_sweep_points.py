@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from test_sweep import _fake_to_dict, _FakeTrain, _use_fake  # noqa: F401 (autouse fixture)
 
-from common.paths import RunDir
+from common.paths import RunDir, SweepDir
 from common.records import TRAINING_FAILED, EvalSpec, Manifest, ManifestCell, PointState
 from sweeps import backend
 from sweeps import driver as D
@@ -76,37 +76,18 @@ EVAL = textwrap.dedent("""
 """)
 
 
-class _Train(_FakeTrain):
-    """The fake trainer's config with a logging section (keep_eval_checkpoints) and results
-    under tmp."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-
-    def compose(self, overrides: list[str]) -> object:
-        keep = [o for o in overrides if o.startswith("logging.")]
-        ns = super().compose([o for o in overrides if not o.startswith("logging.")])
-        ns._dict["logging"] = {"keep_eval_checkpoints": int(keep[0].split("=")[1]) if keep
-                               else 0}
-        ns._dict["paths"]["results"] = ns.paths.results = str(self.tmp)
-        return ns
-
-    def run_dir(self, cfg: object) -> Path:
-        return self.tmp / "runs" / self.run_id(cfg)
-
-
-def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> _Train:
+def _setup(tmp: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> _FakeTrain:
     monkeypatch.setenv("FTBENCH_RESULTS", str(tmp))
     monkeypatch.delenv("FTBENCH_DATA", raising=False)
-    fake = _Train(tmp)
+    fake = _FakeTrain(tmp, logging=True)  # keep_eval_checkpoints from the overrides
     _use_fake(monkeypatch, fake)
     monkeypatch.setattr(D, "POLL_S", 0.2)
     monkeypatch.setattr(D, "_cold_cache", lambda c: False)
     (tmp / "train.py").write_text(TRAIN)
     (tmp / "eval.py").write_text(EVAL)
-    monkeypatch.setattr(backend, "train_argv", lambda cell: [
-        sys.executable, str(tmp / "train.py"),
-        str(fake.run_dir(fake.compose(list(cell.overrides)))), mode])
+    monkeypatch.setattr(backend, "train_argv", lambda overrides: [
+        sys.executable, str(tmp / "train.py"), str(fake.run_dir(fake.compose(list(overrides)))),
+        mode])
     manifest = tmp / "sweeps" / "pts" / "manifest.json"
     monkeypatch.setattr(backend, "eval_argv", lambda run, extra=(): [
         sys.executable, str(tmp / "eval.py"), str(run), str(manifest), *extra])
@@ -200,34 +181,22 @@ def test_failed_training_leaves_points_not_evaluated(
     assert "(0/1 points)" in SM.table(SM.status("pts", tmp_path)) or not seen
 
 
-def test_points_ready_and_the_lock(tmp_path: Path) -> None:
-    """points_ready: kept checkpoints without files, none once final.pt exists (the chain's);
-    a point being evaluated holds its lock, so the chain waits and then finds its files."""
+def test_a_point_being_evaluated_holds_its_lock(tmp_path: Path) -> None:
+    """The chain meets a point held by a point job: it waits, then skips what that job wrote.
+    (points_ready itself: test_common_api.)"""
     import threading
 
     from common.io import LockHeld, flocked
     from experiments.eval.chain import eval_chain, point_lock
-
-    def points_ready(run: Path, ids: list[str]) -> list:
-        return RunDir(run).points_ready(ids)
 
     run = tmp_path / "r"
     ck = run / "checkpoints"
     ck.mkdir(parents=True)
     for s in (2, 4):
         (ck / f"eval_step_{s}.pt").write_text("x")
-    (ck / "step_3.pt").write_text("x")  # rotated ones are never points
-    ids = ["a" * 12]
-    assert [s for s, _ in points_ready(run, ids)] == [2, 4]
-    (run / "eval").mkdir()
-    (run / "eval" / f"lm-eval.{ids[0]}.step2.json").write_text("{}")
-    assert [s for s, _ in points_ready(run, ids)] == [4]
-    assert points_ready(run, ["a" * 12, "b" * 12]) != []  # every spec_id needs its file
     (ck / "final.pt").write_text("x")
-    assert points_ready(run, ids) == []
-
-    # the chain meets a point held by a point job: it waits, then skips what that job wrote
-    (run / "eval" / f"lm-eval.{ids[0]}.step2.json").unlink()
+    (run / "eval").mkdir()
+    ids = ["a" * 12]
     script = tmp_path / "ev.py"
     script.write_text(EVAL.replace('json.loads(manifest.read_text())["eval_specs"].values()',
                                    f'[{{"spec_id": "{ids[0]}"}}]'))
@@ -336,7 +305,7 @@ def test_slurm_training_job_submits_its_points(tmp_path: Path,
     (run / "eval" / f"lm-eval.{sid}.step2.json").unlink()
     assert watch.poll() == []
     (run / "eval" / f"lm-eval.{sid}.step2.json").write_text("{}")
-    m = SM.load(p.manifest_path)
+    m = SweepDir(p.folder).manifest()
     m.launcher = "local"
     pts = SM.refresh(m, p.folder, SM.probe(m.launcher, p.folder)).cells[0].points
     assert pts[2].state == "done" and pts[2].job_id == rec["2"]["job_id"]
