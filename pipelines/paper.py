@@ -390,7 +390,7 @@ def _main(a: argparse.Namespace) -> int:
                 print(f"paper: {ln}", flush=True)
     except UsageError:
         raise
-    except ValueError as e:  # ConfigError composing the recipe: bad input too
+    except ValueError as e:  # a UsageError composing the recipe: bad input too
         raise UsageError(one_line(e)) from None
     # each stage runs here; the jobs it submits inherit what they did as processes of their own
     with environment(OFFLINE_ENV if a.bench_data else {}):

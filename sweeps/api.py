@@ -166,7 +166,7 @@ def load_recipe(name: str) -> Any:
 
     try:
         return R.load(name.strip())
-    except ValueError as e:  # a UsageError, or a ConfigError composing it
+    except ValueError as e:  # a UsageError (the request, or composing it)
         raise UsageError(f"RECIPE: {one_line(e)}") from e
 
 

@@ -2,7 +2,7 @@
 experiments (tests/test_sweep.py checks it).
 
 The contract used: `experiments.train.config.compose(overrides) -> TrainConfig` (raises
-ConfigError(ValueError)), `experiments.train.plan.run_id/run_dir/plan` and its dry-run estimate,
+UsageError, a ValueError), `experiments.train.plan.run_id/run_dir/plan` and its dry-run estimate,
 `experiments.eval.run.validate_args/spec_id` (the chained evaluation's arguments and file
 names), `experiments.eval.chain` (the chained evaluation itself), and the CLIs
 `python -m experiments.train <overrides>` (SIGTERM or SIGUSR1: write a checkpoint and exit;
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from experiments.train import config as _config
 from experiments.train import plan as P
 from experiments.train.config import (  # noqa: F401 - gpu_peak_tflops: for sweeps.recipe
     GENERATED_SOURCES,
-    ConfigError,
     TrainConfig,
     gpu_peak_tflops,
     model_config,
@@ -81,7 +80,7 @@ def compose(cell: Cell) -> TrainConfig:
     """A cell's config (composed once per plan: sweeps.plan.PlannedCell.cfg keeps it)."""
     try:
         return compose_config(list(cell.overrides))
-    except ValueError as e:  # ConfigError is a ValueError
+    except ValueError as e:  # UsageError is a ValueError
         raise UsageError(f"{cell.name}: {one_line(e)}") from e
 
 
@@ -141,12 +140,25 @@ def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[st
     """{suite: spec} experiments.eval will write for these (checked) arguments in a window of
     `max_len` tokens; UsageError (one line) when its offline data cannot be read."""
     from experiments.eval.run import planned_specs
-    from experiments.eval.tasks import benchdata
 
     try:
         return planned_specs(args, max_len)
-    except benchdata.DataError as e:
+    except UsageError as e:
         raise UsageError(f"EVAL_ARGS: {one_line(e)}") from e
+
+
+def fit_memory(cell: Callable[[str], TrainConfig], world: int, memory_gb: float) -> Any:
+    """`experiments.memory.fit` of the config `cell(parallel)` (sweeps.recipe measure): the
+    parallelism is the trainer's auto rule on the state (DDP_BYTES_PER_PARAM of the costliest
+    arm), then the largest micro-batch whose measured peaks fit."""
+    from experiments.memory import fit
+    from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
+
+    params = P.plan(cell("ddp"), world).params["total"]
+    par = "none" if world == 1 else (
+        "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * memory_gb * 1e9 else "ddp")
+    cfg = cell(par)
+    return fit(cfg, world=world, cache=Path(cfg.paths.cache))
 
 
 def estimate_text(cfg: Any) -> str | None:
@@ -157,7 +169,7 @@ def estimate_text(cfg: Any) -> str | None:
     try:
         n, source = P.planning_world(cfg)  # the cluster's GPUs, not this process's
         rp = P.plan(cfg, n)
-    except ConfigError as e:
+    except UsageError as e:
         raise UsageError(one_line(e)) from None
     return (f"world       {n} GPU(s), from {source}\n"
             + P.format_estimate(cfg, rp, P.dry_parallel(cfg, rp)))
@@ -200,7 +212,7 @@ def batch_refusal(cfg: TrainConfig, world: int) -> str | None:
     the nearest valid batch and world sizes), None when it does."""
     try:
         P.plan(cfg, world)
-    except ConfigError as e:
+    except UsageError as e:
         return one_line(e)
     return None
 

@@ -630,19 +630,14 @@ def measure(name: str, gpus: Sequence[str]) -> list[dict[str, Any]]:
     validation and save peaks fit, then each with activation checkpointing), with every try and
     the measured phases of the choice; the parallelism is the trainer's auto rule on the state
     (DDP_BYTES_PER_PARAM of the costliest arm). Fake tensors: minutes on a CPU, no GPU."""
-    from experiments.memory import fit
-    from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
-    from experiments.train.plan import plan
+    from .backend import fit_memory
 
     rec, out = load(name), []
     per_gpu = rec.train.batch_size // rec.train.gpus
     for gpu in gpus:
         mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", per_gpu, 1, False, 0.0)
-        params = plan(rec.cell_config(mb), rec.train.gpus).params["total"]
-        par = "none" if rec.train.gpus == 1 else (
-            "fsdp" if DDP_BYTES_PER_PARAM * params > FIT_FRACTION * mb.memory_gb * 1e9 else "ddp")
-        cfg = rec.cell_config(dataclasses.replace(mb, parallel=par))
-        f = fit(cfg, world=rec.train.gpus, cache=Path(cfg.paths.cache))
+        f = fit_memory(lambda par, mb=mb: rec.cell_config(dataclasses.replace(mb, parallel=par)),
+                       rec.train.gpus, mb.memory_gb)
         print(f"recipe: {name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
         entry: dict[str, Any] = {
             "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu],

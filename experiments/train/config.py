@@ -315,9 +315,6 @@ def register() -> None:
 
 
 # ---------------------------------------------------------------- compose
-ConfigError = UsageError
-"""The old name, while plan.py, experiments/memory.py, pipelines/gpu_check.py,
-pipelines/synthetic_seeds.py and sweeps/backend.py import it."""
 
 
 def _check_override(ov: str) -> None:

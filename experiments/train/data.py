@@ -29,9 +29,6 @@ from experiments.corpus.shards import EpochOrder, TokenStream, open_manifest, sp
 from experiments.corpus.sources import expand_globs, stdlib_root
 from experiments.corpus.tokenizer import BPETokenizer, CharTokenizer, TextTokenizer
 
-DataError = UsageError
-"""The old name, while plan.py imports it."""
-
 
 # ---------------------------------------------------------------- datasets
 class PackedData:

@@ -32,9 +32,6 @@ SUMS = {"SHA256SUMS": "",
 _ROW = re.compile(r"^\|\s*([^|]+?)\s*\|.*?`([0-9a-f]{64})`")
 
 
-DataError = UsageError
-"""The old name, while sweeps/backend.py imports it."""
-
 
 @dataclass
 class DataCheck:
