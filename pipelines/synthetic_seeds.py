@@ -1,11 +1,12 @@
 """`make synthetic-seeds`: one `make synthetic` run per seed, several at once, with progress.
 
-Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` as a
-child process, writing its output to `<results>/synthetic/<name>-s<seed>.log`. `--jobs` seeds run at
-once (default: all of them; each uses one thread, so on C cores up to C run at full speed, and more
-only share the cores). Every `--interval` seconds one line says, per seed, the arms done and the arm
-training, with an ETA from the share of all arms' steps done. A seed that fails prints its log's
-last lines; the others run to the end and the exit status is 1.
+Each seed runs `python -m experiments.synthetic --name <name>-s<seed> --seed <seed> <options>` as
+one job of the local launcher (sweeps/launcher.py), writing its output to
+`<results>/synthetic/<name>-s<seed>.log`. `--jobs` seeds run at once (default: all of them; each
+uses one thread, so on C cores up to C run at full speed, and more only share the cores). Every
+`--interval` seconds one line says, per seed, the arms done and the arm training, with an ETA
+from the share of all arms' steps done. A seed that fails prints its log's last lines; the
+others run to the end and the exit status is 1.
 
 Progress is read from the records the runs write, never from the logs: each arm's run-id and
 step count come from the trainer's plan (the seed's settings are composed before anything
@@ -22,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -32,7 +32,8 @@ from typing import Any
 
 from common.errors import UsageError, cli
 from common.paths import RunDir, results_root
-from sweeps.launcher import gpu_sets, visible_gpus
+from sweeps.job import CommandJob
+from sweeps.launcher import LocalLauncher
 from sweeps.manifest import live_progress
 
 COMMAND = [sys.executable, "-m", "experiments.synthetic"]
@@ -61,12 +62,12 @@ class Seed:
     arms: int
     runs: list[ArmRun] = field(default_factory=list)
     """The arms in training order (experiments.synthetic trains them one after another)."""
-    job: subprocess.Popen | None = None
-    """Its process once started."""
+    job: Any = None
+    """The launcher's job handle once started."""
     rc: int | None = None
     started: float = field(default_factory=time.time)
     slot: int | None = None
-    """The slot it runs in (its GPU set on a GPU machine)."""
+    """The launcher slot it runs in (its GPU set on a GPU machine)."""
 
     def progress(self) -> tuple[int, str | None, float]:
         """(arms done, the arm training now or None, arms done plus the training arm's share of
@@ -159,39 +160,41 @@ def status_line(seeds: list[Seed], t0: float) -> str:
             + "; ".join(parts) + f" | {done_all}/{total} arms done, {eta}")
 
 
+def _exit_status(launcher: LocalLauncher, job: Any) -> int:
+    """The seed command's exit status (1 when its job itself ended without a result)."""
+    res = job.result() if launcher.outcome(job)[0] == "done" else None
+    return int(res.get("rc", 1)) if isinstance(res, dict) else 1
+
+
 def run(seeds: list[Seed], jobs: int, interval: float) -> int:
-    """The seeds as child processes, `jobs` at once (0: all), each slot with its own GPU set on
-    a GPU machine, with a progress line every `interval` seconds; 1 when a seed failed. Ctrl-C
-    reaches the children too (one process group): each answers it in one line, as we do."""
+    """The seeds as jobs of the local launcher, `jobs` at once (0: all), with a progress line
+    every `interval` seconds; 1 when a seed failed."""
     t0 = time.time()
     jobs = jobs or len(seeds)
-    devices = gpu_sets(visible_gpus(), jobs)
+    launcher = LocalLauncher(seeds[0].log.parent / ".jobs", jobs=jobs, job_name="synthetic-seed")
+    env = {"PYTHONUNBUFFERED": "1"}  # the log shows each line as the seed prints it
     waiting, running = list(seeds), []
     last = 0.0
     while waiting or running:
         while waiting and len(running) < jobs:
             s = waiting.pop(0)
             s.slot = min(set(range(jobs)) - {r.slot for r in running})
-            # the log shows each line as the seed prints it
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            if devices[s.slot] is not None:
-                env["CUDA_VISIBLE_DEVICES"] = devices[s.slot]
-            s.log.parent.mkdir(parents=True, exist_ok=True)
-            with open(s.log, "w", encoding="utf-8") as log:  # the child holds its own handle
-                s.job = subprocess.Popen([*COMMAND, *s.argv], stdout=log,
-                                         stderr=subprocess.STDOUT, env=env)
+            s.job = launcher.submit(CommandJob(
+                s.name, [*COMMAND, *s.argv], str(s.log),
+                cwd=os.getcwd(), env=dict(env)), slot=s.slot)
             s.started = time.time()
             print(f"[synthetic-seeds] seed {s.seed}: started, log {s.log}", flush=True)
             running.append(s)
         for s in list(running):
-            if (rc := s.job.poll()) is not None:
-                s.rc = rc
+            if s.job is not None and s.job.done():
+                s.rc = rc = _exit_status(launcher, s.job)
                 running.remove(s)
                 mins = (time.time() - s.started) / 60
                 if rc == 0:
                     print(f"[synthetic-seeds] seed {s.seed}: done in {mins:.1f} min", flush=True)
                 else:
-                    tail = s.log.read_text(encoding="utf-8", errors="replace").splitlines()[-8:]
+                    tail = s.log.read_text(encoding="utf-8", errors="replace").splitlines()[-8:] \
+                        if s.log.is_file() else ["(no log)"]
                     print(f"[synthetic-seeds] seed {s.seed}: FAILED (exit {rc}); the end of "
                           f"{s.log}:\n  " + "\n  ".join(tail), flush=True)
         if time.time() - last >= interval and running:
