@@ -25,7 +25,7 @@ from .probe import (
     probe_row,
     read_probes,
 )
-from .render import ci, png, template
+from .render import png, template
 from .stats import mean_ci
 
 matplotlib.use("Agg")  # PNGs only, never a display
@@ -120,10 +120,13 @@ def kappa_figure(g: pd.DataFrame, agg: pd.Series) -> plt.Figure:
 
 
 def _ci(m: float, lo: float, hi: float, pct: bool = False) -> str:
-    """'m [lo, hi]' over seeds (in % of the KL for the share); 'm' without an interval."""
-    if pct:
-        m, lo, hi = (100 * x for x in (m, lo, hi))
-    return ci(m, lo, hi, ".3g") + (" %" if pct and math.isfinite(m) else "")
+    """'m [lo, hi]' over seeds (the share in % of the KL); 'm (no interval)' from one seed."""
+    f, u = (100.0, "%") if pct else (1.0, "")
+    if not math.isfinite(m):
+        return "—"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{f * m:.3g}{u} (no interval)"
+    return f"{f * m:.3g}{u} [{f * lo:.3g}, {f * hi:.3g}]"
 
 
 def latent_section(run_dirs: Iterable[str | Path], out_dir: str | Path | None = None) -> str:

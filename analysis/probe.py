@@ -283,7 +283,7 @@ def write_figures(path: str | Path) -> dict[str, Path]:
 
 # ------------------------------------------------------------------------ report section
 _cell = partial(cell_html, spec=".4g")
-_ci = partial(ci, spec="+.4g", none=_cell(math.nan))  # 'm [lo, hi]', 'm' without an interval
+_ci = partial(ci, spec="+.4g", none=_cell(math.nan), lone=" (no interval)")
 
 
 def probe_html(doc: dict[str, Any]) -> str:

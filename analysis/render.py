@@ -40,11 +40,13 @@ def fmt(x: Any, spec: str = ".3f", none: str = DASH) -> str:
     return none if not math.isfinite(v) else format(v, spec)
 
 
-def ci(m: Any, lo: Any, hi: Any, spec: str = ".3f", none: str = DASH) -> str:
-    """'m [lo, hi]' (the interval left out when it is missing)."""
+def ci(m: Any, lo: Any, hi: Any, spec: str = ".3f", none: str = DASH, lone: str = "") -> str:
+    """'m [lo, hi]'; 'm' + `lone` when the interval is missing (e.g. ' (no interval)')."""
     s = fmt(m, spec, none)
-    if s == none or not (math.isfinite(num(lo)) and math.isfinite(num(hi))):
+    if s == none:
         return s
+    if not (math.isfinite(num(lo)) and math.isfinite(num(hi))):
+        return s + lone
     return f"{s} [{fmt(lo, spec)}, {fmt(hi, spec)}]"
 
 

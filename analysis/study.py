@@ -304,7 +304,8 @@ def zcut_section(ps: pd.DataFrame | None) -> dict | None:
     if ps is None or ps.empty or not (ps["arm"] == FREE_ZCUT.name).any():
         return None
     seeds, d = seed_diffs(_vals(ps, *PRIMARY[:2], FREE_ZCUT.name), _vals(ps, *PRIMARY))
-    return {"max": abs(d).max(), "equal": int((d == 0).sum()), "n": len(seeds)}
+    return {"max": abs(d).max() if len(d) else math.nan,  # no shared seed: missing, not 0
+            "equal": int((d == 0).sum()), "n": len(seeds)}
 
 
 def their_51m(bv51: pd.DataFrame | None) -> dict[str, str]:

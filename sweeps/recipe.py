@@ -662,8 +662,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "\n")[0])
     ap.add_argument("command", choices=["show", "table", "micro", "list", "measure"])
     ap.add_argument("recipe", nargs="?", default="")
-    ap.add_argument("--gpus", default="H100-80GB",
-                    help=f"measure: comma-separated GPU types of {list(GPU_TYPES)}")
+    ap.add_argument("--gpus", default=",".join(GPU_TYPES),
+                    help=f"measure: comma-separated GPU types (default: all, {list(GPU_TYPES)})")
     a = ap.parse_args(argv)
 
     def body() -> int:

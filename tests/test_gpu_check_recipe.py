@@ -202,10 +202,15 @@ def test_the_recipe_check_rehearses_on_cpu_with_a_resume(tmp_path, capsys):
     doc = json.loads(next((tmp_path / "gpu_check").glob("*-cpu-paper-1.5B.json")).read_text())
     assert doc["mode"] == "recipe" and doc["device"] == "cpu" and doc["passed"] is True
     assert doc["val_steps"] == [0, 2, 4] and doc["resumed_from_step"] == 3
-    # compiled CPU kernels in two processes agree bitwise here but only to float32 rounding on
-    # some CPUs (CI measured 3.1e-7): bitwise resume is tested eager (tests/test_train.py)
+    # compiled CPU kernels in two processes agree bitwise on some runs but only to float32
+    # rounding on others (CI measured 3.1e-7 on the loss); AdamW turns such a difference in a
+    # near-zero gradient into an update of up to ~lr of either sign, so a resumed step may move a
+    # weight by up to 2 lr (CI measured 2.4e-4 at lr 4e-4 once). Bitwise resume is tested eager:
+    # tests/test_train.py (kill -9 and SIGTERM), tests/test_checkpoint_sharded.py
+    lr = 4e-4
+    assert f"optim.lr={lr}" in R.load("paper-1.5B").training_overrides()
     assert doc["resume"] == "ok" and doc["resume_loss_max_rel"] <= 1e-6
-    assert doc["resume_weights_max_abs"] <= 1e-6
+    assert doc["resume_weights_max_abs"] <= 2 * lr * (4 - doc["resumed_from_step"])
     assert doc["mfu"] is None and doc["tokens_per_s"] is None
     assert {r["phase"] for r in doc["phases"]} == {"train", "validation", "eval", "save"}
     assert all(r["measured"] is None and r["why_not"] for r in doc["phases"])

@@ -470,6 +470,10 @@ def test_checkpoint_roundtrip_atomic_and_errors(tmp_path):
         load_checkpoint(bad)
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "none.pt")
+    torch.save({"format": "other"}, tmp_path / "other.pt")  # a readable file, not ours
+    with pytest.raises(CheckpointError, match="is not a"):
+        load_checkpoint(tmp_path / "other.pt")
+    (tmp_path / "other.pt").unlink()
     # a failed write leaves the old file intact and no temporary behind
     class Boom:
         def __reduce__(self):

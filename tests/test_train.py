@@ -1,17 +1,19 @@
-"""experiments/train/trainer.py end to end on tiny runs: learning, NaN handling, dry-run FLOPs,
-bad input (DDP == one process: tests/test_train_loop.py; resume after SIGTERM:
-tests/test_resume_progress.py, after kill -9: tests/test_checkpoint_sharded.py)."""
+"""experiments/train/trainer.py end to end on tiny runs: learning, resume after kill -9 and SIGTERM,
+NaN handling, dry-run FLOPs, bad input (DDP == one process: tests/test_train_loop.py)."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from trainrun import SYNTH
+from trainrun import ROOT, SYNTH, env1, weights
 from trainrun import rows as metrics
 
 import experiments.train.trainer as T
@@ -108,6 +110,61 @@ def test_tiny_run_lowers_val_loss_and_writes_the_contract(tmp_path, cache, arm):
 
 
 # ---------------------------------------------------------------- faults
+def _wait(pred, proc, timeout=120.0):
+    t0 = time.time()
+    while not pred():
+        if proc.poll() is not None:
+            raise AssertionError(f"run exited early with {proc.returncode}: "
+                                 f"{proc.stderr.read()[-2000:]}")
+        if time.time() - t0 > timeout:
+            proc.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.01)
+
+
+@pytest.mark.slow  # multi-process or end to end: the CI tier (make test-all)
+def test_kill9_and_sigterm_then_resume_equal_an_uninterrupted_run(tmp_path, cache):
+    extra = ["model.dim=64", "model.ffn_dim=128", "model.latent_bits=4", "model.kappa_bits=0.25",
+             "train.tokens=6144",
+             "logging.ckpt_every=4", "logging.val_every=10", "logging.keep_checkpoints=50"]
+    ref_cfg = compose(ov(tmp_path / "ref", cache, *extra))
+    ref = T.train(ref_cfg)  # 24 steps, never interrupted
+    args = ov(tmp_path / "cut", cache, *extra)
+    run = run_dir(compose(args))
+    cmd = [sys.executable, "-m", "experiments.train", *args]
+    ck = run / "checkpoints"
+
+    # 1. kill -9 as soon as the first checkpoint is there (mid-run, maybe mid-write of the next)
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env1(), stderr=subprocess.PIPE, text=True)
+    _wait(lambda: (ck / "step_4.pt").exists(), p)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    assert p.returncode == -signal.SIGKILL and not (ck / "final.pt").exists()
+
+    # 2. restart; SIGTERM once it has gone past its resume point: checkpoint + exit code 75
+    p = subprocess.Popen(cmd, cwd=ROOT, env=env1(), stderr=subprocess.PIPE, text=True)
+    n0 = max(int(x.stem.split("_")[1]) for x in ck.glob("step_*.pt"))
+    # the kill may have come while later steps' lines were written (the save is asynchronous):
+    # wait for the resume to cut them back, then for it to step past its resume point
+    _wait(lambda: "resumed from" in (run / "train.log").read_text(), p)
+    _wait(lambda: len(metrics(run, "train")) > n0 + 1, p)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == T.EXIT_PREEMPTED == 75, err[-2000:]
+    assert "SIGTERM" in err and not (ck / "final.pt").exists()
+    stepped = max(int(x.stem.split("_")[1]) for x in ck.glob("step_*.pt"))
+    assert n0 < stepped < 24  # a checkpoint at the step the signal arrived, off the schedule
+    assert torch.load(ck / f"step_{stepped}.pt", weights_only=True)["extra"]["step"] == stepped
+
+    # 3. resume to the end (in process): same weights and same metrics as the reference
+    T.train(compose(args))
+    a, b = weights(ref / "checkpoints" / "final.pt"), weights(ck / "final.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert metrics(run, wall=False) == metrics(ref, wall=False)
+    log = (run / "train.log").read_text()
+    assert log.count("argv:") == 3 and "resumed from step_" in log
+
+
 def _poison_forwards(monkeypatch, bad: set[int]) -> None:
     """The n-th training forward (1-based) in `bad` returns a NaN loss."""
     real_build = T.build_model
@@ -262,3 +319,30 @@ def test_a_second_trainer_on_the_same_run_is_refused(tmp_path, cache, capsys):
         assert T.main(args) == 2
         assert "is being trained by another process" in capsys.readouterr().err
     assert T.main(args) == 0  # released: the run goes ahead
+
+
+def test_trainer_records_the_launcher_host_and_threads_in_config_provenance(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """config.yaml's provenance holds FTBENCH_LAUNCHER (else "direct"), host and threads: the
+    analysis compares wall-clock only when all three agree."""
+    import socket
+    from types import SimpleNamespace as NS
+
+    from experiments.train.plan import plan
+
+    cfg = compose(["model=1M", "model.vocab_size=512", "train.seq_len=32", "train.tokens=1000"])
+    p = plan(cfg)
+    monkeypatch.setattr(T, "tokenizer_sha256", lambda tok: "t" * 64)
+    corpus = NS(info={}, checksums={}, tokenizer=None)
+    for env, want in (("slurm", "slurm"), (None, "direct")):
+        if env is None:
+            monkeypatch.delenv("FTBENCH_LAUNCHER", raising=False)
+        else:
+            monkeypatch.setenv("FTBENCH_LAUNCHER", env)
+        d = tmp_path / want
+        d.mkdir()
+        T._write_config(cfg, p, corpus, d, ["train.py"])
+        prov = yaml.safe_load((d / "config.yaml").read_text())["provenance"]
+        assert prov["launcher"] == want
+        assert prov["host"] == socket.gethostname()
+        assert prov["threads"] == torch.get_num_threads()
