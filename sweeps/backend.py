@@ -148,9 +148,11 @@ def planned_eval_specs(args: argparse.Namespace, max_len: int | None) -> dict[st
 
 
 def fit_memory(cell: Callable[[str], TrainConfig], world: int, memory_gb: float) -> Any:
-    """`experiments.memory.fit` of the config `cell(parallel)` (sweeps.recipe measure): the
-    parallelism is the trainer's auto rule on the state (DDP_BYTES_PER_PARAM of the costliest
-    arm), then the largest micro-batch whose measured peaks fit."""
+    """`experiments.memory.fit` of the config `cell(parallel)` (sweeps.recipe measure): FSDP when
+    DDP's state alone (DDP_BYTES_PER_PARAM per parameter of the costliest arm) exceeds
+    FIT_FRACTION of the GPU, else DDP; the micro-batch is then what the measured peaks fit.
+    Not plan.auto_parallel, which also counts a hand estimate of the activations: here the
+    activations are measured and shrink with the micro-batch, so only the state decides."""
     from experiments.memory import fit
     from experiments.train.parallel import DDP_BYTES_PER_PARAM, FIT_FRACTION
 

@@ -624,23 +624,23 @@ def micro_table(r: Recipe) -> str:
     return "\n".join(rows)
 
 
-def measure(name: str, gpus: Sequence[str]) -> list[dict[str, Any]]:
-    """MEASURED_RECORDS' entries for recipe `name` on each GPU type: `experiments.memory.fit`
-    from the whole per-GPU batch down (the largest micro-batch whose measured training,
-    validation and save peaks fit, then each with activation checkpointing), with every try and
-    the measured phases of the choice; the parallelism is the trainer's auto rule on the state
-    (DDP_BYTES_PER_PARAM of the costliest arm). Fake tensors: minutes on a CPU, no GPU."""
+def measure(rec: Recipe, gpus: Sequence[str]) -> list[dict[str, Any]]:
+    """MEASURED_RECORDS' entries for `rec` on each GPU type: `experiments.memory.fit` from the
+    whole per-GPU batch down (the largest micro-batch whose measured training, validation and
+    save peaks fit, then each with activation checkpointing), with every try and the measured
+    phases of the choice (backend.fit_memory says how the parallelism is chosen). Fake tensors:
+    minutes on a CPU, no GPU."""
     from .backend import fit_memory
 
-    rec, out = load(name), []
+    out: list[dict[str, Any]] = []
     per_gpu = rec.train.batch_size // rec.train.gpus
     for gpu in gpus:
         mb = MicroBatch(gpu, GPU_TYPES[gpu], "ddp", per_gpu, 1, False, 0.0)
         f = fit_memory(lambda par, mb=mb: rec.cell_config(dataclasses.replace(mb, parallel=par)),
                        rec.train.gpus, mb.memory_gb)
-        print(f"recipe: {name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
+        print(f"recipe: {rec.name} {gpu}: {f.line()}", file=sys.stderr, flush=True)
         entry: dict[str, Any] = {
-            "recipe": name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu],
+            "recipe": rec.name, "gpu": gpu, "memory_gb": GPU_TYPES[gpu],
             "recipe_key": rec.memory_key(), "basis": "measured",
             "fits": f.micro_batch_size is not None,
             "tries": [{"micro_batch_size": m, "activation_checkpointing": ck,
@@ -675,14 +675,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(f"--gpus {a.gpus}: GPU types are {', '.join(GPU_TYPES)}")
             from common.io import atomic_write_text
 
-            new = measure(load(a.recipe).name, gpus)
-            done = {(e["recipe"], e["gpu"]) for e in new}  # the other records stay as they are
+            new = {(e["recipe"], e["gpu"]): e for e in measure(load(a.recipe), gpus)}
             old = (json.loads(MEASURED_RECORDS.read_text(encoding="utf-8"))
                    if MEASURED_RECORDS.exists() else [])
-            atomic_write_text(MEASURED_RECORDS, json.dumps(
-                [e for e in old if (e["recipe"], e["gpu"]) not in done] + new, indent=1) + "\n")
-            print(f"{MEASURED_RECORDS}: {len(new)} record(s); docs/RECIPES.md's table: "
-                  "python -m dev.recipe_memory")
+            # a re-measured record replaces its old one in place; the others stay as they are
+            entries = [new.pop((e["recipe"], e["gpu"]), e) for e in old] + list(new.values())
+            atomic_write_text(MEASURED_RECORDS, json.dumps(entries, indent=1) + "\n")
+            print(f"{MEASURED_RECORDS}: {len(gpus)} record(s) measured; docs/RECIPES.md's "
+                  "table: python -m dev.recipe_memory")
         else:
             print({"show": show, "table": Recipe.table, "micro": micro_table}[a.command](
                 load(a.recipe)))

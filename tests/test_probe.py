@@ -363,3 +363,14 @@ def test_benchmark_reader_skips_probe_files(tmp_path: Path) -> None:
         {"schema": P.SCHEMA, "suite": "probe", "spec": {"suite": "probe"}, "spec_id": "x"}))
     warnings: list[str] = []
     assert _read_evals(tmp_path, RunDir(ev.parent), warnings) == [] and warnings == []
+
+
+def test_a_value_without_an_interval_says_so() -> None:
+    """A single-seed (or interval-less) cell must not read like an interval's centre."""
+    from analysis import latent, probe
+
+    nan = float("nan")
+    assert probe._ci(0.5, nan, nan) == "+0.5 (no interval)"
+    assert probe._ci(0.5, 0.25, 0.75) == "+0.5 [+0.25, +0.75]"
+    assert latent._ci(0.123, nan, nan, pct=True) == "12.3% (no interval)"
+    assert latent._ci(0.123, 0.1, 0.2, pct=True) == "12.3% [10, 20]"

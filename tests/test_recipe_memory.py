@@ -67,3 +67,31 @@ def test_a_changed_recipe_or_an_unmeasured_gpu_is_refused_never_guessed(tmp_path
     for text in (json.dumps([{**entry, "recipe_key": "0" * 16}]), "not json"):
         rec_file.write_text(text)
         assert rec.micro_batches() == {}
+
+
+def test_measure_reproduces_the_committed_record_in_place_and_refuses_a_bad_gpu(
+        tmp_path, monkeypatch, capsys) -> None:
+    """`python -m sweeps.recipe measure cpu-mini --gpus H100-80GB` (fake tensors, a few seconds)
+    measures the committed record's peaks again, replaces that record where it stood and leaves
+    every other one as it was; an unknown GPU type is one line, exit 2, nothing written."""
+    committed = R.MEASURED_RECORDS.read_text(encoding="utf-8")
+    records = tmp_path / "recipes.json"
+    records.write_text(committed, encoding="utf-8")
+    monkeypatch.setattr(R, "MEASURED_RECORDS", records)
+
+    assert R.main(["measure", "cpu-mini", "--gpus", "X100"]) == 2
+    assert "--gpus X100: GPU types are" in capsys.readouterr().err
+    assert records.read_text(encoding="utf-8") == committed
+
+    assert R.main(["measure", "cpu-mini", "--gpus", "H100-80GB"]) == 0
+    old, new = json.loads(committed), json.loads(records.read_text(encoding="utf-8"))
+    assert [(e["recipe"], e["gpu"]) for e in new] == [(e["recipe"], e["gpu"]) for e in old]
+    i = next(i for i, e in enumerate(old) if (e["recipe"], e["gpu"]) == ("cpu-mini", "H100-80GB"))
+    assert new[:i] + new[i + 1:] == old[:i] + old[i + 1:]
+
+    def peaks(e):  # what was measured, not how long it took
+        return [{k: v for k, v in p.items() if k != "seconds"} for p in e["phases"]]
+
+    assert peaks(new[i]) == peaks(old[i])
+    assert {k: v for k, v in new[i].items() if k != "phases"} == \
+        {k: v for k, v in old[i].items() if k != "phases"}

@@ -215,3 +215,20 @@ def test_study_tiny_end_to_end_then_no_work(tmp_path):
     assert "report up to date" in second.stdout
     assert _snapshot(tmp_path / "results") == before  # no run file written or touched
     assert (docs / "STUDY.md").read_text() == md
+
+
+def test_zcut_section_pairs_seeds_and_a_missing_pair_is_missing_not_zero() -> None:
+    """The Z-cut control against the baseline, per shared seed; with no shared seed the max is
+    missing (NaN) and n is 0, never a 0 difference."""
+    from analysis.study import zcut_section
+
+    def rows(*xs):
+        return pd.DataFrame([dict(task="val", metric="val_ce", arm=a, seed=s, value=v)
+                             for a, s, v in xs])
+
+    none = zcut_section(rows(("free_zcut", 1, 2.0), ("baseline", 0, 2.0)))
+    assert math.isnan(none["max"]) and none["n"] == 0 and none["equal"] == 0
+    two = zcut_section(rows(("free_zcut", 0, 2.0), ("baseline", 0, 2.0),
+                            ("free_zcut", 1, 2.5), ("baseline", 1, 2.25), ("baseline", 2, 9.0)))
+    assert two == {"max": 0.25, "equal": 1, "n": 2}
+    assert zcut_section(rows(("baseline", 0, 2.0))) is None
